@@ -1,0 +1,39 @@
+"""Token embeddings (backs notebook 03)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ._validate import check_rank
+
+
+class TokenEmbedding(nn.Module):
+    """Looks up a ``d_model``-vector per token id and scales it by ``sqrt(d_model)``.
+
+    ``forward(tokens LongTensor (B, L)) -> (B, L, D)``. The paper multiplies by
+    ``sqrt(d_model)`` so the embeddings are not drowned by the positional encoding,
+    whose entries lie in ``[-1, 1]``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.embedding = nn.Embedding(vocab_size, d_model)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        check_rank("tokens", tokens, 2, "(B, L)")
+        if tokens.dtype not in (torch.long, torch.int):
+            raise TypeError(f"tokens must be integer token ids (torch.long), got dtype {tokens.dtype}")
+        if tokens.numel() > 0:
+            low, high = int(tokens.min()), int(tokens.max())
+            if low < 0 or high >= self.vocab_size:
+                bad = low if low < 0 else high
+                raise ValueError(
+                    f"token id {bad} is outside the vocabulary: ids must lie in "
+                    f"[0, {self.vocab_size - 1}] (vocab_size = {self.vocab_size})"
+                )
+        return self.embedding(tokens) * math.sqrt(self.d_model)  # (B, L, D)

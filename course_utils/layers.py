@@ -1,0 +1,50 @@
+"""Layer normalisation and the position-wise feed-forward network (backs notebook 04).
+
+Both act on the last axis only, independently at every position of every sequence.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ._validate import check_min_rank
+
+
+class LayerNorm(nn.Module):
+    r"""Normalise each position's ``d_model`` features, then scale and shift.
+
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the mean and the *biased*
+    variance (divide by ``D``, not ``D - 1``) over the last axis, ``eps`` inside the
+    square root: the same numbers as ``nn.LayerNorm(d_model, eps)``. ``weight`` starts
+    at ones and ``bias`` at zeros, both learnable, shape ``(D,)``.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.d_model = d_model
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_min_rank("x", x, 1, "(..., D)")
+        if x.size(-1) != self.d_model:
+            raise ValueError(f"x must have last dimension d_model = {self.d_model}, got shape {tuple(x.shape)}")
+        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class FeedForward(nn.Module):
+    """``linear2(dropout(relu(linear1(x))))``: ``D -> d_ff -> D`` at every position."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.activation = nn.ReLU()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, D)
