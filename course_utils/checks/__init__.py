@@ -1,0 +1,25 @@
+"""Checkers, one per exercise: ``check_<name>(student_function_or_class) -> CheckResult``.
+
+Each runs the student's code on fresh random inputs of awkward shapes, compares with the
+reference, names the likely mistake when they differ, prints its verdict in the notebook
+and never raises. ``hint(name)`` prints hints. See :mod:`._core` for the machinery and
+the course contract for the promises.
+
+=========  ==============================
+notebook   module
+=========  ==============================
+01         :mod:`.attention`
+02         :mod:`.multihead`
+03         :mod:`.positional`
+=========  ==============================
+"""
+
+from ._core import CheckResult, hint
+from .attention import *  # noqa: F403
+from .attention import __all__ as _attention_all
+from .multihead import *  # noqa: F403
+from .multihead import __all__ as _multihead_all
+from .positional import *  # noqa: F403
+from .positional import __all__ as _positional_all
+
+__all__ = ["CheckResult", "hint", *_attention_all, *_multihead_all, *_positional_all]

@@ -1,0 +1,275 @@
+"""The machinery every checker shares (used by notebooks 01-07).
+
+A checker (``check_<name>(student_fn_or_class)``) runs the student's code on fresh,
+awkward, random inputs, compares with the reference, and, when they differ, compares
+with the reference run *with a known mistake* to name that mistake. It never raises:
+everything, including the checker's own bugs, becomes a :class:`CheckResult`.
+
+Writing a checker::
+
+    @checker("scaled_dot_product_attention")
+    def check_scaled_dot_product_attention(fn):
+        ...
+        got = call_student(fn, q, k, v)          # StudentError on exception
+        expect_close("output", got, ref, mistakes={"no scaling": no_scale_out, ...})
+        return "6 cases with and without masks"  # success detail
+
+Failure is signalled by raising :class:`Failure` (``fail(...)``) inside the body; the
+decorator turns it, a student exception, or a stub's ``NotImplementedError`` into a
+``CheckResult``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+@dataclass
+class CheckResult:
+    """What a checker concluded. ``bool(result)`` is ``result.passed``.
+
+    ``feedback`` is the full message printed in the notebook; ``mistake`` names the
+    catalogued mistake that was recognised (``None`` if none or passed); ``status`` is
+    one of ``"passed"``, ``"failed"``, ``"not implemented"``, ``"error"``.
+    """
+
+    exercise: str
+    passed: bool
+    feedback: str
+    status: str = "failed"
+    mistake: str | None = None
+    _shown: bool = field(default=False, repr=False, compare=False)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def show(self) -> None:
+        print(self.feedback)
+        self._shown = True
+
+    def _ipython_display_(self) -> None:
+        # the checker already printed its verdict; showing the result again would repeat it
+        if not self._shown:
+            self.show()
+
+
+class Failure(Exception):
+    """Raised inside a checker body: the student's code ran but gave a wrong result."""
+
+    def __init__(self, message: str, mistake: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.mistake = mistake
+
+
+class StudentError(Exception):
+    """The student's code raised; ``exc`` is the original exception."""
+
+    def __init__(self, exc: BaseException, context: str):
+        super().__init__(str(exc))
+        self.exc = exc
+        self.context = context
+
+
+def fail(message: str, mistake: str | None = None) -> None:
+    raise Failure(message, mistake)
+
+
+def _is_student_frame(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    if path.startswith(_PACKAGE_DIR) or path.startswith(_TORCH_DIR):
+        return False
+    if path.startswith(os.path.dirname(os.__file__)) and "site-packages" not in path:
+        return False  # the standard library
+    return "site-packages" not in path and "dist-packages" not in path
+
+
+def student_line(exc: BaseException) -> str | None:
+    """``'line 7: return q @ k.T'`` for the deepest traceback frame in the student's code."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_student_frame(f.filename)]
+    if not frames:
+        return None
+    frame = frames[-1]
+    code = (frame.line or "").strip()
+    where = f"line {frame.lineno}" + (f" (in {frame.name})" if frame.name not in ("<module>",) else "")
+    return f"{where}: {code}" if code else where
+
+
+def call_student(fn: Callable[..., Any], *args: Any, context: str = "", **kwargs: Any) -> Any:
+    """Call student code; any exception becomes a :class:`StudentError` for the decorator."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - every student exception is reported, none escapes
+        raise StudentError(exc, context) from exc
+
+
+def describe_shape(x: Any) -> str:
+    if isinstance(x, Tensor):
+        return "(" + ", ".join(str(s) for s in x.shape) + ")"
+    return type(x).__name__
+
+
+def _close(a: Any, b: Tensor, atol: float, rtol: float) -> bool:
+    if not isinstance(a, Tensor) or a.shape != b.shape:
+        return False
+    if a.dtype == torch.bool or b.dtype == torch.bool:
+        return a.dtype == b.dtype and bool(torch.equal(a, b))
+    try:
+        return bool(torch.allclose(a.detach().double(), b.detach().double(), atol=atol, rtol=rtol, equal_nan=False))
+    except (RuntimeError, TypeError):
+        return False
+
+
+def matches(a: Any, b: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    """True when ``a`` is a tensor of ``b``'s shape with (nearly) its values."""
+    return _close(a, b, atol, rtol)
+
+
+def expect_close(
+    what: str,
+    got: Any,
+    expected: Tensor,
+    mistakes: Mapping[str, Any] | None = None,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    case: str = "",
+) -> None:
+    """Fail with a precise diagnosis unless ``got`` equals ``expected``.
+
+    ``mistakes`` maps a plain-words diagnosis to what the code would return with that
+    mistake (a tensor, or a zero-argument callable giving one, computed only if needed).
+    The first diagnosis whose result matches ``got`` is reported.
+    """
+    where = f" ({case})" if case else ""
+    if not isinstance(got, Tensor):
+        fail(f"{what}{where} should be a torch.Tensor, but your code returned {type(got).__name__}.")
+    if got.shape != expected.shape or not _close(got, expected, atol, rtol):
+        for diagnosis, candidate in (mistakes or {}).items():
+            value = candidate() if callable(candidate) else candidate
+            if value is not None and _close(got, value, atol, rtol):
+                fail(f"{what}{where}: {diagnosis}", mistake=diagnosis)
+    if got.shape != expected.shape:
+        fail(
+            f"{what}{where} has shape {describe_shape(got)}, expected {describe_shape(expected)}.",
+            mistake="wrong shape",
+        )
+    if got.dtype != expected.dtype and (got.dtype == torch.bool) != (expected.dtype == torch.bool):
+        fail(f"{what}{where} has dtype {got.dtype}, expected {expected.dtype}.", mistake="wrong dtype")
+    if not _close(got, expected, atol, rtol):
+        if got.dtype == torch.bool or expected.dtype == torch.bool:
+            wrong = int((got != expected).sum())
+            fail(f"{what}{where}: {wrong} of {expected.numel()} entries are wrong.", mistake="values differ")
+        diff = (got.detach().double() - expected.detach().double()).abs()
+        if torch.isnan(got).any():
+            fail(f"{what}{where} contains NaN.", mistake="NaN")
+        idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
+        fail(
+            f"{what}{where} has the right shape but the wrong values: the largest difference is "
+            f"{float(diff.max()):.3g} at index {idx} (yours {float(got[idx]):.4f}, expected "
+            f"{float(expected[idx]):.4f}).",
+            mistake="values differ",
+        )
+
+
+def _format_exception(exercise: str, err: StudentError) -> tuple[str, str]:
+    exc = err.exc
+    if isinstance(exc, NotImplementedError):
+        return (
+            "not implemented",
+            f"[ ] {exercise}: not implemented yet. Replace `raise NotImplementedError()` "
+            f"with your code, run that cell, then run this check again.",
+        )
+    line = student_line(exc)
+    context = f" while {err.context}" if err.context else ""
+    msg = str(exc).strip().splitlines()
+    first = msg[0] if msg else ""
+    text = f"[X] {exercise}: your code raised {type(exc).__name__}{context}"
+    text += f": {first}" if first else "."
+    if line:
+        text += f"\n    at {line}"
+    return "error", text
+
+
+def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[..., CheckResult]]:
+    """Turn a checker body into a function that prints its verdict and never raises."""
+
+    def decorate(body: Callable[..., str | None]) -> Callable[..., CheckResult]:
+        @functools.wraps(body)
+        def run(*args: Any, **kwargs: Any) -> CheckResult:
+            mistake = None
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))  # fresh inputs every run
+                    detail = body(*args, **kwargs)
+                status, passed = "passed", True
+                feedback = f"[OK] {exercise}: all checks passed" + (f" ({detail})." if detail else ".")
+            except Failure as f:
+                status, passed, mistake = "failed", False, f.mistake
+                feedback = f"[X] {exercise}: {f.message}"
+            except StudentError as err:
+                status, feedback = _format_exception(exercise, err)
+                passed = False
+                mistake = "not implemented" if status == "not implemented" else None
+            except NotImplementedError:
+                status, passed, mistake = "not implemented", False, "not implemented"
+                feedback = f"[ ] {exercise}: not implemented yet."
+            except Exception as exc:  # noqa: BLE001 - a checker never raises at a student
+                status, passed = "error", False
+                line = student_line(exc)
+                feedback = (
+                    f"[X] {exercise}: the check could not run your code: {type(exc).__name__}: {exc}"
+                    + (f"\n    at {line}" if line else "")
+                )
+            result = CheckResult(exercise, passed, feedback, status, mistake)
+            if status != "passed" and exercise in HINTS:
+                result.feedback += f'\n    Stuck? Ask for a hint: hint("{exercise}").'
+            result.show()
+            return result
+
+        return run
+
+    return decorate
+
+
+# ---------------------------------------------------------------- hints
+HINTS: dict[str, list[str]] = {}
+
+
+def register_hints(exercise: str, hints: list[str]) -> None:
+    """Hints go from gentle to specific; none gives away the full solution."""
+    HINTS[exercise] = list(hints)
+
+
+def hint(exercise: str, level: int | None = None) -> None:
+    """Print hints for an exercise: ``hint("causal_mask")`` prints the first, then the next
+    each time you call it again; ``hint("causal_mask", 2)`` prints the second."""
+    name = exercise.__name__ if callable(exercise) else str(exercise)
+    if name not in HINTS:
+        known = ", ".join(sorted(HINTS)) or "none yet"
+        print(f"No hints for {name!r}. Exercises with hints: {known}.")
+        return
+    hints = HINTS[name]
+    if level is None:
+        level = _HINT_LEVEL.get(name, 0) + 1
+        _HINT_LEVEL[name] = min(level, len(hints))
+    level = max(1, min(level, len(hints)))
+    print(f"Hint {level}/{len(hints)} for {name}: {hints[level - 1]}")
+    if level == len(hints):
+        print(
+            f"Still stuck? Continue with the reference: `from course_utils import {name}` "
+            "and come back later."
+        )
+
+
+_HINT_LEVEL: dict[str, int] = {}

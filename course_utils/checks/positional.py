@@ -1,0 +1,3 @@
+"""Checkers for notebook (placeholder, being written)."""
+
+__all__: list[str] = []
