@@ -1,3 +1,619 @@
-"""Checkers for notebook (placeholder, being written)."""
+"""Checkers for notebook 02 (multi-head attention): ``split_heads``, ``merge_heads``,
+``MultiHeadAttention``.
 
-__all__: list[str] = []
+Each checker runs the student's code on fresh random inputs whose sizes all differ
+(``B``, ``H``, ``d_k``, ``L_q``, ``L_k`` and ``D = H * d_k``), so a mixed-up axis shows as
+a wrong shape or wrong values. When the result is wrong it is compared with the
+reference computed *with each catalogued mistake*; the first match names the mistake
+(``CheckResult.mistake`` is the short catalogue name, the feedback says it in plain words).
+
+Catalogue (``CheckResult.mistake``):
+
+* ``split_heads``: ``"view(B, H, L, d_k) without transpose"``, ``"returns (B, L, H, d_k)"``,
+  ``"transposed wrong axes"``, ``"heads take strided features"``, ``"input modified in place"``.
+* ``merge_heads``: ``"reshape without transpose"``, ``"heads not flattened"``,
+  ``"features in wrong order"``, ``"view after transpose"``, ``"wrong shape"``.
+* ``MultiHeadAttention``: ``"missing submodule"``, ``"wrong submodule"``,
+  ``"missing output projection"``, ``"split without transpose"``, ``"mask ignored"``,
+  ``"mask inverted"``, ``"mask broadcast wrongly"``, ``"no scaling"``,
+  ``"scaled by sqrt(d_model)"``, ``"scaled by d_k"``, ``"weights averaged over heads"``,
+  ``"projections swapped"``, ``"inputs swapped"``, ``"fails for cross-attention"``,
+  ``"wrong return"``, ``"input modified in place"``, ``"no divisibility check"``,
+  ``"wrong error type"``.
+
+The small helpers here (``_expect``, ``_require_class``, ``_randint``) are shared with
+:mod:`.positional`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..multihead import MultiHeadAttention, merge_heads, split_heads
+from ._core import (
+    StudentError,
+    call_student,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    matches,
+    register_hints,
+    student_line,
+)
+
+__all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
+
+# (catalogue name, plain-words diagnosis, candidate tensor or zero-argument callable)
+Mistake = tuple[str, str, Any]
+
+
+# ---------------------------------------------------------------- shared helpers
+def _expect(
+    what: str,
+    got: Any,
+    expected: Tensor,
+    mistakes: Iterable[Mistake] = (),
+    case: str = "",
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> None:
+    """Like ``expect_close``, but a recognised mistake is reported under its short name.
+
+    A candidate that cannot be computed (the callable raises or returns ``None``) is
+    skipped; candidates are only computed when ``got`` is wrong.
+    """
+    if isinstance(got, Tensor) and not matches(got, expected, atol, rtol):
+        for name, diagnosis, candidate in mistakes:
+            try:
+                value = candidate() if callable(candidate) else candidate
+            except Exception:  # noqa: BLE001 - a mistake that cannot even be computed is not this one
+                value = None
+            if isinstance(value, Tensor) and matches(got, value, atol, rtol):
+                where = f" ({case})" if case else ""
+                fail(f"{what}{where}: {diagnosis}", mistake=name)
+    expect_close(what, got, expected, atol=atol, rtol=rtol, case=case)
+
+
+def _require_class(cls: Any, name: str) -> None:
+    """The checker takes the student's class (it builds instances itself)."""
+    if isinstance(cls, nn.Module):
+        fail(
+            f"pass the class itself, not an instance: check_...({name}), not "
+            f"check_...({name}(...)). The check builds its own instances with its own sizes.",
+            mistake="not a class",
+        )
+    if not isinstance(cls, type):
+        fail(f"expected your class {name}, got {type(cls).__name__}.", mistake="not a class")
+    if not issubclass(cls, nn.Module):
+        fail(f"{name} should subclass nn.Module (class {name}(nn.Module): ...).", mistake="not a class")
+
+
+def _randint(low: int, high: int) -> int:
+    """A random int in ``[low, high]`` from torch's generator (seeded fresh by ``@checker``)."""
+    return int(torch.randint(low, high + 1, ()))
+
+
+def _check_unchanged(names: Iterable[str], tensors: Iterable[Any], originals: Iterable[Any], where: str) -> None:
+    for name, t, t0 in zip(names, tensors, originals):
+        if isinstance(t, Tensor) and not torch.equal(t, t0):
+            fail(
+                f"your code modified its input `{name}` in place ({where}). Work on new tensors "
+                f"(e.g. `x = x + y`, not `x += y` or `x.masked_fill_(...)`); the caller still needs its input.",
+                mistake="input modified in place",
+            )
+
+
+def _head_dims(batch_equals_heads: bool = False) -> tuple[int, int, int, int, int]:
+    """``B, H, d_k, L_q, L_k`` all different from each other and from ``D = H * d_k``
+    (``B == H`` on request, to catch a mask lined up with the head axis)."""
+    while True:
+        B, H, d_k = _randint(2, 4), _randint(2, 4), _randint(3, 7)
+        L_q, L_k = _randint(4, 9), _randint(4, 9)
+        if batch_equals_heads:
+            B = H
+        sizes = [H, d_k, L_q, L_k, H * d_k] + ([] if batch_equals_heads else [B])
+        if len(set(sizes)) == len(sizes):
+            return B, H, d_k, L_q, L_k
+
+
+def _random_mask(*shape: int) -> Tensor:
+    """Bool mask whose every row (last axis) allows at least one key and blocks at least
+    one, with rows that are not all identical (so a mis-broadcast mask shows)."""
+    L_k = shape[-1]
+    while True:
+        rows = torch.rand(*shape).reshape(-1, L_k) < 0.5  # (rows, L_k)
+        n = rows.size(0)
+        allow = torch.randint(L_k, (n,))
+        block = (allow + torch.randint(1, L_k, (n,))) % L_k  # never equal to allow
+        rows[torch.arange(n), allow] = True
+        rows[torch.arange(n), block] = False
+        if n == 1 or not bool((rows == rows[0]).all()):
+            return rows.reshape(shape)
+
+
+def _view_error(err: StudentError) -> None:
+    """Name the classic ``.view`` after ``.transpose`` error instead of just reporting it."""
+    msg = str(err.exc)
+    if isinstance(err.exc, RuntimeError) and "view size is not compatible" in msg:
+        line = student_line(err.exc)
+        fail(
+            "your code raised RuntimeError: .view cannot reshape a tensor after .transpose, "
+            "because transposing makes its memory non-contiguous. Use .reshape(...) (or "
+            ".contiguous().view(...))." + (f"\n    at {line}" if line else ""),
+            mistake="view after transpose",
+        )
+
+
+# ---------------------------------------------------------------- split_heads
+_AXES = ("B", "L", "H", "d_k")
+
+
+@checker("split_heads")
+def check_split_heads(fn: Callable[..., Any]) -> str:
+    for _ in range(3):
+        B, H, d_k, L, _L_k = _head_dims()
+        D = H * d_k
+        x = torch.randn(B, L, D)
+        x0 = x.clone()
+        case = f"x of shape ({B}, {L}, {D}), num_heads={H}"
+        try:
+            got = call_student(fn, x, H, context=f"calling split_heads({case})")
+        except StudentError as err:
+            _view_error(err)
+            raise
+        _check_unchanged(["x"], [x], [x0], case)
+        expected = split_heads(x0, H)  # (B, H, L, d_k)
+        blocks = x0.view(B, L, H, d_k)  # (B, L, H, d_k)
+        mistakes: list[Mistake] = [
+            (
+                "view(B, H, L, d_k) without transpose",
+                "the shape is right but the heads got blocks of positions instead of slices of "
+                "features: .view(B, H, L, d_k) straight from (B, L, D) does not move any feature. "
+                "View as (B, L, H, d_k) first, then swap the L and H axes.",
+                x0.reshape(B, H, L, d_k),
+            ),
+            (
+                "returns (B, L, H, d_k)",
+                f"you returned shape (B, L, H, d_k) = {describe_shape(blocks)}: the features are "
+                "split correctly but the head axis must come before the positions, "
+                "(B, H, L, d_k). Swap axes 1 and 2.",
+                blocks,
+            ),
+            (
+                "heads take strided features",
+                "head h got every H-th feature (h, h + H, h + 2H, ...) instead of the contiguous "
+                "slice h*d_k .. (h+1)*d_k - 1: split the last axis as (num_heads, d_k), not "
+                "(d_k, num_heads).",
+                lambda: x0.view(B, L, d_k, H).permute(0, 3, 1, 2),
+            ),
+        ]
+        for perm in itertools.permutations(range(4)):
+            if perm in ((0, 1, 2, 3), (0, 2, 1, 3)):
+                continue
+            order = "(" + ", ".join(_AXES[i] for i in perm) + ")"
+            mistakes.append(
+                (
+                    "transposed wrong axes",
+                    f"the features are split correctly but the axes end up in the order {order}: "
+                    "after .view(B, L, H, d_k) swap only axes 1 and 2 (L and H) to get (B, H, L, d_k).",
+                    lambda perm=perm: blocks.permute(perm),
+                )
+            )
+        _expect("split_heads(x, num_heads)", got, expected, mistakes, case=case)
+    return "3 random shapes, compared value by value"
+
+
+# ---------------------------------------------------------------- merge_heads
+@checker("merge_heads")
+def check_merge_heads(fn: Callable[..., Any]) -> str:
+    for i in range(3):
+        B, H, d_k, L, _L_k = _head_dims()
+        D = H * d_k
+        if i == 0:
+            x = torch.randn(B, H, L, d_k)
+            kind = "a contiguous tensor"
+        else:  # what merge_heads receives in MultiHeadAttention: a transposed, non-contiguous view
+            x = split_heads(torch.randn(B, L, D), H)  # (B, H, L, d_k)
+            kind = "the output of split_heads"
+        x0 = x.clone()
+        case = f"x of shape ({B}, {H}, {L}, {d_k}), {kind}"
+        try:
+            got = call_student(fn, x, context=f"calling merge_heads({case})")
+        except StudentError as err:
+            _view_error(err)
+            raise
+        _check_unchanged(["x"], [x], [x0], case)
+        expected = merge_heads(x0)  # (B, L, D)
+        mistakes: list[Mistake] = [
+            (
+                "reshape without transpose",
+                "the shape is right but positions and heads got mixed: a .view/.reshape(B, L, D) "
+                "straight from (B, H, L, d_k) does not move the head axis. Swap axes 1 and 2 "
+                "to get (B, L, H, d_k) first, then flatten the last two axes.",
+                x0.reshape(B, L, D),
+            ),
+            (
+                "heads not flattened",
+                f"you returned shape (B, L, H, d_k) = ({B}, {L}, {H}, {d_k}): the transpose is "
+                "right, now flatten the last two axes into H * d_k.",
+                x0.transpose(1, 2),
+            ),
+            (
+                "features in wrong order",
+                "the features come out ordered feature-major (feature j of every head, then j+1, "
+                "...) instead of head-major: head h's features belong at columns h*d_k .. "
+                "(h+1)*d_k - 1. Transpose to (B, L, H, d_k), not (B, L, d_k, H), before flattening.",
+                lambda: x0.permute(0, 2, 3, 1).reshape(B, L, D),
+            ),
+        ]
+        _expect("merge_heads(x)", got, expected, mistakes, case=case)
+
+    return "3 random shapes, contiguous and transposed inputs"
+
+
+# ---------------------------------------------------------------- MultiHeadAttention
+_PROJ = ("w_q", "w_k", "w_v")
+_INPUTS = ("query", "key", "value")
+
+
+def _mha_variant(
+    lin: dict[str, tuple[Tensor, Tensor]],
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    H: int,
+    *,
+    proj: tuple[str, str, str] = _PROJ,
+    inputs: tuple[int, int, int] = (0, 1, 2),
+    split_transpose: bool = True,
+    merge_transpose: bool = True,
+    scale: str = "sqrt(d_k)",
+    mask_mode: str = "ok",
+    use_w_o: bool = True,
+) -> tuple[Tensor, Tensor] | None:
+    """Multi-head attention with (at most) one deliberate mistake; ``None`` if that
+    mistake cannot even run on these shapes. Defaults reproduce the reference."""
+    try:
+        src = (query, key, value)
+        B, D = query.size(0), query.size(-1)
+        d_k = D // H
+        projected = [F.linear(src[i], *lin[p]) for i, p in zip(inputs, proj)]  # each (B, L, D)
+
+        def split(t: Tensor) -> Tensor:
+            L = t.size(1)
+            if split_transpose:
+                return t.view(B, L, H, d_k).transpose(1, 2)  # (B, H, L, d_k)
+            return t.reshape(B, H, L, d_k)  # (B, H, L, d_k), heads = blocks of positions
+
+        q, k, v = (split(t) for t in projected)
+        factor = {"sqrt(d_k)": math.sqrt(d_k), "none": 1.0, "sqrt(d_model)": math.sqrt(D), "d_k": float(d_k)}[scale]
+        scores = q @ k.transpose(-2, -1) / factor  # (B, H, L_q, L_k)
+        if mask is not None and mask_mode != "ignored":
+            m = ~mask if mask_mode == "inverted" else mask
+            if m.dim() == 3 and mask_mode != "no head axis":
+                m = m.unsqueeze(1)  # (B, 1, L_q or 1, L_k)
+            scores = scores.masked_fill(~m, torch.finfo(scores.dtype).min)
+        weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
+        context = weights @ v  # (B, H, L_q, d_k)
+        L_out = context.size(2)
+        if merge_transpose:
+            merged = context.transpose(1, 2).reshape(B, L_out, D)  # (B, L_q, D)
+        else:
+            merged = context.reshape(B, L_out, D)  # (B, L_q, D), the inverse of the bad split
+        output = F.linear(merged, *lin["w_o"]) if use_w_o else merged
+        return output, weights
+    except RuntimeError:
+        return None
+
+
+def _describe_swap(chosen: tuple[str, ...], correct: tuple[str, ...], role: tuple[str, ...], kind: str) -> str:
+    return "; ".join(
+        f"the {r} {kind} {c} instead of {ok}" for r, c, ok in zip(role, chosen, correct) if c != ok
+    )
+
+
+def _mha_mistakes(mask: Tensor | None, distinct_inputs: bool) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, diagnosis, keyword arguments of ``_mha_variant``) for every catalogued mistake."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    split_msg = (
+        "the heads were split with .view(B, H, L, d_k) and no transpose, so each head got a "
+        "block of positions instead of a slice of features. View as (B, L, H, d_k), then "
+        "transpose(1, 2) (your split_heads from above does this)."
+    )
+    out.append(("split without transpose", split_msg, dict(split_transpose=False, merge_transpose=False)))
+    out.append(("split without transpose", split_msg, dict(split_transpose=False)))
+    out.append(
+        (
+            "missing output projection",
+            "the output skips the final projection: after merging the heads back to "
+            "(B, L_q, D), pass the result through self.w_o.",
+            dict(use_w_o=False),
+        )
+    )
+    out.append(
+        (
+            "no scaling",
+            "the scores are not scaled: divide Q K^T by sqrt(d_k), the width of one head "
+            "(scaled_dot_product_attention does it for you).",
+            dict(scale="none"),
+        )
+    )
+    out.append(
+        (
+            "scaled by sqrt(d_model)",
+            "the scores are divided by sqrt(d_model); each head's dot products have only "
+            "d_k = d_model // num_heads terms, so divide by sqrt(d_k).",
+            dict(scale="sqrt(d_model)"),
+        )
+    )
+    out.append(
+        ("scaled by d_k", "the scores are divided by d_k; divide by its square root, sqrt(d_k).", dict(scale="d_k"))
+    )
+    if mask is not None:
+        out.append(
+            (
+                "mask ignored",
+                "the mask has no effect: blocked keys still get attention weight. Pass the mask "
+                "on to the attention (masked_fill where the mask is False).",
+                dict(mask_mode="ignored"),
+            )
+        )
+        out.append(
+            (
+                "mask inverted",
+                "the mask is inverted: True means 'may attend', so fill the scores where the "
+                "mask is False (~mask or mask == 0), not where it is True.",
+                dict(mask_mode="inverted"),
+            )
+        )
+        if mask.dim() == 3:
+            out.append(
+                (
+                    "mask broadcast wrongly",
+                    f"with a {describe_shape(mask)} mask and B == num_heads, your mask was lined up "
+                    "with the head axis instead of the batch axis (no error, wrong result). Insert "
+                    "the head axis with mask.unsqueeze(1) so a 3-D mask becomes (B, 1, L_q or 1, L_k).",
+                    dict(mask_mode="no head axis"),
+                )
+            )
+    for proj in itertools.product(_PROJ, repeat=3):
+        if proj != _PROJ:
+            text = _describe_swap(proj, _PROJ, ("query", "key", "value"), "goes through")
+            out.append(("projections swapped", f"{text}.", dict(proj=proj)))
+    if distinct_inputs:
+        for inputs in itertools.product(range(3), repeat=3):
+            if inputs != (0, 1, 2):
+                chosen = tuple(f"`{_INPUTS[i]}`" for i in inputs)
+                correct = tuple(f"`{n}`" for n in _INPUTS)
+                text = _describe_swap(chosen, correct, ("queries", "keys", "values"), "are computed from")
+                out.append(
+                    (
+                        "inputs swapped",
+                        f"{text} (queries come from `query`, keys from `key`, values from `value`).",
+                        dict(inputs=inputs),
+                    )
+                )
+    return out
+
+
+_SHAPE_WORDS = ("size", "shape", "broadcast", "dimension", "expand")
+
+
+def _mha_case(
+    model: nn.Module,
+    ref: nn.Module,
+    lin: dict[str, tuple[Tensor, Tensor]],
+    H: int,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    case: str,
+    after_self_attention: bool,
+) -> None:
+    args: tuple[Tensor, ...] = (query, key, value) + ((mask,) if mask is not None else ())
+    names = list(_INPUTS) + ["mask"]
+    originals = [t.clone() for t in args]
+    with torch.no_grad():
+        ref_out, ref_w = ref(*originals)  # (B, L_q, D), (B, H, L_q, L_k)
+        try:
+            result = call_student(model, *args, context=f"running forward ({case})")
+        except StudentError as err:
+            exc = err.exc
+            shape_error = isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _SHAPE_WORDS)
+            if shape_error and not isinstance(exc, NotImplementedError):
+                line = student_line(exc)
+                first = (str(exc).strip().splitlines() or [""])[0]
+                at = f"\n    at {line}" if line else ""
+                if mask is not None:
+                    fail(
+                        f"your forward works without a mask but raised {type(exc).__name__} with a "
+                        f"{describe_shape(mask)} mask ({case}): {first}{at}\n    A mask may be "
+                        "(L_q, L_k), (B, 1, L_k) or (B, L_q, L_k). The scores are (B, H, L_q, L_k), so "
+                        "give a 3-D mask a head axis (mask.unsqueeze(1)); a 2-D mask already broadcasts.",
+                        mistake="mask broadcast wrongly",
+                    )
+                if after_self_attention:
+                    fail(
+                        f"your forward works for self-attention but raised {type(exc).__name__} for "
+                        f"cross-attention ({case}): {first}{at}\n    Queries come from `query` (length "
+                        "L_q), keys and values from `key` and `value` (length L_k): reshape each with "
+                        "its own length, not the query's.",
+                        mistake="fails for cross-attention",
+                    )
+            raise
+    _check_unchanged(names, args, originals, case)
+    if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
+        if isinstance(result, Tensor):
+            got = f"a single tensor of shape {describe_shape(result)}"
+        elif isinstance(result, (tuple, list)):
+            got = f"a {type(result).__name__} of {len(result)} items"
+        else:
+            got = type(result).__name__
+        fail(
+            f"forward must return (output, weights): the output (B, L_q, D) and the attention "
+            f"weights (B, H, L_q, L_k). Yours returned {got}.",
+            mistake="wrong return",
+        )
+    out, w = result
+    mistakes = _mha_mistakes(mask, distinct_inputs=key is not query and value is not key)
+    cache: dict[int, tuple[Tensor, Tensor] | None] = {}
+
+    def candidate(i: int, part: int) -> Callable[[], Tensor | None]:
+        def compute() -> Tensor | None:
+            if i not in cache:
+                cache[i] = _mha_variant(lin, originals[0], originals[1], originals[2], mask, H, **mistakes[i][2])
+            pair = cache[i]
+            return None if pair is None else pair[part]
+
+        return compute
+
+    _expect(
+        "output",
+        out,
+        ref_out,
+        [(name, diag, candidate(i, 0)) for i, (name, diag, _) in enumerate(mistakes)],
+        case=case,
+    )
+    weight_mistakes: list[Mistake] = [
+        (
+            "weights averaged over heads",
+            "the weights were averaged over the heads, giving (B, L_q, L_k); return one map per "
+            "head, (B, H, L_q, L_k).",
+            ref_w.mean(dim=1),
+        )
+    ]
+    weight_mistakes += [(name, diag, candidate(i, 1)) for i, (name, diag, _) in enumerate(mistakes)]
+    _expect("weights", w, ref_w, weight_mistakes, case=case)
+
+
+def _check_projections(model: nn.Module, D: int) -> dict[str, nn.Linear]:
+    names = ("w_q", "w_k", "w_v", "w_o")
+    found = {n: getattr(model, n, None) for n in names}
+    missing = [n for n, m in found.items() if not isinstance(m, nn.Module)]
+    if missing == ["w_o"]:
+        fail(
+            "there is no output projection `w_o`: after merging the heads, mix them with "
+            "self.w_o = nn.Linear(d_model, d_model).",
+            mistake="missing output projection",
+        )
+    if missing:
+        fail(
+            "MultiHeadAttention needs four submodules w_q, w_k, w_v, w_o, each "
+            f"nn.Linear(d_model, d_model); missing: {', '.join(missing)}.",
+            mistake="missing submodule",
+        )
+    for n, m in found.items():
+        if not isinstance(m, nn.Linear):
+            fail(f"`{n}` should be nn.Linear(d_model, d_model), got {type(m).__name__}.", mistake="wrong submodule")
+        if (m.in_features, m.out_features) != (D, D):
+            fail(
+                f"`{n}` should be nn.Linear(d_model, d_model) = nn.Linear({D}, {D}), got "
+                f"nn.Linear({m.in_features}, {m.out_features}): every projection maps D to D "
+                "(all heads at once).",
+                mistake="wrong submodule",
+            )
+        if m.bias is None:
+            fail(f"`{n}` has no bias: use nn.Linear(d_model, d_model) (bias=True is the default).", mistake="wrong submodule")
+    return found  # type: ignore[return-value]
+
+
+@checker("MultiHeadAttention")
+def check_multi_head_attention(cls: Any) -> str:
+    _require_class(cls, "MultiHeadAttention")
+    B, H, d_k, L_q, L_k = _head_dims()
+    D = H * d_k
+    model = call_student(cls, D, H, context=f"constructing MultiHeadAttention(d_model={D}, num_heads={H})")
+    if not isinstance(model, nn.Module):
+        fail("MultiHeadAttention should subclass nn.Module.", mistake="not a class")
+    projections = _check_projections(model, D)
+    model.eval()
+
+    # random parameters (not the default init), copied into the reference by name
+    ref = MultiHeadAttention(D, H).eval()
+    with torch.no_grad():
+        for n, lin_s in projections.items():
+            lin_s.weight.copy_(torch.randn(D, D) / math.sqrt(D))
+            lin_s.bias.copy_(torch.randn(D) * 0.5)
+            getattr(ref, n).weight.copy_(lin_s.weight)
+            getattr(ref, n).bias.copy_(lin_s.bias)
+    lin = {n: (getattr(ref, n).weight.detach(), getattr(ref, n).bias.detach()) for n in projections}
+
+    x = torch.randn(B, L_q, D)
+    _mha_case(model, ref, lin, H, x, x, x, None, f"self-attention, x of shape ({B}, {L_q}, {D})", False)
+    query = torch.randn(B, L_q, D)
+    key, value = torch.randn(B, L_k, D), torch.randn(B, L_k, D)
+    cross = f"cross-attention, L_q={L_q}, L_k={L_k}, D={D}, num_heads={H}"
+    _mha_case(model, ref, lin, H, query, key, value, None, cross + ", no mask", True)
+    for mask in (_random_mask(L_q, L_k), _random_mask(B, 1, L_k), _random_mask(B, L_q, L_k)):
+        _mha_case(model, ref, lin, H, query, key, value, mask, cross + f", mask {describe_shape(mask)}", True)
+    # B == H: a 3-D mask without the head axis broadcasts silently onto the heads
+    q2, k2, v2 = torch.randn(H, L_q, D), torch.randn(H, L_k, D), torch.randn(H, L_k, D)
+    for mask in (_random_mask(H, 1, L_k), _random_mask(H, L_q, L_k)):
+        case = f"cross-attention, B = num_heads = {H}, mask {describe_shape(mask)}"
+        _mha_case(model, ref, lin, H, q2, k2, v2, mask, case, True)
+
+    try:
+        cls(10, 3)
+    except ValueError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - any other exception is the student's, reported
+        fail(
+            f"MultiHeadAttention(10, 3) raised {type(exc).__name__}; the contract asks for a "
+            "ValueError (raise ValueError(...) with a message saying d_model must be divisible "
+            "by num_heads).",
+            mistake="wrong error type",
+        )
+    else:
+        fail(
+            "MultiHeadAttention(10, 3) did not raise: 10 features cannot be split into 3 equal "
+            "heads. In __init__, raise a ValueError when d_model % num_heads != 0.",
+            mistake="no divisibility check",
+        )
+    return "self- and cross-attention, masks (L_q, L_k), (B, 1, L_k) and (B, L_q, L_k), random weights"
+
+
+# ---------------------------------------------------------------- hints
+register_hints(
+    "split_heads",
+    [
+        "Each head should see every position, but only its own slice of d_k = D // num_heads "
+        "features. Start from x of shape (B, L, D).",
+        "Cut the last axis into (num_heads, d_k): x.view(B, L, num_heads, d_k) has shape (B, L, H, d_k).",
+        "Now move the head axis in front of the positions by swapping axes 1 and 2. (A direct "
+        ".view(B, H, L, d_k) has the right shape but gives each head a block of positions.)",
+    ],
+)
+register_hints(
+    "merge_heads",
+    [
+        "merge_heads undoes split_heads: (B, H, L, d_k) -> (B, L, H*d_k), with head h's features "
+        "at columns h*d_k .. (h+1)*d_k - 1.",
+        "First bring the positions back next to the batch: swap axes 1 and 2 to get (B, L, H, d_k).",
+        "Then flatten the last two axes. After a transpose the memory is not contiguous, so use "
+        ".reshape(...) (or .contiguous().view(...)); a plain .view raises an error.",
+    ],
+)
+register_hints(
+    "MultiHeadAttention",
+    [
+        "In __init__: raise a ValueError unless d_model % num_heads == 0, store "
+        "d_k = d_model // num_heads, and create four nn.Linear(d_model, d_model): w_q, w_k, w_v, w_o.",
+        "In forward: project query with w_q, key with w_k and value with w_v, then split each "
+        "into heads with split_heads: (B, H, L, d_k).",
+        "Run scaled_dot_product_attention on the per-head tensors (it divides by sqrt(d_k), one "
+        "head's width). A 3-D mask (B, 1, L_k) or (B, L_q, L_k) needs a head axis first, "
+        "mask.unsqueeze(1); a 2-D (L_q, L_k) mask already broadcasts.",
+        "Merge the heads back to (B, L_q, D) with merge_heads, apply w_o, and return "
+        "(output, weights) with weights of shape (B, H, L_q, L_k): one map per head.",
+    ],
+)

@@ -1,3 +1,418 @@
-"""Checkers for notebook (placeholder, being written)."""
+"""Checkers for notebook 03 (positions and embeddings): ``sinusoidal_positional_encoding``,
+``PositionalEncoding``, ``TokenEmbedding``.
 
-__all__: list[str] = []
+Sizes are random and all different (``max_len != d_model``, ``B != L != D``); a wrong
+result is compared with the reference computed with each catalogued mistake, and the
+first match is named (``CheckResult.mistake``).
+
+Catalogue (``CheckResult.mistake``):
+
+* ``sinusoidal_positional_encoding``: ``"sin and cos swapped"``, ``"sin and cos
+  concatenated"``, ``"exponent i/d_model"``, ``"exponent j/d_model"``, ``"exponent
+  2j/d_model"``, ``"positions from 1"``, ``"table transposed"``, ``"not floating point"``.
+* ``PositionalEncoding``: ``"pe is a Parameter"``, ``"pe not a buffer"``, ``"pe not
+  persistent"``, ``"missing pe"``, ``"wrong pe shape"``, ``"pe not sliced"``,
+  ``"multiplied instead of added"``, ``"wrong table"``, ``"dropout before adding"``,
+  ``"dropout missing"``, ``"dropout ignores eval mode"``, ``"no length check"``,
+  ``"input modified in place"``.
+* ``TokenEmbedding``: ``"missing embedding"``, ``"wrong embedding size"``, ``"not scaled"``,
+  ``"scaled by d_model"``, ``"divided by sqrt(d_model)"``, ``"input modified in place"``.
+
+Tables are compared with ``atol=1e-4``: float32 tables computed in different but correct
+ways (``exp``/``log``, ``torch.pow``, a Python loop in float64) differ by up to a few
+``1e-5`` at the larger positions used here; every catalogued mistake differs by far more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..embeddings import TokenEmbedding
+from ..positional import sinusoidal_positional_encoding
+from ._core import StudentError, call_student, checker, describe_shape, fail, matches, register_hints, student_line
+from .multihead import Mistake, _check_unchanged, _expect, _randint, _require_class
+
+__all__ = ["check_sinusoidal_positional_encoding", "check_positional_encoding", "check_token_embedding"]
+
+_ATOL = 1e-4
+
+
+# ---------------------------------------------------------------- sinusoidal table
+def _table(max_len: int, d_model: int, *, start: int = 0, exponent: str = "2i", swap: bool = False) -> Tensor:
+    """The interleaved table in float64, optionally with one mistake.
+
+    ``exponent`` is what multiplies ``1/d_model`` in ``10000^(. / d_model)``: ``"2i"``
+    (correct; ``i`` = pair index ``j // 2``), ``"i"``, ``"j"`` (column index) or ``"2j"``.
+    """
+    pos = torch.arange(start, start + max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+    j = torch.arange(d_model, dtype=torch.float64)  # (d_model,) column index
+    i = torch.div(j, 2, rounding_mode="floor")  # (d_model,) pair index
+    e = {"2i": 2 * i, "i": i, "j": j, "2j": 2 * j}[exponent] / d_model  # (d_model,)
+    angle = pos / 10000.0**e  # (max_len, d_model)
+    even = (j % 2 == 0).unsqueeze(0)  # (1, d_model)
+    if swap:
+        return torch.where(even, torch.cos(angle), torch.sin(angle))
+    return torch.where(even, torch.sin(angle), torch.cos(angle))  # (max_len, d_model)
+
+
+def _concatenated(max_len: int, d_model: int) -> Tensor:
+    """[sin | cos] halves instead of interleaved columns."""
+    pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
+    angle = pos / 10000.0 ** (two_i / d_model)  # (max_len, d_model/2)
+    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)  # (max_len, d_model)
+
+
+def _table_mistakes(max_len: int, d_model: int) -> list[Mistake]:
+    return [
+        (
+            "sin and cos swapped",
+            "sin and cos are swapped: even columns (0, 2, 4, ...) hold sin, odd columns cos.",
+            lambda: _table(max_len, d_model, swap=True),
+        ),
+        (
+            "sin and cos concatenated",
+            "all sines sit in the first half and all cosines in the second; the paper interleaves "
+            "them: column 2i is sin and column 2i+1 is cos of the same angle.",
+            lambda: _concatenated(max_len, d_model),
+        ),
+        (
+            "exponent i/d_model",
+            "the frequencies are off: the exponent is i/d_model with i the pair index; it should "
+            "be 2i/d_model, i.e. the even column index 2i over d_model.",
+            lambda: _table(max_len, d_model, exponent="i"),
+        ),
+        (
+            "exponent j/d_model",
+            "the exponent uses each column's own index j, 10000^(j/d_model), so the sin and the cos "
+            "of a pair get different frequencies; both columns 2i and 2i+1 use 10000^(2i/d_model).",
+            lambda: _table(max_len, d_model, exponent="j"),
+        ),
+        (
+            "exponent 2j/d_model",
+            "the exponent is 2j/d_model with j the column index, which counts every column twice: "
+            "for columns 2i and 2i+1 it should be 2i/d_model (the even column index over d_model).",
+            lambda: _table(max_len, d_model, exponent="2j"),
+        ),
+        (
+            "positions from 1",
+            "positions start at 1; they start at 0 (row 0 is sin(0) = 0 and cos(0) = 1).",
+            lambda: _table(max_len, d_model, start=1),
+        ),
+    ]
+
+
+def _name_table_mistake(table: Tensor, max_len: int, d_model: int) -> str | None:
+    for name, _diag, candidate in _table_mistakes(max_len, d_model):
+        if matches(table, candidate(), atol=_ATOL):
+            return name
+    return None
+
+
+@checker("sinusoidal_positional_encoding")
+def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
+    for _ in range(3):
+        while True:
+            max_len, d_model = _randint(7, 40), 2 * _randint(3, 12)
+            if max_len != d_model:
+                break
+        case = f"max_len={max_len}, d_model={d_model}"
+        got = call_student(fn, max_len, d_model, context=f"calling sinusoidal_positional_encoding({case})")
+        if isinstance(got, Tensor) and not got.is_floating_point():
+            fail(
+                f"the table ({case}) has dtype {got.dtype}; it should be floating point "
+                "(build it with float positions, e.g. torch.arange(max_len, dtype=torch.float32)).",
+                mistake="not floating point",
+            )
+        expected = sinusoidal_positional_encoding(max_len, d_model)  # (max_len, d_model) float32
+        mistakes = _table_mistakes(max_len, d_model) + [
+            (
+                "table transposed",
+                f"your table has shape (d_model, max_len) = ({d_model}, {max_len}), the transpose "
+                "of (max_len, d_model): rows are positions, columns are features.",
+                expected.T,
+            )
+        ]
+        # float32 or float64 are both fine: values are compared, not dtypes
+        _expect("the table", got, expected, mistakes, case=case, atol=_ATOL)
+    return "3 random (max_len, d_model) tables"
+
+
+# ---------------------------------------------------------------- PositionalEncoding
+def _check_pe_buffer(module: nn.Module, max_len: int, d_model: int) -> Tensor:
+    """``pe`` must be a persistent buffer (saved, moved by ``.to``, never trained)."""
+    if "pe" in dict(module.named_parameters()):
+        fail(
+            "`pe` is an nn.Parameter, so it is listed in parameters() and an optimizer would "
+            "train it. The encoding is fixed: store it with self.register_buffer('pe', table).",
+            mistake="pe is a Parameter",
+        )
+    if "pe" not in dict(module.named_buffers()):
+        if isinstance(getattr(module, "pe", None), Tensor):
+            fail(
+                "`self.pe` is a plain tensor attribute: it is missing from state_dict (not saved "
+                "with the model) and .to(device) does not move it. Register it with "
+                "self.register_buffer('pe', table).",
+                mistake="pe not a buffer",
+            )
+        fail(
+            "PositionalEncoding needs a buffer named `pe` holding the table: "
+            "self.register_buffer('pe', table) in __init__.",
+            mistake="missing pe",
+        )
+    if "pe" not in module.state_dict():
+        fail(
+            "`pe` was registered with persistent=False, so it is missing from state_dict; "
+            "use self.register_buffer('pe', table) (persistent is the default).",
+            mistake="pe not persistent",
+        )
+    pe = module.state_dict()["pe"]
+    if pe.numel() != max_len * d_model or pe.size(-1) != d_model:
+        fail(
+            f"`pe` has shape {describe_shape(pe)}; for max_len={max_len}, d_model={d_model} it "
+            f"should be (max_len, d_model) = ({max_len}, {d_model}) (or (1, {max_len}, {d_model})).",
+            mistake="wrong pe shape",
+        )
+    return pe.detach().reshape(max_len, d_model)
+
+
+def _dropout_pattern(out: Tensor, kept: Tensor, p: float) -> bool:
+    """True when every entry is 0 (dropped) or ``kept / (1 - p)`` (kept and rescaled)."""
+    zero = torch.isclose(out, torch.zeros_like(out), atol=_ATOL)
+    scaled = torch.isclose(out, kept / (1 - p), atol=_ATOL, rtol=1e-4)
+    return bool((zero | scaled).all())
+
+
+def _forward(module: nn.Module, x: Tensor, case: str, max_len: int) -> Any:
+    try:
+        return call_student(module, x, context=f"running forward ({case})")
+    except StudentError as err:
+        msg = str(err.exc)
+        if isinstance(err.exc, RuntimeError) and "must match the size" in msg:
+            line = student_line(err.exc)
+            L = x.size(1)
+            fail(
+                f"adding the encoding to x failed ({case}): {msg.strip().splitlines()[0]}"
+                + (f"\n    at {line}" if line else "")
+                + f"\n    x has L = {L} positions, the table max_len = {max_len} rows: add only the "
+                "first L rows, pe[:L] (pe[:, :L] for a (1, max_len, D) buffer).",
+                mistake="pe not sliced",
+            )
+        raise
+
+
+@checker("PositionalEncoding")
+def check_positional_encoding(cls: Any) -> str:
+    _require_class(cls, "PositionalEncoding")
+    while True:  # B, each L and D all different
+        D, M = 2 * _randint(3, 12), _randint(15, 40)
+        lengths = [_randint(2, M // 2), _randint(M // 2 + 1, M - 1), M]
+        if D not in lengths:
+            break
+    module = call_student(cls, D, M, context=f"constructing PositionalEncoding(d_model={D}, max_len={M})")
+    if not isinstance(module, nn.Module):
+        fail("PositionalEncoding should subclass nn.Module.", mistake="not a class")
+    module.eval()
+    student_table = _check_pe_buffer(module, M, D)  # (M, D)
+    table = sinusoidal_positional_encoding(M, D)  # (M, D)
+
+    for L in lengths:
+        B = next(b for b in iter(lambda: _randint(2, 5), None) if b not in (L, D))
+        x = torch.randn(B, L, D)
+        x0 = x.clone()
+        case = f"x of shape ({B}, {L}, {D}), max_len={M}"
+        with torch.no_grad():
+            got = _forward(module, x, case, M)
+        _check_unchanged(["x"], [x], [x0], case)
+        expected = x0 + table[:L]  # (B, L, D)
+
+        def wrong_table(L: int = L, x0: Tensor = x0) -> Tensor | None:
+            if matches(student_table, table, atol=_ATOL):
+                return None
+            return x0 + student_table[:L]
+
+        which = _name_table_mistake(student_table, M, D) if not matches(student_table, table, atol=_ATOL) else None
+        mistakes: list[Mistake] = [
+            (
+                "multiplied instead of added",
+                "x was multiplied by the encoding; the encoding is added: x + pe[:L].",
+                x0 * table[:L],
+            ),
+            (
+                "wrong table",
+                "your forward adds `pe` correctly, but the table stored in `pe` is not the "
+                "sinusoidal encoding" + (f" ({which})" if which else "")
+                + ": fix sinusoidal_positional_encoding first (or build pe with the reference "
+                "`from course_utils import sinusoidal_positional_encoding`).",
+                wrong_table,
+            ),
+        ]
+        _expect("output", got, expected, mistakes, case=case, atol=_ATOL)
+
+    # dropout, training mode: each entry is 0 or (x + pe) / (1 - p)
+    p = 0.5
+    B, L = _randint(2, 4), _randint(8, M)
+    x = torch.randn(B, L, D)
+    y = x + table[:L]  # (B, L, D)
+    dropped = call_student(cls, D, M, p, context=f"constructing PositionalEncoding({D}, {M}, dropout={p})")
+    dropped.train()
+    case = f"training mode, dropout={p}, x of shape ({B}, {L}, {D})"
+    with torch.no_grad():
+        got = _forward(dropped, x.clone(), case, M)
+    if not isinstance(got, Tensor) or got.shape != y.shape:
+        fail(f"output ({case}) should be a tensor of shape {describe_shape(y)}, got {describe_shape(got)}.")
+    if not _dropout_pattern(got, y, p):
+        if matches(got, y, atol=_ATOL):
+            fail(
+                f"no dropout was applied ({case}): construct nn.Dropout(dropout) in __init__ and "
+                "apply it to x + pe[:L] in forward.",
+                mistake="dropout missing",
+            )
+        if _dropout_pattern(got - table[:L], x, p):
+            fail(
+                f"dropout was applied to x before adding the encoding ({case}); the paper applies "
+                "it to the sum: dropout(x + pe[:L]).",
+                mistake="dropout before adding",
+            )
+        fail(
+            f"in {case}, every entry should be either 0 (dropped) or (x + pe)/(1 - p) (kept); "
+            "yours are not. Return dropout(x + pe[:L]).",
+            mistake="values differ",
+        )
+    dropped.eval()
+    case = f"eval mode, dropout={p}, x of shape ({B}, {L}, {D})"
+    with torch.no_grad():
+        got = _forward(dropped, x.clone(), case, M)
+    if isinstance(got, Tensor) and not matches(got, y, atol=_ATOL) and _dropout_pattern(got, y, p):
+        fail(
+            f"dropout is still active in eval mode ({case}): use the module nn.Dropout (or pass "
+            "training=self.training to F.dropout) so model.eval() switches it off.",
+            mistake="dropout ignores eval mode",
+        )
+    _expect("output", got, y, case=case, atol=_ATOL)
+
+    # longer than the table: a clear ValueError
+    L = M + _randint(1, 5)
+    x = torch.randn(2, L, D)
+    try:
+        with torch.no_grad():
+            module(x)
+    except ValueError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - the student's exception, reported as a diagnosis
+        line = student_line(exc)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        fail(
+            f"for a sequence longer than the table (L = {L} > max_len = {M}) your forward raised "
+            f"{type(exc).__name__}: {first}" + (f"\n    at {line}" if line else "")
+            + "\n    Check the length first and raise a ValueError that names L and max_len.",
+            mistake="no length check",
+        )
+    else:
+        fail(
+            f"for a sequence longer than the table (L = {L} > max_len = {M}) your forward returned "
+            "a result instead of raising: check the length and raise a ValueError that names L "
+            "and max_len.",
+            mistake="no length check",
+        )
+    return "pe is a buffer; L < max_len and L = max_len; dropout in train and eval mode; L > max_len raises"
+
+
+# ---------------------------------------------------------------- TokenEmbedding
+@checker("TokenEmbedding")
+def check_token_embedding(cls: Any) -> str:
+    _require_class(cls, "TokenEmbedding")
+    while True:
+        V, D, B, L = _randint(11, 40), _randint(5, 24), _randint(2, 4), _randint(5, 10)
+        if len({V, D, B, L}) == 4:
+            break
+    module = call_student(cls, V, D, context=f"constructing TokenEmbedding(vocab_size={V}, d_model={D})")
+    if not isinstance(module, nn.Module):
+        fail("TokenEmbedding should subclass nn.Module.", mistake="not a class")
+    emb = getattr(module, "embedding", None)
+    if not isinstance(emb, nn.Embedding):
+        fail(
+            "TokenEmbedding needs a submodule `embedding` that is nn.Embedding(vocab_size, d_model)"
+            + (f"; yours is {type(emb).__name__}." if emb is not None else "."),
+            mistake="missing embedding",
+        )
+    if (emb.num_embeddings, emb.embedding_dim) != (V, D):
+        fail(
+            f"`embedding` should be nn.Embedding(vocab_size, d_model) = nn.Embedding({V}, {D}), got "
+            f"nn.Embedding({emb.num_embeddings}, {emb.embedding_dim}).",
+            mistake="wrong embedding size",
+        )
+    module.eval()
+    ref = TokenEmbedding(V, D).eval()
+    with torch.no_grad():
+        emb.weight.copy_(torch.randn(V, D))  # random, not the default init
+        ref.embedding.weight.copy_(emb.weight)
+    weight = emb.weight.detach().clone()  # (V, D)
+    for _ in range(2):
+        tokens = torch.randint(0, V, (B, L))
+        tokens[0, 0], tokens[-1, -1] = 0, V - 1  # both ends of the vocabulary
+        tokens0 = tokens.clone()
+        case = f"tokens of shape ({B}, {L}), vocab_size={V}, d_model={D}"
+        with torch.no_grad():
+            got = call_student(module, tokens, context=f"running forward ({case})")
+            expected = ref(tokens0)  # (B, L, D)
+        _check_unchanged(["tokens"], [tokens], [tokens0], case)
+        lookup = weight[tokens0]  # (B, L, D)
+        mistakes: list[Mistake] = [
+            (
+                "not scaled",
+                "the embeddings are not scaled: multiply them by sqrt(d_model).",
+                lookup,
+            ),
+            (
+                "scaled by d_model",
+                "the embeddings are multiplied by d_model; multiply by its square root, sqrt(d_model).",
+                lookup * D,
+            ),
+            (
+                "divided by sqrt(d_model)",
+                "the embeddings are divided by sqrt(d_model); multiply by it instead.",
+                lookup / math.sqrt(D),
+            ),
+        ]
+        _expect("output", got, expected, mistakes, case=case)
+    return "random embedding weights, 2 batches of token ids"
+
+
+# ---------------------------------------------------------------- hints
+register_hints(
+    "sinusoidal_positional_encoding",
+    [
+        "Build a column of positions 0, 1, ..., max_len-1 with shape (max_len, 1) and a row of the "
+        "even column indices 2i = 0, 2, 4, ..., d_model-2.",
+        "The angle for position pos and pair i is pos / 10000^(2i/d_model); broadcasting the column "
+        "against the row gives all angles at once, shape (max_len, d_model/2).",
+        "Start from a zero table (max_len, d_model); even columns get sin of the angles and odd "
+        "columns cos of the same angles: slice with 0::2 and 1::2.",
+    ],
+)
+register_hints(
+    "PositionalEncoding",
+    [
+        "In __init__, compute the table once with sinusoidal_positional_encoding(max_len, d_model) "
+        "and keep the dropout as nn.Dropout(dropout).",
+        "The table is never trained but must be saved in state_dict and follow .to(device): store it "
+        "with self.register_buffer('pe', table), not as nn.Parameter or a plain attribute.",
+        "In forward, x is (B, L, D): raise a ValueError if L > max_len, then add the first L rows of "
+        "the table (they broadcast over the batch) and apply the dropout to the sum.",
+    ],
+)
+register_hints(
+    "TokenEmbedding",
+    [
+        "In __init__, create self.embedding = nn.Embedding(vocab_size, d_model) and remember d_model.",
+        "In forward, self.embedding(tokens) turns the (B, L) ids into (B, L, d_model) vectors.",
+        "The paper scales the looked-up vectors by sqrt(d_model) so they are not drowned by the "
+        "positional encoding, whose entries lie in [-1, 1].",
+    ],
+)

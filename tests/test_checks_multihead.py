@@ -1,0 +1,447 @@
+"""Tests for the notebook 02 checkers (course_utils/checks/multihead.py).
+
+Every catalogued mistake is written as a small, real student implementation; the checker
+must fail it, say why in plain words and name the mistake. Correct implementations
+written in other ways must pass. Each verdict is repeated on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import course_utils
+from course_utils.checks import check_merge_heads, check_multi_head_attention, check_split_heads, hint
+from course_utils.checks._core import HINTS
+from course_utils.checks.multihead import _mha_variant
+
+REPEAT = 3
+
+
+def verdicts(check, student):
+    return [check(student) for _ in range(REPEAT)]
+
+
+def assert_passes(check, student):
+    for r in verdicts(check, student):
+        assert r.passed, r.feedback
+        assert r.feedback.startswith("[OK]")
+
+
+def assert_mistake(check, student, mistake, *words):
+    for r in verdicts(check, student):
+        assert r.passed is False
+        assert r.feedback.startswith("[X]"), r.feedback
+        assert r.mistake == mistake, r.feedback
+        for w in words:
+            assert w in r.feedback, (w, r.feedback)
+
+
+# ---------------------------------------------------------------- split_heads
+def split_view_reshape(x, num_heads):
+    B, L, D = x.shape
+    return x.reshape(B, L, num_heads, D // num_heads).transpose(1, 2)
+
+
+def split_permute(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, L, num_heads, -1).permute(0, 2, 1, 3)
+
+
+def split_unflatten(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2).contiguous()
+
+
+def split_loop(x, num_heads):
+    d_k = x.shape[-1] // num_heads
+    return torch.stack([x[:, :, h * d_k : (h + 1) * d_k] for h in range(num_heads)], dim=1)
+
+
+@pytest.mark.parametrize("fn", [course_utils.split_heads, split_view_reshape, split_permute, split_unflatten, split_loop])
+def test_split_heads_correct_variants_pass(fn):
+    assert_passes(check_split_heads, fn)
+
+
+def split_no_transpose(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, num_heads, L, D // num_heads)
+
+
+def split_forgot_transpose(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, L, num_heads, D // num_heads)
+
+
+def split_wrong_axes(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 3)
+
+
+def split_wrong_axes_2(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, L, num_heads, D // num_heads).transpose(2, 3)
+
+
+def split_strided(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, L, D // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+def split_in_place(x, num_heads):
+    B, L, D = x.shape
+    x.mul_(1.0 + 1e-3)
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)
+
+
+@pytest.mark.parametrize(
+    "fn, mistake, words",
+    [
+        (split_no_transpose, "view(B, H, L, d_k) without transpose", ["blocks of positions"]),
+        (split_forgot_transpose, "returns (B, L, H, d_k)", ["head axis must come before the positions"]),
+        (split_wrong_axes, "transposed wrong axes", ["(B, d_k, H, L)"]),
+        (split_wrong_axes_2, "transposed wrong axes", ["(B, L, d_k, H)"]),
+        (split_strided, "heads take strided features", ["every H-th feature"]),
+        (split_in_place, "input modified in place", ["in place"]),
+    ],
+)
+def test_split_heads_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_split_heads, fn, mistake, *words)
+
+
+def test_split_heads_stub_error_and_weird_returns():
+    def stub(x, num_heads):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    r = check_split_heads(stub)
+    assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
+
+    def crashes(x, num_heads):
+        B, L, D, extra = x.shape
+        return x
+
+    r = check_split_heads(crashes)
+    assert not r.passed and r.status == "error"
+    assert "ValueError" in r.feedback and "B, L, D, extra = x.shape" in r.feedback and "line" in r.feedback
+
+    for weird in (lambda x, h: None, lambda x, h: [x], lambda x, h: x.numpy(), lambda x, h: x.sum()):
+        r = check_split_heads(weird)
+        assert r.passed is False and r.feedback.startswith("[X]")
+
+
+# ---------------------------------------------------------------- merge_heads
+def merge_contiguous_view(x):
+    B, H, L, d_k = x.shape
+    return x.transpose(1, 2).contiguous().view(B, L, H * d_k)
+
+
+def merge_permute(x):
+    B, H, L, d_k = x.shape
+    return x.permute(0, 2, 1, 3).reshape(B, L, -1)
+
+
+def merge_cat(x):
+    return torch.cat([x[:, h] for h in range(x.shape[1])], dim=-1)
+
+
+def merge_einsum(x):
+    B, H, L, d_k = x.shape
+    return torch.einsum("bhld->blhd", x).reshape(B, L, H * d_k)
+
+
+@pytest.mark.parametrize("fn", [course_utils.merge_heads, merge_contiguous_view, merge_permute, merge_cat, merge_einsum])
+def test_merge_heads_correct_variants_pass(fn):
+    assert_passes(check_merge_heads, fn)
+
+
+def merge_no_transpose(x):
+    B, H, L, d_k = x.shape
+    return x.reshape(B, L, H * d_k)
+
+
+def merge_not_flattened(x):
+    return x.transpose(1, 2)
+
+
+def merge_wrong_order(x):
+    B, H, L, d_k = x.shape
+    return x.permute(0, 2, 3, 1).reshape(B, L, H * d_k)
+
+
+def merge_view_after_transpose(x):
+    B, H, L, d_k = x.shape
+    return x.transpose(1, 2).view(B, L, H * d_k)
+
+
+def merge_wrong_shape(x):
+    B, H, L, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, L * H, d_k)
+
+
+@pytest.mark.parametrize(
+    "fn, mistake, words",
+    [
+        (merge_no_transpose, "reshape without transpose", ["positions and heads got mixed"]),
+        (merge_not_flattened, "heads not flattened", ["flatten the last two axes"]),
+        (merge_wrong_order, "features in wrong order", ["feature-major"]),
+        (merge_view_after_transpose, "view after transpose", ["non-contiguous", ".reshape", "line"]),
+        (merge_wrong_shape, "wrong shape", ["has shape", "expected"]),
+    ],
+)
+def test_merge_heads_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_merge_heads, fn, mistake, *words)
+
+
+def test_merge_heads_stub():
+    def stub(x):
+        raise NotImplementedError()
+
+    r = check_merge_heads(stub)
+    assert not r.passed and "not implemented yet" in r.feedback and r.mistake == "not implemented"
+
+
+# ---------------------------------------------------------------- MultiHeadAttention
+def make_mha(bug=None):
+    """A student's MultiHeadAttention, correct unless ``bug`` names a mistake."""
+
+    class StudentMHA(nn.Module):
+        def __init__(self, d_model, num_heads, dropout=0.0):
+            super().__init__()
+            if d_model % num_heads != 0 and bug != "no divisibility check":
+                if bug == "wrong error type":
+                    raise AssertionError("d_model must be divisible by num_heads")
+                raise ValueError("d_model must be divisible by num_heads")
+            self.num_heads = num_heads
+            self.d_k = d_model // num_heads
+            self.w_q = nn.Linear(d_model, d_model, bias=bug != "no bias")
+            self.w_k = nn.Linear(d_model, d_model)
+            self.w_v = nn.Linear(d_model, d_model if bug != "wrong submodule size" else d_model + 1)
+            if bug != "no w_o attribute":
+                self.w_o = nn.Linear(d_model, d_model)
+            self.dropout = nn.Dropout(dropout)
+
+        def split(self, t, L):
+            B = t.shape[0]
+            if bug == "split without transpose":
+                return t.view(B, self.num_heads, L, self.d_k)
+            return t.view(B, L, self.num_heads, self.d_k).transpose(1, 2)
+
+        def forward(self, query, key, value, mask=None):
+            B, L_q, D = query.shape
+            L_k = key.shape[1]
+            if bug == "input modified in place":
+                query.mul_(1 / math.sqrt(self.d_k))
+            q_in = key if bug == "inputs swapped" else query
+            w_v = self.w_k if bug == "projections swapped" else self.w_v
+            q = self.split(self.w_q(q_in), q_in.shape[1])  # (B, H, L_q, d_k)
+            k_len = L_q if bug == "fails for cross-attention" else L_k
+            k = self.split(self.w_k(key), k_len)  # (B, H, L_k, d_k)
+            v = self.split(w_v(value), L_k)  # (B, H, L_k, d_k)
+            scale = {"no scaling": 1.0, "scaled by sqrt(d_model)": math.sqrt(D), "scaled by d_k": self.d_k}.get(
+                bug, math.sqrt(self.d_k)
+            )
+            scores = q @ k.transpose(-2, -1) / scale  # (B, H, L_q, L_k)
+            if mask is not None and bug != "mask ignored":
+                if bug == "mask broadcast wrongly (always unsqueeze)":
+                    mask = mask.unsqueeze(1)
+                elif bug == "mask broadcast wrongly (silent when B == H)":
+                    if mask.dim() == 3 and mask.shape[0] != self.num_heads:
+                        mask = mask.unsqueeze(1)
+                elif mask.dim() == 3 and bug != "mask broadcast wrongly":
+                    mask = mask.unsqueeze(1)
+                blocked = mask if bug == "mask inverted" else ~mask
+                scores = scores.masked_fill(blocked, float("-inf"))
+            weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
+            context = self.dropout(weights) @ v  # (B, H, L_q, d_k)
+            if bug == "split without transpose":
+                merged = context.reshape(B, -1, D)
+            else:
+                merged = context.transpose(1, 2).reshape(B, -1, D)
+            out = merged if bug == "missing output projection" else self.w_o(merged)
+            if bug == "weights averaged over heads":
+                weights = weights.mean(dim=1)
+            if bug == "returns output only":
+                return out
+            if bug == "returns three things":
+                return out, weights, None
+            if bug == "returns None":
+                return None
+            return out, weights
+
+    return StudentMHA
+
+
+class EinsumMHA(nn.Module):
+    """einsum, permute, -1e9 fill, scaling the queries first."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError("not divisible")
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        B = query.size(0)
+        q = self.w_q(query).reshape(B, -1, self.h, self.d_k).permute(0, 2, 1, 3) * self.d_k**-0.5
+        k = self.w_k(key).reshape(B, -1, self.h, self.d_k).permute(0, 2, 1, 3)
+        v = self.w_v(value).reshape(B, -1, self.h, self.d_k).permute(0, 2, 1, 3)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k)
+        if mask is not None:
+            if mask.dim() == 3:
+                mask = mask[:, None]
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = torch.softmax(scores, dim=-1)
+        ctx = torch.einsum("bhqk,bhkd->bhqd", weights, v)
+        return self.w_o(ctx.permute(0, 2, 1, 3).contiguous().view(B, -1, self.h * self.d_k)), weights
+
+
+class LoopMHA(nn.Module):
+    """One head at a time with course_utils.scaled_dot_product_attention."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("d_model % num_heads != 0")
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        outs, maps = [], []
+        for i in range(self.h):
+            part = slice(i * self.d_k, (i + 1) * self.d_k)
+            o, w = course_utils.scaled_dot_product_attention(q[..., part], k[..., part], v[..., part], mask)
+            outs.append(o)
+            maps.append(w)
+        return self.w_o(torch.cat(outs, dim=-1)), torch.stack(maps, dim=1)
+
+
+class HelperMHA(nn.Module):
+    """The reference helpers, the mask's head axis via unsqueeze(-3), finfo.min fill."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError(f"{d_model} is not divisible by {num_heads}")
+        self.num_heads = num_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = course_utils.split_heads(self.w_q(query), self.num_heads)
+        k = course_utils.split_heads(self.w_k(key), self.num_heads)
+        v = course_utils.split_heads(self.w_v(value), self.num_heads)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            if mask.dim() == 3:
+                mask = mask.unsqueeze(-3)
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = scores.softmax(-1)
+        return self.w_o(course_utils.merge_heads(weights @ v)), weights
+
+
+@pytest.mark.parametrize("cls", [course_utils.MultiHeadAttention, make_mha(), EinsumMHA, LoopMHA, HelperMHA])
+def test_mha_correct_variants_pass(cls):
+    assert_passes(check_multi_head_attention, cls)
+
+
+@pytest.mark.parametrize(
+    "bug, mistake, words",
+    [
+        ("split without transpose", "split without transpose", ["block of positions"]),
+        ("missing output projection", "missing output projection", ["w_o"]),
+        ("no w_o attribute", "missing output projection", ["no output projection `w_o`"]),
+        ("mask ignored", "mask ignored", ["mask has no effect"]),
+        ("mask inverted", "mask inverted", ["inverted", "True means"]),
+        ("mask broadcast wrongly", "mask broadcast wrongly", ["works without a mask but raised", "(B, 1, L_k)", "unsqueeze(1)"]),
+        ("mask broadcast wrongly (always unsqueeze)", "mask broadcast wrongly", ["works without a mask but raised", "2-D mask already broadcasts"]),
+        ("mask broadcast wrongly (silent when B == H)", "mask broadcast wrongly", ["head axis instead of the batch axis"]),
+        ("no scaling", "no scaling", ["not scaled", "sqrt(d_k)"]),
+        ("scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["divided by sqrt(d_model)"]),
+        ("scaled by d_k", "scaled by d_k", ["divided by d_k"]),
+        ("weights averaged over heads", "weights averaged over heads", ["averaged over the heads"]),
+        ("projections swapped", "projections swapped", ["the value goes through w_k instead of w_v"]),
+        ("inputs swapped", "inputs swapped", ["queries are computed from `key` instead of `query`"]),
+        ("fails for cross-attention", "fails for cross-attention", ["works for self-attention", "own length", "line"]),
+        ("input modified in place", "input modified in place", ["`query` in place"]),
+        ("no divisibility check", "no divisibility check", ["MultiHeadAttention(10, 3) did not raise", "ValueError"]),
+        ("wrong error type", "wrong error type", ["raised AssertionError", "ValueError"]),
+        ("returns output only", "wrong return", ["forward must return (output, weights)", "a single tensor"]),
+        ("returns three things", "wrong return", ["forward must return (output, weights)", "3 items"]),
+        ("returns None", "wrong return", ["forward must return (output, weights)", "NoneType"]),
+        ("no bias", "wrong submodule", ["`w_q` has no bias"]),
+        ("wrong submodule size", "wrong submodule", ["`w_v` should be nn.Linear(d_model, d_model)"]),
+    ],
+)
+def test_mha_mistakes_are_named(bug, mistake, words):
+    assert_mistake(check_multi_head_attention, make_mha(bug), mistake, *words)
+
+
+def test_mha_missing_projection_names_it():
+    class NoKey(nn.Module):
+        def __init__(self, d_model, num_heads, dropout=0.0):
+            super().__init__()
+            self.w_q, self.w_v, self.w_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+            self.key_proj = nn.Linear(d_model, d_model)
+
+    assert_mistake(check_multi_head_attention, NoKey, "missing submodule", "missing: w_k")
+
+
+def test_mha_stubs_errors_and_instances():
+    class StubInit(nn.Module):
+        def __init__(self, d_model, num_heads, dropout=0.0):
+            super().__init__()
+            # YOUR CODE HERE
+            raise NotImplementedError()
+
+    class StubForward(course_utils.MultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            raise NotImplementedError()
+
+    for stub in (StubInit, StubForward):
+        r = check_multi_head_attention(stub)
+        assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
+
+    class Crashes(course_utils.MultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            d_k = query.shape[3]
+            return d_k
+
+    r = check_multi_head_attention(Crashes)
+    assert not r.passed and r.status == "error"
+    assert "IndexError" in r.feedback and "d_k = query.shape[3]" in r.feedback and "(in forward)" in r.feedback
+
+    r = check_multi_head_attention(course_utils.MultiHeadAttention(8, 2))
+    assert not r.passed and r.mistake == "not a class" and "not an instance" in r.feedback
+    r = check_multi_head_attention(lambda d, h: None)
+    assert not r.passed and r.mistake == "not a class"
+
+
+def test_mha_mistake_variants_reproduce_reference_by_default():
+    """The functional twin used for diagnoses equals the reference when no mistake is set."""
+    torch.manual_seed(1)
+    ref = course_utils.MultiHeadAttention(12, 3).eval()
+    lin = {n: (getattr(ref, n).weight, getattr(ref, n).bias) for n in ("w_q", "w_k", "w_v", "w_o")}
+    q, k, v = torch.randn(2, 5, 12), torch.randn(2, 7, 12), torch.randn(2, 7, 12)
+    mask = torch.rand(2, 1, 7) < 0.7
+    mask[..., 0] = True
+    with torch.no_grad():
+        out, w = ref(q, k, v, mask)
+        out2, w2 = _mha_variant(lin, q, k, v, mask, 3)
+    assert torch.allclose(out, out2, atol=1e-6) and torch.allclose(w, w2, atol=1e-6)
+
+
+def test_hints_registered(capsys):
+    for name in ("split_heads", "merge_heads", "MultiHeadAttention"):
+        assert 2 <= len(HINTS[name]) <= 4
+        hint(name, 1)
+        assert f"Hint 1/{len(HINTS[name])} for {name}" in capsys.readouterr().out

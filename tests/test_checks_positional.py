@@ -1,0 +1,391 @@
+"""Tests for the notebook 03 checkers (course_utils/checks/positional.py).
+
+Every catalogued mistake is written as a small, real student implementation; the checker
+must fail it, say why in plain words and name the mistake. Correct implementations
+written in other ways must pass. Each verdict is repeated on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import course_utils
+from course_utils.checks import (
+    check_positional_encoding,
+    check_sinusoidal_positional_encoding,
+    check_token_embedding,
+    hint,
+)
+from course_utils.checks._core import HINTS
+from course_utils.checks.positional import _table
+
+REPEAT = 3
+
+
+def verdicts(check, student):
+    return [check(student) for _ in range(REPEAT)]
+
+
+def assert_passes(check, student):
+    for r in verdicts(check, student):
+        assert r.passed, r.feedback
+        assert r.feedback.startswith("[OK]")
+
+
+def assert_mistake(check, student, mistake, *words):
+    for r in verdicts(check, student):
+        assert r.passed is False
+        assert r.feedback.startswith("[X]"), r.feedback
+        assert r.mistake == mistake, r.feedback
+        for w in words:
+            assert w in r.feedback, (w, r.feedback)
+
+
+# ---------------------------------------------------------------- sinusoidal_positional_encoding
+def pe_pow(max_len, d_model):
+    pos = torch.arange(max_len).float().unsqueeze(1)
+    div = torch.pow(10000, torch.arange(0, d_model, 2).float() / d_model)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(pos / div)
+    pe[:, 1::2] = torch.cos(pos / div)
+    return pe
+
+
+def pe_loop(max_len, d_model):
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    for pos in range(max_len):
+        for i in range(0, d_model, 2):
+            angle = pos / 10000 ** (i / d_model)
+            pe[pos, i] = math.sin(angle)
+            pe[pos, i + 1] = math.cos(angle)
+    return pe
+
+
+def pe_stack(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    angle = pos * inv
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
+
+
+@pytest.mark.parametrize("fn", [course_utils.sinusoidal_positional_encoding, pe_pow, pe_loop, pe_stack])
+def test_sinusoidal_correct_variants_pass(fn):
+    assert_passes(check_sinusoidal_positional_encoding, fn)
+
+
+def pe_swapped(max_len, d_model):
+    pos = torch.arange(max_len).float().unsqueeze(1)
+    div = torch.pow(10000, torch.arange(0, d_model, 2).float() / d_model)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.cos(pos / div)
+    pe[:, 1::2] = torch.sin(pos / div)
+    return pe
+
+
+def pe_concatenated(max_len, d_model):
+    pos = torch.arange(max_len).float().unsqueeze(1)
+    div = torch.pow(10000, torch.arange(0, d_model, 2).float() / d_model)
+    return torch.cat([torch.sin(pos / div), torch.cos(pos / div)], dim=1)
+
+
+def pe_exponent_pair_index(max_len, d_model):
+    pos = torch.arange(max_len).float().unsqueeze(1)
+    div = torch.pow(10000, torch.arange(d_model // 2).float() / d_model)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(pos / div)
+    pe[:, 1::2] = torch.cos(pos / div)
+    return pe
+
+
+def pe_exponent_column(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for j in range(d_model):
+            angle = pos / 10000 ** (j / d_model)
+            pe[pos, j] = math.sin(angle) if j % 2 == 0 else math.cos(angle)
+    return pe
+
+
+def pe_exponent_double_column(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for j in range(d_model):
+            angle = pos / 10000 ** (2 * j / d_model)
+            pe[pos, j] = math.sin(angle) if j % 2 == 0 else math.cos(angle)
+    return pe
+
+
+def pe_from_one(max_len, d_model):
+    pos = torch.arange(1, max_len + 1).float().unsqueeze(1)
+    div = torch.pow(10000, torch.arange(0, d_model, 2).float() / d_model)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(pos / div)
+    pe[:, 1::2] = torch.cos(pos / div)
+    return pe
+
+
+def pe_transposed(max_len, d_model):
+    return pe_pow(max_len, d_model).T
+
+
+def pe_integer(max_len, d_model):
+    pe = torch.zeros(max_len, d_model, dtype=torch.long)
+    pe[:, 1::2] = 1  # cos(0) for every position: never got to the angles
+    return pe
+
+
+@pytest.mark.parametrize(
+    "fn, mistake, words",
+    [
+        (pe_swapped, "sin and cos swapped", ["even columns (0, 2, 4, ...) hold sin"]),
+        (pe_concatenated, "sin and cos concatenated", ["interleaves"]),
+        (pe_exponent_pair_index, "exponent i/d_model", ["2i/d_model"]),
+        (pe_exponent_column, "exponent j/d_model", ["different frequencies"]),
+        (pe_exponent_double_column, "exponent 2j/d_model", ["counts every column twice"]),
+        (pe_from_one, "positions from 1", ["start at 0"]),
+        (pe_transposed, "table transposed", ["(d_model, max_len)"]),
+        (pe_integer, "not floating point", ["torch.int64", "floating point"]),
+    ],
+)
+def test_sinusoidal_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_sinusoidal_positional_encoding, fn, mistake, *words)
+
+
+def test_sinusoidal_stub_error_and_weird_returns():
+    def stub(max_len, d_model):
+        raise NotImplementedError()
+
+    r = check_sinusoidal_positional_encoding(stub)
+    assert not r.passed and "not implemented yet" in r.feedback
+
+    def crashes(max_len, d_model):
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(torch.arange(max_len))
+        return pe
+
+    r = check_sinusoidal_positional_encoding(crashes)
+    assert not r.passed and r.status == "error" and "RuntimeError" in r.feedback
+    assert "pe[:, 0::2] = torch.sin(torch.arange(max_len))" in r.feedback
+
+    for weird in (lambda m, d: None, lambda m, d: pe_pow(m, d).numpy(), lambda m, d: (pe_pow(m, d),), lambda m, d: "pe"):
+        r = check_sinusoidal_positional_encoding(weird)
+        assert r.passed is False and r.feedback.startswith("[X]")
+
+
+def test_local_table_matches_reference():
+    ref = course_utils.sinusoidal_positional_encoding(50, 14).double()
+    assert torch.allclose(_table(50, 14), ref, atol=1e-4)
+
+
+# ---------------------------------------------------------------- PositionalEncoding
+def make_pe(bug=None):
+    """A student's PositionalEncoding, correct unless ``bug`` names a mistake."""
+
+    class StudentPE(nn.Module):
+        def __init__(self, d_model, max_len=5000, dropout=0.0):
+            super().__init__()
+            self.max_len = max_len
+            self.p = dropout
+            self.dropout = nn.Dropout(dropout)
+            table = (pe_swapped if bug == "wrong table" else pe_pow)(
+                5000 if bug == "wrong pe shape" else max_len, d_model
+            )
+            if bug == "pe is a Parameter":
+                self.pe = nn.Parameter(table, requires_grad=False)
+            elif bug == "pe not a buffer":
+                self.pe = table
+            elif bug == "pe not persistent":
+                self.register_buffer("pe", table, persistent=False)
+            elif bug == "missing pe":
+                self.register_buffer("encoding", table)
+            else:
+                self.register_buffer("pe", table)
+
+        def forward(self, x):
+            L = x.size(1)
+            if L > self.max_len and bug not in ("no length check", "no length check (silent)"):
+                raise ValueError(f"L = {L} > max_len = {self.max_len}")
+            if bug == "no length check (silent)" and L > self.max_len:
+                return x + course_utils.sinusoidal_positional_encoding(L, x.size(-1))
+            pe = getattr(self, "pe", None)
+            if bug == "pe not sliced":
+                return self.dropout(x + self.pe)
+            if bug == "multiplied instead of added":
+                return self.dropout(x * pe[:L])
+            if bug == "dropout before adding":
+                return self.dropout(x) + pe[:L]
+            if bug == "dropout missing":
+                return x + pe[:L]
+            if bug == "dropout ignores eval mode":
+                return F.dropout(x + pe[:L], p=self.p)
+            if bug == "input modified in place":
+                x += pe[:L]
+                return self.dropout(x)
+            if bug == "missing pe":
+                return self.dropout(x + self.encoding[:L])
+            return self.dropout(x + pe[:L])
+
+    return StudentPE
+
+
+class BatchedBufferPE(nn.Module):
+    """(1, max_len, D) buffer, a Python-loop table, pe[:, :L]."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        self.register_buffer("pe", pe_loop(max_len, d_model).float().unsqueeze(0))
+
+    def forward(self, x):
+        if x.shape[1] > self.pe.shape[1]:
+            raise ValueError(f"sequence of length {x.shape[1]} is longer than max_len {self.pe.shape[1]}")
+        return self.dropout(x + self.pe[:, : x.shape[1]])
+
+
+@pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), BatchedBufferPE])
+def test_positional_encoding_correct_variants_pass(cls):
+    assert_passes(check_positional_encoding, cls)
+
+
+@pytest.mark.parametrize(
+    "bug, mistake, words",
+    [
+        ("pe is a Parameter", "pe is a Parameter", ["nn.Parameter", "register_buffer"]),
+        ("pe not a buffer", "pe not a buffer", ["plain tensor attribute", "state_dict"]),
+        ("pe not persistent", "pe not persistent", ["persistent=False"]),
+        ("missing pe", "missing pe", ["buffer named `pe`"]),
+        ("wrong pe shape", "wrong pe shape", ["(5000,"]),
+        ("wrong table", "wrong table", ["sin and cos swapped", "sinusoidal_positional_encoding"]),
+        ("pe not sliced", "pe not sliced", ["pe[:L]", "line"]),
+        ("multiplied instead of added", "multiplied instead of added", ["multiplied"]),
+        ("dropout before adding", "dropout before adding", ["before adding"]),
+        ("dropout missing", "dropout missing", ["no dropout was applied"]),
+        ("dropout ignores eval mode", "dropout ignores eval mode", ["eval mode"]),
+        ("no length check", "no length check", ["RuntimeError", "ValueError", "max_len"]),
+        ("no length check (silent)", "no length check", ["returned a result instead of raising"]),
+        ("input modified in place", "input modified in place", ["`x` in place"]),
+    ],
+)
+def test_positional_encoding_mistakes_are_named(bug, mistake, words):
+    assert_mistake(check_positional_encoding, make_pe(bug), mistake, *words)
+
+
+def test_positional_encoding_stub_and_instance():
+    class Stub(nn.Module):
+        def __init__(self, d_model, max_len=5000, dropout=0.0):
+            super().__init__()
+            raise NotImplementedError()
+
+    r = check_positional_encoding(Stub)
+    assert not r.passed and "not implemented yet" in r.feedback
+    r = check_positional_encoding(course_utils.PositionalEncoding(8))
+    assert not r.passed and r.mistake == "not a class"
+
+    class ReturnsTuple(course_utils.PositionalEncoding):
+        def forward(self, x):
+            return (super().forward(x),)
+
+    r = check_positional_encoding(ReturnsTuple)
+    assert not r.passed and "should be a torch.Tensor" in r.feedback
+
+
+# ---------------------------------------------------------------- TokenEmbedding
+def make_embedding(scale):
+    class StudentEmbedding(nn.Module):
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.d_model = d_model
+            self.embedding = nn.Embedding(vocab_size, d_model)
+
+        def forward(self, tokens):
+            return scale(self.embedding(tokens), self.d_model)
+
+    return StudentEmbedding
+
+
+class FunctionalEmbedding(nn.Module):
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
+        self.scale = torch.tensor(float(d_model)).sqrt()
+
+    def forward(self, tokens):
+        return F.embedding(tokens, self.embedding.weight) * self.scale
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        course_utils.TokenEmbedding,
+        make_embedding(lambda e, d: e * math.sqrt(d)),
+        make_embedding(lambda e, d: e * d**0.5),
+        make_embedding(lambda e, d: e / (1 / math.sqrt(d))),
+        FunctionalEmbedding,
+    ],
+)
+def test_token_embedding_correct_variants_pass(cls):
+    assert_passes(check_token_embedding, cls)
+
+
+class NamedWrong(nn.Module):
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d_model)
+
+    def forward(self, tokens):
+        return self.emb(tokens)
+
+
+class SwappedSizes(nn.Module):
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.embedding = nn.Embedding(d_model, vocab_size)
+
+    def forward(self, tokens):
+        return self.embedding(tokens)
+
+
+@pytest.mark.parametrize(
+    "cls, mistake, words",
+    [
+        (make_embedding(lambda e, d: e), "not scaled", ["not scaled", "sqrt(d_model)"]),
+        (make_embedding(lambda e, d: e * d), "scaled by d_model", ["multiplied by d_model"]),
+        (make_embedding(lambda e, d: e / math.sqrt(d)), "divided by sqrt(d_model)", ["divided by sqrt(d_model)"]),
+        (NamedWrong, "missing embedding", ["submodule `embedding`"]),
+        (SwappedSizes, "wrong embedding size", ["nn.Embedding(vocab_size, d_model)"]),
+    ],
+)
+def test_token_embedding_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_token_embedding, cls, mistake, *words)
+
+
+def test_token_embedding_stub_and_weird_return():
+    class Stub(nn.Module):
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab_size, d_model)
+
+        def forward(self, tokens):
+            raise NotImplementedError()
+
+    r = check_token_embedding(Stub)
+    assert not r.passed and "not implemented yet" in r.feedback
+
+    class ReturnsNone(Stub):
+        def forward(self, tokens):
+            self.embedding(tokens)
+
+    r = check_token_embedding(ReturnsNone)
+    assert not r.passed and "NoneType" in r.feedback
+
+
+def test_hints_registered(capsys):
+    for name in ("sinusoidal_positional_encoding", "PositionalEncoding", "TokenEmbedding"):
+        assert 2 <= len(HINTS[name]) <= 4
+        hint(name, 2)
+        assert f"Hint 2/{len(HINTS[name])} for {name}" in capsys.readouterr().out
