@@ -11,6 +11,9 @@ notebook   module
 01         :mod:`.attention`
 02         :mod:`.multihead`
 03         :mod:`.positional`
+04         :mod:`.encoder`
+05         :mod:`.decoder`
+06         :mod:`.model`
 =========  ==============================
 """
 
@@ -21,5 +24,20 @@ from .multihead import *  # noqa: F403
 from .multihead import __all__ as _multihead_all
 from .positional import *  # noqa: F403
 from .positional import __all__ as _positional_all
+from .encoder import *  # noqa: F403
+from .encoder import __all__ as _encoder_all
+from .decoder import *  # noqa: F403
+from .decoder import __all__ as _decoder_all
+from .model import *  # noqa: F403
+from .model import __all__ as _model_all
 
-__all__ = ["CheckResult", "hint", *_attention_all, *_multihead_all, *_positional_all]
+__all__ = [
+    "CheckResult",
+    "hint",
+    *_attention_all,
+    *_multihead_all,
+    *_positional_all,
+    *_encoder_all,
+    *_decoder_all,
+    *_model_all,
+]

@@ -1,0 +1,3 @@
+"""Checkers (placeholder, being written)."""
+
+__all__: list[str] = []
