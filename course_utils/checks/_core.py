@@ -24,12 +24,12 @@ from __future__ import annotations
 import functools
 import os
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -136,29 +136,41 @@ def matches(a: Any, b: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
     return _close(a, b, atol, rtol)
 
 
+# (catalogue name, plain-words diagnosis, candidate tensor or zero-argument callable)
+Mistake = tuple[str, str, Any]
+
+
 def expect_close(
     what: str,
     got: Any,
     expected: Tensor,
-    mistakes: Mapping[str, Any] | None = None,
+    mistakes: Mapping[str, Any] | Iterable[Mistake] | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-4,
     case: str = "",
 ) -> None:
     """Fail with a precise diagnosis unless ``got`` equals ``expected``.
 
-    ``mistakes`` maps a plain-words diagnosis to what the code would return with that
-    mistake (a tensor, or a zero-argument callable giving one, computed only if needed).
-    The first diagnosis whose result matches ``got`` is reported.
+    ``mistakes`` lists what the code would return with each catalogued mistake: either
+    ``(name, diagnosis, candidate)`` triples (``CheckResult.mistake`` gets the short
+    ``name``, the feedback the plain-words ``diagnosis``) or a mapping ``{diagnosis:
+    candidate}``. A candidate is a tensor or a zero-argument callable, computed only when
+    ``got`` is wrong; one that cannot be computed is skipped. The first match is reported.
     """
     where = f" ({case})" if case else ""
     if not isinstance(got, Tensor):
         fail(f"{what}{where} should be a torch.Tensor, but your code returned {type(got).__name__}.")
-    if got.shape != expected.shape or not _close(got, expected, atol, rtol):
-        for diagnosis, candidate in (mistakes or {}).items():
-            value = candidate() if callable(candidate) else candidate
-            if value is not None and _close(got, value, atol, rtol):
-                fail(f"{what}{where}: {diagnosis}", mistake=diagnosis)
+    if mistakes is None:
+        mistakes = ()
+    triples = [(d, d, c) for d, c in mistakes.items()] if isinstance(mistakes, Mapping) else mistakes
+    if not _close(got, expected, atol, rtol):
+        for name, diagnosis, candidate in triples:
+            try:
+                value = candidate() if callable(candidate) else candidate
+            except Exception:  # noqa: BLE001 - a mistake that cannot even be computed is not this one
+                value = None
+            if isinstance(value, Tensor) and _close(got, value, atol, rtol):
+                fail(f"{what}{where}: {diagnosis}", mistake=name)
     if got.shape != expected.shape:
         fail(
             f"{what}{where} has shape {describe_shape(got)}, expected {describe_shape(expected)}.",
@@ -180,6 +192,52 @@ def expect_close(
             f"{float(expected[idx]):.4f}).",
             mistake="values differ",
         )
+
+
+# ---------------------------------------------------------------- input helpers
+def randint(low: int, high: int) -> int:
+    """A random int in ``[low, high]`` from torch's generator (seeded fresh by ``@checker``)."""
+    return int(torch.randint(low, high + 1, ()))
+
+
+def check_unchanged(names: Iterable[str], tensors: Iterable[Any], originals: Iterable[Any], where: str) -> None:
+    for name, t, t0 in zip(names, tensors, originals):
+        if isinstance(t, Tensor) and not torch.equal(t, t0):
+            fail(
+                f"your code modified its input `{name}` in place ({where}). Work on new tensors "
+                f"(e.g. `x = x + y`, not `x += y` or `x.masked_fill_(...)`); the caller still needs its input.",
+                mistake="input modified in place",
+            )
+
+
+def random_mask(*shape: int) -> Tensor:
+    """Bool mask whose every row (last axis) allows at least one key and blocks at least
+    one, with rows that are not all identical (so a mis-broadcast mask shows)."""
+    L_k = shape[-1]
+    while True:
+        rows = torch.rand(*shape).reshape(-1, L_k) < 0.5  # (rows, L_k)
+        n = rows.size(0)
+        allow = torch.randint(L_k, (n,))
+        block = (allow + torch.randint(1, L_k, (n,))) % L_k  # never equal to allow
+        rows[torch.arange(n), allow] = True
+        rows[torch.arange(n), block] = False
+        if n == 1 or not bool((rows == rows[0]).all()):
+            return rows.reshape(shape)
+
+
+def require_module_class(cls: Any, name: str) -> None:
+    """The checker takes the student's class (it builds instances itself)."""
+    if isinstance(cls, nn.Module):
+        fail(
+            f"pass the class itself, not an instance: check_...({name}), not "
+            f"check_...({name}(...)). The check builds its own instances with its own sizes.",
+            mistake="not a class",
+        )
+    if not isinstance(cls, type):
+        fail(f"expected your class {name}, got {type(cls).__name__}.", mistake="not a class")
+    if not issubclass(cls, nn.Module):
+        fail(f"{name} should subclass nn.Module (class {name}(nn.Module): ...).", mistake="not a class")
+
 
 
 def _format_exception(exercise: str, err: StudentError) -> tuple[str, str]:

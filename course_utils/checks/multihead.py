@@ -21,15 +21,13 @@ Catalogue (``CheckResult.mistake``):
   ``"wrong return"``, ``"input modified in place"``, ``"no divisibility check"``,
   ``"wrong error type"``.
 
-The small helpers here (``_expect``, ``_require_class``, ``_randint``) are shared with
-:mod:`.positional`.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,105 +36,37 @@ from torch import Tensor, nn
 
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from ._core import (
+    Mistake,
     StudentError,
     call_student,
+    check_unchanged,
     checker,
     describe_shape,
     expect_close,
     fail,
-    matches,
+    randint,
+    random_mask,
     register_hints,
+    require_module_class,
     student_line,
 )
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
 
-# (catalogue name, plain-words diagnosis, candidate tensor or zero-argument callable)
-Mistake = tuple[str, str, Any]
 
 
 # ---------------------------------------------------------------- shared helpers
-def _expect(
-    what: str,
-    got: Any,
-    expected: Tensor,
-    mistakes: Iterable[Mistake] = (),
-    case: str = "",
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-) -> None:
-    """Like ``expect_close``, but a recognised mistake is reported under its short name.
-
-    A candidate that cannot be computed (the callable raises or returns ``None``) is
-    skipped; candidates are only computed when ``got`` is wrong.
-    """
-    if isinstance(got, Tensor) and not matches(got, expected, atol, rtol):
-        for name, diagnosis, candidate in mistakes:
-            try:
-                value = candidate() if callable(candidate) else candidate
-            except Exception:  # noqa: BLE001 - a mistake that cannot even be computed is not this one
-                value = None
-            if isinstance(value, Tensor) and matches(got, value, atol, rtol):
-                where = f" ({case})" if case else ""
-                fail(f"{what}{where}: {diagnosis}", mistake=name)
-    expect_close(what, got, expected, atol=atol, rtol=rtol, case=case)
-
-
-def _require_class(cls: Any, name: str) -> None:
-    """The checker takes the student's class (it builds instances itself)."""
-    if isinstance(cls, nn.Module):
-        fail(
-            f"pass the class itself, not an instance: check_...({name}), not "
-            f"check_...({name}(...)). The check builds its own instances with its own sizes.",
-            mistake="not a class",
-        )
-    if not isinstance(cls, type):
-        fail(f"expected your class {name}, got {type(cls).__name__}.", mistake="not a class")
-    if not issubclass(cls, nn.Module):
-        fail(f"{name} should subclass nn.Module (class {name}(nn.Module): ...).", mistake="not a class")
-
-
-def _randint(low: int, high: int) -> int:
-    """A random int in ``[low, high]`` from torch's generator (seeded fresh by ``@checker``)."""
-    return int(torch.randint(low, high + 1, ()))
-
-
-def _check_unchanged(names: Iterable[str], tensors: Iterable[Any], originals: Iterable[Any], where: str) -> None:
-    for name, t, t0 in zip(names, tensors, originals):
-        if isinstance(t, Tensor) and not torch.equal(t, t0):
-            fail(
-                f"your code modified its input `{name}` in place ({where}). Work on new tensors "
-                f"(e.g. `x = x + y`, not `x += y` or `x.masked_fill_(...)`); the caller still needs its input.",
-                mistake="input modified in place",
-            )
-
-
 def _head_dims(batch_equals_heads: bool = False) -> tuple[int, int, int, int, int]:
     """``B, H, d_k, L_q, L_k`` all different from each other and from ``D = H * d_k``
     (``B == H`` on request, to catch a mask lined up with the head axis)."""
     while True:
-        B, H, d_k = _randint(2, 4), _randint(2, 4), _randint(3, 7)
-        L_q, L_k = _randint(4, 9), _randint(4, 9)
+        B, H, d_k = randint(2, 4), randint(2, 4), randint(3, 7)
+        L_q, L_k = randint(4, 9), randint(4, 9)
         if batch_equals_heads:
             B = H
         sizes = [H, d_k, L_q, L_k, H * d_k] + ([] if batch_equals_heads else [B])
         if len(set(sizes)) == len(sizes):
             return B, H, d_k, L_q, L_k
-
-
-def _random_mask(*shape: int) -> Tensor:
-    """Bool mask whose every row (last axis) allows at least one key and blocks at least
-    one, with rows that are not all identical (so a mis-broadcast mask shows)."""
-    L_k = shape[-1]
-    while True:
-        rows = torch.rand(*shape).reshape(-1, L_k) < 0.5  # (rows, L_k)
-        n = rows.size(0)
-        allow = torch.randint(L_k, (n,))
-        block = (allow + torch.randint(1, L_k, (n,))) % L_k  # never equal to allow
-        rows[torch.arange(n), allow] = True
-        rows[torch.arange(n), block] = False
-        if n == 1 or not bool((rows == rows[0]).all()):
-            return rows.reshape(shape)
 
 
 def _view_error(err: StudentError) -> None:
@@ -169,7 +99,7 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
         except StudentError as err:
             _view_error(err)
             raise
-        _check_unchanged(["x"], [x], [x0], case)
+        check_unchanged(["x"], [x], [x0], case)
         expected = split_heads(x0, H)  # (B, H, L, d_k)
         blocks = x0.view(B, L, H, d_k)  # (B, L, H, d_k)
         mistakes: list[Mistake] = [
@@ -207,7 +137,7 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
                     lambda perm=perm: blocks.permute(perm),
                 )
             )
-        _expect("split_heads(x, num_heads)", got, expected, mistakes, case=case)
+        expect_close("split_heads(x, num_heads)", got, expected, mistakes, case=case)
     return "3 random shapes, compared value by value"
 
 
@@ -230,7 +160,7 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
         except StudentError as err:
             _view_error(err)
             raise
-        _check_unchanged(["x"], [x], [x0], case)
+        check_unchanged(["x"], [x], [x0], case)
         expected = merge_heads(x0)  # (B, L, D)
         mistakes: list[Mistake] = [
             (
@@ -254,7 +184,7 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
                 lambda: x0.permute(0, 2, 3, 1).reshape(B, L, D),
             ),
         ]
-        _expect("merge_heads(x)", got, expected, mistakes, case=case)
+        expect_close("merge_heads(x)", got, expected, mistakes, case=case)
 
     return "3 random shapes, contiguous and transposed inputs"
 
@@ -451,7 +381,7 @@ def _mha_case(
                         mistake="fails for cross-attention",
                     )
             raise
-    _check_unchanged(names, args, originals, case)
+    check_unchanged(names, args, originals, case)
     if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
         if isinstance(result, Tensor):
             got = f"a single tensor of shape {describe_shape(result)}"
@@ -477,7 +407,7 @@ def _mha_case(
 
         return compute
 
-    _expect(
+    expect_close(
         "output",
         out,
         ref_out,
@@ -493,7 +423,7 @@ def _mha_case(
         )
     ]
     weight_mistakes += [(name, diag, candidate(i, 1)) for i, (name, diag, _) in enumerate(mistakes)]
-    _expect("weights", w, ref_w, weight_mistakes, case=case)
+    expect_close("weights", w, ref_w, weight_mistakes, case=case)
 
 
 def _check_projections(model: nn.Module, D: int) -> dict[str, nn.Linear]:
@@ -529,7 +459,7 @@ def _check_projections(model: nn.Module, D: int) -> dict[str, nn.Linear]:
 
 @checker("MultiHeadAttention")
 def check_multi_head_attention(cls: Any) -> str:
-    _require_class(cls, "MultiHeadAttention")
+    require_module_class(cls, "MultiHeadAttention")
     B, H, d_k, L_q, L_k = _head_dims()
     D = H * d_k
     model = call_student(cls, D, H, context=f"constructing MultiHeadAttention(d_model={D}, num_heads={H})")
@@ -554,11 +484,11 @@ def check_multi_head_attention(cls: Any) -> str:
     key, value = torch.randn(B, L_k, D), torch.randn(B, L_k, D)
     cross = f"cross-attention, L_q={L_q}, L_k={L_k}, D={D}, num_heads={H}"
     _mha_case(model, ref, lin, H, query, key, value, None, cross + ", no mask", True)
-    for mask in (_random_mask(L_q, L_k), _random_mask(B, 1, L_k), _random_mask(B, L_q, L_k)):
+    for mask in (random_mask(L_q, L_k), random_mask(B, 1, L_k), random_mask(B, L_q, L_k)):
         _mha_case(model, ref, lin, H, query, key, value, mask, cross + f", mask {describe_shape(mask)}", True)
     # B == H: a 3-D mask without the head axis broadcasts silently onto the heads
     q2, k2, v2 = torch.randn(H, L_q, D), torch.randn(H, L_k, D), torch.randn(H, L_k, D)
-    for mask in (_random_mask(H, 1, L_k), _random_mask(H, L_q, L_k)):
+    for mask in (random_mask(H, 1, L_k), random_mask(H, L_q, L_k)):
         case = f"cross-attention, B = num_heads = {H}, mask {describe_shape(mask)}"
         _mha_case(model, ref, lin, H, q2, k2, v2, mask, case, True)
 

@@ -34,8 +34,21 @@ from torch import Tensor, nn
 
 from ..embeddings import TokenEmbedding
 from ..positional import sinusoidal_positional_encoding
-from ._core import StudentError, call_student, checker, describe_shape, fail, matches, register_hints, student_line
-from .multihead import Mistake, _check_unchanged, _expect, _randint, _require_class
+from ._core import (
+    Mistake,
+    StudentError,
+    call_student,
+    check_unchanged,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    matches,
+    randint,
+    register_hints,
+    require_module_class,
+    student_line,
+)
 
 __all__ = ["check_sinusoidal_positional_encoding", "check_positional_encoding", "check_token_embedding"]
 
@@ -118,7 +131,7 @@ def _name_table_mistake(table: Tensor, max_len: int, d_model: int) -> str | None
 def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
     for _ in range(3):
         while True:
-            max_len, d_model = _randint(7, 40), 2 * _randint(3, 12)
+            max_len, d_model = randint(7, 40), 2 * randint(3, 12)
             if max_len != d_model:
                 break
         case = f"max_len={max_len}, d_model={d_model}"
@@ -139,7 +152,7 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
             )
         ]
         # float32 or float64 are both fine: values are compared, not dtypes
-        _expect("the table", got, expected, mistakes, case=case, atol=_ATOL)
+        expect_close("the table", got, expected, mistakes, case=case, atol=_ATOL)
     return "3 random (max_len, d_model) tables"
 
 
@@ -208,10 +221,10 @@ def _forward(module: nn.Module, x: Tensor, case: str, max_len: int) -> Any:
 
 @checker("PositionalEncoding")
 def check_positional_encoding(cls: Any) -> str:
-    _require_class(cls, "PositionalEncoding")
+    require_module_class(cls, "PositionalEncoding")
     while True:  # B, each L and D all different
-        D, M = 2 * _randint(3, 12), _randint(15, 40)
-        lengths = [_randint(2, M // 2), _randint(M // 2 + 1, M - 1), M]
+        D, M = 2 * randint(3, 12), randint(15, 40)
+        lengths = [randint(2, M // 2), randint(M // 2 + 1, M - 1), M]
         if D not in lengths:
             break
     module = call_student(cls, D, M, context=f"constructing PositionalEncoding(d_model={D}, max_len={M})")
@@ -222,13 +235,13 @@ def check_positional_encoding(cls: Any) -> str:
     table = sinusoidal_positional_encoding(M, D)  # (M, D)
 
     for L in lengths:
-        B = next(b for b in iter(lambda: _randint(2, 5), None) if b not in (L, D))
+        B = next(b for b in iter(lambda: randint(2, 5), None) if b not in (L, D))
         x = torch.randn(B, L, D)
         x0 = x.clone()
         case = f"x of shape ({B}, {L}, {D}), max_len={M}"
         with torch.no_grad():
             got = _forward(module, x, case, M)
-        _check_unchanged(["x"], [x], [x0], case)
+        check_unchanged(["x"], [x], [x0], case)
         expected = x0 + table[:L]  # (B, L, D)
 
         def wrong_table(L: int = L, x0: Tensor = x0) -> Tensor | None:
@@ -252,11 +265,11 @@ def check_positional_encoding(cls: Any) -> str:
                 wrong_table,
             ),
         ]
-        _expect("output", got, expected, mistakes, case=case, atol=_ATOL)
+        expect_close("output", got, expected, mistakes, case=case, atol=_ATOL)
 
     # dropout, training mode: each entry is 0 or (x + pe) / (1 - p)
     p = 0.5
-    B, L = _randint(2, 4), _randint(8, M)
+    B, L = randint(2, 4), randint(8, M)
     x = torch.randn(B, L, D)
     y = x + table[:L]  # (B, L, D)
     dropped = call_student(cls, D, M, p, context=f"constructing PositionalEncoding({D}, {M}, dropout={p})")
@@ -294,10 +307,10 @@ def check_positional_encoding(cls: Any) -> str:
             "training=self.training to F.dropout) so model.eval() switches it off.",
             mistake="dropout ignores eval mode",
         )
-    _expect("output", got, y, case=case, atol=_ATOL)
+    expect_close("output", got, y, case=case, atol=_ATOL)
 
     # longer than the table: a clear ValueError
-    L = M + _randint(1, 5)
+    L = M + randint(1, 5)
     x = torch.randn(2, L, D)
     try:
         with torch.no_grad():
@@ -326,9 +339,9 @@ def check_positional_encoding(cls: Any) -> str:
 # ---------------------------------------------------------------- TokenEmbedding
 @checker("TokenEmbedding")
 def check_token_embedding(cls: Any) -> str:
-    _require_class(cls, "TokenEmbedding")
+    require_module_class(cls, "TokenEmbedding")
     while True:
-        V, D, B, L = _randint(11, 40), _randint(5, 24), _randint(2, 4), _randint(5, 10)
+        V, D, B, L = randint(11, 40), randint(5, 24), randint(2, 4), randint(5, 10)
         if len({V, D, B, L}) == 4:
             break
     module = call_student(cls, V, D, context=f"constructing TokenEmbedding(vocab_size={V}, d_model={D})")
@@ -361,7 +374,7 @@ def check_token_embedding(cls: Any) -> str:
         with torch.no_grad():
             got = call_student(module, tokens, context=f"running forward ({case})")
             expected = ref(tokens0)  # (B, L, D)
-        _check_unchanged(["tokens"], [tokens], [tokens0], case)
+        check_unchanged(["tokens"], [tokens], [tokens0], case)
         lookup = weight[tokens0]  # (B, L, D)
         mistakes: list[Mistake] = [
             (
@@ -380,7 +393,7 @@ def check_token_embedding(cls: Any) -> str:
                 lookup / math.sqrt(D),
             ),
         ]
-        _expect("output", got, expected, mistakes, case=case)
+        expect_close("output", got, expected, mistakes, case=case)
     return "random embedding weights, 2 batches of token ids"
 
 
