@@ -1,3 +1,695 @@
-"""Checkers for notebook (placeholder, being written)."""
+"""Checkers for notebook 01 (attention): scaled dot-product attention and the two masks.
 
-__all__: list[str] = []
+``check_scaled_dot_product_attention(fn)``, ``check_causal_mask(fn)`` and
+``check_padding_mask(fn)`` run the student's function on fresh random inputs of awkward
+shapes (2-D, 3-D and 4-D inputs, ``L_q != L_k != d_k != d_v``, masks that block different
+keys in each row, a non-zero ``pad_id``), compare with the reference in
+:mod:`course_utils.attention`, and when the result is wrong, compare it with the
+reference run with each catalogued mistake (``MISTAKES``) to name that mistake.
+
+Every input mask lets each query see at least one key, so a ``-inf`` fill is correct
+here; every row also blocks at least one key, so an inverted mask never blocks a whole row.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..attention import causal_mask as _ref_causal_mask
+from ..attention import padding_mask as _ref_padding_mask
+from ..attention import scaled_dot_product_attention as _ref_attention
+from ._core import (
+    StudentError,
+    call_student,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    matches,
+    register_hints,
+    student_line,
+)
+
+__all__ = ["check_scaled_dot_product_attention", "check_causal_mask", "check_padding_mask"]
+
+# The names a failed check can report in ``CheckResult.mistake`` (besides the generic
+# "wrong shape", "wrong dtype", "values differ", "NaN" of ``expect_close``).
+MISTAKES: dict[str, list[str]] = {
+    "scaled_dot_product_attention": [
+        "not a function",
+        "no scaling",
+        "scaled by d_k",
+        "multiplied by sqrt(d_k)",
+        "scaled by the wrong dimension",
+        "softmax over the wrong axis",
+        "inverted mask",
+        "mask ignored",
+        "mask applied after the softmax",
+        "mask filled with 0",
+        "scores returned as weights",
+        "value on the wrong side",
+        "transpose only works for 2-D",
+        "only works for 3-D",
+        "fails for some numbers of dims",
+        "if mask",
+        "mask=None not handled",
+        "mask not broadcast",
+        "fails with a mask",
+        "wrong return order",
+        "only the output returned",
+        "not a tuple",
+        "input modified in place",
+    ],
+    "causal_mask": [
+        "not a function",
+        "not a tensor",
+        "upper triangle",
+        "inverted mask",
+        "diagonal excluded",
+        "additive float mask",
+        "not bool",
+        "wrong shape",
+        "wrong device",
+        "no device parameter",
+        "device ignored",
+    ],
+    "padding_mask": [
+        "not a function",
+        "not a tensor",
+        "inverted mask",
+        "missing query axis",
+        "wrong axis",
+        "hard-coded pad id",
+        "additive float mask",
+        "not bool",
+        "wrong shape",
+        "wrong device",
+        "input modified in place",
+    ],
+}
+
+
+# ---------------------------------------------------------------- shared helpers
+def _require_callable(fn: Any, name: str) -> None:
+    if not callable(fn):
+        fail(
+            f"pass the function itself, `check_{name}({name})`, not the result of calling it "
+            f"(you passed a {type(fn).__name__}).",
+            mistake="not a function",
+        )
+
+
+def _raised(err: StudentError) -> str:
+    """``your code raised T: message`` + the student's line, as the decorator writes it."""
+    exc = err.exc
+    lines = str(exc).strip().splitlines()
+    text = f"your code raised {type(exc).__name__}" + (f": {lines[0]}" if lines else ".")
+    line = student_line(exc)
+    if line:
+        text += f"\n    at {line}"
+    return text
+
+
+def _rows_with_both(shape: tuple[int, ...], p_true: float = 0.5) -> Tensor:
+    """Random bool mask whose every row (last axis) has at least one True and one False."""
+    mask = torch.rand(shape) < p_true
+    n = shape[-1]
+    on = torch.randint(n, shape[:-1] + (1,))
+    off = (on + torch.randint(1, n, shape[:-1] + (1,))) % n  # a different column
+    mask.scatter_(-1, on, True)
+    mask.scatter_(-1, off, False)
+    return mask
+
+
+def _check_mask(
+    what: str,
+    got: Any,
+    ref: Tensor,
+    candidates: list[tuple[str, str, Tensor]],
+    shape_diagnosis: Callable[[Tensor], None] | None = None,
+) -> None:
+    """Compare a student's boolean mask with ``ref``; name the mistake when it differs.
+
+    ``candidates`` are ``(name, message, what the mask would be with that mistake)``; they
+    are compared with the student's pattern read as bool (``!= 0``), so a float mask with
+    a wrong pattern gets the pattern diagnosis first and the dtype one after.
+    """
+    if not isinstance(got, Tensor):
+        extra = " Did you forget `return`?" if got is None else ""
+        fail(
+            f"{what} should return a torch.Tensor of dtype torch.bool, but your code returned "
+            f"{type(got).__name__}.{extra}",
+            mistake="not a tensor",
+        )
+    if got.device.type != ref.device.type:
+        fail(f"{what} returned a tensor on device {got.device}, expected {ref.device}.", mistake="wrong device")
+    if got.shape != ref.shape:
+        if shape_diagnosis is not None:
+            shape_diagnosis(got)
+        fail(f"{what} has shape {describe_shape(got)}, expected {describe_shape(ref)}.", mistake="wrong shape")
+    if got.dtype == torch.bool:
+        pattern = got
+    else:
+        if got.is_floating_point() and (~ref).any():
+            # nn.Transformer's convention: 0 where allowed, -inf (or a big negative) where blocked
+            blocked, allowed = got[~ref].double(), got[ref].double()
+            if bool((allowed == 0).all()) and bool((blocked < -1e3).all()):
+                fail(
+                    f"{what} is an additive float mask (0 where allowed, {float(blocked.max()):.3g} where "
+                    "blocked), the convention of nn.Transformer. This course uses a bool mask instead: "
+                    "True = may attend, False = blocked.",
+                    mistake="additive float mask",
+                )
+        pattern = got != 0
+    if not torch.equal(pattern, ref):
+        for name, message, candidate in candidates:
+            if torch.equal(pattern, candidate):
+                fail(f"{what}: {message}", mistake=name)
+    if got.dtype != torch.bool:
+        right = " The True/False pattern is right;" if torch.equal(pattern, ref) else ""
+        fail(
+            f"{what} has dtype {got.dtype}, expected torch.bool.{right} a mask must be a bool tensor "
+            "(True = may attend): build it from a comparison or convert it with .bool().",
+            mistake="not bool",
+        )
+    expect_close(what, got, ref)
+
+
+# ---------------------------------------------------------------- scaled_dot_product_attention
+_RANK_WORDS = {
+    2: "2-D input (L_q, d_k) with no batch dims",
+    3: "3-D input (B, L_q, d_k)",
+    4: "4-D input (B, H, L_q, d_k)",
+}
+
+
+@dataclass
+class _Case:
+    rank: int
+    query: Tensor
+    key: Tensor
+    value: Tensor
+    mask: Tensor | None
+
+    @property
+    def inputs(self) -> list[Tensor]:
+        return [t for t in (self.query, self.key, self.value, self.mask) if t is not None]
+
+    @property
+    def scores_shape(self) -> tuple[int, ...]:
+        return tuple(self.query.shape[:-1]) + (self.key.size(-2),)
+
+    def describe(self) -> str:
+        text = (
+            f"{self.rank}-D input: query {describe_shape(self.query)}, key {describe_shape(self.key)}, "
+            f"value {describe_shape(self.value)}"
+        )
+        return text + (f", mask {describe_shape(self.mask)}" if self.mask is not None else ", no mask")
+
+
+def _attention_cases() -> list[_Case]:
+    """Cases without a mask first (they isolate scaling and softmax mistakes), then masked ones."""
+    # four different sizes in 4..9: no two scalings coincide (d_k**2 >= 16 > 9) and no
+    # wrongly transposed product can line up by chance with the batch dims 2 and 3
+    L_q, L_k, d_k, d_v = (int(s) + 4 for s in torch.randperm(6)[:4])
+    B = int(torch.randint(2, 4, ()))
+
+    def qkv(*lead: int) -> tuple[Tensor, Tensor, Tensor]:
+        return torch.randn(*lead, L_q, d_k), torch.randn(*lead, L_k, d_k), torch.randn(*lead, L_k, d_v)
+
+    lengths = torch.randint(1, L_k, (B,))  # each padded sequence keeps >= 1 real key
+    pad = (torch.arange(L_k) < lengths[:, None]).unsqueeze(1)  # (B, 1, L_k), padding style
+    return [
+        _Case(3, *qkv(B), None),
+        _Case(2, *qkv(), None),
+        _Case(4, *qkv(2, 3), None),
+        _Case(3, *qkv(B), _rows_with_both((B, L_q, L_k))),
+        _Case(2, *qkv(), _rows_with_both((L_q, L_k))),
+        _Case(3, *qkv(B), pad),
+        _Case(4, *qkv(2, 3), _rows_with_both((L_q, L_k))),  # broadcast over both batch dims
+        _Case(4, *qkv(2, 3), _rows_with_both((2, 3, L_q, L_k))),
+    ]
+
+
+def _attention_variant(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    scale: float,
+    softmax_dim: int = -1,
+    mask_mode: str = "fill",
+) -> tuple[Tensor, Tensor]:
+    """The reference computation with one mistake built in (``scale`` divides the scores)."""
+    scores = query @ key.transpose(-2, -1) / scale  # (..., L_q, L_k)
+    low = torch.finfo(scores.dtype).min
+    if mask is not None and mask_mode == "fill":
+        scores = scores.masked_fill(~mask, low)
+    elif mask is not None and mask_mode == "inverted":
+        scores = scores.masked_fill(mask, low)
+    elif mask is not None and mask_mode == "zero":
+        scores = scores.masked_fill(~mask, 0.0)
+    weights = scores.softmax(dim=softmax_dim)  # (..., L_q, L_k)
+    if mask is not None and mask_mode == "after":
+        weights = weights * mask  # zeroed but not renormalised
+    return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
+
+
+def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[Tensor | None, Tensor | None]]]]:
+    """``(name, message, () -> (output, weights) with that mistake)``, in the order tried."""
+    q, k, v, m = case.query, case.key, case.value, case.mask
+    d_k = q.size(-1)
+    root = math.sqrt(d_k)
+
+    def with_(scale: float = root, dim: int = -1, mode: str = "fill", mask: Tensor | None = m):
+        return lambda: _attention_variant(q, k, v, mask, scale, dim, mode)
+
+    out: list[tuple[str, str, Callable[[], tuple[Tensor | None, Tensor | None]]]] = [
+        ("no scaling", "the scores are not scaled: divide query @ key^T by sqrt(d_k) before the "
+         "softmax (without it, large d_k pushes the softmax towards one-hot weights).", with_(1.0)),
+        ("scaled by d_k", f"the scores are divided by d_k = {d_k} instead of sqrt(d_k): take the square "
+         "root (math.sqrt(d_k) or d_k ** 0.5).", with_(float(d_k))),
+        ("multiplied by sqrt(d_k)", "the scores are multiplied by sqrt(d_k): divide by it instead.",
+         with_(1.0 / root)),
+    ]
+    named = {"d_v (the last dim of value)": v.size(-1), "L_k (the number of keys)": k.size(-2),
+             "L_q (the number of queries)": q.size(-2)}
+    for i, size in enumerate(q.shape[:-2]):
+        named.setdefault(f"a batch dim (query.size({i}))", size)
+    for words, size in named.items():
+        if size != d_k:
+            out.append((
+                "scaled by the wrong dimension",
+                f"the scores are divided by sqrt({size}), the square root of {words}, instead of "
+                f"sqrt(d_k) = sqrt({d_k}): d_k is the last dimension of query and key, query.size(-1).",
+                with_(math.sqrt(size)),
+            ))
+    ndim = len(case.scores_shape)
+    for dim in range(ndim - 1):
+        axis = "the queries (dim=-2)" if dim == ndim - 2 else f"a batch dim (dim={dim})"
+        out.append((
+            "softmax over the wrong axis",
+            f"the softmax runs over {axis} instead of over the keys: use softmax(dim=-1), so each "
+            "query's weights over the keys sum to 1.",
+            with_(dim=dim),
+        ))
+    if m is not None:
+        out += [
+            ("inverted mask", "the mask is inverted: you block the keys where the mask is True. In this "
+             "course True = may attend, so fill the scores where the mask is False (~mask).",
+             with_(mode="inverted")),
+            ("mask ignored", "the mask is ignored: the weights are the same as without a mask. Fill the "
+             "scores where the mask is False with a very negative number before the softmax.",
+             with_(mask=None)),
+            ("mask applied after the softmax", "the mask is applied after the softmax: the blocked weights "
+             "are zero but each row no longer sums to 1. Mask the scores before the softmax instead.",
+             with_(mode="after")),
+            ("mask filled with 0", "the blocked scores are set to 0, which still gives them weight "
+             "(exp(0) = 1). Fill them with a very negative number (float('-inf') or "
+             "torch.finfo(scores.dtype).min) so their weight becomes 0.", with_(mode="zero")),
+        ]
+    else:
+        scores = q @ k.transpose(-2, -1)  # (..., L_q, L_k)
+        for scaled in (scores / root, scores):
+            out.append((
+                "scores returned as weights",
+                "the weights you return are the scores before the softmax: return softmax(scores) "
+                "(each row sums to 1) as the weights.",
+                lambda s=scaled: (None, s),
+            ))
+    out.append((
+        "value on the wrong side",
+        "the output is transposed: (..., d_v, L_q) instead of (..., L_q, d_v). Multiply the weights "
+        "by the values with the weights on the left: weights @ value.",
+        lambda: (_ref_attention(q, k, v, m)[0].transpose(-2, -1), None),
+    ))
+    return out
+
+
+_VALUE_FIRST = re.compile(r"(?<![\w.])(value|values|v|V|val)\s*@|(matmul|bmm)\(\s*(value|values|v|V|val)\s*,"
+                          r"|(?<![\w.])(value|values|v|V|val)\.(matmul|bmm)\(")
+
+
+def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError | None]]) -> None:
+    """Some calls raised: name the pattern (which ranks, with or without a mask) if there is one."""
+    failed = [(c, e) for c, _, _, e in runs if e is not None]
+    ok = [c for c, _, _, e in runs if e is None]
+    first_case, first = failed[0]
+    plain = [(c, e) for c, _, _, e in runs if c.mask is None]
+    plain_fail = {c.rank for c, e in plain if e is not None}
+    plain_ok = {c.rank for c, e in plain if e is None}
+
+    if plain_fail and plain_ok:
+        case, err = next((c, e) for c, e in plain if e is not None)
+        fails = " and ".join(_RANK_WORDS[r] for r in sorted(plain_fail))
+        works = " and ".join(_RANK_WORDS[r] for r in sorted(plain_ok))
+        where = f"your code runs on {works} but raises on {fails}"
+        if plain_ok == {2}:
+            fail(
+                f"{where}. Transposing with key.T or key.transpose(0, 1) only swaps the right axes "
+                f"of a 2-D tensor: use key.transpose(-2, -1) so it works with any number of batch dims.\n"
+                f"    On {case.describe()}: {_raised(err)}",
+                mistake="transpose only works for 2-D",
+            )
+        if 3 in plain_ok:
+            fail(
+                f"{where}: it is written for 3-D inputs only. Write it for any number of leading dims: "
+                "key.transpose(-2, -1) (not transpose(1, 2) or permute(0, 2, 1)), @ or torch.matmul (not "
+                "torch.bmm), and negative axes such as softmax(dim=-1).\n"
+                f"    On {case.describe()}: {_raised(err)}",
+                mistake="only works for 3-D",
+            )
+        fail(
+            f"{where}. Use negative axes (key.transpose(-2, -1), softmax(dim=-1)) and @ so the code works "
+            f"with any number of leading dims.\n    On {case.describe()}: {_raised(err)}",
+            mistake="fails for some numbers of dims",
+        )
+    if plain_fail and ok:  # every call without a mask raised, some with a mask ran
+        case, err = next((c, e) for c, e in plain if e is not None)
+        fail(
+            "your code fails when no mask is given (mask=None) but runs with one: skip the masking step "
+            f"when the mask is None (`if mask is not None:`).\n    On {case.describe()}: {_raised(err)}",
+            mistake="mask=None not handled",
+        )
+    if not plain_fail:  # only calls with a mask raised
+        masked_fail = [(c, e) for c, e in failed if c.mask is not None]
+        case, err = masked_fail[0]
+        on = f"\n    On {case.describe()}: {_raised(err)}"
+        if "Boolean value of Tensor" in str(err.exc):
+            fail(
+                "`if mask:` asks for the truth value of a whole tensor, which raises. Test whether a mask "
+                f"was given with `if mask is not None:`.{on}",
+                mistake="if mask",
+            )
+        if all(tuple(c.mask.shape) != c.scores_shape for c, _ in masked_fail) and any(
+            c.mask is not None and tuple(c.mask.shape) == c.scores_shape for c in ok
+        ):
+            fail(
+                "your code works when the mask has exactly the shape of the scores but fails when it only "
+                "broadcasts to them (e.g. (L_q, L_k) for every batch item, or (B, 1, L_k)). Indexing with "
+                "a mask (`scores[~mask] = ...`) needs the exact shape; masked_fill and torch.where "
+                f"broadcast.{on}",
+                mistake="mask not broadcast",
+            )
+        fail(f"your code fails when a mask is given.{on}", mistake="fails with a mask")
+    # every call raised
+    line = student_line(first.exc) or ""
+    if isinstance(first.exc, RuntimeError) and _VALUE_FIRST.search(line.split(":", 1)[-1]):
+        fail(
+            "the values are multiplied on the wrong side: the output is weights @ value, (..., L_q, L_k) "
+            f"@ (..., L_k, d_v) -> (..., L_q, d_v).\n    On {first_case.describe()}: {_raised(first)}",
+            mistake="value on the wrong side",
+        )
+    raise first  # the decorator reports it (or "not implemented yet" for a stub)
+
+
+def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[Any, Any]:
+    """Check the return is a tuple (output, weights); name the usual slips."""
+    on = f" (on {case.describe()})"
+    if isinstance(result, Tensor):
+        if result.shape == ref_out.shape:
+            fail(
+                "your function returns only the output; return the attention weights too, as a tuple: "
+                "`return output, weights`.",
+                mistake="only the output returned",
+            )
+        fail(
+            f"your function returns a single tensor of shape {describe_shape(result)}{on}; it must return "
+            "a tuple (output, weights).",
+            mistake="not a tuple",
+        )
+    if result is None:
+        fail("your function returns None: end it with `return output, weights`.", mistake="not a tuple")
+    if not isinstance(result, tuple):
+        fail(
+            f"your function returns a {type(result).__name__}; return a tuple (output, weights): "
+            "`return output, weights`.",
+            mistake="not a tuple",
+        )
+    if len(result) != 2:
+        fail(
+            f"your function returns a tuple of {len(result)} things; return exactly two: "
+            "`return output, weights`.",
+            mistake="not a tuple",
+        )
+    first, second = result
+    if (
+        isinstance(first, Tensor)
+        and isinstance(second, Tensor)
+        and first.shape == ref_w.shape
+        and second.shape == ref_out.shape
+    ):
+        fail(
+            "the return order is swapped: you return (weights, output); the contract is "
+            "`return output, weights`.",
+            mistake="wrong return order",
+        )
+    return first, second
+
+
+@checker("scaled_dot_product_attention")
+def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
+    """Check ``fn(query, key, value, mask=None) -> (output, weights)`` against the reference."""
+    _require_callable(fn, "scaled_dot_product_attention")
+    cases = _attention_cases()
+    runs: list[tuple[_Case, list[Tensor], Any, StudentError | None]] = []
+    for case in cases:
+        given = [t.clone() for t in case.inputs]  # the originals stay pristine for the comparisons
+        try:
+            runs.append((case, given, call_student(fn, *given), None))
+        except StudentError as err:
+            runs.append((case, given, None, err))
+    if any(err is not None for *_, err in runs):
+        _diagnose_exceptions(runs)
+
+    names = ("query", "key", "value", "mask")
+    for case, given, _, _ in runs:
+        for name, original, passed in zip(names, case.inputs, given, strict=False):  # no mask: 3
+            same = passed.shape == original.shape and passed.dtype == original.dtype and torch.equal(passed, original)
+            if not same:
+                fail(
+                    f"your function changed its input `{name}` in place (on {case.describe()}). The caller's "
+                    "tensors must stay as they were: use operations that make a new tensor (`x = x / s`, "
+                    "`.masked_fill()`, `.transpose()`) instead of in-place ones (`x /= s`, `.div_()`, "
+                    "`.masked_fill_()`, `.transpose_()`).",
+                    mistake="input modified in place",
+                )
+
+    for case, _, result, _ in runs:
+        ref_out, ref_w = _ref_attention(case.query, case.key, case.value, case.mask)
+        got_out, got_w = _unpack(result, case, ref_out, ref_w)
+        mistakes = _attention_mistakes(case)
+        for what, got, ref, index in (("weights", got_w, ref_w, 1), ("output", got_out, ref_out, 0)):
+            if matches(got, ref):
+                continue
+            for name, message, make in mistakes:
+                candidate = make()[index]
+                if candidate is not None and matches(got, candidate):
+                    fail(f"{what} (on {case.describe()}): {message}", mistake=name)
+            expect_close(what, got, ref, case=f"on {case.describe()}")
+    return f"{len(cases)} cases: 2-D, 3-D and 4-D inputs, with and without masks"
+
+
+# ---------------------------------------------------------------- causal_mask
+def _causal_candidates(size: int) -> list[tuple[str, str, Tensor]]:
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return [
+        ("upper triangle", "True above the diagonal instead of below it (the mask is transposed): query i "
+         "would see the future keys i..size-1. Keep the lower triangle with the diagonal (torch.tril).",
+         ones.triu()),
+        ("inverted mask", "the mask is inverted: True marks the future keys, the blocked ones. In this course "
+         "True = may attend: the keys on and below the diagonal.", ones.triu(1)),
+        ("diagonal excluded", "the diagonal is False, so a token cannot see itself. Query i may attend to "
+         "keys 0..i, itself included: keep the diagonal (torch.tril with the default diagonal=0).",
+         ones.tril(-1)),
+    ]
+
+
+def _causal_shape(size: int) -> Callable[[Tensor], None]:
+    def diagnose(got: Tensor) -> None:
+        if got.numel() == size * size and got.dim() > 2 and all(s == 1 for s in got.shape[:-2]):
+            fail(
+                f"causal_mask({size}) has shape {describe_shape(got)}: return exactly (size, size); it "
+                "broadcasts over the batch by itself.",
+                mistake="wrong shape",
+            )
+
+    return diagnose
+
+
+@checker("causal_mask")
+def check_causal_mask(fn: Callable[..., Any]) -> str:
+    """Check ``fn(size, device=None) -> BoolTensor (size, size)``, True on and below the diagonal."""
+    _require_callable(fn, "causal_mask")
+    small = int(torch.randint(2, 6, ()))
+    large = int(torch.randint(6, 13, ()))
+    for size in (large, small, 1):  # size 1 last: there the mistakes look alike
+        got = call_student(fn, size)
+        _check_mask(f"causal_mask({size})", got, _ref_causal_mask(size), _causal_candidates(size), _causal_shape(size))
+
+    devices: list[Any] = ["cpu", torch.device("cpu"), None]
+    if torch.cuda.is_available():
+        devices.append("cuda")
+    for device in devices:
+        try:
+            got = call_student(fn, small, device=device)
+        except StudentError as err:
+            if isinstance(err.exc, TypeError) and "keyword argument 'device'" in str(err.exc):
+                fail(
+                    "your function has no `device` parameter; the signature is "
+                    f"causal_mask(size, device=None).\n    {_raised(err)}",
+                    mistake="no device parameter",
+                )
+            raise
+        call = f"causal_mask({small}, device={device!r})"
+        expected = _ref_causal_mask(small, device=device)
+        if isinstance(got, Tensor) and got.device != expected.device:
+            fail(
+                f"{call} returned a tensor on {got.device}: create the mask on the device you are given "
+                "(device=device), so it lands where the scores are.",
+                mistake="device ignored",
+            )
+        _check_mask(call, got, expected, [(n, m, t.to(expected.device)) for n, m, t in _causal_candidates(small)])
+
+    # The "meta" device exists on every machine, so a device that is ignored shows even
+    # without a GPU. Code that cannot run there (a rare way of building the mask) is not
+    # the student's mistake: then this one check is skipped.
+    try:
+        on_meta = fn(small, device="meta")
+    except Exception:  # noqa: BLE001 - see above
+        on_meta = None
+    if isinstance(on_meta, Tensor) and on_meta.device.type != "meta":
+        fail(
+            f"causal_mask({small}, device='meta') returned a tensor on {on_meta.device}: the `device` argument "
+            "is ignored. Create the mask on that device (pass device=device when you create the tensor), "
+            "so it lands where the scores are (the GPU on Colab).",
+            mistake="device ignored",
+        )
+    return f"sizes {large}, {small} and 1, and the device argument"
+
+
+# ---------------------------------------------------------------- padding_mask
+def _padding_cases() -> list[tuple[Tensor, int]]:
+    """(tokens (B, L), pad_id): pad 0 at the ends, a non-zero pad_id with real 0 tokens, scattered pads."""
+    vocab = 20
+    cases = []
+    for layout in ("end, pad 0", "end, pad non-zero", "scattered"):
+        B = int(torch.randint(2, 4, ()))
+        L = int(torch.randint(5, 10, ()))
+        pad_id = 0 if layout == "end, pad 0" else int(torch.randint(1, vocab, ()))
+        tokens = torch.randint(vocab - 1, (B, L))
+        tokens = tokens + (tokens >= pad_id).long()  # every id but pad_id
+        if layout == "scattered":
+            real = _rows_with_both((B, L), p_true=0.6)
+        else:
+            lengths = torch.randint(1, L, (B,))  # every row padded ...
+            lengths[int(torch.randint(B, ()))] = L  # ... but one, as in a real batch
+            real = torch.arange(L) < lengths[:, None]  # (B, L)
+        if pad_id != 0:
+            # a real token 0, so comparing with 0 instead of pad_id shows
+            row = int(torch.randint(B, ()))
+            col = int(torch.nonzero(real[row])[0])
+            tokens[row, col] = 0
+        cases.append((tokens.masked_fill(~real, pad_id), pad_id))
+    return cases
+
+
+def _padding_shape(B: int, L: int, what: str) -> Callable[[Tensor], None]:
+    def diagnose(got: Tensor) -> None:
+        if tuple(got.shape) == (B, L):
+            fail(
+                f"{what} has shape (B, L) = {describe_shape(got)}, expected (B, 1, L) = ({B}, 1, {L}): add the "
+                "query axis in the middle (unsqueeze(1)) so the mask broadcasts over the queries of the "
+                "(B, L_q, L_k) scores. A (B, L) mask would broadcast as (1, B, L) and mix up the batch items.",
+                mistake="missing query axis",
+            )
+        if got.numel() == B * L and got.dim() == 3:
+            fail(
+                f"{what} has shape {describe_shape(got)}, expected (B, 1, L) = ({B}, 1, {L}): the new axis of "
+                "size 1 goes in the middle (unsqueeze(1)), where the queries are, so each query row sees the "
+                "same keys.",
+                mistake="wrong axis",
+            )
+
+    return diagnose
+
+
+@checker("padding_mask")
+def check_padding_mask(fn: Callable[..., Any]) -> str:
+    """Check ``fn(tokens (B, L), pad_id) -> BoolTensor (B, 1, L)``, True where tokens != pad_id."""
+    _require_callable(fn, "padding_mask")
+    cases = _padding_cases()
+    for tokens, pad_id in cases:
+        given = tokens.clone()
+        got = call_student(fn, given, pad_id)
+        what = f"padding_mask(tokens of shape {describe_shape(tokens)}, pad_id={pad_id})"
+        if not (given.shape == tokens.shape and given.dtype == tokens.dtype and torch.equal(given, tokens)):
+            fail(
+                f"{what} changed `tokens` in place: the caller's tensor must stay as it was. Build the mask "
+                "as a new tensor instead of writing into tokens.",
+                mistake="input modified in place",
+            )
+        ref = _ref_padding_mask(tokens, pad_id)
+        candidates = [
+            ("inverted mask", "the mask is inverted: it is True at the padding. In this course True = may "
+             "attend, so the mask is True at the real tokens (tokens != pad_id).", ~ref),
+        ]
+        if pad_id != 0:
+            zero_words = (
+                f"the mask treats the token id 0 as padding, but pad_id is {pad_id} here: compare with the "
+                "pad_id argument, not a hard-coded 0 (`tokens.bool()` also compares with 0)."
+            )
+            candidates += [
+                ("hard-coded pad id", zero_words, (tokens != 0).unsqueeze(1)),
+                ("hard-coded pad id", zero_words, (tokens == 0).unsqueeze(1)),
+            ]
+        B, L = tokens.shape
+        _check_mask(what, got, ref, candidates, _padding_shape(B, L, what))
+    return f"{len(cases)} batches, pad_id 0 and non-zero"
+
+
+# ---------------------------------------------------------------- hints
+register_hints(
+    "scaled_dot_product_attention",
+    [
+        "Follow the formula softmax(Q K^T / sqrt(d_k)) V one step at a time: scores, then the mask, then "
+        "the softmax, then the weighted sum of the values. The scores have shape (..., L_q, L_k).",
+        "Transpose only the last two axes of the key, whatever the number of batch dims: "
+        "key.transpose(-2, -1). d_k is the last dim of query: query.size(-1). The @ operator broadcasts "
+        "over the leading dims.",
+        "Masking: where the mask is False, replace the score by a very negative number BEFORE the softmax "
+        "(masked_fill with ~mask, or torch.where). Skip this step when mask is None. The softmax runs "
+        "over the keys, the last axis: dim=-1.",
+        "The weights are the softmax result, (..., L_q, L_k); the output is the weights times the values "
+        "(weights on the left), (..., L_q, d_v). Return both, output first.",
+    ],
+)
+register_hints(
+    "causal_mask",
+    [
+        "Row i is query position i; it may look at keys 0..i (itself and the past), never at later ones. "
+        "Draw the mask for size 4: which entries are True?",
+        "The True entries form the lower triangle, diagonal included. torch.tril keeps the lower "
+        "triangle of a matrix.",
+        "Start from a (size, size) tensor of ones created on `device`, keep its lower triangle, and make "
+        "sure the result has dtype torch.bool.",
+    ],
+)
+register_hints(
+    "padding_mask",
+    [
+        "A key may be attended to when it is a real token, not padding. Compare the tokens with pad_id "
+        "element by element: True = may attend.",
+        "Comparing gives a (B, L) bool tensor; the mask must be (B, 1, L), so that it broadcasts over the "
+        "queries of the (B, L_q, L_k) scores.",
+        "Insert the middle axis with unsqueeze(1) (or indexing with None). Use the pad_id argument, never "
+        "a hard-coded 0.",
+    ],
+)

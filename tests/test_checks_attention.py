@@ -1,0 +1,724 @@
+"""Tests of the notebook-01 checkers (course_utils/checks/attention.py).
+
+Every catalogued mistake is written as a real small student function and must be named;
+correct implementations written in other ways must pass, every time (the checkers draw
+fresh random inputs on each call, so each is run several times).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils.checks import (
+    check_causal_mask,
+    check_padding_mask,
+    check_scaled_dot_product_attention,
+    hint,
+)
+from course_utils.checks._core import HINTS
+from course_utils.checks.attention import MISTAKES
+
+# sdpa_key_T below uses key.T on 3-D tensors on purpose; torch warns about it
+pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")
+
+REPEAT = 5  # random inputs differ on every call
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # the inputs are tiny; on a busy 2-core machine, thread hand-offs cost more than the maths
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _id(fn):
+    return getattr(fn, "__name__", f"a {type(fn).__name__}")
+
+
+def run_many(check, fn, times=REPEAT):
+    return [check(fn) for _ in range(times)]
+
+
+def assert_passes(check, fn):
+    for result in run_many(check, fn):
+        assert result.passed, result.feedback
+        assert result.status == "passed"
+        assert result.feedback.startswith("[OK]")
+
+
+def assert_mistake(check, fn, name, *words):
+    for result in run_many(check, fn):
+        assert result.passed is False, result.feedback
+        assert result.mistake == name, result.feedback
+        assert result.feedback.startswith("[X]")
+        for word in words:
+            assert word in result.feedback, result.feedback
+
+
+# =============================================================== scaled_dot_product_attention
+# ---- correct variants
+def sdpa_reference_like(query, key, value, mask=None):
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+
+
+def sdpa_einsum_where(query, key, value, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", query, key) / query.shape[-1] ** 0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(-1e9))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.einsum("...qk,...kv->...qv", weights, value), weights
+
+
+def sdpa_scale_query_first(query, key, value, mask=None):
+    query = query / math.sqrt(query.size(-1))  # a new tensor: the input stays as it was
+    scores = torch.matmul(query, key.mT)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    weights = F.softmax(scores, dim=-1)
+    return torch.matmul(weights, value), weights
+
+
+def sdpa_loop_over_batch(query, key, value, mask=None):
+    lead = query.shape[:-2]
+    L_q, d_k = query.shape[-2:]
+    L_k, d_v = value.shape[-2:]
+    q = query.reshape(-1, L_q, d_k)
+    k = key.reshape(-1, L_k, d_k)
+    v = value.reshape(-1, L_k, d_v)
+    m = None if mask is None else mask.expand(*lead, L_q, L_k).reshape(-1, L_q, L_k)
+    outs, ws = [], []
+    for i in range(q.shape[0]):
+        s = q[i] @ k[i].T / math.sqrt(d_k)
+        if m is not None:
+            s = s.masked_fill(m[i].logical_not(), -1e9)
+        w = s.softmax(-1)
+        outs.append(w @ v[i])
+        ws.append(w)
+    return torch.stack(outs).reshape(*lead, L_q, d_v), torch.stack(ws).reshape(*lead, L_q, L_k)
+
+
+def sdpa_mask_after_softmax_renormalised(query, key, value, mask=None):
+    weights = (query @ key.transpose(-1, -2) / math.sqrt(key.size(-1))).softmax(-1)
+    if mask is not None:
+        weights = weights * mask
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights @ value, weights
+
+
+def sdpa_additive_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) * (1.0 / math.sqrt(query.size(-1)))
+    if mask is not None:
+        scores = scores + torch.zeros_like(scores).masked_fill(~mask, float("-inf"))
+    weights = scores.exp() / scores.exp().sum(-1, keepdim=True)
+    return weights @ value, weights
+
+
+def sdpa_torch_output(query, key, value, mask=None):
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return output, scores.softmax(dim=-1)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        sdpa_torch_output,
+        sdpa_reference_like,
+        sdpa_einsum_where,
+        sdpa_scale_query_first,
+        sdpa_loop_over_batch,
+        sdpa_mask_after_softmax_renormalised,
+        sdpa_additive_mask,
+    ],
+)
+def test_sdpa_correct_variants_pass(fn):
+    assert_passes(check_scaled_dot_product_attention, fn)
+
+
+def test_sdpa_reference_itself_passes():
+    from course_utils import scaled_dot_product_attention
+
+    assert_passes(check_scaled_dot_product_attention, scaled_dot_product_attention)
+
+
+# ---- catalogued mistakes
+def _sdpa(query, key, value, mask=None, scale=None, dim=-1, mode="fill"):
+    scale = math.sqrt(query.size(-1)) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) / scale
+    if mask is not None and mode == "fill":
+        scores = scores.masked_fill(~mask, float("-inf"))
+    if mask is not None and mode == "inverted":
+        scores = scores.masked_fill(mask, float("-inf"))
+    if mask is not None and mode == "zero":
+        scores = scores.masked_fill(~mask, 0)
+    weights = scores.softmax(dim=dim)
+    if mask is not None and mode == "after":
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ value, weights
+
+
+def sdpa_no_scaling(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, scale=1.0)
+
+
+def sdpa_scaled_by_d_k(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, scale=query.size(-1))
+
+
+def sdpa_multiplied(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, scale=1 / math.sqrt(query.size(-1)))
+
+
+def sdpa_scaled_by_d_v(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, scale=math.sqrt(value.size(-1)))
+
+
+def sdpa_scaled_by_L_k(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, scale=math.sqrt(key.shape[-2]))
+
+
+def sdpa_scaled_by_size_1(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, scale=math.sqrt(query.size(1)))  # L_q in 3-D
+
+
+def sdpa_softmax_dim_minus_2(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, dim=-2)
+
+
+def sdpa_softmax_dim_0(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, dim=0)
+
+
+def sdpa_softmax_dim_1(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, dim=1)  # right for 2-D input only
+
+
+def sdpa_inverted_mask(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, mode="inverted")
+
+
+def sdpa_mask_ignored(query, key, value, mask=None):
+    return _sdpa(query, key, value, None)
+
+
+def sdpa_mask_after_softmax(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, mode="after")
+
+
+def sdpa_mask_filled_with_0(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, mode="zero")
+
+
+def sdpa_scores_times_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores * mask
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_key_T(query, key, value, mask=None):
+    scores = query @ key.T / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_key_transpose_0_1(query, key, value, mask=None):
+    scores = query @ key.transpose(0, 1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_bmm(query, key, value, mask=None):
+    scores = torch.bmm(query, key.permute(0, 2, 1)) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = scores.softmax(-1)
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_softmax_dim_2(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask, dim=2)  # raises on 2-D, wrong axis on 4-D
+
+
+def sdpa_wrong_order(query, key, value, mask=None):
+    output, weights = _sdpa(query, key, value, mask)
+    return weights, output
+
+
+def sdpa_only_output(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask)[0]
+
+
+def sdpa_value_first(query, key, value, mask=None):
+    weights = _sdpa(query, key, value, mask)[1]
+    return value @ weights, weights
+
+
+def sdpa_output_transposed(query, key, value, mask=None):
+    weights = _sdpa(query, key, value, mask)[1]
+    return value.transpose(-2, -1) @ weights.transpose(-2, -1), weights
+
+
+def sdpa_scores_as_weights(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    return scores.softmax(-1) @ value, scores
+
+
+def sdpa_query_divided_in_place(query, key, value, mask=None):
+    query /= math.sqrt(query.size(-1))
+    scores = query @ key.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_key_transposed_in_place(query, key, value, mask=None):
+    scores = query @ key.transpose_(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_mask_inverted_in_place(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not_(), -1e9)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_if_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_mask_none_not_handled(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    scores = scores.masked_fill(~mask, -1e9)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_boolean_index(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores[~mask] = float("-inf")
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_four_dims_unpacked(query, key, value, mask=None):
+    B, H, L_q, d_k = query.shape  # written for per-head tensors only
+    return _sdpa(query, key, value, mask)
+
+
+def sdpa_one_minus_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(1 - mask, -1e9)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+SDPA_MISTAKES = [
+    (sdpa_no_scaling, "no scaling", ["not scaled", "sqrt(d_k)"]),
+    (sdpa_scaled_by_d_k, "scaled by d_k", ["instead of sqrt(d_k)", "square root"]),
+    (sdpa_multiplied, "multiplied by sqrt(d_k)", ["multiplied", "divide"]),
+    (sdpa_scaled_by_d_v, "scaled by the wrong dimension", ["d_v", "query.size(-1)"]),
+    (sdpa_scaled_by_L_k, "scaled by the wrong dimension", ["L_k", "query.size(-1)"]),
+    (sdpa_scaled_by_size_1, "scaled by the wrong dimension", ["L_q", "query.size(-1)"]),
+    (sdpa_softmax_dim_minus_2, "softmax over the wrong axis", ["softmax", "queries", "dim=-1"]),
+    (sdpa_softmax_dim_0, "softmax over the wrong axis", ["softmax", "batch dim (dim=0)", "dim=-1"]),
+    (sdpa_softmax_dim_1, "softmax over the wrong axis", ["softmax", "dim=-1"]),
+    (sdpa_inverted_mask, "inverted mask", ["inverted", "True = may attend"]),
+    (sdpa_mask_ignored, "mask ignored", ["mask is ignored"]),
+    (sdpa_mask_after_softmax, "mask applied after the softmax", ["after the softmax", "sums to 1"]),
+    (sdpa_mask_filled_with_0, "mask filled with 0", ["set to 0", "very negative"]),
+    (sdpa_scores_times_mask, "mask filled with 0", ["set to 0", "very negative"]),
+    (sdpa_key_T, "transpose only works for 2-D", ["key.transpose(-2, -1)", "2-D", "your code raised"]),
+    (sdpa_key_transpose_0_1, "transpose only works for 2-D", ["key.transpose(-2, -1)", "at line"]),
+    (sdpa_bmm, "only works for 3-D", ["3-D inputs only", "raises on 2-D input", "4-D input", "at line"]),
+    (sdpa_softmax_dim_2, "only works for 3-D", ["raises on 2-D input", "dim=-1", "IndexError"]),
+    (sdpa_wrong_order, "wrong return order", ["swapped", "return output, weights"]),
+    (sdpa_only_output, "only the output returned", ["only the output", "return output, weights"]),
+    (sdpa_value_first, "value on the wrong side", ["wrong side", "weights @ value", "value @ weights"]),
+    (sdpa_output_transposed, "value on the wrong side", ["transposed", "weights @ value"]),
+    (sdpa_scores_as_weights, "scores returned as weights", ["before the softmax"]),
+    (sdpa_query_divided_in_place, "input modified in place", ["`query`", "in place"]),
+    (sdpa_key_transposed_in_place, "input modified in place", ["`key`", "in place"]),
+    (sdpa_mask_inverted_in_place, "input modified in place", ["`mask`", "in place"]),
+    (sdpa_if_mask, "if mask", ["if mask is not None", "RuntimeError"]),
+    (sdpa_mask_none_not_handled, "mask=None not handled", ["mask=None", "if mask is not None", "TypeError"]),
+    (sdpa_boolean_index, "mask not broadcast", ["broadcast", "masked_fill", "IndexError"]),
+    (sdpa_four_dims_unpacked, "fails for some numbers of dims", ["runs on 4-D input", "raises on 2-D", "ValueError"]),
+    (sdpa_one_minus_mask, "fails with a mask", ["when a mask is given", "RuntimeError", "1 - mask"]),
+    (torch.zeros(3), "not a function", ["pass the function itself"]),
+]
+
+
+@pytest.mark.parametrize("fn, name, words", SDPA_MISTAKES, ids=[_id(f) for f, _, _ in SDPA_MISTAKES])
+def test_sdpa_mistake_is_named(fn, name, words):
+    assert name in MISTAKES["scaled_dot_product_attention"]
+    assert_mistake(check_scaled_dot_product_attention, fn, name, *words)
+
+
+def test_sdpa_wrong_transpose_names_the_students_line():
+    result = check_scaled_dot_product_attention(sdpa_key_T)
+    assert "scores = query @ key.T / math.sqrt(query.size(-1))" in result.feedback
+
+
+# ---- stub, exceptions, weird returns
+def sdpa_stub(query, key, value, mask=None):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+def sdpa_key_not_transposed(query, key, value, mask=None):
+    scores = query @ key / math.sqrt(query.size(-1))
+    return scores.softmax(-1) @ value, scores.softmax(-1)
+
+
+def test_sdpa_stub_is_not_implemented():
+    result = check_scaled_dot_product_attention(sdpa_stub)
+    assert result.passed is False
+    assert result.status == "not implemented"
+    assert result.feedback.startswith("[ ]")
+    assert "not implemented yet" in result.feedback
+
+
+def test_sdpa_exception_shows_type_message_and_line():
+    result = check_scaled_dot_product_attention(sdpa_key_not_transposed)
+    assert result.passed is False
+    assert result.status == "error"
+    assert "your code raised RuntimeError: " in result.feedback
+    assert "\n    at line " in result.feedback
+    assert "scores = query @ key / math.sqrt(query.size(-1))" in result.feedback
+    assert "Traceback" not in result.feedback
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [
+        None,
+        "output",
+        np.zeros((2, 3)),
+        [torch.zeros(2), torch.zeros(2)],
+        (torch.zeros(2), torch.zeros(2), torch.zeros(2)),
+        (np.zeros((2, 3)), np.zeros((2, 3))),
+        (torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.int64)),
+        torch.zeros(3, dtype=torch.bool),
+    ],
+    ids=["None", "str", "ndarray", "list", "tuple3", "tuple-ndarray", "tuple-bool-int", "bool-tensor"],
+)
+def test_sdpa_weird_returns_do_not_raise(returned):
+    result = check_scaled_dot_product_attention(lambda q, k, v, mask=None: returned)
+    assert result.passed is False
+    assert result.status == "failed"
+    assert result.feedback.startswith("[X]")
+
+
+def test_sdpa_wrong_dtype_tensors_are_reported():
+    def as_bool(query, key, value, mask=None):
+        output, weights = sdpa_reference_like(query, key, value, mask)
+        return output, weights > 0.5
+
+    result = check_scaled_dot_product_attention(as_bool)
+    assert result.passed is False
+    assert result.mistake == "wrong dtype"
+
+
+# =============================================================== causal_mask
+def causal_reference_like(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+def causal_tril_ones_bool(size, device=None):
+    return torch.tril(torch.ones(size, size, device=device)).bool()
+
+
+def causal_not_triu(size, device=None):
+    return ~torch.triu(torch.ones(size, size, dtype=torch.bool, device=device), diagonal=1)
+
+
+def causal_arange(size, device=None):
+    pos = torch.arange(size, device=device)
+    return pos[:, None] >= pos[None, :]
+
+
+def causal_loop(size, device=None):
+    mask = torch.zeros(size, size, dtype=torch.bool)
+    for i in range(size):
+        mask[i, : i + 1] = True
+    return mask.to(device) if device is not None else mask
+
+
+@pytest.mark.parametrize("fn", [causal_reference_like, causal_tril_ones_bool, causal_not_triu, causal_arange, causal_loop])
+def test_causal_correct_variants_pass(fn):
+    assert_passes(check_causal_mask, fn)
+
+
+def causal_upper(size, device=None):
+    return torch.triu(torch.ones(size, size, dtype=torch.bool, device=device))
+
+
+def causal_inverted(size, device=None):
+    return torch.triu(torch.ones(size, size, device=device), diagonal=1).bool()
+
+
+def causal_strictly_lower(size, device=None):
+    return torch.tril(torch.ones(size, size, device=device), diagonal=-1).bool()
+
+
+def causal_float(size, device=None):
+    return torch.tril(torch.ones(size, size, device=device))
+
+
+def causal_int(size, device=None):
+    return torch.tril(torch.ones(size, size, dtype=torch.long, device=device))
+
+
+def causal_additive(size, device=None):
+    return torch.triu(torch.full((size, size), float("-inf"), device=device), diagonal=1)
+
+
+def causal_batched(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril().unsqueeze(0)
+
+
+def causal_flat(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril().flatten()
+
+
+def causal_device_ignored(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool).tril()
+
+
+def causal_on_meta(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device="meta")
+
+
+def causal_no_device(size):
+    return torch.ones(size, size, dtype=torch.bool).tril()
+
+
+CAUSAL_MISTAKES = [
+    (causal_upper, "upper triangle", ["above the diagonal", "torch.tril"]),
+    (causal_inverted, "inverted mask", ["inverted", "True = may attend"]),
+    (causal_strictly_lower, "diagonal excluded", ["diagonal", "cannot see itself"]),
+    (causal_float, "not bool", ["torch.float32", "torch.bool", "pattern is right"]),
+    (causal_int, "not bool", ["torch.int64", "torch.bool"]),
+    (causal_additive, "additive float mask", ["additive", "bool mask"]),
+    (causal_batched, "wrong shape", ["(1, ", "exactly (size, size)"]),
+    (causal_flat, "wrong shape", ["has shape", "expected"]),
+    (causal_device_ignored, "device ignored", ["device", "ignored"]),
+    (causal_no_device, "no device parameter", ["causal_mask(size, device=None)", "TypeError"]),
+    (causal_on_meta, "wrong device", ["device meta", "expected cpu"]),
+    (torch.ones(4, 4).tril().bool(), "not a function", ["pass the function itself"]),
+]
+
+
+@pytest.mark.parametrize("fn, name, words", CAUSAL_MISTAKES, ids=[_id(f) for f, _, _ in CAUSAL_MISTAKES])
+def test_causal_mistake_is_named(fn, name, words):
+    assert name in MISTAKES["causal_mask"]
+    assert_mistake(check_causal_mask, fn, name, *words)
+
+
+def test_causal_stub_and_exception():
+    def stub(size, device=None):
+        raise NotImplementedError()
+
+    def broken(size, device=None):
+        return torch.ones(size, size).tril(k=0).bool()
+
+    result = check_causal_mask(stub)
+    assert result.status == "not implemented" and "not implemented yet" in result.feedback
+    result = check_causal_mask(broken)
+    assert result.passed is False and result.status == "error"
+    assert "your code raised TypeError: " in result.feedback
+    assert "return torch.ones(size, size).tril(k=0).bool()" in result.feedback
+
+
+@pytest.mark.parametrize("returned", [None, [[True]], np.ones((3, 3), dtype=bool), (torch.ones(1, 1),), torch.tensor(1.5)])
+def test_causal_weird_returns_do_not_raise(returned):
+    result = check_causal_mask(lambda size, device=None: returned)
+    assert result.passed is False and result.status == "failed"
+
+
+# =============================================================== padding_mask
+def padding_reference_like(tokens, pad_id):
+    return (tokens != pad_id).unsqueeze(1)
+
+
+def padding_none_index(tokens, pad_id):
+    return (tokens != pad_id)[:, None, :]
+
+
+def padding_ne_unsqueeze_minus_2(tokens, pad_id):
+    return tokens.ne(pad_id).unsqueeze(-2)
+
+
+def padding_where_view(tokens, pad_id):
+    B, L = tokens.shape
+    return torch.where(tokens == pad_id, False, True).view(B, 1, L)
+
+
+@pytest.mark.parametrize("fn", [padding_reference_like, padding_none_index, padding_ne_unsqueeze_minus_2, padding_where_view])
+def test_padding_correct_variants_pass(fn):
+    assert_passes(check_padding_mask, fn)
+
+
+def padding_inverted(tokens, pad_id):
+    return (tokens == pad_id).unsqueeze(1)
+
+
+def padding_no_query_axis(tokens, pad_id):
+    return tokens != pad_id
+
+
+def padding_last_axis(tokens, pad_id):
+    return (tokens != pad_id).unsqueeze(-1)
+
+
+def padding_first_axis(tokens, pad_id):
+    return (tokens != pad_id).unsqueeze(0)
+
+
+def padding_float(tokens, pad_id):
+    return (tokens != pad_id).float().unsqueeze(1)
+
+
+def padding_int(tokens, pad_id):
+    return (tokens != pad_id).long().unsqueeze(1)
+
+
+def padding_hard_coded_zero(tokens, pad_id):
+    return (tokens != 0).unsqueeze(1)
+
+
+def padding_tokens_bool(tokens, pad_id):
+    return tokens.bool().unsqueeze(1)
+
+
+def padding_in_place(tokens, pad_id):
+    return tokens.ne_(pad_id).bool().unsqueeze(1)
+
+
+def padding_additive(tokens, pad_id):
+    return torch.zeros(tokens.shape, dtype=torch.float32).masked_fill(tokens == pad_id, float("-inf")).unsqueeze(1)
+
+
+def padding_four_dims(tokens, pad_id):
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def padding_on_meta(tokens, pad_id):
+    return (tokens != pad_id).unsqueeze(1).to("meta")
+
+
+PADDING_MISTAKES = [
+    (padding_inverted, "inverted mask", ["inverted", "True at the padding"]),
+    (padding_no_query_axis, "missing query axis", ["(B, L)", "unsqueeze(1)"]),
+    (padding_last_axis, "wrong axis", ["in the middle", "unsqueeze(1)"]),
+    (padding_first_axis, "wrong axis", ["in the middle", "unsqueeze(1)"]),
+    (padding_float, "not bool", ["torch.float32", "torch.bool"]),
+    (padding_int, "not bool", ["torch.int64", "torch.bool"]),
+    (padding_hard_coded_zero, "hard-coded pad id", ["pad_id", "hard-coded 0"]),
+    (padding_tokens_bool, "hard-coded pad id", ["pad_id", "tokens.bool()"]),
+    (padding_in_place, "input modified in place", ["in place", "`tokens`"]),
+    (padding_additive, "additive float mask", ["additive", "bool mask"]),
+    (padding_four_dims, "wrong shape", ["has shape", "expected"]),
+    (padding_on_meta, "wrong device", ["device meta", "expected cpu"]),
+    ("padding_mask", "not a function", ["pass the function itself"]),
+]
+
+
+@pytest.mark.parametrize("fn, name, words", PADDING_MISTAKES, ids=[_id(f) for f, _, _ in PADDING_MISTAKES])
+def test_padding_mistake_is_named(fn, name, words):
+    assert name in MISTAKES["padding_mask"]
+    assert_mistake(check_padding_mask, fn, name, *words)
+
+
+def test_padding_stub_and_exception():
+    def stub(tokens, pad_id):
+        raise NotImplementedError()
+
+    def broken(tokens, pad_id):
+        return (tokens != pad_id).unsqueeze(3)
+
+    result = check_padding_mask(stub)
+    assert result.status == "not implemented" and "not implemented yet" in result.feedback
+    result = check_padding_mask(broken)
+    assert result.passed is False and result.status == "error"
+    assert "your code raised IndexError: Dimension out of range" in result.feedback
+    assert "return (tokens != pad_id).unsqueeze(3)" in result.feedback
+
+
+@pytest.mark.parametrize("returned", [None, "mask", np.ones((2, 1, 5), dtype=bool), (torch.ones(2, 1, 5, dtype=torch.bool),), torch.ones(2, 1, 5, 5)])
+def test_padding_weird_returns_do_not_raise(returned):
+    result = check_padding_mask(lambda tokens, pad_id: returned)
+    assert result.passed is False and result.status == "failed"
+
+
+# =============================================================== hints
+@pytest.mark.parametrize("name", ["scaled_dot_product_attention", "causal_mask", "padding_mask"])
+def test_hints_exist_and_reveal_no_code(name, capsys):
+    assert 2 <= len(HINTS[name]) <= 4
+    for level in range(1, len(HINTS[name]) + 1):
+        hint(name, level)
+        printed = capsys.readouterr().out
+        assert printed.startswith(f"Hint {level}/{len(HINTS[name])} for {name}: ")
+        assert HINTS[name][level - 1] in printed
+        assert "def " not in printed and "return " not in printed
+    result = {"scaled_dot_product_attention": check_scaled_dot_product_attention,
+              "causal_mask": check_causal_mask, "padding_mask": check_padding_mask}[name](lambda *a, **k: None)
+    assert f'hint("{name}")' in result.feedback
+
+
+def test_every_catalogued_mistake_is_tested():
+    tested = {
+        "scaled_dot_product_attention": {n for _, n, _ in SDPA_MISTAKES} | {"not a tuple"},
+        "causal_mask": {n for _, n, _ in CAUSAL_MISTAKES} | {"not a tensor"},
+        "padding_mask": {n for _, n, _ in PADDING_MISTAKES} | {"not a tensor"},
+    }
+    for name, catalogue in MISTAKES.items():
+        assert set(catalogue) == tested[name], name
+
+
+@pytest.mark.parametrize(
+    "check, returned, name",
+    [
+        (check_scaled_dot_product_attention, None, "not a tuple"),
+        (check_scaled_dot_product_attention, [torch.zeros(2), torch.zeros(2)], "not a tuple"),
+        (check_causal_mask, None, "not a tensor"),
+        (check_padding_mask, [[True]], "not a tensor"),
+    ],
+)
+def test_structure_mistakes_are_named(check, returned, name):
+    result = check(lambda *args, **kwargs: returned)
+    assert result.mistake == name, result.feedback
