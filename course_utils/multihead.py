@@ -46,8 +46,9 @@ class MultiHeadAttention(nn.Module):
     ``True`` = may attend, broadcastable to ``(B, L_q, L_k)``: ``(L_q, L_k)``,
     ``(B, 1, L_k)`` or ``(B, L_q, L_k)``; the head axis is inserted here.
 
-    ``weights`` are the attention probabilities before dropout (as in
-    ``nn.MultiheadAttention``); to collect them from a whole model use
+    ``weights`` are the attention probabilities before dropout, so they always sum to 1
+    (``nn.MultiheadAttention`` returns them after dropout in training mode; in eval mode
+    the two agree). To collect them from a whole model use
     :func:`course_utils.record_attention`.
     """
 
