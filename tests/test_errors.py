@@ -1,0 +1,174 @@
+"""Every bad input gives a ValueError / TypeError that names the argument, what was
+received (shape, value or dtype) and what was expected, never a cryptic error from deep
+inside torch (such as nn.Embedding's "index out of range in self")."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils import (
+    DecoderLayer,
+    EncoderLayer,
+    MultiHeadAttention,
+    PositionalEncoding,
+    TokenEmbedding,
+    Transformer,
+    merge_heads,
+    padding_mask,
+    scaled_dot_product_attention,
+    split_heads,
+)
+
+
+def _raises(exc_type, fn, *args, must_contain=(), **kwargs) -> str:
+    """Call fn, require exc_type, and require each string in must_contain in the message."""
+    with pytest.raises(exc_type) as info:
+        fn(*args, **kwargs)
+    message = str(info.value)
+    for part in must_contain:
+        assert part in message, f"{part!r} missing from the message: {message!r}"
+    return message
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return Transformer(10, 8, d_model=12, num_heads=3, num_layers=1, d_ff=16, max_len=6).eval()
+
+
+# ---------------------------------------------------------------- heads
+
+
+def test_d_model_not_divisible_by_num_heads():
+    _raises(ValueError, MultiHeadAttention, 10, 3, must_contain=("d_model", "10", "num_heads", "3"))
+    _raises(ValueError, MultiHeadAttention, 8, 0, must_contain=("num_heads", "0"))
+    _raises(ValueError, split_heads, torch.randn(2, 5, 10), 3, must_contain=("D = 10", "num_heads = 3"))
+
+
+# ---------------------------------------------------------------- masks
+
+
+def test_non_bool_mask_is_a_type_error():
+    q = torch.randn(2, 3, 4)
+    float_mask = torch.ones(3, 3)
+    _raises(
+        TypeError,
+        scaled_dot_product_attention,
+        q,
+        q,
+        q,
+        float_mask,
+        must_contain=("mask", "torch.bool", "torch.float32"),
+    )
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 3, 8)
+    _raises(TypeError, mha, x, x, x, torch.ones(3, 3, dtype=torch.long), must_contain=("torch.bool", "torch.int64"))
+    _raises(TypeError, EncoderLayer(8, 2, 16), x, torch.ones(2, 1, 3), must_contain=("torch.bool",))
+
+
+def test_mask_that_cannot_broadcast_names_both_shapes():
+    q = torch.randn(2, 3, 5, 4)  # (B, H, L_q, d_k)
+    k = torch.randn(2, 3, 7, 4)  # (B, H, L_k, d_k)
+    bad = torch.ones(5, 6, dtype=torch.bool)  # L_k is 7, not 6
+    _raises(ValueError, scaled_dot_product_attention, q, k, k, bad, must_contain=("mask", "(5, 6)", "(2, 3, 5, 7)"))
+    mha = MultiHeadAttention(8, 2)
+    query, kv = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    bad3 = torch.ones(3, 1, 7, dtype=torch.bool)  # batch 3, not 2
+    _raises(ValueError, mha, query, kv, kv, bad3, must_contain=("(3, 1, 7)", "(2, 5, 7)"))
+    # a 4-d mask with a head axis is not what MultiHeadAttention takes (it adds the axis itself)
+    bad4 = torch.ones(2, 1, 5, 7, dtype=torch.bool)
+    _raises(ValueError, mha, query, kv, kv, bad4, must_contain=("(2, 1, 5, 7)", "(2, 5, 7)"))
+
+
+# ---------------------------------------------------------------- positions and tokens
+
+
+def test_sequence_longer_than_max_len():
+    pe = PositionalEncoding(8, max_len=5)
+    _raises(ValueError, pe, torch.randn(1, 6, 8), must_contain=("L = 6", "max_len = 5"))
+
+
+def test_sequence_longer_than_max_len_through_the_model(model):
+    src = torch.ones(1, 7, dtype=torch.long)  # the model was built with max_len=6
+    _raises(ValueError, model.encode, src, must_contain=("L = 7", "max_len = 6"))
+
+
+@pytest.mark.parametrize("bad_id", [10, 37, -1])
+def test_token_id_outside_vocabulary(bad_id):
+    emb = TokenEmbedding(10, 4)
+    tokens = torch.tensor([[1, bad_id, 2]])
+    message = _raises(ValueError, emb, tokens, must_contain=(str(bad_id), "[0, 9]", "vocab"))
+    assert "index out of range in self" not in message
+
+
+def test_token_id_outside_vocabulary_through_the_model(model):
+    src = torch.tensor([[1, 2, 10]])  # src vocabulary is 10
+    tgt = torch.tensor([[1, 8]])  # tgt vocabulary is 8
+    m1 = _raises(ValueError, model, src, torch.tensor([[1, 2]]), must_contain=("10", "[0, 9]"))
+    m2 = _raises(ValueError, model, torch.tensor([[1, 2]]), tgt, must_contain=("8", "[0, 7]"))
+    m3 = _raises(ValueError, model.encode, torch.tensor([[-3, 1]]), must_contain=("-3", "[0, 9]"))
+    assert all("index out of range" not in m for m in (m1, m2, m3))
+
+
+def test_float_token_ids_are_a_type_error(model):
+    tokens = torch.tensor([[1.0, 2.0]])
+    _raises(TypeError, TokenEmbedding(10, 4), tokens, must_contain=("tokens", "torch.float32"))
+    _raises(TypeError, model.encode, tokens, must_contain=("torch.float32",))
+    _raises(TypeError, model, torch.tensor([[1, 2]]), tokens, must_contain=("torch.float32",))
+    _raises(TypeError, padding_mask, tokens, 0, must_contain=("tokens", "torch.float32"))
+
+
+# ---------------------------------------------------------------- wrong rank
+
+
+def test_wrong_rank_scaled_dot_product_attention():
+    ok = torch.randn(3, 4)
+    _raises(ValueError, scaled_dot_product_attention, torch.randn(4), ok, ok, must_contain=("query", "(4)"))
+    _raises(ValueError, scaled_dot_product_attention, ok, torch.randn(4), ok, must_contain=("key", "(4)"))
+    _raises(ValueError, scaled_dot_product_attention, ok, ok, torch.randn(4), must_contain=("value", "(4)"))
+    # mismatched d_k and L_k are named too
+    _raises(
+        ValueError, scaled_dot_product_attention, ok, torch.randn(3, 5), ok, must_contain=("d_k", "(3, 4)", "(3, 5)")
+    )
+    _raises(
+        ValueError, scaled_dot_product_attention, ok, ok, torch.randn(2, 4), must_contain=("L_k", "(3, 4)", "(2, 4)")
+    )
+
+
+def test_wrong_rank_multi_head_attention():
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 3, 8)
+    _raises(ValueError, mha, torch.randn(3, 8), x, x, must_contain=("query", "3 dimensions", "(3, 8)"))
+    _raises(ValueError, mha, x, torch.randn(1, 2, 3, 8), x, must_contain=("key", "(1, 2, 3, 8)"))
+    _raises(ValueError, mha, x, x, torch.randn(3, 8), must_contain=("value", "(3, 8)"))
+    _raises(ValueError, mha, torch.randn(2, 3, 6), x, x, must_contain=("query", "d_model = 8", "(2, 3, 6)"))
+
+
+def test_wrong_rank_split_and_merge_heads():
+    _raises(ValueError, split_heads, torch.randn(3, 8), 2, must_contain=("x", "3 dimensions", "(3, 8)"))
+    _raises(ValueError, merge_heads, torch.randn(2, 3, 8), must_contain=("x", "4 dimensions", "(2, 3, 8)"))
+
+
+def test_wrong_rank_positional_and_embedding():
+    _raises(ValueError, PositionalEncoding(8, 10), torch.randn(5, 8), must_contain=("x", "(B, L, D)", "(5, 8)"))
+    _raises(ValueError, PositionalEncoding(8, 10), torch.randn(1, 5, 6), must_contain=("d_model = 8", "(1, 5, 6)"))
+    _raises(ValueError, TokenEmbedding(10, 4), torch.tensor([1, 2, 3]), must_contain=("tokens", "(B, L)", "(3)"))
+
+
+def test_wrong_rank_layers():
+    _raises(ValueError, EncoderLayer(8, 2, 16), torch.randn(3, 8), must_contain=("x", "(B, L, D)", "(3, 8)"))
+    layer = DecoderLayer(8, 2, 16)
+    x, memory = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    _raises(ValueError, layer, torch.randn(3, 8), memory, must_contain=("x", "(3, 8)"))
+    _raises(ValueError, layer, x, torch.randn(5, 8), must_contain=("memory", "(B, L_src, D)", "(5, 8)"))
+
+
+def test_wrong_rank_transformer(model):
+    _raises(ValueError, model.encode, torch.tensor([1, 2, 3]), must_contain=("src", "(B, L_src)", "(3)"))
+    _raises(ValueError, model.encode, torch.ones(1, 2, 3, dtype=torch.long), must_contain=("src", "(1, 2, 3)"))
+    memory = model.encode(torch.tensor([[1, 2, 3]]))
+    _raises(ValueError, model.decode, torch.tensor([1, 2]), memory, must_contain=("tgt", "(B, L_tgt)", "(2)"))
+    _raises(
+        ValueError, model.decode, torch.tensor([[1, 2], [3, 4]]), memory, must_contain=("batch", "(2, 2)", "(1, 3, 12)")
+    )
