@@ -14,8 +14,10 @@ class TokenEmbedding(nn.Module):
     """Looks up a ``d_model``-vector per token id and scales it by ``sqrt(d_model)``.
 
     ``forward(tokens LongTensor (B, L)) -> (B, L, D)``. The paper multiplies by
-    ``sqrt(d_model)`` so the embeddings are not drowned by the positional encoding,
-    whose entries lie in ``[-1, 1]``.
+    ``sqrt(d_model)`` without giving a reason. The usual reading: the table is shared with
+    the output layer and initialised small (entries of size about ``1/sqrt(d_model)``),
+    and the factor brings the entries back to size about 1, comparable with the
+    positional encoding's ``[-1, 1]`` (notebook 03 measures this).
     """
 
     def __init__(self, vocab_size: int, d_model: int):

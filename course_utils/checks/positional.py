@@ -425,7 +425,7 @@ register_hints(
     [
         "In __init__, create self.embedding = nn.Embedding(vocab_size, d_model) and remember d_model.",
         "In forward, self.embedding(tokens) turns the (B, L) ids into (B, L, d_model) vectors.",
-        "The paper scales the looked-up vectors by sqrt(d_model) so they are not drowned by the "
-        "positional encoding, whose entries lie in [-1, 1].",
+        "The paper (section 3.4) multiplies the looked-up vectors by sqrt(d_model): one "
+        "multiplication of the (B, L, d_model) result, after the lookup.",
     ],
 )
