@@ -1,0 +1,229 @@
+"""Run every student notebook (``notebooks/NN_*.ipynb``) top to bottom, as a student who
+has written nothing yet would, and check that it fails only where it should.
+
+A student notebook passes when
+- the only errors are ``NotImplementedError`` (from the unfilled exercises);
+- the Colab set-up cell and every cell before the first exercise run without error, and
+  the set-up cell prints nothing (outside Colab it does nothing);
+- every cell that calls a ``check_*`` function prints a "not implemented yet" verdict
+  and raises nothing (checkers never raise).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import ipykernel.kernelspec
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from traitlets import default
+
+from course_utils import build
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CELL_TIMEOUT = 120  # seconds per cell
+
+CHECK_CALL = re.compile(r"^(?!\s*def\s).*\bcheck_\w+\s*\(", re.MULTILINE)
+NOT_IMPLEMENTED_VERDICT = re.compile(r"not implemented yet", re.IGNORECASE)
+
+
+class CurrentEnvKernelSpecManager(KernelSpecManager):
+    """Every kernel name means ipykernel in *this* Python (not whatever a user-level
+    ``python3`` kernelspec, which Jupyter looks up first, points to)."""
+
+    def get_kernel_spec(self, kernel_name):
+        return self.kernel_spec_class(
+            resource_dir=ipykernel.kernelspec.RESOURCES, **ipykernel.kernelspec.get_kernel_dict()
+        )
+
+
+class CurrentEnvKernelManager(AsyncKernelManager):
+    @default("kernel_spec_manager")
+    def _kernel_spec_manager_default(self):
+        return CurrentEnvKernelSpecManager(data_dir=self.data_dir)
+
+
+def execute(nb, cwd: Path):
+    """Run all cells of ``nb`` in place, errors allowed, in a kernel using ``sys.executable``."""
+    client = NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        kernel_manager_class=CurrentEnvKernelManager,
+        allow_errors=True,
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    env = dict(os.environ)
+    # The kernel imports this checkout's course_utils even when it isn't pip-installed.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # ipykernel picks its inline backend only when MPLBACKEND is unset; with Agg (as
+    # set for the tests) figures are never drawn, and a plotting error would go unseen.
+    env.pop("MPLBACKEND", None)
+    client.execute(env=env)
+    return nb
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def errors(cell) -> list[tuple[str, str]]:
+    """``(ename, evalue)`` of every error output of a cell."""
+    return [(o.ename, o.evalue) for o in cell.get("outputs", []) if o.output_type == "error"]
+
+
+def output_text(cell) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        parts.append(output.get("text", ""))
+        for mime in ("text/plain", "text/markdown", "text/html"):
+            parts.append(output.get("data", {}).get(mime, ""))
+    return "\n".join(parts)
+
+
+def is_exercise(cell) -> bool:
+    return cell.cell_type == "code" and all(s in cell.source for s in build.CODE_STUB)
+
+
+def is_check_cell(cell) -> bool:
+    return cell.cell_type == "code" and bool(CHECK_CALL.search(cell.source))
+
+
+def notebook_problems(nb) -> list[str]:
+    """What is wrong with an executed student notebook (empty list: nothing)."""
+    problems = []
+    cells = nb.cells
+
+    def where(i):
+        first = cells[i].source.strip().split("\n")[0][:60]
+        return f"cell {i} ({first!r})"
+
+    setup = [i for i, c in enumerate(cells) if build.SETUP_TAG in c.metadata.get("tags", [])]
+    if not setup:
+        problems.append(f"no cell tagged {build.SETUP_TAG}")
+    first_exercise = next((i for i, c in enumerate(cells) if is_exercise(c)), None)
+    if first_exercise is None:
+        problems.append("no exercise cell (`# YOUR CODE HERE` / `raise NotImplementedError()`)")
+
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        cell_errors = errors(cell)
+        for ename, evalue in cell_errors:
+            if ename != "NotImplementedError":
+                problems.append(f"{where(i)}: {ename}: {evalue}")
+            elif first_exercise is None or i < first_exercise:
+                problems.append(f"{where(i)}: NotImplementedError before the first exercise")
+        if i in setup and cell.get("outputs"):
+            problems.append(f"{where(i)}: the set-up cell printed something outside Colab")
+        if is_check_cell(cell):
+            if cell_errors:
+                problems.append(f"{where(i)}: a cell calling a checker raised {cell_errors[0][0]}")
+            elif not NOT_IMPLEMENTED_VERDICT.search(output_text(cell)):
+                problems.append(f"{where(i)}: calls a checker but printed no 'not implemented yet' verdict")
+    return problems
+
+
+# --------------------------------------------------------------------------- the classifier itself
+
+
+def executed(*cells):
+    """A notebook as if executed: ``cells`` are (source, outputs, tags)."""
+    nb = nbformat.v4.new_notebook()
+    for source, outputs, tags in cells:
+        cell = nbformat.v4.new_code_cell(source)
+        cell.outputs = [nbformat.v4.new_output(**o) for o in outputs]
+        if tags:
+            cell.metadata["tags"] = tags
+        nb.cells.append(cell)
+    return nb
+
+
+SETUP_OK = ("import sys", [], ["colab-setup"])
+EXERCISE = ("def f():\n    # YOUR CODE HERE\n    raise NotImplementedError()", [], None)
+NIE = {"output_type": "error", "ename": "NotImplementedError", "evalue": "", "traceback": []}
+NAME_ERROR = {"output_type": "error", "ename": "NameError", "evalue": "name 'f' is not defined", "traceback": []}
+VERDICT = {"output_type": "stream", "name": "stdout", "text": "check_f: not implemented yet.\n"}
+PASSED = {"output_type": "stream", "name": "stdout", "text": "check_f: passed.\n"}
+
+
+@pytest.mark.parametrize(
+    "cells, expected",
+    [
+        ((SETUP_OK, EXERCISE, ("check_f(f)", [VERDICT], None), ("f()", [NIE], None)), []),
+        ((SETUP_OK, EXERCISE, ("checks.check_f(f)", [VERDICT], None)), []),
+        ((SETUP_OK, EXERCISE, ("g(f)", [NAME_ERROR], None)), ["cell 2 ('g(f)'): NameError: name 'f' is not defined"]),
+        ((SETUP_OK, ("x = 1", [NAME_ERROR], None), EXERCISE), ["cell 1 ('x = 1'): NameError"]),
+        ((SETUP_OK, ("f()", [NIE], None), EXERCISE), ["cell 1 ('f()'): NotImplementedError before the first exercise"]),
+        ((("import sys", [NAME_ERROR], ["colab-setup"]), EXERCISE), ["cell 0 ('import sys'): NameError",
+                                                                    "the set-up cell printed something"]),
+        ((("import sys", [VERDICT], ["colab-setup"]), EXERCISE), ["the set-up cell printed something"]),
+        ((("import sys", [], None), EXERCISE), ["no cell tagged colab-setup"]),
+        ((SETUP_OK, ("f = 1", [], None)), ["no exercise cell"]),
+        ((SETUP_OK, EXERCISE, ("check_f(f)", [PASSED], None)), ["cell 2 ('check_f(f)'): calls a checker but printed no"]),
+        ((SETUP_OK, EXERCISE, ("check_f(f)", [NIE], None)), ["cell 2 ('check_f(f)'): a cell calling a checker raised NotImplementedError"]),
+        ((SETUP_OK, EXERCISE, ("check_f(f)", [VERDICT, NAME_ERROR], None)), ["NameError", "a cell calling a checker raised NameError"]),
+        # defining a checker is not calling one
+        ((SETUP_OK, ("def check_f(f):\n    pass", [], None), EXERCISE), []),
+    ],
+)
+def test_notebook_problems_classifies_outputs(cells, expected):
+    problems = notebook_problems(executed(*cells))
+    assert len(problems) == len(expected), problems
+    for problem, fragment in zip(problems, expected):
+        assert fragment in problem, (problem, fragment)
+
+
+def build_fixture(tmp_path: Path, folder: str):
+    solutions, notebooks = tmp_path / "solutions", tmp_path / "notebooks"
+    shutil.copytree(FIXTURES / folder, solutions)
+    assert build.main(["--solutions", str(solutions), "--notebooks", str(notebooks)]) == 0
+    (path,) = build.notebook_files(notebooks)
+    return path
+
+
+def test_fixture_student_notebook_fails_only_where_it_should(tmp_path):
+    path = build_fixture(tmp_path, "solutions")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import sys\nprint(sys.prefix)"))
+    execute(nb, path.parent)
+
+    assert notebook_problems(nb) == []
+    # the kernel ran in this environment
+    assert nb.cells[-1].outputs[0].text.strip() == sys.prefix
+    # ... and the run did hit the stubs: an exercise stub raised, and the checker said so
+    by_id = {cell.id: cell for cell in nb.cells}
+    assert errors(by_id["0a1b2c3d"]) == [("NotImplementedError", "")]
+    assert "pi = 3.1416" in output_text(by_id["0a1b2c3d"])
+    assert "check_mean: not implemented yet." in output_text(by_id["c4d5e6f7"])
+    assert by_id["colab-setup"].outputs == []
+
+
+def test_fixture_with_a_name_error_is_reported(tmp_path):
+    # The `def` line sits inside the solution block, so the student version defines nothing.
+    path = build_fixture(tmp_path, "solutions_bad")
+    nb = execute(nbformat.read(path, as_version=4), path.parent)
+    problems = notebook_problems(nb)
+    assert problems == [
+        "cell 5 ('check_double(double)'): NameError: name 'double' is not defined",
+        "cell 5 ('check_double(double)'): a cell calling a checker raised NameError",
+    ]
+
+
+# --------------------------------------------------------------------------- the repository
+
+NOTEBOOKS = build.notebook_files(REPO / "notebooks") if (REPO / "notebooks").is_dir() else []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_student_notebook_fails_only_on_exercises(path):
+    nb = execute(nbformat.read(path, as_version=4), path.parent)
+    problems = notebook_problems(nb)
+    assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
