@@ -1,3 +1,1010 @@
-"""Checkers (placeholder, being written)."""
+"""Checkers for notebook 04 (the encoder): ``LayerNorm``, ``FeedForward``,
+``EncoderLayer``, ``Encoder``.
 
-__all__: list[str] = []
+Each checker takes the student's *class* and builds its own instances with sizes that
+all differ (``B != L != D``, ``d_ff != D``, ``H != d_k``), in eval mode with
+``dropout=0.0``, and tests both ``norm_first`` settings. Learnable parameters are
+**randomised** first (a fresh ``LayerNorm`` has ``weight = 1`` and ``bias = 0``, which
+would hide a missing scale and shift, and two fresh norms are indistinguishable), then
+copied by name into the reference (``course_utils.LayerNorm`` etc.). Inputs go through
+with and without padding masks ``(B, 1, L)`` that differ per example. A wrong output is
+compared with the reference computed *with each catalogued mistake*; the first match is
+named (``CheckResult.mistake`` is the short catalogue name, the feedback says it in plain
+words). Sub-modules that are the student's own classes (their ``LayerNorm`` from above,
+say) are first compared with the reference on their own, so a bug there is not blamed on
+the layer. Dropout is checked separately: with ``dropout=0.5`` training mode must change
+the output and eval mode must give the reference's.
+
+Catalogue (``CheckResult.mistake``):
+
+* ``LayerNorm``: ``"unbiased variance"`` (divide by D - 1, also ``torch.std``),
+  ``"eps outside the square root"``, ``"wrong axis"``, ``"no learnable scale and shift"``
+  (also just one of them), ``"weight and bias swapped"``, ``"mean not subtracted"``,
+  ``"wrong default eps"``, ``"eps ignored"``, ``"missing parameter"``, ``"not a parameter"``,
+  ``"wrong parameter shape"``, ``"wrong initial values"``, ``"input modified in place"``.
+* ``FeedForward``: ``"missing submodule"``, ``"wrong submodule"``, ``"activation missing"``,
+  ``"activation after the second linear layer"``, ``"wrong activation"`` (GELU, SiLU, ...
+  instead of the paper's ReLU), ``"dropout missing"``, ``"dropout in wrong place"``,
+  ``"dropout ignores eval mode"``, ``"input modified in place"``.
+* ``EncoderLayer``: ``"missing submodule"``, ``"parameter names differ"``, ``"wrong
+  parameter shape"``, ``"wrong sub-module"``, ``"missing residual"``, ``"norm_first
+  ignored"``, ``"residual stream normalised"``, ``"mask not passed on"``, ``"feed-forward on
+  the layer input"``, ``"residual from the layer input"``, ``"sub-layers in wrong order"``,
+  ``"norms swapped"``, ``"same norm twice"``, ``"attention output not unpacked"``,
+  ``"dropout missing"``, ``"dropout ignores eval mode"``, ``"input modified in place"``.
+* ``Encoder``: ``"missing layers"``, ``"layers not registered"`` (a plain Python list),
+  ``"wrong container"``, ``"wrong number of layers"``, ``"layers shared"`` (one module
+  repeated, or parameters shared between layers), ``"norm_first not passed on"``,
+  ``"missing final norm"``, ``"final norm in post-norm"``, ``"unused final norm"``,
+  ``"final norm inside the loop"``, ``"mask not passed on"``, ``"only the last layer
+  applied"``, ``"only the first layer applied"``, ``"one layer applied repeatedly"``,
+  ``"layers not applied"``, ``"parameter names differ"``, ``"wrong parameter shape"``,
+  ``"wrong sub-module"``, ``"dropout missing"``, ``"dropout ignores eval mode"``,
+  ``"input modified in place"``.
+
+Layer and encoder outputs are compared with ``atol=1e-4`` (several sub-layers of float32
+rounding, in whatever order the student's code adds things up); every catalogued mistake
+differs by far more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..encoder import Encoder, EncoderLayer
+from ..layers import FeedForward, LayerNorm
+from ..multihead import MultiHeadAttention
+from ._core import (
+    Mistake,
+    StudentError,
+    call_student,
+    check_unchanged,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    matches,
+    randint,
+    register_hints,
+    require_module_class,
+    student_line,
+)
+
+__all__ = ["check_layer_norm", "check_feed_forward", "check_encoder_layer", "check_encoder"]
+
+_ATOL = 1e-4  # whole layers and stacks; LayerNorm and FeedForward use expect_close's 1e-5
+_P = 0.5  # dropout probability of the training-mode checks
+
+# the checker that tests each reference class, for "fix that one first" messages
+_CHECK_OF = {
+    LayerNorm: "check_layer_norm",
+    FeedForward: "check_feed_forward",
+    MultiHeadAttention: "check_multi_head_attention",
+    EncoderLayer: "check_encoder_layer",
+}
+
+
+# ---------------------------------------------------------------- shared helpers
+def _dims() -> tuple[int, int, int, int, int, int]:
+    """``B, L, D, H, d_k, d_ff`` with ``D = H * d_k``, ``H != d_k`` and all of ``B, L, D,
+    H, d_ff`` different (so a mixed-up axis shows as a wrong shape or wrong values)."""
+    while True:
+        B, L, H, d_k = randint(2, 4), randint(5, 9), randint(2, 3), randint(3, 6)
+        D = H * d_k
+        d_ff = randint(D + 3, 2 * D + 5)
+        if H != d_k and len({B, L, D, H, d_ff}) == 5:
+            return B, L, D, H, d_k, d_ff
+
+
+def _padding_mask(B: int, L: int) -> Tensor:
+    """``(B, 1, L)``, ``True`` on each example's first ``length`` positions; example 0
+    is full, example 1 padded, so the lengths always differ between examples."""
+    lengths = torch.randint(1, L, (B,))  # (B,) each < L: padded
+    lengths[0] = L
+    lengths[1] = randint(1, L - 2)
+    return (torch.arange(L) < lengths[:, None]).unsqueeze(1)  # (B, 1, L)
+
+
+def _names(items: list[str], limit: int = 6) -> str:
+    shown = ", ".join(f"`{n}`" for n in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _randomise(module: nn.Module) -> None:
+    """Give every learnable parameter random values (each shared tensor once): matrices
+    ~ N(0, 1/fan_in), norm scales (1-D ``weight``) around 1, biases and shifts around 0."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn_like(p) / math.sqrt(p.size(-1)))
+            elif name.split(".")[-1] == "weight":
+                p.copy_(1 + 0.5 * torch.randn_like(p))
+            else:
+                p.copy_(0.5 * torch.randn_like(p))
+
+
+def _load_reference(ref: nn.Module, model: nn.Module, what: str) -> None:
+    """Copy the student's (randomised) parameters into the reference, by the reference's
+    names. Extra entries on the student's side (aliases, an nn.Sequential holding the same
+    layers) are ignored; a missing or mis-shaped one is reported in plain words."""
+    theirs = model.state_dict()
+    wanted = ref.state_dict()
+    missing = [k for k in wanted if k not in theirs]
+    if missing:
+        extra = [k for k in theirs if k not in wanted]
+        fail(
+            f"the check copies your {what}'s parameters into the reference by name, and yours has "
+            f"no {_names(missing)}" + (f" (it has {_names(extra)} instead)" if extra else "")
+            + ". Build it from the course's pieces with the contract's names (MultiHeadAttention "
+            "with w_q, w_k, w_v, w_o; FeedForward with linear1, linear2; LayerNorm with weight, "
+            "bias: yours from above, or `from course_utils import ...`).",
+            mistake="parameter names differ",
+        )
+    wrong = [k for k, v in wanted.items() if tuple(theirs[k].shape) != tuple(v.shape)]
+    if wrong:
+        k = wrong[0]
+        fail(
+            f"your {what}'s `{k}` has shape {describe_shape(theirs[k])}, expected "
+            f"{describe_shape(wanted[k])}: check the sizes passed to that sub-module.",
+            mistake="wrong parameter shape",
+        )
+    ref.load_state_dict({k: theirs[k] for k in wanted})
+
+
+def _verify_part(path: str, part: nn.Module, ref_part: nn.Module, args: tuple[Any, ...], what: str) -> None:
+    """A sub-module of the student's own class must give the reference's numbers on its
+    own (same parameters), so that a bug in it is not blamed on the layer using it."""
+    if type(part) is type(ref_part):
+        return
+    kind = type(ref_part).__name__
+    with torch.no_grad():
+        expected = ref_part(*args)
+        got = call_student(part, *args, context=f"running your {what}'s `{path}` ({type(part).__name__}) on its own")
+    if isinstance(expected, tuple):  # attention: compare the output, not the weights
+        expected = expected[0]
+        got = got[0] if isinstance(got, (tuple, list)) and len(got) > 0 else got
+    if not matches(got, expected, atol=_ATOL):
+        fail(
+            f"your {what}'s `{path}` is your own class {type(part).__name__}, and it does not give the "
+            f"same numbers as course_utils.{kind} with the same parameters. Fix it first "
+            f"({_CHECK_OF.get(type(ref_part), 'its checker')}({type(part).__name__})), or build the "
+            f"{what} from the reference: `from course_utils import {kind}`.",
+            mistake="wrong sub-module",
+        )
+
+
+def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str, attention: bool = False) -> Any:
+    with torch.no_grad():
+        try:
+            return call_student(model, *args, context=f"running forward ({case})")
+        except StudentError as err:
+            exc = err.exc
+            if attention and isinstance(exc, (TypeError, AttributeError)) and "tuple" in str(exc):
+                line = student_line(exc)
+                fail(
+                    f"your forward raised {type(exc).__name__} ({case}): {str(exc).strip().splitlines()[0]}"
+                    + (f"\n    at {line}" if line else "")
+                    + "\n    MultiHeadAttention returns a pair (output, weights): take the output, "
+                    "`self.self_attn(x, x, x, mask)[0]`, before adding it to the residual.",
+                    mistake="attention output not unpacked",
+                )
+            raise
+
+
+def _check_dropout(
+    build: Callable[[float], nn.Module],
+    make_ref: Callable[[], nn.Module],
+    args: tuple[Tensor, ...],
+    what: str,
+    missing_advice: str,
+    eval_advice: str,
+    load: Callable[[nn.Module, nn.Module], None],
+    on_output: Callable[[Tensor, Tensor], None] | None = None,
+) -> None:
+    """With ``dropout = _P``: training mode must change the output, eval mode must give
+    the reference's (with the same random parameters) every time."""
+    model = build(_P)
+    _randomise(model)
+    ref = make_ref().eval()
+    load(ref, model)
+    with torch.no_grad():
+        expected = ref(*args)
+    model.eval()
+    case = f"eval mode, dropout={_P}"
+    first = _forward(model, tuple(a.clone() for a in args), case, attention=True)
+    again = _forward(model, tuple(a.clone() for a in args), case, attention=True)
+    comparable = isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape
+    if comparable and not torch.equal(first, again):
+        fail(
+            f"in eval mode your {what} gives a different output every call ({case}): dropout is "
+            f"still active. {eval_advice}",
+            mistake="dropout ignores eval mode",
+        )
+    expect_close("output", first, expected, case=case, atol=_ATOL)
+    model.train()
+    case = f"training mode, dropout={_P}"
+    got = _forward(model, tuple(a.clone() for a in args), case, attention=True)
+    if not isinstance(got, Tensor) or got.shape != expected.shape:
+        fail(f"output ({case}) should be a tensor of shape {describe_shape(expected)}, got {describe_shape(got)}.")
+    if matches(got, expected, atol=_ATOL):
+        fail(
+            f"with dropout={_P} in training mode your {what} gives exactly the eval-mode output: no "
+            f"dropout is applied. {missing_advice}",
+            mistake="dropout missing",
+        )
+    if on_output is not None:
+        on_output(got, expected)
+
+
+# ---------------------------------------------------------------- LayerNorm
+def _ln(
+    x: Tensor,
+    w: Tensor | None,
+    b: Tensor | None,
+    eps: float,
+    *,
+    dims: tuple[int, ...] = (-1,),
+    correction: int = 0,
+    eps_outside: bool = False,
+    center: bool = True,
+    rms: bool = False,
+    swap: bool = False,
+) -> Tensor:
+    """Layer norm with (at most) one deliberate mistake; the defaults are correct.
+    ``w`` / ``b`` ``None`` leave out the scale / the shift."""
+    mean = x.mean(dim=dims, keepdim=True)  # (..., 1)
+    var = (x * x).mean(dim=dims, keepdim=True) if rms else x.var(dim=dims, keepdim=True, correction=correction)
+    xc = x - mean if center else x  # (B, L, D)
+    denom = var.sqrt() + eps if eps_outside else (var + eps).sqrt()  # (..., 1)
+    y = xc / denom  # (B, L, D)
+    if swap:
+        w, b = b, w
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y
+
+
+def _ln_mistakes(x: Tensor, w: Tensor, b: Tensor, eps: float, default: bool) -> list[Mistake]:
+    out: list[Mistake] = [
+        (
+            "unbiased variance",
+            "you used the unbiased variance (dividing by D - 1, the default of torch.var and "
+            "torch.std). Layer norm uses the biased one, the plain mean of the squared deviations: "
+            "x.var(dim=-1, unbiased=False), or ((x - mean) ** 2).mean(-1).",
+            lambda: _ln(x, w, b, eps, correction=1),
+        ),
+        (
+            "unbiased variance",
+            "you divided by x.std(...) + eps: torch.std is unbiased (divides by D - 1) and eps "
+            "belongs inside the square root. Use (x - mean) / torch.sqrt(var + eps) with "
+            "var = x.var(dim=-1, unbiased=False).",
+            lambda: _ln(x, w, b, eps, correction=1, eps_outside=True),
+        ),
+        (
+            "eps outside the square root",
+            "eps is added after the square root, sqrt(var) + eps; it goes inside: "
+            "sqrt(var + eps). The difference shows on rows with a tiny variance.",
+            lambda: _ln(x, w, b, eps, eps_outside=True),
+        ),
+        (
+            "no learnable scale and shift",
+            "the output is normalised but never scaled and shifted: multiply by self.weight and "
+            "add self.bias at the end (they start at ones and zeros, so a fresh layer hides this; "
+            "the check uses random values).",
+            lambda: _ln(x, None, None, eps),
+        ),
+        (
+            "no learnable scale and shift",
+            "the output is scaled by self.weight but self.bias is never added.",
+            lambda: _ln(x, w, None, eps),
+        ),
+        (
+            "no learnable scale and shift",
+            "self.bias is added but the output is never multiplied by self.weight.",
+            lambda: _ln(x, None, b, eps),
+        ),
+        (
+            "weight and bias swapped",
+            "weight and bias are swapped: multiply by self.weight (the scale) and add self.bias "
+            "(the shift), y = x_hat * weight + bias.",
+            lambda: _ln(x, w, b, eps, swap=True),
+        ),
+        (
+            "mean not subtracted",
+            "the mean is never subtracted: normalise x - mean, not x.",
+            lambda: _ln(x, w, b, eps, center=False),
+        ),
+        (
+            "mean not subtracted",
+            "you divided by the root mean square of x without subtracting the mean (that is "
+            "RMSNorm, a later variant); layer norm centres first: (x - mean) / sqrt(var + eps).",
+            lambda: _ln(x, w, b, eps, center=False, rms=True),
+        ),
+    ]
+    axes = {0: "the batch axis (0)", 1: "the position axis (1, or -2)"}
+    for dims, where in (
+        ((0,), axes[0]),
+        ((1,), axes[1]),
+        ((0, 1), "the batch and position axes"),
+        ((1, 2), "a whole sequence (axes 1 and 2)"),
+        ((0, 1, 2), "the whole tensor"),
+    ):
+        out.append(
+            (
+                "wrong axis",
+                f"the mean and variance were taken over {where}; layer norm normalises each "
+                "position's own D features: dim=-1, keepdim=True.",
+                lambda dims=dims: _ln(x, w, b, eps, dims=dims),
+            )
+        )
+    for other in (1e-6, 1e-8, 1e-12, 0.0, 1e-5, 1e-3):
+        if other == eps:
+            continue
+        if default:
+            out.append(
+                (
+                    "wrong default eps",
+                    f"your default eps seems to be {other:g}; the contract (and nn.LayerNorm) uses "
+                    "eps=1e-5: def __init__(self, d_model, eps=1e-5).",
+                    lambda other=other: _ln(x, w, b, other),
+                )
+            )
+        else:
+            out.append(
+                (
+                    "eps ignored",
+                    f"LayerNorm(d_model, eps={eps:.3g}) behaves as if eps were {other:g}: store the "
+                    "eps argument (self.eps = eps) and use it in forward.",
+                    lambda other=other: _ln(x, w, b, other),
+                )
+            )
+    return out
+
+
+def _ln_inputs(B: int, L: int, D: int) -> Tensor:
+    """``(B, L, D)`` rows with very different scales and offsets, including rows whose
+    variance is about eps=1e-5 (there eps inside or outside the root differs)."""
+    scale = torch.exp(torch.empty(B, L, 1).uniform_(math.log(1e-3), math.log(3.0)))  # (B, L, 1)
+    scale[0, 0], scale[-1, -1] = 2e-3, 5e-3
+    offset = 2 * torch.randn(B, L, 1)  # (B, L, 1): the mean matters
+    return scale * (torch.randn(B, L, D) + offset)  # (B, L, D)
+
+
+def _ln_params(model: nn.Module, D: int) -> tuple[nn.Parameter, nn.Parameter]:
+    registered = dict(model.named_parameters())
+    found = {}
+    missing = []
+    for n in ("weight", "bias"):
+        attr = getattr(model, n, None)
+        if isinstance(attr, nn.Parameter) and n in registered:
+            found[n] = attr
+        elif isinstance(attr, Tensor):
+            fail(
+                f"`{n}` is a plain tensor, not an nn.Parameter, so it would never be trained: "
+                f"self.{n} = nn.Parameter(torch.{'ones' if n == 'weight' else 'zeros'}(d_model)).",
+                mistake="not a parameter",
+            )
+        else:
+            missing.append(n)
+    if missing and not registered:
+        fail(
+            "your LayerNorm has no learnable parameters: after normalising, the layer scales "
+            "and shifts each feature with self.weight = nn.Parameter(torch.ones(d_model)) and "
+            "self.bias = nn.Parameter(torch.zeros(d_model)).",
+            mistake="no learnable scale and shift",
+        )
+    if missing:
+        fail(
+            f"LayerNorm needs two learnable parameters named weight and bias (as nn.LayerNorm); "
+            f"missing: {', '.join(missing)}. Yours are called {_names(list(registered))}.",
+            mistake="missing parameter",
+        )
+    for n, p in found.items():
+        if tuple(p.shape) != (D,):
+            fail(
+                f"`{n}` has shape {describe_shape(p)}, expected (d_model,) = ({D},): one value per feature.",
+                mistake="wrong parameter shape",
+            )
+    if not (bool((found["weight"] == 1).all()) and bool((found["bias"] == 0).all())):
+        fail(
+            "a fresh LayerNorm should start with weight = ones and bias = zeros (so at first it "
+            "only normalises): torch.ones(d_model) and torch.zeros(d_model).",
+            mistake="wrong initial values",
+        )
+    return found["weight"], found["bias"]
+
+
+def _ln_case(model: nn.Module, w: Tensor, b: Tensor, eps: float, x: Tensor, case: str, default: bool) -> None:
+    x0 = x.clone()
+    got = _forward(model, (x,), case)
+    check_unchanged(["x"], [x], [x0], case)
+    w0, b0 = w.detach().clone(), b.detach().clone()
+    expected = _ln(x0, w0, b0, eps)  # (B, L, D)
+    expect_close("output", got, expected, _ln_mistakes(x0, w0, b0, eps, default), case=case)
+
+
+@checker("LayerNorm")
+def check_layer_norm(cls: Any) -> str:
+    require_module_class(cls, "LayerNorm")
+    B, L, D, _H, _d_k, _d_ff = _dims()
+    model = call_student(cls, D, context=f"constructing LayerNorm(d_model={D})")
+    if not isinstance(model, nn.Module):
+        fail("LayerNorm should subclass nn.Module.", mistake="not a class")
+    w, b = _ln_params(model, D)
+    model.eval()
+    _randomise(model)  # ones and zeros would hide a missing (or swapped) scale and shift
+    for shape in ((B, L, D), (L, B, D)):
+        case = f"x of shape {describe_shape(torch.empty(shape))}, default eps, random weight and bias"
+        _ln_case(model, w, b, 1e-5, _ln_inputs(*shape), case, default=True)
+
+    eps = round(float(torch.empty(()).uniform_(0.1, 0.5)), 2)
+    model = call_student(cls, D, eps, context=f"constructing LayerNorm(d_model={D}, eps={eps})")
+    w, b = _ln_params(model, D)
+    model.eval()
+    _randomise(model)
+    case = f"x of shape ({B}, {L}, {D}), eps={eps}"
+    _ln_case(model, w, b, eps, _ln_inputs(B, L, D), case, default=False)
+    return "default and large eps, rows of tiny and large variance, random weight and bias"
+
+
+# ---------------------------------------------------------------- FeedForward
+_ACTIVATIONS: tuple[tuple[str, Callable[[Tensor], Tensor]], ...] = (
+    ("GELU", F.gelu),
+    ("GELU (tanh approximation)", lambda h: F.gelu(h, approximate="tanh")),
+    ("SiLU (swish)", F.silu),
+    ("tanh", torch.tanh),
+    ("sigmoid", torch.sigmoid),
+    ("LeakyReLU", F.leaky_relu),
+    ("ELU", F.elu),
+)
+
+
+def _ff_linears(model: nn.Module, D: int, d_ff: int) -> tuple[nn.Linear, nn.Linear]:
+    found = {n: getattr(model, n, None) for n in ("linear1", "linear2")}
+    missing = [n for n, m in found.items() if not isinstance(m, nn.Module)]
+    if missing:
+        children = [n for n, _ in model.named_children()]
+        fail(
+            "FeedForward needs two submodules, linear1 = nn.Linear(d_model, d_ff) and linear2 = "
+            f"nn.Linear(d_ff, d_model); missing: {', '.join(missing)}"
+            + (f" (yours: {_names(children)})" if children else "")
+            + ". An nn.Sequential is fine as long as the two layers are also self.linear1 and self.linear2.",
+            mistake="missing submodule",
+        )
+    for n, (i, o) in (("linear1", (D, d_ff)), ("linear2", (d_ff, D))):
+        m = found[n]
+        if not isinstance(m, nn.Linear):
+            fail(f"`{n}` should be an nn.Linear, got {type(m).__name__}.", mistake="wrong submodule")
+        if (m.in_features, m.out_features) != (i, o):
+            fail(
+                f"`{n}` should be nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}) = "
+                f"nn.Linear({i}, {o}), got nn.Linear({m.in_features}, {m.out_features}): the network "
+                "widens D to d_ff, then narrows back to D.",
+                mistake="wrong submodule",
+            )
+        if m.bias is None:
+            fail(f"`{n}` has no bias: keep nn.Linear's default bias=True.", mistake="wrong submodule")
+    return found["linear1"], found["linear2"]  # type: ignore[return-value]
+
+
+def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear) -> list[Mistake]:
+    h = l1(x)  # (B, L, d_ff)
+    out: list[Mistake] = [
+        (
+            "activation missing",
+            "there is no activation between the two linear layers, so together they are just one "
+            "linear map: apply ReLU to linear1's output, linear2(relu(linear1(x))).",
+            lambda: l2(h),
+        ),
+        (
+            "activation after the second linear layer",
+            "ReLU is applied after linear2 instead of between the layers: "
+            "linear2(relu(linear1(x))), with nothing after linear2.",
+            lambda: F.relu(l2(h)),
+        ),
+        (
+            "activation after the second linear layer",
+            "ReLU is applied between the layers (right) and again after linear2 (wrong): the "
+            "output must be able to go negative, return linear2(relu(linear1(x))).",
+            lambda: F.relu(l2(F.relu(h))),
+        ),
+    ]
+    for name, act in _ACTIVATIONS:
+        out.append(
+            (
+                "wrong activation",
+                f"you used {name} between the layers; the paper (and this course) uses ReLU, "
+                "max(0, x): torch.relu or nn.ReLU().",
+                lambda act=act: l2(act(h)),
+            )
+        )
+    return out
+
+
+@checker("FeedForward")
+def check_feed_forward(cls: Any) -> str:
+    require_module_class(cls, "FeedForward")
+    B, L, D, _H, _d_k, d_ff = _dims()
+    what = f"FeedForward(d_model={D}, d_ff={d_ff}"
+    model = call_student(cls, D, d_ff, 0.0, context=f"constructing {what}, dropout=0.0)")
+    if not isinstance(model, nn.Module):
+        fail("FeedForward should subclass nn.Module.", mistake="not a class")
+    _ff_linears(model, D, d_ff)
+    model.eval()
+    _randomise(model)  # biases around 0: ReLU keeps some hidden units and drops others
+
+    def load(ref: nn.Module, student: nn.Module) -> None:
+        l1, l2 = _ff_linears(student, D, d_ff)
+        ref.linear1.load_state_dict(l1.state_dict())
+        ref.linear2.load_state_dict(l2.state_dict())
+
+    ref = FeedForward(D, d_ff).eval()
+    load(ref, model)
+    for shape in ((B, L, D), (L, B, D)):
+        x = torch.randn(shape)
+        x0 = x.clone()
+        case = f"x of shape {describe_shape(x)}, d_ff={d_ff}"
+        got = _forward(model, (x,), case)
+        check_unchanged(["x"], [x], [x0], case)
+        with torch.no_grad():
+            expected = ref(x0)  # (B, L, D)
+            mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2)
+            expect_close("output", got, expected, mistakes, case=case)
+
+    def dropout_on_output(got: Tensor, expected: Tensor) -> None:
+        zero = torch.isclose(got, torch.zeros_like(got), atol=1e-6)
+        kept = torch.isclose(got, expected / (1 - _P), atol=1e-5, rtol=1e-4)
+        if bool((zero | kept).all()):
+            fail(
+                "dropout is applied to the output of linear2; the reference applies it to the "
+                "hidden activations, linear2(dropout(relu(linear1(x)))) (the encoder layer adds its "
+                "own dropout on the output).",
+                mistake="dropout in wrong place",
+            )
+
+    x = torch.randn(B, L, D)
+    _check_dropout(
+        lambda p: call_student(cls, D, d_ff, p, context=f"constructing {what}, dropout={p})"),
+        lambda: FeedForward(D, d_ff),
+        (x,),
+        "FeedForward",
+        "Create nn.Dropout(dropout) in __init__ and apply it to relu(linear1(x)) before linear2.",
+        "Use the module nn.Dropout (or F.dropout(h, p, training=self.training)) so that "
+        "model.eval() switches it off.",
+        load,
+        dropout_on_output,
+    )
+    return "two input shapes, random weights, dropout in training and eval mode"
+
+
+# ---------------------------------------------------------------- EncoderLayer
+_LAYER_PARTS = {"self_attn": MultiHeadAttention, "feed_forward": FeedForward, "norm1": LayerNorm, "norm2": LayerNorm}
+
+
+def _require_parts(model: nn.Module, parts: dict[str, type], what: str) -> None:
+    missing = [n for n in parts if not isinstance(getattr(model, n, None), nn.Module)]
+    if missing:
+        children = [n for n, _ in model.named_children()]
+        fail(
+            f"{what} needs the submodules {', '.join(parts)} (the check copies parameters by "
+            f"these names); missing: {', '.join(missing)}" + (f". Yours: {_names(children)}." if children else "."),
+            mistake="missing submodule",
+        )
+
+
+def _layer_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
+    """What ``ref`` (an EncoderLayer with the student's parameters) returns with each
+    catalogued mistake, as ``(name, diagnosis, zero-argument callable)``."""
+    N1, N2, FF = ref.norm1, ref.norm2, ref.feed_forward
+
+    def A(h: Tensor, m: Tensor | None = mask) -> Tensor:
+        return ref.self_attn(h, h, h, m)[0]  # (B, L, D)
+
+    def no_mask(h: Tensor) -> Tensor:
+        return A(h, None)
+
+    def post(first: Callable, second: Callable, n_a: nn.Module, n_b: nn.Module) -> Tensor:
+        y = n_a(x + first(x))  # (B, L, D)
+        return n_b(y + second(y))
+
+    def pre(first: Callable, second: Callable, n_a: nn.Module, n_b: nn.Module) -> Tensor:
+        y = x + first(n_a(x))  # (B, L, D)
+        return y + second(n_b(y))
+
+    # the same wording for both settings; only the formulas differ
+    swapped = ("norms swapped", "norm1 and norm2 are swapped: norm1 goes with self-attention, "
+               "norm2 with the feed-forward sub-layer (they learn different scales).")
+    twice = "the same norm is used for both sub-layers: norm1 for self-attention, norm2 for the feed-forward sub-layer."
+    order = ("the feed-forward sub-layer runs before self-attention; the order is self-attention "
+             "(with norm1) first, then feed-forward (with norm2).")
+    out: list[Mistake] = []
+    if norm_first:
+        def no_attn_residual() -> Tensor:
+            y = A(N1(x))  # (B, L, D)
+            return y + FF(N2(y))
+
+        def stream_normalised() -> Tensor:
+            h = N1(x)
+            h = h + A(h)
+            h = N2(h)
+            return h + FF(h)
+
+        if mask is not None:
+            out.append(("mask not passed on", "the mask has no effect: pass it on to the attention, "
+                        "self.self_attn(h, h, h, mask).", lambda: pre(no_mask, FF, N1, N2)))
+        out += [
+            ("missing residual", "the attention sub-layer has no residual connection: x = x + "
+             "self_attn(norm1(x), ...), not x = self_attn(...).", no_attn_residual),
+            ("missing residual", "the feed-forward sub-layer has no residual connection: return "
+             "x + feed_forward(norm2(x)), not just feed_forward(...).", lambda: FF(N2(x + A(N1(x))))),
+            ("missing residual", "neither sub-layer has a residual connection: each one adds its "
+             "result to its input, x = x + sublayer(norm(x)).", lambda: FF(N2(A(N1(x))))),
+            ("norm_first ignored", "with norm_first=True your layer computes post-norm, "
+             "norm(x + sublayer(x)); pre-norm normalises the sub-layer's input instead: "
+             "x + sublayer(norm(x)). Branch on self.norm_first.", lambda: post(A, FF, N1, N2)),
+            ("residual stream normalised", "the residual stream itself was normalised (x = "
+             "norm1(x); x = x + self_attn(x, ...)): in pre-norm only the sub-layer's input is "
+             "normalised, x = x + self_attn(norm1(x), ...), so x keeps flowing unnormalised.",
+             stream_normalised),
+            ("feed-forward on the layer input", "the feed-forward sub-layer reads the layer's input "
+             "x instead of the attention block's output: update x after attention, then "
+             "x = x + feed_forward(norm2(x)).", lambda: x + A(N1(x)) + FF(N2(x))),
+            ("feed-forward on the layer input", "the attention result is never used: the output "
+             "only contains x + feed_forward(norm2(x)). Feed the attention block's output on to "
+             "the feed-forward block.", lambda: x + FF(N2(x))),
+            ("residual from the layer input", "the feed-forward block adds its result to the "
+             "layer's input x instead of the attention block's output: y = x + attn(...); "
+             "return y + feed_forward(norm2(y)).", lambda: x + FF(N2(x + A(N1(x))))),
+            ("sub-layers in wrong order", order, lambda: pre(FF, A, N1, N2)),
+            ("sub-layers in wrong order", order, lambda: pre(FF, A, N2, N1)),
+            (*swapped, lambda: pre(A, FF, N2, N1)),
+            ("same norm twice", twice, lambda: pre(A, FF, N1, N1)),
+            ("same norm twice", twice, lambda: pre(A, FF, N2, N2)),
+        ]
+    else:
+        def no_attn_residual_post() -> Tensor:
+            y = N1(A(x))  # (B, L, D)
+            return N2(y + FF(y))
+
+        if mask is not None:
+            out.append(("mask not passed on", "the mask has no effect: pass it on to the attention, "
+                        "self.self_attn(x, x, x, mask).", lambda: post(no_mask, FF, N1, N2)))
+        out += [
+            ("missing residual", "the attention sub-layer has no residual connection: "
+             "norm1(x + self_attn(x, x, x, mask)[0]), not norm1(self_attn(...)).", no_attn_residual_post),
+            ("missing residual", "the feed-forward sub-layer has no residual connection: "
+             "norm2(x + feed_forward(x)), not norm2(feed_forward(x)).", lambda: N2(FF(N1(x + A(x))))),
+            ("missing residual", "neither sub-layer has a residual connection: each one is "
+             "norm(x + sublayer(x)).", lambda: N2(FF(N1(A(x))))),
+            ("norm_first ignored", "with norm_first=False your layer computes pre-norm, "
+             "x + sublayer(norm(x)); the paper's post-norm is norm(x + sublayer(x)). Branch on "
+             "self.norm_first.", lambda: pre(A, FF, N1, N2)),
+            ("feed-forward on the layer input", "the feed-forward sub-layer reads the layer's input "
+             "x instead of the attention block's output: x = norm1(x + attn); then "
+             "norm2(x + feed_forward(x)).", lambda: N2(N1(x + A(x)) + FF(x))),
+            ("feed-forward on the layer input", "the attention result is never used: the output "
+             "is norm2(x + feed_forward(x)) of the layer's input. Feed the attention block's "
+             "output on to the feed-forward block.", lambda: N2(x + FF(x))),
+            ("residual from the layer input", "the feed-forward block adds its result to the "
+             "layer's input x instead of the attention block's output: y = norm1(x + attn); "
+             "return norm2(y + feed_forward(y)).", lambda: N2(x + FF(N1(x + A(x))))),
+            ("sub-layers in wrong order", order, lambda: post(FF, A, N1, N2)),
+            ("sub-layers in wrong order", order, lambda: post(FF, A, N2, N1)),
+            (*swapped, lambda: post(A, FF, N2, N1)),
+            ("same norm twice", twice, lambda: post(A, FF, N1, N1)),
+            ("same norm twice", twice, lambda: post(A, FF, N2, N2)),
+        ]
+    return out
+
+
+def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
+    args = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={norm_first}"
+    model = call_student(cls, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing EncoderLayer({args})")
+    if not isinstance(model, nn.Module):
+        fail("EncoderLayer should subclass nn.Module.", mistake="not a class")
+    _require_parts(model, _LAYER_PARTS, "EncoderLayer")
+    return model
+
+
+def _verify_layer_parts(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor, what: str) -> None:
+    heads = getattr(model.self_attn, "num_heads", None)
+    if isinstance(heads, int) and heads != ref.self_attn.num_heads:
+        fail(
+            f"your {what}'s self_attn has num_heads={heads}, but the layer was built with "
+            f"num_heads={ref.self_attn.num_heads}: pass num_heads on, MultiHeadAttention(d_model, "
+            "num_heads, dropout).",
+            mistake="wrong sub-module",
+        )
+    with torch.no_grad():
+        y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
+    _verify_part("norm1", model.norm1, ref.norm1, (x,), what)
+    _verify_part("norm2", model.norm2, ref.norm2, (x,), what)
+    _verify_part("feed_forward", model.feed_forward, ref.feed_forward, (y,), what)
+    _verify_part("self_attn", model.self_attn, ref.self_attn, (y, y, y, mask), what)
+
+
+@checker("EncoderLayer")
+def check_encoder_layer(cls: Any) -> str:
+    require_module_class(cls, "EncoderLayer")
+    B, L, D, H, _d_k, d_ff = _dims()
+    sizes = f"d_model={D}, num_heads={H}, d_ff={d_ff}"
+    for norm_first in (False, True):
+        model = _build_layer(cls, D, H, d_ff, 0.0, norm_first)
+        model.eval()
+        _randomise(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
+        ref = EncoderLayer(D, H, d_ff, 0.0, norm_first).eval()
+        _load_reference(ref, model, "EncoderLayer")
+        x = torch.randn(B, L, D)
+        mask = _padding_mask(B, L)
+        _verify_layer_parts(model, ref, x, mask, "EncoderLayer")
+        for m in (None, mask):
+            x0 = x.clone()
+            args = (x,) if m is None else (x, m)
+            case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}, " + (
+                "no mask" if m is None else f"padding mask {describe_shape(m)}"
+            )
+            got = _forward(model, args, case, attention=True)
+            check_unchanged(["x", "mask"], args, [x0, m], case)
+            with torch.no_grad():
+                expected = ref(x0, m)  # (B, L, D)
+                expect_close("output", got, expected, _layer_mistakes(ref, x0, m, norm_first), case=case, atol=_ATOL)
+
+    mask = _padding_mask(B, L)
+    _check_dropout(
+        lambda p: _build_layer(cls, D, H, d_ff, p, False),
+        lambda: EncoderLayer(D, H, d_ff, 0.0, False),
+        (torch.randn(B, L, D), mask),
+        "EncoderLayer",
+        "Pass dropout on to the sub-layers and apply nn.Dropout(dropout) to each sub-layer's "
+        "output before adding it to the residual.",
+        "Use nn.Dropout modules (or F.dropout(..., training=self.training)) so that model.eval() "
+        "switches them off.",
+        lambda ref, model: _load_reference(ref, model, "EncoderLayer"),
+    )
+    return "post-norm and pre-norm, with and without padding masks, random weights and norms, dropout"
+
+
+# ---------------------------------------------------------------- Encoder
+def _encoder_structure(model: nn.Module, num_layers: int, norm_first: bool) -> nn.ModuleList:
+    layers = getattr(model, "layers", None)
+    if layers is None:
+        fail(
+            "your Encoder has no `layers`: keep the stack in self.layers = nn.ModuleList([...]) "
+            "with one EncoderLayer per layer.",
+            mistake="missing layers",
+        )
+    if isinstance(layers, (list, tuple)):
+        fail(
+            f"`layers` is a plain Python {type(layers).__name__}, so PyTorch does not register the "
+            "layers: their parameters are not in model.parameters() (never trained), and neither "
+            ".to(device) nor .eval() reaches them. Wrap it: self.layers = nn.ModuleList([...]).",
+            mistake="layers not registered",
+        )
+    if not isinstance(layers, nn.ModuleList):
+        fail(
+            f"`layers` should be an nn.ModuleList, got {type(layers).__name__}: forward calls each "
+            "layer with the mask, layer(x, mask), which nn.Sequential cannot do.",
+            mistake="wrong container",
+        )
+    if len(layers) != num_layers:
+        fail(
+            f"Encoder(num_layers={num_layers}, ...) has {len(layers)} layers in `layers`, expected {num_layers}.",
+            mistake="wrong number of layers",
+        )
+    if len({id(layer) for layer in layers}) < len(layers):
+        fail(
+            f"the same EncoderLayer object appears several times in `layers` (e.g. [layer] * "
+            f"{num_layers}, or appending one layer in a loop), so all layers share one set of "
+            "weights. Build a new EncoderLayer for every position: nn.ModuleList([EncoderLayer(...) "
+            "for _ in range(num_layers)]).",
+            mistake="layers shared",
+        )
+    owner: dict[int, tuple[int, str]] = {}
+    for i, layer in enumerate(layers):
+        for name, p in layer.named_parameters():
+            ptr = p.data_ptr()
+            if ptr in owner and owner[ptr][0] != i:
+                j, other = owner[ptr]
+                fail(
+                    f"layers {j} and {i} share a parameter (`layers.{j}.{other}` is `layers.{i}.{name}`): "
+                    "every layer needs its own sub-modules. Construct them inside EncoderLayer "
+                    "(or deep-copy whole layers), not once outside and passed in.",
+                    mistake="layers shared",
+                )
+            owner.setdefault(ptr, (i, name))
+    for i, layer in enumerate(layers):
+        flag = getattr(layer, "norm_first", None)
+        if isinstance(flag, bool) and flag != norm_first:
+            fail(
+                f"Encoder(..., norm_first={norm_first}) built layers with norm_first={flag} "
+                f"(layer {i}): pass norm_first on to every EncoderLayer.",
+                mistake="norm_first not passed on",
+            )
+    norm = getattr(model, "norm", None)
+    if norm_first and not isinstance(norm, nn.Module):
+        fail(
+            "with norm_first=True the stack needs a final LayerNorm, self.norm, applied after the "
+            "last layer: in pre-norm the residual stream itself is never normalised.",
+            mistake="missing final norm",
+        )
+    return layers
+
+
+def _encoder_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
+    layers = list(ref.layers)
+    n = len(layers)
+
+    def stack(seq: list[nn.Module], m: Tensor | None = mask, norm: str = "ok") -> Tensor:
+        h = x
+        for layer in seq:
+            h = layer(h, m)  # (B, L, D)
+            if norm == "inside":
+                h = ref.norm(h)
+        return ref.norm(h) if norm_first and norm == "ok" else h
+
+    def flipped() -> Tensor:
+        for layer in layers:
+            layer.norm_first = not norm_first
+        try:
+            return stack(layers)
+        finally:
+            for layer in layers:
+                layer.norm_first = norm_first
+
+    out: list[Mistake] = []
+    if mask is not None:
+        out.append(("mask not passed on", "the mask has no effect: pass it on to every layer, "
+                    "x = layer(x, mask).", lambda: stack(layers, None)))
+    if norm_first:
+        out += [
+            ("missing final norm", "with norm_first=True the output must go through the final "
+             "norm after the last layer: return self.norm(x).", lambda: stack(layers, norm="none")),
+            ("final norm inside the loop", "the final norm is applied after every layer; apply it "
+             "once, after the loop.", lambda: stack(layers, norm="inside")),
+            ("norm_first not passed on", "your layers compute post-norm although the Encoder was "
+             "built with norm_first=True: pass norm_first on to every EncoderLayer.", flipped),
+        ]
+    else:
+        post_norms: list[nn.Module] = [LayerNorm(x.size(-1))]  # a plain normalisation
+        own = getattr(model, "norm", None)
+        if isinstance(own, nn.Module):
+            post_norms.insert(0, own)
+        for norm in post_norms:
+            out.append(("final norm in post-norm", "a final norm is applied although "
+                        "norm_first=False: in post-norm every layer already ends with a norm, so the "
+                        "final norm exists only when norm_first=True.",
+                        lambda norm=norm: norm(stack(layers))))
+    out += [
+        ("only the last layer applied", "only the last layer's result comes out: each layer must "
+         "read the previous one's output, x = layer(x, mask), not layer(<the input>, mask).",
+         lambda: stack(layers[-1:])),
+        ("only the first layer applied", "only the first layer is applied: loop over all of "
+         "self.layers.", lambda: stack(layers[:1])),
+        ("one layer applied repeatedly", f"the first layer is applied {n} times: use each layer "
+         "once, for layer in self.layers: x = layer(x, mask).", lambda: stack([layers[0]] * n)),
+        ("layers not applied", "the layers are never applied (or their results are thrown away): "
+         "for layer in self.layers: x = layer(x, mask).", lambda: stack([])),
+    ]
+    return out
+
+
+def _build_encoder(cls: Any, n: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
+    args = f"num_layers={n}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={norm_first}"
+    model = call_student(cls, n, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing Encoder({args})")
+    if not isinstance(model, nn.Module):
+        fail("Encoder should subclass nn.Module.", mistake="not a class")
+    _encoder_structure(model, n, norm_first)
+    return model
+
+
+@checker("Encoder")
+def check_encoder(cls: Any) -> str:
+    require_module_class(cls, "Encoder")
+    B, L, D, H, _d_k, d_ff = _dims()
+    n = randint(2, 3)
+    sizes = f"num_layers={n}, d_model={D}, num_heads={H}, d_ff={d_ff}"
+    for norm_first in (False, True):
+        model = _build_encoder(cls, n, D, H, d_ff, 0.0, norm_first)
+        model.eval()
+        _randomise(model)  # also makes deep-copied layers (identical at first) differ
+        ref = Encoder(n, D, H, d_ff, 0.0, norm_first).eval()
+        _load_reference(ref, model, "Encoder")
+        x = torch.randn(B, L, D)
+        mask = _padding_mask(B, L)
+        for i, (layer, ref_layer) in enumerate(zip(model.layers, ref.layers)):
+            _verify_part(f"layers[{i}]", layer, ref_layer, (x, mask), "Encoder")
+        if norm_first:
+            _verify_part("norm", model.norm, ref.norm, (x,), "Encoder")
+        for m in (None, mask):
+            x0 = x.clone()
+            args = (x,) if m is None else (x, m)
+            case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}, " + (
+                "no mask" if m is None else f"padding mask {describe_shape(m)}"
+            )
+            got = _forward(model, args, case, attention=True)
+            check_unchanged(["x", "mask"], args, [x0, m], case)
+            with torch.no_grad():
+                expected = ref(x0, m)  # (B, L, D)
+                mistakes = _encoder_mistakes(model, ref, x0, m, norm_first)
+                expect_close("output", got, expected, mistakes, case=case, atol=_ATOL)
+        norm = getattr(model, "norm", None)
+        if not norm_first and isinstance(norm, nn.Module) and any(True for _ in norm.parameters()):
+            fail(
+                "your Encoder creates a final norm also for norm_first=False, where it is never "
+                "used: its parameters still count (and would be saved and 'trained'). Create it "
+                "only for pre-norm: self.norm = LayerNorm(d_model) if norm_first else None.",
+                mistake="unused final norm",
+            )
+
+    _check_dropout(
+        lambda p: _build_encoder(cls, n, D, H, d_ff, p, True),
+        lambda: Encoder(n, D, H, d_ff, 0.0, True),
+        (torch.randn(B, L, D), _padding_mask(B, L)),
+        "Encoder",
+        "Pass dropout on to every EncoderLayer.",
+        "Use nn.Dropout modules (or F.dropout(..., training=self.training)) so that model.eval() "
+        "switches them off.",
+        lambda ref, model: _load_reference(ref, model, "Encoder"),
+    )
+    return f"{n} layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
+
+
+# ---------------------------------------------------------------- hints
+register_hints(
+    "LayerNorm",
+    [
+        "Each position is normalised on its own, over its D features (the last axis): subtract "
+        "the mean, divide by the standard deviation, then scale and shift.",
+        "In __init__ store eps and create self.weight = nn.Parameter(torch.ones(d_model)) and "
+        "self.bias = nn.Parameter(torch.zeros(d_model)).",
+        "In forward take mean and var over dim=-1 with keepdim=True so they broadcast back over "
+        "(B, L, D). The variance is the biased one (unbiased=False: divide by D, not D - 1).",
+        "eps goes inside the square root: (x - mean) / torch.sqrt(var + self.eps), then "
+        "multiply by self.weight and add self.bias.",
+    ],
+)
+register_hints(
+    "FeedForward",
+    [
+        "The same small network runs at every position: widen D to d_ff, apply a non-linearity, "
+        "narrow back to D.",
+        "In __init__: self.linear1 = nn.Linear(d_model, d_ff), self.linear2 = nn.Linear(d_ff, "
+        "d_model), and nn.Dropout(dropout).",
+        "The non-linearity is ReLU, between the two layers only; dropout goes on the hidden "
+        "activations, after ReLU and before linear2. Nothing comes after linear2.",
+    ],
+)
+register_hints(
+    "EncoderLayer",
+    [
+        "Two sub-layers in this order: self-attention (queries, keys and values all from x), "
+        "then the feed-forward network. Each is wrapped in a residual connection and a norm.",
+        "In __init__ build self_attn = MultiHeadAttention(d_model, num_heads, dropout), "
+        "feed_forward = FeedForward(d_model, d_ff, dropout), norm1 and norm2 = LayerNorm(d_model), "
+        "and nn.Dropout(dropout) for the sub-layer outputs.",
+        "self.self_attn(x, x, x, mask) returns (output, weights): use the output, and pass the "
+        "mask on. norm1 belongs to the attention sub-layer, norm2 to the feed-forward one.",
+        "Post-norm (norm_first=False): x = norm(x + dropout(sublayer(x))). Pre-norm "
+        "(norm_first=True): x = x + dropout(sublayer(norm(x))): only the sub-layer's input is "
+        "normalised, never x itself.",
+    ],
+)
+register_hints(
+    "Encoder",
+    [
+        "The encoder is num_layers encoder layers applied one after the other, each reading the "
+        "previous one's output, with the same mask.",
+        "Build a new EncoderLayer for each position and keep them in an nn.ModuleList (a plain "
+        "list hides their parameters from PyTorch; [layer] * n shares one layer's weights).",
+        "Pre-norm layers never normalise the residual stream, so with norm_first=True add a final "
+        "LayerNorm, self.norm, after the last layer; with norm_first=False there is none.",
+    ],
+)

@@ -1,0 +1,924 @@
+"""Tests for the notebook 04 checkers (course_utils/checks/encoder.py).
+
+Every catalogued mistake is written as a small, real student class (often a subclass of
+the reference that overrides ``forward`` the way a student would get it wrong); the
+checker must fail it, say why in plain words and name the mistake. Correct classes
+written in other ways must pass. Each verdict is repeated on fresh random sizes,
+inputs and parameters, so randomness cannot flip it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils import (
+    Encoder,
+    EncoderLayer,
+    FeedForward,
+    LayerNorm,
+    MultiHeadAttention,
+)
+from course_utils.checks import (
+    check_encoder,
+    check_encoder_layer,
+    check_feed_forward,
+    check_layer_norm,
+    hint,
+)
+from course_utils.checks._core import HINTS
+
+REPEAT = 3
+
+
+def assert_passes(check, student):
+    for _ in range(REPEAT):
+        r = check(student)
+        assert r.passed, r.feedback
+        assert r.feedback.startswith("[OK]")
+
+
+def assert_mistake(check, student, mistake, *words):
+    for _ in range(REPEAT):
+        r = check(student)
+        assert r.passed is False
+        assert r.feedback.startswith("[X]"), r.feedback
+        assert r.mistake == mistake, r.feedback
+        for w in words:
+            assert w in r.feedback, (w, r.feedback)
+
+
+def assert_not_implemented(check, student):
+    r = check(student)
+    assert r.passed is False and r.status == "not implemented", r.feedback
+    assert r.feedback.startswith("[ ]") and "not implemented yet" in r.feedback
+
+
+# ================================================================ LayerNorm
+class LNBase(nn.Module):
+    """What every student LayerNorm below shares: the parameters and eps."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+
+class LNVarMean(LNBase):
+    def forward(self, x):
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LNTwoPass(LNBase):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mean) / (var + self.eps).sqrt() + self.bias
+
+
+class LNRsqrt(LNBase):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        centred = x - mean
+        return centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight + self.bias
+
+
+class LNFunctional(LNBase):
+    def forward(self, x):
+        return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
+
+
+class LNTorch(nn.LayerNorm):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps=eps)
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, LNVarMean, LNTwoPass, LNRsqrt, LNFunctional, LNTorch])
+def test_layer_norm_correct_variants_pass(cls):
+    assert_passes(check_layer_norm, cls)
+
+
+class LNUnbiased(LNBase):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + self.eps) * self.weight + self.bias
+
+
+class LNTorchStd(LNBase):  # the Annotated Transformer's version
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, keepdim=True)
+        return self.weight * (x - mean) / (std + self.eps) + self.bias
+
+
+class LNEpsOutside(LNBase):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.var(-1, keepdim=True, unbiased=False).sqrt()
+        return (x - mean) / (std + self.eps) * self.weight + self.bias
+
+
+class LNBatchAxis(LNBase):
+    def forward(self, x):
+        mean = x.mean(0, keepdim=True)
+        var = x.var(0, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LNPositionAxis(LNBase):
+    def forward(self, x):
+        mean = x.mean(-2, keepdim=True)
+        var = x.var(-2, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LNNoAffine(LNBase):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps)
+
+
+class LNNoShift(LNBase):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps) * self.weight
+
+
+class LNNoParameters(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps)
+
+
+class LNSwapped(LNBase):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps) * self.bias + self.weight
+
+
+class LNNotCentred(LNBase):
+    def forward(self, x):
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return x / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LNRms(LNBase):
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight + self.bias
+
+
+class LNEpsIgnored(LNBase):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5) * self.weight + self.bias
+
+
+class LNDefaultEps(LNVarMean):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__(d_model, eps)
+
+
+class LNGammaBeta(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.ones(d_model))
+        self.beta = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        return F.layer_norm(x, (x.size(-1),), self.gamma, self.beta, self.eps)
+
+
+class LNPlainTensors(LNVarMean):
+    def __init__(self, d_model, eps=1e-5):
+        nn.Module.__init__(self)
+        self.eps = eps
+        self.weight = torch.ones(d_model)
+        self.bias = torch.zeros(d_model)
+
+
+class LNRandomInit(LNVarMean):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.weight = nn.Parameter(torch.randn(d_model))
+
+
+class LNWrongShape(LNVarMean):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.weight = nn.Parameter(torch.ones(1, 1, d_model))
+
+
+class LNInPlace(LNBase):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        x -= mean
+        return x / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+@pytest.mark.parametrize(
+    "cls, mistake, words",
+    [
+        (LNUnbiased, "unbiased variance", ["unbiased variance", "D - 1"]),
+        (LNTorchStd, "unbiased variance", ["torch.std is unbiased", "inside the square root"]),
+        (LNEpsOutside, "eps outside the square root", ["sqrt(var + eps)"]),
+        (LNBatchAxis, "wrong axis", ["batch axis", "dim=-1"]),
+        (LNPositionAxis, "wrong axis", ["position axis", "dim=-1"]),
+        (LNNoAffine, "no learnable scale and shift", ["never scaled and shifted", "self.weight"]),
+        (LNNoShift, "no learnable scale and shift", ["self.bias is never added"]),
+        (LNNoParameters, "no learnable scale and shift", ["no learnable parameters", "nn.Parameter"]),
+        (LNSwapped, "weight and bias swapped", ["swapped"]),
+        (LNNotCentred, "mean not subtracted", ["mean is never subtracted"]),
+        (LNRms, "mean not subtracted", ["RMSNorm"]),
+        (LNEpsIgnored, "eps ignored", ["self.eps = eps"]),
+        (LNDefaultEps, "wrong default eps", ["1e-06", "eps=1e-5"]),
+        (LNGammaBeta, "missing parameter", ["weight and bias", "`gamma`"]),
+        (LNPlainTensors, "not a parameter", ["plain tensor", "nn.Parameter"]),
+        (LNRandomInit, "wrong initial values", ["ones", "zeros"]),
+        (LNWrongShape, "wrong parameter shape", ["(1, 1,"]),
+        (LNInPlace, "input modified in place", ["in place"]),
+    ],
+)
+def test_layer_norm_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_layer_norm, cls, mistake, *words)
+
+
+# ================================================================ FeedForward
+class FFSequential(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.net = nn.Sequential(self.linear1, nn.ReLU(), nn.Dropout(dropout), self.linear2)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class FFFunctional(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.p = dropout
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = F.dropout(F.relu(self.linear1(x)), self.p, training=self.training)
+        return self.linear2(h)
+
+
+class FFClamp(FFFunctional):
+    def forward(self, x):
+        return self.linear2(F.dropout(self.linear1(x).clamp(min=0), self.p, self.training))
+
+
+@pytest.mark.parametrize("cls", [FeedForward, FFSequential, FFFunctional, FFClamp])
+def test_feed_forward_correct_variants_pass(cls):
+    assert_passes(check_feed_forward, cls)
+
+
+class FFNoActivation(FeedForward):
+    def forward(self, x):
+        return self.linear2(self.dropout(self.linear1(x)))
+
+
+class FFActivationLast(FeedForward):
+    def forward(self, x):
+        return torch.relu(self.linear2(self.dropout(self.linear1(x))))
+
+
+class FFActivationTwice(FeedForward):
+    def forward(self, x):
+        return torch.relu(self.linear2(self.dropout(torch.relu(self.linear1(x)))))
+
+
+class FFGelu(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.activation = nn.GELU()
+
+
+class FFSilu(FeedForward):
+    def forward(self, x):
+        return self.linear2(self.dropout(F.silu(self.linear1(x))))
+
+
+class FFNoDropout(FeedForward):
+    def forward(self, x):
+        return self.linear2(torch.relu(self.linear1(x)))
+
+
+class FFDropoutAlwaysOn(FFFunctional):
+    def forward(self, x):
+        return self.linear2(F.dropout(F.relu(self.linear1(x)), self.p))
+
+
+class FFDropoutOnOutput(FeedForward):
+    def forward(self, x):
+        return self.dropout(self.linear2(torch.relu(self.linear1(x))))
+
+
+class FFOtherNames(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class FFNotWidened(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.linear1 = nn.Linear(d_model, d_model)
+        self.linear2 = nn.Linear(d_model, d_model)
+
+
+@pytest.mark.parametrize(
+    "cls, mistake, words",
+    [
+        (FFNoActivation, "activation missing", ["no activation", "ReLU"]),
+        (FFActivationLast, "activation after the second linear layer", ["after linear2"]),
+        (FFActivationTwice, "activation after the second linear layer", ["again after linear2"]),
+        (FFGelu, "wrong activation", ["GELU", "the paper", "ReLU"]),
+        (FFSilu, "wrong activation", ["SiLU", "ReLU"]),
+        (FFNoDropout, "dropout missing", ["no dropout is applied", "nn.Dropout"]),
+        (FFDropoutAlwaysOn, "dropout ignores eval mode", ["eval mode", "training=self.training"]),
+        (FFDropoutOnOutput, "dropout in wrong place", ["hidden activations"]),
+        (FFOtherNames, "missing submodule", ["linear1, linear2", "`fc1`"]),
+        (FFNotWidened, "wrong submodule", ["nn.Linear(d_model, d_ff)"]),
+    ],
+)
+def test_feed_forward_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_feed_forward, cls, mistake, *words)
+
+
+# ================================================================ EncoderLayer
+def attend(layer, h, mask):
+    return layer.self_attn(h, h, h, mask)[0]
+
+
+class SublayerConnection(nn.Module):
+    """The residual-and-norm wrapper, holding the layer's own norm (shared, not copied)."""
+
+    def __init__(self, norm, dropout, norm_first):
+        super().__init__()
+        self.norm, self.dropout, self.norm_first = norm, nn.Dropout(dropout), norm_first
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class LayerWithHelper(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = FFSequential(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = LNVarMean(d_model)
+        self.sub1 = SublayerConnection(self.norm1, dropout, norm_first)
+        self.sub2 = SublayerConnection(self.norm2, dropout, norm_first)
+
+    def forward(self, x, mask=None):
+        x = self.sub1(x, lambda h: self.self_attn(h, h, h, mask)[0])
+        return self.sub2(x, self.feed_forward)
+
+
+class LayerFunctionalDropout(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.p, self.norm_first = dropout, norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.feed_forward = FeedForward(d_model, d_ff)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+
+    def drop(self, h):
+        return F.dropout(h, self.p, training=self.training)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.drop(attend(self, self.norm1(x), mask))
+            return x + self.drop(self.feed_forward(self.norm2(x)))
+        x = self.norm1(x + self.drop(attend(self, x, mask)))
+        return self.norm2(x + self.drop(self.feed_forward(x)))
+
+
+class EinsumAttention(nn.Module):
+    """A student's own, correct multi-head attention (einsum, -1e9 fill)."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        B = query.size(0)
+        q, k, v = (w(t).view(B, -1, self.h, self.d_k) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.d_k**0.5
+        if mask is not None:
+            scores = scores.masked_fill(mask.unsqueeze(1) == 0, -1e9)
+        weights = scores.softmax(-1)
+        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, -1, self.h * self.d_k)
+        return self.w_o(out), weights
+
+
+class LayerOwnAttention(LayerFunctionalDropout):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.self_attn = EinsumAttention(d_model, num_heads)
+
+
+@pytest.mark.parametrize("cls", [EncoderLayer, LayerWithHelper, LayerFunctionalDropout, LayerOwnAttention])
+def test_encoder_layer_correct_variants_pass(cls):
+    assert_passes(check_encoder_layer, cls)
+
+
+class Layer(EncoderLayer):
+    """Base of the mistaken layers: ``post`` and ``pre`` are the two branches."""
+
+    def forward(self, x, mask=None):
+        return self.pre(x, mask) if self.norm_first else self.post(x, mask)
+
+    def post(self, x, mask):
+        x = self.norm1(x + self.dropout1(attend(self, x, mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+    def pre(self, x, mask):
+        x = x + self.dropout1(attend(self, self.norm1(x), mask))
+        return x + self.dropout2(self.feed_forward(self.norm2(x)))
+
+
+class NoAttentionResidual(Layer):
+    def post(self, x, mask):
+        x = self.norm1(attend(self, x, mask))
+        return self.norm2(x + self.feed_forward(x))
+
+    def pre(self, x, mask):
+        x = attend(self, self.norm1(x), mask)
+        return x + self.feed_forward(self.norm2(x))
+
+
+class NoFeedForwardResidual(Layer):
+    def post(self, x, mask):
+        x = self.norm1(x + attend(self, x, mask))
+        return self.norm2(self.feed_forward(x))
+
+
+class NoResidualsPreNorm(Layer):
+    def pre(self, x, mask):
+        x = attend(self, self.norm1(x), mask)
+        return self.feed_forward(self.norm2(x))
+
+
+class AlwaysPostNorm(Layer):
+    def forward(self, x, mask=None):
+        return self.post(x, mask)
+
+
+class AlwaysPreNorm(Layer):
+    def forward(self, x, mask=None):
+        return self.pre(x, mask)
+
+
+class NormalisedStream(Layer):
+    def pre(self, x, mask):
+        x = self.norm1(x)
+        x = x + attend(self, x, mask)
+        x = self.norm2(x)
+        return x + self.feed_forward(x)
+
+
+class MaskDropped(Layer):
+    def forward(self, x, mask=None):
+        return super().forward(x, None)
+
+
+class FeedForwardOnInput(Layer):
+    def post(self, x, mask):
+        a = self.norm1(x + attend(self, x, mask))
+        return self.norm2(a + self.feed_forward(x))
+
+
+class AttentionDiscarded(Layer):
+    def pre(self, x, mask):
+        _ = x + attend(self, self.norm1(x), mask)
+        return x + self.feed_forward(self.norm2(x))
+
+
+class ResidualFromInput(Layer):
+    def post(self, x, mask):
+        a = self.norm1(x + attend(self, x, mask))
+        return self.norm2(x + self.feed_forward(a))
+
+
+class FeedForwardFirst(Layer):
+    def post(self, x, mask):
+        x = self.norm1(x + self.feed_forward(x))
+        return self.norm2(x + attend(self, x, mask))
+
+    def pre(self, x, mask):
+        x = x + self.feed_forward(self.norm1(x))
+        return x + attend(self, self.norm2(x), mask)
+
+
+class NormsSwapped(Layer):
+    def post(self, x, mask):
+        x = self.norm2(x + attend(self, x, mask))
+        return self.norm1(x + self.feed_forward(x))
+
+
+class NormsSwappedPreNorm(Layer):
+    def pre(self, x, mask):
+        x = x + attend(self, self.norm2(x), mask)
+        return x + self.feed_forward(self.norm1(x))
+
+
+class OneNormTwice(Layer):
+    def post(self, x, mask):
+        x = self.norm1(x + attend(self, x, mask))
+        return self.norm1(x + self.feed_forward(x))
+
+
+class NotUnpacked(Layer):
+    def post(self, x, mask):
+        x = self.norm1(x + self.self_attn(x, x, x, mask))
+        return self.norm2(x + self.feed_forward(x))
+
+
+class AddsInPlace(Layer):
+    def pre(self, x, mask):
+        x += attend(self, self.norm1(x), mask)
+        return x + self.feed_forward(self.norm2(x))
+
+
+class LayerOwnNames(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.ln1, self.ln2 = LayerNorm(d_model), LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        x = self.ln1(x + self.attn(x, x, x, mask)[0])
+        return self.ln2(x + self.ff(x))
+
+
+class TorchAttentionLayer(Layer):
+    """nn.MultiheadAttention: other parameter names (and the opposite mask polarity)."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.self_attn = nn.MultiheadAttention(d_model, num_heads, dropout, batch_first=True)
+
+
+class LayerWithUnbiasedNorms(Layer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.norm1, self.norm2 = LNUnbiased(d_model), LNUnbiased(d_model)
+
+
+class LayerOneHead(LayerFunctionalDropout):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.self_attn = MultiHeadAttention(d_model, 1)
+
+
+class LayerNoDropout(LayerFunctionalDropout):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, 0.0, norm_first)
+
+
+class LayerDropoutAlwaysOn(LayerFunctionalDropout):
+    def drop(self, h):
+        return F.dropout(h, self.p)
+
+
+@pytest.mark.parametrize(
+    "cls, mistake, words",
+    [
+        (NoAttentionResidual, "missing residual", ["attention sub-layer has no residual"]),
+        (NoFeedForwardResidual, "missing residual", ["feed-forward sub-layer has no residual"]),
+        (NoResidualsPreNorm, "missing residual", ["neither sub-layer", "norm_first=True"]),
+        (AlwaysPostNorm, "norm_first ignored", ["norm_first=True", "x + sublayer(norm(x))"]),
+        (AlwaysPreNorm, "norm_first ignored", ["norm_first=False", "norm(x + sublayer(x))"]),
+        (NormalisedStream, "residual stream normalised", ["residual stream", "only the sub-layer's input"]),
+        (MaskDropped, "mask not passed on", ["mask has no effect", "padding mask"]),
+        (FeedForwardOnInput, "feed-forward on the layer input", ["reads the layer's input"]),
+        (AttentionDiscarded, "feed-forward on the layer input", ["attention result is never used"]),
+        (ResidualFromInput, "residual from the layer input", ["instead of the attention block's output"]),
+        (FeedForwardFirst, "sub-layers in wrong order", ["runs before self-attention"]),
+        (NormsSwapped, "norms swapped", ["norm1 and norm2 are swapped", "norm_first=False"]),
+        (NormsSwappedPreNorm, "norms swapped", ["norm1 and norm2 are swapped", "norm_first=True"]),
+        (OneNormTwice, "same norm twice", ["same norm"]),
+        (NotUnpacked, "attention output not unpacked", ["(output, weights)", "[0]"]),
+        (AddsInPlace, "input modified in place", ["in place"]),
+        (LayerOwnNames, "missing submodule", ["self_attn, feed_forward, norm1, norm2", "`attn`"]),
+        (TorchAttentionLayer, "parameter names differ", ["self_attn.w_q.weight", "in_proj_weight"]),
+        (LayerWithUnbiasedNorms, "wrong sub-module", ["`norm1`", "LNUnbiased", "check_layer_norm(LNUnbiased)"]),
+        (LayerOneHead, "wrong sub-module", ["num_heads=1", "pass num_heads on"]),
+        (LayerNoDropout, "dropout missing", ["no dropout is applied"]),
+        (LayerDropoutAlwaysOn, "dropout ignores eval mode", ["eval mode"]),
+    ],
+)
+def test_encoder_layer_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_encoder_layer, cls, mistake, *words)
+
+
+# ================================================================ Encoder
+class EncoderDeepCopy(nn.Module):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        layer = EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList([copy.deepcopy(layer) for _ in range(num_layers)])
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class EncoderAppend(nn.Module):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.layers = nn.ModuleList()
+        for _ in range(num_layers):
+            self.layers.append(LayerWithHelper(d_model, num_heads, d_ff, dropout, norm_first))
+        if norm_first:
+            self.norm = LNTwoPass(d_model)
+
+    def forward(self, x, mask=None):
+        for i in range(len(self.layers)):
+            x = self.layers[i](x, mask)
+        return self.norm(x) if self.norm_first else x
+
+
+@pytest.mark.parametrize("cls", [Encoder, EncoderDeepCopy, EncoderAppend])
+def test_encoder_correct_variants_pass(cls):
+    assert_passes(check_encoder, cls)
+
+
+class Stack(Encoder):
+    """Base of the mistaken encoders: the reference's __init__, a student's forward."""
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class SameLayerRepeated(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList([EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first)] * num_layers)
+
+
+class SharedAttention(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        for layer in self.layers:
+            layer.self_attn = self.layers[0].self_attn
+
+
+class PythonList(nn.Module):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.layers = [EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)]
+        self.norm = LayerNorm(d_model) if norm_first else None
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class SequentialLayers(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.Sequential(*self.layers)
+
+
+class OneLayerShort(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers - 1, d_model, num_heads, d_ff, dropout, norm_first)
+
+
+class NoFinalNormAtAll(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.norm = None
+
+
+class FinalNormNotApplied(Stack):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+class FinalNormAlways(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.norm = LayerNorm(d_model)
+
+
+class FinalNormUnused(FinalNormAlways):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x) if self.layers[0].norm_first else x
+
+
+class NormInsideLoop(Stack):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+            if self.norm is not None:
+                x = self.norm(x)
+        return x
+
+
+class StackMaskDropped(Stack):
+    def forward(self, x, mask=None):
+        return super().forward(x)
+
+
+class OnlyLast(Stack):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            out = layer(x, mask)
+        return self.norm(out) if self.norm is not None else out
+
+
+class OnlyFirst(Stack):
+    def forward(self, x, mask=None):
+        x = self.layers[0](x, mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class FirstRepeated(Stack):
+    def forward(self, x, mask=None):
+        for _ in self.layers:
+            x = self.layers[0](x, mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class LayersUnused(Stack):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            layer(x, mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class NormFirstNotPassed(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers))
+
+
+class DropoutNotPassed(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, 0.0, norm_first)
+
+
+class BlocksNotLayers(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.blocks = self.layers
+        del self.layers
+
+
+class StackOfBrokenLayers(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(
+            NoAttentionResidual(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)
+        )
+
+
+@pytest.mark.parametrize(
+    "cls, mistake, words",
+    [
+        (SameLayerRepeated, "layers shared", ["same EncoderLayer object", "share one set of weights"]),
+        (SharedAttention, "layers shared", ["share a parameter", "self_attn"]),
+        (PythonList, "layers not registered", ["plain Python list", "nn.ModuleList"]),
+        (SequentialLayers, "wrong container", ["nn.ModuleList", "Sequential"]),
+        (OneLayerShort, "wrong number of layers", ["layers in `layers`"]),
+        (NoFinalNormAtAll, "missing final norm", ["final LayerNorm", "self.norm"]),
+        (FinalNormNotApplied, "missing final norm", ["final norm", "norm_first=True"]),
+        (FinalNormAlways, "final norm in post-norm", ["norm_first=False"]),
+        (FinalNormUnused, "unused final norm", ["never used", "if norm_first else None"]),
+        (NormInsideLoop, "final norm inside the loop", ["after every layer"]),
+        (StackMaskDropped, "mask not passed on", ["layer(x, mask)", "padding mask"]),
+        (OnlyLast, "only the last layer applied", ["previous one's output"]),
+        (OnlyFirst, "only the first layer applied", ["loop over all"]),
+        (FirstRepeated, "one layer applied repeatedly", ["first layer is applied"]),
+        (LayersUnused, "layers not applied", ["never applied"]),
+        (NormFirstNotPassed, "norm_first not passed on", ["pass norm_first on"]),
+        (DropoutNotPassed, "dropout missing", ["Pass dropout on to every EncoderLayer"]),
+        (BlocksNotLayers, "missing layers", ["self.layers = nn.ModuleList"]),
+        (StackOfBrokenLayers, "wrong sub-module", ["`layers[0]`", "NoAttentionResidual", "check_encoder_layer"]),
+    ],
+)
+def test_encoder_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_encoder, cls, mistake, *words)
+
+
+# ================================================================ stubs, errors, weird returns
+CHECKS = [
+    (check_layer_norm, LayerNorm),
+    (check_feed_forward, FeedForward),
+    (check_encoder_layer, EncoderLayer),
+    (check_encoder, Encoder),
+]
+
+
+def raise_not_implemented(self, *args, **kwargs):
+    raise NotImplementedError()
+
+
+def student_class(ref, forward):
+    """A class with the reference's structure (LNBase for LayerNorm) and the given forward."""
+    base = LNBase if ref is LayerNorm else ref
+    return type(ref.__name__, (base,), {"forward": forward})
+
+
+@pytest.mark.parametrize("check, ref", CHECKS)
+def test_stubs_read_not_implemented(check, ref):
+    class Stub(nn.Module):  # the notebook's template: raise NotImplementedError() in __init__
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+            raise NotImplementedError()
+
+    assert_not_implemented(check, Stub)
+    assert_not_implemented(check, student_class(ref, raise_not_implemented))  # __init__ done, forward not
+
+
+WEIRD = [
+    lambda x: None,
+    lambda x: (x, x),
+    lambda x: x.numpy(),
+    lambda x: x.mean(-1),
+    lambda x: x[:, :1],
+    lambda x: x.int(),
+    lambda x: "done",
+]
+
+
+@pytest.mark.parametrize("check, ref", CHECKS)
+@pytest.mark.parametrize("weird", WEIRD)
+def test_weird_returns_fail_without_raising(check, ref, weird):
+    r = check(student_class(ref, lambda self, x, *args, **kwargs: weird(x)))
+    assert r.passed is False and r.status == "failed" and r.feedback.startswith("[X]"), r.feedback
+
+
+@pytest.mark.parametrize("check, ref", CHECKS)
+def test_student_exception_reports_type_message_and_line(check, ref):
+    def forward(self, x, *args, **kwargs):
+        return x @ x  # (B, L, D) @ (B, L, D) with L != D: a shape error
+
+    r = check(student_class(ref, forward))
+    assert r.passed is False and r.status == "error", r.feedback
+    assert "RuntimeError" in r.feedback and "return x @ x" in r.feedback
+
+
+@pytest.mark.parametrize("check, ref", CHECKS)
+def test_instances_and_non_classes_are_refused_kindly(check, ref):
+    r = check(LayerNorm(4))
+    assert r.passed is False and r.mistake == "not a class" and "pass the class itself" in r.feedback
+    r = check(lambda x: x)
+    assert r.passed is False and r.mistake == "not a class"
+
+
+@pytest.mark.parametrize("check, ref", CHECKS)
+def test_hints_exist_and_failures_point_to_them(check, ref, capsys):
+    exercise = ref.__name__
+    hints = HINTS[exercise]
+    assert 2 <= len(hints) <= 4
+    hint(exercise, 1)
+    assert f"Hint 1/{len(hints)} for {exercise}" in capsys.readouterr().out
+    r = check(student_class(ref, lambda self, x, *args, **kwargs: x))  # returns its input
+    assert r.passed is False and f'hint("{exercise}")' in r.feedback
+
+
+def test_checkers_are_exported():
+    from course_utils import checks
+    from course_utils.checks import encoder
+
+    assert set(encoder.__all__) == {"check_layer_norm", "check_feed_forward", "check_encoder_layer", "check_encoder"}
+    assert set(encoder.__all__) <= set(checks.__all__)
