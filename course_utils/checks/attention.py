@@ -572,7 +572,7 @@ def check_causal_mask(fn: Callable[..., Any]) -> str:
             "so it lands where the scores are (the GPU on Colab).",
             mistake="device ignored",
         )
-    return f"sizes {large}, {small} and 1, and the device argument"
+    return "three sizes including 1, and the device argument"
 
 
 # ---------------------------------------------------------------- padding_mask

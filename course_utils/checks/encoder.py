@@ -954,7 +954,7 @@ def check_encoder(cls: Any) -> str:
         "switches them off.",
         lambda ref, model: _load_reference(ref, model, "Encoder"),
     )
-    return f"{n} layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
+    return "2-3 layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
 
 
 # ---------------------------------------------------------------- hints
