@@ -41,18 +41,29 @@ def scaled_dot_product_attention(
         ``(output, weights)``: ``output (..., L_q, d_v)``, ``weights (..., L_q, L_k)``;
         each row of ``weights`` sums to 1. Any number of leading dimensions.
     """
-    check_min_rank("query", query, 2, "(..., L_q, d_k)")
-    check_min_rank("key", key, 2, "(..., L_k, d_k)")
     check_min_rank("value", value, 2, "(..., L_k, d_v)")
-    if query.size(-1) != key.size(-1):
-        raise ValueError(
-            f"query and key must have the same last dimension d_k, got query {tuple(query.shape)} "
-            f"and key {tuple(key.shape)}"
-        )
+    weights = attention_weights(query, key, mask)  # (..., L_q, L_k)
     if key.size(-2) != value.size(-2):
         raise ValueError(
             f"key and value must have the same length L_k (second to last dimension), got key "
             f"{tuple(key.shape)} and value {tuple(value.shape)}"
+        )
+    return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
+
+
+def attention_weights(query: Tensor, key: Tensor, mask: Tensor | None = None) -> Tensor:
+    """``softmax(Q K^T / sqrt(d_k))`` with blocked keys removed: ``(..., L_q, L_k)``.
+
+    The first half of :func:`scaled_dot_product_attention`, on its own so that
+    :class:`~course_utils.MultiHeadAttention` can apply dropout to the weights before
+    they multiply the values, without computing the product twice.
+    """
+    check_min_rank("query", query, 2, "(..., L_q, d_k)")
+    check_min_rank("key", key, 2, "(..., L_k, d_k)")
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key must have the same last dimension d_k, got query {tuple(query.shape)} "
+            f"and key {tuple(key.shape)}"
         )
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., L_q, L_k)
@@ -60,8 +71,7 @@ def scaled_dot_product_attention(
         check_mask(mask, scores.shape)
         # finite fill, not -inf: a fully blocked row stays NaN-free (module docstring)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)  # (..., L_q, L_k)
-    return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
+    return scores.softmax(dim=-1)  # (..., L_q, L_k)
 
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:

@@ -31,9 +31,9 @@ class LayerNorm(nn.Module):
         check_min_rank("x", x, 1, "(..., D)")
         if x.size(-1) != self.d_model:
             raise ValueError(f"x must have last dimension d_model = {self.d_model}, got shape {tuple(x.shape)}")
-        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        # one pass for both statistics; correction=0 is the biased variance (divide by D)
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)  # (..., 1) each
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
 
 class FeedForward(nn.Module):

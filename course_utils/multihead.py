@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ._validate import check_mask, check_rank
-from .attention import scaled_dot_product_attention
+from .attention import attention_weights
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
@@ -102,9 +102,8 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(self.w_q(query), self.num_heads)  # (B, H, L_q, d_k)
         k = split_heads(self.w_k(key), self.num_heads)  # (B, H, L_k, d_k)
         v = split_heads(self.w_v(value), self.num_heads)  # (B, H, L_k, d_k)
-        context, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, L_q, d_k), (B, H, L_q, L_k)
-        if self.training and self.dropout.p > 0:
-            # dropout acts on the attention probabilities, as in the paper's code and torch
-            context = self.dropout(weights) @ v  # (B, H, L_q, d_k)
+        weights = attention_weights(q, k, mask)  # (B, H, L_q, L_k)
+        # dropout acts on the attention probabilities, as in the paper's code and torch
+        context = self.dropout(weights) @ v  # (B, H, L_q, d_k)
         output = self.w_o(merge_heads(context))  # (B, L_q, D)
         return output, weights
