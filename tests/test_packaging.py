@@ -1,0 +1,481 @@
+"""Packaging and set-up: pyproject.toml vs environment.yml, check_env, the contract's
+top-level names, and course.py (no side effects for --help, the pip-skipping stamp)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from course_utils import check_env
+from course_utils.check_env import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = ROOT / "pyproject.toml"
+ENVIRONMENT = ROOT / "environment.yml"
+
+# conda-forge name for each PyPI name that differs.
+PIP_TO_CONDA = {"torch": "pytorch"}
+
+
+# ------------------------------------------------------ pyproject.toml vs environment.yml
+
+
+def _canonical(name: str) -> str:
+    name = re.sub(r"[-_.]+", "-", name).lower()
+    return PIP_TO_CONDA.get(name, name)
+
+
+def _norm_version(text: str) -> str:
+    """'2.2.0' -> '2.2' so that equal versions compare equal as text."""
+    parts = text.split(".")
+    while len(parts) > 1 and parts[-1] == "0":
+        parts.pop()
+    return ".".join(parts)
+
+
+def pip_clauses(specifier: str) -> frozenset[str]:
+    """'>=2.2.0,<3' -> {'>=2.2', '<3'}."""
+    out = set()
+    for clause in filter(None, specifier.replace(" ", "").split(",")):
+        op = re.match(r"(~=|==|!=|<=|>=|<|>)", clause).group(1)
+        version = clause[len(op):]
+        star = version.endswith(".*")
+        version = _norm_version(version[:-2] if star else version)
+        out.add(f"{op}{version}{'.*' if star else ''}")
+    return frozenset(out)
+
+
+def conda_spec(item: str) -> tuple[str, frozenset[str]]:
+    """A conda MatchSpec in pip's terms: 'pytorch>=2.2' -> ('pytorch', {'>=2.2'});
+    'python=3.10' -> ('python', {'==3.10.*'}) because conda's single '=' means 3.10.*;
+    'numpy 1.26.*' -> ('numpy', {'==1.26.*'}); a build string ('=1.2=h123') is dropped."""
+    match = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*(.*)", item.strip())
+    name, spec = match.group(1), match.group(2).strip()
+    clauses = set()
+    for clause in filter(None, spec.replace(" ", "").split(",")):
+        if clause.startswith("=") and not clause.startswith("=="):
+            version = clause[1:].split("=")[0]  # '=1.2=build' -> '1.2'
+            clauses.add(f"=={_norm_version(version.removesuffix('.*'))}.*")
+        elif clause[0].isdigit():  # 'name 1.2.*' or 'name 1.2'
+            clauses |= pip_clauses("==" + clause)
+        else:
+            clauses |= pip_clauses(clause)
+    return name.lower(), frozenset(clauses)
+
+
+def disagreements(environment: dict, project: dict) -> list[str]:
+    """Every way environment.yml's conda packages differ from pyproject.toml's
+    requirements (required ones and every extra) and requires-python."""
+    wanted: dict[str, frozenset[str]] = {"python": pip_clauses(project["requires-python"])}
+    requirement_lists = [project["dependencies"], *project["optional-dependencies"].values()]
+    for text in (r for group in requirement_lists for r in group):
+        req = check_env.parse_requirement(text)
+        name, clauses = _canonical(req.name), pip_clauses(req.specifier)
+        if wanted.setdefault(name, clauses) != clauses:
+            return [f"pyproject.toml gives {req.name} two different specifiers"]
+
+    have: dict[str, frozenset[str]] = {}
+    for item in environment["dependencies"]:
+        if isinstance(item, str):
+            name, clauses = conda_spec(item)
+            if name != "pip":
+                have[name] = clauses
+
+    problems = []
+    for name in sorted(wanted.keys() - have.keys()):
+        problems.append(f"{name} is in pyproject.toml but not in environment.yml")
+    for name in sorted(have.keys() - wanted.keys()):
+        problems.append(f"{name} is in environment.yml but not in pyproject.toml")
+    for name in sorted(wanted.keys() & have.keys()):
+        if wanted[name] != have[name]:
+            problems.append(
+                f"{name}: pyproject.toml says {sorted(wanted[name])}, "
+                f"environment.yml says {sorted(have[name])}"
+            )
+    return problems
+
+
+@pytest.fixture(scope="module")
+def environment() -> dict:
+    return yaml.safe_load(ENVIRONMENT.read_text())
+
+
+@pytest.fixture(scope="module")
+def project() -> dict:
+    return check_env._parse_toml(PYPROJECT.read_text())["project"]
+
+
+def test_environment_yml_matches_pyproject(environment, project):
+    assert disagreements(environment, project) == []
+
+
+def test_environment_yml_uses_conda_forge_and_installs_the_package(environment):
+    assert environment["channels"] == ["conda-forge"]
+    pip_sections = [d["pip"] for d in environment["dependencies"] if isinstance(d, dict)]
+    assert len(pip_sections) == 1
+    assert any(re.fullmatch(r"(--no-deps\s+)?-e\s+\.", line) for line in pip_sections[0])
+
+
+@pytest.mark.parametrize(
+    "item, expected",
+    [
+        ("pytorch>=2.2", ("pytorch", {">=2.2"})),
+        ("pytorch =2.2", ("pytorch", {"==2.2.*"})),  # conda's '=' is a prefix match
+        ("python=3.10", ("python", {"==3.10.*"})),
+        ("numpy==1.26.0", ("numpy", {"==1.26"})),
+        ("numpy 1.26.*", ("numpy", {"==1.26.*"})),
+        ("nbval>=0.11,<1", ("nbval", {">=0.11", "<1"})),
+        ("tqdm", ("tqdm", set())),
+    ],
+)
+def test_conda_spec(item, expected):
+    name, clauses = conda_spec(item)
+    assert (name, set(clauses)) == expected
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("pytorch>=2.2", "pytorch=2.2", "pytorch: pyproject.toml says ['>=2.2']"),
+        ("pytorch>=2.2", "pytorch>=2.3", "pytorch: pyproject.toml says ['>=2.2']"),
+        ("ipywidgets>=7.6", "ipywidgets", "ipywidgets: pyproject.toml says ['>=7.6']"),
+        ("  - seaborn\n", "", "seaborn is in pyproject.toml but not in environment.yml"),
+        ("  - tqdm\n", "  - tqdm\n  - pandas\n", "pandas is in environment.yml but not"),
+        ("python>=3.10", "python>=3.9", "python: pyproject.toml says ['>=3.10']"),
+    ],
+)
+def test_disagreements_are_caught(project, old, new, message):
+    text = ENVIRONMENT.read_text()
+    assert old in text
+    problems = disagreements(yaml.safe_load(text.replace(old, new, 1)), project)
+    assert any(p.startswith(message) for p in problems), problems
+
+
+def test_torch_maps_to_pytorch(project):
+    # Dropping torch from pyproject must show up as a pytorch mismatch, not be ignored.
+    changed = dict(project, dependencies=[d for d in project["dependencies"] if "torch" not in d])
+    problems = disagreements(yaml.safe_load(ENVIRONMENT.read_text()), changed)
+    assert problems == ["pytorch is in environment.yml but not in pyproject.toml"]
+
+
+# ------------------------------------------------------------------ pyproject.toml itself
+
+
+def test_minimal_toml_parser_agrees_with_tomllib():
+    tomllib = pytest.importorskip("tomllib")
+    text = PYPROJECT.read_text()
+    full = tomllib.loads(text)["project"]
+    mini = check_env.parse_toml_minimal(text)["project"]
+    for key in ("name", "requires-python", "dependencies", "optional-dependencies"):
+        assert mini[key] == full[key], key
+
+
+def test_pyproject_declares_the_package_and_its_bounds(project):
+    assert project["name"] == "transformer-course"
+    reqs = {r.name: r.specifier for r in map(check_env.parse_requirement, project["dependencies"])}
+    assert reqs == {
+        "torch": ">=2.2", "numpy": "", "matplotlib": "", "seaborn": "", "tqdm": "",
+        "ipywidgets": ">=7.6",
+    }
+    assert set(project["optional-dependencies"]) == {"dev", "lab"}
+
+
+def test_installed_metadata_matches_pyproject():
+    """When the package is installed (course.py installs it editable), check_env reads the
+    metadata: it must say what pyproject.toml says."""
+    found = check_env.requirements_from_metadata()
+    if found is None:
+        pytest.skip("transformer-course is not installed in this environment")
+    from_metadata, python_meta = found
+    from_file, python_file = check_env.requirements_from_pyproject(PYPROJECT)
+
+    def as_set(reqs):
+        return {(_canonical(r.name), pip_clauses(r.specifier), r.extra) for r in reqs}
+
+    assert as_set(from_metadata) == as_set(from_file)
+    assert pip_clauses(python_meta) == pip_clauses(python_file)
+
+
+# ------------------------------------------------------------------------------- check_env
+
+LINE = re.compile(r"\[(OK|FAIL|INFO)\] \S.*")
+
+
+def test_check_env_reports_every_requirement_and_passes():
+    done = subprocess.run(
+        [sys.executable, "-m", "course_utils.check_env", "--extra", "dev"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert all(LINE.fullmatch(line) for line in lines[:-1]), lines
+    assert lines[-1] == "Everything the course needs is installed."
+    assert re.fullmatch(r"\[OK\] Python 3\.\d+\.\d+\S* \(needs >=3\.10\)", lines[0])
+    assert any(re.fullmatch(r"\[OK\] torch 2\.\d+\S* \(needs >=2\.2\)", line) for line in lines)
+    assert any(re.fullmatch(r"\[OK\] ipywidgets \S+ \(needs >=7\.6\)", line) for line in lines)
+    assert any(re.fullmatch(r"\[OK\] numpy \S+ \(any version\)", line) for line in lines)
+    assert any(re.fullmatch(r"\[INFO\] device: (CPU|CUDA) .*", line) for line in lines)
+    names = [line.split()[1] for line in lines if line.startswith("[OK] ")]
+    for req in check_env.requirements_from_pyproject(PYPROJECT)[0]:
+        if req.extra in (None, "dev"):  # lab's are all in dev too
+            assert req.name in names
+    assert len(names) == len(set(names))  # ipykernel/jupyterlab are in two groups: once
+
+
+def test_check_env_fails_on_unmet_requirements(monkeypatch, capsys):
+    fake = [
+        Requirement("torch", ">=999"),
+        Requirement("surely-not-an-installed-package", ">=1.0"),
+        Requirement("numpy", ""),
+        Requirement("pytest", ">=1", extra="dev"),  # not asked for: not checked
+    ]
+    monkeypatch.setattr(check_env, "load_requirements", lambda: (fake, ">=3.10", "test"))
+    assert check_env.main([]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"\[FAIL\] torch 2\.\S+ \(needs >=999\)", lines[1]), lines
+    assert lines[2] == "[FAIL] surely-not-an-installed-package not installed (needs >=1.0)"
+    assert re.fullmatch(r"\[OK\] numpy \S+ \(any version\)", lines[3])
+    assert not any("pytest" in line for line in lines)
+    assert not any("device:" in line for line in lines)  # torch failed: no device line
+    assert lines[-1].startswith("2 problem(s).")
+
+
+def test_check_env_fails_on_old_python(monkeypatch, capsys):
+    monkeypatch.setattr(check_env, "load_requirements", lambda: ([], ">=99", "test"))
+    assert check_env.main([]) == 1
+    first = capsys.readouterr().out.split("\n")[0]
+    assert re.fullmatch(r"\[FAIL\] Python \S+ \(needs >=99\)", first)
+
+
+@pytest.mark.parametrize(
+    "version, specifier, expected",
+    [
+        ("2.13.0+cpu", ">=2.2", True),
+        ("2.1.2", ">=2.2", False),
+        ("7.7.1", ">=7.6", True),
+        ("0.10.0", ">=0.11", False),
+        ("0.11", ">=0.11", True),
+        ("2.2.1", "~=2.2", True),
+        ("3.0", "~=2.2", False),
+        ("2.13.0", "==2.*", True),
+        ("3.1", ">=2,<3", False),
+        ("1.0", "", True),
+    ],
+)
+def test_version_comparison(version, specifier, expected):
+    assert check_env._fallback_satisfies(version, specifier) is expected
+    assert check_env.satisfies(version, specifier) is expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("torch>=2.2", Requirement("torch", ">=2.2")),
+        ('pytest; extra == "dev"', Requirement("pytest", "", "dev")),
+        ("nbval>=0.11; extra == 'dev'", Requirement("nbval", ">=0.11", "dev")),
+        ("ipywidgets (>=7.6)", Requirement("ipywidgets", ">=7.6")),
+        ("foo[bar] >= 1, < 2", Requirement("foo", ">=1,<2")),
+    ],
+)
+def test_parse_requirement(text, expected):
+    assert check_env.parse_requirement(text) == expected
+
+
+# ------------------------------------------------------------------ the contract's names
+
+CONTRACT = {  # notebook -> name -> parameters (name, default or inspect.Parameter.empty)
+    "01": {
+        "scaled_dot_product_attention": "query, key, value, mask=None",
+        "causal_mask": "size, device=None",
+        "padding_mask": "tokens, pad_id",
+    },
+    "02": {
+        "split_heads": "x, num_heads",
+        "merge_heads": "x",
+        "MultiHeadAttention": "d_model, num_heads, dropout=0.0",
+    },
+    "03": {
+        "sinusoidal_positional_encoding": "max_len, d_model",
+        "PositionalEncoding": "d_model, max_len=5000, dropout=0.0",
+        "TokenEmbedding": "vocab_size, d_model",
+    },
+    "04": {
+        "LayerNorm": "d_model, eps=1e-05",
+        "FeedForward": "d_model, d_ff, dropout=0.0",
+        "EncoderLayer": "d_model, num_heads, d_ff, dropout=0.0, norm_first=False",
+        "Encoder": "num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False",
+    },
+    "05": {
+        "DecoderLayer": "d_model, num_heads, d_ff, dropout=0.0, norm_first=False",
+        "Decoder": "num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False",
+    },
+    "06": {
+        "Transformer": "src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, "
+        "num_layers=6, d_ff=2048, dropout=0.1, max_len=5000, norm_first=False",
+    },
+}
+CONTRACT_NAMES = [
+    (notebook, name, params)
+    for notebook, names in CONTRACT.items()
+    for name, params in names.items()
+]
+
+
+@pytest.mark.parametrize("notebook, name, params", CONTRACT_NAMES)
+def test_contract_name_imports_from_top_level(notebook, name, params):
+    namespace: dict = {}
+    exec(f"from course_utils import {name}", namespace)  # the exact line notebooks use
+    obj = namespace[name]
+    package = importlib.import_module("course_utils")
+    assert name in package.__all__
+    signature = inspect.signature(obj)
+    shown = ", ".join(
+        p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
+        for p in signature.parameters.values()
+    )
+    assert shown == params, f"notebook {notebook}: {name}{signature}"
+
+
+# ---------------------------------------------------------------------------- course.py
+
+COURSE_PY = ROOT / "course.py"
+
+
+def _load_course_module():
+    spec = importlib.util.spec_from_file_location("course_script", COURSE_PY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_course_py_uses_only_the_standard_library():
+    tree = ast.parse(COURSE_PY.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    assert imported, "no imports found: the check itself is broken"
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_course_py_help_has_no_side_effects(tmp_path):
+    shutil.copy(COURSE_PY, tmp_path / "course.py")
+    done = subprocess.run(
+        [sys.executable, "course.py", "--help"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    for command in ("lab", "test", "setup"):
+        assert command in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["course.py"]
+
+
+def test_course_py_without_pyproject_fails_before_creating_a_venv(tmp_path):
+    shutil.copy(COURSE_PY, tmp_path / "course.py")
+    done = subprocess.run(
+        [sys.executable, "course.py", "setup"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1
+    assert "pyproject.toml not found" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["course.py"]
+
+
+def test_course_py_unknown_command_is_a_usage_error(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(COURSE_PY), "bogus"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )
+    assert done.returncode == 2
+    assert "invalid choice" in done.stderr
+
+
+@pytest.fixture
+def fake_course(tmp_path, monkeypatch):
+    """course.py pointed at a temporary project, with pip and the venv probe faked."""
+    course = _load_course_module()
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT.read_text())
+    venv = tmp_path / ".venv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("home = /nowhere\n")
+    monkeypatch.setattr(course, "ROOT", tmp_path)
+    monkeypatch.setattr(course, "VENV", venv)
+    monkeypatch.setattr(course, "STAMP", venv / ".course-stamp.json")
+    monkeypatch.setattr(course, "PYPROJECT", tmp_path / "pyproject.toml")
+    monkeypatch.delenv("TORCH_SPEC", raising=False)
+    monkeypatch.delenv("TORCH_INDEX_URL", raising=False)
+    course.installs = []
+    course.probe = {"python": [3, 11, 0], "pip": "23.2.1", "torch": "2.13.0+cpu"}
+    monkeypatch.setattr(course, "probe_venv", lambda: course.probe)
+    monkeypatch.setattr(course, "pip_install", lambda args, what: course.installs.append(args))
+    return course
+
+
+def test_stamp_skips_pip_until_pyproject_changes(fake_course):
+    course = fake_course
+    course.ensure_installed(("dev",))
+    assert course.installs == [["-e", ".[dev]"]]  # torch 2.13 is there already: not reinstalled
+    course.ensure_installed(("dev",))
+    assert len(course.installs) == 1  # stamp matches: no pip at all
+    course.ensure_installed(("lab",))  # a new extra: keep the old one too
+    assert course.installs[-1] == ["-e", ".[dev,lab]"]
+    course.ensure_installed(("lab",))
+    course.ensure_installed(("dev",))
+    assert len(course.installs) == 2
+    course.PYPROJECT.write_text(course.PYPROJECT.read_text() + "\n# changed\n")
+    course.ensure_installed(("dev",))
+    assert course.installs[-1] == ["-e", ".[dev,lab]"]
+
+
+def test_torch_is_installed_when_missing_or_too_old(fake_course, monkeypatch):
+    course = fake_course
+    course.probe["torch"] = "2.1.2"
+    monkeypatch.setenv("TORCH_SPEC", "torch==2.5.1")
+    monkeypatch.setenv("TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
+    course.ensure_installed(("dev",))
+    assert course.installs == [
+        ["torch==2.5.1", "--index-url", "https://download.pytorch.org/whl/cpu"],
+        ["-e", ".[dev]"],
+    ]
+    course.probe["torch"] = None
+    monkeypatch.delenv("TORCH_SPEC")
+    monkeypatch.delenv("TORCH_INDEX_URL")  # a different torch request invalidates the stamp
+    course.ensure_installed(("dev",))
+    assert course.installs[2] == ["torch==2.13.0"]
+
+
+def test_broken_venv_is_recreated_but_foreign_folder_is_not_deleted(fake_course, monkeypatch):
+    course = fake_course
+    (course.VENV / "junk").write_text("x")
+    created = []
+
+    def fake_create():
+        course.VENV.mkdir()
+        created.append(True)
+        monkeypatch.setattr(course, "probe_venv", lambda: course.probe)
+
+    monkeypatch.setattr(course, "probe_venv", lambda: None)
+    monkeypatch.setattr(course, "create_venv", fake_create)
+    course.ensure_venv()
+    assert created == [True]
+    assert not (course.VENV / "junk").exists()  # the broken venv was removed first
+
+    shutil.rmtree(course.VENV)
+    course.VENV.mkdir()
+    (course.VENV / "my-notes.txt").write_text("not a venv")
+    monkeypatch.setattr(course, "probe_venv", lambda: None)
+    with pytest.raises(SystemExit):
+        course.ensure_venv()
+    assert (course.VENV / "my-notes.txt").exists()
