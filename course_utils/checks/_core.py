@@ -240,9 +240,37 @@ def require_module_class(cls: Any, name: str) -> None:
 
 
 
+def _raising_stub(exc: BaseException) -> tuple[str, str] | None:
+    """``(qualified name, bare name)`` of the student's function that raised, e.g.
+    ``("LayerNorm.__init__", "LayerNorm")`` or ``("causal_mask", "causal_mask")``."""
+    tb, found = exc.__traceback__, None
+    while tb is not None:
+        if _is_student_frame(tb.tb_frame.f_code.co_filename):
+            found = tb.tb_frame
+        tb = tb.tb_next
+    if found is None:
+        return None
+    func = found.f_code.co_name
+    owner = found.f_locals.get("self")
+    if isinstance(owner, nn.Module):
+        cls = type(owner).__name__
+        return f"{cls}.{func}", cls
+    return func, func
+
+
 def _format_exception(exercise: str, err: StudentError) -> tuple[str, str]:
     exc = err.exc
     if isinstance(exc, NotImplementedError):
+        stub = _raising_stub(exc)
+        if stub is not None and stub[1] not in (exercise, "<module>"):
+            # an unfinished earlier exercise used inside this one: blame the right code
+            return (
+                "not implemented",
+                f"[ ] {exercise}: not implemented yet: it uses your `{stub[1]}`, and `{stub[0]}` "
+                f"still raises NotImplementedError. Finish that exercise first, or continue with "
+                f"the reference: run `from course_utils import {stub[1]}`, then the cell that "
+                f"defines {exercise}, then this check again.",
+            )
         return (
             "not implemented",
             f"[ ] {exercise}: not implemented yet. Replace `raise NotImplementedError()` "

@@ -1,0 +1,196 @@
+"""The machinery shared by every checker (course_utils/checks/_core.py), and two promises
+that hold for all checkers at once: each accepts the reference implementation, and its
+verdict on a correct solution prints the same text every run (solutions' outputs are
+compared by nbval, and the checkers draw fresh random inputs each call)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch import nn
+
+import course_utils
+from course_utils import checks
+from course_utils.checks import _core
+from course_utils.checks._core import CheckResult, call_student, checker, expect_close, hint
+
+# every checker and the reference it must accept
+REFERENCES = {
+    "check_scaled_dot_product_attention": course_utils.scaled_dot_product_attention,
+    "check_causal_mask": course_utils.causal_mask,
+    "check_padding_mask": course_utils.padding_mask,
+    "check_split_heads": course_utils.split_heads,
+    "check_merge_heads": course_utils.merge_heads,
+    "check_multi_head_attention": course_utils.MultiHeadAttention,
+    "check_sinusoidal_positional_encoding": course_utils.sinusoidal_positional_encoding,
+    "check_positional_encoding": course_utils.PositionalEncoding,
+    "check_token_embedding": course_utils.TokenEmbedding,
+    "check_layer_norm": course_utils.LayerNorm,
+    "check_feed_forward": course_utils.FeedForward,
+    "check_encoder_layer": course_utils.EncoderLayer,
+    "check_encoder": course_utils.Encoder,
+    "check_decoder_layer": course_utils.DecoderLayer,
+    "check_decoder": course_utils.Decoder,
+    "check_transformer": course_utils.Transformer,
+    "check_make_src_mask": course_utils.make_src_mask,
+    "check_make_tgt_mask": course_utils.make_tgt_mask,
+    "check_greedy_decode": course_utils.greedy_decode,
+}
+
+
+def test_every_exported_checker_has_a_reference_here():
+    exported = {name for name in checks.__all__ if name.startswith("check_")}
+    assert exported == set(REFERENCES)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_reference_passes_with_the_same_words_every_run(name, capsys):
+    check = getattr(checks, name)
+    first, second = check(REFERENCES[name]), check(REFERENCES[name])
+    assert first.passed and second.passed, first.feedback
+    assert first.status == "passed" and first.mistake is None
+    assert first.feedback == second.feedback, "the success line must not depend on the random inputs"
+    assert first.feedback.startswith("[OK] ")
+    assert first.exercise in _core.HINTS, "every exercise offers hints"
+    printed = capsys.readouterr().out
+    assert printed == first.feedback + "\n" + second.feedback + "\n"
+
+
+# ---------------------------------------------------------------- the decorator
+
+@checker("demo")
+def check_demo(fn):
+    x = torch.arange(6.0).reshape(2, 3)  # (2, 3)
+    expect_close(
+        "output",
+        call_student(fn, x),
+        x * 2,
+        mistakes=[("added", "you added 2 instead of doubling.", lambda: x + 2)],
+    )
+    return "one case"
+
+
+def test_verdicts_and_result_fields(capsys):
+    ok = check_demo(lambda x: x * 2)
+    assert isinstance(ok, CheckResult) and bool(ok) and ok.status == "passed"
+    assert ok.feedback == "[OK] demo: all checks passed (one case)."
+
+    wrong = check_demo(lambda x: x + 2)
+    assert not wrong and wrong.status == "failed" and wrong.mistake == "added"
+    assert "you added 2 instead of doubling" in wrong.feedback
+    assert 'hint("demo")' not in wrong.feedback  # no hints registered for "demo"
+
+    other = check_demo(lambda x: x * 3)
+    assert other.mistake == "values differ" and "largest difference" in other.feedback
+
+    shape = check_demo(lambda x: x.T * 2)
+    assert shape.mistake == "wrong shape" and "(3, 2)" in shape.feedback and "(2, 3)" in shape.feedback
+
+    not_tensor = check_demo(lambda x: [1, 2])
+    assert not not_tensor and "returned list" in not_tensor.feedback
+    capsys.readouterr()
+
+
+def test_student_exception_names_type_message_and_line():
+    def student(x):
+        y = x + 1
+        return y @ torch.ones(5, 5)  # the line a student must see
+
+    result = check_demo(student)
+    assert result.status == "error" and not result.passed
+    assert "RuntimeError" in result.feedback
+    assert "return y @ torch.ones(5, 5)" in result.feedback
+    assert "Traceback" not in result.feedback
+
+
+def test_stub_reads_not_implemented_yet():
+    def student(x):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    result = check_demo(student)
+    assert result.status == "not implemented" and result.mistake == "not implemented"
+    assert "not implemented yet" in result.feedback
+
+
+def test_unfinished_earlier_exercise_is_named():
+    class LayerNorm(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            raise NotImplementedError()
+
+    class EncoderLayer(course_utils.EncoderLayer):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+            self.norm1 = LayerNorm(d_model)  # the student's unfinished class
+
+    result = checks.check_encoder_layer(EncoderLayer)
+    assert result.status == "not implemented"
+    assert "`LayerNorm.__init__` still raises NotImplementedError" in result.feedback
+    assert "from course_utils import LayerNorm" in result.feedback
+
+
+def test_a_bug_in_a_checker_becomes_a_verdict_not_an_exception():
+    @checker("broken")
+    def check_broken(fn):
+        return {}["missing"]  # a bug in the checker itself
+
+    result = check_broken(lambda: None)
+    assert result.status == "error" and not result.passed
+    assert "KeyError" in result.feedback
+
+
+def test_result_prints_once_in_a_notebook(capsys):
+    result = check_demo(lambda x: x * 2)
+    assert capsys.readouterr().out.count("[OK] demo") == 1
+    result._ipython_display_()  # IPython calls this for a cell's last expression
+    assert capsys.readouterr().out == ""
+    fresh = CheckResult("demo", True, "[OK] demo: fine.", "passed")
+    fresh._ipython_display_()
+    assert capsys.readouterr().out == "[OK] demo: fine.\n"
+
+
+def test_fresh_inputs_each_call_and_the_global_generator_is_untouched():
+    seen = []
+
+    @checker("rng")
+    def check_rng(fn):
+        seen.append(torch.rand(()).item())
+
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    check_rng(None)
+    check_rng(None)
+    assert seen[0] != seen[1]
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
+# ---------------------------------------------------------------- hints
+
+def test_hints_go_from_first_to_last_then_point_at_the_reference(capsys, monkeypatch):
+    monkeypatch.setattr(_core, "_HINT_LEVEL", {})
+    n = len(_core.HINTS["causal_mask"])
+    for level in range(1, n + 1):
+        hint("causal_mask")
+        out = capsys.readouterr().out
+        assert out.startswith(f"Hint {level}/{n} for causal_mask: ")
+        assert ("from course_utils import causal_mask" in out) == (level == n)
+    hint("causal_mask", 1)
+    assert capsys.readouterr().out.startswith(f"Hint 1/{n}")
+
+
+def test_unknown_hint_lists_the_known_ones(capsys):
+    hint("no_such_exercise")
+    out = capsys.readouterr().out
+    assert "No hints for 'no_such_exercise'" in out and "causal_mask" in out
+
+
+@pytest.mark.parametrize("name", sorted(_core.HINTS))
+def test_every_hint_is_a_hint_not_a_solution(name):
+    hints = _core.HINTS[name]
+    assert 2 <= len(hints) <= 5
+    for text in hints:
+        # prose may say "return (output, weights)"; code would define or return on a line
+        assert not re.search(r"\bdef \w+\(|\bclass \w+\(|^\s*return\b", text, re.M), text
