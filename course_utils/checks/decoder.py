@@ -1,3 +1,794 @@
-"""Checkers (placeholder, being written)."""
+"""Checkers for notebook 05 (the decoder): ``DecoderLayer`` and ``Decoder``.
 
-__all__: list[str] = []
+Each checker builds the student's class itself with awkward random sizes (``B``,
+``L_tgt``, ``L_src``, ``D`` and ``d_ff`` all different), in eval mode, for both
+``norm_first`` values. Every learnable parameter is set to random values (LayerNorm's
+ones and zeros would hide a norm used in the wrong place) and copied by name into the
+reference (:class:`course_utils.DecoderLayer` / :class:`course_utils.Decoder`), so the
+two must give the same numbers. Inputs: no masks; a causal + padding ``tgt_mask``
+``(B, L_tgt, L_tgt)`` with a source-padding ``memory_mask`` ``(B, 1, L_src)`` that differs
+per example; a plain causal ``(L_tgt, L_tgt)`` mask; and one case with ``L_src == L_tgt``
+(where swapped masks or swapped cross-attention inputs run without an error). A wrong
+output is compared with the reference computed *with each catalogued mistake*; the first
+match is named. When the student's code raises only because ``L_src != L_tgt``, it is run
+again with equal lengths to name the mistake behind the error.
+
+Catalogue (``CheckResult.mistake``):
+
+* both: ``"not a class"``, ``"missing submodule"`` (a contract submodule is absent or
+  renamed), ``"unexpected parameters"``, ``"wrong parameter shape"``, ``"wrong return"``
+  (a tuple instead of one tensor), ``"dropout in eval mode"``, ``"input modified in place"``,
+  ``"fails when lengths differ"``.
+* ``DecoderLayer``: ``"cross-attention queries from memory"`` (queries and keys/values
+  swapped), ``"cross-attention ignores memory"`` (keys/values from ``x``), ``"memory
+  normalised"`` (pre-norm: ``memory`` put through the layer's norm), ``"masks swapped"``,
+  ``"tgt_mask not passed"``, ``"memory_mask not passed"``, ``"masks not passed"``,
+  ``"missing residual"``, ``"norm_first ignored"``, ``"sub-layers in wrong order"``
+  (cross-attention before self-attention), ``"feed-forward on wrong input"``, ``"norms in
+  wrong order"``.
+* ``Decoder``: ``"wrong number of layers"``, ``"layers sharing one module"``, ``"missing
+  final norm"`` (pre-norm), ``"final norm in post-norm"``, ``"masks not passed on"``,
+  ``"masks swapped"``, ``"memory not passed to every layer"``, ``"only the first layer
+  used"``, ``"layer outputs not chained"``.
+
+A post-norm ``Decoder`` that owns a ``norm`` but does not apply it passes (it computes
+the right thing); a pre-norm one without ``norm`` fails as ``"missing final norm"``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import causal_mask
+from ..decoder import Decoder, DecoderLayer
+from ..layers import LayerNorm
+from ._core import (
+    Mistake,
+    StudentError,
+    call_student,
+    check_unchanged,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    matches,
+    randint,
+    register_hints,
+    require_module_class,
+    student_line,
+)
+
+__all__ = ["check_decoder_layer", "check_decoder"]
+
+
+# ---------------------------------------------------------------- helpers shared with checks/model.py
+def randomise_parameters(module: nn.Module) -> None:
+    """Random values for every learnable parameter: matrices ``~ N(0, 1/fan_in)``, biases
+    ``~ N(0, 0.3^2)``, other vectors (norm scales) ``~ 1 + N(0, 0.3^2)``."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
+            elif name.endswith("bias"):
+                p.copy_(0.3 * torch.randn_like(p))
+            else:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+
+
+def trailing_padding(B: int, L: int) -> Tensor:
+    """``(B, 1, L)`` bool, ``True`` = real token: each row's real tokens come first; at least
+    one row is full and at least one is padded (so lengths differ per example)."""
+    lengths = torch.randint(max(1, L // 2), L + 1, (B,))  # (B,)
+    full = randint(0, B - 1)
+    lengths[full] = L
+    lengths[(full + 1) % B] = randint(max(1, L // 2), L - 1)
+    return (torch.arange(L) < lengths[:, None]).unsqueeze(1)  # (B, 1, L)
+
+
+def _aliases(name: str) -> list[str]:
+    # a bare nn.Embedding in place of TokenEmbedding's `embedding` submodule
+    out = [name]
+    if name.endswith(".embedding.weight"):
+        out.append(name[: -len(".embedding.weight")] + ".weight")
+    return out
+
+
+def match_parameters(
+    student: nn.Module,
+    ref: nn.Module,
+    optional_missing: tuple[str, ...] = (),
+    optional_extra: tuple[str, ...] = (),
+) -> tuple[list[tuple[Tensor, Tensor]], list[str], list[str], list[tuple[str, str, str]]]:
+    """Pair the student's parameters with the reference's by name.
+
+    Returns ``(pairs, missing, unexpected, wrong_shape)``: ``pairs`` of (student, reference)
+    parameters, reference names the student lacks, student names the reference lacks
+    (aliases of a paired parameter, e.g. a norm also held by a helper module, are fine)
+    and ``(name, student shape, reference shape)``.
+    """
+    s_params = dict(student.named_parameters(remove_duplicate=False))
+    pairs, missing, wrong_shape = [], [], []
+    used: set[int] = set()
+    for name, rp in ref.named_parameters():
+        key = next((a for a in _aliases(name) if a in s_params), None)
+        if key is None:
+            if not name.startswith(optional_missing):
+                missing.append(name)
+            continue
+        sp = s_params[key]
+        used.add(id(sp))
+        if sp.shape != rp.shape:
+            wrong_shape.append((name, describe_shape(sp), describe_shape(rp)))
+            continue
+        pairs.append((sp, rp))
+    unexpected = [n for n, p in s_params.items() if id(p) not in used and not n.startswith(optional_extra)]
+    return pairs, missing, unexpected, wrong_shape
+
+
+def _some(names: list[str], k: int = 4) -> str:
+    shown = ", ".join(f"`{n}`" for n in names[:k])
+    return shown + (f" and {len(names) - k} more" if len(names) > k else "")
+
+
+def structure_failure(
+    what: str,
+    student: nn.Module,
+    missing: list[str],
+    unexpected: list[str],
+    wrong_shape: list[tuple[str, str, str]],
+    parts: dict[str, str],
+) -> None:
+    """Fail, in plain words, when the student's parameters cannot be paired with the reference's."""
+    if wrong_shape:
+        name, got, want = wrong_shape[0]
+        fail(
+            f"`{name}` has shape {got}, expected {want} (the reference {what} built with the "
+            "same arguments). Check the order of the constructor's arguments and which size "
+            "each submodule uses.",
+            mistake="wrong parameter shape",
+        )
+    s_names = [n for n, _ in student.named_parameters(remove_duplicate=False)]
+    contract = ", ".join(f"`{p}`" for p in parts)
+    if missing:
+        tops: dict[str, list[str]] = {}
+        for n in missing:
+            tops.setdefault(n.split(".")[0], []).append(n)
+        lines = []
+        for top, names in tops.items():
+            desc = f" ({parts[top]})" if top in parts else ""
+            if not any(n.startswith(top + ".") for n in s_names):
+                lines.append(f"there is no submodule `{top}`{desc}")
+            else:
+                inner = [n[len(top) + 1 :] for n in names]
+                lines.append(f"`{top}` lacks the parameters {_some(inner)}{desc}")
+        text = f"in your {what}, " + "; ".join(lines) + "."
+        if unexpected:
+            text += f" Instead it has {_some(unexpected)}: did you name a submodule differently?"
+        fail(
+            text + f" The checker copies its random weights into the reference by name, so use "
+            f"the contract's submodules: {contract}.",
+            mistake="missing submodule",
+        )
+    if unexpected:
+        fail(
+            f"your {what} has parameters that the reference does not: {_some(unexpected)}. "
+            f"The contract's submodules are {contract}; keep to them (no extra learnable weights).",
+            mistake="unexpected parameters",
+        )
+
+
+def copy_parameters(pairs: list[tuple[Tensor, Tensor]]) -> None:
+    with torch.no_grad():
+        for sp, rp in pairs:
+            rp.copy_(sp)
+
+
+def build_student(cls: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shown: str) -> nn.Module:
+    model = call_student(cls, *args, context=f"constructing {name}({shown})", **kwargs)
+    if not isinstance(model, nn.Module):
+        fail(f"{name}(...) should build an nn.Module; got {type(model).__name__}.", mistake="not a class")
+    model.eval()
+    randomise_parameters(model)
+    return model
+
+
+def tuple_return(got: Any, what: str) -> None:
+    if isinstance(got, (tuple, list)):
+        inner = ", ".join(describe_shape(t) for t in got[:3])
+        fail(
+            f"{what} should return one tensor (B, L_tgt, D); yours returned a {type(got).__name__} "
+            f"({inner}). MultiHeadAttention returns (output, weights): keep only the output, [0].",
+            mistake="wrong return",
+        )
+
+
+def check_dropout(call: Callable[[], Any], got: Any, expected: Tensor) -> None:
+    """Two calls on the same input in eval mode must agree; if not, dropout ignores eval mode."""
+    if not isinstance(got, Tensor) or matches(got, expected):
+        return
+    again = call()
+    if isinstance(again, Tensor) and again.shape == got.shape and not torch.equal(again, got):
+        fail(
+            "the same input gave two different outputs in eval mode: some dropout still runs after "
+            "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
+            "training=self.training to F.dropout.",
+            mistake="dropout in eval mode",
+        )
+
+
+def _raised(err: StudentError) -> str:
+    exc = err.exc
+    first = (str(exc).strip().splitlines() or [""])[0]
+    line = student_line(exc)
+    return f"{type(exc).__name__}: {first}" + (f" (at {line})" if line else "")
+
+
+def _dims() -> tuple[int, int, int, int, int, int]:
+    """``B, H, d_k, L_tgt, L_src, d_ff`` with ``B, L_tgt, L_src, D = H*d_k, d_ff`` all different."""
+    while True:
+        B, H, d_k = randint(2, 4), randint(2, 3), randint(3, 5)
+        L_tgt, L_src, d_ff = randint(4, 7), randint(4, 8), randint(8, 20)
+        sizes = [B, L_tgt, L_src, H * d_k, d_ff]
+        if len(set(sizes)) == len(sizes):
+            return B, H, d_k, L_tgt, L_src, d_ff
+
+
+def _masks(B: int, L_tgt: int, L_src: int, kind: str) -> tuple[Tensor | None, Tensor | None, str]:
+    if kind == "none":
+        return None, None, "no masks"
+    memory_mask = trailing_padding(B, L_src)  # (B, 1, L_src)
+    if kind == "causal":
+        return causal_mask(L_tgt), memory_mask, f"tgt_mask causal ({L_tgt}, {L_tgt}), memory_mask ({B}, 1, {L_src})"
+    tgt_mask = trailing_padding(B, L_tgt) & causal_mask(L_tgt)  # (B, L_tgt, L_tgt)
+    return tgt_mask, memory_mask, (
+        f"tgt_mask causal + padding ({B}, {L_tgt}, {L_tgt}), memory_mask padding ({B}, 1, {L_src})"
+    )
+
+
+def _call(model: Callable[..., Any], x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None, context: str) -> Any:
+    if tgt_mask is None and memory_mask is None:
+        return call_student(model, x, memory, context=context)  # the masks' defaults must work
+    return call_student(model, x, memory, tgt_mask, memory_mask, context=context)
+
+
+def _run_case(
+    model: nn.Module,
+    what: str,
+    x: Tensor,
+    memory: Tensor,
+    tgt_mask: Tensor | None,
+    memory_mask: Tensor | None,
+    case: str,
+    expected_fn: Callable[..., Tensor],
+    mistakes_fn: Callable[..., list[Mistake]],
+    probe: Callable[[StudentError], None] | None,
+) -> None:
+    """One forward: compare with the reference, name a catalogued mistake, or probe an error."""
+    args = (x, memory, tgt_mask, memory_mask)
+    names = ["x", "memory", "tgt_mask", "memory_mask"]
+    originals = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+    context = f"running forward ({case})"
+    with torch.no_grad():
+        expected = expected_fn(*originals)  # (B, L_tgt, D)
+        try:
+            got = _call(model, *args, context=context)
+        except StudentError as err:
+            if probe is not None and not isinstance(err.exc, NotImplementedError):
+                probe(err)
+            raise
+        check_unchanged(names, args, originals, case)
+        tuple_return(got, what)
+        check_dropout(lambda: _call(model, *originals, context=context), got, expected)
+        expect_close("output", got, expected, mistakes_fn(*originals), case=case)
+
+
+def _length_probe(
+    model: nn.Module,
+    what: str,
+    B: int,
+    L: int,
+    D: int,
+    masked: bool,
+    expected_fn: Callable[..., Tensor],
+    mistakes_fn: Callable[..., list[Mistake]],
+    case: str,
+) -> Callable[[StudentError], None]:
+    """When the student's code raised with ``L_src != L_tgt``, run it with ``L_src == L_tgt``:
+    a match with a catalogued mistake names what caused the error."""
+
+    def probe(err: StudentError) -> None:
+        x, memory = torch.randn(B, L, D), torch.randn(B, L, D)
+        tgt_mask, memory_mask, _ = _masks(B, L, L, "padded" if masked else "none")
+        try:
+            with torch.no_grad():
+                got = _call(model, x, memory, tgt_mask, memory_mask, context="probing")
+                expected = expected_fn(x, memory, tgt_mask, memory_mask)
+        except Exception:  # noqa: BLE001 - the probe only adds a diagnosis; the original error is reported
+            return
+        if not isinstance(got, Tensor):
+            return
+        head = (
+            f"your {what} raised {_raised(err)} ({case}). With L_src == L_tgt it runs without an "
+            "error, "
+        )
+        if matches(got, expected):
+            fail(
+                head + "and the right output: it only works when source and target have the same "
+                "length. Queries (and the output) have the target's length L_tgt; keys and values "
+                "come from `memory`, of length L_src; tgt_mask is (L_tgt, L_tgt), memory_mask (.., L_src).",
+                mistake="fails when lengths differ",
+            )
+        for name, diagnosis, candidate in mistakes_fn(x, memory, tgt_mask, memory_mask):
+            try:
+                value = candidate() if callable(candidate) else candidate
+            except Exception:  # noqa: BLE001 - a mistake that cannot be computed is not this one
+                continue
+            if isinstance(value, Tensor) and matches(got, value):
+                fail(head + f"and its output shows the cause: {diagnosis}", mistake=name)
+
+    return probe
+
+
+# ---------------------------------------------------------------- DecoderLayer
+_LAYER_PARTS = {
+    "self_attn": "MultiHeadAttention(d_model, num_heads, dropout), the masked self-attention",
+    "cross_attn": "MultiHeadAttention(d_model, num_heads, dropout), the cross-attention",
+    "feed_forward": "FeedForward(d_model, d_ff, dropout)",
+    "norm1": "LayerNorm(d_model)",
+    "norm2": "LayerNorm(d_model)",
+    "norm3": "LayerNorm(d_model)",
+}
+_SUBLAYER_WORDS = {"self": "the masked self-attention", "cross": "the cross-attention", "ff": "the feed-forward"}
+_NATURAL = {"self": 0, "cross": 1, "ff": 2}
+
+
+def _layer_variant(
+    ref: DecoderLayer,
+    x: Tensor,
+    memory: Tensor,
+    tgt_mask: Tensor | None,
+    memory_mask: Tensor | None,
+    *,
+    norm_first: bool,
+    cross: str = "ok",
+    self_mask: str | None = "tgt",
+    cross_mask: str | None = "memory",
+    residual: tuple[str, ...] = ("self", "cross", "ff"),
+    order: tuple[str, ...] = ("self", "cross", "ff"),
+    norm_by: str = "sublayer",
+    norms: tuple[int, ...] = (0, 1, 2),
+    ff_input: str = "x",
+) -> Tensor:
+    """The decoder layer computed with the reference's submodules, optionally with one mistake."""
+    masks = {"tgt": tgt_mask, "memory": memory_mask, None: None}
+    norm_mods = [ref.norm1, ref.norm2, ref.norm3]
+    x0, h, before_norm = x, x, x
+    outs: dict[str, Tensor] = {}
+    for pos, kind in enumerate(order):
+        norm = norm_mods[norms[pos if norm_by == "position" else _NATURAL[kind]]]
+        inp = norm(h) if norm_first else h
+        if kind == "self":
+            out = ref.self_attn(inp, inp, inp, masks[self_mask])[0]
+        elif kind == "cross":
+            if cross == "swapped":  # queries from memory, keys and values from x
+                q, kv = memory, inp
+            elif cross == "self":  # memory never used
+                q, kv = inp, inp
+            elif cross == "memory normed":
+                q, kv = inp, norm(memory)
+            else:
+                q, kv = inp, memory
+            out = ref.cross_attn(q, kv, kv, masks[cross_mask])[0]
+        else:
+            if ff_input == "layer input":
+                inp = norm(x0) if norm_first else x0
+            elif ff_input == "cross output":
+                inp = norm(outs["cross"]) if norm_first else outs["cross"]
+            elif ff_input == "unnormalised":
+                inp = h if norm_first else before_norm
+            out = ref.feed_forward(inp)
+        outs[kind] = out
+        total = h + out if kind in residual else out  # (B, L_tgt, D)
+        if norm_first:
+            h = total
+        else:
+            before_norm, h = total, norm(total)
+    return h
+
+
+def _layer_mistakes(norm_first: bool, has_tgt: bool, has_memory: bool) -> list[tuple[str, str, dict[str, Any]]]:
+    form = "x = x + sublayer(norm(x))" if norm_first else "x = norm(x + sublayer(x))"
+    out: list[tuple[str, str, dict[str, Any]]] = [
+        (
+            "cross-attention queries from memory",
+            "the cross-attention takes its queries from `memory` and its keys and values from `x`; "
+            "it is the other way round: every target position (a query) looks at the source, so "
+            "call cross_attn(x, memory, memory, memory_mask).",
+            dict(cross="swapped"),
+        ),
+        (
+            "cross-attention ignores memory",
+            "the cross-attention never looks at `memory`: its keys and values come from `x`, which "
+            "makes it a second self-attention. Keys and values must come from the encoder output, "
+            "`memory`.",
+            dict(cross="self"),
+        ),
+    ]
+    if norm_first:
+        out.append(
+            (
+                "memory normalised",
+                "the encoder output `memory` goes through the layer's norm before the cross-attention. "
+                "In pre-norm, normalise only the decoder's stream x (the encoder already ends with its "
+                "own final norm): cross_attn(norm2(x), memory, memory, ...).",
+                dict(cross="memory normed"),
+            )
+        )
+    if has_tgt and has_memory:
+        out.append(
+            (
+                "masks swapped",
+                "tgt_mask and memory_mask are swapped: the self-attention needs tgt_mask (causal + "
+                "target padding, L_tgt x L_tgt) and the cross-attention memory_mask (source padding, "
+                "L_tgt x L_src).",
+                dict(self_mask="memory", cross_mask="tgt"),
+            )
+        )
+        out.append(
+            (
+                "masks not passed",
+                "neither mask has any effect: pass tgt_mask to the self-attention and memory_mask to "
+                "the cross-attention.",
+                dict(self_mask=None, cross_mask=None),
+            )
+        )
+    if has_tgt:
+        out.append(
+            (
+                "tgt_mask not passed",
+                "the self-attention ignores tgt_mask, so every position sees the future (and padding) "
+                "target tokens. Pass tgt_mask to self_attn.",
+                dict(self_mask=None),
+            )
+        )
+    if has_memory:
+        out.append(
+            (
+                "memory_mask not passed",
+                "the cross-attention ignores memory_mask, so target positions attend to source padding. "
+                "Pass memory_mask to cross_attn.",
+                dict(cross_mask=None),
+            )
+        )
+    out.append(
+        (
+            "norm_first ignored",
+            f"with norm_first={norm_first} your layer computes the "
+            f"{'post-norm' if norm_first else 'pre-norm'} version. norm_first=False is post-norm, "
+            "x = norm(x + sublayer(x)); norm_first=True is pre-norm, x = x + sublayer(norm(x)).",
+            dict(norm_first=not norm_first),
+        )
+    )
+    out.append(
+        (
+            "missing residual",
+            f"there are no residual connections: each sub-layer's input must be added back, {form}.",
+            dict(residual=()),
+        )
+    )
+    for kind in ("self", "cross", "ff"):
+        out.append(
+            (
+                "missing residual",
+                f"there is no residual connection around {_SUBLAYER_WORDS[kind]}: add its input back, {form}.",
+                dict(residual=tuple(k for k in ("self", "cross", "ff") if k != kind)),
+            )
+        )
+    for norm_by in ("position", "sublayer"):
+        out.append(
+            (
+                "sub-layers in wrong order",
+                "the cross-attention runs before the masked self-attention. The order is: masked "
+                "self-attention (the target looks at itself), then cross-attention (it looks at the "
+                "source), then the feed-forward.",
+                dict(order=("cross", "self", "ff"), norm_by=norm_by),
+            )
+        )
+    ff_inputs = {
+        "layer input": "the feed-forward is applied to the layer's original input x instead of the "
+        "output of the cross-attention step",
+        "cross output": "the feed-forward is applied to the cross-attention's raw output instead of "
+        "the stream after its residual" + ("" if norm_first else " and norm"),
+        "unnormalised": (
+            "the feed-forward's input is not normalised: in pre-norm it is x + ff(norm3(x))"
+            if norm_first
+            else "the feed-forward gets the sum before norm2 instead of the normalised result"
+        ),
+    }
+    for key, text in ff_inputs.items():
+        out.append(("feed-forward on wrong input", f"{text} ({form}, one sub-layer after the other).", dict(ff_input=key)))
+    for perm in itertools.permutations(range(3)):
+        if perm != (0, 1, 2):
+            used = ", ".join(f"norm{perm[i] + 1} for {_SUBLAYER_WORDS[k]}" for i, k in enumerate(("self", "cross", "ff")))
+            out.append(
+                (
+                    "norms in wrong order",
+                    f"the layer norms are mixed up ({used}): use norm1 with the self-attention, norm2 "
+                    "with the cross-attention and norm3 with the feed-forward.",
+                    dict(norms=perm),
+                )
+            )
+    return out
+
+
+def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
+    def expected(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> Tensor:
+        return ref(x, memory, tgt_mask, memory_mask)
+
+    def mistakes(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> list[Mistake]:
+        out: list[Mistake] = []
+        for name, diagnosis, kw in _layer_mistakes(norm_first, tgt_mask is not None, memory_mask is not None):
+            kw = {"norm_first": norm_first, **kw}
+            out.append((name, diagnosis, lambda kw=kw: _layer_variant(ref, x, memory, tgt_mask, memory_mask, **kw)))
+        return out
+
+    return expected, mistakes
+
+
+@checker("DecoderLayer")
+def check_decoder_layer(cls: Any) -> str:
+    require_module_class(cls, "DecoderLayer")
+    B, H, d_k, L_tgt, L_src, d_ff = _dims()
+    D = H * d_k
+    for norm_first in (False, True):
+        shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1, norm_first={norm_first}"
+        model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
+        ref = DecoderLayer(D, H, d_ff, 0.0, norm_first).eval()
+        pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
+        structure_failure("DecoderLayer", model, missing, unexpected, wrong_shape, _LAYER_PARTS)
+        copy_parameters(pairs)
+        expected, mistakes = _layer_functions(ref, norm_first)
+        nf = f"norm_first={norm_first}"
+        for kind in ("none", "padded", "causal"):
+            tgt_mask, memory_mask, words = _masks(B, L_tgt, L_src, kind)
+            case = f"{nf}, x ({B}, {L_tgt}, {D}), memory ({B}, {L_src}, {D}), {words}"
+            probe = _length_probe(model, "DecoderLayer", B, L_tgt, D, kind != "none", expected, mistakes, case)
+            x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
+            _run_case(model, "DecoderLayer", x, memory, tgt_mask, memory_mask, case, expected, mistakes, probe)
+        # equal lengths: swapped masks or swapped cross-attention inputs run without an error here
+        tgt_mask, memory_mask, words = _masks(B, L_tgt, L_tgt, "padded")
+        case = f"{nf}, L_src = L_tgt = {L_tgt}, {words}"
+        x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_tgt, D)
+        _run_case(model, "DecoderLayer", x, memory, tgt_mask, memory_mask, case, expected, mistakes, None)
+    return "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights"
+
+
+# ---------------------------------------------------------------- Decoder
+_DECODER_PARTS = {
+    "layers": "nn.ModuleList of num_layers DecoderLayer",
+    "norm": "LayerNorm(d_model), only when norm_first=True",
+}
+
+
+def _decoder_variant(
+    ref: Decoder,
+    x: Tensor,
+    memory: Tensor,
+    tgt_mask: Tensor | None,
+    memory_mask: Tensor | None,
+    *,
+    final: Any = "ref",
+    masks: tuple[str | None, str | None] = ("tgt", "memory"),
+    memory_for: str = "all",
+    layers: str = "chained",
+) -> Tensor:
+    """The decoder computed from the reference's layers, optionally with one mistake."""
+    m = {"tgt": tgt_mask, "memory": memory_mask, None: None}
+    h = x
+    for i, layer in enumerate(ref.layers):
+        layer = ref.layers[0] if layers == "first only" else layer
+        inp = x if layers == "unchained" else h
+        mem = memory
+        if memory_for == "none" or (memory_for == "first only" and i > 0):
+            mem = inp
+        h = layer(inp, mem, m[masks[0]], m[masks[1]])  # (B, L_tgt, D)
+    if final == "ref":
+        return ref.norm(h) if ref.norm is not None else h
+    if final == "plain":
+        return F.layer_norm(h, h.shape[-1:])
+    if isinstance(final, nn.Module):
+        return final(h)
+    return h
+
+
+def _decoder_mistakes(
+    ref: Decoder, norm_first: bool, extra_norm: nn.Module | None
+) -> list[tuple[str, str, dict[str, Any]]]:
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    if norm_first:
+        out.append(
+            (
+                "missing final norm",
+                "the final layer norm is missing: in pre-norm the residual stream itself is never "
+                "normalised, so the Decoder ends with self.norm(x) (create it only when norm_first=True).",
+                dict(final=None),
+            )
+        )
+    else:
+        text = (
+            "a final layer norm is applied although norm_first=False: in post-norm every layer already "
+            "ends with a norm, so the Decoder has no final norm (self.norm only when norm_first=True)."
+        )
+        if extra_norm is not None:
+            out.append(("final norm in post-norm", text, dict(final=extra_norm)))
+        out.append(("final norm in post-norm", text, dict(final="plain")))
+    out += [
+        (
+            "masks not passed on",
+            "tgt_mask is not passed on to the layers, so the self-attention sees future target tokens: "
+            "call layer(x, memory, tgt_mask, memory_mask). "
+            "(If your Decoder does pass it, run check_decoder_layer on your DecoderLayer.)",
+            dict(masks=(None, "memory")),
+        ),
+        (
+            "masks not passed on",
+            "memory_mask is not passed on to the layers, so the cross-attention sees source padding: "
+            "call layer(x, memory, tgt_mask, memory_mask). "
+            "(If your Decoder does pass it, run check_decoder_layer on your DecoderLayer.)",
+            dict(masks=("tgt", None)),
+        ),
+        (
+            "masks not passed on",
+            "the masks are not passed on to the layers: call layer(x, memory, tgt_mask, memory_mask). "
+            "(If your Decoder does pass them, run check_decoder_layer on your DecoderLayer.)",
+            dict(masks=(None, None)),
+        ),
+        (
+            "masks swapped",
+            "the layers get tgt_mask and memory_mask swapped: call layer(x, memory, tgt_mask, memory_mask) "
+            "in that order.",
+            dict(masks=("memory", "tgt")),
+        ),
+        (
+            "memory not passed to every layer",
+            "only the first layer sees the encoder output: every later layer gets the decoder's own x "
+            "as memory. Pass the same `memory` to every layer.",
+            dict(memory_for="first only"),
+        ),
+        (
+            "memory not passed to every layer",
+            "no layer sees the encoder output: they get the decoder's own x as memory. Pass `memory` "
+            "to every layer.",
+            dict(memory_for="none"),
+        ),
+        (
+            "only the first layer used",
+            "the first layer is applied num_layers times; loop over self.layers so each layer is used once.",
+            dict(layers="first only"),
+        ),
+        (
+            "layer outputs not chained",
+            "every layer gets the Decoder's input x, so only the last layer's output is kept: feed each "
+            "layer's output to the next (x = layer(x, memory, ...)).",
+            dict(layers="unchained"),
+        ),
+    ]
+    return out
+
+
+def _decoder_functions(
+    ref: Decoder, norm_first: bool, extra_norm: nn.Module | None
+) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
+    def expected(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> Tensor:
+        return ref(x, memory, tgt_mask, memory_mask)
+
+    def mistakes(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> list[Mistake]:
+        return [
+            (name, diagnosis, lambda kw=kw: _decoder_variant(ref, x, memory, tgt_mask, memory_mask, **kw))
+            for name, diagnosis, kw in _decoder_mistakes(ref, norm_first, extra_norm)
+        ]
+
+    return expected, mistakes
+
+
+def _check_layers(model: nn.Module, num_layers: int) -> None:
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        got = "no attribute `layers`" if layers is None else f"`layers` is a {type(layers).__name__}"
+        fail(
+            f"your Decoder has {got}: keep the layers in self.layers = nn.ModuleList([...]) (a plain "
+            "Python list would hide their parameters from PyTorch).",
+            mistake="missing submodule",
+        )
+    if len(layers) != num_layers:
+        fail(
+            f"Decoder({num_layers}, ...) built {len(layers)} layers; it should build num_layers of them.",
+            mistake="wrong number of layers",
+        )
+    if len({id(layer) for layer in layers}) < len(layers):
+        fail(
+            "your layers are one and the same module used several times, so they share their weights. "
+            "Build a new DecoderLayer for each position: nn.ModuleList(DecoderLayer(...) for _ in "
+            "range(num_layers)), not [layer] * num_layers.",
+            mistake="layers sharing one module",
+        )
+
+
+def _student_norm(model: nn.Module, D: int) -> nn.Module | None:
+    """A LayerNorm holding the student's (unused?) post-norm ``norm`` parameters, if any."""
+    norm = getattr(model, "norm", None)
+    weight, bias = getattr(norm, "weight", None), getattr(norm, "bias", None)
+    if not (isinstance(weight, Tensor) and isinstance(bias, Tensor) and weight.shape == bias.shape == (D,)):
+        return None
+    copy = LayerNorm(D)
+    with torch.no_grad():
+        copy.weight.copy_(weight)
+        copy.bias.copy_(bias)
+    return copy
+
+
+@checker("Decoder")
+def check_decoder(cls: Any) -> str:
+    require_module_class(cls, "Decoder")
+    B, H, d_k, L_tgt, L_src, d_ff = _dims()
+    D = H * d_k
+    N = randint(2, 3)
+    for norm_first in (False, True):
+        shown = f"num_layers={N}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1, norm_first={norm_first}"
+        model = build_student(cls, "Decoder", (N, D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
+        _check_layers(model, N)
+        ref = Decoder(N, D, H, d_ff, 0.0, norm_first).eval()
+        randomise_parameters(ref)  # a final norm the student lacks keeps random values
+        pairs, missing, unexpected, wrong_shape = match_parameters(
+            model, ref, optional_missing=("norm.",) if norm_first else (), optional_extra=() if norm_first else ("norm.",)
+        )
+        structure_failure("Decoder", model, missing, unexpected, wrong_shape, _DECODER_PARTS)
+        copy_parameters(pairs)
+        expected, mistakes = _decoder_functions(ref, norm_first, None if norm_first else _student_norm(model, D))
+        nf = f"norm_first={norm_first}, num_layers={N}"
+        for kind in ("none", "padded", "causal"):
+            tgt_mask, memory_mask, words = _masks(B, L_tgt, L_src, kind)
+            case = f"{nf}, x ({B}, {L_tgt}, {D}), memory ({B}, {L_src}, {D}), {words}"
+            probe = _length_probe(model, "Decoder", B, L_tgt, D, kind != "none", expected, mistakes, case)
+            x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
+            _run_case(model, "Decoder", x, memory, tgt_mask, memory_mask, case, expected, mistakes, probe)
+        tgt_mask, memory_mask, words = _masks(B, L_tgt, L_tgt, "padded")
+        case = f"{nf}, L_src = L_tgt = {L_tgt}, {words}"
+        x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_tgt, D)
+        _run_case(model, "Decoder", x, memory, tgt_mask, memory_mask, case, expected, mistakes, None)
+    return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights"
+
+
+# ---------------------------------------------------------------- hints
+register_hints(
+    "DecoderLayer",
+    [
+        "Start from your EncoderLayer: same residual + layer-norm pattern, with one more sub-layer "
+        "in the middle, so three sub-layers (self_attn, cross_attn, feed_forward) and three norms.",
+        "The order is: masked self-attention on x, then cross-attention, then the feed-forward. "
+        "Post-norm (norm_first=False): x = norm_i(x + sublayer(x)); pre-norm: x = x + sublayer(norm_i(x)).",
+        "Cross-attention: the queries come from the decoder's x, the keys and values from the "
+        "encoder output `memory`. tgt_mask goes to the self-attention, memory_mask to the "
+        "cross-attention. MultiHeadAttention returns (output, weights): keep the output.",
+        "In pre-norm, normalise only x before each sub-layer (not memory), and add the sub-layer's "
+        "output to the un-normalised x.",
+    ],
+)
+register_hints(
+    "Decoder",
+    [
+        "Same structure as your Encoder: a stack of independent DecoderLayers in an nn.ModuleList "
+        "(a new DecoderLayer(...) for each layer), plus a final norm only when norm_first=True.",
+        "In forward, loop over self.layers and feed each layer's output to the next; every layer "
+        "gets the same memory, tgt_mask and memory_mask.",
+        "Create self.norm = LayerNorm(d_model) if norm_first else None, and at the end return "
+        "self.norm(x) when there is one, x otherwise.",
+    ],
+)

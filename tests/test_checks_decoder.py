@@ -1,0 +1,507 @@
+"""Tests for the notebook 05 checkers (course_utils/checks/decoder.py).
+
+Every catalogued mistake is written as a small, real student implementation (most
+subclass the reference and override ``forward``); the checker must fail it, say why in
+plain words and name the mistake. Correct implementations written in other ways must
+pass. Each verdict is repeated on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import course_utils
+from course_utils import FeedForward, MultiHeadAttention
+from course_utils.checks import check_decoder, check_decoder_layer, hint
+from course_utils.checks._core import HINTS
+
+REPEAT = 3
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # the machine is shared: small models run as fast on one thread
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def verdicts(check, student):
+    return [check(student) for _ in range(REPEAT)]
+
+
+def assert_passes(check, student):
+    for r in verdicts(check, student):
+        assert r.passed, r.feedback
+        assert r.feedback.startswith("[OK]")
+
+
+def assert_mistake(check, student, mistake, *words):
+    for r in verdicts(check, student):
+        assert r.passed is False
+        assert r.feedback.startswith("[X]"), r.feedback
+        assert r.mistake == mistake, r.feedback
+        for w in words:
+            assert w in r.feedback, (w, r.feedback)
+
+
+# ---------------------------------------------------------------- DecoderLayer: correct variants
+class Residual(nn.Module):
+    """Helper sub-layer wrapper: holds a reference to the layer's own norm."""
+
+    def __init__(self, norm, dropout, norm_first):
+        super().__init__()
+        self.norm = norm
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class HelperLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.sublayers = nn.ModuleList(Residual(n, dropout, norm_first) for n in (self.norm1, self.norm2, self.norm3))
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0])
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class LoopLayer(nn.Module):
+    """Functional dropout with the training flag, sub-layers in a loop, keyword calls."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.p, self.norm_first = dropout, norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = course_utils.LayerNorm(d_model)
+        self.norm2 = course_utils.LayerNorm(d_model)
+        self.norm3 = course_utils.LayerNorm(d_model)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        steps = [
+            (self.norm1, lambda y: self.self_attn(query=y, key=y, value=y, mask=tgt_mask)[0]),
+            (self.norm2, lambda y: self.cross_attn(query=y, key=memory, value=memory, mask=memory_mask)[0]),
+            (self.norm3, self.feed_forward),
+        ]
+        for norm, f in steps:
+            if self.norm_first:
+                x = x + F.dropout(f(norm(x)), self.p, self.training)
+            else:
+                x = norm(x + F.dropout(f(x), self.p, self.training))
+        return x
+
+
+@pytest.mark.parametrize("cls", [course_utils.DecoderLayer, HelperLayer, LoopLayer])
+def test_decoder_layer_correct_variants_pass(cls):
+    assert_passes(check_decoder_layer, cls)
+
+
+# ---------------------------------------------------------------- DecoderLayer: mistakes
+class Layer(course_utils.DecoderLayer):
+    """The reference with a readable three-step forward that mistakes override."""
+
+    def step(self, x, norm, f):
+        if self.norm_first:
+            return x + f(norm(x))
+        return norm(x + f(x))
+
+
+class QueriesFromMemory(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(memory, y, y, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class IgnoresMemory(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, y, y, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class MasksSwapped(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, memory_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory, tgt_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class NoTgtMask(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class NoMemoryMask(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class NoResidual(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = self.self_attn(*[self.norm1(x)] * 3, tgt_mask)[0]
+            x = self.cross_attn(self.norm2(x), memory, memory, memory_mask)[0]
+            return self.feed_forward(self.norm3(x))
+        x = self.norm1(self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(self.cross_attn(x, memory, memory, memory_mask)[0])
+        return self.norm3(self.feed_forward(x))
+
+
+class NoResidualAroundFF(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0])
+        return self.feed_forward(self.norm3(x)) if self.norm_first else self.norm3(self.feed_forward(x))
+
+
+class AlwaysPostNorm(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(x + self.cross_attn(x, memory, memory, memory_mask)[0])
+        return self.norm3(x + self.feed_forward(x))
+
+
+class CrossFirst(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class FFOnLayerInput(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x0 = x
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0])
+        if self.norm_first:
+            return x + self.feed_forward(self.norm3(x0))
+        return self.norm3(x + self.feed_forward(x0))
+
+
+class FFNotNormalised(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0])
+        if self.norm_first:
+            return x + self.feed_forward(x)
+        return self.norm3(x + self.feed_forward(x))
+
+
+class NormsMixedUp(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm2, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm1, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class MemoryNormalised(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, tgt_mask, memory_mask)
+        x = x + self.self_attn(*[self.norm1(x)] * 3, tgt_mask)[0]
+        m = self.norm2(memory)
+        x = x + self.cross_attn(self.norm2(x), m, m, memory_mask)[0]
+        return x + self.feed_forward(self.norm3(x))
+
+
+@pytest.mark.parametrize(
+    "cls, mistake, words",
+    [
+        (QueriesFromMemory, "cross-attention queries from memory", ["queries from `memory`", "L_src == L_tgt"]),
+        (IgnoresMemory, "cross-attention ignores memory", ["never looks at `memory`"]),
+        (MasksSwapped, "masks swapped", ["swapped", "L_src == L_tgt"]),
+        (NoTgtMask, "tgt_mask not passed", ["sees the future"]),
+        (NoMemoryMask, "memory_mask not passed", ["ignores memory_mask"]),
+        (NoResidual, "missing residual", ["no residual connections"]),
+        (NoResidualAroundFF, "missing residual", ["around the feed-forward"]),
+        (AlwaysPostNorm, "norm_first ignored", ["norm_first=True", "post-norm"]),
+        (CrossFirst, "sub-layers in wrong order", ["before the masked self-attention"]),
+        (FFOnLayerInput, "feed-forward on wrong input", ["original input"]),
+        (FFNotNormalised, "feed-forward on wrong input", ["not normalised", "norm_first=True"]),
+        (NormsMixedUp, "norms in wrong order", ["norm2 for the masked self-attention"]),
+        (MemoryNormalised, "memory normalised", ["normalise only the decoder's stream"]),
+    ],
+)
+def test_decoder_layer_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_decoder_layer, cls, mistake, *words)
+
+
+# ---------------------------------------------------------------- DecoderLayer: structure, returns, errors
+class TorchAttention(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads)
+        self.feed_forward = FeedForward(d_model, d_ff)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return x
+
+
+class RenamedFF(course_utils.DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.ffn = self.feed_forward
+        del self.feed_forward
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return x
+
+
+class ExtraScale(course_utils.DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.scale = nn.Parameter(torch.ones(1))
+
+
+class SizesMixedUp(course_utils.DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_model, dropout, norm_first)
+        self.feed_forward = FeedForward(d_model, d_model + 1)
+
+
+class ReturnsTuple(course_utils.DecoderLayer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, memory, tgt_mask, memory_mask), None
+
+
+class DropoutAlways(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: F.dropout(self.self_attn(y, y, y, tgt_mask)[0], 0.1))
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class InPlace(course_utils.DecoderLayer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        out = super().forward(x, memory, tgt_mask, memory_mask)
+        x.add_(1.0)
+        return out
+
+
+@pytest.mark.parametrize(
+    "cls, mistake, words",
+    [
+        (TorchAttention, "missing submodule", ["`self_attn` lacks", "w_q.weight"]),
+        (RenamedFF, "missing submodule", ["there is no submodule `feed_forward`", "ffn.linear1.weight"]),
+        (ExtraScale, "unexpected parameters", ["`scale`"]),
+        (SizesMixedUp, "wrong parameter shape", ["feed_forward.linear1.weight"]),
+        (ReturnsTuple, "wrong return", ["one tensor", "tuple"]),
+        (DropoutAlways, "dropout in eval mode", ["eval mode"]),
+        (InPlace, "input modified in place", ["in place"]),
+    ],
+)
+def test_decoder_layer_structure_mistakes(cls, mistake, words):
+    assert_mistake(check_decoder_layer, cls, mistake, *words)
+
+
+def test_decoder_layer_stubs_errors_and_weird_returns():
+    # a notebook's stubs carry the exercise's own name
+    class DecoderLayer(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            raise NotImplementedError()
+
+    stub_init = DecoderLayer
+
+    class DecoderLayer(course_utils.DecoderLayer):  # noqa: F811 - the second stub, as in a notebook
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            # YOUR CODE HERE
+            raise NotImplementedError()
+
+    for stub in (stub_init, DecoderLayer):
+        r = check_decoder_layer(stub)
+        assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
+        assert "Replace `raise NotImplementedError()`" in r.feedback
+        assert r.mistake == "not implemented"
+
+    class Crashes(course_utils.DecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            B, L = x.shape
+            return x
+
+    r = check_decoder_layer(Crashes)
+    assert not r.passed and r.status == "error"
+    assert "ValueError" in r.feedback and "B, L = x.shape" in r.feedback and "line" in r.feedback
+
+    for value in (None, [1.0], 1.5, "x"):
+
+        class Weird(course_utils.DecoderLayer):
+            def forward(self, x, memory, tgt_mask=None, memory_mask=None, value=value):
+                return value
+
+        r = check_decoder_layer(Weird)
+        assert r.passed is False and r.feedback.startswith("[X]"), r.feedback
+
+    class WrongShape(course_utils.DecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            return memory
+
+    r = check_decoder_layer(WrongShape)
+    assert r.passed is False and r.mistake in ("wrong shape", "cross-attention queries from memory"), r.feedback
+
+    r = check_decoder_layer(course_utils.DecoderLayer(12, 2, 20))
+    assert not r.passed and r.mistake == "not a class" and "not an instance" in r.feedback
+    r = check_decoder_layer(lambda *a, **k: None)
+    assert not r.passed and r.mistake == "not a class"
+
+
+# ---------------------------------------------------------------- Decoder
+class CopiedLayersDecoder(nn.Module):
+    """Deep copies (independent after copying), a norm always built but used only in pre-norm."""
+
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        layer = course_utils.DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(num_layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.norm_first = norm_first
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for i in range(len(self.layers)):
+            x = self.layers[i](x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask)
+        return self.norm(x) if self.norm_first else x
+
+
+class StudentLayerDecoder(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(HelperLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers))
+
+
+@pytest.mark.parametrize("cls", [course_utils.Decoder, CopiedLayersDecoder, StudentLayerDecoder])
+def test_decoder_correct_variants_pass(cls):
+    assert_passes(check_decoder, cls)
+
+
+class SharedLayers(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList([course_utils.DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first)] * num_layers)
+
+
+class NoFinalNorm(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.norm = None
+
+
+class NormAlways(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.norm = course_utils.LayerNorm(d_model)
+
+
+class MasksDropped(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory)
+        return self.norm(x) if self.norm is not None else x
+
+
+class DecoderMasksSwapped(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, memory_mask, tgt_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class MemoryOnlyFirst(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory if i == 0 else x, tgt_mask, memory_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class FirstLayerOnly(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for _ in self.layers:
+            x = self.layers[0](x, memory, tgt_mask, memory_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class Unchained(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            out = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(out) if self.norm is not None else out
+
+
+class OneLayerShort(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers - 1, d_model, num_heads, d_ff, dropout, norm_first)
+
+
+@pytest.mark.parametrize(
+    "cls, mistake, words",
+    [
+        (SharedLayers, "layers sharing one module", ["share their weights"]),
+        (NoFinalNorm, "missing final norm", ["final layer norm is missing"]),
+        (NormAlways, "final norm in post-norm", ["norm_first=False"]),
+        (MasksDropped, "masks not passed on", ["not passed on"]),
+        (DecoderMasksSwapped, "masks swapped", ["swapped", "L_src == L_tgt"]),
+        (MemoryOnlyFirst, "memory not passed to every layer", ["only the first layer sees"]),
+        (FirstLayerOnly, "only the first layer used", ["num_layers times"]),
+        (Unchained, "layer outputs not chained", ["only the last layer"]),
+        (OneLayerShort, "wrong number of layers", ["layers"]),
+    ],
+)
+def test_decoder_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_decoder, cls, mistake, *words)
+
+
+def test_decoder_stubs_and_weird_returns():
+    class Decoder(course_utils.Decoder):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            raise NotImplementedError()
+
+    r = check_decoder(Decoder)
+    assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
+    assert "Replace `raise NotImplementedError()`" in r.feedback
+
+    class PlainList(nn.Module):
+        def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.layers = [course_utils.DecoderLayer(d_model, num_heads, d_ff) for _ in range(num_layers)]
+
+    r = check_decoder(PlainList)
+    assert not r.passed and r.mistake == "missing submodule" and "nn.ModuleList" in r.feedback
+
+    for value in (None, (1, 2), 0.5):
+
+        class Weird(course_utils.Decoder):
+            def forward(self, x, memory, tgt_mask=None, memory_mask=None, value=value):
+                return value
+
+        r = check_decoder(Weird)
+        assert r.passed is False and r.feedback.startswith("[X]"), r.feedback
+
+
+def test_hints_registered(capsys):
+    for name in ("DecoderLayer", "Decoder"):
+        assert 2 <= len(HINTS[name]) <= 4
+        hint(name, 1)
+        assert f"Hint 1/{len(HINTS[name])} for {name}" in capsys.readouterr().out

@@ -1,0 +1,498 @@
+"""Tests for the notebook 06 checkers (course_utils/checks/model.py).
+
+Every catalogued mistake is written as a small, real student implementation; the checker
+must fail it, say why in plain words and name the mistake. Correct implementations
+written in other ways must pass. Each verdict is repeated on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import course_utils
+from course_utils import (
+    Decoder,
+    Encoder,
+    PositionalEncoding,
+    TokenEmbedding,
+    causal_mask,
+    padding_mask,
+)
+from course_utils.checks import (
+    check_greedy_decode,
+    check_make_src_mask,
+    check_make_tgt_mask,
+    check_transformer,
+    hint,
+)
+from course_utils.checks._core import HINTS
+
+REPEAT = 3
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # the machine is shared: small models run as fast on one thread
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def verdicts(check, student, repeat=REPEAT):
+    return [check(student) for _ in range(repeat)]
+
+
+def assert_passes(check, student, repeat=REPEAT):
+    for r in verdicts(check, student, repeat):
+        assert r.passed, r.feedback
+        assert r.feedback.startswith("[OK]")
+
+
+def assert_mistake(check, student, mistake, *words, repeat=REPEAT):
+    for r in verdicts(check, student, repeat):
+        assert r.passed is False
+        assert r.feedback.startswith("[X]"), r.feedback
+        assert r.mistake == mistake, r.feedback
+        for w in words:
+            assert w in r.feedback, (w, r.feedback)
+
+
+# ---------------------------------------------------------------- make_src_mask
+def src_mask_indexing(src, pad_id):
+    return (src != pad_id)[:, None, :]
+
+
+def src_mask_ne(src, pad_id):
+    return torch.ne(src, pad_id).unsqueeze(-2)
+
+
+@pytest.mark.parametrize("fn", [course_utils.make_src_mask, src_mask_indexing, src_mask_ne, padding_mask])
+def test_make_src_mask_correct_variants_pass(fn):
+    assert_passes(check_make_src_mask, fn)
+
+
+@pytest.mark.parametrize(
+    "fn, mistake, words",
+    [
+        (lambda src, pad: (src == pad).unsqueeze(1), "mask inverted", ["inverted"]),
+        (lambda src, pad: src != pad, "missing query axis (B, L)", ["(B, 1, L_src)", "unsqueeze(1)"]),
+        (lambda src, pad: (src != pad).unsqueeze(-1), "axis in the wrong place (B, L, 1)", ["mask queries"]),
+        (lambda src, pad: (src != 0).unsqueeze(1), "pad id hard-coded as 0", ["instead of pad_id"]),
+        (lambda src, pad: (src != pad).unsqueeze(1).float(), "not a bool mask", ["torch.float32", "torch.bool"]),
+    ],
+)
+def test_make_src_mask_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_make_src_mask, fn, mistake, *words)
+
+
+def test_make_src_mask_stub_errors_and_weird_returns():
+    def make_src_mask(src, pad_id):
+        raise NotImplementedError()
+
+    r = check_make_src_mask(make_src_mask)
+    assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
+    assert "Replace `raise NotImplementedError()`" in r.feedback
+
+    def in_place(src, pad_id):
+        src[src == pad_id] = -1
+        return (src != -1).unsqueeze(1)
+
+    r = check_make_src_mask(in_place)
+    assert not r.passed and r.mistake == "input modified in place"
+
+    def crashes(src, pad_id):
+        B, L, D = src.shape
+        return src
+
+    r = check_make_src_mask(crashes)
+    assert not r.passed and r.status == "error" and "B, L, D = src.shape" in r.feedback
+
+    for weird in (lambda s, p: None, lambda s, p: [s != p], lambda s, p: (s != p, None), lambda s, p: 1.0):
+        r = check_make_src_mask(weird)
+        assert r.passed is False and r.feedback.startswith("[X]"), r.feedback
+
+
+# ---------------------------------------------------------------- make_tgt_mask
+def tgt_mask_loop(tgt, pad_id):
+    B, L = tgt.shape
+    mask = torch.zeros(B, L, L, dtype=torch.bool)
+    for b in range(B):
+        for i in range(L):
+            for j in range(i + 1):
+                mask[b, i, j] = bool(tgt[b, j] != pad_id)
+    return mask
+
+
+def tgt_mask_triu(tgt, pad_id):
+    L = tgt.size(1)
+    future = torch.triu(torch.ones(L, L), diagonal=1).bool()
+    return (tgt != pad_id).unsqueeze(1) & ~future
+
+
+def tgt_mask_compose(tgt, pad_id):
+    return course_utils.make_src_mask(tgt, pad_id) & causal_mask(tgt.size(1), device=tgt.device)
+
+
+@pytest.mark.parametrize("fn", [course_utils.make_tgt_mask, tgt_mask_loop, tgt_mask_triu, tgt_mask_compose])
+def test_make_tgt_mask_correct_variants_pass(fn):
+    assert_passes(check_make_tgt_mask, fn)
+
+
+def tril(L, diagonal=0):
+    return torch.ones(L, L, dtype=torch.bool).tril(diagonal)
+
+
+@pytest.mark.parametrize(
+    "fn, mistake, words",
+    [
+        (lambda t, p: causal_mask(t.size(1)), "causal only", ["padding keys are not blocked"]),
+        (lambda t, p: causal_mask(t.size(1)).expand(t.size(0), -1, -1), "causal only", ["padding"]),
+        (lambda t, p: padding_mask(t, p), "padding only", ["future"]),
+        (lambda t, p: padding_mask(t, p) & tril(t.size(1)).T, "upper triangle", ["lower triangle"]),
+        (lambda t, p: padding_mask(t, p).transpose(1, 2) & tril(t.size(1)), "padding on the query axis", ["key axis"]),
+        (lambda t, p: padding_mask(t, p) & tril(t.size(1), -1), "strictly lower triangle", ["itself"]),
+        (lambda t, p: padding_mask(t, p) | tril(t.size(1)), "| instead of &", ["use &"]),
+        (lambda t, p: ~(padding_mask(t, p) & tril(t.size(1))), "mask inverted", ["inverted"]),
+        (lambda t, p: padding_mask(t, 0) & tril(t.size(1)), "pad id hard-coded as 0", ["instead of pad_id"]),
+        (lambda t, p: (padding_mask(t, p) & tril(t.size(1))).unsqueeze(1), "extra head axis", ["(B, 1, L, L)"]),
+        (lambda t, p: (padding_mask(t, p) & tril(t.size(1))).long(), "not a bool mask", ["torch.int64"]),
+    ],
+)
+def test_make_tgt_mask_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_make_tgt_mask, fn, mistake, *words)
+
+
+def test_make_tgt_mask_stub_and_weird_returns():
+    def make_tgt_mask(tgt, pad_id):
+        raise NotImplementedError()
+
+    r = check_make_tgt_mask(make_tgt_mask)
+    assert not r.passed and r.status == "not implemented" and "Replace `raise NotImplementedError()`" in r.feedback
+    for weird in (lambda t, p: None, lambda t, p: [], lambda t, p: torch.ones(3), lambda t, p: "mask"):
+        r = check_make_tgt_mask(weird)
+        assert r.passed is False and r.feedback.startswith("[X]"), r.feedback
+    r = check_make_tgt_mask(course_utils.Transformer)
+    assert not r.passed and r.mistake == "not a function"
+
+
+# ---------------------------------------------------------------- Transformer
+class ScratchTransformer(nn.Module):
+    """The contract's names, written without subclassing; bare nn.Embedding scaled by hand."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, norm_first=False):
+        super().__init__()
+        self.scale = math.sqrt(d_model)
+        self.src_embedding = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
+        self.positional_encoding = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.output_projection = nn.Linear(d_model, tgt_vocab_size)
+
+    def encode(self, src, src_mask=None):
+        return self.encoder(self.positional_encoding(self.src_embedding(src) * self.scale), src_mask)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        y = self.positional_encoding(self.tgt_embedding(tgt) * self.scale)
+        return self.decoder(y, memory, tgt_mask, memory_mask)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.output_projection(self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask))
+
+
+class RenamedTransformer(nn.Module):
+    """Names the contract does not fix (tested by behaviour); a bug switch for the mistakes below."""
+
+    bug = None
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, norm_first=False):
+        super().__init__()
+        self.embed_src = TokenEmbedding(src_vocab_size, d_model)
+        self.embed_tgt = TokenEmbedding(tgt_vocab_size, d_model)
+        self.pos_src = PositionalEncoding(d_model, max_len, dropout)
+        self.pos_tgt = PositionalEncoding(d_model, max_len, dropout)
+        self.enc = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.dec = Decoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+
+    def encode(self, src, src_mask=None):
+        x = self.embed_src(src)
+        if self.bug != "no source positions":
+            x = self.pos_src(x)
+        return self.enc(x, None if self.bug == "no src mask" else src_mask)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        y = self.embed_tgt(tgt)
+        if self.bug != "no target positions":
+            y = self.pos_tgt(y)
+        if self.bug == "no tgt mask":
+            tgt_mask = None
+        return self.dec(y, memory, tgt_mask, None if self.bug == "no src mask" else memory_mask)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        out = self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
+        if self.bug == "no projection":
+            return out
+        if self.bug == "inconsistent":
+            return self.generator(torch.relu(out))
+        return self.generator(out)
+
+
+def renamed(bug):
+    return type(f"Renamed_{bug}", (RenamedTransformer,), {"bug": bug})
+
+
+@pytest.mark.parametrize("cls", [course_utils.Transformer, ScratchTransformer, RenamedTransformer])
+def test_transformer_correct_variants_pass(cls):
+    assert_passes(check_transformer, cls, repeat=2)
+
+
+def test_transformer_modes_are_reported():
+    assert "compared with the reference" in check_transformer(ScratchTransformer).feedback
+    assert "tested by behaviour" in check_transformer(RenamedTransformer).feedback
+
+
+class NoTgtMask(course_utils.Transformer):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return super().forward(src, tgt, src_mask, None)
+
+
+class NoCrossMask(course_utils.Transformer):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.output_projection(self.decode(tgt, self.encode(src, src_mask), tgt_mask))
+
+
+class NoEncoderMask(course_utils.Transformer):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.output_projection(self.decode(tgt, self.encode(src), tgt_mask, src_mask))
+
+
+class Unscaled(course_utils.Transformer):
+    def encode(self, src, src_mask=None):
+        return self.encoder(self.positional_encoding(self.src_embedding.embedding(src)), src_mask)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        y = self.positional_encoding(self.tgt_embedding.embedding(tgt))
+        return self.decoder(y, memory, tgt_mask, memory_mask)
+
+
+class NoTargetPositions(course_utils.Transformer):
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        return self.decoder(self.tgt_embedding(tgt), memory, tgt_mask, memory_mask)
+
+
+class NoProjection(course_utils.Transformer):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
+
+
+class Probabilities(course_utils.Transformer):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return super().forward(src, tgt, src_mask, tgt_mask).softmax(dim=-1)
+
+
+class NoMethods(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, **kwargs):
+        super().__init__()
+        self.model = course_utils.Transformer(src_vocab_size, tgt_vocab_size, **kwargs)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.model(src, tgt, src_mask, tgt_mask)
+
+
+@pytest.mark.parametrize(
+    "cls, mistake, words",
+    [
+        (NoTgtMask, "future tokens leak", ["future"]),
+        (NoCrossMask, "src_mask not used for cross-attention", ["cross-attention ignores src_mask"]),
+        (NoEncoderMask, "src_mask not used by the encoder", ["encoder ignores src_mask"]),
+        (Unscaled, "embeddings not scaled", ["source and target", "sqrt(d_model)"]),
+        (NoTargetPositions, "positional encoding missing", ["target embeddings"]),
+        (NoProjection, "output projection missing", ["(B, L_tgt, d_model)"]),
+        (Probabilities, "returns probabilities", ["softmax", "raw logits"]),
+        (NoMethods, "missing method", ["encode(src, src_mask)"]),
+        (renamed("no target positions"), "positional encoding missing", ["target side"]),
+        (renamed("no source positions"), "positional encoding missing", ["source side"]),
+        (renamed("no tgt mask"), "future tokens leak", ["future tokens leak"]),
+        (renamed("no src mask"), "src_mask not used", ["padded source positions"]),
+        (renamed("no projection"), "output projection missing", ["(B, L_tgt, d_model)"]),
+        (renamed("inconsistent"), "forward disagrees with encode/decode", ["encode, then decode"]),
+    ],
+)
+def test_transformer_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_transformer, cls, mistake, *words, repeat=2)
+
+
+def test_transformer_stubs_and_weird_returns():
+    class Transformer(course_utils.Transformer):
+        def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+            raise NotImplementedError()
+
+    r = check_transformer(Transformer)
+    assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
+    assert "Replace `raise NotImplementedError()`" in r.feedback
+
+    for value in (None, (1, 2), 3.0):
+
+        class Weird(course_utils.Transformer):
+            def forward(self, src, tgt, src_mask=None, tgt_mask=None, value=value):
+                return value
+
+        r = check_transformer(Weird)
+        assert r.passed is False and r.feedback.startswith("[X]"), r.feedback
+
+        class WeirdRenamed(RenamedTransformer):
+            def forward(self, src, tgt, src_mask=None, tgt_mask=None, value=value):
+                return value
+
+        r = check_transformer(WeirdRenamed)
+        assert r.passed is False and r.feedback.startswith("[X]"), r.feedback
+
+    r = check_transformer(course_utils.Transformer(11, 12, d_model=8, num_heads=2, num_layers=1, d_ff=16))
+    assert not r.passed and r.mistake == "not a class"
+
+
+# ---------------------------------------------------------------- greedy_decode
+def make_greedy(bug=None):
+    """A student's vectorised greedy decoder; ``bug`` switches on one catalogued mistake."""
+
+    @torch.no_grad()
+    def greedy(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
+        if bug != "train mode":
+            model.eval()
+        fill = eos_id if (pad_id is None or bug == "pad ignored") else pad_id
+        mask = None if bug == "no src mask" else src_mask
+        memory = model.encode(src, mask)
+        B = src.size(0)
+        ys = torch.full((B, 1), bos_id, dtype=torch.long)
+        done = torch.zeros(B, dtype=torch.bool)
+        steps = {"max_len + 1": max_len + 1, "max_len - 1": max_len - 1}.get(bug, max_len)
+        for _ in range(steps):
+            T = ys.size(1)
+            tgt_mask = None if bug == "no causal" else torch.ones(T, T).tril().bool()
+            out = model.decode(ys, memory, tgt_mask, mask)
+            if bug == "argmax positions":
+                nxt = model.output_projection(out).argmax(dim=1)[:, -1]
+            elif bug == "argmax batch":
+                nxt = model.output_projection(out[:, -1]).argmax(dim=0)
+            elif bug == "first position":
+                nxt = model.output_projection(out[:, 0]).argmax(dim=-1)
+            else:
+                nxt = model.output_projection(out[:, -1]).argmax(dim=-1)
+            if bug not in ("no fill", "ignores eos"):
+                nxt = torch.where(done, torch.full_like(nxt, fill), nxt)
+            ys = torch.cat([ys, nxt.unsqueeze(1)], dim=1)
+            done = done | (nxt == eos_id)
+            if bug == "first eos" and done.any():
+                break
+            if bug not in ("ignores eos", "to max_len") and done.all():
+                break
+        if bug == "no bos":
+            return ys[:, 1:]
+        if bug == "float":
+            return ys.float()
+        return ys
+
+    return greedy
+
+
+def greedy_per_example(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
+    """A Python loop over the examples, each decoded alone, then padded to a common length."""
+    was_training = model.training
+    model.eval()
+    fill = eos_id if pad_id is None else pad_id
+    rows = []
+    with torch.no_grad():
+        for b in range(src.size(0)):
+            m = None if src_mask is None else src_mask[b : b + 1]
+            memory = model.encode(src[b : b + 1], m)
+            seq = [bos_id]
+            for _ in range(max_len):
+                ys = torch.tensor([seq])
+                out = model.decode(ys, memory, causal_mask(len(seq)), m)
+                token = int(model.output_projection(out)[0, -1].argmax())
+                seq.append(token)
+                if token == eos_id:
+                    break
+            rows.append(seq)
+    model.train(was_training)
+    T = max(len(r) for r in rows)
+    return torch.tensor([r + [fill] * (T - len(r)) for r in rows])
+
+
+@pytest.mark.parametrize("fn", [course_utils.greedy_decode, make_greedy(), greedy_per_example])
+def test_greedy_decode_correct_variants_pass(fn):
+    assert_passes(check_greedy_decode, fn)
+
+
+def modifies_src(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
+    out = course_utils.greedy_decode(model, src, max_len, bos_id, eos_id, src_mask, pad_id)
+    src.zero_()
+    return out
+
+
+@pytest.mark.parametrize(
+    "fn, mistake, words",
+    [
+        (make_greedy("no fill"), "keeps generating after eos", ["after its <eos>"]),
+        (make_greedy("ignores eos"), "keeps generating after eos", ["real tokens"]),
+        (make_greedy("to max_len"), "runs to max_len after all finished", ["already produced <eos>"]),
+        (make_greedy("first eos"), "stops at the first eos", ["finished.all()"]),
+        (make_greedy("pad ignored"), "pad_id ignored", ["fill with pad_id"]),
+        (make_greedy("no bos"), "no bos in column 0", ["column 0 must be bos_id"]),
+        (make_greedy("no causal"), "no causal mask", ["causal_mask(T)"]),
+        (make_greedy("argmax positions"), "argmax over wrong axis", ["positions axis", "dim=-1"]),
+        (make_greedy("argmax batch"), "argmax over wrong axis", ["batch axis", "RuntimeError"]),
+        (make_greedy("first position"), "reads the first position", ["out[:, -1]"]),
+        (make_greedy("no src mask"), "src_mask not used", ["src_mask is not used"]),
+        (make_greedy("max_len + 1"), "max_len off by one", ["at most max_len"]),
+        (make_greedy("max_len - 1"), "max_len off by one", ["only"]),
+        (make_greedy("train mode"), "model left in train mode", ["model.eval()"]),
+        (make_greedy("float"), "wrong dtype", ["torch.long", "right tokens"]),
+        (modifies_src, "input modified in place", ["in place"]),
+    ],
+)
+def test_greedy_decode_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_greedy_decode, fn, mistake, *words)
+
+
+def test_greedy_decode_stub_errors_and_weird_returns():
+    def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    r = check_greedy_decode(greedy_decode)
+    assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
+    assert "Replace `raise NotImplementedError()`" in r.feedback
+
+    def crashes(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
+        memory = model.encoder(src)
+        return memory
+
+    r = check_greedy_decode(crashes)
+    assert not r.passed and r.status == "error" and "memory = model.encoder(src)" in r.feedback
+
+    weird = [
+        lambda *a, **k: None,
+        lambda *a, **k: [[1, 2, 3]],
+        lambda *a, **k: (course_utils.greedy_decode(*a, **k), None),
+        lambda *a, **k: torch.zeros(2, 3),
+        lambda *a, **k: 7,
+    ]
+    for fn in weird:
+        r = check_greedy_decode(fn)
+        assert r.passed is False and r.feedback.startswith("[X]"), r.feedback
+
+
+def test_hints_registered(capsys):
+    for name in ("Transformer", "make_src_mask", "make_tgt_mask", "greedy_decode"):
+        assert 2 <= len(HINTS[name]) <= 4
+        hint(name, 1)
+        assert f"Hint 1/{len(HINTS[name])} for {name}" in capsys.readouterr().out
