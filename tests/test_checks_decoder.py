@@ -280,8 +280,8 @@ class ExtraScale(course_utils.DecoderLayer):
 
 class SizesMixedUp(course_utils.DecoderLayer):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-        super().__init__(d_model, num_heads, d_model, dropout, norm_first)
-        self.feed_forward = FeedForward(d_model, d_model + 1)
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.feed_forward = FeedForward(d_model, d_ff + 1)  # never the d_ff it was given
 
 
 class ReturnsTuple(course_utils.DecoderLayer):
