@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up and run the course "Build a Transformer from scratch in PyTorch".
 
-    python3 course.py lab     # set up .venv, then open the notebooks in JupyterLab
+    python3 course.py lab     # set up .venv, copy the notebooks into my_work/, open JupyterLab there
     python3 course.py test    # set up .venv, then run the whole test suite (pytest)
     python3 course.py setup   # set up .venv only
 
@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".course-stamp.json"
 PYPROJECT = ROOT / "pyproject.toml"
+WORK = ROOT / "my_work"  # students' copies of the notebooks (git-ignored)
 
 MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 2)  # keep in step with "torch>=2.2" in pyproject.toml
@@ -213,13 +214,21 @@ def command_setup(args: list[str]) -> int:
 
 def command_lab(args: list[str]) -> int:
     ensure_installed(EXTRAS["lab"])
-    notebooks = ROOT / "notebooks"
-    target = notebooks if notebooks.is_dir() else ROOT
+    # Students work on copies in my_work/ (git-ignored), so `git pull` never conflicts with
+    # their answers: copy the notebooks that are not there yet, never overwrite one that is,
+    # and say which copies a course update made outdated (--write-new: put the newer
+    # version beside them). See course_utils/start.py.
+    start_args = [str(WORK), "--rerun-hint", "python3 course.py lab --write-new"]
+    if "--write-new" in args:
+        args = [a for a in args if a != "--write-new"]
+        start_args.append("--write-new")
+    code = run_in_venv(["-m", "course_utils.start", *start_args])
+    if code != 0:
+        fail(f"could not copy the notebooks into {WORK.name}/ (see above)", code)
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:
         args = [*args, "--allow-root"]  # e.g. in a container; Jupyter refuses root otherwise
-    shown = target.relative_to(ROOT).as_posix() if target != ROOT else "."
-    say(f"starting JupyterLab in {shown}/ (Ctrl+C to stop)")
-    return run_in_venv(["-m", "jupyterlab", str(target), *args])
+    say(f"starting JupyterLab in {WORK.name}/ (Ctrl+C to stop)")
+    return run_in_venv(["-m", "jupyterlab", str(WORK), *args])
 
 
 def command_test(args: list[str]) -> int:
@@ -246,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="course.py",
         description=(
             "Set up the course in .venv and run it. "
-            "lab: open the notebooks in JupyterLab; "
+            "lab: copy the notebooks into my_work/ (never overwriting yours; "
+            "--write-new puts newer versions beside them) and open JupyterLab there; "
             "test: run the test suite (extra arguments go to pytest); "
             "setup: install only."
         ),
