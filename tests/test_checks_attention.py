@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from checker_asserts import assert_mistake, assert_passes
 
 from course_utils.checks import (
     check_causal_mask,
@@ -26,40 +27,9 @@ from course_utils.checks.attention import MISTAKES
 # sdpa_key_T below uses key.T on 3-D tensors on purpose; torch warns about it
 pytestmark = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")
 
-REPEAT = 5  # random inputs differ on every call
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # the inputs are tiny; on a busy 2-core machine, thread hand-offs cost more than the maths
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def _id(fn):
     return getattr(fn, "__name__", f"a {type(fn).__name__}")
-
-
-def run_many(check, fn, times=REPEAT):
-    return [check(fn) for _ in range(times)]
-
-
-def assert_passes(check, fn):
-    for result in run_many(check, fn):
-        assert result.passed, result.feedback
-        assert result.status == "passed"
-        assert result.feedback.startswith("[OK]")
-
-
-def assert_mistake(check, fn, name, *words):
-    for result in run_many(check, fn):
-        assert result.passed is False, result.feedback
-        assert result.mistake == name, result.feedback
-        assert result.feedback.startswith("[X]")
-        for word in words:
-            assert word in result.feedback, result.feedback
 
 
 # =============================================================== scaled_dot_product_attention

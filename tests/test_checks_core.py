@@ -14,7 +14,13 @@ from torch import nn
 import course_utils
 from course_utils import checks
 from course_utils.checks import _core
-from course_utils.checks._core import CheckResult, call_student, checker, expect_close, hint
+from course_utils.checks._core import (
+    CheckResult,
+    call_student,
+    checker,
+    expect_close,
+    hint,
+)
 
 # every checker and the reference it must accept
 REFERENCES = {

@@ -13,42 +13,13 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from checker_asserts import assert_mistake, assert_passes
 from torch import nn
 
 import course_utils
 from course_utils import FeedForward, MultiHeadAttention
 from course_utils.checks import check_decoder, check_decoder_layer, hint
 from course_utils.checks._core import HINTS
-
-REPEAT = 3
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # the machine is shared: small models run as fast on one thread
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def verdicts(check, student):
-    return [check(student) for _ in range(REPEAT)]
-
-
-def assert_passes(check, student):
-    for r in verdicts(check, student):
-        assert r.passed, r.feedback
-        assert r.feedback.startswith("[OK]")
-
-
-def assert_mistake(check, student, mistake, *words):
-    for r in verdicts(check, student):
-        assert r.passed is False
-        assert r.feedback.startswith("[X]"), r.feedback
-        assert r.mistake == mistake, r.feedback
-        for w in words:
-            assert w in r.feedback, (w, r.feedback)
 
 
 # ---------------------------------------------------------------- DecoderLayer: correct variants

@@ -14,6 +14,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
 from torch import nn
 
 from course_utils import (
@@ -31,31 +32,6 @@ from course_utils.checks import (
     hint,
 )
 from course_utils.checks._core import HINTS
-
-REPEAT = 3
-
-
-def assert_passes(check, student):
-    for _ in range(REPEAT):
-        r = check(student)
-        assert r.passed, r.feedback
-        assert r.feedback.startswith("[OK]")
-
-
-def assert_mistake(check, student, mistake, *words):
-    for _ in range(REPEAT):
-        r = check(student)
-        assert r.passed is False
-        assert r.feedback.startswith("[X]"), r.feedback
-        assert r.mistake == mistake, r.feedback
-        for w in words:
-            assert w in r.feedback, (w, r.feedback)
-
-
-def assert_not_implemented(check, student):
-    r = check(student)
-    assert r.passed is False and r.status == "not implemented", r.feedback
-    assert r.feedback.startswith("[ ]") and "not implemented yet" in r.feedback
 
 
 # ================================================================ LayerNorm

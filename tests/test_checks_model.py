@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from checker_asserts import assert_mistake, assert_passes
 from torch import nn
 
 import course_utils
@@ -30,36 +31,6 @@ from course_utils.checks import (
     hint,
 )
 from course_utils.checks._core import HINTS
-
-REPEAT = 3
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # the machine is shared: small models run as fast on one thread
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def verdicts(check, student, repeat=REPEAT):
-    return [check(student) for _ in range(repeat)]
-
-
-def assert_passes(check, student, repeat=REPEAT):
-    for r in verdicts(check, student, repeat):
-        assert r.passed, r.feedback
-        assert r.feedback.startswith("[OK]")
-
-
-def assert_mistake(check, student, mistake, *words, repeat=REPEAT):
-    for r in verdicts(check, student, repeat):
-        assert r.passed is False
-        assert r.feedback.startswith("[X]"), r.feedback
-        assert r.mistake == mistake, r.feedback
-        for w in words:
-            assert w in r.feedback, (w, r.feedback)
 
 
 # ---------------------------------------------------------------- make_src_mask

@@ -11,33 +11,18 @@ import math
 
 import pytest
 import torch
+from checker_asserts import assert_mistake, assert_passes
 from torch import nn
 
 import course_utils
-from course_utils.checks import check_merge_heads, check_multi_head_attention, check_split_heads, hint
+from course_utils.checks import (
+    check_merge_heads,
+    check_multi_head_attention,
+    check_split_heads,
+    hint,
+)
 from course_utils.checks._core import HINTS
 from course_utils.checks.multihead import _mha_variant
-
-REPEAT = 3
-
-
-def verdicts(check, student):
-    return [check(student) for _ in range(REPEAT)]
-
-
-def assert_passes(check, student):
-    for r in verdicts(check, student):
-        assert r.passed, r.feedback
-        assert r.feedback.startswith("[OK]")
-
-
-def assert_mistake(check, student, mistake, *words):
-    for r in verdicts(check, student):
-        assert r.passed is False
-        assert r.feedback.startswith("[X]"), r.feedback
-        assert r.mistake == mistake, r.feedback
-        for w in words:
-            assert w in r.feedback, (w, r.feedback)
 
 
 # ---------------------------------------------------------------- split_heads

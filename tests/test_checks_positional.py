@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from checker_asserts import assert_mistake, assert_passes
 from torch import nn
 
 import course_utils
@@ -23,27 +24,6 @@ from course_utils.checks import (
 )
 from course_utils.checks._core import HINTS
 from course_utils.checks.positional import _table
-
-REPEAT = 3
-
-
-def verdicts(check, student):
-    return [check(student) for _ in range(REPEAT)]
-
-
-def assert_passes(check, student):
-    for r in verdicts(check, student):
-        assert r.passed, r.feedback
-        assert r.feedback.startswith("[OK]")
-
-
-def assert_mistake(check, student, mistake, *words):
-    for r in verdicts(check, student):
-        assert r.passed is False
-        assert r.feedback.startswith("[X]"), r.feedback
-        assert r.mistake == mistake, r.feedback
-        for w in words:
-            assert w in r.feedback, (w, r.feedback)
 
 
 # ---------------------------------------------------------------- sinusoidal_positional_encoding

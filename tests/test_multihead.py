@@ -12,19 +12,11 @@ import pytest
 import torch
 from torch import nn
 from torch.testing import assert_close
+from torch_copy import copy_attention_weights
 
 from course_utils import MultiHeadAttention, merge_heads, split_heads
 
 B, L_Q, L_K, D, H = 3, 5, 7, 12, 3  # d_k = 4: L_q != L_k != d_k
-
-
-def copy_attention_weights(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
-    """Copy our w_q/w_k/w_v/w_o into torch's packed in_proj_* and out_proj."""
-    with torch.no_grad():
-        theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
-        theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
-        theirs.out_proj.weight.copy_(ours.w_o.weight)
-        theirs.out_proj.bias.copy_(ours.w_o.bias)
 
 
 def _pair(seed: int = 0):
