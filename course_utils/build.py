@@ -6,7 +6,8 @@ student notebooks are generated from them and never edited by hand.
 Instructor workflow
 -------------------
 1. Edit ``solutions/NN_name.ipynb`` (``NN`` = two digits) in Jupyter and run it top to
-   bottom, so the stored outputs are the ones students will compare with.
+   bottom, so the stored outputs are the ones students will compare with (or run
+   ``python -m course_utils.build --execute NN_name``, which also does step 3).
 2. Mark what students write:
 
    * in a code cell, put the answer between two lines ``### BEGIN SOLUTION`` and
@@ -32,7 +33,11 @@ To publish from another repository or tag, change :data:`REPO_URL` or :data:`REF
 (the only place that defines them) and run step 3.
 
 Options: ``--solutions DIR`` and ``--notebooks DIR`` (defaults ``solutions`` and
-``notebooks`` under the current directory), ``--check``.
+``notebooks`` under the current directory), ``--check``, ``--execute [NAME ...]``: first
+run the named solutions (``01_attention``, ``01_attention.ipynb`` or ``01``; default all)
+in place, top to bottom, in a fresh kernel of this Python (working directory: the
+solutions folder; at most :data:`EXECUTE_CELL_TIMEOUT` seconds a cell), then build. A
+solution that raises is left as it was, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -378,6 +383,63 @@ def plan_build(solutions_dir: Path, notebooks_dir: Path) -> Plan:
     return plan
 
 
+# --------------------------------------------------------------------------- --execute
+
+EXECUTE_CELL_TIMEOUT = 600  # seconds per cell when running solutions
+
+
+def select_solutions(solutions_dir: Path, names: list[str]) -> list[Path]:
+    """The solutions named (file name, stem or ``NN`` prefix); all when ``names`` is empty."""
+    available = notebook_files(solutions_dir)
+    if not names:
+        return available
+    chosen: list[Path] = []
+    for name in names:
+        matches = [p for p in available if name in (p.name, p.stem, p.name[:2])]
+        if len(matches) != 1:
+            known = ", ".join(p.stem for p in available) or "none"
+            what = "no solution" if not matches else f"{len(matches)} solutions"
+            raise BuildError(f"--execute {name}: {what} of that name in {solutions_dir} (there are: {known})")
+        if matches[0] not in chosen:
+            chosen.append(matches[0])
+    return chosen
+
+
+def execute_solution(path: Path, timeout: int = EXECUTE_CELL_TIMEOUT) -> str | None:
+    """Run the solution at ``path`` top to bottom and write it back with its new outputs.
+
+    Returns ``None``, or what went wrong (then the file is left as it was). Cells tagged
+    ``raises-exception`` may raise.
+    """
+    import subprocess
+
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    from .grade import CurrentEnvKernelManager, kernel_env
+
+    nb, _ = read_notebook(path)
+    current = {"cell": None}
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        kernel_manager_class=CurrentEnvKernelManager,
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+        on_cell_execute=lambda cell, cell_index: current.update(cell=cell_index),
+    )
+    try:
+        # MPLBACKEND unset: ipykernel draws figures inline, into the stored outputs.
+        client.execute(env=kernel_env(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except CellExecutionError as error:
+        return f"cell {current['cell']} raised {error.ename}: {error.evalue}"
+    except (CellTimeoutError, DeadKernelError) as error:
+        return f"cell {current['cell']}: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    _write(path, render(nb))
+    return None
+
+
 def _show(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
@@ -396,7 +458,32 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true",
         help="write nothing; exit 1 and list what is out of date if a build would change anything",
     )
+    parser.add_argument(
+        "--execute", nargs="*", metavar="NAME",
+        help="first run these solutions (default: all) in place with a fresh kernel, then build",
+    )
     args = parser.parse_args(argv)
+    failed = False
+    if args.execute is not None:
+        if args.check:
+            print("error: --execute and --check do not go together", file=sys.stderr)
+            return 2
+        try:
+            chosen = select_solutions(args.solutions, args.execute)
+        except BuildError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        for path in chosen:
+            print(f"running {_show(path)} ...", flush=True)
+            try:
+                problem = execute_solution(path)
+            except BuildError as error:  # an unreadable solution
+                problem = str(error)
+            if problem is None:
+                print(f"ran     {_show(path)}")
+            else:
+                failed = True
+                print(f"error: {_show(path)}: {problem} (file left as it was)", file=sys.stderr)
     try:
         plan = plan_build(args.solutions, args.notebooks)
     except BuildError as error:
@@ -431,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         path.unlink()
         print(f"removed {_show(path)} (its solution is gone)")
     print(f"{count} student notebook(s) up to date.")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

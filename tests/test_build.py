@@ -486,3 +486,40 @@ def test_repo_notebooks_are_up_to_date():
         [sys.executable, "-m", "course_utils.build", "--check"], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------- --execute
+
+
+def test_execute_runs_solutions_in_place_then_builds(tmp_path, capsys):
+    solutions, notebooks = copy_fixture(tmp_path)
+    nb = nbformat.read(solutions / DEMO, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nbformat.write(nb, solutions / DEMO)
+    broken = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"),
+                                             nbformat.v4.new_code_cell("raise ValueError('broken solution')")])
+    nbformat.write(broken, solutions / "02_broken.ipynb")
+
+    # usage errors run nothing
+    assert run_build(solutions, notebooks, "--execute", "09") == 2
+    assert "--execute 09: no solution of that name" in capsys.readouterr().err
+    assert run_build(solutions, notebooks, "--execute", "--check") == 2
+    assert "--execute and --check do not go together" in capsys.readouterr().err
+    assert not notebooks.exists()
+
+    assert run_build(solutions, notebooks) == 0  # the header cells go in first
+    broken_bytes = (solutions / "02_broken.ipynb").read_bytes()
+    assert run_build(solutions, notebooks, "--execute") == 1  # all of them; one raises
+    captured = capsys.readouterr()
+    assert "02_broken.ipynb: cell 3 raised ValueError: broken solution (file left as it was)" in captured.err
+    ran = nbformat.read(solutions / DEMO, as_version=4)
+    by_id = {cell.id: cell for cell in ran.cells}
+    assert by_id["0a1b2c3d"].outputs[0].text == "pi = 3.1416\n"  # run, in a kernel of this Python
+    assert by_id["0a1b2c3d"].execution_count is not None
+    assert (solutions / "02_broken.ipynb").read_bytes() == broken_bytes
+    # ... then built: student notebooks for both, and the header in the solution
+    assert sorted(p.name for p in notebooks.iterdir()) == [DEMO, "02_broken.ipynb"]
+    assert [c.id for c in ran.cells[:2]] == ["colab-header", "colab-setup"]
+    assert run_build(solutions, notebooks, "--check") == 0

@@ -11,21 +11,17 @@ A student notebook passes when
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
 from pathlib import Path
 
-import ipykernel.kernelspec
 import nbformat
 import pytest
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
-from traitlets import default
 
 from course_utils import build
+from course_utils.grade import CurrentEnvKernelManager, kernel_env
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -33,22 +29,6 @@ CELL_TIMEOUT = 120  # seconds per cell
 
 CHECK_CALL = re.compile(r"^(?!\s*def\s).*\bcheck_\w+\s*\(", re.MULTILINE)
 NOT_IMPLEMENTED_VERDICT = re.compile(r"not implemented yet", re.IGNORECASE)
-
-
-class CurrentEnvKernelSpecManager(KernelSpecManager):
-    """Every kernel name means ipykernel in *this* Python (not whatever a user-level
-    ``python3`` kernelspec, which Jupyter looks up first, points to)."""
-
-    def get_kernel_spec(self, kernel_name):
-        return self.kernel_spec_class(
-            resource_dir=ipykernel.kernelspec.RESOURCES, **ipykernel.kernelspec.get_kernel_dict()
-        )
-
-
-class CurrentEnvKernelManager(AsyncKernelManager):
-    @default("kernel_spec_manager")
-    def _kernel_spec_manager_default(self):
-        return CurrentEnvKernelSpecManager(data_dir=self.data_dir)
 
 
 def execute(nb, cwd: Path):
@@ -61,13 +41,9 @@ def execute(nb, cwd: Path):
         allow_errors=True,
         resources={"metadata": {"path": str(cwd)}},
     )
-    env = dict(os.environ)
-    # The kernel imports this checkout's course_utils even when it isn't pip-installed.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    # ipykernel picks its inline backend only when MPLBACKEND is unset; with Agg (as
-    # set for the tests) figures are never drawn, and a plotting error would go unseen.
-    env.pop("MPLBACKEND", None)
-    client.execute(env=env)
+    # this checkout's course_utils first on the path; MPLBACKEND unset, so ipykernel draws
+    # figures inline and a plotting error shows (under Agg figures are never drawn)
+    client.execute(env=kernel_env(None))
     return nb
 
 
