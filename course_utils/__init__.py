@@ -45,6 +45,7 @@ __all__ = [
     "make_src_mask",
     "make_tgt_mask",
     "greedy_decode",
+    "greedy_decode_cached",
     "count_parameters",
     # inspection
     "record_attention",
@@ -74,6 +75,7 @@ _MODULE_OF = {
     "make_tgt_mask": "model",
     "count_parameters": "model",
     "greedy_decode": "decoding",
+    "greedy_decode_cached": "decoding",
     "record_attention": "inspect_attention",
     "stack_layers": "inspect_attention",
 }

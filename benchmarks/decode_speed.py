@@ -1,0 +1,189 @@
+"""Greedy decoding of the test set: full-prefix (naive) vs key/value cache (notebook 07).
+
+Decodes the 3,000 sources of the numbers-to-words test split with
+``course_utils.decoding.greedy_decode`` (re-runs the decoder on the whole prefix at each
+step) and with ``greedy_decode_cached`` (feeds only the newest token; keys and values
+of earlier steps cached), checks that both give exactly the same tokens, and prints the
+wall time of each and the speed-up as a markdown table.
+
+Nothing is trained. The model has notebook 07's size (d_model 128, 2 encoder + 2 decoder
+layers, 4 heads, d_ff 256) with random weights, and the output bias of ``<eos>`` is set
+to -1e4 so that no sequence ever ends early: every sentence is decoded for the full
+``max_len = 20`` steps (19 words + ``<eos>`` is the longest target), the worst case for
+the naive loop and the case the cache is built for. A trained model stops earlier (at
+each batch's longest sentence), which shrinks both times and the speed-up somewhat.
+With ``--checkpoint PATH`` (a ``state_dict`` of a ``Transformer`` of the same size) the
+trained weights are used instead and nothing is rigged.
+
+Timing: each repeat decodes the whole test set with both functions, their order
+alternating between repeats (interleaved), after one untimed warm-up batch; the table
+gives the median over repeats. Run from the repository root::
+
+    .venv/bin/python benchmarks/decode_speed.py                # 1 thread, 3 repeats
+    .venv/bin/python benchmarks/decode_speed.py --threads 1 2 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's course_utils
+
+from course_utils import Transformer  # noqa: E402
+from course_utils.data import (  # noqa: E402
+    BOS_ID,
+    EOS_ID,
+    MAX_TARGET_WORDS,
+    PAD_ID,
+    NumberWordsDataset,
+    collate,
+    load_split,
+    source_vocab,
+    target_vocab,
+)
+from course_utils.decoding import greedy_decode, greedy_decode_cached  # noqa: E402
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1 / 5 / 15 min)"
+    except OSError:
+        return "unknown"
+
+
+def machine_table(threads: list[int], load_before: str, load_after: str) -> str:
+    rows = [
+        ("CPU", cpu_model()),
+        ("cores (os.cpu_count)", str(os.cpu_count())),
+        ("torch", torch.__version__),
+        ("torch threads", ", ".join(map(str, threads))),
+        ("Python", platform.python_version()),
+        ("load average before", load_before),
+        ("load average after", load_after),
+    ]
+    lines = ["| machine | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def build_model(args: argparse.Namespace) -> Transformer:
+    torch.manual_seed(args.seed)
+    model = Transformer(
+        len(source_vocab()),
+        len(target_vocab()),
+        d_model=args.d_model,
+        num_heads=args.heads,
+        num_layers=args.layers,
+        d_ff=args.d_ff,
+        dropout=0.1,
+        max_len=64,
+        norm_first=args.norm_first,
+    )
+    if args.checkpoint:
+        model.load_state_dict(torch.load(args.checkpoint, map_location="cpu"))
+    else:
+        with torch.no_grad():
+            model.output_projection.bias[EOS_ID] = -1e4  # never stop early: full-length decoding
+    return model.eval()
+
+
+def make_batches(batch_size: int, sentences: int | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    dataset = NumberWordsDataset(load_split("test")[:sentences], source_vocab(), target_vocab())
+    items = [dataset[i] for i in range(len(dataset))]
+    batches = []
+    for start in range(0, len(items), batch_size):
+        batch = collate(items[start : start + batch_size])
+        batches.append((batch.src, batch.src_mask))  # (B, L_src), (B, 1, L_src)
+    return batches
+
+
+def decode_all(fn, model, batches, max_len) -> tuple[float, list[torch.Tensor]]:
+    start = time.perf_counter()
+    outputs = [fn(model, src, max_len, BOS_ID, EOS_ID, src_mask=mask, pad_id=PAD_ID) for src, mask in batches]
+    return time.perf_counter() - start, outputs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=2, help="per stack (encoder and decoder)")
+    parser.add_argument("--d-ff", type=int, default=256)
+    parser.add_argument("--norm-first", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--max-len", type=int, default=MAX_TARGET_WORDS + 1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sentences", type=int, help="decode only the first N test sources (quick runs)")
+    parser.add_argument("--checkpoint", help="state_dict of a trained Transformer of this size")
+    args = parser.parse_args(argv)
+
+    load_before = load_average()
+    model = build_model(args)
+    batches = make_batches(args.batch_size, args.sentences)
+    num_sentences = sum(src.size(0) for src, _ in batches)
+    rows = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for fn in (greedy_decode, greedy_decode_cached):  # warm-up
+            fn(model, batches[0][0], args.max_len, BOS_ID, EOS_ID, src_mask=batches[0][1], pad_id=PAD_ID)
+        times = {"naive": [], "cached": []}
+        for repeat in range(args.repeats):
+            order = ["naive", "cached"] if repeat % 2 == 0 else ["cached", "naive"]
+            outputs = {}
+            for name in order:
+                fn = greedy_decode if name == "naive" else greedy_decode_cached
+                seconds, outputs[name] = decode_all(fn, model, batches, args.max_len)
+                times[name].append(seconds)
+            for a, b in zip(outputs["naive"], outputs["cached"]):
+                if not torch.equal(a, b):
+                    raise AssertionError("greedy_decode_cached and greedy_decode gave different tokens")
+        steps = max(out.size(1) - 1 for out in outputs["naive"])
+        naive, cached = statistics.median(times["naive"]), statistics.median(times["cached"])
+        paired = statistics.median(a / b for a, b in zip(times["naive"], times["cached"]))
+        rows.append((threads, naive, cached, naive / cached, paired, steps, times))
+    load_after = load_average()
+
+    weights = f"checkpoint {args.checkpoint}" if args.checkpoint else "random, <eos> bias -1e4 (full length)"
+    print(
+        f"Greedy decoding of the test split: {num_sentences} sentences in batches of "
+        f"{args.batch_size}, max_len {args.max_len}; model d_model {args.d_model}, "
+        f"{args.layers}+{args.layers} layers, {args.heads} heads, d_ff {args.d_ff}, "
+        f"norm_first={args.norm_first}; weights: {weights}; median of {args.repeats} "
+        f"interleaved repeats. Outputs identical: yes (asserted).\n"
+    )
+    print("| threads | steps decoded | full prefix (s) | KV cache (s) | speed-up (ratio of medians) | median paired speed-up |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for threads, naive, cached, ratio, paired, steps, _ in rows:
+        print(f"| {threads} | {steps} | {naive:.2f} | {cached:.2f} | {ratio:.1f}x | {paired:.1f}x |")
+    print()
+    for threads, *_, times in rows:
+        print(
+            f"threads {threads}, every repeat: full prefix {', '.join(f'{t:.2f}' for t in times['naive'])} s; "
+            f"KV cache {', '.join(f'{t:.2f}' for t in times['cached'])} s"
+        )
+    print()
+    print(machine_table(args.threads, load_before, load_after))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""One training step: the course's Transformer vs one built on ``nn.Transformer`` (notebook 07).
+
+Both models have the same size (notebook 07's: d_model 128, 2 encoder + 2 decoder
+layers, 4 heads, d_ff 256, dropout 0.1, post-norm unless ``--norm-first``) and the same
+wrapping: ``course_utils.TokenEmbedding`` for source and target,
+``course_utils.PositionalEncoding`` (dropout 0.1) and an ``nn.Linear`` output layer.
+Only the encoder-decoder stack differs: ``course_utils.Encoder``/``Decoder`` (our
+``MultiHeadAttention``, ``LayerNorm``, ``FeedForward``) against ``nn.TransformerEncoder``/
+``nn.TransformerDecoder``. ``nn.Transformer`` always adds a final norm to both stacks;
+the post-norm comparison leaves them out (as the course's post-norm model does), so
+both have exactly the same parameters (asserted).
+
+A step is: forward on one batch of 64 training pairs (``collate`` of the numbers-to-words
+training split), masked cross-entropy (``ignore_index=<pad>``), ``zero_grad``, backward,
+``Adam.step``. The masks are built once, outside the timed step (they come with the
+batch): ours from ``collate`` (``True`` = may attend), torch's converted to its polarity
+(``True`` = blocked). Both models train on the same batch in the same process; after a
+warm-up the steps are timed in pairs, the order inside a pair alternating, and the table
+gives the medians and their ratio (the issue's target: course / torch <= 1.1).
+
+    .venv/bin/python benchmarks/train_step_speed.py                 # 1 and 2 threads
+    .venv/bin/python benchmarks/train_step_speed.py --steps 100 --threads 1
+    .venv/bin/python benchmarks/train_step_speed.py --profile       # where the time goes
+    .venv/bin/python benchmarks/train_step_speed.py --swap-layernorm torch   # diagnosis
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's course_utils
+
+from course_utils import PositionalEncoding, TokenEmbedding, Transformer, count_parameters  # noqa: E402
+from course_utils.data import PAD_ID, NumberWordsDataset, collate, load_split, source_vocab, target_vocab  # noqa: E402
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1 / 5 / 15 min)"
+    except OSError:
+        return "unknown"
+
+
+def machine_table(threads: list[int], load_before: str, load_after: str) -> str:
+    rows = [
+        ("CPU", cpu_model()),
+        ("cores (os.cpu_count)", str(os.cpu_count())),
+        ("torch", torch.__version__),
+        ("torch threads", ", ".join(map(str, threads))),
+        ("Python", platform.python_version()),
+        ("load average before", load_before),
+        ("load average after", load_after),
+    ]
+    lines = ["| machine | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+class TorchTransformer(nn.Module):
+    """The course's wrapping (embeddings, positional encoding, output layer) around
+    ``nn.TransformerEncoder``/``nn.TransformerDecoder``; masks in torch's polarity."""
+
+    def __init__(self, V_src, V_tgt, d_model, num_heads, num_layers, d_ff, dropout, max_len, norm_first):
+        super().__init__()
+        self.src_embedding = TokenEmbedding(V_src, d_model)
+        self.tgt_embedding = TokenEmbedding(V_tgt, d_model)
+        self.positional_encoding = PositionalEncoding(d_model, max_len, dropout)
+        enc_layer = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
+        dec_layer = nn.TransformerDecoderLayer(d_model, num_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
+        # final norms only in pre-norm, as in course_utils (nn.Transformer would always add them)
+        self.encoder = nn.TransformerEncoder(
+            enc_layer, num_layers, norm=nn.LayerNorm(d_model) if norm_first else None, enable_nested_tensor=False
+        )
+        self.decoder = nn.TransformerDecoder(dec_layer, num_layers, norm=nn.LayerNorm(d_model) if norm_first else None)
+        self.output_projection = nn.Linear(d_model, V_tgt)
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def forward(self, src, tgt, src_pad, tgt_pad, causal_blocked):
+        """``src_pad (B, L_src)``, ``tgt_pad (B, L_tgt)``: True = padding (ignored);
+        ``causal_blocked (L_tgt, L_tgt)``: True = future (blocked)."""
+        memory = self.encoder(self.positional_encoding(self.src_embedding(src)), src_key_padding_mask=src_pad)
+        y = self.positional_encoding(self.tgt_embedding(tgt))  # (B, L_tgt, D)
+        out = self.decoder(
+            y, memory, tgt_mask=causal_blocked, tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad
+        )  # (B, L_tgt, D)
+        return self.output_projection(out)  # (B, L_tgt, V_tgt)
+
+
+class TwoPassLayerNorm(nn.Module):
+    """Diagnosis only: the course's LayerNorm with the mean, then the mean of the squared
+    deviations (two plain reductions), instead of ``torch.var_mean``. Same numbers."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.d_model, self.eps = d_model, eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        centered = x - x.mean(dim=-1, keepdim=True)  # (..., D)
+        var = (centered * centered).mean(dim=-1, keepdim=True)  # (..., 1), biased
+        return centered * torch.rsqrt(var + self.eps) * self.weight + self.bias
+
+
+def swap_layernorm(model: nn.Module, kind: str) -> int:
+    """Diagnosis only: replace every course ``LayerNorm`` (same weights) by
+    ``nn.LayerNorm`` (``kind="torch"``, one fused kernel) or :class:`TwoPassLayerNorm`.
+
+    Measures how much of the gap is the layer norm: the course's computes its statistics
+    with ``torch.var_mean``, whose CPU kernel for a reduction over the last axis is much
+    slower than ``mean`` (pytorch/pytorch#83800). Returns the number replaced.
+    """
+    from course_utils import LayerNorm
+
+    count = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, LayerNorm):
+                cls = nn.LayerNorm if kind == "torch" else TwoPassLayerNorm
+                replacement = cls(child.d_model, eps=child.eps)
+                replacement.load_state_dict(child.state_dict())
+                setattr(parent, name, replacement)
+                count += 1
+    return count
+
+
+def build(args):
+    V_src, V_tgt = len(source_vocab()), len(target_vocab())
+    config = dict(
+        d_model=args.d_model, num_heads=args.heads, num_layers=args.layers, d_ff=args.d_ff,
+        dropout=0.1, max_len=64, norm_first=args.norm_first,
+    )  # fmt: skip
+    torch.manual_seed(args.seed)
+    ours = Transformer(V_src, V_tgt, **config)
+    if args.swap_layernorm:
+        swap_layernorm(ours, args.swap_layernorm)
+    torch.manual_seed(args.seed)
+    theirs = TorchTransformer(V_src, V_tgt, **config)
+    n_ours, n_theirs = count_parameters(ours), count_parameters(theirs)
+    if n_ours != n_theirs:
+        raise AssertionError(f"different sizes: course {n_ours:,} vs torch {n_theirs:,} parameters")
+
+    pairs = load_split("train")
+    g = torch.Generator().manual_seed(args.seed)
+    index = torch.randperm(len(pairs), generator=g)[: args.batch_size].tolist()
+    dataset = NumberWordsDataset([pairs[i] for i in index], source_vocab(), target_vocab())
+    batch = collate([dataset[i] for i in range(len(dataset))])
+    L = batch.tgt_in.size(1)
+    torch_masks = (
+        batch.src == PAD_ID,  # (B, L_src), True = padding
+        batch.tgt_in == PAD_ID,  # (B, L_tgt), True = padding
+        torch.ones(L, L, dtype=torch.bool).triu(1),  # (L_tgt, L_tgt), True = future
+    )
+    opt_ours = torch.optim.Adam(ours.parameters(), lr=1e-4)
+    opt_theirs = torch.optim.Adam(theirs.parameters(), lr=1e-4)
+    V = V_tgt
+
+    def step_ours():
+        logits = ours(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, L_tgt, V)
+        loss = F.cross_entropy(logits.reshape(-1, V), batch.tgt_out.reshape(-1), ignore_index=PAD_ID)
+        opt_ours.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_ours.step()
+
+    def step_theirs():
+        logits = theirs(batch.src, batch.tgt_in, *torch_masks)  # (B, L_tgt, V)
+        loss = F.cross_entropy(logits.reshape(-1, V), batch.tgt_out.reshape(-1), ignore_index=PAD_ID)
+        opt_theirs.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_theirs.step()
+
+    ours.train()
+    theirs.train()
+    return step_ours, step_theirs, batch, n_ours
+
+
+def time_steps(step_ours, step_theirs, warmup: int, steps: int) -> tuple[list[float], list[float]]:
+    for _ in range(warmup):
+        step_ours()
+        step_theirs()
+    t_ours, t_theirs = [], []
+    for i in range(steps):
+        order = [(step_ours, t_ours), (step_theirs, t_theirs)]
+        for fn, times in order if i % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return t_ours, t_theirs
+
+
+def profile(step_ours, step_theirs, steps: int) -> None:
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    for name, fn in (("course Transformer", step_ours), ("nn.Transformer", step_theirs)):
+        for _ in range(3):
+            fn()
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                fn()
+        print(f"\n### {name}: {steps} steps, torch.profiler, sorted by self CPU time\n")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=2, help="per stack (encoder and decoder)")
+    parser.add_argument("--d-ff", type=int, default=256)
+    parser.add_argument("--norm-first", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per model and thread count")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", action="store_true", help="also print torch.profiler tables")
+    parser.add_argument(
+        "--swap-layernorm", choices=["torch", "two-pass"],
+        help="diagnosis: course model with nn.LayerNorm, or a two-pass LayerNorm, in place of its own",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+
+    load_before = load_average()
+    step_ours, step_theirs, batch, n_params = build(args)
+    rows = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        t_ours, t_theirs = time_steps(step_ours, step_theirs, args.warmup, args.steps)
+        ours, theirs = statistics.median(t_ours), statistics.median(t_theirs)
+        paired = statistics.median(a / b for a, b in zip(t_ours, t_theirs))
+        rows.append((threads, ours, theirs, ours / theirs, paired))
+    load_after = load_average()
+
+    B, L_src = batch.src.shape
+    if args.swap_layernorm:
+        what = "nn.LayerNorm" if args.swap_layernorm == "torch" else "a two-pass LayerNorm (mean, then mean of squares)"
+        print(f"DIAGNOSIS RUN: the course model uses {what} instead of its own LayerNorm.\n")
+    print(
+        f"One training step (forward, loss, backward, Adam), batch {B} of the training split "
+        f"(L_src {L_src}, L_tgt {batch.tgt_in.size(1)}); d_model {args.d_model}, "
+        f"{args.layers}+{args.layers} layers, {args.heads} heads, d_ff {args.d_ff}, dropout 0.1, "
+        f"norm_first={args.norm_first}, {n_params:,} parameters each; {args.steps} interleaved "
+        f"steps per model after {args.warmup} warm-up steps.\n"
+    )
+    print("| threads | course (ms) | nn.Transformer (ms) | ratio of medians | median paired ratio |")
+    print("|---:|---:|---:|---:|---:|")
+    for threads, ours, theirs, ratio, paired in rows:
+        print(f"| {threads} | {ours * 1e3:.1f} | {theirs * 1e3:.1f} | {ratio:.2f} | {paired:.2f} |")
+    print()
+    print(machine_table(args.threads, load_before, load_after))
+    if args.profile:
+        torch.set_num_threads(args.threads[0])
+        profile(step_ours, step_theirs, steps=10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
