@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import course_utils
-from course_utils import checks
+from course_utils import checks, training
 from course_utils.checks import _core
 from course_utils.checks._core import (
     CheckResult,
@@ -43,6 +43,10 @@ REFERENCES = {
     "check_make_src_mask": course_utils.make_src_mask,
     "check_make_tgt_mask": course_utils.make_tgt_mask,
     "check_greedy_decode": course_utils.greedy_decode,
+    "check_shift_targets": training.shift_targets,
+    "check_masked_cross_entropy": training.masked_cross_entropy,
+    "check_noam_lr": training.noam_lr,
+    "check_train_step": training.train_step,
 }
 
 

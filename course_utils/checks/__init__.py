@@ -14,6 +14,7 @@ notebook   module
 04         :mod:`.encoder`
 05         :mod:`.decoder`
 06         :mod:`.model`
+07         :mod:`.training`
 =========  ==============================
 """
 
@@ -30,6 +31,8 @@ from .decoder import *  # noqa: F403
 from .decoder import __all__ as _decoder_all
 from .model import *  # noqa: F403
 from .model import __all__ as _model_all
+from .training import *  # noqa: F403
+from .training import __all__ as _training_all
 
 __all__ = [
     "CheckResult",
@@ -40,4 +43,5 @@ __all__ = [
     *_encoder_all,
     *_decoder_all,
     *_model_all,
+    *_training_all,
 ]

@@ -1,0 +1,883 @@
+"""Checkers for notebook 07 (training): ``shift_targets``, ``masked_cross_entropy``,
+``noam_lr`` and ``train_step``.
+
+``shift_targets``: random ``(B, L_tgt)`` targets (``<bos>``, words, ``<eos>``, trailing
+padding of different lengths per row, ``B != L_tgt``), compared exactly with
+``(tgt[:, :-1], tgt[:, 1:])``.
+
+``masked_cross_entropy``: random logits ``(B, L, V)`` (``B``, ``L``, ``V`` all different)
+and targets with trailing padding, a non-zero ``pad_id`` with real tokens of id 0 (so a
+hard-coded 0 shows), and targets that are a non-contiguous slice (as ``batch.tgt_out``
+is: ``.view`` fails on it); without and with label smoothing. The result must be a
+differentiable 0-d tensor equal to ``F.cross_entropy(..., ignore_index=pad_id,
+label_smoothing=eps)``; a wrong value is compared with the loss computed with each
+catalogued mistake.
+
+``noam_lr``: random ``d_model``, ``warmup`` and ``factor``, at steps 1, 2, around the end
+of the warm-up and far after it; numbers of any kind (float, 0-d tensor) are accepted.
+
+``train_step``: a small :class:`course_utils.Transformer` (one layer per stack) and
+batches built by :func:`course_utils.data.collate` with a non-zero ``pad_id`` and
+source and target padding. Plain SGD (not Adam: Adam's update hardly changes when the
+gradient is scaled, which would hide a missing clipping) with a ``LambdaLR`` that halves
+the rate at every step, a ``clip_norm`` below the gradient's norm, label smoothing, and
+gradients left over from an earlier backward pass (so a missing ``zero_grad`` shows
+from the first call). Two calls are compared with the reference: the returned losses,
+every parameter after each call, and the scheduler's step count. Then a call with
+``scheduler=None`` and the default ``pad_id``, and a call on a model with dropout that
+was left in eval mode (same random seed for the student's call and the reference).
+Parameters are compared with an absolute tolerance of ``1e-6`` (the updates are about
+``1e-2``).
+
+Decisions: ``train_step`` returns the loss as a Python float; a 0-d tensor is accepted
+too. No gradient from before the call may reach the update, so ``zero_grad`` comes
+before ``backward`` (a ``zero_grad`` only at the end of the step would let an earlier
+backward pass, say a cell that looked at the gradients, leak into the first update).
+``clip_norm=None`` (no clipping) is not exercised by the checker.
+
+Catalogue (``CheckResult.mistake``):
+
+* all four: ``"not a function"``.
+* ``shift_targets``: ``"not shifted"``, ``"shifted the wrong way"``, ``"shifted along the
+  batch axis"``, ``"only one side shifted"``, ``"wrong return"``, ``"input modified in
+  place"``.
+* ``masked_cross_entropy``: ``"padding counted"``, ``"divided by all positions"``,
+  ``"pad id hard-coded as 0"``, ``"label smoothing ignored"``, ``"label smoothing applied
+  twice"``, ``"smoothing over the other classes only"``, ``"smoothing without the
+  padding class"``, ``"KL divergence instead of cross-entropy"``, ``"sum instead of
+  mean"``, ``"mean of per-sequence means"``, ``"double softmax"``, ``"no log-softmax"``,
+  ``"classes on the wrong axis"``, ``".view on a non-contiguous tensor"``, ``"not
+  reduced"``, ``"not a tensor"``, ``"detached from the graph"``, ``"input modified in
+  place"``.
+* ``noam_lr``: ``"warmup^-0.5 instead of warmup^-1.5"``, ``"max instead of min"``,
+  ``"missing d_model^-0.5"``, ``"d_model^0.5 instead of d_model^-0.5"``, ``"steps
+  counted from 0"``, ``"division by zero at step 1"``, ``"factor ignored"``, ``"not a
+  number"``.
+* ``train_step``: the loss (``"targets not shifted"``, ``"compared with tgt_in"``,
+  ``"shifted the wrong way"``, ``"loss on tgt instead of tgt_out"``, ``"tgt_mask not
+  passed"``, ``"src_mask not passed"``, ``"padding counted"``, ``"pad id hard-coded as
+  0"``, ``"label smoothing not passed"``), the update (``"zero_grad forgotten"``, ``"no
+  update"``, ``"clipping missing"``, ``"clipping after the step"``, ``"clip_grad_value_
+  instead of clip_grad_norm_"``, ``"scheduler stepped before the optimizer"``,
+  ``"scheduler not stepped"``, ``"scheduler stepped twice"``, ``"scheduler None not
+  handled"``), ``"model in eval mode"``, ``"no loss returned"``, ``".view on a
+  non-contiguous tensor"``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data import collate
+from ..model import Transformer, make_tgt_mask
+from ..training import masked_cross_entropy, noam_lr
+from ._core import (
+    Failure,
+    Mistake,
+    StudentError,
+    call_student,
+    check_unchanged,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    matches,
+    randint,
+    register_hints,
+)
+
+__all__ = ["check_shift_targets", "check_masked_cross_entropy", "check_noam_lr", "check_train_step"]
+
+
+def _require_function(fn: Any, name: str) -> None:
+    if isinstance(fn, type) or not callable(fn):
+        fail(f"pass your function itself: check_{name}({name}).", mistake="not a function")
+
+
+def _distinct(*sizes: int) -> bool:
+    return len(set(sizes)) == len(sizes)
+
+
+def _ids(shape: tuple[int, ...], vocab: int, avoid: int) -> Tensor:
+    """Random ids in ``[0, vocab)`` that are never ``avoid``."""
+    ids = torch.randint(0, vocab - 1, shape)
+    return ids + (ids >= avoid).long()
+
+
+def _view_error(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and "view size is not compatible" in str(exc)
+
+
+_VIEW_ADVICE = (
+    "your code calls .view(-1) on a tensor that is not contiguous in memory: batch.tgt_out is the "
+    "slice tgt[:, 1:] of a bigger tensor, and .view cannot flatten a slice. Use .reshape(-1) "
+    "(or .flatten()), which copies when it has to."
+)
+
+
+# ---------------------------------------------------------------- shift_targets
+def _targets_with_padding(B: int, L: int, vocab: int = 20, pad_id: int = 0) -> Tensor:
+    """``(B, L)``: ``<bos>`` (1), words, ``<eos>`` (2), then ``pad_id``; lengths differ."""
+    tgt = torch.randint(4, vocab, (B, L))  # (B, L)
+    lengths = torch.randint(3, L + 1, (B,))  # (B,) tokens including <bos> and <eos>
+    lengths[randint(0, B - 1)] = L
+    lengths[0] = min(int(lengths[0]), L - 1) if L > 3 else lengths[0]
+    positions = torch.arange(L)[None, :]  # (1, L)
+    tgt[:, 0] = 1
+    tgt = torch.where(positions == (lengths[:, None] - 1), torch.full_like(tgt, 2), tgt)
+    return torch.where(positions >= lengths[:, None], torch.full_like(tgt, pad_id), tgt)
+
+
+@checker("shift_targets")
+def check_shift_targets(fn: Callable[..., Any]) -> str:
+    _require_function(fn, "shift_targets")
+    for _ in range(2):
+        while True:
+            B, L = randint(2, 6), randint(5, 10)
+            if _distinct(B, L, L - 1):
+                break
+        tgt = _targets_with_padding(B, L)
+        tgt0 = tgt.clone()
+        case = f"tgt of shape ({B}, {L})"
+        got = call_student(fn, tgt, context=f"calling shift_targets({case})")
+        check_unchanged(["tgt"], [tgt], [tgt0], case)
+        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(isinstance(t, Tensor) for t in got):
+            what = describe_shape(got) if isinstance(got, Tensor) else type(got).__name__
+            fail(
+                f"shift_targets should return two tensors, (tgt_in, tgt_out); yours returned {what}. "
+                "End with `return tgt_in, tgt_out`.",
+                mistake="wrong return",
+            )
+        got_in, got_out = got
+        exp_in, exp_out = tgt0[:, :-1], tgt0[:, 1:]  # (B, L - 1) each
+
+        def same(a: Tensor, b: Tensor) -> bool:
+            return a.shape == b.shape and bool(torch.equal(a.long(), b))
+
+        if same(got_in, exp_in) and same(got_out, exp_out):
+            if got_in.dtype != tgt0.dtype or got_out.dtype != tgt0.dtype:
+                fail(f"the result ({case}) has dtype {got_in.dtype}/{got_out.dtype}: keep the ids' dtype "
+                     f"{tgt0.dtype} (slicing does).", mistake="wrong return")
+            continue
+        if same(got_in, tgt0) and same(got_out, tgt0):
+            fail(
+                f"tgt_in and tgt_out ({case}) are both the whole tgt: the targets are not shifted. At each "
+                "position the decoder would read the very token it must predict there, so the model would "
+                "just copy its input: the training loss drops to near zero, yet greedy decoding, which has no "
+                "answer to copy, fails. The decoder reads tgt[:, :-1] and predicts tgt[:, 1:].",
+                mistake="not shifted",
+            )
+        if same(got_in, exp_out) and same(got_out, exp_in):
+            fail(
+                f"the shift goes the wrong way ({case}): your tgt_in is tgt[:, 1:] (it starts after <bos>) and "
+                "tgt_out is tgt[:, :-1]. The decoder must read <bos> first and predict the *next* token: "
+                "tgt_in = tgt[:, :-1] (drop the last token), tgt_out = tgt[:, 1:] (drop <bos>).",
+                mistake="shifted the wrong way",
+            )
+        if same(got_in, tgt0[:-1]) and same(got_out, tgt0[1:]) or same(got_in, tgt0[1:]) and same(got_out, tgt0[:-1]):
+            fail(
+                f"you shifted along the batch axis ({case}): tgt[:-1] drops a whole sequence. tgt is (B, L_tgt): "
+                "shift along the time axis, tgt[:, :-1] and tgt[:, 1:].",
+                mistake="shifted along the batch axis",
+            )
+        one_side = [(exp_in, tgt0), (tgt0, exp_out), (tgt0[:, 1:], tgt0), (tgt0, tgt0[:, :-1])]
+        if any(same(got_in, a) and same(got_out, b) for a, b in one_side):
+            fail(
+                f"only one of the two is shifted ({case}): tgt_in has shape {describe_shape(got_in)} and tgt_out "
+                f"{describe_shape(got_out)}. Both must have L_tgt - 1 = {L - 1} columns: tgt_in = tgt[:, :-1] "
+                "and tgt_out = tgt[:, 1:].",
+                mistake="only one side shifted",
+            )
+        expect_close("tgt_in", got_in, exp_in, atol=0, rtol=0, case=case)
+        expect_close("tgt_out", got_out, exp_out, atol=0, rtol=0, case=case)
+    return "tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:]"
+
+
+# ---------------------------------------------------------------- masked_cross_entropy
+def _smoothed_ce(logits: Tensor, targets: Tensor, pad_id: int, q_fn: Callable[[Tensor], Tensor],
+                 reduce: str = "mean", kl: bool = False) -> Tensor:
+    """Cross-entropy of ``softmax(logits)`` against a target distribution ``q_fn(targets)``
+    ``(N, V)``, over the non-pad tokens."""
+    V = logits.size(-1)
+    logp = logits.reshape(-1, V).log_softmax(-1)  # (N, V)
+    t = targets.reshape(-1)  # (N,)
+    q = q_fn(t)  # (N, V)
+    per = -(q * logp).sum(-1)  # (N,)
+    if kl:
+        per = per + (q * q.clamp_min(1e-30).log()).sum(-1)  # minus the entropy of q
+    real = t != pad_id
+    if reduce == "sum":
+        return per[real].sum()
+    return per[real].mean()
+
+
+def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: float) -> list[Mistake]:
+    B, L, V = logits.shape
+    flat_logits, flat_t = logits.reshape(-1, V), targets.reshape(-1)  # (B*L, V), (B*L,)
+    real = targets != pad_id  # (B, L)
+
+    def per_token(x: Tensor = logits, e: float = eps) -> Tensor:
+        return F.cross_entropy(x.reshape(-1, V), flat_t, reduction="none", label_smoothing=e).reshape(B, L)
+
+    def one_hot_q(spread: str) -> Callable[[Tensor], Tensor]:
+        def q(t: Tensor) -> Tensor:
+            onehot = F.one_hot(t, V).float()  # (N, V)
+            if spread == "others":
+                return (1 - eps) * onehot + eps / (V - 1) * (1 - onehot)
+            if spread == "no pad":  # The Annotated Transformer's LabelSmoothing
+                dist = torch.full_like(onehot, eps / (V - 2))
+                dist[:, pad_id] = 0
+                return dist.scatter(1, t[:, None], 1 - eps)
+            return (1 - eps) * onehot + eps / V  # "all": the reference's
+        return q
+
+    out: list[Mistake] = [
+        ("padding counted",
+         "the padding positions are counted: you averaged over every position, pad tokens included. Ignore "
+         "the targets equal to pad_id (F.cross_entropy(..., ignore_index=pad_id), or mask them out and divide "
+         "by the number of real tokens).",
+         lambda: F.cross_entropy(flat_logits, flat_t, label_smoothing=eps)),
+        ("divided by all positions",
+         "the padding is left out of the sum but not out of the count: you divided by all B * L positions. "
+         "Divide by the number of real (non-pad) target tokens.",
+         lambda: (per_token() * real).sum() / real.numel()),
+        ("sum instead of mean",
+         "your loss is the sum over the target tokens, not their mean: it grows with the batch and with the "
+         "lengths, and the learning rate would have to follow. Divide by the number of real tokens.",
+         lambda: per_token()[real].sum()),
+        ("mean of per-sequence means",
+         "you averaged each sequence's tokens, then the sequences: a short sequence's tokens then weigh more "
+         "than a long one's. Average over all real target tokens of the batch at once.",
+         lambda: ((per_token() * real).sum(1) / real.sum(1)).mean()),
+        ("double softmax",
+         "your logits go through a softmax before the cross-entropy, which applies (log-)softmax itself: a "
+         "double softmax squashes the loss and its gradients. Pass the raw logits.",
+         lambda: per_token(logits.softmax(-1))[real].mean()),
+        ("no log-softmax",
+         "you used F.nll_loss on the raw logits: nll_loss expects log-probabilities. Use F.cross_entropy "
+         "(which applies log_softmax itself) or apply log_softmax first.",
+         lambda: (-logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1))[real].mean()),
+    ]
+    if pad_id != 0:
+        out.append(
+            ("pad id hard-coded as 0",
+             f"padding is recognised by the id 0 instead of pad_id (here {pad_id}): real tokens with id 0 are "
+             "ignored and the padding is counted. Use the pad_id argument (ignore_index=pad_id).",
+             lambda: F.cross_entropy(flat_logits, flat_t, ignore_index=0, label_smoothing=eps)))
+    if eps > 0:
+        twice = 1 - (1 - eps) ** 2
+        out += [
+            ("label smoothing ignored",
+             f"label_smoothing={eps} has no effect: your loss is the one without smoothing. Pass it on "
+             "(F.cross_entropy(..., label_smoothing=label_smoothing)).",
+             lambda: per_token(e=0.0)[real].mean()),
+            ("label smoothing applied twice",
+             "the label smoothing is applied twice (for example smoothed targets given to a cross-entropy that "
+             "smooths again): apply it once.",
+             lambda: per_token(e=twice)[real].mean()),
+            ("smoothing over the other classes only",
+             "your smoothing spreads eps over the V - 1 wrong classes and gives the correct one 1 - eps. The "
+             "convention here (F.cross_entropy's, the paper's) spreads eps uniformly over all V classes, the "
+             "correct one included: the target is (1 - eps) * one_hot + eps / V.",
+             lambda: _smoothed_ce(logits, targets, pad_id, one_hot_q("others"))),
+            ("smoothing without the padding class",
+             "your smoothing leaves out the padding class (eps / (V - 2) on the other wrong classes, as in The "
+             "Annotated Transformer). The convention here is F.cross_entropy's: eps spread over all V classes, "
+             "target (1 - eps) * one_hot + eps / V.",
+             lambda: _smoothed_ce(logits, targets, pad_id, one_hot_q("no pad"))),
+            ("smoothing without the padding class",
+             "your smoothing leaves out the padding class and uses the KL divergence (The Annotated "
+             "Transformer's LabelSmoothing with KLDivLoss). Here the loss is F.cross_entropy's: the target "
+             "(1 - eps) * one_hot + eps / V over all V classes, and cross-entropy, not KL.",
+             lambda: _smoothed_ce(logits, targets, pad_id, one_hot_q("no pad"), kl=True)),
+            ("KL divergence instead of cross-entropy",
+             "your loss is the KL divergence between the smoothed targets and the prediction: it has the same "
+             "gradients but is lower by the entropy of the smoothed targets. Return the cross-entropy "
+             "(F.cross_entropy with label_smoothing).",
+             lambda: _smoothed_ce(logits, targets, pad_id, one_hot_q("all"), kl=True)),
+        ]
+    return out
+
+
+def _cross_entropy_error(err: StudentError) -> None:
+    exc = err.exc
+    text = str(exc)
+    if _view_error(exc):
+        fail(_VIEW_ADVICE, mistake=".view on a non-contiguous tensor")
+    if isinstance(exc, (RuntimeError, ValueError)) and (
+        "Expected target size" in text or "only batches of spatial targets" in text
+    ):
+        fail(
+            f"your code raised {type(exc).__name__}: {text.splitlines()[0]}. F.cross_entropy expects the classes "
+            "on axis 1: (N, V) logits and (N,) targets. Flatten them first: logits.reshape(-1, V) and "
+            "targets.reshape(-1) (or pass logits.transpose(1, 2)).",
+            mistake="classes on the wrong axis",
+        )
+
+
+@checker("masked_cross_entropy")
+def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
+    _require_function(fn, "masked_cross_entropy")
+    cases = [(randint(1, 9), 0.0, False), (0, round(0.05 * randint(1, 5), 2), True), (randint(1, 9), 0.1, True)]
+    for pad_id, eps, pass_eps in cases:
+        while True:
+            B, L, V = randint(2, 5), randint(4, 8), randint(10, 14)
+            if _distinct(B, L, V, L + 1):
+                break
+        full = _ids((B, L + 1), V, pad_id)  # (B, L + 1)
+        full[0, 1] = 0 if pad_id != 0 else full[0, 1]  # a real token with id 0
+        real = _targets_with_padding(B, L + 1, pad_id=-1) != -1  # (B, L + 1) trailing padding
+        full = torch.where(real, full, torch.full_like(full, pad_id))
+        targets = full[:, 1:]  # (B, L) a non-contiguous slice, like batch.tgt_out
+        if int((targets == pad_id).sum()) < 2 or bool((targets == pad_id).all(dim=1).any()):
+            targets = targets.clone()
+            targets[0, -2:] = pad_id  # at least two pads, every row keeps a real token
+        logits = (2.5 * torch.randn(B, L, V)).requires_grad_(True)  # (B, L, V)
+        logits0, targets0 = logits.detach().clone(), targets.clone()
+        args = f"logits ({B}, {L}, {V}), targets ({B}, {L}), pad_id={pad_id}"
+        case = args + (f", label_smoothing={eps}" if pass_eps else "")
+        kwargs = {"label_smoothing": eps} if pass_eps else {}
+        try:
+            got = call_student(fn, logits, targets, pad_id, context=f"calling masked_cross_entropy({case})", **kwargs)
+        except StudentError as err:
+            _cross_entropy_error(err)
+            raise
+        check_unchanged(["logits", "targets"], [logits.detach(), targets], [logits0, targets0], case)
+        expected = F.cross_entropy(logits0.reshape(-1, V), targets0.reshape(-1), ignore_index=pad_id,
+                                   label_smoothing=eps)  # ()
+        if isinstance(got, (float, int)) and not isinstance(got, bool):
+            right = math.isclose(float(got), float(expected), rel_tol=1e-4, abs_tol=1e-5)
+            fail(
+                f"your loss ({case}) is a Python number" + (" (with the right value)" if right else "")
+                + ": return the tensor itself, not loss.item(), so that loss.backward() can follow it back to "
+                "the model's parameters.",
+                mistake="not a tensor",
+            )
+        if isinstance(got, Tensor) and got.dim() > 0:
+            per = F.cross_entropy(logits0.reshape(-1, V), targets0.reshape(-1), ignore_index=pad_id,
+                                  label_smoothing=eps, reduction="none")  # (B*L,)
+            shaped = got.shape in (per.shape, torch.Size([B, L]))
+            fail(
+                f"your loss ({case}) has shape {describe_shape(got)}; it must be a single number, a 0-d tensor"
+                + (": it looks like the per-token losses (reduction='none'). Average them over the real "
+                   "tokens." if shaped else "."),
+                mistake="not reduced",
+            )
+        with torch.no_grad():
+            expect_close("the loss", got, expected, _cross_entropy_mistakes(logits0, targets0, pad_id, eps), case=case)
+        if isinstance(got, Tensor) and not got.requires_grad:
+            fail(
+                f"your loss ({case}) has the right value but is detached from the computation graph "
+                "(.detach(), .item(), torch.tensor(...) or torch.no_grad()): loss.backward() could not reach the "
+                "logits. Build it from the logits with torch operations only.",
+                mistake="detached from the graph",
+            )
+    return "mean over the non-pad tokens, pad_id 0 and non-zero, with and without label smoothing"
+
+
+# ---------------------------------------------------------------- noam_lr
+def _noam_variants(d_model: int, warmup: int, factor: float) -> list[tuple[str, str, Callable[[int], float]]]:
+    def base(step: float, dm: float = d_model ** -0.5, f: float = factor, w: float = warmup ** -1.5,
+             pick: Callable[..., float] = min) -> float:
+        return f * dm * pick(step ** -0.5, step * w)
+
+    out = [
+        ("warmup^-0.5 instead of warmup^-1.5",
+         "the warm-up branch uses warmup ** -0.5; the paper's is step * warmup ** -1.5 (so that both "
+         "branches meet at step = warmup).",
+         lambda s: base(s, w=warmup ** -0.5)),
+        ("max instead of min",
+         "you take the max of the two branches: the rate then never warms up and grows without bound "
+         "afterwards. It is the min: the rising branch during the warm-up, the decaying one after.",
+         lambda s: base(s, pick=max)),
+        ("missing d_model^-0.5",
+         "the factor d_model ** -0.5 is missing: the peak rate must shrink for wider models.",
+         lambda s: base(s, dm=1.0)),
+        ("d_model^0.5 instead of d_model^-0.5",
+         "you multiply by d_model ** 0.5 (the square root); the formula has d_model ** -0.5 (one over it).",
+         lambda s: base(s, dm=d_model ** 0.5)),
+        ("steps counted from 0",
+         "your function gives at step k the paper's rate of step k + 1: the step is already counted from 1 "
+         "here (step = 1 is the first update). If LambdaLR calls it, do the + 1 where you build the "
+         "scheduler (lambda k: noam_lr(k + 1, ...)), not inside noam_lr.",
+         lambda s: base(s + 1)),
+        ("warmup^1.5 instead of warmup^-1.5",
+         "the warm-up branch multiplies by warmup ** 1.5; it is step * warmup ** -1.5.",
+         lambda s: base(s, w=warmup ** 1.5)),
+    ]
+    if factor != 1.0:
+        out.append(("factor ignored", f"the factor argument (here {factor}) is not applied: multiply the rate by it.",
+                    lambda s: base(s, f=1.0)))
+    return out
+
+
+@checker("noam_lr")
+def check_noam_lr(fn: Callable[..., Any]) -> str:
+    _require_function(fn, "noam_lr")
+    for pass_factor in (False, True):
+        d_model = [32, 64, 96, 128, 256, 512][randint(0, 5)]
+        warmup = randint(20, 4000)
+        factor = [0.5, 2.0, 1.5][randint(0, 2)] if pass_factor else 1.0
+        steps = sorted({1, 2, warmup // 2, warmup - 1, warmup, warmup + 1, 3 * warmup, 10 * warmup + randint(1, 9)})
+        expected = [noam_lr(s, d_model, warmup, factor) for s in steps]
+        got = []
+        for step in steps:
+            case = f"step={step}, d_model={d_model}, warmup={warmup}" + (f", factor={factor}" if pass_factor else "")
+            kwargs = {"factor": factor} if pass_factor else {}
+            try:
+                value = call_student(fn, step, d_model, warmup, context=f"calling noam_lr({case})", **kwargs)
+            except StudentError as err:
+                if isinstance(err.exc, ZeroDivisionError) and step == 1:
+                    fail(
+                        f"your code divides by zero at step=1 ({type(err.exc).__name__}: {err.exc}). Steps are "
+                        "counted from 1 here: step 1 is the first update, and the formula works as written, "
+                        "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5), without "
+                        "subtracting 1.",
+                        mistake="division by zero at step 1",
+                    )
+                raise
+            if isinstance(value, Tensor) and value.numel() == 1:
+                value = float(value)
+            try:
+                if isinstance(value, (bool, str, bytes)) or value is None:
+                    raise TypeError
+                number = float(value)
+            except (TypeError, ValueError, RuntimeError):
+                fail(f"noam_lr ({case}) should return a number, got {type(value).__name__}.", mistake="not a number")
+            got.append(number)
+        if all(math.isclose(g, e, rel_tol=1e-6, abs_tol=1e-15) for g, e in zip(got, expected)):
+            continue
+        for name, diagnosis, variant in _noam_variants(d_model, warmup, factor):
+            try:
+                candidate = [variant(s) for s in steps]
+            except (ZeroDivisionError, OverflowError):
+                continue
+            if all(math.isclose(g, c, rel_tol=1e-6, abs_tol=1e-15) for g, c in zip(got, candidate)):
+                fail(f"{diagnosis} (d_model={d_model}, warmup={warmup}"
+                     + (f", factor={factor})" if pass_factor else ")"), mistake=name)
+        i = next(i for i, (g, e) in enumerate(zip(got, expected)) if not math.isclose(g, e, rel_tol=1e-6, abs_tol=1e-15))
+        fail(
+            f"at step={steps[i]} (d_model={d_model}, warmup={warmup}"
+            + (f", factor={factor}" if pass_factor else "")
+            + f") your rate is {got[i]:.6g}, expected {expected[i]:.6g}: "
+            "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+            mistake="values differ",
+        )
+    return "steps 1 to 10 x warmup, with and without factor"
+
+
+# ---------------------------------------------------------------- train_step
+_LR = 0.1  # SGD's base rate; the scheduler halves it at every step
+
+
+def _halving(k: int) -> float:
+    return 0.5**k
+
+
+@dataclass
+class _StepSetup:
+    model: Transformer
+    batches: list[Any]
+    pad_id: int
+    eps: float
+    clip: float | None
+    use_scheduler: bool
+    leftover: list[Tensor]  # gradients present before the first call
+    seed: int
+    train_mode: bool = True  # False: the model arrives in eval mode
+    cache: dict[tuple, list[tuple[float, Tensor]]] = field(default_factory=dict)
+
+
+def _flat(model: nn.Module) -> Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])  # (P,)
+
+
+def _make_optimizer(model: nn.Module, use_scheduler: bool) -> tuple[torch.optim.Optimizer, Any]:
+    optimizer = torch.optim.SGD(model.parameters(), lr=_LR)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _halving) if use_scheduler else None
+    return optimizer, scheduler
+
+
+def _variant_loss(model: nn.Module, batch: Any, pad_id: int, eps: float, flags: frozenset[str]) -> Tensor:
+    src_mask = None if "no src mask" in flags else batch.src_mask
+    if "copy" in flags:  # decoder reads tgt, loss against tgt
+        tgt_in, tgt_out = batch.tgt, batch.tgt
+    elif "vs tgt_in" in flags:
+        tgt_in, tgt_out = batch.tgt_in, batch.tgt_in
+    elif "wrong way" in flags:
+        tgt_in, tgt_out = batch.tgt_out, batch.tgt_in
+    else:
+        tgt_in, tgt_out = batch.tgt_in, batch.tgt_out
+    if "no tgt mask" in flags:
+        tgt_mask = None
+    elif "copy" in flags:  # batch.tgt_mask is one token too short for batch.tgt
+        tgt_mask = make_tgt_mask(batch.tgt, pad_id)
+    else:
+        tgt_mask = batch.tgt_mask
+    logits = model(batch.src, tgt_in, src_mask, tgt_mask)  # (B, L, V)
+    V = logits.size(-1)
+    e = 0.0 if "no smoothing" in flags else eps
+    if "pad counted" in flags:
+        return F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), label_smoothing=e)
+    if "pad zero" in flags:
+        return F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=0, label_smoothing=e)
+    return masked_cross_entropy(logits, tgt_out, pad_id, e)
+
+
+def _simulate(setup: _StepSetup, flags: frozenset[str]) -> list[tuple[float, Tensor]]:
+    """``(loss, parameters after the call)`` for each batch, with the mistakes in ``flags``."""
+    key = tuple(sorted(flags))
+    if key in setup.cache:
+        return setup.cache[key]
+    model = copy.deepcopy(setup.model)
+    optimizer, scheduler = _make_optimizer(model, setup.use_scheduler)
+    for p, g in zip(model.parameters(), setup.leftover):
+        p.grad = g.clone()
+    model.train(setup.train_mode)
+    results = []
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the candidates' own misuse must not warn in the notebook
+        for i, batch in enumerate(setup.batches):
+            torch.manual_seed(setup.seed + i)
+            if "eval mode" not in flags:
+                model.train()
+            if "no zero_grad" not in flags:
+                optimizer.zero_grad()
+            loss = _variant_loss(model, batch, setup.pad_id, setup.eps, flags)
+            loss.backward()
+            if "zero_grad after backward" in flags:
+                optimizer.zero_grad()
+            if setup.clip is not None and "no clip" not in flags:
+                if "clip value" in flags:
+                    nn.utils.clip_grad_value_(model.parameters(), setup.clip)
+                else:
+                    nn.utils.clip_grad_norm_(model.parameters(), setup.clip)
+            if scheduler is not None and "scheduler before" in flags:
+                scheduler.step()
+            optimizer.step()
+            if scheduler is not None and "scheduler before" not in flags and "no scheduler" not in flags:
+                scheduler.step()
+            results.append((float(loss.detach()), _flat(model)))
+    setup.cache[key] = results
+    return results
+
+
+_LOSS_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
+    ("targets not shifted",
+     "the loss compares the decoder's output for batch.tgt with batch.tgt itself: not shifted, each position "
+     "sees the token it must predict, so the model learns to copy its input (the loss falls near zero) and "
+     "greedy decoding fails. Feed batch.tgt_in and compare with batch.tgt_out.",
+     frozenset({"copy"})),
+    ("targets not shifted",
+     "the decoder reads batch.tgt (without a causal mask) and the loss compares with batch.tgt itself: each "
+     "position sees the token it must predict, so the model learns to copy its input (the loss falls near "
+     "zero) and greedy decoding fails. Call model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask) "
+     "and compare with batch.tgt_out.",
+     frozenset({"copy", "no tgt mask"})),
+    ("compared with tgt_in",
+     "the loss compares the logits with batch.tgt_in, the tokens the decoder reads: each position is asked "
+     "for the token it already sees. Compare with batch.tgt_out (the next tokens).",
+     frozenset({"vs tgt_in"})),
+    ("shifted the wrong way",
+     "the decoder reads batch.tgt_out and the loss compares with batch.tgt_in: the shift goes the wrong way. "
+     "Feed batch.tgt_in, compare with batch.tgt_out.",
+     frozenset({"wrong way"})),
+    ("tgt_mask not passed",
+     "the model is called without batch.tgt_mask: every target position sees the later tokens it has to "
+     "predict. Call model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
+     frozenset({"no tgt mask"})),
+    ("src_mask not passed",
+     "the model is called without batch.src_mask: attention reads the source padding. Call "
+     "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
+     frozenset({"no src mask"})),
+    ("padding counted",
+     "the loss counts the padding positions of batch.tgt_out: pass pad_id on (masked_cross_entropy(logits, "
+     "batch.tgt_out, pad_id, ...) or ignore_index=pad_id).",
+     frozenset({"pad counted"})),
+    ("pad id hard-coded as 0",
+     "the loss ignores the id 0 instead of the pad_id argument: use pad_id.",
+     frozenset({"pad zero"})),
+    ("label smoothing not passed",
+     "label_smoothing is not passed on to the loss: your loss is the one without smoothing.",
+     frozenset({"no smoothing"})),
+]
+
+_UPDATE_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
+    ("zero_grad forgotten",
+     "the update used gradients left over from before the call: optimizer.zero_grad() is missing, so every "
+     "step adds its gradients to all the previous ones. Call optimizer.zero_grad() before loss.backward().",
+     frozenset({"no zero_grad"})),
+    ("no update",
+     "the parameters did not change: optimizer.step() is missing, or zero_grad() runs between backward() and "
+     "step() and erases the gradients. The order is zero_grad, forward, loss, backward, clip, step.",
+     frozenset({"zero_grad after backward"})),
+    ("clip_grad_value_ instead of clip_grad_norm_",
+     "you clip each gradient entry (clip_grad_value_); clip_norm is a bound on the global norm of all "
+     "gradients together: nn.utils.clip_grad_norm_(model.parameters(), clip_norm).",
+     frozenset({"clip value"})),
+    ("scheduler stepped before the optimizer",
+     "scheduler.step() runs before optimizer.step(): the first update already uses the second step's rate. "
+     "Call optimizer.step() first, then scheduler.step().",
+     frozenset({"scheduler before"})),
+]
+
+
+def _train_step_error(err: StudentError, batch: Any) -> None:
+    exc, text = err.exc, str(err.exc)
+    if _view_error(exc):
+        fail(_VIEW_ADVICE, mistake=".view on a non-contiguous tensor")
+    if isinstance(exc, AttributeError) and "NoneType" in text and "step" in text:
+        fail(
+            f"your code raised {type(exc).__name__}: {text.splitlines()[0] if text else ''} with scheduler=None: "
+            "the scheduler is optional. Step it only when there is one: `if scheduler is not None: "
+            "scheduler.step()`.",
+            mistake="scheduler None not handled",
+        )
+    B, L = batch.tgt.shape
+    shapes = (f"({B * (L - 1)})", f"({B * L})", str((B, L - 1)), str((B, L)), f"{B}, {L - 1}", f"{B}, {L}")
+    if isinstance(exc, (RuntimeError, ValueError)) and sum(s in text for s in shapes) >= 2:
+        fail(
+            f"your code raised {type(exc).__name__}: {text.splitlines()[0]}. The logits of batch.tgt_in have "
+            f"L_tgt - 1 = {L - 1} positions, one per token read; they go with batch.tgt_out (also {L - 1} "
+            f"long), not with batch.tgt ({L} long).",
+            mistake="loss on tgt instead of tgt_out",
+        )
+
+
+def _step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, train_mode: bool,
+                clip_fraction: float | None) -> _StepSetup:
+    while True:
+        V_src, V_tgt, D, d_ff = randint(11, 15), randint(11, 15), 4 * randint(2, 3), randint(12, 20)
+        if _distinct(V_src, V_tgt, D, d_ff):
+            break
+    model = Transformer(V_src, V_tgt, d_model=D, num_heads=2, num_layers=1, d_ff=d_ff, dropout=dropout, max_len=32)
+    batches = []
+    for _ in range(2):
+        B = randint(3, 5)
+        pairs = []
+        bos, eos = (pad_id + 1) % V_tgt, (pad_id + 2) % V_tgt
+        for b in range(B):
+            src = _ids((randint(3, 8),), V_src, pad_id)
+            words = _ids((randint(1, 6),), V_tgt, pad_id)
+            words = words.masked_fill((words == bos) | (words == eos), (pad_id + 3) % V_tgt)
+            if b == 0 and pad_id != 0:
+                words[0] = 0  # a real target with id 0: a hard-coded ignore_index=0 shows
+            tgt = torch.cat([torch.tensor([bos]), words, torch.tensor([eos])])
+            pairs.append((src, tgt))
+        pairs[0] = (torch.cat([pairs[0][0], _ids((3,), V_src, pad_id)]), pairs[0][1])  # src padding elsewhere
+        batches.append(collate(pairs, pad_id=pad_id))
+    leftover = [torch.randn_like(p) for p in model.parameters()]
+    setup = _StepSetup(model, batches, pad_id, eps, None, use_scheduler, leftover, randint(0, 10_000), train_mode)
+    if clip_fraction is not None:
+        probe = copy.deepcopy(model)
+        probe.train()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(setup.seed)
+            loss = masked_cross_entropy(probe(batches[0].src, batches[0].tgt_in, batches[0].src_mask,
+                                              batches[0].tgt_mask), batches[0].tgt_out, pad_id, eps)
+        loss.backward()
+        grads = [p.grad for p in probe.parameters() if p.grad is not None]
+        norm = float(torch.sqrt(sum((g**2).sum() for g in grads)))
+        largest = max(float(g.abs().max()) for g in grads)
+        # below the global norm (clip_grad_norm_ acts) and below the largest entry (so that
+        # clip_grad_value_ would act too, and differently)
+        setup.clip = round(min(norm * clip_fraction, 0.5 * largest), 4)
+    return setup
+
+
+def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str, pass_options: bool) -> list[tuple[Any, Tensor, Any]]:
+    model = copy.deepcopy(setup.model)
+    optimizer, scheduler = _make_optimizer(model, setup.use_scheduler)
+    for p, g in zip(model.parameters(), setup.leftover):
+        p.grad = g.clone()
+    model.train(setup.train_mode)
+    out = []
+    with torch.random.fork_rng(devices=[]):
+        for i, batch in enumerate(setup.batches):
+            torch.manual_seed(setup.seed + i)
+            kwargs: dict[str, Any] = {}
+            if pass_options:
+                kwargs = dict(scheduler=scheduler, pad_id=setup.pad_id, label_smoothing=setup.eps, clip_norm=setup.clip)
+            originals = [batch.src.clone(), batch.tgt.clone()]
+            try:
+                loss = call_student(fn, model, batch, optimizer, context=f"calling train_step ({words})", **kwargs)
+            except StudentError as err:
+                _train_step_error(err, batch)
+                raise
+            check_unchanged(["batch.src", "batch.tgt"], [batch.src, batch.tgt], originals, words)
+            grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+            out.append((loss, _flat(model), grads))
+            if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
+                if scheduler.last_epoch == 0:
+                    fail(
+                        f"the scheduler was not stepped ({words}): the learning rate would stay at its first value "
+                        "for the whole training. Call scheduler.step() after optimizer.step().",
+                        mistake="scheduler not stepped",
+                    )
+                fail(
+                    f"the scheduler was stepped {scheduler.last_epoch} times in one call ({words}): step it once, "
+                    "after optimizer.step().",
+                    mistake="scheduler stepped twice",
+                )
+    return out
+
+
+def _as_loss(value: Any, words: str) -> float:
+    if isinstance(value, Tensor) and value.numel() == 1:
+        return float(value.detach())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    fail(
+        f"train_step should return the loss as a Python float (loss.item()), got "
+        f"{type(value).__name__ if not isinstance(value, Tensor) else 'a tensor of shape ' + describe_shape(value)} "
+        f"({words}).",
+        mistake="no loss returned",
+    )
+    raise AssertionError  # unreachable: fail raises
+
+
+def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any]], words: str) -> None:
+    expected = _simulate(setup, frozenset())
+    for i, ((loss, params, grads), (exp_loss, exp_params)) in enumerate(zip(got, expected)):
+        call = f"call {i + 1} of {len(got)}, {words}"
+        value = _as_loss(loss, call)
+        if not math.isclose(value, exp_loss, rel_tol=1e-5, abs_tol=1e-6):
+            for name, diagnosis, flags in _LOSS_MISTAKES:
+                if any(f in flags for f in ("no smoothing",)) and setup.eps == 0:
+                    continue
+                if "pad zero" in flags and setup.pad_id == 0:
+                    continue
+                try:
+                    candidate = _simulate(setup, flags)[i][0]
+                except Exception:  # noqa: BLE001 - a variant that cannot run is not this mistake
+                    continue
+                if math.isclose(value, candidate, rel_tol=1e-5, abs_tol=1e-6):
+                    fail(f"{diagnosis} ({call})", mistake=name)
+            if not setup.train_mode and math.isclose(value, _simulate(setup, frozenset({"eval mode"}))[i][0],
+                                                     rel_tol=1e-5, abs_tol=1e-6):
+                fail(
+                    f"the model stays in eval mode ({call}): dropout is off during training. The model may arrive "
+                    "in eval mode (after an evaluation): call model.train() at the start of train_step.",
+                    mistake="model in eval mode",
+                )
+            fail(f"the returned loss ({call}) is {value:.5f}, expected {exp_loss:.5f}: the mean cross-entropy of "
+                 "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask) against batch.tgt_out, pad "
+                 "tokens ignored, with label_smoothing.", mistake="values differ")
+        if matches(params, exp_params, atol=1e-6, rtol=1e-5):
+            continue
+        if not setup.train_mode and matches(params, _simulate(setup, frozenset({"eval mode"}))[i][1], 1e-6, 1e-5):
+            fail(
+                f"the update was computed in eval mode ({call}): call model.train() at the start of train_step "
+                "(before the forward pass), since an evaluation may have switched dropout off.",
+                mistake="model in eval mode",
+            )
+        before = setup.cache[()][i - 1][1] if i else _flat(setup.model)
+        if matches(params, before, atol=0, rtol=0):
+            name, diagnosis, _ = _UPDATE_MISTAKES[1]
+            fail(f"{diagnosis} ({call})", mistake=name)
+        for name, diagnosis, flags in _UPDATE_MISTAKES:
+            if "scheduler before" in flags and not setup.use_scheduler or "clip value" in flags:
+                continue
+            if matches(params, _simulate(setup, flags)[i][1], atol=1e-6, rtol=1e-5):
+                fail(f"{diagnosis} ({call})", mistake=name)
+        if setup.clip is not None and matches(params, _simulate(setup, frozenset({"no clip"}))[i][1], 1e-6, 1e-5):
+            present = [g for g in grads if g is not None]
+            norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in present))) if present else None
+            if norm is not None and math.isclose(norm, setup.clip, rel_tol=1e-3):
+                fail(
+                    f"the gradients are clipped after optimizer.step() ({call}): the update has already used the "
+                    "unclipped ones. Clip between loss.backward() and optimizer.step().",
+                    mistake="clipping after the step",
+                )
+            fail(
+                f"the gradients are not clipped ({call}; clip_norm={setup.clip} is below their norm): call "
+                "nn.utils.clip_grad_norm_(model.parameters(), clip_norm) after loss.backward() and before "
+                "optimizer.step().",
+                mistake="clipping missing",
+            )
+        if setup.clip is not None and matches(params, _simulate(setup, frozenset({"clip value"}))[i][1], 1e-6, 1e-5):
+            name, diagnosis, _ = _UPDATE_MISTAKES[2]
+            fail(f"{diagnosis} ({call})", mistake=name)
+        diff = (params - exp_params).abs()
+        fail(f"after {call}, the parameters differ from the reference's by up to {float(diff.max()):.3g}, yet the "
+             "loss is right: check the order zero_grad, forward, loss, backward, clip, optimizer.step, "
+             "scheduler.step.", mistake="values differ")
+
+
+@checker("train_step")
+def check_train_step(fn: Callable[..., Any]) -> str:
+    _require_function(fn, "train_step")
+    # A: everything on: a scheduler, clipping below the gradient norm, smoothing, a non-zero pad
+    setup = _step_setup(pad_id=randint(1, 9), eps=0.1, use_scheduler=True, dropout=0.0, train_mode=True,
+                        clip_fraction=0.3)
+    words = (f"SGD with a LambdaLR scheduler, pad_id={setup.pad_id}, label_smoothing={setup.eps}, "
+             f"clip_norm={setup.clip}")
+    _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
+    # B: the defaults: scheduler=None, pad_id=0, no smoothing, clip_norm=1.0
+    setup = _step_setup(pad_id=0, eps=0.0, use_scheduler=False, dropout=0.0, train_mode=True, clip_fraction=None)
+    setup.clip = 1.0
+    words = "train_step(model, batch, optimizer) with the default arguments (no scheduler)"
+    _compare_step(setup, _run_student(fn, setup, words, pass_options=False), words)
+    # C: a model with dropout that an evaluation left in eval mode
+    setup = _step_setup(pad_id=randint(1, 9), eps=0.0, use_scheduler=True, dropout=0.5, train_mode=False,
+                        clip_fraction=None)
+    setup.clip = 1.0
+    words = f"a model with dropout=0.5 that arrives in eval mode, pad_id={setup.pad_id}"
+    _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
+    return ("loss, parameters and scheduler after two steps; zero_grad, clipping, scheduler, train mode, "
+            "scheduler=None")
+
+
+# ---------------------------------------------------------------- hints
+register_hints(
+    "shift_targets",
+    [
+        "The decoder reads a prefix and predicts the next token. Which tokens does it read, and which does it "
+        "have to predict?",
+        "It reads everything but the last token and predicts everything but the first (<bos>): both have "
+        "L_tgt - 1 columns.",
+        "Slice along the time axis (axis 1): tgt[:, :-1] and tgt[:, 1:].",
+    ],
+)
+register_hints(
+    "masked_cross_entropy",
+    [
+        "F.cross_entropy expects (N, V) logits and (N,) targets: flatten the batch and time axes with "
+        ".reshape(-1, V) and .reshape(-1) (not .view: the targets may be a slice).",
+        "Padding must not count: F.cross_entropy has an ignore_index argument, which leaves those positions "
+        "out of both the sum and the count.",
+        "Label smoothing is an argument of F.cross_entropy too (label_smoothing=...). Pass the raw logits: no "
+        "softmax before.",
+    ],
+)
+register_hints(
+    "noam_lr",
+    [
+        "Write the paper's formula as it is: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+        "Steps count from 1 here, so step ** -0.5 is fine. (LambdaLR counts from 0: add 1 where you build the "
+        "scheduler, not in noam_lr.)",
+        "Before the warm-up ends, step * warmup ** -1.5 is the smaller branch (linear growth); after, "
+        "step ** -0.5 (decay). They meet at step = warmup: hence min, not max.",
+    ],
+)
+register_hints(
+    "train_step",
+    [
+        "The order: model.train(), optimizer.zero_grad(), forward, loss, loss.backward(), clip the gradients, "
+        "optimizer.step(), scheduler.step().",
+        "Forward with teacher forcing: logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask); "
+        "the loss compares them with batch.tgt_out, ignoring pad_id, with label_smoothing.",
+        "Clip between backward and step: nn.utils.clip_grad_norm_(model.parameters(), clip_norm). The scheduler "
+        "is optional: `if scheduler is not None: scheduler.step()`.",
+        "Return loss.item(), a Python float, so the caller can keep a history without holding on to the graph.",
+    ],
+)

@@ -1,0 +1,611 @@
+"""Tests for the notebook 07 checkers (course_utils/checks/training.py).
+
+Every catalogued mistake is written as a small, real student implementation; the checker
+must fail it, say why in plain words and name the mistake. Correct implementations
+written in other ways must pass. Each verdict is repeated on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils import training as T
+from course_utils.checks import (
+    check_masked_cross_entropy,
+    check_noam_lr,
+    check_shift_targets,
+    check_train_step,
+    hint,
+)
+from course_utils.checks._core import HINTS
+from course_utils.model import make_tgt_mask
+
+REPEAT = 3
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def verdicts(check, student, repeat=REPEAT):
+    return [check(student) for _ in range(repeat)]
+
+
+def assert_passes(check, student, repeat=REPEAT):
+    for r in verdicts(check, student, repeat):
+        assert r.passed, r.feedback
+        assert r.feedback.startswith("[OK]") and r.status == "passed"
+
+
+def assert_mistake(check, student, mistake, *words, repeat=REPEAT):
+    for r in verdicts(check, student, repeat):
+        assert r.passed is False
+        assert r.feedback.startswith("[X]"), r.feedback
+        assert r.mistake == mistake, r.feedback
+        for w in words:
+            assert w in r.feedback, (w, r.feedback)
+
+
+def assert_stub(check):
+    def stub(*args, **kwargs):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    r = check(stub)
+    assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
+
+
+# ---------------------------------------------------------------- shift_targets
+def shift_narrow(tgt):
+    L = tgt.size(1)
+    return tgt.narrow(1, 0, L - 1), tgt.narrow(1, 1, L - 1)
+
+
+def shift_clone(tgt):
+    return tgt[..., :-1].clone(), tgt[..., 1:].contiguous()
+
+
+def shift_list(tgt):
+    return [tgt[:, :-1], tgt[:, 1:]]
+
+
+@pytest.mark.parametrize("fn", [T.shift_targets, shift_narrow, shift_clone, shift_list])
+def test_shift_targets_correct_variants_pass(fn):
+    assert_passes(check_shift_targets, fn)
+
+
+def shift_none(tgt):
+    return tgt, tgt
+
+
+def shift_backwards(tgt):
+    return tgt[:, 1:], tgt[:, :-1]
+
+
+def shift_batch_axis(tgt):
+    return tgt[:-1], tgt[1:]
+
+
+def shift_one_side(tgt):
+    return tgt[:, :-1], tgt
+
+
+def shift_one_tensor(tgt):
+    return tgt[:, :-1]
+
+
+def shift_in_place(tgt):
+    tgt.masked_fill_(tgt == 2, 0)  # "drop <eos> from the input"
+    return tgt[:, :-1], tgt[:, 1:]
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (shift_none, "not shifted", ["copy its input", "near zero", "greedy decoding"]),
+    (shift_backwards, "shifted the wrong way", ["tgt[:, :-1]", "next"]),
+    (shift_batch_axis, "shifted along the batch axis", ["batch axis", "time axis"]),
+    (shift_one_side, "only one side shifted", ["L_tgt - 1"]),
+    (shift_one_tensor, "wrong return", ["two tensors"]),
+    (shift_in_place, "input modified in place", ["in place"]),
+])
+def test_shift_targets_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_shift_targets, fn, mistake, *words)
+
+
+@pytest.mark.parametrize("weird", [lambda tgt: None, lambda tgt: "tgt", lambda tgt: (1, 2), lambda tgt: (tgt,)])
+def test_shift_targets_weird_returns_fail_without_raising(weird):
+    r = check_shift_targets(weird)
+    assert not r.passed and r.feedback.startswith("[X]")
+
+
+def test_shift_targets_stub_and_non_function():
+    assert_stub(check_shift_targets)
+    r = check_shift_targets(T.shift_targets(torch.ones(2, 3, dtype=torch.long)))
+    assert not r.passed and r.mistake == "not a function"
+
+
+# ---------------------------------------------------------------- masked_cross_entropy
+def ce_flat(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id,
+                           label_smoothing=label_smoothing)
+
+
+def ce_transpose(logits, targets, pad_id, label_smoothing=0.0):
+    return F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=pad_id, label_smoothing=label_smoothing)
+
+
+def ce_manual(logits, targets, pad_id, label_smoothing=0.0):
+    logp = torch.log_softmax(logits, dim=-1)
+    nll = -torch.gather(logp, 2, targets.unsqueeze(2)).squeeze(2)
+    smooth = -logp.mean(dim=-1)
+    loss = (1 - label_smoothing) * nll + label_smoothing * smooth
+    mask = (targets != pad_id).float()
+    return (loss * mask).sum() / mask.sum()
+
+
+def ce_sum_over_count(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    total = F.cross_entropy(logits.reshape(-1, V), targets.flatten(), ignore_index=pad_id,
+                            label_smoothing=label_smoothing, reduction="sum")
+    return total / (targets != pad_id).sum()
+
+
+def ce_log_softmax_first(logits, targets, pad_id, label_smoothing=0.0):
+    # log_softmax is idempotent under cross_entropy's own log_softmax: still right
+    return ce_flat(logits.log_softmax(-1), targets, pad_id, label_smoothing)
+
+
+@pytest.mark.parametrize("fn", [T.masked_cross_entropy, ce_flat, ce_transpose, ce_manual, ce_sum_over_count,
+                                ce_log_softmax_first])
+def test_masked_cross_entropy_correct_variants_pass(fn):
+    assert_passes(check_masked_cross_entropy, fn)
+
+
+def ce_pad_counted(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), label_smoothing=label_smoothing)
+
+
+def ce_all_positions(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    per = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none",
+                          label_smoothing=label_smoothing)
+    return (per * (targets.reshape(-1) != pad_id)).mean()
+
+
+def ce_pad_zero(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=0,
+                           label_smoothing=label_smoothing)
+
+
+def ce_no_smoothing(logits, targets, pad_id, label_smoothing=0.0):
+    return ce_flat(logits, targets, pad_id)
+
+
+def ce_smoothing_twice(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    q = (1 - label_smoothing) * F.one_hot(targets, V).float() + label_smoothing / V
+    per = F.cross_entropy(logits.reshape(-1, V), q.reshape(-1, V), label_smoothing=label_smoothing,
+                          reduction="none")
+    real = targets.reshape(-1) != pad_id
+    return per[real].mean()
+
+
+def ce_smoothing_others(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    onehot = F.one_hot(targets, V).float()
+    q = (1 - label_smoothing) * onehot + label_smoothing / (V - 1) * (1 - onehot)
+    per = -(q * logits.log_softmax(-1)).sum(-1)
+    return per[targets != pad_id].mean()
+
+
+def ce_annotated_transformer(logits, targets, pad_id, label_smoothing=0.0):
+    # The Annotated Transformer's LabelSmoothing + KLDivLoss(reduction="sum") / ntokens
+    V = logits.size(-1)
+    x, t = logits.reshape(-1, V).log_softmax(-1), targets.reshape(-1)
+    true_dist = torch.full_like(x, label_smoothing / (V - 2))
+    true_dist.scatter_(1, t.unsqueeze(1), 1.0 - label_smoothing)
+    true_dist[:, pad_id] = 0
+    true_dist[t == pad_id] = 0
+    return nn.KLDivLoss(reduction="sum")(x, true_dist) / (t != pad_id).sum()
+
+
+def ce_kl(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    q = (1 - label_smoothing) * F.one_hot(targets, V).float() + label_smoothing / V
+    per = F.kl_div(logits.log_softmax(-1), q, reduction="none").sum(-1)
+    return per[targets != pad_id].mean()
+
+
+def ce_sum(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id,
+                           label_smoothing=label_smoothing, reduction="sum")
+
+
+def ce_per_sequence(logits, targets, pad_id, label_smoothing=0.0):
+    per = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none", label_smoothing=label_smoothing)
+    mask = targets != pad_id
+    return ((per * mask).sum(1) / mask.sum(1)).mean()
+
+
+def ce_double_softmax(logits, targets, pad_id, label_smoothing=0.0):
+    return ce_flat(logits.softmax(-1), targets, pad_id, label_smoothing)
+
+
+def ce_nll_raw(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    return F.nll_loss(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id)
+
+
+def ce_wrong_axis(logits, targets, pad_id, label_smoothing=0.0):
+    return F.cross_entropy(logits, targets, ignore_index=pad_id, label_smoothing=label_smoothing)
+
+
+def ce_view(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=pad_id, label_smoothing=label_smoothing)
+
+
+def ce_not_reduced(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id,
+                           label_smoothing=label_smoothing, reduction="none")
+
+
+def ce_item(logits, targets, pad_id, label_smoothing=0.0):
+    return ce_flat(logits, targets, pad_id, label_smoothing).item()
+
+
+def ce_detached(logits, targets, pad_id, label_smoothing=0.0):
+    return torch.tensor(ce_flat(logits, targets, pad_id, label_smoothing).item())
+
+
+def ce_modifies_targets(logits, targets, pad_id, label_smoothing=0.0):
+    targets[targets == pad_id] = -100  # the default ignore_index
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), label_smoothing=label_smoothing)
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (ce_pad_counted, "padding counted", ["padding", "ignore_index=pad_id"]),
+    (ce_all_positions, "divided by all positions", ["B * L", "real"]),
+    (ce_pad_zero, "pad id hard-coded as 0", ["pad_id"]),
+    (ce_no_smoothing, "label smoothing ignored", ["label_smoothing"]),
+    (ce_smoothing_twice, "label smoothing applied twice", ["twice"]),
+    (ce_smoothing_others, "smoothing over the other classes only", ["V - 1", "eps / V"]),
+    (ce_annotated_transformer, "smoothing without the padding class", ["padding class", "KL"]),
+    (ce_kl, "KL divergence instead of cross-entropy", ["entropy"]),
+    (ce_sum, "sum instead of mean", ["sum"]),
+    (ce_per_sequence, "mean of per-sequence means", ["each sequence"]),
+    (ce_double_softmax, "double softmax", ["softmax", "raw logits"]),
+    (ce_nll_raw, "no log-softmax", ["nll_loss", "log_softmax"]),
+    (ce_wrong_axis, "classes on the wrong axis", ["axis 1", "reshape(-1, V)"]),
+    (ce_view, ".view on a non-contiguous tensor", [".reshape(-1)", "slice"]),
+    (ce_not_reduced, "not reduced", ["reduction='none'"]),
+    (ce_item, "not a tensor", ["loss.backward()", "with the right value"]),
+    (ce_detached, "detached from the graph", ["detached"]),
+    (ce_modifies_targets, "input modified in place", ["in place"]),
+])
+def test_masked_cross_entropy_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_masked_cross_entropy, fn, mistake, *words)
+
+
+@pytest.mark.parametrize("weird", [lambda *a, **k: None, lambda *a, **k: "loss", lambda *a, **k: torch.ones(2, 2),
+                                   lambda *a, **k: (torch.tensor(1.0),)])
+def test_masked_cross_entropy_weird_returns_fail_without_raising(weird):
+    r = check_masked_cross_entropy(weird)
+    assert not r.passed and r.feedback.startswith("[X]")
+
+
+def test_masked_cross_entropy_stub():
+    assert_stub(check_masked_cross_entropy)
+
+
+# ---------------------------------------------------------------- noam_lr
+def noam_branches(step, d_model, warmup, factor=1.0):
+    if step < warmup:
+        rate = step * warmup ** -1.5
+    else:
+        rate = step ** -0.5
+    return factor * rate / math.sqrt(d_model)
+
+
+def noam_tensor(step, d_model, warmup, factor=1.0):
+    s = torch.tensor(float(step), dtype=torch.float64)
+    return factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), s * warmup ** -1.5)
+
+
+@pytest.mark.parametrize("fn", [T.noam_lr, noam_branches, noam_tensor])
+def test_noam_lr_correct_variants_pass(fn):
+    assert_passes(check_noam_lr, fn)
+
+
+def noam_warmup_half(step, d_model, warmup, factor=1.0):
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -0.5)
+
+
+def noam_max(step, d_model, warmup, factor=1.0):
+    return factor * d_model ** -0.5 * max(step ** -0.5, step * warmup ** -1.5)
+
+
+def noam_no_d_model(step, d_model, warmup, factor=1.0):
+    return factor * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def noam_sqrt_d_model(step, d_model, warmup, factor=1.0):
+    return factor * math.sqrt(d_model) * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def noam_plus_one(step, d_model, warmup, factor=1.0):
+    step = step + 1
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def noam_minus_one(step, d_model, warmup, factor=1.0):
+    step = step - 1
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def noam_no_factor(step, d_model, warmup, factor=1.0):
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def noam_warmup_power(step, d_model, warmup, factor=1.0):
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** 1.5)
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (noam_warmup_half, "warmup^-0.5 instead of warmup^-1.5", ["warmup ** -1.5"]),
+    (noam_max, "max instead of min", ["min"]),
+    (noam_no_d_model, "missing d_model^-0.5", ["d_model ** -0.5"]),
+    (noam_sqrt_d_model, "d_model^0.5 instead of d_model^-0.5", ["d_model ** -0.5"]),
+    (noam_plus_one, "steps counted from 0", ["counted from 1", "k + 1"]),
+    (noam_minus_one, "division by zero at step 1", ["step=1", "counted from 1"]),
+    (noam_no_factor, "factor ignored", ["factor"]),
+    (noam_warmup_power, "warmup^1.5 instead of warmup^-1.5", ["warmup ** -1.5"]),
+])
+def test_noam_lr_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_noam_lr, fn, mistake, *words)
+
+
+@pytest.mark.parametrize("weird", [lambda *a, **k: None, lambda *a, **k: "fast", lambda *a, **k: torch.ones(3),
+                                   lambda *a, **k: [0.1]])
+def test_noam_lr_weird_returns_fail_without_raising(weird):
+    r = check_noam_lr(weird)
+    assert not r.passed and r.mistake == "not a number", r.feedback
+
+
+def test_noam_lr_stub():
+    assert_stub(check_noam_lr)
+
+
+# ---------------------------------------------------------------- train_step
+def step_reference_like(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0,
+                        *, forget=(), loss_fn=None):
+    """The reference written out, with switches that make the mistakes of the catalogue."""
+    if "train" not in forget:
+        model.train()
+    if "zero_grad" not in forget:
+        optimizer.zero_grad()
+    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    V = logits.size(-1)
+    if loss_fn is None:
+        loss = F.cross_entropy(logits.reshape(-1, V), batch.tgt_out.reshape(-1), ignore_index=pad_id,
+                               label_smoothing=label_smoothing)
+    else:
+        loss = loss_fn(logits, batch, pad_id, label_smoothing)
+    loss.backward()
+    if "zero_grad after backward" in forget:
+        optimizer.zero_grad()
+    if "clip" not in forget and "clip after" not in forget:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    if "scheduler before" in forget and scheduler is not None:
+        scheduler.step()
+    if "step" not in forget:
+        optimizer.step()
+    if "clip after" in forget:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    if scheduler is not None and "scheduler" not in forget and "scheduler before" not in forget:
+        scheduler.step()
+        if "scheduler twice" in forget:
+            scheduler.step()
+    return loss.item()
+
+
+def step_num_tokens(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    model.train()
+    model.zero_grad(set_to_none=False)
+    logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
+    loss = F.cross_entropy(logits.transpose(1, 2), batch.tgt_out, ignore_index=pad_id,
+                           label_smoothing=label_smoothing, reduction="sum") / batch.num_tokens
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm=clip_norm)
+    optimizer.step()
+    if scheduler:
+        scheduler.step()
+    return loss  # a 0-d tensor is accepted
+
+
+def step_with_masked_loss(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    tgt_in, tgt_out = T.shift_targets(batch.tgt)
+    logits = model(batch.src, tgt_in, batch.src_mask, make_tgt_mask(tgt_in, pad_id))
+    loss = T.masked_cross_entropy(logits, tgt_out, pad_id, label_smoothing)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return float(loss.detach())
+
+
+@pytest.mark.parametrize("fn", [T.train_step, step_reference_like, step_num_tokens, step_with_masked_loss])
+def test_train_step_correct_variants_pass(fn):
+    assert_passes(check_train_step, fn, repeat=2)
+
+
+def forgetting(*what, loss_fn=None):
+    def student(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+        return step_reference_like(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm,
+                                   forget=what, loss_fn=loss_fn)
+
+    return student
+
+
+def flat_ce(logits, targets, pad_id, eps, ignore=True):
+    V = logits.size(-1)
+    kwargs = {"ignore_index": pad_id} if ignore else {}
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), label_smoothing=eps, **kwargs)
+
+
+def step_not_shifted(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    logits = model(batch.src, batch.tgt, batch.src_mask, make_tgt_mask(batch.tgt, pad_id))
+    loss = flat_ce(logits, batch.tgt, pad_id, label_smoothing)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+def step_not_shifted_no_mask(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    logits = model(batch.src, batch.tgt, batch.src_mask)
+    loss = flat_ce(logits, batch.tgt, pad_id, label_smoothing)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+def calling(*, src_mask=True, tgt_mask=True, tgt_in="tgt_in", target="tgt_out"):
+    def student(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+        model.train()
+        optimizer.zero_grad()
+        logits = model(batch.src, getattr(batch, tgt_in), batch.src_mask if src_mask else None,
+                       batch.tgt_mask if tgt_mask else None)
+        loss = flat_ce(logits, getattr(batch, target), pad_id, label_smoothing)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        return loss.item()
+
+    return student
+
+
+def step_unconditional_scheduler(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0,
+                                 clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    loss = flat_ce(logits, batch.tgt_out, pad_id, label_smoothing)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.item()
+
+
+def step_clip_value(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    loss = flat_ce(logits, batch.tgt_out, pad_id, label_smoothing)
+    loss.backward()
+    nn.utils.clip_grad_value_(model.parameters(), clip_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
+
+
+def step_view(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    loss = F.cross_entropy(logits.view(-1, logits.size(-1)), batch.tgt_out.view(-1), ignore_index=pad_id)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def step_returns_nothing(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    T.train_step(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm)
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (forgetting("zero_grad"), "zero_grad forgotten", ["zero_grad()", "adds its gradients"]),
+    (forgetting("zero_grad after backward"), "no update", ["did not change", "optimizer.step()"]),
+    (forgetting("step"), "no update", ["did not change"]),
+    (forgetting("clip"), "clipping missing", ["not clipped", "clip_grad_norm_"]),
+    (forgetting("clip after"), "clipping after the step", ["after optimizer.step()"]),
+    (step_clip_value, "clip_grad_value_ instead of clip_grad_norm_", ["global norm"]),
+    (forgetting("scheduler before"), "scheduler stepped before the optimizer", ["optimizer.step() first"]),
+    (forgetting("scheduler"), "scheduler not stepped", ["scheduler.step()"]),
+    (forgetting("scheduler twice"), "scheduler stepped twice", ["2 times"]),
+    (step_unconditional_scheduler, "scheduler None not handled", ["scheduler is not None"]),
+    (forgetting("train"), "model in eval mode", ["model.train()"]),
+    (step_not_shifted, "targets not shifted", ["copy its input", "tgt_out"]),
+    (step_not_shifted_no_mask, "targets not shifted", ["copy its input"]),
+    (calling(target="tgt_in"), "compared with tgt_in", ["batch.tgt_out"]),
+    (calling(tgt_in="tgt_out", target="tgt_in"), "shifted the wrong way", ["wrong way"]),
+    (calling(target="tgt"), "loss on tgt instead of tgt_out", ["batch.tgt_out", "L_tgt - 1"]),
+    (calling(tgt_mask=False), "tgt_mask not passed", ["batch.tgt_mask"]),
+    (calling(src_mask=False), "src_mask not passed", ["batch.src_mask"]),
+    (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg, b.tgt_out, pad, eps, ignore=False)),
+     "padding counted", ["padding"]),
+    (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg, b.tgt_out, 0, eps)), "pad id hard-coded as 0", ["pad_id"]),
+    (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg, b.tgt_out, pad, 0.0)), "label smoothing not passed",
+     ["label_smoothing"]),
+    (step_view, ".view on a non-contiguous tensor", [".reshape(-1)"]),
+    (step_returns_nothing, "no loss returned", ["loss.item()"]),
+])
+def test_train_step_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_train_step, fn, mistake, *words, repeat=2)
+
+
+@pytest.mark.parametrize("weird", [lambda *a, **k: "done", lambda *a, **k: torch.ones(3)])
+def test_train_step_weird_returns_fail_without_raising(weird):
+    r = check_train_step(weird)
+    assert not r.passed and r.feedback.startswith("[X]")
+
+
+def test_train_step_stub_and_non_function():
+    assert_stub(check_train_step)
+    r = check_train_step(nn.Linear)
+    assert not r.passed and r.mistake == "not a function"
+
+
+# ---------------------------------------------------------------- hints
+@pytest.mark.parametrize("name", ["shift_targets", "masked_cross_entropy", "noam_lr", "train_step"])
+def test_hints_exist_and_print(name, capsys):
+    assert 2 <= len(HINTS[name]) <= 4
+    hint(name, 1)
+    assert capsys.readouterr().out.startswith(f"Hint 1/{len(HINTS[name])} for {name}:")
+
+
+def test_reference_verdicts_do_not_depend_on_the_inputs():
+    for check, ref in [(check_shift_targets, T.shift_targets), (check_masked_cross_entropy, T.masked_cross_entropy),
+                       (check_noam_lr, T.noam_lr), (check_train_step, T.train_step)]:
+        first, second = check(ref), check(ref)
+        assert first.passed and first.feedback == second.feedback

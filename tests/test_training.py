@@ -1,0 +1,385 @@
+"""Tests for course_utils/training.py (notebook 07): the exercises' references, the
+schedules, evaluation, and fit with checkpoints and exact resumption."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils import Transformer
+from course_utils import data as D
+from course_utils import decoding
+from course_utils import training as T
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_model(dropout: float = 0.0, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(len(D.source_vocab()), len(D.target_vocab()), d_model=16, num_heads=2, num_layers=1,
+                       d_ff=32, dropout=dropout, max_len=32)
+
+
+def a_batch(n: int = 6, offset: int = 0) -> D.Batch:
+    pairs = D.load_split("valid")[offset : offset + n]
+    ds = D.NumberWordsDataset(pairs, D.source_vocab(), D.target_vocab())
+    return D.collate([ds[i] for i in range(len(ds))])
+
+
+# ---------------------------------------------------------------- shift_targets
+def test_shift_targets_is_teacher_forcing():
+    tgt = torch.tensor([[1, 5, 6, 2, 0], [1, 7, 2, 0, 0]])
+    tgt_in, tgt_out = T.shift_targets(tgt)
+    assert torch.equal(tgt_in, tgt[:, :-1]) and torch.equal(tgt_out, tgt[:, 1:])
+    batch = a_batch()
+    tgt_in, tgt_out = T.shift_targets(batch.tgt)
+    assert torch.equal(tgt_in, batch.tgt_in) and torch.equal(tgt_out, batch.tgt_out)
+
+
+@pytest.mark.parametrize("bad, error", [
+    (torch.ones(3, 1, dtype=torch.long), ValueError),
+    (torch.ones(4, dtype=torch.long), ValueError),
+    (torch.ones(2, 3), TypeError),
+])
+def test_shift_targets_rejects_bad_input(bad, error):
+    with pytest.raises(error, match="tgt"):
+        T.shift_targets(bad)
+
+
+# ---------------------------------------------------------------- masked_cross_entropy
+@pytest.mark.parametrize("pad_id", [0, 3])
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.35])
+def test_masked_cross_entropy_equals_torch(pad_id, eps):
+    torch.manual_seed(1)
+    B, L, V = 3, 7, 11
+    full = torch.randint(0, V, (B, L + 1))
+    full[:, 5:] = pad_id
+    full[0, 1] = 0 if pad_id else 4
+    targets = full[:, 1:]  # non-contiguous, like batch.tgt_out
+    logits = (3 * torch.randn(B, L, V)).requires_grad_(True)
+    ours = T.masked_cross_entropy(logits, targets, pad_id, label_smoothing=eps)
+    (g_ours,) = torch.autograd.grad(ours, logits)
+    ref = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id, label_smoothing=eps)
+    (g_ref,) = torch.autograd.grad(ref, logits)
+    assert ours.dim() == 0
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(g_ours, g_ref)
+
+
+def test_masked_cross_entropy_ignores_whatever_sits_at_the_pads():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 6)
+    targets = torch.tensor([[1, 2, 0, 0], [3, 4, 5, 0]])
+    other = logits.clone()
+    other[0, 2:] = 1e4  # huge logits at padded positions change nothing
+    assert torch.equal(T.masked_cross_entropy(logits, targets, 0), T.masked_cross_entropy(other, targets, 0))
+    assert math.isnan(float(T.masked_cross_entropy(logits, torch.zeros(2, 4, dtype=torch.long), 0)))
+
+
+@pytest.mark.parametrize("logits, targets, kwargs, match", [
+    (torch.randn(2, 4, 6), torch.zeros(2, 5, dtype=torch.long), {}, "shape"),
+    (torch.randn(2, 4, 6), torch.full((2, 4), 6), {}, r"\[0, 6\)"),
+    (torch.randn(2, 4, 6), torch.ones(2, 4, dtype=torch.long), {"label_smoothing": 1.5}, "label_smoothing"),
+    (torch.randint(0, 3, (2, 4, 6)), torch.ones(2, 4, dtype=torch.long), {}, "logits"),
+])
+def test_masked_cross_entropy_rejects_bad_input(logits, targets, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        T.masked_cross_entropy(logits, targets, 0, **kwargs)
+
+
+# ---------------------------------------------------------------- schedules
+def test_noam_lr_is_the_papers_formula():
+    assert T.noam_lr(4000, 512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert T.noam_lr(4000, 512, 4000) == pytest.approx(6.99e-4, rel=1e-3)
+    values = [T.noam_lr(s, 64, 100, factor=2.0) for s in range(1, 400)]
+    peak = max(range(len(values)), key=values.__getitem__) + 1
+    assert peak == 100
+    assert values[0] == pytest.approx(2.0 * 64**-0.5 * 100**-1.5)  # step 1: linear branch
+    assert values[399 - 1] == pytest.approx(2.0 * 64**-0.5 * 399**-0.5)  # decay branch
+    assert all(a < b for a, b in zip(values[:99], values[1:100]))
+    assert all(a > b for a, b in zip(values[99:-1], values[100:]))
+
+
+@pytest.mark.parametrize("args", [(0, 64, 100), (-3, 64, 100), (1, 0, 100), (1, 64, 0), (True, 64, 100)])
+def test_noam_lr_rejects_bad_input(args):
+    with pytest.raises(ValueError):
+        T.noam_lr(*args)
+    with pytest.raises(ValueError, match="step must be >= 1"):
+        T.noam_lr(0, 64, 100)
+
+
+def rates(shape: str, steps: int, **kwargs) -> list[float]:
+    p = nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([p], lr=kwargs.pop("lr", 1.0))
+    scheduler = T.warmup_schedule(optimizer, kwargs.pop("warmup"), shape, **kwargs)
+    out = []
+    for _ in range(steps):
+        out.append(optimizer.param_groups[0]["lr"])  # the rate this step runs at
+        optimizer.step()
+        scheduler.step()
+    return out
+
+
+def test_warmup_schedule_noam_counts_from_one():
+    got = rates("noam", 50, warmup=10, d_model=32, factor=0.5)
+    assert got == pytest.approx([T.noam_lr(k + 1, 32, 10, 0.5) for k in range(50)])
+
+
+def test_warmup_schedule_other_shapes():
+    lin = rates("linear", 30, warmup=5, total_steps=30, lr=2e-3)
+    assert lin[0] == pytest.approx(2e-3 / 5) and lin[4] == pytest.approx(2e-3)
+    assert max(lin) == pytest.approx(2e-3) and lin[-1] == pytest.approx(2e-3 / 26) and lin[-1] > 0
+    assert all(a > b for a, b in zip(lin[4:-1], lin[5:]))
+    inv = rates("inverse_sqrt", 40, warmup=10, lr=1.0)
+    assert inv[9] == pytest.approx(1.0) and inv[39] == pytest.approx(math.sqrt(10 / 40))
+    noam = rates("noam", 40, warmup=10, d_model=16)
+    assert [a / noam[9] for a in noam] == pytest.approx(inv)  # the same shape, the peak given directly
+    const = rates("constant", 20, warmup=4, lr=0.5)
+    assert const[:4] == pytest.approx([0.125, 0.25, 0.375, 0.5]) and set(const[4:]) == {0.5}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(shape="linear"), "total_steps"),
+    (dict(shape="noam"), "d_model"),
+    (dict(shape="cosine"), "shape"),
+    (dict(shape="linear", total_steps=5), "total_steps"),
+])
+def test_warmup_schedule_rejects_bad_settings(kwargs, match):
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match=match):
+        T.warmup_schedule(optimizer, 10, **kwargs)
+
+
+# ---------------------------------------------------------------- train_step
+def test_train_step_is_one_clipped_update_of_the_masked_loss():
+    model = tiny_model()
+    batch = a_batch()
+    reference = tiny_model()
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)  # leftovers: train_step must discard them
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 0.5**k)
+    model.eval()  # an evaluation left it there: train_step must switch back
+    loss = T.train_step(model, batch, optimizer, scheduler, pad_id=D.PAD_ID, label_smoothing=0.1, clip_norm=0.05)
+    assert isinstance(loss, float) and model.training and scheduler.last_epoch == 1
+
+    logits = reference(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    ref_loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),
+                               ignore_index=D.PAD_ID, label_smoothing=0.1)
+    ref_loss.backward()
+    norm = nn.utils.clip_grad_norm_(reference.parameters(), 0.05)
+    assert norm > 0.05  # the clipping did something
+    with torch.no_grad():
+        for p in reference.parameters():
+            p -= 0.1 * p.grad
+    assert loss == pytest.approx(ref_loss.item(), rel=1e-5)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_train_step_learns_a_batch():
+    model = tiny_model()
+    batch = a_batch(8)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = [T.train_step(model, batch, optimizer, clip_norm=None) for _ in range(40)]
+    assert losses[-1] < 0.5 * losses[0]
+
+
+# ---------------------------------------------------------------- evaluation
+class Oracle:
+    """A decoder that answers the true targets, with chosen corruptions: lets the
+    metrics be tested without training a model."""
+
+    def __init__(self, pairs, corrupt):
+        sv, tv = D.source_vocab(), D.target_vocab()
+        self.answers = {tuple(sv.encode(s)): tv.encode(t) for s, t in pairs}
+        self.corrupt = corrupt
+        self.calls = 0
+
+    def __call__(self, model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
+        self.calls += 1
+        rows = []
+        for row in src.tolist():
+            key = tuple(i for i in row if i != D.PAD_ID)
+            words = self.corrupt(list(self.answers[key]))[:max_len]
+            ids = [bos_id, *words] + ([eos_id] if len(words) < max_len else [])
+            rows.append(ids)
+        T_ = max(len(r) for r in rows)
+        return torch.tensor([r + [pad_id] * (T_ - len(r)) for r in rows])
+
+
+def test_evaluate_scores_exact_match_and_token_accuracy(monkeypatch):
+    pairs = [("12", "twelve"), ("3.5", "three point five"), ("-7", "minus seven"), ("40", "forty")]
+    tv = D.target_vocab()
+
+    def corrupt(words):
+        if words == tv.encode("three point five"):
+            return words[:2] + [tv.stoi["six"]]  # 3 of 4 tokens right (the <eos> too)
+        if words == tv.encode("forty"):
+            return words + [tv.stoi["one"]]  # too long: the <eos> position is wrong
+        return words
+
+    oracle = Oracle(pairs, corrupt)
+    monkeypatch.setattr(decoding, "greedy_decode_cached", oracle, raising=False)
+    result = T.evaluate(tiny_model(), pairs, batch_size=3)
+    assert oracle.calls == 2  # the cached decoder is used when it exists, in batches of 3
+    assert result["n"] == 4 and result["exact_match"] == pytest.approx(0.5)
+    # tokens (words + <eos>): twelve 2/2, three point five 3/4, minus seven 3/3, forty 1/2
+    assert result["token_accuracy"] == pytest.approx(9 / 11)
+    assert T.predict(tiny_model(), "3.5") == "three point six"
+    assert T.predict(tiny_model(), ["12", "40"]) == ["twelve", "forty one"]
+    assert T.mistakes(tiny_model(), pairs) == [("3.5", "three point five", "three point six"),
+                                               ("40", "forty", "forty one")]
+    assert len(T.mistakes(tiny_model(), pairs, limit=1)) == 1
+    # the same from a DataLoader of batches
+    ds = D.NumberWordsDataset(pairs, D.source_vocab(), tv)
+    loader = torch.utils.data.DataLoader(ds, batch_size=3, collate_fn=D.collate)
+    assert T.evaluate(tiny_model(), loader) == result
+
+
+def test_evaluate_runs_the_real_decoder_and_restores_nothing_it_should_not():
+    model = tiny_model()
+    model.train()
+    pairs = D.load_split("valid")[:7]
+    result = T.evaluate(model, pairs, batch_size=4, max_len=5)
+    assert set(result) == {"exact_match", "token_accuracy", "n"} and result["n"] == 7
+    assert 0.0 <= result["token_accuracy"] <= 1.0
+    assert model.training  # greedy decoding puts the mode back
+    with pytest.raises(ValueError, match="batch_size"):
+        T.evaluate(model, pairs, batch_size=0)
+    with pytest.raises(ValueError, match="not in the source vocabulary"):
+        T.predict(model, "12a")
+
+
+# ---------------------------------------------------------------- fit
+def test_epoch_batches_are_seeded_full_and_bucketed():
+    lengths = [(i * 7) % 23 for i in range(100)]
+    a = T.epoch_batches(lengths, 8, torch.Generator().manual_seed(3), bucket=4)
+    b = T.epoch_batches(lengths, 8, torch.Generator().manual_seed(3), bucket=4)
+    c = T.epoch_batches(lengths, 8, torch.Generator().manual_seed(4), bucket=4)
+    assert a == b and a != c
+    assert len(a) == 12 and all(len(x) == 8 for x in a)
+    flat = [i for x in a for i in x]
+    assert len(set(flat)) == 96
+    assert all([lengths[i] for i in x] == sorted(lengths[i] for i in x) for x in a)  # sorted within a batch
+    plain = T.epoch_batches(lengths, 8, torch.Generator().manual_seed(3))
+    assert len(plain) == 12 and not all([lengths[i] for i in x] == sorted(lengths[i] for i in x) for x in plain)
+
+
+FIT = dict(batch_size=16, lr=3e-3, warmup=5, clip_norm=1.0, label_smoothing=0.1, bucket=3, seed=7, progress=False)
+
+
+def test_fit_history_and_validation():
+    train, valid = D.load_split("train")[:200], D.load_split("valid")[:20]
+    model = tiny_model()
+    history = T.fit(model, train, valid, steps=30, schedule="inverse_sqrt", eval_every=10, **FIT)
+    assert len(history["train_loss"]) == 30 and history.steps == 30
+    assert history.eval_steps == [10, 20, 30]
+    assert all(len(history[k]) == 3 for k in ("val_loss", "val_accuracy", "val_token_accuracy"))
+    assert history["train_loss"][-1] < history["train_loss"][0]
+    assert history.train_seconds > 0 and history.train_cpu_seconds > 0
+    assert not model.training
+    # one pass = 200 // 16 = 12 steps; validated at each epoch's end and at the last step
+    history = T.fit(tiny_model(), train, valid, epochs=2, schedule="linear", **FIT)
+    assert history.steps == 24 and history.eval_steps == [12, 24]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_utils.plotting import plot_training_curves
+
+    fig = plot_training_curves(history)
+    assert len(fig.axes) == 2
+
+
+def params(model: nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("schedule, extra", [("inverse_sqrt", {}), ("linear", {"total_steps": 30})])
+def test_fit_resumed_equals_uninterrupted(tmp_path, schedule, extra):
+    train, valid = D.load_split("train")[:200], D.load_split("valid")[:10]
+    kwargs = dict(FIT, schedule=schedule, **extra)
+    whole = tiny_model(dropout=0.2)  # dropout: torch's random state must be resumed too
+    full = T.fit(whole, train, valid, steps=30, checkpoint_path=tmp_path / "whole.pt", **kwargs)
+
+    # 12 steps per epoch: stop inside the second epoch, then go on from the checkpoint
+    part = tiny_model(dropout=0.2)
+    T.fit(part, train, valid, steps=17, checkpoint_path=tmp_path / "part.pt", **kwargs)
+    resumed_model = tiny_model(dropout=0.2, seed=99)  # other initial weights: all must come from the file
+    torch.manual_seed(12345)  # and another global random state
+    resumed = T.fit(resumed_model, train, valid, steps=30, checkpoint_path=tmp_path / "part.pt", resume=True,
+                    **kwargs)
+    for p, q in zip(params(whole), params(resumed_model)):
+        assert torch.equal(p, q)
+    assert resumed["train_loss"] == full["train_loss"]
+    assert resumed.steps == 30
+
+    # resuming a finished run trains no further
+    again = T.fit(resumed_model, train, valid, steps=30, checkpoint_path=tmp_path / "part.pt", resume=True, **kwargs)
+    assert again["train_loss"] == full["train_loss"]
+    for p, q in zip(params(whole), params(resumed_model)):
+        assert torch.equal(p, q)
+
+
+def test_fit_refuses_to_resume_with_other_settings(tmp_path):
+    train = D.load_split("train")[:100]
+    path = tmp_path / "run.pt"
+    T.fit(tiny_model(), train, None, steps=8, schedule="linear", checkpoint_path=path, **FIT)
+    with pytest.raises(ValueError, match="total_steps"):
+        # linear decay ends at `steps` by default: a longer run is another schedule
+        T.fit(tiny_model(), train, None, steps=12, schedule="linear", checkpoint_path=path, resume=True, **FIT)
+    with pytest.raises(ValueError, match="lr"):
+        T.fit(tiny_model(), train, None, steps=8, schedule="linear", checkpoint_path=path, resume=True,
+              **dict(FIT, lr=1e-3))
+    # no file yet: resume starts from scratch
+    history = T.fit(tiny_model(), train, None, steps=2, schedule="constant", checkpoint_path=tmp_path / "new.pt",
+                    resume=True, **FIT)
+    assert history.steps == 2 and (tmp_path / "new.pt").is_file()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch_size=0), "batch_size"),
+    (dict(batch_size=1000), "batch_size"),
+    (dict(steps=-1), "steps"),
+    (dict(steps=5, epochs=1), "not both"),
+    (dict(epochs=-2), "epochs"),
+    (dict(lr=0.0), "lr"),
+    (dict(warmup=0), "warmup"),
+    (dict(schedule="cosine"), "schedule"),
+    (dict(clip_norm=-1.0), "clip_norm"),
+    (dict(label_smoothing=2.0), "label_smoothing"),
+    (dict(eval_every=0), "eval_every"),
+    (dict(resume=True), "checkpoint_path"),
+    (dict(steps=5, warmup=10, schedule="linear"), "warmup"),
+])
+def test_fit_rejects_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        T.fit(tiny_model(), D.load_split("valid")[:100], None, progress=False, **kwargs)
+
+
+def test_fit_rejects_bad_pairs():
+    with pytest.raises(TypeError, match="pairs"):
+        T.fit(tiny_model(), [("1", 2)], None, steps=1, batch_size=1, progress=False)
+
+
+def test_recipe_is_fits_default_and_builds_a_model():
+    defaults = {k: p.default for k, p in inspect.signature(T.fit).parameters.items()}
+    for key, value in T.RECIPE["fit"].items():
+        if key != "steps":
+            assert defaults[key] == value, key
+    assert defaults["steps"] is None  # None means RECIPE["fit"]["steps"]
+    model = Transformer(len(D.source_vocab()), len(D.target_vocab()), **T.RECIPE["model"])
+    assert model.d_model == T.RECIPE["model"]["d_model"]
+    assert T.RECIPE["model"]["max_len"] >= D.MAX_TARGET_WORDS + 2
