@@ -13,6 +13,7 @@ notebook               module
 04 encoder             :mod:`course_utils.layers`, :mod:`course_utils.encoder`
 05 decoder             :mod:`course_utils.decoder`
 06 full model          :mod:`course_utils.model`, :mod:`course_utils.decoding`
+07 training            :mod:`course_utils.data`, :mod:`course_utils.training`, ``pretrained``
 plots                  :mod:`course_utils.plotting`, :mod:`course_utils.inspect_attention`
 =====================  ==========================================================
 """
@@ -47,6 +48,11 @@ __all__ = [
     "greedy_decode",
     "greedy_decode_cached",
     "count_parameters",
+    # 07
+    "shift_targets",
+    "masked_cross_entropy",
+    "noam_lr",
+    "train_step",
     # inspection
     "record_attention",
     "stack_layers",
@@ -76,6 +82,10 @@ _MODULE_OF = {
     "count_parameters": "model",
     "greedy_decode": "decoding",
     "greedy_decode_cached": "decoding",
+    "shift_targets": "training",
+    "masked_cross_entropy": "training",
+    "noam_lr": "training",
+    "train_step": "training",
     "record_attention": "inspect_attention",
     "stack_layers": "inspect_attention",
 }

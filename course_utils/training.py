@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import data as _data
@@ -162,7 +161,7 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     ``noam_lr(4000, 512, 4000) = 7.0e-4`` (the paper's base model).
     """
     for name, value in (("step", step), ("d_model", d_model), ("warmup", warmup)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             raise ValueError(f"{name} must be a number, got {value!r}")
     if step < 1:
         raise ValueError(

@@ -11,9 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils import Transformer
+from course_utils import Transformer, decoding
 from course_utils import data as D
-from course_utils import decoding
 from course_utils import training as T
 
 

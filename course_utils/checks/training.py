@@ -81,7 +81,6 @@ from ..data import collate
 from ..model import Transformer, make_tgt_mask
 from ..training import masked_cross_entropy, noam_lr
 from ._core import (
-    Failure,
     Mistake,
     StudentError,
     call_student,
@@ -129,8 +128,8 @@ def _targets_with_padding(B: int, L: int, vocab: int = 20, pad_id: int = 0) -> T
     """``(B, L)``: ``<bos>`` (1), words, ``<eos>`` (2), then ``pad_id``; lengths differ."""
     tgt = torch.randint(4, vocab, (B, L))  # (B, L)
     lengths = torch.randint(3, L + 1, (B,))  # (B,) tokens including <bos> and <eos>
-    lengths[randint(0, B - 1)] = L
-    lengths[0] = min(int(lengths[0]), L - 1) if L > 3 else lengths[0]
+    lengths[randint(1, B - 1)] = L  # one full row
+    lengths[0] = min(int(lengths[0]), L - 1)  # and a padded one
     positions = torch.arange(L)[None, :]  # (1, L)
     tgt[:, 0] = 1
     tgt = torch.where(positions == (lengths[:, None] - 1), torch.full_like(tgt, 2), tgt)
