@@ -27,8 +27,6 @@ gives the medians and their ratio (the issue's target: course / torch <= 1.1).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -41,38 +39,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's course_utils
 
 from course_utils import PositionalEncoding, TokenEmbedding, Transformer, count_parameters  # noqa: E402
+from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
 from course_utils.data import PAD_ID, NumberWordsDataset, collate, load_split, source_vocab, target_vocab  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def load_average() -> str:
-    try:
-        return " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1 / 5 / 15 min)"
-    except OSError:
-        return "unknown"
-
-
-def machine_table(threads: list[int], load_before: str, load_after: str) -> str:
-    rows = [
-        ("CPU", cpu_model()),
-        ("cores (os.cpu_count)", str(os.cpu_count())),
-        ("torch", torch.__version__),
-        ("torch threads", ", ".join(map(str, threads))),
-        ("Python", platform.python_version()),
-        ("load average before", load_before),
-        ("load average after", load_after),
-    ]
-    lines = ["| machine | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
-    return "\n".join(lines)
 
 
 class TorchTransformer(nn.Module):
