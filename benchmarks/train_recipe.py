@@ -3,10 +3,10 @@
 Trains the course's own Transformer with ``course_utils.training.fit`` on the
 numbers-to-words training split, then greedy-decodes the test split (3,000 pairs) and
 the held-out "unseen" split (1,000 pairs). Prints one row per setting: the settings,
-training wall seconds (training steps only: no evaluation, no checkpoints), CPU
-seconds per step (all threads of the process: on a machine shared with other jobs the
-wall time grows, the CPU time much less), test exact match, unseen exact match and
-test token accuracy.
+training wall seconds (building batches and training steps: no evaluation, no
+checkpoints), CPU milliseconds per step (all threads of the process: on a machine
+shared with other jobs the wall time grows, the CPU time much less), test exact match,
+unseen exact match and test token accuracy, then the machine (benchmarks/machine.py).
 
     python benchmarks/train_recipe.py                    # the recipe, 2 threads (as CI)
     python benchmarks/train_recipe.py --threads 1 2      # both thread counts
@@ -15,6 +15,45 @@ test token accuracy.
 
 Goal (issue): >= 99 % exact match on the test split within 75 s of training on the
 2-core CI machine.
+
+Measured (torch 2.13 CPU, this project's 2-core Xeon VM, shared with other jobs)
+----------------------------------------------------------------------------------
+``RECIPE``: d_model 64, 4 heads, 2 + 2 layers, d_ff 256, no dropout, post-norm; Adam
+(0.9, 0.98, eps 1e-9), linear warm-up over 100 steps to 3e-3 then linear decay, batch
+64, plain shuffling, clipping 1.0, no label smoothing, 1,300 steps. Times are training
+only (batches and steps; evaluation excluded), machine otherwise idle unless said.
+
+* seed 0, 2 threads: 33.4 s (26 ms per step), test exact match 99.87 %, unseen 100 %,
+  test token accuracy 99.94 %. 1 thread: 45.6 s (35 ms per step), 99.83 %.
+* seeds 0-6 (1 thread, seed 0 on both): 99.87 / 99.90 / **98.37** / 99.93 / **93.20** /
+  **95.57** / 99.87 %. Three of seven seeds miss 99 %: 1,300 steps is at the edge. A
+  different CPU or thread count changes the last bits of every step, much like another
+  seed, so a notebook asserting >= 99 % with this recipe can fail on another machine.
+* ``steps=2000`` (everything else equal): seeds 0-8 all at 99.87-99.93 % (unseen
+  99.9-100 %); seed 0: 59.7 s and 58.9 s on 2 threads (about 30 ms per step), 84.6 s on
+  1 thread (42 ms per step). ``steps=1800``: the hard seeds 2, 4, 5, 6 at 99.93 / 99.77 /
+  99.93 / 99.93 %, about 75 s on 1 thread. ``steps=1600``: seed 4 93.8 %.
+* 2 threads while other jobs use the cores: torch's threads wait for each other and the
+  same steps took 5-30 times longer (up to 1.4 s per step). 1 thread degrades gracefully
+  (40-65 ms of CPU per step under the same load).
+
+What was compared (1 thread; test exact match %, by seed), the recipe's other settings
+unchanged:
+
+* length bucketing (``bucket=50``): about 30 % faster steps but 82 % (1,200 steps) and
+  91 % (1,800 steps) on seed 0, and no variation with it reached 97 %. Plain
+  shuffling: 99.9 % at 1,300 steps. So the recipe shuffles plainly.
+* seed 0, 1,300 steps: lr 5e-3 99.8; 8 heads 99.7; batch 96 99.8; ``norm_first=True``
+  93.2; d_model 96 (1,100 steps) 99.5.
+* seeds 2 / 4 / 5: 8 heads (1,600 steps) 97.3 / 99.9 / 99.9; lr 2e-3 (1,600) 93.3 /
+  92.6 / 99.9; batch 96 (1,200) 96.2 / 95.8 / 99.9; d_model 96 (1,300) 99.7 / 99.8 /
+  99.8 but seed 6 93.0; 1,600 steps 99.8 / 93.8 / 99.2; 1,800 steps 99.9 / 99.8 / 99.9;
+  2,000 steps 99.9 / 99.9 / 99.9.
+
+An undertrained model's errors are almost all 7- to 9-digit numbers written without
+separators: it has not yet learnt to count the digits (the source has no end token), so
+it reads "53978566" as "five hundred thirty nine million ...". When that clicks varies
+from seed to seed; more steps, not a bigger model, made it reliable.
 """
 
 from __future__ import annotations
@@ -29,26 +68,28 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
+
 from course_utils import Transformer  # noqa: E402
 from course_utils import data as D  # noqa: E402
 from course_utils.training import RECIPE, evaluate, fit  # noqa: E402
 
 MODEL_KEYS = set(RECIPE["model"])
 
-# The variations compared (each row changes the recipe in these keys).
+# The variations compared (each row changes the recipe in these keys); see the docstring.
 GRID = [
     {},
-    {"steps": 1000},
-    {"steps": 1500},
-    {"bucket": 0},
-    {"lr": 2e-3},
-    {"lr": 5e-3},
-    {"schedule": "inverse_sqrt"},
-    {"label_smoothing": 0.1},
-    {"batch_size": 128, "steps": 700},
-    {"d_model": 96, "steps": 1000},
-    {"d_model": 128, "steps": 800},
-    {"dropout": 0.1},
+    {"bucket": 50},
+    {"steps": 1300},
+    {"steps": 1600},
+    {"steps": 1800},
+    {"steps": 2000},
+    {"steps": 1300, "lr": 5e-3},
+    {"steps": 1600, "lr": 2e-3},
+    {"steps": 1600, "num_heads": 8},
+    {"steps": 1300, "norm_first": True},
+    {"steps": 1200, "batch_size": 96},
+    {"steps": 1300, "d_model": 96},
 ]
 
 
@@ -113,12 +154,15 @@ def main(argv=None) -> int:
     settings = GRID if args.grid else [dict(kv.split("=", 1) for kv in args.set)]
     settings = [{k: _parse_value(v) if isinstance(v, str) else v for k, v in s.items()} for s in settings]
     print(f"RECIPE = {RECIPE}")
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()}")
+    load_before = load_average()
     print(HEADER)
+    print("|" + "---|" * (HEADER.count("|") - 1))
     for changes in settings:
         for threads in args.threads:
             for seed in args.seeds:
                 print(row(run(changes, threads, seed)), flush=True)
+    print()
+    print(machine_table(args.threads, load_before, load_average()))
     return 0
 
 
