@@ -225,6 +225,12 @@ def random_mask(*shape: int) -> Tensor:
             return rows.reshape(shape)
 
 
+def require_function(fn: Any, name: str) -> None:
+    """The checker takes the student's function itself (not a class, not its result)."""
+    if isinstance(fn, type) or not callable(fn):
+        fail(f"pass your function itself: check_{name}({name}).", mistake="not a function")
+
+
 def require_module_class(cls: Any, name: str) -> None:
     """The checker takes the student's class (it builds instances itself)."""
     if isinstance(cls, nn.Module):

@@ -83,6 +83,7 @@ from ._core import (
     matches,
     randint,
     register_hints,
+    require_function,
     require_module_class,
 )
 from .decoder import (
@@ -95,11 +96,6 @@ from .decoder import (
 )
 
 __all__ = ["check_transformer", "check_make_src_mask", "check_make_tgt_mask", "check_greedy_decode"]
-
-
-def _require_function(fn: Any, name: str) -> None:
-    if isinstance(fn, type) or not callable(fn):
-        fail(f"pass your function itself: check_{name}({name}).", mistake="not a function")
 
 
 def _tokens(B: int, L: int, vocab: int, pad_id: int, real: Tensor) -> Tensor:
@@ -126,7 +122,7 @@ def _not_bool(what: str, got: Any, expected: Tensor, case: str) -> None:
 # ---------------------------------------------------------------- make_src_mask
 @checker("make_src_mask")
 def check_make_src_mask(fn: Callable[..., Any]) -> str:
-    _require_function(fn, "make_src_mask")
+    require_function(fn, "make_src_mask")
     for pad_id in (randint(1, 9), 0):
         while True:
             B, L = randint(2, 5), randint(4, 9)
@@ -178,7 +174,7 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
 # ---------------------------------------------------------------- make_tgt_mask
 @checker("make_tgt_mask")
 def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
-    _require_function(fn, "make_tgt_mask")
+    require_function(fn, "make_tgt_mask")
     for pad_id in (randint(1, 9), 0):
         while True:
             B, L = randint(2, 5), randint(4, 9)
@@ -999,7 +995,7 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
 
 @checker("greedy_decode")
 def check_greedy_decode(fn: Callable[..., Any]) -> str:
-    _require_function(fn, "greedy_decode")
+    require_function(fn, "greedy_decode")
     setup = _greedy_setup()
     model, M, bos_id = setup.model, setup.max_len, setup.bos_id
     for case in setup.cases:

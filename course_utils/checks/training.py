@@ -92,14 +92,10 @@ from ._core import (
     matches,
     randint,
     register_hints,
+    require_function,
 )
 
 __all__ = ["check_shift_targets", "check_masked_cross_entropy", "check_noam_lr", "check_train_step"]
-
-
-def _require_function(fn: Any, name: str) -> None:
-    if isinstance(fn, type) or not callable(fn):
-        fail(f"pass your function itself: check_{name}({name}).", mistake="not a function")
 
 
 def _distinct(*sizes: int) -> bool:
@@ -138,7 +134,7 @@ def _targets_with_padding(B: int, L: int, vocab: int = 20, pad_id: int = 0) -> T
 
 @checker("shift_targets")
 def check_shift_targets(fn: Callable[..., Any]) -> str:
-    _require_function(fn, "shift_targets")
+    require_function(fn, "shift_targets")
     for _ in range(2):
         while True:
             B, L = randint(2, 6), randint(5, 10)
@@ -325,7 +321,7 @@ def _cross_entropy_error(err: StudentError) -> None:
 
 @checker("masked_cross_entropy")
 def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
-    _require_function(fn, "masked_cross_entropy")
+    require_function(fn, "masked_cross_entropy")
     cases = [(randint(1, 9), 0.0, False), (0, round(0.05 * randint(1, 5), 2), True), (randint(1, 9), 0.1, True)]
     for pad_id, eps, pass_eps in cases:
         while True:
@@ -421,7 +417,7 @@ def _noam_variants(d_model: int, warmup: int, factor: float) -> list[tuple[str, 
 
 @checker("noam_lr")
 def check_noam_lr(fn: Callable[..., Any]) -> str:
-    _require_function(fn, "noam_lr")
+    require_function(fn, "noam_lr")
     for pass_factor in (False, True):
         d_model = [32, 64, 96, 128, 256, 512][randint(0, 5)]
         warmup = randint(20, 4000)
@@ -814,7 +810,7 @@ def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any]], words: 
 
 @checker("train_step")
 def check_train_step(fn: Callable[..., Any]) -> str:
-    _require_function(fn, "train_step")
+    require_function(fn, "train_step")
     # A: everything on: a scheduler, clipping below the gradient norm, smoothing, a non-zero pad
     setup = _step_setup(pad_id=randint(1, 9), eps=0.1, use_scheduler=True, dropout=0.0, train_mode=True,
                         clip_fraction=0.3)
