@@ -6,14 +6,15 @@ step) and with ``greedy_decode_cached`` (feeds only the newest token; keys and v
 of earlier steps cached), checks that both give exactly the same tokens, and prints the
 wall time of each and the speed-up as a markdown table.
 
-Nothing is trained. The model has notebook 07's size (d_model 128, 2 encoder + 2 decoder
-layers, 4 heads, d_ff 256) with random weights, and the output bias of ``<eos>`` is set
-to -1e4 so that no sequence ever ends early: every sentence is decoded for the full
-``max_len = 20`` steps (19 words + ``<eos>`` is the longest target), the worst case for
-the naive loop and the case the cache is built for. A trained model stops earlier (at
-each batch's longest sentence), which shrinks both times and the speed-up somewhat.
-With ``--checkpoint PATH`` (a ``state_dict`` of a ``Transformer`` of the same size) the
-trained weights are used instead and nothing is rigged.
+Nothing is trained. By default the model has notebook 07's size (``RECIPE["model"]`` of
+``course_utils.training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256)
+with random weights, and the output bias of ``<eos>`` is set to -1e4 so that no sequence
+ever ends early: every sentence is decoded for the full ``max_len = 20`` steps (19 words
++ ``<eos>`` is the longest target), the case the cache is built for. ``--pretrained``
+decodes with the trained translator of notebook 07 instead (``course_utils.pretrained``,
+nothing rigged): each batch stops at its longest sentence, which shrinks both times and
+the speed-up. ``--checkpoint PATH`` takes any ``state_dict`` of a ``Transformer`` of the
+size given by the flags.
 
 Timing: each repeat decodes the whole test set with both functions, their order
 alternating between repeats (interleaved), after one untimed warm-up batch; the table
@@ -48,10 +49,18 @@ from course_utils.data import (  # noqa: E402
     target_vocab,
 )
 from course_utils.decoding import greedy_decode, greedy_decode_cached  # noqa: E402
+from course_utils.pretrained import load_pretrained, pretrained_info  # noqa: E402
+from course_utils.training import RECIPE  # noqa: E402
 from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
 
 
 def build_model(args: argparse.Namespace) -> Transformer:
+    if args.pretrained:
+        config = pretrained_info()["config"]
+        args.d_model, args.heads, args.layers = config["d_model"], config["num_heads"], config["num_layers"]
+        args.d_ff, args.norm_first = config["d_ff"], config["norm_first"]  # for the printed description
+        model, _, _ = load_pretrained()
+        return model.eval()
     torch.manual_seed(args.seed)
     model = Transformer(
         len(source_vocab()),
@@ -60,8 +69,8 @@ def build_model(args: argparse.Namespace) -> Transformer:
         num_heads=args.heads,
         num_layers=args.layers,
         d_ff=args.d_ff,
-        dropout=0.1,
-        max_len=64,
+        dropout=0.0,
+        max_len=RECIPE["model"]["max_len"],
         norm_first=args.norm_first,
     )
     if args.checkpoint:
@@ -90,18 +99,21 @@ def decode_all(fn, model, batches, max_len) -> tuple[float, list[torch.Tensor]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--d-model", type=int, default=128)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=2, help="per stack (encoder and decoder)")
-    parser.add_argument("--d-ff", type=int, default=256)
-    parser.add_argument("--norm-first", action="store_true")
+    model = RECIPE["model"]  # defaults: notebook 07's model
+    parser.add_argument("--d-model", type=int, default=model["d_model"])
+    parser.add_argument("--heads", type=int, default=model["num_heads"])
+    parser.add_argument("--layers", type=int, default=model["num_layers"], help="per stack (encoder and decoder)")
+    parser.add_argument("--d-ff", type=int, default=model["d_ff"])
+    parser.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=model["norm_first"])
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--max-len", type=int, default=MAX_TARGET_WORDS + 1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, nargs="+", default=[1])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sentences", type=int, help="decode only the first N test sources (quick runs)")
-    parser.add_argument("--checkpoint", help="state_dict of a trained Transformer of this size")
+    weights = parser.add_mutually_exclusive_group()
+    weights.add_argument("--pretrained", action="store_true", help="notebook 07's trained translator (course_utils.pretrained)")
+    weights.add_argument("--checkpoint", help="state_dict of a trained Transformer of the size given by the flags")
     args = parser.parse_args(argv)
 
     load_before = load_average()
@@ -130,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((threads, naive, cached, naive / cached, paired, steps, times))
     load_after = load_average()
 
-    weights = f"checkpoint {args.checkpoint}" if args.checkpoint else "random, <eos> bias -1e4 (full length)"
+    if args.pretrained:
+        weights = "notebook 07's pretrained translator (course_utils.pretrained)"
+    elif args.checkpoint:
+        weights = f"checkpoint {args.checkpoint}"
+    else:
+        weights = "random, <eos> bias -1e4 (full length)"
     print(
         f"Greedy decoding of the test split: {num_sentences} sentences in batches of "
         f"{args.batch_size}, max_len {args.max_len}; model d_model {args.d_model}, "

@@ -1,16 +1,17 @@
 """One training step: the course's Transformer vs one built on ``nn.Transformer`` (notebook 07).
 
-Both models have the same size (notebook 07's: d_model 128, 2 encoder + 2 decoder
-layers, 4 heads, d_ff 256, dropout 0.1, post-norm unless ``--norm-first``) and the same
+Both models have the same size, by default notebook 07's (``RECIPE["model"]`` of
+``course_utils.training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256, no
+dropout, post-norm; flags change any of these) and the same
 wrapping: ``course_utils.TokenEmbedding`` for source and target,
-``course_utils.PositionalEncoding`` (dropout 0.1) and an ``nn.Linear`` output layer.
+``course_utils.PositionalEncoding`` and an ``nn.Linear`` output layer.
 Only the encoder-decoder stack differs: ``course_utils.Encoder``/``Decoder`` (our
 ``MultiHeadAttention``, ``LayerNorm``, ``FeedForward``) against ``nn.TransformerEncoder``/
 ``nn.TransformerDecoder``. ``nn.Transformer`` always adds a final norm to both stacks;
 the post-norm comparison leaves them out (as the course's post-norm model does), so
 both have exactly the same parameters (asserted).
 
-A step is: forward on one batch of 64 training pairs (``collate`` of the numbers-to-words
+A step is: forward on one batch of training pairs (64, the recipe's batch size; ``collate`` of the numbers-to-words
 training split), masked cross-entropy (``ignore_index=<pad>``), ``zero_grad``, backward,
 ``Adam.step``. The masks are built once, outside the timed step (they come with the
 batch): ours from ``collate`` (``True`` = may attend), torch's converted to its polarity
@@ -21,7 +22,7 @@ gives the medians and their ratio (the issue's target: course / torch <= 1.1).
     .venv/bin/python benchmarks/train_step_speed.py                 # 1 and 2 threads
     .venv/bin/python benchmarks/train_step_speed.py --steps 100 --threads 1
     .venv/bin/python benchmarks/train_step_speed.py --profile       # where the time goes
-    .venv/bin/python benchmarks/train_step_speed.py --swap-layernorm torch   # diagnosis
+    .venv/bin/python benchmarks/train_step_speed.py --swap-layernorm   # diagnosis
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 from course_utils import PositionalEncoding, TokenEmbedding, Transformer, count_parameters  # noqa: E402
 from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
 from course_utils.data import PAD_ID, NumberWordsDataset, collate, load_split, source_vocab, target_vocab  # noqa: E402
+from course_utils.training import RECIPE, make_optimizer  # noqa: E402
 
 
 class TorchTransformer(nn.Module):
@@ -75,38 +77,17 @@ class TorchTransformer(nn.Module):
         return self.output_projection(out)  # (B, L_tgt, V_tgt)
 
 
-class TwoPassLayerNorm(nn.Module):
-    """Diagnosis only: the course's LayerNorm with the mean, then the mean of the squared
-    deviations (two plain reductions), instead of ``torch.var_mean``. Same numbers."""
-
-    def __init__(self, d_model: int, eps: float = 1e-5):
-        super().__init__()
-        self.d_model, self.eps = d_model, eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
-
-    def forward(self, x):
-        centered = x - x.mean(dim=-1, keepdim=True)  # (..., D)
-        var = (centered * centered).mean(dim=-1, keepdim=True)  # (..., 1), biased
-        return centered * torch.rsqrt(var + self.eps) * self.weight + self.bias
-
-
-def swap_layernorm(model: nn.Module, kind: str) -> int:
-    """Diagnosis only: replace every course ``LayerNorm`` (same weights) by
-    ``nn.LayerNorm`` (``kind="torch"``, one fused kernel) or :class:`TwoPassLayerNorm`.
-
-    Measures how much of the gap is the layer norm: the course's computes its statistics
-    with ``torch.var_mean``, whose CPU kernel for a reduction over the last axis is much
-    slower than ``mean`` (pytorch/pytorch#83800). Returns the number replaced.
-    """
+def swap_layernorm(model: nn.Module) -> int:
+    """Diagnosis only: replace every course ``LayerNorm`` by ``nn.LayerNorm`` with the same
+    weights (one fused kernel), to measure how much of a gap the layer norm makes.
+    Returns the number replaced."""
     from course_utils import LayerNorm
 
     count = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, LayerNorm):
-                cls = nn.LayerNorm if kind == "torch" else TwoPassLayerNorm
-                replacement = cls(child.d_model, eps=child.eps)
+                replacement = nn.LayerNorm(child.d_model, eps=child.eps)
                 replacement.load_state_dict(child.state_dict())
                 setattr(parent, name, replacement)
                 count += 1
@@ -117,12 +98,12 @@ def build(args):
     V_src, V_tgt = len(source_vocab()), len(target_vocab())
     config = dict(
         d_model=args.d_model, num_heads=args.heads, num_layers=args.layers, d_ff=args.d_ff,
-        dropout=0.1, max_len=64, norm_first=args.norm_first,
+        dropout=args.dropout, max_len=RECIPE["model"]["max_len"], norm_first=args.norm_first,
     )  # fmt: skip
     torch.manual_seed(args.seed)
     ours = Transformer(V_src, V_tgt, **config)
     if args.swap_layernorm:
-        swap_layernorm(ours, args.swap_layernorm)
+        swap_layernorm(ours)
     torch.manual_seed(args.seed)
     theirs = TorchTransformer(V_src, V_tgt, **config)
     n_ours, n_theirs = count_parameters(ours), count_parameters(theirs)
@@ -140,8 +121,8 @@ def build(args):
         batch.tgt_in == PAD_ID,  # (B, L_tgt), True = padding
         torch.ones(L, L, dtype=torch.bool).triu(1),  # (L_tgt, L_tgt), True = future
     )
-    opt_ours = torch.optim.Adam(ours.parameters(), lr=1e-4)
-    opt_theirs = torch.optim.Adam(theirs.parameters(), lr=1e-4)
+    opt_ours = make_optimizer(ours, lr=1e-4)  # the recipe's Adam (fit uses it)
+    opt_theirs = make_optimizer(theirs, lr=1e-4)
     V = V_tgt
 
     def step_ours():
@@ -192,21 +173,22 @@ def profile(step_ours, step_theirs, steps: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--d-model", type=int, default=128)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=2, help="per stack (encoder and decoder)")
-    parser.add_argument("--d-ff", type=int, default=256)
-    parser.add_argument("--norm-first", action="store_true")
-    parser.add_argument("--batch-size", type=int, default=64)
+    model, fit = RECIPE["model"], RECIPE["fit"]  # defaults: notebook 07's model and batch size
+    parser.add_argument("--d-model", type=int, default=model["d_model"])
+    parser.add_argument("--heads", type=int, default=model["num_heads"])
+    parser.add_argument("--layers", type=int, default=model["num_layers"], help="per stack (encoder and decoder)")
+    parser.add_argument("--d-ff", type=int, default=model["d_ff"])
+    parser.add_argument("--dropout", type=float, default=model["dropout"])
+    parser.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=model["norm_first"])
+    parser.add_argument("--batch-size", type=int, default=fit["batch_size"])
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40, help="timed steps per model and thread count")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="also print torch.profiler tables")
     parser.add_argument(
-        "--swap-layernorm", choices=["torch", "two-pass"],
-        help="diagnosis: course model with nn.LayerNorm, or a two-pass LayerNorm, in place of its own",
-    )  # fmt: skip
+        "--swap-layernorm", action="store_true", help="diagnosis: the course model with nn.LayerNorm in place of its own"
+    )
     args = parser.parse_args(argv)
 
     load_before = load_average()
@@ -222,12 +204,11 @@ def main(argv: list[str] | None = None) -> int:
 
     B, L_src = batch.src.shape
     if args.swap_layernorm:
-        what = "nn.LayerNorm" if args.swap_layernorm == "torch" else "a two-pass LayerNorm (mean, then mean of squares)"
-        print(f"DIAGNOSIS RUN: the course model uses {what} instead of its own LayerNorm.\n")
+        print("DIAGNOSIS RUN: the course model uses nn.LayerNorm instead of its own LayerNorm.\n")
     print(
         f"One training step (forward, loss, backward, Adam), batch {B} of the training split "
         f"(L_src {L_src}, L_tgt {batch.tgt_in.size(1)}); d_model {args.d_model}, "
-        f"{args.layers}+{args.layers} layers, {args.heads} heads, d_ff {args.d_ff}, dropout 0.1, "
+        f"{args.layers}+{args.layers} layers, {args.heads} heads, d_ff {args.d_ff}, dropout {args.dropout}, "
         f"norm_first={args.norm_first}, {n_params:,} parameters each; {args.steps} interleaved "
         f"steps per model after {args.warmup} warm-up steps.\n"
     )

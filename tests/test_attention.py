@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+from course_utils import attention as attention_module
 from course_utils import causal_mask, padding_mask, scaled_dot_product_attention
+from course_utils.attention import softmax_last_axis
 
 LEAD = (2, 3)  # two leading batch dims, e.g. (B, H)
 L_Q, L_K, D_K, D_V = 5, 7, 4, 6
@@ -165,3 +167,36 @@ def test_padding_mask_values_and_shape():
     both = m & causal_mask(4)
     assert both.shape == (2, 4, 4)
     assert both[1].tolist()[3] == [True, False, True, False]
+
+
+# ------------------------------------------------------------------ softmax of short rows
+
+
+@pytest.mark.parametrize("short_row", [0, 1000], ids=["torch-softmax-path", "written-out-path"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softmax_last_axis_equals_torch_on_both_paths(monkeypatch, short_row, dtype):
+    """Both branches (torch's kernel, the written-out exp2 form) give torch's softmax and its
+    gradient, for lengths on either side of a SIMD register, with blocked (finfo.min)
+    keys getting exactly 0, and a fully blocked row uniform."""
+    monkeypatch.setattr(attention_module, "_SHORT_ROW", short_row)  # force one branch
+    g = torch.Generator().manual_seed(3)
+    for L in (1, 2, 7, 8, 15, 16, 17, 33):
+        scores = torch.randn(2, 3, 4, L, generator=g, dtype=dtype) * 5  # (B, H, L_q, L_k)
+        blocked = torch.rand(2, 3, 4, L, generator=g) < 0.3
+        blocked[..., 0] = False  # every row keeps one key ...
+        blocked[1, 2, 3] = True  # ... but this one: fully blocked
+        scores = scores.masked_fill(blocked, torch.finfo(dtype).min)
+        x_ours = scores.clone().requires_grad_(True)
+        x_torch = scores.clone().requires_grad_(True)
+        ours, expected = softmax_last_axis(x_ours), x_torch.softmax(dim=-1)
+        assert_close(ours, expected)
+        partly = blocked.clone()
+        partly[1, 2, 3] = False  # rows with at least one open key
+        assert (ours[partly] == 0).all(), L  # blocked keys: exactly zero weight
+        assert_close(ours[1, 2, 3], torch.full((L,), 1 / L, dtype=dtype))  # fully blocked: uniform
+        upstream = torch.randn(ours.shape, generator=g, dtype=dtype)
+        ours.backward(upstream)
+        expected.backward(upstream)
+        assert torch.isfinite(x_ours.grad).all()
+        assert_close(x_ours.grad, x_torch.grad)
+

@@ -251,3 +251,30 @@ def test_decode_step_checks_its_arguments():
         assert cache.length == 0  # failed calls cached nothing
         logits = decode_step(model, token, 0, cache, memory_kv)
         assert logits.shape == (2, V_TGT) and cache.length == 1
+
+
+def test_kv_cache_writes_in_place_and_grows_like_cat():
+    """Positions written into the preallocated buffers equal a torch.cat of them, also past
+    the initial capacity (the buffers double), and a wrong shape is refused."""
+    model = _model(11, norm_first=False)
+    B, H, d_k = 3, 4, 8
+    cache = KVCache.empty(model, B, capacity=2)
+    assert (cache.length, cache.num_layers, cache.batch_size) == (0, 2, B)
+    assert cache.keys[0].shape == (B, H, 0, d_k)
+    g = torch.Generator().manual_seed(11)
+    written_k, written_v = [], []
+    for t in range(5):  # capacity 2 -> 4 -> 8
+        k, v = torch.randn(2, B, H, 1, d_k, generator=g)
+        written_k.append(k)
+        written_v.append(v)
+        for layer in range(2):
+            keys, values = cache.append(layer, k + layer, v - layer)
+            assert keys.shape == values.shape == (B, H, t + 1, d_k)
+        assert cache.length == t + 1
+    for layer in range(2):
+        assert torch.equal(cache.keys[layer], torch.cat(written_k, dim=2) + layer)
+        assert torch.equal(cache.values[layer], torch.cat(written_v, dim=2) - layer)
+    with pytest.raises(ValueError, match=r"one position \(B, H, 1, d_k\) = \(3, 4, 1, 8\), got \(3, 4, 2, 8\)"):
+        cache.append(0, torch.zeros(B, H, 2, d_k), torch.zeros(B, H, 2, d_k))
+    with pytest.raises(ValueError, match="capacity must be a positive int, got 0"):
+        KVCache.empty(model, B, capacity=0)

@@ -172,3 +172,24 @@ def test_wrong_rank_transformer(model):
     _raises(
         ValueError, model.decode, torch.tensor([[1, 2], [3, 4]]), memory, must_contain=("batch", "(2, 2)", "(1, 3, 12)")
     )
+
+
+def test_check_mask_accepts_exactly_the_shapes_that_broadcast_to_the_scores():
+    """check_mask's shape rule (plain Python) agrees with torch.broadcast_shapes: a mask is
+    accepted when broadcasting it leaves the scores' shape unchanged."""
+    from course_utils._validate import check_mask
+
+    target = (2, 3, 5, 7)
+    shapes = [(), (7,), (1,), (5, 7), (5, 1), (1, 7), (2, 1, 1, 7), (2, 3, 5, 7), (3, 1, 7), (1, 1, 1, 1, 7),
+              (6,), (5, 6), (4, 5, 7), (2, 1, 5, 6), (1, 2, 3, 5, 7), (2, 3, 5, 7, 1), (3, 2, 5, 7)]  # fmt: skip
+    for shape in shapes:
+        try:
+            fits = torch.broadcast_shapes(shape, target) == target
+        except RuntimeError:
+            fits = False
+        mask = torch.ones(shape, dtype=torch.bool)
+        if fits:
+            check_mask(mask, torch.Size(target))
+        else:
+            with pytest.raises(ValueError, match=r"cannot be broadcast"):
+                check_mask(mask, torch.Size(target))

@@ -846,12 +846,14 @@ register_hints(
 register_hints(
     "masked_cross_entropy",
     [
-        "F.cross_entropy expects (N, V) logits and (N,) targets: flatten the batch and time axes with "
-        ".reshape(-1, V) and .reshape(-1) (not .view: the targets may be a slice).",
-        "Padding must not count: F.cross_entropy has an ignore_index argument, which leaves those positions "
-        "out of both the sum and the count.",
-        "Label smoothing is an argument of F.cross_entropy too (label_smoothing=...). Pass the raw logits: no "
-        "softmax before.",
+        "Start from log_probs = logits.log_softmax(dim=-1), shape (B, L, V). The loss of one position is "
+        "(1 - eps) * (-log p of the correct word) + eps * (-mean over the V words of log p).",
+        "The correct word's log p: log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1), shape (B, L). The "
+        "smoothing term: -log_probs.mean(dim=-1), also (B, L). Combine them with eps = label_smoothing.",
+        "Padding must count neither in the sum nor in the count: keep the positions where targets != pad_id "
+        "(per_position[targets != pad_id]) and take the mean of those only.",
+        "To check yourself: F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id, "
+        "label_smoothing=eps) computes the same number (.reshape, not .view: the targets may be a slice).",
     ],
 )
 register_hints(
