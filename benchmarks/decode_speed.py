@@ -18,10 +18,13 @@ size given by the flags.
 
 Timing: each repeat decodes the whole test set with both functions, their order
 alternating between repeats (interleaved), after one untimed warm-up batch; the table
-gives the median over repeats. Run from the repository root::
+gives the median over repeats, for batches of 500 sentences (as
+``course_utils.training.evaluate`` decodes) and for the whole test split in one batch.
+Run from the repository root (about 4 minutes)::
 
-    .venv/bin/python benchmarks/decode_speed.py                # 1 thread, 3 repeats
-    .venv/bin/python benchmarks/decode_speed.py --threads 1 2 --repeats 5
+    .venv/bin/python benchmarks/decode_speed.py                # 1 and 2 threads, 7 repeats
+    .venv/bin/python benchmarks/decode_speed.py --pretrained   # the trained translator
+    .venv/bin/python benchmarks/decode_speed.py --threads 1 --repeats 3 --batch-size 500
 """
 
 from __future__ import annotations
@@ -97,6 +100,30 @@ def decode_all(fn, model, batches, max_len) -> tuple[float, list[torch.Tensor]]:
     return time.perf_counter() - start, outputs
 
 
+def time_both(model, batches, threads: int, args) -> tuple:
+    """Decode every batch with both functions, ``args.repeats`` times, interleaved; check
+    that the tokens are identical. Returns the medians, their ratio, the median of the
+    per-repeat ratios, the steps decoded and every time."""
+    torch.set_num_threads(threads)
+    for fn in (greedy_decode, greedy_decode_cached):  # warm-up
+        fn(model, batches[0][0], args.max_len, BOS_ID, EOS_ID, src_mask=batches[0][1], pad_id=PAD_ID)
+    times = {"naive": [], "cached": []}
+    for repeat in range(args.repeats):
+        order = ["naive", "cached"] if repeat % 2 == 0 else ["cached", "naive"]
+        outputs = {}
+        for name in order:
+            fn = greedy_decode if name == "naive" else greedy_decode_cached
+            seconds, outputs[name] = decode_all(fn, model, batches, args.max_len)
+            times[name].append(seconds)
+        for a, b in zip(outputs["naive"], outputs["cached"]):
+            if not torch.equal(a, b):
+                raise AssertionError("greedy_decode_cached and greedy_decode gave different tokens")
+    steps = max(out.size(1) - 1 for out in outputs["naive"])
+    naive, cached = statistics.median(times["naive"]), statistics.median(times["cached"])
+    paired = statistics.median(a / b for a, b in zip(times["naive"], times["cached"]))
+    return naive, cached, naive / cached, paired, steps, times
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     model = RECIPE["model"]  # defaults: notebook 07's model
@@ -105,10 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=model["num_layers"], help="per stack (encoder and decoder)")
     parser.add_argument("--d-ff", type=int, default=model["d_ff"])
     parser.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=model["norm_first"])
-    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument(
+        "--batch-size", type=int, nargs="+", default=[500, 3000],
+        help="sentences per call: 500 as course_utils.training.evaluate, 3000 the whole test split at once",
+    )  # fmt: skip
     parser.add_argument("--max-len", type=int, default=MAX_TARGET_WORDS + 1)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sentences", type=int, help="decode only the first N test sources (quick runs)")
     weights = parser.add_mutually_exclusive_group()
@@ -118,28 +148,12 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = load_average()
     model = build_model(args)
-    batches = make_batches(args.batch_size, args.sentences)
-    num_sentences = sum(src.size(0) for src, _ in batches)
     rows = []
-    for threads in args.threads:
-        torch.set_num_threads(threads)
-        for fn in (greedy_decode, greedy_decode_cached):  # warm-up
-            fn(model, batches[0][0], args.max_len, BOS_ID, EOS_ID, src_mask=batches[0][1], pad_id=PAD_ID)
-        times = {"naive": [], "cached": []}
-        for repeat in range(args.repeats):
-            order = ["naive", "cached"] if repeat % 2 == 0 else ["cached", "naive"]
-            outputs = {}
-            for name in order:
-                fn = greedy_decode if name == "naive" else greedy_decode_cached
-                seconds, outputs[name] = decode_all(fn, model, batches, args.max_len)
-                times[name].append(seconds)
-            for a, b in zip(outputs["naive"], outputs["cached"]):
-                if not torch.equal(a, b):
-                    raise AssertionError("greedy_decode_cached and greedy_decode gave different tokens")
-        steps = max(out.size(1) - 1 for out in outputs["naive"])
-        naive, cached = statistics.median(times["naive"]), statistics.median(times["cached"])
-        paired = statistics.median(a / b for a, b in zip(times["naive"], times["cached"]))
-        rows.append((threads, naive, cached, naive / cached, paired, steps, times))
+    for batch_size in args.batch_size:
+        batches = make_batches(batch_size, args.sentences)
+        num_sentences = sum(src.size(0) for src, _ in batches)
+        for threads in args.threads:
+            rows.append((batch_size, threads, *time_both(model, batches, threads, args)))
     load_after = load_average()
 
     if args.pretrained:
@@ -149,21 +163,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         weights = "random, <eos> bias -1e4 (full length)"
     print(
-        f"Greedy decoding of the test split: {num_sentences} sentences in batches of "
-        f"{args.batch_size}, max_len {args.max_len}; model d_model {args.d_model}, "
+        f"Greedy decoding of the test split: {num_sentences} sentences, max_len {args.max_len}; "
+        f"model d_model {args.d_model}, "
         f"{args.layers}+{args.layers} layers, {args.heads} heads, d_ff {args.d_ff}, "
         f"norm_first={args.norm_first}; weights: {weights}; median of {args.repeats} "
         f"interleaved repeats. Outputs identical: yes (asserted).\n"
     )
-    print("| threads | steps decoded | full prefix (s) | KV cache (s) | speed-up (ratio of medians) | median paired speed-up |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for threads, naive, cached, ratio, paired, steps, _ in rows:
-        print(f"| {threads} | {steps} | {naive:.2f} | {cached:.2f} | {ratio:.1f}x | {paired:.1f}x |")
+    print(
+        "| batch | threads | steps decoded | full prefix (s) | KV cache (s) | speed-up (ratio of medians) "
+        "| median paired speed-up |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for batch_size, threads, naive, cached, ratio, paired, steps, _ in rows:
+        print(f"| {batch_size} | {threads} | {steps} | {naive:.2f} | {cached:.2f} | {ratio:.1f}x | {paired:.1f}x |")
     print()
-    for threads, *_, times in rows:
+    for batch_size, threads, *_, times in rows:
         print(
-            f"threads {threads}, every repeat: full prefix {', '.join(f'{t:.2f}' for t in times['naive'])} s; "
-            f"KV cache {', '.join(f'{t:.2f}' for t in times['cached'])} s"
+            f"batch {batch_size}, threads {threads}, every repeat: full prefix "
+            f"{', '.join(f'{t:.2f}' for t in times['naive'])} s; KV cache {', '.join(f'{t:.2f}' for t in times['cached'])} s"
         )
     print()
     print(machine_table(args.threads, load_before, load_after))

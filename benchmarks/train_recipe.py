@@ -30,7 +30,8 @@ README's "Speed" section has the latest table.
   count changes the last bits of every step, much like another seed, so a notebook
   asserting >= 99 % with that recipe could fail on another machine.
 * ``steps=2000`` (everything else equal): seeds 0-8 all at 99.87-99.93 % (unseen
-  99.9-100 %). ``steps=1800``: the hard seeds 2, 4, 5, 6 at 99.93 / 99.77 / 99.93 /
+  99.9-100 %), measured twice: before and after the short-row softmax of
+  ``course_utils.attention``, which changes the last bits of every step. ``steps=1800``: the hard seeds 2, 4, 5, 6 at 99.93 / 99.77 / 99.93 /
   99.93 %. ``steps=1600``: seed 4 93.8 %. Hence 2,000.
 * 2 threads while other jobs use the cores: torch's threads wait for each other and the
   same steps took 5-30 times longer (up to 1.4 s per step). 1 thread degrades gracefully

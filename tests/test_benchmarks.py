@@ -1,0 +1,53 @@
+"""Smoke tests for benchmarks/: each script runs end to end on a tiny configuration and
+prints its table (timings are not checked here: speed is measured, never asserted in tests)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    threads = torch.get_num_threads()
+
+    def load(name):
+        sys.modules.pop(name, None)
+        return importlib.import_module(name)
+
+    yield load
+    torch.set_num_threads(threads)  # the scripts set their own
+
+
+def test_decode_speed_compares_both_decoders(bench, capsys):
+    assert bench("decode_speed").main(["--threads", "1", "--repeats", "1", "--sentences", "12", "--batch-size", "5", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "12 sentences" in out and "Outputs identical: yes (asserted)" in out
+    rows = [line for line in out.splitlines() if line.startswith("| 5 |") or line.startswith("| 12 |")]
+    assert len(rows) == 2 and all(line.count("x |") == 2 for line in rows), out
+
+
+def test_decode_speed_with_the_pretrained_translator(bench, capsys):
+    assert bench("decode_speed").main(["--threads", "1", "--repeats", "1", "--sentences", "8", "--batch-size", "8", "--pretrained"]) == 0
+    assert "pretrained translator" in capsys.readouterr().out
+
+
+def test_train_step_speed_times_both_models(bench, capsys):
+    assert bench("train_step_speed").main(["--threads", "1", "--steps", "2", "--warmup", "1", "--batch-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "239,333 parameters each" in out  # notebook 07's model, the same size in both
+    assert any(line.startswith("| 1 |") for line in out.splitlines()), out
+
+
+def test_train_recipe_trains_and_scores(bench, capsys):
+    assert bench("train_recipe").main(["--threads", "1", "--set", "steps=3", "batch_size=8", "warmup=1"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| steps=3, batch_size=8, warmup=1"))
+    assert "|     3 |" in row, row
