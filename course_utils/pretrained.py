@@ -1,6 +1,6 @@
 """The pretrained numbers-to-words translator (backs notebook 07).
 
-Notebook 07 trains a small :class:`~course_utils.Transformer` in about a minute. A
+Notebook 07 trains a small :class:`~course_utils.Transformer` in a minute or two. A
 student who skips that cell (``TRAIN = False``) loads this checkpoint instead, and every
 later cell works the same::
 
@@ -41,7 +41,7 @@ training; 239,333 parameters, about 1 MB. Greedy decoding: exact match 99.87 % o
 split (4 mistakes out of 3,000) and 100 % on the unseen split (``meta`` holds the exact
 values). To rewrite or verify::
 
-    python -m course_utils.pretrained --write   # train (about a minute) and save
+    python -m course_utils.pretrained --write   # train (about 1.5 minutes) and save
     python -m course_utils.pretrained --check   # load, decode the test split, print the scores
 
 ``tests/test_pretrained.py`` checks that the file loads, is small, and still translates
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Write or check notebook 07's pretrained numbers-to-words translator.",
     )
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--write", action="store_true", help="train with RECIPE (about a minute) and save")
+    group.add_argument("--write", action="store_true", help="train with RECIPE (about 1.5 minutes) and save")
     group.add_argument("--check", action="store_true", help="load and measure the saved checkpoint")
     parser.add_argument("--path", type=Path, default=None, help=f"checkpoint file (default {CHECKPOINT})")
     args = parser.parse_args(argv)
