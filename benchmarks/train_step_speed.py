@@ -1,26 +1,28 @@
 """One training step: the course's Transformer vs one built on ``nn.Transformer`` (notebook 07).
 
 Both models have the same size, by default notebook 07's (``RECIPE["model"]`` of
-``course_utils.training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256, no
-dropout, post-norm; flags change any of these) and the same
-wrapping: ``course_utils.TokenEmbedding`` for source and target,
-``course_utils.PositionalEncoding`` and an ``nn.Linear`` output layer.
-Only the encoder-decoder stack differs: ``course_utils.Encoder``/``Decoder`` (our
-``MultiHeadAttention``, ``LayerNorm``, ``FeedForward``) against ``nn.TransformerEncoder``/
-``nn.TransformerDecoder``. ``nn.Transformer`` always adds a final norm to both stacks;
-the post-norm comparison leaves them out (as the course's post-norm model does), so
-both have exactly the same parameters (asserted).
+``course_utils.training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256,
+no dropout, post-norm; flags change any of these), and the same wrapping:
+``course_utils.TokenEmbedding`` for source and target, ``course_utils.PositionalEncoding``
+and an ``nn.Linear`` output layer. Only the encoder-decoder stack differs:
+``course_utils.Encoder``/``Decoder`` (our ``MultiHeadAttention``, ``LayerNorm``,
+``FeedForward``) against ``nn.TransformerEncoder``/``nn.TransformerDecoder``.
+``nn.Transformer`` always adds a final norm to both stacks; the post-norm comparison
+leaves them out (as the course's post-norm model does), so both have exactly the same
+parameters (asserted).
 
-A step is: forward on one batch of training pairs (64, the recipe's batch size; ``collate`` of the numbers-to-words
-training split), masked cross-entropy (``ignore_index=<pad>``), ``zero_grad``, backward,
-``Adam.step``. The masks are built once, outside the timed step (they come with the
-batch): ours from ``collate`` (``True`` = may attend), torch's converted to its polarity
-(``True`` = blocked). Both models train on the same batch in the same process; after a
-warm-up the steps are timed in pairs, the order inside a pair alternating, and the table
-gives the medians and their ratio (the issue's target: course / torch <= 1.1).
+A step is: forward on one batch of training pairs (64 by default, the recipe's batch
+size; ``collate`` of the numbers-to-words training split), masked cross-entropy
+(``ignore_index=<pad>``), ``zero_grad``, backward, and the recipe's Adam
+(``course_utils.training.make_optimizer``). The masks are built once, outside the timed
+step (they come with the batch): ours from ``collate`` (``True`` = may attend), torch's
+converted to its polarity (``True`` = blocked). Both models train on the same batch in
+the same process; after a warm-up the steps are timed in pairs, the order inside a pair
+alternating, and the table gives the medians and their ratio (the issue's target:
+course / torch <= 1.1).
 
     .venv/bin/python benchmarks/train_step_speed.py                 # 1 and 2 threads
-    .venv/bin/python benchmarks/train_step_speed.py --steps 100 --threads 1
+    .venv/bin/python benchmarks/train_step_speed.py --steps 200     # the README's table
     .venv/bin/python benchmarks/train_step_speed.py --profile       # where the time goes
     .venv/bin/python benchmarks/train_step_speed.py --swap-layernorm   # diagnosis
 """

@@ -160,6 +160,7 @@ class KVCache:
 
     @property
     def num_layers(self) -> int:
+        """The number of decoder layers cached."""
         return len(self._keys)
 
     @property
