@@ -12,6 +12,9 @@ the decoder, reusing the keys and values of earlier steps (:class:`KVCache`,
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor, nn
 
@@ -45,29 +48,57 @@ def greedy_decode(
         when every sequence has produced ``<eos>``. Runs in eval mode (no dropout) and
         puts the model back in the mode it was in.
     """
+
+    _check_decode_args(src, max_len)
+    with _eval_mode(model):
+        memory = model.encode(src, src_mask)  # (B, L_src, D)
+
+        def next_logits(ys: Tensor) -> Tensor:  # ys (B, T) -> (B, V)
+            tgt_mask = causal_mask(ys.size(1), device=src.device)  # (T, T)
+            out = model.decode(ys, memory, tgt_mask, src_mask)  # (B, T, D): the whole prefix, every step
+            return model.output_projection(out[:, -1])  # (B, V)
+
+        return _greedy_loop(src, max_len, bos_id, eos_id, pad_id, next_logits)
+
+
+def _check_decode_args(src: Tensor, max_len: int) -> None:
     check_rank("src", src, 2, "(B, L_src) of token ids")
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
         raise ValueError(f"max_len must be a non-negative int, got {max_len!r}")
-    fill = eos_id if pad_id is None else pad_id
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) inside the block; the model's own mode back after it."""
     was_training = model.training
     model.eval()
     try:
-        memory = model.encode(src, src_mask)  # (B, L_src, D)
-        B = src.size(0)
-        ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-        finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
-        for _ in range(max_len):
-            tgt_mask = causal_mask(ys.size(1), device=src.device)  # (T, T)
-            out = model.decode(ys, memory, tgt_mask, src_mask)  # (B, T, D)
-            next_token = model.output_projection(out[:, -1]).argmax(dim=-1)  # (B,)
-            next_token = next_token.masked_fill(finished, fill)
-            ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)  # (B, T + 1)
-            finished |= next_token == eos_id
-            if bool(finished.all()):
-                break
-        return ys
+        yield
     finally:
         model.train(was_training)
+
+
+def _greedy_loop(
+    src: Tensor, max_len: int, bos_id: int, eos_id: int, pad_id: int | None, next_logits: Callable[[Tensor], Tensor]
+) -> Tensor:
+    """The loop both greedy decoders share, so that they stop and pad alike.
+
+    ``next_logits`` maps the tokens so far ``ys (B, T)`` to the logits of the next token
+    ``(B, V)``. Every row starts with ``bos_id``; after a row's ``<eos>`` it gets
+    ``pad_id`` (default ``eos_id``); the loop ends when every row has produced ``<eos>``
+    or after ``max_len`` steps.
+    """
+    fill = eos_id if pad_id is None else pad_id
+    B = src.size(0)
+    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
+    for _ in range(max_len):
+        next_token = next_logits(ys).argmax(dim=-1).masked_fill(finished, fill)  # (B,)
+        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)  # (B, T + 1)
+        finished |= next_token == eos_id
+        if bool(finished.all()):
+            break
+    return ys
 
 
 # ------------------------------------------------------------------ key/value cache
@@ -340,13 +371,8 @@ def greedy_decode_cached(
     submodule names).
     """
     _check_reference_model(model)
-    check_rank("src", src, 2, "(B, L_src) of token ids")
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
-        raise ValueError(f"max_len must be a non-negative int, got {max_len!r}")
-    fill = eos_id if pad_id is None else pad_id
-    was_training = model.training
-    model.eval()
-    try:
+    _check_decode_args(src, max_len)
+    with _eval_mode(model):
         memory = model.encode(src, src_mask)  # (B, L_src, D); also checks src_mask
         B, L_src = src.shape
         if src_mask is not None:
@@ -354,18 +380,12 @@ def greedy_decode_cached(
             check_mask(src_mask, torch.Size((B, 1, L_src)), "(B, 1, L_src)")
         memory_kv = memory_keys_values(model, memory)  # per layer (B, H, L_src, d_k) x 2
         cache = KVCache.empty(model, B, device=src.device, capacity=max(max_len, 1))
-        ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-        finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
-        for t in range(max_len):
-            logits = decode_step(model, ys[:, t], t, cache, memory_kv, src_mask)  # (B, V)
-            next_token = logits.argmax(dim=-1).masked_fill(finished, fill)  # (B,)
-            ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)  # (B, t + 2)
-            finished |= next_token == eos_id
-            if bool(finished.all()):
-                break
-        return ys
-    finally:
-        model.train(was_training)
+
+        def next_logits(ys: Tensor) -> Tensor:  # ys (B, T) -> (B, V)
+            t = ys.size(1) - 1  # the newest token's position; the cache holds 0 .. t - 1
+            return decode_step(model, ys[:, t], t, cache, memory_kv, src_mask)  # (B, V): one position
+
+        return _greedy_loop(src, max_len, bos_id, eos_id, pad_id, next_logits)
 
 
 __all__ = ["greedy_decode", "greedy_decode_cached", "decode_step", "KVCache", "memory_keys_values"]
