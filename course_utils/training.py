@@ -55,7 +55,7 @@ from torch import Tensor, nn
 
 from . import data as _data
 from .data import Batch, NumberWordsDataset, Vocab, collate
-from .decoding import greedy_decode
+from .decoding import _eval_mode, greedy_decode_cached
 from .model import make_src_mask
 
 # --------------------------------------------------------------------------- the recipe
@@ -272,13 +272,6 @@ def train_step(
 # --------------------------------------------------------------------------- evaluation
 
 
-def _decoder() -> Callable[..., Tensor]:
-    """``greedy_decode_cached`` (same tokens, faster) when :mod:`.decoding` has it."""
-    from . import decoding
-
-    return getattr(decoding, "greedy_decode_cached", greedy_decode)
-
-
 def _model_device(model: nn.Module) -> torch.device:
     try:
         return next(model.parameters()).device
@@ -317,7 +310,6 @@ def _decode_ids(
     """Greedy outputs (ids after ``<bos>``, up to and without ``<eos>``), in input order."""
     _check_int("batch_size", batch_size, low=1)
     _check_int("max_len", max_len, low=1)
-    decode = _decoder()
     device = _model_device(model)
     order = _length_order([len(s) for s in sources])
     outputs: list[list[int]] = [[] for _ in sources]
@@ -326,7 +318,9 @@ def _decode_ids(
         src = nn.utils.rnn.pad_sequence([sources[i] for i in rows], batch_first=True, padding_value=pad_id)
         src = src.to(device)  # (B, L_src)
         src_mask = make_src_mask(src, pad_id)  # (B, 1, L_src)
-        out = decode(model, src, max_len, _data.BOS_ID, _data.EOS_ID, src_mask=src_mask, pad_id=pad_id)  # (B, T)
+        out = greedy_decode_cached(
+            model, src, max_len, _data.BOS_ID, _data.EOS_ID, src_mask=src_mask, pad_id=pad_id
+        )  # (B, T)
         for i, row in zip(rows, out[:, 1:].tolist()):
             outputs[i] = row[: row.index(_data.EOS_ID)] if _data.EOS_ID in row else row
     return outputs
@@ -353,8 +347,8 @@ def evaluate(
     Returns:
         ``{"exact_match": fraction of outputs equal to their target (every word and the
         end), "token_accuracy": fraction of target tokens (words and ``<eos>``, padding
-        excluded) predicted at their position, "n": number of examples}``. Uses
-        ``greedy_decode_cached`` when :mod:`course_utils.decoding` has it.
+        excluded) predicted at their position, "n": number of examples}``. Decodes with
+        ``greedy_decode_cached`` (the same tokens as ``greedy_decode``, faster).
     """
     sources, golds = _sources_and_targets(data, src_vocab, tgt_vocab)
     outputs = _decode_ids(model, sources, batch_size, max_len)
@@ -747,18 +741,16 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0) -> to
 @torch.no_grad()
 def _teacher_forced_loss(model: nn.Module, dataset: NumberWordsDataset, label_smoothing: float, batch_size: int) -> float:
     """The loss on ``dataset`` with teacher forcing, mean over all its target tokens."""
-    was_training = model.training
-    model.eval()
     device = _model_device(model)
     total, count = 0.0, 0
     order = _length_order([len(t) for _, t in dataset.items])
-    for start in range(0, len(order), batch_size):
-        batch = collate([dataset.items[i] for i in order[start : start + batch_size]]).to(device)
-        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, L_tgt - 1, V)
-        loss = masked_cross_entropy(logits, batch.tgt_out, _data.PAD_ID, label_smoothing)
-        total += float(loss) * batch.num_tokens
-        count += batch.num_tokens
-    model.train(was_training)
+    with _eval_mode(model):
+        for start in range(0, len(order), batch_size):
+            batch = collate([dataset.items[i] for i in order[start : start + batch_size]]).to(device)
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, L_tgt - 1, V)
+            loss = masked_cross_entropy(logits, batch.tgt_out, _data.PAD_ID, label_smoothing)
+            total += float(loss) * batch.num_tokens
+            count += batch.num_tokens
     return total / count
 
 
