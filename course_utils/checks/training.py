@@ -334,7 +334,7 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
         full = torch.where(real, full, torch.full_like(full, pad_id))
         targets = full[:, 1:]  # (B, L) a non-contiguous slice, like batch.tgt_out
         if int((targets == pad_id).sum()) < 2 or bool((targets == pad_id).all(dim=1).any()):
-            targets = targets.clone()
+            # in place, not on a clone: a clone is contiguous, and `.view` would then work
             targets[0, -2:] = pad_id  # at least two pads, every row keeps a real token
         logits = (2.5 * torch.randn(B, L, V)).requires_grad_(True)  # (B, L, V)
         logits0, targets0 = logits.detach().clone(), targets.clone()
