@@ -289,6 +289,32 @@ def _run_case(
         expect_close("output", got, expected, mistakes_fn(*originals), case=case)
 
 
+def _run_mask_cases(
+    model: nn.Module,
+    what: str,
+    settings: str,
+    B: int,
+    L_tgt: int,
+    L_src: int,
+    D: int,
+    expected_fn: Callable[..., Tensor],
+    mistakes_fn: Callable[..., list[Mistake]],
+) -> None:
+    """:func:`_run_case` without masks, with padding and with causal + padding masks
+    (``L_tgt != L_src``), then with equal lengths, where swapped masks or swapped
+    cross-attention inputs run without an error. ``settings`` starts every case's text."""
+    for kind in ("none", "padded", "causal"):
+        tgt_mask, memory_mask, words = _masks(B, L_tgt, L_src, kind)
+        case = f"{settings}, x ({B}, {L_tgt}, {D}), memory ({B}, {L_src}, {D}), {words}"
+        probe = _length_probe(model, what, B, L_tgt, D, kind != "none", expected_fn, mistakes_fn, case)
+        x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
+        _run_case(model, what, x, memory, tgt_mask, memory_mask, case, expected_fn, mistakes_fn, probe)
+    tgt_mask, memory_mask, words = _masks(B, L_tgt, L_tgt, "padded")
+    case = f"{settings}, L_src = L_tgt = {L_tgt}, {words}"
+    x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_tgt, D)
+    _run_case(model, what, x, memory, tgt_mask, memory_mask, case, expected_fn, mistakes_fn, None)
+
+
 def _length_probe(
     model: nn.Module,
     what: str,
@@ -555,18 +581,7 @@ def check_decoder_layer(cls: Any) -> str:
         structure_failure("DecoderLayer", model, missing, unexpected, wrong_shape, _LAYER_PARTS)
         copy_parameters(pairs)
         expected, mistakes = _layer_functions(ref, norm_first)
-        nf = f"norm_first={norm_first}"
-        for kind in ("none", "padded", "causal"):
-            tgt_mask, memory_mask, words = _masks(B, L_tgt, L_src, kind)
-            case = f"{nf}, x ({B}, {L_tgt}, {D}), memory ({B}, {L_src}, {D}), {words}"
-            probe = _length_probe(model, "DecoderLayer", B, L_tgt, D, kind != "none", expected, mistakes, case)
-            x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
-            _run_case(model, "DecoderLayer", x, memory, tgt_mask, memory_mask, case, expected, mistakes, probe)
-        # equal lengths: swapped masks or swapped cross-attention inputs run without an error here
-        tgt_mask, memory_mask, words = _masks(B, L_tgt, L_tgt, "padded")
-        case = f"{nf}, L_src = L_tgt = {L_tgt}, {words}"
-        x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_tgt, D)
-        _run_case(model, "DecoderLayer", x, memory, tgt_mask, memory_mask, case, expected, mistakes, None)
+        _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes)
     return "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights"
 
 
@@ -753,16 +768,7 @@ def check_decoder(cls: Any) -> str:
         copy_parameters(pairs)
         expected, mistakes = _decoder_functions(ref, norm_first, None if norm_first else _student_norm(model, D))
         nf = f"norm_first={norm_first}, num_layers={N}"
-        for kind in ("none", "padded", "causal"):
-            tgt_mask, memory_mask, words = _masks(B, L_tgt, L_src, kind)
-            case = f"{nf}, x ({B}, {L_tgt}, {D}), memory ({B}, {L_src}, {D}), {words}"
-            probe = _length_probe(model, "Decoder", B, L_tgt, D, kind != "none", expected, mistakes, case)
-            x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
-            _run_case(model, "Decoder", x, memory, tgt_mask, memory_mask, case, expected, mistakes, probe)
-        tgt_mask, memory_mask, words = _masks(B, L_tgt, L_tgt, "padded")
-        case = f"{nf}, L_src = L_tgt = {L_tgt}, {words}"
-        x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_tgt, D)
-        _run_case(model, "Decoder", x, memory, tgt_mask, memory_mask, case, expected, mistakes, None)
+        _run_mask_cases(model, "Decoder", nf, B, L_tgt, L_src, D, expected, mistakes)
     return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights"
 
 

@@ -179,6 +179,28 @@ def _verify_part(path: str, part: nn.Module, ref_part: nn.Module, args: tuple[An
         )
 
 
+def _compare_without_and_with_mask(
+    model: nn.Module,
+    ref: nn.Module,
+    x: Tensor,
+    mask: Tensor,
+    settings: str,
+    mistakes_fn: Callable[[Tensor, Tensor | None], list[Mistake]],
+) -> None:
+    """Run the student's layer or stack on ``x`` without a mask, then with the padding
+    ``mask``; inputs must stay unchanged and the output must equal ``ref``'s, else
+    ``mistakes_fn(x, mask)`` names the likely mistake. ``settings`` starts every case's text."""
+    for m in (None, mask):
+        x0 = x.clone()
+        args = (x,) if m is None else (x, m)
+        case = f"{settings}, " + ("no mask" if m is None else f"padding mask {describe_shape(m)}")
+        got = _forward(model, args, case, attention=True)
+        check_unchanged(["x", "mask"], args, [x0, m], case)
+        with torch.no_grad():
+            expected = ref(x0, m)  # (B, L, D)
+            expect_close("output", got, expected, mistakes_fn(x0, m), case=case, atol=_ATOL)
+
+
 def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str, attention: bool = False) -> Any:
     with torch.no_grad():
         try:
@@ -745,17 +767,10 @@ def check_encoder_layer(cls: Any) -> str:
         x = torch.randn(B, L, D)
         mask = _padding_mask(B, L)
         _verify_layer_parts(model, ref, x, mask, "EncoderLayer")
-        for m in (None, mask):
-            x0 = x.clone()
-            args = (x,) if m is None else (x, m)
-            case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}, " + (
-                "no mask" if m is None else f"padding mask {describe_shape(m)}"
-            )
-            got = _forward(model, args, case, attention=True)
-            check_unchanged(["x", "mask"], args, [x0, m], case)
-            with torch.no_grad():
-                expected = ref(x0, m)  # (B, L, D)
-                expect_close("output", got, expected, _layer_mistakes(ref, x0, m, norm_first), case=case, atol=_ATOL)
+        _compare_without_and_with_mask(
+            model, ref, x, mask, f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}",
+            lambda x0, m: _layer_mistakes(ref, x0, m, norm_first),
+        )  # fmt: skip
 
     mask = _padding_mask(B, L)
     _check_dropout(
@@ -923,18 +938,10 @@ def check_encoder(cls: Any) -> str:
             _verify_part(f"layers[{i}]", layer, ref_layer, (x, mask), "Encoder")
         if norm_first:
             _verify_part("norm", model.norm, ref.norm, (x,), "Encoder")
-        for m in (None, mask):
-            x0 = x.clone()
-            args = (x,) if m is None else (x, m)
-            case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}, " + (
-                "no mask" if m is None else f"padding mask {describe_shape(m)}"
-            )
-            got = _forward(model, args, case, attention=True)
-            check_unchanged(["x", "mask"], args, [x0, m], case)
-            with torch.no_grad():
-                expected = ref(x0, m)  # (B, L, D)
-                mistakes = _encoder_mistakes(model, ref, x0, m, norm_first)
-                expect_close("output", got, expected, mistakes, case=case, atol=_ATOL)
+        _compare_without_and_with_mask(
+            model, ref, x, mask, f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}",
+            lambda x0, m: _encoder_mistakes(model, ref, x0, m, norm_first),
+        )  # fmt: skip
         norm = getattr(model, "norm", None)
         if not norm_first and isinstance(norm, nn.Module) and any(True for _ in norm.parameters()):
             fail(
