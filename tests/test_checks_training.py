@@ -483,19 +483,6 @@ def step_not_shifted(model, batch, optimizer, scheduler=None, pad_id=0, label_sm
     return loss.item()
 
 
-def step_not_shifted_no_mask(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
-    model.train()
-    optimizer.zero_grad()
-    logits = model(batch.src, batch.tgt, batch.src_mask)
-    loss = flat_ce(logits, batch.tgt, pad_id, label_smoothing)
-    loss.backward()
-    nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
-    return loss.item()
-
-
 def calling(*, src_mask=True, tgt_mask=True, tgt_in="tgt_in", target="tgt_out"):
     def student(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
         model.train()
@@ -566,7 +553,7 @@ def step_returns_nothing(model, batch, optimizer, scheduler=None, pad_id=0, labe
     (step_unconditional_scheduler, "scheduler None not handled", ["scheduler is not None"]),
     (forgetting("train"), "model in eval mode", ["model.train()"]),
     (step_not_shifted, "targets not shifted", ["copy its input", "tgt_out"]),
-    (step_not_shifted_no_mask, "targets not shifted", ["copy its input"]),
+    (calling(tgt_in="tgt", target="tgt", tgt_mask=False), "targets not shifted", ["copy its input"]),
     (calling(target="tgt_in"), "compared with tgt_in", ["batch.tgt_out"]),
     (calling(tgt_in="tgt_out", target="tgt_in"), "shifted the wrong way", ["wrong way"]),
     (calling(target="tgt"), "loss on tgt instead of tgt_out", ["batch.tgt_out", "L_tgt - 1"]),
