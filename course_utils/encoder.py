@@ -24,11 +24,19 @@ class EncoderLayer(nn.Module):
     may attend) and broadcastable to ``(B, L, L)``, typically ``padding_mask(src)``.
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0, norm_first: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+    ):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1 = LayerNorm(d_model)
         self.norm2 = LayerNorm(d_model)
         self.dropout1 = nn.Dropout(dropout)
@@ -64,11 +72,14 @@ class Encoder(nn.Module):
         d_ff: int,
         dropout: float = 0.0,
         norm_first: bool = False,
+        activation: str = "relu",
     ):
         super().__init__()
         # a fresh layer each time: independent weights, independently initialised
         # (one module used num_layers times would tie them; deep copies start identical)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation) for _ in range(num_layers)
+        )
         self.norm = LayerNorm(d_model) if norm_first else None
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:

@@ -38,14 +38,29 @@ class LayerNorm(nn.Module):
         return centred * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
 
-class FeedForward(nn.Module):
-    """``linear2(dropout(relu(linear1(x))))``: ``D -> d_ff -> D`` at every position."""
+# The feed-forward's non-linearity by name: ReLU (the paper), exact GELU (BERT, and
+# nn.TransformerEncoderLayer(activation="gelu")), tanh-approximated GELU (GPT-2).
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+}
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+
+class FeedForward(nn.Module):
+    """``linear2(dropout(activation(linear1(x))))``: ``D -> d_ff -> D`` at every position.
+
+    ``activation`` is ``"relu"`` (the paper, default), ``"gelu"`` (BERT) or
+    ``"gelu_tanh"`` (GPT-2's tanh approximation of GELU).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.activation = nn.ReLU()
+        self.activation = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:

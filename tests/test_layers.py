@@ -287,3 +287,37 @@ def test_fully_masked_rows_give_no_nan_in_layers():
     out.sum().backward()
     for t in (x.grad, y.grad, *(p.grad for p in (*enc.parameters(), *dec.parameters()))):
         assert torch.isfinite(t).all()
+
+
+# ---------------------------------------------------------------- activation option (08, 09)
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_gelu_encoder_layer_matches_torch(norm_first):
+    torch.manual_seed(3)
+    ours = EncoderLayer(D, H, D_FF, dropout=0.0, norm_first=norm_first, activation="gelu").eval()
+    randomize_norms(ours)
+    theirs = nn.TransformerEncoderLayer(
+        D, H, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first, activation="gelu"
+    ).eval()
+    copy_layer_weights(ours, theirs)
+    x = torch.randn(2, 5, D)
+    torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("name", "fn"),
+    [
+        ("relu", torch.relu),
+        ("gelu", torch.nn.functional.gelu),
+        ("gelu_tanh", lambda h: torch.nn.functional.gelu(h, approximate="tanh")),
+    ],
+)
+def test_feed_forward_activation(name, fn):
+    torch.manual_seed(0)
+    ff = FeedForward(D, D_FF, activation=name)
+    x = torch.randn(2, 3, D)
+    torch.testing.assert_close(ff(x), ff.linear2(fn(ff.linear1(x))))
+
+
+def test_feed_forward_unknown_activation_is_named():
+    with pytest.raises(ValueError, match="activation must be one of .* got 'swish'"):
+        FeedForward(D, D_FF, activation="swish")
