@@ -1,39 +1,53 @@
 """Assertions shared by the checker tests (tests/test_checks_*.py).
 
-Checkers draw fresh random inputs on every call, so each verdict is asserted several
-times: a diagnosis that depends on luck would flip within a few repeats.
+Checkers draw random inputs from a seed (``check(student, seed=...)``), so each verdict
+is asserted several times: on fixed seeds (the same inputs on every machine and every
+run) and on one fresh random seed, which every assertion message names, so a diagnosis
+that depends on luck shows and its failure can be replayed with that seed.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 REPEAT = 3
+# Fixed seeds first; a run of `repeat` verdicts uses the first repeat - 1 of them.
+SEEDS = tuple(range(1000, 1000 + 64))
+STABLE = 20  # draws for the families whose diagnoses must not depend on the draw
 
 
-def verdicts(check: Callable[[Any], Any], student: Any, repeat: int = REPEAT) -> list:
-    return [check(student) for _ in range(repeat)]
+def verdicts(check: Callable[..., Any], student: Any, repeat: int = REPEAT) -> list:
+    """``repeat`` verdicts: ``repeat - 1`` on fixed seeds, the last on a random seed."""
+    sweep = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed of this sweep: {sweep}")  # shown by pytest when the test fails
+    return [check(student, seed=s) for s in (*SEEDS[: repeat - 1], sweep)]
 
 
-def assert_passes(check: Callable[[Any], Any], student: Any, repeat: int = REPEAT) -> None:
+def _why(r: Any) -> str:
+    return f"(seed {r.seed}) {r.feedback}"
+
+
+def assert_passes(check: Callable[..., Any], student: Any, repeat: int = REPEAT) -> None:
     for r in verdicts(check, student, repeat):
-        assert r.passed, r.feedback
-        assert r.status == "passed" and r.mistake is None
-        assert r.feedback.startswith("[OK]")
+        assert r.passed, _why(r)
+        assert r.status == "passed" and r.mistake is None, _why(r)
+        assert r.feedback.startswith("[OK]"), _why(r)
 
 
-def assert_mistake(check: Callable[[Any], Any], student: Any, mistake: str, *words: str, repeat: int = REPEAT) -> None:
+def assert_mistake(check: Callable[..., Any], student: Any, mistake: str, *words: str, repeat: int = REPEAT) -> None:
     """The check fails, names ``mistake`` (the catalogue name) and says each of ``words``."""
     for r in verdicts(check, student, repeat):
-        assert r.passed is False, r.feedback
-        assert r.feedback.startswith("[X]"), r.feedback
-        assert r.mistake == mistake, r.feedback
+        assert r.passed is False, _why(r)
+        assert r.feedback.startswith("[X]"), _why(r)
+        assert r.mistake == mistake, _why(r)
+        assert f"seed {r.seed}" in r.feedback, _why(r)  # a failure can be replayed
         for w in words:
-            assert w in r.feedback, (w, r.feedback)
+            assert w in r.feedback, (w, _why(r))
 
 
-def assert_not_implemented(check: Callable[[Any], Any], student: Any) -> None:
+def assert_not_implemented(check: Callable[..., Any], student: Any) -> None:
     r = check(student)
     assert r.passed is False and r.status == "not implemented", r.feedback
     assert r.feedback.startswith("[ ]") and "not implemented yet" in r.feedback

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_mistake, assert_passes
+from checker_asserts import STABLE, assert_mistake, assert_passes
 
 from course_utils.checks import (
     check_causal_mask,
@@ -55,7 +55,7 @@ def sdpa_scale_query_first(query, key, value, mask=None):
     query = query / math.sqrt(query.size(-1))  # a new tensor: the input stays as it was
     scores = torch.matmul(query, key.mT)
     if mask is not None:
-        scores = scores.masked_fill(mask == 0, float("-inf"))
+        scores = scores.masked_fill(mask == 0, torch.finfo(query.dtype).min)
     weights = F.softmax(scores, dim=-1)
     return torch.matmul(weights, value), weights
 
@@ -87,32 +87,32 @@ def sdpa_mask_after_softmax_renormalised(query, key, value, mask=None):
     return weights @ value, weights
 
 
-def sdpa_additive_mask(query, key, value, mask=None):
+def sdpa_additive_mask_stable_softmax(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) * (1.0 / math.sqrt(query.size(-1)))
     if mask is not None:
-        scores = scores + torch.zeros_like(scores).masked_fill(~mask, float("-inf"))
-    weights = scores.exp() / scores.exp().sum(-1, keepdim=True)
+        scores = scores + torch.zeros_like(scores).masked_fill(~mask, -1e9)
+    e = (scores - scores.amax(-1, keepdim=True)).exp()  # the row max keeps exp finite
+    weights = e / e.sum(-1, keepdim=True)
     return weights @ value, weights
 
 
-def sdpa_torch_output(query, key, value, mask=None):
-    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+def sdpa_fill_minus_1e9(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return output, scores.softmax(dim=-1)
+        scores = scores.masked_fill(mask.logical_not(), -1e9)
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
 
 
 @pytest.mark.parametrize(
     "fn",
     [
-        sdpa_torch_output,
         sdpa_reference_like,
         sdpa_einsum_where,
         sdpa_scale_query_first,
         sdpa_loop_over_batch,
-        sdpa_mask_after_softmax_renormalised,
-        sdpa_additive_mask,
+        sdpa_additive_mask_stable_softmax,
+        sdpa_fill_minus_1e9,
     ],
 )
 def test_sdpa_correct_variants_pass(fn):
@@ -143,6 +143,65 @@ def _sdpa(query, key, value, mask=None, scale=None, dim=-1, mode="fill"):
 
 def sdpa_no_scaling(query, key, value, mask=None):
     return _sdpa(query, key, value, mask, scale=1.0)
+
+
+# ---- robustness: right on mild inputs, wrong where a row sees no key or scores are large
+def sdpa_minus_inf(query, key, value, mask=None):
+    return _sdpa(query, key, value, mask)  # fills with float("-inf")
+
+
+def sdpa_minus_inf_scale_query_first(query, key, value, mask=None):
+    scores = (query / math.sqrt(query.size(-1))) @ key.mT
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = F.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def sdpa_nan_to_num(query, key, value, mask=None):
+    out, weights = _sdpa(query, key, value, mask)
+    weights = torch.nan_to_num(weights)  # a NaN row becomes 0
+    return weights @ value, weights
+
+
+def sdpa_torch_output(query, key, value, mask=None):
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)  # 0 where no key is allowed
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return output, scores.softmax(dim=-1)
+
+
+def sdpa_exp_over_sum(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)  # overflows for scores > 88.7
+    return weights @ value, weights
+
+
+ROBUSTNESS_MISTAKES = [
+    (sdpa_minus_inf, "filled with -inf", ["every key blocked", "NaN", "torch.finfo(scores.dtype).min", "uniform"]),
+    (sdpa_minus_inf_scale_query_first, "filled with -inf", ["NaN", "0 / 0", "torch.finfo(scores.dtype).min"]),
+    (sdpa_nan_to_num, "fully blocked row not uniform", ["all 0", "uniform", "torch.finfo(scores.dtype).min"]),
+    (sdpa_torch_output, "fully blocked row not uniform", ["output (on", "all 0", "mean of the values"]),
+    (sdpa_exp_over_sum, "softmax overflows", ["large scores", "overflows", "torch.softmax"]),
+]
+
+
+@pytest.mark.parametrize("fn, name, words", ROBUSTNESS_MISTAKES, ids=[_id(f) for f, _, _ in ROBUSTNESS_MISTAKES])
+def test_sdpa_robustness_mistake_is_named_on_every_draw(fn, name, words):
+    assert name in MISTAKES["scaled_dot_product_attention"]
+    assert_mistake(check_scaled_dot_product_attention, fn, name, *words, repeat=STABLE)
+
+
+def test_sdpa_same_seed_same_inputs_same_verdict():
+    first = check_scaled_dot_product_attention(sdpa_minus_inf, seed=4242)
+    again = check_scaled_dot_product_attention(sdpa_minus_inf, seed=4242)
+    other = check_scaled_dot_product_attention(sdpa_minus_inf, seed=4243)
+    assert first.seed == 4242 and "seed 4242" in first.feedback
+    assert first.feedback == again.feedback and first.mistake == again.mistake == "filled with -inf"
+    assert other.feedback != first.feedback  # another seed, other shapes in the message
 
 
 def sdpa_scaled_by_d_k(query, key, value, mask=None):
@@ -672,7 +731,7 @@ def test_hints_exist_and_reveal_no_code(name, capsys):
 
 def test_every_catalogued_mistake_is_tested():
     tested = {
-        "scaled_dot_product_attention": {n for _, n, _ in SDPA_MISTAKES} | {"not a tuple"},
+        "scaled_dot_product_attention": {n for _, n, _ in SDPA_MISTAKES + ROBUSTNESS_MISTAKES} | {"not a tuple"},
         "causal_mask": {n for _, n, _ in CAUSAL_MISTAKES} | {"not a tensor"},
         "padding_mask": {n for _, n, _ in PADDING_MISTAKES} | {"not a tensor"},
     }

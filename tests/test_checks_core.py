@@ -204,3 +204,109 @@ def test_every_hint_is_a_hint_not_a_solution(name):
     for text in hints:
         # prose may say "return (output, weights)"; code would define or return on a line
         assert not re.search(r"\bdef \w+\(|\bclass \w+\(|^\s*return\b", text, re.M), text
+
+
+# ---------------------------------------------------------------- replay, time limit, robustness
+
+def test_the_seed_is_recorded_printed_on_failure_and_replays_the_inputs(monkeypatch):
+    drawn = []
+
+    @checker("draw")
+    def check_draw(fn):
+        x = torch.randn(3)
+        drawn.append(x)
+        expect_close("output", call_student(fn, x), x * 2)
+
+    wrong = check_draw(lambda x: x * 3, seed=77)
+    assert wrong.seed == 77 and "(seed 77: check_draw(..., seed=77) repeats these inputs)" in wrong.feedback
+    again = check_draw(lambda x: x * 3, seed=77)
+    assert torch.equal(drawn[0], drawn[1]) and again.feedback == wrong.feedback
+    monkeypatch.setenv("COURSE_CHECK_SEED", "77")
+    from_env = check_draw(lambda x: x * 3)
+    assert from_env.seed == 77 and torch.equal(drawn[2], drawn[0])
+    monkeypatch.delenv("COURSE_CHECK_SEED")
+    fresh = check_draw(lambda x: x * 2)
+    assert fresh.passed and isinstance(fresh.seed, int) and "seed" not in fresh.feedback  # [OK] stays the same text
+    bad = check_draw(lambda x: x * 2, seed="soon")
+    assert bad.status == "failed" and "seed must be an int" in bad.feedback and "'soon'" in bad.feedback
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_every_checker_replays_a_wrong_verdict_from_its_seed(name):
+    check = getattr(checks, name)
+    first = check(lambda *a, **k: 0, seed=2024)  # wrong for every exercise
+    again = check(lambda *a, **k: 0, seed=2024)
+    assert not first.passed and first.seed == 2024 and "seed 2024" in first.feedback
+    assert (again.feedback, again.mistake, again.status) == (first.feedback, first.mistake, first.status)
+
+
+def test_a_hanging_student_ends_the_check_with_a_clear_message(monkeypatch):
+    import time
+
+    monkeypatch.setattr(_core, "TIME_LIMIT_S", 0.3)
+
+    def student(x):
+        while True:
+            try:
+                time.sleep(1000)
+            except Exception:  # a student's catch-all must not swallow the time limit
+                pass
+
+    start = time.monotonic()
+    result = check_demo(student)
+    assert time.monotonic() - start < 5
+    assert result.status == "error" and result.mistake == "time limit" and not result.passed
+    assert "did not finish within 0.3 s" in result.feedback and "time.sleep(1000)" in result.feedback
+    assert f"seed {result.seed}" in result.feedback
+    assert check_demo(lambda x: x * 2).passed  # the alarm is gone: the next check runs normally
+    time.sleep(0.4)  # and no stray alarm fires later
+
+
+def test_the_time_limit_also_holds_off_the_main_thread(monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setattr(_core, "TIME_LIMIT_S", 0.3)
+    results = []
+    worker = threading.Thread(target=lambda: results.append(check_demo(lambda x: time.sleep(1000))))
+    worker.start()
+    worker.join(5)
+    assert results and results[0].mistake == "time limit" and "did not finish" in results[0].feedback
+
+
+def test_an_outer_alarm_survives_a_check():
+    import signal
+    import time
+
+    if not hasattr(signal, "setitimer"):
+        pytest.skip("no interval timers on this platform")
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        assert check_demo(lambda x: x * 2).passed
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 0.5
+        time.sleep(0.7)
+        assert fired == [1]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("returned", [lambda x: (x * 2).numpy(), lambda x: [(x * 2).numpy()]])
+def test_a_numpy_array_is_named_not_blamed_as_an_exception(returned):
+    result = check_demo(returned)
+    assert result.status == "failed" and result.mistake == "not a tensor"
+    assert "returned a numpy.ndarray, expected a torch.Tensor" in result.feedback
+    assert "raised" not in result.feedback
+
+
+def test_patched_torch_comparisons_cannot_turn_a_wrong_verdict_into_ok(monkeypatch):
+    always = lambda *a, **k: True  # noqa: E731 - what a notebook might do
+    for fn in ("allclose", "equal", "isclose"):
+        monkeypatch.setattr(torch, fn, always)
+    monkeypatch.setattr(torch, "isnan", lambda t: torch.zeros_like(t, dtype=torch.bool))
+    monkeypatch.setattr(torch.testing, "assert_close", lambda *a, **k: None)
+    assert check_demo(lambda x: x + 2).mistake == "added"
+    assert check_demo(lambda x: x * 3).mistake == "values differ"
+    assert check_demo(lambda x: x * 2).passed

@@ -17,12 +17,23 @@ Writing a checker::
 Failure is signalled by raising :class:`Failure` (``fail(...)``) inside the body; the
 decorator turns it, a student exception, or a stub's ``NotImplementedError`` into a
 ``CheckResult``.
+
+Every check is replayable and bounded in time. The decorator seeds torch's generator (in a
+fork, so the caller's stream is untouched) with the ``seed=`` keyword every checker accepts,
+else ``$COURSE_CHECK_SEED``, else a fresh random seed; the seed is stored in
+``CheckResult.seed`` and printed in every verdict that is not ``[OK]``, and the same seed
+draws the same inputs again. A check that runs longer than :data:`TIME_LIMIT_S` ends with
+"did not finish within N s" (an alarm signal on the main thread; elsewhere the check stops
+waiting for a worker thread).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
+import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +44,15 @@ from torch import Tensor, nn
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+# The comparisons the checkers rely on, captured at import: a notebook that later rebinds
+# one (`torch.allclose = lambda *a, **k: True`) cannot turn a wrong verdict into [OK].
+# Checkers use these names, never the torch attributes.
+allclose, equal, isclose, isnan, isfinite = torch.allclose, torch.equal, torch.isclose, torch.isnan, torch.isfinite
+
+# Seconds a whole check may run before it ends with "did not finish" (generous: the
+# slowest check takes a few seconds on a laptop); $COURSE_CHECK_TIME_LIMIT overrides it.
+TIME_LIMIT_S = float(os.environ.get("COURSE_CHECK_TIME_LIMIT", "60"))
 
 
 @dataclass
@@ -49,6 +69,7 @@ class CheckResult:
     feedback: str
     status: str = "failed"
     mistake: str | None = None
+    seed: int | None = None  # the seed of the inputs: check_...(..., seed=seed) draws them again
     _shown: bool = field(default=False, repr=False, compare=False)
 
     def __bool__(self) -> bool:
@@ -107,26 +128,44 @@ def student_line(exc: BaseException) -> str | None:
 
 
 def call_student(fn: Callable[..., Any], *args: Any, context: str = "", **kwargs: Any) -> Any:
-    """Call student code; any exception becomes a :class:`StudentError` for the decorator."""
+    """Call student code; any exception becomes a :class:`StudentError` for the decorator.
+
+    A numpy array returned (alone or inside a tuple or list) fails at once with "returned a
+    numpy.ndarray, expected a torch.Tensor": nothing in the course returns one, and the
+    checker's own tensor code would otherwise stumble on it with a misleading error."""
     try:
-        return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - every student exception is reported, none escapes
         raise StudentError(exc, context) from exc
+    parts = result if isinstance(result, (tuple, list)) else (result,)
+    if any(_is_ndarray(p) for p in parts):
+        where = f" ({context})" if context else ""
+        fail(
+            f"your code returned a numpy.ndarray{where}, expected a torch.Tensor: stay in torch "
+            "(torch functions and tensor methods, not numpy), or convert with torch.from_numpy(...).",
+            mistake="not a tensor",
+        )
+    return result
+
+
+def _is_ndarray(x: Any) -> bool:
+    # by name, so numpy is never imported here for a check that does not need it
+    return type(x).__module__ == "numpy" and type(x).__name__ == "ndarray"
 
 
 def describe_shape(x: Any) -> str:
     if isinstance(x, Tensor):
         return "(" + ", ".join(str(s) for s in x.shape) + ")"
-    return type(x).__name__
+    return "a numpy.ndarray" if _is_ndarray(x) else type(x).__name__
 
 
 def _close(a: Any, b: Tensor, atol: float, rtol: float) -> bool:
     if not isinstance(a, Tensor) or a.shape != b.shape:
         return False
     if a.dtype == torch.bool or b.dtype == torch.bool:
-        return a.dtype == b.dtype and bool(torch.equal(a, b))
+        return a.dtype == b.dtype and bool(equal(a, b))
     try:
-        return bool(torch.allclose(a.detach().double(), b.detach().double(), atol=atol, rtol=rtol, equal_nan=False))
+        return bool(allclose(a.detach().double(), b.detach().double(), atol=atol, rtol=rtol, equal_nan=False))
     except (RuntimeError, TypeError):
         return False
 
@@ -159,7 +198,8 @@ def expect_close(
     """
     where = f" ({case})" if case else ""
     if not isinstance(got, Tensor):
-        fail(f"{what}{where} should be a torch.Tensor, but your code returned {type(got).__name__}.")
+        kind = "a numpy.ndarray" if _is_ndarray(got) else type(got).__name__
+        fail(f"{what}{where} should be a torch.Tensor, but your code returned {kind}.")
     if mistakes is None:
         mistakes = ()
     triples = [(d, d, c) for d, c in mistakes.items()] if isinstance(mistakes, Mapping) else mistakes
@@ -183,7 +223,7 @@ def expect_close(
             wrong = int((got != expected).sum())
             fail(f"{what}{where}: {wrong} of {expected.numel()} entries are wrong.", mistake="values differ")
         diff = (got.detach().double() - expected.detach().double()).abs()
-        if torch.isnan(got).any():
+        if isnan(got).any():
             fail(f"{what}{where} contains NaN.", mistake="NaN")
         idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
         fail(
@@ -202,7 +242,7 @@ def randint(low: int, high: int) -> int:
 
 def check_unchanged(names: Iterable[str], tensors: Iterable[Any], originals: Iterable[Any], where: str) -> None:
     for name, t, t0 in zip(names, tensors, originals):
-        if isinstance(t, Tensor) and not torch.equal(t, t0):
+        if isinstance(t, Tensor) and not equal(t, t0):
             fail(
                 f"your code modified its input `{name}` in place ({where}). Work on new tensors "
                 f"(e.g. `x = x + y`, not `x += y` or `x.masked_fill_(...)`); the caller still needs its input.",
@@ -299,19 +339,93 @@ def _format_exception(exercise: str, err: StudentError) -> tuple[str, str]:
 _RESULT_LISTENERS: list[Callable[[CheckResult], None]] = []
 
 
+class _TimeUp(BaseException):
+    """Raised into the running code when a check's time is up. A BaseException, so neither
+    the student's ``except Exception`` nor :func:`call_student` turns it into something else."""
+
+
+def _choose_seed(seed: Any) -> int:
+    """The ``seed=`` argument, else ``$COURSE_CHECK_SEED``, else a fresh random seed; a bad
+    one fails the check with a message naming it (a checker never raises)."""
+    source = "seed"
+    if seed is None and os.environ.get("COURSE_CHECK_SEED", "").strip():
+        seed, source = os.environ["COURSE_CHECK_SEED"].strip(), "$COURSE_CHECK_SEED"
+        seed = int(seed) if seed.isdigit() else seed
+    if seed is None:
+        return int.from_bytes(os.urandom(4), "little")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        fail(f"{source} must be an int in [0, 2**63) (the seed a failed check printed), got {seed!r}.")
+    return seed
+
+
+def _within_time_limit(fn: Callable[[], Any], limit: float) -> Any:
+    """``fn()``, or :class:`_TimeUp` once ``limit`` seconds have passed (``limit <= 0``: none).
+
+    On the main thread (a notebook cell, pytest) a real-time alarm raises it inside the
+    running Python code; an alarm already set by an outer user (a nested check, a test
+    runner) is put back with what remained of its time. Off the main thread or without
+    SIGALRM (Windows), ``fn`` runs in a daemon thread that is left behind if it hangs."""
+    if limit <= 0:
+        return fn()
+    if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+
+        def on_alarm(signum: int, frame: Any) -> None:
+            raise _TimeUp()
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        outer, _ = signal.setitimer(signal.ITIMER_REAL, limit)
+        start = time.monotonic()
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if outer:
+                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        raise _TimeUp()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[..., CheckResult]]:
     """Turn a checker body into a function that prints its verdict and never raises."""
 
     def decorate(body: Callable[..., str | None]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
-        def run(*args: Any, **kwargs: Any) -> CheckResult:
+        def run(*args: Any, seed: int | None = None, **kwargs: Any) -> CheckResult:
             mistake = None
             try:
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))  # fresh inputs every run
-                    detail = body(*args, **kwargs)
+                seed = _choose_seed(seed)
+
+                def attempt() -> str | None:
+                    with torch.random.fork_rng(devices=[]):
+                        torch.manual_seed(seed)
+                        return body(*args, **kwargs)
+
+                detail = _within_time_limit(attempt, TIME_LIMIT_S)
                 status, passed = "passed", True
                 feedback = f"[OK] {exercise}: all checks passed" + (f" ({detail})." if detail else ".")
+            except _TimeUp as up:
+                status, passed, mistake = "error", False, "time limit"
+                line = student_line(up)
+                feedback = (
+                    f"[X] {exercise}: your code did not finish within {TIME_LIMIT_S:g} s, so the check "
+                    "stopped it. Look for a loop that never ends or a call that waits (a sleep, an input())."
+                    + (f"\n    it was running line {line.removeprefix('line ')}" if line else "")
+                )
             except Failure as f:
                 status, passed, mistake = "failed", False, f.mistake
                 feedback = f"[X] {exercise}: {f.message}"
@@ -329,7 +443,9 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
                     f"[X] {exercise}: the check could not run your code: {type(exc).__name__}: {exc}"
                     + (f"\n    at {line}" if line else "")
                 )
-            result = CheckResult(exercise, passed, feedback, status, mistake)
+            if status != "passed" and isinstance(seed, int):
+                feedback += f"\n    (seed {seed}: {body.__name__}(..., seed={seed}) repeats these inputs)"
+            result = CheckResult(exercise, passed, feedback, status, mistake, seed if isinstance(seed, int) else None)
             if status != "passed" and exercise in HINTS:
                 result.feedback += f'\n    Stuck? Ask for a hint: hint("{exercise}").'
             result.show()

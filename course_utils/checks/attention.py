@@ -7,8 +7,13 @@ keys in each row, a non-zero ``pad_id``), compare with the reference in
 :mod:`course_utils.attention`, and when the result is wrong, compare it with the
 reference run with each catalogued mistake (``MISTAKES``) to name that mistake.
 
-Every input mask lets each query see at least one key, so a ``-inf`` fill is correct
-here; every row also blocks at least one key, so an inverted mask never blocks a whole row.
+The first eight cases are mild: every mask row lets each query see at least one key and
+blocks at least one (so an inverted mask never blocks a whole row), and the scores are
+of order 1; they name the classic mistakes. Two robustness cases follow: queries whose
+keys are *all* blocked (the reference's ``torch.finfo(dtype).min`` fill gives them
+uniform weights; a ``-inf`` fill gives ``0/0 = NaN``) and large scores (a softmax written
+out as ``exp(s) / exp(s).sum()`` overflows to ``inf / inf = NaN``). Code that is right on
+the mild cases and not finite on these gets a diagnosis that says why.
 """
 
 from __future__ import annotations
@@ -27,12 +32,15 @@ from ..attention import padding_mask as _ref_padding_mask
 from ..attention import scaled_dot_product_attention as _ref_attention
 from ._core import (
     StudentError,
+    equal,
+    isfinite,
     call_student,
     checker,
     describe_shape,
     expect_close,
     fail,
     matches,
+    randint,
     register_hints,
     student_line,
 )
@@ -40,7 +48,8 @@ from ._core import (
 __all__ = ["check_scaled_dot_product_attention", "check_causal_mask", "check_padding_mask"]
 
 # The names a failed check can report in ``CheckResult.mistake`` (besides the generic
-# "wrong shape", "wrong dtype", "values differ", "NaN" of ``expect_close``).
+# "wrong shape", "wrong dtype", "values differ", "NaN" of ``expect_close``, and "not a
+# tensor" for a numpy array, from ``call_student``).
 MISTAKES: dict[str, list[str]] = {
     "scaled_dot_product_attention": [
         "not a function",
@@ -53,6 +62,9 @@ MISTAKES: dict[str, list[str]] = {
         "mask ignored",
         "mask applied after the softmax",
         "mask filled with 0",
+        "filled with -inf",
+        "fully blocked row not uniform",
+        "softmax overflows",
         "scores returned as weights",
         "value on the wrong side",
         "transpose only works for 2-D",
@@ -168,12 +180,12 @@ def _check_mask(
                     mistake="additive float mask",
                 )
         pattern = got != 0
-    if not torch.equal(pattern, ref):
+    if not equal(pattern, ref):
         for name, message, candidate in candidates:
-            if torch.equal(pattern, candidate):
+            if equal(pattern, candidate):
                 fail(f"{what}: {message}", mistake=name)
     if got.dtype != torch.bool:
-        right = " The True/False pattern is right;" if torch.equal(pattern, ref) else ""
+        right = " The True/False pattern is right;" if equal(pattern, ref) else ""
         fail(
             f"{what} has dtype {got.dtype}, expected torch.bool.{right} a mask must be a bool tensor "
             "(True = may attend): build it from a comparison or convert it with .bool().",
@@ -197,6 +209,7 @@ class _Case:
     key: Tensor
     value: Tensor
     mask: Tensor | None
+    note: str = ""  # what a robustness case tests, said in every message about it
 
     @property
     def inputs(self) -> list[Tensor]:
@@ -211,7 +224,8 @@ class _Case:
             f"{self.rank}-D input: query {describe_shape(self.query)}, key {describe_shape(self.key)}, "
             f"value {describe_shape(self.value)}"
         )
-        return text + (f", mask {describe_shape(self.mask)}" if self.mask is not None else ", no mask")
+        text += f", mask {describe_shape(self.mask)}" if self.mask is not None else ", no mask"
+        return text + (f", {self.note}" if self.note else "")
 
 
 def _attention_cases() -> list[_Case]:
@@ -226,6 +240,15 @@ def _attention_cases() -> list[_Case]:
 
     lengths = torch.randint(1, L_k, (B,))  # each padded sequence keeps >= 1 real key
     pad = (torch.arange(L_k) < lengths[:, None]).unsqueeze(1)  # (B, 1, L_k), padding style
+    # some queries (1 .. L_q - 1 of them, in every batch item) see no key at all
+    blocked = _rows_with_both((B, L_q, L_k))  # (B, L_q, L_k)
+    blocked[:, torch.randperm(L_q)[: randint(1, L_q - 1)]] = False
+    # scores of order 36 after scaling, and one of exactly 200 in every batch item (key 0
+    # lined up with query 0): exp overflows float32 above 88.7
+    big_q, big_k, big_v = qkv(B)
+    big_q, big_k = big_q * 6, big_k * 6
+    q0 = big_q[:, :1]  # (B, 1, d_k)
+    big_k[:, :1] = q0 * (200 * math.sqrt(d_k) / (q0 * q0).sum(-1, keepdim=True))
     return [
         _Case(3, *qkv(B), None),
         _Case(2, *qkv(), None),
@@ -235,6 +258,9 @@ def _attention_cases() -> list[_Case]:
         _Case(3, *qkv(B), pad),
         _Case(4, *qkv(2, 3), _rows_with_both((L_q, L_k))),  # broadcast over both batch dims
         _Case(4, *qkv(2, 3), _rows_with_both((2, 3, L_q, L_k))),
+        # large scores before blocked rows: a written-out softmax is NaN on both, for this reason
+        _Case(3, big_q, big_k, big_v, None, note="large scores (up to 200 after scaling)"),
+        _Case(3, *qkv(B), blocked, note="some queries with every key blocked"),
     ]
 
 
@@ -312,8 +338,8 @@ def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[
              "are zero but each row no longer sums to 1. Mask the scores before the softmax instead.",
              with_(mode="after")),
             ("mask filled with 0", "the blocked scores are set to 0, which still gives them weight "
-             "(exp(0) = 1). Fill them with a very negative number (float('-inf') or "
-             "torch.finfo(scores.dtype).min) so their weight becomes 0.", with_(mode="zero")),
+             "(exp(0) = 1). Fill them with a very negative finite number (torch.finfo(scores.dtype).min "
+             "or -1e9) so their weight becomes 0.", with_(mode="zero")),
         ]
     else:
         scores = q @ k.transpose(-2, -1)  # (..., L_q, L_k)
@@ -410,6 +436,47 @@ def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError
     raise first  # the decorator reports it (or "not implemented yet" for a stub)
 
 
+def _robustness_diagnosis(case: _Case, what: str, got: Any, ref: Tensor) -> None:
+    """On a robustness case (``case.note``), name why code that is right on the mild cases
+    goes wrong here; return if that is not the story."""
+    if not case.note or not isinstance(got, Tensor) or got.shape != ref.shape or not got.is_floating_point():
+        return
+    on = f"{what} (on {case.describe()})"
+    finite_rows = isfinite(got).all(-1)  # (..., L_q)
+    if case.mask is None:  # large scores
+        if not bool(finite_rows.all()):
+            fail(
+                f"{on} contains NaN or inf, although your code is right when the scores are of order 1. "
+                "Written out as exp(scores) / exp(scores).sum(...), the softmax overflows: exp(x) is inf in "
+                "float32 above x = 88.7, and inf / inf = NaN. Use torch.softmax(scores, dim=-1), which "
+                "subtracts each row's max first (or subtract it yourself).",
+                mistake="softmax overflows",
+            )
+        return
+    blind = ~case.mask.expand(case.scores_shape).any(-1)  # (..., L_q): queries that see no key
+    if not matches(torch.where(blind.unsqueeze(-1), ref, got), ref):
+        return  # wrong elsewhere too: another mistake
+    if not bool(finite_rows.all()):
+        fail(
+            f"{on}: the rows of the queries whose keys are all blocked are NaN (a padding query, say). "
+            "That is what a fill with float('-inf') gives: softmax(-inf, ..., -inf) = 0 / 0 = NaN there, and one NaN "
+            "spreads through every later layer and into the loss. Fill with the most negative finite "
+            "number, torch.finfo(scores.dtype).min (or -1e9): such a row then gets uniform weights, "
+            "finite, and the loss ignores it anyway.",
+            mistake="filled with -inf",
+        )
+    zero = bool((got[blind] == 0).all())
+    fail(
+        f"{on}: the rows of the queries whose keys are all blocked are "
+        + ("all 0 (nan_to_num after the softmax does that, and so does F.scaled_dot_product_attention)"
+           if zero else "not what the finite fill gives")
+        + ". With blocked scores filled with torch.finfo(scores.dtype).min, every score of such a row "
+        "is the same, so its weights are uniform (1/L_k each) and its output is the mean of the values. "
+        "Fill the scores before the softmax, and leave the softmax's result as it is.",
+        mistake="fully blocked row not uniform",
+    )
+
+
 def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[Any, Any]:
     """Check the return is a tuple (output, weights); name the usual slips."""
     on = f" (on {case.describe()})"
@@ -472,7 +539,7 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
     names = ("query", "key", "value", "mask")
     for case, given, _, _ in runs:
         for name, original, passed in zip(names, case.inputs, given, strict=False):  # no mask: 3
-            same = passed.shape == original.shape and passed.dtype == original.dtype and torch.equal(passed, original)
+            same = passed.shape == original.shape and passed.dtype == original.dtype and equal(passed, original)
             if not same:
                 fail(
                     f"your function changed its input `{name}` in place (on {case.describe()}). The caller's "
@@ -489,12 +556,13 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
         for what, got, ref, index in (("weights", got_w, ref_w, 1), ("output", got_out, ref_out, 0)):
             if matches(got, ref):
                 continue
+            _robustness_diagnosis(case, what, got, ref)
             for name, message, make in mistakes:
                 candidate = make()[index]
                 if candidate is not None and matches(got, candidate):
                     fail(f"{what} (on {case.describe()}): {message}", mistake=name)
             expect_close(what, got, ref, case=f"on {case.describe()}")
-    return f"{len(cases)} cases: 2-D, 3-D and 4-D inputs, with and without masks"
+    return f"{len(cases)} cases: 2-D, 3-D and 4-D inputs, with and without masks, queries with every key blocked, large scores"
 
 
 # ---------------------------------------------------------------- causal_mask
@@ -630,7 +698,7 @@ def check_padding_mask(fn: Callable[..., Any]) -> str:
         given = tokens.clone()
         got = call_student(fn, given, pad_id)
         what = f"padding_mask(tokens of shape {describe_shape(tokens)}, pad_id={pad_id})"
-        if not (given.shape == tokens.shape and given.dtype == tokens.dtype and torch.equal(given, tokens)):
+        if not (given.shape == tokens.shape and given.dtype == tokens.dtype and equal(given, tokens)):
             fail(
                 f"{what} changed `tokens` in place: the caller's tensor must stay as it was. Build the mask "
                 "as a new tensor instead of writing into tokens.",
