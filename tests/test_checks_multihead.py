@@ -11,7 +11,8 @@ import math
 
 import pytest
 import torch
-from checker_asserts import assert_mistake, assert_passes
+from checker_asserts import STABLE, assert_mistake, assert_passes
+import torch.nn.functional as F
 from torch import nn
 
 import course_utils
@@ -26,21 +27,31 @@ from course_utils.checks.multihead import _mha_variant
 
 
 # ---------------------------------------------------------------- split_heads
+def _divisible(D, num_heads):
+    if D % num_heads != 0:
+        raise ValueError(f"D = {D} is not divisible by num_heads = {num_heads}")
+
+
 def split_view_reshape(x, num_heads):
     B, L, D = x.shape
+    _divisible(D, num_heads)
     return x.reshape(B, L, num_heads, D // num_heads).transpose(1, 2)
 
 
 def split_permute(x, num_heads):
     B, L, D = x.shape
+    _divisible(D, num_heads)
     return x.view(B, L, num_heads, -1).permute(0, 2, 1, 3)
 
 
 def split_unflatten(x, num_heads):
+    if x.size(-1) % num_heads:
+        raise ValueError("the last dim must be divisible by num_heads")
     return x.unflatten(-1, (num_heads, -1)).transpose(1, 2).contiguous()
 
 
 def split_loop(x, num_heads):
+    _divisible(x.shape[-1], num_heads)
     d_k = x.shape[-1] // num_heads
     return torch.stack([x[:, :, h * d_k : (h + 1) * d_k] for h in range(num_heads)], dim=1)
 
@@ -75,6 +86,22 @@ def split_strided(x, num_heads):
     return x.view(B, L, D // num_heads, num_heads).permute(0, 3, 1, 2)
 
 
+def split_drops_leftover(x, num_heads):
+    B, L, D = x.shape
+    d_k = D // num_heads  # D % num_heads leftover features silently dropped
+    return x[..., : num_heads * d_k].reshape(B, L, num_heads, d_k).transpose(1, 2)
+
+
+def split_permute_no_check(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, L, num_heads, D // num_heads).permute(0, 2, 1, 3)  # view raises RuntimeError
+
+
+def split_assert(x, num_heads):
+    assert x.size(-1) % num_heads == 0, "D must be divisible by num_heads"
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+
+
 def split_in_place(x, num_heads):
     B, L, D = x.shape
     x.mul_(1.0 + 1e-3)
@@ -90,10 +117,14 @@ def split_in_place(x, num_heads):
         (split_wrong_axes_2, "transposed wrong axes", ["(B, L, d_k, H)"]),
         (split_strided, "heads take strided features", ["every H-th feature"]),
         (split_in_place, "input modified in place", ["in place"]),
+        # right on divisible widths; the exercise also asks for a ValueError
+        (split_drops_leftover, "no divisibility check", ["did not raise", "ValueError", "D % num_heads"]),
+        (split_permute_no_check, "wrong error type", ["raised RuntimeError", "asks for a ValueError"]),
+        (split_assert, "wrong error type", ["raised AssertionError", "asks for a ValueError"]),
     ],
 )
 def test_split_heads_mistakes_are_named(fn, mistake, words):
-    assert_mistake(check_split_heads, fn, mistake, *words)
+    assert_mistake(check_split_heads, fn, mistake, *words, repeat=STABLE if "error" in mistake or "check" in mistake else 3)
 
 
 def test_split_heads_stub_error_and_weird_returns():
@@ -206,7 +237,8 @@ def make_mha(bug=None):
             self.w_v = nn.Linear(d_model, d_model if bug != "wrong submodule size" else d_model + 1)
             if bug != "no w_o attribute":
                 self.w_o = nn.Linear(d_model, d_model)
-            self.dropout = nn.Dropout(dropout)
+            self.dropout = nn.Dropout(0.1 if bug == "hard-coded dropout p" else dropout)
+            self.p = dropout
 
         def split(self, t, L):
             B = t.shape[0]
@@ -239,13 +271,31 @@ def make_mha(bug=None):
                     mask = mask.unsqueeze(1)
                 blocked = mask if bug == "mask inverted" else ~mask
                 scores = scores.masked_fill(blocked, float("-inf"))
+            if bug == "dropout on the scores":
+                scores = self.dropout(scores)
             weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
-            context = self.dropout(weights) @ v  # (B, H, L_q, d_k)
+            dropped = {
+                "dropout missing": weights,
+                "dropout on the output": weights,
+                "dropout on the merged heads": weights,
+                "dropout on the scores": weights,
+                "dropout on the values": weights,
+                "dropout ignores eval mode": F.dropout(weights, self.p),  # training=True by default
+            }.get(bug, self.dropout(weights))
+            if bug == "dropout on the values":
+                v = self.dropout(v)
+            if bug == "weights returned after dropout":
+                weights = dropped
+            context = dropped @ v  # (B, H, L_q, d_k)
             if bug == "split without transpose":
                 merged = context.reshape(B, -1, D)
             else:
                 merged = context.transpose(1, 2).reshape(B, -1, D)
+            if bug == "dropout on the merged heads":
+                merged = self.dropout(merged)
             out = merged if bug == "missing output projection" else self.w_o(merged)
+            if bug == "dropout on the output":
+                out = self.dropout(out)
             if bug == "weights averaged over heads":
                 weights = weights.mean(dim=1)
             if bug == "returns output only":
@@ -260,13 +310,13 @@ def make_mha(bug=None):
 
 
 class EinsumMHA(nn.Module):
-    """einsum, permute, -1e9 fill, scaling the queries first."""
+    """einsum, permute, -1e9 fill, scaling the queries first, functional dropout."""
 
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
         if d_model % num_heads:
             raise ValueError("not divisible")
-        self.h, self.d_k = num_heads, d_model // num_heads
+        self.h, self.d_k, self.p = num_heads, d_model // num_heads, dropout
         self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
@@ -280,18 +330,20 @@ class EinsumMHA(nn.Module):
                 mask = mask[:, None]
             scores = scores.masked_fill(mask == 0, -1e9)
         weights = torch.softmax(scores, dim=-1)
-        ctx = torch.einsum("bhqk,bhkd->bhqd", weights, v)
+        dropped = F.dropout(weights, self.p, training=self.training)
+        ctx = torch.einsum("bhqk,bhkd->bhqd", dropped, v)
         return self.w_o(ctx.permute(0, 2, 1, 3).contiguous().view(B, -1, self.h * self.d_k)), weights
 
 
 class LoopMHA(nn.Module):
-    """One head at a time with course_utils.scaled_dot_product_attention."""
+    """One head at a time with course_utils.scaled_dot_product_attention; dropout written
+    out as a Bernoulli keep-mask, rescaled by 1 / (1 - p)."""
 
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
         if d_model % num_heads != 0:
             raise ValueError("d_model % num_heads != 0")
-        self.h, self.d_k = num_heads, d_model // num_heads
+        self.h, self.d_k, self.p = num_heads, d_model // num_heads, dropout
         self.w_q = nn.Linear(d_model, d_model)
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
@@ -303,19 +355,24 @@ class LoopMHA(nn.Module):
         for i in range(self.h):
             part = slice(i * self.d_k, (i + 1) * self.d_k)
             o, w = course_utils.scaled_dot_product_attention(q[..., part], k[..., part], v[..., part], mask)
+            if self.training and self.p > 0:
+                keep = torch.bernoulli(torch.full_like(w, 1 - self.p))
+                o = (w * keep / (1 - self.p)) @ v[..., part]
             outs.append(o)
             maps.append(w)
         return self.w_o(torch.cat(outs, dim=-1)), torch.stack(maps, dim=1)
 
 
 class HelperMHA(nn.Module):
-    """The reference helpers, the mask's head axis via unsqueeze(-3), finfo.min fill."""
+    """The reference helpers, the mask's head axis via unsqueeze(-3), finfo.min fill,
+    nn.Dropout under another name."""
 
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
         if d_model % num_heads != 0:
             raise ValueError(f"{d_model} is not divisible by {num_heads}")
         self.num_heads = num_heads
+        self.attn_drop = nn.Dropout(dropout)
         self.w_q = nn.Linear(d_model, d_model)
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
@@ -331,7 +388,7 @@ class HelperMHA(nn.Module):
                 mask = mask.unsqueeze(-3)
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         weights = scores.softmax(-1)
-        return self.w_o(course_utils.merge_heads(weights @ v)), weights
+        return self.w_o(course_utils.merge_heads(self.attn_drop(weights) @ v)), weights
 
 
 @pytest.mark.parametrize("cls", [course_utils.MultiHeadAttention, make_mha(), EinsumMHA, LoopMHA, HelperMHA])
@@ -347,9 +404,9 @@ def test_mha_correct_variants_pass(cls):
         ("no w_o attribute", "missing output projection", ["no output projection `w_o`"]),
         ("mask ignored", "mask ignored", ["mask has no effect"]),
         ("mask inverted", "mask inverted", ["inverted", "True means"]),
-        ("mask broadcast wrongly", "mask broadcast wrongly", ["works without a mask but raised", "(B, 1, L_k)", "unsqueeze(1)"]),
+        ("mask broadcast wrongly", "mask broadcast wrongly", ["works without a mask but raised", "add the head axis", "unsqueeze(1)"]),
         ("mask broadcast wrongly (always unsqueeze)", "mask broadcast wrongly", ["works without a mask but raised", "2-D mask already broadcasts"]),
-        ("mask broadcast wrongly (silent when B == H)", "mask broadcast wrongly", ["head axis instead of the batch axis"]),
+        ("mask broadcast wrongly (silent when B == H)", "mask broadcast wrongly", ["the check tried batch size B = num_heads", "add the head axis"]),
         ("no scaling", "no scaling", ["not scaled", "sqrt(d_k)"]),
         ("scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["divided by sqrt(d_model)"]),
         ("scaled by d_k", "scaled by d_k", ["divided by d_k"]),
@@ -358,7 +415,7 @@ def test_mha_correct_variants_pass(cls):
         ("inputs swapped", "inputs swapped", ["queries are computed from `key` instead of `query`"]),
         ("fails for cross-attention", "fails for cross-attention", ["works for self-attention", "own length", "line"]),
         ("input modified in place", "input modified in place", ["`query` in place"]),
-        ("no divisibility check", "no divisibility check", ["MultiHeadAttention(10, 3) did not raise", "ValueError"]),
+        ("no divisibility check", "no divisibility check", ["did not raise", "ValueError", "d_model % num_heads"]),
         ("wrong error type", "wrong error type", ["raised AssertionError", "ValueError"]),
         ("returns output only", "wrong return", ["forward must return (output, weights)", "a single tensor"]),
         ("returns three things", "wrong return", ["forward must return (output, weights)", "3 items"]),
@@ -369,6 +426,29 @@ def test_mha_correct_variants_pass(cls):
 )
 def test_mha_mistakes_are_named(bug, mistake, words):
     assert_mistake(check_multi_head_attention, make_mha(bug), mistake, *words)
+
+
+def test_mha_mask_without_head_axis_says_add_it_and_lists_no_wrong_expected_shape():
+    r = check_multi_head_attention(make_mha("mask broadcast wrongly"), seed=7)
+    assert r.mistake == "mask broadcast wrongly" and "add the head axis" in r.feedback
+    assert "(B, 1, L_k)" not in r.feedback and "may be" not in r.feedback
+
+
+DROPOUT_BUGS = [
+    ("dropout missing", "dropout missing", ["dropout is never applied", "self.dropout(weights) @ v"]),
+    ("hard-coded dropout p", "hard-coded dropout p", ["with p = 0.1", "instead of the dropout argument"]),
+    ("dropout on the output", "dropout on the output", ["the output (after w_o)", "instead of on the attention weights"]),
+    ("dropout on the merged heads", "dropout on the output", ["the merged heads (before w_o)"]),
+    ("dropout on the values", "dropout in the wrong place", ["not what dropout on the attention weights gives"]),
+    ("dropout on the scores", "dropout in the wrong place", ["dropout must not change the softmax"]),
+    ("weights returned after dropout", "weights returned after dropout", ["return them before dropout"]),
+    ("dropout ignores eval mode", "dropout ignores eval mode", ["eval mode", "nn.Dropout"]),
+]
+
+
+@pytest.mark.parametrize("bug, mistake, words", DROPOUT_BUGS, ids=[b for b, _, _ in DROPOUT_BUGS])
+def test_mha_dropout_mistakes_are_named_on_every_draw(bug, mistake, words):
+    assert_mistake(check_multi_head_attention, make_mha(bug), mistake, *words, repeat=STABLE)
 
 
 def test_mha_missing_projection_names_it():

@@ -250,6 +250,18 @@ def check_unchanged(names: Iterable[str], tensors: Iterable[Any], originals: Ite
             )
 
 
+def dropout_pattern(got: Tensor, kept: Tensor, p: float, atol: float = 1e-5) -> bool:
+    """True when every entry of ``got`` is 0 (dropped) or ``kept / (1 - p)`` (kept and
+    rescaled), with at least one of each: what dropout with probability ``p`` makes of
+    ``kept``. (On the many entries the checkers use, p > 0 never keeps or drops all.)"""
+    if not isinstance(got, Tensor) or got.shape != kept.shape or not got.is_floating_point():
+        return False
+    got, kept = got.detach().double(), kept.detach().double()
+    dropped = isclose(got, torch.zeros_like(got), atol=atol, rtol=0)
+    scaled = isclose(got, kept / (1 - p), atol=atol, rtol=1e-4)
+    return bool((dropped | scaled).all()) and bool((dropped & ~scaled).any()) and bool((scaled & ~dropped).any())
+
+
 def random_mask(*shape: int) -> Tensor:
     """Bool mask whose every row (last axis) allows at least one key and blocks at least
     one, with rows that are not all identical (so a mis-broadcast mask shows)."""

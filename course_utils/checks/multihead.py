@@ -10,7 +10,8 @@ reference computed *with each catalogued mistake*; the first match names the mis
 Catalogue (``CheckResult.mistake``):
 
 * ``split_heads``: ``"view(B, H, L, d_k) without transpose"``, ``"returns (B, L, H, d_k)"``,
-  ``"transposed wrong axes"``, ``"heads take strided features"``, ``"input modified in place"``.
+  ``"transposed wrong axes"``, ``"heads take strided features"``, ``"input modified in place"``,
+  ``"no divisibility check"``, ``"wrong error type"``.
 * ``merge_heads``: ``"reshape without transpose"``, ``"heads not flattened"``,
   ``"features in wrong order"``, ``"view after transpose"``, ``"wrong shape"``.
 * ``MultiHeadAttention``: ``"missing submodule"``, ``"wrong submodule"``,
@@ -19,7 +20,10 @@ Catalogue (``CheckResult.mistake``):
   ``"scaled by sqrt(d_model)"``, ``"scaled by d_k"``, ``"weights averaged over heads"``,
   ``"projections swapped"``, ``"inputs swapped"``, ``"fails for cross-attention"``,
   ``"wrong return"``, ``"input modified in place"``, ``"no divisibility check"``,
-  ``"wrong error type"``.
+  ``"wrong error type"``, and for dropout (train mode, ``dropout=p``; see
+  :func:`_check_dropout`): ``"dropout missing"``, ``"hard-coded dropout p"``,
+  ``"dropout on the output"``, ``"dropout in the wrong place"``, ``"weights returned after
+  dropout"``, ``"dropout ignores eval mode"``.
 
 """
 
@@ -38,12 +42,15 @@ from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from ._core import (
     Mistake,
     StudentError,
+    allclose,
     call_student,
     check_unchanged,
     checker,
     describe_shape,
+    dropout_pattern,
     expect_close,
     fail,
+    matches,
     randint,
     random_mask,
     register_hints,
@@ -80,6 +87,31 @@ def _view_error(err: StudentError) -> None:
             ".contiguous().view(...))." + (f"\n    at {line}" if line else ""),
             mistake="view after transpose",
         )
+
+
+def _expect_value_error(make: Callable[[int, int], Any], call: str, width: str) -> None:
+    """``make(D, H)`` with ``D % H != 0`` must raise a ValueError (the exercise asks for one)."""
+    H = randint(3, 5)
+    D = H * randint(2, 4) + randint(1, H - 1)  # not a multiple of H
+    call = call.format(D=D, H=H)
+    try:
+        make(D, H)
+    except ValueError:
+        return
+    except Exception as exc:  # noqa: BLE001 - the student's exception, reported as a diagnosis
+        line = student_line(exc)
+        fail(
+            f"{call} raised {type(exc).__name__}"
+            + (f" (at {line})" if line else "")
+            + f"; the exercise asks for a ValueError: check {width} % num_heads first and raise "
+            f"ValueError(...) with a message that names {width} and num_heads.",
+            mistake="wrong error type",
+        )
+    fail(
+        f"{call} did not raise: {D} features cannot be split into {H} equal heads. Check "
+        f"{width} % num_heads != 0 first and raise a ValueError that names {width} and num_heads.",
+        mistake="no divisibility check",
+    )
 
 
 # ---------------------------------------------------------------- split_heads
@@ -138,7 +170,8 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
                 )
             )
         expect_close("split_heads(x, num_heads)", got, expected, mistakes, case=case)
-    return "3 random shapes, compared value by value"
+    _expect_value_error(lambda D, H: fn(torch.randn(2, 3, D), H), "split_heads(x of shape (2, 3, {D}), {H})", "D")
+    return "3 random shapes, compared value by value; D not divisible by num_heads raises ValueError"
 
 
 # ---------------------------------------------------------------- merge_heads
@@ -309,9 +342,11 @@ def _mha_mistakes(mask: Tensor | None, distinct_inputs: bool) -> list[tuple[str,
             out.append(
                 (
                     "mask broadcast wrongly",
-                    f"with a {describe_shape(mask)} mask and B == num_heads, your mask was lined up "
-                    "with the head axis instead of the batch axis (no error, wrong result). Insert "
-                    "the head axis with mask.unsqueeze(1) so a 3-D mask becomes (B, 1, L_q or 1, L_k).",
+                    f"the check tried batch size B = num_heads with a {describe_shape(mask)} mask, so "
+                    "a mask without the head axis broadcasts without an error, and your result is "
+                    "exactly what that gives: the mask lined up with the heads instead of the batch "
+                    "items. Before masking, add the head axis: mask.unsqueeze(1) turns a 3-D mask into "
+                    f"{_with_head_axis(mask)}, which broadcasts over the heads.",
                     dict(mask_mode="no head axis"),
                 )
             )
@@ -336,6 +371,11 @@ def _mha_mistakes(mask: Tensor | None, distinct_inputs: bool) -> list[tuple[str,
 
 
 _SHAPE_WORDS = ("size", "shape", "broadcast", "dimension", "expand")
+
+
+def _with_head_axis(mask: Tensor) -> str:
+    """``(B, 1, L_q or 1, L_k)`` in numbers: what ``mask.unsqueeze(1)`` gives."""
+    return describe_shape(mask.unsqueeze(1))
 
 
 def _mha_case(
@@ -364,12 +404,21 @@ def _mha_case(
                 line = student_line(exc)
                 first = (str(exc).strip().splitlines() or [""])[0]
                 at = f"\n    at {line}" if line else ""
+                if mask is not None and mask.dim() == 3:
+                    fail(
+                        f"your forward works without a mask but raised {type(exc).__name__} with a "
+                        f"{describe_shape(mask)} mask ({case}): {first}{at}\n    The scores are (B, H, "
+                        "L_q, L_k), and a 3-D mask lines up with their last three axes (H, L_q, L_k), "
+                        "not with the batch. Before masking, add the head axis: mask.unsqueeze(1) makes it "
+                        f"{_with_head_axis(mask)}, which broadcasts over the heads.",
+                        mistake="mask broadcast wrongly",
+                    )
                 if mask is not None:
                     fail(
                         f"your forward works without a mask but raised {type(exc).__name__} with a "
-                        f"{describe_shape(mask)} mask ({case}): {first}{at}\n    A mask may be "
-                        "(L_q, L_k), (B, 1, L_k) or (B, L_q, L_k). The scores are (B, H, L_q, L_k), so "
-                        "give a 3-D mask a head axis (mask.unsqueeze(1)); a 2-D mask already broadcasts.",
+                        f"{describe_shape(mask)} mask ({case}): {first}{at}\n    A 2-D mask already "
+                        "broadcasts to the (B, H, L_q, L_k) scores as it is, (L_q, L_k); only a 3-D mask "
+                        "needs the head axis (mask.unsqueeze(1) when mask.dim() == 3).",
                         mistake="mask broadcast wrongly",
                     )
                 if after_self_attention:
@@ -457,6 +506,113 @@ def _check_projections(model: nn.Module, D: int) -> dict[str, nn.Linear]:
     return found  # type: ignore[return-value]
 
 
+def _orthogonal(D: int) -> Tensor:
+    return torch.linalg.qr(torch.randn(D, D, dtype=torch.float64))[0].float()  # (D, D)
+
+
+def _check_dropout(cls: Any) -> None:
+    """Train mode with ``dropout=p``: dropout acts exactly on the attention weights, with p.
+
+    Deterministic, whatever random mask is drawn: ``w_o`` is orthogonal, so the merged
+    context is recovered exactly from the output, and ``L_k < d_k``, so each head's context
+    row ``sum_k a_k v_k`` determines the coefficients ``a`` (the values of a head are
+    independent vectors). Dropout on the weights makes each ``a_k`` 0 or ``w_k / (1 - p)``;
+    the scale ``1 / (1 - p)`` gives away the p used. Two values of p catch a hard-coded one.
+    """
+    H, d_k, B = randint(2, 3), randint(8, 10), 2
+    D, L_q, L_k = H * d_k, randint(3, 6), randint(3, 5)
+    query, key, value = torch.randn(B, L_q, D), torch.randn(B, L_k, D), torch.randn(B, L_k, D)
+    for p in (0.3, 0.6):
+        case = f"training mode, dropout={p}, L_q={L_q}, L_k={L_k}, D={D}, num_heads={H}"
+        try:
+            model = cls(D, H, p)
+        except Exception as exc:  # noqa: BLE001 - the student's exception, reported as a diagnosis
+            if isinstance(exc, TypeError) and "argument" in str(exc):
+                fail(
+                    f"MultiHeadAttention({D}, {H}, {p}) raised TypeError: {exc}. The signature is "
+                    "MultiHeadAttention(d_model, num_heads, dropout=0.0).",
+                    mistake="dropout missing",
+                )
+            raise StudentError(exc, f"constructing MultiHeadAttention({D}, {H}, dropout={p})") from exc
+        ref = MultiHeadAttention(D, H, p).eval()
+        with torch.no_grad():
+            for n, lin_s in _check_projections(model, D).items():
+                lin_s.weight.copy_(_orthogonal(D) if n in ("w_v", "w_o") else torch.randn(D, D) / math.sqrt(D))
+                lin_s.bias.copy_(torch.randn(D) * 0.5)
+                getattr(ref, n).load_state_dict(lin_s.state_dict())
+            ref_out, ref_w = ref(query, key, value)  # (B, L_q, D), (B, H, L_q, L_k)
+            model.train()
+            out, w = _pair(call_student(model, query, key, value, context=f"running forward ({case})"), case)
+            model.eval()
+            out_eval, _ = _pair(call_student(model, query, key, value, context=f"running forward ({case})"), case)
+        if not matches(out_eval, ref_out):
+            fail(
+                f"with dropout={p} in eval mode your output differs from the one without dropout: dropout "
+                "still acts after model.eval(). Use the module nn.Dropout (or F.dropout(..., "
+                "training=self.training)), which eval mode switches off.",
+                mistake="dropout ignores eval mode",
+            )
+        if not matches(w, ref_w):
+            after = dropout_pattern(w, ref_w, p)
+            fail(
+                f"in {case}: the weights you return "
+                + ("are the weights after dropout: return them before dropout (they are what the "
+                   "notebook plots, and each row sums to 1); dropout only changes what multiplies the values."
+                   if after else
+                   "differ from eval mode: dropout must not change the softmax. Apply it to the weights "
+                   "after the softmax (self.dropout(weights) @ v), not to the scores or the inputs."),
+                mistake="weights returned after dropout" if after else "dropout in the wrong place",
+            )
+        if matches(out, ref_out):
+            fail(
+                f"in {case}: your output equals the one without dropout: dropout is never applied. Keep "
+                "nn.Dropout(dropout) from __init__ and apply it to the attention weights before "
+                "multiplying by the values: self.dropout(weights) @ v.",
+                mistake="dropout missing",
+            )
+        w_o = ref.w_o
+        W_o, b_o = w_o.weight.detach().double(), w_o.bias.detach().double()
+        merged = (out.detach().double() - b_o) @ W_o  # (B, L_q, D): W_o is orthogonal
+        ref_merged = (ref_out.double() - b_o) @ W_o  # (B, L_q, D)
+        if dropout_pattern(out, ref_out, p) or dropout_pattern(merged, ref_merged, p, atol=1e-4):
+            where = "the output (after w_o)" if dropout_pattern(out, ref_out, p) else "the merged heads (before w_o)"
+            fail(
+                f"in {case}: dropout acts on {where} instead of on the attention weights. In the paper and "
+                "in PyTorch, attention dropout drops whole attention links: self.dropout(weights) @ v.",
+                mistake="dropout on the output",
+            )
+        context = split_heads(merged, H)  # (B, H, L_q, d_k)
+        v = split_heads(F.linear(value.double(), ref.w_v.weight.double(), ref.w_v.bias.double()), H).detach()  # (B, H, L_k, d_k)
+        coeff = context @ torch.linalg.pinv(v)  # (B, H, L_q, L_k): context = coeff @ v
+        ratio = coeff / ref_w.double().detach()  # (B, H, L_q, L_k): 0 (dropped) or 1 / (1 - p) (kept)
+        exact = allclose(coeff @ v, context, atol=1e-4)
+        kept = ratio > 0.5
+        scale = float(ratio[kept].median()) if bool(kept.any()) else 0.0
+        on_weights = exact and bool(((ratio.abs() < 1e-2) | ((ratio - scale).abs() < 1e-2 * scale)).all())
+        if on_weights and abs(scale * (1 - p) - 1) < 1e-2:
+            continue
+        if on_weights and scale > 1 + 1e-2:
+            fail(
+                f"in {case}: dropout acts on the attention weights, but with p = {1 - 1 / scale:.2g} (kept "
+                f"weights are scaled by {scale:.3g} = 1/(1 - p)) instead of the dropout argument {p}: build "
+                "nn.Dropout(dropout) from the argument, not a fixed number.",
+                mistake="hard-coded dropout p",
+            )
+        fail(
+            f"in {case}: the output is not what dropout on the attention weights gives (each weight either "
+            "0 or weight / (1 - p)). Apply dropout exactly once, to the weights after the softmax: "
+            "self.dropout(weights) @ v.",
+            mistake="dropout in the wrong place",
+        )
+
+
+def _pair(result: Any, case: str) -> tuple[Tensor, Tensor]:
+    if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
+        fail(f"forward must return (output, weights) ({case}); yours returned {type(result).__name__}.",
+             mistake="wrong return")
+    return result[0], result[1]
+
+
 @checker("MultiHeadAttention")
 def check_multi_head_attention(cls: Any) -> str:
     require_module_class(cls, "MultiHeadAttention")
@@ -492,24 +648,12 @@ def check_multi_head_attention(cls: Any) -> str:
         case = f"cross-attention, B = num_heads = {H}, mask {describe_shape(mask)}"
         _mha_case(model, ref, lin, H, q2, k2, v2, mask, case, True)
 
-    try:
-        cls(10, 3)
-    except ValueError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - any other exception is the student's, reported
-        fail(
-            f"MultiHeadAttention(10, 3) raised {type(exc).__name__}; the contract asks for a "
-            "ValueError (raise ValueError(...) with a message saying d_model must be divisible "
-            "by num_heads).",
-            mistake="wrong error type",
-        )
-    else:
-        fail(
-            "MultiHeadAttention(10, 3) did not raise: 10 features cannot be split into 3 equal "
-            "heads. In __init__, raise a ValueError when d_model % num_heads != 0.",
-            mistake="no divisibility check",
-        )
-    return "self- and cross-attention, masks (L_q, L_k), (B, 1, L_k) and (B, L_q, L_k), random weights"
+    _check_dropout(cls)
+    _expect_value_error(cls, "MultiHeadAttention({D}, {H})", "d_model")
+    return (
+        "self- and cross-attention, masks (L_q, L_k), (B, 1, L_k) and (B, L_q, L_k), random weights, "
+        "dropout on the attention weights"
+    )
 
 
 # ---------------------------------------------------------------- hints
