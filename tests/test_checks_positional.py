@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_mistake, assert_passes
+from checker_asserts import STABLE, assert_mistake, assert_passes
 from torch import nn
 
 import course_utils
@@ -109,6 +109,58 @@ def pe_from_one(max_len, d_model):
     return pe
 
 
+def pe_variant(layout="sin even", exponent="2i", start=0, base=10000.0):
+    """A student's table with the given conventions (the defaults are the paper's)."""
+
+    def table(max_len, d_model):
+        half = d_model // 2
+        pos = torch.arange(start, start + max_len).double().unsqueeze(1)  # (max_len, 1)
+        out = torch.zeros(max_len, d_model, dtype=torch.float64)
+        for j in range(d_model):
+            pair = j // 2 if layout.endswith("even") else j % half
+            e = {"2i": 2 * pair, "i": pair, "j": j, "2j": 2 * j}[exponent]
+            angle = pos[:, 0] / base ** (e / d_model)
+            first = j % 2 == 0 if layout.endswith("even") else j < half
+            use_sin = first == layout.startswith("sin")
+            out[:, j] = torch.sin(angle) if use_sin else torch.cos(angle)
+        return out.float()
+
+    return table
+
+
+# (the words every diagnosis of one part says, catalogue name) per convention
+PARTS = {
+    ("layout", "cos even"): ("sin and cos are swapped", "sin and cos swapped"),
+    ("layout", "sin | cos"): ("all sines sit in the first half", "sin and cos concatenated"),
+    ("layout", "cos | sin"): ("all cosines sit in the first half", "sin and cos concatenated"),
+    ("exponent", "i"): ("the exponent is i/d_model", "exponent i/d_model"),
+    ("exponent", "j"): ("each column's own index j", "exponent j/d_model"),
+    ("exponent", "2j"): ("counts every column twice", "exponent 2j/d_model"),
+    ("start", 1): ("positions start at 1", "positions from 1"),
+}
+FAMILY = [
+    dict(layout=layout, exponent=exponent, start=start)
+    for layout in ("sin even", "cos even", "sin | cos", "cos | sin")
+    for exponent in ("2i", "i", "j", "2j")
+    for start in (0, 1)
+][1:]  # all but the paper's
+
+
+@pytest.mark.parametrize("conventions", FAMILY, ids=lambda c: ",".join(f"{v}" for v in c.values()))
+def test_every_table_convention_and_combination_is_named(conventions):
+    parts = [PARTS[k, v] for k, v in conventions.items() if (k, v) in PARTS]
+    words = [w for w, _ in parts]
+    assert_mistake(check_sinusoidal_positional_encoding, pe_variant(**conventions), parts[0][1], *words)
+
+
+def test_other_frequencies_say_which_columns_are_right():
+    # base 1000 instead of 10000: columns 0 and 1 (frequency 10000^0 = 1) are still right
+    assert_mistake(
+        check_sinusoidal_positional_encoding, pe_variant(base=1000.0), "values differ",
+        "columns 0-1 are right, columns 2-", "check the frequency", repeat=STABLE,
+    )
+
+
 def pe_transposed(max_len, d_model):
     return pe_pow(max_len, d_model).T
 
@@ -171,10 +223,13 @@ def make_pe(bug=None):
             super().__init__()
             self.max_len = max_len
             self.p = dropout
-            self.dropout = nn.Dropout(dropout)
-            table = (pe_swapped if bug == "wrong table" else pe_pow)(
-                5000 if bug == "wrong pe shape" else max_len, d_model
-            )
+            self.dropout = nn.Dropout(0.1 if bug == "hard-coded dropout p" else dropout)
+            make = {"wrong table": pe_swapped, "wrong frequencies": pe_variant(base=1000.0)}.get(bug, pe_pow)
+            table = make(5000 if bug == "wrong pe shape" else max_len, d_model)
+            if bug == "float64 pe":
+                table = table.double()
+            if bug == "sequence-first slice (silent)":
+                table = table.unsqueeze(1)  # (max_len, 1, D), the layout of PyTorch's tutorial
             if bug == "pe is a Parameter":
                 self.pe = nn.Parameter(table, requires_grad=False)
             elif bug == "pe not a buffer":
@@ -201,6 +256,12 @@ def make_pe(bug=None):
                 return self.dropout(x) + pe[:L]
             if bug == "dropout missing":
                 return x + pe[:L]
+            if bug == "x scaled by sqrt(d_model)":
+                return self.dropout(x * math.sqrt(x.size(-1)) + pe[:L])
+            if bug == "sum scaled by sqrt(d_model)":
+                return self.dropout((x + pe[:L]) * math.sqrt(x.size(-1)))
+            if (bug or "").startswith("sequence-first slice"):
+                return self.dropout(x + pe[: x.size(0)])
             if bug == "dropout ignores eval mode":
                 return F.dropout(x + pe[:L], p=self.p)
             if bug == "input modified in place":
@@ -227,7 +288,7 @@ class BatchedBufferPE(nn.Module):
         return self.dropout(x + self.pe[:, : x.shape[1]])
 
 
-@pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), BatchedBufferPE])
+@pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), make_pe("float64 pe"), BatchedBufferPE])
 def test_positional_encoding_correct_variants_pass(cls):
     assert_passes(check_positional_encoding, cls)
 
@@ -245,6 +306,12 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("multiplied instead of added", "multiplied instead of added", ["multiplied"]),
         ("dropout before adding", "dropout before adding", ["before adding"]),
         ("dropout missing", "dropout missing", ["no dropout was applied"]),
+        ("hard-coded dropout p", "hard-coded dropout p", ["p = 0.1", "instead of the dropout argument"]),
+        ("x scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["x is multiplied by sqrt(d_model)", "TokenEmbedding"]),
+        ("sum scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["the sum x + pe[:L] is multiplied"]),
+        ("sequence-first slice", "sequence-first slice", ["pe[:x.size(0)]", "batch first", "pe[:x.size(1)]", "line"]),
+        ("sequence-first slice (silent)", "sequence-first slice", ["row b of the table", "pe[:x.size(1)]"]),
+        ("wrong frequencies", "wrong table", ["columns 0-1 are right, columns 2-", "sinusoidal_positional_encoding"]),
         ("dropout ignores eval mode", "dropout ignores eval mode", ["eval mode"]),
         ("no length check", "no length check", ["RuntimeError", "ValueError", "max_len"]),
         ("no length check (silent)", "no length check", ["returned a result instead of raising"]),
@@ -252,7 +319,9 @@ def test_positional_encoding_correct_variants_pass(cls):
     ],
 )
 def test_positional_encoding_mistakes_are_named(bug, mistake, words):
-    assert_mistake(check_positional_encoding, make_pe(bug), mistake, *words)
+    new = ("hard-coded", "sqrt", "sequence-first", "frequencies")  # the families added last: 20 draws each
+    assert_mistake(check_positional_encoding, make_pe(bug), mistake, *words,
+                   repeat=STABLE if any(w in bug for w in new) else 3)
 
 
 def test_positional_encoding_stub_and_instance():

@@ -250,16 +250,29 @@ def check_unchanged(names: Iterable[str], tensors: Iterable[Any], originals: Ite
             )
 
 
-def dropout_pattern(got: Tensor, kept: Tensor, p: float, atol: float = 1e-5) -> bool:
-    """True when every entry of ``got`` is 0 (dropped) or ``kept / (1 - p)`` (kept and
-    rescaled), with at least one of each: what dropout with probability ``p`` makes of
-    ``kept``. (On the many entries the checkers use, p > 0 never keeps or drops all.)"""
+def dropout_scale(got: Any, kept: Tensor, atol: float = 1e-5) -> float | None:
+    """``s`` when every entry of ``got`` is 0 or ``s * kept`` for one ``s``, with at least
+    one dropped and one kept entry: what dropout with ``p = 1 - 1/s`` makes of ``kept``
+    (on the many entries the checkers use, p > 0 never keeps or drops them all). Else None."""
     if not isinstance(got, Tensor) or got.shape != kept.shape or not got.is_floating_point():
-        return False
+        return None
     got, kept = got.detach().double(), kept.detach().double()
+    big = kept.abs() > 100 * atol  # entries whose ratio is well defined
+    ratio = got[big] / kept[big]
+    kept_ones = ratio.abs() > 1e-3
+    if not bool(kept_ones.any()) or bool(kept_ones.all()):
+        return None
+    s = float(ratio[kept_ones].median())
     dropped = isclose(got, torch.zeros_like(got), atol=atol, rtol=0)
-    scaled = isclose(got, kept / (1 - p), atol=atol, rtol=1e-4)
-    return bool((dropped | scaled).all()) and bool((dropped & ~scaled).any()) and bool((scaled & ~dropped).any())
+    scaled = isclose(got, kept * s, atol=atol, rtol=1e-4)
+    return s if bool((dropped | scaled).all()) else None
+
+
+def dropout_pattern(got: Any, kept: Tensor, p: float, atol: float = 1e-5) -> bool:
+    """True when ``got`` is ``kept`` after dropout with probability ``p`` (each entry 0, or
+    kept and scaled by ``1 / (1 - p)``); see :func:`dropout_scale`."""
+    s = dropout_scale(got, kept, atol)
+    return s is not None and abs(s * (1 - p) - 1) < 1e-3
 
 
 def random_mask(*shape: int) -> Tensor:
