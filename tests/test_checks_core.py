@@ -310,3 +310,51 @@ def test_patched_torch_comparisons_cannot_turn_a_wrong_verdict_into_ok(monkeypat
     assert check_demo(lambda x: x + 2).mistake == "added"
     assert check_demo(lambda x: x * 3).mistake == "values differ"
     assert check_demo(lambda x: x * 2).passed
+
+
+class _MultiplyNotAdd(course_utils.PositionalEncoding):
+    def forward(self, x):
+        return self.dropout(x * self.pe[: x.size(1)])
+
+
+class _NoScale(course_utils.TokenEmbedding):
+    def forward(self, tokens):
+        return self.embedding(tokens)
+
+
+class _NoOutputProjection(course_utils.MultiHeadAttention):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.w_o = nn.Identity()
+
+
+# one wrong implementation per checker of notebooks 01-03: (checker, student, mistake named)
+WRONG_01_03 = [
+    ("check_scaled_dot_product_attention",
+     lambda q, k, v, mask=None: course_utils.scaled_dot_product_attention(q * q.size(-1) ** 0.5, k, v, mask),
+     "no scaling"),
+    ("check_causal_mask", lambda size, device=None: torch.ones(size, size, dtype=torch.bool, device=device).triu(),
+     "upper triangle"),
+    ("check_padding_mask", lambda tokens, pad_id: (tokens == pad_id).unsqueeze(1), "inverted mask"),
+    ("check_split_heads", lambda x, h: x.reshape(x.size(0), h, x.size(1), -1), "view(B, H, L, d_k) without transpose"),
+    ("check_merge_heads", lambda x: x.reshape(x.size(0), x.size(2), -1), "reshape without transpose"),
+    ("check_multi_head_attention", _NoOutputProjection, "wrong submodule"),
+    ("check_sinusoidal_positional_encoding",
+     lambda n, d: course_utils.sinusoidal_positional_encoding(n + 1, d)[1:], "positions from 1"),
+    ("check_positional_encoding", _MultiplyNotAdd, "multiplied instead of added"),
+    ("check_token_embedding", _NoScale, "not scaled"),
+]
+
+
+@pytest.mark.parametrize("name, student, mistake", WRONG_01_03, ids=[n for n, _, _ in WRONG_01_03])
+def test_patched_torch_comparisons_leave_the_01_03_verdicts_unchanged(name, student, mistake, monkeypatch):
+    check = getattr(checks, name)
+    plain = check(student, seed=31)
+    assert plain.mistake == mistake, plain.feedback
+    for fn in ("allclose", "equal", "isclose"):
+        monkeypatch.setattr(torch, fn, lambda *a, **k: True)
+    for fn in ("isnan", "isfinite"):
+        monkeypatch.setattr(torch, fn, lambda t, fn=fn: torch.full_like(t, fn == "isfinite", dtype=torch.bool))
+    monkeypatch.setattr(torch.testing, "assert_close", lambda *a, **k: None)
+    patched = check(student, seed=31)
+    assert (patched.feedback, patched.mistake) == (plain.feedback, plain.mistake)
