@@ -61,7 +61,8 @@ class CheckResult:
 
     ``feedback`` is the full message printed in the notebook; ``mistake`` names the
     catalogued mistake that was recognised (``None`` if none or passed); ``status`` is
-    one of ``"passed"``, ``"failed"``, ``"not implemented"``, ``"error"``.
+    one of ``"passed"``, ``"failed"``, ``"not implemented"``, ``"error"``; ``seed`` is the
+    seed the inputs were drawn from (printed in every verdict but ``[OK]``).
     """
 
     exercise: str
