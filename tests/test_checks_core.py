@@ -358,3 +358,14 @@ def test_patched_torch_comparisons_leave_the_01_03_verdicts_unchanged(name, stud
     monkeypatch.setattr(torch.testing, "assert_close", lambda *a, **k: None)
     patched = check(student, seed=31)
     assert (patched.feedback, patched.mistake) == (plain.feedback, plain.mistake)
+
+
+@pytest.mark.parametrize("name, student, mistake", WRONG_01_03, ids=[n for n, _, _ in WRONG_01_03])
+def test_the_printed_seed_replays_the_same_inputs_and_verdict(name, student, mistake, monkeypatch):
+    check = getattr(checks, name)
+    first = check(student)  # a fresh random seed, printed in the feedback
+    seed = int(re.search(r"\(seed (\d+):", first.feedback).group(1))
+    assert first.seed == seed
+    monkeypatch.setenv("COURSE_CHECK_SEED", str(seed))
+    again = check(student)
+    assert (again.feedback, again.mistake, again.seed) == (first.feedback, first.mistake, seed)
