@@ -582,7 +582,8 @@ def _check_dropout(cls: Any) -> None:
                 mistake="dropout on the output",
             )
         context = split_heads(merged, H)  # (B, H, L_q, d_k)
-        v = split_heads(F.linear(value.double(), ref.w_v.weight.double(), ref.w_v.bias.double()), H).detach()  # (B, H, L_k, d_k)
+        w_v = ref.w_v
+        v = split_heads(F.linear(value.double(), w_v.weight.double(), w_v.bias.double()), H).detach()  # (B, H, L_k, d_k)
         coeff = context @ torch.linalg.pinv(v)  # (B, H, L_q, L_k): context = coeff @ v
         ratio = coeff / ref_w.double().detach()  # (B, H, L_q, L_k): 0 (dropped) or 1 / (1 - p) (kept)
         exact = allclose(coeff @ v, context, atol=1e-4)

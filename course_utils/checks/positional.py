@@ -92,7 +92,8 @@ def _table(
 
 
 _LAYOUT_WORDS = {
-    "cos even": ("sin and cos swapped", "sin and cos are swapped: even columns (0, 2, 4, ...) hold sin, odd columns cos."),
+    "cos even": ("sin and cos swapped",
+                 "sin and cos are swapped: even columns (0, 2, 4, ...) hold sin, odd columns cos."),
     "sin | cos": ("sin and cos concatenated", "all sines sit in the first half and all cosines in the second; "
                   "the paper interleaves them: column 2i is sin and column 2i+1 is cos of the same angle."),
     "cos | sin": ("sin and cos concatenated", "all cosines sit in the first half and all sines in the second; "
@@ -185,7 +186,8 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
         except Failure as f:
             if f.mistake != "values differ":
                 raise
-            fail(f"the table ({case}) has the right shape, but {_columns_report(got, expected)}.", mistake="values differ")
+            report = _columns_report(got, expected)
+            fail(f"the table ({case}) has the right shape, but {report}.", mistake="values differ")
     return "3 random (max_len, d_model) tables"
 
 
