@@ -435,42 +435,35 @@ def outputs(run: grade.Run, step: int) -> str:
     return "".join(o.get("text", "") for o in run.cells[step].get("outputs", []))
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_hanging_notebook_is_stopped_and_every_process_it_started_is_killed(tmp_path):
+    """Also: the kernel's command line, environment and folder name no submission."""
     grade.become_subreaper()  # as the command line does: orphans come back to us
+    secret = tmp_path / "submissions"
     plan, course_nb = course_plan(
         "import os, subprocess, sys\n"
         f"p = subprocess.Popen([sys.executable, '-c', 'import os, subprocess, sys, time; "
         f"subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(120)  # {MARK}\"], "
         f"start_new_session=True); time.sleep(120)  # {MARK}'])\n"
         "print(os.getpid())",
+        "print(open('/proc/self/cmdline').read(), os.getcwd(), *(f'{k}={v}' for k, v in os.environ.items()))",
         "while True:\n    pass",
         "print('never reached')",
     )
-    run = asyncio.run(grade.run_plan(plan, course_nb, timeout=20, hidden=[tmp_path]))
-    assert (run.stopped, run.stopped_step, run.detail) == (grade.TIMED_OUT, 1, "after 20 s")
-    assert run.cells[2].outputs == []
+    os.environ["COURSE_GRADE_TEST_SUBMISSIONS"] = str(secret)
+    try:
+        run = asyncio.run(grade.run_plan(plan, course_nb, timeout=20, hidden=[secret]))
+    finally:
+        del os.environ["COURSE_GRADE_TEST_SUBMISSIONS"]
+    assert (run.stopped, run.stopped_step, run.detail) == (grade.TIMED_OUT, 2, "after 20 s")
+    assert run.cells[3].outputs == []
     kernel = int(outputs(run, 0))
     assert not Path(f"/proc/{kernel}").exists() or "Z" in Path(f"/proc/{kernel}/stat").read_text().split()[2]
     assert processes_with(MARK) == []
     assert run.killed == 2  # the child and its detached grandchild
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the kernel's /proc entry")
-def test_the_kernel_sees_no_submissions_path(tmp_path):
-    secret = tmp_path / "submissions"
-    plan, course_nb = course_plan(
-        "import os\nprint(open('/proc/self/cmdline').read() + '\\n'.join(f'{k}={v}' for k, v in os.environ.items()))",
-        "print(os.getcwd())",
-    )
-    os.environ["COURSE_GRADE_TEST_SUBMISSIONS"] = str(secret)
-    try:
-        run = asyncio.run(grade.run_plan(plan, course_nb, timeout=30, hidden=[secret]))
-    finally:
-        del os.environ["COURSE_GRADE_TEST_SUBMISSIONS"]
-    assert run.stopped is None, run.detail
-    seen = outputs(run, 0)
-    assert "ipykernel" in seen and str(secret) not in seen and "COURSE_GRADE_TEST_SUBMISSIONS" not in seen
-    assert outputs(run, 1).strip().endswith("/notebook")
+    seen = outputs(run, 1)
+    assert "ipykernel" in seen and "/notebook " in seen
+    assert str(secret) not in seen and "COURSE_GRADE_TEST_SUBMISSIONS" not in seen
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian: apt-get install bubblewrap)")
@@ -642,3 +635,24 @@ def test_checkers_have_no_hook_a_notebook_could_call():
     from course_utils.checks import _core
 
     assert not hasattr(_core, "_RESULT_LISTENERS")
+
+
+def test_report_labels_students_who_share_a_name_by_path(tmp_path):
+    def row(path, status, marks):
+        exercises = [grade.ExerciseGrade(n, s, message="m", flags=["line 1: x"] if s == grade.REVIEW else [],
+                                         reference="it is course_utils.padding_mask" if s == grade.REFERENCE else None)
+                     for n, s in zip(["causal_mask", "padding_mask"], marks)]
+        return grade.NotebookGrade(path, "x", NOTEBOOK, status, None, [], exercises, ignored_cells=[7])
+    grades = [row("a/x/01_masks.ipynb", "ok", [grade.PASSED, grade.REFERENCE]),
+              row("b/x/01_masks.ipynb", "ok", [grade.REVIEW, grade.NOT_ATTEMPTED])]
+    assignments = {NOTEBOOK: {"solution": "s/01_masks.ipynb", "exercises": ["causal_mask", "padding_mask"]}}
+    text = grade.format_report(grades, assignments)
+    assert re.search(r"^a/x/01_masks\.ipynb\s+ok\s+OK\s+R\s+1/2$", text, re.MULTILINE), text
+    assert re.search(r"^b/x/01_masks\.ipynb\s+ok\s+!\s+-\s+0/2$", text, re.MULTILINE), text
+    assert "  a/x/01_masks.ipynb: padding_mask used the reference: it is course_utils.padding_mask" in text
+    assert "  b/x/01_masks.ipynb: causal_mask review: line 1: x" in text
+    assert "  a/x/01_masks.ipynb: ignored 1 cell(s) that are not exercise cells: 7" in text
+    grade.write_csv(grades, tmp_path / "g.csv")
+    rows = list(csv.DictReader((tmp_path / "g.csv").open(encoding="utf-8", newline="")))
+    assert [(r["status"], r["flags"], r["ignored_cells"]) for r in rows] == [
+        ("passed", "", "7"), ("used the reference", "", "7"), ("review", "line 1: x", "7"), ("not attempted", "", "7")]
