@@ -306,7 +306,6 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     (a copy of the builtins), so nothing a student cell binds changes how it works. What
     it keeps lives only in the closure of the audit hook it installs."""
     import builtins
-    import functools
     import hashlib
     import os
     import sys
@@ -486,60 +485,6 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         finally:
             state["busy"] -= 1
 
-    def uses_reference(obj, name):
-        """How ``obj`` uses the course's reference for ``name`` (None: it does not)."""
-        ref = references.get(name)
-        if ref is None:
-            return None
-        seen, todo, steps = set(), [(obj, "it is")], 0
-        while todo and steps < 500:
-            x, how = todo.pop()
-            steps += 1
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
-            if x is ref:
-                return f"{how} course_utils.{name}"
-            if isinstance(x, type):
-                if isinstance(ref, type) and issubclass(x, ref):
-                    return f"it subclasses course_utils.{name}"
-                if getattr(x, "__module__", "").split(".")[0] in ("torch", "builtins", "course_utils"):
-                    continue
-                todo += [(v, "it uses") for v in vars(x).values()]
-                todo += [(b, "it uses") for b in x.__bases__]
-            elif isinstance(x, (staticmethod, classmethod)):
-                todo.append((x.__func__, how))
-            elif isinstance(x, property):
-                todo += [(f, "it uses") for f in (x.fget, x.fset) if f is not None]
-            elif isinstance(x, functools.partial):
-                todo += [(v, "it wraps") for v in (x.func, *x.args, *x.keywords.values())]
-            elif isinstance(x, types.MethodType):
-                todo.append((x.__func__, how))
-            elif isinstance(x, types.FunctionType):
-                if x.__code__.co_filename not in student_files and x is not obj:
-                    continue
-                todo += [(x.__dict__.get("__wrapped__"), "it wraps")] if "__wrapped__" in x.__dict__ else []
-                for cell in x.__closure__ or ():
-                    try:
-                        todo.append((cell.cell_contents, "it wraps"))
-                    except ValueError:
-                        pass
-                todo += [(v, "it uses") for v in (*(x.__defaults__ or ()), *(x.__kwdefaults__ or {}).values())]
-                names, codes = set(), [x.__code__]
-                while codes:
-                    code = codes.pop()
-                    names.update(code.co_names)
-                    codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-                for n in names:
-                    v = x.__globals__.get(n, missing)
-                    if isinstance(v, types.ModuleType):
-                        if v.__name__.split(".")[0] == "course_utils" and name in names and \
-                                getattr(v, name, None) is ref:
-                            return f"it uses course_utils.{name}"
-                    elif v is not missing:
-                        todo.append((v, "it calls"))
-        return None
-
     def verdict_of(name):
         obj = shell.user_ns.get(name, missing)
         if obj is missing:
@@ -571,7 +516,8 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             message["verdict"] = verdict_of(name)
             state["busy"] += 1
             try:
-                message["reference"] = uses_reference(shell.user_ns.get(name, missing), name)
+                message["reference"] = _uses_reference(shell.user_ns.get(name, missing), name,
+                                                       references.get(name), student_files)
             finally:
                 state["busy"] -= 1
             changed += [c + " (while being checked)" for c in restore()]
@@ -591,9 +537,71 @@ def _short(args) -> str:  # pragma: no cover - runs inside the graded kernel too
     return f" ({text})" if text else ""
 
 
+def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs inside the graded kernel too
+    """How ``obj``, a student's answer to exercise ``name``, uses ``ref``, the course's
+    reference (``None``: it does not): it is ``ref`` (an alias), subclasses it, or a function
+    or class of the student's (code from ``student_files``) holds or names it (a wrapper,
+    a closure, a default, ``functools.partial``, a method, a helper it calls)."""
+    import functools
+    import types
+
+    if ref is None:
+        return None
+    missing = object()
+    seen, todo, steps = set(), [(obj, "it is")], 0
+    while todo and steps < 500:
+        x, how = todo.pop()
+        steps += 1
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x is ref:
+            return f"{how} course_utils.{name}"
+        if isinstance(x, type):
+            if isinstance(ref, type) and issubclass(x, ref):
+                return f"it subclasses course_utils.{name}"
+            if getattr(x, "__module__", "").split(".")[0] in ("torch", "builtins", "course_utils"):
+                continue
+            todo += [(v, "it uses") for v in vars(x).values()]
+            todo += [(b, "it uses") for b in x.__bases__]
+        elif isinstance(x, (staticmethod, classmethod)):
+            todo.append((x.__func__, how))
+        elif isinstance(x, property):
+            todo += [(f, "it uses") for f in (x.fget, x.fset) if f is not None]
+        elif isinstance(x, functools.partial):
+            todo += [(v, "it wraps") for v in (x.func, *x.args, *x.keywords.values())]
+        elif isinstance(x, types.MethodType):
+            todo.append((x.__func__, how))
+        elif isinstance(x, types.FunctionType):
+            if x.__code__.co_filename not in student_files and x is not obj:
+                continue  # a library's function: what it uses is not the student's doing
+            if "__wrapped__" in x.__dict__:
+                todo.append((x.__dict__["__wrapped__"], "it wraps"))
+            for cell in x.__closure__ or ():
+                try:
+                    todo.append((cell.cell_contents, "it wraps"))
+                except ValueError:  # an empty cell
+                    pass
+            todo += [(v, "it uses") for v in (*(x.__defaults__ or ()), *(x.__kwdefaults__ or {}).values())]
+            names, codes = set(), [x.__code__]
+            while codes:
+                code = codes.pop()
+                names.update(code.co_names)
+                codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            for n in names:
+                v = x.__globals__.get(n, missing)
+                if isinstance(v, types.ModuleType):
+                    # `course_utils.name` (or a submodule's): both names are in the code
+                    if v.__name__.split(".")[0] == "course_utils" and name in names and getattr(v, name, None) is ref:
+                        return f"it uses course_utils.{name}"
+                elif v is not missing:
+                    todo.append((v, "it calls"))
+    return None
+
+
 def kernel_setup_source(config: dict) -> str:
     """The first cell of a graded notebook: runs :func:`_kernel_side` with private globals."""
-    code = "\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in (_short, _kernel_side))
+    code = "\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in (_short, _uses_reference, _kernel_side))
     code += f"\n\n_kernel_side({config!r})\n"
     return (
         "# Added by course_utils.grade: set up grading before any student code runs.\n"

@@ -527,6 +527,38 @@ def test_scan_exercise_cell(source, flags, reference):
     assert (scan.reference or "").startswith(reference or "") and bool(scan.reference) == bool(reference)
 
 
+@pytest.mark.parametrize("source, name, expected", [
+    ("from course_utils import causal_mask", "causal_mask", "it is course_utils.causal_mask"),
+    ("import course_utils as cu\ncausal_mask = cu.attention.causal_mask", "causal_mask", "it is"),
+    ("def causal_mask(n, device=None):\n    return course_utils.causal_mask(n, device)", "causal_mask", "it uses"),
+    ("from course_utils import causal_mask as ref\n\ndef causal_mask(n, device=None):\n    return ref(n, device)",
+     "causal_mask", "it calls"),
+    ("from course_utils import causal_mask as ref\n\ndef _helper(n):\n    return ref(n)\n\n"
+     "def causal_mask(n, device=None):\n    return _helper(n)", "causal_mask", "it calls"),
+    ("import functools\ncausal_mask = functools.partial(course_utils.causal_mask)", "causal_mask", "it wraps"),
+    ("def make(f):\n    def causal_mask(n, device=None):\n        return f(n, device)\n    return causal_mask\n\n"
+     "causal_mask = make(course_utils.causal_mask)", "causal_mask", "it wraps"),
+    ("def causal_mask(n, device=None, _f=course_utils.causal_mask):\n    return _f(n, device)", "causal_mask", "it uses"),
+    ("class Encoder(course_utils.Encoder):\n    pass", "Encoder", "it subclasses course_utils.Encoder"),
+    ("class Encoder(torch.nn.Module):\n    def __init__(self, *args):\n        super().__init__()\n"
+     "        self.inner = course_utils.Encoder(*args)", "Encoder", "it uses course_utils.Encoder"),
+    # the student's own code; an earlier notebook's reference inside it is allowed
+    ("def causal_mask(n, device=None):\n    return torch.ones(n, n, dtype=torch.bool, device=device).tril()",
+     "causal_mask", None),
+    ("class Encoder(torch.nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+     "        self.attn = course_utils.MultiHeadAttention(d, 2)", "Encoder", None),
+    ("from course_utils import causal_mask\n\ndef padding_mask(t, p):\n    return causal_mask(3)", "padding_mask", None),
+])
+def test_reference_detection_follows_aliases_wrappers_and_subclasses(source, name, expected):
+    import course_utils
+    import torch
+
+    namespace = {"course_utils": course_utils, "torch": torch, "__name__": "__main__"}  # as in a notebook
+    exec(compile(source, "<student cell>", "exec"), namespace)  # noqa: S102 - a student's cell
+    got = grade._uses_reference(namespace[name], name, getattr(course_utils, name), {"<student cell>"})
+    assert (got or "").startswith(expected or "") and bool(got) == bool(expected), got
+
+
 def test_course_exercises_come_from_the_solutions():
     course = grade.load_course(SOLUTIONS, grade.checker_exercises())
     assert sorted(course) == ["01_masks.ipynb", "02_targets.ipynb"]
