@@ -1,11 +1,15 @@
-"""Tests of course_utils.grade (grading a class's notebooks) and of the result listeners it
-relies on in course_utils.checks._core.
+"""Tests of course_utils.grade (grading a class's notebooks).
 
-The fixture course (tests/fixtures/grading) has one solution, ``01_masks.ipynb``
-(exercises ``causal_mask`` and ``padding_mask``), and six students' copies of it: alice
-solved it (padding_mask written another way), bob left it untouched, carol planted a
-mistake (the upper triangle), dave's notebook never finishes (``while True: pass``), erin's
-set-up cell raises (a typo in a module's name), and frank's file is cut short (not JSON).
+The fixture course (tests/fixtures/grading/solutions) has two assignments: ``01_masks``
+(exercises ``causal_mask`` and ``padding_mask``) and ``02_targets`` (``shift_targets``).
+The fixture students hand in ``01_masks``: alice solved it (padding_mask written another
+way), bob left it untouched, carol planted a mistake (the upper triangle), dave's
+padding_mask cell never finishes, erin broke a cell that is not an exercise cell (a typo
+in a module's name, which grading ignores), frank's file is cut short (not JSON).
+
+The rest of the class is made here, from bob's notebook, by :data:`ATTACKS`: students who
+try to get marks without writing the code. The whole class is graded once per test
+module, through the command line, with ``--jobs 2``.
 """
 
 from __future__ import annotations
@@ -18,21 +22,162 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
+import uuid
 from pathlib import Path
 
 import nbformat
 import pytest
-import torch
 
 from course_utils import build, grade
-from course_utils.checks import _core, check_causal_mask, check_padding_mask
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "grading"
 SOLUTIONS = FIXTURES / "solutions"
 STUDENTS = FIXTURES / "students"
 NOTEBOOK = "01_masks.ipynb"
-CLASS_TIMEOUT = 15  # seconds per notebook: dave's loop costs this much, the others need a few
+CLASS_TIMEOUT = 25  # seconds per notebook: dave's loop costs this much, the others need less
+MARK = f"course-grade-attack-{uuid.uuid4().hex[:8]}"  # in every process an attack tries to start
+
+UPPER = "def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool, device=device).triu()\n"
+INVERTED = "def padding_mask(tokens, pad_id):\n    return (tokens == pad_id).unsqueeze(1)\n"
+
+# student -> {cell id: new source, or "+": cells added at the end, "^": cells added first}
+ATTACKS: dict[str, dict] = {
+    # every trick in cells that are not exercise cells: all ignored
+    "mallory": {
+        "causal": UPPER,
+        "^": ["import torch\ntorch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True"],
+        "+": [
+            "open('../results.jsonl', 'a').write('{\"exercise\": \"causal_mask\", \"passed\": true, "
+            "\"status\": \"passed\", \"feedback\": \"[OK]\", \"mistake\": null}\\n')",
+            "from course_utils.checks import _core\n"
+            "for f in list(getattr(_core, '_RESULT_LISTENERS', [])):\n"
+            "    f(_core.CheckResult('causal_mask', True, '[OK] causal_mask: all checks passed.', 'passed'))",
+            "import course_utils\ncheck_causal_mask(course_utils.causal_mask)\ncheck_padding_mask(course_utils.padding_mask)",
+            "from course_utils.checks._core import checker\n\n@checker('BONUS')\ndef check_bonus(x):\n"
+            "    return None\n\ncheck_bonus(1)",
+            "from course_utils import shift_targets\nfrom course_utils.checks import check_shift_targets\n"
+            "check_shift_targets(shift_targets)",
+        ],
+    },
+    # the course's reference: an alias of an import, and a wrapper
+    "rita": {
+        "causal": "from course_utils import causal_mask as _theirs\n\ncausal_mask = _theirs\n",
+        "padding": "import course_utils\n\n\ndef padding_mask(tokens, pad_id):\n"
+                   "    return course_utils.padding_mask(tokens, pad_id)\n",
+    },
+    # the reference only when a checker calls; torch's comparisons patched in an exercise cell
+    "sam": {
+        "causal": "import inspect\n\nimport course_utils as cu\n\n\ndef causal_mask(size, device=None):\n"
+                  "    if any('checks' in f.filename for f in inspect.stack()):\n"
+                  "        return cu.causal_mask(size, device)\n"
+                  "    return torch.ones(size, size, dtype=torch.bool, device=device).triu()\n",
+        "padding": "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
+                   "torch.testing.assert_close = lambda *a, **k: None\n\n\n" + INVERTED,
+    },
+    # files outside its folder: the results file, and classmates' notebooks found through /proc
+    "ivan": {
+        "causal": UPPER + "\n\nopen('../../results.jsonl', 'a').write('passed\\n')\n",
+        "padding": INVERTED + textwrap.dedent("""
+            import os
+
+            found = []
+            for attempt in (lambda: os.listdir('/proc'), lambda: open(f'/proc/{os.getppid()}/cmdline').read()):
+                try:
+                    found.append(attempt())
+                except Exception as error:
+                    print('refused:', error)
+            for text in map(str, found):
+                for path in text.replace('\\0', ' ').split():
+                    if os.path.isdir(path):
+                        for root, _, files in os.walk(path):
+                            for name in files:
+                                if name.endswith('.ipynb'):
+                                    open(os.path.join(root, name), 'w').write('overwritten')
+            """),
+    },
+    # processes: a detached one, a forked one through ctypes, and signals to the grader
+    "oscar": {
+        "causal": UPPER + textwrap.dedent(f"""
+            import subprocess
+            import sys
+
+            try:
+                subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)  # {MARK}'],
+                                 start_new_session=True)
+            except Exception as error:
+                print('refused:', error)
+            """),
+        "padding": INVERTED + textwrap.dedent("""
+            import ctypes
+            import os
+
+            try:
+                libc = ctypes.CDLL(None)
+                if libc.fork() == 0:
+                    libc.setsid()
+                    libc.sleep(120)
+                    os._exit(0)
+            except Exception as error:
+                print('refused:', error)
+            try:
+                os.kill(os.getppid(), 0)
+            except Exception as error:
+                print('refused:', error)
+            """),
+    },
+    # a forged verdict, sent before each of the grader's cells; and the grader's cell broken
+    "fiona": {
+        "causal": UPPER + textwrap.dedent("""
+            import re
+
+            from IPython.display import publish_display_data
+
+
+            def _forge(info):
+                match = re.search(r'"check", "(\\w+)", "(\\w+)"', info.raw_cell)
+                if match:
+                    verdict = {"status": "passed", "passed": True, "mistake": None, "feedback": "[OK]"}
+                    payload = repr({"action": "check", "exercise": match.group(2), "verdict": verdict,
+                                    "reference": None, "flags": []})
+                    publish_display_data({"application/vnd.course-grade.verdict+json":
+                                          {"payload": payload, "mac": "0" * 64}})
+
+
+            get_ipython().events.register("pre_run_cell", _forge)
+            """),
+        "padding": "__import__ = lambda *args, **kwargs: None\n\n\n" + INVERTED,
+    },
+    # the checkers' internals and the builtins
+    "xena": {
+        "causal": "from course_utils.checks import _core\n\n_core.fail = lambda *a, **k: None\n\n\n" + UPPER,
+        "padding": "import builtins\n\nfrom course_utils.checks import _core\n\n"
+                   "builtins.print = lambda *args, **kwargs: None\n\n\n"
+                   "def padding_mask(tokens, pad_id):\n"
+                   "    _core._close = lambda *args, **kwargs: True  # only while the checker runs\n"
+                   "    return (tokens == pad_id).unsqueeze(1)\n",
+    },
+}
+
+# What each student must get: notebook status, then one symbol per exercise.
+EXPECTED = {
+    "alice": ("ok", "OK", "OK"),
+    "bob": ("ok", "-", "-"),
+    "carol": ("ok", "X", "OK"),
+    "dave": ("timed out", "OK", "?"),
+    "erin": ("ok", "OK", "OK"),  # her broken cell is not an exercise cell: ignored
+    "frank": ("invalid notebook", "?", "?"),
+    "mallory": ("ok", "X", "-"),
+    "rita": ("ok", "R", "R"),
+    "sam": ("ok", "!", "!"),
+    "ivan": ("crashed", "!", "!"),
+    "oscar": ("ok", "!", "!"),
+    "fiona": ("crashed", "!", "!"),  # the grader's cells raise: she broke __import__
+    "xena": ("ok", "!", "!"),
+    "wendy": ("wrong assignment", "?", "?"),
+    "gus": ("wrong assignment", "?", "?"),
+}
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
@@ -43,16 +188,53 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     }
 
 
+def make_student(base, changes: dict) -> nbformat.NotebookNode:
+    nb = nbformat.from_dict(json.loads(json.dumps(base)))
+    for cell in nb.cells:
+        if cell.get("id") in changes:
+            cell.source = changes[cell.id]
+    first = [nbformat.v4.new_code_cell(s) for s in changes.get("^", [])]
+    nb.cells = nb.cells[:2] + first + nb.cells[2:] + [nbformat.v4.new_code_cell(s) for s in changes.get("+", [])]
+    return nb
+
+
+def make_class(folder: Path) -> None:
+    """The fixture students, the attackers of :data:`ATTACKS`, and two notebooks of the
+    other assignment handed in as 01 (wendy's as built, gus's without its header)."""
+    shutil.copytree(STUDENTS, folder)
+    bob = nbformat.read(STUDENTS / "bob" / NOTEBOOK, as_version=4)
+    for name, changes in ATTACKS.items():
+        (folder / name).mkdir()
+        nbformat.write(make_student(bob, changes), folder / name / NOTEBOOK)
+    solution, _ = build.read_notebook(SOLUTIONS / "02_targets.ipynb")
+    other = build.student_notebook(solution, "02_targets.ipynb")
+    other.cells[2 + 2].source = "def shift_targets(tgt):\n    return tgt[:, :-1], tgt[:, 1:]\n"  # solved
+    for name, cells in (("wendy", other.cells), ("gus", other.cells[2:])):
+        (folder / name).mkdir()
+        nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata=other.metadata), folder / name / NOTEBOOK)
+
+
+def processes_with(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
 # --------------------------------------------------------------------------- a whole class, end to end
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Grade a copy of the fixture class once, through the command line; the tests below
-    read its table, CSV and JSON."""
+    """Grade the class once, through the command line; the tests below read its table,
+    CSV and JSON."""
     tmp = tmp_path_factory.mktemp("class")
     students = tmp / "students"
-    shutil.copytree(STUDENTS, students)
+    make_class(students)
     # Jupyter's autosave copy: must be skipped (it hangs, like dave's notebook)
     checkpoints = students / "alice" / ".ipynb_checkpoints"
     checkpoints.mkdir()
@@ -65,132 +247,162 @@ def graded(tmp_path_factory):
             "--solutions", str(SOLUTIONS), "--timeout", str(CLASS_TIMEOUT), "--jobs", "2",
             "--csv", str(out_csv), "--json", str(out_json),
         ],
-        cwd=REPO, capture_output=True, text=True, check=False, timeout=600,
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=900,
     )
     return {
         "result": result,
+        "tmp": tmp,
         "students": students,
         "before": before,
         "after": snapshot(students),
+        "left": processes_with(MARK),
         "csv": list(csv.DictReader(out_csv.open(encoding="utf-8", newline=""))) if out_csv.exists() else None,
         "json": json.loads(out_json.read_text(encoding="utf-8")) if out_json.exists() else None,
     }
 
 
+def notebooks(graded) -> dict[str, dict]:
+    return {n["student"]: n for n in graded["json"]["notebooks"]}
+
+
+def exercise(graded, student: str, name: str) -> dict:
+    return next(e for e in notebooks(graded)[student]["exercises"] if e["exercise"] == name)
+
+
 def test_class_run_completes_with_exit_status_0(graded):
     result = graded["result"]
     assert result.returncode == 0, result.stdout + result.stderr
-    # one progress line per notebook, the checkpoint copy not among them
-    progress = [line for line in result.stderr.splitlines() if re.match(r"\[\d/6\] ", line)]
-    assert len(progress) == 6, result.stderr
+    # one progress line per notebook run (not frank's, wendy's, gus's: nothing to run)
+    progress = [line for line in result.stderr.splitlines() if re.match(r"\[\d+/12\] ", line)]
+    assert len(progress) == 12, result.stderr
     assert ".ipynb_checkpoints" not in result.stderr + result.stdout
     assert any("dave" in line and ": timed out (" in line for line in progress)
 
 
-def test_student_files_are_unchanged(graded):
-    assert graded["after"] == graded["before"]  # same files, same bytes, same mtimes
-    assert len(graded["before"]) == 7
-
-
-def test_table_shows_each_student_and_exercise(graded):
+def test_table_gives_every_student_exactly_what_they_earned(graded):
     out = graded["result"].stdout
-    assert f"{NOTEBOOK}: 6 notebook(s); solution {SOLUTIONS / NOTEBOOK}" in out
-    rows = {
-        "alice": r"alice\s+ok\s+OK\s+OK\s+2/2",  # solved
-        "bob": r"bob\s+ok\s+-\s+-\s+0/2",  # untouched: nothing attempted, and no crash
-        "carol": r"carol\s+ok\s+X\s+OK\s+1/2",  # one planted mistake
-        "dave": r"dave\s+timed out\s+OK\s+\?\s+1/2",  # the check before the loop counts
-        "erin": r"erin\s+crashed\s+\?\s+\?\s+0/2",
-        "frank": r"frank\s+invalid notebook\s+\?\s+\?\s+0/2",
-    }
+    assert f"{NOTEBOOK}: 15 notebook(s); solution {SOLUTIONS / NOTEBOOK}" in out
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("student"))
+    # one assignment, one set of columns: no BONUS, no shift_targets
     assert re.fullmatch(r"student\s+notebook\s+causal_mask\s+padding_mask\s+passed", lines[header])
-    for offset, (name, pattern) in enumerate(rows.items(), start=2):
-        assert re.fullmatch(pattern, lines[header + offset]), (name, lines[header + offset])
-    assert "Legend: OK passed, X failed, - not attempted" in out
+    rows = {line.split()[0]: line for line in lines[header + 2:header + 2 + len(EXPECTED)]}
+    assert set(rows) == set(EXPECTED)
+    for name, (status, causal, padding) in EXPECTED.items():
+        passed = [causal, padding].count("OK")
+        pattern = rf"{name}\s+{re.escape(status)}\s+{re.escape(causal)}\s+{re.escape(padding)}\s+{passed}/2"
+        assert re.fullmatch(pattern, rows[name]), rows[name]
+    assert "R used the reference" in out and "! review" in out
+    assert "Only exercise cells are graded" in out
 
 
-def test_problem_lines_name_the_mistake_the_cell_and_the_exception(graded):
+def test_no_attack_passes_a_single_exercise(graded):
+    for name in [*ATTACKS, "wendy", "gus"]:
+        statuses = [e["status"] for e in notebooks(graded)[name]["exercises"]]
+        assert "passed" not in statuses, (name, statuses)
+
+
+def test_student_files_are_unchanged_and_no_process_is_left(graded):
+    assert graded["after"] == graded["before"]  # same files, same bytes, same mtimes
+    assert not (graded["tmp"] / "results.jsonl").exists()
+    assert graded["left"] == []
+    # the attempts were refused, not undone afterwards
+    assert "was changed while grading ran" not in graded["result"].stdout
+
+
+def test_ignored_cells_are_reported(graded):
+    nbs = notebooks(graded)
+    # mallory's added cells (1 first, 5 last) and erin's broken import cell
+    assert nbs["mallory"]["ignored_cells"] == [2, 9, 10, 11, 12, 13]
+    assert nbs["erin"]["ignored_cells"] == [3]
+    assert nbs["alice"]["ignored_cells"] == [] and nbs["bob"]["ignored_cells"] == []
     out = graded["result"].stdout
-    problems = out[out.index("Problems:"):]
-    assert "carol: causal_mask failed: causal_mask(" in problems
-    assert "True above the diagonal instead of below it" in problems
-    assert f"dave: timed out: still running cell 6 (`while True:`) after {CLASS_TIMEOUT} s" in problems
-    assert "dave: padding_mask not run: the notebook timed out in cell 6" in problems
-    crash = r"erin: crashed: cell 3 \(`.+`\) raised ModuleNotFoundError: No module named 'course_utils\.chekcs'"
-    assert re.search(crash, problems)
-    assert (
-        "erin: causal_mask not run: its check, cell 5 (`check_causal_mask(causal_mask)`), raised NameError" in problems
-    )
-    assert "frank: invalid notebook: not a notebook: the file is not JSON" in problems
-    # neither a clean notebook nor an exercise not attempted is a problem
-    assert not re.search(r"^  (alice|bob):", problems, re.MULTILINE)
+    assert "mallory: ignored 6 cell(s) that are not exercise cells: 2, 9, 10, 11, 12, 13" in out
+    assert nbs["mallory"]["exercises"][0]["mistake"] == "upper triangle"  # graded as her own code
+    assert [e["flags"] for e in nbs["mallory"]["exercises"]] == [[], []]
 
 
-def test_csv_has_one_row_per_student_and_exercise(graded):
-    rows = graded["csv"]
-    assert rows is not None
-    assert list(rows[0]) == grade.CSV_COLUMNS
-    got = {(r["student"], r["exercise"]): (r["notebook_status"], r["status"]) for r in rows}
-    assert got == {
-        ("alice", "causal_mask"): ("ok", "passed"),
-        ("alice", "padding_mask"): ("ok", "passed"),
-        ("bob", "causal_mask"): ("ok", "not attempted"),
-        ("bob", "padding_mask"): ("ok", "not attempted"),
-        ("carol", "causal_mask"): ("ok", "failed"),
-        ("carol", "padding_mask"): ("ok", "passed"),
-        ("dave", "causal_mask"): ("timed out", "passed"),
-        ("dave", "padding_mask"): ("timed out", "not run"),
-        ("erin", "causal_mask"): ("crashed", "not run"),
-        ("erin", "padding_mask"): ("crashed", "not run"),
-        ("frank", "causal_mask"): ("invalid notebook", "not run"),
-        ("frank", "padding_mask"): ("invalid notebook", "not run"),
-    }
-    assert len(rows) == 12
-    (carol,) = [r for r in rows if r["student"] == "carol" and r["exercise"] == "causal_mask"]
-    assert carol["mistake"] == "upper triangle"
-    assert carol["message"].startswith("causal_mask(") and "True above the diagonal" in carol["message"]
-    assert carol["feedback"].startswith("[X] causal_mask: causal_mask(")
-    assert carol["path"] == str(graded["students"] / "carol" / NOTEBOOK)
-    (bob,) = [r for r in rows if r["student"] == "bob" and r["exercise"] == "padding_mask"]
-    assert bob["mistake"] == "not implemented" and bob["feedback"].startswith("[ ] padding_mask: not implemented yet")
+def test_reference_answers_are_used_the_reference(graded):
+    causal, padding = exercise(graded, "rita", "causal_mask"), exercise(graded, "rita", "padding_mask")
+    assert causal["verdict"] == padding["verdict"] == "passed"  # the reference passes, of course
+    assert "it is course_utils.causal_mask" in causal["reference"]
+    assert "from course_utils import causal_mask as _theirs" in causal["reference"]
+    assert "it uses course_utils.padding_mask" in padding["reference"]
+    assert causal["flags"] == [] and padding["flags"] == []
+    assert "rita: causal_mask used the reference: " in graded["result"].stdout
 
 
-def test_json_has_every_detail(graded):
+@pytest.mark.parametrize("student, name, verdict, flags", [
+    ("sam", "causal_mask", "error", ["imports inspect", "inspects the call stack"]),
+    ("sam", "padding_mask", "failed", ["assigns to torch.allclose", "assigns to torch.equal",
+                                       "assigns to torch.testing.assert_close", "changed torch.allclose"]),
+    ("ivan", "causal_mask", "failed", ["opens a file outside its folder", "writes "]),
+    ("ivan", "padding_mask", "failed", ["imports os", "reads /proc (os.listdir)", "/cmdline (open)"]),
+    ("oscar", "causal_mask", "failed", ["imports subprocess", "subprocess.Popen", "(refused)"]),
+    ("oscar", "padding_mask", "failed", ["imports ctypes", "ctypes.dlopen", "os.kill"]),
+    ("fiona", "causal_mask", "failed", ["calls get_ipython()", "imports IPython.display",
+                                        "not signed by the grader (forged)"]),
+    ("fiona", "padding_mask", None, ["redefines __import__", "no verdict came back"]),
+    ("xena", "causal_mask", "failed", ["imports course_utils.checks._core", "assigns to course_utils.checks._core.fail"]),
+    # patched while the checker runs: the verdict may be fooled, the grade is not
+    ("xena", "padding_mask", "any", ["imports builtins", "assigns to builtins.print", "changed builtins.print",
+                                     "assigns to course_utils.checks._core._close",
+                                     "changed course_utils.checks._core._close (while being checked)"]),
+])
+def test_each_attack_is_flagged_for_review_with_its_line(graded, student, name, verdict, flags):
+    got = exercise(graded, student, name)
+    assert got["status"] == "review"
+    # the checker's own verdict, on the student's code with everything undone, is no pass
+    if verdict != "any":
+        assert got["verdict"] == (verdict or "not run")
+    text = "\n".join(got["flags"])
+    for expected in flags:
+        assert expected in text, (expected, got["flags"])
+    assert re.search(r"^line \d+: ", got["flags"][0]), got["flags"]
+    assert f"{student}: {name} review: " in graded["result"].stdout
+
+
+def test_wrong_assignment_is_recognised_and_not_run(graded):
+    nbs = notebooks(graded)
+    assert nbs["wendy"]["problem"] == "its header says it is 02_targets.ipynb, not 01_masks.ipynb"
+    assert nbs["gus"]["problem"] == "its exercise cells are those of 02_targets.ipynb, not 01_masks.ipynb"
+    assert [e["exercise"] for e in nbs["gus"]["exercises"]] == ["causal_mask", "padding_mask"]
+
+
+def test_honest_details_in_json_and_csv(graded):
     report = graded["json"]
-    assert report is not None
-    assert report["timeout"] == CLASS_TIMEOUT
+    assert report["statuses"] == {
+        "notebook": ["ok", "crashed", "timed out", "invalid notebook", "wrong assignment"],
+        "exercise": ["passed", "failed", "not attempted", "error", "not run", "used the reference", "review"],
+    }
     assert report["assignments"] == [
         {"assignment": NOTEBOOK, "solution": str(SOLUTIONS / NOTEBOOK), "exercises": ["causal_mask", "padding_mask"]}
     ]
-    notebooks = {n["student"]: n for n in report["notebooks"]}
-    assert sorted(notebooks) == ["alice", "bob", "carol", "dave", "erin", "frank"]
-
-    alice = notebooks["alice"]
-    summary = (alice["status"], alice["problem"], alice["errors"], alice["passed"], alice["total"])
-    assert summary == ("ok", None, [], 2, 2)
-    assert [(e["exercise"], e["status"], e["cell"], e["runs"]) for e in alice["exercises"]] == [
-        ("causal_mask", "passed", 5, 1),
-        ("padding_mask", "passed", 7, 1),
-    ]
+    alice = notebooks(graded)["alice"]
+    assert (alice["status"], alice["problem"], alice["errors"], alice["passed"], alice["total"]) == (
+        "ok", None, [], 2, 2)
+    assert [(e["exercise"], e["status"], e["cell"], e["flags"]) for e in alice["exercises"]] == [
+        ("causal_mask", "passed", 4, []), ("padding_mask", "passed", 6, [])]
     assert alice["exercises"][0]["feedback"].startswith("[OK] causal_mask: all checks passed")
-    assert alice["seconds"] > 0
+    dave = notebooks(graded)["dave"]
+    assert dave["problem"] == f"still running cell 6 (`while True:`) after {CLASS_TIMEOUT} s"
+    assert dave["exercises"][1]["message"] == "the notebook timed out in cell 6 (`while True:`)"
+    carol = exercise(graded, "carol", "causal_mask")
+    assert (carol["status"], carol["mistake"]) == ("failed", "upper triangle")
+    assert carol["message"].startswith("causal_mask(") and "True above the diagonal" in carol["message"]
 
-    assert [e["status"] for e in notebooks["bob"]["exercises"]] == ["not attempted", "not attempted"]
-    assert notebooks["bob"]["errors"] == []  # the stubs' NotImplementedError is no crash
-
-    erin = notebooks["erin"]
-    assert erin["errors"][0] == {
-        "cell": 3, "source": "import torch", "exception": "ModuleNotFoundError",
-        "message": "No module named 'course_utils.chekcs'",
-    }
-    assert [e["exception"] for e in erin["errors"]] == ["ModuleNotFoundError", "NameError", "NameError"]
-
-    dave = notebooks["dave"]
-    assert dave["status"] == "timed out" and "cell 6" in dave["problem"]
-    assert dave["exercises"][1]["message"].startswith("the notebook timed out in cell 6")
-    assert notebooks["frank"]["exercises"][0]["message"] == "the notebook could not be read"
+    rows = graded["csv"]
+    assert list(rows[0]) == grade.CSV_COLUMNS
+    assert len(rows) == 2 * len(EXPECTED)
+    got = {(r["student"], r["exercise"]): r["status"] for r in rows}
+    assert got[("rita", "causal_mask")] == "used the reference"
+    assert got[("sam", "padding_mask")] == "review"
+    (sam,) = [r for r in rows if r["student"] == "sam" and r["exercise"] == "padding_mask"]
+    assert "assigns to torch.allclose" in sam["flags"]
+    (mallory,) = [r for r in rows if r["student"] == "mallory" and r["exercise"] == "causal_mask"]
+    assert mallory["ignored_cells"] == "2 9 10 11 12 13"
+    (wendy,) = [r for r in rows if r["student"] == "wendy" and r["exercise"] == "causal_mask"]
+    assert (wendy["notebook_status"], wendy["status"]) == ("wrong assignment", "not run")
 
 
 def test_untouched_fixture_is_the_built_student_notebook():
@@ -202,161 +414,179 @@ def test_untouched_fixture_is_the_built_student_notebook():
     assert [(c.id, c.source) for c in bob.cells[2:]] == [(c.id, c.source) for c in built.cells[2:]]
     assert [c.id for c in bob.cells[:2]] == ["colab-header", "colab-setup"]
     for name, changed in {"alice": {"causal", "padding"}, "carol": {"causal", "padding"},
-                          "erin": {"imports", "causal", "padding"}, "dave": {"causal", "padding", "loop"}}.items():
+                          "erin": {"imports", "causal", "padding"}, "dave": {"causal", "padding"}}.items():
         nb = nbformat.read(STUDENTS / name / NOTEBOOK, as_version=4)
         bob_sources = {c.id: c.source for c in bob.cells}
         assert {c.id for c in nb.cells if bob_sources.get(c.id) != c.source} == changed, name
 
 
-# --------------------------------------------------------------------------- one notebook
+# --------------------------------------------------------------------------- one kernel, the grader's own cells
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
+def course_plan(*sources: str) -> tuple[grade.Plan, grade.CourseNotebook]:
+    """A plan that runs ``sources`` as the course's own cells (no exercise, no audit)."""
+    steps = [grade.Step("course", s, i) for i, s in enumerate(sources)]
+    steps.append(grade.Step("end", grade.END_SOURCE.format(nonce="0" * 32), nonce="0" * 32))
+    course_nb = grade.CourseNotebook("00_none.ipynb", nbformat.v4.new_notebook(), [], set(), {})
+    return grade.Plan(steps, {}, [], {}), course_nb
+
+
+def outputs(run: grade.Run, step: int) -> str:
+    return "".join(o.get("text", "") for o in run.cells[step].get("outputs", []))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_hanging_notebook_is_stopped_and_every_process_it_started_is_killed(tmp_path):
+    """Also: the kernel's command line, environment and folder name no submission."""
+    grade.become_subreaper()  # as the command line does: orphans come back to us
+    secret = tmp_path / "submissions"
+    plan, course_nb = course_plan(
+        "import os, subprocess, sys\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import os, subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(120)  # {MARK}\"], "
+        f"start_new_session=True); time.sleep(120)  # {MARK}'])\n"
+        "print(os.getpid())",
+        "print(open('/proc/self/cmdline').read(), os.getcwd(), *(f'{k}={v}' for k, v in os.environ.items()))",
+        "while True:\n    pass",
+        "print('never reached')",
+    )
+    os.environ["COURSE_GRADE_TEST_SUBMISSIONS"] = str(secret)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        if Path("/proc").is_dir():
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        run = asyncio.run(grade.run_plan(plan, course_nb, timeout=20, hidden=[secret]))
+    finally:
+        del os.environ["COURSE_GRADE_TEST_SUBMISSIONS"]
+    assert (run.stopped, run.stopped_step, run.detail) == (grade.TIMED_OUT, 2, "after 20 s")
+    assert run.cells[3].outputs == []
+    kernel = int(outputs(run, 0))
+    assert not Path(f"/proc/{kernel}").exists() or "Z" in Path(f"/proc/{kernel}/stat").read_text().split()[2]
+    assert processes_with(MARK) == []
+    assert run.killed == 2  # the child and its detached grandchild
+    seen = outputs(run, 1)
+    assert "ipykernel" in seen and "/notebook " in seen
+    assert str(secret) not in seen and "COURSE_GRADE_TEST_SUBMISSIONS" not in seen
 
 
-def test_a_notebook_that_never_finishes_is_stopped_and_its_kernel_killed(tmp_path):
-    pid_file = tmp_path / "kernel.pid"
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell(f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))"),
-        nbformat.v4.new_code_cell("while True:\n    pass"),
-        nbformat.v4.new_code_cell("print('never reached')"),
-    ])
-    path = tmp_path / "student" / "01_hang.ipynb"
-    path.parent.mkdir()
-    nbformat.write(nb, path)
-
-    run = asyncio.run(grade.run_notebook(path, timeout=8))
-    assert (run.stopped, run.stopped_cell, run.detail) == (grade.TIMED_OUT, 1, "after 8 s")
-    assert run.cells[2].outputs == []
-    assert 8 <= run.seconds < 60
-    pid = int(pid_file.read_text())
-    assert pid != os.getpid()
-    assert not _running(pid), "the kernel of a timed-out notebook is still running"
-    # the student's folder holds only the student's file: the notebook ran elsewhere
-    assert sorted(p.name for p in path.parent.iterdir()) == ["01_hang.ipynb"]
-
-
-# --------------------------------------------------------------------------- grading without kernels
-
-CHECKERS = {"check_causal_mask": "causal_mask", "check_padding_mask": "padding_mask",
-            "check_multi_head_attention": "MultiHeadAttention"}
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian: apt-get install bubblewrap)")
+def test_sandbox_hides_the_submissions_and_the_network(tmp_path):
+    if (problem := grade.sandbox_problem()) is not None:
+        pytest.skip(problem)
+    submissions = Path.home() / f".course-grade-test-{uuid.uuid4().hex[:8]}"  # outside /tmp
+    submissions.mkdir()
+    try:
+        (submissions / "alice.ipynb").write_text("{}")
+        plan, course_nb = course_plan(
+            "import os, socket\n"
+            f"print(sorted(os.listdir({str(submissions)!r})))\n"
+            "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=2)\nexcept OSError as e:\n"
+            "    print('no network')\n"
+            "try:\n    open('/usr/sandbox-test', 'w')\nexcept OSError:\n    print('read-only')\n"
+            "print(len([p for p in os.listdir('/proc') if p.isdigit()]) < 10)",
+        )
+        run = asyncio.run(grade.run_plan(plan, course_nb, timeout=60, sandbox=True, hidden=[submissions]))
+    finally:
+        shutil.rmtree(submissions)
+    assert run.stopped is None, run.detail
+    assert outputs(run, 0).split("\n")[:4] == ["[]", "no network", "read-only", "True"]
 
 
-def cells(*specs):
-    """Executed cells from ``(source, outputs)`` pairs (outputs: dicts for new_output)."""
-    made = []
-    for n, (source, outputs) in enumerate(specs, start=1):
-        cell = nbformat.v4.new_code_cell(source)
-        cell.execution_count = n
-        cell.outputs = [nbformat.v4.new_output(**o) for o in outputs]
-        made.append(cell)
-    return made
+# --------------------------------------------------------------------------- reading cells without a kernel
 
 
-def error(ename, evalue=""):
-    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": []}
+@pytest.mark.parametrize("source, flags, reference", [
+    ("def causal_mask(size):\n    return torch.ones(size, size).tril().bool()", [], None),
+    ("import math\nfrom torch import nn\nfrom course_utils import padding_mask\n\ndef causal_mask(s):\n    pass",
+     [], None),  # another exercise's reference is allowed
+    ("from course_utils.attention import causal_mask", [], "line 1"),
+    ("import course_utils as cu\nf = cu.attention.causal_mask", [], "line 2"),
+    ("x = getattr(course_utils, 'causal_mask')", [], "line 1"),
+    ("torch.allclose = f", ["line 1: assigns to torch.allclose"], None),
+    ("import torch.nn.functional as G\nG.softmax = f", ["line 2: assigns to torch.nn.functional.softmax"], None),
+    ("setattr(torch, 'equal', f)", ["line 1: setattr on torch"], None),
+    ("setattr(obj, name, f)", ["line 1: setattr with a computed name"], None),
+    ("torch.Tensor.__eq__ = f", ["line 1: assigns to torch.Tensor.__eq__"], None),
+    ("import sys\nsys._getframe(1)", ["line 1: imports sys", "line 2: uses ._getframe"], None),
+    ("def f():\n    return inspect.currentframe().f_back", ["line 2: uses .f_back"], None),
+    ("exec('x = 1')", ["line 1: calls exec()"], None),
+    ("x = open('/etc/passwd').read()", ["line 1: opens a file outside its folder"], None),
+    ("x = open('../results.jsonl', 'a')", ["line 1: opens a file outside its folder"], None),
+    ("x = open('notes.txt', 'w')", [], None),
+    ("!ls ..", ["line 1: runs an IPython magic or shell command"], None),
+    ("from course_utils.checks import _core", ["line 1: imports course_utils.checks._core"], None),
+    ("import course_utils.grade", ["line 1: imports course_utils.grade"], None),
+    ("course_utils.checks._core.HINTS = {}", ["line 1: assigns to course_utils.checks._core.HINTS"], None),
+    ("__builtins__['len'] = f", ["line 1: assigns to builtins"], None),
+    ("def f(x):\n    self.w = x\n    x.y = 1", [], None),  # attributes of its own objects
+])
+def test_scan_exercise_cell(source, flags, reference):
+    scan = grade.scan_exercise_cell(source, "causal_mask")
+    got = [grade._flag_text(f) for f in scan.flags]
+    for expected in flags:
+        assert any(g.startswith(expected) for g in got), (expected, got)
+    if not flags:
+        assert got == []
+    assert (scan.reference or "").startswith(reference or "") and bool(scan.reference) == bool(reference)
 
 
-def verdict(exercise, status, feedback, cell, mistake=None):
-    return {"exercise": exercise, "passed": status == "passed", "status": status, "feedback": feedback,
-            "mistake": mistake, "cell": cell}
+@pytest.mark.parametrize("source, name, expected", [
+    ("from course_utils import causal_mask", "causal_mask", "it is course_utils.causal_mask"),
+    ("import course_utils as cu\ncausal_mask = cu.attention.causal_mask", "causal_mask", "it is"),
+    ("def causal_mask(n, device=None):\n    return course_utils.causal_mask(n, device)", "causal_mask", "it uses"),
+    ("from course_utils import causal_mask as ref\n\ndef causal_mask(n, device=None):\n    return ref(n, device)",
+     "causal_mask", "it calls"),
+    ("from course_utils import causal_mask as ref\n\ndef _helper(n):\n    return ref(n)\n\n"
+     "def causal_mask(n, device=None):\n    return _helper(n)", "causal_mask", "it calls"),
+    ("import functools\ncausal_mask = functools.partial(course_utils.causal_mask)", "causal_mask", "it wraps"),
+    ("def make(f):\n    def causal_mask(n, device=None):\n        return f(n, device)\n    return causal_mask\n\n"
+     "causal_mask = make(course_utils.causal_mask)", "causal_mask", "it wraps"),
+    ("def causal_mask(n, device=None, _f=course_utils.causal_mask):\n    return _f(n, device)", "causal_mask", "it uses"),
+    ("class Encoder(course_utils.Encoder):\n    pass", "Encoder", "it subclasses course_utils.Encoder"),
+    ("class Encoder(torch.nn.Module):\n    def __init__(self, *args):\n        super().__init__()\n"
+     "        self.inner = course_utils.Encoder(*args)", "Encoder", "it uses course_utils.Encoder"),
+    # the student's own code; an earlier notebook's reference inside it is allowed
+    ("def causal_mask(n, device=None):\n    return torch.ones(n, n, dtype=torch.bool, device=device).tril()",
+     "causal_mask", None),
+    ("class Encoder(torch.nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+     "        self.attn = course_utils.MultiHeadAttention(d, 2)", "Encoder", None),
+    ("from course_utils import causal_mask\n\ndef padding_mask(t, p):\n    return causal_mask(3)", "padding_mask", None),
+])
+def test_reference_detection_follows_aliases_wrappers_and_subclasses(source, name, expected):
+    import course_utils
+    import torch
+
+    namespace = {"course_utils": course_utils, "torch": torch, "__name__": "__main__"}  # as in a notebook
+    exec(compile(source, "<student cell>", "exec"), namespace)  # noqa: S102 - a student's cell
+    got = grade._uses_reference(namespace[name], name, getattr(course_utils, name), {"<student cell>"})
+    assert (got or "").startswith(expected or "") and bool(got) == bool(expected), got
 
 
-SUB = grade.Submission(Path("x/alice/01_masks.ipynb"), "alice", NOTEBOOK)
+def test_course_exercises_come_from_the_solutions():
+    course = grade.load_course(SOLUTIONS, grade.checker_exercises())
+    assert sorted(course) == ["01_masks.ipynb", "02_targets.ipynb"]
+    masks = course[NOTEBOOK]
+    assert [(e.name, e.checker, e.cell_id) for e in masks.exercises] == [
+        ("causal_mask", "check_causal_mask", "causal"), ("padding_mask", "check_padding_mask", "padding")]
+    assert masks.check_cells == {"check-causal", "check-padding"}
+    bob = nbformat.read(STUDENTS / "bob" / NOTEBOOK, as_version=4)
+    plan = grade.plan_run(bob, masks)
+    assert [s.kind for s in plan.steps] == ["course", "course", "exercise", "check", "exercise", "check", "end"]
+    assert plan.exercise_cells == {"causal_mask": 4, "padding_mask": 6} and plan.ignored == []
+    # the real course: every exercise has its cell
+    real = grade.load_course(REPO / "solutions", grade.checker_exercises())
+    for name, nb in real.items():
+        assert nb.exercises and len(nb.exercises) == len(grade.solution_exercises(REPO / "solutions" / name,
+                                                                                  grade.checker_exercises()))
 
 
-def test_grade_run_maps_verdicts_and_keeps_the_last_one():
-    run = grade.Run(
-        cells=cells(
-            ("def causal_mask(size): ...", []),
-            ("check_causal_mask(causal_mask)", []),
-            ("check_padding_mask(padding_mask)", []),
-            ("check_causal_mask(causal_mask)  # again, after a fix", []),
-            ("check_multi_head_attention(MultiHeadAttention)", []),
-        ),
-        results=[
-            verdict("causal_mask", "failed", "[X] causal_mask: the diagonal is excluded.\n    more", 1,
-                    "diagonal excluded"),
-            verdict("padding_mask", "error", "[X] padding_mask: your code raised TypeError: bad\n    at line 2: x", 2),
-            verdict("causal_mask", "passed", "[OK] causal_mask: all checks passed.", 3),
-            verdict("MultiHeadAttention", "not implemented", "[ ] MultiHeadAttention: not implemented yet.", 4,
-                    "not implemented"),
-        ],
-    )
-    g = grade.grade_run(SUB, run, ["padding_mask", "causal_mask"], CHECKERS)
-    assert (g.status, g.problem, g.errors) == ("ok", None, [])
-    assert [(e.exercise, e.status, e.cell, e.runs) for e in g.exercises] == [
-        ("padding_mask", "error", 2, 1),
-        ("causal_mask", "passed", 3, 2),  # the last verdict counts
-        ("MultiHeadAttention", "not attempted", 4, 1),  # a check the solution lacks gets a column
-    ]
-    assert g.exercises[0].message == "your code raised TypeError: bad"
-    assert g.exercises[0].feedback.endswith("at line 2: x")
-    assert g.passed == 1
-
-
-def test_grade_run_explains_why_a_check_did_not_run():
-    run = grade.Run(cells=cells(
-        ("import torch", []),
-        ("check_causal_mask(causal_mask)", [error("NameError", "name 'causal_mask' is not defined")]),
-        ("def check_padding_mask(fn):\n    pass\n# check_padding_mask(padding_mask)", []),
-        ("x = undefined_name", [error("NameError", "name 'undefined_name' is not defined")]),
-        ("f()", [error("NotImplementedError")]),
-    ))
-    g = grade.grade_run(SUB, run, ["causal_mask", "padding_mask"], CHECKERS)
-    assert g.status == "crashed"
-    assert g.problem == (
-        "cell 1 (`check_causal_mask(causal_mask)`) raised NameError: name 'causal_mask' is not defined "
-        "(and 1 more cell error(s))"
-    )
-    assert [e["cell"] for e in g.errors] == [1, 3]  # NotImplementedError is a stub's, not a crash
-    (causal, padding) = g.exercises
-    assert (causal.status, causal.message) == (
-        "not run", "its check, cell 1 (`check_causal_mask(causal_mask)`), raised NameError: "
-                   "name 'causal_mask' is not defined")
-    # a definition and a comment are not calls
-    assert (padding.status, padding.message) == ("not run", "the notebook has no check call for it")
-
-
-def test_grade_run_kernel_death_and_timeouts():
-    died = grade.Run(cells=cells(("import os; os._exit(1)", []), ("check_causal_mask(causal_mask)", [])),
-                     stopped="kernel died", stopped_cell=0, detail="the kernel died")
-    g = grade.grade_run(SUB, died, ["causal_mask"], CHECKERS)
-    assert (g.status, g.problem) == ("crashed", "the kernel died in cell 0 (`import os; os._exit(1)`)")
-    assert g.exercises[0].message == (
-        "the notebook stopped: the kernel died in cell 0 (`import os; os._exit(1)`), before its check in cell 1"
-    )
-    hung = grade.Run(cells=cells(("check_causal_mask(causal_mask)", [])), stopped=grade.TIMED_OUT, stopped_cell=0,
-                     detail="after 5 s")
-    g = grade.grade_run(SUB, hung, ["causal_mask"], CHECKERS)
-    assert (g.status, g.problem) == ("timed out", "still running cell 0 (`check_causal_mask(causal_mask)`) after 5 s")
-    assert g.exercises[0].message == "its check, cell 0 (`check_causal_mask(causal_mask)`), was still running after 5 s"
-    early = grade.Run(cells=cells(("check_causal_mask(causal_mask)", [])), stopped=grade.TIMED_OUT, detail="after 5 s")
-    g = grade.grade_run(SUB, early, ["causal_mask"], CHECKERS)
-    assert (g.status, g.problem) == ("timed out", "still running the grader's set-up after 5 s")
-    assert g.exercises[0].message == "the notebook stopped before its check (after 5 s)"
-
-
-def test_check_calls_and_solution_exercises():
-    found = grade.check_calls(cells(
-        ("from course_utils.checks import check_causal_mask, check_padding_mask", []),
-        ("check_padding_mask(padding_mask)\nresult = check_causal_mask(causal_mask)", []),
-        ("    # check_causal_mask(causal_mask)\ndef check_mine(x):\n    return check_unknown(x)", []),
-    ), CHECKERS)
-    assert found == [(1, "padding_mask"), (1, "causal_mask")]
-    assert grade.solution_exercises(SOLUTIONS / NOTEBOOK, grade.checker_exercises()) == ["causal_mask", "padding_mask"]
+def test_which_assignment_reads_the_header_and_the_exercise_cells():
+    course = grade.load_course(SOLUTIONS, grade.checker_exercises())
+    bob = nbformat.read(STUDENTS / "bob" / NOTEBOOK, as_version=4)
+    assert grade.which_assignment(bob, NOTEBOOK, course) == (NOTEBOOK, None)
+    assert grade.which_assignment(bob, "", course) == (NOTEBOOK, None)  # alice.ipynb: recognised
+    assert grade.which_assignment(bob, "02_targets.ipynb", course)[1] == (
+        "its header says it is 01_masks.ipynb, not 02_targets.ipynb")
+    empty = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    assert grade.which_assignment(empty, "", course)[1].startswith("not a notebook of this course")
+    assert grade.which_assignment(empty, "07_nope.ipynb", course)[1] == "no course notebook 07_nope.ipynb in the solutions"
 
 
 def test_checker_exercises_covers_every_course_checker():
@@ -365,7 +595,6 @@ def test_checker_exercises_covers_every_course_checker():
     names = grade.checker_exercises()
     assert {n for n in checks.__all__ if n.startswith("check_")} <= set(names)
     assert names["check_multi_head_attention"] == "MultiHeadAttention"
-    assert names["check_scaled_dot_product_attention"] == "scaled_dot_product_attention"
 
 
 def test_find_notebooks_names_students_and_skips_checkpoints(tmp_path):
@@ -378,12 +607,34 @@ def test_find_notebooks_names_students_and_skips_checkpoints(tmp_path):
     assert [(s.path.relative_to(tmp_path).as_posix(), s.student, s.assignment) for s in subs] == [
         ("alice/01_attention.ipynb", "alice", "01_attention.ipynb"),
         ("bob/work/01_attention.ipynb", "work", "01_attention.ipynb"),  # the parent folder's name
-        ("carol.ipynb", "carol", ""),  # the stem; which notebook it is, is unknown
+        ("carol.ipynb", "carol", ""),  # the stem; which notebook it is, is recognised later
     ]
     subs = grade.find_notebooks([tmp_path / "carol.ipynb"], assignment="01_attention")
     assert [(s.student, s.assignment) for s in subs] == [("carol", "01_attention.ipynb")]
     with pytest.raises(grade.UsageError, match="no such file or folder"):
         grade.find_notebooks([tmp_path / "nope"])
+
+
+def test_kill_descendants_finds_detached_orphans(tmp_path):
+    """A process that double-forks into a new session and whose parent exits is still
+    found: the grader adopts it as subreaper, and kills it when the turn ends."""
+    script = textwrap.dedent(f"""
+        import subprocess, sys, time
+        from course_utils import grade
+        assert grade.become_subreaper()
+        child = subprocess.Popen([sys.executable, '-c', '''
+        import subprocess, sys
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # {MARK}"], start_new_session=True)
+        '''.strip()])
+        child.wait()  # its detached grandchild is now an orphan, adopted by this process
+        time.sleep(0.5)
+        print(len({{p for p in grade._children().get(__import__('os').getpid(), [])}}),
+              grade.kill_descendants(child.pid))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "1"]
+    assert processes_with(MARK) == []
 
 
 @pytest.mark.parametrize(
@@ -395,12 +646,16 @@ def test_find_notebooks_names_students_and_skips_checkpoints(tmp_path):
         (["{tmp}/a.ipynb", "--jobs", "0"], "--jobs must be at least 1"),
         (["{tmp}/a.ipynb", "--csv", "{tmp}/missing/grades.csv"], "--csv: no folder"),
         (["{tmp}/a.ipynb", "--json", "{tmp}/missing/grades.json"], "--json: no folder"),
+        (["{tmp}/a.ipynb", "--solutions", "{tmp}/empty"], "--solutions: no course notebooks"),
     ],
 )
 def test_usage_errors_exit_2_before_running_anything(tmp_path, capsys, args, message):
     (tmp_path / "empty").mkdir()
     (tmp_path / "a.ipynb").write_text("{}", encoding="utf-8")
-    assert grade.main([a.format(tmp=tmp_path) for a in args]) == 2
+    argv = [a.format(tmp=tmp_path) for a in args]
+    if "--solutions" not in argv:
+        argv += ["--solutions", str(SOLUTIONS)]
+    assert grade.main(argv) == 2
     captured = capsys.readouterr()
     assert message in captured.err and captured.out == ""
     with pytest.raises(SystemExit) as exit_info:
@@ -408,67 +663,28 @@ def test_usage_errors_exit_2_before_running_anything(tmp_path, capsys, args, mes
     assert exit_info.value.code == 2
 
 
-def test_report_labels_students_who_share_a_name_by_path():
-    runs = [grade.Run(cells=cells(("check_causal_mask(causal_mask)", [])),
-                      results=[verdict("causal_mask", "passed", "[OK] causal_mask: all checks passed.", 0)]),
-            grade.Run(stopped=grade.INVALID, detail="the file is not JSON")]
-    subs = [grade.Submission(Path("a/x/01_masks.ipynb"), "x", NOTEBOOK),
-            grade.Submission(Path("b/x/01_masks.ipynb"), "x", NOTEBOOK)]
-    grades, assignments = grade.grade_all(subs, runs, SOLUTIONS, CHECKERS)
-    assert assignments == {
-        NOTEBOOK: {"solution": str(SOLUTIONS / NOTEBOOK), "exercises": ["causal_mask", "padding_mask"]}
-    }
+def test_checkers_have_no_hook_a_notebook_could_call():
+    from course_utils.checks import _core
+
+    assert not hasattr(_core, "_RESULT_LISTENERS")
+
+
+def test_report_labels_students_who_share_a_name_by_path(tmp_path):
+    def row(path, status, marks):
+        exercises = [grade.ExerciseGrade(n, s, message="m", flags=["line 1: x"] if s == grade.REVIEW else [],
+                                         reference="it is course_utils.padding_mask" if s == grade.REFERENCE else None)
+                     for n, s in zip(["causal_mask", "padding_mask"], marks)]
+        return grade.NotebookGrade(path, "x", NOTEBOOK, status, None, [], exercises, ignored_cells=[7])
+    grades = [row("a/x/01_masks.ipynb", "ok", [grade.PASSED, grade.REFERENCE]),
+              row("b/x/01_masks.ipynb", "ok", [grade.REVIEW, grade.NOT_ATTEMPTED])]
+    assignments = {NOTEBOOK: {"solution": "s/01_masks.ipynb", "exercises": ["causal_mask", "padding_mask"]}}
     text = grade.format_report(grades, assignments)
-    assert re.search(r"^a/x/01_masks\.ipynb\s+ok\s+OK\s+\?\s+1/2$", text, re.MULTILINE), text
-    assert re.search(r"^b/x/01_masks\.ipynb\s+invalid notebook\s+\?\s+\?\s+0/2$", text, re.MULTILINE), text
-    # without a solution, the exercises are those the students' notebooks check
-    _, assignments = grade.grade_all(subs, runs, SOLUTIONS / "none", CHECKERS)
-    assert assignments[NOTEBOOK] == {"solution": None, "exercises": ["causal_mask"]}
-
-
-# --------------------------------------------------------------------------- the hook in checks._core
-
-
-def correct_causal_mask(size, device=None):
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
-
-
-def upper_causal_mask(size, device=None):
-    return torch.ones(size, size, dtype=torch.bool, device=device).triu()
-
-
-def test_checkers_name_their_exercise():
-    assert check_causal_mask.exercise == "causal_mask"
-    assert check_padding_mask.exercise == "padding_mask"
-
-
-def test_result_listeners_get_every_verdict_and_cannot_break_a_check(monkeypatch, capsys):
-    seen = []
-
-    def broken(result):
-        raise RuntimeError("a listener's bug")
-
-    monkeypatch.setattr(_core, "_RESULT_LISTENERS", [seen.append, broken, seen.append])
-    ok = check_causal_mask(correct_causal_mask)
-    wrong = check_causal_mask(upper_causal_mask)
-    assert ok.passed and not wrong.passed
-    assert seen == [ok, ok, wrong, wrong]  # the broken listener neither raised nor stopped the next
-    assert (wrong.status, wrong.mistake) == ("failed", "upper triangle")
-    assert "[OK] causal_mask" in capsys.readouterr().out  # the verdict is still printed
-
-
-def test_hook_cell_records_verdicts_as_json_lines(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(_core, "_RESULT_LISTENERS", [])
-    results = tmp_path / "results.jsonl"
-    namespace: dict = {}
-    exec(compile(grade.hook_source(results), "<hook>", "exec"), namespace)  # noqa: S102
-    assert set(namespace) == {"__builtins__"}  # it leaves nothing in the student's namespace
-    assert len(_core._RESULT_LISTENERS) == 1
-    check_causal_mask(upper_causal_mask)
-    check_padding_mask(lambda tokens, pad_id: (tokens != pad_id).unsqueeze(1))
-    lines = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
-    assert [(r["exercise"], r["status"], r["passed"], r["mistake"]) for r in lines] == [
-        ("causal_mask", "failed", False, "upper triangle"),
-        ("padding_mask", "passed", True, None),
-    ]
-    assert lines[0]["feedback"].startswith("[X] causal_mask: ")
+    assert re.search(r"^a/x/01_masks\.ipynb\s+ok\s+OK\s+R\s+1/2$", text, re.MULTILINE), text
+    assert re.search(r"^b/x/01_masks\.ipynb\s+ok\s+!\s+-\s+0/2$", text, re.MULTILINE), text
+    assert "  a/x/01_masks.ipynb: padding_mask used the reference: it is course_utils.padding_mask" in text
+    assert "  b/x/01_masks.ipynb: causal_mask review: line 1: x" in text
+    assert "  a/x/01_masks.ipynb: ignored 1 cell(s) that are not exercise cells: 7" in text
+    grade.write_csv(grades, tmp_path / "g.csv")
+    rows = list(csv.DictReader((tmp_path / "g.csv").open(encoding="utf-8", newline="")))
+    assert [(r["status"], r["flags"], r["ignored_cells"]) for r in rows] == [
+        ("passed", "", "7"), ("used the reference", "", "7"), ("review", "line 1: x", "7"), ("not attempted", "", "7")]

@@ -359,12 +359,6 @@ def _format_exception(exercise: str, err: StudentError) -> tuple[str, str]:
     return "error", text
 
 
-# Called with every CheckResult a checker returns, after its verdict is printed. The grader
-# (course_utils.grade) appends one in its copy of a notebook to record the results; a
-# listener that raises is ignored.
-_RESULT_LISTENERS: list[Callable[[CheckResult], None]] = []
-
-
 class _TimeUp(BaseException):
     """Raised into the running code when a check's time is up. A BaseException, so neither
     the student's ``except Exception`` nor :func:`call_student` turns it into something else."""
@@ -475,11 +469,8 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
             if status != "passed" and exercise in HINTS:
                 result.feedback += f'\n    Stuck? Ask for a hint: hint("{exercise}").'
             result.show()
-            for listener in list(_RESULT_LISTENERS):
-                try:
-                    listener(result)
-                except Exception:  # noqa: BLE001 - a listener's bug never reaches the student
-                    pass
+            # No hook here: the grader (course_utils.grade) calls the checkers itself and takes
+            # the CheckResult they return, so nothing a notebook does can report a verdict.
             return result
 
         # course_utils.grade maps the check_* calls it finds in a notebook to exercises with it
