@@ -335,9 +335,9 @@ CONTRACT = {  # notebook -> name -> parameters (name, default or inspect.Paramet
     },
     "04": {
         "LayerNorm": "d_model, eps=1e-05",
-        "FeedForward": "d_model, d_ff, dropout=0.0",
-        "EncoderLayer": "d_model, num_heads, d_ff, dropout=0.0, norm_first=False",
-        "Encoder": "num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False",
+        "FeedForward": "d_model, d_ff, dropout=0.0, activation='relu'",
+        "EncoderLayer": "d_model, num_heads, d_ff, dropout=0.0, norm_first=False, activation='relu'",
+        "Encoder": "num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False, activation='relu'",
     },
     "05": {
         "DecoderLayer": "d_model, num_heads, d_ff, dropout=0.0, norm_first=False",
