@@ -423,7 +423,8 @@ register_hints(
         "distribution: the probability that a N(0, 1) variable is below x.",
         "Phi(x) = 0.5 * (1 + erf(x / sqrt(2))); torch.erf computes erf element-wise, math.sqrt(2) is the "
         "constant.",
-        "return 0.5 * x * (1 + torch.erf(x / math.sqrt(2))): compare with F.gelu(x) on a few values.",
+        "Check yourself on three values: gelu(0) = 0, gelu(1) = 0.8413, gelu(-1) = -0.1587 (F.gelu gives the "
+        "same). About 0.9214 at 1 means erf(x) instead of erf(x / sqrt(2)); 1.6827 means the 1/2 is missing.",
     ],
 )
 register_hints(
