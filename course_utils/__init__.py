@@ -14,6 +14,7 @@ notebook               module
 05 decoder             :mod:`course_utils.decoder`
 06 full model          :mod:`course_utils.model`, :mod:`course_utils.decoding`
 07 training            :mod:`course_utils.data`, :mod:`course_utils.training`, ``pretrained``
+08 classifier          :mod:`course_utils.reviews`, :mod:`course_utils.classifier`
 plots                  :mod:`course_utils.plotting`, :mod:`course_utils.inspect_attention`
 =====================  ==========================================================
 """
@@ -53,6 +54,10 @@ __all__ = [
     "masked_cross_entropy",
     "noam_lr",
     "train_step",
+    # 08
+    "gelu",
+    "masked_mean_pool",
+    "TransformerClassifier",
     # inspection
     "record_attention",
     "stack_layers",
@@ -86,6 +91,9 @@ _MODULE_OF = {
     "masked_cross_entropy": "training",
     "noam_lr": "training",
     "train_step": "training",
+    "gelu": "classifier",
+    "masked_mean_pool": "classifier",
+    "TransformerClassifier": "classifier",
     "record_attention": "inspect_attention",
     "stack_layers": "inspect_attention",
 }

@@ -47,6 +47,9 @@ REFERENCES = {
     "check_masked_cross_entropy": training.masked_cross_entropy,
     "check_noam_lr": training.noam_lr,
     "check_train_step": training.train_step,
+    "check_gelu": course_utils.gelu,
+    "check_masked_mean_pool": course_utils.masked_mean_pool,
+    "check_transformer_classifier": course_utils.TransformerClassifier,
 }
 
 

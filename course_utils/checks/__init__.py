@@ -15,6 +15,7 @@ notebook   module
 05         :mod:`.decoder`
 06         :mod:`.model`
 07         :mod:`.training`
+08         :mod:`.classifier`
 =========  ==============================
 """
 
@@ -33,6 +34,8 @@ from .model import *  # noqa: F403
 from .model import __all__ as _model_all
 from .training import *  # noqa: F403
 from .training import __all__ as _training_all
+from .classifier import *  # noqa: F403
+from .classifier import __all__ as _classifier_all
 
 __all__ = [
     "CheckResult",
@@ -44,4 +47,5 @@ __all__ = [
     *_decoder_all,
     *_model_all,
     *_training_all,
+    *_classifier_all,
 ]

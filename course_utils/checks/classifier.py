@@ -1,0 +1,450 @@
+"""Checkers for notebook 08 (an encoder-only classifier): ``gelu``, ``masked_mean_pool``
+and ``TransformerClassifier``.
+
+``gelu``: a random ``(B, L, D)`` float32 tensor (``B``, ``L``, ``D`` all different, values
+up to about +-8), a row of fixed values from -100 to 100 (far tails, where a careless
+formula overflows or loses the sign), and a float64 tensor whose result must stay
+float64. Compared with ``F.gelu`` (exact, erf form) at ``atol=1e-6``; the tanh
+approximation differs by up to about 5e-4, so it is told apart.
+
+``masked_mean_pool``: ``x (B, L, D)`` with ``B``, ``L``, ``D`` all different, and a
+boolean ``mask (B, L)`` (``True`` = real token): first trailing padding of different
+lengths (one row full, one padded), then padding at arbitrary positions (a row that
+starts with padding), as the contract allows. The result must be ``(B, D)``.
+
+``TransformerClassifier``: the student's class (its ``__init__`` is given in the notebook,
+the student writes ``forward``) is built with awkward random sizes (``B != L``, ``C >=
+3`` classes, ``D = H * d_k``), a non-zero ``pad_id`` and real tokens of id 0 (so a
+hard-coded 0 shows), for both poolings (one post-norm with GELU, one pre-norm with ReLU),
+in eval mode with every learnable parameter randomised; the parameters are copied by name
+into :class:`course_utils.classifier.TransformerClassifier` and the logits compared
+(``atol=1e-4``) on tokens with trailing padding of different lengths (one row full). A
+wrong result is compared with the reference computed with each catalogued mistake.
+
+Catalogue (``CheckResult.mistake``):
+
+* all: ``"not a function"`` / ``"not a class"``, ``"input modified in place"``.
+* ``gelu``: ``"tanh approximation"``, ``"sigmoid approximation"``, ``"SiLU instead of
+  GELU"``, ``"ReLU instead of GELU"``, ``"missing 1/2"``, ``"erf of x, not x / sqrt(2)"``,
+  ``"multiplied by sqrt(2)"``, ``"Phi(x) without the factor x"``, ``"dtype changed"``,
+  ``"NaN in the tails"``.
+* ``masked_mean_pool``: ``"mean over padding"``, ``"sum instead of mean"``, ``"divided by
+  L"``, ``"divided by the batch's token count"``, ``"mask inverted"``, ``"assumed trailing
+  padding"``, ``"took the first position"``, ``"max instead of mean"``, ``"wrong axis"``
+  (the result is ``(B, L)`` or ``(L, D)``), ``"kept the pooled axis"`` (``(B, 1, D)``),
+  ``"mask not broadcast over D"``.
+* ``TransformerClassifier``: ``"[CLS] from the wrong position"`` (last position, second
+  position, last real token), ``"pooling ignored"``, ``"mean over padding"``, ``"sum
+  instead of mean"``, ``"padding mask not passed"``, ``"pad id hard-coded as 0"``,
+  ``"positional encoding missing"``, ``"embeddings not scaled"``, ``"returns
+  probabilities"`` (softmax, or log-softmax, before the cross-entropy), ``"classified
+  every position"`` (``(B, L, C)``), ``"classifier layer missing"`` (``(B, D)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import padding_mask
+from ..classifier import TransformerClassifier
+from ._core import (
+    Mistake,
+    StudentError,
+    call_student,
+    check_unchanged,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    randint,
+    register_hints,
+    require_function,
+    require_module_class,
+)
+from .encoder import _load_reference, _randomise
+
+__all__ = ["check_gelu", "check_masked_mean_pool", "check_transformer_classifier"]
+
+_ATOL = 1e-4  # whole encoders; gelu and the pooling use tighter tolerances
+
+
+def _distinct_sizes(low_high: list[tuple[int, int]]) -> list[int]:
+    """Random ints, one per ``(low, high)``, all different (so a mixed-up axis shows)."""
+    while True:
+        sizes = [randint(lo, hi) for lo, hi in low_high]
+        if len(set(sizes)) == len(sizes):
+            return sizes
+
+
+# ---------------------------------------------------------------- gelu
+def _gelu_mistakes(x: Tensor) -> list[Mistake]:
+    root2 = math.sqrt(2.0)
+    return [
+        ("tanh approximation",
+         "this is the tanh approximation of GELU (GPT-2's, F.gelu(x, approximate='tanh')); it differs from "
+         "the exact GELU by up to about 5e-4. Write the exact form, as BERT's paper defines it: "
+         "x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2))).",
+         lambda: F.gelu(x, approximate="tanh")),
+        ("sigmoid approximation",
+         "this is the sigmoid approximation x * sigmoid(1.702 x); write the exact form "
+         "0.5 * x * (1 + erf(x / sqrt(2))).",
+         lambda: x * torch.sigmoid(1.702 * x)),
+        ("SiLU instead of GELU",
+         "this is SiLU (swish), x * sigmoid(x), a cousin of GELU. GELU weighs x by the normal distribution's "
+         "Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), not by the sigmoid.",
+         lambda: F.silu(x)),
+        ("ReLU instead of GELU",
+         "this is ReLU, max(0, x). GELU is smooth: x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2))).",
+         lambda: F.relu(x)),
+        ("missing 1/2",
+         "your result is twice GELU: the factor 1/2 is missing. Phi(x) = 0.5 * (1 + erf(x / sqrt(2))) lies "
+         "between 0 and 1.",
+         lambda: x * (1 + torch.erf(x / root2))),
+        ("erf of x, not x / sqrt(2)",
+         "you took erf(x); the normal distribution's Phi needs erf(x / sqrt(2)).",
+         lambda: 0.5 * x * (1 + torch.erf(x))),
+        ("multiplied by sqrt(2)",
+         "you took erf(x * sqrt(2)); divide instead: erf(x / sqrt(2)).",
+         lambda: 0.5 * x * (1 + torch.erf(x * root2))),
+        ("Phi(x) without the factor x",
+         "you returned Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the probability alone; GELU multiplies it by "
+         "x: x * Phi(x).",
+         lambda: 0.5 * (1 + torch.erf(x / root2))),
+    ]
+
+
+def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
+    x0 = x.clone()
+    got = call_student(fn, x, context=f"calling gelu on {case}")
+    check_unchanged(["x"], [x], [x0], case)
+    expected = F.gelu(x0)
+    if isinstance(got, Tensor) and got.shape == expected.shape and torch.isnan(got).any() and not torch.isnan(x0).any():
+        fail(
+            f"your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
+            "0.5 * x * (1 + torch.erf(x / math.sqrt(2))) is safe for every x.",
+            mistake="NaN in the tails",
+        )
+    expect_close("the result", got, expected, _gelu_mistakes(x0), atol=1e-6, rtol=1e-5, case=case)
+    if got.dtype != x0.dtype:
+        fail(
+            f"your result ({case}) has dtype {got.dtype}, the input {x0.dtype}: keep the input's dtype "
+            "(use math.sqrt(2) or a tensor created with dtype=x.dtype for the constant).",
+            mistake="dtype changed",
+        )
+
+
+@checker("gelu")
+def check_gelu(fn: Any) -> str:
+    require_function(fn, "gelu")
+    B, L, D = _distinct_sizes([(2, 4), (5, 8), (3, 7)])
+    tails = torch.tensor([-100.0, -30.0, -5.0, -1.5, -0.5, -1e-3, 0.0, 1e-3, 0.5, 1.5, 5.0, 30.0, 100.0])
+    _gelu_case(fn, tails, "x from -100 to 100")
+    _gelu_case(fn, 3.0 * torch.randn(B, L, D), f"x of shape ({B}, {L}, {D})")
+    _gelu_case(fn, 2.0 * torch.randn(D, B, dtype=torch.float64), f"a float64 x of shape ({D}, {B})")
+    return "random and extreme values, float32 and float64; same as F.gelu"
+
+
+# ---------------------------------------------------------------- masked_mean_pool
+def _pool_mistakes(x: Tensor, mask: Tensor) -> list[Mistake]:
+    m = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
+    count = m.sum(dim=1)  # (B, 1) real tokens per row
+    B, L, _ = x.shape
+    n = mask.sum(dim=1)  # (B,)
+    first_n = torch.arange(L)[None, :] < n[:, None]  # (B, L): the first n positions of each row
+    return [
+        ("mean over padding",
+         "you averaged over every position, padding included (x.mean(dim=1)): a review's vector then depends "
+         "on how much padding its batch needed. Sum x * mask over the positions and divide by each row's "
+         "number of real tokens.",
+         lambda: x.mean(dim=1)),
+        ("sum instead of mean",
+         "you summed the real positions but never divided by their number: divide by mask.sum(dim=1) (each "
+         "row's own count, keepdim so that it broadcasts over D).",
+         lambda: (x * m).sum(dim=1)),
+        ("divided by L",
+         "the padding is left out of the sum but counted in the division: you divided by L (all positions). "
+         "Divide by each row's number of real tokens, mask.sum(dim=1, keepdim=True).",
+         lambda: (x * m).sum(dim=1) / L),
+        ("divided by the batch's token count",
+         "you divided by mask.sum(), the real tokens of the whole batch; each row needs its own count: "
+         "mask.sum(dim=1, keepdim=True).",
+         lambda: (x * m).sum(dim=1) / m.sum()),
+        ("mask inverted",
+         "you averaged over the padding and left out the real tokens: the mask is True on the real tokens "
+         "(keep them), False on padding.",
+         lambda: (x * (1 - m)).sum(dim=1) / (1 - m).sum(dim=1)),
+        ("assumed trailing padding",
+         "you averaged the first n positions of each row (n = its number of real tokens), which is right only "
+         "when the padding is at the end. The mask may mark padding anywhere: weight every position by its "
+         "own mask value.",
+         lambda: (x * first_n.unsqueeze(-1)).sum(dim=1) / count),
+        ("took the first position",
+         "you returned the first position x[:, 0], which is [CLS] pooling; this function averages the real "
+         "positions.",
+         lambda: x[:, 0]),
+        ("max instead of mean",
+         "you took the maximum over the real positions; this function takes their mean.",
+         lambda: x.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)),
+    ]
+
+
+def _pool_shape(got: Any, B: int, L: int, D: int, case: str) -> None:
+    if not isinstance(got, Tensor):
+        return
+    shape = tuple(got.shape)
+    if shape == (B, L):
+        fail(f"your result ({case}) has shape ({B}, {L}) = (B, L): you averaged over the features (the last "
+             "axis, D). Average over the positions, axis 1, to get one D-vector per sequence (B, D).",
+             mistake="wrong axis")
+    if shape == (L, D):
+        fail(f"your result ({case}) has shape ({L}, {D}) = (L, D): you averaged over the batch axis (0). "
+             "Average over the positions, axis 1: (B, D).", mistake="wrong axis")
+    if shape == (B, 1, D):
+        fail(f"your result ({case}) has shape ({B}, 1, {D}): the pooled axis was kept (keepdim=True in the "
+             "sum). Return (B, D): sum with dim=1 and no keepdim (keep it only in the count, which must "
+             "broadcast).", mistake="kept the pooled axis")
+
+
+def _trailing_mask(B: int, L: int) -> Tensor:
+    """``(B, L)``: row 0 full, row 1 padded, the others random lengths >= 1."""
+    lengths = torch.randint(1, L + 1, (B,))  # (B,)
+    lengths[0], lengths[1] = L, randint(1, L - 2)
+    return torch.arange(L)[None, :] < lengths[:, None]  # (B, L)
+
+
+def _scattered_mask(B: int, L: int) -> Tensor:
+    """``(B, L)``: padding anywhere, at least one real token and one pad per row; row 0
+    starts with padding, so trailing-padding code shows."""
+    while True:
+        mask = torch.rand(B, L) < 0.6  # (B, L)
+        mask[0, 0], mask[0, -1] = False, True
+        ok = mask.any(dim=1).all() and (~mask).any(dim=1).all()
+        if bool(ok) and not bool((mask == mask[0]).all()):
+            return mask
+
+
+def _pool_error(err: StudentError) -> None:
+    exc = err.exc
+    if isinstance(exc, RuntimeError) and "must match the size of tensor" in str(exc):
+        fail(
+            f"your code raised RuntimeError: {str(exc).splitlines()[0]}. A (B, L) mask does not broadcast "
+            "against x (B, L, D): give it a last axis of size 1 first, mask.unsqueeze(-1), shape (B, L, 1).",
+            mistake="mask not broadcast over D",
+        )
+
+
+@checker("masked_mean_pool")
+def check_masked_mean_pool(fn: Any) -> str:
+    require_function(fn, "masked_mean_pool")
+    B, L, D = _distinct_sizes([(3, 5), (6, 9), (2, 8)])
+    # padding anywhere first: every row has a pad there, so an inverted mask gives numbers, not 0 / 0
+    for make_mask, what in ((_scattered_mask, "padding anywhere"), (_trailing_mask, "padding at the end")):
+        x = 2.0 * torch.randn(B, L, D) + torch.randn(1, L, 1)  # (B, L, D): positions differ on average
+        mask = make_mask(B, L)  # (B, L)
+        x0, mask0 = x.clone(), mask.clone()
+        case = f"x ({B}, {L}, {D}), mask ({B}, {L}) with {what}"
+        try:
+            got = call_student(fn, x, mask, context=f"calling masked_mean_pool({case})")
+        except StudentError as err:
+            _pool_error(err)
+            raise
+        check_unchanged(["x", "mask"], [x, mask], [x0, mask0], case)
+        _pool_shape(got, B, L, D, case)
+        m = mask0.unsqueeze(-1).float()  # (B, L, 1)
+        expected = (x0 * m).sum(dim=1) / m.sum(dim=1)  # (B, D)
+        expect_close("the pooled vectors", got, expected, _pool_mistakes(x0, mask0), case=case)
+    return "padding at the end and anywhere, rows of different lengths"
+
+
+# ---------------------------------------------------------------- TransformerClassifier
+def _classifier_variant(
+    ref: TransformerClassifier,
+    tokens: Tensor,
+    pooling: str,
+    *,
+    pool: str | None = None,
+    mask_pad: int | None | str = "pad",
+    pe: bool = True,
+    scale: bool = True,
+    post: str | None = None,
+) -> Tensor:
+    """The reference's logits with at most one deliberate mistake; the defaults are correct.
+
+    ``pool``: ``"cls"``, ``"last"``, ``"second"``, ``"last real"``, ``"mean"`` (real
+    tokens), ``"mean all"``, ``"sum"`` (default: ``pooling``'s own). ``mask_pad``: the
+    pad id the masks are built from (``"pad"``: the model's; ``None``: no mask).
+    """
+    pad = ref.pad_id if mask_pad == "pad" else mask_pad
+    x = ref.embedding.embedding(tokens) * (math.sqrt(ref.embedding.d_model) if scale else 1.0)  # (B, L, D)
+    if pe:
+        x = ref.positional_encoding(x)
+    mask = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
+    h = ref.encoder(x, mask)  # (B, L, D)
+    real = (tokens != (ref.pad_id if pad is None else pad)).unsqueeze(-1).float()  # (B, L, 1)
+    pool = pool or pooling
+    if pool == "cls":
+        pooled = h[:, 0]
+    elif pool == "last":
+        pooled = h[:, -1]
+    elif pool == "second":
+        pooled = h[:, 1]
+    elif pool == "last real":
+        last = (tokens != ref.pad_id).sum(dim=1) - 1  # (B,)
+        pooled = h[torch.arange(h.size(0)), last]
+    elif pool == "mean all":
+        pooled = h.mean(dim=1)
+    elif pool == "sum":
+        pooled = (h * real).sum(dim=1)
+    else:
+        pooled = (h * real).sum(dim=1) / real.sum(dim=1)  # (B, D)
+    logits = ref.classifier(pooled)  # (B, C)
+    if post == "softmax":
+        return logits.softmax(dim=-1)
+    if post == "log_softmax":
+        return logits.log_softmax(dim=-1)
+    return logits
+
+
+def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: str) -> list[Mistake]:
+    def v(**kw: Any) -> Callable[[], Tensor]:
+        return lambda: _classifier_variant(ref, tokens, pooling, **kw)
+
+    out: list[Mistake] = []
+    if pooling == "cls":
+        out += [
+            ("[CLS] from the wrong position",
+             "you pooled the last position h[:, -1]; [CLS] is the first token of every sequence, position 0: "
+             "h[:, 0]. (In a padded row the last position is padding.)", v(pool="last")),
+            ("[CLS] from the wrong position",
+             "you pooled position 1; [CLS] sits at position 0: h[:, 0].", v(pool="second")),
+            ("[CLS] from the wrong position",
+             "you pooled each sequence's last real token; [CLS] is the first token, position 0: h[:, 0].",
+             v(pool="last real")),
+            ("pooling ignored",
+             "with pooling='cls' your model averaged the positions; read self.pooling and take h[:, 0] for "
+             "'cls', the masked mean for 'mean'.", v(pool="mean")),
+        ]
+    else:
+        out += [
+            ("mean over padding",
+             "with pooling='mean' you averaged every position, padding included (h.mean(dim=1)); average only "
+             "the real tokens: masked_mean_pool(h, tokens != self.pad_id).", v(pool="mean all")),
+            ("sum instead of mean",
+             "with pooling='mean' you summed the real positions without dividing by their number: use "
+             "masked_mean_pool.", v(pool="sum")),
+            ("pooling ignored",
+             "with pooling='mean' your model took position 0 ([CLS]); read self.pooling and use the masked "
+             "mean for 'mean'.", v(pool="cls")),
+        ]
+    out += [
+        ("padding mask not passed",
+         "the encoder ran without a mask, so every token attends to the padding too: pass "
+         "padding_mask(tokens, self.pad_id) (shape (B, 1, L)) to self.encoder.", v(mask_pad=None)),
+        ("pad id hard-coded as 0",
+         "your masks treat id 0 as padding; this model's padding id is self.pad_id: "
+         "padding_mask(tokens, self.pad_id) and tokens != self.pad_id.", v(mask_pad=0)),
+        ("positional encoding missing",
+         "the embeddings go into the encoder without self.positional_encoding: the encoder then cannot tell "
+         "'not good but bad' from 'bad but not good'. x = self.positional_encoding(self.embedding(tokens)).",
+         v(pe=False)),
+        ("embeddings not scaled",
+         "you called the inner nn.Embedding (self.embedding.embedding) and skipped TokenEmbedding's scaling by "
+         "sqrt(d_model): call self.embedding(tokens).", v(scale=False)),
+    ]
+    for post in ("softmax", "log_softmax"):
+        out.append((
+            "returns probabilities",
+            f"forward applies {post} to the logits. Return the raw logits: F.cross_entropy applies log_softmax "
+            "itself, and a softmax before it squashes the scores into [0, 1], which flattens the loss and slows "
+            "learning (the argmax, and so the accuracy, would not show it).", v(post=post)))
+    return out
+
+
+def _classifier_tokens(B: int, L: int, V: int, pad_id: int) -> Tensor:
+    """``(B, L)`` ids in ``[0, V)``: real tokens never ``pad_id`` (some are 0), trailing
+    padding of different lengths, row 0 full and row 1 padded."""
+    ids = torch.randint(0, V - 1, (B, L))
+    ids = ids + (ids >= pad_id).long()  # skip pad_id
+    ids[:, 1] = 0  # real tokens with id 0, so a hard-coded 0 shows
+    lengths = torch.randint(2, L + 1, (B,))  # (B,)
+    lengths[0], lengths[1] = L, randint(2, L - 2)
+    return torch.where(torch.arange(L)[None, :] < lengths[:, None], ids, torch.full_like(ids, pad_id))
+
+
+@checker("TransformerClassifier")
+def check_transformer_classifier(cls: Any) -> str:
+    require_module_class(cls, "TransformerClassifier")
+    # both poolings; norm_first and activation only change the (given) __init__, so one pass each
+    settings = [("cls", False, "gelu"), ("mean", True, "relu")]
+    for pooling, norm_first, activation in settings:
+        B, L, V, C, d_ff = _distinct_sizes([(2, 4), (6, 9), (11, 16), (3, 5), (10, 20)])
+        H, d_k, num_layers, pad_id = 2, randint(3, 5), randint(1, 2), randint(2, V - 1)
+        kwargs = dict(d_model=H * d_k, num_heads=H, num_layers=num_layers, d_ff=d_ff, dropout=0.0, max_len=L + 3,
+                      norm_first=norm_first, activation=activation, pooling=pooling, pad_id=pad_id)
+        settings_text = f"pooling={pooling!r}, norm_first={norm_first}, activation={activation!r}, pad_id={pad_id}"
+        model = call_student(cls, V, C, context=f"constructing TransformerClassifier({V}, {C}, {settings_text})",
+                             **kwargs)
+        if not isinstance(model, nn.Module):
+            fail("TransformerClassifier should subclass nn.Module.", mistake="not a class")
+        model.eval()
+        _randomise(model)  # fresh norms (ones and zeros) would hide a norm mix-up
+        ref = TransformerClassifier(V, C, **kwargs).eval()
+        _load_reference(ref, model, "TransformerClassifier")
+        tokens = _classifier_tokens(B, L, V, pad_id)  # (B, L)
+        tokens0 = tokens.clone()
+        case = f"{settings_text}, tokens ({B}, {L}) with padding"
+        with torch.no_grad():
+            got = call_student(model, tokens, context=f"running forward ({case})")
+            check_unchanged(["tokens"], [tokens], [tokens0], case)
+            expected = ref(tokens0)  # (B, C)
+            if isinstance(got, Tensor) and tuple(got.shape) == (B, L, C):
+                fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C): one prediction per position. "
+                     "A classifier gives one per sequence: pool the encoder's output to (B, D) first, then "
+                     "self.classifier.", mistake="classified every position")
+            if isinstance(got, Tensor) and tuple(got.shape) == (B, H * d_k):
+                fail(f"your forward ({case}) returns shape ({B}, {H * d_k}) = (B, D), the pooled vectors: apply "
+                     "self.classifier to get the logits (B, num_classes).", mistake="classifier layer missing")
+            expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling), atol=_ATOL,
+                         case=case)
+    return "[CLS] and mean pooling, post- and pre-norm, GELU and ReLU, a non-zero pad id"
+
+
+# ---------------------------------------------------------------- hints
+register_hints(
+    "gelu",
+    [
+        "GELU(x) = x * Phi(x), where Phi is the cumulative distribution function of the standard normal "
+        "distribution: the probability that a N(0, 1) variable is below x.",
+        "Phi(x) = 0.5 * (1 + erf(x / sqrt(2))); torch.erf computes erf element-wise, math.sqrt(2) is the "
+        "constant.",
+        "Check yourself on three values: gelu(0) = 0, gelu(1) = 0.8413, gelu(-1) = -0.1587 (F.gelu gives the "
+        "same). About 0.9214 at 1 means erf(x) instead of erf(x / sqrt(2)); 1.6827 means the 1/2 is missing.",
+    ],
+)
+register_hints(
+    "masked_mean_pool",
+    [
+        "Give the mask a feature axis so that it broadcasts over D: m = mask.unsqueeze(-1), shape (B, L, 1), "
+        "as float (mask.float() or .to(x.dtype)).",
+        "x * m zeroes the padding; sum over the positions (dim=1) to get (B, D).",
+        "Divide by each row's number of real tokens, m.sum(dim=1), shape (B, 1): it broadcasts over D. Not by "
+        "L, not by the whole batch's count.",
+    ],
+)
+register_hints(
+    "TransformerClassifier",
+    [
+        "Three steps: embed (self.embedding, then self.positional_encoding), encode with the padding mask, "
+        "pool and classify.",
+        "The mask: padding_mask(tokens, self.pad_id), shape (B, 1, L), True on real tokens; pass it to "
+        "self.encoder(x, mask). The encoder's output h is (B, L, D).",
+        "Pooling: h[:, 0] for 'cls' ([CLS] is at position 0); masked_mean_pool(h, tokens != self.pad_id) for "
+        "'mean'. Then return self.classifier(pooled), shape (B, num_classes), with no softmax.",
+    ],
+)

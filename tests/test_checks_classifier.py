@@ -1,0 +1,286 @@
+"""Tests for the notebook 08 checkers (course_utils/checks/classifier.py).
+
+Every catalogued mistake is written as a small, real piece of student code; the checker
+must fail it, say why in plain words and name the mistake. Correct code written in other
+ways must pass. Checkers draw fresh random sizes, inputs and parameters on every call, so
+each verdict is asserted over SEEDS calls: a diagnosis that depends on luck would flip.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
+
+from course_utils import TransformerClassifier, gelu, masked_mean_pool, padding_mask
+from course_utils.checks import check_gelu, check_masked_mean_pool, check_transformer_classifier, hint
+from course_utils.checks._core import HINTS
+
+SEEDS = 20  # fresh random draws per verdict
+ROOT2 = math.sqrt(2.0)
+
+
+# ================================================================ gelu
+def gelu_erfc(x):
+    return 0.5 * x * torch.erfc(-x / ROOT2)
+
+
+def gelu_normal_cdf(x):
+    return x * torch.distributions.Normal(0.0, 1.0).cdf(x)
+
+
+def gelu_loop(x):
+    flat = [v * 0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x.reshape(-1).tolist()]
+    return torch.tensor(flat, dtype=x.dtype).reshape(x.shape)
+
+
+def gelu_functional(x):
+    return F.gelu(x)
+
+
+@pytest.mark.parametrize("fn", [gelu, gelu_erfc, gelu_normal_cdf, gelu_loop, gelu_functional])
+def test_gelu_correct_variants_pass(fn):
+    assert_passes(check_gelu, fn, repeat=SEEDS)
+
+
+def gelu_in_place(x):
+    x.mul_(0.5 * (1 + torch.erf(x / ROOT2)))
+    return x
+
+
+def gelu_float32(x):
+    return (0.5 * x * (1 + torch.erf(x / ROOT2))).float()
+
+
+def gelu_overflowing(x):  # Phi from the logistic of an exp: inf / inf in the tails
+    e = torch.exp(1.702 * x)
+    return x * e / (1 + e)
+
+
+GELU_MISTAKES = [
+    (lambda x: F.gelu(x, approximate="tanh"), "tanh approximation", "tanh approximation"),
+    (lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))), "tanh approximation", "exact"),
+    (lambda x: x * torch.sigmoid(1.702 * x), "sigmoid approximation", "1.702"),
+    (lambda x: x * torch.sigmoid(x), "SiLU instead of GELU", "SiLU"),
+    (lambda x: torch.relu(x), "ReLU instead of GELU", "ReLU"),
+    (lambda x: x * (1 + torch.erf(x / ROOT2)), "missing 1/2", "1/2"),
+    (lambda x: 0.5 * x * (1 + torch.erf(x)), "erf of x, not x / sqrt(2)", "x / sqrt(2)"),
+    (lambda x: 0.5 * x * (1 + torch.erf(x * ROOT2)), "multiplied by sqrt(2)", "divide"),
+    (lambda x: 0.5 * (1 + torch.erf(x / ROOT2)), "Phi(x) without the factor x", "x * Phi(x)"),
+    (gelu_in_place, "input modified in place", "in place"),
+    (gelu_float32, "dtype changed", "float64"),
+    (gelu_overflowing, "NaN in the tails", "NaN"),
+]
+
+
+@pytest.mark.parametrize("fn, mistake, word", GELU_MISTAKES, ids=[m for _, m, _ in GELU_MISTAKES])
+def test_gelu_mistakes_are_named(fn, mistake, word):
+    assert_mistake(check_gelu, fn, mistake, word, repeat=SEEDS)
+
+
+# ================================================================ masked_mean_pool
+def pool_masked_sum(x, mask):
+    m = mask.unsqueeze(-1).float()
+    return (x * m).sum(dim=1) / m.sum(dim=1)
+
+
+def pool_einsum(x, mask):
+    m = mask.to(x.dtype)
+    return torch.einsum("bld,bl->bd", x, m) / m.sum(dim=1, keepdim=True)
+
+
+def pool_masked_fill(x, mask):
+    summed = x.masked_fill(~mask[..., None], 0.0).sum(1)
+    return summed / mask.sum(1, keepdim=True)
+
+
+def pool_loop(x, mask):
+    return torch.stack([x[b][mask[b]].mean(dim=0) for b in range(x.size(0))])
+
+
+def pool_bmm(x, mask):
+    w = mask.float() / mask.sum(dim=1, keepdim=True)  # (B, L) weights summing to 1
+    return torch.bmm(w.unsqueeze(1), x).squeeze(1)
+
+
+@pytest.mark.parametrize("fn", [masked_mean_pool, pool_masked_sum, pool_einsum, pool_masked_fill, pool_loop, pool_bmm])
+def test_masked_mean_pool_correct_variants_pass(fn):
+    assert_passes(check_masked_mean_pool, fn, repeat=SEEDS)
+
+
+def pool_trailing(x, mask):
+    n = mask.sum(dim=1)
+    return torch.stack([x[b, : n[b]].mean(dim=0) for b in range(x.size(0))])
+
+
+def pool_in_place(x, mask):
+    x.masked_fill_(~mask.unsqueeze(-1), 0.0)
+    return x.sum(dim=1) / mask.sum(dim=1, keepdim=True)
+
+
+def pool_max(x, mask):
+    return x.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(dim=1).values
+
+
+POOL_MISTAKES = [
+    (lambda x, mask: x.mean(dim=1), "mean over padding", "padding included"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1), "sum instead of mean", "never divided"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1) / x.size(1), "divided by L", "divided by L"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(), "divided by the batch's token count", "own count"),
+    (lambda x, mask: (x * ~mask.unsqueeze(-1)).sum(dim=1) / (~mask).sum(dim=1, keepdim=True), "mask inverted", "padding"),
+    (pool_trailing, "assumed trailing padding", "anywhere"),
+    (lambda x, mask: x[:, 0], "took the first position", "[CLS]"),
+    (pool_max, "max instead of mean", "maximum"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=-1) / mask.sum(dim=1, keepdim=True), "wrong axis", "features"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).mean(dim=0), "wrong axis", "batch axis"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1, keepdim=True) / mask.sum(1, keepdim=True)[..., None],
+     "kept the pooled axis", "keepdim"),
+    (lambda x, mask: (x * mask).sum(dim=1) / mask.sum(dim=1, keepdim=True), "mask not broadcast over D", "unsqueeze(-1)"),
+    (pool_in_place, "input modified in place", "in place"),
+]
+
+
+@pytest.mark.parametrize("fn, mistake, word", POOL_MISTAKES, ids=[f"{i}-{m}" for i, (_, m, _) in enumerate(POOL_MISTAKES)])
+def test_masked_mean_pool_mistakes_are_named(fn, mistake, word):
+    assert_mistake(check_masked_mean_pool, fn, mistake, word, repeat=SEEDS)
+
+
+# ================================================================ TransformerClassifier
+# The notebook gives __init__ (the reference's); a student writes forward. Each class below
+# is such a forward, right or wrong.
+class ClsEverywhere(TransformerClassifier):
+    """Classify every position, then read the pooled row: the same numbers (the classifier is affine)."""
+
+    def forward(self, tokens):
+        mask = padding_mask(tokens, self.pad_id)
+        h = self.encoder(self.positional_encoding(self.embedding(tokens)), mask)
+        logits = self.classifier(h)  # (B, L, C)
+        if self.pooling == "cls":
+            return logits[:, 0]
+        real = (tokens != self.pad_id).unsqueeze(-1).float()
+        return (logits * real).sum(1) / real.sum(1)
+
+
+class ClsOwnPool(TransformerClassifier):
+    def forward(self, tokens):
+        real = tokens != self.pad_id  # (B, L)
+        x = self.positional_encoding(self.embedding(tokens))
+        h = self.encoder(x, real.unsqueeze(1))
+        pooled = h[:, 0, :] if self.pooling == "cls" else pool_einsum(h, real)
+        return self.classifier(pooled)
+
+
+def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, shape=None):
+    """A student's forward with (at most) one mistake; the defaults are correct."""
+
+    def forward(self, tokens):
+        pad = {"pad": self.pad_id, "zero": 0, None: None}[mask]
+        emb = self.embedding(tokens) if scale else self.embedding.embedding(tokens)
+        x = self.positional_encoding(emb) if pe else emb
+        h = self.encoder(x, padding_mask(tokens, pad) if pad is not None else None)
+        real = tokens != (self.pad_id if pad is None else pad)
+        kind = self.pooling if pool == "own" else pool
+        if shape == "every position":
+            return self.classifier(h)
+        if kind == "cls":
+            pooled = h[:, 0]
+        elif kind == "last":
+            pooled = h[:, -1]
+        elif kind == "second":
+            pooled = h[:, 1]
+        elif kind == "last real":
+            pooled = h[torch.arange(h.size(0)), real.sum(1) - 1]
+        elif kind == "mean all":
+            pooled = h.mean(dim=1) if self.pooling == "mean" else h[:, 0]
+        elif kind == "sum":
+            pooled = (h * real.unsqueeze(-1)).sum(1) if self.pooling == "mean" else h[:, 0]
+        else:
+            pooled = masked_mean_pool(h, real)
+        if shape == "pooled":
+            return pooled
+        logits = self.classifier(pooled)
+        return {None: logits, "softmax": logits.softmax(-1), "log_softmax": F.log_softmax(logits, dim=-1)}[post]
+
+    return type("StudentClassifier", (TransformerClassifier,), {"forward": forward})
+
+
+@pytest.mark.parametrize("cls", [TransformerClassifier, ClsEverywhere, ClsOwnPool, classifier_forward()],
+                         ids=["reference", "classify-then-pool", "own-pool", "written-out"])
+def test_transformer_classifier_correct_variants_pass(cls):
+    assert_passes(check_transformer_classifier, cls, repeat=SEEDS)
+
+
+class ClsInPlace(TransformerClassifier):
+    def forward(self, tokens):
+        mask = padding_mask(tokens, self.pad_id)
+        tokens[tokens == self.pad_id] = 0  # "clean up" the padding
+        h = self.encoder(self.positional_encoding(self.embedding(tokens)), mask)
+        return self.classifier(h[:, 0] if self.pooling == "cls" else masked_mean_pool(h, mask))
+
+
+CLASSIFIER_MISTAKES = [
+    (dict(pool="last"), "[CLS] from the wrong position", "h[:, -1]"),
+    (dict(pool="second"), "[CLS] from the wrong position", "position 1"),
+    (dict(pool="last real"), "[CLS] from the wrong position", "last real token"),
+    (dict(pool="cls"), "pooling ignored", "self.pooling"),
+    (dict(pool="mean"), "pooling ignored", "self.pooling"),
+    (dict(pool="mean all"), "mean over padding", "padding included"),
+    (dict(pool="sum"), "sum instead of mean", "without dividing"),
+    (dict(mask=None), "padding mask not passed", "padding_mask"),
+    (dict(mask="zero"), "pad id hard-coded as 0", "self.pad_id"),
+    (dict(pe=False), "positional encoding missing", "positional_encoding"),
+    (dict(scale=False), "embeddings not scaled", "sqrt(d_model)"),
+    (dict(post="softmax"), "returns probabilities", "softmax before it"),
+    (dict(post="log_softmax"), "returns probabilities", "raw logits"),
+    (dict(shape="every position"), "classified every position", "(B, L, C)"),
+    (dict(shape="pooled"), "classifier layer missing", "self.classifier"),
+]
+
+
+@pytest.mark.parametrize("kw, mistake, word", CLASSIFIER_MISTAKES, ids=[f"{i}-{m}" for i, (_, m, _) in enumerate(CLASSIFIER_MISTAKES)])
+def test_transformer_classifier_mistakes_are_named(kw, mistake, word):
+    assert_mistake(check_transformer_classifier, classifier_forward(**kw), mistake, word, repeat=SEEDS)
+
+
+def test_transformer_classifier_in_place_and_wrong_arguments():
+    assert_mistake(check_transformer_classifier, ClsInPlace, "input modified in place", "in place")
+    assert_mistake(check_transformer_classifier, TransformerClassifier(10, 2), "not a class", "not an instance")
+    assert_mistake(check_gelu, torch.nn.GELU, "not a function", "gelu(gelu)")
+    assert_mistake(check_masked_mean_pool, 3, "not a function")
+
+
+# ================================================================ stubs, errors, hints
+def stub_function(*args):
+    raise NotImplementedError()
+
+
+class StubClassifier(TransformerClassifier):
+    def forward(self, tokens):
+        raise NotImplementedError()
+
+
+@pytest.mark.parametrize("check, student", [(check_gelu, stub_function), (check_masked_mean_pool, stub_function),
+                                            (check_transformer_classifier, StubClassifier)])
+def test_stubs_are_not_implemented(check, student):
+    assert_not_implemented(check, student)
+
+
+def test_an_exception_is_reported_with_the_students_line():
+    def pool_typo(x, mask):
+        return x.sum(dim=1) / mask.sum(dim=1, keepdims=True).fooo  # noqa
+
+    r = check_masked_mean_pool(pool_typo)
+    assert not r.passed and r.status == "error", r.feedback
+    assert "AttributeError" in r.feedback and "fooo" in r.feedback
+
+
+@pytest.mark.parametrize("name", ["gelu", "masked_mean_pool", "TransformerClassifier"])
+def test_hints_exist_and_print(name, capsys):
+    assert len(HINTS[name]) >= 3
+    for level in range(1, len(HINTS[name]) + 1):
+        hint(name, level)
+    out = capsys.readouterr().out
+    assert f"Hint 1/{len(HINTS[name])} for {name}" in out and "Still stuck?" in out
