@@ -378,8 +378,8 @@ class LayerFunctionalDropout(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
         self.p, self.norm_first = dropout, norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
-        self.feed_forward = FeedForward(d_model, d_ff)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
 
     def drop(self, h):
@@ -398,7 +398,7 @@ class EinsumAttention(nn.Module):
 
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
-        self.h, self.d_k = num_heads, d_model // num_heads
+        self.h, self.d_k, self.dropout = num_heads, d_model // num_heads, nn.Dropout(dropout)
         self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
@@ -407,7 +407,7 @@ class EinsumAttention(nn.Module):
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.d_k**0.5
         if mask is not None:
             scores = scores.masked_fill(mask.unsqueeze(1) == 0, -1e9)
-        weights = scores.softmax(-1)
+        weights = self.dropout(scores.softmax(-1))
         out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, -1, self.h * self.d_k)
         return self.w_o(out), weights
 
@@ -415,7 +415,7 @@ class EinsumAttention(nn.Module):
 class LayerOwnAttention(LayerFunctionalDropout):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
-        self.self_attn = EinsumAttention(d_model, num_heads)
+        self.self_attn = EinsumAttention(d_model, num_heads, dropout)
 
 
 @pytest.mark.parametrize("cls", [EncoderLayer, LayerWithHelper, LayerFunctionalDropout, LayerOwnAttention])
@@ -570,7 +570,7 @@ class LayerWithUnbiasedNorms(Layer):
 class LayerOneHead(LayerFunctionalDropout):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
-        self.self_attn = MultiHeadAttention(d_model, 1)
+        self.self_attn = MultiHeadAttention(d_model, 1, dropout)
 
 
 class LayerNoDropout(LayerFunctionalDropout):

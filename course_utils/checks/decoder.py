@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
 from ..layers import LayerNorm
+from ._blocks import P_PROBE, Block, check_dropout_modes, check_part_dropout, dropout_mistakes, run_block, structural_mistakes
 from ._core import (
     Mistake,
     StudentError,
@@ -371,187 +372,25 @@ _LAYER_PARTS = {
     "norm2": "LayerNorm(d_model)",
     "norm3": "LayerNorm(d_model)",
 }
-_SUBLAYER_WORDS = {"self": "the masked self-attention", "cross": "the cross-attention", "ff": "the feed-forward"}
-_NATURAL = {"self": 0, "cross": 1, "ff": 2}
-
-
-def _layer_variant(
-    ref: DecoderLayer,
-    x: Tensor,
-    memory: Tensor,
-    tgt_mask: Tensor | None,
-    memory_mask: Tensor | None,
-    *,
-    norm_first: bool,
-    cross: str = "ok",
-    self_mask: str | None = "tgt",
-    cross_mask: str | None = "memory",
-    residual: tuple[str, ...] = ("self", "cross", "ff"),
-    order: tuple[str, ...] = ("self", "cross", "ff"),
-    norm_by: str = "sublayer",
-    norms: tuple[int, ...] = (0, 1, 2),
-    ff_input: str = "x",
-) -> Tensor:
-    """The decoder layer computed with the reference's submodules, optionally with one mistake."""
-    masks = {"tgt": tgt_mask, "memory": memory_mask, None: None}
-    norm_mods = [ref.norm1, ref.norm2, ref.norm3]
-    x0, h, before_norm = x, x, x
-    outs: dict[str, Tensor] = {}
-    for pos, kind in enumerate(order):
-        norm = norm_mods[norms[pos if norm_by == "position" else _NATURAL[kind]]]
-        inp = norm(h) if norm_first else h
-        if kind == "self":
-            out = ref.self_attn(inp, inp, inp, masks[self_mask])[0]
-        elif kind == "cross":
-            if cross == "swapped":  # queries from memory, keys and values from x
-                q, kv = memory, inp
-            elif cross == "self":  # memory never used
-                q, kv = inp, inp
-            elif cross == "memory normed":
-                q, kv = inp, norm(memory)
-            else:
-                q, kv = inp, memory
-            out = ref.cross_attn(q, kv, kv, masks[cross_mask])[0]
-        else:
-            if ff_input == "layer input":
-                inp = norm(x0) if norm_first else x0
-            elif ff_input == "cross output":
-                inp = norm(outs["cross"]) if norm_first else outs["cross"]
-            elif ff_input == "unnormalised":
-                inp = h if norm_first else before_norm
-            out = ref.feed_forward(inp)
-        outs[kind] = out
-        total = h + out if kind in residual else out  # (B, L_tgt, D)
-        if norm_first:
-            h = total
-        else:
-            before_norm, h = total, norm(total)
-    return h
-
-
-def _layer_mistakes(norm_first: bool, has_tgt: bool, has_memory: bool) -> list[tuple[str, str, dict[str, Any]]]:
-    form = "x = x + sublayer(norm(x))" if norm_first else "x = norm(x + sublayer(x))"
-    out: list[tuple[str, str, dict[str, Any]]] = [
-        (
-            "cross-attention queries from memory",
-            "the cross-attention takes its queries from `memory` and its keys and values from `x`; "
-            "it is the other way round: every target position (a query) looks at the source, so "
-            "call cross_attn(x, memory, memory, memory_mask).",
-            dict(cross="swapped"),
-        ),
-        (
-            "cross-attention ignores memory",
-            "the cross-attention never looks at `memory`: its keys and values come from `x`, which "
-            "makes it a second self-attention. Keys and values must come from the encoder output, "
-            "`memory`.",
-            dict(cross="self"),
-        ),
-    ]
-    if norm_first:
-        out.append(
-            (
-                "memory normalised",
-                "the encoder output `memory` goes through the layer's norm before the cross-attention. "
-                "In pre-norm, normalise only the decoder's stream x (the encoder already ends with its "
-                "own final norm): cross_attn(norm2(x), memory, memory, ...).",
-                dict(cross="memory normed"),
-            )
-        )
-    if has_tgt and has_memory:
-        out.append(
-            (
-                "masks swapped",
-                "tgt_mask and memory_mask are swapped: the self-attention needs tgt_mask (causal + "
-                "target padding, L_tgt x L_tgt) and the cross-attention memory_mask (source padding, "
-                "L_tgt x L_src).",
-                dict(self_mask="memory", cross_mask="tgt"),
-            )
-        )
-        out.append(
-            (
-                "masks not passed",
-                "neither mask has any effect: pass tgt_mask to the self-attention and memory_mask to "
-                "the cross-attention.",
-                dict(self_mask=None, cross_mask=None),
-            )
-        )
-    if has_tgt:
-        out.append(
-            (
-                "tgt_mask not passed",
-                "the self-attention ignores tgt_mask, so every position sees the future (and padding) "
-                "target tokens. Pass tgt_mask to self_attn.",
-                dict(self_mask=None),
-            )
-        )
-    if has_memory:
-        out.append(
-            (
-                "memory_mask not passed",
-                "the cross-attention ignores memory_mask, so target positions attend to source padding. "
-                "Pass memory_mask to cross_attn.",
-                dict(cross_mask=None),
-            )
-        )
-    out.append(
-        (
-            "norm_first ignored",
-            f"with norm_first={norm_first} your layer computes the "
-            f"{'post-norm' if norm_first else 'pre-norm'} version. norm_first=False is post-norm, "
-            "x = norm(x + sublayer(x)); norm_first=True is pre-norm, x = x + sublayer(norm(x)).",
-            dict(norm_first=not norm_first),
-        )
-    )
-    out.append(
-        (
-            "missing residual",
-            f"there are no residual connections: each sub-layer's input must be added back, {form}.",
-            dict(residual=()),
-        )
-    )
-    for kind in ("self", "cross", "ff"):
-        out.append(
-            (
-                "missing residual",
-                f"there is no residual connection around {_SUBLAYER_WORDS[kind]}: add its input back, {form}.",
-                dict(residual=tuple(k for k in ("self", "cross", "ff") if k != kind)),
-            )
-        )
-    for norm_by in ("position", "sublayer"):
-        out.append(
-            (
-                "sub-layers in wrong order",
-                "the cross-attention runs before the masked self-attention. The order is: masked "
-                "self-attention (the target looks at itself), then cross-attention (it looks at the "
-                "source), then the feed-forward.",
-                dict(order=("cross", "self", "ff"), norm_by=norm_by),
-            )
-        )
-    ff_inputs = {
-        "layer input": "the feed-forward is applied to the layer's original input x instead of the "
-        "output of the cross-attention step",
-        "cross output": "the feed-forward is applied to the cross-attention's raw output instead of "
-        "the stream after its residual" + ("" if norm_first else " and norm"),
-        "unnormalised": (
-            "the feed-forward's input is not normalised: in pre-norm it is x + ff(norm3(x))"
-            if norm_first
-            else "the feed-forward gets the sum before norm2 instead of the normalised result"
-        ),
-    }
-    for key, text in ff_inputs.items():
-        out.append(("feed-forward on wrong input", f"{text} ({form}, one sub-layer after the other).", dict(ff_input=key)))
-    for perm in itertools.permutations(range(3)):
-        if perm != (0, 1, 2):
-            used = ", ".join(f"norm{perm[i] + 1} for {_SUBLAYER_WORDS[k]}" for i, k in enumerate(("self", "cross", "ff")))
-            out.append(
-                (
-                    "norms in wrong order",
-                    f"the layer norms are mixed up ({used}): use norm1 with the self-attention, norm2 "
-                    "with the cross-attention and norm3 with the feed-forward.",
-                    dict(norms=perm),
-                )
-            )
-    return out
+_BLOCK = Block(
+    "DecoderLayer",
+    ("self", "cross", "ff"),
+    word={"self": "the masked self-attention", "cross": "the cross-attention", "ff": "the feed-forward"},
+    short={"self": "self-attention", "cross": "cross-attention", "ff": "feed-forward"},
+    attn={"self": ("in", "in", "self_attn", "tgt_mask"), "cross": ("in", "memory", "cross_attn", "memory_mask")},
+    lost={
+        "self": "the self-attention ignores tgt_mask, so every position sees the future (and padding) target "
+        "tokens. Pass tgt_mask to self_attn.",
+        "cross": "the cross-attention ignores memory_mask, so target positions attend to source padding. Pass "
+        "memory_mask to cross_attn.",
+    },
+    names={  # catalogue names from before the generator
+        "norms swapped": "norms in wrong order",
+        ("sub-layer reads the layer input", "ff"): "feed-forward on wrong input",
+        ("sub-layer reads a raw output", "ff"): "feed-forward on wrong input",
+        ("norm missing", "ff"): "feed-forward on wrong input",
+    },
+)
 
 
 def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
@@ -559,13 +398,38 @@ def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[...,
         return ref(x, memory, tgt_mask, memory_mask)
 
     def mistakes(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> list[Mistake]:
-        out: list[Mistake] = []
-        for name, diagnosis, kw in _layer_mistakes(norm_first, tgt_mask is not None, memory_mask is not None):
-            kw = {"norm_first": norm_first, **kw}
-            out.append((name, diagnosis, lambda kw=kw: _layer_variant(ref, x, memory, tgt_mask, memory_mask, **kw)))
-        return out
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+        present = {k for k, v in masks.items() if v is not None}
+        return [
+            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut))
+            for name, text, mut in structural_mistakes(_BLOCK, norm_first, present)
+        ]
 
     return expected, mistakes
+
+
+def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_ff: int, norm_first: bool) -> None:
+    """Dropout with p = 1, as for the EncoderLayer (see :func:`check_dropout_modes`)."""
+    shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={P_PROBE:g}, norm_first={norm_first}"
+    model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=P_PROBE, norm_first=norm_first), shown)
+    ref = DecoderLayer(D, H, d_ff, P_PROBE, norm_first)
+    copy_parameters(match_parameters(model, ref)[0])
+    x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
+    tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
+    masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+    check_dropout_modes(
+        model, ref, lambda m: _call(m, x.clone(), memory.clone(), tgt_mask, memory_mask, "running forward (dropout)"),
+        "DecoderLayer",
+        lambda: [
+            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut, zero_drop=True))
+            for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
+        ],
+        eval_name="dropout in eval mode", quiet=("self_attn", "cross_attn", "feed_forward"), atol=1e-5,
+    )  # fmt: skip
+    with torch.no_grad():
+        y = ref.norm1(x)  # (B, L_tgt, D): a typical sub-layer input
+    parts = {"self_attn": (y, y, y, tgt_mask), "cross_attn": (y, memory, memory, memory_mask), "feed_forward": (y,)}
+    check_part_dropout(model, ref, parts, "DecoderLayer")
 
 
 @checker("DecoderLayer")
@@ -582,6 +446,8 @@ def check_decoder_layer(cls: Any) -> str:
         copy_parameters(pairs)
         expected, mistakes = _layer_functions(ref, norm_first)
         _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes)
+    for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
+        _layer_dropout(cls, B, L_tgt, L_src, D, H, d_ff, norm_first)
     return "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights"
 
 

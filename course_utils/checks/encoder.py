@@ -60,6 +60,7 @@ from torch import Tensor, nn
 from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
+from ._blocks import P_PROBE, Block, check_dropout_modes, check_part_dropout, dropout_mistakes, run_block, structural_mistakes
 from ._core import (
     Mistake,
     StudentError,
@@ -79,7 +80,6 @@ from ._core import (
 __all__ = ["check_layer_norm", "check_feed_forward", "check_encoder_layer", "check_encoder"]
 
 _ATOL = 1e-4  # whole layers and stacks; LayerNorm and FeedForward use expect_close's 1e-5
-_P = 0.5  # dropout probability of the training-mode checks
 
 # the checker that tests each reference class, for "fix that one first" messages
 _CHECK_OF = {
@@ -217,51 +217,6 @@ def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str, attention: b
                     mistake="attention output not unpacked",
                 )
             raise
-
-
-def _check_dropout(
-    build: Callable[[float], nn.Module],
-    make_ref: Callable[[], nn.Module],
-    args: tuple[Tensor, ...],
-    what: str,
-    missing_advice: str,
-    eval_advice: str,
-    load: Callable[[nn.Module, nn.Module], None],
-    on_output: Callable[[Tensor, Tensor], None] | None = None,
-) -> None:
-    """With ``dropout = _P``: training mode must change the output, eval mode must give
-    the reference's (with the same random parameters) every time."""
-    model = build(_P)
-    _randomise(model)
-    ref = make_ref().eval()
-    load(ref, model)
-    with torch.no_grad():
-        expected = ref(*args)
-    model.eval()
-    case = f"eval mode, dropout={_P}"
-    first = _forward(model, tuple(a.clone() for a in args), case, attention=True)
-    again = _forward(model, tuple(a.clone() for a in args), case, attention=True)
-    comparable = isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape
-    if comparable and not torch.equal(first, again):
-        fail(
-            f"in eval mode your {what} gives a different output every call ({case}): dropout is "
-            f"still active. {eval_advice}",
-            mistake="dropout ignores eval mode",
-        )
-    expect_close("output", first, expected, case=case, atol=_ATOL)
-    model.train()
-    case = f"training mode, dropout={_P}"
-    got = _forward(model, tuple(a.clone() for a in args), case, attention=True)
-    if not isinstance(got, Tensor) or got.shape != expected.shape:
-        fail(f"output ({case}) should be a tensor of shape {describe_shape(expected)}, got {describe_shape(got)}.")
-    if matches(got, expected, atol=_ATOL):
-        fail(
-            f"with dropout={_P} in training mode your {what} gives exactly the eval-mode output: no "
-            f"dropout is applied. {missing_advice}",
-            mistake="dropout missing",
-        )
-    if on_output is not None:
-        on_output(got, expected)
 
 
 # ---------------------------------------------------------------- LayerNorm
@@ -581,29 +536,27 @@ def check_feed_forward(cls: Any) -> str:
             mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2)
             expect_close("output", got, expected, mistakes, case=case)
 
-    def dropout_on_output(got: Tensor, expected: Tensor) -> None:
-        zero = torch.isclose(got, torch.zeros_like(got), atol=1e-6)
-        kept = torch.isclose(got, expected / (1 - _P), atol=1e-5, rtol=1e-4)
-        if bool((zero | kept).all()):
-            fail(
-                "dropout is applied to the output of linear2; the reference applies it to the "
-                "hidden activations, linear2(dropout(relu(linear1(x)))) (the encoder layer adds its "
-                "own dropout on the output).",
-                mistake="dropout in wrong place",
-            )
-
+    # dropout: p = 1 makes training mode deterministic (every dropout zeroes its input)
+    model = call_student(cls, D, d_ff, P_PROBE, context=f"constructing {what}, dropout={P_PROBE:g})")
+    _randomise(model)
+    ref = FeedForward(D, d_ff, P_PROBE)
+    load(ref, model)
     x = torch.randn(B, L, D)
-    _check_dropout(
-        lambda p: call_student(cls, D, d_ff, p, context=f"constructing {what}, dropout={p})"),
-        lambda: FeedForward(D, d_ff),
-        (x,),
-        "FeedForward",
-        "Create nn.Dropout(dropout) in __init__ and apply it to relu(linear1(x)) before linear2.",
-        "Use the module nn.Dropout (or F.dropout(h, p, training=self.training)) so that "
-        "model.eval() switches it off.",
-        load,
-        dropout_on_output,
-    )
+    with torch.no_grad():
+        no_drop = ref.eval()(x)  # (B, L, D)
+        zero = torch.zeros_like(x)
+        on_input = ref.linear2(F.relu(ref.linear1(zero)))  # (B, L, D)
+    where = "it belongs on the hidden activations, linear2(dropout(relu(linear1(x))))"
+    check_dropout_modes(
+        model, ref, lambda m: _forward(m, (x.clone(),), "dropout"), "FeedForward",
+        lambda: [
+            ("dropout missing", "no dropout is applied to the hidden activations in training mode: create "
+             "nn.Dropout(dropout) in __init__ and apply it to relu(linear1(x)) before linear2.", no_drop),
+            ("dropout in wrong place", f"dropout is applied to the output of linear2; {where} (the encoder "
+             "layer adds its own dropout on the output).", zero),
+            ("dropout in wrong place", f"dropout is applied to the input x; {where}.", on_input),
+        ],
+    )  # fmt: skip
     return "two input shapes, random weights, dropout in training and eval mode"
 
 
@@ -622,109 +575,51 @@ def _require_parts(model: nn.Module, parts: dict[str, type], what: str) -> None:
         )
 
 
-def _layer_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
+_BLOCK = Block(
+    "EncoderLayer",
+    ("self", "ff"),
+    word={"self": "self-attention", "ff": "the feed-forward"},
+    short={"self": "attention", "ff": "feed-forward"},
+    attn={"self": ("in", "in", "self_attn", "mask")},
+    lost={"self": "the mask has no effect: pass it on to the attention, self.self_attn(h, h, h, mask)."},
+    names={  # catalogue names from before the generator
+        "mask not passed": "mask not passed on",
+        ("sub-layer skipped", "self"): "feed-forward on the layer input",
+        ("sub-layer reads the layer input", "ff"): "feed-forward on the layer input",
+    },
+)
+
+
+def _block_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
     """What ``ref`` (an EncoderLayer with the student's parameters) returns with each
-    catalogued mistake, as ``(name, diagnosis, zero-argument callable)``."""
-    N1, N2, FF = ref.norm1, ref.norm2, ref.feed_forward
+    generated mistake, as ``(name, diagnosis, zero-argument callable)``."""
+    present = set() if mask is None else {"mask"}
+    return [
+        (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut))
+        for name, text, mut in structural_mistakes(_BLOCK, norm_first, present)
+    ]
 
-    def A(h: Tensor, m: Tensor | None = mask) -> Tensor:
-        return ref.self_attn(h, h, h, m)[0]  # (B, L, D)
 
-    def no_mask(h: Tensor) -> Tensor:
-        return A(h, None)
-
-    def post(first: Callable, second: Callable, n_a: nn.Module, n_b: nn.Module) -> Tensor:
-        y = n_a(x + first(x))  # (B, L, D)
-        return n_b(y + second(y))
-
-    def pre(first: Callable, second: Callable, n_a: nn.Module, n_b: nn.Module) -> Tensor:
-        y = x + first(n_a(x))  # (B, L, D)
-        return y + second(n_b(y))
-
-    # the same wording for both settings; only the formulas differ
-    swapped = ("norms swapped", "norm1 and norm2 are swapped: norm1 goes with self-attention, "
-               "norm2 with the feed-forward sub-layer (they learn different scales).")
-    twice = "the same norm is used for both sub-layers: norm1 for self-attention, norm2 for the feed-forward sub-layer."
-    order = ("the feed-forward sub-layer runs before self-attention; the order is self-attention "
-             "(with norm1) first, then feed-forward (with norm2).")
-    out: list[Mistake] = []
-    if norm_first:
-        def no_attn_residual() -> Tensor:
-            y = A(N1(x))  # (B, L, D)
-            return y + FF(N2(y))
-
-        def stream_normalised() -> Tensor:
-            h = N1(x)
-            h = h + A(h)
-            h = N2(h)
-            return h + FF(h)
-
-        if mask is not None:
-            out.append(("mask not passed on", "the mask has no effect: pass it on to the attention, "
-                        "self.self_attn(h, h, h, mask).", lambda: pre(no_mask, FF, N1, N2)))
-        out += [
-            ("missing residual", "the attention sub-layer has no residual connection: x = x + "
-             "self_attn(norm1(x), ...), not x = self_attn(...).", no_attn_residual),
-            ("missing residual", "the feed-forward sub-layer has no residual connection: return "
-             "x + feed_forward(norm2(x)), not just feed_forward(...).", lambda: FF(N2(x + A(N1(x))))),
-            ("missing residual", "neither sub-layer has a residual connection: each one adds its "
-             "result to its input, x = x + sublayer(norm(x)).", lambda: FF(N2(A(N1(x))))),
-            ("norm_first ignored", "with norm_first=True your layer computes post-norm, "
-             "norm(x + sublayer(x)); pre-norm normalises the sub-layer's input instead: "
-             "x + sublayer(norm(x)). Branch on self.norm_first.", lambda: post(A, FF, N1, N2)),
-            ("residual stream normalised", "the residual stream itself was normalised (x = "
-             "norm1(x); x = x + self_attn(x, ...)): in pre-norm only the sub-layer's input is "
-             "normalised, x = x + self_attn(norm1(x), ...), so x keeps flowing unnormalised.",
-             stream_normalised),
-            ("feed-forward on the layer input", "the feed-forward sub-layer reads the layer's input "
-             "x instead of the attention block's output: update x after attention, then "
-             "x = x + feed_forward(norm2(x)).", lambda: x + A(N1(x)) + FF(N2(x))),
-            ("feed-forward on the layer input", "the attention result is never used: the output "
-             "only contains x + feed_forward(norm2(x)). Feed the attention block's output on to "
-             "the feed-forward block.", lambda: x + FF(N2(x))),
-            ("residual from the layer input", "the feed-forward block adds its result to the "
-             "layer's input x instead of the attention block's output: y = x + attn(...); "
-             "return y + feed_forward(norm2(y)).", lambda: x + FF(N2(x + A(N1(x))))),
-            ("sub-layers in wrong order", order, lambda: pre(FF, A, N1, N2)),
-            ("sub-layers in wrong order", order, lambda: pre(FF, A, N2, N1)),
-            (*swapped, lambda: pre(A, FF, N2, N1)),
-            ("same norm twice", twice, lambda: pre(A, FF, N1, N1)),
-            ("same norm twice", twice, lambda: pre(A, FF, N2, N2)),
-        ]
-    else:
-        def no_attn_residual_post() -> Tensor:
-            y = N1(A(x))  # (B, L, D)
-            return N2(y + FF(y))
-
-        if mask is not None:
-            out.append(("mask not passed on", "the mask has no effect: pass it on to the attention, "
-                        "self.self_attn(x, x, x, mask).", lambda: post(no_mask, FF, N1, N2)))
-        out += [
-            ("missing residual", "the attention sub-layer has no residual connection: "
-             "norm1(x + self_attn(x, x, x, mask)[0]), not norm1(self_attn(...)).", no_attn_residual_post),
-            ("missing residual", "the feed-forward sub-layer has no residual connection: "
-             "norm2(x + feed_forward(x)), not norm2(feed_forward(x)).", lambda: N2(FF(N1(x + A(x))))),
-            ("missing residual", "neither sub-layer has a residual connection: each one is "
-             "norm(x + sublayer(x)).", lambda: N2(FF(N1(A(x))))),
-            ("norm_first ignored", "with norm_first=False your layer computes pre-norm, "
-             "x + sublayer(norm(x)); the paper's post-norm is norm(x + sublayer(x)). Branch on "
-             "self.norm_first.", lambda: pre(A, FF, N1, N2)),
-            ("feed-forward on the layer input", "the feed-forward sub-layer reads the layer's input "
-             "x instead of the attention block's output: x = norm1(x + attn); then "
-             "norm2(x + feed_forward(x)).", lambda: N2(N1(x + A(x)) + FF(x))),
-            ("feed-forward on the layer input", "the attention result is never used: the output "
-             "is norm2(x + feed_forward(x)) of the layer's input. Feed the attention block's "
-             "output on to the feed-forward block.", lambda: N2(x + FF(x))),
-            ("residual from the layer input", "the feed-forward block adds its result to the "
-             "layer's input x instead of the attention block's output: y = norm1(x + attn); "
-             "return norm2(y + feed_forward(y)).", lambda: N2(x + FF(N1(x + A(x))))),
-            ("sub-layers in wrong order", order, lambda: post(FF, A, N1, N2)),
-            ("sub-layers in wrong order", order, lambda: post(FF, A, N2, N1)),
-            (*swapped, lambda: post(A, FF, N2, N1)),
-            ("same norm twice", twice, lambda: post(A, FF, N1, N1)),
-            ("same norm twice", twice, lambda: post(A, FF, N2, N2)),
-        ]
-    return out
+def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_first: bool) -> None:
+    """Dropout with p = 1: eval mode as the reference; training mode with the sub-modules'
+    own dropout off must zero each sub-layer's output (and nothing else); then each
+    sub-module on its own must drop like the reference's (dropout passed on)."""
+    model = _build_layer(cls, D, H, d_ff, P_PROBE, norm_first)
+    _randomise(model)
+    ref = EncoderLayer(D, H, d_ff, P_PROBE, norm_first)
+    _load_reference(ref, model, "EncoderLayer")
+    x, mask = torch.randn(B, L, D), _padding_mask(B, L)
+    check_dropout_modes(
+        model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "EncoderLayer",
+        lambda: [
+            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut, zero_drop=True))
+            for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
+        ],
+        quiet=("self_attn", "feed_forward"),
+    )  # fmt: skip
+    with torch.no_grad():
+        y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
+    check_part_dropout(model, ref, {"self_attn": (y, y, y, mask), "feed_forward": (y,)}, "EncoderLayer")
 
 
 def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
@@ -769,21 +664,10 @@ def check_encoder_layer(cls: Any) -> str:
         _verify_layer_parts(model, ref, x, mask, "EncoderLayer")
         _compare_without_and_with_mask(
             model, ref, x, mask, f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}",
-            lambda x0, m: _layer_mistakes(ref, x0, m, norm_first),
+            lambda x0, m: _block_mistakes(ref, x0, m, norm_first),
         )  # fmt: skip
-
-    mask = _padding_mask(B, L)
-    _check_dropout(
-        lambda p: _build_layer(cls, D, H, d_ff, p, False),
-        lambda: EncoderLayer(D, H, d_ff, 0.0, False),
-        (torch.randn(B, L, D), mask),
-        "EncoderLayer",
-        "Pass dropout on to the sub-layers and apply nn.Dropout(dropout) to each sub-layer's "
-        "output before adding it to the residual.",
-        "Use nn.Dropout modules (or F.dropout(..., training=self.training)) so that model.eval() "
-        "switches them off.",
-        lambda ref, model: _load_reference(ref, model, "EncoderLayer"),
-    )
+    for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
+        _layer_dropout(cls, B, L, D, H, d_ff, norm_first)
     return "post-norm and pre-norm, with and without padding masks, random weights and norms, dropout"
 
 
@@ -951,16 +835,19 @@ def check_encoder(cls: Any) -> str:
                 mistake="unused final norm",
             )
 
-    _check_dropout(
-        lambda p: _build_encoder(cls, n, D, H, d_ff, p, True),
-        lambda: Encoder(n, D, H, d_ff, 0.0, True),
-        (torch.randn(B, L, D), _padding_mask(B, L)),
-        "Encoder",
-        "Pass dropout on to every EncoderLayer.",
-        "Use nn.Dropout modules (or F.dropout(..., training=self.training)) so that model.eval() "
-        "switches them off.",
-        lambda ref, model: _load_reference(ref, model, "Encoder"),
-    )
+    # dropout, pre-norm: with p = 1 every layer's sub-layers vanish, so the stack is its final norm
+    model = _build_encoder(cls, n, D, H, d_ff, P_PROBE, True)
+    _randomise(model)
+    ref = Encoder(n, D, H, d_ff, P_PROBE, True)
+    _load_reference(ref, model, "Encoder")
+    x, mask = torch.randn(B, L, D), _padding_mask(B, L)
+    with torch.no_grad():
+        no_drop = ref.eval()(x, mask)  # (B, L, D)
+    check_dropout_modes(
+        model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "Encoder",
+        lambda: [("dropout missing", "no dropout is applied in training mode: Pass dropout on to every "
+                  "EncoderLayer, EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop)],
+    )  # fmt: skip
     return "2-3 layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
 
 
