@@ -24,13 +24,14 @@ Knobs of a mutation (absent = correct):
 ``drop``       {kind: None | "sum" | "in"}: where the sub-layer's dropout goes (none, on
                the residual sum, on the sub-layer's input instead of its output)
 
-With ``zero_drop=True`` every dropout is the one of ``p = 1`` (zeros), so a dropout
-placement gives deterministic numbers: the checkers' training-mode probe.
+With ``drop=zeros`` every dropout is the one of ``p = 1``, so a dropout placement gives
+deterministic numbers: the checkers' training-mode probe.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,11 +77,11 @@ def run_block(
     masks: dict[str, Tensor | None],
     norm_first: bool,
     mutation: Mutation | None = None,
-    zero_drop: bool = False,
+    drop: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """``ref``'s block on ``x`` (``(B, L, D)``) with ``mutation`` applied; ``masks`` maps
-    the names used in ``spec.attn`` to tensors. Dropout is the identity, or zeros when
-    ``zero_drop`` (``p = 1``)."""
+    the names used in ``spec.attn`` to tensors. ``drop`` is the sub-layers' dropout
+    (default: none, as in eval mode; :func:`zeros` is dropout with ``p = 1``)."""
     m = mutation or {}
     kinds = spec.kinds
     order = m.get("order", kinds)
@@ -88,9 +89,7 @@ def run_block(
     norm_of = m.get("norm_of") or tuple(kinds.index(k) for k in order)
     place = {k: m.get("place", {}).get(k, "pre" if norm_first else "post") for k in kinds}
     drop_at = {k: m.get("drop", {}).get(k, "out") for k in kinds}
-
-    def drop(t: Tensor) -> Tensor:
-        return torch.zeros_like(t) if zero_drop else t
+    drop = drop or (lambda t: t)
 
     h = raw = x  # (B, L, D): the stream, and the last sub-layer's own output
     for pos, k in enumerate(order):
@@ -130,28 +129,39 @@ def _norm_words(spec: Block, norm_of: tuple[int, ...], order: tuple[str, ...]) -
     return ", ".join(f"{spec.norm(i)} for {spec.word[k]}" for i, k in zip(norm_of, order))
 
 
+def mask_misuses(right: dict[str, str], present: set[str]) -> list[tuple[dict[str, str | None], str, list[str]]]:
+    """Every other assignment of the ``present`` masks (or none) to the slots of ``right``
+    (``{slot: mask name}``): ``(got, head, lost)``; ``head`` is ``""`` unless a mask reaches
+    a wrong slot, ``lost`` the slots that lost theirs."""
+    out = []
+    for combo in itertools.product([*sorted(present), None], repeat=len(right)):
+        got = dict(zip(right, combo))
+        lost = [k for k in right if got[k] is None and right[k] in present]
+        if got == right or all(got[k] in (right[k], None) for k in right) and not lost:
+            continue
+        head = ""
+        if any(got[k] not in (right[k], None) for k in right):
+            swap = sorted(map(str, got.values())) == sorted(map(str, right.values()))
+            head = "the masks are swapped" if swap else "a mask reaches the wrong place"
+        out.append((got, head, lost))
+    return out
+
+
 def _mask_mistakes(spec: Block, present: set[str]) -> list[tuple[str, str, Mutation]]:
-    """Every other assignment of the layer's masks (or None) to its attentions."""
     attns = [k for k in spec.kinds if k != "ff"]
     right = {k: spec.attn[k][3] for k in attns}
-    options = sorted(present) + [None]
     out = []
-    for combo in itertools.product(options, repeat=len(attns)):
-        got = dict(zip(attns, combo))
-        if got == right or all(right[k] not in present and got[k] is None for k in attns):
-            continue
-        if any(got[k] is not None for k in attns if got[k] != right[k]):
+    for got, head, lost in mask_misuses(right, present):
+        if head:
             said = "; ".join(f"{spec.word[k]} gets {got[k] or 'no mask'}" for k in attns)
             want = " and ".join(f"{right[k]} to {spec.word[k]}" for k in attns)
-            head = "the masks are swapped" if sorted(map(str, got.values())) == sorted(map(str, right.values())) else "a mask reaches the wrong attention"
             name, text = "masks swapped", f"{head} ({said}): pass {want}."
+        elif len(lost) == 1:
+            name, text = spec.name(f"{right[lost[0]]} not passed"), spec.lost[lost[0]]
         else:
-            lost = [k for k in attns if got[k] is None and right[k] in present]
-            name = spec.name(f"{right[lost[0]]} not passed") if len(lost) == 1 else "masks not passed"
-            text = spec.lost[lost[0]] if len(lost) == 1 else (
-                "neither mask has any effect: pass " + " and ".join(f"{right[k]} to {spec.word[k]}" for k in attns) + ".")
-        mutation = {"attn": {k: (*spec.attn[k][:3], got[k]) for k in attns}}
-        out.append((name, text, mutation))
+            want = " and ".join(f"{right[k]} to {spec.word[k]}" for k in attns)
+            name, text = "masks not passed", f"neither mask has any effect: pass {want}."
+        out.append((name, text, {"attn": {k: (*spec.attn[k][:3], got[k]) for k in attns}}))
     return out
 
 
@@ -260,7 +270,7 @@ def structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> lis
 
 
 def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Mutation]]:
-    """Where a block's sub-layer dropout can go wrong, for :func:`run_block` with ``zero_drop``."""
+    """Where a block's sub-layer dropout can go wrong, for :func:`run_block` with ``drop=zeros``."""
     W, kinds = spec.word, spec.kinds
     right = "x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"
     wrong_sum = "dropout(x + sublayer(norm(x)))" if norm_first else "norm(dropout(x + sublayer(x)))"
@@ -284,6 +294,11 @@ def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Muta
 
 # ---------------------------------------------------------------- dropout probes (p = 1)
 P_PROBE = 1.0  # every dropout that uses the given p zeroes its input: nothing random is left
+
+
+def zeros(t: Tensor) -> Tensor:
+    """Dropout with ``p = 1``."""
+    return torch.zeros_like(t)
 
 
 def _train(module: nn.Module, quiet: tuple[str, ...]) -> None:
@@ -407,3 +422,157 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
             f"{type(rp).__name__} ({case}, got {describe_shape(got)}): check its dropout on its own first.",
             mistake="wrong sub-module",
         )
+
+
+# ---------------------------------------------------------------- stacks: Encoder, Decoder
+@dataclass(frozen=True)
+class Stack:
+    """A stack of layers: ``what`` ("Encoder") of ``layer`` ("EncoderLayer"); ``masks``
+    the mask arguments of ``layer(x, [memory,] *masks)``; ``names`` as in :class:`Block`."""
+
+    what: str
+    layer: str
+    masks: tuple[str, ...]
+    call: str
+    names: dict[Any, str] = field(default_factory=dict)
+
+    def name(self, family: str) -> str:
+        return self.names.get(family, family)
+
+
+def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None], mutation: Mutation | None = None) -> Tensor:
+    """``ref`` (an Encoder or Decoder) on ``x`` with ``mutation``: ``layers`` ("first only",
+    "first repeated", "last only", "none"), ``masks`` (the names passed to every layer),
+    ``memory`` ("previous output": each layer's output is the next one's memory; "none"),
+    ``final`` (None, "inside" the loop, or a norm module in post-norm), ``flip``
+    (the layers' norm_first flipped)."""
+    m = mutation or {}
+    layers = list(ref.layers)
+    seq = {"first only": layers[:1], "first repeated": layers[:1] * len(layers), "last only": layers[-1:], "none": []}
+    seq = seq.get(m.get("layers", ""), layers)
+    args = [masks.get(k) if k else None for k in m.get("masks", masks)]
+    flip = m.get("flip", False)
+    for layer in layers:
+        layer.norm_first ^= flip
+    try:
+        h = x
+        for i, layer in enumerate(seq):
+            if memory is None:
+                h = layer(h, *args)  # (B, L, D)
+            else:
+                mem = {"previous output": memory if i == 0 else h, "none": h}.get(m.get("memory", ""), memory)
+                h = layer(h, mem, *args)  # (B, L_tgt, D)
+            if m.get("final") == "inside":
+                h = ref.norm(h)
+    finally:
+        for layer in layers:
+            layer.norm_first ^= flip
+    final = m.get("final", "ref")
+    if final == "ref":
+        return ref.norm(h) if ref.norm is not None else h
+    return h if final in (None, "inside") else final(h)
+
+
+def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int, memory: bool) -> list[tuple[str, str, Mutation]]:
+    """``(name, diagnosis, mutation)`` for every generated mistake of a stack."""
+    right = dict(zip(spec.masks, spec.masks))
+    check = f"check_{spec.layer.lower().replace('layer', '_layer')}"
+    out: list[tuple[str, str, Mutation]] = []
+    for got, head, lost in mask_misuses(right, present):
+        masks = tuple(got[k] for k in spec.masks)
+        if head:
+            said = ", ".join(f"{got[k] or 'None'} as {k}" for k in spec.masks)
+            out.append(("masks swapped", f"{head}: the layers get {said}; call {spec.call}, in that order.", {"masks": masks}))
+        else:
+            which = " and ".join(lost)
+            out.append((spec.name("masks not passed on"), f"{which} {'has no effect: it is' if len(lost) == 1 else 'are'} "
+                        f"not passed on to the layers: call {spec.call}. (If your {spec.what} does pass it, run "
+                        f"{check} on your {spec.layer}.)", {"masks": masks}))
+    if norm_first:
+        out += [
+            ("missing final norm", "the final layer norm is missing: with norm_first=True the output must go "
+             "through the final norm after the last layer (in pre-norm the residual stream itself is never "
+             "normalised): return self.norm(x).", {"final": None}),
+            ("final norm inside the loop", "the final norm is applied after every layer; apply it once, after "
+             "the loop.", {"final": "inside"}),
+            ("norm_first not passed on", f"your layers compute post-norm although the {spec.what} was built with "
+             f"norm_first=True: pass norm_first on to every {spec.layer}.", {"flip": True}),
+        ]
+    else:
+        text = ("a final norm is applied although norm_first=False: in post-norm every layer already ends with a "
+                "norm, so the final norm exists only when norm_first=True.")
+        for norm in ([own_norm] if isinstance(own_norm, nn.Module) else []) + [nn.LayerNorm(D, elementwise_affine=False)]:
+            out.append(("final norm in post-norm", text, {"final": norm}))
+    if memory:
+        out += [
+            ("memory not passed to every layer", "only the first layer sees the encoder output: every later layer "
+             "gets the previous layer's output as memory. Pass the same `memory` to every layer.",
+             {"memory": "previous output"}),
+            ("memory not passed to every layer", "no layer sees the encoder output: they get the decoder's own x "
+             "as memory. Pass `memory` to every layer.", {"memory": "none"}),
+        ]
+    return out + [
+        (spec.name("only the last layer applied"), "every layer reads the stack's input, so only the last layer's "
+         f"result comes out: each layer must read the previous one's output, {spec.call}.", {"layers": "last only"}),
+        ("only the first layer applied", "only the first layer is applied: loop over all of self.layers.",
+         {"layers": "first only"}),
+        (spec.name("one layer applied repeatedly"), "the first layer is applied num_layers times: use each layer "
+         f"once, for layer in self.layers: {spec.call}.", {"layers": "first repeated"}),
+        ("layers not applied", "the layers are never applied (or their results are thrown away): for layer in "
+         f"self.layers: {spec.call}.", {"layers": "none"}),
+    ]
+
+
+def stack_structure(model: nn.Module, num_layers: int, norm_first: bool, spec: Stack) -> nn.ModuleList:
+    """The contract's ``layers: nn.ModuleList`` of ``num_layers`` independent layers, and a
+    final ``norm`` when ``norm_first``."""
+    what, layer_cls = spec.what, spec.layer
+    layers = getattr(model, "layers", None)
+    if layers is None:
+        fail(f"your {what} has no `layers`: keep the stack in self.layers = nn.ModuleList([...]) with one "
+             f"{layer_cls} per layer.", mistake="missing layers")
+    if isinstance(layers, (list, tuple)):
+        fail(f"`layers` is a plain Python {type(layers).__name__}, so PyTorch does not register the layers: "
+             "their parameters are not in model.parameters() (never trained), and neither .to(device) nor "
+             ".eval() reaches them. Wrap it: self.layers = nn.ModuleList([...]).", mistake="layers not registered")
+    if not isinstance(layers, nn.ModuleList):
+        why = ""
+        if isinstance(layers, nn.Sequential):
+            why = (" Looping over an nn.Sequential would run, but calling it, self.layers(x), hands each layer "
+                   "only x and never the mask; the contract keeps the layers in a ModuleList that forward loops over.")
+        fail(f"`layers` should be an nn.ModuleList (the contract: `layers: nn.ModuleList`), got "
+             f"{type(layers).__name__}.{why}", mistake="wrong container")
+    if len(layers) != num_layers:
+        fail(f"{what}(num_layers={num_layers}, ...) has {len(layers)} layers in `layers`, expected {num_layers}.",
+             mistake="wrong number of layers")
+    if len({id(layer) for layer in layers}) < len(layers):
+        fail(f"the same {layer_cls} object appears several times in `layers` (e.g. [layer] * {num_layers}, or "
+             "appending one layer in a loop), so all layers share one set of weights. Build a new "
+             f"{layer_cls} for every position: nn.ModuleList([{layer_cls}(...) for _ in range(num_layers)]).",
+             mistake="layers shared")
+    owner: dict[int, tuple[int, str]] = {}
+    for i, layer in enumerate(layers):
+        for name, p in layer.named_parameters():
+            j, other = owner.setdefault(p.data_ptr(), (i, name))
+            if j != i:
+                fail(f"layers {j} and {i} share a parameter (`layers.{j}.{other}` is `layers.{i}.{name}`): every "
+                     f"layer needs its own sub-modules. Construct them inside {layer_cls} (or deep-copy whole "
+                     "layers), not once outside and passed in.", mistake="layers shared")
+    for i, layer in enumerate(layers):
+        flag = getattr(layer, "norm_first", None)
+        if isinstance(flag, bool) and flag != norm_first:
+            fail(f"{what}(..., norm_first={norm_first}) built layers with norm_first={flag} (layer {i}): pass "
+                 f"norm_first on to every {layer_cls}.", mistake="norm_first not passed on")
+    if norm_first and not isinstance(getattr(model, "norm", None), nn.Module):
+        fail("the final layer norm is missing: with norm_first=True the stack needs a final LayerNorm, self.norm, "
+             "applied after the last layer: in pre-norm the residual stream itself is never normalised.",
+             mistake="missing final norm")
+    return layers
+
+
+def unused_final_norm(model: nn.Module, norm_first: bool, what: str) -> None:
+    norm = getattr(model, "norm", None)
+    if not norm_first and isinstance(norm, nn.Module) and any(True for _ in norm.parameters()):
+        fail(f"your {what} creates a final norm also for norm_first=False, where it is never used: its "
+             "parameters still count (and would be saved and 'trained'). Create it only for pre-norm: "
+             "self.norm = LayerNorm(d_model) if norm_first else None.", mistake="unused final norm")

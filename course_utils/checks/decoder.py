@@ -37,7 +37,6 @@ the right thing); a pre-norm one without ``norm`` fails as ``"missing final norm
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -48,8 +47,21 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
-from ..layers import LayerNorm
-from ._blocks import P_PROBE, Block, check_dropout_modes, check_part_dropout, dropout_mistakes, run_block, structural_mistakes
+from ._blocks import (
+    P_PROBE,
+    Block,
+    Stack,
+    check_dropout_modes,
+    check_part_dropout,
+    dropout_mistakes,
+    run_block,
+    run_stack,
+    stack_mistakes,
+    stack_structure,
+    structural_mistakes,
+    unused_final_norm,
+    zeros,
+)
 from ._core import (
     Mistake,
     StudentError,
@@ -421,7 +433,7 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
         model, ref, lambda m: _call(m, x.clone(), memory.clone(), tgt_mask, memory_mask, "running forward (dropout)"),
         "DecoderLayer",
         lambda: [
-            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut, zero_drop=True))
+            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut, drop=zeros))
             for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
         ],
         eval_name="dropout in eval mode", quiet=("self_attn", "cross_attn", "feed_forward"), atol=1e-5,
@@ -448,7 +460,9 @@ def check_decoder_layer(cls: Any) -> str:
         _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes)
     for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
         _layer_dropout(cls, B, L_tgt, L_src, D, H, d_ff, norm_first)
-    return "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights"
+    return (
+        "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights, dropout at p=1"
+    )
 
 
 # ---------------------------------------------------------------- Decoder
@@ -456,163 +470,37 @@ _DECODER_PARTS = {
     "layers": "nn.ModuleList of num_layers DecoderLayer",
     "norm": "LayerNorm(d_model), only when norm_first=True",
 }
+_STACK = Stack("Decoder", "DecoderLayer", ("tgt_mask", "memory_mask"), "x = layer(x, memory, tgt_mask, memory_mask)",
+               names={"only the last layer applied": "layer outputs not chained",
+                      "one layer applied repeatedly": "only the first layer used"})  # fmt: skip
 
 
-def _decoder_variant(
-    ref: Decoder,
-    x: Tensor,
-    memory: Tensor,
-    tgt_mask: Tensor | None,
-    memory_mask: Tensor | None,
-    *,
-    final: Any = "ref",
-    masks: tuple[str | None, str | None] = ("tgt", "memory"),
-    memory_for: str = "all",
-    layers: str = "chained",
-) -> Tensor:
-    """The decoder computed from the reference's layers, optionally with one mistake."""
-    m = {"tgt": tgt_mask, "memory": memory_mask, None: None}
-    h = x
-    for i, layer in enumerate(ref.layers):
-        layer = ref.layers[0] if layers == "first only" else layer
-        inp = x if layers == "unchained" else h
-        mem = memory
-        if memory_for == "none" or (memory_for == "first only" and i > 0):
-            mem = inp
-        h = layer(inp, mem, m[masks[0]], m[masks[1]])  # (B, L_tgt, D)
-    if final == "ref":
-        return ref.norm(h) if ref.norm is not None else h
-    if final == "plain":
-        return F.layer_norm(h, h.shape[-1:])
-    if isinstance(final, nn.Module):
-        return final(h)
-    return h
-
-
-def _decoder_mistakes(
-    ref: Decoder, norm_first: bool, extra_norm: nn.Module | None
-) -> list[tuple[str, str, dict[str, Any]]]:
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    if norm_first:
-        out.append(
-            (
-                "missing final norm",
-                "the final layer norm is missing: in pre-norm the residual stream itself is never "
-                "normalised, so the Decoder ends with self.norm(x) (create it only when norm_first=True).",
-                dict(final=None),
-            )
-        )
-    else:
-        text = (
-            "a final layer norm is applied although norm_first=False: in post-norm every layer already "
-            "ends with a norm, so the Decoder has no final norm (self.norm only when norm_first=True)."
-        )
-        if extra_norm is not None:
-            out.append(("final norm in post-norm", text, dict(final=extra_norm)))
-        out.append(("final norm in post-norm", text, dict(final="plain")))
-    out += [
-        (
-            "masks not passed on",
-            "tgt_mask is not passed on to the layers, so the self-attention sees future target tokens: "
-            "call layer(x, memory, tgt_mask, memory_mask). "
-            "(If your Decoder does pass it, run check_decoder_layer on your DecoderLayer.)",
-            dict(masks=(None, "memory")),
-        ),
-        (
-            "masks not passed on",
-            "memory_mask is not passed on to the layers, so the cross-attention sees source padding: "
-            "call layer(x, memory, tgt_mask, memory_mask). "
-            "(If your Decoder does pass it, run check_decoder_layer on your DecoderLayer.)",
-            dict(masks=("tgt", None)),
-        ),
-        (
-            "masks not passed on",
-            "the masks are not passed on to the layers: call layer(x, memory, tgt_mask, memory_mask). "
-            "(If your Decoder does pass them, run check_decoder_layer on your DecoderLayer.)",
-            dict(masks=(None, None)),
-        ),
-        (
-            "masks swapped",
-            "the layers get tgt_mask and memory_mask swapped: call layer(x, memory, tgt_mask, memory_mask) "
-            "in that order.",
-            dict(masks=("memory", "tgt")),
-        ),
-        (
-            "memory not passed to every layer",
-            "only the first layer sees the encoder output: every later layer gets the decoder's own x "
-            "as memory. Pass the same `memory` to every layer.",
-            dict(memory_for="first only"),
-        ),
-        (
-            "memory not passed to every layer",
-            "no layer sees the encoder output: they get the decoder's own x as memory. Pass `memory` "
-            "to every layer.",
-            dict(memory_for="none"),
-        ),
-        (
-            "only the first layer used",
-            "the first layer is applied num_layers times; loop over self.layers so each layer is used once.",
-            dict(layers="first only"),
-        ),
-        (
-            "layer outputs not chained",
-            "every layer gets the Decoder's input x, so only the last layer's output is kept: feed each "
-            "layer's output to the next (x = layer(x, memory, ...)).",
-            dict(layers="unchained"),
-        ),
-    ]
-    return out
-
-
-def _decoder_functions(
-    ref: Decoder, norm_first: bool, extra_norm: nn.Module | None
-) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
+def _decoder_functions(ref: Decoder, model: nn.Module, norm_first: bool) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
     def expected(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> Tensor:
         return ref(x, memory, tgt_mask, memory_mask)
 
     def mistakes(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> list[Mistake]:
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+        present = {k for k, v in masks.items() if v is not None}
+        own = getattr(model, "norm", None)
         return [
-            (name, diagnosis, lambda kw=kw: _decoder_variant(ref, x, memory, tgt_mask, memory_mask, **kw))
-            for name, diagnosis, kw in _decoder_mistakes(ref, norm_first, extra_norm)
+            (name, text, lambda mut=mut: run_stack(ref, x, memory, masks, mut))
+            for name, text, mut in stack_mistakes(_STACK, norm_first, present, own, x.size(-1), True)
         ]
 
     return expected, mistakes
 
 
-def _check_layers(model: nn.Module, num_layers: int) -> None:
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList):
-        got = "no attribute `layers`" if layers is None else f"`layers` is a {type(layers).__name__}"
-        fail(
-            f"your Decoder has {got}: keep the layers in self.layers = nn.ModuleList([...]) (a plain "
-            "Python list would hide their parameters from PyTorch).",
-            mistake="missing submodule",
-        )
-    if len(layers) != num_layers:
-        fail(
-            f"Decoder({num_layers}, ...) built {len(layers)} layers; it should build num_layers of them.",
-            mistake="wrong number of layers",
-        )
-    if len({id(layer) for layer in layers}) < len(layers):
-        fail(
-            "your layers are one and the same module used several times, so they share their weights. "
-            "Build a new DecoderLayer for each position: nn.ModuleList(DecoderLayer(...) for _ in "
-            "range(num_layers)), not [layer] * num_layers.",
-            mistake="layers sharing one module",
-        )
-
-
-def _student_norm(model: nn.Module, D: int) -> nn.Module | None:
-    """A LayerNorm holding the student's (unused?) post-norm ``norm`` parameters, if any."""
-    norm = getattr(model, "norm", None)
-    weight, bias = getattr(norm, "weight", None), getattr(norm, "bias", None)
-    if not (isinstance(weight, Tensor) and isinstance(bias, Tensor) and weight.shape == bias.shape == (D,)):
-        return None
-    copy = LayerNorm(D)
-    with torch.no_grad():
-        copy.weight.copy_(weight)
-        copy.bias.copy_(bias)
-    return copy
+def _build_decoder(cls: Any, N: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> tuple[nn.Module, Decoder]:
+    """The student's Decoder and the reference with its parameters."""
+    shown = f"num_layers={N}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p:g}, norm_first={norm_first}"
+    model = build_student(cls, "Decoder", (N, D, H, d_ff), dict(dropout=p, norm_first=norm_first), shown)
+    stack_structure(model, N, norm_first, _STACK)
+    ref = Decoder(N, D, H, d_ff, p, norm_first).eval()
+    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref, optional_extra=() if norm_first else ("norm.",))
+    structure_failure("Decoder", model, missing, unexpected, wrong_shape, _DECODER_PARTS)
+    copy_parameters(pairs)
+    return model, ref
 
 
 @checker("Decoder")
@@ -622,20 +510,26 @@ def check_decoder(cls: Any) -> str:
     D = H * d_k
     N = randint(2, 3)
     for norm_first in (False, True):
-        shown = f"num_layers={N}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1, norm_first={norm_first}"
-        model = build_student(cls, "Decoder", (N, D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
-        _check_layers(model, N)
-        ref = Decoder(N, D, H, d_ff, 0.0, norm_first).eval()
-        randomise_parameters(ref)  # a final norm the student lacks keeps random values
-        pairs, missing, unexpected, wrong_shape = match_parameters(
-            model, ref, optional_missing=("norm.",) if norm_first else (), optional_extra=() if norm_first else ("norm.",)
-        )
-        structure_failure("Decoder", model, missing, unexpected, wrong_shape, _DECODER_PARTS)
-        copy_parameters(pairs)
-        expected, mistakes = _decoder_functions(ref, norm_first, None if norm_first else _student_norm(model, D))
+        model, ref = _build_decoder(cls, N, D, H, d_ff, 0.1, norm_first)
+        expected, mistakes = _decoder_functions(ref, model, norm_first)
         nf = f"norm_first={norm_first}, num_layers={N}"
         _run_mask_cases(model, "Decoder", nf, B, L_tgt, L_src, D, expected, mistakes)
-    return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights"
+        unused_final_norm(model, norm_first, "Decoder")
+
+    # dropout, pre-norm: with p = 1 every layer's sub-layers vanish, so the stack is its final norm
+    model, ref = _build_decoder(cls, N, D, H, d_ff, P_PROBE, True)
+    x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
+    tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
+    with torch.no_grad():
+        no_drop = ref.eval()(x, memory, tgt_mask, memory_mask)  # (B, L_tgt, D)
+    check_dropout_modes(
+        model, ref, lambda m: _call(m, x.clone(), memory.clone(), tgt_mask, memory_mask, "running forward (dropout)"),
+        "Decoder",
+        lambda: [("dropout missing", "no dropout is applied in training mode: pass dropout on to every "
+                  "DecoderLayer, DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop)],
+        eval_name="dropout in eval mode", atol=1e-5,
+    )  # fmt: skip
+    return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights, dropout at p=1"
 
 
 # ---------------------------------------------------------------- hints

@@ -60,7 +60,21 @@ from torch import Tensor, nn
 from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
-from ._blocks import P_PROBE, Block, check_dropout_modes, check_part_dropout, dropout_mistakes, run_block, structural_mistakes
+from ._blocks import (
+    P_PROBE,
+    Block,
+    Stack,
+    check_dropout_modes,
+    check_part_dropout,
+    dropout_mistakes,
+    run_block,
+    run_stack,
+    stack_mistakes,
+    stack_structure,
+    structural_mistakes,
+    unused_final_norm,
+    zeros,
+)
 from ._core import (
     Mistake,
     StudentError,
@@ -612,7 +626,7 @@ def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_fir
     check_dropout_modes(
         model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "EncoderLayer",
         lambda: [
-            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut, zero_drop=True))
+            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut, drop=zeros))
             for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
         ],
         quiet=("self_attn", "feed_forward"),
@@ -672,127 +686,7 @@ def check_encoder_layer(cls: Any) -> str:
 
 
 # ---------------------------------------------------------------- Encoder
-def _encoder_structure(model: nn.Module, num_layers: int, norm_first: bool) -> nn.ModuleList:
-    layers = getattr(model, "layers", None)
-    if layers is None:
-        fail(
-            "your Encoder has no `layers`: keep the stack in self.layers = nn.ModuleList([...]) "
-            "with one EncoderLayer per layer.",
-            mistake="missing layers",
-        )
-    if isinstance(layers, (list, tuple)):
-        fail(
-            f"`layers` is a plain Python {type(layers).__name__}, so PyTorch does not register the "
-            "layers: their parameters are not in model.parameters() (never trained), and neither "
-            ".to(device) nor .eval() reaches them. Wrap it: self.layers = nn.ModuleList([...]).",
-            mistake="layers not registered",
-        )
-    if not isinstance(layers, nn.ModuleList):
-        fail(
-            f"`layers` should be an nn.ModuleList, got {type(layers).__name__}: forward calls each "
-            "layer with the mask, layer(x, mask), which nn.Sequential cannot do.",
-            mistake="wrong container",
-        )
-    if len(layers) != num_layers:
-        fail(
-            f"Encoder(num_layers={num_layers}, ...) has {len(layers)} layers in `layers`, expected {num_layers}.",
-            mistake="wrong number of layers",
-        )
-    if len({id(layer) for layer in layers}) < len(layers):
-        fail(
-            f"the same EncoderLayer object appears several times in `layers` (e.g. [layer] * "
-            f"{num_layers}, or appending one layer in a loop), so all layers share one set of "
-            "weights. Build a new EncoderLayer for every position: nn.ModuleList([EncoderLayer(...) "
-            "for _ in range(num_layers)]).",
-            mistake="layers shared",
-        )
-    owner: dict[int, tuple[int, str]] = {}
-    for i, layer in enumerate(layers):
-        for name, p in layer.named_parameters():
-            ptr = p.data_ptr()
-            if ptr in owner and owner[ptr][0] != i:
-                j, other = owner[ptr]
-                fail(
-                    f"layers {j} and {i} share a parameter (`layers.{j}.{other}` is `layers.{i}.{name}`): "
-                    "every layer needs its own sub-modules. Construct them inside EncoderLayer "
-                    "(or deep-copy whole layers), not once outside and passed in.",
-                    mistake="layers shared",
-                )
-            owner.setdefault(ptr, (i, name))
-    for i, layer in enumerate(layers):
-        flag = getattr(layer, "norm_first", None)
-        if isinstance(flag, bool) and flag != norm_first:
-            fail(
-                f"Encoder(..., norm_first={norm_first}) built layers with norm_first={flag} "
-                f"(layer {i}): pass norm_first on to every EncoderLayer.",
-                mistake="norm_first not passed on",
-            )
-    norm = getattr(model, "norm", None)
-    if norm_first and not isinstance(norm, nn.Module):
-        fail(
-            "with norm_first=True the stack needs a final LayerNorm, self.norm, applied after the "
-            "last layer: in pre-norm the residual stream itself is never normalised.",
-            mistake="missing final norm",
-        )
-    return layers
-
-
-def _encoder_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
-    layers = list(ref.layers)
-    n = len(layers)
-
-    def stack(seq: list[nn.Module], m: Tensor | None = mask, norm: str = "ok") -> Tensor:
-        h = x
-        for layer in seq:
-            h = layer(h, m)  # (B, L, D)
-            if norm == "inside":
-                h = ref.norm(h)
-        return ref.norm(h) if norm_first and norm == "ok" else h
-
-    def flipped() -> Tensor:
-        for layer in layers:
-            layer.norm_first = not norm_first
-        try:
-            return stack(layers)
-        finally:
-            for layer in layers:
-                layer.norm_first = norm_first
-
-    out: list[Mistake] = []
-    if mask is not None:
-        out.append(("mask not passed on", "the mask has no effect: pass it on to every layer, "
-                    "x = layer(x, mask).", lambda: stack(layers, None)))
-    if norm_first:
-        out += [
-            ("missing final norm", "with norm_first=True the output must go through the final "
-             "norm after the last layer: return self.norm(x).", lambda: stack(layers, norm="none")),
-            ("final norm inside the loop", "the final norm is applied after every layer; apply it "
-             "once, after the loop.", lambda: stack(layers, norm="inside")),
-            ("norm_first not passed on", "your layers compute post-norm although the Encoder was "
-             "built with norm_first=True: pass norm_first on to every EncoderLayer.", flipped),
-        ]
-    else:
-        post_norms: list[nn.Module] = [LayerNorm(x.size(-1))]  # a plain normalisation
-        own = getattr(model, "norm", None)
-        if isinstance(own, nn.Module):
-            post_norms.insert(0, own)
-        for norm in post_norms:
-            out.append(("final norm in post-norm", "a final norm is applied although "
-                        "norm_first=False: in post-norm every layer already ends with a norm, so the "
-                        "final norm exists only when norm_first=True.",
-                        lambda norm=norm: norm(stack(layers))))
-    out += [
-        ("only the last layer applied", "only the last layer's result comes out: each layer must "
-         "read the previous one's output, x = layer(x, mask), not layer(<the input>, mask).",
-         lambda: stack(layers[-1:])),
-        ("only the first layer applied", "only the first layer is applied: loop over all of "
-         "self.layers.", lambda: stack(layers[:1])),
-        ("one layer applied repeatedly", f"the first layer is applied {n} times: use each layer "
-         "once, for layer in self.layers: x = layer(x, mask).", lambda: stack([layers[0]] * n)),
-        ("layers not applied", "the layers are never applied (or their results are thrown away): "
-         "for layer in self.layers: x = layer(x, mask).", lambda: stack([])),
-    ]
-    return out
+_STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", names={"masks not passed on": "mask not passed on"})
 
 
 def _build_encoder(cls: Any, n: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
@@ -800,8 +694,16 @@ def _build_encoder(cls: Any, n: int, D: int, H: int, d_ff: int, p: float, norm_f
     model = call_student(cls, n, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing Encoder({args})")
     if not isinstance(model, nn.Module):
         fail("Encoder should subclass nn.Module.", mistake="not a class")
-    _encoder_structure(model, n, norm_first)
+    stack_structure(model, n, norm_first, _STACK)
     return model
+
+
+def _stack_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
+    present = set() if mask is None else {"mask"}
+    return [
+        (name, text, lambda mut=mut: run_stack(ref, x, None, {"mask": mask}, mut))
+        for name, text, mut in stack_mistakes(_STACK, norm_first, present, getattr(model, "norm", None), x.size(-1), False)
+    ]
 
 
 @checker("Encoder")
@@ -824,16 +726,9 @@ def check_encoder(cls: Any) -> str:
             _verify_part("norm", model.norm, ref.norm, (x,), "Encoder")
         _compare_without_and_with_mask(
             model, ref, x, mask, f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}",
-            lambda x0, m: _encoder_mistakes(model, ref, x0, m, norm_first),
+            lambda x0, m: _stack_mistakes(model, ref, x0, m, norm_first),
         )  # fmt: skip
-        norm = getattr(model, "norm", None)
-        if not norm_first and isinstance(norm, nn.Module) and any(True for _ in norm.parameters()):
-            fail(
-                "your Encoder creates a final norm also for norm_first=False, where it is never "
-                "used: its parameters still count (and would be saved and 'trained'). Create it "
-                "only for pre-norm: self.norm = LayerNorm(d_model) if norm_first else None.",
-                mistake="unused final norm",
-            )
+        unused_final_norm(model, norm_first, "Encoder")
 
     # dropout, pre-norm: with p = 1 every layer's sub-layers vanish, so the stack is its final norm
     model = _build_encoder(cls, n, D, H, d_ff, P_PROBE, True)
