@@ -193,11 +193,10 @@ def structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> lis
         ):
             out.append((name, text, {"attn": {"cross": (*attn, module, mask)}}))
         for k, other in (("cross", "self"), ("self", "cross")):
-            used = f"{other}_attn" if other != "self" else "self_attn"
             q, kv, _, mask = spec.attn[k]
-            out.append(("module reused", f"{W[k]} is computed with self.{used}, the module of {W[other]}: "
-                        f"each attention sub-layer has its own weights, self.{'cross_attn' if k == 'cross' else 'self_attn'} "
-                        f"for {W[k]}.", {"attn": {k: (q, kv, used, mask)}}))
+            out.append(("module reused", f"{W[k]} is computed with self.{other}_attn, the module of {W[other]}: "
+                        f"each attention sub-layer has its own weights, self.{k}_attn for {W[k]}.",
+                        {"attn": {k: (q, kv, f"{other}_attn", mask)}}))
     other = "post-norm" if norm_first else "pre-norm"
     out.append(("norm_first ignored", f"with norm_first={norm_first} your layer computes the {other} "
                 f"version. norm_first=False is post-norm, x = norm(x + sublayer(x)); norm_first=True is "
@@ -282,8 +281,8 @@ def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Muta
         out.append(("dropout missing", f"no dropout is applied to {W[k]}'s output: every sub-layer's "
                     f"output goes through dropout before the residual add, {right}.", {"drop": {k: None}}))
     for where, name, text in (
-        ("sum", "dropout on the residual sum", f"dropout is applied to the residual sum, {wrong_sum}, so it "
-         f"also drops the residual stream x itself; it goes on the sub-layer's output only: {right}."),
+        ("sum", "dropout on the residual stream", f"dropout reaches the residual stream x itself ({wrong_sum}, "
+         f"or x = dropout(x) before a sub-layer); it goes on the sub-layer's output only: {right}."),
         ("in", "dropout on the sub-layer input", f"dropout is applied to the sub-layer's input instead of its "
          f"output; it goes on the output, before the residual add: {right}."),
     ):
@@ -292,8 +291,24 @@ def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Muta
     return out
 
 
+def catalogue(spec: Block, present: set[str]) -> list[tuple[bool, str, str, Mutation]]:
+    """Every generated mistake of ``spec``'s block, ``(norm_first, name, diagnosis,
+    mutation)``, with all of ``present``'s masks given: for tests and the name registry."""
+    return [
+        (nf, *member)
+        for nf in (False, True)
+        for member in structural_mistakes(spec, nf, present) + dropout_mistakes(spec, nf)
+    ]
+
+
 # ---------------------------------------------------------------- dropout probes (p = 1)
 P_PROBE = 1.0  # every dropout that uses the given p zeroes its input: nothing random is left
+
+
+INPUT_DROPOUT = (
+    "your {} applies dropout to its input x: the stack has no dropout of its own (the Transformer drops "
+    "after adding the positional table, and every layer drops its sub-layers' outputs). Remove it."
+)
 
 
 def zeros(t: Tensor) -> Tensor:
@@ -351,12 +366,13 @@ def check_dropout_modes(
     eval_name: str = "dropout ignores eval mode",
     quiet: tuple[str, ...] = (),
     atol: float = 1e-4,
+    setting: str = "",
 ) -> None:
     """``model`` and ``ref`` built with ``dropout = P_PROBE`` and the same parameters;
     ``run(module)`` calls one on fixed inputs. Eval mode must give ``ref``'s eval output
     (two calls alike); training mode (``quiet`` sub-modules in eval) its deterministic
     training output, else ``train_mistakes()`` (Mistakes, computed with ``ref`` in that
-    state) names where the dropout went wrong."""
+    state) names where the dropout went wrong. ``setting`` starts every case's text."""
     with torch.no_grad():
         expected_eval = _first(run(ref.eval()))
         _train(ref, quiet)
@@ -367,7 +383,7 @@ def check_dropout_modes(
         "use nn.Dropout modules, which model.eval() switches off, or F.dropout(h, p, training=self.training)."
     )
     try:
-        case = f"eval mode, dropout={P_PROBE:g}"
+        case = f"{setting}eval mode, dropout={P_PROBE:g}"
         got, same = _two_calls(run, model.eval(), what, case)
         if not same:
             fail(f"in eval mode your {what} gives a different output every call ({case}): dropout is still "
@@ -377,7 +393,9 @@ def check_dropout_modes(
                      case=case, atol=atol)
         _train(model, quiet)
         _train(ref, quiet)
-        case = f"training mode, dropout={P_PROBE:g}" + (f" ({', '.join(quiet)} in eval mode, so only the layer's own dropout acts)" if quiet else "")
+        case = f"{setting}training mode, dropout={P_PROBE:g}"
+        if quiet:
+            case += f" ({', '.join(quiet)} in eval mode, so only the layer's own dropout acts)"
         got = _train_twice(run, model, what, case)
         with torch.no_grad():
             expect_close("output", got, expected_train, train_mistakes(), case=case, atol=atol)
@@ -402,7 +420,8 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
         try:
             part.train()
             rp.train()
-            got = _train_twice(lambda m: call_student(m, *part_args, context=f"running your {what}'s `{name}`"), part, what, case)
+            context = f"running your {what}'s `{name}`"
+            got = _train_twice(lambda m: call_student(m, *part_args, context=context), part, what, case)
             with torch.no_grad():
                 expected = _first(rp(*part_args))
                 without = _first(rp.eval()(*part_args))
@@ -440,7 +459,9 @@ class Stack:
         return self.names.get(family, family)
 
 
-def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None], mutation: Mutation | None = None) -> Tensor:
+def run_stack(
+    ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None], mutation: Mutation | None = None
+) -> Tensor:
     """``ref`` (an Encoder or Decoder) on ``x`` with ``mutation``: ``layers`` ("first only",
     "first repeated", "last only", "none"), ``masks`` (the names passed to every layer),
     ``memory`` ("previous output": each layer's output is the next one's memory; "none"),
@@ -473,8 +494,12 @@ def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str,
     return h if final in (None, "inside") else final(h)
 
 
-def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int, memory: bool) -> list[tuple[str, str, Mutation]]:
-    """``(name, diagnosis, mutation)`` for every generated mistake of a stack."""
+def stack_mistakes(
+    spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int, memory: bool
+) -> list[tuple[str, str, Mutation]]:
+    """``(name, diagnosis, mutation)`` for every generated mistake of a stack; ``own_norm``
+    is the student's ``norm`` (tried as a final norm in post-norm), ``memory`` whether the
+    layers take one."""
     right = dict(zip(spec.masks, spec.masks))
     check = f"check_{spec.layer.lower().replace('layer', '_layer')}"
     out: list[tuple[str, str, Mutation]] = []
@@ -482,7 +507,8 @@ def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: A
         masks = tuple(got[k] for k in spec.masks)
         if head:
             said = ", ".join(f"{got[k] or 'None'} as {k}" for k in spec.masks)
-            out.append(("masks swapped", f"{head}: the layers get {said}; call {spec.call}, in that order.", {"masks": masks}))
+            text = f"{head}: the layers get {said}; call {spec.call}, in that order."
+            out.append(("masks swapped", text, {"masks": masks}))
         else:
             which = " and ".join(lost)
             out.append((spec.name("masks not passed on"), f"{which} {'has no effect: it is' if len(lost) == 1 else 'are'} "

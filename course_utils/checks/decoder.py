@@ -13,26 +13,30 @@ output is compared with the reference computed *with each catalogued mistake*; t
 match is named. When the student's code raises only because ``L_src != L_tgt``, it is run
 again with equal lengths to name the mistake behind the error.
 
+Dropout is probed with ``dropout=1`` as for the encoder (:mod:`._blocks`).
+
 Catalogue (``CheckResult.mistake``):
 
 * both: ``"not a class"``, ``"missing submodule"`` (a contract submodule is absent or
   renamed), ``"unexpected parameters"``, ``"wrong parameter shape"``, ``"wrong return"``
-  (a tuple instead of one tensor), ``"dropout in eval mode"``, ``"input modified in place"``,
-  ``"fails when lengths differ"``.
-* ``DecoderLayer``: ``"cross-attention queries from memory"`` (queries and keys/values
-  swapped), ``"cross-attention ignores memory"`` (keys/values from ``x``), ``"memory
-  normalised"`` (pre-norm: ``memory`` put through the layer's norm), ``"masks swapped"``,
+  (a tuple instead of one tensor), ``"dropout in eval mode"``, ``"hard-coded dropout p"``,
+  ``"input modified in place"``, ``"fails when lengths differ"``.
+* ``DecoderLayer``: the generated families of :mod:`._blocks` (the encoder's, plus
+  ``"cross-attention queries from memory"``, ``"cross-attention ignores memory"``,
+  ``"memory normalised"``, ``"masks swapped"`` (also one mask given to both attentions),
   ``"tgt_mask not passed"``, ``"memory_mask not passed"``, ``"masks not passed"``,
-  ``"missing residual"``, ``"norm_first ignored"``, ``"sub-layers in wrong order"``
-  (cross-attention before self-attention), ``"feed-forward on wrong input"``, ``"norms in
-  wrong order"``.
-* ``Decoder``: ``"wrong number of layers"``, ``"layers sharing one module"``, ``"missing
-  final norm"`` (pre-norm), ``"final norm in post-norm"``, ``"masks not passed on"``,
-  ``"masks swapped"``, ``"memory not passed to every layer"``, ``"only the first layer
-  used"``, ``"layer outputs not chained"``.
-
-A post-norm ``Decoder`` that owns a ``norm`` but does not apply it passes (it computes
-the right thing); a pre-norm one without ``norm`` fails as ``"missing final norm"``.
+  ``"module reused"`` (``self_attn`` as the cross-attention or the other way round),
+  ``"sub-layer reads the layer input"`` (the cross-attention's queries from ``x``); with
+  ``"feed-forward on wrong input"`` and ``"norms in wrong order"`` kept as the names of
+  the feed-forward's input and norm mix-ups), ``"dropout not passed on"``.
+* ``Decoder``: ``"missing layers"``, ``"layers not registered"``, ``"wrong container"``,
+  ``"wrong number of layers"``, ``"layers shared"``, ``"norm_first not passed on"``,
+  ``"missing final norm"`` (pre-norm), ``"final norm in post-norm"``, ``"unused final
+  norm"``, ``"final norm inside the loop"``, ``"masks not passed on"``, ``"masks
+  swapped"``, ``"memory not passed to every layer"`` (also each layer's output fed to the
+  next as memory), ``"only the first layer used"``, ``"only the first layer applied"``,
+  ``"layer outputs not chained"``, ``"layers not applied"``, ``"dropout missing"``,
+  ``"dropout on the input"``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from torch import Tensor, nn
 from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
 from ._blocks import (
+    INPUT_DROPOUT,
     P_PROBE,
     Block,
     Stack,
@@ -437,11 +442,13 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
             for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
         ],
         eval_name="dropout in eval mode", quiet=("self_attn", "cross_attn", "feed_forward"), atol=1e-5,
+        setting=f"norm_first={norm_first}, ",
     )  # fmt: skip
-    with torch.no_grad():
-        y = ref.norm1(x)  # (B, L_tgt, D): a typical sub-layer input
-    parts = {"self_attn": (y, y, y, tgt_mask), "cross_attn": (y, memory, memory, memory_mask), "feed_forward": (y,)}
-    check_part_dropout(model, ref, parts, "DecoderLayer")
+    if not norm_first:  # the sub-modules are built the same way in both settings
+        with torch.no_grad():
+            y = ref.norm1(x)  # (B, L_tgt, D): a typical sub-layer input
+        parts = {"self_attn": (y, y, y, tgt_mask), "cross_attn": (y, memory, memory, memory_mask), "feed_forward": (y,)}
+        check_part_dropout(model, ref, parts, "DecoderLayer")
 
 
 @checker("DecoderLayer")
@@ -475,7 +482,9 @@ _STACK = Stack("Decoder", "DecoderLayer", ("tgt_mask", "memory_mask"), "x = laye
                       "one layer applied repeatedly": "only the first layer used"})  # fmt: skip
 
 
-def _decoder_functions(ref: Decoder, model: nn.Module, norm_first: bool) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
+def _decoder_functions(
+    ref: Decoder, model: nn.Module, norm_first: bool
+) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
     def expected(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> Tensor:
         return ref(x, memory, tgt_mask, memory_mask)
 
@@ -526,7 +535,10 @@ def check_decoder(cls: Any) -> str:
         model, ref, lambda m: _call(m, x.clone(), memory.clone(), tgt_mask, memory_mask, "running forward (dropout)"),
         "Decoder",
         lambda: [("dropout missing", "no dropout is applied in training mode: pass dropout on to every "
-                  "DecoderLayer, DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop)],
+                  "DecoderLayer, DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
+                 ("dropout on the input", INPUT_DROPOUT.format("Decoder"),
+                  lambda: ref(torch.zeros_like(x), memory, tgt_mask, memory_mask))],
+        setting="norm_first=True, ",
         eval_name="dropout in eval mode", atol=1e-5,
     )  # fmt: skip
     return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights, dropout at p=1"

@@ -12,8 +12,9 @@ compared with the reference computed *with each catalogued mistake*; the first m
 named (``CheckResult.mistake`` is the short catalogue name, the feedback says it in plain
 words). Sub-modules that are the student's own classes (their ``LayerNorm`` from above,
 say) are first compared with the reference on their own, so a bug there is not blamed on
-the layer. Dropout is checked separately: with ``dropout=0.5`` training mode must change
-the output and eval mode must give the reference's.
+the layer. Dropout is probed with ``dropout=1`` (see :mod:`._blocks`): every dropout
+that uses the given p then zeroes its input, so training mode is deterministic and each
+misplaced dropout gives its own numbers.
 
 Catalogue (``CheckResult.mistake``):
 
@@ -22,16 +23,23 @@ Catalogue (``CheckResult.mistake``):
   (also just one of them), ``"weight and bias swapped"``, ``"mean not subtracted"``,
   ``"wrong default eps"``, ``"eps ignored"``, ``"missing parameter"``, ``"not a parameter"``,
   ``"wrong parameter shape"``, ``"wrong initial values"``, ``"input modified in place"``.
-* ``FeedForward``: ``"missing submodule"``, ``"wrong submodule"``, ``"activation missing"``,
-  ``"activation after the second linear layer"``, ``"wrong activation"`` (GELU, SiLU, ...
-  instead of the paper's ReLU), ``"dropout missing"``, ``"dropout in wrong place"``,
-  ``"dropout ignores eval mode"``, ``"input modified in place"``.
+* ``FeedForward``: ``"missing submodule"``, ``"wrong submodule"`` (also an ``nn.LazyLinear``),
+  ``"activation missing"``, ``"activation after the second linear layer"``, ``"wrong
+  activation"`` (GELU, SiLU, ... instead of the paper's ReLU), ``"dropout missing"``,
+  ``"dropout in wrong place"``, ``"hard-coded dropout p"``, ``"dropout ignores eval mode"``,
+  ``"input modified in place"``.
 * ``EncoderLayer``: ``"missing submodule"``, ``"parameter names differ"``, ``"wrong
-  parameter shape"``, ``"wrong sub-module"``, ``"missing residual"``, ``"norm_first
-  ignored"``, ``"residual stream normalised"``, ``"mask not passed on"``, ``"feed-forward on
-  the layer input"``, ``"residual from the layer input"``, ``"sub-layers in wrong order"``,
-  ``"norms swapped"``, ``"same norm twice"``, ``"attention output not unpacked"``,
-  ``"dropout missing"``, ``"dropout ignores eval mode"``, ``"input modified in place"``.
+  parameter shape"``, ``"wrong sub-module"``, ``"attention output not unpacked"``,
+  ``"input modified in place"``, and the generated families of :mod:`._blocks`
+  (``structural_mistakes``: ``"mask not passed on"``, ``"module reused"``, ``"norm_first
+  ignored"``, ``"pre- and post-norm mixed"``, ``"residual stream normalised"``, ``"norm on
+  the branch"``, ``"norm missing"``, ``"missing residual"``, ``"residual from the layer
+  input"``, ``"feed-forward on the layer input"`` (also the attention skipped),
+  ``"sub-layer reads a raw output"``, ``"sub-layer skipped"``, ``"sub-layers in wrong
+  order"``, ``"norms swapped"``, ``"norms in wrong order"``, ``"same norm twice"``;
+  ``dropout_mistakes``: ``"dropout missing"``, ``"dropout on the residual stream"``,
+  ``"dropout on the sub-layer input"``), ``"hard-coded dropout p"``, ``"dropout not passed
+  on"``, ``"dropout ignores eval mode"``.
 * ``Encoder``: ``"missing layers"``, ``"layers not registered"`` (a plain Python list),
   ``"wrong container"``, ``"wrong number of layers"``, ``"layers shared"`` (one module
   repeated, or parameters shared between layers), ``"norm_first not passed on"``,
@@ -39,8 +47,8 @@ Catalogue (``CheckResult.mistake``):
   ``"final norm inside the loop"``, ``"mask not passed on"``, ``"only the last layer
   applied"``, ``"only the first layer applied"``, ``"one layer applied repeatedly"``,
   ``"layers not applied"``, ``"parameter names differ"``, ``"wrong parameter shape"``,
-  ``"wrong sub-module"``, ``"dropout missing"``, ``"dropout ignores eval mode"``,
-  ``"input modified in place"``.
+  ``"wrong sub-module"``, ``"dropout missing"``, ``"dropout on the input"``, ``"hard-coded
+  dropout p"``, ``"dropout ignores eval mode"``, ``"input modified in place"``.
 
 Layer and encoder outputs are compared with ``atol=1e-4`` (several sub-layers of float32
 rounding, in whatever order the student's code adds things up); every catalogued mistake
@@ -61,6 +69,7 @@ from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
 from ._blocks import (
+    INPUT_DROPOUT,
     P_PROBE,
     Block,
     Stack,
@@ -474,6 +483,13 @@ def _ff_linears(model: nn.Module, D: int, d_ff: int) -> tuple[nn.Linear, nn.Line
         m = found[n]
         if not isinstance(m, nn.Linear):
             fail(f"`{n}` should be an nn.Linear, got {type(m).__name__}.", mistake="wrong submodule")
+        if isinstance(m, nn.modules.lazy.LazyModuleMixin):
+            fail(
+                f"`{n}` is an nn.LazyLinear: its input size stays unknown (in_features=0) until the first "
+                f"call, so its weights cannot be set or counted before that. Give the sizes: nn.Linear({i}, {o}) "
+                f"here, nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}).",
+                mistake="wrong submodule",
+            )
         if (m.in_features, m.out_features) != (i, o):
             fail(
                 f"`{n}` should be nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}) = "
@@ -629,11 +645,12 @@ def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_fir
             (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut, drop=zeros))
             for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
         ],
-        quiet=("self_attn", "feed_forward"),
+        setting=f"norm_first={norm_first}, ", quiet=("self_attn", "feed_forward"),
     )  # fmt: skip
-    with torch.no_grad():
-        y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
-    check_part_dropout(model, ref, {"self_attn": (y, y, y, mask), "feed_forward": (y,)}, "EncoderLayer")
+    if not norm_first:  # the sub-modules are built the same way in both settings
+        with torch.no_grad():
+            y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
+        check_part_dropout(model, ref, {"self_attn": (y, y, y, mask), "feed_forward": (y,)}, "EncoderLayer")
 
 
 def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
@@ -686,7 +703,7 @@ def check_encoder_layer(cls: Any) -> str:
 
 
 # ---------------------------------------------------------------- Encoder
-_STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", names={"masks not passed on": "mask not passed on"})
+_STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", {"masks not passed on": "mask not passed on"})
 
 
 def _build_encoder(cls: Any, n: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
@@ -741,7 +758,9 @@ def check_encoder(cls: Any) -> str:
     check_dropout_modes(
         model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "Encoder",
         lambda: [("dropout missing", "no dropout is applied in training mode: Pass dropout on to every "
-                  "EncoderLayer, EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop)],
+                  "EncoderLayer, EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
+                 ("dropout on the input", INPUT_DROPOUT.format("Encoder"), lambda: ref(torch.zeros_like(x), mask))],
+        setting="norm_first=True, ",
     )  # fmt: skip
     return "2-3 layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
 
