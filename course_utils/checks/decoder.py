@@ -467,9 +467,7 @@ def check_decoder_layer(cls: Any) -> str:
         _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes)
     for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
         _layer_dropout(cls, B, L_tgt, L_src, D, H, d_ff, norm_first)
-    return (
-        "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights, dropout at p=1"
-    )
+    return "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights"
 
 
 # ---------------------------------------------------------------- Decoder
@@ -541,7 +539,7 @@ def check_decoder(cls: Any) -> str:
         setting="norm_first=True, ",
         eval_name="dropout in eval mode", atol=1e-5,
     )  # fmt: skip
-    return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights, dropout at p=1"
+    return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights"
 
 
 # ---------------------------------------------------------------- hints
