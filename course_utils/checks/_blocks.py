@@ -31,6 +31,7 @@ deterministic numbers: the checkers' training-mode probe.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +67,20 @@ class Block:
 
     def norm(self, i: int) -> str:
         return f"norm{i + 1}"
+
+
+# ---------------------------------------------------------------- shared by the checkers of 04-06
+def randomise_parameters(module: nn.Module) -> None:
+    """Random values for every learnable parameter: matrices ``~ N(0, 1/fan_in)``, biases
+    ``~ N(0, 0.3^2)``, other vectors (norm scales) ``~ 1 + N(0, 0.3^2)``."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
+            elif name.endswith("bias"):
+                p.copy_(0.3 * torch.randn_like(p))
+            else:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
 
 
 # ---------------------------------------------------------------- the block, computed

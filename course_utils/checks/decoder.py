@@ -41,7 +41,6 @@ Catalogue (``CheckResult.mistake``):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +58,7 @@ from ._blocks import (
     check_dropout_modes,
     check_part_dropout,
     dropout_mistakes,
+    randomise_parameters,
     run_block,
     run_stack,
     stack_mistakes,
@@ -87,19 +87,6 @@ __all__ = ["check_decoder_layer", "check_decoder"]
 
 
 # ---------------------------------------------------------------- helpers shared with checks/model.py
-def randomise_parameters(module: nn.Module) -> None:
-    """Random values for every learnable parameter: matrices ``~ N(0, 1/fan_in)``, biases
-    ``~ N(0, 0.3^2)``, other vectors (norm scales) ``~ 1 + N(0, 0.3^2)``."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
-            elif name.endswith("bias"):
-                p.copy_(0.3 * torch.randn_like(p))
-            else:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-
-
 def trailing_padding(B: int, L: int) -> Tensor:
     """``(B, 1, L)`` bool, ``True`` = real token: each row's real tokens come first; at least
     one row is full and at least one is padded (so lengths differ per example)."""

@@ -76,6 +76,7 @@ from ._blocks import (
     check_dropout_modes,
     check_part_dropout,
     dropout_mistakes,
+    randomise_parameters,
     run_block,
     run_stack,
     stack_mistakes,
@@ -137,19 +138,6 @@ def _padding_mask(B: int, L: int) -> Tensor:
 def _names(items: list[str], limit: int = 6) -> str:
     shown = ", ".join(f"`{n}`" for n in items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-
-def _randomise(module: nn.Module) -> None:
-    """Give every learnable parameter random values (each shared tensor once): matrices
-    ~ N(0, 1/fan_in), norm scales (1-D ``weight``) around 1, biases and shifts around 0."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn_like(p) / math.sqrt(p.size(-1)))
-            elif name.split(".")[-1] == "weight":
-                p.copy_(1 + 0.5 * torch.randn_like(p))
-            else:
-                p.copy_(0.5 * torch.randn_like(p))
 
 
 def _load_reference(ref: nn.Module, model: nn.Module, what: str) -> None:
@@ -440,7 +428,7 @@ def check_layer_norm(cls: Any) -> str:
         fail("LayerNorm should subclass nn.Module.", mistake="not a class")
     w, b = _ln_params(model, D)
     model.eval()
-    _randomise(model)  # ones and zeros would hide a missing (or swapped) scale and shift
+    randomise_parameters(model)  # ones and zeros would hide a missing (or swapped) scale and shift
     for shape in ((B, L, D), (L, B, D)):
         case = f"x of shape {describe_shape(torch.empty(shape))}, default eps, random weight and bias"
         _ln_case(model, w, b, 1e-5, _ln_inputs(*shape), case, default=True)
@@ -449,7 +437,7 @@ def check_layer_norm(cls: Any) -> str:
     model = call_student(cls, D, eps, context=f"constructing LayerNorm(d_model={D}, eps={eps})")
     w, b = _ln_params(model, D)
     model.eval()
-    _randomise(model)
+    randomise_parameters(model)
     case = f"x of shape ({B}, {L}, {D}), eps={eps}"
     _ln_case(model, w, b, eps, _ln_inputs(B, L, D), case, default=False)
     return "default and large eps, rows of tiny and large variance, random weight and bias"
@@ -546,7 +534,7 @@ def check_feed_forward(cls: Any) -> str:
         fail("FeedForward should subclass nn.Module.", mistake="not a class")
     _ff_linears(model, D, d_ff)
     model.eval()
-    _randomise(model)  # biases around 0: ReLU keeps some hidden units and drops others
+    randomise_parameters(model)  # biases around 0: ReLU keeps some hidden units and drops others
 
     def load(ref: nn.Module, student: nn.Module) -> None:
         l1, l2 = _ff_linears(student, D, d_ff)
@@ -568,7 +556,7 @@ def check_feed_forward(cls: Any) -> str:
 
     # dropout: p = 1 makes training mode deterministic (every dropout zeroes its input)
     model = call_student(cls, D, d_ff, P_PROBE, context=f"constructing {what}, dropout={P_PROBE:g})")
-    _randomise(model)
+    randomise_parameters(model)
     ref = FeedForward(D, d_ff, P_PROBE)
     load(ref, model)
     x = torch.randn(B, L, D)
@@ -635,7 +623,7 @@ def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_fir
     own dropout off must zero each sub-layer's output (and nothing else); then each
     sub-module on its own must drop like the reference's (dropout passed on)."""
     model = _build_layer(cls, D, H, d_ff, P_PROBE, norm_first)
-    _randomise(model)
+    randomise_parameters(model)
     ref = EncoderLayer(D, H, d_ff, P_PROBE, norm_first)
     _load_reference(ref, model, "EncoderLayer")
     x, mask = torch.randn(B, L, D), _padding_mask(B, L)
@@ -687,7 +675,7 @@ def check_encoder_layer(cls: Any) -> str:
     for norm_first in (False, True):
         model = _build_layer(cls, D, H, d_ff, 0.0, norm_first)
         model.eval()
-        _randomise(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
+        randomise_parameters(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
         ref = EncoderLayer(D, H, d_ff, 0.0, norm_first).eval()
         _load_reference(ref, model, "EncoderLayer")
         x = torch.randn(B, L, D)
@@ -732,7 +720,7 @@ def check_encoder(cls: Any) -> str:
     for norm_first in (False, True):
         model = _build_encoder(cls, n, D, H, d_ff, 0.0, norm_first)
         model.eval()
-        _randomise(model)  # also makes deep-copied layers (identical at first) differ
+        randomise_parameters(model)  # also makes deep-copied layers (identical at first) differ
         ref = Encoder(n, D, H, d_ff, 0.0, norm_first).eval()
         _load_reference(ref, model, "Encoder")
         x = torch.randn(B, L, D)
@@ -749,7 +737,7 @@ def check_encoder(cls: Any) -> str:
 
     # dropout, pre-norm: with p = 1 every layer's sub-layers vanish, so the stack is its final norm
     model = _build_encoder(cls, n, D, H, d_ff, P_PROBE, True)
-    _randomise(model)
+    randomise_parameters(model)
     ref = Encoder(n, D, H, d_ff, P_PROBE, True)
     _load_reference(ref, model, "Encoder")
     x, mask = torch.randn(B, L, D), _padding_mask(B, L)
