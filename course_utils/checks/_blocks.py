@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._core import Mistake, call_student, describe_shape, expect_close, fail, matches
+from ._core import call_student, describe_shape, expect_close, fail, matches
 
 Mutation = dict[str, Any]
 
