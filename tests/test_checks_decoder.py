@@ -19,6 +19,8 @@ from torch import nn
 import course_utils
 from course_utils import FeedForward, MultiHeadAttention
 from course_utils.checks import check_decoder, check_decoder_layer, hint
+from course_utils.checks import decoder as decoder_checks
+from course_utils.checks._blocks import catalogue, run_block
 from course_utils.checks._core import HINTS
 
 
@@ -342,13 +344,13 @@ def test_decoder_layer_stubs_errors_and_weird_returns():
 
 # ---------------------------------------------------------------- Decoder
 class CopiedLayersDecoder(nn.Module):
-    """Deep copies (independent after copying), a norm always built but used only in pre-norm."""
+    """Deep copies (independent after copying), keyword calls, nn.LayerNorm as the final norm."""
 
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
         layer = course_utils.DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
         self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(num_layers))
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model) if norm_first else None
         self.norm_first = norm_first
 
     def forward(self, x, memory, tgt_mask=None, memory_mask=None):
@@ -429,7 +431,7 @@ class OneLayerShort(course_utils.Decoder):
 @pytest.mark.parametrize(
     "cls, mistake, words",
     [
-        (SharedLayers, "layers sharing one module", ["share their weights"]),
+        (SharedLayers, "layers shared", ["share one set of weights"]),
         (NoFinalNorm, "missing final norm", ["final layer norm is missing"]),
         (NormAlways, "final norm in post-norm", ["norm_first=False"]),
         (MasksDropped, "masks not passed on", ["not passed on"]),
@@ -459,7 +461,7 @@ def test_decoder_stubs_and_weird_returns():
             self.layers = [course_utils.DecoderLayer(d_model, num_heads, d_ff) for _ in range(num_layers)]
 
     r = check_decoder(PlainList)
-    assert not r.passed and r.mistake == "missing submodule" and "nn.ModuleList" in r.feedback
+    assert not r.passed and r.mistake == "layers not registered" and "nn.ModuleList" in r.feedback
 
     for value in (None, (1, 2), 0.5):
 
@@ -476,3 +478,219 @@ def test_hints_registered(capsys):
         assert 2 <= len(HINTS[name]) <= 4
         hint(name, 1)
         assert f"Hint 1/{len(HINTS[name])} for {name}" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- issue 10: dropout, generated structure, siblings
+SEEDS = 20  # every named diagnosis below must be the same on 20 fresh random draws
+
+
+class FillAttention(nn.Module):
+    """A student's own, correct multi-head attention: -1e9 fill, dropout on the weights."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        self.h, self.d_k, self.dropout = num_heads, d_model // num_heads, nn.Dropout(dropout)
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        B = query.size(0)
+        pairs = ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+        q, k, v = (w(t).view(B, -1, self.h, self.d_k).transpose(1, 2) for w, t in pairs)  # (B, H, L, d_k)
+        scores = q @ k.transpose(-2, -1) / self.d_k**0.5  # (B, H, L_q, L_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(-3), -1e9)
+        weights = self.dropout(scores.softmax(-1))
+        return self.w_o((weights @ v).transpose(1, 2).reshape(B, -1, self.h * self.d_k)), weights
+
+
+class VarNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps, self.weight, self.bias = eps, nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        var = torch.var(x, dim=-1, keepdim=True, unbiased=False)
+        return (x - x.mean(-1, keepdim=True)) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class MethodsLayer(course_utils.DecoderLayer):
+    """Sub-layer helper methods, one nn.Dropout for all three, own attention and norms."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.self_attn = FillAttention(d_model, num_heads, dropout)
+        self.cross_attn = FillAttention(d_model, num_heads, dropout)
+        self.norm1, self.norm2, self.norm3 = VarNorm(d_model), VarNorm(d_model), VarNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def _sa(self, y, mask):
+        return self.drop(self.self_attn(y, y, y, mask)[0])
+
+    def _ca(self, y, memory, mask):
+        return self.drop(self.cross_attn(y, memory, memory, mask)[0])
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        subs = ((self.norm1, lambda y: self._sa(y, tgt_mask)), (self.norm2, lambda y: self._ca(y, memory, memory_mask)),
+                (self.norm3, lambda y: self.drop(self.feed_forward(y))))
+        for norm, f in subs:
+            x = x + f(norm(x)) if self.norm_first else norm(x + f(x))
+        return x
+
+
+def test_more_correct_variants_pass():
+    assert_passes(check_decoder_layer, MethodsLayer)
+
+
+class DropLayer(course_utils.DecoderLayer):
+    """The reference's three steps with a student's choice of sub-layer dropout ``d(i, out, x)``."""
+
+    def d(self, i, out, x):
+        return x + (self.dropout1, self.dropout2, self.dropout3)[i](out)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        fs = (lambda y: self.self_attn(y, y, y, tgt_mask)[0], lambda y: self.cross_attn(y, memory, memory, memory_mask)[0],
+              self.feed_forward)
+        for i, (norm, f) in enumerate(zip((self.norm1, self.norm2, self.norm3), fs)):
+            x = self.d(i, f(norm(x)), x) if self.norm_first else norm(self.d(i, f(x), x))
+        return x
+
+
+class NoSublayerDropout(DropLayer):
+    def d(self, i, out, x):
+        return x + out
+
+
+class DropoutOnSum(DropLayer):
+    def d(self, i, out, x):
+        return (self.dropout1, self.dropout2, self.dropout3)[i](x + out)
+
+
+class HardCodedDropout(DropLayer):
+    def d(self, i, out, x):
+        return x + F.dropout(out, 0.1, self.training)
+
+
+class CrossReadsLayerInput(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x0 = x
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.norm2(x + self.cross_attn(x0, memory, memory, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class SelfAttnReused(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.self_attn(y, memory, memory, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class TgtMaskAsMemoryMask(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory, tgt_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class NormOnBranch(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = x + self.norm1(self.self_attn(x, x, x, tgt_mask)[0])
+        x = x + self.norm2(self.cross_attn(x, memory, memory, memory_mask)[0])
+        return x + self.norm3(self.feed_forward(x))
+
+
+class StackTgtMaskTwice(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, tgt_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class OutputAsNextMemory(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = memory = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class FinalNormUnused(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.norm_first, self.norm = norm_first, course_utils.LayerNorm(d_model)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(x) if self.norm_first else x
+
+
+class SequentialDecoder(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.Sequential(*self.layers)
+
+
+class LayersWithoutDropout(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, 0.0, norm_first)
+
+
+class LayersHardCodedDropout(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, 0.1, norm_first)
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_decoder_layer, NoSublayerDropout, "dropout missing", ["sub-layers' outputs"]),
+        (check_decoder_layer, DropoutOnSum, "dropout on the residual stream", ["norm(dropout(x + sublayer(x)))"]),
+        (check_decoder_layer, HardCodedDropout, "hard-coded dropout p", ["fixed p"]),
+        (check_decoder_layer, CrossReadsLayerInput, "sub-layer reads the layer input", ["cross-attention reads the layer's input"]),
+        (check_decoder_layer, SelfAttnReused, "module reused", ["self.self_attn", "own weights"]),
+        (check_decoder_layer, TgtMaskAsMemoryMask, "masks swapped", ["the cross-attention gets tgt_mask"]),
+        (check_decoder_layer, NormOnBranch, "norm on the branch", ["x + norm(sublayer(x))"]),
+        (check_decoder, StackTgtMaskTwice, "masks swapped", ["tgt_mask as memory_mask"]),
+        (check_decoder, OutputAsNextMemory, "memory not passed to every layer", ["previous layer's output as memory"]),
+        (check_decoder, FinalNormUnused, "unused final norm", ["never used", "if norm_first else None"]),
+        (check_decoder, SequentialDecoder, "wrong container", ["`layers: nn.ModuleList`"]),
+        (check_decoder, LayersWithoutDropout, "dropout missing", ["pass dropout on to every DecoderLayer"]),
+        (check_decoder, LayersHardCodedDropout, "hard-coded dropout p", ["fixed p"]),
+    ],
+)
+def test_issue_mistakes_named_on_every_draw(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words, repeat=SEEDS)
+
+
+# every member of the generated families, as a student layer that makes just that mistake
+def generated(spec, present):
+    members = enumerate(catalogue(spec, present))
+    return [pytest.param(nf, name, mut, id=f"{nf}-{name}-{i}") for i, (nf, name, _, mut) in members]
+
+
+def mutant(norm_first, mutation):
+    """A DecoderLayer that makes ``mutation`` when built with ``norm_first`` (right otherwise)."""
+
+    class Mutant(course_utils.DecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            m = mutation if self.norm_first == norm_first else {}
+            masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+            return run_block(self, decoder_checks._BLOCK, x, memory, masks, self.norm_first, m, self.dropout1)
+
+    return Mutant
+
+
+@pytest.mark.parametrize("norm_first, mistake, mutation", generated(decoder_checks._BLOCK, {"tgt_mask", "memory_mask"}))
+def test_every_generated_layer_mistake_is_named(norm_first, mistake, mutation):
+    assert_mistake(check_decoder_layer, mutant(norm_first, mutation), mistake, f"norm_first={norm_first}", repeat=1)
+
+
+def test_generator_without_mutation_is_the_reference():
+    ref = course_utils.DecoderLayer(12, 3, 20).eval()
+    x, memory = torch.randn(2, 5, 12), torch.randn(2, 7, 12)
+    tgt_mask, memory_mask = torch.rand(5, 5) < 0.8, torch.rand(2, 1, 7) < 0.8
+    masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+    for nf in (False, True):
+        ref.norm_first = nf
+        got = run_block(ref, decoder_checks._BLOCK, x, memory, masks, nf)
+        assert torch.allclose(got, ref(x, memory, tgt_mask, memory_mask), atol=1e-6)

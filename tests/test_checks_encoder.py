@@ -31,6 +31,8 @@ from course_utils.checks import (
     check_layer_norm,
     hint,
 )
+from course_utils.checks import encoder as encoder_checks
+from course_utils.checks._blocks import catalogue, run_block
 from course_utils.checks._core import HINTS
 
 
@@ -378,8 +380,8 @@ class LayerFunctionalDropout(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
         self.p, self.norm_first = dropout, norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
-        self.feed_forward = FeedForward(d_model, d_ff)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
 
     def drop(self, h):
@@ -398,7 +400,7 @@ class EinsumAttention(nn.Module):
 
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
-        self.h, self.d_k = num_heads, d_model // num_heads
+        self.h, self.d_k, self.dropout = num_heads, d_model // num_heads, nn.Dropout(dropout)
         self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
@@ -407,7 +409,7 @@ class EinsumAttention(nn.Module):
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.d_k**0.5
         if mask is not None:
             scores = scores.masked_fill(mask.unsqueeze(1) == 0, -1e9)
-        weights = scores.softmax(-1)
+        weights = self.dropout(scores.softmax(-1))
         out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, -1, self.h * self.d_k)
         return self.w_o(out), weights
 
@@ -415,7 +417,7 @@ class EinsumAttention(nn.Module):
 class LayerOwnAttention(LayerFunctionalDropout):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
-        self.self_attn = EinsumAttention(d_model, num_heads)
+        self.self_attn = EinsumAttention(d_model, num_heads, dropout)
 
 
 @pytest.mark.parametrize("cls", [EncoderLayer, LayerWithHelper, LayerFunctionalDropout, LayerOwnAttention])
@@ -570,7 +572,7 @@ class LayerWithUnbiasedNorms(Layer):
 class LayerOneHead(LayerFunctionalDropout):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
-        self.self_attn = MultiHeadAttention(d_model, 1)
+        self.self_attn = MultiHeadAttention(d_model, 1, dropout)
 
 
 class LayerNoDropout(LayerFunctionalDropout):
@@ -898,3 +900,181 @@ def test_checkers_are_exported():
 
     assert set(encoder.__all__) == {"check_layer_norm", "check_feed_forward", "check_encoder_layer", "check_encoder"}
     assert set(encoder.__all__) <= set(checks.__all__)
+
+
+# ================================================================ issue 10: dropout, generated structure, messages
+SEEDS = 20  # every named diagnosis below must be the same on 20 fresh random draws
+
+
+class FFHardCodedDropout(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(0.1)  # ignores the argument
+
+
+class FFDropoutOnInput(FeedForward):
+    def forward(self, x):
+        return self.linear2(torch.relu(self.linear1(self.dropout(x))))
+
+
+class FFLazy(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.linear1 = nn.LazyLinear(d_ff)
+
+
+class LNTorchVar(LNBase):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = torch.var(x, dim=-1, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerHelperMethods(EncoderLayer):
+    """Sub-layer helper methods, one nn.Dropout reused for both sub-layers, torch.var norms."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.norm1, self.norm2 = LNTorchVar(d_model), LNTorchVar(d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def _sa(self, h, mask):
+        return self.drop(self.self_attn(h, h, h, mask)[0])
+
+    def _ff(self, h):
+        return self.drop(self.feed_forward(h))
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self._sa(self.norm1(x), mask)
+            return x + self._ff(self.norm2(x))
+        x = self.norm1(x + self._sa(x, mask))
+        return self.norm2(x + self._ff(x))
+
+
+@pytest.mark.parametrize("check, cls", [(check_layer_norm, LNTorchVar), (check_encoder_layer, LayerHelperMethods)])
+def test_more_correct_variants_pass(check, cls):
+    assert_passes(check, cls)
+
+
+class LayerNoSublayerDropout(Layer):  # the sub-modules drop, the sub-layer outputs do not
+    def post(self, x, mask):
+        x = self.norm1(x + attend(self, x, mask))
+        return self.norm2(x + self.feed_forward(x))
+
+    def pre(self, x, mask):
+        x = x + attend(self, self.norm1(x), mask)
+        return x + self.feed_forward(self.norm2(x))
+
+
+class LayerNoFFDropout(Layer):
+    def post(self, x, mask):
+        x = self.norm1(x + self.dropout1(attend(self, x, mask)))
+        return self.norm2(x + self.feed_forward(x))
+
+
+class LayerDropoutOnSum(Layer):
+    def post(self, x, mask):
+        x = self.norm1(self.dropout1(x + attend(self, x, mask)))
+        return self.norm2(self.dropout2(x + self.feed_forward(x)))
+
+
+class LayerDropoutOnStream(Layer):
+    def forward(self, x, mask=None):
+        return super().forward(self.dropout1(x), mask)
+
+
+class LayerDropoutOnSublayerInput(Layer):
+    def pre(self, x, mask):
+        x = x + attend(self, self.dropout1(self.norm1(x)), mask)
+        return x + self.feed_forward(self.dropout2(self.norm2(x)))
+
+
+class LayerHardCodedDropout(Layer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.dropout1, self.dropout2 = nn.Dropout(0.1), nn.Dropout(0.1)
+
+
+class LayerDropoutNotPassedOn(LayerFunctionalDropout):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.feed_forward = FeedForward(d_model, d_ff)
+
+
+class NormOnBranch(Layer):
+    def pre(self, x, mask):
+        x = x + self.dropout1(self.norm1(attend(self, x, mask)))
+        return x + self.dropout2(self.norm2(self.feed_forward(x)))
+
+
+class StackDropoutOnInput(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        return super().forward(self.dropout(x), mask)
+
+
+class StackHardCodedDropout(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, 0.1, norm_first)
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_feed_forward, FFHardCodedDropout, "hard-coded dropout p", ["fixed p", "nn.Dropout(dropout)"]),
+        (check_feed_forward, FFDropoutOnInput, "dropout in wrong place", ["input x", "hidden activations"]),
+        (check_feed_forward, FFLazy, "wrong submodule", ["nn.LazyLinear", "in_features=0"]),
+        (check_encoder_layer, LayerNoSublayerDropout, "dropout missing", ["sub-layers' outputs"]),
+        (check_encoder_layer, LayerNoFFDropout, "dropout missing", ["the feed-forward's output"]),
+        (check_encoder_layer, LayerDropoutOnSum, "dropout on the residual stream", ["norm(dropout(x + sublayer(x)))"]),
+        (check_encoder_layer, LayerDropoutOnStream, "dropout on the residual stream", ["x = dropout(x)"]),
+        (check_encoder_layer, LayerDropoutOnSublayerInput, "dropout on the sub-layer input", ["instead of its output"]),
+        (check_encoder_layer, LayerHardCodedDropout, "hard-coded dropout p", ["fixed p"]),
+        (check_encoder_layer, LayerDropoutNotPassedOn, "dropout not passed on", ["FeedForward(d_model, d_ff, dropout)"]),
+        (check_encoder_layer, NormOnBranch, "norm on the branch", ["x + norm(sublayer(x))"]),
+        (check_encoder, StackDropoutOnInput, "dropout on the input", ["input"]),
+        (check_encoder, StackHardCodedDropout, "hard-coded dropout p", ["fixed p"]),
+    ],
+)
+def test_issue_mistakes_named_on_every_draw(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words, repeat=SEEDS)
+
+
+def test_sequential_message_gives_no_false_reason():
+    r = check_encoder(SequentialLayers)
+    assert r.mistake == "wrong container" and "`layers: nn.ModuleList`" in r.feedback
+    assert "cannot" not in r.feedback and "Looping over an nn.Sequential would run" in r.feedback
+
+
+# every member of the generated families, as a student layer that makes just that mistake
+def generated(spec, present):
+    members = enumerate(catalogue(spec, present))
+    return [pytest.param(nf, name, mut, id=f"{nf}-{name}-{i}") for i, (nf, name, _, mut) in members]
+
+
+def mutant(norm_first, mutation):
+    """An EncoderLayer that makes ``mutation`` when built with ``norm_first`` (right otherwise)."""
+
+    class Mutant(EncoderLayer):
+        def forward(self, x, mask=None):
+            m = mutation if self.norm_first == norm_first else {}
+            return run_block(self, encoder_checks._BLOCK, x, None, {"mask": mask}, self.norm_first, m, self.dropout1)
+
+    return Mutant
+
+
+@pytest.mark.parametrize("norm_first, mistake, mutation", generated(encoder_checks._BLOCK, {"mask"}))
+def test_every_generated_layer_mistake_is_named(norm_first, mistake, mutation):
+    assert_mistake(check_encoder_layer, mutant(norm_first, mutation), mistake, f"norm_first={norm_first}", repeat=1)
+
+
+def test_generator_without_mutation_is_the_reference():
+    ref = EncoderLayer(12, 3, 20).eval()
+    x, mask = torch.randn(2, 5, 12), torch.rand(2, 1, 5) < 0.8
+    for nf in (False, True):
+        ref.norm_first = nf
+        assert torch.allclose(run_block(ref, encoder_checks._BLOCK, x, None, {"mask": mask}, nf), ref(x, mask), atol=1e-6)

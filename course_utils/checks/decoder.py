@@ -13,42 +13,59 @@ output is compared with the reference computed *with each catalogued mistake*; t
 match is named. When the student's code raises only because ``L_src != L_tgt``, it is run
 again with equal lengths to name the mistake behind the error.
 
+Dropout is probed with ``dropout=1`` as for the encoder (:mod:`._blocks`).
+
 Catalogue (``CheckResult.mistake``):
 
 * both: ``"not a class"``, ``"missing submodule"`` (a contract submodule is absent or
   renamed), ``"unexpected parameters"``, ``"wrong parameter shape"``, ``"wrong return"``
-  (a tuple instead of one tensor), ``"dropout in eval mode"``, ``"input modified in place"``,
-  ``"fails when lengths differ"``.
-* ``DecoderLayer``: ``"cross-attention queries from memory"`` (queries and keys/values
-  swapped), ``"cross-attention ignores memory"`` (keys/values from ``x``), ``"memory
-  normalised"`` (pre-norm: ``memory`` put through the layer's norm), ``"masks swapped"``,
+  (a tuple instead of one tensor), ``"dropout in eval mode"``, ``"hard-coded dropout p"``,
+  ``"input modified in place"``, ``"fails when lengths differ"``.
+* ``DecoderLayer``: the generated families of :mod:`._blocks` (the encoder's, plus
+  ``"cross-attention queries from memory"``, ``"cross-attention ignores memory"``,
+  ``"memory normalised"``, ``"masks swapped"`` (also one mask given to both attentions),
   ``"tgt_mask not passed"``, ``"memory_mask not passed"``, ``"masks not passed"``,
-  ``"missing residual"``, ``"norm_first ignored"``, ``"sub-layers in wrong order"``
-  (cross-attention before self-attention), ``"feed-forward on wrong input"``, ``"norms in
-  wrong order"``.
-* ``Decoder``: ``"wrong number of layers"``, ``"layers sharing one module"``, ``"missing
-  final norm"`` (pre-norm), ``"final norm in post-norm"``, ``"masks not passed on"``,
-  ``"masks swapped"``, ``"memory not passed to every layer"``, ``"only the first layer
-  used"``, ``"layer outputs not chained"``.
-
-A post-norm ``Decoder`` that owns a ``norm`` but does not apply it passes (it computes
-the right thing); a pre-norm one without ``norm`` fails as ``"missing final norm"``.
+  ``"module reused"`` (``self_attn`` as the cross-attention or the other way round),
+  ``"sub-layer reads the layer input"`` (the cross-attention's queries from ``x``); with
+  ``"feed-forward on wrong input"`` and ``"norms in wrong order"`` kept as the names of
+  the feed-forward's input and norm mix-ups), ``"dropout not passed on"``.
+* ``Decoder``: ``"missing layers"``, ``"layers not registered"``, ``"wrong container"``,
+  ``"wrong number of layers"``, ``"layers shared"``, ``"norm_first not passed on"``,
+  ``"missing final norm"`` (pre-norm), ``"final norm in post-norm"``, ``"unused final
+  norm"``, ``"final norm inside the loop"``, ``"masks not passed on"``, ``"masks
+  swapped"``, ``"memory not passed to every layer"`` (also each layer's output fed to the
+  next as memory), ``"only the first layer used"``, ``"only the first layer applied"``,
+  ``"layer outputs not chained"``, ``"layers not applied"``, ``"dropout missing"``,
+  ``"dropout on the input"``.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
-from ..layers import LayerNorm
+from ._blocks import (
+    INPUT_DROPOUT,
+    P_PROBE,
+    Block,
+    Stack,
+    check_dropout_modes,
+    check_part_dropout,
+    dropout_mistakes,
+    randomise_parameters,
+    run_block,
+    run_stack,
+    stack_mistakes,
+    stack_structure,
+    structural_mistakes,
+    unused_final_norm,
+    zeros,
+)
 from ._core import (
     Mistake,
     StudentError,
@@ -69,19 +86,6 @@ __all__ = ["check_decoder_layer", "check_decoder"]
 
 
 # ---------------------------------------------------------------- helpers shared with checks/model.py
-def randomise_parameters(module: nn.Module) -> None:
-    """Random values for every learnable parameter: matrices ``~ N(0, 1/fan_in)``, biases
-    ``~ N(0, 0.3^2)``, other vectors (norm scales) ``~ 1 + N(0, 0.3^2)``."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
-            elif name.endswith("bias"):
-                p.copy_(0.3 * torch.randn_like(p))
-            else:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-
-
 def trailing_padding(B: int, L: int) -> Tensor:
     """``(B, 1, L)`` bool, ``True`` = real token: each row's real tokens come first; at least
     one row is full and at least one is padded (so lengths differ per example)."""
@@ -371,187 +375,25 @@ _LAYER_PARTS = {
     "norm2": "LayerNorm(d_model)",
     "norm3": "LayerNorm(d_model)",
 }
-_SUBLAYER_WORDS = {"self": "the masked self-attention", "cross": "the cross-attention", "ff": "the feed-forward"}
-_NATURAL = {"self": 0, "cross": 1, "ff": 2}
-
-
-def _layer_variant(
-    ref: DecoderLayer,
-    x: Tensor,
-    memory: Tensor,
-    tgt_mask: Tensor | None,
-    memory_mask: Tensor | None,
-    *,
-    norm_first: bool,
-    cross: str = "ok",
-    self_mask: str | None = "tgt",
-    cross_mask: str | None = "memory",
-    residual: tuple[str, ...] = ("self", "cross", "ff"),
-    order: tuple[str, ...] = ("self", "cross", "ff"),
-    norm_by: str = "sublayer",
-    norms: tuple[int, ...] = (0, 1, 2),
-    ff_input: str = "x",
-) -> Tensor:
-    """The decoder layer computed with the reference's submodules, optionally with one mistake."""
-    masks = {"tgt": tgt_mask, "memory": memory_mask, None: None}
-    norm_mods = [ref.norm1, ref.norm2, ref.norm3]
-    x0, h, before_norm = x, x, x
-    outs: dict[str, Tensor] = {}
-    for pos, kind in enumerate(order):
-        norm = norm_mods[norms[pos if norm_by == "position" else _NATURAL[kind]]]
-        inp = norm(h) if norm_first else h
-        if kind == "self":
-            out = ref.self_attn(inp, inp, inp, masks[self_mask])[0]
-        elif kind == "cross":
-            if cross == "swapped":  # queries from memory, keys and values from x
-                q, kv = memory, inp
-            elif cross == "self":  # memory never used
-                q, kv = inp, inp
-            elif cross == "memory normed":
-                q, kv = inp, norm(memory)
-            else:
-                q, kv = inp, memory
-            out = ref.cross_attn(q, kv, kv, masks[cross_mask])[0]
-        else:
-            if ff_input == "layer input":
-                inp = norm(x0) if norm_first else x0
-            elif ff_input == "cross output":
-                inp = norm(outs["cross"]) if norm_first else outs["cross"]
-            elif ff_input == "unnormalised":
-                inp = h if norm_first else before_norm
-            out = ref.feed_forward(inp)
-        outs[kind] = out
-        total = h + out if kind in residual else out  # (B, L_tgt, D)
-        if norm_first:
-            h = total
-        else:
-            before_norm, h = total, norm(total)
-    return h
-
-
-def _layer_mistakes(norm_first: bool, has_tgt: bool, has_memory: bool) -> list[tuple[str, str, dict[str, Any]]]:
-    form = "x = x + sublayer(norm(x))" if norm_first else "x = norm(x + sublayer(x))"
-    out: list[tuple[str, str, dict[str, Any]]] = [
-        (
-            "cross-attention queries from memory",
-            "the cross-attention takes its queries from `memory` and its keys and values from `x`; "
-            "it is the other way round: every target position (a query) looks at the source, so "
-            "call cross_attn(x, memory, memory, memory_mask).",
-            dict(cross="swapped"),
-        ),
-        (
-            "cross-attention ignores memory",
-            "the cross-attention never looks at `memory`: its keys and values come from `x`, which "
-            "makes it a second self-attention. Keys and values must come from the encoder output, "
-            "`memory`.",
-            dict(cross="self"),
-        ),
-    ]
-    if norm_first:
-        out.append(
-            (
-                "memory normalised",
-                "the encoder output `memory` goes through the layer's norm before the cross-attention. "
-                "In pre-norm, normalise only the decoder's stream x (the encoder already ends with its "
-                "own final norm): cross_attn(norm2(x), memory, memory, ...).",
-                dict(cross="memory normed"),
-            )
-        )
-    if has_tgt and has_memory:
-        out.append(
-            (
-                "masks swapped",
-                "tgt_mask and memory_mask are swapped: the self-attention needs tgt_mask (causal + "
-                "target padding, L_tgt x L_tgt) and the cross-attention memory_mask (source padding, "
-                "L_tgt x L_src).",
-                dict(self_mask="memory", cross_mask="tgt"),
-            )
-        )
-        out.append(
-            (
-                "masks not passed",
-                "neither mask has any effect: pass tgt_mask to the self-attention and memory_mask to "
-                "the cross-attention.",
-                dict(self_mask=None, cross_mask=None),
-            )
-        )
-    if has_tgt:
-        out.append(
-            (
-                "tgt_mask not passed",
-                "the self-attention ignores tgt_mask, so every position sees the future (and padding) "
-                "target tokens. Pass tgt_mask to self_attn.",
-                dict(self_mask=None),
-            )
-        )
-    if has_memory:
-        out.append(
-            (
-                "memory_mask not passed",
-                "the cross-attention ignores memory_mask, so target positions attend to source padding. "
-                "Pass memory_mask to cross_attn.",
-                dict(cross_mask=None),
-            )
-        )
-    out.append(
-        (
-            "norm_first ignored",
-            f"with norm_first={norm_first} your layer computes the "
-            f"{'post-norm' if norm_first else 'pre-norm'} version. norm_first=False is post-norm, "
-            "x = norm(x + sublayer(x)); norm_first=True is pre-norm, x = x + sublayer(norm(x)).",
-            dict(norm_first=not norm_first),
-        )
-    )
-    out.append(
-        (
-            "missing residual",
-            f"there are no residual connections: each sub-layer's input must be added back, {form}.",
-            dict(residual=()),
-        )
-    )
-    for kind in ("self", "cross", "ff"):
-        out.append(
-            (
-                "missing residual",
-                f"there is no residual connection around {_SUBLAYER_WORDS[kind]}: add its input back, {form}.",
-                dict(residual=tuple(k for k in ("self", "cross", "ff") if k != kind)),
-            )
-        )
-    for norm_by in ("position", "sublayer"):
-        out.append(
-            (
-                "sub-layers in wrong order",
-                "the cross-attention runs before the masked self-attention. The order is: masked "
-                "self-attention (the target looks at itself), then cross-attention (it looks at the "
-                "source), then the feed-forward.",
-                dict(order=("cross", "self", "ff"), norm_by=norm_by),
-            )
-        )
-    ff_inputs = {
-        "layer input": "the feed-forward is applied to the layer's original input x instead of the "
-        "output of the cross-attention step",
-        "cross output": "the feed-forward is applied to the cross-attention's raw output instead of "
-        "the stream after its residual" + ("" if norm_first else " and norm"),
-        "unnormalised": (
-            "the feed-forward's input is not normalised: in pre-norm it is x + ff(norm3(x))"
-            if norm_first
-            else "the feed-forward gets the sum before norm2 instead of the normalised result"
-        ),
-    }
-    for key, text in ff_inputs.items():
-        out.append(("feed-forward on wrong input", f"{text} ({form}, one sub-layer after the other).", dict(ff_input=key)))
-    for perm in itertools.permutations(range(3)):
-        if perm != (0, 1, 2):
-            used = ", ".join(f"norm{perm[i] + 1} for {_SUBLAYER_WORDS[k]}" for i, k in enumerate(("self", "cross", "ff")))
-            out.append(
-                (
-                    "norms in wrong order",
-                    f"the layer norms are mixed up ({used}): use norm1 with the self-attention, norm2 "
-                    "with the cross-attention and norm3 with the feed-forward.",
-                    dict(norms=perm),
-                )
-            )
-    return out
+_BLOCK = Block(
+    "DecoderLayer",
+    ("self", "cross", "ff"),
+    word={"self": "the masked self-attention", "cross": "the cross-attention", "ff": "the feed-forward"},
+    short={"self": "self-attention", "cross": "cross-attention", "ff": "feed-forward"},
+    attn={"self": ("in", "in", "self_attn", "tgt_mask"), "cross": ("in", "memory", "cross_attn", "memory_mask")},
+    lost={
+        "self": "the self-attention ignores tgt_mask, so every position sees the future (and padding) target "
+        "tokens. Pass tgt_mask to self_attn.",
+        "cross": "the cross-attention ignores memory_mask, so target positions attend to source padding. Pass "
+        "memory_mask to cross_attn.",
+    },
+    names={  # catalogue names from before the generator
+        "norms swapped": "norms in wrong order",
+        ("sub-layer reads the layer input", "ff"): "feed-forward on wrong input",
+        ("sub-layer reads a raw output", "ff"): "feed-forward on wrong input",
+        ("norm missing", "ff"): "feed-forward on wrong input",
+    },
+)
 
 
 def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
@@ -559,13 +401,40 @@ def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[...,
         return ref(x, memory, tgt_mask, memory_mask)
 
     def mistakes(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> list[Mistake]:
-        out: list[Mistake] = []
-        for name, diagnosis, kw in _layer_mistakes(norm_first, tgt_mask is not None, memory_mask is not None):
-            kw = {"norm_first": norm_first, **kw}
-            out.append((name, diagnosis, lambda kw=kw: _layer_variant(ref, x, memory, tgt_mask, memory_mask, **kw)))
-        return out
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+        present = {k for k, v in masks.items() if v is not None}
+        return [
+            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut))
+            for name, text, mut in structural_mistakes(_BLOCK, norm_first, present)
+        ]
 
     return expected, mistakes
+
+
+def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_ff: int, norm_first: bool) -> None:
+    """Dropout with p = 1, as for the EncoderLayer (see :func:`check_dropout_modes`)."""
+    shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={P_PROBE:g}, norm_first={norm_first}"
+    model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=P_PROBE, norm_first=norm_first), shown)
+    ref = DecoderLayer(D, H, d_ff, P_PROBE, norm_first)
+    copy_parameters(match_parameters(model, ref)[0])
+    x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
+    tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
+    masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+    check_dropout_modes(
+        model, ref, lambda m: _call(m, x.clone(), memory.clone(), tgt_mask, memory_mask, "running forward (dropout)"),
+        "DecoderLayer",
+        lambda: [
+            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut, drop=zeros))
+            for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
+        ],
+        eval_name="dropout in eval mode", quiet=("self_attn", "cross_attn", "feed_forward"), atol=1e-5,
+        setting=f"norm_first={norm_first}, ",
+    )  # fmt: skip
+    if not norm_first:  # the sub-modules are built the same way in both settings
+        with torch.no_grad():
+            y = ref.norm1(x)  # (B, L_tgt, D): a typical sub-layer input
+        parts = {"self_attn": (y, y, y, tgt_mask), "cross_attn": (y, memory, memory, memory_mask), "feed_forward": (y,)}
+        check_part_dropout(model, ref, parts, "DecoderLayer")
 
 
 @checker("DecoderLayer")
@@ -582,6 +451,8 @@ def check_decoder_layer(cls: Any) -> str:
         copy_parameters(pairs)
         expected, mistakes = _layer_functions(ref, norm_first)
         _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes)
+    for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
+        _layer_dropout(cls, B, L_tgt, L_src, D, H, d_ff, norm_first)
     return "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights"
 
 
@@ -590,163 +461,39 @@ _DECODER_PARTS = {
     "layers": "nn.ModuleList of num_layers DecoderLayer",
     "norm": "LayerNorm(d_model), only when norm_first=True",
 }
-
-
-def _decoder_variant(
-    ref: Decoder,
-    x: Tensor,
-    memory: Tensor,
-    tgt_mask: Tensor | None,
-    memory_mask: Tensor | None,
-    *,
-    final: Any = "ref",
-    masks: tuple[str | None, str | None] = ("tgt", "memory"),
-    memory_for: str = "all",
-    layers: str = "chained",
-) -> Tensor:
-    """The decoder computed from the reference's layers, optionally with one mistake."""
-    m = {"tgt": tgt_mask, "memory": memory_mask, None: None}
-    h = x
-    for i, layer in enumerate(ref.layers):
-        layer = ref.layers[0] if layers == "first only" else layer
-        inp = x if layers == "unchained" else h
-        mem = memory
-        if memory_for == "none" or (memory_for == "first only" and i > 0):
-            mem = inp
-        h = layer(inp, mem, m[masks[0]], m[masks[1]])  # (B, L_tgt, D)
-    if final == "ref":
-        return ref.norm(h) if ref.norm is not None else h
-    if final == "plain":
-        return F.layer_norm(h, h.shape[-1:])
-    if isinstance(final, nn.Module):
-        return final(h)
-    return h
-
-
-def _decoder_mistakes(
-    ref: Decoder, norm_first: bool, extra_norm: nn.Module | None
-) -> list[tuple[str, str, dict[str, Any]]]:
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    if norm_first:
-        out.append(
-            (
-                "missing final norm",
-                "the final layer norm is missing: in pre-norm the residual stream itself is never "
-                "normalised, so the Decoder ends with self.norm(x) (create it only when norm_first=True).",
-                dict(final=None),
-            )
-        )
-    else:
-        text = (
-            "a final layer norm is applied although norm_first=False: in post-norm every layer already "
-            "ends with a norm, so the Decoder has no final norm (self.norm only when norm_first=True)."
-        )
-        if extra_norm is not None:
-            out.append(("final norm in post-norm", text, dict(final=extra_norm)))
-        out.append(("final norm in post-norm", text, dict(final="plain")))
-    out += [
-        (
-            "masks not passed on",
-            "tgt_mask is not passed on to the layers, so the self-attention sees future target tokens: "
-            "call layer(x, memory, tgt_mask, memory_mask). "
-            "(If your Decoder does pass it, run check_decoder_layer on your DecoderLayer.)",
-            dict(masks=(None, "memory")),
-        ),
-        (
-            "masks not passed on",
-            "memory_mask is not passed on to the layers, so the cross-attention sees source padding: "
-            "call layer(x, memory, tgt_mask, memory_mask). "
-            "(If your Decoder does pass it, run check_decoder_layer on your DecoderLayer.)",
-            dict(masks=("tgt", None)),
-        ),
-        (
-            "masks not passed on",
-            "the masks are not passed on to the layers: call layer(x, memory, tgt_mask, memory_mask). "
-            "(If your Decoder does pass them, run check_decoder_layer on your DecoderLayer.)",
-            dict(masks=(None, None)),
-        ),
-        (
-            "masks swapped",
-            "the layers get tgt_mask and memory_mask swapped: call layer(x, memory, tgt_mask, memory_mask) "
-            "in that order.",
-            dict(masks=("memory", "tgt")),
-        ),
-        (
-            "memory not passed to every layer",
-            "only the first layer sees the encoder output: every later layer gets the decoder's own x "
-            "as memory. Pass the same `memory` to every layer.",
-            dict(memory_for="first only"),
-        ),
-        (
-            "memory not passed to every layer",
-            "no layer sees the encoder output: they get the decoder's own x as memory. Pass `memory` "
-            "to every layer.",
-            dict(memory_for="none"),
-        ),
-        (
-            "only the first layer used",
-            "the first layer is applied num_layers times; loop over self.layers so each layer is used once.",
-            dict(layers="first only"),
-        ),
-        (
-            "layer outputs not chained",
-            "every layer gets the Decoder's input x, so only the last layer's output is kept: feed each "
-            "layer's output to the next (x = layer(x, memory, ...)).",
-            dict(layers="unchained"),
-        ),
-    ]
-    return out
+_STACK = Stack("Decoder", "DecoderLayer", ("tgt_mask", "memory_mask"), "x = layer(x, memory, tgt_mask, memory_mask)",
+               names={"only the last layer applied": "layer outputs not chained",
+                      "one layer applied repeatedly": "only the first layer used"})  # fmt: skip
 
 
 def _decoder_functions(
-    ref: Decoder, norm_first: bool, extra_norm: nn.Module | None
+    ref: Decoder, model: nn.Module, norm_first: bool
 ) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
     def expected(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> Tensor:
         return ref(x, memory, tgt_mask, memory_mask)
 
     def mistakes(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> list[Mistake]:
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
+        present = {k for k, v in masks.items() if v is not None}
+        own = getattr(model, "norm", None)
         return [
-            (name, diagnosis, lambda kw=kw: _decoder_variant(ref, x, memory, tgt_mask, memory_mask, **kw))
-            for name, diagnosis, kw in _decoder_mistakes(ref, norm_first, extra_norm)
+            (name, text, lambda mut=mut: run_stack(ref, x, memory, masks, mut))
+            for name, text, mut in stack_mistakes(_STACK, norm_first, present, own, x.size(-1), True)
         ]
 
     return expected, mistakes
 
 
-def _check_layers(model: nn.Module, num_layers: int) -> None:
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList):
-        got = "no attribute `layers`" if layers is None else f"`layers` is a {type(layers).__name__}"
-        fail(
-            f"your Decoder has {got}: keep the layers in self.layers = nn.ModuleList([...]) (a plain "
-            "Python list would hide their parameters from PyTorch).",
-            mistake="missing submodule",
-        )
-    if len(layers) != num_layers:
-        fail(
-            f"Decoder({num_layers}, ...) built {len(layers)} layers; it should build num_layers of them.",
-            mistake="wrong number of layers",
-        )
-    if len({id(layer) for layer in layers}) < len(layers):
-        fail(
-            "your layers are one and the same module used several times, so they share their weights. "
-            "Build a new DecoderLayer for each position: nn.ModuleList(DecoderLayer(...) for _ in "
-            "range(num_layers)), not [layer] * num_layers.",
-            mistake="layers sharing one module",
-        )
-
-
-def _student_norm(model: nn.Module, D: int) -> nn.Module | None:
-    """A LayerNorm holding the student's (unused?) post-norm ``norm`` parameters, if any."""
-    norm = getattr(model, "norm", None)
-    weight, bias = getattr(norm, "weight", None), getattr(norm, "bias", None)
-    if not (isinstance(weight, Tensor) and isinstance(bias, Tensor) and weight.shape == bias.shape == (D,)):
-        return None
-    copy = LayerNorm(D)
-    with torch.no_grad():
-        copy.weight.copy_(weight)
-        copy.bias.copy_(bias)
-    return copy
+def _build_decoder(cls: Any, N: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> tuple[nn.Module, Decoder]:
+    """The student's Decoder and the reference with its parameters."""
+    shown = f"num_layers={N}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p:g}, norm_first={norm_first}"
+    model = build_student(cls, "Decoder", (N, D, H, d_ff), dict(dropout=p, norm_first=norm_first), shown)
+    stack_structure(model, N, norm_first, _STACK)
+    ref = Decoder(N, D, H, d_ff, p, norm_first).eval()
+    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref, optional_extra=() if norm_first else ("norm.",))
+    structure_failure("Decoder", model, missing, unexpected, wrong_shape, _DECODER_PARTS)
+    copy_parameters(pairs)
+    return model, ref
 
 
 @checker("Decoder")
@@ -756,19 +503,28 @@ def check_decoder(cls: Any) -> str:
     D = H * d_k
     N = randint(2, 3)
     for norm_first in (False, True):
-        shown = f"num_layers={N}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1, norm_first={norm_first}"
-        model = build_student(cls, "Decoder", (N, D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
-        _check_layers(model, N)
-        ref = Decoder(N, D, H, d_ff, 0.0, norm_first).eval()
-        randomise_parameters(ref)  # a final norm the student lacks keeps random values
-        pairs, missing, unexpected, wrong_shape = match_parameters(
-            model, ref, optional_missing=("norm.",) if norm_first else (), optional_extra=() if norm_first else ("norm.",)
-        )
-        structure_failure("Decoder", model, missing, unexpected, wrong_shape, _DECODER_PARTS)
-        copy_parameters(pairs)
-        expected, mistakes = _decoder_functions(ref, norm_first, None if norm_first else _student_norm(model, D))
+        model, ref = _build_decoder(cls, N, D, H, d_ff, 0.1, norm_first)
+        expected, mistakes = _decoder_functions(ref, model, norm_first)
         nf = f"norm_first={norm_first}, num_layers={N}"
         _run_mask_cases(model, "Decoder", nf, B, L_tgt, L_src, D, expected, mistakes)
+        unused_final_norm(model, norm_first, "Decoder")
+
+    # dropout, pre-norm: with p = 1 every layer's sub-layers vanish, so the stack is its final norm
+    model, ref = _build_decoder(cls, N, D, H, d_ff, P_PROBE, True)
+    x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
+    tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
+    with torch.no_grad():
+        no_drop = ref.eval()(x, memory, tgt_mask, memory_mask)  # (B, L_tgt, D)
+    check_dropout_modes(
+        model, ref, lambda m: _call(m, x.clone(), memory.clone(), tgt_mask, memory_mask, "running forward (dropout)"),
+        "Decoder",
+        lambda: [("dropout missing", "no dropout is applied in training mode: pass dropout on to every "
+                  "DecoderLayer, DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
+                 ("dropout on the input", INPUT_DROPOUT.format("Decoder"),
+                  lambda: ref(torch.zeros_like(x), memory, tgt_mask, memory_mask))],
+        setting="norm_first=True, ",
+        eval_name="dropout in eval mode", atol=1e-5,
+    )  # fmt: skip
     return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights"
 
 

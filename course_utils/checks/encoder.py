@@ -12,8 +12,9 @@ compared with the reference computed *with each catalogued mistake*; the first m
 named (``CheckResult.mistake`` is the short catalogue name, the feedback says it in plain
 words). Sub-modules that are the student's own classes (their ``LayerNorm`` from above,
 say) are first compared with the reference on their own, so a bug there is not blamed on
-the layer. Dropout is checked separately: with ``dropout=0.5`` training mode must change
-the output and eval mode must give the reference's.
+the layer. Dropout is probed with ``dropout=1`` (see :mod:`._blocks`): every dropout
+that uses the given p then zeroes its input, so training mode is deterministic and each
+misplaced dropout gives its own numbers.
 
 Catalogue (``CheckResult.mistake``):
 
@@ -22,16 +23,23 @@ Catalogue (``CheckResult.mistake``):
   (also just one of them), ``"weight and bias swapped"``, ``"mean not subtracted"``,
   ``"wrong default eps"``, ``"eps ignored"``, ``"missing parameter"``, ``"not a parameter"``,
   ``"wrong parameter shape"``, ``"wrong initial values"``, ``"input modified in place"``.
-* ``FeedForward``: ``"missing submodule"``, ``"wrong submodule"``, ``"activation missing"``,
-  ``"activation after the second linear layer"``, ``"wrong activation"`` (GELU, SiLU, ...
-  instead of the paper's ReLU), ``"dropout missing"``, ``"dropout in wrong place"``,
-  ``"dropout ignores eval mode"``, ``"input modified in place"``.
+* ``FeedForward``: ``"missing submodule"``, ``"wrong submodule"`` (also an ``nn.LazyLinear``),
+  ``"activation missing"``, ``"activation after the second linear layer"``, ``"wrong
+  activation"`` (GELU, SiLU, ... instead of the paper's ReLU), ``"dropout missing"``,
+  ``"dropout in wrong place"``, ``"hard-coded dropout p"``, ``"dropout ignores eval mode"``,
+  ``"input modified in place"``.
 * ``EncoderLayer``: ``"missing submodule"``, ``"parameter names differ"``, ``"wrong
-  parameter shape"``, ``"wrong sub-module"``, ``"missing residual"``, ``"norm_first
-  ignored"``, ``"residual stream normalised"``, ``"mask not passed on"``, ``"feed-forward on
-  the layer input"``, ``"residual from the layer input"``, ``"sub-layers in wrong order"``,
-  ``"norms swapped"``, ``"same norm twice"``, ``"attention output not unpacked"``,
-  ``"dropout missing"``, ``"dropout ignores eval mode"``, ``"input modified in place"``.
+  parameter shape"``, ``"wrong sub-module"``, ``"attention output not unpacked"``,
+  ``"input modified in place"``, and the generated families of :mod:`._blocks`
+  (``structural_mistakes``: ``"mask not passed on"``, ``"module reused"``, ``"norm_first
+  ignored"``, ``"pre- and post-norm mixed"``, ``"residual stream normalised"``, ``"norm on
+  the branch"``, ``"norm missing"``, ``"missing residual"``, ``"residual from the layer
+  input"``, ``"feed-forward on the layer input"`` (also the attention skipped),
+  ``"sub-layer reads a raw output"``, ``"sub-layer skipped"``, ``"sub-layers in wrong
+  order"``, ``"norms swapped"``, ``"norms in wrong order"``, ``"same norm twice"``;
+  ``dropout_mistakes``: ``"dropout missing"``, ``"dropout on the residual stream"``,
+  ``"dropout on the sub-layer input"``), ``"hard-coded dropout p"``, ``"dropout not passed
+  on"``, ``"dropout ignores eval mode"``.
 * ``Encoder``: ``"missing layers"``, ``"layers not registered"`` (a plain Python list),
   ``"wrong container"``, ``"wrong number of layers"``, ``"layers shared"`` (one module
   repeated, or parameters shared between layers), ``"norm_first not passed on"``,
@@ -39,8 +47,8 @@ Catalogue (``CheckResult.mistake``):
   ``"final norm inside the loop"``, ``"mask not passed on"``, ``"only the last layer
   applied"``, ``"only the first layer applied"``, ``"one layer applied repeatedly"``,
   ``"layers not applied"``, ``"parameter names differ"``, ``"wrong parameter shape"``,
-  ``"wrong sub-module"``, ``"dropout missing"``, ``"dropout ignores eval mode"``,
-  ``"input modified in place"``.
+  ``"wrong sub-module"``, ``"dropout missing"``, ``"dropout on the input"``, ``"hard-coded
+  dropout p"``, ``"dropout ignores eval mode"``, ``"input modified in place"``.
 
 Layer and encoder outputs are compared with ``atol=1e-4`` (several sub-layers of float32
 rounding, in whatever order the student's code adds things up); every catalogued mistake
@@ -60,6 +68,23 @@ from torch import Tensor, nn
 from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
+from ._blocks import (
+    INPUT_DROPOUT,
+    P_PROBE,
+    Block,
+    Stack,
+    check_dropout_modes,
+    check_part_dropout,
+    dropout_mistakes,
+    randomise_parameters,
+    run_block,
+    run_stack,
+    stack_mistakes,
+    stack_structure,
+    structural_mistakes,
+    unused_final_norm,
+    zeros,
+)
 from ._core import (
     Mistake,
     StudentError,
@@ -79,7 +104,6 @@ from ._core import (
 __all__ = ["check_layer_norm", "check_feed_forward", "check_encoder_layer", "check_encoder"]
 
 _ATOL = 1e-4  # whole layers and stacks; LayerNorm and FeedForward use expect_close's 1e-5
-_P = 0.5  # dropout probability of the training-mode checks
 
 # the checker that tests each reference class, for "fix that one first" messages
 _CHECK_OF = {
@@ -114,19 +138,6 @@ def _padding_mask(B: int, L: int) -> Tensor:
 def _names(items: list[str], limit: int = 6) -> str:
     shown = ", ".join(f"`{n}`" for n in items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-
-def _randomise(module: nn.Module) -> None:
-    """Give every learnable parameter random values (each shared tensor once): matrices
-    ~ N(0, 1/fan_in), norm scales (1-D ``weight``) around 1, biases and shifts around 0."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn_like(p) / math.sqrt(p.size(-1)))
-            elif name.split(".")[-1] == "weight":
-                p.copy_(1 + 0.5 * torch.randn_like(p))
-            else:
-                p.copy_(0.5 * torch.randn_like(p))
 
 
 def _load_reference(ref: nn.Module, model: nn.Module, what: str) -> None:
@@ -217,51 +228,6 @@ def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str, attention: b
                     mistake="attention output not unpacked",
                 )
             raise
-
-
-def _check_dropout(
-    build: Callable[[float], nn.Module],
-    make_ref: Callable[[], nn.Module],
-    args: tuple[Tensor, ...],
-    what: str,
-    missing_advice: str,
-    eval_advice: str,
-    load: Callable[[nn.Module, nn.Module], None],
-    on_output: Callable[[Tensor, Tensor], None] | None = None,
-) -> None:
-    """With ``dropout = _P``: training mode must change the output, eval mode must give
-    the reference's (with the same random parameters) every time."""
-    model = build(_P)
-    _randomise(model)
-    ref = make_ref().eval()
-    load(ref, model)
-    with torch.no_grad():
-        expected = ref(*args)
-    model.eval()
-    case = f"eval mode, dropout={_P}"
-    first = _forward(model, tuple(a.clone() for a in args), case, attention=True)
-    again = _forward(model, tuple(a.clone() for a in args), case, attention=True)
-    comparable = isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape
-    if comparable and not torch.equal(first, again):
-        fail(
-            f"in eval mode your {what} gives a different output every call ({case}): dropout is "
-            f"still active. {eval_advice}",
-            mistake="dropout ignores eval mode",
-        )
-    expect_close("output", first, expected, case=case, atol=_ATOL)
-    model.train()
-    case = f"training mode, dropout={_P}"
-    got = _forward(model, tuple(a.clone() for a in args), case, attention=True)
-    if not isinstance(got, Tensor) or got.shape != expected.shape:
-        fail(f"output ({case}) should be a tensor of shape {describe_shape(expected)}, got {describe_shape(got)}.")
-    if matches(got, expected, atol=_ATOL):
-        fail(
-            f"with dropout={_P} in training mode your {what} gives exactly the eval-mode output: no "
-            f"dropout is applied. {missing_advice}",
-            mistake="dropout missing",
-        )
-    if on_output is not None:
-        on_output(got, expected)
 
 
 # ---------------------------------------------------------------- LayerNorm
@@ -462,7 +428,7 @@ def check_layer_norm(cls: Any) -> str:
         fail("LayerNorm should subclass nn.Module.", mistake="not a class")
     w, b = _ln_params(model, D)
     model.eval()
-    _randomise(model)  # ones and zeros would hide a missing (or swapped) scale and shift
+    randomise_parameters(model)  # ones and zeros would hide a missing (or swapped) scale and shift
     for shape in ((B, L, D), (L, B, D)):
         case = f"x of shape {describe_shape(torch.empty(shape))}, default eps, random weight and bias"
         _ln_case(model, w, b, 1e-5, _ln_inputs(*shape), case, default=True)
@@ -471,7 +437,7 @@ def check_layer_norm(cls: Any) -> str:
     model = call_student(cls, D, eps, context=f"constructing LayerNorm(d_model={D}, eps={eps})")
     w, b = _ln_params(model, D)
     model.eval()
-    _randomise(model)
+    randomise_parameters(model)
     case = f"x of shape ({B}, {L}, {D}), eps={eps}"
     _ln_case(model, w, b, eps, _ln_inputs(B, L, D), case, default=False)
     return "default and large eps, rows of tiny and large variance, random weight and bias"
@@ -505,6 +471,13 @@ def _ff_linears(model: nn.Module, D: int, d_ff: int) -> tuple[nn.Linear, nn.Line
         m = found[n]
         if not isinstance(m, nn.Linear):
             fail(f"`{n}` should be an nn.Linear, got {type(m).__name__}.", mistake="wrong submodule")
+        if isinstance(m, nn.modules.lazy.LazyModuleMixin):
+            fail(
+                f"`{n}` is an nn.LazyLinear: its input size stays unknown (in_features=0) until the first "
+                f"call, so its weights cannot be set or counted before that. Give the sizes: nn.Linear({i}, {o}) "
+                f"here, nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}).",
+                mistake="wrong submodule",
+            )
         if (m.in_features, m.out_features) != (i, o):
             fail(
                 f"`{n}` should be nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}) = "
@@ -561,7 +534,7 @@ def check_feed_forward(cls: Any) -> str:
         fail("FeedForward should subclass nn.Module.", mistake="not a class")
     _ff_linears(model, D, d_ff)
     model.eval()
-    _randomise(model)  # biases around 0: ReLU keeps some hidden units and drops others
+    randomise_parameters(model)  # biases around 0: ReLU keeps some hidden units and drops others
 
     def load(ref: nn.Module, student: nn.Module) -> None:
         l1, l2 = _ff_linears(student, D, d_ff)
@@ -581,29 +554,27 @@ def check_feed_forward(cls: Any) -> str:
             mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2)
             expect_close("output", got, expected, mistakes, case=case)
 
-    def dropout_on_output(got: Tensor, expected: Tensor) -> None:
-        zero = torch.isclose(got, torch.zeros_like(got), atol=1e-6)
-        kept = torch.isclose(got, expected / (1 - _P), atol=1e-5, rtol=1e-4)
-        if bool((zero | kept).all()):
-            fail(
-                "dropout is applied to the output of linear2; the reference applies it to the "
-                "hidden activations, linear2(dropout(relu(linear1(x)))) (the encoder layer adds its "
-                "own dropout on the output).",
-                mistake="dropout in wrong place",
-            )
-
+    # dropout: p = 1 makes training mode deterministic (every dropout zeroes its input)
+    model = call_student(cls, D, d_ff, P_PROBE, context=f"constructing {what}, dropout={P_PROBE:g})")
+    randomise_parameters(model)
+    ref = FeedForward(D, d_ff, P_PROBE)
+    load(ref, model)
     x = torch.randn(B, L, D)
-    _check_dropout(
-        lambda p: call_student(cls, D, d_ff, p, context=f"constructing {what}, dropout={p})"),
-        lambda: FeedForward(D, d_ff),
-        (x,),
-        "FeedForward",
-        "Create nn.Dropout(dropout) in __init__ and apply it to relu(linear1(x)) before linear2.",
-        "Use the module nn.Dropout (or F.dropout(h, p, training=self.training)) so that "
-        "model.eval() switches it off.",
-        load,
-        dropout_on_output,
-    )
+    with torch.no_grad():
+        no_drop = ref.eval()(x)  # (B, L, D)
+        zero = torch.zeros_like(x)
+        on_input = ref.linear2(F.relu(ref.linear1(zero)))  # (B, L, D)
+    where = "it belongs on the hidden activations, linear2(dropout(relu(linear1(x))))"
+    check_dropout_modes(
+        model, ref, lambda m: _forward(m, (x.clone(),), "dropout"), "FeedForward",
+        lambda: [
+            ("dropout missing", "no dropout is applied to the hidden activations in training mode: create "
+             "nn.Dropout(dropout) in __init__ and apply it to relu(linear1(x)) before linear2.", no_drop),
+            ("dropout in wrong place", f"dropout is applied to the output of linear2; {where} (the encoder "
+             "layer adds its own dropout on the output).", zero),
+            ("dropout in wrong place", f"dropout is applied to the input x; {where}.", on_input),
+        ],
+    )  # fmt: skip
     return "two input shapes, random weights, dropout in training and eval mode"
 
 
@@ -622,109 +593,52 @@ def _require_parts(model: nn.Module, parts: dict[str, type], what: str) -> None:
         )
 
 
-def _layer_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
+_BLOCK = Block(
+    "EncoderLayer",
+    ("self", "ff"),
+    word={"self": "self-attention", "ff": "the feed-forward"},
+    short={"self": "attention", "ff": "feed-forward"},
+    attn={"self": ("in", "in", "self_attn", "mask")},
+    lost={"self": "the mask has no effect: pass it on to the attention, self.self_attn(h, h, h, mask)."},
+    names={  # catalogue names from before the generator
+        "mask not passed": "mask not passed on",
+        ("sub-layer skipped", "self"): "feed-forward on the layer input",
+        ("sub-layer reads the layer input", "ff"): "feed-forward on the layer input",
+    },
+)
+
+
+def _block_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
     """What ``ref`` (an EncoderLayer with the student's parameters) returns with each
-    catalogued mistake, as ``(name, diagnosis, zero-argument callable)``."""
-    N1, N2, FF = ref.norm1, ref.norm2, ref.feed_forward
+    generated mistake, as ``(name, diagnosis, zero-argument callable)``."""
+    present = set() if mask is None else {"mask"}
+    return [
+        (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut))
+        for name, text, mut in structural_mistakes(_BLOCK, norm_first, present)
+    ]
 
-    def A(h: Tensor, m: Tensor | None = mask) -> Tensor:
-        return ref.self_attn(h, h, h, m)[0]  # (B, L, D)
 
-    def no_mask(h: Tensor) -> Tensor:
-        return A(h, None)
-
-    def post(first: Callable, second: Callable, n_a: nn.Module, n_b: nn.Module) -> Tensor:
-        y = n_a(x + first(x))  # (B, L, D)
-        return n_b(y + second(y))
-
-    def pre(first: Callable, second: Callable, n_a: nn.Module, n_b: nn.Module) -> Tensor:
-        y = x + first(n_a(x))  # (B, L, D)
-        return y + second(n_b(y))
-
-    # the same wording for both settings; only the formulas differ
-    swapped = ("norms swapped", "norm1 and norm2 are swapped: norm1 goes with self-attention, "
-               "norm2 with the feed-forward sub-layer (they learn different scales).")
-    twice = "the same norm is used for both sub-layers: norm1 for self-attention, norm2 for the feed-forward sub-layer."
-    order = ("the feed-forward sub-layer runs before self-attention; the order is self-attention "
-             "(with norm1) first, then feed-forward (with norm2).")
-    out: list[Mistake] = []
-    if norm_first:
-        def no_attn_residual() -> Tensor:
-            y = A(N1(x))  # (B, L, D)
-            return y + FF(N2(y))
-
-        def stream_normalised() -> Tensor:
-            h = N1(x)
-            h = h + A(h)
-            h = N2(h)
-            return h + FF(h)
-
-        if mask is not None:
-            out.append(("mask not passed on", "the mask has no effect: pass it on to the attention, "
-                        "self.self_attn(h, h, h, mask).", lambda: pre(no_mask, FF, N1, N2)))
-        out += [
-            ("missing residual", "the attention sub-layer has no residual connection: x = x + "
-             "self_attn(norm1(x), ...), not x = self_attn(...).", no_attn_residual),
-            ("missing residual", "the feed-forward sub-layer has no residual connection: return "
-             "x + feed_forward(norm2(x)), not just feed_forward(...).", lambda: FF(N2(x + A(N1(x))))),
-            ("missing residual", "neither sub-layer has a residual connection: each one adds its "
-             "result to its input, x = x + sublayer(norm(x)).", lambda: FF(N2(A(N1(x))))),
-            ("norm_first ignored", "with norm_first=True your layer computes post-norm, "
-             "norm(x + sublayer(x)); pre-norm normalises the sub-layer's input instead: "
-             "x + sublayer(norm(x)). Branch on self.norm_first.", lambda: post(A, FF, N1, N2)),
-            ("residual stream normalised", "the residual stream itself was normalised (x = "
-             "norm1(x); x = x + self_attn(x, ...)): in pre-norm only the sub-layer's input is "
-             "normalised, x = x + self_attn(norm1(x), ...), so x keeps flowing unnormalised.",
-             stream_normalised),
-            ("feed-forward on the layer input", "the feed-forward sub-layer reads the layer's input "
-             "x instead of the attention block's output: update x after attention, then "
-             "x = x + feed_forward(norm2(x)).", lambda: x + A(N1(x)) + FF(N2(x))),
-            ("feed-forward on the layer input", "the attention result is never used: the output "
-             "only contains x + feed_forward(norm2(x)). Feed the attention block's output on to "
-             "the feed-forward block.", lambda: x + FF(N2(x))),
-            ("residual from the layer input", "the feed-forward block adds its result to the "
-             "layer's input x instead of the attention block's output: y = x + attn(...); "
-             "return y + feed_forward(norm2(y)).", lambda: x + FF(N2(x + A(N1(x))))),
-            ("sub-layers in wrong order", order, lambda: pre(FF, A, N1, N2)),
-            ("sub-layers in wrong order", order, lambda: pre(FF, A, N2, N1)),
-            (*swapped, lambda: pre(A, FF, N2, N1)),
-            ("same norm twice", twice, lambda: pre(A, FF, N1, N1)),
-            ("same norm twice", twice, lambda: pre(A, FF, N2, N2)),
-        ]
-    else:
-        def no_attn_residual_post() -> Tensor:
-            y = N1(A(x))  # (B, L, D)
-            return N2(y + FF(y))
-
-        if mask is not None:
-            out.append(("mask not passed on", "the mask has no effect: pass it on to the attention, "
-                        "self.self_attn(x, x, x, mask).", lambda: post(no_mask, FF, N1, N2)))
-        out += [
-            ("missing residual", "the attention sub-layer has no residual connection: "
-             "norm1(x + self_attn(x, x, x, mask)[0]), not norm1(self_attn(...)).", no_attn_residual_post),
-            ("missing residual", "the feed-forward sub-layer has no residual connection: "
-             "norm2(x + feed_forward(x)), not norm2(feed_forward(x)).", lambda: N2(FF(N1(x + A(x))))),
-            ("missing residual", "neither sub-layer has a residual connection: each one is "
-             "norm(x + sublayer(x)).", lambda: N2(FF(N1(A(x))))),
-            ("norm_first ignored", "with norm_first=False your layer computes pre-norm, "
-             "x + sublayer(norm(x)); the paper's post-norm is norm(x + sublayer(x)). Branch on "
-             "self.norm_first.", lambda: pre(A, FF, N1, N2)),
-            ("feed-forward on the layer input", "the feed-forward sub-layer reads the layer's input "
-             "x instead of the attention block's output: x = norm1(x + attn); then "
-             "norm2(x + feed_forward(x)).", lambda: N2(N1(x + A(x)) + FF(x))),
-            ("feed-forward on the layer input", "the attention result is never used: the output "
-             "is norm2(x + feed_forward(x)) of the layer's input. Feed the attention block's "
-             "output on to the feed-forward block.", lambda: N2(x + FF(x))),
-            ("residual from the layer input", "the feed-forward block adds its result to the "
-             "layer's input x instead of the attention block's output: y = norm1(x + attn); "
-             "return norm2(y + feed_forward(y)).", lambda: N2(x + FF(N1(x + A(x))))),
-            ("sub-layers in wrong order", order, lambda: post(FF, A, N1, N2)),
-            ("sub-layers in wrong order", order, lambda: post(FF, A, N2, N1)),
-            (*swapped, lambda: post(A, FF, N2, N1)),
-            ("same norm twice", twice, lambda: post(A, FF, N1, N1)),
-            ("same norm twice", twice, lambda: post(A, FF, N2, N2)),
-        ]
-    return out
+def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_first: bool) -> None:
+    """Dropout with p = 1: eval mode as the reference; training mode with the sub-modules'
+    own dropout off must zero each sub-layer's output (and nothing else); then each
+    sub-module on its own must drop like the reference's (dropout passed on)."""
+    model = _build_layer(cls, D, H, d_ff, P_PROBE, norm_first)
+    randomise_parameters(model)
+    ref = EncoderLayer(D, H, d_ff, P_PROBE, norm_first)
+    _load_reference(ref, model, "EncoderLayer")
+    x, mask = torch.randn(B, L, D), _padding_mask(B, L)
+    check_dropout_modes(
+        model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "EncoderLayer",
+        lambda: [
+            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut, drop=zeros))
+            for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
+        ],
+        setting=f"norm_first={norm_first}, ", quiet=("self_attn", "feed_forward"),
+    )  # fmt: skip
+    if not norm_first:  # the sub-modules are built the same way in both settings
+        with torch.no_grad():
+            y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
+        check_part_dropout(model, ref, {"self_attn": (y, y, y, mask), "feed_forward": (y,)}, "EncoderLayer")
 
 
 def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
@@ -761,7 +675,7 @@ def check_encoder_layer(cls: Any) -> str:
     for norm_first in (False, True):
         model = _build_layer(cls, D, H, d_ff, 0.0, norm_first)
         model.eval()
-        _randomise(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
+        randomise_parameters(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
         ref = EncoderLayer(D, H, d_ff, 0.0, norm_first).eval()
         _load_reference(ref, model, "EncoderLayer")
         x = torch.randn(B, L, D)
@@ -769,146 +683,15 @@ def check_encoder_layer(cls: Any) -> str:
         _verify_layer_parts(model, ref, x, mask, "EncoderLayer")
         _compare_without_and_with_mask(
             model, ref, x, mask, f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}",
-            lambda x0, m: _layer_mistakes(ref, x0, m, norm_first),
+            lambda x0, m: _block_mistakes(ref, x0, m, norm_first),
         )  # fmt: skip
-
-    mask = _padding_mask(B, L)
-    _check_dropout(
-        lambda p: _build_layer(cls, D, H, d_ff, p, False),
-        lambda: EncoderLayer(D, H, d_ff, 0.0, False),
-        (torch.randn(B, L, D), mask),
-        "EncoderLayer",
-        "Pass dropout on to the sub-layers and apply nn.Dropout(dropout) to each sub-layer's "
-        "output before adding it to the residual.",
-        "Use nn.Dropout modules (or F.dropout(..., training=self.training)) so that model.eval() "
-        "switches them off.",
-        lambda ref, model: _load_reference(ref, model, "EncoderLayer"),
-    )
+    for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
+        _layer_dropout(cls, B, L, D, H, d_ff, norm_first)
     return "post-norm and pre-norm, with and without padding masks, random weights and norms, dropout"
 
 
 # ---------------------------------------------------------------- Encoder
-def _encoder_structure(model: nn.Module, num_layers: int, norm_first: bool) -> nn.ModuleList:
-    layers = getattr(model, "layers", None)
-    if layers is None:
-        fail(
-            "your Encoder has no `layers`: keep the stack in self.layers = nn.ModuleList([...]) "
-            "with one EncoderLayer per layer.",
-            mistake="missing layers",
-        )
-    if isinstance(layers, (list, tuple)):
-        fail(
-            f"`layers` is a plain Python {type(layers).__name__}, so PyTorch does not register the "
-            "layers: their parameters are not in model.parameters() (never trained), and neither "
-            ".to(device) nor .eval() reaches them. Wrap it: self.layers = nn.ModuleList([...]).",
-            mistake="layers not registered",
-        )
-    if not isinstance(layers, nn.ModuleList):
-        fail(
-            f"`layers` should be an nn.ModuleList, got {type(layers).__name__}: forward calls each "
-            "layer with the mask, layer(x, mask), which nn.Sequential cannot do.",
-            mistake="wrong container",
-        )
-    if len(layers) != num_layers:
-        fail(
-            f"Encoder(num_layers={num_layers}, ...) has {len(layers)} layers in `layers`, expected {num_layers}.",
-            mistake="wrong number of layers",
-        )
-    if len({id(layer) for layer in layers}) < len(layers):
-        fail(
-            f"the same EncoderLayer object appears several times in `layers` (e.g. [layer] * "
-            f"{num_layers}, or appending one layer in a loop), so all layers share one set of "
-            "weights. Build a new EncoderLayer for every position: nn.ModuleList([EncoderLayer(...) "
-            "for _ in range(num_layers)]).",
-            mistake="layers shared",
-        )
-    owner: dict[int, tuple[int, str]] = {}
-    for i, layer in enumerate(layers):
-        for name, p in layer.named_parameters():
-            ptr = p.data_ptr()
-            if ptr in owner and owner[ptr][0] != i:
-                j, other = owner[ptr]
-                fail(
-                    f"layers {j} and {i} share a parameter (`layers.{j}.{other}` is `layers.{i}.{name}`): "
-                    "every layer needs its own sub-modules. Construct them inside EncoderLayer "
-                    "(or deep-copy whole layers), not once outside and passed in.",
-                    mistake="layers shared",
-                )
-            owner.setdefault(ptr, (i, name))
-    for i, layer in enumerate(layers):
-        flag = getattr(layer, "norm_first", None)
-        if isinstance(flag, bool) and flag != norm_first:
-            fail(
-                f"Encoder(..., norm_first={norm_first}) built layers with norm_first={flag} "
-                f"(layer {i}): pass norm_first on to every EncoderLayer.",
-                mistake="norm_first not passed on",
-            )
-    norm = getattr(model, "norm", None)
-    if norm_first and not isinstance(norm, nn.Module):
-        fail(
-            "with norm_first=True the stack needs a final LayerNorm, self.norm, applied after the "
-            "last layer: in pre-norm the residual stream itself is never normalised.",
-            mistake="missing final norm",
-        )
-    return layers
-
-
-def _encoder_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
-    layers = list(ref.layers)
-    n = len(layers)
-
-    def stack(seq: list[nn.Module], m: Tensor | None = mask, norm: str = "ok") -> Tensor:
-        h = x
-        for layer in seq:
-            h = layer(h, m)  # (B, L, D)
-            if norm == "inside":
-                h = ref.norm(h)
-        return ref.norm(h) if norm_first and norm == "ok" else h
-
-    def flipped() -> Tensor:
-        for layer in layers:
-            layer.norm_first = not norm_first
-        try:
-            return stack(layers)
-        finally:
-            for layer in layers:
-                layer.norm_first = norm_first
-
-    out: list[Mistake] = []
-    if mask is not None:
-        out.append(("mask not passed on", "the mask has no effect: pass it on to every layer, "
-                    "x = layer(x, mask).", lambda: stack(layers, None)))
-    if norm_first:
-        out += [
-            ("missing final norm", "with norm_first=True the output must go through the final "
-             "norm after the last layer: return self.norm(x).", lambda: stack(layers, norm="none")),
-            ("final norm inside the loop", "the final norm is applied after every layer; apply it "
-             "once, after the loop.", lambda: stack(layers, norm="inside")),
-            ("norm_first not passed on", "your layers compute post-norm although the Encoder was "
-             "built with norm_first=True: pass norm_first on to every EncoderLayer.", flipped),
-        ]
-    else:
-        post_norms: list[nn.Module] = [LayerNorm(x.size(-1))]  # a plain normalisation
-        own = getattr(model, "norm", None)
-        if isinstance(own, nn.Module):
-            post_norms.insert(0, own)
-        for norm in post_norms:
-            out.append(("final norm in post-norm", "a final norm is applied although "
-                        "norm_first=False: in post-norm every layer already ends with a norm, so the "
-                        "final norm exists only when norm_first=True.",
-                        lambda norm=norm: norm(stack(layers))))
-    out += [
-        ("only the last layer applied", "only the last layer's result comes out: each layer must "
-         "read the previous one's output, x = layer(x, mask), not layer(<the input>, mask).",
-         lambda: stack(layers[-1:])),
-        ("only the first layer applied", "only the first layer is applied: loop over all of "
-         "self.layers.", lambda: stack(layers[:1])),
-        ("one layer applied repeatedly", f"the first layer is applied {n} times: use each layer "
-         "once, for layer in self.layers: x = layer(x, mask).", lambda: stack([layers[0]] * n)),
-        ("layers not applied", "the layers are never applied (or their results are thrown away): "
-         "for layer in self.layers: x = layer(x, mask).", lambda: stack([])),
-    ]
-    return out
+_STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", {"masks not passed on": "mask not passed on"})
 
 
 def _build_encoder(cls: Any, n: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
@@ -916,8 +699,16 @@ def _build_encoder(cls: Any, n: int, D: int, H: int, d_ff: int, p: float, norm_f
     model = call_student(cls, n, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing Encoder({args})")
     if not isinstance(model, nn.Module):
         fail("Encoder should subclass nn.Module.", mistake="not a class")
-    _encoder_structure(model, n, norm_first)
+    stack_structure(model, n, norm_first, _STACK)
     return model
+
+
+def _stack_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
+    present = set() if mask is None else {"mask"}
+    return [
+        (name, text, lambda mut=mut: run_stack(ref, x, None, {"mask": mask}, mut))
+        for name, text, mut in stack_mistakes(_STACK, norm_first, present, getattr(model, "norm", None), x.size(-1), False)
+    ]
 
 
 @checker("Encoder")
@@ -929,7 +720,7 @@ def check_encoder(cls: Any) -> str:
     for norm_first in (False, True):
         model = _build_encoder(cls, n, D, H, d_ff, 0.0, norm_first)
         model.eval()
-        _randomise(model)  # also makes deep-copied layers (identical at first) differ
+        randomise_parameters(model)  # also makes deep-copied layers (identical at first) differ
         ref = Encoder(n, D, H, d_ff, 0.0, norm_first).eval()
         _load_reference(ref, model, "Encoder")
         x = torch.randn(B, L, D)
@@ -940,27 +731,25 @@ def check_encoder(cls: Any) -> str:
             _verify_part("norm", model.norm, ref.norm, (x,), "Encoder")
         _compare_without_and_with_mask(
             model, ref, x, mask, f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}",
-            lambda x0, m: _encoder_mistakes(model, ref, x0, m, norm_first),
+            lambda x0, m: _stack_mistakes(model, ref, x0, m, norm_first),
         )  # fmt: skip
-        norm = getattr(model, "norm", None)
-        if not norm_first and isinstance(norm, nn.Module) and any(True for _ in norm.parameters()):
-            fail(
-                "your Encoder creates a final norm also for norm_first=False, where it is never "
-                "used: its parameters still count (and would be saved and 'trained'). Create it "
-                "only for pre-norm: self.norm = LayerNorm(d_model) if norm_first else None.",
-                mistake="unused final norm",
-            )
+        unused_final_norm(model, norm_first, "Encoder")
 
-    _check_dropout(
-        lambda p: _build_encoder(cls, n, D, H, d_ff, p, True),
-        lambda: Encoder(n, D, H, d_ff, 0.0, True),
-        (torch.randn(B, L, D), _padding_mask(B, L)),
-        "Encoder",
-        "Pass dropout on to every EncoderLayer.",
-        "Use nn.Dropout modules (or F.dropout(..., training=self.training)) so that model.eval() "
-        "switches them off.",
-        lambda ref, model: _load_reference(ref, model, "Encoder"),
-    )
+    # dropout, pre-norm: with p = 1 every layer's sub-layers vanish, so the stack is its final norm
+    model = _build_encoder(cls, n, D, H, d_ff, P_PROBE, True)
+    randomise_parameters(model)
+    ref = Encoder(n, D, H, d_ff, P_PROBE, True)
+    _load_reference(ref, model, "Encoder")
+    x, mask = torch.randn(B, L, D), _padding_mask(B, L)
+    with torch.no_grad():
+        no_drop = ref.eval()(x, mask)  # (B, L, D)
+    check_dropout_modes(
+        model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "Encoder",
+        lambda: [("dropout missing", "no dropout is applied in training mode: Pass dropout on to every "
+                  "EncoderLayer, EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
+                 ("dropout on the input", INPUT_DROPOUT.format("Encoder"), lambda: ref(torch.zeros_like(x), mask))],
+        setting="norm_first=True, ",
+    )  # fmt: skip
     return "2-3 layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
 
 

@@ -1,0 +1,619 @@
+"""One generator of residual-block mistakes for the encoder and decoder checkers.
+
+A residual block (``EncoderLayer``: self-attention, feed-forward; ``DecoderLayer``:
+self-attention, cross-attention, feed-forward) is a list of sub-layers, each wrapped as
+``norm(x + dropout(f(x)))`` (post-norm) or ``x + dropout(f(norm(x)))`` (pre-norm).
+:func:`run_block` computes such a block from the reference layer's own sub-modules with
+any combination of deliberate changes (a *mutation*: a dict of the knobs below), and
+:func:`structural_mistakes` / :func:`dropout_mistakes` generate the catalogue of
+mutations, each with its name and plain-words diagnosis, from a :class:`Block` spec. The
+checkers compare a wrong output with every generated mutation and name the first match.
+
+Knobs of a mutation (absent = correct):
+
+``order``      the sub-layers' order; ``norm_of``: which norm (0-based) each *position* uses
+``skip``       a sub-layer left out
+``place``      {kind: "post" | "pre" | "branch" | "stream" | "none"}: where its norm goes
+               (``branch``: ``x + norm(f(x))``; ``stream``: ``x = norm(x); x = x + f(x)``)
+``residual``   {kind: None | "input"}: no residual, or the layer's input added back
+``source``     {kind: "input" | "raw"}: the sub-layer reads the layer's input, or the
+               previous sub-layer's raw output, instead of the stream
+``attn``       {kind: (query, key/value, module, mask)}: an attention's inputs
+               (``"in"``, ``"x"`` the layer input, ``"memory"``, ``"normed memory"``),
+               the module that computes it and the mask it gets
+``drop``       {kind: None | "sum" | "in"}: where the sub-layer's dropout goes (none, on
+               the residual sum, on the sub-layer's input instead of its output)
+
+With ``drop=zeros`` every dropout is the one of ``p = 1``, so a dropout placement gives
+deterministic numbers: the checkers' training-mode probe.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ._core import call_student, describe_shape, expect_close, fail, matches
+
+Mutation = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Block:
+    """What the generator needs to know about one kind of layer.
+
+    ``kinds``: the sub-layers in their right order. ``word``: each one in a sentence
+    ("the feed-forward"); ``short``: as an adjective ("feed-forward block"). ``masks``:
+    the mask argument names, in the forward's order. ``names``: catalogue names kept
+    from before the generator, ``{family or (family, kind): name}``.
+    """
+
+    what: str
+    kinds: tuple[str, ...]
+    word: dict[str, str]
+    short: dict[str, str]
+    attn: dict[str, tuple[str, str, str, str | None]]
+    lost: dict[str, str]
+    names: dict[Any, str] = field(default_factory=dict)
+
+    def name(self, family: str, kind: str | None = None) -> str:
+        return self.names.get((family, kind), self.names.get(family, family))
+
+    def norm(self, i: int) -> str:
+        return f"norm{i + 1}"
+
+
+# ---------------------------------------------------------------- shared by the checkers of 04-06
+def randomise_parameters(module: nn.Module) -> None:
+    """Random values for every learnable parameter: matrices ``~ N(0, 1/fan_in)``, biases
+    ``~ N(0, 0.3^2)``, other vectors (norm scales) ``~ 1 + N(0, 0.3^2)``."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
+            elif name.endswith("bias"):
+                p.copy_(0.3 * torch.randn_like(p))
+            else:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+
+
+# ---------------------------------------------------------------- the block, computed
+def run_block(
+    ref: nn.Module,
+    spec: Block,
+    x: Tensor,
+    memory: Tensor | None,
+    masks: dict[str, Tensor | None],
+    norm_first: bool,
+    mutation: Mutation | None = None,
+    drop: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
+    """``ref``'s block on ``x`` (``(B, L, D)``) with ``mutation`` applied; ``masks`` maps
+    the names used in ``spec.attn`` to tensors. ``drop`` is the sub-layers' dropout
+    (default: none, as in eval mode; :func:`zeros` is dropout with ``p = 1``)."""
+    m = mutation or {}
+    kinds = spec.kinds
+    order = m.get("order", kinds)
+    norms = [getattr(ref, spec.norm(i)) for i in range(len(kinds))]
+    norm_of = m.get("norm_of") or tuple(kinds.index(k) for k in order)
+    place = {k: m.get("place", {}).get(k, "pre" if norm_first else "post") for k in kinds}
+    drop_at = {k: m.get("drop", {}).get(k, "out") for k in kinds}
+    drop = drop or (lambda t: t)
+
+    h = raw = x  # (B, L, D): the stream, and the last sub-layer's own output
+    for pos, k in enumerate(order):
+        if k == m.get("skip"):
+            continue
+        norm = norms[norm_of[pos]]
+        src = {"stream": h, "input": x, "raw": raw}[m.get("source", {}).get(k, "stream")]
+        if place[k] == "stream":
+            h = src = norm(h)
+        inp = norm(src) if place[k] == "pre" else src
+        if drop_at[k] == "in":
+            inp = drop(inp)
+        if k == "ff":
+            out = ref.feed_forward(inp)  # (B, L, D)
+        else:
+            q, kv, module, mask = m.get("attn", {}).get(k, spec.attn[k])
+            value = {"in": inp, "x": x, "memory": memory, "normed memory": norm(memory) if memory is not None else None}
+            out = getattr(ref, module)(value[q], value[kv], value[kv], masks.get(mask) if mask else None)[0]
+        if place[k] == "branch":
+            out = norm(out)
+        if drop_at[k] == "out":
+            out = drop(out)
+        residual = m.get("residual", {}).get(k, "stream")
+        total = out if residual is None else {"stream": h, "input": x}[residual] + out  # (B, L, D)
+        if drop_at[k] == "sum":
+            total = drop(total)
+        h, raw = (norm(total) if place[k] == "post" else total), out
+    return h
+
+
+# ---------------------------------------------------------------- the catalogue, generated
+def _form(norm_first: bool) -> str:
+    return "x = x + sublayer(norm(x))" if norm_first else "x = norm(x + sublayer(x))"
+
+
+def _norm_words(spec: Block, norm_of: tuple[int, ...], order: tuple[str, ...]) -> str:
+    return ", ".join(f"{spec.norm(i)} for {spec.word[k]}" for i, k in zip(norm_of, order))
+
+
+def mask_misuses(right: dict[str, str], present: set[str]) -> list[tuple[dict[str, str | None], str, list[str]]]:
+    """Every other assignment of the ``present`` masks (or none) to the slots of ``right``
+    (``{slot: mask name}``): ``(got, head, lost)``; ``head`` is ``""`` unless a mask reaches
+    a wrong slot, ``lost`` the slots that lost theirs."""
+    out = []
+    for combo in itertools.product([*sorted(present), None], repeat=len(right)):
+        got = dict(zip(right, combo))
+        lost = [k for k in right if got[k] is None and right[k] in present]
+        if got == right or all(got[k] in (right[k], None) for k in right) and not lost:
+            continue
+        head = ""
+        if any(got[k] not in (right[k], None) for k in right):
+            swap = sorted(map(str, got.values())) == sorted(map(str, right.values()))
+            head = "the masks are swapped" if swap else "a mask reaches the wrong place"
+        out.append((got, head, lost))
+    return out
+
+
+def _mask_mistakes(spec: Block, present: set[str]) -> list[tuple[str, str, Mutation]]:
+    attns = [k for k in spec.kinds if k != "ff"]
+    right = {k: spec.attn[k][3] for k in attns}
+    out = []
+    for got, head, lost in mask_misuses(right, present):
+        if head:
+            said = "; ".join(f"{spec.word[k]} gets {got[k] or 'no mask'}" for k in attns)
+            want = " and ".join(f"{right[k]} to {spec.word[k]}" for k in attns)
+            name, text = "masks swapped", f"{head} ({said}): pass {want}."
+        elif len(lost) == 1:
+            name, text = spec.name(f"{right[lost[0]]} not passed"), spec.lost[lost[0]]
+        else:
+            want = " and ".join(f"{right[k]} to {spec.word[k]}" for k in attns)
+            name, text = "masks not passed", f"neither mask has any effect: pass {want}."
+        out.append((name, text, {"attn": {k: (*spec.attn[k][:3], got[k]) for k in attns}}))
+    return out
+
+
+def structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> list[tuple[str, str, Mutation]]:
+    """``(name, diagnosis, mutation)`` for every generated structural mistake of ``spec``'s
+    block, in the order they are tried (the first match is reported). ``present``: the
+    names of the masks given in this case."""
+    kinds, W, S = spec.kinds, spec.word, spec.short
+    form = _form(norm_first)
+    n = len(kinds)
+    out: list[tuple[str, str, Mutation]] = _mask_mistakes(spec, present)
+    if "cross" in kinds:
+        q, kv, module, mask = spec.attn["cross"]
+        for attn, name, text in (
+            (("memory", "in"), "cross-attention queries from memory",
+             "the cross-attention takes its queries from `memory` and its keys and values from `x`; it "
+             "is the other way round: every target position (a query) looks at the source, so call "
+             "cross_attn(x, memory, memory, memory_mask)."),
+            (("in", "in"), "cross-attention ignores memory",
+             "the cross-attention never looks at `memory`: its keys and values come from `x`, which "
+             "makes it a second self-attention. Keys and values must come from the encoder output, `memory`."),
+            (("in", "x"), "cross-attention ignores memory",
+             "the cross-attention never looks at `memory`: its keys and values come from the layer's "
+             "input x. Keys and values must come from the encoder output, `memory`."),
+            (("in", "normed memory"), "memory normalised",
+             "the encoder output `memory` goes through the layer's norm before the cross-attention: "
+             "normalise only the decoder's stream x (in pre-norm the encoder already ends with its own "
+             "final norm): cross_attn(norm2(x), memory, memory, ...)."),
+        ):
+            out.append((name, text, {"attn": {"cross": (*attn, module, mask)}}))
+        for k, other in (("cross", "self"), ("self", "cross")):
+            q, kv, _, mask = spec.attn[k]
+            out.append(("module reused", f"{W[k]} is computed with self.{other}_attn, the module of {W[other]}: "
+                        f"each attention sub-layer has its own weights, self.{k}_attn for {W[k]}.",
+                        {"attn": {k: (q, kv, f"{other}_attn", mask)}}))
+    other = "post-norm" if norm_first else "pre-norm"
+    out.append(("norm_first ignored", f"with norm_first={norm_first} your layer computes the {other} "
+                f"version. norm_first=False is post-norm, x = norm(x + sublayer(x)); norm_first=True is "
+                "pre-norm, x = x + sublayer(norm(x)). Branch on self.norm_first.",
+                {"place": {k: "post" if norm_first else "pre" for k in kinds}}))
+    out.append(("residual stream normalised", "the residual stream itself was normalised (x = norm(x); "
+                "x = x + sublayer(x)): only the sub-layer's input is normalised, x = x + sublayer(norm(x)), "
+                "so x keeps flowing unnormalised.", {"place": {k: "stream" for k in kinds}}))
+    out.append(("norm on the branch", f"the norms sit on the sub-layers' outputs, x = x + norm(sublayer(x)); "
+                f"they belong {'on the sub-layer input' if norm_first else 'after the residual add'}: {form}.",
+                {"place": {k: "branch" for k in kinds}}))
+    none_all = "neither sub-layer has" if n == 2 else "none of the sub-layers has"
+    out.append(("missing residual", f"there are no residual connections: {none_all} a residual "
+                f"connection; each one adds its input back, {form}.", {"residual": {k: None for k in kinds}}))
+    for i, k in enumerate(kinds):
+        prev = kinds[i - 1] if i else None
+        out.append(("missing residual", f"{W[k]} sub-layer has no residual connection: add its input "
+                    f"back around {W[k]}, {form}.", {"residual": {k: None}}))
+        wrong = {"pre": "post", "post": "pre"}[("pre" if norm_first else "post")]
+        for place, name, text in (
+            (wrong, "pre- and post-norm mixed", f"{W[k]} sub-layer is {wrong}-norm while the layer is "
+             f"built with norm_first={norm_first}: every sub-layer follows {form}."),
+            ("branch", "norm on the branch", f"the norm of {W[k]} sits on its output, x + norm(sublayer(x)); "
+             f"it belongs {'on the sub-layer input' if norm_first else 'after the residual add'}: {form}."),
+            ("stream", "residual stream normalised", f"the residual stream itself is normalised before "
+             f"{W[k]} (x = norm(x); x = x + sublayer(x)): only the sub-layer's input is normalised, "
+             "x = x + sublayer(norm(x)), so x keeps flowing unnormalised."),
+            ("none", "norm missing", f"{W[k]}'s input is not normalised, or its result: {form}, with "
+             f"{spec.norm(i)} for {W[k]}."),
+        ):
+            out.append((spec.name(name, k), text, {"place": {k: place}}))
+        if prev is not None:
+            out += [
+                (spec.name("residual from the layer input", k), f"{W[k]} adds its result to the layer's "
+                 f"input x instead of the {S[prev]} block's output: the residual is the stream after "
+                 f"{W[prev]}.", {"residual": {k: "input"}}),
+                (spec.name("sub-layer reads the layer input", k), f"{W[k]} reads the layer's input x (its "
+                 f"original input) instead of the output of the {S[prev]} block: one sub-layer after the "
+                 f"other, {form}.", {"source": {k: "input"}}),
+                (spec.name("sub-layer reads a raw output", k), f"{W[k]} reads the raw output of {W[prev]}, "
+                 f"without its residual{'' if norm_first else ' and norm'}: {form}, one sub-layer after "
+                 "the other.", {"source": {k: "raw"}}),
+            ]
+        rest = " and ".join(W[j] for j in kinds if j != k)
+        out.append((spec.name("sub-layer skipped", k), f"the {S[k]} result is never used: the output "
+                    f"only contains {rest}. Feed each block's output on to the next.", {"skip": k}))
+    natural = tuple(range(n))
+    for order in itertools.permutations(kinds):
+        if order != kinds:
+            i = next(i for i, (a, b) in enumerate(zip(order, kinds)) if a != b)
+            text = (f"{W[order[i]][0].upper()}{W[order[i]][1:]} runs before {W[kinds[i]]}; the order is "
+                    f"{', then '.join(W[k] for k in kinds)}.")
+            for norm_of in dict.fromkeys((tuple(kinds.index(k) for k in order), natural)):
+                out.append(("sub-layers in wrong order", text, {"order": order, "norm_of": norm_of}))
+    for norm_of in itertools.product(natural, repeat=n):
+        if norm_of == natural:
+            continue
+        used = _norm_words(spec, norm_of, kinds)
+        moved = [i for i in natural if norm_of[i] != i]
+        if len(set(norm_of)) < n:
+            name, text = "same norm twice", f"the same norm is used for two sub-layers ({used}): "
+        elif len(moved) == 2:
+            i, j = moved
+            name, text = spec.name("norms swapped"), f"{spec.norm(i)} and {spec.norm(j)} are swapped ({used}): "
+        else:
+            name, text = "norms in wrong order", f"the layer norms are mixed up ({used}): "
+        right = ", ".join(f"{spec.norm(i)} with {W[k]}" for i, k in enumerate(kinds))
+        out.append((name, text + f"use {right} (each learns its own scale).", {"norm_of": norm_of}))
+    return out
+
+
+def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Mutation]]:
+    """Where a block's sub-layer dropout can go wrong, for :func:`run_block` with ``drop=zeros``."""
+    W, kinds = spec.word, spec.kinds
+    right = "x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"
+    wrong_sum = "dropout(x + sublayer(norm(x)))" if norm_first else "norm(dropout(x + sublayer(x)))"
+    out: list[tuple[str, str, Mutation]] = [
+        ("dropout missing", "no dropout is applied to the sub-layers' outputs: apply nn.Dropout(dropout) "
+         f"to each sub-layer's output before adding it to the residual, {right}.", {"drop": dict.fromkeys(kinds)}),
+    ]
+    for k in kinds:
+        out.append(("dropout missing", f"no dropout is applied to {W[k]}'s output: every sub-layer's "
+                    f"output goes through dropout before the residual add, {right}.", {"drop": {k: None}}))
+    for where, name, text in (
+        ("sum", "dropout on the residual stream", f"dropout reaches the residual stream x itself ({wrong_sum}, "
+         f"or x = dropout(x) before a sub-layer); it goes on the sub-layer's output only: {right}."),
+        ("in", "dropout on the sub-layer input", f"dropout is applied to the sub-layer's input instead of its "
+         f"output; it goes on the output, before the residual add: {right}."),
+    ):
+        out.append((name, text, {"drop": dict.fromkeys(kinds, where)}))
+        out += [(name, text, {"drop": {k: where}}) for k in kinds]
+    return out
+
+
+def catalogue(spec: Block, present: set[str]) -> list[tuple[bool, str, str, Mutation]]:
+    """Every generated mistake of ``spec``'s block, ``(norm_first, name, diagnosis,
+    mutation)``, with all of ``present``'s masks given: for tests and the name registry."""
+    return [
+        (nf, *member)
+        for nf in (False, True)
+        for member in structural_mistakes(spec, nf, present) + dropout_mistakes(spec, nf)
+    ]
+
+
+# ---------------------------------------------------------------- dropout probes (p = 1)
+P_PROBE = 1.0  # every dropout that uses the given p zeroes its input: nothing random is left
+
+
+INPUT_DROPOUT = (
+    "your {} applies dropout to its input x: the stack has no dropout of its own (the Transformer drops "
+    "after adding the positional table, and every layer drops its sub-layers' outputs). Remove it."
+)
+
+
+def zeros(t: Tensor) -> Tensor:
+    """Dropout with ``p = 1``."""
+    return torch.zeros_like(t)
+
+
+def _train(module: nn.Module, quiet: tuple[str, ...]) -> None:
+    """Training mode, except the sub-modules named in ``quiet`` (their own dropout off)."""
+    module.train()
+    for name in quiet:
+        part = getattr(module, name, None)
+        if isinstance(part, nn.Module):
+            part.eval()
+
+
+def _first(out: Any) -> Any:
+    return out[0] if isinstance(out, (tuple, list)) and len(out) > 0 else out
+
+
+def _two_calls(run: Any, module: nn.Module, what: str, case: str) -> tuple[Any, bool]:
+    """The output of a first call, and whether a second one gave exactly the same."""
+    with torch.no_grad():
+        a, b = _first(run(module)), _first(run(module))
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape):
+        return a, True
+    if a.is_floating_point() and torch.isnan(a).any():
+        fail(
+            f"your {what} gives NaN ({case}): a hand-written dropout that divides by 1 - p fails at p = 1. "
+            "Use nn.Dropout(dropout), or F.dropout(h, self.p, training=self.training), which handle any p.",
+            mistake="NaN",
+        )
+    return a, bool(torch.equal(a, b))
+
+
+def _train_twice(run: Any, module: nn.Module, what: str, case: str) -> Any:
+    got, same = _two_calls(run, module, what, case)
+    if not same:
+        fail(
+            f"with dropout={P_PROBE:g} in training mode every dropout that uses the given p zeroes its "
+            f"input, so two calls give the same output; your {what} gave two different ones ({case}): some "
+            "dropout uses a fixed p (nn.Dropout(0.1), F.dropout(h, 0.1)) instead of the `dropout` argument. "
+            "Store the argument and use it: nn.Dropout(dropout).",
+            mistake="hard-coded dropout p",
+        )
+    return got
+
+
+def check_dropout_modes(
+    model: nn.Module,
+    ref: nn.Module,
+    run: Any,
+    what: str,
+    train_mistakes: Any,
+    eval_name: str = "dropout ignores eval mode",
+    quiet: tuple[str, ...] = (),
+    atol: float = 1e-4,
+    setting: str = "",
+) -> None:
+    """``model`` and ``ref`` built with ``dropout = P_PROBE`` and the same parameters;
+    ``run(module)`` calls one on fixed inputs. Eval mode must give ``ref``'s eval output
+    (two calls alike); training mode (``quiet`` sub-modules in eval) its deterministic
+    training output, else ``train_mistakes()`` (Mistakes, computed with ``ref`` in that
+    state) names where the dropout went wrong. ``setting`` starts every case's text."""
+    with torch.no_grad():
+        expected_eval = _first(run(ref.eval()))
+        _train(ref, quiet)
+        expected_train = _first(run(ref))
+        full = _first(run(ref.train()))
+    eval_text = (
+        f"in eval mode your {what} still applies dropout (with dropout={P_PROBE:g} it zeroes the sub-layers): "
+        "use nn.Dropout modules, which model.eval() switches off, or F.dropout(h, p, training=self.training)."
+    )
+    try:
+        case = f"{setting}eval mode, dropout={P_PROBE:g}"
+        got, same = _two_calls(run, model.eval(), what, case)
+        if not same:
+            fail(f"in eval mode your {what} gives a different output every call ({case}): dropout is still "
+                 "active. Use nn.Dropout modules (or F.dropout(..., training=self.training)) so that "
+                 "model.eval() switches them off.", mistake=eval_name)
+        expect_close("output", got, expected_eval, [(eval_name, eval_text, expected_train), (eval_name, eval_text, full)],
+                     case=case, atol=atol)
+        _train(model, quiet)
+        _train(ref, quiet)
+        case = f"{setting}training mode, dropout={P_PROBE:g}"
+        if quiet:
+            case += f" ({', '.join(quiet)} in eval mode, so only the layer's own dropout acts)"
+        got = _train_twice(run, model, what, case)
+        with torch.no_grad():
+            expect_close("output", got, expected_train, train_mistakes(), case=case, atol=atol)
+    finally:
+        model.eval()
+        ref.eval()
+
+
+_BUILT_WITH = {
+    "self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
+    "cross_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
+    "feed_forward": "FeedForward(d_model, d_ff, dropout)",
+}
+
+
+def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[Tensor, ...]], what: str) -> None:
+    """Each sub-module in ``args`` (built by the layer with ``dropout = P_PROBE``), in training
+    mode on its own, must drop like the reference's: the layer passes ``dropout`` on."""
+    for name, part_args in args.items():
+        part, rp = getattr(model, name), getattr(ref, name)
+        case = f"`{name}` on its own in training mode, dropout={P_PROBE:g}"
+        try:
+            part.train()
+            rp.train()
+            context = f"running your {what}'s `{name}`"
+            got = _train_twice(lambda m: call_student(m, *part_args, context=context), part, what, case)
+            with torch.no_grad():
+                expected = _first(rp(*part_args))
+                without = _first(rp.eval()(*part_args))
+        finally:
+            part.eval()
+            rp.eval()
+        if matches(got, expected, atol=1e-4):
+            continue
+        if matches(got, without, atol=1e-4):
+            fail(
+                f"your {what}'s `{name}` applies no dropout in training mode ({case}): the layer's dropout is "
+                f"not passed on to it. Build it with the layer's dropout: {_BUILT_WITH[name]}.",
+                mistake="dropout not passed on",
+            )
+        fail(
+            f"your {what}'s `{name}` ({type(part).__name__}) does not drop like course_utils."
+            f"{type(rp).__name__} ({case}, got {describe_shape(got)}): check its dropout on its own first.",
+            mistake="wrong sub-module",
+        )
+
+
+# ---------------------------------------------------------------- stacks: Encoder, Decoder
+@dataclass(frozen=True)
+class Stack:
+    """A stack of layers: ``what`` ("Encoder") of ``layer`` ("EncoderLayer"); ``masks``
+    the mask arguments of ``layer(x, [memory,] *masks)``; ``names`` as in :class:`Block`."""
+
+    what: str
+    layer: str
+    masks: tuple[str, ...]
+    call: str
+    names: dict[Any, str] = field(default_factory=dict)
+
+    def name(self, family: str) -> str:
+        return self.names.get(family, family)
+
+
+def run_stack(
+    ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None], mutation: Mutation | None = None
+) -> Tensor:
+    """``ref`` (an Encoder or Decoder) on ``x`` with ``mutation``: ``layers`` ("first only",
+    "first repeated", "last only", "none"), ``masks`` (the names passed to every layer),
+    ``memory`` ("previous output": each layer's output is the next one's memory; "none"),
+    ``final`` (None, "inside" the loop, or a norm module in post-norm), ``flip``
+    (the layers' norm_first flipped)."""
+    m = mutation or {}
+    layers = list(ref.layers)
+    seq = {"first only": layers[:1], "first repeated": layers[:1] * len(layers), "last only": layers[-1:], "none": []}
+    seq = seq.get(m.get("layers", ""), layers)
+    args = [masks.get(k) if k else None for k in m.get("masks", masks)]
+    flip = m.get("flip", False)
+    for layer in layers:
+        layer.norm_first ^= flip
+    try:
+        h = x
+        for i, layer in enumerate(seq):
+            if memory is None:
+                h = layer(h, *args)  # (B, L, D)
+            else:
+                mem = {"previous output": memory if i == 0 else h, "none": h}.get(m.get("memory", ""), memory)
+                h = layer(h, mem, *args)  # (B, L_tgt, D)
+            if m.get("final") == "inside":
+                h = ref.norm(h)
+    finally:
+        for layer in layers:
+            layer.norm_first ^= flip
+    final = m.get("final", "ref")
+    if final == "ref":
+        return ref.norm(h) if ref.norm is not None else h
+    return h if final in (None, "inside") else final(h)
+
+
+def stack_mistakes(
+    spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int, memory: bool
+) -> list[tuple[str, str, Mutation]]:
+    """``(name, diagnosis, mutation)`` for every generated mistake of a stack; ``own_norm``
+    is the student's ``norm`` (tried as a final norm in post-norm), ``memory`` whether the
+    layers take one."""
+    right = dict(zip(spec.masks, spec.masks))
+    check = f"check_{spec.layer.lower().replace('layer', '_layer')}"
+    out: list[tuple[str, str, Mutation]] = []
+    for got, head, lost in mask_misuses(right, present):
+        masks = tuple(got[k] for k in spec.masks)
+        if head:
+            said = ", ".join(f"{got[k] or 'None'} as {k}" for k in spec.masks)
+            text = f"{head}: the layers get {said}; call {spec.call}, in that order."
+            out.append(("masks swapped", text, {"masks": masks}))
+        else:
+            which = " and ".join(lost)
+            out.append((spec.name("masks not passed on"), f"{which} {'has no effect: it is' if len(lost) == 1 else 'are'} "
+                        f"not passed on to the layers: call {spec.call}. (If your {spec.what} does pass it, run "
+                        f"{check} on your {spec.layer}.)", {"masks": masks}))
+    if norm_first:
+        out += [
+            ("missing final norm", "the final layer norm is missing: with norm_first=True the output must go "
+             "through the final norm after the last layer (in pre-norm the residual stream itself is never "
+             "normalised): return self.norm(x).", {"final": None}),
+            ("final norm inside the loop", "the final norm is applied after every layer; apply it once, after "
+             "the loop.", {"final": "inside"}),
+            ("norm_first not passed on", f"your layers compute post-norm although the {spec.what} was built with "
+             f"norm_first=True: pass norm_first on to every {spec.layer}.", {"flip": True}),
+        ]
+    else:
+        text = ("a final norm is applied although norm_first=False: in post-norm every layer already ends with a "
+                "norm, so the final norm exists only when norm_first=True.")
+        for norm in ([own_norm] if isinstance(own_norm, nn.Module) else []) + [nn.LayerNorm(D, elementwise_affine=False)]:
+            out.append(("final norm in post-norm", text, {"final": norm}))
+    if memory:
+        out += [
+            ("memory not passed to every layer", "only the first layer sees the encoder output: every later layer "
+             "gets the previous layer's output as memory. Pass the same `memory` to every layer.",
+             {"memory": "previous output"}),
+            ("memory not passed to every layer", "no layer sees the encoder output: they get the decoder's own x "
+             "as memory. Pass `memory` to every layer.", {"memory": "none"}),
+        ]
+    return out + [
+        (spec.name("only the last layer applied"), "every layer reads the stack's input, so only the last layer's "
+         f"result comes out: each layer must read the previous one's output, {spec.call}.", {"layers": "last only"}),
+        ("only the first layer applied", "only the first layer is applied: loop over all of self.layers.",
+         {"layers": "first only"}),
+        (spec.name("one layer applied repeatedly"), "the first layer is applied num_layers times: use each layer "
+         f"once, for layer in self.layers: {spec.call}.", {"layers": "first repeated"}),
+        ("layers not applied", "the layers are never applied (or their results are thrown away): for layer in "
+         f"self.layers: {spec.call}.", {"layers": "none"}),
+    ]
+
+
+def stack_structure(model: nn.Module, num_layers: int, norm_first: bool, spec: Stack) -> nn.ModuleList:
+    """The contract's ``layers: nn.ModuleList`` of ``num_layers`` independent layers, and a
+    final ``norm`` when ``norm_first``."""
+    what, layer_cls = spec.what, spec.layer
+    layers = getattr(model, "layers", None)
+    if layers is None:
+        fail(f"your {what} has no `layers`: keep the stack in self.layers = nn.ModuleList([...]) with one "
+             f"{layer_cls} per layer.", mistake="missing layers")
+    if isinstance(layers, (list, tuple)):
+        fail(f"`layers` is a plain Python {type(layers).__name__}, so PyTorch does not register the layers: "
+             "their parameters are not in model.parameters() (never trained), and neither .to(device) nor "
+             ".eval() reaches them. Wrap it: self.layers = nn.ModuleList([...]).", mistake="layers not registered")
+    if not isinstance(layers, nn.ModuleList):
+        why = ""
+        if isinstance(layers, nn.Sequential):
+            why = (" Looping over an nn.Sequential would run, but calling it, self.layers(x), hands each layer "
+                   "only x and never the mask; the contract keeps the layers in a ModuleList that forward loops over.")
+        fail(f"`layers` should be an nn.ModuleList (the contract: `layers: nn.ModuleList`), got "
+             f"{type(layers).__name__}.{why}", mistake="wrong container")
+    if len(layers) != num_layers:
+        fail(f"{what}(num_layers={num_layers}, ...) has {len(layers)} layers in `layers`, expected {num_layers}.",
+             mistake="wrong number of layers")
+    if len({id(layer) for layer in layers}) < len(layers):
+        fail(f"the same {layer_cls} object appears several times in `layers` (e.g. [layer] * {num_layers}, or "
+             "appending one layer in a loop), so all layers share one set of weights. Build a new "
+             f"{layer_cls} for every position: nn.ModuleList([{layer_cls}(...) for _ in range(num_layers)]).",
+             mistake="layers shared")
+    owner: dict[int, tuple[int, str]] = {}
+    for i, layer in enumerate(layers):
+        for name, p in layer.named_parameters():
+            j, other = owner.setdefault(p.data_ptr(), (i, name))
+            if j != i:
+                fail(f"layers {j} and {i} share a parameter (`layers.{j}.{other}` is `layers.{i}.{name}`): every "
+                     f"layer needs its own sub-modules. Construct them inside {layer_cls} (or deep-copy whole "
+                     "layers), not once outside and passed in.", mistake="layers shared")
+    for i, layer in enumerate(layers):
+        flag = getattr(layer, "norm_first", None)
+        if isinstance(flag, bool) and flag != norm_first:
+            fail(f"{what}(..., norm_first={norm_first}) built layers with norm_first={flag} (layer {i}): pass "
+                 f"norm_first on to every {layer_cls}.", mistake="norm_first not passed on")
+    if norm_first and not isinstance(getattr(model, "norm", None), nn.Module):
+        fail("the final layer norm is missing: with norm_first=True the stack needs a final LayerNorm, self.norm, "
+             "applied after the last layer: in pre-norm the residual stream itself is never normalised.",
+             mistake="missing final norm")
+    return layers
+
+
+def unused_final_norm(model: nn.Module, norm_first: bool, what: str) -> None:
+    norm = getattr(model, "norm", None)
+    if not norm_first and isinstance(norm, nn.Module) and any(True for _ in norm.parameters()):
+        fail(f"your {what} creates a final norm also for norm_first=False, where it is never used: its "
+             "parameters still count (and would be saved and 'trained'). Create it only for pre-norm: "
+             "self.norm = LayerNorm(d_model) if norm_first else None.", mistake="unused final norm")
