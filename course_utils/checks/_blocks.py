@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._core import call_student, describe_shape, expect_close, fail, matches
+from ._core import call_student, describe_shape, equal, expect_close, fail, isnan, matches
 
 Mutation = dict[str, Any]
 
@@ -350,13 +350,13 @@ def _two_calls(run: Any, module: nn.Module, what: str, case: str) -> tuple[Any, 
         a, b = _first(run(module)), _first(run(module))
     if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape):
         return a, True
-    if a.is_floating_point() and torch.isnan(a).any():
+    if a.is_floating_point() and isnan(a).any():
         fail(
             f"your {what} gives NaN ({case}): a hand-written dropout that divides by 1 - p fails at p = 1. "
             "Use nn.Dropout(dropout), or F.dropout(h, self.p, training=self.training), which handle any p.",
             mistake="NaN",
         )
-    return a, bool(torch.equal(a, b))
+    return a, bool(equal(a, b))
 
 
 def _train_twice(run: Any, module: nn.Module, what: str, case: str) -> Any:

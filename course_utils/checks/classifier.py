@@ -54,6 +54,7 @@ from torch import Tensor, nn
 from ..attention import padding_mask
 from ..classifier import TransformerClassifier
 from ._core import (
+    isnan,
     Mistake,
     StudentError,
     call_student,
@@ -67,7 +68,8 @@ from ._core import (
     require_function,
     require_module_class,
 )
-from .encoder import _load_reference, _randomise
+from ._blocks import randomise_parameters
+from .encoder import _load_reference
 
 __all__ = ["check_gelu", "check_masked_mean_pool", "check_transformer_classifier"]
 
@@ -124,7 +126,7 @@ def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
     got = call_student(fn, x, context=f"calling gelu on {case}")
     check_unchanged(["x"], [x], [x0], case)
     expected = F.gelu(x0)
-    if isinstance(got, Tensor) and got.shape == expected.shape and torch.isnan(got).any() and not torch.isnan(x0).any():
+    if isinstance(got, Tensor) and got.shape == expected.shape and isnan(got).any() and not isnan(x0).any():
         fail(
             f"your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
             "0.5 * x * (1 + torch.erf(x / math.sqrt(2))) is safe for every x.",
@@ -393,7 +395,7 @@ def check_transformer_classifier(cls: Any) -> str:
         if not isinstance(model, nn.Module):
             fail("TransformerClassifier should subclass nn.Module.", mistake="not a class")
         model.eval()
-        _randomise(model)  # fresh norms (ones and zeros) would hide a norm mix-up
+        randomise_parameters(model)  # fresh norms (ones and zeros) would hide a norm mix-up
         ref = TransformerClassifier(V, C, **kwargs).eval()
         _load_reference(ref, model, "TransformerClassifier")
         tokens = _classifier_tokens(B, L, V, pad_id)  # (B, L)

@@ -67,6 +67,7 @@ from ._blocks import (
     zeros,
 )
 from ._core import (
+    equal,
     Mistake,
     StudentError,
     call_student,
@@ -218,7 +219,7 @@ def check_dropout(call: Callable[[], Any], got: Any, expected: Tensor) -> None:
     if not isinstance(got, Tensor) or matches(got, expected):
         return
     again = call()
-    if isinstance(again, Tensor) and again.shape == got.shape and not torch.equal(again, got):
+    if isinstance(again, Tensor) and again.shape == got.shape and not equal(again, got):
         fail(
             "the same input gave two different outputs in eval mode: some dropout still runs after "
             "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
