@@ -578,7 +578,7 @@ def fit(
     eval_batch_size: int = 500,
     src_vocab: Vocab | None = None,
     tgt_vocab: Vocab | None = None,
-    progress: bool = True,
+    progress: bool | str = True,
     train_step: Callable[..., float] | None = None,
     shift_targets: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None,
     masked_cross_entropy: Callable[..., Tensor] | None = None,
@@ -617,7 +617,9 @@ def fit(
         eval_every: validate every this many steps; ``None``: at the end of every epoch.
             The last step is always validated.
         eval_batch_size: sources decoded at once during validation.
-        progress: show a ``tqdm`` progress bar.
+        progress: ``True``: a ``tqdm`` progress bar (a widget in Jupyter when ipywidgets is
+            installed); ``"text"``: a plain text bar on standard output, which a saved
+            notebook keeps in its finished state; ``False``: none.
         train_step, shift_targets, masked_cross_entropy, noam_lr: the four exercises of
             notebook 07, to train with the student's own (``None``: the reference; see
             :func:`choose_functions`). ``train_step`` is called like :func:`train_step`;
@@ -631,7 +633,18 @@ def fit(
     Returns:
         A :class:`History` (a dict of lists plus timing attributes).
     """
-    from tqdm.auto import tqdm
+    if progress not in (True, False, "text"):
+        raise ValueError(f"progress must be True, False or 'text', got {progress!r}")
+    if progress == "text":
+        import sys
+
+        from tqdm.std import tqdm
+
+        bar_options: dict[str, Any] = dict(file=sys.stdout, mininterval=1.0)  # few updates: a short saved output
+    else:
+        from tqdm.auto import tqdm
+
+        bar_options = {}
 
     if steps is not None and epochs is not None:
         raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
@@ -741,7 +754,8 @@ def fit(
         bar.set_postfix(loss=f"{history['train_loss'][-1]:.3f}" if history["train_loss"] else "-",
                         val_acc=f"{result['exact_match']:.3f}")
 
-    bar = tqdm(total=num_steps, initial=min(step, num_steps), disable=not progress, desc="training", unit="step")
+    bar = tqdm(total=num_steps, initial=min(step, num_steps), disable=not progress, desc="training", unit="step",
+               **bar_options)
     try:
         while step < num_steps:
             generator.set_state(position.epoch_state)

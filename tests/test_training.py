@@ -512,3 +512,11 @@ def test_choose_functions_names_the_imported_reference(capsys):
     out = capsys.readouterr().out
     assert chosen == dict.fromkeys(T.EXERCISES)
     assert "shift_targets         the reference: you imported it from course_utils" in out
+
+
+def test_fit_text_progress_ends_finished_on_stdout(capsys):
+    T.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, progress="text"))
+    out = capsys.readouterr().out
+    assert "training: 100%" in out.split("\r")[-1] and "12/12" in out.split("\r")[-1]
+    with pytest.raises(ValueError, match="progress"):
+        T.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, progress="yes"))
