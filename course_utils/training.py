@@ -640,7 +640,7 @@ def fit(
 
         from tqdm.std import tqdm
 
-        bar_options: dict[str, Any] = dict(file=sys.stdout, mininterval=1.0)  # few updates: a short saved output
+        bar_options: dict[str, Any] = dict(file=sys.stdout, mininterval=5.0)  # few updates: a short saved output
     else:
         from tqdm.auto import tqdm
 

@@ -554,3 +554,20 @@ def test_execute_runs_solutions_in_place_then_builds(tmp_path, capsys):
     assert sorted(p.name for p in notebooks.iterdir()) == [DEMO, "02_broken.ipynb"]
     assert [c.id for c in ran.cells[:2]] == ["colab-header", "colab-setup"]
     assert run_build(solutions, notebooks, "--check") == 0
+
+
+def test_a_generated_stub_gets_the_checkers_friendly_verdict(capsys):
+    from course_utils.checks import check_causal_mask, check_make_tgt_mask
+
+    stub = strip_solutions("def causal_mask(size, device=None):\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION")
+    solved_later = "def make_tgt_mask(tgt, pad_id):\n    return causal_mask(tgt.size(1)) & (tgt != pad_id).unsqueeze(1)"
+    namespace: dict = {}
+    for source in (stub, solved_later):
+        exec(compile(source, "<student cell>", "exec"), namespace)  # noqa: S102 - as a notebook cell runs
+    result = check_causal_mask(namespace["causal_mask"])
+    assert result.status == "not implemented" and "[ ] causal_mask: not implemented yet" in result.feedback
+    # a later exercise that calls the unfinished one: the verdict names it and the import
+    result = check_make_tgt_mask(namespace["make_tgt_mask"])
+    assert result.status == "not implemented", result.feedback
+    assert "your `causal_mask`" in result.feedback and "from course_utils import causal_mask" in result.feedback
+    capsys.readouterr()
