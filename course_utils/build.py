@@ -13,7 +13,9 @@ Instructor workflow
    * in a code cell, put the answer between two lines ``### BEGIN SOLUTION`` and
      ``### END SOLUTION`` (any indentation; several blocks per cell are fine). The
      student version replaces the block, at the indentation of the ``BEGIN`` line, by
-     ``# YOUR CODE HERE`` and ``raise NotImplementedError()``. Code after the block in
+     ``# YOUR CODE HERE`` and a ``raise NotImplementedError("...")`` whose message names
+     the exercise (the cell's top-level ``def``/``class``) and, when ``course_utils``
+     exports that name, the import that continues with the reference. Code after the block in
      the same cell becomes unreachable for the student: end an exercise cell with the
      block and put the ``check_*`` call in the next cell;
    * in a markdown cell, put the answer between ``<!-- BEGIN SOLUTION -->`` and
@@ -76,7 +78,9 @@ CODE_END = re.compile(r"^[ \t]*### END SOLUTION[ \t]*$")
 MD_BEGIN = re.compile(r"^(?P<indent>[ \t]*)<!-- BEGIN SOLUTION -->[ \t]*$")
 MD_END = re.compile(r"^[ \t]*<!-- END SOLUTION -->[ \t]*$")
 ANY_MARKER = re.compile(r"(BEGIN|END) SOLUTION")
-CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
+# What every student stub contains (the raise carries a message, see code_stub).
+CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError(")
+DEFINITION = re.compile(r"^(?:async\s+)?(?:def|class)\s+(?P<name>\w+)")
 MARKDOWN_STUB = ("*Your answer here.*",)
 
 
@@ -176,6 +180,25 @@ def with_header(nb, folder: str, filename: str) -> tuple[object, list[str]]:
 # --------------------------------------------------------------------------- solutions
 
 
+def stub_message(name: str | None) -> str:
+    """What a student's unfinished exercise says when a later cell calls it: the exercise,
+    and the way on (the reference, when ``course_utils`` exports one of that name)."""
+    if name is None:
+        return "this exercise is not written yet: fill in its cell"
+    import course_utils  # lazy names: importing does not load torch
+
+    text = f"{name} is not written yet: fill in its exercise cell"
+    if name in course_utils.__all__:
+        text += f", or continue with the reference: from course_utils import {name}"
+    return text
+
+
+def code_stub(name: str | None) -> tuple[str, str]:
+    """The two lines that replace a solution block inside the definition of ``name``
+    (the cell's top-level ``def``/``class``; ``None`` outside one)."""
+    return CODE_STUB[0], f'raise NotImplementedError("{stub_message(name)}")'  # no quotes inside
+
+
 def _strip_block_markers(source: str, cell_type: str, where: str, warnings: list[str]) -> str:
     """Replace every marked solution block of one cell by the student stub."""
     if cell_type == "code":
@@ -191,12 +214,16 @@ def _strip_block_markers(source: str, cell_type: str, where: str, warnings: list
         return source
 
     out: list[str] = []
+    defining = None  # the top-level def/class the current line belongs to
     open_line = None  # line number of the open BEGIN marker
     top_level_end = None  # line number of the END of a block at indentation 0
     for number, line in enumerate(source.split("\n"), start=1):
         if not ANY_MARKER.search(line):
             if open_line is None:
                 out.append(line)
+                if cell_type == "code" and line[:1].strip() and line[0] not in "#@)]}":
+                    definition = DEFINITION.match(line)  # any other top-level statement ends it
+                    defining = definition.group("name") if definition else None
                 stripped = line.strip()
                 if top_level_end is not None and stripped and not stripped.startswith("#"):
                     warnings.append(
@@ -213,7 +240,8 @@ def _strip_block_markers(source: str, cell_type: str, where: str, warnings: list
                 )
             open_line = number
             indent = match.group("indent")
-            out.extend(indent + s for s in stub)
+            lines = code_stub(defining if indent else None) if cell_type == "code" else stub
+            out.extend(indent + s for s in lines)
             top_level_end = None
         elif end.match(line):
             if open_line is None:

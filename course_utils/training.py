@@ -42,6 +42,7 @@ paper counts steps from 1, so :func:`warmup_schedule` passes ``k + 1`` to
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -56,7 +57,7 @@ from torch import Tensor, nn
 from . import data as _data
 from .data import Batch, NumberWordsDataset, Vocab, collate
 from .decoding import _eval_mode, greedy_decode_cached
-from .model import make_src_mask
+from .model import make_src_mask, make_tgt_mask
 
 # --------------------------------------------------------------------------- the recipe
 
@@ -179,12 +180,20 @@ SCHEDULES = ("noam", "linear", "inverse_sqrt", "constant")
 
 
 def lr_multiplier(
-    shape: str, warmup: int, *, d_model: int | None = None, factor: float = 1.0, total_steps: int | None = None
+    shape: str,
+    warmup: int,
+    *,
+    d_model: int | None = None,
+    factor: float = 1.0,
+    total_steps: int | None = None,
+    noam: Callable[..., float] | None = None,
 ) -> Callable[[int], float]:
     """The function ``k -> multiplier`` that :func:`warmup_schedule` gives ``LambdaLR``.
 
     ``k = 0, 1, 2, ...`` is the number of optimizer steps already taken (``LambdaLR``'s
-    count); step ``k + 1`` runs at ``optimizer lr * multiplier(k)``.
+    count); step ``k + 1`` runs at ``optimizer lr * multiplier(k)``. ``noam``: the
+    function ``(step, d_model, warmup, factor)`` behind ``shape="noam"`` (default
+    :func:`noam_lr`; notebook 07 passes the student's).
     """
     _check_int("warmup", warmup, low=1)
     if shape not in SCHEDULES:
@@ -192,7 +201,8 @@ def lr_multiplier(
     if shape == "noam":
         if d_model is None:
             raise ValueError("shape='noam' needs d_model")
-        return lambda k: noam_lr(k + 1, d_model, warmup, factor)
+        formula = noam_lr if noam is None else _require_callable("noam", noam)
+        return lambda k: formula(k + 1, d_model, warmup, factor)
     if shape == "linear":
         if total_steps is None:
             raise ValueError("shape='linear' needs total_steps (the step at which the rate reaches 0)")
@@ -213,13 +223,15 @@ def warmup_schedule(
     d_model: int | None = None,
     factor: float = 1.0,
     total_steps: int | None = None,
+    noam: Callable[..., float] | None = None,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A ``LambdaLR`` with linear warm-up over ``warmup`` steps; call ``.step()`` after
     each ``optimizer.step()``.
 
     ``LambdaLR`` multiplies the optimizer's ``lr`` by a function of the step:
 
-    * ``"noam"``: the paper's :func:`noam_lr` (``d_model`` required). The function *is*
+    * ``"noam"``: the paper's :func:`noam_lr` (``d_model`` required; ``noam`` replaces
+      the formula by another function of the same signature). The function *is*
       the learning rate, so build the optimizer with ``lr=1.0``, as the paper's
       reference code does.
     * ``"linear"``: ``step / warmup`` up to 1 at step ``warmup``, then linearly down to
@@ -232,7 +244,7 @@ def warmup_schedule(
     Steps are counted from 1 (``LambdaLR``'s ``k`` from 0, so the function gets
     ``k + 1``): the first step runs at ``1 / warmup`` of the peak, never at 0.
     """
-    multiplier = lr_multiplier(shape, warmup, d_model=d_model, factor=factor, total_steps=total_steps)
+    multiplier = lr_multiplier(shape, warmup, d_model=d_model, factor=factor, total_steps=total_steps, noam=noam)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
 
 
@@ -256,10 +268,25 @@ def train_step(
        no clipping) *before* the update;
     6. ``optimizer.step()``, then ``scheduler.step()`` when a scheduler is given.
     """
+    return _train_step(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm, masked_cross_entropy)
+
+
+def _train_step(
+    model: nn.Module,
+    batch: Batch,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any | None,
+    pad_id: int,
+    label_smoothing: float,
+    clip_norm: float | None,
+    loss_fn: Callable[..., Tensor],
+) -> float:
+    """:func:`train_step` with the loss function as an argument (:func:`fit` passes the
+    student's ``masked_cross_entropy`` to the reference step this way)."""
     model.train()
     optimizer.zero_grad()
     logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, L_tgt - 1, V)
-    loss = masked_cross_entropy(logits, batch.tgt_out, pad_id, label_smoothing)
+    loss = loss_fn(logits, batch.tgt_out, pad_id, label_smoothing)
     loss.backward()
     if clip_norm is not None:
         nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
@@ -267,6 +294,12 @@ def train_step(
     if scheduler is not None:
         scheduler.step()
     return float(loss.detach())
+
+
+# The references, under names that fit's and choose_functions' arguments do not hide.
+_REFERENCES: dict[str, Callable[..., Any]] = dict(
+    shift_targets=shift_targets, masked_cross_entropy=masked_cross_entropy, noam_lr=noam_lr, train_step=train_step
+)
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -545,7 +578,11 @@ def fit(
     eval_batch_size: int = 500,
     src_vocab: Vocab | None = None,
     tgt_vocab: Vocab | None = None,
-    progress: bool = True,
+    progress: bool | str = True,
+    train_step: Callable[..., float] | None = None,
+    shift_targets: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None,
+    masked_cross_entropy: Callable[..., Tensor] | None = None,
+    noam_lr: Callable[..., float] | None = None,
 ) -> History:
     """Train ``model`` with Adam and :func:`train_step`; return its :class:`History`.
 
@@ -580,12 +617,34 @@ def fit(
         eval_every: validate every this many steps; ``None``: at the end of every epoch.
             The last step is always validated.
         eval_batch_size: sources decoded at once during validation.
-        progress: show a ``tqdm`` progress bar.
+        progress: ``True``: a ``tqdm`` progress bar (a widget in Jupyter when ipywidgets is
+            installed); ``"text"``: a plain text bar on standard output, which a saved
+            notebook keeps in its finished state; ``False``: none.
+        train_step, shift_targets, masked_cross_entropy, noam_lr: the four exercises of
+            notebook 07, to train with the student's own (``None``: the reference; see
+            :func:`choose_functions`). ``train_step`` is called like :func:`train_step`;
+            ``shift_targets`` makes every batch's ``tgt_in``/``tgt_out`` (and with them
+            ``tgt_mask``); ``masked_cross_entropy`` is the loss of the reference step (a
+            student's ``train_step`` calls the loss it calls); ``noam_lr`` is the formula
+            of ``schedule="noam"`` (the recipe's ``"linear"`` does not use it). Functions
+            that compute what the reference does give the same parameters. The validation
+            loss is always the reference's.
 
     Returns:
         A :class:`History` (a dict of lists plus timing attributes).
     """
-    from tqdm.auto import tqdm
+    if progress not in (True, False, "text"):
+        raise ValueError(f"progress must be True, False or 'text', got {progress!r}")
+    if progress == "text":
+        import sys
+
+        from tqdm.std import tqdm
+
+        bar_options: dict[str, Any] = dict(file=sys.stdout, mininterval=5.0)  # few updates: a short saved output
+    else:
+        from tqdm.auto import tqdm
+
+        bar_options = {}
 
     if steps is not None and epochs is not None:
         raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
@@ -610,6 +669,12 @@ def fit(
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if resume and checkpoint_path is None:
         raise ValueError("resume=True needs a checkpoint_path")
+    step_fn = _require_callable("train_step", train_step)
+    shift_fn = _require_callable("shift_targets", shift_targets)
+    loss_fn = _require_callable("masked_cross_entropy", masked_cross_entropy) or _REFERENCES["masked_cross_entropy"]
+    if step_fn is None:
+        def step_fn(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm):  # noqa: ANN001
+            return _train_step(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm, loss_fn)
 
     train_set, src_vocab, tgt_vocab = _as_dataset(train_pairs, src_vocab, tgt_vocab)
     if len(train_set) < batch_size:
@@ -632,7 +697,8 @@ def fit(
     d_model = getattr(model, "d_model", None)
     optimizer = make_optimizer(model, lr, weight_decay)
     scheduler = warmup_schedule(optimizer, warmup, schedule, d_model=d_model, factor=factor,
-                                total_steps=horizon if schedule == "linear" else None)
+                                total_steps=horizon if schedule == "linear" else None,
+                                noam=_require_callable("noam_lr", noam_lr))
     generator = torch.Generator().manual_seed(seed)
     history = History(train_loss=[], val_loss=[], val_accuracy=[], val_token_accuracy=[])
     position = _Position(epoch=0, batch=0, epoch_state=generator.get_state())
@@ -688,7 +754,8 @@ def fit(
         bar.set_postfix(loss=f"{history['train_loss'][-1]:.3f}" if history["train_loss"] else "-",
                         val_acc=f"{result['exact_match']:.3f}")
 
-    bar = tqdm(total=num_steps, initial=min(step, num_steps), disable=not progress, desc="training", unit="step")
+    bar = tqdm(total=num_steps, initial=min(step, num_steps), disable=not progress, desc="training", unit="step",
+               **bar_options)
     try:
         while step < num_steps:
             generator.set_state(position.epoch_state)
@@ -698,7 +765,9 @@ def fit(
                     break
                 wall, cpu = time.perf_counter(), time.process_time()
                 batch = collate([train_set[i] for i in batches[b]]).to(device)
-                loss = train_step(model, batch, optimizer, scheduler, _data.PAD_ID, label_smoothing, clip_norm)
+                if shift_fn is not None:
+                    batch = shifted_batch(batch, shift_fn)
+                loss = step_fn(model, batch, optimizer, scheduler, _data.PAD_ID, label_smoothing, clip_norm)
                 history.train_seconds += time.perf_counter() - wall
                 history.train_cpu_seconds += time.process_time() - cpu
                 history["train_loss"].append(loss)
@@ -721,6 +790,102 @@ def fit(
         bar.close()
     model.eval()
     return history
+
+
+def shifted_batch(batch: Batch, shift_targets: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int = _data.PAD_ID) -> Batch:
+    """``batch`` with ``tgt_in``, ``tgt_out`` (and from them ``tgt_mask``, ``num_tokens``)
+    made by ``shift_targets(batch.tgt)`` instead of by :func:`~course_utils.data.collate`."""
+    tgt_in, tgt_out = shift_targets(batch.tgt)  # (B, L_tgt - 1) each
+    return dataclasses.replace(
+        batch,
+        tgt_in=tgt_in,
+        tgt_out=tgt_out,
+        tgt_mask=make_tgt_mask(tgt_in, pad_id),  # (B, L_tgt - 1, L_tgt - 1)
+        num_tokens=int((tgt_out != pad_id).sum()),
+    )
+
+
+# --------------------------------------------------------------------------- the student's own functions
+
+# Notebook 07's exercises, in the order the notebook asks for them.
+EXERCISES = ("shift_targets", "masked_cross_entropy", "noam_lr", "train_step")
+
+
+def choose_functions(
+    shift_targets: Callable[..., Any] | None = None,
+    masked_cross_entropy: Callable[..., Any] | None = None,
+    noam_lr: Callable[..., Any] | None = None,
+    train_step: Callable[..., Any] | None = None,
+    *,
+    verbose: bool = True,
+) -> dict[str, Callable[..., Any] | None]:
+    """Which of notebook 07's four functions :func:`fit` should train with.
+
+    Each function given is checked again, quietly, with its ``check_*`` checker: one that
+    passes is used, one that is missing, unfinished or fails falls back to the reference
+    (``None`` in the result). A student's ``train_step`` that calls ``masked_cross_entropy``
+    falls back too when that one did not pass (it would call it). With ``verbose``, one
+    line per function says which one trains and why. Returns keyword arguments for
+    :func:`fit`: ``fit(model, train, valid, **RECIPE["fit"], **choose_functions(...))``.
+    """
+    from . import checks
+
+    given = dict(shift_targets=shift_targets, masked_cross_entropy=masked_cross_entropy, noam_lr=noam_lr,
+                 train_step=train_step)
+    chosen: dict[str, Callable[..., Any] | None] = {}
+    works: dict[str, bool] = {}  # the function given is the reference or passed its check
+    lines = []
+    for name in EXERCISES:
+        fn, why = _require_callable(name, given[name]), None
+        works[name] = fn is _REFERENCES[name]
+        if fn is None:
+            why = "none given"
+        elif works[name]:
+            why = "you imported it from course_utils"
+        elif name == "train_step" and "masked_cross_entropy" in _names_used(fn) and not works["masked_cross_entropy"]:
+            why = "yours calls masked_cross_entropy, and yours has not passed its check"
+        else:
+            result = _quiet_check(getattr(checks, f"check_{name}"), fn)
+            works[name] = result.passed
+            if result.status == "not implemented":
+                why = "yours is not written yet"
+            elif not result.passed:
+                first = result.feedback.strip().split("\n")[0].split(f"{name}: ", 1)[-1]
+                why = f"yours has not passed its check: {first if len(first) < 90 else first[:87] + '...'}"
+        chosen[name] = None if why else fn
+        lines.append(f"  {name:<21} " + (f"the reference: {why}" if why else "yours"))
+    if chosen["train_step"] is not None and chosen["masked_cross_entropy"] is not None \
+            and "masked_cross_entropy" not in _names_used(chosen["train_step"]):
+        lines[1] += " (but your train_step does not call it)"
+    if chosen["noam_lr"] is not None:
+        lines[2] += ' (used with schedule="noam" only; the recipe decays linearly)'
+    if verbose:
+        print("Training with:\n" + "\n".join(lines))
+    return chosen
+
+
+def _quiet_check(check: Callable[[Any], Any], fn: Callable[..., Any]) -> Any:
+    """Run a checker without showing its verdict (the exercise's own check cell did)."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    from .checks._core import CheckResult
+
+    with contextlib.redirect_stdout(io.StringIO()), mock.patch.object(CheckResult, "show", lambda self: None):
+        return check(fn)
+
+
+def _names_used(fn: Callable[..., Any]) -> set[str]:
+    """Global names a function's code (nested functions included) refers to."""
+    code = getattr(fn, "__code__", None)
+    names: set[str] = set()
+    stack = [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return names
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0) -> torch.optim.Adam:
@@ -757,6 +922,13 @@ def _teacher_forced_loss(model: nn.Module, dataset: NumberWordsDataset, label_sm
 # --------------------------------------------------------------------------- validation helpers
 
 
+def _require_callable(name: str, fn: Any) -> Any:
+    """``fn`` (``None`` allowed); a clear ``TypeError`` for anything else that is not callable."""
+    if fn is not None and not callable(fn):
+        raise TypeError(f"{name} must be a function (or None for the reference), got {type(fn).__name__}")
+    return fn
+
+
 def _check_int(name: str, value: Any, low: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an int, got {value!r}")
@@ -789,5 +961,8 @@ __all__ = [
     "mistakes",
     "epoch_batches",
     "fit",
+    "shifted_batch",
+    "choose_functions",
+    "EXERCISES",
     "make_optimizer",
 ]

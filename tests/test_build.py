@@ -64,14 +64,14 @@ EXPECTED_EXERCISE = '''class Stats:
 
     def mean(self):
         # YOUR CODE HERE
-        raise NotImplementedError()
+        raise NotImplementedError("Stats is not written yet: fill in its exercise cell")
 
     def spread(self):
         if not self.values:
             return 0.0
         else:
             # YOUR CODE HERE
-            raise NotImplementedError()'''
+            raise NotImplementedError("Stats is not written yet: fill in its exercise cell")'''
 
 
 def test_fixture_student_notebook_is_exactly_as_expected(tmp_path):
@@ -184,10 +184,41 @@ def test_cells_without_ids_get_deterministic_ids(tmp_path):
 def test_two_blocks_and_indentation():
     source = "def f(x):\n    if x:\n        ### BEGIN SOLUTION\n        return 1\n        ### END SOLUTION\n" \
              "    ### BEGIN SOLUTION\n    return 2\n    ### END SOLUTION"
+    stub = 'raise NotImplementedError("f is not written yet: fill in its exercise cell")'
     assert strip_solutions(source) == (
-        "def f(x):\n    if x:\n        # YOUR CODE HERE\n        raise NotImplementedError()\n"
-        "    # YOUR CODE HERE\n    raise NotImplementedError()"
+        f"def f(x):\n    if x:\n        # YOUR CODE HERE\n        {stub}\n"
+        f"    # YOUR CODE HERE\n    {stub}"
     )
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        # an exported exercise: the message names the import that continues with the reference
+        ("def padding_mask(tokens, pad_id):\n    \"\"\"Doc.\"\"\"\n    ### BEGIN SOLUTION\n    return tokens\n"
+         "    ### END SOLUTION",
+         "padding_mask is not written yet: fill in its exercise cell, or continue with the "
+         "reference: from course_utils import padding_mask"),
+        # a method: the class is the exercise
+        ("import math\n\n\nclass LayerNorm(nn.Module):\n    def forward(self, x):\n        ### BEGIN SOLUTION\n"
+         "        return x\n        ### END SOLUTION",
+         "LayerNorm is not written yet: fill in its exercise cell, or continue with the "
+         "reference: from course_utils import LayerNorm"),
+        # a name the package does not export: no import to suggest
+        ("@decorator\ndef helper():\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION",
+         "helper is not written yet: fill in its exercise cell"),
+        # a block outside any definition, also after one
+        ("def f():\n    pass\nfor i in range(3):\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION",
+         "this exercise is not written yet: fill in its cell"),
+    ],
+)
+def test_the_stub_names_the_exercise_and_the_way_on(source, message):
+    *_, comment, stub = strip_solutions(source).split("\n")
+    assert comment.strip() == "# YOUR CODE HERE"
+    assert stub.strip() == f'raise NotImplementedError("{message}")'
+    with pytest.raises(NotImplementedError) as raised:
+        exec(stub.strip(), {})
+    assert str(raised.value) == message
 
 
 def test_markdown_block_keeps_surrounding_text():
@@ -523,3 +554,20 @@ def test_execute_runs_solutions_in_place_then_builds(tmp_path, capsys):
     assert sorted(p.name for p in notebooks.iterdir()) == [DEMO, "02_broken.ipynb"]
     assert [c.id for c in ran.cells[:2]] == ["colab-header", "colab-setup"]
     assert run_build(solutions, notebooks, "--check") == 0
+
+
+def test_a_generated_stub_gets_the_checkers_friendly_verdict(capsys):
+    from course_utils.checks import check_causal_mask, check_make_tgt_mask
+
+    stub = strip_solutions("def causal_mask(size, device=None):\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION")
+    solved_later = "def make_tgt_mask(tgt, pad_id):\n    return causal_mask(tgt.size(1)) & (tgt != pad_id).unsqueeze(1)"
+    namespace: dict = {}
+    for source in (stub, solved_later):
+        exec(compile(source, "<student cell>", "exec"), namespace)  # noqa: S102 - as a notebook cell runs
+    result = check_causal_mask(namespace["causal_mask"])
+    assert result.status == "not implemented" and "[ ] causal_mask: not implemented yet" in result.feedback
+    # a later exercise that calls the unfinished one: the verdict names it and the import
+    result = check_make_tgt_mask(namespace["make_tgt_mask"])
+    assert result.status == "not implemented", result.feedback
+    assert "your `causal_mask`" in result.feedback and "from course_utils import causal_mask" in result.feedback
+    capsys.readouterr()

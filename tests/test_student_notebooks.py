@@ -176,7 +176,8 @@ def test_fixture_student_notebook_fails_only_where_it_should(tmp_path):
     assert nb.cells[-1].outputs[0].text.strip() == sys.prefix
     # ... and the run did hit the stubs: an exercise stub raised, and the checker said so
     by_id = {cell.id: cell for cell in nb.cells}
-    assert errors(by_id["0a1b2c3d"]) == [("NotImplementedError", "")]
+    # (the stub's message names the exercise: see build.stub_message)
+    assert errors(by_id["0a1b2c3d"]) == [("NotImplementedError", build.stub_message("Stats"))]
     assert "pi = 3.1416" in output_text(by_id["0a1b2c3d"])
     assert "check_mean: not implemented yet." in output_text(by_id["c4d5e6f7"])
     assert by_id["colab-setup"].outputs == []
@@ -231,3 +232,29 @@ def test_student_notebook_fails_only_on_exercises(path):
     assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
     if switches:
         assert any("loaded the pretrained model" in output_text(cell) for cell in nb.cells), "the checkpoint was not loaded"
+
+
+# --------------------------------------------------------------------------- what students read
+
+# The course's test tools and markers: students do not have them, so no cell speaks of them
+# (markers live in cell metadata tags, which notebooks do not show).
+TEST_TOOL = re.compile(r"nbval|pytest|NBVAL_|nbdime|the course's tests|\btagged\b", re.IGNORECASE)
+SOLUTIONS = build.notebook_files(REPO / "solutions") if (REPO / "solutions").is_dir() else []
+
+
+def test_tool_mentions_are_found():
+    for text in ("# Tagged nbval-ignore-output", "# NBVAL_SKIP", "run pytest", "not compared by the course's tests"):
+        assert TEST_TOOL.search(text), text
+    assert not TEST_TOOL.search("# the progress bar shows times that differ on every run")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS + SOLUTIONS])
+def test_no_cell_speaks_of_the_test_tools(path):
+    nb = nbformat.read(path, as_version=4)
+    found = [
+        f"cell {i} ({cell.cell_type}): {line.strip()!r}"
+        for i, cell in enumerate(nb.cells)
+        for line in cell.source.split("\n")
+        if TEST_TOOL.search(line)
+    ]
+    assert not found, f"{path.name} mentions the course's test tools:\n  " + "\n  ".join(found)

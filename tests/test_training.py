@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 
 import pytest
 import torch
@@ -382,3 +383,140 @@ def test_recipe_is_fits_default_and_builds_a_model():
     model = Transformer(len(D.source_vocab()), len(D.target_vocab()), **T.RECIPE["model"])
     assert model.d_model == T.RECIPE["model"]["d_model"]
     assert T.RECIPE["model"]["max_len"] >= D.MAX_TARGET_WORDS + 2
+
+
+# ---------------------------------------------------------------- the student's own functions
+def solution_functions() -> dict:
+    """The four exercise answers of solutions/07_training.ipynb, run as a student's cells
+    (written otherwise than the reference: a mean over the selected tokens, loss.item())."""
+    import nbformat
+
+    nb = nbformat.read(T.Path(__file__).resolve().parents[1] / "solutions" / "07_training.ipynb", as_version=4)
+    namespace = {"torch": torch, "nn": nn, "F": F}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
+            exec(cell.source, namespace)  # noqa: S102 - the course's own solution cells
+    return {name: namespace[name] for name in T.EXERCISES}
+
+
+def stub(name):
+    def fn(*args, **kwargs):
+        raise NotImplementedError(f"{name} is not written yet: fill in its exercise cell")
+    fn.__name__ = name
+    return fn
+
+
+FEW = dict(steps=12, batch_size=16, lr=3e-3, warmup=4, label_smoothing=0.1, clip_norm=1.0, seed=3, progress=False)
+
+
+def trained(**functions):
+    model = tiny_model()
+    T.fit(model, D.load_split("train")[:240], None, **FEW, **functions)
+    return model
+
+
+@pytest.mark.parametrize("schedule, lr", [("linear", 3e-3), ("noam", 1.0)])
+def test_fit_with_the_solutions_functions_gives_the_reference_model(schedule, lr):
+    mine = solution_functions()
+    assert all(mine[name] is not getattr(T, name) for name in T.EXERCISES)
+    settings = dict(FEW, schedule=schedule, lr=lr)
+    reference, student = tiny_model(), tiny_model()
+    T.fit(reference, D.load_split("train")[:240], None, **settings)
+    T.fit(student, D.load_split("train")[:240], None, **settings, **mine)
+    for (name, a), b in zip(reference.state_dict().items(), student.state_dict().values()):
+        assert torch.equal(a, b), name  # exactly: the same model, not a close one
+
+
+def test_fit_uses_each_function_it_is_given():
+    calls = {name: 0 for name in T.EXERCISES}
+
+    def counting(name):
+        def fn(*args, **kwargs):
+            calls[name] += 1
+            return getattr(T, name)(*args, **kwargs)
+        return fn
+
+    T.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, schedule="noam", lr=1.0),
+          **{name: counting(name) for name in T.EXERCISES})
+    assert calls["shift_targets"] == calls["train_step"] == 12 and calls["noam_lr"] >= 12
+    assert calls["masked_cross_entropy"] == 0  # a given train_step computes its own loss
+    del calls["train_step"]
+    T.fit(tiny_model(), D.load_split("train")[:64], None, **FEW, masked_cross_entropy=counting("masked_cross_entropy"))
+    assert calls["masked_cross_entropy"] == 12  # the reference step calls the loss it is given
+
+
+def test_a_shift_that_differs_reaches_the_batches():
+    seen = []
+
+    def no_shift(tgt):  # the bug of section 2: the labels are the inputs
+        seen.append(tgt.shape)
+        return tgt[:, :-1], tgt[:, :-1]
+
+    batch = a_batch()
+    wrong = T.shifted_batch(batch, no_shift)
+    assert torch.equal(wrong.tgt_out, batch.tgt_in) and wrong.num_tokens == int((batch.tgt_in != 0).sum())
+    assert torch.equal(T.shifted_batch(batch, T.shift_targets).tgt_mask, batch.tgt_mask)
+
+
+@pytest.mark.parametrize("name", ["train_step", "shift_targets", "masked_cross_entropy", "noam_lr"])
+def test_fit_rejects_a_function_that_is_not_callable(name):
+    with pytest.raises(TypeError, match=name):
+        T.fit(tiny_model(), D.load_split("valid")[:100], None, **FEW, **{name: 3})
+
+
+def test_choose_functions_keeps_what_passes_and_says_so(capsys):
+    mine = solution_functions()
+    chosen = T.choose_functions(**mine)
+    out = capsys.readouterr().out
+    assert chosen == mine
+    assert out.startswith("Training with:\n")
+    for name in T.EXERCISES:
+        assert re.search(rf"^  {name} +yours", out, re.M), out
+    assert "[OK]" not in out  # the checks ran quietly
+
+
+def test_choose_functions_falls_back_on_stubs_with_the_reason(capsys):
+    chosen = T.choose_functions(**{name: stub(name) for name in T.EXERCISES})
+    out = capsys.readouterr().out
+    assert chosen == dict.fromkeys(T.EXERCISES)
+    for name in T.EXERCISES:
+        assert re.search(rf"^  {name} +the reference: yours is not written yet$", out, re.M), out
+    # falling back trains the reference model
+    reference = trained()
+    fallback = trained(**chosen)
+    assert all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), fallback.state_dict().values()))
+
+
+def test_choose_functions_falls_back_on_a_failed_check_and_on_what_depends_on_it(capsys):
+    mine = solution_functions()
+
+    def shift_targets(tgt):  # the bug of section 2: the labels are the inputs
+        return tgt[:, :-1], tgt[:, :-1]
+
+    chosen = T.choose_functions(shift_targets, mine["masked_cross_entropy"], mine["noam_lr"], mine["train_step"])
+    out = capsys.readouterr().out
+    assert chosen == dict(mine, shift_targets=None)
+    assert re.search(r"^  shift_targets +the reference: yours has not passed its check: \S", out, re.M), out
+    # a train_step that calls an unfinished masked_cross_entropy: the dependency is named
+    mine["train_step"].__globals__["masked_cross_entropy"] = stub("masked_cross_entropy")
+    chosen = T.choose_functions(mine["shift_targets"], mine["train_step"].__globals__["masked_cross_entropy"],
+                                mine["noam_lr"], mine["train_step"])
+    out = capsys.readouterr().out
+    assert chosen["masked_cross_entropy"] is None and chosen["train_step"] is None
+    assert re.search(r"^  train_step +the reference: yours calls masked_cross_entropy, and yours has not passed",
+                     out, re.M), out
+
+
+def test_choose_functions_names_the_imported_reference(capsys):
+    chosen = T.choose_functions(T.shift_targets, None, None, None)
+    out = capsys.readouterr().out
+    assert chosen == dict.fromkeys(T.EXERCISES)
+    assert "shift_targets         the reference: you imported it from course_utils" in out
+
+
+def test_fit_text_progress_ends_finished_on_stdout(capsys):
+    T.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, progress="text"))
+    out = capsys.readouterr().out
+    assert "training: 100%" in out.split("\r")[-1] and "12/12" in out.split("\r")[-1]
+    with pytest.raises(ValueError, match="progress"):
+        T.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, progress="yes"))

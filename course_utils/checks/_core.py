@@ -489,10 +489,22 @@ def register_hints(exercise: str, hints: list[str]) -> None:
     HINTS[exercise] = list(hints)
 
 
+def _hint_key(name: str) -> str:
+    """The registered exercise name for either spelling of it: ``"multi_head_attention"``,
+    ``"MultiHeadAttention"`` and ``"multiheadattention"`` all name ``MultiHeadAttention``."""
+    if name in HINTS:
+        return name
+    folded = name.replace("_", "").replace(" ", "").lower()
+    matches = [known for known in HINTS if known.replace("_", "").lower() == folded]
+    return matches[0] if len(matches) == 1 else name
+
+
 def hint(exercise: str, level: int | None = None) -> None:
     """Print hints for an exercise: ``hint("causal_mask")`` prints the first, then the next
-    each time you call it again; ``hint("causal_mask", 2)`` prints the second."""
+    each time you call it again; ``hint("causal_mask", 2)`` prints the second. A class
+    can be named either way: ``hint("MultiHeadAttention")`` or ``hint("multi_head_attention")``."""
     name = exercise.__name__ if callable(exercise) else str(exercise)
+    name = _hint_key(name)
     if name not in HINTS:
         known = ", ".join(sorted(HINTS)) or "none yet"
         print(f"No hints for {name!r}. Exercises with hints: {known}.")
@@ -506,7 +518,8 @@ def hint(exercise: str, level: int | None = None) -> None:
     if level == len(hints):
         print(
             f"Still stuck? Continue with the reference: `from course_utils import {name}` "
-            "and come back later."
+            "and come back later (fine for learning; a graded copy shows that exercise as "
+            "'used the reference')."
         )
 
 

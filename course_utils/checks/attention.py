@@ -735,8 +735,9 @@ register_hints(
         "Transpose only the last two axes of the key, whatever the number of batch dims: "
         "key.transpose(-2, -1). d_k is the last dim of query: query.size(-1). The @ operator broadcasts "
         "over the leading dims.",
-        "Masking: where the mask is False, replace the score by a very negative number BEFORE the softmax "
-        "(masked_fill with ~mask, or torch.where). Skip this step when mask is None. The softmax runs "
+        "Masking: where the mask is False, replace the score by the most negative finite number of its "
+        "dtype BEFORE the softmax: scores.masked_fill(~mask, torch.finfo(scores.dtype).min). Not -inf: a "
+        "row with every key blocked would become NaN. Skip this step when mask is None. The softmax runs "
         "over the keys, the last axis: dim=-1.",
         "The weights are the softmax result, (..., L_q, L_k); the output is the weights times the values "
         "(weights on the left), (..., L_q, d_v). Return both, output first.",
@@ -749,8 +750,8 @@ register_hints(
         "Draw the mask for size 4: which entries are True?",
         "The True entries form the lower triangle, diagonal included. torch.tril keeps the lower "
         "triangle of a matrix.",
-        "Start from a (size, size) tensor of ones created on `device`, keep its lower triangle, and make "
-        "sure the result has dtype torch.bool.",
+        "Start from torch.ones(size, size, dtype=torch.bool, device=device) and keep its lower triangle "
+        "with torch.tril (or .tril()): the result is then bool and on the right device.",
     ],
 )
 register_hints(

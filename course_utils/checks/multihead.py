@@ -683,10 +683,11 @@ register_hints(
         "d_k = d_model // num_heads, and create four nn.Linear(d_model, d_model): w_q, w_k, w_v, w_o.",
         "In forward: project query with w_q, key with w_k and value with w_v, then split each "
         "into heads with split_heads: (B, H, L, d_k).",
-        "Run scaled_dot_product_attention on the per-head tensors (it divides by sqrt(d_k), one "
-        "head's width). A 3-D mask (B, 1, L_k) or (B, L_q, L_k) needs a head axis first, "
-        "mask.unsqueeze(1); a 2-D (L_q, L_k) mask already broadcasts.",
-        "Merge the heads back to (B, L_q, D) with merge_heads, apply w_o, and return "
-        "(output, weights) with weights of shape (B, H, L_q, L_k): one map per head.",
+        "Run scaled_dot_product_attention on the per-head tensors; a 3-D mask (B, 1, L_k) or "
+        "(B, L_q, L_k) needs a head axis first, mask.unsqueeze(1). It has no dropout, so keep only "
+        "its weights, `_, weights = scaled_dot_product_attention(q, k, v, mask)`, and compute "
+        "context = self.dropout(weights) @ v, (B, H, L_q, d_k).",
+        "Merge the heads back to (B, L_q, D) with merge_heads(context), apply w_o, and return "
+        "(output, weights) with the weights before dropout, shape (B, H, L_q, L_k): one map per head.",
     ],
 )

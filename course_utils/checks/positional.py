@@ -471,12 +471,13 @@ def check_token_embedding(cls: Any) -> str:
 register_hints(
     "sinusoidal_positional_encoding",
     [
-        "Build a column of positions 0, 1, ..., max_len-1 with shape (max_len, 1) and a row of the "
-        "even column indices 2i = 0, 2, 4, ..., d_model-2.",
+        "Build a column of positions 0, 1, ..., max_len-1 with shape (max_len, 1), in float: "
+        "torch.arange(max_len, dtype=torch.float32).unsqueeze(1); and a row of the even column indices "
+        "2i = 0, 2, 4, ..., d_model-2: torch.arange(0, d_model, 2).",
         "The angle for position pos and pair i is pos / 10000^(2i/d_model); broadcasting the column "
         "against the row gives all angles at once, shape (max_len, d_model/2).",
-        "Start from a zero table (max_len, d_model); even columns get sin of the angles and odd "
-        "columns cos of the same angles: slice with 0::2 and 1::2.",
+        "Start from a zero table pe of shape (max_len, d_model); even columns get sin of the angles and "
+        "odd columns cos of the same angles: pe[:, 0::2] = torch.sin(angle), pe[:, 1::2] = torch.cos(angle).",
     ],
 )
 register_hints(

@@ -869,8 +869,8 @@ register_hints(
 register_hints(
     "train_step",
     [
-        "The order: model.train(), optimizer.zero_grad(), forward, loss, loss.backward(), clip the gradients, "
-        "optimizer.step(), scheduler.step().",
+        "Follow the eight points of the exercise in order; the easiest to forget are the first two (train mode, "
+        "clearing the old gradients) and the clipping, which must sit between backward and the optimizer's step.",
         "Forward with teacher forcing: logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask); "
         "the loss compares them with batch.tgt_out, ignoring pad_id, with label_smoothing.",
         "Clip between backward and step: nn.utils.clip_grad_norm_(model.parameters(), clip_norm). The scheduler "

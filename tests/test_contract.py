@@ -1,0 +1,64 @@
+"""docs/course-contract.md is the course's public interface: every exported name, every
+checker, and every argument of an exercise is in it."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+import course_utils
+from course_utils import checks
+
+REPO = Path(__file__).resolve().parents[1]
+CONTRACT = (REPO / "docs" / "course-contract.md").read_text(encoding="utf-8")
+# the table of exercises: | notebook | `name` | signature and result |
+ROWS = dict(re.findall(r"^\| \d{2} \| `(\w+)` \| (.+) \|$", CONTRACT, re.M))
+
+
+def mentioned(name: str) -> bool:
+    return re.search(rf"`{re.escape(name)}[`(]", CONTRACT) is not None
+
+
+@pytest.mark.parametrize("name", course_utils.__all__)
+def test_every_exported_name_is_in_the_contract(name):
+    assert mentioned(name), f"course_utils exports {name}, which docs/course-contract.md does not describe"
+
+
+@pytest.mark.parametrize("name", checks.__all__)
+def test_every_checker_is_in_the_contract(name):
+    assert mentioned(name), f"course_utils.checks exports {name}, which docs/course-contract.md does not list"
+
+
+def test_there_are_checkers_and_exercises_to_compare():
+    assert sum(name.startswith("check_") for name in checks.__all__) >= 20
+    assert len(ROWS) >= 20 and set(ROWS) <= set(course_utils.__all__)
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_argument_of_an_exercise_is_in_its_row(name):
+    obj = getattr(course_utils, name)
+    signature = inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
+    for parameter in signature.parameters.values():
+        if parameter.name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        row = ROWS[name]
+        if parameter.default is inspect.Parameter.empty:
+            assert re.search(rf"\b{parameter.name}\b", row), f"{name}: the contract's row lacks `{parameter.name}`"
+            continue
+        written = re.search(rf"\b{parameter.name}=([^,)`;]+)", row)  # the first: the signature's
+        assert written, f"{name}: the contract's row lacks `{parameter.name}={parameter.default!r}`"
+        assert ast.literal_eval(written.group(1)) == parameter.default, (
+            f"{name}: the contract says {written.group(0)}, the code's default is {parameter.default!r}")
+
+
+def test_a_mention_must_be_the_name_itself():
+    assert mentioned("Encoder") and not mentioned("Encode") and not mentioned("no_such_name")
+
+
+def test_the_readme_links_the_contract():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "(docs/course-contract.md)" in readme
