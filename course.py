@@ -60,7 +60,7 @@ MIN_PIP_FOR_EDITABLE = (21, 3)  # PEP 660 editable installs from pyproject.toml
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 # Which pyproject extras each command needs.
-EXTRAS = {"lab": ("lab",), "notebook": ("lab",), "test": ("dev",), "setup": ("dev", "lab")}
+EXTRAS = {"lab": ("lab",), "notebook": ("lab",), "test": ("dev", "browser"), "setup": ("dev", "browser", "lab")}
 
 
 def say(message: str) -> None:

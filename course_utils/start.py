@@ -81,8 +81,9 @@ def _beside_pattern(name: str) -> re.Pattern:
 def stamped_copy(data: bytes, source_name: str, digest: str) -> bytes:
     """The bytes of a copy: the source notebook with its version recorded in its metadata.
 
-    Written in Jupyter's own layout (indent 1, sorted keys, trailing newline) so the first
-    save in Jupyter changes as little as possible. A source that is not valid notebook
+    Written in Jupyter's own layout (indent 1, sorted keys, trailing newline), and with
+    this Python's version in ``language_info``, so that opening it in Jupyter (whose
+    kernel runs this Python when started by ``course.py``) changes nothing. A source that is not valid notebook
     JSON is copied byte for byte (its version is then in the manifest only).
     """
     try:
@@ -95,6 +96,12 @@ def stamped_copy(data: bytes, source_name: str, digest: str) -> bytes:
     if not isinstance(metadata, dict):
         return data
     metadata[METADATA_KEY] = {"source": source_name, "source_sha256": digest}
+    language = metadata.get("language_info")
+    if isinstance(language, dict) and language.get("name") == "python":
+        # This Python's exact version, which its kernel reports: JupyterLab marks a notebook
+        # modified when the kernel's language_info differs from the stored one (the course
+        # stores major.minor only), so the copy would ask to be saved as soon as it opens.
+        metadata["language_info"] = {**language, "version": sys.version.split()[0]}
     return (json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 

@@ -187,7 +187,7 @@ def test_pyproject_declares_the_package_and_its_bounds(project):
         "torch": ">=2.2", "numpy": "", "matplotlib": "", "seaborn": "", "tqdm": "",
         "ipywidgets": ">=7.6",
     }
-    assert set(project["optional-dependencies"]) == {"dev", "lab"}
+    assert set(project["optional-dependencies"]) == {"dev", "lab", "browser"}
 
 
 def _installed_from() -> Path | None:
@@ -244,7 +244,7 @@ def test_check_env_reports_every_requirement_and_passes():
     assert any(re.fullmatch(r"\[INFO\] device: (CPU|CUDA) .*", line) for line in lines)
     names = [line.split()[1] for line in lines if line.startswith("[OK] ")]
     for req in check_env.requirements_from_pyproject(PYPROJECT)[0]:
-        if req.extra in (None, "dev"):  # lab's are all in dev too
+        if req.extra in (None, "dev"):  # only the extras asked for (--extra dev)
             assert req.name in names
     assert len(names) == len(set(names))  # ipykernel/jupyterlab are in two groups: once
 
