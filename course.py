@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Set up and run the course "Build a Transformer from scratch in PyTorch".
 
-    python3 course.py lab     # set up .venv, copy the notebooks into my_work/, open JupyterLab there
-    python3 course.py test    # set up .venv, then run the whole test suite (pytest)
+    python3 course.py lab       # set up .venv, copy the notebooks into my_work/, open JupyterLab there
     python3 course.py notebook  # the same, in Jupyter Notebook 7 instead of JupyterLab
-    python3 course.py setup   # set up .venv only
+    python3 course.py test      # set up .venv, then run the whole test suite (pytest)
+    python3 course.py setup     # set up .venv only
 
 Standard library only; any Python >= 3.10 on Linux, macOS or Windows. The virtual
 environment lives in ``.venv`` next to this file. A stamp file in it records a hash of
-``pyproject.toml``, so a second run skips pip entirely until that file changes.
+``pyproject.toml``, so a second run skips pip entirely until that file changes, or
+until torch or the course package no longer imports from ``.venv`` (checked every run).
+Ctrl+C stops any command with one line saying so.
 
 Environment variables:
     TORCH_SPEC       pip requirement used to install PyTorch (default ``torch==2.13.0``).
