@@ -203,10 +203,27 @@ return {
   images: images.length,
   broken: images.filter(i => !(i.complete && i.naturalWidth > 0) && !i.src.includes('colab-badge'))
                 .map(i => i.src.slice(0, 80)),
-  errors: Array.from(document.querySelectorAll(
-      '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')).map(e => e.textContent.slice(0, 200)),
+  errors: errors(),
 };
+// error outputs render like stderr (same MIME type on the page): ask the notebook's model
+function errors() {
+  const found = [];
+  for (const cell of Array.from(window.jupyterapp.shell.currentWidget.content.model.cells)) {
+    if (cell.type !== 'code') continue;
+    for (let i = 0; i < cell.outputs.length; i++) {
+      const output = cell.outputs.get(i).toJSON();
+      if (output.output_type === 'error') found.push(`${output.ename}: ${output.evalue}`);
+    }
+  }
+  return found;
+}
 """
+
+
+def _formulas(markdown: str) -> int:
+    """How many formulas a markdown source holds (``$...$`` and ``$$...$$``, not in code)."""
+    text = re.sub(r"```.*?```|`[^`\n]*`", "", markdown, flags=re.S)
+    return len(re.findall(r"\$\$.+?\$\$|\$[^$\n]+\$", text, re.S))
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
@@ -215,7 +232,7 @@ def test_solution_renders_formulas_images_and_no_errors(browser, lab, solution):
     import nbformat
 
     nb = nbformat.read(solution, as_version=4)
-    formulas = sum(len(re.findall(r"\$\$.+?\$\$|\$[^$\n]+\$", c.source, re.S)) for c in nb.cells if c.cell_type == "markdown")
+    formulas = sum(_formulas(c.source) for c in nb.cells if c.cell_type == "markdown")
     pngs = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     last = {}
 
