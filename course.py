@@ -1,31 +1,50 @@
 #!/usr/bin/env python3
 """Set up and run the course "Build a Transformer from scratch in PyTorch".
 
-    python3 course.py lab     # set up .venv, copy the notebooks into my_work/, open JupyterLab there
-    python3 course.py test    # set up .venv, then run the whole test suite (pytest)
-    python3 course.py setup   # set up .venv only
+    python3 course.py lab       # set up .venv, copy the notebooks into my_work/, open JupyterLab there
+    python3 course.py notebook  # the same, in Jupyter Notebook 7 instead of JupyterLab
+    python3 course.py test      # set up .venv, then run the whole test suite (pytest)
+    python3 course.py setup     # set up .venv only
 
 Standard library only; any Python >= 3.10 on Linux, macOS or Windows. The virtual
 environment lives in ``.venv`` next to this file. A stamp file in it records a hash of
-``pyproject.toml``, so a second run skips pip entirely until that file changes.
+``pyproject.toml``, so a second run skips pip entirely until that file changes, or
+until torch or the course package no longer imports from ``.venv`` (checked every run).
+Ctrl+C stops any command with one line saying so.
 
 Environment variables:
     TORCH_SPEC       pip requirement used to install PyTorch (default ``torch==2.13.0``).
-    TORCH_INDEX_URL  index used for that PyTorch install only, e.g.
-                     https://download.pytorch.org/whl/cpu for the small CPU-only build
-                     on Linux (PyPI's Linux wheel bundles CUDA and is several GB).
+    TORCH_INDEX_URL  index used for that PyTorch install only. Unset, on Linux without
+                     an NVIDIA GPU (no ``nvidia-smi``), PyTorch's CPU index
+                     https://download.pytorch.org/whl/cpu (PyPI's Linux wheel bundles
+                     CUDA and is several GB); set it to choose another build.
     COURSE_VERBOSE   set to 1 to see pip's full output.
 """
 
-from __future__ import annotations
+# The version check comes first and uses only syntax that Python 3.6+ can read (no
+# `from __future__ import annotations`, which 3.6 rejects, no walrus, no match), so an old
+# Python prints the line below instead of a SyntaxError; annotations are only evaluated
+# on 3.10+. Older still (2.7, 3.5) cannot read f-strings: their SyntaxError shows the
+# first one, the `NEEDS` line, whose text says what to do.
+import sys
+
+if sys.version_info < (3, 10):
+    sys.stderr.write(
+        "[course] ERROR: Python 3.10+ is needed; this is %s. Run this file with a newer "
+        "python3 (on Windows: py -3.12 course.py ...).\n" % sys.version.split()[0]
+    )
+    sys.exit(1)
+
+NEEDS = f"Python 3.10+ is needed: run course.py with python3.10 or newer"  # noqa: F541
 
 import argparse
 import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
-import sys
+import threading
 import time
 from pathlib import Path
 from typing import NoReturn
@@ -36,13 +55,14 @@ STAMP = VENV / ".course-stamp.json"
 PYPROJECT = ROOT / "pyproject.toml"
 WORK = ROOT / "my_work"  # students' copies of the notebooks (git-ignored)
 
-MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 2)  # keep in step with "torch>=2.2" in pyproject.toml
 DEFAULT_TORCH_SPEC = "torch==2.13.0"
 MIN_PIP_FOR_EDITABLE = (21, 3)  # PEP 660 editable installs from pyproject.toml
 
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
 # Which pyproject extras each command needs.
-EXTRAS = {"lab": ("lab",), "test": ("dev",), "setup": ("dev", "lab")}
+EXTRAS = {"lab": ("lab",), "notebook": ("lab",), "test": ("dev", "browser"), "setup": ("dev", "browser", "lab")}
 
 
 def say(message: str) -> None:
@@ -71,7 +91,12 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 
 def probe_venv() -> dict | None:
-    """Python, pip and torch versions inside .venv, or None when it is missing or broken."""
+    """What .venv holds, or None when it is missing or has no working Python with pip.
+
+    ``torch`` is the installed version, or None when torch is not installed *or does
+    not import* (a half-removed package has its files gone but may keep its metadata);
+    ``course`` is the folder the course package imports from (None when it does not).
+    """
     python = venv_python()
     if not python.exists():
         return None
@@ -79,15 +104,22 @@ def probe_venv() -> dict | None:
         "import sys, json, importlib.metadata as m\n"
         "import pip\n"
         "try:\n"
+        "    import torch\n"
         "    torch = m.version('torch')\n"
-        "except m.PackageNotFoundError:\n"
+        "except Exception:\n"
         "    torch = None\n"
+        "try:\n"
+        "    import course_utils, os\n"
+        "    course = os.path.dirname(os.path.dirname(os.path.abspath(course_utils.__file__)))\n"
+        "except Exception:\n"
+        "    course = None\n"
         "print(json.dumps({'python': list(sys.version_info[:3]), 'pip': pip.__version__,"
-        " 'torch': torch}))\n"
+        " 'torch': torch, 'course': course}))\n"
     )
     try:
+        # not from ROOT: there `import course_utils` would find the folder, installed or not
         done = subprocess.run(
-            [str(python), "-c", code], capture_output=True, text=True, timeout=120
+            [str(python), "-c", code], capture_output=True, text=True, timeout=300, cwd=str(VENV)
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -157,19 +189,115 @@ def read_stamp() -> dict:
         return {}
 
 
+def pip_configured_index() -> str | None:
+    """The index (or ``no-index``) the user's pip configuration sets, if any: a mirror
+    chosen on purpose, which the CPU default must not replace."""
+    for name in ("PIP_INDEX_URL", "PIP_NO_INDEX"):
+        if os.environ.get(name):
+            return f"{name}={os.environ[name]}"
+    try:
+        done = subprocess.run(
+            [str(venv_python()), "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in done.stdout.splitlines():  # e.g. global.index-url='https://mirror/simple'
+        key = line.split("=", 1)[0].strip()
+        if key.endswith((".index-url", ".no-index")) and not key.endswith(".extra-index-url"):
+            return line.strip()
+    return None
+
+
+def reachable(url: str, timeout: float = 5.0) -> bool:
+    """Whether a TCP connection to ``url``'s host opens within ``timeout`` seconds
+    (name lookup included, which has no timeout of its own: it runs in a thread)."""
+    host = url.split("://", 1)[-1].split("/", 1)[0]
+    result = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, 443), timeout=timeout).close()
+            result.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result)
+
+
+def choose_torch_index(
+    environ: dict,
+    platform: str,
+    has_nvidia_smi: bool,
+    configured_index=lambda: None,
+    index_reachable=reachable,
+) -> tuple[str | None, str | None]:
+    """``(index URL or None, what to tell the user)`` for installing PyTorch.
+
+    ``TORCH_INDEX_URL`` wins. Otherwise, on Linux without ``nvidia-smi`` (no NVIDIA
+    driver, so the CUDA build's gigabytes would be wasted), PyTorch's CPU index, unless
+    pip's own configuration names an index (a mirror, or an offline wheel folder) or the
+    CPU index cannot be reached: then pip's own settings, which is also the choice
+    everywhere else (macOS and Windows wheels are CPU-sized already; with a GPU,
+    PyPI's default build is the CUDA one). The callables are only asked when needed.
+    """
+    index = environ.get("TORCH_INDEX_URL")
+    if index:
+        return index, None
+    if not platform.startswith("linux") or has_nvidia_smi:
+        if platform.startswith("linux"):
+            return None, (
+                "NVIDIA GPU found (nvidia-smi): PyPI's default PyTorch, the CUDA build (several GB; "
+                "set TORCH_INDEX_URL to choose another build)"
+            )
+        return None, None
+    configured = configured_index()
+    if configured:
+        return None, (
+            f"no NVIDIA GPU found, but your pip configuration sets {configured}: using it for "
+            "PyTorch (set TORCH_INDEX_URL to choose)"
+        )
+    if not index_reachable(CPU_TORCH_INDEX):
+        return None, (
+            f"no NVIDIA GPU found, but {CPU_TORCH_INDEX} cannot be reached: installing PyTorch "
+            "with pip's own settings (set TORCH_INDEX_URL to choose)"
+        )
+    return CPU_TORCH_INDEX, (
+        "no NVIDIA GPU found (nvidia-smi absent): installing the small CPU-only PyTorch "
+        f"from {CPU_TORCH_INDEX} (set TORCH_INDEX_URL to choose another build)"
+    )
+
+
+def nvidia_smi_present() -> bool:
+    """NVIDIA's driver installs ``nvidia-smi``: without it no CUDA build can run."""
+    return shutil.which("nvidia-smi") is not None
+
+
+def install_torch() -> None:
+    spec = os.environ.get("TORCH_SPEC", DEFAULT_TORCH_SPEC)
+    index, note = choose_torch_index(
+        dict(os.environ), sys.platform, nvidia_smi_present(), pip_configured_index, reachable
+    )
+    if note:
+        say(note)
+    pip_install([spec, "--index-url", index] if index else [spec], spec + (f" from {index}" if index else ""))
+
+
 def ensure_installed(extras: tuple[str, ...]) -> None:
-    if sys.version_info < MIN_PYTHON:
-        needed = ".".join(map(str, MIN_PYTHON))
-        fail(f"Python {needed}+ is needed; this is {sys.version.split()[0]}.")
     if not PYPROJECT.exists():
         fail(f"{PYPROJECT} not found: run this script from a copy of the course repository.")
     info = ensure_venv()
 
     stamp = read_stamp()
     wanted = set(extras)
+    problem = venv_problem(info)
     if stamp.get("hash") == stamp_hash() and wanted <= set(stamp.get("extras", [])):
-        say(f"{VENV.name}/ is up to date (pyproject.toml unchanged): skipping pip")
-        return
+        if problem is None:
+            say(f"{VENV.name}/ is up to date (pyproject.toml unchanged): skipping pip")
+            return
+        say(f"{VENV.name}/ needs repair: {problem}")
 
     if tuple(version_tuple(info["pip"])) < MIN_PIP_FOR_EDITABLE:
         pip_install(["--upgrade", "pip"], f"a newer pip (found {info['pip']})")
@@ -178,30 +306,55 @@ def ensure_installed(extras: tuple[str, ...]) -> None:
     if torch and version_tuple(torch) >= MIN_TORCH:
         say(f"torch {torch} already installed")
     else:
-        spec = os.environ.get("TORCH_SPEC", DEFAULT_TORCH_SPEC)
-        args = [spec]
-        index = os.environ.get("TORCH_INDEX_URL")
-        if index:
-            args += ["--index-url", index]
-        elif sys.platform.startswith("linux"):
-            say(
-                "tip: TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu gets the small "
-                "CPU-only PyTorch on Linux"
-            )
-        pip_install(args, spec + (f" from {index}" if index else ""))
+        install_torch()
 
     # Keep the extras installed earlier so `lab` after `test` does not drop anything.
     all_extras = sorted(wanted | set(stamp.get("extras", [])))
     extras_text = ",".join(all_extras)
     pip_install(["-e", f".[{extras_text}]"], f"the course package with [{extras_text}]")
+    problem = venv_problem(probe_venv())
+    if problem is not None:
+        fail(f"after installing, {problem}. Delete {VENV.name}/ and run this command again.")
     STAMP.write_text(json.dumps({"hash": stamp_hash(), "extras": all_extras}) + "\n")
 
 
-def run_in_venv(cmd: list[str], env: dict | None = None) -> int:
+def venv_problem(info: dict | None) -> str | None:
+    """Why .venv cannot run the course (torch or the course package missing), or None."""
+    if info is None:
+        return "its Python no longer runs"
+    if not info.get("torch"):
+        return "torch is not installed or does not import"
+    course = info.get("course")
+    if not course:
+        return "the course package (course_utils) does not import"
+    if Path(course).resolve() != ROOT.resolve():
+        return f"the course package is installed from {course}, not from {ROOT}"
+    return None
+
+
+def run_in_venv(cmd: list[str], env: dict | None = None, server: bool = False) -> int:
+    """Run ``.venv``'s Python with ``cmd``; on Ctrl+C wait for it to end, then return 130.
+
+    Ctrl+C reaches the child too (same process group). pytest then stops by itself and
+    prints its summary. Jupyter instead asks "Shut down this Jupyter server (y/[n])?" and
+    would keep running, its question landing on the shell prompt: for a ``server`` the
+    interrupt is followed by a terminate (Jupyter's clean shutdown on SIGTERM).
+    """
     try:
-        return subprocess.run([str(venv_python()), *cmd], cwd=ROOT, env=env).returncode
-    except KeyboardInterrupt:
-        return 130
+        child = subprocess.Popen([str(venv_python()), *cmd], cwd=ROOT, env=env)
+    except OSError as error:
+        fail(f"could not start {venv_python()}: {error}")
+    interrupted = False
+    while True:
+        try:
+            code = child.wait(timeout=None if not interrupted else 30)
+            return 130 if interrupted else code
+        except KeyboardInterrupt:  # (again, if the user presses Ctrl+C twice)
+            if interrupted or server:
+                child.terminate()
+            interrupted = True
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 def command_setup(args: list[str]) -> int:
@@ -212,7 +365,7 @@ def command_setup(args: list[str]) -> int:
     return 0
 
 
-def command_lab(args: list[str]) -> int:
+def command_lab(args: list[str], app: str = "jupyterlab") -> int:
     ensure_installed(EXTRAS["lab"])
     # Students work on copies in my_work/ (git-ignored), so `git pull` never conflicts with
     # their answers: copy the notebooks that are not there yet, never overwrite one that is,
@@ -227,8 +380,16 @@ def command_lab(args: list[str]) -> int:
         fail(f"could not copy the notebooks into {WORK.name}/ (see above)", code)
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:
         args = [*args, "--allow-root"]  # e.g. in a container; Jupyter refuses root otherwise
-    say(f"starting JupyterLab in {WORK.name}/ (Ctrl+C to stop)")
-    return run_in_venv(["-m", "jupyterlab", str(WORK), *args])
+    name = {"jupyterlab": "JupyterLab", "notebook": "Jupyter Notebook"}[app]
+    say(f"starting {name} in {WORK.name}/ (Ctrl+C to stop)")
+    code = run_in_venv(["-m", app, str(WORK), *args], server=True)
+    if code == 130:
+        say(f"{name} stopped (Ctrl+C); your notebooks are saved in {WORK.name}/.")
+    return code
+
+
+def command_notebook(args: list[str]) -> int:
+    return command_lab(args, app="notebook")
 
 
 def command_test(args: list[str]) -> int:
@@ -243,11 +404,14 @@ def command_test(args: list[str]) -> int:
     say("running python -m pytest " + " ".join(args))
     start = time.monotonic()
     code = run_in_venv(["-m", "pytest", *args], env=env)
-    say(f"pytest finished in {time.monotonic() - start:.0f}s with exit code {code}")
+    if code == 130:
+        say(f"tests stopped (Ctrl+C) after {time.monotonic() - start:.0f}s")
+    else:
+        say(f"pytest finished in {time.monotonic() - start:.0f}s with exit code {code}")
     return code
 
 
-COMMANDS = {"lab": command_lab, "test": command_test, "setup": command_setup}
+COMMANDS = {"lab": command_lab, "notebook": command_notebook, "test": command_test, "setup": command_setup}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             "Set up the course in .venv and run it. "
             "lab: copy the notebooks into my_work/ (never overwriting yours; "
             "--write-new puts newer versions beside them) and open JupyterLab there; "
+            "notebook: the same in Jupyter Notebook 7; "
             "test: run the test suite (extra arguments go to pytest); "
             "setup: install only."
         ),
@@ -271,7 +436,16 @@ def main(argv: list[str] | None = None) -> int:
         "args", nargs=argparse.REMAINDER, help="passed on to jupyter lab or pytest"
     )
     ns = parser.parse_args(argv)
-    return COMMANDS[ns.command](ns.args)
+    try:
+        return COMMANDS[ns.command](ns.args)
+    except KeyboardInterrupt:
+        # one line instead of a traceback; no stamp was written, so a rerun carries on
+        print(file=sys.stderr)
+        print(
+            f"[course] interrupted (Ctrl+C): '{ns.command}' stopped; run it again to carry on.",
+            file=sys.stderr, flush=True,
+        )
+        return 130
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ surface from deep inside torch.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterable
+
 import torch
 from torch import Tensor
 
@@ -57,3 +60,72 @@ def check_mask(mask: object, scores_shape: torch.Size, what: str = "the attentio
             f"mask of shape {_shape(mask)} cannot be broadcast to {what} of shape "
             f"{tuple(target)}; expected a shape such as (L_q, L_k), (B, 1, L_k) or (B, L_q, L_k)"
         )
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """Require a size such as ``d_model`` or ``num_layers`` to be an int >= 1; return it as int.
+
+    Anything with ``__index__`` counts as an int (``numpy.int64``, a 0-d integer tensor),
+    a ``bool`` or a float such as ``2.0`` does not: ``MultiHeadAttention(8, 2.0)`` would
+    otherwise be accepted and fail much later inside ``view``.
+    """
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ValueError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+    number = operator.index(value)  # type: ignore[arg-type]
+    if number < 1:
+        raise ValueError(f"{name} must be a positive int, got {number}")
+    return number
+
+
+def check_floating(name: str, x: Tensor) -> None:
+    """Activations must be floating point: an integer tensor would fail in a matmul."""
+    if not x.is_floating_point():
+        raise TypeError(
+            f"{name} must be a floating-point tensor (e.g. torch.float32), got dtype {x.dtype}; "
+            f"convert it with `{name}.float()`"
+        )
+
+
+def check_same_dtype(named: Iterable[tuple[str, Tensor]]) -> None:
+    """Tensors that meet in one matmul need one dtype (torch says 'expected scalar type')."""
+    named = list(named)
+    for name, t in named:
+        check_floating(name, t)
+    dtypes = {t.dtype for _, t in named}
+    if len(dtypes) > 1:
+        listed = ", ".join(f"{name} {t.dtype}" for name, t in named)
+        first = named[0][0]
+        raise TypeError(
+            f"{' and '.join(name for name, _ in named)} must have the same dtype, got {listed}; "
+            f"convert them, e.g. `.to({first}.dtype)`"
+        )
+
+
+def check_module_dtype(name: str, x: Tensor, weight: Tensor, module: str) -> None:
+    """An input must have the dtype of the module's weights (float64 into a float32 module)."""
+    check_floating(name, x)
+    if x.dtype != weight.dtype and not _autocast_on(x.device.type):
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the weights of this {module} are {weight.dtype}; "
+            f"convert the input (`{name}.to({weight.dtype})`) or the module (`.to({x.dtype})`)"
+        )
+
+
+def _autocast_on(device_type: str) -> bool:
+    """Inside ``torch.autocast`` a float16 input to a float32 module is intended."""
+    try:
+        return bool(torch.is_autocast_enabled(device_type))
+    except TypeError:  # torch < 2.4 takes no argument (and means CUDA)
+        return bool(torch.is_autocast_enabled())
+
+
+def check_width(name: str, x: Tensor, d_model: int, what: str = "d_model") -> None:
+    """The last dimension of ``x`` must be the module's width."""
+    if x.size(-1) != d_model:
+        raise ValueError(f"{name} must have last dimension {what} = {d_model}, got shape {_shape(x)}")
+
+
+def check_nonempty(name: str, x: Tensor, dim: int, letter: str) -> None:
+    """A sequence must hold at least one position (``letter`` names the length, e.g. L_src)."""
+    if x.size(dim) == 0:
+        raise ValueError(f"{name} must hold at least one position ({letter} >= 1), got shape {_shape(x)}")

@@ -34,7 +34,7 @@ import math
 import torch
 from torch import Tensor
 
-from ._validate import check_mask, check_min_rank, check_rank
+from ._validate import check_mask, check_min_rank, check_positive_int, check_rank, check_same_dtype
 
 _LOG2_E = 1 / math.log(2)
 # Rows shorter than this go through softmax_last_axis's written-out path on the CPU
@@ -57,9 +57,15 @@ def scaled_dot_product_attention(
     Returns:
         ``(output, weights)``: ``output (..., L_q, d_v)``, ``weights (..., L_q, L_k)``;
         each row of ``weights`` sums to 1. Any number of leading dimensions.
+        Empty sequences behave as in ``F.scaled_dot_product_attention``: ``L_q = 0``
+        gives empty results, ``L_k = 0`` an all-zero output (nothing to average).
+
+    Raises a ``TypeError`` for integer inputs or inputs of different dtypes.
     """
     check_min_rank("value", value, 2, "(..., L_k, d_v)")
     weights = attention_weights(query, key, mask)  # (..., L_q, L_k)
+    if value.dtype != query.dtype:
+        check_same_dtype((("query", query), ("key", key), ("value", value)))
     if key.size(-2) != value.size(-2):
         raise ValueError(
             f"key and value must have the same length L_k (second to last dimension), got key "
@@ -77,6 +83,8 @@ def attention_weights(query: Tensor, key: Tensor, mask: Tensor | None = None) ->
     """
     check_min_rank("query", query, 2, "(..., L_q, d_k)")
     check_min_rank("key", key, 2, "(..., L_k, d_k)")
+    if query.dtype != key.dtype or not query.is_floating_point():
+        check_same_dtype((("query", query), ("key", key)))
     if query.size(-1) != key.size(-1):
         raise ValueError(
             f"query and key must have the same last dimension d_k, got query {tuple(query.shape)} "
@@ -93,7 +101,8 @@ def attention_weights(query: Tensor, key: Tensor, mask: Tensor | None = None) ->
 
 def softmax_last_axis(scores: Tensor) -> Tensor:
     """``scores.softmax(dim=-1)``, faster for short rows on the CPU (module docstring)."""
-    if scores.device.type != "cpu" or scores.size(-1) >= _SHORT_ROW:
+    # an empty row (L_k = 0) has no max: torch's softmax returns it empty, as SDPA does
+    if scores.device.type != "cpu" or scores.size(-1) >= _SHORT_ROW or scores.size(-1) == 0:
         return scores.softmax(dim=-1)
     # Subtracting the row's max keeps exp from overflowing; it cancels in the ratio, so
     # no gradient needs to flow through it (detach). exp(x) is taken as 2^(x log2 e):
@@ -110,8 +119,7 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     Row ``i`` is query position ``i``: it may attend to keys ``0..i`` (itself and the
     past), never to the future.
     """
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int, got {size!r}")
+    size = check_positive_int("size", size)
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 

@@ -34,6 +34,12 @@ Instructor workflow
 To publish from another repository or tag, change :data:`REPO_URL` or :data:`REF` here
 (the only place that defines them) and run step 3.
 
+Every notebook the build writes (a solution it updates, a student notebook, a solution
+it ran) is normalised (:func:`normalise`): the kernelspec and ``language_info`` a
+current ipykernel writes, without the patch version, and consecutive stream outputs
+merged, so that an unchanged rerun gives an unchanged file. ``--normalise FILE ...``
+does only that, to any notebooks.
+
 Options: ``--solutions DIR`` and ``--notebooks DIR`` (defaults ``solutions`` and
 ``notebooks`` under the current directory), ``--check``, ``--execute [NAME ...]``: first
 run the named solutions (``01_attention``, ``01_attention.ipynb`` or ``01``; default all)
@@ -342,6 +348,81 @@ def read_notebook(path: Path) -> tuple[object, list[str]]:
     return nb, repairs
 
 
+# What a current ipykernel writes into a notebook it runs, so that opening a notebook
+# changes as little as possible. Only `language_info.version` varies between machines:
+# it is stored as major.minor (the patch level would differ from one instructor's Python
+# to the next and show up in every diff). JupyterLab still marks a notebook modified when
+# its kernel reports another version (3.11.7 against a stored 3.11); the copies that
+# `course_utils.start` makes for a student carry that student's exact version instead.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+}
+# the part of a line that a later carriage return overwrites (as Jupyter and nbval show it)
+_OVERWRITTEN = re.compile(r"^.*\r(?=[^\n])", re.MULTILINE)
+
+
+def language_info(version: str | None = None) -> dict:
+    """ipykernel's ``language_info`` with ``version`` cut to major.minor (default: this Python)."""
+    parts = (version or "").split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        parts = [str(sys.version_info.major), str(sys.version_info.minor)]
+    return {**LANGUAGE_INFO, "version": ".".join(parts[:2])}
+
+
+def merge_streams(outputs: list) -> list:
+    """Consecutive stream outputs of one name (stdout, stderr) as one, with the text that a
+    carriage return overwrote removed: what Jupyter shows and nbval compares. A kernel
+    sends a cell's prints in chunks that differ from run to run; merged, a rerun that
+    prints the same text stores the same output."""
+    merged: list = []
+    for output in outputs:
+        previous = merged[-1] if merged else None
+        if (
+            output.get("output_type") == "stream"
+            and previous is not None
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == output.get("name")
+        ):
+            previous["text"] += output["text"]
+        else:
+            merged.append(copy.deepcopy(output))
+    for output in merged:
+        if output.get("output_type") == "stream":
+            output["text"] = _OVERWRITTEN.sub("", output["text"])
+    return merged
+
+
+def normalise(nb) -> list[str]:
+    """Give ``nb`` (in place) the metadata a current ipykernel writes (kernelspec
+    "Python 3 (ipykernel)", ``language_info`` without the patch version) and merged
+    stream outputs; return what changed (empty when it already was so)."""
+    changes = []
+    if nb.metadata.get("kernelspec") != KERNELSPEC:
+        nb.metadata["kernelspec"] = copy.deepcopy(KERNELSPEC)
+        changes.append('kernelspec set to "Python 3 (ipykernel)"')
+    stored = nb.metadata.get("language_info") or {}
+    wanted = language_info(stored.get("version") if isinstance(stored, dict) else None)
+    if stored != wanted:
+        nb.metadata["language_info"] = wanted
+        changes.append(f"language_info set to ipykernel's, version {wanted['version']}")
+    merged_cells = []
+    for i, cell in enumerate(nb.cells):
+        if cell.get("cell_type") == "code" and cell.get("outputs"):
+            merged = merge_streams(cell.outputs)
+            if merged != cell.outputs:
+                cell.outputs = [nbformat.from_dict(o) for o in merged]
+                merged_cells.append(str(i))
+    if merged_cells:
+        changes.append(f"stream outputs merged in cell(s) {', '.join(merged_cells)}")
+    return changes
+
+
 def render(nb) -> str:
     """The exact text written for a notebook (Jupyter's own format, trailing newline)."""
     text = nbformat.writes(nb, version=nbformat.NO_CONVERT)
@@ -390,7 +471,9 @@ def plan_build(solutions_dir: Path, notebooks_dir: Path) -> Plan:
         as_read, repairs = read_notebook(path)
         # Cell indices in marker errors are those of the file as read.
         student = student_notebook(as_read, path.name, plan.warnings)
+        normalise(student)  # the metadata a current ipykernel writes, as in the solution
         solution, reasons = with_header(as_read, "solutions", path.name)
+        reasons += normalise(solution)
         if repairs or reasons:
             plan.solution_updates[path] = render(solution)
             plan.solution_reasons[path] = repairs + reasons
@@ -464,8 +547,28 @@ def execute_solution(path: Path, timeout: int = EXECUTE_CELL_TIMEOUT) -> str | N
         return f"cell {current['cell']} raised {error.ename}: {error.evalue}"
     except (CellTimeoutError, DeadKernelError) as error:
         return f"cell {current['cell']}: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    normalise(nb)
     _write(path, render(nb))
     return None
+
+
+def normalise_files(paths: list[Path]) -> int:
+    """``--normalise``: :func:`normalise` each notebook in place; 2 if one cannot be read."""
+    status = 0
+    for path in paths:
+        try:
+            nb, repairs = read_notebook(path)
+        except BuildError as error:
+            print(f"error: {error}", file=sys.stderr)
+            status = 2
+            continue
+        changes = repairs + normalise(nb)
+        if changes:
+            _write(path, render(nb))
+            print(f"normalised {_show(path)} ({'; '.join(changes)})")
+        else:
+            print(f"unchanged  {_show(path)}")
+    return status
 
 
 def _show(path: Path) -> str:
@@ -490,7 +593,14 @@ def main(argv: list[str] | None = None) -> int:
         "--execute", nargs="*", metavar="NAME",
         help="first run these solutions (default: all) in place with a fresh kernel, then build",
     )
+    parser.add_argument(
+        "--normalise", nargs="+", type=Path, metavar="NOTEBOOK",
+        help="only give these notebooks the metadata a current ipykernel writes and merged stream "
+        "outputs, in place (a build does this to every notebook it writes)",
+    )
     args = parser.parse_args(argv)
+    if args.normalise:
+        return normalise_files(args.normalise)
     failed = False
     if args.execute is not None:
         if args.check:
@@ -527,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print("Out of date (run `python -m course_utils.build`):")
         for path, reasons in plan.solution_reasons.items():
-            print(f"  solution header: {_show(path)} ({'; '.join(reasons)})")
+            print(f"  solution: {_show(path)} ({'; '.join(reasons)})")
         for path in plan.missing:
             print(f"  missing: {_show(path)}")
         for path in plan.stale:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ._validate import check_rank
+from ._validate import check_positive_int, check_rank
 from .layers import FeedForward, LayerNorm
 from .multihead import MultiHeadAttention
 
@@ -79,6 +79,7 @@ class Decoder(nn.Module):
         norm_first: bool = False,
     ):
         super().__init__()
+        num_layers = check_positive_int("num_layers", num_layers)
         self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers))
         self.norm = LayerNorm(d_model) if norm_first else None
 

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_rank
+from ._validate import check_positive_int, check_rank
 
 
 class TokenEmbedding(nn.Module):
@@ -22,9 +22,9 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int):
         super().__init__()
-        self.vocab_size = vocab_size
-        self.d_model = d_model
-        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.embedding = nn.Embedding(self.vocab_size, self.d_model)
 
     def forward(self, tokens: Tensor) -> Tensor:
         check_rank("tokens", tokens, 2, "(B, L)")

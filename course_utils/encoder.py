@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ._validate import check_rank
+from ._validate import check_positive_int, check_rank
 from .layers import FeedForward, LayerNorm
 from .multihead import MultiHeadAttention
 
@@ -75,6 +75,7 @@ class Encoder(nn.Module):
         activation: str = "relu",
     ):
         super().__init__()
+        num_layers = check_positive_int("num_layers", num_layers)
         # a fresh layer each time: independent weights, independently initialised
         # (one module used num_layers times would tie them; deep copies start identical)
         self.layers = nn.ModuleList(

@@ -8,7 +8,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_min_rank
+from ._validate import check_floating, check_min_rank, check_module_dtype, check_positive_int, check_width
+
+# Input dtypes that LayerNorm normalises in float32 (and converts back).
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 class LayerNorm(nn.Module):
@@ -18,24 +21,32 @@ class LayerNorm(nn.Module):
     variance (divide by ``D``, not ``D - 1``) over the last axis, ``eps`` inside the
     square root: the same numbers as ``nn.LayerNorm(d_model, eps)``. ``weight`` starts
     at ones and ``bias`` at zeros, both learnable, shape ``(D,)``.
+
+    The output has the input's dtype; float16 and bfloat16 input is normalised in float32
+    (as ``nn.LayerNorm`` does inside), then converted back.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
-        self.d_model = d_model
+        self.d_model = check_positive_int("d_model", d_model)
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.weight = nn.Parameter(torch.ones(self.d_model))
+        self.bias = nn.Parameter(torch.zeros(self.d_model))
 
     def forward(self, x: Tensor) -> Tensor:
         check_min_rank("x", x, 1, "(..., D)")
-        if x.size(-1) != self.d_model:
-            raise ValueError(f"x must have last dimension d_model = {self.d_model}, got shape {tuple(x.shape)}")
+        check_floating("x", x)
+        check_width("x", x, self.d_model)
+        dtype = x.dtype
+        if dtype in _LOW_PRECISION:
+            x = x.float()  # statistics in float16 lose too much (and overflow above 65504)
         # two plain means rather than torch.var/var_mean: on the CPU those take a slow
         # non-vectorised path over the last axis, several times slower than this
         centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
         var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1), biased: divide by D
-        return centred * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        y = centred * torch.rsqrt(var + self.eps) * self.weight + self.bias  # (..., D)
+        return y.to(dtype)  # a no-op when x and the weights share a dtype
+
 
 
 # The feed-forward's non-linearity by name: ReLU (the paper), exact GELU (BERT, and
@@ -56,12 +67,17 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        self.d_ff = check_positive_int("d_ff", d_ff)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = nn.Linear(self.d_model, self.d_ff)
+        self.linear2 = nn.Linear(self.d_ff, self.d_model)
         self.activation = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
+        check_min_rank("x", x, 1, "(..., D)")
+        check_width("x", x, self.d_model)
+        check_module_dtype("x", x, self.linear1.weight, "FeedForward")
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, D)

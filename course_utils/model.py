@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ._validate import check_rank
+from ._validate import check_nonempty, check_rank
 from .attention import causal_mask, padding_mask
 from .decoder import Decoder
 from .embeddings import TokenEmbedding
@@ -74,6 +74,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         check_rank("src", src, 2, "(B, L_src) of token ids")
+        check_nonempty("src", src, 1, "L_src")  # memory with no position: nothing to translate
         x = self.positional_encoding(self.src_embedding(src))  # (B, L_src, D)
         return self.encoder(x, src_mask)  # (B, L_src, D)
 
@@ -85,7 +86,10 @@ class Transformer(nn.Module):
         memory_mask: Tensor | None = None,
     ) -> Tensor:
         check_rank("tgt", tgt, 2, "(B, L_tgt) of token ids")
-        if memory.dim() == 3 and memory.size(0) != tgt.size(0):
+        check_nonempty("tgt", tgt, 1, "L_tgt")  # decoding always starts with <bos>
+        check_rank("memory", memory, 3, "(B, L_src, D)")
+        check_nonempty("memory", memory, 1, "L_src")
+        if memory.size(0) != tgt.size(0):
             raise ValueError(
                 f"tgt and memory must have the same batch size, got tgt {tuple(tgt.shape)} "
                 f"and memory {tuple(memory.shape)}"
@@ -121,14 +125,15 @@ class Transformer(nn.Module):
 
 def make_src_mask(src: Tensor, pad_id: int) -> Tensor:
     """``(B, 1, L_src)``: every query may look at every real (non-pad) source token."""
-    from .attention import padding_mask
-
+    check_rank("src", src, 2, "(B, L_src) of token ids")
+    check_nonempty("src", src, 1, "L_src")
     return padding_mask(src, pad_id)
 
 
 def make_tgt_mask(tgt: Tensor, pad_id: int) -> Tensor:
     """``(B, L_tgt, L_tgt)``: causal and not padding (``True`` = may attend)."""
     check_rank("tgt", tgt, 2, "(B, L_tgt) of token ids")
+    check_nonempty("tgt", tgt, 1, "L_tgt")  # (causal_mask would blame its own `size`)
     return padding_mask(tgt, pad_id) & causal_mask(tgt.size(1), device=tgt.device)  # (B, L_tgt, L_tgt)
 
 

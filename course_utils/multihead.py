@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_mask, check_rank
+from ._validate import check_mask, check_module_dtype, check_positive_int, check_rank, check_width
 from .attention import attention_weights
 
 
@@ -22,8 +22,9 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     instead of a slice of features.
     """
     check_rank("x", x, 3, "(B, L, D)")
+    num_heads = check_positive_int("num_heads", num_heads)
     B, L, D = x.shape
-    if num_heads < 1 or D % num_heads != 0:
+    if D % num_heads != 0:
         raise ValueError(
             f"the last dimension of x (D = {D}) must be divisible by num_heads = {num_heads}"
         )
@@ -48,13 +49,16 @@ class MultiHeadAttention(nn.Module):
 
     ``weights`` are the attention probabilities before dropout, so they always sum to 1
     (``nn.MultiheadAttention`` returns them after dropout in training mode; in eval mode
-    the two agree). To collect them from a whole model use
+    the two agree). Empty sequences work as in ``F.scaled_dot_product_attention``
+    (``L_k = 0`` gives an all-zero context). To collect them from a whole model use
     :func:`course_utils.record_attention`.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0):
         super().__init__()
-        if num_heads < 1 or d_model % num_heads != 0:
+        d_model = check_positive_int("d_model", d_model)
+        num_heads = check_positive_int("num_heads", num_heads)
+        if d_model % num_heads != 0:
             raise ValueError(
                 f"d_model = {d_model} must be divisible by num_heads = {num_heads} "
                 f"(each head gets d_k = d_model // num_heads features)"
@@ -77,11 +81,8 @@ class MultiHeadAttention(nn.Module):
             ("value", value, "(B, L_k, D)"),
         ):
             check_rank(name, t, 3, letters)
-            if t.size(-1) != self.d_model:
-                raise ValueError(
-                    f"{name} must have last dimension d_model = {self.d_model}, "
-                    f"got shape {tuple(t.shape)}"
-                )
+            check_width(name, t, self.d_model)
+            check_module_dtype(name, t, self.w_q.weight, "MultiHeadAttention")
         if key.shape[:2] != value.shape[:2]:
             raise ValueError(
                 f"key and value must share batch and length (B, L_k), got key "

@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_rank
+from ._validate import check_floating, check_positive_int, check_rank, check_width
 
 
 def sinusoidal_positional_encoding(max_len: int, d_model: int) -> Tensor:
@@ -24,9 +24,8 @@ def sinusoidal_positional_encoding(max_len: int, d_model: int) -> Tensor:
     Column pair ``(2i, 2i+1)`` is ``(sin, cos)`` of ``pos / 10000^(2i / d_model)``: a
     wavelength that grows geometrically from ``2*pi`` to ``10000 * 2*pi``.
     """
-    for name, value in (("max_len", max_len), ("d_model", d_model)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    max_len = check_positive_int("max_len", max_len)
+    d_model = check_positive_int("d_model", d_model)
     if d_model % 2 != 0:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
@@ -43,27 +42,30 @@ def sinusoidal_positional_encoding(max_len: int, d_model: int) -> Tensor:
 class PositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal table to embeddings, then applies dropout.
 
-    ``forward(x (B, L, D)) -> dropout(x + pe[:L])``. The table is a buffer (saved with
-    the model and moved by ``.to(device)``), not a parameter: it is never trained.
+    ``forward(x (B, L, D)) -> dropout(x + pe[:L])``, in ``x``'s dtype: float16 and
+    bfloat16 input stays so (the table is converted, the input is not promoted). The table
+    is a buffer (saved with the model and moved by ``.to(device)``), not a parameter: it
+    is never trained.
     """
 
     pe: Tensor
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
         super().__init__()
-        self.d_model = d_model
-        self.max_len = max_len
+        self.d_model = check_positive_int("d_model", d_model)
+        self.max_len = check_positive_int("max_len", max_len)
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model))
 
     def forward(self, x: Tensor) -> Tensor:
         check_rank("x", x, 3, "(B, L, D)")
-        B, L, D = x.shape
-        if D != self.d_model:
-            raise ValueError(f"x must have last dimension d_model = {self.d_model}, got shape {tuple(x.shape)}")
+        check_floating("x", x)
+        check_width("x", x, self.d_model)
+        L = x.size(1)
         if L > self.max_len:
             raise ValueError(
                 f"sequence length L = {L} is longer than the positional encoding's "
                 f"max_len = {self.max_len}; build it with a larger max_len"
             )
-        return self.dropout(x + self.pe[:L])  # (B, L, D); pe[:L] broadcasts over the batch
+        pe = self.pe[:L].to(x.dtype)  # (L, D); a no-op for float32 input
+        return self.dropout(x + pe)  # (B, L, D); pe broadcasts over the batch

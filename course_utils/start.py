@@ -12,8 +12,9 @@ every ``notebooks/*.ipynb`` that it does not have yet. Students work in ``DIR``,
 Rules, in order of importance:
 
 1. A file that exists in ``DIR`` is never written to, not even when it is identical to
-   the course's version, and nothing is ever deleted or renamed. New files are created
-   with ``open(..., "x")``, which fails rather than replace a file.
+   the course's version, and nothing is ever deleted or renamed. A new file is written
+   under a temporary name, then hard-linked to its name, which fails rather than replace
+   a file and never shows a half-written copy (:func:`write_new_file`).
 2. Each copy records the course version it came from: the SHA-256 of the source notebook
    at copy time, in the copy's own notebook metadata (``metadata.course.source_sha256``,
    which travels with the file and which Jupyter keeps when saving) and in the hidden
@@ -39,6 +40,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,8 +81,9 @@ def _beside_pattern(name: str) -> re.Pattern:
 def stamped_copy(data: bytes, source_name: str, digest: str) -> bytes:
     """The bytes of a copy: the source notebook with its version recorded in its metadata.
 
-    Written in Jupyter's own layout (indent 1, sorted keys, trailing newline) so the first
-    save in Jupyter changes as little as possible. A source that is not valid notebook
+    Written in Jupyter's own layout (indent 1, sorted keys, trailing newline), and with
+    this Python's version in ``language_info``, so that opening it in Jupyter (whose
+    kernel runs this Python when started by ``course.py``) changes nothing. A source that is not valid notebook
     JSON is copied byte for byte (its version is then in the manifest only).
     """
     try:
@@ -93,6 +96,12 @@ def stamped_copy(data: bytes, source_name: str, digest: str) -> bytes:
     if not isinstance(metadata, dict):
         return data
     metadata[METADATA_KEY] = {"source": source_name, "source_sha256": digest}
+    language = metadata.get("language_info")
+    if isinstance(language, dict) and language.get("name") == "python":
+        # This Python's exact version, which its kernel reports: JupyterLab marks a notebook
+        # modified when the kernel's language_info differs from the stored one (the course
+        # stores major.minor only), so the copy would ask to be saved as soon as it opens.
+        metadata["language_info"] = {**language, "version": sys.version.split()[0]}
     return (json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
@@ -109,11 +118,30 @@ def recorded_in_notebook(path: Path) -> str | None:
 def write_new_file(path: Path, data: bytes) -> bool:
     """Create ``path`` with ``data``; False (and nothing written) if it exists already.
 
-    Mode "x" is O_CREAT | O_EXCL: the check and the creation are one step, so even a file
-    that appears in between is not replaced.
+    The bytes go to a temporary file first, which is then hard-linked to ``path``: the
+    link appears whole (a second run at the same time never reads a half-written copy)
+    and, like ``open(path, "x")``, fails rather than replace an existing file. Where the
+    file system has no hard links, ``open(path, "x")`` itself is used.
     """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with open(path, "xb") as f:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here (e.g. FAT, some network drives)
+            return _write_exclusive(path, data)
+        return True
+    finally:
+        os.unlink(tmp)
+
+
+def _write_exclusive(path: Path, data: bytes) -> bool:
+    try:
+        with open(path, "xb") as f:  # O_CREAT | O_EXCL: never replaces a file
             f.write(data)
     except FileExistsError:
         return False
@@ -314,6 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         report = start(args.source, args.target, write_new=args.write_new)
     except (FileNotFoundError, NotADirectoryError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a read-only folder, a full disk, ...
+        reason = error.strerror or str(error)
+        print(
+            f"error: cannot write your copies to {_show(args.target)}: {reason}. Choose a folder "
+            f"you can write to: python -m course_utils.start DIR",
+            file=sys.stderr,
+        )
         return 2
     print(format_report(report, args.target, args.rerun_hint))
     return 0

@@ -282,7 +282,7 @@ def test_check_reports_missing_stale_extra_and_passes_after_build(tmp_path, caps
     assert run_build(solutions, notebooks, "--check") == 1
     out = capsys.readouterr().out
     assert "missing: " in out and f"notebooks/{DEMO}" in out and "notebooks/02_second.ipynb" in out
-    assert "solution header: " in out and "no cell tagged colab-setup" in out
+    assert "solution: " in out and "no cell tagged colab-setup" in out
     assert snapshot(solutions) == before and not notebooks.exists()  # --check writes nothing
 
     assert run_build(solutions, notebooks) == 0
@@ -302,7 +302,7 @@ def test_check_reports_missing_stale_extra_and_passes_after_build(tmp_path, caps
     assert re.search(r"stale: +\S*notebooks/01_demo\.ipynb", out)
     assert re.search(r"missing: +\S*notebooks/02_second\.ipynb", out)
     assert re.search(r"extra: +\S*notebooks/09_orphan\.ipynb", out)
-    assert "scratch" not in out and "solution header" not in out
+    assert "scratch" not in out and "solution: " not in out
     assert snapshot(solutions, notebooks) == before
 
     assert run_build(solutions, notebooks) == 0
@@ -571,3 +571,137 @@ def test_a_generated_stub_gets_the_checkers_friendly_verdict(capsys):
     assert result.status == "not implemented", result.feedback
     assert "your `causal_mask`" in result.feedback and "from course_utils import causal_mask" in result.feedback
     capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- normalised notebooks
+
+
+def _stream(name, text):
+    return nbformat.v4.new_output("stream", name=name, text=text)
+
+
+def test_normalise_sets_ipykernel_metadata_and_merges_streams():
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python", "version": "3.12.4"},
+        "course": {"kept": True},  # other metadata is left alone
+    }
+    display = nbformat.v4.new_output("display_data", data={"text/plain": "shown"})
+    nb.cells = [
+        nbformat.v4.new_code_cell("a", outputs=[
+            _stream("stdout", "1\n"), _stream("stdout", "2\n"), _stream("stderr", "warn\n"),
+            _stream("stderr", "more\n"), _stream("stdout", "3\n"), display, _stream("stdout", "4\n"),
+        ]),
+        # a progress bar: what a carriage return overwrote is dropped, as Jupyter shows it
+        nbformat.v4.new_code_cell("b", outputs=[_stream("stderr", " 10%\r"), _stream("stderr", " 50%\r100%\n")]),
+        nbformat.v4.new_code_cell("c", outputs=[_stream("stdout", "alone\n")]),
+        nbformat.v4.new_markdown_cell("text"),
+    ]
+    changes = build.normalise(nb)
+    assert nb.metadata["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    assert nb.metadata["language_info"] == {
+        "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py", "mimetype": "text/x-python",
+        "name": "python", "nbconvert_exporter": "python", "pygments_lexer": "ipython3", "version": "3.12",
+    }
+    assert nb.metadata["course"] == {"kept": True}
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in nb.cells[0].outputs] == [
+        ("stream", "stdout", "1\n2\n"), ("stream", "stderr", "warn\nmore\n"), ("stream", "stdout", "3\n"),
+        ("display_data", None, None), ("stream", "stdout", "4\n"),
+    ]
+    assert [o.text for o in nb.cells[1].outputs] == ["100%\n"]
+    assert [o.text for o in nb.cells[2].outputs] == ["alone\n"]
+    assert len(changes) == 3 and "stream outputs merged in cell(s) 0, 1" in changes
+    nbformat.validate(nb)
+    assert build.normalise(nb) == []  # idempotent
+
+
+@pytest.mark.parametrize("stored, version", [("3.11.7", "3.11"), ("3.13.0rc1", "3.13"), ("3.10", "3.10")])
+def test_language_info_keeps_major_minor(stored, version):
+    assert build.language_info(stored)["version"] == version
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert build.language_info(None)["version"] == build.language_info("garbage")["version"] == here
+
+
+def test_merged_streams_compare_equal_under_nbval():
+    """nbval merges a cell's streams itself before comparing, so notebooks stored before
+    normalising and after compare the same."""
+    plugin = pytest.importorskip("nbval.plugin")
+    outputs = [_stream("stdout", "a\n"), _stream("stdout", "b 1%\rb 2%\n"), _stream("stderr", "w\n")]
+    merged = [nbformat.from_dict(o) for o in build.merge_streams(outputs)]
+    theirs = plugin.coalesce_streams(copy_outputs(outputs))
+    assert [(o.name, o.text) for o in plugin.coalesce_streams(merged)] == [(o.name, o.text) for o in theirs]
+
+
+def copy_outputs(outputs):
+    return [nbformat.from_dict(dict(o)) for o in outputs]
+
+
+def test_build_normalises_solution_and_student_and_normalise_cli(tmp_path, capsys):
+    solutions, notebooks = copy_fixture(tmp_path)
+    nb = nbformat.read(solutions / DEMO, as_version=4)
+    nb.metadata["kernelspec"]["display_name"] = "Python 3"
+    nb.metadata["language_info"] = {"name": "python", "version": "3.11.7"}
+    nb.cells[-2].outputs = [_stream("stdout", "pi = "), _stream("stdout", "3.1416\n")] + nb.cells[-2].outputs[1:]
+    nbformat.write(nb, solutions / DEMO)
+    assert run_build(solutions, notebooks, "--check") == 1
+    assert "kernelspec set to" in capsys.readouterr().out
+    assert run_build(solutions, notebooks) == 0
+    for path in (solutions / DEMO, notebooks / DEMO):
+        written = nbformat.read(path, as_version=4)
+        assert written.metadata["kernelspec"] == build.KERNELSPEC
+        assert written.metadata["language_info"]["version"] == "3.11"
+    solution = nbformat.read(solutions / DEMO, as_version=4)
+    assert solution.cells[-2].outputs[0].text == "pi = 3.1416\n"
+    assert run_build(solutions, notebooks, "--check") == 0
+
+    other = tmp_path / "elsewhere.ipynb"
+    nbformat.write(nb, other)
+    capsys.readouterr()
+    assert main(["--normalise", str(other), str(tmp_path / "missing.ipynb")]) == 2
+    captured = capsys.readouterr()
+    assert "normalised" in captured.out and "cannot read notebook" in captured.err
+    assert build.normalise(nbformat.read(other, as_version=4)) == []
+    assert main(["--normalise", str(other)]) == 0
+    assert "unchanged" in capsys.readouterr().out
+
+
+def test_execute_twice_gives_the_same_file(tmp_path):
+    """A kernel sends prints in chunks that vary from run to run; stored merged, an
+    unchanged rerun is an unchanged file (an instructor's git diff shows real changes only)."""
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import sys, time\n"
+        "for i in range(40):\n"
+        "    print(i, flush=True)\n"
+        "    if i % 7 == 0:\n"
+        "        print('e', i, file=sys.stderr, flush=True)\n"
+        "    time.sleep(0.002)\n"
+    )])
+    path = solutions / "01_chunks.ipynb"
+    nbformat.write(nb, path)
+    assert build.execute_solution(path) is None
+    first = path.read_bytes()
+    ran = nbformat.read(path, as_version=4)
+    assert ran.metadata["kernelspec"] == build.KERNELSPEC
+    streams = [(o.name, o.text) for o in ran.cells[0].outputs]
+    assert all(a[0] != b[0] for a, b in zip(streams, streams[1:]))  # no two in a row of one name
+    assert "".join(t for n, t in streams if n == "stdout") == "".join(f"{i}\n" for i in range(40))
+    assert build.execute_solution(path) is None
+    assert path.read_bytes() == first
+
+
+NOTEBOOKS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb")) + sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])
+def test_committed_notebooks_are_normalised(path):
+    """Every committed notebook has the metadata a current ipykernel writes ("Python 3
+    (ipykernel)", language version without the patch level) and merged streams.
+    (`python -m course_utils.build` normalises them all.)"""
+    nb = nbformat.read(path, as_version=4)
+    assert nb.metadata.get("kernelspec") == build.KERNELSPEC
+    assert nb.metadata.get("language_info") == build.language_info(nb.metadata["language_info"].get("version"))
+    assert re.fullmatch(r"3\.\d+", nb.metadata["language_info"]["version"])
+    assert build.normalise(nb) == []

@@ -193,3 +193,167 @@ def test_check_mask_accepts_exactly_the_shapes_that_broadcast_to_the_scores():
         else:
             with pytest.raises(ValueError, match=r"cannot be broadcast"):
                 check_mask(mask, torch.Size(target))
+
+
+# ---------------------------------------------------------------- empty sequences
+
+
+def test_empty_sequences_in_attention_behave_like_torch():
+    """L_q = 0 gives empty results and L_k = 0 an all-zero output, as in
+    F.scaled_dot_product_attention (not amax's "Expected reduction dim -1 to have non-zero size")."""
+    import torch.nn.functional as F
+
+    for L_q, L_k in ((3, 0), (0, 3), (0, 0), (20, 0)):  # 20: a row long enough for torch's softmax
+        q, k, v = torch.randn(2, L_q, 4), torch.randn(2, L_k, 4), torch.randn(2, L_k, 5)
+        out, weights = scaled_dot_product_attention(q, k, v, torch.ones(L_q, L_k, dtype=torch.bool))
+        assert out.shape == (2, L_q, 5) and weights.shape == (2, L_q, L_k)
+        torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+        mha = MultiHeadAttention(8, 2)
+        query, kv = torch.randn(2, L_q, 8), torch.randn(2, L_k, 8)
+        out, weights = mha(query, kv, kv)
+        assert out.shape == (2, L_q, 8) and weights.shape == (2, 2, L_q, L_k)
+        assert not out.isnan().any()
+
+
+def test_empty_source_or_target_in_the_model_names_the_argument(model):
+    from course_utils import make_src_mask, make_tgt_mask
+
+    empty = torch.ones(2, 0, dtype=torch.long)
+    ok = torch.ones(2, 3, dtype=torch.long)
+    _raises(ValueError, model, empty, ok, must_contain=("src", "L_src >= 1", "(2, 0)"))
+    _raises(ValueError, model, ok, empty, must_contain=("tgt", "L_tgt >= 1", "(2, 0)"))
+    _raises(ValueError, model.greedy_decode, empty, 5, 1, 2, must_contain=("src", "(2, 0)"))
+    message = _raises(ValueError, make_tgt_mask, empty, 0, must_contain=("tgt", "L_tgt >= 1", "(2, 0)"))
+    assert "size" not in message  # the caller passed no `size`
+    _raises(ValueError, make_src_mask, empty, 0, must_contain=("src", "(2, 0)"))
+
+
+# ---------------------------------------------------------------- dtypes
+
+F32, F64 = torch.float32, torch.float64
+
+
+@pytest.mark.parametrize(
+    "dtypes, must_contain",
+    [
+        ((F32, F64, F32), ("query torch.float32", "key torch.float64", "same dtype")),
+        ((F32, F32, F64), ("value torch.float64", "same dtype")),
+        ((F64, F32, F32), ("query torch.float64", "key torch.float32")),
+        ((torch.long, torch.long, torch.long), ("query", "floating-point", "torch.int64")),
+        ((F32, torch.long, F32), ("key", "floating-point", "torch.int64")),
+        ((F32, F32, torch.int32), ("value", "floating-point", "torch.int32")),
+    ],
+)
+def test_mixed_or_integer_dtypes_in_attention_are_a_type_error(dtypes, must_contain):
+    q, k, v = (torch.randint(0, 3, (2, 3, 4)).to(dtype) for dtype in dtypes)
+    message = _raises(TypeError, scaled_dot_product_attention, q, k, v, must_contain=must_contain)
+    assert "expected scalar type" not in message
+
+
+@pytest.mark.parametrize("which", range(3))
+def test_input_dtype_must_match_a_modules_weights(which):
+    mha = MultiHeadAttention(8, 2)
+    args = [torch.randn(2, 3, 8) for _ in range(3)]
+    args[which] = args[which].double()
+    name = ("query", "key", "value")[which]
+    _raises(TypeError, mha, *args, must_contain=(name, "torch.float64", "torch.float32"))
+    args[which] = torch.ones(2, 3, 8, dtype=torch.long)
+    _raises(TypeError, mha, *args, must_contain=(name, "floating-point", "torch.int64"))
+
+
+def test_float64_into_float32_feed_forward_and_encoder_layer():
+    from course_utils import FeedForward
+
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    _raises(TypeError, FeedForward(8, 16), x, must_contain=("x", "torch.float64", "FeedForward", "torch.float32"))
+    _raises(TypeError, EncoderLayer(8, 2, 16), x, must_contain=("torch.float64", "torch.float32"))
+    # a float64 module takes float64 input
+    assert FeedForward(8, 16).double()(x).dtype == torch.float64
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_positional_encoding_and_layer_norm_keep_the_input_dtype(dtype):
+    from course_utils import LayerNorm
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8).to(dtype)
+    pe = PositionalEncoding(8, max_len=10)
+    out = pe(x)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), (x.double() + pe.pe[:5].double()), atol=1e-2, rtol=1e-2)
+    norm = LayerNorm(8)
+    out = norm(x)
+    assert out.dtype == dtype
+    expected = torch.nn.functional.layer_norm(x.double(), (8,))
+    tol = {torch.float16: 2e-3, torch.bfloat16: 2e-2}.get(dtype, 1e-5)
+    torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol)
+
+
+# ---------------------------------------------------------------- sizes
+
+
+def _encoder(num_layers):
+    from course_utils import Encoder
+
+    return Encoder(num_layers, 8, 2, 16)
+
+
+def _decoder(num_layers):
+    from course_utils import Decoder
+
+    return Decoder(num_layers, 8, 2, 16)
+
+
+def _layer_norm(d_model):
+    from course_utils import LayerNorm
+
+    return LayerNorm(d_model)
+
+
+def _feed_forward(d_model, d_ff):
+    from course_utils import FeedForward
+
+    return FeedForward(d_model, d_ff)
+
+
+@pytest.mark.parametrize(
+    "build, args, name, shown",
+    [
+        (MultiHeadAttention, (8, 2.0), "num_heads", "2.0"),
+        (MultiHeadAttention, (8.0, 2), "d_model", "8.0"),
+        (MultiHeadAttention, (0, 1), "d_model", "0"),
+        (MultiHeadAttention, (8, -2), "num_heads", "-2"),
+        (MultiHeadAttention, (8, True), "num_heads", "True"),
+        (TokenEmbedding, (-3, 8), "vocab_size", "-3"),
+        (TokenEmbedding, (0, 8), "vocab_size", "0"),
+        (TokenEmbedding, (10, 0), "d_model", "0"),
+        (PositionalEncoding, (8, 0), "max_len", "0"),
+        (PositionalEncoding, (8.0,), "d_model", "8.0"),
+        (_layer_norm, (0,), "d_model", "0"),
+        (_feed_forward, (8, 0), "d_ff", "0"),
+        (_feed_forward, (8, 16.0), "d_ff", "16.0"),
+        (_encoder, (-1,), "num_layers", "-1"),
+        (_encoder, (0,), "num_layers", "0"),
+        (_decoder, (-1,), "num_layers", "-1"),
+        (lambda n: Transformer(10, 8, d_model=8, num_heads=2, num_layers=n, d_ff=16), (0,), "num_layers", "0"),
+        (lambda v: Transformer(v, 8, d_model=8, num_heads=2, num_layers=1, d_ff=16), (0,), "vocab_size", "0"),
+        (split_heads, (torch.randn(2, 3, 8), 2.0), "num_heads", "2.0"),
+    ],
+)
+def test_sizes_must_be_positive_ints(build, args, name, shown):
+    _raises(ValueError, build, *args, must_contain=(name, "positive int", shown))
+
+
+def test_sizes_accept_numpy_and_tensor_ints():
+    import numpy as np
+
+    mha = MultiHeadAttention(np.int64(8), torch.tensor(2))
+    assert (mha.d_model, mha.num_heads, mha.d_k) == (8, 2, 4) and type(mha.d_k) is int
+    assert mha(*[torch.randn(1, 3, 8)] * 3)[0].shape == (1, 3, 8)
+
+
+def test_feed_forward_checks_the_width():
+    from course_utils import FeedForward
+
+    _raises(ValueError, FeedForward(8, 16), torch.randn(2, 3, 6), must_contain=("x", "d_model = 8", "(2, 3, 6)"))
+    _raises(ValueError, FeedForward(8, 16, activation="gelu"), torch.randn(4, 6), must_contain=("d_model = 8", "(4, 6)"))

@@ -187,7 +187,21 @@ def test_pyproject_declares_the_package_and_its_bounds(project):
         "torch": ">=2.2", "numpy": "", "matplotlib": "", "seaborn": "", "tqdm": "",
         "ipywidgets": ">=7.6",
     }
-    assert set(project["optional-dependencies"]) == {"dev", "lab"}
+    assert set(project["optional-dependencies"]) == {"dev", "lab", "browser"}
+
+
+def _installed_from() -> Path | None:
+    """The folder an editable or local install of the package came from (PEP 610)."""
+    import importlib.metadata
+    import json
+    from urllib.parse import unquote, urlparse
+
+    try:
+        raw = importlib.metadata.distribution("transformer-course").read_text("direct_url.json")
+        url = urlparse(json.loads(raw)["url"])
+    except (importlib.metadata.PackageNotFoundError, TypeError, ValueError, KeyError):
+        return None
+    return Path(unquote(url.path)).resolve() if url.scheme == "file" else None
 
 
 def test_installed_metadata_matches_pyproject():
@@ -196,6 +210,9 @@ def test_installed_metadata_matches_pyproject():
     found = check_env.requirements_from_metadata()
     if found is None:
         pytest.skip("transformer-course is not installed in this environment")
+    source = _installed_from()
+    if source is not None and source != ROOT.resolve():
+        pytest.skip(f"transformer-course is installed from another checkout ({source})")
     from_metadata, python_meta = found
     from_file, python_file = check_env.requirements_from_pyproject(PYPROJECT)
 
@@ -227,7 +244,7 @@ def test_check_env_reports_every_requirement_and_passes():
     assert any(re.fullmatch(r"\[INFO\] device: (CPU|CUDA) .*", line) for line in lines)
     names = [line.split()[1] for line in lines if line.startswith("[OK] ")]
     for req in check_env.requirements_from_pyproject(PYPROJECT)[0]:
-        if req.extra in (None, "dev"):  # lab's are all in dev too
+        if req.extra in (None, "dev"):  # only the extras asked for (--extra dev)
             assert req.name in names
     assert len(names) == len(set(names))  # ipykernel/jupyterlab are in two groups: once
 
@@ -441,9 +458,20 @@ def fake_course(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCH_SPEC", raising=False)
     monkeypatch.delenv("TORCH_INDEX_URL", raising=False)
     course.installs = []
-    course.probe = {"python": [3, 11, 0], "pip": "23.2.1", "torch": "2.13.0+cpu"}
+    course.probe = {"python": [3, 11, 0], "pip": "23.2.1", "torch": "2.13.0+cpu", "course": str(tmp_path)}
     monkeypatch.setattr(course, "probe_venv", lambda: course.probe)
-    monkeypatch.setattr(course, "pip_install", lambda args, what: course.installs.append(args))
+    # the torch build: as on a Linux machine without a GPU whose pip has no index of its own
+    monkeypatch.setattr(course.sys, "platform", "linux")
+    monkeypatch.setattr(course, "nvidia_smi_present", lambda: False)
+    monkeypatch.setattr(course, "pip_configured_index", lambda: None)
+    course.reached = []
+    monkeypatch.setattr(course, "reachable", lambda url: course.reached.append(url) or True)
+    def fake_pip_install(args, what):
+        course.installs.append(args)
+        if args[0].startswith("torch"):  # what pip would have done
+            course.probe["torch"] = args[0].split("==")[-1]
+
+    monkeypatch.setattr(course, "pip_install", fake_pip_install)
     return course
 
 
@@ -477,7 +505,8 @@ def test_torch_is_installed_when_missing_or_too_old(fake_course, monkeypatch):
     monkeypatch.delenv("TORCH_SPEC")
     monkeypatch.delenv("TORCH_INDEX_URL")  # a different torch request invalidates the stamp
     course.ensure_installed(("dev",))
-    assert course.installs[2] == ["torch==2.13.0"]
+    # Linux, no nvidia-smi: the CPU build by default
+    assert course.installs[2] == ["torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu"]
 
 
 def test_broken_venv_is_recreated_but_foreign_folder_is_not_deleted(fake_course, monkeypatch):
@@ -503,3 +532,239 @@ def test_broken_venv_is_recreated_but_foreign_folder_is_not_deleted(fake_course,
     with pytest.raises(SystemExit):
         course.ensure_venv()
     assert (course.VENV / "my-notes.txt").exists()
+
+
+CPU = "https://download.pytorch.org/whl/cpu"
+
+
+def _never(*args):
+    raise AssertionError("asked although the answer was already known")
+
+
+@pytest.mark.parametrize(
+    "environ, platform, smi, configured, reach, index, note",
+    [
+        # TORCH_INDEX_URL wins everywhere, and nothing is probed
+        ({"TORCH_INDEX_URL": "https://x/cu126"}, "linux", False, _never, _never, "https://x/cu126", None),
+        ({"TORCH_INDEX_URL": "https://x/cu126"}, "darwin", False, _never, _never, "https://x/cu126", None),
+        # Linux without nvidia-smi: the CPU index
+        ({}, "linux", False, lambda: None, lambda url: True, CPU, "no NVIDIA GPU found (nvidia-smi absent)"),
+        # ... unless pip's own configuration names an index (a mirror, a wheel folder) ...
+        ({}, "linux", False, lambda: "global.index-url='https://mirror/simple'", _never, None,
+         "your pip configuration sets global.index-url"),
+        # ... or the CPU index cannot be reached (offline, with wheels found by pip's config)
+        ({}, "linux", False, lambda: None, lambda url: False, None, "cannot be reached"),
+        # a GPU: PyPI's default (CUDA) build; macOS and Windows: PyPI's default, no note
+        ({}, "linux", True, _never, _never, None, "NVIDIA GPU found (nvidia-smi)"),
+        ({}, "darwin", False, _never, _never, None, None),
+        ({}, "win32", False, _never, _never, None, None),
+    ],
+)
+def test_choose_torch_index(environ, platform, smi, configured, reach, index, note):
+    course = _load_course_module()
+    got_index, got_note = course.choose_torch_index(environ, platform, smi, configured, reach)
+    assert got_index == index
+    if note is None:
+        assert got_note is None
+    else:
+        assert note in got_note
+        assert "TORCH_INDEX_URL" in got_note or "pip configuration" in got_note  # says how to choose
+
+
+def test_pip_configured_index_sees_pip_config_and_variables(monkeypatch, tmp_path):
+    course = _load_course_module()
+    monkeypatch.setattr(course, "venv_python", lambda: Path(sys.executable))
+    for name in ("PIP_INDEX_URL", "PIP_NO_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "pip.conf"
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    config.write_text("[global]\nextra-index-url = https://extra/simple\nfind-links = /opt/wheels\n")
+    assert course.pip_configured_index() is None  # extra indexes and wheel folders add, not replace
+    config.write_text("[global]\nindex-url = https://mirror/simple\n")
+    assert "index-url='https://mirror/simple'" in course.pip_configured_index()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    assert course.pip_configured_index() == "PIP_NO_INDEX=1"
+
+
+def test_reachable_gives_up_quickly():
+    course = _load_course_module()
+    import time
+
+    start = time.monotonic()
+    assert course.reachable("https://no-such-host.invalid/whl/cpu", timeout=2.0) is False
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"torch": None}, "torch is not installed or does not import"),
+        ({"course": None}, "the course package (course_utils) does not import"),
+        ({"course": "/somewhere/else"}, "the course package is installed from /somewhere/else"),
+    ],
+)
+def test_ready_only_when_torch_and_the_course_package_import(fake_course, change, problem, capsys):
+    """A matching stamp is not enough: torch removed from .venv (or the course package gone
+    or installed from another clone) means pip runs again."""
+    course = fake_course
+    course.ensure_installed(("dev",))
+    assert len(course.installs) == 1
+    course.probe.update(change)
+
+    def repairing_pip(args, what):
+        course.installs.append(args)
+        course.probe.update(torch="2.13.0", course=str(course.ROOT))
+
+    course.pip_install = repairing_pip
+    course.ensure_installed(("dev",))
+    out = capsys.readouterr().out
+    assert f"needs repair: {problem}" in out
+    assert "skipping pip" not in out.split("needs repair")[1]
+    assert course.installs[-1] == ["-e", ".[dev]"]
+    if change.get("torch", "x") is None:
+        assert course.installs[-2][0] == "torch==2.13.0"
+
+
+def test_install_that_still_does_not_import_fails_clearly(fake_course, capsys):
+    course = fake_course
+    course.probe["course"] = None  # and pip does not fix it
+    with pytest.raises(SystemExit):
+        course.ensure_installed(("dev",))
+    err = capsys.readouterr().err
+    assert "after installing, the course package (course_utils) does not import" in err
+    assert "Delete .venv/" in err
+    assert not course.STAMP.exists()
+
+
+def test_probe_venv_reports_an_uninstalled_torch_and_course_package(monkeypatch, tmp_path):
+    """The real probe, run with this Python: torch imports; with torch blocked, None."""
+    course = _load_course_module()
+    monkeypatch.setattr(course, "venv_python", lambda: Path(sys.executable))
+    monkeypatch.setattr(course, "VENV", tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    info = course.probe_venv()
+    assert info["torch"] and info["course"] and Path(info["course"]).resolve() == ROOT.resolve()
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{__import__('os').pathsep}{ROOT}")
+    assert course.probe_venv()["torch"] is None
+
+
+def test_course_py_version_check_is_readable_by_old_pythons():
+    """Python 3.6-3.9 must reach the version check and print one line, not a SyntaxError:
+    the file parses with 3.6's grammar, has no `from __future__ import annotations`
+    (a compile error before 3.7) and checks the version before anything else runs. Older
+    Pythons stop at the first f-string, which must be the line that says what to do."""
+    source = COURSE_PY.read_text()
+    tree = ast.parse(source, feature_version=(3, 6))
+    first_f_string = next(line for line in source.splitlines() if re.search(r'\bf"', line))
+    assert "Python 3.10+ is needed" in first_f_string
+    futures = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
+    assert futures == []
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    assert isinstance(body[0], ast.Import) and [a.name for a in body[0].names] == ["sys"]
+    assert isinstance(body[1], ast.If) and "version_info" in ast.unparse(body[1].test)
+    # and the check itself, as Python 3.6 would run it
+    code = (
+        "import sys\n"
+        "sys.version_info = (3, 6, 9, 'final', 0); sys.version = '3.6.9 (default)'\n"
+        f"exec(compile(open({str(COURSE_PY)!r}).read(), 'course.py', 'exec'), {{'__name__': '__main__'}})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith("[course] ERROR: Python 3.10+ is needed; this is 3.6.9.")
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+# Stand-ins for the programs course.py runs, with their Ctrl+C behaviour: Jupyter asks
+# "Shut down this Jupyter server (y/[n])?" and keeps running (it stops on SIGTERM);
+# pytest stops by itself with a summary.
+FAKE_SERVER = '''
+import signal, sys, time
+def ask(*_):
+    print("Shut down this Jupyter server (y/[n])? ", end="", flush=True)
+def stop(*_):
+    print("fake server: shutting down", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGINT, ask)
+signal.signal(signal.SIGTERM, stop)
+print("fake server: ready", flush=True)
+for _ in range(600):
+    time.sleep(0.1)
+print("fake server: never stopped", flush=True)
+'''
+FAKE_PYTEST = '''
+import time
+print("fake server: ready", flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("fake pytest: interrupted, 3 passed", flush=True)
+    raise SystemExit(2)
+'''
+DRIVER = '''
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("course_script", sys.argv[1])
+course = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(course)
+course.ensure_installed = lambda extras: None
+course.venv_python = lambda: Path(sys.executable)
+course.WORK = Path(sys.argv[2])
+raise SystemExit(course.main(sys.argv[3:]))
+'''
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT are POSIX")
+@pytest.mark.parametrize(
+    "command, module, fake, last_line",
+    [
+        ("lab", "jupyterlab", FAKE_SERVER, "[course] JupyterLab stopped (Ctrl+C); your notebooks are saved in my_work/."),
+        ("notebook", "notebook", FAKE_SERVER, "[course] Jupyter Notebook stopped (Ctrl+C); your notebooks are saved in my_work/."),
+        ("test", "pytest", FAKE_PYTEST, "[course] tests stopped (Ctrl+C) after"),
+    ],
+)
+def test_ctrl_c_ends_with_one_clear_line(tmp_path, command, module, fake, last_line):
+    import os
+    import signal
+    import time
+
+    fakes = tmp_path / "fakes"
+    (fakes / module).mkdir(parents=True)
+    (fakes / module / "__init__.py").write_text("")
+    (fakes / module / "__main__.py").write_text(fake)
+    (tmp_path / "driver.py").write_text(DRIVER)
+    env = dict(os.environ, PYTHONPATH=f"{fakes}{os.pathsep}{ROOT}", PYTHONUNBUFFERED="1")
+    driver = subprocess.Popen(
+        [sys.executable, str(tmp_path / "driver.py"), str(COURSE_PY), str(tmp_path / "my_work"), command],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+    )
+    lines = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until the child runs, as a user would
+        line = driver.stdout.readline()
+        lines.append(line)
+        if "fake server: ready" in line or not line:
+            break
+    time.sleep(0.3)
+    os.killpg(driver.pid, signal.SIGINT)  # Ctrl+C in a terminal goes to the whole group
+    try:
+        rest, _ = driver.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(driver.pid, signal.SIGKILL)
+        raise
+    out = "".join(lines) + rest
+    assert driver.returncode == 130, out
+    assert "Traceback" not in out and "never stopped" not in out, out
+    assert out.rstrip("\n").splitlines()[-1].startswith(last_line), out
+
+
+def test_ctrl_c_during_setup_is_one_line_not_a_traceback(monkeypatch, capsys):
+    course = _load_course_module()
+
+    def interrupted(extras):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(course, "ensure_installed", interrupted)
+    assert course.main(["setup"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "[course] interrupted (Ctrl+C): 'setup' stopped; run it again to carry on."

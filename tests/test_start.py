@@ -10,12 +10,13 @@ import json
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course_utils import start
+from course_utils import build, start
 from course_utils.start import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +29,7 @@ def sha(data: bytes) -> str:
 def make_notebook(text: str) -> bytes:
     """A small valid notebook, in Jupyter's layout, whose one code cell holds ``text``."""
     nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": build.KERNELSPEC, "language_info": build.language_info("3.10")}  # as built
     cell = nbformat.v4.new_code_cell(text)
     cell.id = "cell-0"
     nb.cells = [nbformat.v4.new_markdown_cell("# A notebook"), cell]
@@ -76,8 +78,12 @@ def test_fresh_folder_gets_every_notebook_with_its_version_recorded(course):
         nbformat.validate(copy)
         record = copy.metadata.pop("course")
         assert record == {"source": name, "source_sha256": sha(original)}
-        # Apart from that record, the copy is the course's notebook.
-        assert copy == nbformat.reads(original.decode(), as_version=4)
+        # Apart from that record and this Python's exact version (what its kernel will
+        # report, so Jupyter does not mark the notebook modified), the copy is the course's.
+        source_nb = nbformat.reads(original.decode(), as_version=4)
+        assert copy.metadata.language_info.pop("version") == sys.version.split()[0]
+        source_nb.metadata.language_info.pop("version")
+        assert copy == source_nb
         assert manifest[name]["source_sha256"] == sha(original)
 
 
@@ -384,7 +390,7 @@ def test_course_py_lab_copies_into_my_work_then_opens_it(monkeypatch, tmp_path):
     monkeypatch.setattr(course, "ensure_installed", lambda extras: calls.append(("install", extras)))
     monkeypatch.setattr(course, "WORK", tmp_path / "my_work")
 
-    def fake_run(cmd, env=None):
+    def fake_run(cmd, env=None, server=False):
         calls.append(tuple(cmd))
         if cmd[:2] == ["-m", "course_utils.start"]:  # run it for real, into tmp_path
             return start.main([*cmd[2:], "--source", str(ROOT / "notebooks")])
@@ -398,6 +404,10 @@ def test_course_py_lab_copies_into_my_work_then_opens_it(monkeypatch, tmp_path):
     assert "--write-new" in start_call and "--write-new" not in lab_call
     assert lab_call[:3] == ("-m", "jupyterlab", str(tmp_path / "my_work"))
     assert "--port" in lab_call and "8899" in lab_call
+    calls.clear()
+    assert course.main(["notebook", "--port", "8898"]) == 0  # Jupyter Notebook 7, same copies
+    assert calls[0] == ("install", course.EXTRAS["notebook"]) and course.EXTRAS["notebook"] == ("lab",)
+    assert calls[2][:3] == ("-m", "notebook", str(tmp_path / "my_work"))
     assert sorted(p.name for p in (tmp_path / "my_work").glob("*.ipynb")) == sorted(
         p.name for p in (ROOT / "notebooks").glob("*.ipynb")
     )
@@ -407,7 +417,92 @@ def test_course_py_lab_stops_when_the_copy_fails(monkeypatch, tmp_path):
     course = _course_module()
     monkeypatch.setattr(course, "ensure_installed", lambda extras: None)
     calls = []
-    monkeypatch.setattr(course, "run_in_venv", lambda cmd, env=None: calls.append(cmd) or 2)
+    monkeypatch.setattr(course, "run_in_venv", lambda cmd, env=None, server=False: calls.append(cmd) or 2)
     with pytest.raises(SystemExit):
         course.main(["lab"])
     assert len(calls) == 1  # JupyterLab was not started
+
+
+# ------------------------------------------------------- unwritable folders, concurrency
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+                    reason="root can write to a read-only folder")
+def test_read_only_folder_is_a_clear_error_not_a_traceback(course, capsys):
+    source, work = course
+    work.mkdir()
+    work.chmod(0o555)
+    try:
+        assert start.main([str(work), "--source", str(source)]) == 2
+    finally:
+        work.chmod(0o755)
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write your copies to {work}: Permission denied."), err
+    assert "Traceback" not in err and list(work.iterdir()) == []
+
+
+def test_unwritable_folder_is_a_clear_error_even_as_root(course, capsys, monkeypatch):
+    """The same path without relying on permissions (CI runs as root): any OSError while
+    writing becomes one line."""
+    source, work = course
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(work / ".tmp"))
+
+    monkeypatch.setattr(start.tempfile, "mkstemp", refuse)
+    assert start.main([str(work), "--source", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: cannot write your copies to {work}: Permission denied. Choose a folder you can write to: python -m course_utils.start DIR\n"
+
+
+def test_new_files_appear_whole_and_are_never_replaced(tmp_path, monkeypatch):
+    target = tmp_path / "a.ipynb"
+    seen = []
+    real_link = start.os.link
+
+    def watching_link(src, dst):
+        assert not Path(dst).exists() or Path(dst).read_bytes() == b"first"
+        real_link(src, dst)
+        seen.append(Path(dst).read_bytes())  # the name shows the complete bytes at once
+
+    monkeypatch.setattr(start.os, "link", watching_link)
+    assert start.write_new_file(target, b"first") is True
+    assert start.write_new_file(target, b"second") is False
+    assert target.read_bytes() == b"first" and seen == [b"first"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ipynb"]  # no temporary file left
+
+    def no_links(src, dst):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(start.os, "link", no_links)  # e.g. a FAT drive: plain exclusive create
+    assert start.write_new_file(tmp_path / "b.ipynb", b"b") is True
+    assert start.write_new_file(tmp_path / "b.ipynb", b"other") is False
+    assert (tmp_path / "b.ipynb").read_bytes() == b"b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ipynb", "b.ipynb"]
+
+
+def test_two_runs_at_once_never_read_a_half_written_copy(course):
+    """Two processes copying into one folder at the same time: every copy either side
+    reads is complete, and each is classified (copied by one, up to date for the other)."""
+    import os
+    import sys
+
+    source, work = course
+    for i in range(4, 30):  # enough files for the two runs to overlap
+        (source / f"{i:02d}_x.ipynb").write_bytes(make_notebook("x = 1\n" * 2000))
+    code = (
+        "import sys, json; from course_utils import start\n"
+        "r = start.start(sys.argv[1], sys.argv[2])\n"
+        "print(json.dumps({'copied': r.copied, 'up': r.up_to_date, 'odd': r.unknown + r.outdated}))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    runs = [subprocess.Popen([sys.executable, "-c", code, str(source), str(work)], stdout=subprocess.PIPE,
+                             text=True, env=env) for _ in range(2)]
+    results = [json.loads(run.communicate(timeout=120)[0]) for run in runs]
+    names = sorted(p.name for p in source.glob("*.ipynb"))
+    assert sorted(results[0]["copied"] + results[1]["copied"]) == names
+    for result in results:
+        assert result["odd"] == []  # a half-written copy would read as "version unknown"
+        assert sorted(result["copied"] + result["up"]) == names
+    for name in names:
+        assert start.recorded_in_notebook(work / name) == sha((source / name).read_bytes())

@@ -77,13 +77,27 @@ class CheckResult:
         return self.passed
 
     def show(self) -> None:
-        print(self.feedback)
+        """Show the verdict: HTML and this text in Jupyter, the text alone elsewhere."""
+        from ._display import show_verdict
+
+        show_verdict(self.feedback, self.status)
         self._shown = True
 
     def _ipython_display_(self) -> None:
-        # the checker already printed its verdict; showing the result again would repeat it
+        # the checker already showed its verdict; showing the result again would repeat it
         if not self._shown:
             self.show()
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        """Both forms, for tools that render an object without IPython's display hook."""
+        from ._display import mimebundle
+
+        return mimebundle(self.feedback, self.status)
+
+    def _repr_html_(self) -> str:
+        from ._display import verdict_html
+
+        return verdict_html(self.feedback, self.status)
 
 
 class Failure(Exception):
