@@ -47,6 +47,10 @@ REFERENCES = {
     "check_masked_cross_entropy": training.masked_cross_entropy,
     "check_noam_lr": training.noam_lr,
     "check_train_step": training.train_step,
+    "check_gpt_block": course_utils.GPTBlock,
+    "check_gpt": course_utils.GPT,
+    "check_next_token_probs": course_utils.next_token_probs,
+    "check_generate": course_utils.generate,
 }
 
 

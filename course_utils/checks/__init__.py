@@ -15,6 +15,7 @@ notebook   module
 05         :mod:`.decoder`
 06         :mod:`.model`
 07         :mod:`.training`
+09         :mod:`.gpt`
 =========  ==============================
 """
 
@@ -33,6 +34,8 @@ from .model import *  # noqa: F403
 from .model import __all__ as _model_all
 from .training import *  # noqa: F403
 from .training import __all__ as _training_all
+from .gpt import *  # noqa: F403
+from .gpt import __all__ as _gpt_all
 
 __all__ = [
     "CheckResult",
@@ -44,4 +47,5 @@ __all__ = [
     *_decoder_all,
     *_model_all,
     *_training_all,
+    *_gpt_all,
 ]
