@@ -233,9 +233,7 @@ def test_gpt_block_stub_and_instance():
 
 
 def test_gpt_block_verdicts_are_stable_over_20_draws():
-    for cls, mistake in ((ExactGelu, "exact GELU"), (MaskReplacesCausal, "padding mask replaces causal"),
-                         (NormsSwapped, "norms swapped")):
-        assert_mistake(check_gpt_block, cls, mistake, repeat=20)
+    assert_mistake(check_gpt_block, ExactGelu, "exact GELU", repeat=20)  # the subtlest: 5e-4 apart
     assert_passes(check_gpt_block, SdpaBlock, repeat=20)
 
 
@@ -384,8 +382,7 @@ def test_gpt_correct_variants_pass(cls):
 
 
 def test_gpt_verdicts_are_stable_over_20_draws():
-    for cls, mistake in ((PositionsFromOne, "positions start at 1"), (MaskDropped, "mask not passed on")):
-        assert_mistake(check_gpt, cls, mistake, repeat=20)
+    assert_mistake(check_gpt, PositionsFromOne, "positions start at 1", repeat=20)
 
 
 # ---------------------------------------------------------------- next_token_probs
@@ -550,8 +547,7 @@ def test_next_token_probs_correct_variants_pass(fn):
 
 
 def test_next_token_probs_verdicts_are_stable_over_20_draws():
-    for fn, mistake in ((topp_strict, "top-p drops the crossing token"), (topk_k_plus_one, "top-k keeps k+1"),
-                        (topp_before_topk, "top-p before top-k")):
+    for fn, mistake in ((topp_strict, "top-p drops the crossing token"), (topp_before_topk, "top-p before top-k")):
         assert_mistake(check_next_token_probs, fn, mistake, repeat=20)
     assert_passes(check_next_token_probs, probs_hf_style, repeat=20)
     assert_not_implemented(check_next_token_probs, probs_stub)
