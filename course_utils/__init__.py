@@ -15,6 +15,7 @@ notebook               module
 06 full model          :mod:`course_utils.model`, :mod:`course_utils.decoding`
 07 training            :mod:`course_utils.data`, :mod:`course_utils.training`, ``pretrained``
 08 classifier          :mod:`course_utils.reviews`, :mod:`course_utils.classifier`
+09 decoder-only LM     :mod:`course_utils.gpt`, :mod:`course_utils.gpt_training`
 plots                  :mod:`course_utils.plotting`, :mod:`course_utils.inspect_attention`
 =====================  ==========================================================
 """
@@ -61,6 +62,11 @@ __all__ = [
     # inspection
     "record_attention",
     "stack_layers",
+    # 09
+    "GPTBlock",
+    "GPT",
+    "next_token_probs",
+    "generate",
 ]
 
 # Names are imported on first use (PEP 562), so that `import course_utils` is instant and
@@ -96,6 +102,10 @@ _MODULE_OF = {
     "TransformerClassifier": "classifier",
     "record_attention": "inspect_attention",
     "stack_layers": "inspect_attention",
+    "GPTBlock": "gpt",
+    "GPT": "gpt",
+    "next_token_probs": "gpt",
+    "generate": "gpt",
 }
 
 

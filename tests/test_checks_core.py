@@ -50,6 +50,10 @@ REFERENCES = {
     "check_gelu": course_utils.gelu,
     "check_masked_mean_pool": course_utils.masked_mean_pool,
     "check_transformer_classifier": course_utils.TransformerClassifier,
+    "check_gpt_block": course_utils.GPTBlock,
+    "check_gpt": course_utils.GPT,
+    "check_next_token_probs": course_utils.next_token_probs,
+    "check_generate": course_utils.generate,
 }
 
 

@@ -364,6 +364,13 @@ CONTRACT = {  # notebook -> name -> parameters (name, default or inspect.Paramet
         "Transformer": "src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, "
         "num_layers=6, d_ff=2048, dropout=0.1, max_len=5000, norm_first=False",
     },
+    "09": {
+        "GPTBlock": "d_model, num_heads, d_ff, dropout=0.0",
+        "GPT": "vocab_size, d_model=768, num_heads=12, num_layers=12, d_ff=3072, dropout=0.1, max_len=1024",
+        "next_token_probs": "logits, temperature=1.0, top_k=None, top_p=None",
+        "generate": "model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None, "
+        "use_cache=True",
+    },
 }
 CONTRACT_NAMES = [
     (notebook, name, params)

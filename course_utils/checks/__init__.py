@@ -16,6 +16,7 @@ notebook   module
 06         :mod:`.model`
 07         :mod:`.training`
 08         :mod:`.classifier`
+09         :mod:`.gpt`
 =========  ==============================
 """
 
@@ -36,6 +37,8 @@ from .training import *  # noqa: F403
 from .training import __all__ as _training_all
 from .classifier import *  # noqa: F403
 from .classifier import __all__ as _classifier_all
+from .gpt import *  # noqa: F403
+from .gpt import __all__ as _gpt_all
 
 __all__ = [
     "CheckResult",
@@ -48,4 +51,5 @@ __all__ = [
     *_model_all,
     *_training_all,
     *_classifier_all,
+    *_gpt_all,
 ]

@@ -1,0 +1,792 @@
+"""Checkers for notebook 09 (a decoder-only language model): ``GPTBlock``, ``GPT``,
+``next_token_probs`` and ``generate``.
+
+``GPTBlock`` and ``GPT`` are built by the checker with awkward random sizes, in eval mode,
+with random parameters copied by name into the reference (:mod:`course_utils.gpt`); their
+outputs are compared with the reference and, when they differ, with the reference computed
+with each catalogued mistake. ``GPTBlock`` is first put through a leak test (change the
+input at one position; no earlier output may move), and last compared in float64, where
+GPT-2's tanh-GELU and the exact GELU (which differ by less than float32 rounding of the
+whole block on some draws) are told apart for sure. ``next_token_probs`` is deterministic:
+its distributions are compared with the reference's for several temperatures, ``top_k``
+and ``top_p``. ``generate`` is compared on a model whose draws are determined
+(``top_k=1``), then on the distribution of 4,000 draws under fixed seeds, and watched
+with a forward hook (train mode? gradients? context length?).
+
+Catalogue (``CheckResult.mistake``):
+
+* ``GPTBlock``: ``"future leaking"`` (an output moves when a later input changes: no or a
+  wrong causal mask), ``"padding mask replaces causal"``, ``"mask ignored"``,
+  ``"post-norm"``, ``"missing residual"``, ``"norms swapped"``, ``"ReLU instead of GELU"``,
+  ``"exact GELU"``, ``"wrong return"``, ``"dropout in eval mode"``, ``"input modified in
+  place"``, plus the structure ones (``"not a class"``, ``"missing submodule"``,
+  ``"unexpected parameters"``, ``"wrong parameter shape"``).
+* ``GPT``: ``"not tied"``, ``"tied by copying"``, ``"output bias"``, ``"no position
+  embedding"``, ``"positions start at 1"``, ``"embeddings scaled"``, ``"missing final
+  norm"``, ``"probabilities instead of logits"``, ``"mask not passed on"``, ``"only the
+  first block used"``, ``"blocks not chained"``, ``"wrong number of blocks"``,
+  ``"blocks sharing one module"``, ``"dropout in eval mode"``, structure ones.
+* ``next_token_probs``: ``"temperature after softmax"``, ``"temperature ignored"``,
+  ``"temperature multiplied"``, ``"top-k keeps k+1"``, ``"top-k keeps k-1"``, ``"top-k keeps
+  the smallest"``, ``"not renormalised"``, ``"removed set to zero logit"``, ``"top-p drops
+  the crossing token"``, ``"top-p unsorted"``, ``"top-p before temperature"``, ``"top-p
+  before top-k"``, ``"log-probabilities"``, ``"input modified in place"``, ``"wrong shape"``.
+* ``generate``: ``"sampling in training mode"``, ``"mode not restored"``, ``"gradients
+  tracked"``, ``"context not cropped"``, ``"context cropped from the start"``, ``"wrong
+  position"`` (logits of the first position), ``"prompt dropped"``, ``"greedy instead of
+  sampling"``, ``"temperature ignored"``, ``"generator ignored"``, ``"wrong shape"``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import causal_mask
+from ..gpt import GPT, GPTBlock, next_token_probs
+from ._core import (
+    Mistake,
+    StudentError,
+    call_student,
+    check_unchanged,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    matches,
+    randint,
+    register_hints,
+    require_function,
+    require_module_class,
+)
+from .decoder import (
+    build_student,
+    check_dropout,
+    copy_parameters,
+    match_parameters,
+    randomise_parameters,
+    structure_failure,
+    trailing_padding,
+    tuple_return,
+)
+
+__all__ = ["check_gpt_block", "check_gpt", "check_next_token_probs", "check_generate"]
+
+
+def _dims() -> tuple[int, int, int, int, int]:
+    """``B, H, d_k, L, d_ff`` with ``B, L, D = H*d_k, d_ff`` all different."""
+    while True:
+        B, H, d_k, L, d_ff = randint(2, 4), randint(2, 3), randint(3, 5), randint(5, 8), randint(10, 24)
+        sizes = [B, L, H * d_k, d_ff]
+        if len(set(sizes)) == len(sizes):
+            return B, H, d_k, L, d_ff
+
+
+# ---------------------------------------------------------------- GPTBlock
+_BLOCK_PARTS = {
+    "norm1": "LayerNorm(d_model), before the self-attention",
+    "self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
+    "norm2": "LayerNorm(d_model), before the feed-forward",
+    "feed_forward": 'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh")',
+}
+
+
+def _block_variant(
+    ref: GPTBlock,
+    x: Tensor,
+    mask: Tensor | None,
+    *,
+    attn_mask: str = "causal&mask",
+    post_norm: bool = False,
+    residual: tuple[str, ...] = ("attn", "ff"),
+    swap_norms: bool = False,
+    activation: str = "gelu_tanh",
+) -> Tensor:
+    """The block computed with the reference's submodules, optionally with one mistake."""
+    L = x.size(1)
+    causal = causal_mask(L, device=x.device)
+    masks = {
+        "causal&mask": causal if mask is None else causal & mask,
+        "mask": mask,
+        "causal": causal,
+        "none": None,
+    }
+    m = masks[attn_mask]
+    n1, n2 = (ref.norm2, ref.norm1) if swap_norms else (ref.norm1, ref.norm2)
+    ff = ref.feed_forward
+
+    def feed(h: Tensor) -> Tensor:
+        a = ff.linear1(h)
+        a = {"gelu_tanh": F.gelu(a, approximate="tanh"), "gelu": F.gelu(a), "relu": F.relu(a)}[activation]
+        return ff.linear2(a)
+
+    def attn(h: Tensor) -> Tensor:
+        return ref.self_attn(h, h, h, m)[0]
+
+    for kind, f, norm in (("attn", attn, n1), ("ff", feed, n2)):
+        if post_norm:
+            x = norm(x + f(x)) if kind in residual else norm(f(x))
+        else:
+            x = x + f(norm(x)) if kind in residual else f(norm(x))
+    return x
+
+
+def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mistake]:
+    form = "x = x + sublayer(norm(x))"
+    table: list[tuple[str, str, dict[str, Any]]] = []
+    if mask is not None:
+        table += [
+            ("padding mask replaces causal",
+             "when a mask is given, your block uses it instead of the causal mask, so every position "
+             "sees the later ones (the future leaks). Combine them: causal_mask(L) & mask.",
+             dict(attn_mask="mask")),
+            ("mask ignored",
+             "the `mask` argument has no effect: the block must attend with causal_mask(L) & mask, so "
+             "that padding is blocked too.",
+             dict(attn_mask="causal")),
+        ]
+    table += [
+        ("post-norm",
+         f"your block normalises after the residual addition (post-norm, norm(x + sublayer(x))); a GPT "
+         f"block is pre-norm: {form}, the residual stream itself is never normalised.",
+         dict(post_norm=True)),
+        ("missing residual", f"there are no residual connections: {form}.", dict(residual=())),
+        ("missing residual", f"there is no residual connection around the self-attention: {form}.",
+         dict(residual=("ff",))),
+        ("missing residual", f"there is no residual connection around the feed-forward: {form}.",
+         dict(residual=("attn",))),
+        ("norms swapped",
+         "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the feed-forward.",
+         dict(swap_norms=True)),
+        ("ReLU instead of GELU",
+         "the feed-forward uses ReLU; GPT-2 uses GELU (its tanh approximation): "
+         'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh").',
+         dict(activation="relu")),
+        ("exact GELU", _EXACT_GELU + ".", dict(activation="gelu")),
+    ]
+    return [(name, text, lambda kw=kw: _block_variant(ref, x, mask, **kw)) for name, text, kw in table]
+
+
+def _leak_test(model: nn.Module, B: int, L: int, D: int) -> None:
+    """Change the input at one position ``j``: outputs before ``j`` must not move at all."""
+    x = torch.randn(B, L, D)
+    case = f"x ({B}, {L}, {D}), no mask"
+    with torch.no_grad():
+        given = x.clone()
+        base = call_student(model, given, context=f"running forward ({case})")
+        check_unchanged(["x"], [given], [x], case)
+        if not isinstance(base, Tensor) or base.shape != x.shape:
+            return  # the comparisons that follow say what is wrong with the output
+        again = call_student(model, x.clone(), context=f"running forward ({case})")
+        if isinstance(again, Tensor) and again.shape == base.shape and not torch.equal(again, base):
+            fail("the same input gave two different outputs in eval mode: some dropout still runs after "
+                 "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
+                 "training=self.training to F.dropout.", mistake="dropout in eval mode")
+        for j in range(1, L):
+            changed = x.clone()
+            changed[:, j] = torch.randn(B, D)
+            out = call_student(model, changed, context="running forward (no mask)")
+            if not isinstance(out, Tensor) or out.shape != base.shape:
+                return
+            moved = (out[:, :j] - base[:, :j]).abs().amax(dim=(0, 2))  # (j,)
+            if bool((moved > 1e-6).any()):
+                i = int(torch.nonzero(moved > 1e-6)[0])
+                fail(
+                    f"the future leaks: changing the input at position {j} changed the output at position "
+                    f"{i} (by {float(moved[i]):.3g}), which comes before it. A GPT block must be causal by "
+                    f"itself: attend with causal_mask(L) (True on and below the diagonal), combined with "
+                    f"`mask` by & when one is given.",
+                    mistake="future leaking",
+                )
+
+
+def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | None, case: str,
+                    atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    originals = (x.clone(), None if mask is None else mask.clone())
+    context = f"running forward ({case})"
+    with torch.no_grad():
+        expected = ref(x, mask)  # (B, L, D)
+        got = (call_student(model, x, context=context) if mask is None
+               else call_student(model, x, mask, context=context))
+        check_unchanged(["x", "mask"], [x, mask], originals, case)
+        tuple_return(got, "GPTBlock")
+        again = (lambda: model(x) if mask is None else model(x, mask))
+        check_dropout(again, got, expected)
+        expect_close("output", got, expected, _block_mistakes(ref, x, mask),
+                     atol=atol, rtol=rtol, case=case)
+
+
+def _exact_gelu_probe(model: nn.Module, ref: GPTBlock, B: int, L: int, D: int) -> None:
+    """The exact GELU differs from GPT-2's tanh-GELU by up to 5e-4, which a whole block in float32
+    can hide within tolerance on some draws. In float64 the two are far apart compared with the
+    rounding: name the exact GELU when the output matches it there and not the reference. Any other
+    outcome (an error, a float32 tensor created inside, no match) adds nothing: the float32 cases
+    above already decided."""
+    try:
+        model.double()
+        ref.double()
+        x = 2 * torch.randn(B, L, D, dtype=torch.float64)
+        with torch.no_grad():
+            got = model(x)
+            expected = ref(x)
+            exact = _block_variant(ref, x, None, activation="gelu")
+    except Exception:  # noqa: BLE001 - the probe only adds a diagnosis
+        return
+    finally:
+        model.float()
+        ref.float()
+    if matches(got, exact, atol=1e-9, rtol=1e-7) and not matches(got, expected, atol=1e-9, rtol=1e-7):
+        fail(_EXACT_GELU + " (seen in float64, where the two are told apart for sure)", mistake="exact GELU")
+
+
+_EXACT_GELU = (
+    "the feed-forward uses the exact GELU (nn.GELU() or F.gelu(x)); GPT-2 uses its tanh approximation: "
+    'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh"), i.e. nn.GELU(approximate="tanh"). '
+    "The two differ by up to 5e-4, enough to break parity with GPT-2"
+)
+
+
+@checker("GPTBlock")
+def check_gpt_block(cls: Any) -> str:
+    require_module_class(cls, "GPTBlock")
+    B, H, d_k, L, d_ff = _dims()
+    D = H * d_k
+    shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1"
+    model = build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=0.1), shown)
+    ref = GPTBlock(D, H, d_ff).eval()
+    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
+    structure_failure("GPTBlock", model, missing, unexpected, wrong_shape, _BLOCK_PARTS)
+    copy_parameters(pairs)
+    _leak_test(model, B, L, D)
+    _run_block_case(model, ref, torch.randn(B, L, D), None, f"x ({B}, {L}, {D}), no mask")
+    mask = trailing_padding(B, L)  # (B, 1, L)
+    _run_block_case(model, ref, torch.randn(B, L, D), mask, f"x ({B}, {L}, {D}), padding mask ({B}, 1, {L})")
+    _exact_gelu_probe(model, ref, B, L, D)
+    return "causal by itself, pre-norm, GELU (tanh), residuals, with and without a padding mask, random weights"
+
+
+# ---------------------------------------------------------------- GPT
+_GPT_PARTS = {
+    "token_embedding": "nn.Embedding(vocab_size, d_model)",
+    "position_embedding": "nn.Embedding(max_len, d_model), learned positions",
+    "blocks": "nn.ModuleList of num_layers GPTBlock",
+    "norm": "LayerNorm(d_model), the final norm",
+}
+
+
+def _gpt_variant(
+    ref: GPT,
+    tokens: Tensor,
+    mask: Tensor | None,
+    *,
+    positions: str = "ok",
+    scale: bool = False,
+    final_norm: bool = True,
+    output: str = "logits",
+    pass_mask: bool = True,
+    blocks: str = "chained",
+) -> Tensor:
+    L = tokens.size(1)
+    x = ref.token_embedding(tokens)  # (B, L, D)
+    if scale:
+        x = x * math.sqrt(ref.d_model)
+    if positions == "ok":
+        x = x + ref.position_embedding(torch.arange(L))
+    elif positions == "from 1":
+        x = x + ref.position_embedding(torch.arange(1, L + 1))
+    h = x
+    for block in ref.blocks:
+        block = ref.blocks[0] if blocks == "first only" else block
+        h = block(x if blocks == "unchained" else h, mask if pass_mask else None)
+    if final_norm:
+        h = ref.norm(h)
+    logits = ref.lm_head(h)  # (B, L, V)
+    return {"logits": logits, "probs": logits.softmax(-1), "log_probs": logits.log_softmax(-1)}[output]
+
+
+def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake]:
+    table: list[tuple[str, str, dict[str, Any]]] = [
+        ("no position embedding",
+         "the position embeddings are never added, so the model cannot tell positions apart: "
+         "x = token_embedding(tokens) + position_embedding(torch.arange(L)).",
+         dict(positions="none")),
+        ("positions start at 1",
+         "the positions are numbered from 1; they start at 0: position_embedding(torch.arange(L)) "
+         "(and so fit max_len exactly).",
+         dict(positions="from 1")),
+        ("embeddings scaled",
+         "the token embeddings are multiplied by sqrt(d_model), as the encoder-decoder Transformer's "
+         "TokenEmbedding does; GPT-2 adds the plain embedding to the position embedding, unscaled.",
+         dict(scale=True)),
+        ("missing final norm",
+         "the final LayerNorm is missing: pre-norm blocks never normalise the residual stream, so the "
+         "model applies self.norm once after the last block, before lm_head.",
+         dict(final_norm=False)),
+        ("probabilities instead of logits",
+         "the model returns probabilities (a softmax over the vocabulary); it returns logits, the raw "
+         "scores: the loss (cross_entropy) and the sampling apply the softmax themselves.",
+         dict(output="probs")),
+        ("probabilities instead of logits",
+         "the model returns log-probabilities (log_softmax); it returns the raw logits from lm_head.",
+         dict(output="log_probs")),
+        ("only the first block used",
+         "the first block is applied num_layers times; loop over self.blocks so each is used once.",
+         dict(blocks="first only")),
+        ("blocks not chained",
+         "every block gets the embeddings as input, so only the last block's output is kept: feed each "
+         "block's output to the next (x = block(x, mask)).",
+         dict(blocks="unchained")),
+    ]
+    if mask is not None:
+        table.append(("mask not passed on",
+                      "the `mask` argument is not passed on to the blocks: call block(x, mask).",
+                      dict(pass_mask=False)))
+    return [(name, text, lambda kw=kw: _gpt_variant(ref, tokens, mask, **kw)) for name, text, kw in table]
+
+
+def _check_tying(model: nn.Module, V: int, D: int) -> None:
+    emb = getattr(model, "token_embedding", None)
+    head = getattr(model, "lm_head", None)
+    if not isinstance(emb, nn.Embedding):
+        return  # structure_failure names the missing submodule
+    if head is None:
+        return  # logits computed from token_embedding.weight directly: the comparison decides
+    weight = getattr(head, "weight", None)
+    if getattr(head, "bias", None) is not None:
+        fail("lm_head has a bias; GPT-2's output layer has none (and a tied layer shares only the "
+             "matrix): nn.Linear(d_model, vocab_size, bias=False).", mistake="output bias")
+    if weight is emb.weight:
+        return
+    if isinstance(weight, Tensor) and weight.shape == emb.weight.shape and torch.equal(weight, emb.weight):
+        fail("lm_head.weight is a copy of token_embedding.weight, not the same tensor: the two start "
+             "equal but are separate parameters (2 x V x D numbers), and the first optimizer step makes "
+             "them differ. Share the Parameter itself: self.lm_head.weight = self.token_embedding.weight.",
+             mistake="tied by copying")
+    fail("lm_head is not tied to the token embedding: it has its own weight matrix "
+         f"({describe_shape(weight)}). Share the Parameter: self.lm_head.weight = self.token_embedding.weight "
+         f"(one ({V}, {D}) matrix serves both, saving {V * D:,} parameters here).",
+         mistake="not tied")
+
+
+def _check_blocks(model: nn.Module, N: int) -> None:
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList):
+        got = "no attribute `blocks`" if blocks is None else f"`blocks` is a {type(blocks).__name__}"
+        fail(f"your GPT has {got}: keep the blocks in self.blocks = nn.ModuleList([...]).",
+             mistake="missing submodule")
+    if len(blocks) != N:
+        fail(f"GPT(num_layers={N}) built {len(blocks)} blocks; it should build num_layers of them.",
+             mistake="wrong number of blocks")
+    if len({id(b) for b in blocks}) < len(blocks):
+        fail("your blocks are one and the same module used several times (they share their weights): "
+             "build a new GPTBlock for each, nn.ModuleList(GPTBlock(...) for _ in range(num_layers)).",
+             mistake="blocks sharing one module")
+
+
+@checker("GPT")
+def check_gpt(cls: Any) -> str:
+    require_module_class(cls, "GPT")
+    B, H, d_k, L, d_ff = _dims()
+    D, V, N, max_len = H * d_k, randint(11, 19), randint(2, 3), L + randint(2, 4)
+    shown = (f"vocab_size={V}, d_model={D}, num_heads={H}, num_layers={N}, d_ff={d_ff}, dropout=0.1, "
+             f"max_len={max_len}")
+    model = call_student(cls, V, D, H, N, d_ff, 0.1, max_len, context=f"constructing GPT({shown})")
+    if not isinstance(model, nn.Module):
+        fail(f"GPT(...) should build an nn.Module; got {type(model).__name__}.", mistake="not a class")
+    model.eval()
+    _check_tying(model, V, D)
+    _check_blocks(model, N)
+    randomise_parameters(model)
+    ref = GPT(V, D, H, N, d_ff, 0.0, max_len).eval()
+    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
+    structure_failure("GPT", model, missing, unexpected, wrong_shape, _GPT_PARTS)
+    copy_parameters(pairs)
+    for length, masked in ((L, False), (max_len, False), (L, True)):
+        tokens = torch.randint(0, V, (B, length))  # (B, L)
+        mask = trailing_padding(B, length) if masked else None  # (B, 1, L)
+        case = f"tokens ({B}, {length})" + (f", padding mask ({B}, 1, {length})" if masked else ", no mask")
+        context = f"running forward ({case})"
+        with torch.no_grad():
+            expected = ref(tokens, mask)  # (B, L, V)
+            got = (call_student(model, tokens, context=context) if mask is None
+                   else call_student(model, tokens, mask, context=context))
+            tuple_return(got, "GPT")
+            check_dropout(lambda: model(tokens) if mask is None else model(tokens, mask), got, expected)
+            expect_close("logits", got, expected, _gpt_mistakes(ref, tokens, mask), case=case)
+    return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"
+
+
+# ---------------------------------------------------------------- next_token_probs
+def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None, *,
+                   temp: str = "ok", k_shift: int = 0, k_largest: bool = True, renorm: bool = True,
+                   zero_logit: bool = False, p_mode: str = "ok", p_order: str = "after k") -> Tensor:
+    """The reference's distribution computed with one mistake."""
+    if temp == "after softmax":
+        return logits.softmax(-1) / temperature
+    if temp == "softmax twice":
+        return (logits.softmax(-1) / temperature).softmax(-1)
+    t = {"ok": temperature, "ignored": 1.0, "multiplied": 1 / temperature}[temp]
+    scaled = logits / t
+    keep = torch.ones_like(scaled, dtype=torch.bool)
+
+    def top_k_keep(s: Tensor) -> Tensor:
+        k = min(top_k + k_shift, s.size(-1))
+        if k < 1:
+            return torch.zeros_like(s, dtype=torch.bool)
+        kth = s.topk(k, dim=-1, largest=k_largest).values[..., -1:]
+        return s >= kth if k_largest else s <= kth
+
+    def top_p_keep(s: Tensor, allowed: Tensor) -> Tensor:
+        base = logits if p_mode == "before temperature" else s
+        probs = base.masked_fill(~allowed, -math.inf).softmax(-1)
+        if p_mode == "unsorted":
+            before = probs.cumsum(-1) - probs
+            return before < top_p
+        sp, order = probs.sort(dim=-1, descending=True)
+        cum = sp.cumsum(-1)
+        keep_sorted = (cum < top_p) if p_mode == "strict" else (cum - sp < top_p)
+        return keep_sorted.scatter(-1, order, keep_sorted)
+
+    if top_k is not None and (top_k < logits.size(-1) or k_shift):
+        keep &= top_k_keep(scaled)
+    if top_p is not None and top_p < 1:
+        allowed = torch.ones_like(keep) if p_order == "before k" else keep
+        keep &= top_p_keep(scaled, allowed)
+    if zero_logit:
+        return scaled.masked_fill(~keep, 0.0).softmax(-1)
+    if not renorm:
+        return scaled.softmax(-1) * keep
+    return scaled.masked_fill(~keep, -math.inf).softmax(-1)
+
+
+def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) -> list[Mistake]:
+    table: list[tuple[str, str, dict[str, Any]]] = []
+    if T != 1:
+        table += [
+            ("temperature after softmax",
+             "the temperature divides the probabilities after the softmax; it divides the logits before "
+             "it: softmax(logits / temperature).", dict(temp="after softmax")),
+            ("temperature after softmax",
+             "the temperature is applied to the probabilities and then a second softmax; divide the logits "
+             "by the temperature, then apply one softmax.", dict(temp="softmax twice")),
+            ("temperature ignored", "the temperature has no effect: divide the logits by it before the softmax.",
+             dict(temp="ignored")),
+            ("temperature multiplied",
+             "the logits are multiplied by the temperature; divide them: a temperature below 1 must sharpen "
+             "the distribution, above 1 flatten it.", dict(temp="multiplied")),
+        ]
+    if k is not None:
+        table += [
+            ("top-k keeps k+1", f"top_k={k} kept {k + 1} tokens: keep exactly the k largest logits "
+             "(logits.topk(k).values[..., -1:] is the k-th largest; remove what is below it).", dict(k_shift=1)),
+            ("top-k keeps k-1", f"top_k={k} kept only {k - 1} tokens: the k-th largest logit must be kept too "
+             "(remove logits < the k-th largest, not <=).", dict(k_shift=-1)),
+            ("top-k keeps the smallest", "top-k keeps the k *smallest* logits; keep the k largest.",
+             dict(k_largest=False)),
+        ]
+    if k is not None or p is not None:
+        table += [
+            ("not renormalised",
+             "the removed tokens get probability 0, but the kept ones are not renormalised, so the row sums "
+             "to less than 1: set the removed logits to -inf (or the most negative float) before the softmax.",
+             dict(renorm=False)),
+            ("removed set to zero logit",
+             "the removed tokens' logits are set to 0, which leaves them a probability exp(0) / sum > 0; set "
+             "them to -inf (or the most negative float) so the softmax gives them exactly 0.",
+             dict(zero_logit=True)),
+        ]
+    if p is not None:
+        table += [
+            ("top-p drops the crossing token",
+             f"top_p={p} stops before the token whose cumulative probability crosses p; the nucleus is the "
+             "smallest set of most likely tokens whose total is >= p, so that token is kept (remove a token "
+             "only when the tokens before it already add up to p).", dict(p_mode="strict")),
+            ("top-p unsorted",
+             "top-p adds up the probabilities in vocabulary order; sort them from the most to the least "
+             "likely first (sort(descending=True)), then map the decision back to the vocabulary order.",
+             dict(p_mode="unsorted")),
+        ]
+        if T != 1:
+            table.append(("top-p before temperature",
+                          "the nucleus is chosen from the probabilities *before* the temperature; apply the "
+                          "temperature first, then top-k and top-p on the tempered distribution.",
+                          dict(p_mode="before temperature")))
+        if k is not None:
+            table.append(("top-p before top-k",
+                          "top-p is computed on the full distribution; apply it after top-k, to the "
+                          "distribution of the k tokens that are left (renormalised).", dict(p_order="before k")))
+    return [(name, text, lambda kw=kw: _probs_variant(logits, T, k, p, **kw)) for name, text, kw in table]
+
+
+def _distinct_logits(*shape: int) -> Tensor:
+    """Random logits ``(..., V)`` without near-ties (a tie would make top-k keep more than k)."""
+    while True:
+        logits = 2.5 * torch.randn(*shape)  # (..., V)
+        s = logits.sort(dim=-1).values
+        if bool(((s[..., 1:] - s[..., :-1]) < 1e-3).any()):
+            continue
+        return logits
+
+
+def _p_is_clear(logits: Tensor, T: float, k: int | None, p: float) -> bool:
+    probs = next_token_probs(logits, T, k)
+    cum = probs.sort(dim=-1, descending=True).values.cumsum(-1)
+    return not bool(((cum - p).abs() < 0.02).any())
+
+
+def _all_mistakes_show(logits: Tensor, T: float, k: int | None, p: float | None) -> bool:
+    """The mistakes this setting is there to catch give results that differ clearly from the
+    right one, and every mistake that shows differs from the others (so the diagnosis names the
+    right one). With both filters, only "top-p before top-k" is required: with a small nucleus,
+    top-k with k - 1 or k + 1 gives the right answer, and the top-k settings catch those."""
+    expected = next_token_probs(logits, T, k, p)
+    seen: list[tuple[str, Tensor]] = []
+    for name, _, candidate in _probs_mistakes(logits, T, k, p):
+        value = candidate()
+        if bool(torch.isnan(value).any()):
+            continue
+        if matches(value, expected, atol=1e-3, rtol=1e-2):
+            if k is None or p is None or name == "top-p before top-k":
+                return False
+            continue
+        if any(other != name and matches(value, v, atol=1e-3, rtol=1e-2) for other, v in seen):
+            return False
+        seen.append((name, value))
+    return True
+
+
+@checker("next_token_probs")
+def check_next_token_probs(fn: Callable[..., Any]) -> str:
+    require_function(fn, "next_token_probs")
+    V = randint(9, 15)
+    settings = [
+        (1.0, None, None),
+        (0.6, None, None),
+        (1.7, None, None),
+        (1.0, randint(2, 4), None),
+        (0.8, randint(3, 5), None),
+        (1.0, None, 0.7),
+        (1.4, None, 0.8),
+        (0.9, randint(4, 6), 0.75),
+    ]
+    for T, k, p in settings:
+        shape = (randint(2, 4), V) if (T, k, p) != (0.8, k, None) else (2, randint(2, 3), V)
+        for _ in range(500):  # a draw on which every catalogued mistake shows (a few tries suffice)
+            logits = _distinct_logits(*shape)
+            if p is not None and not _p_is_clear(logits, T, k, p):
+                continue
+            if _all_mistakes_show(logits, T, k, p):
+                break
+        original = logits.clone()
+        kwargs = {}
+        if T != 1.0:
+            kwargs["temperature"] = T
+        if k is not None:
+            kwargs["top_k"] = k
+        if p is not None:
+            kwargs["top_p"] = p
+        case = "logits " + describe_shape(logits) + (", " + ", ".join(f"{a}={b}" for a, b in kwargs.items())
+                                                      if kwargs else ", defaults")
+        got = call_student(fn, logits, context=f"calling next_token_probs ({case})", **kwargs)
+        check_unchanged(["logits"], [logits], [original], case)
+        expected = next_token_probs(original, T, k, p)
+        mistakes = _probs_mistakes(original, T, k, p)
+        mistakes.append(("log-probabilities",
+                         "the result looks like log-probabilities; return the probabilities themselves "
+                         "(rows that sum to 1).", lambda e=expected: e.clamp_min(1e-45).log()))
+        if p is not None and isinstance(got, Tensor) and got.shape == expected.shape and bool(torch.isnan(got).any()):
+            nan_rows = torch.isnan(got).any(dim=-1)  # (...,)
+            empty = next_token_probs(original, T, k).amax(dim=-1) >= p  # rows whose top token alone reaches p
+            if bool(nan_rows.any()) and torch.equal(nan_rows, empty):
+                fail(f"probabilities ({case}) are NaN exactly in the rows where the most likely token alone has "
+                     f"probability >= top_p: your nucleus is empty there, because it stops before the token that "
+                     "crosses p. That token belongs to the nucleus (remove a token only when the tokens before it "
+                     "already add up to p), so at least one token is always kept.",
+                     mistake="top-p drops the crossing token")
+        expect_close("probabilities", got, expected, mistakes, atol=1e-6, rtol=1e-4, case=case)
+    return "temperature, top-k, top-p and both together, several temperatures, any leading dims"
+
+
+# ---------------------------------------------------------------- generate
+class _Watch:
+    """A forward pre-hook recording, at every model call: train mode, grad mode, input length."""
+
+    def __init__(self, model: nn.Module):
+        self.calls: list[tuple[bool, bool, int]] = []
+        self.handle = model.register_forward_pre_hook(self.hook)
+
+    def hook(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        tokens = args[0] if args else None
+        length = tokens.size(1) if isinstance(tokens, Tensor) and tokens.dim() == 2 else -1
+        self.calls.append((module.training, torch.is_grad_enabled(), length))
+
+    def close(self) -> None:
+        self.handle.remove()
+
+
+def _reference_generate(model: GPT, tokens: Tensor, steps: int, temperature: float, top_k: int | None,
+                        *, crop: str = "end", position: int = -1) -> Tensor:
+    out = tokens
+    with torch.no_grad():
+        for _ in range(steps):
+            context = out[:, -model.max_len:] if crop == "end" else out[:, : model.max_len]
+            logits = model(context)[:, position]  # (B, V)
+            probs = next_token_probs(logits, temperature, top_k)
+            out = torch.cat([out, probs.argmax(-1, keepdim=True)], dim=1)
+    return out
+
+
+def _generate_call(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: int, case: str,
+                   **kwargs: Any) -> tuple[Any, _Watch]:
+    watch = _Watch(model)
+    try:
+        try:
+            got = call_student(fn, model, tokens, steps, context=f"calling generate ({case})", **kwargs)
+        except StudentError as err:
+            if isinstance(err.exc, ValueError) and "max_len" in str(err.exc):
+                fail(f"generate fed the model more than its max_len = {model.max_len} tokens ({case}): the "
+                     f"model has no position embedding beyond that. Feed it only the last max_len tokens: "
+                     f"model(out[:, -model.max_len:]).", mistake="context not cropped")
+            raise
+    finally:
+        watch.close()
+    return got, watch
+
+
+def _check_watch(watch: _Watch, model: GPT, was_training: bool, case: str) -> None:
+    if any(training for training, _, _ in watch.calls):
+        fail(f"the model ran in training mode while sampling ({case}), so dropout changed its "
+             "predictions: call model.eval() before the loop (and model.train(was_training) after it).",
+             mistake="sampling in training mode")
+    if any(grad for _, grad, _ in watch.calls):
+        fail(f"the model ran with gradient tracking on ({case}): generation needs no gradients, and "
+             "they cost memory at every step. Wrap the loop in `with torch.no_grad():` (or decorate "
+             "generate with @torch.no_grad()).", mistake="gradients tracked")
+    if model.training != was_training:
+        fail(f"generate left the model in {'train' if model.training else 'eval'} mode, although it was in "
+             f"{'train' if was_training else 'eval'} mode before ({case}): remember model.training at the "
+             "start and restore it at the end (model.train(was_training)).", mistake="mode not restored")
+
+
+@checker("generate")
+def check_generate(fn: Callable[..., Any]) -> str:
+    require_function(fn, "generate")
+    V, L0, steps = randint(6, 9), randint(3, 4), randint(4, 6)
+    max_len = L0 + 2  # so that the prompt plus the new tokens do not fit: the context must be cropped
+    T, n = 0.5, 4000
+    while True:  # a model whose next-token distribution at T clearly differs from T = 1 and from greedy
+        model = GPT(V, d_model=12, num_heads=2, num_layers=2, d_ff=20, dropout=0.5, max_len=max_len)
+        randomise_parameters(model)
+        tokens = torch.randint(0, V, (3, L0))  # (B, L0)
+        with torch.no_grad():
+            logits = model.eval()(tokens[:1])[0, -1]  # (V,)
+        target = next_token_probs(logits, T)  # (V,)
+        if 0.5 * float((target - logits.softmax(-1)).abs().sum()) < 0.15 or float(target.max()) > 0.8:
+            continue
+        greedy = _reference_generate(model, tokens, steps, 1.0, 1)  # (B, L0 + steps)
+        if not any(torch.equal(greedy, _reference_generate(model, tokens, steps, 1.0, 1, **kw))
+                   for kw in (dict(crop="start"), dict(position=0))):
+            break  # cropping from the start and reading the first position both change the tokens
+    original = tokens.clone()
+
+    # 1. top_k=1: every draw is the argmax, whatever the sampling method
+    for was_training in (True, False):
+        model.train(was_training)
+        case = f"prompt {describe_shape(tokens)}, max_new_tokens={steps}, top_k=1, max_len={max_len}"
+        got, watch = _generate_call(fn, model, tokens, steps, case, top_k=1)
+        check_unchanged(["tokens"], [tokens], [original], case)
+        _check_watch(watch, model, was_training, case)
+    model.eval()
+    expected = _reference_generate(model, original, steps, 1.0, 1)  # (B, L0 + steps)
+    if isinstance(got, Tensor) and got.shape == (tokens.size(0), steps) and torch.equal(got, expected[:, L0:]):
+        fail("generate returned only the new tokens; return the prompt followed by them, "
+             f"(B, L0 + max_new_tokens) = {describe_shape(expected)}.", mistake="prompt dropped")
+    mistakes: list[Mistake] = [
+        ("context cropped from the start",
+         "when the sequence is longer than max_len, generate feeds the model its *first* max_len tokens; "
+         "feed it the last ones, out[:, -model.max_len:], which end with the newest token.",
+         lambda: _reference_generate(model, original, steps, 1.0, 1, crop="start")),
+        ("wrong position",
+         "the next token is drawn from the logits of the first position; use the last one, logits[:, -1], "
+         "the prediction that follows the newest token.",
+         lambda: _reference_generate(model, original, steps, 1.0, 1, position=0)),
+    ]
+    if isinstance(got, Tensor) and got.dtype != expected.dtype and not got.is_floating_point():
+        got = got.long()
+    expect_close("tokens", got, expected, mistakes, case=case)
+    lengths = {length for _, _, length in watch.calls}
+    if watch.calls and max(lengths) > max_len:
+        fail("the model was fed more than max_len tokens.", mistake="context not cropped")
+
+    # 2. the distribution of the first new token: 4,000 draws under fixed seeds
+    prompt = original[:1].expand(n, L0).contiguous()  # (n, L0): one prompt, n draws
+    case = f"{n} draws of one token, temperature={T}"
+    for attempt in range(2):
+        torch.manual_seed(1234 + attempt)  # the global generator differs between the two calls
+        generator = torch.Generator().manual_seed(5678)
+        got, watch = _generate_call(fn, model, prompt, 1, case, temperature=T, generator=generator)
+        if attempt == 0:
+            first = got
+    if not (isinstance(got, Tensor) and got.shape == (n, L0 + 1)):
+        fail(f"generate returned {describe_shape(got)} for a prompt ({n}, {L0}) and one new token; "
+             f"expected ({n}, {L0 + 1}).", mistake="wrong shape")
+    drawn = got[:, -1].long()
+    if not ((drawn >= 0) & (drawn < V)).all():
+        fail("generate produced token ids outside the vocabulary.", mistake="wrong shape")
+    freq = torch.bincount(drawn, minlength=V).float() / n  # (V,)
+    tv = 0.5 * float((freq - target).abs().sum())
+    if bool((drawn == drawn[0]).all()):
+        fail("all draws gave the same token: generate takes the argmax instead of sampling. Draw from the "
+             "distribution: torch.multinomial(probs, 1, generator=generator).", mistake="greedy instead of sampling")
+    if tv > 0.05:
+        tv_plain = 0.5 * float((freq - logits.softmax(-1)).abs().sum())
+        if tv_plain < tv:
+            fail(f"with temperature={T} the draws follow the distribution at temperature 1: pass the "
+                 "temperature on to next_token_probs.", mistake="temperature ignored")
+        fail(f"the frequencies of {n} draws differ from next_token_probs(logits, temperature={T}) by a total "
+             f"variation of {tv:.2f} (a correct sampler gives less than 0.05): sample with "
+             "torch.multinomial(next_token_probs(...), 1, generator=generator).", mistake="values differ")
+    if isinstance(first, Tensor) and not torch.equal(first, got):
+        fail("two calls with generators seeded alike gave different tokens: the `generator` argument is not "
+             "used. Pass it to the sampling: torch.multinomial(probs, 1, generator=generator).",
+             mistake="generator ignored")
+    return "eval mode restored, no gradients, context cropped to max_len, last position, draws follow the distribution"
+
+
+# ---------------------------------------------------------------- hints
+register_hints("GPTBlock", [
+    "It is an encoder layer in pre-norm with a causal mask: x = x + attention(norm1(x)), then "
+    "x = x + feed_forward(norm2(x)).",
+    "Build the mask inside forward: causal = causal_mask(x.size(1), device=x.device); when a `mask` is "
+    "given, combine them: causal & mask.",
+    'The feed-forward is FeedForward(d_model, d_ff, dropout, activation="gelu_tanh"); MultiHeadAttention '
+    "returns (output, weights): keep [0].",
+])
+register_hints("GPT", [
+    "forward: x = token_embedding(tokens) + position_embedding(positions) with positions = "
+    "torch.arange(L, device=tokens.device); dropout; every block; the final norm; lm_head.",
+    "Tie the output layer by sharing the Parameter itself: self.lm_head = nn.Linear(d_model, vocab_size, "
+    "bias=False), then self.lm_head.weight = self.token_embedding.weight (no copy, no clone).",
+    "Return the logits (B, L, V), not probabilities; pass `mask` on to every block.",
+])
+register_hints("next_token_probs", [
+    "Divide the logits by the temperature first; everything else works on those scaled logits.",
+    "top-k: kth = scaled.topk(top_k, dim=-1).values[..., -1:]; remove what is below it with "
+    "masked_fill(scaled < kth, float('-inf')).",
+    "top-p: sort the probabilities in descending order, take cumsum; remove a token when the tokens "
+    "before it (cumsum - its own prob) already reach top_p; scatter the decision back with the sort "
+    "indices; finally softmax over the scaled logits with the removed ones at -inf.",
+])
+register_hints("generate", [
+    "Remember was_training = model.training, call model.eval(), and loop under torch.no_grad(); "
+    "model.train(was_training) at the end.",
+    "Each step: logits = model(out[:, -model.max_len:])[:, -1]; probs = next_token_probs(logits, "
+    "temperature, top_k, top_p).",
+    "Draw with torch.multinomial(probs, 1, generator=generator) (B, 1) and append it: "
+    "out = torch.cat([out, next_token], dim=1).",
+])

@@ -1,0 +1,237 @@
+"""Training notebook 09's character-level language model on the fables, and its checkpoint.
+
+* :class:`CharTokenizer`: one id per character of the text (the notebook builds the same
+  one in a line: the sorted set of characters).
+* :func:`random_windows`: a batch of ``B`` random windows of ``L + 1`` characters; the model
+  reads the first ``L`` and predicts the last ``L`` (the same tensor shifted by one).
+* :func:`fit_gpt`: AdamW, a linear warm-up then a cosine decay, gradient clipping; returns
+  the history of losses. :data:`GPT_RECIPE` is the recipe of the shipped checkpoint.
+* :func:`load_pretrained_gpt`: ``course_utils/pretrained/fables_gpt.pt``, the model
+  :data:`GPT_RECIPE` trains (``python -m course_utils.gpt_training --write`` retrains it;
+  ``benchmarks/gpt_train.py`` measures the time and the loss on 2 threads).
+
+The last 10 % of the text (whole stories) is held out for validation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .gpt import GPT
+from .stories import load_text
+
+CHECKPOINT = Path(__file__).resolve().parent / "pretrained" / "fables_gpt.pt"
+FORMAT = 1
+VALID_FRACTION = 0.1
+
+GPT_RECIPE: dict[str, dict[str, Any]] = {
+    "model": dict(d_model=64, num_heads=4, num_layers=3, d_ff=256, dropout=0.0, max_len=64),
+    "fit": dict(steps=800, batch_size=32, lr=3e-3, warmup=50, weight_decay=0.01, clip_norm=1.0, seed=0),
+}
+
+
+class CharTokenizer:
+    """Characters <-> ids: ``itos`` is the sorted list of the text's distinct characters."""
+
+    def __init__(self, text: str):
+        self.itos = sorted(set(text))
+        self.stoi = {c: i for i, c in enumerate(self.itos)}
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer({len(self)} characters)"
+
+    def encode(self, text: str) -> list[int]:
+        unknown = sorted(set(text) - set(self.stoi))
+        if unknown:
+            raise ValueError(f"characters not in the vocabulary: {unknown!r}")
+        return [self.stoi[c] for c in text]
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        return "".join(self.itos[i] for i in ids)
+
+
+def split_text(text: str) -> tuple[str, str]:
+    """``(train, valid)``: the last ``VALID_FRACTION`` of the stories (whole lines) for validation."""
+    lines = text.splitlines(keepends=True)
+    cut = len(lines) - max(1, int(len(lines) * VALID_FRACTION))
+    return "".join(lines[:cut]), "".join(lines[cut:])
+
+
+def random_windows(data: Tensor, batch_size: int, length: int, generator: torch.Generator | None = None) -> Tensor:
+    """``(B, length + 1)`` windows of ``data (N,)`` at random offsets: input ``[:, :-1]``, targets ``[:, 1:]``."""
+    starts = torch.randint(0, data.numel() - length - 1, (batch_size,), generator=generator)  # (B,)
+    return data[starts[:, None] + torch.arange(length + 1)]  # (B, length + 1)
+
+
+def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+    """Linear warm-up over ``warmup`` steps, then a cosine decay to 0 at ``steps`` (step from 1)."""
+    if step <= warmup:
+        return lr * step / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@torch.no_grad()
+def evaluate_loss(model: GPT, data: Tensor, batches: int = 8, batch_size: int = 32, seed: int = 1) -> float:
+    """Mean next-token loss (nats per character) on ``batches`` fixed random windows of ``data``."""
+    g = torch.Generator().manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    try:
+        losses = []
+        for _ in range(batches):
+            w = random_windows(data, batch_size, model.max_len, g)  # (B, L + 1)
+            losses.append(float(_loss(model, w)))
+        return sum(losses) / len(losses)
+    finally:
+        model.train(was_training)
+
+
+def _loss(model: GPT, windows: Tensor) -> Tensor:
+    """Loss of windows ``(B, L + 1)``: the model reads ``[:, :-1]`` and predicts ``[:, 1:]``."""
+    logits = model(windows[:, :-1])  # (B, L, V)
+    V = logits.size(-1)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, V), windows[:, 1:].reshape(-1))
+
+
+def fit_gpt(
+    model: GPT,
+    train: Tensor,
+    valid: Tensor | None = None,
+    steps: int = 800,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    warmup: int = 50,
+    weight_decay: float = 0.01,
+    clip_norm: float | None = 1.0,
+    seed: int = 0,
+    eval_every: int = 100,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train ``model`` on random windows of ``train (N,)`` (token ids) for ``steps`` steps.
+
+    Returns ``{"train_loss": [...], "val_loss": [...], "eval_steps": [...], "train_seconds": s}``:
+    the loss of every step, the validation loss every ``eval_every`` steps and at the end
+    (when ``valid`` is given), and the time spent in training steps only.
+    """
+    g = torch.Generator().manual_seed(seed)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr
+    )
+    history: dict[str, Any] = {"train_loss": [], "val_loss": [], "eval_steps": [], "train_seconds": 0.0}
+    for step in range(1, steps + 1):
+        start = time.perf_counter()
+        model.train()
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, steps, lr, warmup)
+        windows = random_windows(train, batch_size, model.max_len, g)  # (B, L + 1)
+        loss = _loss(model, windows)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        history["train_seconds"] += time.perf_counter() - start
+        history["train_loss"].append(loss.item())
+        if valid is not None and (step % eval_every == 0 or step == steps):
+            history["val_loss"].append(evaluate_loss(model, valid))
+            history["eval_steps"].append(step)
+            if progress:
+                print(f"step {step:>5}: train loss {history['train_loss'][-1]:.3f}, "
+                      f"validation loss {history['val_loss'][-1]:.3f}", flush=True)
+    model.eval()
+    return history
+
+
+def prepare_data(text: str | None = None) -> tuple[CharTokenizer, Tensor, Tensor]:
+    """``(tokenizer, train ids (N,), valid ids (M,))`` for the fables (or ``text``)."""
+    text = load_text() if text is None else text
+    tokenizer = CharTokenizer(text)
+    train, valid = split_text(text)
+    return tokenizer, torch.tensor(tokenizer.encode(train)), torch.tensor(tokenizer.encode(valid))
+
+
+def train_recipe(threads: int | None = None, progress: bool = False) -> tuple[GPT, CharTokenizer, dict[str, Any]]:
+    """Train :data:`GPT_RECIPE` from its seed: ``(model, tokenizer, history)``."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    tokenizer, train, valid = prepare_data()
+    torch.manual_seed(GPT_RECIPE["fit"]["seed"])
+    model = GPT(len(tokenizer), **GPT_RECIPE["model"])
+    history = fit_gpt(model, train, valid, progress=progress, **GPT_RECIPE["fit"])
+    return model, tokenizer, history
+
+
+# ---------------------------------------------------------------- the shipped checkpoint
+def save_checkpoint(model: GPT, tokenizer: CharTokenizer, history: dict[str, Any], meta: dict[str, Any],
+                    path: str | Path = CHECKPOINT) -> Path:
+    """Weights in float16 (half the size; float32 again on loading), without the tied copy."""
+    state = {k: v.half() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    config = {"vocab_size": model.vocab_size, **GPT_RECIPE["model"]}
+    torch.save({"format": FORMAT, "config": config, "state_dict": state, "itos": tokenizer.itos,
+                "history": history, "meta": meta}, path)
+    return Path(path)
+
+
+def _read(path: str | Path | None = None) -> dict[str, Any]:
+    path = CHECKPOINT if path is None else Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}; write it with `python -m course_utils.gpt_training --write`")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a format-{FORMAT} fables_gpt checkpoint")
+    return state
+
+
+def load_pretrained_gpt(path: str | Path | None = None) -> tuple[GPT, CharTokenizer, dict[str, Any]]:
+    """``(model in eval mode, tokenizer, history)`` of the shipped fables model."""
+    state = _read(path)
+    tokenizer = CharTokenizer(load_text())
+    if tokenizer.itos != list(state["itos"]):
+        raise ValueError("the checkpoint's characters differ from the fables' : retrain it")
+    model = GPT(**state["config"])
+    weights = {k: v.float() for k, v in state["state_dict"].items()}
+    weights["lm_head.weight"] = weights["token_embedding.weight"]
+    model.load_state_dict(weights)
+    return model.eval(), tokenizer, dict(state["history"])
+
+
+def pretrained_gpt_info(path: str | Path | None = None) -> dict[str, Any]:
+    state = _read(path)
+    return {"config": dict(state["config"]), **dict(state["meta"])}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="train and save notebook 09's fables model")
+    parser.add_argument("--write", action="store_true", help=f"train GPT_RECIPE and write {CHECKPOINT.name}")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    if not args.write:
+        parser.print_help()
+        return 0
+    model, tokenizer, history = train_recipe(args.threads, progress=True)
+    meta = {"recipe": GPT_RECIPE, "threads": args.threads, "torch": str(torch.__version__),
+            "train_seconds": round(history["train_seconds"], 1), "final_val_loss": history["val_loss"][-1]}
+    path = save_checkpoint(model, tokenizer, history, meta)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB): {meta}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,630 @@
+"""Tests for the notebook 09 checkers (course_utils/checks/gpt.py).
+
+Every catalogued mistake is a small, real student implementation (most subclass the
+reference and override ``forward``); the checker must fail it, name the mistake and say why.
+Correct implementations written in other ways must pass. Verdicts are repeated on fresh
+random inputs (``REPEAT`` draws each; the seed-sweep tests below run 20 draws).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
+from torch import nn
+
+from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask
+from course_utils import gpt
+from course_utils.checks import check_generate, check_gpt, check_gpt_block, check_next_token_probs, hint
+from course_utils.checks._core import HINTS
+
+NEG = torch.finfo(torch.float32).min
+
+
+# ---------------------------------------------------------------- GPTBlock
+class Block(gpt.GPTBlock):
+    """The reference with a forward that the mistakes below override piece by piece."""
+
+    activation = staticmethod(lambda a: F.gelu(a, approximate="tanh"))
+
+    def attn_mask(self, L, mask):
+        causal = causal_mask(L)
+        return causal if mask is None else causal & mask
+
+    def attend(self, h, mask):
+        return self.self_attn(h, h, h, self.attn_mask(h.size(1), mask))[0]
+
+    def feed(self, h):
+        return self.feed_forward.linear2(self.activation(self.feed_forward.linear1(h)))
+
+    def forward(self, x, mask=None):
+        x = x + self.attend(self.norm1(x), mask)
+        return x + self.feed(self.norm2(x))
+
+
+class NoCausal(Block):
+    def attn_mask(self, L, mask):
+        return mask
+
+
+class UpperTriangle(Block):  # torch.triu instead of torch.tril
+    def attn_mask(self, L, mask):
+        m = torch.ones(L, L, dtype=torch.bool).triu()
+        return m if mask is None else m & mask
+
+
+class OffByOneDiagonal(Block):  # each position also sees the next one
+    def attn_mask(self, L, mask):
+        m = torch.ones(L, L, dtype=torch.bool).tril(diagonal=1)
+        return m if mask is None else m & mask
+
+
+class MaskReplacesCausal(Block):
+    def attn_mask(self, L, mask):
+        return causal_mask(L) if mask is None else mask
+
+
+class MaskIgnored(Block):
+    def attn_mask(self, L, mask):
+        return causal_mask(L)
+
+
+class PostNorm(Block):
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.attend(x, mask))
+        return self.norm2(x + self.feed(x))
+
+
+class NoResidual(Block):
+    def forward(self, x, mask=None):
+        x = self.attend(self.norm1(x), mask)
+        return self.feed(self.norm2(x))
+
+
+class NoAttentionResidual(Block):
+    def forward(self, x, mask=None):
+        x = self.attend(self.norm1(x), mask)
+        return x + self.feed(self.norm2(x))
+
+
+class NoFeedForwardResidual(Block):
+    def forward(self, x, mask=None):
+        x = x + self.attend(self.norm1(x), mask)
+        return self.feed(self.norm2(x))
+
+
+class NormsSwapped(Block):
+    def forward(self, x, mask=None):
+        x = x + self.attend(self.norm2(x), mask)
+        return x + self.feed(self.norm1(x))
+
+
+class ReluFeedForward(Block):
+    activation = staticmethod(F.relu)
+
+
+class ExactGelu(Block):
+    activation = staticmethod(F.gelu)
+
+
+class ReluDefault(nn.Module):
+    """The course's FeedForward with its default activation: the easiest way to get ReLU."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+
+    def forward(self, x, mask=None):
+        m = causal_mask(x.size(1)) if mask is None else causal_mask(x.size(1)) & mask
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, m)[0]
+        return x + self.feed_forward(self.norm2(x))
+
+
+class ReturnsTuple(Block):
+    def forward(self, x, mask=None):
+        h = self.norm1(x)
+        out, weights = self.self_attn(h, h, h, self.attn_mask(x.size(1), mask))
+        x = x + out
+        return x + self.feed(self.norm2(x)), weights
+
+
+class DropoutAlways(Block):
+    def forward(self, x, mask=None):
+        x = x + F.dropout(self.attend(self.norm1(x), mask), 0.1, training=True)
+        return x + self.feed(self.norm2(x))
+
+
+class InPlace(Block):
+    def forward(self, x, mask=None):
+        x += self.attend(self.norm1(x), mask)
+        return x + self.feed(self.norm2(x))
+
+
+class BlockStub(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        raise NotImplementedError()
+
+
+BLOCK_MISTAKES = [
+    (NoCausal, "future leaking", "the future leaks"),
+    (UpperTriangle, "future leaking", "the future leaks"),
+    (OffByOneDiagonal, "future leaking", "the future leaks"),
+    (MaskReplacesCausal, "padding mask replaces causal", "causal_mask(L) & mask"),
+    (MaskIgnored, "mask ignored", "no effect"),
+    (PostNorm, "post-norm", "pre-norm"),
+    (NoResidual, "missing residual", "no residual connections"),
+    (NoAttentionResidual, "missing residual", "around the self-attention"),
+    (NoFeedForwardResidual, "missing residual", "around the feed-forward"),
+    (NormsSwapped, "norms swapped", "norm1"),
+    (ReluFeedForward, "ReLU instead of GELU", "gelu_tanh"),
+    (ReluDefault, "ReLU instead of GELU", "gelu_tanh"),
+    (ExactGelu, "exact GELU", "tanh"),
+    (ReturnsTuple, "wrong return", "[0]"),
+    (DropoutAlways, "dropout in eval mode", "eval mode"),
+    (InPlace, "input modified in place", "in place"),
+]
+
+
+@pytest.mark.parametrize("cls, mistake, words", BLOCK_MISTAKES, ids=[c.__name__ for c, _, _ in BLOCK_MISTAKES])
+def test_gpt_block_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_gpt_block, cls, mistake, words)
+
+
+class EncoderLayerBlock(nn.Module):
+    """A correct block built from the course's EncoderLayer (pre-norm, tanh-GELU) plus the mask."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        from course_utils import EncoderLayer
+
+        layer = EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first=True, activation="gelu_tanh")
+        self.norm1, self.self_attn, self.norm2, self.feed_forward = layer.norm1, layer.self_attn, layer.norm2, layer.feed_forward
+        self.layer = layer
+
+    def forward(self, x, mask=None):
+        L = x.size(1)
+        allowed = causal_mask(L, device=x.device)
+        return self.layer(x, allowed if mask is None else allowed & mask)
+
+
+class SdpaBlock(nn.Module):
+    """Correct, written with F.scaled_dot_product_attention(is_causal=...), a float mask and nn.GELU."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.h = num_heads
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = nn.Module()
+        self.feed_forward.linear1 = nn.Linear(d_model, d_ff)
+        self.feed_forward.linear2 = nn.Linear(d_ff, d_model)
+        self.act = nn.GELU(approximate="tanh")
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        B, L, D = x.shape
+        a = self.self_attn
+        h = self.norm1(x)
+        q, k, v = (w(h).view(B, L, self.h, D // self.h).transpose(1, 2) for w in (a.w_q, a.w_k, a.w_v))
+        bias = torch.zeros(L, L).masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -1e9)  # (L, L)
+        if mask is not None:
+            bias = bias + torch.zeros(mask.shape).masked_fill(~mask, -1e9)[:, None]  # (B, 1, 1, L)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, L, d_k)
+        x = x + self.drop(a.w_o(out.transpose(1, 2).reshape(B, L, D)))
+        ff = self.feed_forward
+        return x + self.drop(ff.linear2(self.act(ff.linear1(self.norm2(x)))))
+
+
+@pytest.mark.parametrize("cls", [gpt.GPTBlock, Block, EncoderLayerBlock, SdpaBlock])
+def test_gpt_block_correct_variants_pass(cls):
+    assert_passes(check_gpt_block, cls)
+
+
+def test_gpt_block_stub_and_instance():
+    assert_not_implemented(check_gpt_block, BlockStub)
+    assert_mistake(check_gpt_block, gpt.GPTBlock(8, 2, 16), "not a class")
+
+
+def test_gpt_block_verdicts_are_stable_over_20_draws():
+    assert_mistake(check_gpt_block, ExactGelu, "exact GELU", repeat=20)  # the subtlest: 5e-4 apart
+    assert_passes(check_gpt_block, SdpaBlock, repeat=20)
+
+
+# ---------------------------------------------------------------- GPT
+class Model(gpt.GPT):
+    """The reference with an overridable forward."""
+
+    def embed(self, tokens):
+        L = tokens.size(1)
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(L))
+
+    def forward(self, tokens, mask=None):
+        x = self.dropout(self.embed(tokens))
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.lm_head(self.norm(x))
+
+
+class NotTied(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lm_head = nn.Linear(self.d_model, self.vocab_size, bias=False)
+
+
+class TiedByCopy(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lm_head.weight = nn.Parameter(self.token_embedding.weight.detach().clone())
+
+
+class TiedByCopyData(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lm_head = nn.Linear(self.d_model, self.vocab_size, bias=False)
+        self.lm_head.weight.data.copy_(self.token_embedding.weight.data)
+
+
+class HeadBias(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lm_head = nn.Linear(self.d_model, self.vocab_size)
+        self.lm_head.weight = self.token_embedding.weight
+
+
+class NoPositions(Model):
+    def embed(self, tokens):
+        return self.token_embedding(tokens)
+
+
+class PositionsFromOne(Model):
+    def embed(self, tokens):
+        L = tokens.size(1)
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(1, L + 1).clamp(max=self.max_len - 1))
+
+
+class Scaled(Model):
+    def embed(self, tokens):
+        return super().embed(tokens) + (math.sqrt(self.d_model) - 1) * self.token_embedding(tokens)
+
+
+class NoFinalNorm(Model):
+    def forward(self, tokens, mask=None):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.lm_head(x)
+
+
+class Softmaxed(Model):
+    def forward(self, tokens, mask=None):
+        return super().forward(tokens, mask).softmax(dim=-1)
+
+
+class MaskDropped(Model):
+    def forward(self, tokens, mask=None):
+        return super().forward(tokens, None)
+
+
+class FirstBlockOnly(Model):
+    def forward(self, tokens, mask=None):
+        x = self.embed(tokens)
+        for _ in self.blocks:
+            x = self.blocks[0](x, mask)
+        return self.lm_head(self.norm(x))
+
+
+class SharedBlocks(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.blocks = nn.ModuleList([self.blocks[0]] * len(self.blocks))
+
+
+class NoDropoutSwitch(Model):
+    def forward(self, tokens, mask=None):
+        return super().forward(tokens, mask) + 0 * F.dropout(torch.ones(1), 0.5, training=True).sum() + \
+            F.dropout(torch.zeros(()), 0.0) + (torch.rand(()) * 1e-3)
+
+
+GPT_MISTAKES = [
+    (NotTied, "not tied", "self.lm_head.weight = self.token_embedding.weight"),
+    (TiedByCopy, "tied by copying", "copy"),
+    (TiedByCopyData, "tied by copying", "copy"),
+    (HeadBias, "output bias", "bias=False"),
+    (NoPositions, "no position embedding", "position"),
+    (PositionsFromOne, "positions start at 1", "from 1"),
+    (Scaled, "embeddings scaled", "sqrt(d_model)"),
+    (NoFinalNorm, "missing final norm", "final LayerNorm"),
+    (Softmaxed, "probabilities instead of logits", "logits"),
+    (MaskDropped, "mask not passed on", "block(x, mask)"),
+    (FirstBlockOnly, "only the first block used", "first block"),
+    (SharedBlocks, "blocks sharing one module", "same module"),
+    (NoDropoutSwitch, "dropout in eval mode", "eval mode"),
+]
+
+
+@pytest.mark.parametrize("cls, mistake, words", GPT_MISTAKES, ids=[c.__name__ for c, _, _ in GPT_MISTAKES])
+def test_gpt_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_gpt, cls, mistake, words)
+
+
+class FunctionalHead(gpt.GPT):
+    """Correct without an lm_head module: logits straight from the embedding matrix."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        del self.lm_head
+
+    def forward(self, tokens, mask=None):
+        positions = torch.arange(tokens.size(1), device=tokens.device)
+        x = self.dropout(self.token_embedding(tokens) + self.position_embedding(positions)[None])
+        for block in self.blocks:
+            x = block(x, mask)
+        return F.linear(self.norm(x), self.token_embedding.weight)
+
+
+class TiedTheOtherWay(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lm_head = nn.Linear(self.d_model, self.vocab_size, bias=False)
+        self.token_embedding.weight = self.lm_head.weight
+
+
+@pytest.mark.parametrize("cls", [gpt.GPT, Model, FunctionalHead, TiedTheOtherWay])
+def test_gpt_correct_variants_pass(cls):
+    assert_passes(check_gpt, cls)
+
+
+def test_gpt_verdicts_are_stable_over_20_draws():
+    assert_mistake(check_gpt, PositionsFromOne, "positions start at 1", repeat=20)
+
+
+# ---------------------------------------------------------------- next_token_probs
+def _filter(scaled, keep):
+    return scaled.masked_fill(~keep, float("-inf")).softmax(-1)
+
+
+def probs_loop(logits, temperature=1.0, top_k=None, top_p=None):
+    """Correct, one row at a time with Python lists and -1e9 instead of -inf."""
+    flat = logits.reshape(-1, logits.size(-1))
+    rows = []
+    for row in flat:
+        s = (row / temperature).tolist()
+        order = sorted(range(len(s)), key=lambda i: -s[i])
+        kept = set(order[: top_k if top_k is not None else len(s)])
+        if top_p is not None:
+            m = max(s[i] for i in kept)
+            z = sum(math.exp(s[i] - m) for i in kept)
+            total = 0.0
+            nucleus = set()
+            for i in order:
+                if i not in kept:
+                    continue
+                if total >= top_p:
+                    break
+                nucleus.add(i)
+                total += math.exp(s[i] - m) / z
+            kept = nucleus
+        rows.append(torch.tensor([v if i in kept else -1e9 for i, v in enumerate(s)]).softmax(-1))
+    return torch.stack(rows).reshape(logits.shape)
+
+
+def probs_hf_style(logits, temperature=1.0, top_k=None, top_p=None):
+    """Correct, in Hugging Face's way: ascending sort and `cumsum <= 1 - top_p` removed."""
+    s = logits / temperature
+    if top_k is not None:
+        s = s.masked_fill(s < torch.topk(s, min(top_k, s.size(-1)))[0][..., -1, None], -float("inf"))
+    if top_p is not None:
+        sorted_logits, idx = torch.sort(s, descending=False)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove_sorted = cum <= (1 - top_p)
+        remove_sorted[..., -1:] = False
+        s = s.masked_fill(remove_sorted.scatter(-1, idx, remove_sorted), -float("inf"))
+    return F.softmax(s, dim=-1)
+
+
+def temperature_after_softmax(logits, temperature=1.0, top_k=None, top_p=None):
+    return gpt.next_token_probs(logits, 1.0, top_k, top_p) / temperature
+
+
+def temperature_ignored(logits, temperature=1.0, top_k=None, top_p=None):
+    return gpt.next_token_probs(logits, 1.0, top_k, top_p)
+
+
+def temperature_multiplied(logits, temperature=1.0, top_k=None, top_p=None):
+    return gpt.next_token_probs(logits * temperature, 1.0, top_k, top_p)
+
+
+def topk_k_plus_one(logits, temperature=1.0, top_k=None, top_p=None):
+    return gpt.next_token_probs(logits, temperature, None if top_k is None else top_k + 1, top_p)
+
+
+def topk_strict(logits, temperature=1.0, top_k=None, top_p=None):  # removes logits <= kth
+    s = logits / temperature
+    if top_k is not None:
+        kth = s.topk(top_k, dim=-1).values[..., -1:]
+        s = s.masked_fill(s <= kth, float("-inf"))
+    return gpt.next_token_probs(s, 1.0, None, top_p)
+
+
+def topk_smallest(logits, temperature=1.0, top_k=None, top_p=None):
+    s = logits / temperature
+    if top_k is not None:
+        kth = s.topk(top_k, dim=-1, largest=False).values[..., -1:]
+        s = s.masked_fill(s > kth, float("-inf"))
+    return gpt.next_token_probs(s, 1.0, None, top_p)
+
+
+def not_renormalised(logits, temperature=1.0, top_k=None, top_p=None):
+    full = (logits / temperature).softmax(-1)
+    kept = gpt.next_token_probs(logits, temperature, top_k, top_p) > 0
+    return full * kept
+
+
+def zero_logit(logits, temperature=1.0, top_k=None, top_p=None):
+    s = logits / temperature
+    kept = gpt.next_token_probs(logits, temperature, top_k, top_p) > 0
+    return s.masked_fill(~kept, 0.0).softmax(-1)
+
+
+def topp_strict(logits, temperature=1.0, top_k=None, top_p=None):
+    s = logits / temperature
+    if top_k is not None:
+        s = s.masked_fill(s < s.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    if top_p is not None:
+        p, idx = s.softmax(-1).sort(dim=-1, descending=True)
+        remove = p.cumsum(-1) >= top_p  # the crossing token is dropped
+        s = s.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+    return s.softmax(-1)
+
+
+def topp_unsorted(logits, temperature=1.0, top_k=None, top_p=None):
+    s = logits / temperature
+    if top_k is not None:
+        s = s.masked_fill(s < s.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    if top_p is not None:
+        p = s.softmax(-1)
+        s = s.masked_fill(p.cumsum(-1) - p >= top_p, float("-inf"))
+    return s.softmax(-1)
+
+
+def topp_before_temperature(logits, temperature=1.0, top_k=None, top_p=None):
+    keep = gpt.next_token_probs(logits, 1.0, top_k, top_p) > 0
+    return _filter(logits / temperature, keep)
+
+
+def topp_before_topk(logits, temperature=1.0, top_k=None, top_p=None):
+    keep = gpt.next_token_probs(logits, temperature, None, top_p) > 0
+    keep &= gpt.next_token_probs(logits, temperature, top_k, None) > 0
+    return _filter(logits / temperature, keep)
+
+
+def log_probs(logits, temperature=1.0, top_k=None, top_p=None):
+    return gpt.next_token_probs(logits, temperature, top_k, top_p).log()
+
+
+def in_place(logits, temperature=1.0, top_k=None, top_p=None):
+    logits /= temperature
+    return gpt.next_token_probs(logits, 1.0, top_k, top_p)
+
+
+def probs_stub(logits, temperature=1.0, top_k=None, top_p=None):
+    raise NotImplementedError()
+
+
+PROBS_MISTAKES = [
+    (temperature_after_softmax, "temperature after softmax", "before it"),
+    (temperature_ignored, "temperature ignored", "no effect"),
+    (temperature_multiplied, "temperature multiplied", "divide"),
+    (topk_k_plus_one, "top-k keeps k+1", "kept"),
+    (topk_strict, "top-k keeps k-1", "k-th largest"),
+    (topk_smallest, "top-k keeps the smallest", "smallest"),
+    (not_renormalised, "not renormalised", "renormalised"),
+    (zero_logit, "removed set to zero logit", "-inf"),
+    (topp_strict, "top-p drops the crossing token", "crosses"),
+    (topp_unsorted, "top-p unsorted", "sort"),
+    (topp_before_temperature, "top-p before temperature", "temperature first"),
+    (topp_before_topk, "top-p before top-k", "after top-k"),
+    (log_probs, "log-probabilities", "log"),
+    (in_place, "input modified in place", "in place"),
+]
+
+
+@pytest.mark.parametrize("fn, mistake, words", PROBS_MISTAKES, ids=[f.__name__ for f, _, _ in PROBS_MISTAKES])
+def test_next_token_probs_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_next_token_probs, fn, mistake, words)
+
+
+@pytest.mark.parametrize("fn", [gpt.next_token_probs, probs_loop, probs_hf_style])
+def test_next_token_probs_correct_variants_pass(fn):
+    assert_passes(check_next_token_probs, fn)
+
+
+def test_next_token_probs_verdicts_are_stable_over_20_draws():
+    for fn, mistake in ((topp_strict, "top-p drops the crossing token"), (topp_before_topk, "top-p before top-k")):
+        assert_mistake(check_next_token_probs, fn, mistake, repeat=20)
+    assert_passes(check_next_token_probs, probs_hf_style, repeat=20)
+    assert_not_implemented(check_next_token_probs, probs_stub)
+
+
+# ---------------------------------------------------------------- generate
+def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
+                   *, mode="eval", grad=False, crop="end", position=-1, sampler="multinomial", keep_prompt=True,
+                   use_temperature=True, use_generator=True, restore=True):
+    """A student's generate; the keyword-only flags switch on one mistake each."""
+    was_training = model.training
+    if mode == "eval":
+        model.eval()
+    out = tokens
+    with torch.set_grad_enabled(grad):
+        for _ in range(max_new_tokens):
+            context = out[:, -model.max_len:] if crop == "end" else (out if crop == "none" else out[:, : model.max_len])
+            logits = model(context)[:, position]  # (B, V)
+            probs = gpt.next_token_probs(logits, temperature if use_temperature else 1.0, top_k, top_p)
+            if sampler == "multinomial":
+                nxt = torch.multinomial(probs, 1, generator=generator if use_generator else None)
+            elif sampler == "argmax":
+                nxt = probs.argmax(-1, keepdim=True)
+            else:  # inverse CDF with the generator's uniform numbers: correct, other draws
+                u = torch.rand(probs.size(0), 1, generator=generator)
+                nxt = (probs.cumsum(-1) < u).sum(-1, keepdim=True).clamp(max=probs.size(-1) - 1)
+            out = torch.cat([out, nxt], dim=1)
+    if restore:
+        model.train(was_training)
+    return out if keep_prompt else out[:, tokens.size(1):]
+
+
+def variant(**flags):
+    def fn(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
+        return generate_plain(model, tokens, max_new_tokens, temperature, top_k, top_p, generator, **flags)
+
+    return fn
+
+
+GENERATE_MISTAKES = [
+    (dict(mode="train"), "sampling in training mode", "model.eval()"),
+    (dict(restore=False), "mode not restored", "model.train(was_training)"),
+    (dict(grad=True), "gradients tracked", "torch.no_grad()"),
+    (dict(crop="none"), "context not cropped", "max_len"),
+    (dict(crop="start"), "context cropped from the start", "out[:, -model.max_len:]"),
+    (dict(position=0), "wrong position", "logits[:, -1]"),
+    (dict(keep_prompt=False), "prompt dropped", "prompt"),
+    (dict(sampler="argmax"), "greedy instead of sampling", "multinomial"),
+    (dict(use_temperature=False), "temperature ignored", "temperature"),
+    (dict(use_generator=False), "generator ignored", "generator=generator"),
+]
+
+
+@pytest.mark.parametrize("flags, mistake, words", GENERATE_MISTAKES, ids=[m for _, m, _ in GENERATE_MISTAKES])
+def test_generate_mistakes_are_named(flags, mistake, words):
+    assert_mistake(check_generate, variant(**flags), mistake, words, repeat=2)
+
+
+@pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf")],
+                         ids=["reference", "plain loop", "inverse cdf"])
+def test_generate_correct_variants_pass(fn):
+    assert_passes(check_generate, fn, repeat=2)
+
+
+def test_generate_without_cache_passes_and_stub():
+    def uncached(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
+        return gpt.generate(model, tokens, max_new_tokens, temperature, top_k, top_p, generator, use_cache=False)
+
+    def stub(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
+        raise NotImplementedError()
+
+    assert_passes(check_generate, uncached, repeat=1)
+    assert_not_implemented(check_generate, stub)
+
+
+def test_every_gpt_exercise_has_hints(capsys):
+    for name in ("GPTBlock", "GPT", "next_token_probs", "generate"):
+        assert len(HINTS[name]) >= 3
+        hint(name)
+        assert f"Hint 1/{len(HINTS[name])} for {name}" in capsys.readouterr().out

@@ -1,0 +1,245 @@
+"""The decoder-only model of notebook 09 (course_utils/gpt.py, gpt_training.py, stories.py).
+
+Parity with Hugging Face's GPT2LMHeadModel (a small random GPT2Config, weights copied with our
+loader, nothing downloaded) needs `transformers`; without it those tests skip.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from course_utils import EncoderLayer, count_parameters
+from course_utils.gpt import (
+    GPT,
+    GPTBlock,
+    convert_gpt2_state_dict,
+    generate,
+    gpt2_state_dict,
+    gpt_from_gpt2,
+    language_model_loss,
+    next_token_probs,
+    sample_next_token,
+)
+from course_utils.gpt_training import (
+    CHECKPOINT,
+    GPT_RECIPE,
+    CharTokenizer,
+    evaluate_loss,
+    fit_gpt,
+    load_pretrained_gpt,
+    lr_at,
+    prepare_data,
+    split_text,
+)
+from course_utils.stories import DATA_DIR, FILE_NAME, generate_text, load_text
+
+
+def small_gpt(seed=0, **kwargs):
+    torch.manual_seed(seed)
+    config = dict(vocab_size=13, d_model=12, num_heads=3, num_layers=2, d_ff=20, dropout=0.0, max_len=10)
+    config.update(kwargs)
+    return GPT(**config).eval()
+
+
+# ---------------------------------------------------------------- the model
+def test_block_equals_a_pre_norm_gelu_encoder_layer_with_a_causal_mask():
+    torch.manual_seed(0)
+    block = GPTBlock(12, 3, 20).eval()
+    layer = EncoderLayer(12, 3, 20, norm_first=True, activation="gelu_tanh").eval()
+    layer.load_state_dict(block.state_dict(), strict=False)
+    x = torch.randn(2, 7, 12)
+    pad = torch.tensor([[True] * 7, [True] * 5 + [False] * 2])[:, None]  # (B, 1, L)
+    causal = torch.ones(7, 7, dtype=torch.bool).tril()
+    with torch.no_grad():
+        torch.testing.assert_close(block(x), layer(x, causal))
+        torch.testing.assert_close(block(x, pad), layer(x, causal & pad))
+
+
+def test_model_is_causal_and_tied():
+    model = small_gpt()
+    assert model.lm_head.weight is model.token_embedding.weight
+    assert model.lm_head.bias is None
+    tokens = torch.randint(0, 13, (2, 9))
+    changed = tokens.clone()
+    changed[:, 5] = (changed[:, 5] + 1) % 13
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    assert a.shape == (2, 9, 13)
+    assert torch.equal(a[:, :5], b[:, :5]) and not torch.allclose(a[:, 5:], b[:, 5:])
+    # the shared Parameter is counted (and optimised) once
+    D, V, N, F, Lmax = 12, 13, 2, 20, 10
+    per_block = 4 * (D * D + D) + 2 * D * F + F + D + 4 * D
+    assert count_parameters(model) == N * per_block + V * D + Lmax * D + 2 * D
+
+
+def test_gpt2_small_has_124m_parameters_on_the_meta_device():
+    with torch.device("meta"):
+        model = GPT(50257)
+    assert count_parameters(model) == 124_439_808
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda m: m(torch.zeros(2, 11, dtype=torch.long)), ValueError, "max_len = 10"),
+        (lambda m: m(torch.full((1, 3), 13)), ValueError, "outside the vocabulary"),
+        (lambda m: m(torch.zeros(2, 3)), TypeError, "token ids"),
+        (lambda m: m(torch.zeros(3, dtype=torch.long)), ValueError, "(B, L)"),
+        (lambda m: next_token_probs(torch.zeros(2, 5), temperature=0), ValueError, "temperature"),
+        (lambda m: next_token_probs(torch.zeros(2, 5), top_k=0), ValueError, "top_k"),
+        (lambda m: next_token_probs(torch.zeros(2, 5), top_p=1.5), ValueError, "top_p"),
+        (lambda m: generate(m, torch.zeros(1, 0, dtype=torch.long), 3), ValueError, "at least one token"),
+        (lambda m: generate(m, torch.zeros(1, 2, dtype=torch.long), -1), ValueError, "max_new_tokens"),
+    ],
+)
+def test_bad_input_is_named(call, error, words):
+    with pytest.raises(error, match=None) as info:
+        call(small_gpt())
+    assert words in str(info.value)
+
+
+# ---------------------------------------------------------------- sampling
+def test_next_token_probs_hand_example():
+    z = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    cases = {
+        (1.0, None, None): [0.6439, 0.2369, 0.0871, 0.0321],
+        (0.5, None, None): [0.8650, 0.1171, 0.0158, 0.0021],
+        (2.0, None, None): [0.4550, 0.2760, 0.1674, 0.1015],
+        (1.0, 2, None): [0.7311, 0.2689, 0.0, 0.0],
+        (1.0, None, 0.9): [0.6652, 0.2447, 0.0900, 0.0],
+        (1.0, None, 0.5): [1.0, 0.0, 0.0, 0.0],
+        (1.0, 3, 0.99): [0.6652, 0.2447, 0.0900, 0.0],
+    }
+    for (T, k, p), expected in cases.items():
+        torch.testing.assert_close(next_token_probs(z, T, k, p), torch.tensor(expected), atol=1e-4, rtol=0)
+
+
+def test_greedy_and_cached_generation_agree_and_restore_the_mode():
+    model = small_gpt(dropout=0.3, max_len=12).train()
+    prompt = torch.randint(0, 13, (3, 4))
+    cached = generate(model, prompt, 8, temperature=0)
+    assert model.training
+    plain = generate(model, prompt, 8, temperature=0, use_cache=False)
+    topk1 = generate(model, prompt, 8, top_k=1)
+    assert torch.equal(cached, plain) and torch.equal(cached, topk1)
+    assert torch.equal(cached[:, :4], prompt) and cached.shape == (3, 12)
+    # longer than max_len: the window slides (no cache), the newest token is always fed
+    long = generate(model, prompt, 15, temperature=0)
+    assert long.shape == (3, 19) and torch.equal(long[:, :12], cached)
+
+
+def test_seeded_sampling_is_repeatable_and_follows_the_distribution():
+    model = small_gpt()
+    prompt = torch.randint(0, 13, (1, 3)).expand(3000, 3)
+    a = generate(model, prompt, 1, temperature=0.7, generator=torch.Generator().manual_seed(0))
+    b = generate(model, prompt, 1, temperature=0.7, generator=torch.Generator().manual_seed(0), use_cache=False)
+    assert torch.equal(a, b)
+    with torch.no_grad():
+        target = next_token_probs(model(prompt[:1])[0, -1], 0.7)
+    freq = torch.bincount(a[:, -1], minlength=13).float() / 3000
+    assert 0.5 * (freq - target).abs().sum() < 0.05
+    logits = torch.randn(4, 13)
+    assert torch.equal(sample_next_token(logits, temperature=0), logits.argmax(-1))
+
+
+def test_language_model_loss_shifts_by_one():
+    logits = torch.randn(2, 5, 7)
+    tokens = torch.randint(0, 7, (2, 5))
+    expected = nn.functional.cross_entropy(logits[:, :4].reshape(-1, 7), tokens[:, 1:].reshape(-1))
+    torch.testing.assert_close(language_model_loss(logits, tokens), expected)
+
+
+# ---------------------------------------------------------------- GPT-2's layout
+def test_round_trip_through_gpt2_layout():
+    model = small_gpt()
+    exported = gpt2_state_dict(model)
+    assert exported["transformer.h.0.attn.c_attn.weight"].shape == (12, 36)  # Conv1D (in, 3 * out)
+    assert exported["transformer.h.0.mlp.c_fc.weight"].shape == (12, 20)  # (in, out): transposed
+    back = gpt_from_gpt2(exported, num_heads=3)
+    tokens = torch.randint(0, 13, (2, 6))
+    with torch.no_grad():
+        assert torch.equal(back(tokens), model(tokens))
+    assert back.lm_head.weight is back.token_embedding.weight
+    untied = dict(exported, **{"lm_head.weight": torch.randn(13, 12)})
+    with pytest.raises(ValueError, match="lm_head.weight differs"):
+        convert_gpt2_state_dict(untied)
+
+
+def _hf():
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def test_parity_with_hugging_face_gpt2():
+    transformers = _hf()
+    from course_utils.gpt import gpt_from_hf
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=37, n_positions=16, n_embd=24, n_layer=3, n_head=4,
+                                     bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # GPT-2 initialises biases and norms to 0 / 1: randomise them so a mix-up shows
+        for name, p in hf.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    state = hf.state_dict()  # its own layout: Conv1D weights (in, out), fused c_attn (D, 3D)
+    assert state["transformer.h.0.attn.c_attn.weight"].shape == (24, 72)
+    ours = gpt_from_hf(hf)
+    tokens = torch.randint(0, 37, (3, 11))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), hf(tokens).logits, atol=1e-5, rtol=1e-4)
+    hf_greedy = hf.generate(tokens[:, :4], max_new_tokens=12, do_sample=False)
+    assert torch.equal(generate(ours, tokens[:, :4], 12, temperature=0), hf_greedy)
+    # the state dict alone (GPT2Model keys, without "transformer.") loads the same
+    bare = {k[len("transformer."):]: v for k, v in state.items() if k.startswith("transformer.")}
+    with torch.no_grad():
+        torch.testing.assert_close(gpt_from_gpt2(bare, num_heads=4)(tokens), ours(tokens))
+
+
+# ---------------------------------------------------------------- data, training, checkpoint
+def test_the_fables_file_is_the_generators_output():
+    assert (DATA_DIR / FILE_NAME).read_text(encoding="utf-8") == generate_text()
+    assert load_text() == generate_text()
+    assert len(generate_text().encode()) < 300_000
+
+
+def test_tokenizer_split_and_schedule():
+    text = load_text()
+    tok = CharTokenizer(text)
+    assert tok.decode(tok.encode("Once upon a time")) == "Once upon a time"
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        tok.encode("Zebra#")
+    train, valid = split_text(text)
+    assert train + valid == text and valid.count("\n") == len(text.splitlines()) // 10
+    assert lr_at(1, 100, 1.0, 10) == pytest.approx(0.1)
+    assert lr_at(10, 100, 1.0, 10) == pytest.approx(1.0) and lr_at(100, 100, 1.0, 10) == pytest.approx(0.0)
+
+
+def test_a_few_training_steps_lower_the_loss():
+    tok, train, valid = prepare_data()
+    torch.manual_seed(0)
+    model = GPT(len(tok), d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0, max_len=16)
+    before = evaluate_loss(model, valid, batches=2)
+    assert abs(before - math.log(len(tok))) < 0.2  # an untrained model guesses uniformly
+    history = fit_gpt(model, train, valid, steps=40, batch_size=16, lr=1e-2, warmup=5, eval_every=20)
+    assert history["eval_steps"] == [20, 40] and len(history["train_loss"]) == 40
+    assert evaluate_loss(model, valid, batches=2) < before - 0.5
+    assert model.lm_head.weight is model.token_embedding.weight  # still tied after training
+
+
+def test_shipped_checkpoint_loads_and_writes_fables():
+    model, tok, history = load_pretrained_gpt()
+    assert CHECKPOINT.stat().st_size < 1_000_000
+    assert model.lm_head.weight is model.token_embedding.weight and not model.training
+    assert history["val_loss"][-1] < 1.0  # nats per character; ln V = 3.74 before training
+    config = GPT_RECIPE["model"]
+    assert (model.d_model, model.max_len, len(model.blocks)) == (config["d_model"], config["max_len"], config["num_layers"])
+    out = generate(model, torch.tensor([tok.encode("Once upon a time, there was a")]), 60, temperature=0)
+    words = tok.decode(out[0]).split()
+    known = set(load_text().split())
+    assert sum(w in known for w in words) >= 0.9 * len(words)
