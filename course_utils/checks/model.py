@@ -91,6 +91,7 @@ from ._core import (
     require_function,
     require_module_class,
 )
+from .attention import _padding_shape
 from .decoder import (
     check_dropout,
     copy_parameters,
@@ -147,19 +148,6 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
                 "to) and False the padding. Compare with !=, not ==.",
                 (~real).unsqueeze(1),
             ),
-            (
-                "missing query axis (B, L)",
-                f"you returned shape (B, L_src) = {describe_shape(real)}; the contract's shape is "
-                "(B, 1, L_src): the axis of size 1 stands for the queries, so the mask broadcasts "
-                "over them against scores (B, L_q, L_src). Add it with .unsqueeze(1).",
-                real,
-            ),
-            (
-                "axis in the wrong place (B, L, 1)",
-                "you returned shape (B, L_src, 1): that would mask queries, not keys. The axis of "
-                "size 1 goes in the middle, (B, 1, L_src): .unsqueeze(1), not .unsqueeze(-1).",
-                real.unsqueeze(-1),
-            ),
         ]
         if pad_id != 0:
             mistakes.append(
@@ -170,6 +158,8 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
                     (src0 != 0).unsqueeze(1),
                 )
             )
+        if isinstance(got, Tensor) and got.shape != expected.shape:
+            _padding_shape(B, L, f"the mask ({case})")(got)  # the same words as check_padding_mask
         _not_bool("the mask", got, expected, case)
         expect_close("the mask", got, expected, mistakes, case=case)
     return "(B, 1, L_src), True on real tokens, pad_id 0 and non-zero"
@@ -768,12 +758,13 @@ def _greedy_raw(
     causal: bool = True,
     position: int = -1,
     argmax: str = "vocab",
-    use_src_mask: bool = True,
+    src_mask_to: tuple[bool, bool] = (True, True),
 ) -> tuple[Tensor, Tensor]:
     """Greedy tokens with no stopping and no filling, ``(B, steps + 1)``, and each step's
-    top-1 minus top-2 logit, ``(B, steps)`` (``inf`` where the choice is not a vocabulary argmax)."""
-    mask = src_mask if use_src_mask else None
-    memory = model.encode(src, mask)  # (B, L_src, D)
+    top-1 minus top-2 logit, ``(B, steps)`` (``inf`` where the choice is not a vocabulary argmax).
+    ``src_mask_to``: whether ``encode`` and ``decode`` get ``src_mask``."""
+    memory = model.encode(src, src_mask if src_mask_to[0] else None)  # (B, L_src, D)
+    mask = src_mask if src_mask_to[1] else None
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
     margins = []
     for _ in range(steps):
@@ -816,6 +807,7 @@ class _GreedyCase:
     pad_id: int | None
     train: bool
     words: str
+    pass_pad: bool = True  # False: pad_id left at its default
     expected: Tensor = field(default_factory=lambda: torch.empty(0))
     mistakes: list[tuple[str, str, Tensor]] = field(default_factory=list)
 
@@ -854,7 +846,8 @@ def _greedy_mistakes(
                 fin("train"),
             )
         ]
-    out = [
+    out = [(name, words, fin(kind)) for kind, (name, words) in _SRC_MASK_WORDS.items()]
+    out += [
         (
             "no bos in column 0",
             "column 0 must be bos_id: start every sequence with <bos> and keep it in the output.",
@@ -914,11 +907,6 @@ def _greedy_mistakes(
             fin("first"),
         ),
         (
-            "src_mask not used",
-            "src_mask is not used: pass it to model.encode and, as memory_mask, to model.decode.",
-            fin("no src mask"),
-        ),
-        (
             "max_len off by one",
             f"with max_len={M} your output has {M + 2} columns: generate at most max_len tokens after "
             "<bos> (T <= max_len + 1).",
@@ -975,7 +963,18 @@ _VARIANTS = {
     "no causal": dict(causal=False),
     "positions": dict(argmax="positions"),
     "first": dict(position=0),
-    "no src mask": dict(use_src_mask=False),
+    "no src mask": dict(src_mask_to=(False, False)),
+    "no src mask in encode": dict(src_mask_to=(False, True)),
+    "no src mask in decode": dict(src_mask_to=(True, False)),
+}
+_SRC_MASK_WORDS = {  # listed first among the mistakes: no other can hide them
+    "no src mask": ("src_mask not used", "src_mask is not used: pass it to model.encode and, as memory_mask, to "
+                    "model.decode; without it attention reads the source padding."),
+    "no src mask in encode": ("src_mask not passed to encode", "model.encode runs without src_mask, so the encoder "
+                              "reads the source padding: pass it to model.encode(src, src_mask) too."),
+    "no src mask in decode": ("src_mask not passed to decode", "model.decode runs without src_mask as memory_mask, "
+                              "so the cross-attention reads the source padding: model.decode(ys, memory, "
+                              "tgt_mask, src_mask)."),
 }
 
 
@@ -1037,11 +1036,13 @@ def _greedy_setup() -> _GreedySetup:
             # rows that go on with other tokens after their eos (else "keeps generating" = filling)
             goes_on = ((raws["ok"][:, 1:] != eos_id) & ~upto & (steps[None, :] <= M)).any(dim=1)
             a_rows = _choose_rows(
-                ends, [first == first[ends].min(), first == first[ends].max(), differs["no src mask"]], randint(3, 4)
+                ends, [first == first[ends].min(), first == first[ends].max()] + [differs[k] for k in _SRC_MASK_WORDS],
+                randint(3, 4),
             )
             if a_rows is None or len(set(first[a_rows].tolist())) < 2:
                 continue
-            b_rows = _choose_rows(clear, [first > M, (first < M) & goes_on, differs["no causal"]], randint(3, 4))
+            b_rows = _choose_rows(clear, [first > M, (first < M) & goes_on, differs["no causal"]]
+                                  + [differs[k] for k in _SRC_MASK_WORDS], randint(3, 4))
             if b_rows is None:
                 continue
             setup = _greedy_cases(model, src, src_mask, raws, bos_id, pad_id, M, eos_id, a_rows, b_rows)
@@ -1056,9 +1057,9 @@ def _greedy_cases(
 ) -> _GreedySetup | None:
     # B first: there pad_id is None, so "keeps generating" cannot look like "pad_id ignored"
     cases = [
-        _GreedyCase(b_rows, eos_id, None, False, "one sequence never produces <eos>, pad_id=None"),
+        _GreedyCase(b_rows, eos_id, None, False, "one sequence never produces <eos>, pad_id left out", False),
         _GreedyCase(a_rows, eos_id, pad_id, False, "every sequence produces <eos> before max_len, pad_id given"),
-        _GreedyCase(a_rows, eos_id, pad_id, True, "the model passed in train mode"),
+        _GreedyCase(a_rows, eos_id, None, True, "the model passed in train mode, pad_id=None"),
     ]
     for c in cases:
         fill = c.eos_id if c.pad_id is None else c.pad_id
@@ -1145,7 +1146,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
             f"{case.words}: batch of {len(case.rows)}, max_len={M}, bos_id={bos_id}, eos_id={case.eos_id}{pad}"
         )
         kwargs: dict[str, Any] = {"src_mask": mask}
-        if case.pad_id is not None:
+        if case.pass_pad:
             kwargs["pad_id"] = case.pad_id
         try:
             got = call_student(fn, model, src, M, bos_id, case.eos_id, context=f"decoding ({words})", **kwargs)
@@ -1154,6 +1155,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
             if not isinstance(err.exc, NotImplementedError):
                 _greedy_probe(fn, setup, case, err)
             raise
+        left_in = {m.training for m in model.modules()}  # the modes greedy_decode left behind
         model.eval()
         check_unchanged(["src", "src_mask"], [src, mask], [src0, mask0], words)
         if isinstance(got, Tensor) and got.dtype != torch.long:
@@ -1171,7 +1173,17 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
             if f.mistake in ("values differ", "wrong shape"):
                 _token_diagnosis(got, case.expected, words, M)
             raise
-    return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
+        if left_in != {case.train}:
+            came, left = ("train", "eval") if case.train else ("eval", "train")
+            fail(
+                f"the tokens are right, but greedy_decode leaves the model (or some of its modules) in {left} mode "
+                f"although it came in {came} mode ({words}): the caller's mode must be restored, or a training loop "
+                f"that decodes a few examples goes on {'without' if case.train else 'with'} dropout. Remember "
+                "`was_training = model.training` before model.eval() and end with model.train(was_training).",
+                mistake="mode not restored",
+            )
+    return ("stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, "
+            "eval mode, the caller's mode restored")
 
 
 # ---------------------------------------------------------------- hints
