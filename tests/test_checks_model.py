@@ -235,10 +235,9 @@ class RenamedTransformer(nn.Module):
             self.dec.norm = None
         if bug != "no xavier":
             xavier_matrices(self)
-        if bug == "zero vectors":
-            for p in self.parameters():
-                if p.dim() == 1:
-                    nn.init.zeros_(p)
+        for p in self.parameters():
+            if p.dim() == 1 and bug in ("zero vectors", "vectors of ones"):
+                nn.init.zeros_(p) if bug == "zero vectors" else nn.init.ones_(p)
 
     def position(self, x, pos, skip):
         if self.bug == skip:
@@ -364,6 +363,7 @@ def test_transformer_mistakes_are_named(cls, mistake, words):
         (renamed("vocabularies swapped"), "parameters differ from the reference", ["such as `generator.bias`"]),
         (renamed("no xavier"), "no Xavier initialisation", ["xavier_uniform_", "p.dim() > 1"]),
         (renamed("zero vectors"), "norm scales not ones", ["not all ones", "every logit starts the same"]),
+        (renamed("vectors of ones"), "norm shifts not zeros", ["not all zeros", "p.dim() > 1"]),
         # training-mode dropout, probed with dropout=1.0
         (renamed("no dropout"), "dropout missing", ["source embedding gets no dropout", "Encoder(..., dropout"]),
         (renamed("no pe dropout"), "positional dropout missing", ["source embedding gets no dropout after"]),
@@ -525,7 +525,7 @@ def test_greedy_decode_mistakes_are_named(fn, mistake, words):
 def test_greedy_decode_new_diagnoses_are_the_same_on_every_draw(fn, mistake, words):
     # the flaky kind (which tokens change without the mask) gets every draw; the others are
     # named only once the tokens are right, and each greedy check costs most of a second
-    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=SEEDS if mistake == "src_mask not used" else 4)
+    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=SEEDS if mistake == "src_mask not used" else 3)
 
 
 def test_greedy_decode_stub_errors_and_weird_returns():

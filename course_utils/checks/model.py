@@ -2,18 +2,31 @@
 ``make_tgt_mask`` and ``greedy_decode``.
 
 ``Transformer``: built by the checker with awkward random sizes (``B``, ``L_src``,
-``L_tgt``, ``D``, ``d_ff``, ``V_src``, ``V_tgt`` all different), for both ``norm_first``
-values, in eval mode, with every learnable parameter randomised. When its parameter names
-are the reference's (``src_embedding``, ``tgt_embedding``, ``encoder``, ``decoder``,
-``output_projection``; a bare ``nn.Embedding`` in place of ``TokenEmbedding`` is fine),
-the parameters are copied into :class:`course_utils.Transformer` and ``forward``,
-``encode`` and ``decode`` are compared value by value, with and without masks; a wrong
-result is compared with the reference computed with each catalogued mistake. Otherwise
-(names the contract does not fix) the model is tested by its behaviour: the logits'
-shape, causality under a causal ``tgt_mask``, invariance to the source padding tokens
-under ``src_mask``, ``forward`` agreeing with ``encode`` + ``decode`` + projection, and a
-permutation test that finds a missing positional encoding (unscaled embeddings cannot
-be seen this way).
+``L_tgt``, ``D >= 24``, ``d_ff``, ``V_src``, ``V_tgt`` all different, two layers,
+``max_len`` larger than every other size), for both ``norm_first`` values.
+
+* State, right after construction: the sinusoidal table is a buffer (not a parameter,
+  learned or fixed, nor a plain tensor attribute).
+* Structure: the student's parameters are paired with the reference's by name when the
+  names are the contract's (a bare ``nn.Embedding`` for ``TokenEmbedding`` is fine), else
+  by structure: the reference's top-level parts (embeddings, encoder, decoder, output
+  projection) in any order, each matched by its parameters' shapes in order (or by its
+  names under one prefix). Names are the student's choice; a model whose parameters
+  match no arrangement fails (final norms in post-norm or missing in pre-norm are named).
+* Initialisation, right after construction: every matrix (``dim > 1``) within the
+  Xavier-uniform bound ``sqrt(6 / (fan_in + fan_out))`` with the mean square of
+  ``U(-bound, bound)`` (within 0.1 of 1/3 after scaling: > 7 standard deviations for the
+  >= 576 entries of the smallest matrix), LayerNorm scales all ones and shifts all zeros.
+* Values, eval mode, ``dropout=0.1``, every parameter randomised and copied into
+  :class:`course_utils.Transformer`: ``forward`` with and without masks, ``encode`` and
+  ``decode``; a wrong result is compared with the reference computed with each catalogued
+  mistake; when ``forward`` alone is wrong, "forward disagrees with encode/decode".
+* Dropout, training mode, post-norm, ``dropout=1.0``: every dropout of the contract then
+  zeroes its input, so the output is deterministic. Two forward passes must agree (else a
+  fixed ``p`` somewhere); ``encode`` and ``decode`` must equal the reference's, else they
+  are compared with each way to leave out or misplace the positional dropout (none,
+  before adding the table) and the layers' dropout, per side. A difference that is not
+  one of these is reported only after the eval-mode comparisons pass.
 
 Masks: token ids with trailing padding of different lengths per example, a non-zero
 ``pad_id`` and real tokens with id 0 (so a hard-coded 0 shows).
@@ -26,26 +39,36 @@ one sequence never ends and ``max_len`` cuts the output (``pad_id`` left at its 
 ``eos_id``). Rows are kept only where every greedy choice wins by a clear margin (so a
 correct implementation computed in a different order gives the same tokens) and where
 every catalogued mistake gives a different, recognisable output. Case (C) repeats (A)
-with the model in train mode: with ``dropout=1.0`` a decoder that forgets ``model.eval()``
-produces a fixed, recognisable wrong sequence.
+with the model in train mode and ``pad_id=None`` passed explicitly: with ``dropout=1.0`` a
+decoder that forgets ``model.eval()`` produces a fixed, recognisable wrong sequence. After
+each call every module must be back in the mode it came in. The rows are also chosen so
+that leaving ``src_mask`` out of ``encode``, ``decode`` or both changes the tokens in a
+recognisable way; these three are listed first among the mistakes, so nothing else can
+take their place on any draw.
 
 Decision: running past "all finished" is wrong. The contract stops early, so the output
 has ``T = 1 + (steps until every sequence has produced <eos>)`` columns, or
-``max_len + 1`` when some sequence never does. Whether the model is put back in the mode
-it came in is not checked.
+``max_len + 1`` when some sequence never does.
 
 Catalogue (``CheckResult.mistake``):
 
-* ``Transformer``: ``"not a class"``, ``"missing method"``, ``"future tokens leak"``
-  (``tgt_mask`` not used), ``"src_mask not used for cross-attention"``, ``"src_mask not
-  used by the encoder"``, ``"src_mask not used"``, ``"embeddings not scaled"``,
-  ``"positional encoding missing"``, ``"output projection missing"`` (returns
-  ``(B, L, D)``), ``"returns probabilities"``, ``"forward disagrees with encode/decode"``,
-  ``"dropout in eval mode"``, ``"wrong return"``, ``"input modified in place"``.
+* ``Transformer``: ``"not a class"``, ``"missing method"``, ``"learned positions"``,
+  ``"positional table is a parameter"``, ``"positional table not a buffer"``, ``"final norm
+  in post-norm"``, ``"missing final norm"``, ``"parameters differ from the reference"``,
+  ``"no Xavier initialisation"``, ``"norm scales not ones"``, ``"norm shifts not zeros"``,
+  ``"future tokens leak"`` (``tgt_mask`` not used), ``"src_mask not used for
+  cross-attention"``, ``"src_mask not used by the encoder"``, ``"src_mask not used"``,
+  ``"embeddings not scaled"``, ``"embeddings scaled twice"``, ``"positional encoding
+  missing"``, ``"output projection missing"`` (returns ``(B, L, D)``), ``"returns
+  probabilities"`` (softmax), ``"returns log-probabilities"`` (log_softmax), ``"forward
+  disagrees with encode/decode"``, ``"dropout in eval mode"``, ``"dropout p hard-coded"``,
+  ``"positional dropout missing"``, ``"layer dropout missing"``, ``"dropout missing"``,
+  ``"dropout before adding positions"``, ``"dropout in the wrong place"``, ``"wrong
+  return"``, ``"input modified in place"``.
 * the three functions: ``"not a function"`` (a class or a non-callable was passed).
-* ``make_src_mask``: ``"mask inverted"``, ``"missing query axis (B, L)"``, ``"axis in the
-  wrong place (B, L, 1)"``, ``"pad id hard-coded as 0"``, ``"not a bool mask"``,
-  ``"input modified in place"``.
+* ``make_src_mask``: ``"mask inverted"``, ``"missing query axis"`` (``(B, L)``) and
+  ``"wrong axis"`` (``(B, L, 1)``), in ``check_padding_mask``'s words, ``"pad id
+  hard-coded as 0"``, ``"not a bool mask"``, ``"input modified in place"``.
 * ``make_tgt_mask``: ``"causal only"``, ``"padding only"``, ``"upper triangle"``,
   ``"padding on the query axis"``, ``"strictly lower triangle"``, ``"| instead of &"``,
   ``"mask inverted"``, ``"pad id hard-coded as 0"``, ``"extra head axis"``, ``"not a bool
@@ -53,8 +76,9 @@ Catalogue (``CheckResult.mistake``):
 * ``greedy_decode``: ``"keeps generating after eos"``, ``"runs to max_len after all
   finished"``, ``"stops at the first eos"``, ``"pad_id ignored"``, ``"no bos in column
   0"``, ``"no causal mask"``, ``"argmax over wrong axis"``, ``"reads the first
-  position"``, ``"src_mask not used"``, ``"max_len off by one"``, ``"model left in train
-  mode"``, ``"wrong dtype"``, ``"input modified in place"``.
+  position"``, ``"src_mask not used"``, ``"src_mask not passed to encode"``, ``"src_mask
+  not passed to decode"``, ``"max_len off by one"``, ``"model left in train mode"``,
+  ``"mode not restored"``, ``"wrong dtype"``, ``"input modified in place"``.
 """
 
 from __future__ import annotations
@@ -400,7 +424,8 @@ def _transformer_mistakes(part: str, has_src_mask: bool, has_tgt_mask: bool) -> 
 
 _STACKS = ("the encoder", "the decoder")
 _PE_DROP_WORDS = {
-    "none": "gets no dropout after the positional table is added",
+    "none": "gets no dropout after the positional table is added (pass the dropout argument on to "
+    "PositionalEncoding(d_model, max_len, dropout))",
     "before": "gets its dropout before the positional table is added (dropout(x) + pe); the contract applies "
     "it to the sum, dropout(x + pe), which PositionalEncoding does",
 }
@@ -739,8 +764,8 @@ def check_transformer(cls: Any) -> str:
         fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
              "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
              "nowhere else.", mistake="dropout in the wrong place")
-    return ("post-norm and pre-norm, with and without masks, parameters paired with the reference's by structure; "
-            "Xavier-uniform matrices, LayerNorm ones and zeros, the positional table a buffer; dropout in training mode")
+    # the notebooks store this line (nbval): change it together with solutions/06
+    return "post-norm and pre-norm, with and without masks, compared with the reference"
 
 
 # ---------------------------------------------------------------- greedy_decode
@@ -1182,8 +1207,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
                 "`was_training = model.training` before model.eval() and end with model.train(was_training).",
                 mistake="mode not restored",
             )
-    return ("stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, "
-            "eval mode, the caller's mode restored")
+    return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
 
 
 # ---------------------------------------------------------------- hints
