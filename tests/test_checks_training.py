@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,7 @@ from course_utils.checks._core import HINTS
 from course_utils.model import make_tgt_mask
 
 REPEAT = 3
+SEEDS = 20  # the new diagnoses must not depend on the random draw
 
 
 @pytest.fixture(autouse=True)
@@ -115,15 +117,18 @@ def shift_in_place(tgt):
     (shift_one_side, "only one side shifted", ["L_tgt - 1"]),
     (shift_one_tensor, "wrong return", ["two tensors"]),
     (shift_in_place, "input modified in place", ["in place"]),
+    (lambda tgt: (tgt[:, :-1], tgt[:, :-1]), "the same slice twice", ["same slice, tgt[:, :-1]", "very token"]),
+    (lambda tgt: (tgt[:, 1:], tgt[:, 1:]), "the same slice twice", ["same slice, tgt[:, 1:]"]),
 ])
 def test_shift_targets_mistakes_are_named(fn, mistake, words):
-    assert_mistake(check_shift_targets, fn, mistake, *words)
+    assert_mistake(check_shift_targets, fn, mistake, *words, repeat=SEEDS)
 
 
-@pytest.mark.parametrize("weird", [lambda tgt: None, lambda tgt: "tgt", lambda tgt: (1, 2), lambda tgt: (tgt,)])
+@pytest.mark.parametrize("weird", [lambda tgt: None, lambda tgt: "tgt", lambda tgt: (1, 2), lambda tgt: (tgt,),
+                                   lambda tgt: (tgt[:, :-1].numpy(), tgt[:, 1:].numpy())])
 def test_shift_targets_weird_returns_fail_without_raising(weird):
     r = check_shift_targets(weird)
-    assert not r.passed and r.feedback.startswith("[X]")
+    assert not r.passed and r.feedback.startswith("[X]") and "raised" not in r.feedback, r.feedback
 
 
 def test_shift_targets_stub_and_non_function():
@@ -143,13 +148,20 @@ def ce_transpose(logits, targets, pad_id, label_smoothing=0.0):
     return F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=pad_id, label_smoothing=label_smoothing)
 
 
-def ce_manual(logits, targets, pad_id, label_smoothing=0.0):
-    logp = torch.log_softmax(logits, dim=-1)
-    nll = -torch.gather(logp, 2, targets.unsqueeze(2)).squeeze(2)
-    smooth = -logp.mean(dim=-1)
-    loss = (1 - label_smoothing) * nll + label_smoothing * smooth
-    mask = (targets != pad_id).float()
-    return (loss * mask).sum() / mask.sum()
+def written_out(log_probs=torch.log_softmax, smooth=torch.mean, count="tokens"):
+    """The loss written out; the arguments make the mistakes (torch.log(torch.softmax(...)), ...)."""
+
+    def ce(logits, targets, pad_id, label_smoothing=0.0):
+        logp = log_probs(logits, dim=-1)
+        nll = -torch.gather(logp, 2, targets.unsqueeze(2)).squeeze(2)
+        loss = (1 - label_smoothing) * nll + label_smoothing * -smooth(logp, dim=-1)
+        mask = (targets != pad_id).float()
+        return (loss * mask).sum() / (mask.sum() if count == "tokens" else targets.size(0))
+
+    return ce
+
+
+ce_manual = written_out()
 
 
 def ce_sum_over_count(logits, targets, pad_id, label_smoothing=0.0):
@@ -301,11 +313,21 @@ def test_masked_cross_entropy_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_masked_cross_entropy, fn, mistake, *words)
 
 
+@pytest.mark.parametrize("fn, mistake, words", [
+    (written_out(log_probs=lambda x, dim: torch.log(torch.softmax(x, dim=dim))), "log of softmax",
+     ["[0, -120, 0]", "log_softmax"]),
+    (written_out(smooth=torch.sum), "smoothing term summed", [".sum(dim=-1)", "eps / V"]),
+    (written_out(count="B"), "divided by the batch size", ["batch size B", "real (non-pad) target tokens"]),
+])
+def test_masked_cross_entropy_new_diagnoses_are_the_same_on_every_draw(fn, mistake, words):
+    assert_mistake(check_masked_cross_entropy, fn, mistake, *words, repeat=SEEDS)
+
+
 @pytest.mark.parametrize("weird", [lambda *a, **k: None, lambda *a, **k: "loss", lambda *a, **k: torch.ones(2, 2),
-                                   lambda *a, **k: (torch.tensor(1.0),)])
+                                   lambda *a, **k: (torch.tensor(1.0),), lambda *a, **k: np.ones((2, 3))])
 def test_masked_cross_entropy_weird_returns_fail_without_raising(weird):
     r = check_masked_cross_entropy(weird)
-    assert not r.passed and r.feedback.startswith("[X]")
+    assert not r.passed and r.feedback.startswith("[X]") and "raised" not in r.feedback, r.feedback
 
 
 def test_masked_cross_entropy_stub():
@@ -396,7 +418,7 @@ def step_reference_like(model, batch, optimizer, scheduler=None, pad_id=0, label
     """The reference written out, with switches that make the mistakes of the catalogue."""
     if "train" not in forget:
         model.train()
-    if "zero_grad" not in forget:
+    if "zero_grad" not in forget and "zero_grad at the end" not in forget:
         optimizer.zero_grad()
     logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
     V = logits.size(-1)
@@ -408,19 +430,23 @@ def step_reference_like(model, batch, optimizer, scheduler=None, pad_id=0, label
     loss.backward()
     if "zero_grad after backward" in forget:
         optimizer.zero_grad()
-    if "clip" not in forget and "clip after" not in forget:
+    if "clip" not in forget and "clip after" not in forget and (clip_norm is not None or "clip always" in forget):
         nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
     if "scheduler before" in forget and scheduler is not None:
         scheduler.step()
     if "step" not in forget:
         optimizer.step()
-    if "clip after" in forget:
+    if "clip after" in forget and clip_norm is not None:
         nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
     if scheduler is not None and "scheduler" not in forget and "scheduler before" not in forget:
         scheduler.step()
         if "scheduler twice" in forget:
             scheduler.step()
-    return loss.item()
+    if "zero_grad at the end" in forget:
+        optimizer.zero_grad()
+    if "eval at the end" in forget:
+        model.eval()
+    return loss if "tensor" in forget else loss.item()
 
 
 def step_num_tokens(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
@@ -430,11 +456,12 @@ def step_num_tokens(model, batch, optimizer, scheduler=None, pad_id=0, label_smo
     loss = F.cross_entropy(logits.transpose(1, 2), batch.tgt_out, ignore_index=pad_id,
                            label_smoothing=label_smoothing, reduction="sum") / batch.num_tokens
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm=clip_norm)
+    if clip_norm:
+        torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm=clip_norm)
     optimizer.step()
     if scheduler:
         scheduler.step()
-    return loss  # a 0-d tensor is accepted
+    return float(loss)
 
 
 def step_with_masked_loss(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
@@ -444,7 +471,8 @@ def step_with_masked_loss(model, batch, optimizer, scheduler=None, pad_id=0, lab
     logits = model(batch.src, tgt_in, batch.src_mask, make_tgt_mask(tgt_in, pad_id))
     loss = T.masked_cross_entropy(logits, tgt_out, pad_id, label_smoothing)
     loss.backward()
-    nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    if clip_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
     optimizer.step()
     if scheduler is not None:
         scheduler.step()
@@ -569,6 +597,18 @@ def step_returns_nothing(model, batch, optimizer, scheduler=None, pad_id=0, labe
 ])
 def test_train_step_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_train_step, fn, mistake, *words, repeat=2)
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (forgetting("clip always"), "clip_norm None not handled", ["clip_norm=None", "if clip_norm is not None"]),
+    (forgetting("tensor"), "loss returned as a tensor", ["with the right value", "loss.item()"]),
+    (forgetting("eval at the end"), "model left in eval mode", ["leaves the model", "eval mode"]),
+    (forgetting("zero_grad at the end"), "zero_grad in the wrong place", ["after optimizer.step()", "at the start"]),
+])
+def test_train_step_new_diagnoses_are_the_same(fn, mistake, words):
+    # named from the call's structure (a crash, the return type, the mode, the gradients left), not
+    # from values a draw could make coincide; a train_step check costs a quarter of a second or more
+    assert_mistake(check_train_step, fn, mistake, *words, repeat=5)
 
 
 @pytest.mark.parametrize("weird", [lambda *a, **k: "done", lambda *a, **k: torch.ones(3)])

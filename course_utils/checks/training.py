@@ -8,7 +8,9 @@ padding of different lengths per row, ``B != L_tgt``), compared exactly with
 ``masked_cross_entropy``: random logits ``(B, L, V)`` (``B``, ``L``, ``V`` all different)
 and targets with trailing padding, a non-zero ``pad_id`` with real tokens of id 0 (so a
 hard-coded 0 shows), and targets that are a non-contiguous slice (as ``batch.tgt_out``
-is: ``.view`` fails on it); without and with label smoothing. The result must be a
+is: ``.view`` fails on it); without and with label smoothing; last, logits with a real
+target's logit and another 120 below the largest (``[0, -120, 0]``), where
+``log(softmax(x))`` gives ``-inf`` and ``log_softmax`` a finite loss. The result must be a
 differentiable 0-d tensor equal to ``F.cross_entropy(..., ignore_index=pad_id,
 label_smoothing=eps)``; a wrong value is compared with the loss computed with each
 catalogued mistake.
@@ -24,27 +26,33 @@ the rate at every step, a ``clip_norm`` below the gradient's norm, label smoothi
 gradients left over from an earlier backward pass (so a missing ``zero_grad`` shows
 from the first call). Two calls are compared with the reference: the returned losses,
 every parameter after each call, and the scheduler's step count. Then a call with
-``scheduler=None`` and the default ``pad_id``, and a call on a model with dropout that
-was left in eval mode (same random seed for the student's call and the reference).
+``scheduler=None`` and the default ``pad_id``, a call on a model with dropout that was
+left in eval mode (same random seed for the student's call and the reference), and one
+with ``scheduler=None`` and ``clip_norm=None`` passed explicitly, label smoothing and a
+non-zero ``pad_id``. After each call the model (every module) must be in train mode.
 Parameters are compared with an absolute tolerance of ``1e-6`` (the updates are about
 ``1e-2``).
 
-Decisions: ``train_step`` returns the loss as a Python float; a 0-d tensor is accepted
-too. No gradient from before the call may reach the update, so ``zero_grad`` comes
+Decisions: ``train_step`` returns the loss as a Python float; a tensor fails (``"loss
+returned as a tensor"``), as notebook 07 asks for a float. No gradient from before the call may reach the update, so ``zero_grad`` comes
 before ``backward`` (a ``zero_grad`` only at the end of the step would let an earlier
-backward pass, say a cell that looked at the gradients, leak into the first update).
-``clip_norm=None`` (no clipping) is not exercised by the checker.
+backward pass, say a cell that looked at the gradients, leak into the first update): it
+is named ``"zero_grad in the wrong place"`` when the gradients are cleared after the step,
+``"zero_grad forgotten"`` when they are not cleared at all.
 
 Catalogue (``CheckResult.mistake``):
 
 * all four: ``"not a function"``.
-* ``shift_targets``: ``"not shifted"``, ``"shifted the wrong way"``, ``"shifted along the
+* ``shift_targets``: ``"not shifted"``, ``"shifted the wrong way"``, ``"the same slice
+  twice"`` (``tgt[:, :-1], tgt[:, :-1]`` or ``tgt[:, 1:], tgt[:, 1:]``), ``"shifted along the
   batch axis"``, ``"only one side shifted"``, ``"wrong return"``, ``"input modified in
   place"``.
-* ``masked_cross_entropy``: ``"padding counted"``, ``"divided by all positions"``,
+* ``masked_cross_entropy``: ``"log of softmax"`` (non-finite on extreme logits),
+  ``"padding counted"``, ``"divided by all positions"``, ``"divided by the batch size"``,
   ``"pad id hard-coded as 0"``, ``"label smoothing ignored"``, ``"label smoothing applied
   twice"``, ``"smoothing over the other classes only"``, ``"smoothing without the
-  padding class"``, ``"KL divergence instead of cross-entropy"``, ``"sum instead of
+  padding class"``, ``"smoothing term summed"``, ``"KL divergence instead of
+  cross-entropy"``, ``"sum instead of
   mean"``, ``"mean of per-sequence means"``, ``"double softmax"``, ``"no log-softmax"``,
   ``"classes on the wrong axis"``, ``".view on a non-contiguous tensor"``, ``"not
   reduced"``, ``"not a tensor"``, ``"detached from the graph"``, ``"input modified in
@@ -57,11 +65,12 @@ Catalogue (``CheckResult.mistake``):
   ``"shifted the wrong way"``, ``"loss on tgt instead of tgt_out"``, ``"tgt_mask not
   passed"``, ``"src_mask not passed"``, ``"padding counted"``, ``"pad id hard-coded as
   0"``, ``"label smoothing not passed"``), the update (``"zero_grad forgotten"``, ``"no
-  update"``, ``"clipping missing"``, ``"clipping after the step"``, ``"clip_grad_value_
-  instead of clip_grad_norm_"``, ``"scheduler stepped before the optimizer"``,
-  ``"scheduler not stepped"``, ``"scheduler stepped twice"``, ``"scheduler None not
-  handled"``), ``"model in eval mode"``, ``"no loss returned"``, ``".view on a
-  non-contiguous tensor"``.
+  update"``, ``"zero_grad in the wrong place"``, ``"clipping missing"``, ``"clipping
+  after the step"``, ``"clip_grad_value_ instead of clip_grad_norm_"``, ``"scheduler
+  stepped before the optimizer"``, ``"scheduler not stepped"``, ``"scheduler stepped
+  twice"``, ``"scheduler None not handled"``, ``"clip_norm None not handled"``), ``"model
+  in eval mode"``, ``"model left in eval mode"``, ``"loss returned as a tensor"``, ``"no
+  loss returned"``, ``".view on a non-contiguous tensor"``.
 """
 
 from __future__ import annotations
@@ -184,6 +193,15 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
                 "shift along the time axis, tgt[:, :-1] and tgt[:, 1:].",
                 mistake="shifted along the batch axis",
             )
+        for a, b in ((exp_in, exp_in), (exp_out, exp_out)):
+            if same(got_in, a) and same(got_out, b):
+                both = "tgt[:, :-1]" if a is exp_in else "tgt[:, 1:]"
+                fail(
+                    f"tgt_in and tgt_out ({case}) are the same slice, {both}: each position is asked for the very "
+                    "token it reads, so the model learns to copy (the loss falls near zero) and greedy decoding "
+                    "fails. The decoder reads tgt[:, :-1] and predicts the next tokens, tgt[:, 1:].",
+                    mistake="the same slice twice",
+                )
         one_side = [(exp_in, tgt0), (tgt0, exp_out), (tgt0[:, 1:], tgt0), (tgt0, tgt0[:, :-1])]
         if any(same(got_in, a) and same(got_out, b) for a, b in one_side):
             fail(
@@ -245,6 +263,10 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
          "the padding is left out of the sum but not out of the count: you divided by all B * L positions. "
          "Divide by the number of real (non-pad) target tokens.",
          lambda: (per_token() * real).sum() / real.numel()),
+        ("divided by the batch size",
+         "you divided the summed loss by the batch size B: the padding then still shapes the loss (a batch with "
+         "more padding gets a smaller loss). Divide by the number of real (non-pad) target tokens.",
+         lambda: (per_token() * real).sum() / B),
         ("sum instead of mean",
          "your loss is the sum over the target tokens, not their mean: it grows with the batch and with the "
          "lengths, and the learning rate would have to follow. Divide by the number of real tokens.",
@@ -294,6 +316,11 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
              "Transformer's LabelSmoothing with KLDivLoss). Here the loss is F.cross_entropy's: the target "
              "(1 - eps) * one_hot + eps / V over all V classes, and cross-entropy, not KL.",
              lambda: _smoothed_ce(logits, targets, pad_id, one_hot_q("no pad"), kl=True)),
+            ("smoothing term summed",
+             "your smoothing term sums -log p over the V classes instead of averaging it: use eps * (-log_probs"
+             ".mean(dim=-1)), not .sum(dim=-1). The target distribution is (1 - eps) * one_hot + eps / V, which "
+             "sums to 1.",
+             lambda: _smoothed_ce(logits, targets, pad_id, lambda t: (1 - eps) * F.one_hot(t, V).float() + eps)),
             ("KL divergence instead of cross-entropy",
              "your loss is the KL divergence between the smoothed targets and the prediction: it has the same "
              "gradients but is lower by the entropy of the smoothed targets. Return the cross-entropy "
@@ -322,8 +349,10 @@ def _cross_entropy_error(err: StudentError) -> None:
 @checker("masked_cross_entropy")
 def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
     require_function(fn, "masked_cross_entropy")
-    cases = [(randint(1, 9), 0.0, False), (0, round(0.05 * randint(1, 5), 2), True), (randint(1, 9), 0.1, True)]
-    for pad_id, eps, pass_eps in cases:
+    cases = [(randint(1, 9), 0.0, False), (0, round(0.05 * randint(1, 5), 2), True), (randint(1, 9), 0.1, True),
+             (randint(1, 9), 0.1, True)]  # the last one with extreme logits
+    for i, (pad_id, eps, pass_eps) in enumerate(cases):
+        extreme = i == len(cases) - 1
         while True:
             B, L, V = randint(2, 5), randint(4, 8), randint(10, 14)
             if _distinct(B, L, V, L + 1):
@@ -336,9 +365,15 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
         if int((targets == pad_id).sum()) < 2 or bool((targets == pad_id).all(dim=1).any()):
             # in place, not on a clone: a clone is contiguous, and `.view` would then work
             targets[0, -2:] = pad_id  # at least two pads, every row keeps a real token
-        logits = (2.5 * torch.randn(B, L, V)).requires_grad_(True)  # (B, L, V)
+        logits = 2.5 * torch.randn(B, L, V)  # (B, L, V)
+        if extreme:  # a real target and another class far below the largest logit, as in [0, -120, 0]
+            b, t = torch.nonzero(targets != pad_id)[0].tolist()
+            logits[b, t, targets[b, t]] = logits[b, t].max() - 120
+            logits[-1, -1, randint(0, V - 1)] -= 120
+        logits.requires_grad_(True)
         logits0, targets0 = logits.detach().clone(), targets.clone()
-        args = f"logits ({B}, {L}, {V}), targets ({B}, {L}), pad_id={pad_id}"
+        args = f"logits ({B}, {L}, {V})" + (" with logits 120 below the largest" if extreme else "") + \
+            f", targets ({B}, {L}), pad_id={pad_id}"
         case = args + (f", label_smoothing={eps}" if pass_eps else "")
         kwargs = {"label_smoothing": eps} if pass_eps else {}
         try:
@@ -366,6 +401,14 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                 + (": it looks like the per-token losses (reduction='none'). Average them over the real "
                    "tokens." if shaped else "."),
                 mistake="not reduced",
+            )
+        if extreme and isinstance(got, Tensor) and got.numel() == 1 and not bool(torch.isfinite(got.detach()).all()):
+            fail(
+                f"your loss is {float(got.detach())} ({case}), though the right one, {float(expected):.2f}, is finite: "
+                "log(softmax(x)) underflows. For logits like [0, -120, 0] softmax gives exactly 0 in float32 and "
+                "log(0) = -inf. Use log_softmax (F.log_softmax, or F.cross_entropy, which uses it): it computes "
+                "x - logsumexp(x) without ever forming the tiny probability.",
+                mistake="log of softmax",
             )
         with torch.no_grad():
             expect_close("the loss", got, expected, _cross_entropy_mistakes(logits0, targets0, pad_id, eps), case=case)
@@ -626,10 +669,17 @@ _UPDATE_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
 ]
 
 
-def _train_step_error(err: StudentError, batch: Any) -> None:
+def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None:
     exc, text = err.exc, str(err.exc)
     if _view_error(exc):
         fail(_VIEW_ADVICE, mistake=".view on a non-contiguous tensor")
+    if clip is None and isinstance(exc, TypeError) and "NoneType" in text:
+        fail(
+            f"your code raised {type(exc).__name__}: {text.splitlines()[0]} with clip_norm=None, which means: no "
+            "clipping. Clip only when there is a bound: `if clip_norm is not None: "
+            "nn.utils.clip_grad_norm_(model.parameters(), clip_norm)`.",
+            mistake="clip_norm None not handled",
+        )
     if isinstance(exc, AttributeError) and "NoneType" in text and "step" in text:
         fail(
             f"your code raised {type(exc).__name__}: {text.splitlines()[0] if text else ''} with scheduler=None: "
@@ -689,7 +739,7 @@ def _step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, tr
     return setup
 
 
-def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str, pass_options: bool) -> list[tuple[Any, Tensor, Any]]:
+def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str, pass_options: bool) -> list[tuple[Any, Tensor, Any, bool]]:
     model = copy.deepcopy(setup.model)
     optimizer, scheduler = _make_optimizer(model, setup.use_scheduler)
     for p, g in zip(model.parameters(), setup.leftover):
@@ -706,11 +756,11 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str, pass_opt
             try:
                 loss = call_student(fn, model, batch, optimizer, context=f"calling train_step ({words})", **kwargs)
             except StudentError as err:
-                _train_step_error(err, batch)
+                _train_step_error(err, batch, setup.clip)
                 raise
             check_unchanged(["batch.src", "batch.tgt"], [batch.src, batch.tgt], originals, words)
             grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
-            out.append((loss, _flat(model), grads))
+            out.append((loss, _flat(model), grads, all(m.training for m in model.modules())))
             if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
                 if scheduler.last_epoch == 0:
                     fail(
@@ -726,9 +776,15 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str, pass_opt
     return out
 
 
-def _as_loss(value: Any, words: str) -> float:
+def _as_loss(value: Any, words: str, expected: float) -> float:
     if isinstance(value, Tensor) and value.numel() == 1:
-        return float(value.detach())
+        right = math.isclose(float(value.detach()), expected, rel_tol=1e-5, abs_tol=1e-6)
+        fail(
+            f"train_step returns the loss as a tensor ({words})" + (" with the right value" if right else "")
+            + ": return a Python float, loss.item(). A tensor that the caller keeps in a history holds on to "
+            "its device memory (and, unless detached, to the whole graph of the step).",
+            mistake="loss returned as a tensor",
+        )
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     fail(
@@ -740,11 +796,11 @@ def _as_loss(value: Any, words: str) -> float:
     raise AssertionError  # unreachable: fail raises
 
 
-def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any]], words: str) -> None:
+def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any, bool]], words: str) -> None:
     expected = _simulate(setup, frozenset())
-    for i, ((loss, params, grads), (exp_loss, exp_params)) in enumerate(zip(got, expected)):
+    for i, ((loss, params, grads, training), (exp_loss, exp_params)) in enumerate(zip(got, expected)):
         call = f"call {i + 1} of {len(got)}, {words}"
-        value = _as_loss(loss, call)
+        value = _as_loss(loss, call, exp_loss)
         if not math.isclose(value, exp_loss, rel_tol=1e-5, abs_tol=1e-6):
             for name, diagnosis, flags in _LOSS_MISTAKES:
                 if any(f in flags for f in ("no smoothing",)) and setup.eps == 0:
@@ -768,6 +824,10 @@ def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any]], words: 
                  "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask) against batch.tgt_out, pad "
                  "tokens ignored, with label_smoothing.", mistake="values differ")
         if matches(params, exp_params, atol=1e-6, rtol=1e-5):
+            if not training:
+                fail(f"the loss and the update are right, but train_step leaves the model (or some of its modules) in "
+                     f"eval mode ({call}): the next step's dropout would be off. Keep it in train mode; evaluate "
+                     "elsewhere (evaluation restores the mode it found).", mistake="model left in eval mode")
             continue
         if not setup.train_mode and matches(params, _simulate(setup, frozenset({"eval mode"}))[i][1], 1e-6, 1e-5):
             fail(
@@ -783,6 +843,11 @@ def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any]], words: 
             if "scheduler before" in flags and not setup.use_scheduler or "clip value" in flags:
                 continue
             if matches(params, _simulate(setup, flags)[i][1], atol=1e-6, rtol=1e-5):
+                if "no zero_grad" in flags and all(g is None or not bool(g.any()) for g in grads):
+                    fail(f"optimizer.zero_grad() is called, but at the end of the step, after optimizer.step() ({call}): "
+                         "the first update then still adds gradients left over from before the call (say, from a cell "
+                         "that looked at them). Call it at the start, before loss.backward().",
+                         mistake="zero_grad in the wrong place")
                 fail(f"{diagnosis} ({call})", mistake=name)
         if setup.clip is not None and matches(params, _simulate(setup, frozenset({"no clip"}))[i][1], 1e-6, 1e-5):
             present = [g for g in grads if g is not None]
@@ -827,6 +892,11 @@ def check_train_step(fn: Callable[..., Any]) -> str:
                         clip_fraction=None)
     setup.clip = 1.0
     words = f"a model with dropout=0.5 that arrives in eval mode, pad_id={setup.pad_id}"
+    _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
+    # D: no scheduler and no clipping, both passed as None, with smoothing and a non-zero pad
+    setup = _step_setup(pad_id=randint(1, 9), eps=0.1, use_scheduler=False, dropout=0.0, train_mode=True,
+                        clip_fraction=None)
+    words = f"scheduler=None, clip_norm=None (no clipping), label_smoothing=0.1, pad_id={setup.pad_id}"
     _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
     return ("loss, parameters and scheduler after two steps; zero_grad, clipping, scheduler, train mode, "
             "scheduler=None")
