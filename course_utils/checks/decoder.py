@@ -346,8 +346,8 @@ def _length_probe(
         if not isinstance(got, Tensor):
             return
         head = (
-            f"your {what} raised {_raised(err)} ({case}). With L_src == L_tgt it runs without an "
-            "error, "
+            f"your {what} raised {_raised(err)} ({case}). The check then tried it with "
+            "L_src == L_tgt: there it runs without an error, "
         )
         if matches(got, expected):
             fail(

@@ -50,6 +50,8 @@ from torch import Tensor, nn
 from ..attention import causal_mask
 from ..gpt import GPT, GPTBlock, next_token_probs
 from ._core import (
+    equal,
+    isnan,
     Mistake,
     StudentError,
     call_student,
@@ -183,7 +185,7 @@ def _leak_test(model: nn.Module, B: int, L: int, D: int) -> None:
         if not isinstance(base, Tensor) or base.shape != x.shape:
             return  # the comparisons that follow say what is wrong with the output
         again = call_student(model, x.clone(), context=f"running forward ({case})")
-        if isinstance(again, Tensor) and again.shape == base.shape and not torch.equal(again, base):
+        if isinstance(again, Tensor) and again.shape == base.shape and not equal(again, base):
             fail("the same input gave two different outputs in eval mode: some dropout still runs after "
                  "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
                  "training=self.training to F.dropout.", mistake="dropout in eval mode")
@@ -362,7 +364,7 @@ def _check_tying(model: nn.Module, V: int, D: int) -> None:
              "matrix): nn.Linear(d_model, vocab_size, bias=False).", mistake="output bias")
     if weight is emb.weight:
         return
-    if isinstance(weight, Tensor) and weight.shape == emb.weight.shape and torch.equal(weight, emb.weight):
+    if isinstance(weight, Tensor) and weight.shape == emb.weight.shape and equal(weight, emb.weight):
         fail("lm_head.weight is a copy of token_embedding.weight, not the same tensor: the two start "
              "equal but are separate parameters (2 x V x D numbers), and the first optimizer step makes "
              "them differ. Share the Parameter itself: self.lm_head.weight = self.token_embedding.weight.",
@@ -548,7 +550,7 @@ def _all_mistakes_show(logits: Tensor, T: float, k: int | None, p: float | None)
     seen: list[tuple[str, Tensor]] = []
     for name, _, candidate in _probs_mistakes(logits, T, k, p):
         value = candidate()
-        if bool(torch.isnan(value).any()):
+        if bool(isnan(value).any()):
             continue
         if matches(value, expected, atol=1e-3, rtol=1e-2):
             if k is None or p is None or name == "top-p before top-k":
@@ -599,10 +601,10 @@ def check_next_token_probs(fn: Callable[..., Any]) -> str:
         mistakes.append(("log-probabilities",
                          "the result looks like log-probabilities; return the probabilities themselves "
                          "(rows that sum to 1).", lambda e=expected: e.clamp_min(1e-45).log()))
-        if p is not None and isinstance(got, Tensor) and got.shape == expected.shape and bool(torch.isnan(got).any()):
-            nan_rows = torch.isnan(got).any(dim=-1)  # (...,)
+        if p is not None and isinstance(got, Tensor) and got.shape == expected.shape and bool(isnan(got).any()):
+            nan_rows = isnan(got).any(dim=-1)  # (...,)
             empty = next_token_probs(original, T, k).amax(dim=-1) >= p  # rows whose top token alone reaches p
-            if bool(nan_rows.any()) and torch.equal(nan_rows, empty):
+            if bool(nan_rows.any()) and equal(nan_rows, empty):
                 fail(f"probabilities ({case}) are NaN exactly in the rows where the most likely token alone has "
                      f"probability >= top_p: your nucleus is empty there, because it stops before the token that "
                      "crosses p. That token belongs to the nucleus (remove a token only when the tokens before it "
@@ -689,7 +691,7 @@ def check_generate(fn: Callable[..., Any]) -> str:
         if 0.5 * float((target - logits.softmax(-1)).abs().sum()) < 0.15 or float(target.max()) > 0.8:
             continue
         greedy = _reference_generate(model, tokens, steps, 1.0, 1)  # (B, L0 + steps)
-        if not any(torch.equal(greedy, _reference_generate(model, tokens, steps, 1.0, 1, **kw))
+        if not any(equal(greedy, _reference_generate(model, tokens, steps, 1.0, 1, **kw))
                    for kw in (dict(crop="start"), dict(position=0))):
             break  # cropping from the start and reading the first position both change the tokens
     original = tokens.clone()
@@ -703,7 +705,7 @@ def check_generate(fn: Callable[..., Any]) -> str:
         _check_watch(watch, model, was_training, case)
     model.eval()
     expected = _reference_generate(model, original, steps, 1.0, 1)  # (B, L0 + steps)
-    if isinstance(got, Tensor) and got.shape == (tokens.size(0), steps) and torch.equal(got, expected[:, L0:]):
+    if isinstance(got, Tensor) and got.shape == (tokens.size(0), steps) and equal(got, expected[:, L0:]):
         fail("generate returned only the new tokens; return the prompt followed by them, "
              f"(B, L0 + max_new_tokens) = {describe_shape(expected)}.", mistake="prompt dropped")
     mistakes: list[Mistake] = [
@@ -751,7 +753,7 @@ def check_generate(fn: Callable[..., Any]) -> str:
         fail(f"the frequencies of {n} draws differ from next_token_probs(logits, temperature={T}) by a total "
              f"variation of {tv:.2f} (a correct sampler gives less than 0.05): sample with "
              "torch.multinomial(next_token_probs(...), 1, generator=generator).", mistake="values differ")
-    if isinstance(first, Tensor) and not torch.equal(first, got):
+    if isinstance(first, Tensor) and not equal(first, got):
         fail("two calls with generators seeded alike gave different tokens: the `generator` argument is not "
              "used. Pass it to the sampling: torch.multinomial(probs, 1, generator=generator).",
              mistake="generator ignored")

@@ -100,6 +100,8 @@ from ..layers import LayerNorm
 from ..model import Transformer
 from ..positional import sinusoidal_positional_encoding
 from ._core import (
+    equal,
+    allclose,
     Failure,
     Mistake,
     StudentError,
@@ -139,7 +141,7 @@ def _tokens(B: int, L: int, vocab: int, pad_id: int, real: Tensor) -> Tensor:
 
 def _not_bool(what: str, got: Any, expected: Tensor, case: str) -> None:
     if isinstance(got, Tensor) and got.dtype != torch.bool:
-        right = got.shape == expected.shape and bool(torch.equal(got != 0, expected))
+        right = got.shape == expected.shape and bool(equal(got != 0, expected))
         fail(
             f"{what} ({case}) has dtype {got.dtype}" + (" (with the right values)" if right else "")
             + ": masks are torch.bool, True = may attend. A comparison such as `tokens != pad_id` "
@@ -571,7 +573,7 @@ def _is_table(t: Tensor, table: Tensor) -> bool:
     if t.dim() < 2 or t.shape[-1] != table.size(1) or t.numel() < table.numel() or t.is_complex():
         return False
     rows = t.detach().reshape(-1, table.size(1))[: table.size(0)].double()  # (max_len, D)
-    return bool(torch.allclose(rows, table.double(), atol=1e-4))
+    return bool(allclose(rows, table.double(), atol=1e-4))
 
 
 def _check_state(model: nn.Module, D: int) -> None:
@@ -731,7 +733,7 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
     with torch.no_grad():
         first = call_student(model, *inputs, context=f"running forward ({where})")
         again = call_student(model, *inputs, context=f"running forward ({where})")
-        if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not torch.equal(first, again):
+        if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):
             fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != 1.0]
             fail(
                 f"two forward passes in {where} gave different outputs: with p=1 every dropout zeroes its input, so "
@@ -948,7 +950,7 @@ def _greedy_mistakes(
 
 
 def _same(a: Tensor, b: Tensor) -> bool:
-    return a.shape == b.shape and bool(torch.equal(a, b))
+    return a.shape == b.shape and bool(equal(a, b))
 
 
 def _distinguishable(cases: list[_GreedyCase]) -> bool:
@@ -1184,7 +1186,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         model.eval()
         check_unchanged(["src", "src_mask"], [src, mask], [src0, mask0], words)
         if isinstance(got, Tensor) and got.dtype != torch.long:
-            right = got.shape == case.expected.shape and bool(torch.equal(got.long(), case.expected))
+            right = got.shape == case.expected.shape and bool(equal(got.long(), case.expected))
             if right or got.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8) or got.is_floating_point():
                 fail(
                     f"the output has dtype {got.dtype}" + (" (with the right tokens)" if right else "")

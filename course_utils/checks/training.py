@@ -90,6 +90,8 @@ from ..data import collate
 from ..model import Transformer, make_tgt_mask
 from ..training import masked_cross_entropy, noam_lr
 from ._core import (
+    equal,
+    isfinite,
     Mistake,
     StudentError,
     call_student,
@@ -165,7 +167,7 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
         exp_in, exp_out = tgt0[:, :-1], tgt0[:, 1:]  # (B, L - 1) each
 
         def same(a: Tensor, b: Tensor) -> bool:
-            return a.shape == b.shape and bool(torch.equal(a.long(), b))
+            return a.shape == b.shape and bool(equal(a.long(), b))
 
         if same(got_in, exp_in) and same(got_out, exp_out):
             if got_in.dtype != tgt0.dtype or got_out.dtype != tgt0.dtype:
@@ -402,7 +404,7 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                    "tokens." if shaped else "."),
                 mistake="not reduced",
             )
-        if extreme and isinstance(got, Tensor) and got.numel() == 1 and not bool(torch.isfinite(got.detach()).all()):
+        if extreme and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
             fail(
                 f"your loss is {float(got.detach())} ({case}), though the right one, {float(expected):.2f}, is finite: "
                 "log(softmax(x)) underflows. For logits like [0, -120, 0] softmax gives exactly 0 in float32 and "
