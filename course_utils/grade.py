@@ -203,9 +203,14 @@ def sandbox_prefix(turn: Path, workdir: Path, hidden: Iterable[Path]) -> list[st
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     keep = [PACKAGE_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    # a course checkout or virtual environment under /tmp (a CI clone) must stay visible
+    rebound = [k for k in keep if Path("/tmp") in k.parents]
+    for k in rebound:
+        args += ["--ro-bind", str(k), str(k)]
     for path in hidden:
         path = Path(path).resolve()
-        if path == Path("/tmp") or Path("/tmp") in path.parents or not path.exists():
+        under_tmp = path == Path("/tmp") or Path("/tmp") in path.parents
+        if not path.exists() or (under_tmp and not any(k == path or k in path.parents for k in rebound)):
             continue  # already hidden by the empty /tmp
         if path.is_dir() and not any(k == path or path in k.parents for k in keep):
             args += ["--tmpfs", str(path)]
