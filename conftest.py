@@ -1,4 +1,7 @@
-"""pytest settings for the executed solution notebooks (nbval).
+"""pytest settings for the whole suite: notebook 07's training switch, and the order in
+which `course.py test` hands work to its pytest-xdist workers.
+
+Notebook 07 (nbval).
 
 Notebook 07 trains its translator for real when a student runs it (`TRAIN = True`, about
 two minutes on one core). Its executed solution is checked against the shipped
@@ -16,10 +19,37 @@ TRAIN_SWITCH = re.compile(r"^TRAIN = True\b", re.MULTILINE)
 TRAINS = {"07_training.ipynb"}  # notebooks whose test run loads the checkpoint
 
 
+# Scheduling. `course.py test` runs `-n <cores> --dist loadfile --no-loadscope-reorder`:
+# each file goes whole to one worker (a notebook's cells share one kernel; a module's fixtures
+# are built once), in the order of the collection, to whichever worker is free. Longest files
+# first keeps both workers busy to the end: xdist's default order (most tests first) left the
+# few slow notebook and tool files for last, with one worker idle. Seconds per file on the
+# 2-core CI machine (pytest --durations=0), rounded: only the order matters, so a stale figure
+# costs a little time, never a result. A file not listed weighs 0.05 s per test.
+SECONDS = {
+    "tests/test_student_notebooks.py": 160,
+    "tests/test_grade.py": 95,
+    "tests/test_browser.py": 65,
+    "tests/test_colab_install.py": 60,
+    "tests/test_checks_model.py": 45,
+    "tests/test_build.py": 30,
+    "solutions/07_training.ipynb": 27,
+    "solutions/09_gpt.ipynb": 20,
+    "solutions/08_encoder_classifier.ipynb": 13,
+    "solutions/01_attention.ipynb": 12,
+}
+
+
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("COURSE_TRAIN_IN_TESTS") == "1":
-        return
+    if os.environ.get("COURSE_TRAIN_IN_TESTS") != "1":
+        for item in items:
+            cell = getattr(item, "cell", None)  # nbval's cell items carry their notebook cell
+            if cell is not None and item.path.name in TRAINS and TRAIN_SWITCH.search(cell.source):
+                cell.source = TRAIN_SWITCH.sub("TRAIN = False", cell.source, count=1)
+
+    files: dict[str, list] = {}
     for item in items:
-        cell = getattr(item, "cell", None)  # nbval's cell items carry their notebook cell
-        if cell is not None and item.path.name in TRAINS and TRAIN_SWITCH.search(cell.source):
-            cell.source = TRAIN_SWITCH.sub("TRAIN = False", cell.source, count=1)
+        files.setdefault(item.nodeid.partition("::")[0], []).append(item)
+    # sorted() is stable, and each file keeps its own order (nbval's cells must)
+    order = sorted(files, key=lambda path: -SECONDS.get(path, 0.05 * len(files[path])))
+    items[:] = [item for path in order for item in files[path]]
