@@ -36,7 +36,7 @@ To publish from another repository or tag, change :data:`REPO_URL` or :data:`REF
 
 Every notebook the build writes (a solution it updates, a student notebook, a solution
 it ran) is normalised (:func:`normalise`): the kernelspec and ``language_info`` a
-current ipykernel writes, without the patch version, and consecutive stream outputs
+current ipykernel writes (the full Python version, as the kernel reports it), and consecutive stream outputs
 merged, so that an unchanged rerun gives an unchanged file. ``--normalise FILE ...``
 does only that, to any notebooks.
 
@@ -349,11 +349,14 @@ def read_notebook(path: Path) -> tuple[object, list[str]]:
 
 
 # What a current ipykernel writes into a notebook it runs, so that opening a notebook
-# changes as little as possible. Only `language_info.version` varies between machines:
-# it is stored as major.minor (the patch level would differ from one instructor's Python
-# to the next and show up in every diff). JupyterLab still marks a notebook modified when
-# its kernel reports another version (3.11.7 against a stored 3.11); the copies that
-# `course_utils.start` makes for a student carry that student's exact version instead.
+# changes nothing. JupyterLab 4 writes the kernel's `language_info` into the notebook as
+# soon as the kernel starts and marks it modified unless it is identical, version included:
+# tried in Chromium, a stored "3.11", no version or no `language_info` all turned dirty
+# against a 3.11.7 kernel, "3.11.7" did not. So the version is the full one the executing
+# kernel reported (kept as stored; this Python's when there is none), and a solution opens
+# unmodified wherever the Python is the one that last ran it. No stored value can match
+# every Python: the copies that `course_utils.start` makes for a student carry that
+# student's exact version instead.
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 LANGUAGE_INFO = {
     "codemirror_mode": {"name": "ipython", "version": 3},
@@ -368,11 +371,11 @@ _OVERWRITTEN = re.compile(r"^.*\r(?=[^\n])", re.MULTILINE)
 
 
 def language_info(version: str | None = None) -> dict:
-    """ipykernel's ``language_info`` with ``version`` cut to major.minor (default: this Python)."""
-    parts = (version or "").split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
-        parts = [str(sys.version_info.major), str(sys.version_info.minor)]
-    return {**LANGUAGE_INFO, "version": ".".join(parts[:2])}
+    """ipykernel's ``language_info`` with ``version`` when it is a full Python version as a
+    kernel reports it ("3.11.7", "3.13.0rc1"), else this Python's (``sys.version``'s)."""
+    if not (isinstance(version, str) and re.fullmatch(r"\d+\.\d+\.\d+\w*", version)):
+        version = sys.version.split()[0]
+    return {**LANGUAGE_INFO, "version": version}
 
 
 def merge_streams(outputs: list) -> list:
@@ -400,7 +403,7 @@ def merge_streams(outputs: list) -> list:
 
 def normalise(nb) -> list[str]:
     """Give ``nb`` (in place) the metadata a current ipykernel writes (kernelspec
-    "Python 3 (ipykernel)", ``language_info`` without the patch version) and merged
+    "Python 3 (ipykernel)", ``language_info`` with the full version) and merged
     stream outputs; return what changed (empty when it already was so)."""
     changes = []
     if nb.metadata.get("kernelspec") != KERNELSPEC:

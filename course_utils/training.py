@@ -857,8 +857,8 @@ def choose_functions(
     if chosen["train_step"] is not None and chosen["masked_cross_entropy"] is not None \
             and "masked_cross_entropy" not in _names_used(chosen["train_step"]):
         lines[1] += " (but your train_step does not call it)"
-    if chosen["noam_lr"] is not None:
-        lines[2] += ' (used with schedule="noam" only; the recipe decays linearly)'
+    # yours or the reference: the recipe's linear schedule calls neither, so say so in both cases
+    lines[2] += ' (used with schedule="noam" only; the recipe decays linearly)'
     if verbose:
         print("Training with:\n" + "\n".join(lines))
     return chosen

@@ -602,7 +602,7 @@ def test_normalise_sets_ipykernel_metadata_and_merges_streams():
     assert nb.metadata["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     assert nb.metadata["language_info"] == {
         "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py", "mimetype": "text/x-python",
-        "name": "python", "nbconvert_exporter": "python", "pygments_lexer": "ipython3", "version": "3.12",
+        "name": "python", "nbconvert_exporter": "python", "pygments_lexer": "ipython3", "version": "3.12.4",
     }
     assert nb.metadata["course"] == {"kept": True}
     assert [(o.output_type, o.get("name"), o.get("text")) for o in nb.cells[0].outputs] == [
@@ -616,11 +616,17 @@ def test_normalise_sets_ipykernel_metadata_and_merges_streams():
     assert build.normalise(nb) == []  # idempotent
 
 
-@pytest.mark.parametrize("stored, version", [("3.11.7", "3.11"), ("3.13.0rc1", "3.13"), ("3.10", "3.10")])
-def test_language_info_keeps_major_minor(stored, version):
+HERE = sys.version.split()[0]  # what ipykernel reports as language_info.version
+
+
+@pytest.mark.parametrize("stored, version", [
+    ("3.11.7", "3.11.7"), ("3.13.0rc1", "3.13.0rc1"),  # a kernel's full version is kept
+    ("3.10", HERE), ("3", HERE), ("garbage", HERE), (None, HERE), (3.11, HERE),  # else this Python's
+])
+def test_language_info_keeps_the_full_version_a_kernel_reports(stored, version):
+    """JupyterLab marks a notebook modified unless the stored version is the kernel's own,
+    to the patch level (tests/test_browser.py opens a solution to prove it)."""
     assert build.language_info(stored)["version"] == version
-    here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert build.language_info(None)["version"] == build.language_info("garbage")["version"] == here
 
 
 def test_merged_streams_compare_equal_under_nbval():
@@ -650,7 +656,7 @@ def test_build_normalises_solution_and_student_and_normalise_cli(tmp_path, capsy
     for path in (solutions / DEMO, notebooks / DEMO):
         written = nbformat.read(path, as_version=4)
         assert written.metadata["kernelspec"] == build.KERNELSPEC
-        assert written.metadata["language_info"]["version"] == "3.11"
+        assert written.metadata["language_info"]["version"] == "3.11.7"  # as the kernel reported it
     solution = nbformat.read(solutions / DEMO, as_version=4)
     assert solution.cells[-2].outputs[0].text == "pi = 3.1416\n"
     assert run_build(solutions, notebooks, "--check") == 0
@@ -698,10 +704,10 @@ NOTEBOOKS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb")) + sorted((RE
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])
 def test_committed_notebooks_are_normalised(path):
     """Every committed notebook has the metadata a current ipykernel writes ("Python 3
-    (ipykernel)", language version without the patch level) and merged streams.
+    (ipykernel)", the full language version of the kernel that ran it) and merged streams.
     (`python -m course_utils.build` normalises them all.)"""
     nb = nbformat.read(path, as_version=4)
     assert nb.metadata.get("kernelspec") == build.KERNELSPEC
     assert nb.metadata.get("language_info") == build.language_info(nb.metadata["language_info"].get("version"))
-    assert re.fullmatch(r"3\.\d+", nb.metadata["language_info"]["version"])
+    assert re.fullmatch(r"3\.\d+\.\d+\w*", nb.metadata["language_info"]["version"])
     assert build.normalise(nb) == []

@@ -396,18 +396,20 @@ def test_contract_name_imports_from_top_level(notebook, name, params):
 
 # ---------------------------------------------------------------------------- course.py
 
-COURSE_PY = ROOT / "course.py"
+COURSE_PY = ROOT / "course.py"  # the entry: checks the Python version, then runs course_cli
+COURSE_CLI = ROOT / "course_cli.py"  # the commands
 
 
 def _load_course_module():
-    spec = importlib.util.spec_from_file_location("course_script", COURSE_PY)
+    spec = importlib.util.spec_from_file_location("course_script", COURSE_CLI)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_course_py_uses_only_the_standard_library():
-    tree = ast.parse(COURSE_PY.read_text())
+@pytest.mark.parametrize("path", [COURSE_PY, COURSE_CLI], ids=lambda p: p.name)
+def test_course_py_uses_only_the_standard_library(path):
+    tree = ast.parse(path.read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -415,11 +417,17 @@ def test_course_py_uses_only_the_standard_library():
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             imported.add(node.module.split(".")[0])
     assert imported, "no imports found: the check itself is broken"
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "course_cli"}, imported
+
+
+def _copy_course_py(folder: Path) -> list[str]:
+    for path in (COURSE_PY, COURSE_CLI):
+        shutil.copy(path, folder / path.name)
+    return sorted(p.name for p in folder.iterdir())
 
 
 def test_course_py_help_has_no_side_effects(tmp_path):
-    shutil.copy(COURSE_PY, tmp_path / "course.py")
+    files = _copy_course_py(tmp_path)
     done = subprocess.run(
         [sys.executable, "course.py", "--help"],
         capture_output=True, text=True, cwd=tmp_path, timeout=60, stdin=subprocess.DEVNULL,
@@ -427,18 +435,18 @@ def test_course_py_help_has_no_side_effects(tmp_path):
     assert done.returncode == 0, done.stderr
     for command in ("lab", "test", "setup"):
         assert command in done.stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["course.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == files  # no .venv, no __pycache__
 
 
 def test_course_py_without_pyproject_fails_before_creating_a_venv(tmp_path):
-    shutil.copy(COURSE_PY, tmp_path / "course.py")
+    files = _copy_course_py(tmp_path)
     done = subprocess.run(
         [sys.executable, "course.py", "setup"],
         capture_output=True, text=True, cwd=tmp_path, timeout=60, stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 1
     assert "pyproject.toml not found" in done.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["course.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == files
 
 
 def test_course_py_unknown_command_is_a_usage_error(tmp_path):
@@ -656,17 +664,52 @@ def test_probe_venv_reports_an_uninstalled_torch_and_course_package(monkeypatch,
     assert course.probe_venv()["torch"] is None
 
 
-def test_course_py_version_check_is_readable_by_old_pythons():
-    """Python 3.6-3.9 must reach the version check and print one line, not a SyntaxError:
-    the file parses with 3.6's grammar, has no `from __future__ import annotations`
-    (a compile error before 3.7) and checks the version before anything else runs. Older
-    Pythons stop at the first f-string, which must be the line that says what to do."""
-    source = COURSE_PY.read_text()
-    tree = ast.parse(source, feature_version=(3, 6))
-    first_f_string = next(line for line in source.splitlines() if re.search(r'\bf"', line))
-    assert "Python 3.10+ is needed" in first_f_string
-    futures = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
-    assert futures == []
+# What course.py may contain, so that every Python (2.7 included) parses it and reaches the
+# version check: statements and expressions whose syntax and meaning are the same in
+# Python 2 and 3. No f-strings, annotations, keyword-only arguments, starred arguments,
+# `print` or `exec` (statements in Python 2), `nonlocal`, `raise ... from`, walrus.
+PY2_SAFE_NODES = (
+    ast.Module, ast.Expr, ast.Constant, ast.Import, ast.alias, ast.If, ast.Compare, ast.Lt,
+    ast.Tuple, ast.Name, ast.Load, ast.Store, ast.Attribute, ast.Call, ast.Assign, ast.BinOp,
+    ast.Mod, ast.Subscript, ast.Raise, ast.Eq,
+)
+
+
+def _old_pythons() -> list[str]:
+    """Pythons older than 3.10 found on this machine (PATH, or pyenv's versions)."""
+    import glob
+    import os
+
+    names = ["python2", "python2.7"] + [f"python3.{minor}" for minor in range(4, 10)]
+    found = [shutil.which(name) for name in names]
+    pyenv = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    found += sorted(glob.glob(os.path.join(pyenv, "versions", "[23].*", "bin", "python[23]")))
+    old = {}
+    for python in filter(None, found):
+        try:  # a pyenv shim of a version that is not selected fails here
+            done = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"],
+                                  capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        version = done.stdout.strip()
+        if done.returncode == 0 and version and tuple(map(int, version.split(".")[:2])) < (3, 10):
+            old.setdefault(version, python)
+    return sorted(old.values())
+
+
+def test_course_py_version_check_is_readable_by_any_python():
+    """Any Python, 2.7 included, must reach the version check and print one line, not a
+    SyntaxError: course.py is ASCII, uses only syntax that Python 2 and 3 read alike and
+    checks the version before importing course_cli (which needs 3.10+)."""
+    source = COURSE_PY.read_text(encoding="utf-8")
+    assert source.isascii(), "Python 2 rejects non-ASCII source without a coding line"
+    tree = ast.parse(source)
+    unsafe = sorted({type(n).__name__ for n in ast.walk(tree) if not isinstance(n, PY2_SAFE_NODES)})
+    assert unsafe == [], f"course.py uses syntax that Python 2 may not read: {unsafe}"
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert not names & {"print", "exec", "nonlocal"}, names
+    constants = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    assert all(isinstance(c, (str, int)) for c in constants), constants  # (bool is an int)
     body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     assert isinstance(body[0], ast.Import) and [a.name for a in body[0].names] == ["sys"]
     assert isinstance(body[1], ast.If) and "version_info" in ast.unparse(body[1].test)
@@ -680,6 +723,19 @@ def test_course_py_version_check_is_readable_by_old_pythons():
     assert done.returncode == 1
     assert done.stderr.startswith("[course] ERROR: Python 3.10+ is needed; this is 3.6.9.")
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_course_py_says_what_is_needed_under_real_old_pythons(tmp_path):
+    """Where old Pythons are installed (2.7, 3.6-3.9), run course.py with each of them."""
+    pythons = _old_pythons()
+    if not pythons:
+        pytest.skip("no Python older than 3.10 on this machine")
+    for python in pythons:
+        done = subprocess.run([python, str(COURSE_PY), "setup"], capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path)
+        assert done.returncode == 1, (python, done.stderr)
+        assert done.stderr.startswith("[course] ERROR: Python 3.10+ is needed; this is "), (python, done.stderr)
+        assert "Traceback" not in done.stderr and "SyntaxError" not in done.stderr, (python, done.stderr)
 
 
 # Stand-ins for the programs course.py runs, with their Ctrl+C behaviour: Jupyter asks
@@ -742,7 +798,7 @@ def test_ctrl_c_ends_with_one_clear_line(tmp_path, command, module, fake, last_l
     (tmp_path / "driver.py").write_text(DRIVER)
     env = dict(os.environ, PYTHONPATH=f"{fakes}{os.pathsep}{ROOT}", PYTHONUNBUFFERED="1")
     driver = subprocess.Popen(
-        [sys.executable, str(tmp_path / "driver.py"), str(COURSE_PY), str(tmp_path / "my_work"), command],
+        [sys.executable, str(tmp_path / "driver.py"), str(COURSE_CLI), str(tmp_path / "my_work"), command],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
     )
     lines = []

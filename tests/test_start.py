@@ -378,7 +378,7 @@ def test_my_work_is_ignored_by_git():
 
 
 def _course_module():
-    spec = importlib.util.spec_from_file_location("course_script_lab", ROOT / "course.py")
+    spec = importlib.util.spec_from_file_location("course_script_lab", ROOT / "course_cli.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -775,7 +775,8 @@ register_hints(
         "In __init__: self.linear1 = nn.Linear(d_model, d_ff), self.linear2 = nn.Linear(d_ff, "
         "d_model), and nn.Dropout(dropout).",
         "The non-linearity is ReLU, between the two layers only; dropout goes on the hidden "
-        "activations, after ReLU and before linear2. Nothing comes after linear2.",
+        "activations, after ReLU and before linear2. Nothing comes after linear2: forward is "
+        "return self.linear2(self.dropout(torch.relu(self.linear1(x)))).",
     ],
 )
 register_hints(
@@ -785,12 +786,14 @@ register_hints(
         "then the feed-forward network. Each is wrapped in a residual connection and a norm.",
         "In __init__ build self_attn = MultiHeadAttention(d_model, num_heads, dropout), "
         "feed_forward = FeedForward(d_model, d_ff, dropout), norm1 and norm2 = LayerNorm(d_model), "
-        "and nn.Dropout(dropout) for the sub-layer outputs.",
+        "and self.dropout1, self.dropout2 = nn.Dropout(dropout) for the two sub-layer outputs.",
         "self.self_attn(x, x, x, mask) returns (output, weights): use the output, and pass the "
         "mask on. norm1 belongs to the attention sub-layer, norm2 to the feed-forward one.",
-        "Post-norm (norm_first=False): x = norm(x + dropout(sublayer(x))). Pre-norm "
-        "(norm_first=True): x = x + dropout(sublayer(norm(x))): only the sub-layer's input is "
-        "normalised, never x itself.",
+        "Post-norm (norm_first=False): x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, "
+        "mask)[0])), then x = self.norm2(x + self.dropout2(self.feed_forward(x))). Pre-norm "
+        "(norm_first=True): h = self.norm1(x); x = x + self.dropout1(self.self_attn(h, h, h, "
+        "mask)[0]); then x = x + self.dropout2(self.feed_forward(self.norm2(x))): only the "
+        "sub-layer's input is normalised, never x itself.",
     ],
 )
 register_hints(

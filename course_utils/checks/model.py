@@ -1247,8 +1247,9 @@ register_hints(
 register_hints(
     "greedy_decode",
     [
-        "Encode the source once. Start ys as a (B, 1) column of bos_id (dtype long); at each step decode "
-        "the whole prefix with a causal mask and pick the most likely next token.",
+        "Encode the source once, memory = model.encode(src, src_mask). Start ys as a (B, 1) column of "
+        "bos_id (dtype long); at each step decode the whole prefix, model.decode(ys, memory, "
+        "causal_mask(ys.size(1), device=src.device), src_mask), and pick the most likely next token.",
         "The next-token logits are output_projection(out[:, -1]) of shape (B, V): take argmax(dim=-1), "
         "append it as a new column with torch.cat, and run in eval mode under torch.no_grad().",
         "Keep a bool `finished` per sequence: after a sequence's eos_id, write pad_id (eos_id if pad_id is "

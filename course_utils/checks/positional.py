@@ -488,7 +488,8 @@ register_hints(
         "The table is never trained but must be saved in state_dict and follow .to(device): store it "
         "with self.register_buffer('pe', table), not as nn.Parameter or a plain attribute.",
         "In forward, x is (B, L, D): raise a ValueError if L > max_len, then add the first L rows of "
-        "the table (they broadcast over the batch) and apply the dropout to the sum.",
+        "the table (they broadcast over the batch) and apply the dropout to the sum: "
+        "return self.dropout(x + self.pe[:L]).",
     ],
 )
 register_hints(
