@@ -131,6 +131,10 @@ def pip_install(args: list[str], what: str) -> None:
         cmd.append("-q")
     if os.environ.get("CI") or not sys.stdout.isatty():
         cmd += ["--progress-bar", "off"]
+    if os.environ.get("CI"):
+        # byte-compiling the ~15,000 installed .py files costs CI about a minute on 2 cores;
+        # Python compiles (and caches) the few modules the tests import on first use
+        cmd.append("--no-compile")
     cmd += args
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
     say(f"installing {what}")
@@ -370,10 +374,10 @@ def command_test(args: list[str]) -> int:
     env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     env.setdefault("JUPYTER_PLATFORM_DIRS", "1")  # silences jupyter_core's path-migration warning
     if not any(a == "-n" or a.startswith(("-n=", "--numprocesses", "-p")) for a in args):
-        # one worker per core, whole files to a worker: a notebook's cells must run in one
-        # kernel, in order; the unit tests pin torch to one thread, so two workers use both
-        # cores (the suite takes about 60 % of the time it takes in one process)
-        args = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", *args]
+        # one worker per core, whole files to a worker (a notebook's cells run in one kernel,
+        # in order), longest files first (conftest.py orders them); the unit tests pin torch
+        # to one thread, so two workers use both cores
+        args = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", "--no-loadscope-reorder", *args]
     say("running python -m pytest " + " ".join(args))
     start = time.monotonic()
     code = run_in_venv(["-m", "pytest", *args], env=env)

@@ -831,3 +831,15 @@ def test_ctrl_c_during_setup_is_one_line_not_a_traceback(monkeypatch, capsys):
     assert course.main(["setup"]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "[course] interrupted (Ctrl+C): 'setup' stopped; run it again to carry on."
+
+
+@pytest.mark.parametrize("ci, compiles", [("true", False), ("", True)])
+def test_pip_skips_byte_compiling_only_under_ci(monkeypatch, ci, compiles):
+    course = _load_course_module()
+    commands = []
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setattr(course.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    course.pip_install(["pytest"], "pytest")
+    (cmd,) = commands
+    assert cmd[-1] == "pytest" and cmd[1:4] == ["-m", "pip", "install"]
+    assert ("--no-compile" not in cmd) == compiles, cmd
