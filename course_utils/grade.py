@@ -72,6 +72,7 @@ import argparse
 import ast
 import asyncio
 import csv
+import functools
 import hashlib
 import hmac
 import inspect
@@ -689,8 +690,10 @@ def solution_exercises(path: Path, checkers: dict[str, str]) -> list[str]:
     return _unique(exercise for _, exercise in check_calls(nb.cells, checkers))
 
 
+@functools.lru_cache(maxsize=4096)  # load_course asks about each cell once per exercise
 def _parse(source: str) -> ast.Module | None:
-    """The cell's code as Python (IPython's magics turned into calls), or None."""
+    """The cell's code as Python (IPython's magics turned into calls), or None (shared:
+    callers only read the tree)."""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
