@@ -1067,7 +1067,8 @@ class _GradingKernelManager(CurrentEnvKernelManager):
     """Puts the kernel's pid in :data:`_RUNNING` as soon as its process exists, before anything
     else on the event loop runs. jupyter_client's ``start_kernel`` awaits a short sleep after
     the launch; a turn that ended in that moment (``--jobs 2``) took the new kernel for an
-    orphan and killed it, and its notebook came out "crashed" (seen under load)."""
+    orphan and killed it, and its notebook came out "crashed" (the likely cause of a student
+    seen "crashed" once in CI)."""
 
     launched_pid: int | None = None
 
@@ -1135,7 +1136,8 @@ class _GradingClient(NotebookClient):
             raise _OutOfTime()
         # this cell gets what is left, for its reply and again for its outputs: under load the
         # kernel's output channel can lag its reply by seconds, and nbclient's default (wait 4 s,
-        # then drop what has not come) lost verdicts (an honest exercise came out "review")
+        # then drop what has not come) loses a verdict, and the exercise comes out "review"
+        # ("no verdict came back"; the likely cause of an honest "review" seen once in CI)
         self.timeout = self.iopub_timeout = max(1, math.ceil(remaining))
         return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
 

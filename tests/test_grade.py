@@ -503,7 +503,7 @@ def test_a_hanging_notebook_is_stopped_and_every_process_it_started_is_killed(tm
 def test_a_kernel_starting_while_another_turn_ends_is_not_taken_for_an_orphan():
     """With ``--jobs 2`` one notebook's turn can end while the next one's kernel is starting:
     the new kernel is known the moment its process exists, so the ending turn, which kills
-    the orphans it adopted, spares it (it killed it once, under load: "crashed")."""
+    the orphans it adopted, spares it (killed, its notebook came out "crashed")."""
 
     def alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat")
