@@ -377,22 +377,34 @@ def _inside(path: str | Path, folder: Path) -> bool:
     return resolved == folder or folder in resolved.parents
 
 
-@pytest.mark.parametrize("path", STUDENT_NOTEBOOKS, ids=_ids(STUDENT_NOTEBOOKS))
-def test_setup_and_import_cells_run_in_the_fresh_environment(fresh_venv, path):
+RESET = "%reset -f"  # between two notebooks: no name of the previous one's cells is left
+
+
+@pytest.fixture(scope="module")
+def first_cells_run(fresh_venv):
+    """Every student notebook's first cells (badge, set-up, imports) and then PROBE, run in
+    ONE kernel of the fresh environment, with the namespace reset before each notebook: as
+    strict as a kernel per notebook for what these cells may use (their own names only), at
+    the cost of one kernel start instead of nine. Returns {notebook name: its executed cells}."""
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
-    nb = nbformat.read(path, as_version=4)
-    nb.cells = [*first_cells(nb), nbformat.v4.new_code_cell(PROBE)]
-    assert build.SETUP_TAG in nb.cells[1].metadata.get("tags", [])
+    nb = nbformat.v4.new_notebook()
+    spans = {}
+    for path in STUDENT_NOTEBOOKS:
+        cells = [*first_cells(nbformat.read(path, as_version=4)), nbformat.v4.new_code_cell(PROBE)]
+        assert build.SETUP_TAG in cells[1].metadata.get("tags", []), path.name
+        nb.cells.append(nbformat.v4.new_code_cell(RESET))
+        spans[path.name] = (len(nb.cells), len(nb.cells) + len(cells))
+        nb.cells.extend(cells)
     nb.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": KERNEL_NAME, "language": "python"}
     km = KernelManager(
         kernel_name=KERNEL_NAME,
         kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(fresh_venv.kernels)]),
     )
     client = NotebookClient(
-        nb, km=km, kernel_name=KERNEL_NAME, timeout=300, allow_errors=False,
+        nb, km=km, kernel_name=KERNEL_NAME, timeout=300, allow_errors=True,
         resources={"metadata": {"path": str(fresh_venv.outside)}},
     )
     client.execute(env=_clean_env(
@@ -400,14 +412,33 @@ def test_setup_and_import_cells_run_in_the_fresh_environment(fresh_venv, path):
         JUPYTER_PLATFORM_DIRS="1",
         PYDEVD_DISABLE_FILE_VALIDATION="1",
     ))
+    return {name: nb.cells[a:b] for name, (a, b) in spans.items()}
 
-    for cell in nb.cells:
+
+def test_the_reset_between_notebooks_forgets_names(fresh_venv):
+    """The one-kernel run is only as strict as a kernel per notebook if %reset -f forgets
+    what the previous notebook's cells defined."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in ("import torch\nx = 1", RESET, "print('torch' in dir(), 'x' in dir())")]
+    km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(fresh_venv.kernels)]))
+    NotebookClient(nb, km=km, kernel_name=KERNEL_NAME, timeout=300).execute(env=_clean_env(JUPYTER_PLATFORM_DIRS="1"))
+    assert nb.cells[-1].outputs[0].text == "False False\n"
+
+
+@pytest.mark.parametrize("path", STUDENT_NOTEBOOKS, ids=_ids(STUDENT_NOTEBOOKS))
+def test_setup_and_import_cells_run_in_the_fresh_environment(fresh_venv, first_cells_run, path):
+    cells = first_cells_run[path.name]
+    for cell in cells:
         if cell.cell_type == "code":
-            errors = [o for o in cell.outputs if o.output_type == "error"]
+            errors = [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
             assert errors == [], cell.source
-    assert nb.cells[1].outputs == [], "the set-up cell must do nothing outside Colab"
+    assert cells[1].outputs == [], "the set-up cell must do nothing outside Colab"
 
-    probe = json.loads("".join(o.text for o in nb.cells[-1].outputs if o.output_type == "stream"))
+    probe = json.loads("".join(o.text for o in cells[-1].outputs if o.output_type == "stream"))
     site_packages = fresh_venv.site_packages.resolve()
     assert Path(probe["prefix"]).resolve() == fresh_venv.venv.resolve()
     assert Path(probe["cwd"]).resolve() == fresh_venv.outside.resolve()
