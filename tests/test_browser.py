@@ -84,7 +84,7 @@ def lab(tmp_path_factory):
         shutil.copy(path, work / "solutions" / path.name)
     import nbformat
 
-    from course_utils import build, start
+    from course_tools import build, start
 
     # The student copies as `course.py lab` makes them, from the notebooks as the build
     # writes them (normalised, whatever the committed files say: another test checks those).

@@ -14,8 +14,8 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from course_utils import build
-from course_utils.build import BuildError, main, read_notebook, strip_solutions
+from course_tools import build
+from course_tools.build import BuildError, main, read_notebook, strip_solutions
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -318,7 +318,7 @@ def test_missing_solutions_dir_is_an_error(tmp_path, capsys):
 
 def test_cli_runs_as_a_module(tmp_path):
     solutions, notebooks = copy_fixture(tmp_path)
-    args = [sys.executable, "-m", "course_utils.build", "--solutions", str(solutions), "--notebooks", str(notebooks)]
+    args = [sys.executable, "-m", "course_tools.build", "--solutions", str(solutions), "--notebooks", str(notebooks)]
     check = subprocess.run([*args, "--check"], capture_output=True, text=True, cwd=REPO, check=False)
     assert check.returncode == 1, check.stderr
     done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, check=False)
@@ -514,7 +514,7 @@ def test_repo_notebooks_are_up_to_date():
         assert not (REPO / "notebooks").is_dir() or not build.notebook_files(REPO / "notebooks")
         return
     result = subprocess.run(
-        [sys.executable, "-m", "course_utils.build", "--check"], cwd=REPO, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "course_tools.build", "--check"], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

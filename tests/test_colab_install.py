@@ -48,7 +48,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import build
+from course_tools import build
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDENT_NOTEBOOKS = build.notebook_files(ROOT / "notebooks")
@@ -351,7 +351,7 @@ def test_installed_package_has_every_file_of_course_utils(fresh_venv):
 def test_check_env_passes_in_the_fresh_environment(fresh_venv):
     """The installed metadata's requirements are met by the preinstalled packages."""
     done = subprocess.run(
-        [str(fresh_venv.python), "-m", "course_utils.check_env"],
+        [str(fresh_venv.python), "-m", "course_tools.check_env"],
         cwd=fresh_venv.outside, capture_output=True, text=True, timeout=300, env=_clean_env(),
     )
     assert done.returncode == 0, done.stdout + done.stderr

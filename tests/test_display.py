@@ -169,7 +169,7 @@ def test_notebook_stores_one_display_with_the_text_and_the_html(tmp_path):
         "result"
     ), nbformat.v4.new_code_cell("print(result.feedback)")]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    from course_utils.grade import CurrentEnvKernelManager
+    from course_tools.grade import CurrentEnvKernelManager
 
     client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", kernel_manager_class=CurrentEnvKernelManager)
     client.execute(env=env)

@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import build, grade
+from course_tools import build, grade
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "grading"
@@ -248,7 +248,7 @@ def graded(tmp_path_factory):
     out_csv, out_json = tmp / "grades.csv", tmp / "grades.json"
     result = subprocess.run(
         [
-            sys.executable, "-m", "course_utils.grade", str(students),
+            sys.executable, "-m", "course_tools.grade", str(students),
             "--solutions", str(SOLUTIONS), "--timeout", str(CLASS_TIMEOUT), "--jobs", "2",
             "--csv", str(out_csv), "--json", str(out_json),
         ],
@@ -627,7 +627,7 @@ def test_kill_descendants_finds_detached_orphans(tmp_path):
     found: the grader adopts it as subreaper, and kills it when the turn ends."""
     script = textwrap.dedent(f"""
         import subprocess, sys, time
-        from course_utils import grade
+        from course_tools import grade
         assert grade.become_subreaper()
         child = subprocess.Popen([sys.executable, '-c', '''
         import subprocess, sys

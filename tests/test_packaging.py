@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_utils import check_env
-from course_utils.check_env import Requirement
+from course_tools import check_env
+from course_tools.check_env import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
@@ -230,7 +230,7 @@ LINE = re.compile(r"\[(OK|FAIL|INFO)\] \S.*")
 
 def test_check_env_reports_every_requirement_and_passes():
     done = subprocess.run(
-        [sys.executable, "-m", "course_utils.check_env", "--extra", "dev"],
+        [sys.executable, "-m", "course_tools.check_env", "--extra", "dev"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -272,7 +272,7 @@ def test_check_env_runs_without_torch():
     the package's top level imports its modules lazily."""
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any `import torch` now fails
-        "import runpy; runpy.run_module('course_utils.check_env', run_name='__main__')"
+        "import runpy; runpy.run_module('course_tools.check_env', run_name='__main__')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr

@@ -16,8 +16,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import build, start
-from course_utils.start import MANIFEST_NAME
+from course_tools import build, start
+from course_tools.start import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -392,7 +392,7 @@ def test_course_py_lab_copies_into_my_work_then_opens_it(monkeypatch, tmp_path):
 
     def fake_run(cmd, env=None, server=False):
         calls.append(tuple(cmd))
-        if cmd[:2] == ["-m", "course_utils.start"]:  # run it for real, into tmp_path
+        if cmd[:2] == ["-m", "course_tools.start"]:  # run it for real, into tmp_path
             return start.main([*cmd[2:], "--source", str(ROOT / "notebooks")])
         return 0
 
@@ -400,7 +400,7 @@ def test_course_py_lab_copies_into_my_work_then_opens_it(monkeypatch, tmp_path):
     assert course.main(["lab", "--write-new", "--port", "8899"]) == 0
     assert calls[0] == ("install", course.EXTRAS["lab"])
     start_call, lab_call = calls[1], calls[2]
-    assert start_call[:3] == ("-m", "course_utils.start", str(tmp_path / "my_work"))
+    assert start_call[:3] == ("-m", "course_tools.start", str(tmp_path / "my_work"))
     assert "--write-new" in start_call and "--write-new" not in lab_call
     assert lab_call[:3] == ("-m", "jupyterlab", str(tmp_path / "my_work"))
     assert "--port" in lab_call and "8899" in lab_call
@@ -491,7 +491,7 @@ def test_two_runs_at_once_never_read_a_half_written_copy(course):
     for i in range(4, 30):  # enough files for the two runs to overlap
         (source / f"{i:02d}_x.ipynb").write_bytes(make_notebook("x = 1\n" * 2000))
     code = (
-        "import sys, json; from course_utils import start\n"
+        "import sys, json; from course_tools import start\n"
         "r = start.start(sys.argv[1], sys.argv[2])\n"
         "print(json.dumps({'copied': r.copied, 'up': r.up_to_date, 'odd': r.unknown + r.outdated}))\n"
     )

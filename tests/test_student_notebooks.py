@@ -20,8 +20,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course_utils import build
-from course_utils.grade import CurrentEnvKernelManager, kernel_env
+from course_tools import build
+from course_tools.grade import CurrentEnvKernelManager, kernel_env
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
