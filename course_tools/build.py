@@ -7,7 +7,7 @@ Instructor workflow
 -------------------
 1. Edit ``solutions/NN_name.ipynb`` (``NN`` = two digits) in Jupyter and run it top to
    bottom, so the stored outputs are the ones students will compare with (or run
-   ``python -m course_utils.build --execute NN_name``, which also does step 3).
+   ``python -m course_tools.build --execute NN_name``, which also does step 3).
 2. Mark what students write:
 
    * in a code cell, put the answer between two lines ``### BEGIN SOLUTION`` and
@@ -21,14 +21,14 @@ Instructor workflow
    * in a markdown cell, put the answer between ``<!-- BEGIN SOLUTION -->`` and
      ``<!-- END SOLUTION -->`` lines; the student sees ``*Your answer here.*``.
 
-3. Run ``python -m course_utils.build``. It writes ``notebooks/NN_name.ipynb`` for every
+3. Run ``python -m course_tools.build``. It writes ``notebooks/NN_name.ipynb`` for every
    solution (outputs and execution counts cleared, cell ids kept, solution metadata
    dropped), deletes student notebooks whose solution is gone, and puts the two header
    cells (tagged ``colab-header`` and ``colab-setup``, built from :data:`REPO_URL` and
    :data:`REF`) first in *both* notebooks, rewriting the solution's header cells if they
    are missing or stale (their sources only; no other cell of the solution changes).
 4. Commit ``solutions/`` and ``notebooks/`` together. CI runs
-   ``python -m course_utils.build --check``, which writes nothing and exits 1, listing
+   ``python -m course_tools.build --check``, which writes nothing and exits 1, listing
    the stale, missing or extra files, when step 3 was forgotten.
 
 To publish from another repository or tag, change :data:`REPO_URL` or :data:`REF` here
@@ -353,7 +353,7 @@ def read_notebook(path: Path) -> tuple[object, list[str]]:
 # it is stored as major.minor (the patch level would differ from one instructor's Python
 # to the next and show up in every diff). JupyterLab still marks a notebook modified when
 # its kernel reports another version (3.11.7 against a stored 3.11); the copies that
-# `course_utils.start` makes for a student carry that student's exact version instead.
+# `course_tools.start` makes for a student carry that student's exact version instead.
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 LANGUAGE_INFO = {
     "codemirror_mode": {"name": "ipython", "version": 3},
@@ -580,7 +580,7 @@ def _show(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.build",
+        prog="python -m course_tools.build",
         description="Write notebooks/NN_*.ipynb (student versions) from solutions/NN_*.ipynb.",
     )
     parser.add_argument("--solutions", type=Path, default=Path("solutions"), help="solution notebooks")
@@ -635,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
         if plan.clean:
             print(f"OK: {count} student notebook(s) match their solutions.")
             return 0
-        print("Out of date (run `python -m course_utils.build`):")
+        print("Out of date (run `python -m course_tools.build`):")
         for path, reasons in plan.solution_reasons.items():
             print(f"  solution: {_show(path)} ({'; '.join(reasons)})")
         for path in plan.missing:

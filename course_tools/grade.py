@@ -1,6 +1,6 @@
 """Grade a class: run the students' exercise cells and check them (instructors).
 
-    python -m course_utils.grade PATH... [--timeout SECONDS] [--csv FILE] [--json FILE]
+    python -m course_tools.grade PATH... [--timeout SECONDS] [--csv FILE] [--json FILE]
                                          [--jobs N] [--solutions DIR] [--assignment NAME]
                                          [--sandbox]
 
@@ -609,7 +609,7 @@ def kernel_setup_source(config: dict) -> str:
     code = "\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in (_short, _uses_reference, _kernel_side))
     code += f"\n\n_kernel_side({config!r})\n"
     return (
-        "# Added by course_utils.grade: set up grading before any student code runs.\n"
+        "# Added by course_tools.grade: set up grading before any student code runs.\n"
         f"exec(compile({code!r}, '<course-grade>', 'exec'), "
         "{'__builtins__': dict(vars(__import__('builtins'))), '__name__': 'course_grade'})\n"
     )
@@ -1637,7 +1637,7 @@ def restore_changed_files(subs: list[Submission]) -> list[Submission]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.grade",
+        prog="python -m course_tools.grade",
         description="Run students' exercise cells in the course's notebooks, in fresh kernels, and tabulate "
                     "the checkers' verdicts.",
     )

@@ -2,7 +2,7 @@
 Chromium (Debian's ``chromium`` and ``chromium-driver``, driven by ``selenium``).
 
 One JupyterLab server serves copies of every solution notebook and a student copy made by
-``course_utils.start``. Each solution must render with no MathJax error and no formula
+``course_tools.start``. Each solution must render with no MathJax error and no formula
 left as raw ``$...$``, every image loaded (the Colab badge, fetched from the internet,
 aside) and no error output. In the student copy, which must open unmodified, an
 exercise typed in and its check must show the rich verdict, red then green.

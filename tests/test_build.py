@@ -1,4 +1,4 @@
-"""Tests of course_utils.build (student notebooks from solutions) and of the repository's
+"""Tests of course_tools.build (student notebooks from solutions) and of the repository's
 notebooks: no solution leaks into notebooks/, and notebooks/ is up to date."""
 
 from __future__ import annotations
@@ -492,7 +492,7 @@ def test_notebooks_mirror_solutions():
     notebooks = {p.name for p in build.notebook_files(REPO / "notebooks")} if (REPO / "notebooks").is_dir() else set()
     assert notebooks == solutions, (
         f"only in solutions/: {sorted(solutions - notebooks)}; only in notebooks/: {sorted(notebooks - solutions)} "
-        "(run `python -m course_utils.build`)"
+        "(run `python -m course_tools.build`)"
     )
 
 
@@ -500,7 +500,7 @@ def test_notebooks_mirror_solutions():
 def test_no_solution_line_in_student_notebook(solution_path):
     student_path = REPO / "notebooks" / solution_path.name
     if not student_path.exists():
-        pytest.fail(f"{student_path} is missing (run `python -m course_utils.build`)")
+        pytest.fail(f"{student_path} is missing (run `python -m course_tools.build`)")
     solution = nbformat.read(solution_path, as_version=4)
     student = nbformat.read(student_path, as_version=4)
     leaks = leaked_lines(solution, student)
@@ -508,7 +508,7 @@ def test_no_solution_line_in_student_notebook(solution_path):
 
 
 def test_repo_notebooks_are_up_to_date():
-    """`python -m course_utils.build --check` passes on the repository."""
+    """`python -m course_tools.build --check` passes on the repository."""
     if not (REPO / "solutions").is_dir():
         # Nothing to build from; then nothing may have been generated either.
         assert not (REPO / "notebooks").is_dir() or not build.notebook_files(REPO / "notebooks")
@@ -699,7 +699,7 @@ NOTEBOOKS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb")) + sorted((RE
 def test_committed_notebooks_are_normalised(path):
     """Every committed notebook has the metadata a current ipykernel writes ("Python 3
     (ipykernel)", language version without the patch level) and merged streams.
-    (`python -m course_utils.build` normalises them all.)"""
+    (`python -m course_tools.build` normalises them all.)"""
     nb = nbformat.read(path, as_version=4)
     assert nb.metadata.get("kernelspec") == build.KERNELSPEC
     assert nb.metadata.get("language_info") == build.language_info(nb.metadata["language_info"].get("version"))

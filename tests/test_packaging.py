@@ -268,7 +268,7 @@ def test_check_env_fails_on_unmet_requirements(monkeypatch, capsys):
 
 
 def test_check_env_runs_without_torch():
-    """`python -m course_utils.check_env` must report a missing torch, not crash importing it:
+    """`python -m course_tools.check_env` must report a missing torch, not crash importing it:
     the package's top level imports its modules lazily."""
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any `import torch` now fails

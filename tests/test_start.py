@@ -1,4 +1,4 @@
-"""course_utils.start: students' copies in my_work/ are never overwritten, and copies that a
+"""course_tools.start: students' copies in my_work/ are never overwritten, and copies that a
 course update made outdated are reported (and, with --write-new, get the newer version
 written beside them). Also the `lab` command of course.py, which runs it."""
 
@@ -452,7 +452,7 @@ def test_unwritable_folder_is_a_clear_error_even_as_root(course, capsys, monkeyp
     monkeypatch.setattr(start.tempfile, "mkstemp", refuse)
     assert start.main([str(work), "--source", str(source)]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: cannot write your copies to {work}: Permission denied. Choose a folder you can write to: python -m course_utils.start DIR\n"
+    assert err == f"error: cannot write your copies to {work}: Permission denied. Choose a folder you can write to: python -m course_tools.start DIR\n"
 
 
 def test_new_files_appear_whole_and_are_never_replaced(tmp_path, monkeypatch):
