@@ -93,20 +93,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ipykernel.kernelspec
 import nbformat
 from ipykernel.compiler import murmur2_x86
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.reader import NotJSONError
-from traitlets import List, Unicode, default
 
 from . import build
+from .kernels import PACKAGE_ROOT, CurrentEnvKernelManager, kernel_env
 
-# The folder that holds this course_utils: kernels import it from there.
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT = 300.0  # seconds for all the cells of one notebook
 STARTUP_TIMEOUT = 60  # seconds for a kernel to start (not counted in the notebook's time)
 
@@ -143,41 +138,6 @@ class UsageError(Exception):
 
 
 # --------------------------------------------------------------------------- kernels
-
-
-class CurrentEnvKernelSpecManager(KernelSpecManager):
-    """Every kernel name means ipykernel in *this* Python (not whatever a user-level
-    ``python3`` kernelspec, which Jupyter looks up first, points to)."""
-
-    def get_kernel_spec(self, kernel_name):
-        return self.kernel_spec_class(
-            resource_dir=ipykernel.kernelspec.RESOURCES, **ipykernel.kernelspec.get_kernel_dict()
-        )
-
-
-class CurrentEnvKernelManager(AsyncKernelManager):
-    """ipykernel in this Python; ``command_prefix`` (e.g. a sandbox's command) goes before it."""
-
-    command_prefix = List(Unicode(), default_value=[])
-
-    @default("kernel_spec_manager")
-    def _kernel_spec_manager_default(self):
-        return CurrentEnvKernelSpecManager(data_dir=self.data_dir)
-
-    def format_kernel_cmd(self, extra_arguments=None):
-        return [*self.command_prefix, *super().format_kernel_cmd(extra_arguments)]
-
-
-def kernel_env(mpl_backend: str | None = None) -> dict[str, str]:
-    """The environment of a kernel: this one, with this checkout's ``course_utils`` first
-    on the path; ``MPLBACKEND`` set to ``mpl_backend``, or unset (ipykernel then draws
-    figures inline, as Jupyter does)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
-    env.pop("MPLBACKEND", None)
-    if mpl_backend:
-        env["MPLBACKEND"] = mpl_backend
-    return env
 
 
 def grading_env(turn: Path, hidden: Iterable[Path]) -> dict[str, str]:

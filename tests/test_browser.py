@@ -84,7 +84,7 @@ def lab(tmp_path_factory):
         shutil.copy(path, work / "solutions" / path.name)
     import nbformat
 
-    from course_tools import build, start
+    from course_tools import build, kernels, start
 
     # The student copies as `course.py lab` makes them, from the notebooks as the build
     # writes them (normalised, whatever the committed files say: another test checks those).
@@ -92,7 +92,7 @@ def lab(tmp_path_factory):
     built.mkdir()
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        build.normalise(nb)
+        kernels.normalise(nb)
         (built / path.name).write_text(build.render(nb), encoding="utf-8")
     start.start(built, work / "my_work")
     for name, values in SETTINGS.items():

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from course_tools import build
+from course_tools import build, kernels
 from course_tools.build import BuildError, main, read_notebook, strip_solutions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -598,7 +598,7 @@ def test_normalise_sets_ipykernel_metadata_and_merges_streams():
         nbformat.v4.new_code_cell("c", outputs=[_stream("stdout", "alone\n")]),
         nbformat.v4.new_markdown_cell("text"),
     ]
-    changes = build.normalise(nb)
+    changes = kernels.normalise(nb)
     assert nb.metadata["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     assert nb.metadata["language_info"] == {
         "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py", "mimetype": "text/x-python",
@@ -613,14 +613,14 @@ def test_normalise_sets_ipykernel_metadata_and_merges_streams():
     assert [o.text for o in nb.cells[2].outputs] == ["alone\n"]
     assert len(changes) == 3 and "stream outputs merged in cell(s) 0, 1" in changes
     nbformat.validate(nb)
-    assert build.normalise(nb) == []  # idempotent
+    assert kernels.normalise(nb) == []  # idempotent
 
 
 @pytest.mark.parametrize("stored, version", [("3.11.7", "3.11"), ("3.13.0rc1", "3.13"), ("3.10", "3.10")])
 def test_language_info_keeps_major_minor(stored, version):
-    assert build.language_info(stored)["version"] == version
+    assert kernels.language_info(stored)["version"] == version
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert build.language_info(None)["version"] == build.language_info("garbage")["version"] == here
+    assert kernels.language_info(None)["version"] == kernels.language_info("garbage")["version"] == here
 
 
 def test_merged_streams_compare_equal_under_nbval():
@@ -628,7 +628,7 @@ def test_merged_streams_compare_equal_under_nbval():
     normalising and after compare the same."""
     plugin = pytest.importorskip("nbval.plugin")
     outputs = [_stream("stdout", "a\n"), _stream("stdout", "b 1%\rb 2%\n"), _stream("stderr", "w\n")]
-    merged = [nbformat.from_dict(o) for o in build.merge_streams(outputs)]
+    merged = [nbformat.from_dict(o) for o in kernels.merge_streams(outputs)]
     theirs = plugin.coalesce_streams(copy_outputs(outputs))
     assert [(o.name, o.text) for o in plugin.coalesce_streams(merged)] == [(o.name, o.text) for o in theirs]
 
@@ -649,7 +649,7 @@ def test_build_normalises_solution_and_student_and_normalise_cli(tmp_path, capsy
     assert run_build(solutions, notebooks) == 0
     for path in (solutions / DEMO, notebooks / DEMO):
         written = nbformat.read(path, as_version=4)
-        assert written.metadata["kernelspec"] == build.KERNELSPEC
+        assert written.metadata["kernelspec"] == kernels.KERNELSPEC
         assert written.metadata["language_info"]["version"] == "3.11"
     solution = nbformat.read(solutions / DEMO, as_version=4)
     assert solution.cells[-2].outputs[0].text == "pi = 3.1416\n"
@@ -661,7 +661,7 @@ def test_build_normalises_solution_and_student_and_normalise_cli(tmp_path, capsy
     assert main(["--normalise", str(other), str(tmp_path / "missing.ipynb")]) == 2
     captured = capsys.readouterr()
     assert "normalised" in captured.out and "cannot read notebook" in captured.err
-    assert build.normalise(nbformat.read(other, as_version=4)) == []
+    assert kernels.normalise(nbformat.read(other, as_version=4)) == []
     assert main(["--normalise", str(other)]) == 0
     assert "unchanged" in capsys.readouterr().out
 
@@ -684,7 +684,7 @@ def test_execute_twice_gives_the_same_file(tmp_path):
     assert build.execute_solution(path) is None
     first = path.read_bytes()
     ran = nbformat.read(path, as_version=4)
-    assert ran.metadata["kernelspec"] == build.KERNELSPEC
+    assert ran.metadata["kernelspec"] == kernels.KERNELSPEC
     streams = [(o.name, o.text) for o in ran.cells[0].outputs]
     assert all(a[0] != b[0] for a, b in zip(streams, streams[1:]))  # no two in a row of one name
     assert "".join(t for n, t in streams if n == "stdout") == "".join(f"{i}\n" for i in range(40))
@@ -701,7 +701,7 @@ def test_committed_notebooks_are_normalised(path):
     (ipykernel)", language version without the patch level) and merged streams.
     (`python -m course_tools.build` normalises them all.)"""
     nb = nbformat.read(path, as_version=4)
-    assert nb.metadata.get("kernelspec") == build.KERNELSPEC
-    assert nb.metadata.get("language_info") == build.language_info(nb.metadata["language_info"].get("version"))
+    assert nb.metadata.get("kernelspec") == kernels.KERNELSPEC
+    assert nb.metadata.get("language_info") == kernels.language_info(nb.metadata["language_info"].get("version"))
     assert re.fullmatch(r"3\.\d+", nb.metadata["language_info"]["version"])
-    assert build.normalise(nb) == []
+    assert kernels.normalise(nb) == []

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools import build, start
+from course_tools import kernels, start
 from course_tools.start import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ def sha(data: bytes) -> str:
 def make_notebook(text: str) -> bytes:
     """A small valid notebook, in Jupyter's layout, whose one code cell holds ``text``."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": build.KERNELSPEC, "language_info": build.language_info("3.10")}  # as built
+    nb.metadata = {"kernelspec": kernels.KERNELSPEC, "language_info": kernels.language_info("3.10")}  # as built
     cell = nbformat.v4.new_code_cell(text)
     cell.id = "cell-0"
     nb.cells = [nbformat.v4.new_markdown_cell("# A notebook"), cell]
