@@ -53,10 +53,6 @@ MANIFEST_FORMAT = 1
 DEFAULT_RERUN = "python -m course_tools.start --write-new"
 
 
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def source_notebooks(source: Path) -> list[Path]:
     """The course notebooks to copy: ``*.ipynb`` in ``source``, sorted by name."""
     return sorted(p for p in Path(source).glob("*.ipynb") if p.is_file())
