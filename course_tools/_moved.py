@@ -1,7 +1,9 @@
 """The tools' old names, ``python -m course_utils.<tool>``, kept for one release.
 
-``course_utils/<tool>/`` is a package of two lines per file (not a ``<tool>.py`` module), so
-that git sees ``course_utils/<tool>.py`` renamed to ``course_tools/<tool>.py``.
+Each old name is a package, ``course_utils/<tool>/`` (``__init__`` forwards attribute
+look-ups, ``__main__`` the command), not a ``course_utils/<tool>.py`` module: so git sees
+``course_utils/<tool>.py`` renamed to ``course_tools/<tool>.py`` and merges a concurrent edit
+of the old file into the new one. Delete them and this module in the next release.
 """
 
 from __future__ import annotations
