@@ -347,7 +347,7 @@ def command_lab(args: list[str], app: str = "jupyterlab") -> int:
     if "--write-new" in args:
         args = [a for a in args if a != "--write-new"]
         start_args.append("--write-new")
-    code = run_in_venv(["-m", "course_utils.start", *start_args])
+    code = run_in_venv(["-m", "course_tools.start", *start_args])
     if code != 0:
         fail(f"could not copy the notebooks into {WORK.name}/ (see above)", code)
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:

@@ -22,6 +22,22 @@ plots                  :mod:`course_utils.plotting`, :mod:`course_utils.inspect_
 
 __version__ = "0.1.0"
 
+# The notebooks import these names from here (`from course_utils import causal_mask`); every
+# notebook imports torch anyway. The tools (build, grade...) are in course_tools, apart.
+from .attention import causal_mask, padding_mask, scaled_dot_product_attention
+from .classifier import TransformerClassifier, gelu, masked_mean_pool
+from .decoder import Decoder, DecoderLayer
+from .decoding import greedy_decode, greedy_decode_cached
+from .embeddings import TokenEmbedding
+from .encoder import Encoder, EncoderLayer
+from .gpt import GPT, GPTBlock, generate, next_token_probs
+from .inspect_attention import record_attention, stack_layers
+from .layers import FeedForward, LayerNorm
+from .model import Transformer, count_parameters, make_src_mask, make_tgt_mask
+from .multihead import MultiHeadAttention, merge_heads, split_heads
+from .positional import PositionalEncoding, sinusoidal_positional_encoding
+from .training import masked_cross_entropy, noam_lr, shift_targets, train_step
+
 __all__ = [
     # 01
     "scaled_dot_product_attention",
@@ -68,56 +84,3 @@ __all__ = [
     "next_token_probs",
     "generate",
 ]
-
-# Names are imported on first use (PEP 562), so that `import course_utils` is instant and
-# `python -m course_utils.check_env` can report a missing torch instead of crashing on it.
-_MODULE_OF = {
-    "scaled_dot_product_attention": "attention",
-    "causal_mask": "attention",
-    "padding_mask": "attention",
-    "split_heads": "multihead",
-    "merge_heads": "multihead",
-    "MultiHeadAttention": "multihead",
-    "sinusoidal_positional_encoding": "positional",
-    "PositionalEncoding": "positional",
-    "TokenEmbedding": "embeddings",
-    "LayerNorm": "layers",
-    "FeedForward": "layers",
-    "EncoderLayer": "encoder",
-    "Encoder": "encoder",
-    "DecoderLayer": "decoder",
-    "Decoder": "decoder",
-    "Transformer": "model",
-    "make_src_mask": "model",
-    "make_tgt_mask": "model",
-    "count_parameters": "model",
-    "greedy_decode": "decoding",
-    "greedy_decode_cached": "decoding",
-    "shift_targets": "training",
-    "masked_cross_entropy": "training",
-    "noam_lr": "training",
-    "train_step": "training",
-    "gelu": "classifier",
-    "masked_mean_pool": "classifier",
-    "TransformerClassifier": "classifier",
-    "record_attention": "inspect_attention",
-    "stack_layers": "inspect_attention",
-    "GPTBlock": "gpt",
-    "GPT": "gpt",
-    "next_token_probs": "gpt",
-    "generate": "gpt",
-}
-
-
-def __getattr__(name: str):
-    if name in _MODULE_OF:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))

@@ -2,7 +2,7 @@
 Chromium (Debian's ``chromium`` and ``chromium-driver``, driven by ``selenium``).
 
 One JupyterLab server serves copies of every solution notebook and a student copy made by
-``course_utils.start``. Each solution must render with no MathJax error and no formula
+``course_tools.start``. Each solution must render with no MathJax error and no formula
 left as raw ``$...$``, every image loaded (the Colab badge, fetched from the internet,
 aside) and no error output; solutions 01 and 07 (the one with saved widget state) must open
 unmodified, as the student copy must. In the student copy an exercise typed in and its check
@@ -83,7 +83,7 @@ def lab(tmp_path_factory):
     (work / "solutions").mkdir(parents=True)
     import nbformat
 
-    from course_utils import build, start
+    from course_tools import build, kernels, start
 
     # The solutions as `build --execute` writes them when this Python runs them: the
     # language_info version is the kernel's own (a stored version opens unmodified only
@@ -100,7 +100,7 @@ def lab(tmp_path_factory):
     built.mkdir()
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        build.normalise(nb)
+        kernels.normalise(nb)
         (built / path.name).write_text(build.render(nb), encoding="utf-8")
     start.start(built, work / "my_work")
     for name, values in SETTINGS.items():

@@ -1,4 +1,4 @@
-"""Tests of course_utils.build (student notebooks from solutions) and of the repository's
+"""Tests of course_tools.build (student notebooks from solutions) and of the repository's
 notebooks: no solution leaks into notebooks/, and notebooks/ is up to date."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from course_utils import build
-from course_utils.build import BuildError, main, read_notebook, strip_solutions
+from course_tools import build, kernels
+from course_tools.build import BuildError, main, read_notebook, strip_solutions
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -318,7 +318,7 @@ def test_missing_solutions_dir_is_an_error(tmp_path, capsys):
 
 def test_cli_runs_as_a_module(tmp_path):
     solutions, notebooks = copy_fixture(tmp_path)
-    args = [sys.executable, "-m", "course_utils.build", "--solutions", str(solutions), "--notebooks", str(notebooks)]
+    args = [sys.executable, "-m", "course_tools.build", "--solutions", str(solutions), "--notebooks", str(notebooks)]
     check = subprocess.run([*args, "--check"], capture_output=True, text=True, cwd=REPO, check=False)
     assert check.returncode == 1, check.stderr
     done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, check=False)
@@ -492,7 +492,7 @@ def test_notebooks_mirror_solutions():
     notebooks = {p.name for p in build.notebook_files(REPO / "notebooks")} if (REPO / "notebooks").is_dir() else set()
     assert notebooks == solutions, (
         f"only in solutions/: {sorted(solutions - notebooks)}; only in notebooks/: {sorted(notebooks - solutions)} "
-        "(run `python -m course_utils.build`)"
+        "(run `python -m course_tools.build`)"
     )
 
 
@@ -500,7 +500,7 @@ def test_notebooks_mirror_solutions():
 def test_no_solution_line_in_student_notebook(solution_path):
     student_path = REPO / "notebooks" / solution_path.name
     if not student_path.exists():
-        pytest.fail(f"{student_path} is missing (run `python -m course_utils.build`)")
+        pytest.fail(f"{student_path} is missing (run `python -m course_tools.build`)")
     solution = nbformat.read(solution_path, as_version=4)
     student = nbformat.read(student_path, as_version=4)
     leaks = leaked_lines(solution, student)
@@ -508,13 +508,13 @@ def test_no_solution_line_in_student_notebook(solution_path):
 
 
 def test_repo_notebooks_are_up_to_date():
-    """`python -m course_utils.build --check` passes on the repository."""
+    """`python -m course_tools.build --check` passes on the repository."""
     if not (REPO / "solutions").is_dir():
         # Nothing to build from; then nothing may have been generated either.
         assert not (REPO / "notebooks").is_dir() or not build.notebook_files(REPO / "notebooks")
         return
     result = subprocess.run(
-        [sys.executable, "-m", "course_utils.build", "--check"], cwd=REPO, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "course_tools.build", "--check"], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -598,7 +598,7 @@ def test_normalise_sets_ipykernel_metadata_and_merges_streams():
         nbformat.v4.new_code_cell("c", outputs=[_stream("stdout", "alone\n")]),
         nbformat.v4.new_markdown_cell("text"),
     ]
-    changes = build.normalise(nb)
+    changes = kernels.normalise(nb)
     assert nb.metadata["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     assert nb.metadata["language_info"] == {
         "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py", "mimetype": "text/x-python",
@@ -613,7 +613,7 @@ def test_normalise_sets_ipykernel_metadata_and_merges_streams():
     assert [o.text for o in nb.cells[2].outputs] == ["alone\n"]
     assert len(changes) == 3 and "stream outputs merged in cell(s) 0, 1" in changes
     nbformat.validate(nb)
-    assert build.normalise(nb) == []  # idempotent
+    assert kernels.normalise(nb) == []  # idempotent
 
 
 HERE = sys.version.split()[0]  # what ipykernel reports as language_info.version
@@ -626,7 +626,7 @@ HERE = sys.version.split()[0]  # what ipykernel reports as language_info.version
 def test_language_info_keeps_the_full_version_a_kernel_reports(stored, version):
     """JupyterLab marks a notebook modified unless the stored version is the kernel's own,
     to the patch level (tests/test_browser.py opens a solution to prove it)."""
-    assert build.language_info(stored)["version"] == version
+    assert kernels.language_info(stored)["version"] == version
 
 
 def test_merged_streams_compare_equal_under_nbval():
@@ -634,7 +634,7 @@ def test_merged_streams_compare_equal_under_nbval():
     normalising and after compare the same."""
     plugin = pytest.importorskip("nbval.plugin")
     outputs = [_stream("stdout", "a\n"), _stream("stdout", "b 1%\rb 2%\n"), _stream("stderr", "w\n")]
-    merged = [nbformat.from_dict(o) for o in build.merge_streams(outputs)]
+    merged = [nbformat.from_dict(o) for o in kernels.merge_streams(outputs)]
     theirs = plugin.coalesce_streams(copy_outputs(outputs))
     assert [(o.name, o.text) for o in plugin.coalesce_streams(merged)] == [(o.name, o.text) for o in theirs]
 
@@ -655,7 +655,7 @@ def test_build_normalises_solution_and_student_and_normalise_cli(tmp_path, capsy
     assert run_build(solutions, notebooks) == 0
     for path in (solutions / DEMO, notebooks / DEMO):
         written = nbformat.read(path, as_version=4)
-        assert written.metadata["kernelspec"] == build.KERNELSPEC
+        assert written.metadata["kernelspec"] == kernels.KERNELSPEC
         assert written.metadata["language_info"]["version"] == "3.11.7"  # as the kernel reported it
     solution = nbformat.read(solutions / DEMO, as_version=4)
     assert solution.cells[-2].outputs[0].text == "pi = 3.1416\n"
@@ -667,7 +667,7 @@ def test_build_normalises_solution_and_student_and_normalise_cli(tmp_path, capsy
     assert main(["--normalise", str(other), str(tmp_path / "missing.ipynb")]) == 2
     captured = capsys.readouterr()
     assert "normalised" in captured.out and "cannot read notebook" in captured.err
-    assert build.normalise(nbformat.read(other, as_version=4)) == []
+    assert kernels.normalise(nbformat.read(other, as_version=4)) == []
     assert main(["--normalise", str(other)]) == 0
     assert "unchanged" in capsys.readouterr().out
 
@@ -690,7 +690,7 @@ def test_execute_twice_gives_the_same_file(tmp_path):
     assert build.execute_solution(path) is None
     first = path.read_bytes()
     ran = nbformat.read(path, as_version=4)
-    assert ran.metadata["kernelspec"] == build.KERNELSPEC
+    assert ran.metadata["kernelspec"] == kernels.KERNELSPEC
     streams = [(o.name, o.text) for o in ran.cells[0].outputs]
     assert all(a[0] != b[0] for a, b in zip(streams, streams[1:]))  # no two in a row of one name
     assert "".join(t for n, t in streams if n == "stdout") == "".join(f"{i}\n" for i in range(40))
@@ -705,9 +705,9 @@ NOTEBOOKS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb")) + sorted((RE
 def test_committed_notebooks_are_normalised(path):
     """Every committed notebook has the metadata a current ipykernel writes ("Python 3
     (ipykernel)", the full language version of the kernel that ran it) and merged streams.
-    (`python -m course_utils.build` normalises them all.)"""
+    (`python -m course_tools.build` normalises them all.)"""
     nb = nbformat.read(path, as_version=4)
-    assert nb.metadata.get("kernelspec") == build.KERNELSPEC
-    assert nb.metadata.get("language_info") == build.language_info(nb.metadata["language_info"].get("version"))
+    assert nb.metadata.get("kernelspec") == kernels.KERNELSPEC
+    assert nb.metadata.get("language_info") == kernels.language_info(nb.metadata["language_info"].get("version"))
     assert re.fullmatch(r"3\.\d+\.\d+\w*", nb.metadata["language_info"]["version"])
-    assert build.normalise(nb) == []
+    assert kernels.normalise(nb) == []

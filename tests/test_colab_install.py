@@ -48,7 +48,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import build
+from course_tools import build
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDENT_NOTEBOOKS = build.notebook_files(ROOT / "notebooks")
@@ -245,7 +245,7 @@ def _is_course_package_entry(name: str) -> bool:
     lower = name.lower()
     return (
         lower.endswith(".pth")
-        or lower.startswith(("__editable__", "transformer_course", "transformer-course", "course_utils"))
+        or lower.startswith(("__editable__", "transformer_course", "transformer-course", "course_utils", "course_tools"))
         or lower == "__pycache__"
     )
 
@@ -332,16 +332,20 @@ def test_pip_installs_only_the_course_package(fresh_venv):
     assert re.fullmatch(r"Successfully installed transformer-course-\S+", installed[0].strip())
 
 
-def test_installed_package_has_every_file_of_course_utils(fresh_venv):
+@pytest.mark.parametrize("package", ["course_utils", "course_tools"])
+def test_installed_package_has_every_file(fresh_venv, package):
     """Modules, subpackages and package data (vocabularies, weights...): every file under
-    course_utils/ in the repository must be in the installed package, byte for byte."""
-    source = fresh_venv.snapshot / "course_utils"
-    installed = fresh_venv.site_packages / "course_utils"
+    course_utils/ and course_tools/ in the repository must be in the installed
+    distribution, byte for byte."""
+    source = fresh_venv.snapshot / package
+    installed = fresh_venv.site_packages / package
     wanted = sorted(
         p.relative_to(source).as_posix() for p in source.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     )
-    assert "__init__.py" in wanted and "checks/__init__.py" in wanted
+    # subpackages too: the checkers, and a forwarder of a tool's old name
+    expected = {"course_utils": {"__init__.py", "checks/__init__.py", "build/__main__.py"}, "course_tools": {"__init__.py"}}
+    assert expected[package] <= set(wanted)
     missing = [name for name in wanted if not (installed / name).is_file()]
     assert missing == [], "not installed by pip (package-data in pyproject.toml?): " + ", ".join(missing)
     differ = [name for name in wanted if (installed / name).read_bytes() != (source / name).read_bytes()]
@@ -351,7 +355,7 @@ def test_installed_package_has_every_file_of_course_utils(fresh_venv):
 def test_check_env_passes_in_the_fresh_environment(fresh_venv):
     """The installed metadata's requirements are met by the preinstalled packages."""
     done = subprocess.run(
-        [str(fresh_venv.python), "-m", "course_utils.check_env"],
+        [str(fresh_venv.python), "-m", "course_tools.check_env"],
         cwd=fresh_venv.outside, capture_output=True, text=True, timeout=300, env=_clean_env(),
     )
     assert done.returncode == 0, done.stdout + done.stderr

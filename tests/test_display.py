@@ -158,7 +158,7 @@ def test_notebook_stores_one_display_with_the_text_and_the_html(tmp_path):
     """In a Jupyter kernel a check publishes one display_data: text/plain is the verdict's
     text exactly (what nbval and the grader compare), text/html the rich block."""
     nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("nbclient")
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
         "import torch\n"
@@ -168,11 +168,9 @@ def test_notebook_stores_one_display_with_the_text_and_the_html(tmp_path):
         "print('after')\n"
         "result"
     ), nbformat.v4.new_code_cell("print(result.feedback)")]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    from course_utils.grade import CurrentEnvKernelManager
+    from course_tools.kernels import run_notebook
 
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", kernel_manager_class=CurrentEnvKernelManager)
-    client.execute(env=env)
+    run_notebook(nb, tmp_path, timeout=120)
     outputs = nb.cells[0].outputs
     assert [o.output_type for o in outputs] == ["stream", "display_data", "stream"]
     assert outputs[0].text == "before\n" and outputs[2].text == "after\n"  # no second display for `result`

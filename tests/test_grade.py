@@ -1,4 +1,4 @@
-"""Tests of course_utils.grade (grading a class's notebooks).
+"""Tests of course_tools.grade (grading a class's notebooks).
 
 The fixture course (tests/fixtures/grading/solutions) has two assignments: ``01_masks``
 (exercises ``causal_mask`` and ``padding_mask``) and ``02_targets`` (``shift_targets``).
@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import build, grade
+from course_tools import build, grade
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "grading"
@@ -243,7 +243,7 @@ def graded(tmp_path_factory):
     out_csv, out_json = tmp / "grades.csv", tmp / "grades.json"
     result = subprocess.run(
         [
-            sys.executable, "-m", "course_utils.grade", str(students),
+            sys.executable, "-m", "course_tools.grade", str(students),
             "--solutions", str(SOLUTIONS), "--timeout", str(CLASS_TIMEOUT), "--jobs", "2",
             "--csv", str(out_csv), "--json", str(out_json),
         ],
@@ -406,7 +406,7 @@ def test_honest_details_in_json_and_csv(graded):
 
 
 def test_untouched_fixture_is_the_built_student_notebook():
-    """bob's notebook is what `python -m course_utils.build` makes of the solution (so the
+    """bob's notebook is what `python -m course_tools.build` makes of the solution (so the
     fixture course is a real one), and the others differ from it only where they should."""
     solution, _ = build.read_notebook(SOLUTIONS / NOTEBOOK)
     built = build.student_notebook(solution, NOTEBOOK)
@@ -577,7 +577,9 @@ def test_sandbox_hides_the_submissions_and_the_network(tmp_path):
     ("x = open('notes.txt', 'w')", [], None),
     ("!ls ..", ["line 1: runs an IPython magic or shell command"], None),
     ("from course_utils.checks import _core", ["line 1: imports course_utils.checks._core"], None),
-    ("import course_utils.grade", ["line 1: imports course_utils.grade"], None),
+    ("import course_tools.grade", ["line 1: imports course_tools.grade"], None),
+    ("from course_utils import grade", ["line 1: imports course_utils.grade (the course's tools)"], None),
+    ("import course_utils.build", ["line 1: imports course_utils.build (the course's tools"], None),
     ("course_utils.checks._core.HINTS = {}", ["line 1: assigns to course_utils.checks._core.HINTS"], None),
     ("__builtins__['len'] = f", ["line 1: assigns to builtins"], None),
     ("def f(x):\n    self.w = x\n    x.y = 1", [], None),  # attributes of its own objects

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_utils import check_env
-from course_utils.check_env import Requirement
+from course_tools import check_env
+from course_tools.check_env import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
@@ -89,7 +89,7 @@ def disagreements(environment: dict, project: dict) -> list[str]:
         if isinstance(item, str):
             name, clauses = conda_spec(item)
             if name != "pip":
-                have[name] = clauses
+                have[_canonical(name)] = clauses  # conda-forge spells jupyter_client with "_"
 
     problems = []
     for name in sorted(wanted.keys() - have.keys()):
@@ -149,7 +149,7 @@ def test_conda_spec(item, expected):
         ("pytorch>=2.2", "pytorch=2.2", "pytorch: pyproject.toml says ['>=2.2']"),
         ("pytorch>=2.2", "pytorch>=2.3", "pytorch: pyproject.toml says ['>=2.2']"),
         ("ipywidgets>=7.6", "ipywidgets", "ipywidgets: pyproject.toml says ['>=7.6']"),
-        ("  - seaborn\n", "", "seaborn is in pyproject.toml but not in environment.yml"),
+        ("  - tqdm\n", "", "tqdm is in pyproject.toml but not in environment.yml"),
         ("  - tqdm\n", "  - tqdm\n  - pandas\n", "pandas is in environment.yml but not"),
         ("python>=3.10", "python>=3.9", "python: pyproject.toml says ['>=3.10']"),
     ],
@@ -184,10 +184,34 @@ def test_pyproject_declares_the_package_and_its_bounds(project):
     assert project["name"] == "transformer-course"
     reqs = {r.name: r.specifier for r in map(check_env.parse_requirement, project["dependencies"])}
     assert reqs == {
-        "torch": ">=2.2", "numpy": "", "matplotlib": "", "seaborn": "", "tqdm": "",
+        "torch": ">=2.2", "numpy": "", "matplotlib": "", "tqdm": "",
         "ipywidgets": ">=7.6",
     }
-    assert set(project["optional-dependencies"]) == {"dev", "lab", "browser"}
+    assert set(project["optional-dependencies"]) == {"tools", "dev", "lab", "browser"}
+
+
+def test_tools_extra_declares_what_the_tools_import_and_dev_includes_it(project):
+    """Every third-party module that a course_tools module imports at its top is in the
+    `tools` extra (or a dependency of the package); dev holds all of tools (course.py test
+    installs dev, not tools). Imports inside functions are optional ones (packaging, tomli)
+    or the model (course_utils, torch)."""
+    extras = project["optional-dependencies"]
+    tools = {_canonical(check_env.parse_requirement(r).name) for r in extras["tools"]}
+    dev = {_canonical(check_env.parse_requirement(r).name) for r in extras["dev"]}
+    assert tools <= dev
+    assert tools == {"nbformat", "nbclient", "jupyter-client", "ipykernel", "traitlets"}
+    imported = set()
+    for path in (ROOT / "course_tools").glob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"__future__", "course_utils", "course_tools"}
+    declared = tools | {_canonical(check_env.parse_requirement(r).name) for r in project["dependencies"]}
+    as_distribution = {_canonical(module) for module in third_party}
+    assert as_distribution <= declared, sorted(as_distribution - declared)
+    assert as_distribution == tools  # and each of them is used
 
 
 def _installed_from() -> Path | None:
@@ -230,7 +254,7 @@ LINE = re.compile(r"\[(OK|FAIL|INFO)\] \S.*")
 
 def test_check_env_reports_every_requirement_and_passes():
     done = subprocess.run(
-        [sys.executable, "-m", "course_utils.check_env", "--extra", "dev"],
+        [sys.executable, "-m", "course_tools.check_env", "--extra", "dev"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -243,10 +267,12 @@ def test_check_env_reports_every_requirement_and_passes():
     assert any(re.fullmatch(r"\[OK\] numpy \S+ \(any version\)", line) for line in lines)
     assert any(re.fullmatch(r"\[INFO\] device: (CPU|CUDA) .*", line) for line in lines)
     names = [line.split()[1] for line in lines if line.startswith("[OK] ")]
-    for req in check_env.requirements_from_pyproject(PYPROJECT)[0]:
+    # what check_env reads: the installed metadata (test_installed_metadata_matches_pyproject
+    # holds it to pyproject.toml when installed from this checkout), else pyproject.toml
+    for req in check_env.load_requirements()[0]:
         if req.extra in (None, "dev"):  # only the extras asked for (--extra dev)
             assert req.name in names
-    assert len(names) == len(set(names))  # ipykernel/jupyterlab are in two groups: once
+    assert len(names) == len(set(names))  # ipykernel is in three groups, jupyterlab in two: once
 
 
 def test_check_env_fails_on_unmet_requirements(monkeypatch, capsys):
@@ -268,27 +294,21 @@ def test_check_env_fails_on_unmet_requirements(monkeypatch, capsys):
 
 
 def test_check_env_runs_without_torch():
-    """`python -m course_utils.check_env` must report a missing torch, not crash importing it:
-    the package's top level imports its modules lazily."""
+    """`python -m course_tools.check_env` must report a missing torch, not crash importing it:
+    it imports neither torch nor course_utils (whose top level imports torch)."""
     code = (
         "import sys; sys.modules['torch'] = None\n"  # any `import torch` now fails
-        "import runpy; runpy.run_module('course_utils.check_env', run_name='__main__')"
+        "import runpy\n"
+        "try:\n"
+        "    runpy.run_module('course_tools.check_env', run_name='__main__')\n"
+        "finally:\n"
+        "    print('course_utils imported:', 'course_utils' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.splitlines()[-1] == "course_utils imported: False"
     assert any(line.startswith("[FAIL]") and "torch" in line for line in done.stdout.splitlines()), done.stdout
-
-
-def test_top_level_import_is_lazy_and_complete():
-    code = (
-        "import sys, course_utils\n"
-        "assert 'torch' not in sys.modules, 'import course_utils imported torch'\n"
-        "assert set(course_utils.__all__) == set(course_utils._MODULE_OF)\n"
-        "for name in course_utils.__all__: getattr(course_utils, name)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert done.returncode == 0, done.stderr
 
 
 def test_check_env_fails_on_old_python(monkeypatch, capsys):

@@ -1,4 +1,4 @@
-"""course_utils.start: students' copies in my_work/ are never overwritten, and copies that a
+"""course_tools.start: students' copies in my_work/ are never overwritten, and copies that a
 course update made outdated are reported (and, with --write-new, get the newer version
 written beside them). Also the `lab` command of course.py, which runs it."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import build, start
-from course_utils.start import MANIFEST_NAME
+from course_tools import kernels, start
+from course_tools.start import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,7 @@ def sha(data: bytes) -> str:
 def make_notebook(text: str) -> bytes:
     """A small valid notebook, in Jupyter's layout, whose one code cell holds ``text``."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": build.KERNELSPEC, "language_info": build.language_info("3.10")}  # as built
+    nb.metadata = {"kernelspec": kernels.KERNELSPEC, "language_info": kernels.language_info("3.10")}  # as built
     cell = nbformat.v4.new_code_cell(text)
     cell.id = "cell-0"
     nb.cells = [nbformat.v4.new_markdown_cell("# A notebook"), cell]
@@ -392,7 +392,7 @@ def test_course_py_lab_copies_into_my_work_then_opens_it(monkeypatch, tmp_path):
 
     def fake_run(cmd, env=None, server=False):
         calls.append(tuple(cmd))
-        if cmd[:2] == ["-m", "course_utils.start"]:  # run it for real, into tmp_path
+        if cmd[:2] == ["-m", "course_tools.start"]:  # run it for real, into tmp_path
             return start.main([*cmd[2:], "--source", str(ROOT / "notebooks")])
         return 0
 
@@ -400,7 +400,7 @@ def test_course_py_lab_copies_into_my_work_then_opens_it(monkeypatch, tmp_path):
     assert course.main(["lab", "--write-new", "--port", "8899"]) == 0
     assert calls[0] == ("install", course.EXTRAS["lab"])
     start_call, lab_call = calls[1], calls[2]
-    assert start_call[:3] == ("-m", "course_utils.start", str(tmp_path / "my_work"))
+    assert start_call[:3] == ("-m", "course_tools.start", str(tmp_path / "my_work"))
     assert "--write-new" in start_call and "--write-new" not in lab_call
     assert lab_call[:3] == ("-m", "jupyterlab", str(tmp_path / "my_work"))
     assert "--port" in lab_call and "8899" in lab_call
@@ -452,7 +452,7 @@ def test_unwritable_folder_is_a_clear_error_even_as_root(course, capsys, monkeyp
     monkeypatch.setattr(start.tempfile, "mkstemp", refuse)
     assert start.main([str(work), "--source", str(source)]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: cannot write your copies to {work}: Permission denied. Choose a folder you can write to: python -m course_utils.start DIR\n"
+    assert err == f"error: cannot write your copies to {work}: Permission denied. Choose a folder you can write to: python -m course_tools.start DIR\n"
 
 
 def test_new_files_appear_whole_and_are_never_replaced(tmp_path, monkeypatch):
@@ -491,7 +491,7 @@ def test_two_runs_at_once_never_read_a_half_written_copy(course):
     for i in range(4, 30):  # enough files for the two runs to overlap
         (source / f"{i:02d}_x.ipynb").write_bytes(make_notebook("x = 1\n" * 2000))
     code = (
-        "import sys, json; from course_utils import start\n"
+        "import sys, json; from course_tools import start\n"
         "r = start.start(sys.argv[1], sys.argv[2])\n"
         "print(json.dumps({'copied': r.copied, 'up': r.up_to_date, 'odd': r.unknown + r.outdated}))\n"
     )

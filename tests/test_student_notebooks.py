@@ -18,10 +18,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-from course_utils import build
-from course_utils.grade import CurrentEnvKernelManager, kernel_env
+from course_tools import build
+from course_tools.kernels import run_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -32,19 +31,10 @@ NOT_IMPLEMENTED_VERDICT = re.compile(r"not implemented yet", re.IGNORECASE)
 
 
 def execute(nb, cwd: Path):
-    """Run all cells of ``nb`` in place, errors allowed, in a kernel using ``sys.executable``."""
-    client = NotebookClient(
-        nb,
-        timeout=CELL_TIMEOUT,
-        kernel_name="python3",
-        kernel_manager_class=CurrentEnvKernelManager,
-        allow_errors=True,
-        resources={"metadata": {"path": str(cwd)}},
-    )
-    # this checkout's course_utils first on the path; MPLBACKEND unset, so ipykernel draws
-    # figures inline and a plotting error shows (under Agg figures are never drawn)
-    client.execute(env=kernel_env(None))
-    return nb
+    """Run all cells of ``nb`` in place, errors allowed, in a kernel using ``sys.executable``
+    (this checkout's course_utils first on the path; figures drawn inline, so that a plotting
+    error shows: under Agg figures are never drawn)."""
+    return run_notebook(nb, cwd, CELL_TIMEOUT, allow_errors=True)
 
 
 # --------------------------------------------------------------------------- classification

@@ -1,7 +1,7 @@
 """Check that this Python environment has what the course needs (all notebooks, 01-07).
 
-    python -m course_utils.check_env              # the packages every notebook needs
-    python -m course_utils.check_env --extra dev  # also the test tools
+    python -m course_tools.check_env              # the packages every notebook needs
+    python -m course_tools.check_env --extra dev  # also the instructor's and test tools
 
 Prints one line per requirement, e.g. ``[OK] torch 2.13.0+cpu (needs >=2.2)`` or
 ``[FAIL] ipywidgets not installed (needs >=7.6)``, then the Python version and the device
@@ -268,7 +268,7 @@ def describe_device() -> Line:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.check_env",
+        prog="python -m course_tools.check_env",
         description="Check that this environment has what the course needs.",
     )
     parser.add_argument(
@@ -276,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="NAME",
-        help="also check an optional group from pyproject.toml: 'lab' (JupyterLab) or "
-        "'dev' (test tools); may be repeated",
+        help="also check an optional group from pyproject.toml: 'lab' (JupyterLab), "
+        "'tools' (the instructor's tools) or 'dev' (the tools and the test tools); may be repeated",
     )
     args = parser.parse_args(argv)
 

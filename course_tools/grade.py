@@ -1,6 +1,6 @@
 """Grade a class: run the students' exercise cells and check them (instructors).
 
-    python -m course_utils.grade PATH... [--timeout SECONDS] [--csv FILE] [--json FILE]
+    python -m course_tools.grade PATH... [--timeout SECONDS] [--csv FILE] [--json FILE]
                                          [--jobs N] [--solutions DIR] [--assignment NAME]
                                          [--sandbox]
 
@@ -94,20 +94,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ipykernel.kernelspec
 import nbformat
 from ipykernel.compiler import murmur2_x86
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.reader import NotJSONError
-from traitlets import List, Unicode, default
 
 from . import build
+from .kernels import PACKAGE_ROOT, CurrentEnvKernelManager, kernel_env
 
-# The folder that holds this course_utils: kernels import it from there.
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT = 300.0  # seconds for all the cells of one notebook
 STARTUP_TIMEOUT = 60  # seconds for a kernel to start (not counted in the notebook's time)
 
@@ -144,41 +139,6 @@ class UsageError(Exception):
 
 
 # --------------------------------------------------------------------------- kernels
-
-
-class CurrentEnvKernelSpecManager(KernelSpecManager):
-    """Every kernel name means ipykernel in *this* Python (not whatever a user-level
-    ``python3`` kernelspec, which Jupyter looks up first, points to)."""
-
-    def get_kernel_spec(self, kernel_name):
-        return self.kernel_spec_class(
-            resource_dir=ipykernel.kernelspec.RESOURCES, **ipykernel.kernelspec.get_kernel_dict()
-        )
-
-
-class CurrentEnvKernelManager(AsyncKernelManager):
-    """ipykernel in this Python; ``command_prefix`` (e.g. a sandbox's command) goes before it."""
-
-    command_prefix = List(Unicode(), default_value=[])
-
-    @default("kernel_spec_manager")
-    def _kernel_spec_manager_default(self):
-        return CurrentEnvKernelSpecManager(data_dir=self.data_dir)
-
-    def format_kernel_cmd(self, extra_arguments=None):
-        return [*self.command_prefix, *super().format_kernel_cmd(extra_arguments)]
-
-
-def kernel_env(mpl_backend: str | None = None) -> dict[str, str]:
-    """The environment of a kernel: this one, with this checkout's ``course_utils`` first
-    on the path; ``MPLBACKEND`` set to ``mpl_backend``, or unset (ipykernel then draws
-    figures inline, as Jupyter does)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
-    env.pop("MPLBACKEND", None)
-    if mpl_backend:
-        env["MPLBACKEND"] = mpl_backend
-    return env
 
 
 def grading_env(turn: Path, hidden: Iterable[Path]) -> dict[str, str]:
@@ -610,7 +570,7 @@ def kernel_setup_source(config: dict) -> str:
     code = "\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in (_short, _uses_reference, _kernel_side))
     code += f"\n\n_kernel_side({config!r})\n"
     return (
-        "# Added by course_utils.grade: set up grading before any student code runs.\n"
+        "# Added by course_tools.grade: set up grading before any student code runs.\n"
         f"exec(compile({code!r}, '<course-grade>', 'exec'), "
         "{'__builtins__': dict(vars(__import__('builtins'))), '__name__': 'course_grade'})\n"
     )
@@ -649,7 +609,7 @@ class CourseNotebook:
 
 def checker_exercises() -> dict[str, str]:
     """``{checker function name: exercise}`` for every checker in ``course_utils.checks``."""
-    from . import checks  # imports torch: only when grading
+    from course_utils import checks  # imports torch: only when grading
 
     names = {}
     for name in dir(checks):
@@ -814,6 +774,9 @@ def _import_problem(module: str, names: list[str]) -> str | None:
         private = [n for n in names if n.startswith("_")]
         if private:
             return f"imports {module}.{private[0]} (the checkers' internals)"
+        tools = [n for n in names if f"{module}.{n}" in TOOL_MODULES]  # from course_utils import grade
+        if tools:
+            return f"imports {module}.{tools[0]} (the course's tools)"
     return None
 
 
@@ -1660,7 +1623,7 @@ def restore_changed_files(subs: list[Submission]) -> list[Submission]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.grade",
+        prog="python -m course_tools.grade",
         description="Run students' exercise cells in the course's notebooks, in fresh kernels, and tabulate "
                     "the checkers' verdicts.",
     )

@@ -3,7 +3,7 @@
 Backs ``python3 course.py lab`` (every notebook; not used in Colab, where each notebook is
 opened on its own)::
 
-    python -m course_utils.start [DIR] [--write-new] [--source NOTEBOOKS]
+    python -m course_tools.start [DIR] [--write-new] [--source NOTEBOOKS]
 
 ``DIR`` (default ``my_work/`` next to ``notebooks/``, ignored by git) receives a copy of
 every ``notebooks/*.ipynb`` that it does not have yet. Students work in ``DIR``, so a
@@ -50,11 +50,7 @@ DEFAULT_TARGET = ROOT / "my_work"
 MANIFEST_NAME = ".course_versions.json"
 METADATA_KEY = "course"  # notebook metadata: {"source": name, "source_sha256": hex}
 MANIFEST_FORMAT = 1
-DEFAULT_RERUN = "python -m course_utils.start --write-new"
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+DEFAULT_RERUN = "python -m course_tools.start --write-new"
 
 
 def source_notebooks(source: Path) -> list[Path]:
@@ -324,7 +320,7 @@ def format_report(report: Report, target: Path, rerun: str = DEFAULT_RERUN) -> s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.start",
+        prog="python -m course_tools.start",
         description=(
             "Copy the course notebooks into your own folder (default my_work/), never "
             "overwriting a file there; report copies that a course update made outdated."
@@ -347,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         reason = error.strerror or str(error)
         print(
             f"error: cannot write your copies to {_show(args.target)}: {reason}. Choose a folder "
-            f"you can write to: python -m course_utils.start DIR",
+            f"you can write to: python -m course_tools.start DIR",
             file=sys.stderr,
         )
         return 2

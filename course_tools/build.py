@@ -7,7 +7,7 @@ Instructor workflow
 -------------------
 1. Edit ``solutions/NN_name.ipynb`` (``NN`` = two digits) in Jupyter and run it top to
    bottom, so the stored outputs are the ones students will compare with (or run
-   ``python -m course_utils.build --execute NN_name``, which also does step 3).
+   ``python -m course_tools.build --execute NN_name``, which also does step 3).
 2. Mark what students write:
 
    * in a code cell, put the answer between two lines ``### BEGIN SOLUTION`` and
@@ -21,23 +21,23 @@ Instructor workflow
    * in a markdown cell, put the answer between ``<!-- BEGIN SOLUTION -->`` and
      ``<!-- END SOLUTION -->`` lines; the student sees ``*Your answer here.*``.
 
-3. Run ``python -m course_utils.build``. It writes ``notebooks/NN_name.ipynb`` for every
+3. Run ``python -m course_tools.build``. It writes ``notebooks/NN_name.ipynb`` for every
    solution (outputs and execution counts cleared, cell ids kept, solution metadata
    dropped), deletes student notebooks whose solution is gone, and puts the two header
    cells (tagged ``colab-header`` and ``colab-setup``, built from :data:`REPO_URL` and
    :data:`REF`) first in *both* notebooks, rewriting the solution's header cells if they
    are missing or stale (their sources only; no other cell of the solution changes).
 4. Commit ``solutions/`` and ``notebooks/`` together. CI runs
-   ``python -m course_utils.build --check``, which writes nothing and exits 1, listing
+   ``python -m course_tools.build --check``, which writes nothing and exits 1, listing
    the stale, missing or extra files, when step 3 was forgotten.
 
 To publish from another repository or tag, change :data:`REPO_URL` or :data:`REF` here
 (the only place that defines them) and run step 3.
 
 Every notebook the build writes (a solution it updates, a student notebook, a solution
-it ran) is normalised (:func:`normalise`): the kernelspec and ``language_info`` a
-current ipykernel writes (the full Python version, as the kernel reports it), and consecutive stream outputs
-merged, so that an unchanged rerun gives an unchanged file. ``--normalise FILE ...``
+it ran) is normalised (:func:`course_tools.kernels.normalise`): the kernelspec and
+``language_info`` a current ipykernel writes (the full Python version, as the kernel reports
+it), and consecutive stream outputs merged, so that an unchanged rerun gives an unchanged file. ``--normalise FILE ...``
 does only that, to any notebooks.
 
 Options: ``--solutions DIR`` and ``--notebooks DIR`` (defaults ``solutions`` and
@@ -60,6 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+from .kernels import normalise, run_notebook
 
 # Placeholder: the course's public repository (to be replaced when it is published).
 REPO_URL = "https://github.com/transformer-course/transformer-from-scratch"
@@ -191,7 +194,7 @@ def stub_message(name: str | None) -> str:
     and the way on (the reference, when ``course_utils`` exports one of that name)."""
     if name is None:
         return "this exercise is not written yet: fill in its cell"
-    import course_utils  # lazy names: importing does not load torch
+    import course_utils  # here, not at the top: only a stub needs the model (and torch)
 
     text = f"{name} is not written yet: fill in its exercise cell"
     if name in course_utils.__all__:
@@ -302,10 +305,6 @@ def student_notebook(solution, filename: str, warnings: list[str] | None = None)
     student, _ = with_header(stripped, "notebooks", filename)
     for key in DROPPED_NOTEBOOK_METADATA:
         student.metadata.pop(key, None)
-    for cell in student.cells:
-        if cell.cell_type == "code":
-            cell.outputs = []
-            cell.execution_count = None
     return student
 
 
@@ -346,84 +345,6 @@ def read_notebook(path: Path) -> tuple[object, list[str]]:
     except nbformat.ValidationError as error:
         raise BuildError(f"{path}: invalid notebook: {error.message}") from error
     return nb, repairs
-
-
-# What a current ipykernel writes into a notebook it runs, so that opening a notebook
-# changes nothing. JupyterLab 4 writes the kernel's `language_info` into the notebook as
-# soon as the kernel starts and marks it modified unless it is identical, version included:
-# tried in Chromium, a stored "3.11", no version or no `language_info` all turned dirty
-# against a 3.11.7 kernel, "3.11.7" did not. So the version is the full one the executing
-# kernel reported (kept as stored; this Python's when there is none), and a solution opens
-# unmodified wherever the Python is the one that last ran it. No stored value can match
-# every Python: the copies that `course_utils.start` makes for a student carry that
-# student's exact version instead.
-KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-LANGUAGE_INFO = {
-    "codemirror_mode": {"name": "ipython", "version": 3},
-    "file_extension": ".py",
-    "mimetype": "text/x-python",
-    "name": "python",
-    "nbconvert_exporter": "python",
-    "pygments_lexer": "ipython3",
-}
-# the part of a line that a later carriage return overwrites (as Jupyter and nbval show it)
-_OVERWRITTEN = re.compile(r"^.*\r(?=[^\n])", re.MULTILINE)
-
-
-def language_info(version: str | None = None) -> dict:
-    """ipykernel's ``language_info`` with ``version`` when it is a full Python version as a
-    kernel reports it ("3.11.7", "3.13.0rc1"), else this Python's (``sys.version``'s)."""
-    if not (isinstance(version, str) and re.fullmatch(r"\d+\.\d+\.\d+\w*", version)):
-        version = sys.version.split()[0]
-    return {**LANGUAGE_INFO, "version": version}
-
-
-def merge_streams(outputs: list) -> list:
-    """Consecutive stream outputs of one name (stdout, stderr) as one, with the text that a
-    carriage return overwrote removed: what Jupyter shows and nbval compares. A kernel
-    sends a cell's prints in chunks that differ from run to run; merged, a rerun that
-    prints the same text stores the same output."""
-    merged: list = []
-    for output in outputs:
-        previous = merged[-1] if merged else None
-        if (
-            output.get("output_type") == "stream"
-            and previous is not None
-            and previous.get("output_type") == "stream"
-            and previous.get("name") == output.get("name")
-        ):
-            previous["text"] += output["text"]
-        else:
-            merged.append(copy.deepcopy(output))
-    for output in merged:
-        if output.get("output_type") == "stream":
-            output["text"] = _OVERWRITTEN.sub("", output["text"])
-    return merged
-
-
-def normalise(nb) -> list[str]:
-    """Give ``nb`` (in place) the metadata a current ipykernel writes (kernelspec
-    "Python 3 (ipykernel)", ``language_info`` with the full version) and merged
-    stream outputs; return what changed (empty when it already was so)."""
-    changes = []
-    if nb.metadata.get("kernelspec") != KERNELSPEC:
-        nb.metadata["kernelspec"] = copy.deepcopy(KERNELSPEC)
-        changes.append('kernelspec set to "Python 3 (ipykernel)"')
-    stored = nb.metadata.get("language_info") or {}
-    wanted = language_info(stored.get("version") if isinstance(stored, dict) else None)
-    if stored != wanted:
-        nb.metadata["language_info"] = wanted
-        changes.append(f"language_info set to ipykernel's, version {wanted['version']}")
-    merged_cells = []
-    for i, cell in enumerate(nb.cells):
-        if cell.get("cell_type") == "code" and cell.get("outputs"):
-            merged = merge_streams(cell.outputs)
-            if merged != cell.outputs:
-                cell.outputs = [nbformat.from_dict(o) for o in merged]
-                merged_cells.append(str(i))
-    if merged_cells:
-        changes.append(f"stream outputs merged in cell(s) {', '.join(merged_cells)}")
-    return changes
 
 
 def render(nb) -> str:
@@ -525,27 +446,10 @@ def execute_solution(path: Path, timeout: int = EXECUTE_CELL_TIMEOUT) -> str | N
     Returns ``None``, or what went wrong (then the file is left as it was). Cells tagged
     ``raises-exception`` may raise.
     """
-    import subprocess
-
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-
-    from .grade import CurrentEnvKernelManager, kernel_env
-
     nb, _ = read_notebook(path)
     current = {"cell": None}
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        kernel_manager_class=CurrentEnvKernelManager,
-        record_timing=False,
-        resources={"metadata": {"path": str(path.parent)}},
-        on_cell_execute=lambda cell, cell_index: current.update(cell=cell_index),
-    )
     try:
-        # MPLBACKEND unset: ipykernel draws figures inline, into the stored outputs.
-        client.execute(env=kernel_env(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run_notebook(nb, path.parent, timeout, on_cell_execute=lambda index: current.update(cell=index))
     except CellExecutionError as error:
         return f"cell {current['cell']} raised {error.ename}: {error.evalue}"
     except (CellTimeoutError, DeadKernelError) as error:
@@ -583,7 +487,7 @@ def _show(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.build",
+        prog="python -m course_tools.build",
         description="Write notebooks/NN_*.ipynb (student versions) from solutions/NN_*.ipynb.",
     )
     parser.add_argument("--solutions", type=Path, default=Path("solutions"), help="solution notebooks")
@@ -638,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         if plan.clean:
             print(f"OK: {count} student notebook(s) match their solutions.")
             return 0
-        print("Out of date (run `python -m course_utils.build`):")
+        print("Out of date (run `python -m course_tools.build`):")
         for path, reasons in plan.solution_reasons.items():
             print(f"  solution: {_show(path)} ({'; '.join(reasons)})")
         for path in plan.missing:

@@ -1,0 +1,16 @@
+"""course_tools: the instructor's and set-up tools of the course (not imported by notebooks).
+
+=====================  ==========================================================
+command                does
+=====================  ==========================================================
+``python -m course_tools.build``      solutions/ -> notebooks/ (student versions)
+``python -m course_tools.grade``      grade a folder of student notebooks
+``python -m course_tools.start``      copy the notebooks into my_work/ (``course.py lab``)
+``python -m course_tools.check_env``  does this environment have what the course needs?
+=====================  ==========================================================
+
+They need packages the notebooks do not (``nbformat``, ``nbclient``, ``jupyter_client``,
+``ipykernel``, ``traitlets``: the ``tools`` extra of ``pyproject.toml``); ``start`` and
+``check_env`` need only the standard library, so that they run before anything else is
+installed (``check_env`` reports a missing torch instead of needing it).
+"""
