@@ -330,16 +330,16 @@ def decode_step(
         k_new = split_heads(attn.w_k(h), attn.num_heads)  # (B, H, 1, d_k)
         v_new = split_heads(attn.w_v(h), attn.num_heads)  # (B, H, 1, d_k)
         k, v = cache.append(i, k_new, v_new)  # (B, H, position + 1, d_k) each
-        out = layer.dropout(_attend(attn, h, k, v, None))  # no mask: the cache holds no future
+        out = layer.dropout1(_attend(attn, h, k, v, None))  # no mask: the cache holds no future
         x = x + out if layer.norm_first else layer.norm1(x + out)
 
         h = layer.norm2(x) if layer.norm_first else x
         mem_k, mem_v = memory_kv[i]  # (B, H, L_src, d_k) each
-        out = layer.dropout(_attend(layer.cross_attn, h, mem_k, mem_v, memory_mask))  # (B, 1, D)
+        out = layer.dropout2(_attend(layer.cross_attn, h, mem_k, mem_v, memory_mask))  # (B, 1, D)
         x = x + out if layer.norm_first else layer.norm2(x + out)
 
         h = layer.norm3(x) if layer.norm_first else x
-        out = layer.dropout(layer.feed_forward(h))  # (B, 1, D)
+        out = layer.dropout3(layer.feed_forward(h))  # (B, 1, D)
         x = x + out if layer.norm_first else layer.norm3(x + out)
 
     if model.decoder.norm is not None:  # pre-norm stacks end with a final norm

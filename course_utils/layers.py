@@ -5,11 +5,7 @@ Both act on the last axis only, independently at every position of every sequenc
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import fastpaths
@@ -57,10 +53,12 @@ class LayerNorm(nn.Module):
 
 # The feed-forward's non-linearity by name: ReLU (the paper), exact GELU (BERT, and
 # nn.TransformerEncoderLayer(activation="gelu")), tanh-approximated GELU (GPT-2).
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": torch.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+# Modules, not functions (the solution cell calls torch.relu): `self.activation` is a
+# callable submodule that tests and students' subclasses replace (nn.GELU(), ...).
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
 }
 
 
@@ -79,16 +77,13 @@ class FeedForward(nn.Module):
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.linear1 = nn.Linear(self.d_model, self.d_ff)
         self.linear2 = nn.Linear(self.d_ff, self.d_model)
-        self.activation = activation  # the name: ACTIVATIONS[activation] is the function
+        self.activation = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
-
-    def extra_repr(self) -> str:
-        return f"activation={self.activation!r}"
 
     def forward(self, x: Tensor) -> Tensor:
         check_min_rank("x", x, 1, "(..., D)")
         check_width("x", x, self.d_model)
         check_module_dtype("x", x, self.linear1.weight, "FeedForward")
         # from here on, the solution cell of notebook 04 (torch.relu there)
-        hidden = ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
+        hidden = self.activation(self.linear1(x))  # (..., d_ff)
         return self.linear2(self.dropout(hidden))  # (..., D)
