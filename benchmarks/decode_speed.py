@@ -19,7 +19,7 @@ size given by the flags.
 Timing: each repeat decodes the whole test set with both functions, their order
 alternating between repeats (interleaved), after one untimed warm-up batch; the table
 gives the median over repeats, for batches of 500 sentences (as
-``course_utils.training.evaluate`` decodes) and for the whole test split in one batch.
+``course_utils.trainer.evaluate`` decodes) and for the whole test split in one batch.
 Run from the repository root (about 4 minutes)::
 
     .venv/bin/python benchmarks/decode_speed.py                # 1 and 2 threads, 7 repeats
@@ -53,7 +53,7 @@ from course_utils.data import (  # noqa: E402
 )
 from course_utils.decoding import greedy_decode, greedy_decode_cached  # noqa: E402
 from course_utils.pretrained import load_pretrained, pretrained_info  # noqa: E402
-from course_utils.training import RECIPE  # noqa: E402
+from course_utils.trainer import RECIPE  # noqa: E402
 from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
 
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=model["norm_first"])
     parser.add_argument(
         "--batch-size", type=int, nargs="+", default=[500, 3000],
-        help="sentences per call: 500 as course_utils.training.evaluate, 3000 the whole test split at once",
+        help="sentences per call: 500 as course_utils.trainer.evaluate, 3000 the whole test split at once",
     )  # fmt: skip
     parser.add_argument("--max-len", type=int, default=MAX_TARGET_WORDS + 1)
     parser.add_argument("--repeats", type=int, default=7)

@@ -13,7 +13,7 @@ notebook               module
 04 encoder             :mod:`course_utils.layers`, :mod:`course_utils.encoder`
 05 decoder             :mod:`course_utils.decoder`
 06 full model          :mod:`course_utils.model`, :mod:`course_utils.decoding`
-07 training            :mod:`course_utils.data`, :mod:`course_utils.training`, ``pretrained``
+07 training            :mod:`course_utils.training`, :mod:`course_utils.trainer`, ``data``, ``pretrained``
 08 classifier          :mod:`course_utils.reviews`, :mod:`course_utils.classifier`
 09 decoder-only LM     :mod:`course_utils.gpt`, :mod:`course_utils.gpt_training`
 plots                  :mod:`course_utils.plotting`, :mod:`course_utils.inspect_attention`

@@ -129,3 +129,36 @@ def check_nonempty(name: str, x: Tensor, dim: int, letter: str) -> None:
     """A sequence must hold at least one position (``letter`` names the length, e.g. L_src)."""
     if x.size(dim) == 0:
         raise ValueError(f"{name} must hold at least one position ({letter} >= 1), got shape {_shape(x)}")
+
+
+def is_int(value: object) -> bool:
+    """A Python ``int`` that is not a ``bool`` (``True`` is an int to Python, never a count here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    """An ``int`` or ``float`` that is not a ``bool`` (NaN included: compare it yourself)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: object, low: int | None = None) -> int:
+    """Require a Python int (not a bool) that is ``>= low``; return it.
+
+    The message names the bound the way a reader says it: ``low=0`` "a non-negative
+    int", ``low=1`` "a positive int", otherwise "an int >= low".
+    """
+    if not is_int(value) or (low is not None and value < low):  # type: ignore[operator]
+        wanted = {None: "an int", 0: "a non-negative int", 1: "a positive int"}.get(low, f"an int >= {low}")
+        raise ValueError(f"{name} must be {wanted}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_token_ids(name: str, x: object, rank: int | None = 2, letters: str = "(B, L)") -> None:
+    """Require a tensor of integer token ids (not float, complex or bool), of ``rank``
+    dimensions when ``rank`` is given (``letters`` spells the shape)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(x).__name__}")
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {x.dtype}")
+    if rank is not None and x.dim() != rank:
+        raise ValueError(f"{name} must have shape {letters} of token ids, got shape {_shape(x)}")

@@ -16,15 +16,10 @@ instead: meaningless, but finite, and the loss ignores padded positions anyway.
 
 Short rows on the CPU
 ---------------------
-``Tensor.softmax`` on the CPU vectorises along a row. A row shorter than one SIMD
-register (16 float32 with AVX-512, 8 with AVX2) takes a scalar path, about ten times
-slower per element (measured: a ``(64, 4, 15, 15)`` softmax takes 1.0 ms, a
-``(64, 4, 16, 16)`` one 0.15 ms). Notebook 07's sources are 1 to 16 characters, so most
-encoder and cross-attention rows are that short. For them :func:`attention_weights`
-writes the softmax out, ``exp(s - max) / sum(exp(s - max))``: the same numbers to
-float32 rounding, and two to four times faster, forward and backward, on notebook 07's
-shapes (one training step went from 1.14 to 1.05 times ``nn.Transformer``'s time; see
-``benchmarks/README.md``).
+The softmax runs through :func:`course_utils.fastpaths.softmax_last_axis`: the same
+numbers as ``scores.softmax(dim=-1)``, written out for rows shorter than one SIMD
+register, where torch's CPU softmax is about ten times slower per element (see
+:mod:`course_utils.fastpaths`).
 """
 
 from __future__ import annotations
@@ -34,12 +29,8 @@ import math
 import torch
 from torch import Tensor
 
-from ._validate import check_mask, check_min_rank, check_positive_int, check_rank, check_same_dtype
-
-_LOG2_E = 1 / math.log(2)
-# Rows shorter than this go through softmax_last_axis's written-out path on the CPU
-# (module docstring): one SIMD register of float32.
-_SHORT_ROW = {"AVX512": 16, "AVX2": 8}.get(torch.backends.cpu.get_cpu_capability(), 4)
+from ._validate import check_mask, check_min_rank, check_positive_int, check_rank, check_same_dtype, check_token_ids
+from .fastpaths import softmax_last_axis  # a CPU speed path: scores.softmax(dim=-1)
 
 
 def scaled_dot_product_attention(
@@ -96,21 +87,7 @@ def attention_weights(query: Tensor, key: Tensor, mask: Tensor | None = None) ->
         check_mask(mask, scores.shape)
         # finite fill, not -inf: a fully blocked row stays NaN-free (module docstring)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return softmax_last_axis(scores)  # (..., L_q, L_k)
-
-
-def softmax_last_axis(scores: Tensor) -> Tensor:
-    """``scores.softmax(dim=-1)``, faster for short rows on the CPU (module docstring)."""
-    # an empty row (L_k = 0) has no max: torch's softmax returns it empty, as SDPA does
-    if scores.device.type != "cpu" or scores.size(-1) >= _SHORT_ROW or scores.size(-1) == 0:
-        return scores.softmax(dim=-1)
-    # Subtracting the row's max keeps exp from overflowing; it cancels in the ratio, so
-    # no gradient needs to flow through it (detach). exp(x) is taken as 2^(x log2 e):
-    # torch's CPU exp takes a slow path below about -87 (every blocked key's score is
-    # there), exp2 does not; both give exactly 0 for a blocked key.
-    shifted = scores - scores.amax(dim=-1, keepdim=True).detach()  # (..., L_k), <= 0
-    exp = torch.exp2(shifted * _LOG2_E)  # (..., L_k)
-    return exp / exp.sum(dim=-1, keepdim=True)
+    return softmax_last_axis(scores)  # (..., L_q, L_k): scores.softmax(dim=-1), faster on a CPU
 
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
@@ -129,9 +106,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     The middle axis of size 1 broadcasts over the queries: every query may look at
     every real key and at no padding key.
     """
-    check_rank("tokens", tokens, 2, "(B, L)")
-    if tokens.is_floating_point() or tokens.dtype == torch.bool:
-        raise TypeError(f"tokens must hold integer token ids, got dtype {tokens.dtype}")
+    check_token_ids("tokens", tokens)
     return (tokens != pad_id).unsqueeze(1)  # (B, 1, L)
 
 

@@ -89,6 +89,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
+from ._validate import is_int
 from .model import make_src_mask, make_tgt_mask
 
 # ----------------------------------------------------------------------------- constants
@@ -207,7 +208,7 @@ def _below_thousand(n: int) -> list[str]:
 
 def integer_to_words(n: int) -> str:
     """Words for an integer ``0 <= n < 10^9`` (American English, no "and", no hyphens)."""
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 10**MAX_INT_DIGITS:
+    if not is_int(n) or not 0 <= n < 10**MAX_INT_DIGITS:
         raise ValueError(f"n must be an int with 0 <= n < 10^{MAX_INT_DIGITS}, got {n!r}")
     if n == 0:
         return "zero"

@@ -32,15 +32,11 @@ class DecoderLayer(nn.Module):
         self.norm1 = LayerNorm(d_model)
         self.norm2 = LayerNorm(d_model)
         self.norm3 = LayerNorm(d_model)
+        # on each sub-layer's output, before the residual addition. Three modules where the
+        # solution has one (the same numbers: dropout has no state): tests build on them
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
-
-    def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout1(self.self_attn(x, x, x, mask)[0])
-
-    def _cross_attention(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout2(self.cross_attn(x, memory, memory, mask)[0])
 
     def forward(
         self,
@@ -51,13 +47,16 @@ class DecoderLayer(nn.Module):
     ) -> Tensor:
         check_rank("x", x, 3, "(B, L_tgt, D)")
         check_rank("memory", memory, 3, "(B, L_src, D)")
+        # from here on, the solution cell of notebook 05
         if self.norm_first:
-            x = x + self._self_attention(self.norm1(x), tgt_mask)
-            x = x + self._cross_attention(self.norm2(x), memory, memory_mask)
+            h = self.norm1(x)  # (B, L_tgt, D)
+            x = x + self.dropout1(self.self_attn(h, h, h, tgt_mask)[0])
+            h = self.norm2(x)  # normalise the queries only; the memory goes in as it is
+            x = x + self.dropout2(self.cross_attn(h, memory, memory, memory_mask)[0])  # (B, L_tgt, D)
             x = x + self.dropout3(self.feed_forward(self.norm3(x)))
         else:
-            x = self.norm1(x + self._self_attention(x, tgt_mask))
-            x = self.norm2(x + self._cross_attention(x, memory, memory_mask))
+            x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, tgt_mask)[0]))  # (B, L_tgt, D)
+            x = self.norm2(x + self.dropout2(self.cross_attn(x, memory, memory, memory_mask)[0]))
             x = self.norm3(x + self.dropout3(self.feed_forward(x)))
         return x
 
@@ -91,5 +90,7 @@ class Decoder(nn.Module):
         memory_mask: Tensor | None = None,
     ) -> Tensor:
         for layer in self.layers:
-            x = layer(x, memory, tgt_mask, memory_mask)
-        return self.norm(x) if self.norm is not None else x
+            x = layer(x, memory, tgt_mask, memory_mask)  # (B, L_tgt, D)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x

@@ -42,17 +42,16 @@ class EncoderLayer(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout1(self.self_attn(x, x, x, mask)[0])
-
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         check_rank("x", x, 3, "(B, L, D)")
+        # from here on, the solution cell of notebook 04
         if self.norm_first:
-            x = x + self._self_attention(self.norm1(x), mask)
-            x = x + self.dropout2(self.feed_forward(self.norm2(x)))
+            h = self.norm1(x)  # (B, L, D): only the sub-layer's input is normalised
+            x = x + self.dropout1(self.self_attn(h, h, h, mask)[0])  # (B, L, D)
+            x = x + self.dropout2(self.feed_forward(self.norm2(x)))  # (B, L, D)
         else:
-            x = self.norm1(x + self._self_attention(x, mask))
-            x = self.norm2(x + self.dropout2(self.feed_forward(x)))
+            x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask)[0]))  # (B, L, D)
+            x = self.norm2(x + self.dropout2(self.feed_forward(x)))  # (B, L, D)
         return x
 
 
@@ -85,5 +84,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
-            x = layer(x, mask)
-        return self.norm(x) if self.norm is not None else x
+            x = layer(x, mask)  # (B, L, D)
+        if self.norm is not None:
+            x = self.norm(x)  # (B, L, D)
+        return x

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_mask, check_min_rank, check_rank
+from ._validate import check_int, check_mask, check_min_rank, check_rank, is_int, is_number
 from .attention import causal_mask
 from .decoding import KVCache, _attend, _eval_mode
 from .layers import FeedForward, LayerNorm
@@ -142,11 +142,11 @@ def language_model_loss(logits: Tensor, tokens: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------- sampling
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+    if not is_number(temperature) or not temperature > 0:
         raise ValueError(f"temperature must be a number > 0, got {temperature!r} (for greedy decoding use argmax)")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+    if top_k is not None and (not is_int(top_k) or top_k < 1):
         raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+    if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
@@ -267,8 +267,7 @@ def generate(
     check_rank("tokens", tokens, 2, "(B, L0) of token ids")
     if tokens.size(1) < 1:
         raise ValueError("tokens must hold at least one token per row (a prompt), got length 0")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+    check_int("max_new_tokens", max_new_tokens, low=0)
     if temperature != 0:
         _check_sampling(temperature, top_k, top_p)
     with _eval_mode(model):

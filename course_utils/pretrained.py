@@ -5,7 +5,7 @@ student who skips that cell (``TRAIN = False``) loads this checkpoint instead, a
 later cell works the same::
 
     model, src_vocab, tgt_vocab = load_pretrained()
-    predict(model, "1,234.5")   # course_utils.training.predict
+    predict(model, "1,234.5")   # course_utils.trainer.predict
     # 'one thousand two hundred thirty four point five'
 
 The file
@@ -22,7 +22,8 @@ with ``torch.load(..., weights_only=True)``:
   :func:`~course_utils.data.source_vocab` and :func:`~course_utils.data.target_vocab` on
   loading);
 * ``"history"``: the training history (for the curves of notebook 07 when it did not
-  train): the series, ``eval_steps``, ``steps``;
+  train), as ``History.state()`` writes it: the series, ``eval_steps``, ``steps``, the
+  training seconds;
 * ``"meta"``: how it was made: the ``RECIPE``, the seed, the thread count, the torch
   version, the training time, and the exact match measured on the test and unseen splits.
 
@@ -35,7 +36,7 @@ Exactly as notebook 07's training cell does it: ``torch.manual_seed(RECIPE["fit"
 bits of every step, and so the exact weights). So on the machine that wrote it, the
 notebook's trained model and this checkpoint have the same weights.
 
-The shipped file: RECIPE of ``course_utils.training`` (d_model 64, 4 heads, 2 + 2 layers,
+The shipped file: RECIPE of ``course_utils.trainer`` (d_model 64, 4 heads, 2 + 2 layers,
 2,000 steps of 64 pairs, peak lr 3e-3, seed 0), torch 2.13.0 on CPU (AMD EPYC, AVX2),
 1 thread, 139 s of training; 239,333 parameters, about 1 MB. Greedy decoding: exact match 99.87 % on the test
 split (4 mistakes out of 3,000) and 100 % on the unseen split (``meta`` holds the exact
@@ -115,16 +116,11 @@ def pretrained_info(path: str | Path | None = None) -> dict[str, Any]:
 
 
 def pretrained_history(path: str | Path | None = None):
-    """The checkpoint's training history, as :func:`course_utils.training.fit` returned it
-    (a :class:`~course_utils.training.History`: the series, ``eval_steps``, ``steps``)."""
-    from .training import History
+    """The checkpoint's training history, as :func:`course_utils.trainer.fit` returned it
+    (a :class:`~course_utils.trainer.History`: the series, ``eval_steps``, ``steps``)."""
+    from .trainer import History
 
-    saved = _read(path)["history"]
-    history = History({k: list(v) for k, v in saved["series"].items()})
-    history.eval_steps = list(saved["eval_steps"])
-    history.steps = int(saved["steps"])
-    history.train_seconds = float(saved.get("train_seconds", 0.0))
-    return history
+    return History.from_state(_read(path)["history"])
 
 
 def train_and_save(path: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
@@ -132,7 +128,7 @@ def train_and_save(path: str | Path | None = None, progress: bool = True) -> dic
 
     Returns the ``meta`` dict written.
     """
-    from .training import RECIPE, evaluate, fit
+    from .trainer import RECIPE, evaluate, fit
 
     path = CHECKPOINT if path is None else Path(path)
     torch.set_num_threads(THREADS)
@@ -163,12 +159,7 @@ def train_and_save(path: str | Path | None = None, progress: bool = True) -> dic
         "config": config,
         "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
         "vocab": {"source": list(src_vocab.itos), "target": list(tgt_vocab.itos)},
-        "history": {
-            "series": {k: [float(x) for x in v] for k, v in history.items()},
-            "eval_steps": list(history.eval_steps),
-            "steps": history.steps,
-            "train_seconds": float(history.train_seconds),
-        },
+        "history": history.state(),
         "meta": meta,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in meta.items():
             print(f"  {key}: {value}")
         return 0
-    from .training import evaluate
+    from .trainer import evaluate
 
     torch.set_num_threads(THREADS)
     model, _, _ = load_pretrained(path=path)

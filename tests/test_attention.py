@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from course_utils import attention as attention_module
+from course_utils import fastpaths
 from course_utils import causal_mask, padding_mask, scaled_dot_product_attention
 from course_utils.attention import softmax_last_axis
 
@@ -178,7 +178,7 @@ def test_softmax_last_axis_equals_torch_on_both_paths(monkeypatch, short_row, dt
     """Both branches (torch's kernel, the written-out exp2 form) give torch's softmax and its
     gradient, for lengths on either side of a SIMD register, with blocked (finfo.min)
     keys getting exactly 0, and a fully blocked row uniform."""
-    monkeypatch.setattr(attention_module, "_SHORT_ROW", short_row)  # force one branch
+    monkeypatch.setattr(fastpaths, "SHORT_ROW", short_row)  # force one branch
     g = torch.Generator().manual_seed(3)
     for L in (1, 2, 7, 8, 15, 16, 17, 33):
         scores = torch.randn(2, 3, 4, L, generator=g, dtype=dtype) * 5  # (B, H, L_q, L_k)

@@ -1,11 +1,14 @@
-"""Tests for course_utils/training.py (notebook 07): the exercises' references, the
-schedules, evaluation, and fit with checkpoints and exact resumption."""
+"""Tests for course_utils/training.py and course_utils/trainer.py (notebook 07): the
+exercises' references, the schedules, evaluation, and fit with checkpoints and exact
+resumption. ``T`` is training; the trainer's names are reached through it, as notebook 07
+imports them, except where a test patches the trainer's module."""
 
 from __future__ import annotations
 
 import inspect
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ from torch import nn
 
 from course_utils import Transformer
 from course_utils import data as D
+from course_utils import trainer as TR
 from course_utils import training as T
 
 
@@ -232,7 +236,7 @@ def test_evaluate_scores_exact_match_and_token_accuracy(monkeypatch):
         return words
 
     oracle = Oracle(pairs, corrupt)
-    monkeypatch.setattr(T, "greedy_decode_cached", oracle)  # the name evaluate decodes with
+    monkeypatch.setattr(TR, "greedy_decode_cached", oracle)  # the name evaluate decodes with
     result = T.evaluate(tiny_model(), pairs, batch_size=3)
     assert oracle.calls == 2  # the cached decoder is used, in batches of 3
     assert result["n"] == 4 and result["exact_match"] == pytest.approx(0.5)
@@ -374,6 +378,28 @@ def test_fit_rejects_bad_pairs():
         T.fit(tiny_model(), [("1", 2)], None, steps=1, batch_size=1, progress=False)
 
 
+def test_training_reexports_the_trainer():
+    """Notebook 07 imports RECIPE, fit, ... from course_utils.training: each is the trainer's."""
+    defined_here = {name for name, value in vars(TR).items() if not name.startswith("_")
+                    and getattr(value, "__module__", None) == TR.__name__}
+    assert defined_here <= set(TR.__all__)  # a new public function of the trainer is re-exported
+    for name in TR.__all__:
+        assert getattr(T, name) is getattr(TR, name), name
+    assert set(TR.__all__) <= set(T.__all__) and "fit" in dir(T)
+    with pytest.raises(AttributeError):
+        T.no_such_name  # noqa: B018
+
+
+def test_history_state_round_trip():
+    history = TR.History(train_loss=[1.0, 0.5], val_loss=[0.7])
+    history.eval_steps, history.steps, history.train_seconds, history.train_cpu_seconds = [2], 2, 1.5, 3.0
+    back = TR.History.from_state(history.state())
+    assert back == history and (back.eval_steps, back.steps, back.train_seconds, back.train_cpu_seconds) == (
+        [2], 2, 1.5, 3.0)
+    old = {"series": {"train_loss": [1.0]}, "eval_steps": [], "steps": 1}  # written before the timings
+    assert TR.History.from_state(old).train_cpu_seconds == 0.0
+
+
 def test_recipe_is_fits_default_and_builds_a_model():
     defaults = {k: p.default for k, p in inspect.signature(T.fit).parameters.items()}
     for key, value in T.RECIPE["fit"].items():
@@ -391,7 +417,7 @@ def solution_functions() -> dict:
     (written otherwise than the reference: a mean over the selected tokens, loss.item())."""
     import nbformat
 
-    nb = nbformat.read(T.Path(__file__).resolve().parents[1] / "solutions" / "07_training.ipynb", as_version=4)
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "solutions" / "07_training.ipynb", as_version=4)
     namespace = {"torch": torch, "nn": nn, "F": F}
     for cell in nb.cells:
         if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:

@@ -1,0 +1,87 @@
+"""CPU speed paths: the only places where the package computes something otherwise than
+the solution cells of the notebooks write it.
+
+The reference classes (``attention``, ``layers``, ``decoding``, ``gpt``) follow the
+solution cells; where the plain formula is several times slower on a CPU (the course runs
+on 2-core CPUs and in Colab), they call one of the functions below instead. Each gives
+the solution's numbers to float32 rounding (``tests/test_attention.py``,
+``tests/test_layers.py`` and ``tests/test_decoding_cache.py`` compare them with torch's
+own functions and with the plain formula), and each says what it was measured against.
+Speeds are from ``benchmarks/train_step_speed.py`` and ``benchmarks/decode_speed.py`` on
+the 2-core AVX2 CPU of the course machine (``benchmarks/README.md``).
+
+1. :func:`softmax_last_axis` - ``scores.softmax(dim=-1)`` for attention rows shorter than
+   one SIMD register. ``Tensor.softmax`` on the CPU vectorises along a row; a row shorter
+   than one register (16 float32 with AVX-512, 8 with AVX2) takes a scalar path, about ten
+   times slower per element (a ``(64, 4, 15, 15)`` softmax took 1.0 ms, a
+   ``(64, 4, 16, 16)`` one 0.15 ms). Notebook 07's sources are 1 to 16 characters, so most
+   encoder and cross-attention rows are that short. Written out,
+   ``exp(s - max) / sum(exp(s - max))`` is two to four times faster, forward and
+   backward, on notebook 07's shapes (one training step went from 1.14 to 1.05 times
+   ``nn.Transformer``'s time). Used by :func:`course_utils.attention.attention_weights`.
+2. :func:`layer_norm` - the solution's ``(x - mean) / sqrt(var + eps) * weight + bias``
+   with the variance as a second plain mean of the centred values, and ``rsqrt``:
+   ``torch.var``/``var_mean`` over the last axis take a non-vectorised path on the CPU,
+   several times slower than two means. Used by :class:`course_utils.LayerNorm` on the
+   CPU (elsewhere the class runs the solution's lines as written).
+3. :func:`single_query_context` - ``weights @ v`` for one query position, as a weighted
+   sum of the value rows: ``B * H`` products of one row are slow as a batched matmul on
+   the CPU (about twice the time of the sum, measured with ``B = 500, H = 4, L_k = 15``).
+   Used by the cached decoders (:func:`course_utils.decoding.decode_step` and
+   :func:`course_utils.gpt.generate`), one new position per step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+# False: every path runs the solution cells' lines instead (tests compare the two).
+ENABLED = True
+
+
+def applies(x: Tensor) -> bool:
+    """Whether the package takes a speed path for ``x``: on a CPU, unless turned off."""
+    return ENABLED and x.device.type == "cpu"
+
+
+_LOG2_E = 1 / math.log(2)
+# Rows shorter than this go through softmax_last_axis's written-out path on the CPU:
+# one SIMD register of float32.
+SHORT_ROW = {"AVX512": 16, "AVX2": 8}.get(torch.backends.cpu.get_cpu_capability(), 4)
+
+
+def softmax_last_axis(scores: Tensor) -> Tensor:
+    """``scores.softmax(dim=-1)``, faster for short rows on the CPU (path 1 above)."""
+    # an empty row (L_k = 0) has no max: torch's softmax returns it empty, as SDPA does
+    if not applies(scores) or scores.size(-1) >= SHORT_ROW or scores.size(-1) == 0:
+        return scores.softmax(dim=-1)
+    # Subtracting the row's max keeps exp from overflowing; it cancels in the ratio, so
+    # no gradient needs to flow through it (detach). exp(x) is taken as 2^(x log2 e):
+    # torch's CPU exp takes a slow path below about -87 (every blocked key's score is
+    # there), exp2 does not; both give exactly 0 for a blocked key.
+    shifted = scores - scores.amax(dim=-1, keepdim=True).detach()  # (..., L_k), <= 0
+    exp = torch.exp2(shifted * _LOG2_E)  # (..., L_k)
+    return exp / exp.sum(dim=-1, keepdim=True)
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last axis, biased variance
+    (divide by ``D``), with two plain means instead of ``torch.var`` (path 2 above).
+
+    ``x (..., D)``, ``weight, bias (D,)``; returns ``(..., D)``.
+    """
+    centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
+    var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1), biased: divide by D
+    return centred * torch.rsqrt(var + eps) * weight + bias  # (..., D)
+
+
+def single_query_context(weights: Tensor, v: Tensor) -> Tensor:
+    """``weights @ v`` for one query: ``weights (..., 1, L_k)``, ``v (..., L_k, d_k)`` ->
+    ``(..., 1, d_k)``, as a sum of the value rows weighted (path 3 above)."""
+    return (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (..., 1, d_k)
+
+
+__all__ = ["ENABLED", "applies", "SHORT_ROW", "softmax_last_axis", "layer_norm", "single_query_context"]
