@@ -12,6 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from course_utils.checks._mistakes import MISTAKES
+
 REPEAT = 3
 # Fixed seeds first; a run of `repeat` verdicts uses the first repeat - 1 of them.
 SEEDS = tuple(range(1000, 1000 + 64))
@@ -19,10 +21,14 @@ STABLE = 20  # draws for the families whose diagnoses must not depend on the dra
 
 
 def verdicts(check: Callable[..., Any], student: Any, repeat: int = REPEAT) -> list:
-    """``repeat`` verdicts: ``repeat - 1`` on fixed seeds, the last on a random seed."""
+    """``repeat`` verdicts: ``repeat - 1`` on fixed seeds, the last on a random seed. Every
+    mistake name a verdict reports must be in the registry (checks/_mistakes.py)."""
     sweep = int.from_bytes(os.urandom(4), "little")
     print(f"random seed of this sweep: {sweep}")  # shown by pytest when the test fails
-    return [check(student, seed=s) for s in (*SEEDS[: repeat - 1], sweep)]
+    results = [check(student, seed=s) for s in (*SEEDS[: repeat - 1], sweep)]
+    for r in results:
+        assert r.mistake is None or r.mistake in MISTAKES, f"unregistered mistake name {r.mistake!r}: {_why(r)}"
+    return results
 
 
 def _why(r: Any) -> str:
@@ -37,7 +43,8 @@ def assert_passes(check: Callable[..., Any], student: Any, repeat: int = REPEAT)
 
 
 def assert_mistake(check: Callable[..., Any], student: Any, mistake: str, *words: str, repeat: int = REPEAT) -> None:
-    """The check fails, names ``mistake`` (the catalogue name) and says each of ``words``."""
+    """The check fails, names ``mistake`` (a registry name) and says each of ``words``."""
+    assert mistake in MISTAKES, f"{mistake!r} is not in course_utils/checks/_mistakes.py"
     for r in verdicts(check, student, repeat):
         assert r.passed is False, _why(r)
         assert r.feedback.startswith("[X]"), _why(r)
@@ -51,3 +58,17 @@ def assert_not_implemented(check: Callable[..., Any], student: Any) -> None:
     r = check(student)
     assert r.passed is False and r.status == "not implemented", r.feedback
     assert r.feedback.startswith("[ ]") and "not implemented yet" in r.feedback
+
+
+def hand_dropout(x: Any, p: float, training: bool, guard: bool = False) -> Any:
+    """A correct dropout written by hand from the paper: a Bernoulli keep-mask and the
+    ``1 / (1 - p)`` rescale (``guard``: ``p = 1`` special-cased to zeros, as d2l does).
+    The checkers' dropout probes must accept both forms."""
+    import torch
+
+    if not training or p == 0:
+        return x
+    if guard and p == 1:
+        return torch.zeros_like(x)
+    keep = (torch.rand_like(x) > p).to(x.dtype)
+    return keep * x / (1 - p)

@@ -347,9 +347,9 @@ WRONG_01_03 = [
     ("check_merge_heads", lambda x: x.reshape(x.size(0), x.size(2), -1), "reshape without transpose"),
     ("check_multi_head_attention", _NoOutputProjection, "wrong submodule"),
     ("check_sinusoidal_positional_encoding",
-     lambda n, d: course_utils.sinusoidal_positional_encoding(n + 1, d)[1:], "positions from 1"),
+     lambda n, d: course_utils.sinusoidal_positional_encoding(n + 1, d)[1:], "positions start at 1"),
     ("check_positional_encoding", _MultiplyNotAdd, "multiplied instead of added"),
-    ("check_token_embedding", _NoScale, "not scaled"),
+    ("check_token_embedding", _NoScale, "embeddings not scaled"),
 ]
 
 
@@ -376,3 +376,64 @@ def test_the_printed_seed_replays_the_same_inputs_and_verdict(name, student, mis
     monkeypatch.setenv("COURSE_CHECK_SEED", str(seed))
     again = check(student)
     assert (again.feedback, again.mistake, again.seed) == (first.feedback, first.mistake, seed)
+
+
+# ---------------------------------------------------------------- the registry of mistake names
+def _literal_names(paths, keyword_args=("mistake", "eval_name")):
+    """String constants passed as ``mistake=`` (or ``eval_name=``) in ``paths``, and those
+    compared with a result's ``.mistake`` (``r.mistake == "..."``, ``r.mistake in (...)``)."""
+    import ast
+
+    names = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg in keyword_args:
+                value = node.value
+                for c in [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]:
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                        names[c.value] = path.name
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "mistake":
+                for right in node.comparators:
+                    for c in [right, *getattr(right, "elts", [])]:
+                        if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                            names[c.value] = path.name
+    return names
+
+
+def _generated_names():
+    """Every name of the generated catalogues (blocks, stacks, tables)."""
+    from course_utils.checks import attention, decoder, encoder, positional
+    from course_utils.checks import training as training_checks
+    from course_utils.checks._blocks import catalogue, stack_mistakes
+
+    names = set()
+    for spec, masks in ((encoder._BLOCK, ("mask",)), (decoder._BLOCK, ("tgt_mask", "memory_mask"))):
+        for present in [set(), *({m} for m in masks), set(masks)]:
+            names |= {name for _, name, _, _ in catalogue(spec, present)}
+    for stack, memory in ((encoder._STACK, False), (decoder._STACK, True)):
+        for norm_first in (False, True):
+            for present in [set(), *({m} for m in stack.masks), set(stack.masks)]:
+                names |= {name for name, _, _ in stack_mistakes(stack, norm_first, present, None, 6, memory)}
+    names |= {name for name, _, _ in positional._table_mistakes(8, 6)}
+    names |= {name for table in attention.MISTAKES.values() for name in table}
+    names |= {name for name, _, _ in training_checks._LOSS_MISTAKES + training_checks._UPDATE_MISTAKES}
+    return names
+
+
+def test_every_mistake_name_is_in_the_registry():
+    from pathlib import Path
+
+    from course_utils.checks._mistakes import MISTAKES
+
+    root = Path(__file__).resolve().parent.parent
+    emitted = _literal_names(sorted((root / "course_utils" / "checks").glob("*.py")))
+    # (this file's own toy checker names its toy mistake "added")
+    expected = _literal_names(sorted(p for p in (root / "tests").glob("test_checks_*.py") if p != Path(__file__).resolve()))
+    unknown = {n: f for n, f in {**emitted, **expected}.items() if n not in MISTAKES}
+    unknown.update({n: "generated" for n in _generated_names() if n not in MISTAKES})
+    assert not unknown, f"names missing from course_utils/checks/_mistakes.py: {unknown}"
+    # and the registry holds no stale name: each one appears in a checker's source
+    source = "".join(p.read_text() for p in (root / "course_utils" / "checks").glob("*.py") if p.name != "_mistakes.py")
+    stale = [n for n in MISTAKES if f'"{n}"' not in source]
+    assert not stale, f"registry names no checker uses: {stale}"
+    assert all(m and "\n" not in m for m in MISTAKES.values())

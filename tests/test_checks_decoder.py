@@ -13,7 +13,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_mistake, assert_passes
+from checker_asserts import assert_mistake, assert_passes, hand_dropout
 from torch import nn
 
 import course_utils
@@ -82,7 +82,24 @@ class LoopLayer(nn.Module):
         return x
 
 
-@pytest.mark.parametrize("cls", [course_utils.DecoderLayer, HelperLayer, LoopLayer])
+class HandDropoutLayer(LoopLayer):
+    """LoopLayer with a hand-written dropout, mask * x / (1 - p)."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        steps = [
+            (self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0]),
+            (self.norm2, lambda y: self.cross_attn(y, memory, memory, memory_mask)[0]),
+            (self.norm3, self.feed_forward),
+        ]
+        for norm, f in steps:
+            if self.norm_first:
+                x = x + hand_dropout(f(norm(x)), self.p, self.training)
+            else:
+                x = norm(x + hand_dropout(f(x), self.p, self.training))
+        return x
+
+
+@pytest.mark.parametrize("cls", [course_utils.DecoderLayer, HelperLayer, LoopLayer, HandDropoutLayer])
 def test_decoder_layer_correct_variants_pass(cls):
     assert_passes(check_decoder_layer, cls)
 
@@ -212,9 +229,9 @@ class MemoryNormalised(Layer):
         (NoResidualAroundFF, "missing residual", ["around the feed-forward"]),
         (AlwaysPostNorm, "norm_first ignored", ["norm_first=True", "post-norm"]),
         (CrossFirst, "sub-layers in wrong order", ["before the masked self-attention"]),
-        (FFOnLayerInput, "feed-forward on wrong input", ["original input"]),
-        (FFNotNormalised, "feed-forward on wrong input", ["not normalised", "norm_first=True"]),
-        (NormsMixedUp, "norms in wrong order", ["norm2 for the masked self-attention"]),
+        (FFOnLayerInput, "feed-forward on the layer input", ["original input"]),
+        (FFNotNormalised, "norm missing", ["not normalised", "norm_first=True"]),
+        (NormsMixedUp, "norms swapped", ["norm2 for the masked self-attention"]),
         (MemoryNormalised, "memory normalised", ["normalise only the decoder's stream"]),
     ],
 )
@@ -284,7 +301,7 @@ class InPlace(course_utils.DecoderLayer):
         (ExtraScale, "unexpected parameters", ["`scale`"]),
         (SizesMixedUp, "wrong parameter shape", ["feed_forward.linear1.weight"]),
         (ReturnsTuple, "wrong return", ["one tensor", "tuple"]),
-        (DropoutAlways, "dropout in eval mode", ["eval mode"]),
+        (DropoutAlways, "dropout ignores eval mode", ["eval mode"]),
         (InPlace, "input modified in place", ["in place"]),
     ],
 )
@@ -437,7 +454,7 @@ class OneLayerShort(course_utils.Decoder):
         (MasksDropped, "masks not passed on", ["not passed on"]),
         (DecoderMasksSwapped, "masks swapped", ["swapped", "L_src == L_tgt"]),
         (MemoryOnlyFirst, "memory not passed to every layer", ["only the first layer sees"]),
-        (FirstLayerOnly, "only the first layer used", ["num_layers times"]),
+        (FirstLayerOnly, "one layer applied repeatedly", ["num_layers times"]),
         (Unchained, "layer outputs not chained", ["only the last layer"]),
         (OneLayerShort, "wrong number of layers", ["layers"]),
     ],

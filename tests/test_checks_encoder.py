@@ -14,7 +14,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
+from checker_asserts import assert_mistake, assert_not_implemented, assert_passes, hand_dropout
 from torch import nn
 
 from course_utils import (
@@ -261,7 +261,12 @@ class FFClamp(FFFunctional):
         return self.linear2(F.dropout(self.linear1(x).clamp(min=0), self.p, self.training))
 
 
-@pytest.mark.parametrize("cls", [FeedForward, FFSequential, FFFunctional, FFClamp])
+class FFHandDropout(FFFunctional):
+    def forward(self, x):
+        return self.linear2(hand_dropout(F.relu(self.linear1(x)), self.p, self.training))
+
+
+@pytest.mark.parametrize("cls", [FeedForward, FFSequential, FFFunctional, FFClamp, FFHandDropout])
 def test_feed_forward_correct_variants_pass(cls):
     assert_passes(check_feed_forward, cls)
 
@@ -334,7 +339,7 @@ class FFNotWidened(FeedForward):
         (FFSilu, "wrong activation", ["SiLU", "ReLU"]),
         (FFNoDropout, "dropout missing", ["no dropout is applied", "nn.Dropout"]),
         (FFDropoutAlwaysOn, "dropout ignores eval mode", ["eval mode", "training=self.training"]),
-        (FFDropoutOnOutput, "dropout in wrong place", ["hidden activations"]),
+        (FFDropoutOnOutput, "dropout in the wrong place", ["hidden activations"]),
         (FFOtherNames, "missing submodule", ["linear1, linear2", "`fc1`"]),
         (FFNotWidened, "wrong submodule", ["nn.Linear(d_model, d_ff)"]),
     ],
@@ -420,7 +425,26 @@ class LayerOwnAttention(LayerFunctionalDropout):
         self.self_attn = EinsumAttention(d_model, num_heads, dropout)
 
 
-@pytest.mark.parametrize("cls", [EncoderLayer, LayerWithHelper, LayerFunctionalDropout, LayerOwnAttention])
+class LayerHandDropout(LayerFunctionalDropout):
+    """Hand-written dropout everywhere (sub-layer outputs, feed-forward), guarded or not."""
+
+    guard = False
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.feed_forward = FFHandDropout(d_model, d_ff, dropout)
+
+    def drop(self, h):
+        return hand_dropout(h, self.p, self.training, self.guard)
+
+
+class LayerHandDropoutGuarded(LayerHandDropout):
+    guard = True
+
+
+@pytest.mark.parametrize(
+    "cls", [EncoderLayer, LayerWithHelper, LayerFunctionalDropout, LayerOwnAttention, LayerHandDropout, LayerHandDropoutGuarded]
+)
 def test_encoder_layer_correct_variants_pass(cls):
     assert_passes(check_encoder_layer, cls)
 
@@ -605,9 +629,9 @@ class LayerDropoutAlwaysOn(LayerFunctionalDropout):
         (NotUnpacked, "attention output not unpacked", ["(output, weights)", "[0]"]),
         (AddsInPlace, "input modified in place", ["in place"]),
         (LayerOwnNames, "missing submodule", ["self_attn, feed_forward, norm1, norm2", "`attn`"]),
-        (TorchAttentionLayer, "parameter names differ", ["self_attn.w_q.weight", "in_proj_weight"]),
-        (LayerWithUnbiasedNorms, "wrong sub-module", ["`norm1`", "LNUnbiased", "check_layer_norm(LNUnbiased)"]),
-        (LayerOneHead, "wrong sub-module", ["num_heads=1", "pass num_heads on"]),
+        (TorchAttentionLayer, "missing submodule", ["self_attn.w_q.weight", "in_proj_weight"]),
+        (LayerWithUnbiasedNorms, "wrong submodule", ["`norm1`", "LNUnbiased", "check_layer_norm(LNUnbiased)"]),
+        (LayerOneHead, "wrong submodule", ["num_heads=1", "pass num_heads on"]),
         (LayerNoDropout, "dropout missing", ["no dropout is applied"]),
         (LayerDropoutAlwaysOn, "dropout ignores eval mode", ["eval mode"]),
     ],
@@ -803,14 +827,14 @@ class StackOfBrokenLayers(Stack):
         (FinalNormUnused, "unused final norm", ["never used", "if norm_first else None"]),
         (NormInsideLoop, "final norm inside the loop", ["after every layer"]),
         (StackMaskDropped, "mask not passed on", ["layer(x, mask)", "padding mask"]),
-        (OnlyLast, "only the last layer applied", ["previous one's output"]),
+        (OnlyLast, "layer outputs not chained", ["previous one's output"]),
         (OnlyFirst, "only the first layer applied", ["loop over all"]),
         (FirstRepeated, "one layer applied repeatedly", ["first layer is applied"]),
         (LayersUnused, "layers not applied", ["never applied"]),
         (NormFirstNotPassed, "norm_first not passed on", ["pass norm_first on"]),
         (DropoutNotPassed, "dropout missing", ["Pass dropout on to every EncoderLayer"]),
         (BlocksNotLayers, "missing layers", ["self.layers = nn.ModuleList"]),
-        (StackOfBrokenLayers, "wrong sub-module", ["`layers[0]`", "NoAttentionResidual", "check_encoder_layer"]),
+        (StackOfBrokenLayers, "wrong submodule", ["`layers[0]`", "NoAttentionResidual", "check_encoder_layer"]),
     ],
 )
 def test_encoder_mistakes_are_named(cls, mistake, words):
@@ -1026,7 +1050,7 @@ class StackHardCodedDropout(Stack):
     "check, cls, mistake, words",
     [
         (check_feed_forward, FFHardCodedDropout, "hard-coded dropout p", ["fixed p", "nn.Dropout(dropout)"]),
-        (check_feed_forward, FFDropoutOnInput, "dropout in wrong place", ["input x", "hidden activations"]),
+        (check_feed_forward, FFDropoutOnInput, "dropout in the wrong place", ["input x", "hidden activations"]),
         (check_feed_forward, FFLazy, "wrong submodule", ["nn.LazyLinear", "in_features=0"]),
         (check_encoder_layer, LayerNoSublayerDropout, "dropout missing", ["sub-layers' outputs"]),
         (check_encoder_layer, LayerNoFFDropout, "dropout missing", ["the feed-forward's output"]),

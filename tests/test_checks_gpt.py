@@ -167,7 +167,7 @@ BLOCK_MISTAKES = [
     (ReluDefault, "ReLU instead of GELU", "gelu_tanh"),
     (ExactGelu, "exact GELU", "tanh"),
     (ReturnsTuple, "wrong return", "[0]"),
-    (DropoutAlways, "dropout in eval mode", "eval mode"),
+    (DropoutAlways, "dropout ignores eval mode", "eval mode"),
     (InPlace, "input modified in place", "in place"),
 ]
 
@@ -341,11 +341,11 @@ GPT_MISTAKES = [
     (PositionsFromOne, "positions start at 1", "from 1"),
     (Scaled, "embeddings scaled", "sqrt(d_model)"),
     (NoFinalNorm, "missing final norm", "final LayerNorm"),
-    (Softmaxed, "probabilities instead of logits", "logits"),
+    (Softmaxed, "returns probabilities", "logits"),
     (MaskDropped, "mask not passed on", "block(x, mask)"),
-    (FirstBlockOnly, "only the first block used", "first block"),
+    (FirstBlockOnly, "one layer applied repeatedly", "first block"),
     (SharedBlocks, "blocks sharing one module", "same module"),
-    (NoDropoutSwitch, "dropout in eval mode", "eval mode"),
+    (NoDropoutSwitch, "dropout ignores eval mode", "eval mode"),
 ]
 
 
@@ -593,7 +593,7 @@ GENERATE_MISTAKES = [
     (dict(grad=True), "gradients tracked", "torch.no_grad()"),
     (dict(crop="none"), "context not cropped", "max_len"),
     (dict(crop="start"), "context cropped from the start", "out[:, -model.max_len:]"),
-    (dict(position=0), "wrong position", "logits[:, -1]"),
+    (dict(position=0), "reads the first position", "logits[:, -1]"),
     (dict(keep_prompt=False), "prompt dropped", "prompt"),
     (dict(sampler="argmax"), "greedy instead of sampling", "multinomial"),
     (dict(use_temperature=False), "temperature ignored", "temperature"),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_mistake, assert_passes
+from checker_asserts import assert_mistake, assert_passes, hand_dropout
 from torch import nn
 
 import course_utils
@@ -53,11 +53,11 @@ def test_make_src_mask_correct_variants_pass(fn):
 @pytest.mark.parametrize(
     "fn, mistake, words",
     [
-        (lambda src, pad: (src == pad).unsqueeze(1), "mask inverted", ["inverted"]),
+        (lambda src, pad: (src == pad).unsqueeze(1), "inverted mask", ["inverted"]),
         (lambda src, pad: src != pad, "missing query axis", ["query axis in the middle", "unsqueeze(1)", "(B, L)"]),
         (lambda src, pad: (src == pad), "missing query axis", ["query axis in the middle"]),
         (lambda src, pad: (src != pad).unsqueeze(-1), "wrong axis", ["goes in the middle (unsqueeze(1))"]),
-        (lambda src, pad: (src != 0).unsqueeze(1), "pad id hard-coded as 0", ["instead of pad_id"]),
+        (lambda src, pad: (src != 0).unsqueeze(1), "hard-coded pad id", ["instead of pad_id"]),
         (lambda src, pad: (src != pad).unsqueeze(1).float(), "not a bool mask", ["torch.float32", "torch.bool"]),
     ],
 )
@@ -131,10 +131,10 @@ def tril(L, diagonal=0):
         (lambda t, p: padding_mask(t, p), "padding only", ["future"]),
         (lambda t, p: padding_mask(t, p) & tril(t.size(1)).T, "upper triangle", ["lower triangle"]),
         (lambda t, p: padding_mask(t, p).transpose(1, 2) & tril(t.size(1)), "padding on the query axis", ["key axis"]),
-        (lambda t, p: padding_mask(t, p) & tril(t.size(1), -1), "strictly lower triangle", ["itself"]),
+        (lambda t, p: padding_mask(t, p) & tril(t.size(1), -1), "diagonal excluded", ["itself"]),
         (lambda t, p: padding_mask(t, p) | tril(t.size(1)), "| instead of &", ["use &"]),
-        (lambda t, p: ~(padding_mask(t, p) & tril(t.size(1))), "mask inverted", ["inverted"]),
-        (lambda t, p: padding_mask(t, 0) & tril(t.size(1)), "pad id hard-coded as 0", ["instead of pad_id"]),
+        (lambda t, p: ~(padding_mask(t, p) & tril(t.size(1))), "inverted mask", ["inverted"]),
+        (lambda t, p: padding_mask(t, 0) & tril(t.size(1)), "hard-coded pad id", ["instead of pad_id"]),
         (lambda t, p: (padding_mask(t, p) & tril(t.size(1))).unsqueeze(1), "extra head axis", ["(B, 1, L, L)"]),
         (lambda t, p: (padding_mask(t, p) & tril(t.size(1))).long(), "not a bool mask", ["torch.int64"]),
     ],
@@ -270,7 +270,14 @@ def renamed(bug):
     return type(f"Renamed_{bug}", (RenamedTransformer,), {"bug": bug})
 
 
-@pytest.mark.parametrize("cls", [course_utils.Transformer, ScratchTransformer, RenamedTransformer])
+class HandDropoutTransformer(ScratchTransformer):
+    """Hand-written dropout (mask * x / (1 - p)) after the positional table."""
+
+    def embed(self, embedding, ids):
+        return hand_dropout(self.positional_encoding(embedding(ids) * self.scale), self.p, self.training)
+
+
+@pytest.mark.parametrize("cls", [course_utils.Transformer, ScratchTransformer, RenamedTransformer, HandDropoutTransformer])
 def test_transformer_correct_variants_pass(cls):
     assert_passes(check_transformer, cls, repeat=3)
 
@@ -326,20 +333,20 @@ class NoMethods(nn.Module):
 @pytest.mark.parametrize(
     "cls, mistake, words",
     [
-        (NoTgtMask, "future tokens leak", ["future"]),
+        (NoTgtMask, "future leaking", ["future"]),
         (NoCrossMask, "src_mask not used for cross-attention", ["cross-attention ignores src_mask"]),
         (NoEncoderMask, "src_mask not used by the encoder", ["encoder ignores src_mask"]),
         (Unscaled, "embeddings not scaled", ["source and target", "sqrt(d_model)"]),
         (NoTargetPositions, "positional encoding missing", ["target embeddings"]),
-        (NoProjection, "output projection missing", ["(B, L_tgt, d_model)"]),
+        (NoProjection, "missing output projection", ["(B, L_tgt, d_model)"]),
         (Probabilities, "returns probabilities", ["softmax", "raw logits"]),
         (NoMethods, "missing method", ["encode(src, src_mask)"]),
         # the same with names the contract does not fix: still compared number by number
         (renamed("no target positions"), "positional encoding missing", ["target embeddings"]),
         (renamed("no source positions"), "positional encoding missing", ["source embeddings"]),
-        (renamed("no tgt mask"), "future tokens leak", ["future"]),
+        (renamed("no tgt mask"), "future leaking", ["future"]),
         (renamed("no src mask"), "src_mask not used", ["not used at all"]),
-        (renamed("no projection"), "output projection missing", ["(B, L_tgt, d_model)"]),
+        (renamed("no projection"), "missing output projection", ["(B, L_tgt, d_model)"]),
         (renamed("inconsistent"), "forward disagrees with encode/decode", ["encode, then decode"]),
     ],
 )
@@ -354,8 +361,8 @@ def test_transformer_mistakes_are_named(cls, mistake, words):
         (renamed("scaled twice"), "embeddings scaled twice", ["source and target", "not sqrt(d_model)"]),
         # structure, state and initialisation
         (renamed("learned positions"), "learned positions", ["`pos_table`", "sinusoidal", "buffer"]),
-        (renamed("pe parameter"), "positional table is a parameter", ["`pos_src.pe`", "register_buffer"]),
-        (renamed("pe attribute"), "positional table not a buffer", ["plain tensor", "register_buffer"]),
+        (renamed("pe parameter"), "pe is a Parameter", ["`pos_src.pe`", "register_buffer"]),
+        (renamed("pe attribute"), "pe not a buffer", ["plain tensor", "register_buffer"]),
         (renamed("final norms"), "final norm in post-norm", ["the encoder and the decoder have", "only `if norm_first`"]),
         (renamed("final norm in the encoder"), "final norm in post-norm", ["the encoder has a final norm"]),
         (renamed("no final norm in the decoder"), "missing final norm", ["the decoder lacks the final norm"]),
@@ -368,8 +375,8 @@ def test_transformer_mistakes_are_named(cls, mistake, words):
         (renamed("no dropout"), "dropout missing", ["source embedding gets no dropout", "Encoder(..., dropout"]),
         (renamed("no pe dropout"), "positional dropout missing", ["source embedding gets no dropout after"]),
         (renamed("no layer dropout"), "layer dropout missing", ["the layers of the encoder apply no dropout"]),
-        (renamed("dropout before pe"), "dropout before adding positions", ["dropout(x) + pe", "dropout(x + pe)"]),
-        (renamed("fixed p"), "dropout p hard-coded", ["`pos_src.dropout` (p=0.1)"]),
+        (renamed("dropout before pe"), "dropout before adding", ["dropout(x) + pe", "dropout(x + pe)"]),
+        (renamed("fixed p"), "hard-coded dropout p", ["`pos_src.dropout` (p=0.1)"]),
     ],
 )
 def test_transformer_new_families_are_named_on_every_draw(cls, mistake, words):

@@ -203,7 +203,7 @@ def merge_wrong_shape(x):
         (merge_no_transpose, "reshape without transpose", ["positions and heads got mixed"]),
         (merge_not_flattened, "heads not flattened", ["flatten the last two axes"]),
         (merge_wrong_order, "features in wrong order", ["feature-major"]),
-        (merge_view_after_transpose, "view after transpose", ["non-contiguous", ".reshape", "line"]),
+        (merge_view_after_transpose, "view on a non-contiguous tensor", ["non-contiguous", ".reshape", "line"]),
         (merge_wrong_shape, "wrong shape", ["has shape", "expected"]),
     ],
 )
@@ -269,7 +269,7 @@ def make_mha(bug=None):
                         mask = mask.unsqueeze(1)
                 elif mask.dim() == 3 and bug != "mask broadcast wrongly":
                     mask = mask.unsqueeze(1)
-                blocked = mask if bug == "mask inverted" else ~mask
+                blocked = mask if bug == "inverted mask" else ~mask
                 scores = scores.masked_fill(blocked, float("-inf"))
             if bug == "dropout on the scores":
                 scores = self.dropout(scores)
@@ -403,7 +403,7 @@ def test_mha_correct_variants_pass(cls):
         ("missing output projection", "missing output projection", ["w_o"]),
         ("no w_o attribute", "missing output projection", ["no output projection `w_o`"]),
         ("mask ignored", "mask ignored", ["mask has no effect"]),
-        ("mask inverted", "mask inverted", ["inverted", "True means"]),
+        ("inverted mask", "inverted mask", ["inverted", "True means"]),
         ("mask broadcast wrongly", "mask broadcast wrongly", ["works without a mask but raised", "add the head axis", "unsqueeze(1)"]),
         ("mask broadcast wrongly (always unsqueeze)", "mask broadcast wrongly", ["works without a mask but raised", "2-D mask already broadcasts"]),
         ("mask broadcast wrongly (silent when B == H)", "mask broadcast wrongly", ["the check tried batch size B = num_heads", "add the head axis"]),

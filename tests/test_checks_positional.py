@@ -136,7 +136,7 @@ PARTS = {
     ("exponent", "i"): ("the exponent is i/d_model", "exponent i/d_model"),
     ("exponent", "j"): ("each column's own index j", "exponent j/d_model"),
     ("exponent", "2j"): ("counts every column twice", "exponent 2j/d_model"),
-    ("start", 1): ("positions start at 1", "positions from 1"),
+    ("start", 1): ("positions start at 1", "positions start at 1"),
 }
 FAMILY = [
     dict(layout=layout, exponent=exponent, start=start)
@@ -179,7 +179,7 @@ def pe_integer(max_len, d_model):
         (pe_exponent_pair_index, "exponent i/d_model", ["2i/d_model"]),
         (pe_exponent_column, "exponent j/d_model", ["different frequencies"]),
         (pe_exponent_double_column, "exponent 2j/d_model", ["counts every column twice"]),
-        (pe_from_one, "positions from 1", ["start at 0"]),
+        (pe_from_one, "positions start at 1", ["start at 0"]),
         (pe_transposed, "table transposed", ["(d_model, max_len)"]),
         (pe_integer, "not floating point", ["torch.int64", "floating point"]),
     ],
@@ -402,7 +402,7 @@ class SwappedSizes(nn.Module):
 @pytest.mark.parametrize(
     "cls, mistake, words",
     [
-        (make_embedding(lambda e, d: e), "not scaled", ["not scaled", "sqrt(d_model)"]),
+        (make_embedding(lambda e, d: e), "embeddings not scaled", ["not scaled", "sqrt(d_model)"]),
         (make_embedding(lambda e, d: e * d), "scaled by d_model", ["multiplied by d_model"]),
         (make_embedding(lambda e, d: e / math.sqrt(d)), "divided by sqrt(d_model)", ["divided by sqrt(d_model)"]),
         (NamedWrong, "missing embedding", ["submodule `embedding`"]),

@@ -292,7 +292,7 @@ def ce_modifies_targets(logits, targets, pad_id, label_smoothing=0.0):
 @pytest.mark.parametrize("fn, mistake, words", [
     (ce_pad_counted, "padding counted", ["padding", "ignore_index=pad_id"]),
     (ce_all_positions, "divided by all positions", ["B * L", "real"]),
-    (ce_pad_zero, "pad id hard-coded as 0", ["pad_id"]),
+    (ce_pad_zero, "hard-coded pad id", ["pad_id"]),
     (ce_no_smoothing, "label smoothing ignored", ["label_smoothing"]),
     (ce_smoothing_twice, "label smoothing applied twice", ["twice"]),
     (ce_smoothing_others, "smoothing over the other classes only", ["V - 1", "eps / V"]),
@@ -303,7 +303,7 @@ def ce_modifies_targets(logits, targets, pad_id, label_smoothing=0.0):
     (ce_double_softmax, "double softmax", ["softmax", "raw logits"]),
     (ce_nll_raw, "no log-softmax", ["nll_loss", "log_softmax"]),
     (ce_wrong_axis, "classes on the wrong axis", ["axis 1", "reshape(-1, V)"]),
-    (ce_view, ".view on a non-contiguous tensor", [".reshape(-1)", "slice"]),
+    (ce_view, "view on a non-contiguous tensor", [".reshape(-1)", "slice"]),
     (ce_not_reduced, "not reduced", ["reduction='none'"]),
     (ce_item, "not a tensor", ["loss.backward()", "with the right value"]),
     (ce_detached, "detached from the graph", ["detached"]),
@@ -589,10 +589,10 @@ def step_returns_nothing(model, batch, optimizer, scheduler=None, pad_id=0, labe
     (calling(src_mask=False), "src_mask not passed", ["batch.src_mask"]),
     (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg, b.tgt_out, pad, eps, ignore=False)),
      "padding counted", ["padding"]),
-    (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg, b.tgt_out, 0, eps)), "pad id hard-coded as 0", ["pad_id"]),
+    (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg, b.tgt_out, 0, eps)), "hard-coded pad id", ["pad_id"]),
     (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg, b.tgt_out, pad, 0.0)), "label smoothing not passed",
      ["label_smoothing"]),
-    (step_view, ".view on a non-contiguous tensor", [".reshape(-1)"]),
+    (step_view, "view on a non-contiguous tensor", [".reshape(-1)"]),
     (step_returns_nothing, "no loss returned", ["loss.item()"]),
 ])
 def test_train_step_mistakes_are_named(fn, mistake, words):

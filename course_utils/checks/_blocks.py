@@ -23,15 +23,15 @@ Knobs of a mutation (absent = correct):
                the module that computes it and the mask it gets
 ``drop``       {kind: None | "sum" | "in"}: where the sub-layer's dropout goes (none, on
                the residual sum, on the sub-layer's input instead of its output)
+``ff``         a function computed in place of ``ref.feed_forward`` (another activation)
 
-With ``drop=zeros`` every dropout is the one of ``p = 1``, so a dropout placement gives
-deterministic numbers: the checkers' training-mode probe.
+With ``drop=zeros`` every dropout zeroes its input, as at ``p =`` :data:`P_PROBE`, so a dropout
+placement gives deterministic numbers: the checkers' training-mode probe.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,20 +69,6 @@ class Block:
         return f"norm{i + 1}"
 
 
-# ---------------------------------------------------------------- shared by the checkers of 04-06
-def randomise_parameters(module: nn.Module) -> None:
-    """Random values for every learnable parameter: matrices ``~ N(0, 1/fan_in)``, biases
-    ``~ N(0, 0.3^2)``, other vectors (norm scales) ``~ 1 + N(0, 0.3^2)``."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
-            elif name.endswith("bias"):
-                p.copy_(0.3 * torch.randn_like(p))
-            else:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-
-
 # ---------------------------------------------------------------- the block, computed
 def run_block(
     ref: nn.Module,
@@ -96,7 +82,7 @@ def run_block(
 ) -> Tensor:
     """``ref``'s block on ``x`` (``(B, L, D)``) with ``mutation`` applied; ``masks`` maps
     the names used in ``spec.attn`` to tensors. ``drop`` is the sub-layers' dropout
-    (default: none, as in eval mode; :func:`zeros` is dropout with ``p = 1``)."""
+    (default: none, as in eval mode; :func:`zeros` is dropout at :data:`P_PROBE`)."""
     m = mutation or {}
     kinds = spec.kinds
     order = m.get("order", kinds)
@@ -118,7 +104,7 @@ def run_block(
         if drop_at[k] == "in":
             inp = drop(inp)
         if k == "ff":
-            out = ref.feed_forward(inp)  # (B, L, D)
+            out = m.get("ff", ref.feed_forward)(inp)  # (B, L, D)
         else:
             q, kv, module, mask = m.get("attn", {}).get(k, spec.attn[k])
             value = {"in": inp, "x": x, "memory": memory, "normed memory": norm(memory) if memory is not None else None}
@@ -316,8 +302,12 @@ def catalogue(spec: Block, present: set[str]) -> list[tuple[bool, str, str, Muta
     ]
 
 
-# ---------------------------------------------------------------- dropout probes (p = 1)
-P_PROBE = 1.0  # every dropout that uses the given p zeroes its input: nothing random is left
+# ---------------------------------------------------------------- dropout probes (p close to 1)
+# Every dropout that uses the given p zeroes its input (it keeps an entry with probability
+# 1e-12), so training mode is deterministic. Not p = 1: a correct hand-written dropout,
+# mask * x / (1 - p), divides by zero there (NaN, or ZeroDivisionError); here 1 - p is
+# tiny but not 0, and a dropped entry is 0 * finite = 0.
+P_PROBE = 0.999999999999
 
 
 INPUT_DROPOUT = (
@@ -327,8 +317,23 @@ INPUT_DROPOUT = (
 
 
 def zeros(t: Tensor) -> Tensor:
-    """Dropout with ``p = 1``."""
+    """Dropout at :data:`P_PROBE`: every entry dropped."""
     return torch.zeros_like(t)
+
+
+def check_dropout(call: Callable[[], Any], got: Any, expected: Tensor | None = None) -> None:
+    """Two calls on the same input in eval mode must agree (``got`` is the first, ``call()``
+    makes the second; skipped when ``got`` equals ``expected``), else dropout ignores eval mode."""
+    if not isinstance(got, Tensor) or (expected is not None and matches(got, expected)):
+        return
+    again = call()
+    if isinstance(again, Tensor) and again.shape == got.shape and not equal(again, got):
+        fail(
+            "the same input gave two different outputs in eval mode: some dropout still runs after "
+            "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
+            "training=self.training to F.dropout.",
+            mistake="dropout ignores eval mode",
+        )
 
 
 def _train(module: nn.Module, quiet: tuple[str, ...]) -> None:
@@ -352,8 +357,8 @@ def _two_calls(run: Any, module: nn.Module, what: str, case: str) -> tuple[Any, 
         return a, True
     if a.is_floating_point() and isnan(a).any():
         fail(
-            f"your {what} gives NaN ({case}): a hand-written dropout that divides by 1 - p fails at p = 1. "
-            "Use nn.Dropout(dropout), or F.dropout(h, self.p, training=self.training), which handle any p.",
+            f"your {what} gives NaN ({case}) where every dropout should give zeros. Use nn.Dropout(dropout), "
+            "or F.dropout(h, self.p, training=self.training).",
             mistake="NaN",
         )
     return a, bool(equal(a, b))
@@ -363,7 +368,7 @@ def _train_twice(run: Any, module: nn.Module, what: str, case: str) -> Any:
     got, same = _two_calls(run, module, what, case)
     if not same:
         fail(
-            f"with dropout={P_PROBE:g} in training mode every dropout that uses the given p zeroes its "
+            f"with dropout={P_PROBE} in training mode every dropout that uses the given p zeroes its "
             f"input, so two calls give the same output; your {what} gave two different ones ({case}): some "
             "dropout uses a fixed p (nn.Dropout(0.1), F.dropout(h, 0.1)) instead of the `dropout` argument. "
             "Store the argument and use it: nn.Dropout(dropout).",
@@ -394,11 +399,11 @@ def check_dropout_modes(
         expected_train = _first(run(ref))
         full = _first(run(ref.train()))
     eval_text = (
-        f"in eval mode your {what} still applies dropout (with dropout={P_PROBE:g} it zeroes the sub-layers): "
+        f"in eval mode your {what} still applies dropout (with dropout={P_PROBE} it zeroes the sub-layers): "
         "use nn.Dropout modules, which model.eval() switches off, or F.dropout(h, p, training=self.training)."
     )
     try:
-        case = f"{setting}eval mode, dropout={P_PROBE:g}"
+        case = f"{setting}eval mode, dropout={P_PROBE}"
         got, same = _two_calls(run, model.eval(), what, case)
         if not same:
             fail(f"in eval mode your {what} gives a different output every call ({case}): dropout is still "
@@ -408,7 +413,7 @@ def check_dropout_modes(
                      case=case, atol=atol)
         _train(model, quiet)
         _train(ref, quiet)
-        case = f"{setting}training mode, dropout={P_PROBE:g}"
+        case = f"{setting}training mode, dropout={P_PROBE}"
         if quiet:
             case += f" ({', '.join(quiet)} in eval mode, so only the layer's own dropout acts)"
         got = _train_twice(run, model, what, case)
@@ -431,7 +436,7 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
     mode on its own, must drop like the reference's: the layer passes ``dropout`` on."""
     for name, part_args in args.items():
         part, rp = getattr(model, name), getattr(ref, name)
-        case = f"`{name}` on its own in training mode, dropout={P_PROBE:g}"
+        case = f"`{name}` on its own in training mode, dropout={P_PROBE}"
         try:
             part.train()
             rp.train()
@@ -454,7 +459,7 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
         fail(
             f"your {what}'s `{name}` ({type(part).__name__}) does not drop like course_utils."
             f"{type(rp).__name__} ({case}, got {describe_shape(got)}): check its dropout on its own first.",
-            mistake="wrong sub-module",
+            mistake="wrong submodule",
         )
 
 
@@ -553,11 +558,11 @@ def stack_mistakes(
              "as memory. Pass `memory` to every layer.", {"memory": "none"}),
         ]
     return out + [
-        (spec.name("only the last layer applied"), "every layer reads the stack's input, so only the last layer's "
+        ("layer outputs not chained", "every layer reads the stack's input, so only the last layer's "
          f"result comes out: each layer must read the previous one's output, {spec.call}.", {"layers": "last only"}),
         ("only the first layer applied", "only the first layer is applied: loop over all of self.layers.",
          {"layers": "first only"}),
-        (spec.name("one layer applied repeatedly"), "the first layer is applied num_layers times: use each layer "
+        ("one layer applied repeatedly", "the first layer is applied num_layers times: use each layer "
          f"once, for layer in self.layers: {spec.call}.", {"layers": "first repeated"}),
         ("layers not applied", "the layers are never applied (or their results are thrown away): for layer in "
          f"self.layers: {spec.call}.", {"layers": "none"}),

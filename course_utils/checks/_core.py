@@ -290,12 +290,33 @@ def dropout_pattern(got: Any, kept: Tensor, p: float, atol: float = 1e-5) -> boo
     return s is not None and abs(s * (1 - p) - 1) < 1e-3
 
 
-def random_mask(*shape: int) -> Tensor:
+def fail_fixed_p(scale: float, p: float, where: str, case: str) -> None:
+    """Dropout acts where it should but scales kept entries by ``scale``: the ``p`` it uses
+    (``1 - 1/scale``) is not the ``dropout`` argument ``p``."""
+    fail(
+        f"in {case}: dropout acts on {where}, but with p = {1 - 1 / scale:.2g} (kept entries are scaled by "
+        f"{scale:.3g} = 1/(1 - p)) instead of the dropout argument {p}: build nn.Dropout(dropout) from the "
+        "argument, not a fixed number.",
+        mistake="hard-coded dropout p",
+    )
+
+
+def fail_eval_dropout(what: str, case: str) -> None:
+    """Dropout still acts after ``model.eval()``."""
+    fail(
+        f"in {case}: {what} differs from the one without dropout: dropout still acts in eval mode. Use the "
+        "module nn.Dropout (or F.dropout(..., training=self.training)), which model.eval() switches off.",
+        mistake="dropout ignores eval mode",
+    )
+
+
+def random_mask(*shape: int, p_true: float = 0.5) -> Tensor:
     """Bool mask whose every row (last axis) allows at least one key and blocks at least
-    one, with rows that are not all identical (so a mis-broadcast mask shows)."""
+    one (each other entry True with probability ``p_true``), with rows that are not all
+    identical (so a mis-broadcast mask shows)."""
     L_k = shape[-1]
     while True:
-        rows = torch.rand(*shape).reshape(-1, L_k) < 0.5  # (rows, L_k)
+        rows = torch.rand(*shape).reshape(-1, L_k) < p_true  # (rows, L_k)
         n = rows.size(0)
         allow = torch.randint(L_k, (n,))
         block = (allow + torch.randint(1, L_k, (n,))) % L_k  # never equal to allow
@@ -308,7 +329,24 @@ def random_mask(*shape: int) -> Tensor:
 def require_function(fn: Any, name: str) -> None:
     """The checker takes the student's function itself (not a class, not its result)."""
     if isinstance(fn, type) or not callable(fn):
-        fail(f"pass your function itself: check_{name}({name}).", mistake="not a function")
+        what = "a class" if isinstance(fn, type) else f"the result of calling it (you passed a {type(fn).__name__})"
+        fail(f"pass the function itself, `check_{name}({name})`, not {what}.", mistake="not a function")
+
+
+def raised(exc: BaseException, inline: bool = False) -> str:
+    """``T: first line of the message`` and the student's line: on a line of its own
+    (``\n    at line 7: ...``), or ``inline`` in parentheses."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    line = student_line(exc)
+    text = f"{type(exc).__name__}" + (f": {first}" if first else ("" if inline else "."))
+    if line:
+        text += f" (at {line})" if inline else f"\n    at {line}"
+    return text
+
+
+def is_view_error(exc: BaseException) -> bool:
+    """The classic ``.view`` on a non-contiguous tensor (after ``.transpose`` or a slice)."""
+    return isinstance(exc, RuntimeError) and "view size is not compatible" in str(exc)
 
 
 def require_module_class(cls: Any, name: str) -> None:

@@ -40,8 +40,11 @@ from ._core import (
     expect_close,
     fail,
     matches,
+    raised,
     randint,
+    random_mask,
     register_hints,
+    require_function,
     student_line,
 )
 
@@ -86,7 +89,7 @@ MISTAKES: dict[str, list[str]] = {
         "inverted mask",
         "diagonal excluded",
         "additive float mask",
-        "not bool",
+        "not a bool mask",
         "wrong shape",
         "wrong device",
         "no device parameter",
@@ -100,7 +103,7 @@ MISTAKES: dict[str, list[str]] = {
         "wrong axis",
         "hard-coded pad id",
         "additive float mask",
-        "not bool",
+        "not a bool mask",
         "wrong shape",
         "wrong device",
         "input modified in place",
@@ -109,37 +112,6 @@ MISTAKES: dict[str, list[str]] = {
 
 
 # ---------------------------------------------------------------- shared helpers
-def _require_callable(fn: Any, name: str) -> None:
-    if not callable(fn):
-        fail(
-            f"pass the function itself, `check_{name}({name})`, not the result of calling it "
-            f"(you passed a {type(fn).__name__}).",
-            mistake="not a function",
-        )
-
-
-def _raised(err: StudentError) -> str:
-    """``your code raised T: message`` + the student's line, as the decorator writes it."""
-    exc = err.exc
-    lines = str(exc).strip().splitlines()
-    text = f"your code raised {type(exc).__name__}" + (f": {lines[0]}" if lines else ".")
-    line = student_line(exc)
-    if line:
-        text += f"\n    at {line}"
-    return text
-
-
-def _rows_with_both(shape: tuple[int, ...], p_true: float = 0.5) -> Tensor:
-    """Random bool mask whose every row (last axis) has at least one True and one False."""
-    mask = torch.rand(shape) < p_true
-    n = shape[-1]
-    on = torch.randint(n, shape[:-1] + (1,))
-    off = (on + torch.randint(1, n, shape[:-1] + (1,))) % n  # a different column
-    mask.scatter_(-1, on, True)
-    mask.scatter_(-1, off, False)
-    return mask
-
-
 def _check_mask(
     what: str,
     got: Any,
@@ -189,7 +161,7 @@ def _check_mask(
         fail(
             f"{what} has dtype {got.dtype}, expected torch.bool.{right} a mask must be a bool tensor "
             "(True = may attend): build it from a comparison or convert it with .bool().",
-            mistake="not bool",
+            mistake="not a bool mask",
         )
     expect_close(what, got, ref)
 
@@ -241,7 +213,7 @@ def _attention_cases() -> list[_Case]:
     lengths = torch.randint(1, L_k, (B,))  # each padded sequence keeps >= 1 real key
     pad = (torch.arange(L_k) < lengths[:, None]).unsqueeze(1)  # (B, 1, L_k), padding style
     # some queries (1 .. L_q - 1 of them, in every batch item) see no key at all
-    blocked = _rows_with_both((B, L_q, L_k))  # (B, L_q, L_k)
+    blocked = random_mask(B, L_q, L_k)  # (B, L_q, L_k)
     blocked[:, torch.randperm(L_q)[: randint(1, L_q - 1)]] = False
     # scores of order 36 after scaling, and one of exactly 200 in every batch item (key 0
     # lined up with query 0): exp overflows float32 above 88.7
@@ -253,11 +225,11 @@ def _attention_cases() -> list[_Case]:
         _Case(3, *qkv(B), None),
         _Case(2, *qkv(), None),
         _Case(4, *qkv(2, 3), None),
-        _Case(3, *qkv(B), _rows_with_both((B, L_q, L_k))),
-        _Case(2, *qkv(), _rows_with_both((L_q, L_k))),
+        _Case(3, *qkv(B), random_mask(B, L_q, L_k)),
+        _Case(2, *qkv(), random_mask(L_q, L_k)),
         _Case(3, *qkv(B), pad),
-        _Case(4, *qkv(2, 3), _rows_with_both((L_q, L_k))),  # broadcast over both batch dims
-        _Case(4, *qkv(2, 3), _rows_with_both((2, 3, L_q, L_k))),
+        _Case(4, *qkv(2, 3), random_mask(L_q, L_k)),  # broadcast over both batch dims
+        _Case(4, *qkv(2, 3), random_mask(2, 3, L_q, L_k)),
         # large scores before blocked rows: a written-out softmax is NaN on both, for this reason
         _Case(3, big_q, big_k, big_v, None, note="large scores (up to 200 after scaling)"),
         _Case(3, *qkv(B), blocked, note="some queries with every key blocked"),
@@ -381,7 +353,7 @@ def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError
             fail(
                 f"{where}. Transposing with key.T or key.transpose(0, 1) only swaps the right axes "
                 f"of a 2-D tensor: use key.transpose(-2, -1) so it works with any number of batch dims.\n"
-                f"    On {case.describe()}: {_raised(err)}",
+                f"    On {case.describe()}: your code raised {raised(err.exc)}",
                 mistake="transpose only works for 2-D",
             )
         if 3 in plain_ok:
@@ -389,25 +361,25 @@ def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError
                 f"{where}: it is written for 3-D inputs only. Write it for any number of leading dims: "
                 "key.transpose(-2, -1) (not transpose(1, 2) or permute(0, 2, 1)), @ or torch.matmul (not "
                 "torch.bmm), and negative axes such as softmax(dim=-1).\n"
-                f"    On {case.describe()}: {_raised(err)}",
+                f"    On {case.describe()}: your code raised {raised(err.exc)}",
                 mistake="only works for 3-D",
             )
         fail(
             f"{where}. Use negative axes (key.transpose(-2, -1), softmax(dim=-1)) and @ so the code works "
-            f"with any number of leading dims.\n    On {case.describe()}: {_raised(err)}",
+            f"with any number of leading dims.\n    On {case.describe()}: your code raised {raised(err.exc)}",
             mistake="fails for some numbers of dims",
         )
     if plain_fail and ok:  # every call without a mask raised, some with a mask ran
         case, err = next((c, e) for c, e in plain if e is not None)
         fail(
             "your code fails when no mask is given (mask=None) but runs with one: skip the masking step "
-            f"when the mask is None (`if mask is not None:`).\n    On {case.describe()}: {_raised(err)}",
+            f"when the mask is None (`if mask is not None:`).\n    On {case.describe()}: your code raised {raised(err.exc)}",
             mistake="mask=None not handled",
         )
     if not plain_fail:  # only calls with a mask raised
         masked_fail = [(c, e) for c, e in failed if c.mask is not None]
         case, err = masked_fail[0]
-        on = f"\n    On {case.describe()}: {_raised(err)}"
+        on = f"\n    On {case.describe()}: your code raised {raised(err.exc)}"
         if "Boolean value of Tensor" in str(err.exc):
             fail(
                 "`if mask:` asks for the truth value of a whole tensor, which raises. Test whether a mask "
@@ -430,7 +402,7 @@ def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError
     if isinstance(first.exc, RuntimeError) and _VALUE_FIRST.search(line.split(":", 1)[-1]):
         fail(
             "the values are multiplied on the wrong side: the output is weights @ value, (..., L_q, L_k) "
-            f"@ (..., L_k, d_v) -> (..., L_q, d_v).\n    On {first_case.describe()}: {_raised(first)}",
+            f"@ (..., L_k, d_v) -> (..., L_q, d_v).\n    On {first_case.describe()}: your code raised {raised(first.exc)}",
             mistake="value on the wrong side",
         )
     raise first  # the decorator reports it (or "not implemented yet" for a stub)
@@ -524,7 +496,7 @@ def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[A
 @checker("scaled_dot_product_attention")
 def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
     """Check ``fn(query, key, value, mask=None) -> (output, weights)`` against the reference."""
-    _require_callable(fn, "scaled_dot_product_attention")
+    require_function(fn, "scaled_dot_product_attention")
     cases = _attention_cases()
     runs: list[tuple[_Case, list[Tensor], Any, StudentError | None]] = []
     for case in cases:
@@ -598,7 +570,7 @@ def _causal_shape(size: int) -> Callable[[Tensor], None]:
 @checker("causal_mask")
 def check_causal_mask(fn: Callable[..., Any]) -> str:
     """Check ``fn(size, device=None) -> BoolTensor (size, size)``, True on and below the diagonal."""
-    _require_callable(fn, "causal_mask")
+    require_function(fn, "causal_mask")
     small = int(torch.randint(2, 6, ()))
     large = int(torch.randint(6, 13, ()))
     for size in (large, small, 1):  # size 1 last: there the mistakes look alike
@@ -615,7 +587,7 @@ def check_causal_mask(fn: Callable[..., Any]) -> str:
             if isinstance(err.exc, TypeError) and "keyword argument 'device'" in str(err.exc):
                 fail(
                     "your function has no `device` parameter; the signature is "
-                    f"causal_mask(size, device=None).\n    {_raised(err)}",
+                    f"causal_mask(size, device=None).\n    your code raised {raised(err.exc)}",
                     mistake="no device parameter",
                 )
             raise
@@ -658,7 +630,7 @@ def _padding_cases() -> list[tuple[Tensor, int]]:
         tokens = torch.randint(vocab - 1, (B, L))
         tokens = tokens + (tokens >= pad_id).long()  # every id but pad_id
         if layout == "scattered":
-            real = _rows_with_both((B, L), p_true=0.6)
+            real = random_mask(B, L, p_true=0.6)
         else:
             lengths = torch.randint(1, L, (B,))  # every row padded ...
             lengths[int(torch.randint(B, ()))] = L  # ... but one, as in a real batch
@@ -695,7 +667,7 @@ def _padding_shape(B: int, L: int, what: str) -> Callable[[Tensor], None]:
 @checker("padding_mask")
 def check_padding_mask(fn: Callable[..., Any]) -> str:
     """Check ``fn(tokens (B, L), pad_id) -> BoolTensor (B, 1, L)``, True where tokens != pad_id."""
-    _require_callable(fn, "padding_mask")
+    require_function(fn, "padding_mask")
     cases = _padding_cases()
     for tokens, pad_id in cases:
         given = tokens.clone()

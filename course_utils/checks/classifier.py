@@ -29,13 +29,13 @@ Catalogue (``CheckResult.mistake``):
   ``"multiplied by sqrt(2)"``, ``"Phi(x) without the factor x"``, ``"dtype changed"``,
   ``"NaN in the tails"``.
 * ``masked_mean_pool``: ``"mean over padding"``, ``"sum instead of mean"``, ``"divided by
-  L"``, ``"divided by the batch's token count"``, ``"mask inverted"``, ``"assumed trailing
+  L"``, ``"divided by the batch's token count"``, ``"inverted mask"``, ``"assumed trailing
   padding"``, ``"took the first position"``, ``"max instead of mean"``, ``"wrong axis"``
   (the result is ``(B, L)`` or ``(L, D)``), ``"kept the pooled axis"`` (``(B, 1, D)``),
   ``"mask not broadcast over D"``.
 * ``TransformerClassifier``: ``"[CLS] from the wrong position"`` (last position, second
   position, last real token), ``"pooling ignored"``, ``"mean over padding"``, ``"sum
-  instead of mean"``, ``"padding mask not passed"``, ``"pad id hard-coded as 0"``,
+  instead of mean"``, ``"padding mask not passed"``, ``"hard-coded pad id"``,
   ``"positional encoding missing"``, ``"embeddings not scaled"``, ``"returns
   probabilities"`` (softmax, or log-softmax, before the cross-entropy), ``"classified
   every position"`` (``(B, L, C)``), ``"classifier layer missing"`` (``(B, D)``).
@@ -60,7 +60,6 @@ from ._core import (
     call_student,
     check_unchanged,
     checker,
-    describe_shape,
     expect_close,
     fail,
     randint,
@@ -68,8 +67,7 @@ from ._core import (
     require_function,
     require_module_class,
 )
-from ._blocks import randomise_parameters
-from .encoder import _load_reference
+from ._pairing import load_reference, randomise_parameters
 
 __all__ = ["check_gelu", "check_masked_mean_pool", "check_transformer_classifier"]
 
@@ -177,7 +175,7 @@ def _pool_mistakes(x: Tensor, mask: Tensor) -> list[Mistake]:
          "you divided by mask.sum(), the real tokens of the whole batch; each row needs its own count: "
          "mask.sum(dim=1, keepdim=True).",
          lambda: (x * m).sum(dim=1) / m.sum()),
-        ("mask inverted",
+        ("inverted mask",
          "you averaged over the padding and left out the real tokens: the mask is True on the real tokens "
          "(keep them), False on padding.",
          lambda: (x * (1 - m)).sum(dim=1) / (1 - m).sum(dim=1)),
@@ -348,7 +346,7 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
         ("padding mask not passed",
          "the encoder ran without a mask, so every token attends to the padding too: pass "
          "padding_mask(tokens, self.pad_id) (shape (B, 1, L)) to self.encoder.", v(mask_pad=None)),
-        ("pad id hard-coded as 0",
+        ("hard-coded pad id",
          "your masks treat id 0 as padding; this model's padding id is self.pad_id: "
          "padding_mask(tokens, self.pad_id) and tokens != self.pad_id.", v(mask_pad=0)),
         ("positional encoding missing",
@@ -379,6 +377,14 @@ def _classifier_tokens(B: int, L: int, V: int, pad_id: int) -> Tensor:
     return torch.where(torch.arange(L)[None, :] < lengths[:, None], ids, torch.full_like(ids, pad_id))
 
 
+_CLASSIFIER_PARTS = {
+    "embedding": "TokenEmbedding(vocab_size, d_model)",
+    "positional_encoding": "PositionalEncoding(d_model, max_len, dropout)",
+    "encoder": "Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first, activation)",
+    "classifier": "nn.Linear(d_model, num_classes)",
+}
+
+
 @checker("TransformerClassifier")
 def check_transformer_classifier(cls: Any) -> str:
     require_module_class(cls, "TransformerClassifier")
@@ -397,7 +403,8 @@ def check_transformer_classifier(cls: Any) -> str:
         model.eval()
         randomise_parameters(model)  # fresh norms (ones and zeros) would hide a norm mix-up
         ref = TransformerClassifier(V, C, **kwargs).eval()
-        _load_reference(ref, model, "TransformerClassifier")
+        load_reference(model, ref, "TransformerClassifier", _CLASSIFIER_PARTS,
+                       optional_extra=() if norm_first else ("encoder.norm.",))
         tokens = _classifier_tokens(B, L, V, pad_id)  # (B, L)
         tokens0 = tokens.clone()
         case = f"{settings_text}, tokens ({B}, {L}) with padding"

@@ -13,28 +13,28 @@ output is compared with the reference computed *with each catalogued mistake*; t
 match is named. When the student's code raises only because ``L_src != L_tgt``, it is run
 again with equal lengths to name the mistake behind the error.
 
-Dropout is probed with ``dropout=1`` as for the encoder (:mod:`._blocks`).
+Dropout is probed with ``dropout=P_PROBE`` (just below 1) as for the encoder (:mod:`._blocks`).
 
 Catalogue (``CheckResult.mistake``):
 
 * both: ``"not a class"``, ``"missing submodule"`` (a contract submodule is absent or
   renamed), ``"unexpected parameters"``, ``"wrong parameter shape"``, ``"wrong return"``
-  (a tuple instead of one tensor), ``"dropout in eval mode"``, ``"hard-coded dropout p"``,
+  (a tuple instead of one tensor), ``"dropout ignores eval mode"``, ``"hard-coded dropout p"``,
   ``"input modified in place"``, ``"fails when lengths differ"``.
 * ``DecoderLayer``: the generated families of :mod:`._blocks` (the encoder's, plus
   ``"cross-attention queries from memory"``, ``"cross-attention ignores memory"``,
   ``"memory normalised"``, ``"masks swapped"`` (also one mask given to both attentions),
   ``"tgt_mask not passed"``, ``"memory_mask not passed"``, ``"masks not passed"``,
   ``"module reused"`` (``self_attn`` as the cross-attention or the other way round),
-  ``"sub-layer reads the layer input"`` (the cross-attention's queries from ``x``); with
-  ``"feed-forward on wrong input"`` and ``"norms in wrong order"`` kept as the names of
-  the feed-forward's input and norm mix-ups), ``"dropout not passed on"``.
+  ``"sub-layer reads the layer input"`` (the cross-attention's queries from ``x``; the
+  feed-forward's is ``"feed-forward on the layer input"``, as in ``EncoderLayer``)),
+  ``"dropout not passed on"``.
 * ``Decoder``: ``"missing layers"``, ``"layers not registered"``, ``"wrong container"``,
   ``"wrong number of layers"``, ``"layers shared"``, ``"norm_first not passed on"``,
   ``"missing final norm"`` (pre-norm), ``"final norm in post-norm"``, ``"unused final
   norm"``, ``"final norm inside the loop"``, ``"masks not passed on"``, ``"masks
   swapped"``, ``"memory not passed to every layer"`` (also each layer's output fed to the
-  next as memory), ``"only the first layer used"``, ``"only the first layer applied"``,
+  next as memory), ``"one layer applied repeatedly"``, ``"only the first layer applied"``,
   ``"layer outputs not chained"``, ``"layers not applied"``, ``"dropout missing"``,
   ``"dropout on the input"``.
 """
@@ -54,10 +54,10 @@ from ._blocks import (
     P_PROBE,
     Block,
     Stack,
+    check_dropout,
     check_dropout_modes,
     check_part_dropout,
     dropout_mistakes,
-    randomise_parameters,
     run_block,
     run_stack,
     stack_mistakes,
@@ -66,8 +66,8 @@ from ._blocks import (
     unused_final_norm,
     zeros,
 )
+from ._pairing import build_student, load_reference
 from ._core import (
-    equal,
     Mistake,
     StudentError,
     call_student,
@@ -77,16 +77,16 @@ from ._core import (
     expect_close,
     fail,
     matches,
+    raised,
     randint,
     register_hints,
     require_module_class,
-    student_line,
 )
 
 __all__ = ["check_decoder_layer", "check_decoder"]
 
 
-# ---------------------------------------------------------------- helpers shared with checks/model.py
+# ---------------------------------------------------------------- helpers shared with checks/model.py and gpt.py
 def trailing_padding(B: int, L: int) -> Tensor:
     """``(B, 1, L)`` bool, ``True`` = real token: each row's real tokens come first; at least
     one row is full and at least one is padded (so lengths differ per example)."""
@@ -97,113 +97,6 @@ def trailing_padding(B: int, L: int) -> Tensor:
     return (torch.arange(L) < lengths[:, None]).unsqueeze(1)  # (B, 1, L)
 
 
-def _aliases(name: str) -> list[str]:
-    # a bare nn.Embedding in place of TokenEmbedding's `embedding` submodule
-    out = [name]
-    if name.endswith(".embedding.weight"):
-        out.append(name[: -len(".embedding.weight")] + ".weight")
-    return out
-
-
-def match_parameters(
-    student: nn.Module,
-    ref: nn.Module,
-    optional_missing: tuple[str, ...] = (),
-    optional_extra: tuple[str, ...] = (),
-) -> tuple[list[tuple[Tensor, Tensor]], list[str], list[str], list[tuple[str, str, str]]]:
-    """Pair the student's parameters with the reference's by name.
-
-    Returns ``(pairs, missing, unexpected, wrong_shape)``: ``pairs`` of (student, reference)
-    parameters, reference names the student lacks, student names the reference lacks
-    (aliases of a paired parameter, e.g. a norm also held by a helper module, are fine)
-    and ``(name, student shape, reference shape)``.
-    """
-    s_params = dict(student.named_parameters(remove_duplicate=False))
-    pairs, missing, wrong_shape = [], [], []
-    used: set[int] = set()
-    for name, rp in ref.named_parameters():
-        key = next((a for a in _aliases(name) if a in s_params), None)
-        if key is None:
-            if not name.startswith(optional_missing):
-                missing.append(name)
-            continue
-        sp = s_params[key]
-        used.add(id(sp))
-        if sp.shape != rp.shape:
-            wrong_shape.append((name, describe_shape(sp), describe_shape(rp)))
-            continue
-        pairs.append((sp, rp))
-    unexpected = [n for n, p in s_params.items() if id(p) not in used and not n.startswith(optional_extra)]
-    return pairs, missing, unexpected, wrong_shape
-
-
-def _some(names: list[str], k: int = 4) -> str:
-    shown = ", ".join(f"`{n}`" for n in names[:k])
-    return shown + (f" and {len(names) - k} more" if len(names) > k else "")
-
-
-def structure_failure(
-    what: str,
-    student: nn.Module,
-    missing: list[str],
-    unexpected: list[str],
-    wrong_shape: list[tuple[str, str, str]],
-    parts: dict[str, str],
-) -> None:
-    """Fail, in plain words, when the student's parameters cannot be paired with the reference's."""
-    if wrong_shape:
-        name, got, want = wrong_shape[0]
-        fail(
-            f"`{name}` has shape {got}, expected {want} (the reference {what} built with the "
-            "same arguments). Check the order of the constructor's arguments and which size "
-            "each submodule uses.",
-            mistake="wrong parameter shape",
-        )
-    s_names = [n for n, _ in student.named_parameters(remove_duplicate=False)]
-    contract = ", ".join(f"`{p}`" for p in parts)
-    if missing:
-        tops: dict[str, list[str]] = {}
-        for n in missing:
-            tops.setdefault(n.split(".")[0], []).append(n)
-        lines = []
-        for top, names in tops.items():
-            desc = f" ({parts[top]})" if top in parts else ""
-            if not any(n.startswith(top + ".") for n in s_names):
-                lines.append(f"there is no submodule `{top}`{desc}")
-            else:
-                inner = [n[len(top) + 1 :] for n in names]
-                lines.append(f"`{top}` lacks the parameters {_some(inner)}{desc}")
-        text = f"in your {what}, " + "; ".join(lines) + "."
-        if unexpected:
-            text += f" Instead it has {_some(unexpected)}: did you name a submodule differently?"
-        fail(
-            text + f" The checker copies its random weights into the reference by name, so use "
-            f"the contract's submodules: {contract}.",
-            mistake="missing submodule",
-        )
-    if unexpected:
-        fail(
-            f"your {what} has parameters that the reference does not: {_some(unexpected)}. "
-            f"The contract's submodules are {contract}; keep to them (no extra learnable weights).",
-            mistake="unexpected parameters",
-        )
-
-
-def copy_parameters(pairs: list[tuple[Tensor, Tensor]]) -> None:
-    with torch.no_grad():
-        for sp, rp in pairs:
-            rp.copy_(sp)
-
-
-def build_student(cls: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shown: str) -> nn.Module:
-    model = call_student(cls, *args, context=f"constructing {name}({shown})", **kwargs)
-    if not isinstance(model, nn.Module):
-        fail(f"{name}(...) should build an nn.Module; got {type(model).__name__}.", mistake="not a class")
-    model.eval()
-    randomise_parameters(model)
-    return model
-
-
 def tuple_return(got: Any, what: str) -> None:
     if isinstance(got, (tuple, list)):
         inner = ", ".join(describe_shape(t) for t in got[:3])
@@ -212,27 +105,6 @@ def tuple_return(got: Any, what: str) -> None:
             f"({inner}). MultiHeadAttention returns (output, weights): keep only the output, [0].",
             mistake="wrong return",
         )
-
-
-def check_dropout(call: Callable[[], Any], got: Any, expected: Tensor) -> None:
-    """Two calls on the same input in eval mode must agree; if not, dropout ignores eval mode."""
-    if not isinstance(got, Tensor) or matches(got, expected):
-        return
-    again = call()
-    if isinstance(again, Tensor) and again.shape == got.shape and not equal(again, got):
-        fail(
-            "the same input gave two different outputs in eval mode: some dropout still runs after "
-            "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
-            "training=self.training to F.dropout.",
-            mistake="dropout in eval mode",
-        )
-
-
-def _raised(err: StudentError) -> str:
-    exc = err.exc
-    first = (str(exc).strip().splitlines() or [""])[0]
-    line = student_line(exc)
-    return f"{type(exc).__name__}: {first}" + (f" (at {line})" if line else "")
 
 
 def _dims() -> tuple[int, int, int, int, int, int]:
@@ -346,7 +218,7 @@ def _length_probe(
         if not isinstance(got, Tensor):
             return
         head = (
-            f"your {what} raised {_raised(err)} ({case}). The check then tried it with "
+            f"your {what} raised {raised(err.exc, inline=True)} ({case}). The check then tried it with "
             "L_src == L_tgt: there it runs without an error, "
         )
         if matches(got, expected):
@@ -388,12 +260,7 @@ _BLOCK = Block(
         "cross": "the cross-attention ignores memory_mask, so target positions attend to source padding. Pass "
         "memory_mask to cross_attn.",
     },
-    names={  # catalogue names from before the generator
-        "norms swapped": "norms in wrong order",
-        ("sub-layer reads the layer input", "ff"): "feed-forward on wrong input",
-        ("sub-layer reads a raw output", "ff"): "feed-forward on wrong input",
-        ("norm missing", "ff"): "feed-forward on wrong input",
-    },
+    names={("sub-layer reads the layer input", "ff"): "feed-forward on the layer input"},  # as in EncoderLayer
 )
 
 
@@ -413,11 +280,11 @@ def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[...,
 
 
 def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_ff: int, norm_first: bool) -> None:
-    """Dropout with p = 1, as for the EncoderLayer (see :func:`check_dropout_modes`)."""
-    shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={P_PROBE:g}, norm_first={norm_first}"
+    """Dropout with p = P_PROBE, as for the EncoderLayer (see :func:`check_dropout_modes`)."""
+    shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={P_PROBE}, norm_first={norm_first}"
     model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=P_PROBE, norm_first=norm_first), shown)
     ref = DecoderLayer(D, H, d_ff, P_PROBE, norm_first)
-    copy_parameters(match_parameters(model, ref)[0])
+    load_reference(model, ref, "DecoderLayer", _LAYER_PARTS)
     x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
     tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
     masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
@@ -428,7 +295,7 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
             (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut, drop=zeros))
             for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
         ],
-        eval_name="dropout in eval mode", quiet=("self_attn", "cross_attn", "feed_forward"), atol=1e-5,
+        eval_name="dropout ignores eval mode", quiet=("self_attn", "cross_attn", "feed_forward"), atol=1e-5,
         setting=f"norm_first={norm_first}, ",
     )  # fmt: skip
     if not norm_first:  # the sub-modules are built the same way in both settings
@@ -447,9 +314,7 @@ def check_decoder_layer(cls: Any) -> str:
         shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1, norm_first={norm_first}"
         model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
         ref = DecoderLayer(D, H, d_ff, 0.0, norm_first).eval()
-        pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
-        structure_failure("DecoderLayer", model, missing, unexpected, wrong_shape, _LAYER_PARTS)
-        copy_parameters(pairs)
+        load_reference(model, ref, "DecoderLayer", _LAYER_PARTS)
         expected, mistakes = _layer_functions(ref, norm_first)
         _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes)
     for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
@@ -462,9 +327,7 @@ _DECODER_PARTS = {
     "layers": "nn.ModuleList of num_layers DecoderLayer",
     "norm": "LayerNorm(d_model), only when norm_first=True",
 }
-_STACK = Stack("Decoder", "DecoderLayer", ("tgt_mask", "memory_mask"), "x = layer(x, memory, tgt_mask, memory_mask)",
-               names={"only the last layer applied": "layer outputs not chained",
-                      "one layer applied repeatedly": "only the first layer used"})  # fmt: skip
+_STACK = Stack("Decoder", "DecoderLayer", ("tgt_mask", "memory_mask"), "x = layer(x, memory, tgt_mask, memory_mask)")
 
 
 def _decoder_functions(
@@ -491,9 +354,7 @@ def _build_decoder(cls: Any, N: int, D: int, H: int, d_ff: int, p: float, norm_f
     model = build_student(cls, "Decoder", (N, D, H, d_ff), dict(dropout=p, norm_first=norm_first), shown)
     stack_structure(model, N, norm_first, _STACK)
     ref = Decoder(N, D, H, d_ff, p, norm_first).eval()
-    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref, optional_extra=() if norm_first else ("norm.",))
-    structure_failure("Decoder", model, missing, unexpected, wrong_shape, _DECODER_PARTS)
-    copy_parameters(pairs)
+    load_reference(model, ref, "Decoder", _DECODER_PARTS, optional_extra=() if norm_first else ("norm.",))
     return model, ref
 
 
@@ -510,7 +371,7 @@ def check_decoder(cls: Any) -> str:
         _run_mask_cases(model, "Decoder", nf, B, L_tgt, L_src, D, expected, mistakes)
         unused_final_norm(model, norm_first, "Decoder")
 
-    # dropout, pre-norm: with p = 1 every layer's sub-layers vanish, so the stack is its final norm
+    # dropout, pre-norm: with p = P_PROBE every layer's sub-layers vanish, so the stack is its final norm
     model, ref = _build_decoder(cls, N, D, H, d_ff, P_PROBE, True)
     x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
     tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
@@ -524,7 +385,7 @@ def check_decoder(cls: Any) -> str:
                  ("dropout on the input", INPUT_DROPOUT.format("Decoder"),
                   lambda: ref(torch.zeros_like(x), memory, tgt_mask, memory_mask))],
         setting="norm_first=True, ",
-        eval_name="dropout in eval mode", atol=1e-5,
+        eval_name="dropout ignores eval mode", atol=1e-5,
     )  # fmt: skip
     return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights"
 

@@ -12,7 +12,7 @@ compared with the reference computed *with each catalogued mistake*; the first m
 named (``CheckResult.mistake`` is the short catalogue name, the feedback says it in plain
 words). Sub-modules that are the student's own classes (their ``LayerNorm`` from above,
 say) are first compared with the reference on their own, so a bug there is not blamed on
-the layer. Dropout is probed with ``dropout=1`` (see :mod:`._blocks`): every dropout
+the layer. Dropout is probed with ``dropout=P_PROBE`` (just below 1) (see :mod:`._blocks`): every dropout
 that uses the given p then zeroes its input, so training mode is deterministic and each
 misplaced dropout gives its own numbers.
 
@@ -26,10 +26,10 @@ Catalogue (``CheckResult.mistake``):
 * ``FeedForward``: ``"missing submodule"``, ``"wrong submodule"`` (also an ``nn.LazyLinear``),
   ``"activation missing"``, ``"activation after the second linear layer"``, ``"wrong
   activation"`` (GELU, SiLU, ... instead of the paper's ReLU), ``"dropout missing"``,
-  ``"dropout in wrong place"``, ``"hard-coded dropout p"``, ``"dropout ignores eval mode"``,
+  ``"dropout in the wrong place"``, ``"hard-coded dropout p"``, ``"dropout ignores eval mode"``,
   ``"input modified in place"``.
-* ``EncoderLayer``: ``"missing submodule"``, ``"parameter names differ"``, ``"wrong
-  parameter shape"``, ``"wrong sub-module"``, ``"attention output not unpacked"``,
+* ``EncoderLayer``: ``"missing submodule"``, ``"unexpected parameters"``, ``"wrong
+  parameter shape"``, ``"wrong submodule"``, ``"attention output not unpacked"``,
   ``"input modified in place"``, and the generated families of :mod:`._blocks`
   (``structural_mistakes``: ``"mask not passed on"``, ``"module reused"``, ``"norm_first
   ignored"``, ``"pre- and post-norm mixed"``, ``"residual stream normalised"``, ``"norm on
@@ -44,10 +44,11 @@ Catalogue (``CheckResult.mistake``):
   ``"wrong container"``, ``"wrong number of layers"``, ``"layers shared"`` (one module
   repeated, or parameters shared between layers), ``"norm_first not passed on"``,
   ``"missing final norm"``, ``"final norm in post-norm"``, ``"unused final norm"``,
-  ``"final norm inside the loop"``, ``"mask not passed on"``, ``"only the last layer
-  applied"``, ``"only the first layer applied"``, ``"one layer applied repeatedly"``,
-  ``"layers not applied"``, ``"parameter names differ"``, ``"wrong parameter shape"``,
-  ``"wrong sub-module"``, ``"dropout missing"``, ``"dropout on the input"``, ``"hard-coded
+  ``"final norm inside the loop"``, ``"mask not passed on"``, ``"layer outputs not
+  chained"``, ``"only the first layer applied"``, ``"one layer applied repeatedly"``,
+  ``"layers not applied"``, ``"missing submodule"``, ``"unexpected parameters"``,
+  ``"wrong parameter shape"``,
+  ``"wrong submodule"``, ``"dropout missing"``, ``"dropout on the input"``, ``"hard-coded
   dropout p"``, ``"dropout ignores eval mode"``, ``"input modified in place"``.
 
 Layer and encoder outputs are compared with ``atol=1e-4`` (several sub-layers of float32
@@ -76,7 +77,6 @@ from ._blocks import (
     check_dropout_modes,
     check_part_dropout,
     dropout_mistakes,
-    randomise_parameters,
     run_block,
     run_stack,
     stack_mistakes,
@@ -85,6 +85,7 @@ from ._blocks import (
     unused_final_norm,
     zeros,
 )
+from ._pairing import load_reference, randomise_parameters
 from ._core import (
     Mistake,
     StudentError,
@@ -140,34 +141,6 @@ def _names(items: list[str], limit: int = 6) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _load_reference(ref: nn.Module, model: nn.Module, what: str) -> None:
-    """Copy the student's (randomised) parameters into the reference, by the reference's
-    names. Extra entries on the student's side (aliases, an nn.Sequential holding the same
-    layers) are ignored; a missing or mis-shaped one is reported in plain words."""
-    theirs = model.state_dict()
-    wanted = ref.state_dict()
-    missing = [k for k in wanted if k not in theirs]
-    if missing:
-        extra = [k for k in theirs if k not in wanted]
-        fail(
-            f"the check copies your {what}'s parameters into the reference by name, and yours has "
-            f"no {_names(missing)}" + (f" (it has {_names(extra)} instead)" if extra else "")
-            + ". Build it from the course's pieces with the contract's names (MultiHeadAttention "
-            "with w_q, w_k, w_v, w_o; FeedForward with linear1, linear2; LayerNorm with weight, "
-            "bias: yours from above, or `from course_utils import ...`).",
-            mistake="parameter names differ",
-        )
-    wrong = [k for k, v in wanted.items() if tuple(theirs[k].shape) != tuple(v.shape)]
-    if wrong:
-        k = wrong[0]
-        fail(
-            f"your {what}'s `{k}` has shape {describe_shape(theirs[k])}, expected "
-            f"{describe_shape(wanted[k])}: check the sizes passed to that sub-module.",
-            mistake="wrong parameter shape",
-        )
-    ref.load_state_dict({k: theirs[k] for k in wanted})
-
-
 def _verify_part(path: str, part: nn.Module, ref_part: nn.Module, args: tuple[Any, ...], what: str) -> None:
     """A sub-module of the student's own class must give the reference's numbers on its
     own (same parameters), so that a bug in it is not blamed on the layer using it."""
@@ -186,7 +159,7 @@ def _verify_part(path: str, part: nn.Module, ref_part: nn.Module, args: tuple[An
             f"same numbers as course_utils.{kind} with the same parameters. Fix it first "
             f"({_CHECK_OF.get(type(ref_part), 'its checker')}({type(part).__name__})), or build the "
             f"{what} from the reference: `from course_utils import {kind}`.",
-            mistake="wrong sub-module",
+            mistake="wrong submodule",
         )
 
 
@@ -554,8 +527,8 @@ def check_feed_forward(cls: Any) -> str:
             mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2)
             expect_close("output", got, expected, mistakes, case=case)
 
-    # dropout: p = 1 makes training mode deterministic (every dropout zeroes its input)
-    model = call_student(cls, D, d_ff, P_PROBE, context=f"constructing {what}, dropout={P_PROBE:g})")
+    # dropout: p = P_PROBE makes training mode deterministic (every dropout zeroes its input)
+    model = call_student(cls, D, d_ff, P_PROBE, context=f"constructing {what}, dropout={P_PROBE})")
     randomise_parameters(model)
     ref = FeedForward(D, d_ff, P_PROBE)
     load(ref, model)
@@ -570,9 +543,9 @@ def check_feed_forward(cls: Any) -> str:
         lambda: [
             ("dropout missing", "no dropout is applied to the hidden activations in training mode: create "
              "nn.Dropout(dropout) in __init__ and apply it to relu(linear1(x)) before linear2.", no_drop),
-            ("dropout in wrong place", f"dropout is applied to the output of linear2; {where} (the encoder "
+            ("dropout in the wrong place", f"dropout is applied to the output of linear2; {where} (the encoder "
              "layer adds its own dropout on the output).", zero),
-            ("dropout in wrong place", f"dropout is applied to the input x; {where}.", on_input),
+            ("dropout in the wrong place", f"dropout is applied to the input x; {where}.", on_input),
         ],
     )  # fmt: skip
     return "two input shapes, random weights, dropout in training and eval mode"
@@ -580,6 +553,12 @@ def check_feed_forward(cls: Any) -> str:
 
 # ---------------------------------------------------------------- EncoderLayer
 _LAYER_PARTS = {"self_attn": MultiHeadAttention, "feed_forward": FeedForward, "norm1": LayerNorm, "norm2": LayerNorm}
+_LAYER_WORDS = {
+    "self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
+    "feed_forward": "FeedForward(d_model, d_ff, dropout)",
+    "norm1": "LayerNorm(d_model)",
+    "norm2": "LayerNorm(d_model)",
+}
 
 
 def _require_parts(model: nn.Module, parts: dict[str, type], what: str) -> None:
@@ -619,13 +598,13 @@ def _block_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: 
 
 
 def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_first: bool) -> None:
-    """Dropout with p = 1: eval mode as the reference; training mode with the sub-modules'
+    """Dropout with p = P_PROBE: eval mode as the reference; training mode with the sub-modules'
     own dropout off must zero each sub-layer's output (and nothing else); then each
     sub-module on its own must drop like the reference's (dropout passed on)."""
     model = _build_layer(cls, D, H, d_ff, P_PROBE, norm_first)
     randomise_parameters(model)
     ref = EncoderLayer(D, H, d_ff, P_PROBE, norm_first)
-    _load_reference(ref, model, "EncoderLayer")
+    load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
     x, mask = torch.randn(B, L, D), _padding_mask(B, L)
     check_dropout_modes(
         model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "EncoderLayer",
@@ -657,7 +636,7 @@ def _verify_layer_parts(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tenso
             f"your {what}'s self_attn has num_heads={heads}, but the layer was built with "
             f"num_heads={ref.self_attn.num_heads}: pass num_heads on, MultiHeadAttention(d_model, "
             "num_heads, dropout).",
-            mistake="wrong sub-module",
+            mistake="wrong submodule",
         )
     with torch.no_grad():
         y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
@@ -677,7 +656,7 @@ def check_encoder_layer(cls: Any) -> str:
         model.eval()
         randomise_parameters(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
         ref = EncoderLayer(D, H, d_ff, 0.0, norm_first).eval()
-        _load_reference(ref, model, "EncoderLayer")
+        load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
         x = torch.randn(B, L, D)
         mask = _padding_mask(B, L)
         _verify_layer_parts(model, ref, x, mask, "EncoderLayer")
@@ -691,6 +670,10 @@ def check_encoder_layer(cls: Any) -> str:
 
 
 # ---------------------------------------------------------------- Encoder
+_ENCODER_WORDS = {
+    "layers": "nn.ModuleList of num_layers EncoderLayer",
+    "norm": "LayerNorm(d_model), only when norm_first=True",
+}
 _STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", {"masks not passed on": "mask not passed on"})
 
 
@@ -722,7 +705,7 @@ def check_encoder(cls: Any) -> str:
         model.eval()
         randomise_parameters(model)  # also makes deep-copied layers (identical at first) differ
         ref = Encoder(n, D, H, d_ff, 0.0, norm_first).eval()
-        _load_reference(ref, model, "Encoder")
+        load_reference(model, ref, "Encoder", _ENCODER_WORDS, optional_extra=() if norm_first else ("norm.",))
         x = torch.randn(B, L, D)
         mask = _padding_mask(B, L)
         for i, (layer, ref_layer) in enumerate(zip(model.layers, ref.layers)):
@@ -735,11 +718,11 @@ def check_encoder(cls: Any) -> str:
         )  # fmt: skip
         unused_final_norm(model, norm_first, "Encoder")
 
-    # dropout, pre-norm: with p = 1 every layer's sub-layers vanish, so the stack is its final norm
+    # dropout, pre-norm: with p = P_PROBE every layer's sub-layers vanish, so the stack is its final norm
     model = _build_encoder(cls, n, D, H, d_ff, P_PROBE, True)
     randomise_parameters(model)
     ref = Encoder(n, D, H, d_ff, P_PROBE, True)
-    _load_reference(ref, model, "Encoder")
+    load_reference(model, ref, "Encoder", _ENCODER_WORDS)
     x, mask = torch.randn(B, L, D), _padding_mask(B, L)
     with torch.no_grad():
         no_drop = ref.eval()(x, mask)  # (B, L, D)

@@ -18,22 +18,22 @@ Catalogue (``CheckResult.mistake``):
 * ``GPTBlock``: ``"future leaking"`` (an output moves when a later input changes: no or a
   wrong causal mask), ``"padding mask replaces causal"``, ``"mask ignored"``,
   ``"post-norm"``, ``"missing residual"``, ``"norms swapped"``, ``"ReLU instead of GELU"``,
-  ``"exact GELU"``, ``"wrong return"``, ``"dropout in eval mode"``, ``"input modified in
+  ``"exact GELU"``, ``"wrong return"``, ``"dropout ignores eval mode"``, ``"input modified in
   place"``, plus the structure ones (``"not a class"``, ``"missing submodule"``,
   ``"unexpected parameters"``, ``"wrong parameter shape"``).
 * ``GPT``: ``"not tied"``, ``"tied by copying"``, ``"output bias"``, ``"no position
   embedding"``, ``"positions start at 1"``, ``"embeddings scaled"``, ``"missing final
-  norm"``, ``"probabilities instead of logits"``, ``"mask not passed on"``, ``"only the
-  first block used"``, ``"blocks not chained"``, ``"wrong number of blocks"``,
-  ``"blocks sharing one module"``, ``"dropout in eval mode"``, structure ones.
+  norm"``, ``"returns probabilities"``, ``"returns log-probabilities"``, ``"mask not passed on"``, ``"only the
+  first block used"``, ``"layer outputs not chained"``, ``"wrong number of blocks"``,
+  ``"blocks sharing one module"``, ``"dropout ignores eval mode"``, structure ones.
 * ``next_token_probs``: ``"temperature after softmax"``, ``"temperature ignored"``,
   ``"temperature multiplied"``, ``"top-k keeps k+1"``, ``"top-k keeps k-1"``, ``"top-k keeps
   the smallest"``, ``"not renormalised"``, ``"removed set to zero logit"``, ``"top-p drops
   the crossing token"``, ``"top-p unsorted"``, ``"top-p before temperature"``, ``"top-p
   before top-k"``, ``"log-probabilities"``, ``"input modified in place"``, ``"wrong shape"``.
 * ``generate``: ``"sampling in training mode"``, ``"mode not restored"``, ``"gradients
-  tracked"``, ``"context not cropped"``, ``"context cropped from the start"``, ``"wrong
-  position"`` (logits of the first position), ``"prompt dropped"``, ``"greedy instead of
+  tracked"``, ``"context not cropped"``, ``"context cropped from the start"``, ``"reads
+  the first position"`` (logits of the first position), ``"prompt dropped"``, ``"greedy instead of
   sampling"``, ``"temperature ignored"``, ``"generator ignored"``, ``"wrong shape"``.
 """
 
@@ -66,16 +66,9 @@ from ._core import (
     require_function,
     require_module_class,
 )
-from .decoder import (
-    build_student,
-    check_dropout,
-    copy_parameters,
-    match_parameters,
-    randomise_parameters,
-    structure_failure,
-    trailing_padding,
-    tuple_return,
-)
+from ._blocks import Block, check_dropout, run_block
+from ._pairing import build_student, load_reference, randomise_parameters
+from .decoder import trailing_padding, tuple_return
 
 __all__ = ["check_gpt_block", "check_gpt", "check_next_token_probs", "check_generate"]
 
@@ -98,44 +91,28 @@ _BLOCK_PARTS = {
 }
 
 
-def _block_variant(
-    ref: GPTBlock,
-    x: Tensor,
-    mask: Tensor | None,
-    *,
-    attn_mask: str = "causal&mask",
-    post_norm: bool = False,
-    residual: tuple[str, ...] = ("attn", "ff"),
-    swap_norms: bool = False,
-    activation: str = "gelu_tanh",
-) -> Tensor:
-    """The block computed with the reference's submodules, optionally with one mistake."""
-    L = x.size(1)
-    causal = causal_mask(L, device=x.device)
-    masks = {
-        "causal&mask": causal if mask is None else causal & mask,
-        "mask": mask,
-        "causal": causal,
-        "none": None,
-    }
-    m = masks[attn_mask]
-    n1, n2 = (ref.norm2, ref.norm1) if swap_norms else (ref.norm1, ref.norm2)
+_BLOCK = Block(
+    "GPTBlock",
+    ("self", "ff"),
+    word={"self": "the masked self-attention", "ff": "the feed-forward"},
+    short={"self": "self-attention", "ff": "feed-forward"},
+    attn={"self": ("in", "in", "self_attn", "causal&mask")},
+    lost={},
+)
+
+
+def _block_variant(ref: GPTBlock, x: Tensor, mask: Tensor | None, mutation: dict[str, Any] | None = None) -> Tensor:
+    """The pre-norm block computed with the reference's submodules (:func:`._blocks.run_block`),
+    attending with ``causal_mask(L) & mask``, optionally with one mutation."""
+    causal = causal_mask(x.size(1), device=x.device)
+    masks = {"causal&mask": causal if mask is None else causal & mask, "mask": mask, "causal": causal}
+    return run_block(ref, _BLOCK, x, None, masks, True, mutation)
+
+
+def _activation(ref: GPTBlock, act: Callable[[Tensor], Tensor]) -> dict[str, Any]:
+    """The mutation: the feed-forward with ``act`` in place of GPT-2's tanh-GELU."""
     ff = ref.feed_forward
-
-    def feed(h: Tensor) -> Tensor:
-        a = ff.linear1(h)
-        a = {"gelu_tanh": F.gelu(a, approximate="tanh"), "gelu": F.gelu(a), "relu": F.relu(a)}[activation]
-        return ff.linear2(a)
-
-    def attn(h: Tensor) -> Tensor:
-        return ref.self_attn(h, h, h, m)[0]
-
-    for kind, f, norm in (("attn", attn, n1), ("ff", feed, n2)):
-        if post_norm:
-            x = norm(x + f(x)) if kind in residual else norm(f(x))
-        else:
-            x = x + f(norm(x)) if kind in residual else f(norm(x))
-    return x
+    return {"ff": lambda h: ff.linear2(act(ff.linear1(h)))}
 
 
 def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mistake]:
@@ -146,32 +123,32 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
             ("padding mask replaces causal",
              "when a mask is given, your block uses it instead of the causal mask, so every position "
              "sees the later ones (the future leaks). Combine them: causal_mask(L) & mask.",
-             dict(attn_mask="mask")),
+             {"attn": {"self": ("in", "in", "self_attn", "mask")}}),
             ("mask ignored",
              "the `mask` argument has no effect: the block must attend with causal_mask(L) & mask, so "
              "that padding is blocked too.",
-             dict(attn_mask="causal")),
+             {"attn": {"self": ("in", "in", "self_attn", "causal")}}),
         ]
     table += [
         ("post-norm",
          f"your block normalises after the residual addition (post-norm, norm(x + sublayer(x))); a GPT "
          f"block is pre-norm: {form}, the residual stream itself is never normalised.",
-         dict(post_norm=True)),
-        ("missing residual", f"there are no residual connections: {form}.", dict(residual=())),
+         {"place": {"self": "post", "ff": "post"}}),
+        ("missing residual", f"there are no residual connections: {form}.", {"residual": {"self": None, "ff": None}}),
         ("missing residual", f"there is no residual connection around the self-attention: {form}.",
-         dict(residual=("ff",))),
+         {"residual": {"self": None}}),
         ("missing residual", f"there is no residual connection around the feed-forward: {form}.",
-         dict(residual=("attn",))),
+         {"residual": {"ff": None}}),
         ("norms swapped",
          "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the feed-forward.",
-         dict(swap_norms=True)),
+         {"norm_of": (1, 0)}),
         ("ReLU instead of GELU",
          "the feed-forward uses ReLU; GPT-2 uses GELU (its tanh approximation): "
          'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh").',
-         dict(activation="relu")),
-        ("exact GELU", _EXACT_GELU + ".", dict(activation="gelu")),
+         _activation(ref, F.relu)),
+        ("exact GELU", _EXACT_GELU + ".", _activation(ref, F.gelu)),
     ]
-    return [(name, text, lambda kw=kw: _block_variant(ref, x, mask, **kw)) for name, text, kw in table]
+    return [(name, text, lambda mut=mut: _block_variant(ref, x, mask, mut)) for name, text, mut in table]
 
 
 def _leak_test(model: nn.Module, B: int, L: int, D: int) -> None:
@@ -184,11 +161,7 @@ def _leak_test(model: nn.Module, B: int, L: int, D: int) -> None:
         check_unchanged(["x"], [given], [x], case)
         if not isinstance(base, Tensor) or base.shape != x.shape:
             return  # the comparisons that follow say what is wrong with the output
-        again = call_student(model, x.clone(), context=f"running forward ({case})")
-        if isinstance(again, Tensor) and again.shape == base.shape and not equal(again, base):
-            fail("the same input gave two different outputs in eval mode: some dropout still runs after "
-                 "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
-                 "training=self.training to F.dropout.", mistake="dropout in eval mode")
+        check_dropout(lambda: call_student(model, x.clone(), context=f"running forward ({case})"), base)
         for j in range(1, L):
             changed = x.clone()
             changed[:, j] = torch.randn(B, D)
@@ -236,7 +209,7 @@ def _exact_gelu_probe(model: nn.Module, ref: GPTBlock, B: int, L: int, D: int) -
         with torch.no_grad():
             got = model(x)
             expected = ref(x)
-            exact = _block_variant(ref, x, None, activation="gelu")
+            exact = _block_variant(ref, x, None, _activation(ref, F.gelu))
     except Exception:  # noqa: BLE001 - the probe only adds a diagnosis
         return
     finally:
@@ -261,9 +234,7 @@ def check_gpt_block(cls: Any) -> str:
     shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1"
     model = build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=0.1), shown)
     ref = GPTBlock(D, H, d_ff).eval()
-    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
-    structure_failure("GPTBlock", model, missing, unexpected, wrong_shape, _BLOCK_PARTS)
-    copy_parameters(pairs)
+    load_reference(model, ref, "GPTBlock", _BLOCK_PARTS)
     _leak_test(model, B, L, D)
     _run_block_case(model, ref, torch.randn(B, L, D), None, f"x ({B}, {L}, {D}), no mask")
     mask = trailing_padding(B, L)  # (B, 1, L)
@@ -329,17 +300,17 @@ def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake
          "the final LayerNorm is missing: pre-norm blocks never normalise the residual stream, so the "
          "model applies self.norm once after the last block, before lm_head.",
          dict(final_norm=False)),
-        ("probabilities instead of logits",
+        ("returns probabilities",
          "the model returns probabilities (a softmax over the vocabulary); it returns logits, the raw "
          "scores: the loss (cross_entropy) and the sampling apply the softmax themselves.",
          dict(output="probs")),
-        ("probabilities instead of logits",
+        ("returns log-probabilities",
          "the model returns log-probabilities (log_softmax); it returns the raw logits from lm_head.",
          dict(output="log_probs")),
-        ("only the first block used",
+        ("one layer applied repeatedly",
          "the first block is applied num_layers times; loop over self.blocks so each is used once.",
          dict(blocks="first only")),
-        ("blocks not chained",
+        ("layer outputs not chained",
          "every block gets the embeddings as input, so only the last block's output is kept: feed each "
          "block's output to the next (x = block(x, mask)).",
          dict(blocks="unchained")),
@@ -405,9 +376,7 @@ def check_gpt(cls: Any) -> str:
     _check_blocks(model, N)
     randomise_parameters(model)
     ref = GPT(V, D, H, N, d_ff, 0.0, max_len).eval()
-    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
-    structure_failure("GPT", model, missing, unexpected, wrong_shape, _GPT_PARTS)
-    copy_parameters(pairs)
+    load_reference(model, ref, "GPT", _GPT_PARTS)
     for length, masked in ((L, False), (max_len, False), (L, True)):
         tokens = torch.randint(0, V, (B, length))  # (B, L)
         mask = trailing_padding(B, length) if masked else None  # (B, 1, L)
@@ -713,7 +682,7 @@ def check_generate(fn: Callable[..., Any]) -> str:
          "when the sequence is longer than max_len, generate feeds the model its *first* max_len tokens; "
          "feed it the last ones, out[:, -model.max_len:], which end with the newest token.",
          lambda: _reference_generate(model, original, steps, 1.0, 1, crop="start")),
-        ("wrong position",
+        ("reads the first position",
          "the next token is drawn from the logits of the first position; use the last one, logits[:, -1], "
          "the prediction that follows the newest token.",
          lambda: _reference_generate(model, original, steps, 1.0, 1, position=0)),

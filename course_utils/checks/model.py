@@ -21,7 +21,7 @@
   :class:`course_utils.Transformer`: ``forward`` with and without masks, ``encode`` and
   ``decode``; a wrong result is compared with the reference computed with each catalogued
   mistake; when ``forward`` alone is wrong, "forward disagrees with encode/decode".
-* Dropout, training mode, post-norm, ``dropout=1.0``: every dropout of the contract then
+* Dropout, training mode, post-norm, ``dropout=P_PROBE`` (just below 1): every dropout of the contract then
   zeroes its input, so the output is deterministic. Two forward passes must agree (else a
   fixed ``p`` somewhere); ``encode`` and ``decode`` must equal the reference's, else they
   are compared with each way to leave out or misplace the positional dropout (none,
@@ -53,25 +53,25 @@ has ``T = 1 + (steps until every sequence has produced <eos>)`` columns, or
 Catalogue (``CheckResult.mistake``):
 
 * ``Transformer``: ``"not a class"``, ``"missing method"``, ``"learned positions"``,
-  ``"positional table is a parameter"``, ``"positional table not a buffer"``, ``"final norm
+  ``"pe is a Parameter"``, ``"pe not a buffer"``, ``"final norm
   in post-norm"``, ``"missing final norm"``, ``"parameters differ from the reference"``,
   ``"no Xavier initialisation"``, ``"norm scales not ones"``, ``"norm shifts not zeros"``,
-  ``"future tokens leak"`` (``tgt_mask`` not used), ``"src_mask not used for
+  ``"future leaking"`` (``tgt_mask`` not used), ``"src_mask not used for
   cross-attention"``, ``"src_mask not used by the encoder"``, ``"src_mask not used"``,
   ``"embeddings not scaled"``, ``"embeddings scaled twice"``, ``"positional encoding
-  missing"``, ``"output projection missing"`` (returns ``(B, L, D)``), ``"returns
+  missing"``, ``"missing output projection"`` (returns ``(B, L, D)``), ``"returns
   probabilities"`` (softmax), ``"returns log-probabilities"`` (log_softmax), ``"forward
-  disagrees with encode/decode"``, ``"dropout in eval mode"``, ``"dropout p hard-coded"``,
+  disagrees with encode/decode"``, ``"dropout ignores eval mode"``, ``"hard-coded dropout p"``,
   ``"positional dropout missing"``, ``"layer dropout missing"``, ``"dropout missing"``,
-  ``"dropout before adding positions"``, ``"dropout in the wrong place"``, ``"wrong
+  ``"dropout before adding"``, ``"dropout in the wrong place"``, ``"wrong
   return"``, ``"input modified in place"``.
 * the three functions: ``"not a function"`` (a class or a non-callable was passed).
-* ``make_src_mask``: ``"mask inverted"``, ``"missing query axis"`` (``(B, L)``) and
+* ``make_src_mask``: ``"inverted mask"``, ``"missing query axis"`` (``(B, L)``) and
   ``"wrong axis"`` (``(B, L, 1)``), in ``check_padding_mask``'s words, ``"pad id
   hard-coded as 0"``, ``"not a bool mask"``, ``"input modified in place"``.
 * ``make_tgt_mask``: ``"causal only"``, ``"padding only"``, ``"upper triangle"``,
-  ``"padding on the query axis"``, ``"strictly lower triangle"``, ``"| instead of &"``,
-  ``"mask inverted"``, ``"pad id hard-coded as 0"``, ``"extra head axis"``, ``"not a bool
+  ``"padding on the query axis"``, ``"diagonal excluded"``, ``"| instead of &"``,
+  ``"inverted mask"``, ``"hard-coded pad id"``, ``"extra head axis"``, ``"not a bool
   mask"``, ``"input modified in place"``.
 * ``greedy_decode``: ``"keeps generating after eos"``, ``"runs to max_len after all
   finished"``, ``"stops at the first eos"``, ``"pad_id ignored"``, ``"no bos in column
@@ -83,7 +83,6 @@ Catalogue (``CheckResult.mistake``):
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -118,13 +117,9 @@ from ._core import (
     require_module_class,
 )
 from .attention import _padding_shape
-from .decoder import (
-    check_dropout,
-    copy_parameters,
-    match_parameters,
-    randomise_parameters,
-    trailing_padding,
-)
+from ._pairing import copy_parameters, pair_parameters, randomise_parameters
+from ._blocks import P_PROBE, check_dropout
+from .decoder import trailing_padding
 
 __all__ = ["check_transformer", "check_make_src_mask", "check_make_tgt_mask", "check_greedy_decode"]
 
@@ -150,40 +145,36 @@ def _not_bool(what: str, got: Any, expected: Tensor, case: str) -> None:
         )
 
 
-# ---------------------------------------------------------------- make_src_mask
-@checker("make_src_mask")
-def check_make_src_mask(fn: Callable[..., Any]) -> str:
-    require_function(fn, "make_src_mask")
+def _mask_cases(fn: Callable[..., Any], name: str, arg: str) -> Any:
+    """For a non-zero ``pad_id`` and for 0: ``(B, L, pad_id, tokens, case, got)``, the
+    student's ``fn(tokens, pad_id)`` on ``(B, L)`` ids with trailing padding (``B != L``)."""
     for pad_id in (randint(1, 9), 0):
         while True:
             B, L = randint(2, 5), randint(4, 9)
             if B != L:
                 break
-        vocab = 12
-        src = _tokens(B, L, vocab, pad_id, trailing_padding(B, L)[:, 0])  # (B, L)
-        src0 = src.clone()
-        case = f"src of shape ({B}, {L}), pad_id={pad_id}"
-        got = call_student(fn, src, pad_id, context=f"calling make_src_mask({case})")
-        check_unchanged(["src"], [src], [src0], case)
-        expected = padding_mask(src0, pad_id)  # (B, 1, L)
-        real = src0 != pad_id  # (B, L)
+        tokens = _tokens(B, L, 12, pad_id, trailing_padding(B, L)[:, 0])  # (B, L)
+        given = tokens.clone()
+        case = f"{arg} of shape ({B}, {L}), pad_id={pad_id}"
+        got = call_student(fn, given, pad_id, context=f"calling {name}({case})")
+        check_unchanged([arg], [given], [tokens], case)
+        yield B, L, pad_id, tokens, case, got
+
+
+# ---------------------------------------------------------------- make_src_mask
+@checker("make_src_mask")
+def check_make_src_mask(fn: Callable[..., Any]) -> str:
+    require_function(fn, "make_src_mask")
+    for B, L, pad_id, src, case, got in _mask_cases(fn, "make_src_mask", "src"):
+        expected = padding_mask(src, pad_id)  # (B, 1, L)
         mistakes: list[Mistake] = [
-            (
-                "mask inverted",
-                "the mask is inverted: True must mark the real tokens (a key that may be attended "
-                "to) and False the padding. Compare with !=, not ==.",
-                (~real).unsqueeze(1),
-            ),
+            ("inverted mask", "the mask is inverted: True must mark the real tokens (a key that may be attended "
+             "to) and False the padding. Compare with !=, not ==.", (src == pad_id).unsqueeze(1)),
         ]
         if pad_id != 0:
-            mistakes.append(
-                (
-                    "pad id hard-coded as 0",
-                    f"your mask compares with 0 instead of pad_id (here {pad_id}): real tokens with "
-                    "id 0 are masked and the padding is not. Use the pad_id argument.",
-                    (src0 != 0).unsqueeze(1),
-                )
-            )
+            mistakes.append(("hard-coded pad id", f"your mask compares with 0 instead of pad_id (here {pad_id}): "
+                             "real tokens with id 0 are masked and the padding is not. Use the pad_id argument.",
+                             (src != 0).unsqueeze(1)))
         if isinstance(got, Tensor) and got.shape != expected.shape:
             _padding_shape(B, L, f"the mask ({case})")(got)  # the same words as check_padding_mask
         _not_bool("the mask", got, expected, case)
@@ -195,79 +186,36 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
 @checker("make_tgt_mask")
 def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_tgt_mask")
-    for pad_id in (randint(1, 9), 0):
-        while True:
-            B, L = randint(2, 5), randint(4, 9)
-            if B != L:
-                break
-        tgt = _tokens(B, L, 12, pad_id, trailing_padding(B, L)[:, 0])  # (B, L)
-        tgt0 = tgt.clone()
-        case = f"tgt of shape ({B}, {L}), pad_id={pad_id}"
-        got = call_student(fn, tgt, pad_id, context=f"calling make_tgt_mask({case})")
-        check_unchanged(["tgt"], [tgt], [tgt0], case)
-        pad = padding_mask(tgt0, pad_id)  # (B, 1, L) keys that are real
+    for B, L, pad_id, tgt, case, got in _mask_cases(fn, "make_tgt_mask", "tgt"):
+        pad = padding_mask(tgt, pad_id)  # (B, 1, L) keys that are real
         causal = causal_mask(L)  # (L, L)
         expected = pad & causal  # (B, L, L)
-        full = (B, L, L)
+        ones = torch.ones(L, L, dtype=torch.bool)
+        causal_only = ("the mask is only causal: padding keys are not blocked. Combine the causal mask with the "
+                       "padding mask: padding_mask(tgt, pad_id) & causal_mask(L).")
+        padding_only = ("the mask only blocks padding: nothing stops a position from looking at later (future) "
+                        "tokens. Combine the padding mask with causal_mask(L) using &.")
         mistakes: list[Mistake] = [
-            (
-                "causal only",
-                "the mask is only causal: padding keys are not blocked. Combine the causal mask with "
-                "the padding mask: padding_mask(tgt, pad_id) & causal_mask(L).",
-                causal,
-            ),
-            ("causal only", "the mask is only causal: padding keys are not blocked. Combine it with "
-             "the padding mask using &.", causal.expand(full)),
-            (
-                "padding only",
-                "the mask only blocks padding: nothing stops a position from looking at later "
-                "(future) tokens. Combine the padding mask with causal_mask(L) using &.",
-                pad,
-            ),
-            ("padding only", "the mask only blocks padding, not the future: combine it with causal_mask(L) "
-             "using &.", pad.expand(full)),
-            (
-                "upper triangle",
-                "the causal part is the upper triangle: each position may look at the future, not "
-                "the past. Position i may attend to keys 0..i: keep the lower triangle (tril).",
-                pad & torch.ones(L, L, dtype=torch.bool).triu(),
-            ),
-            (
-                "strictly lower triangle",
-                "the causal part leaves out the diagonal: each position must also be allowed to "
-                "attend to itself (tril(), not tril(-1)).",
-                pad & torch.ones(L, L, dtype=torch.bool).tril(-1),
-            ),
-            (
-                "padding on the query axis",
-                "the padding is applied on the query axis (rows) instead of the key axis (columns): "
-                "padding *keys* must be blocked for every query, so use the (B, 1, L) padding mask "
-                "(unsqueeze(1)), not (B, L, 1).",
-                pad.transpose(1, 2) & causal,
-            ),
-            (
-                "| instead of &",
-                "the two masks are combined with | (or): a key is allowed if it is in the past OR "
-                "real. It must be both: use &.",
-                pad | causal,
-            ),
-            ("mask inverted", "the mask is inverted: True means 'may attend'.", ~expected),
-            (
-                "extra head axis",
-                "the mask has an extra head axis, (B, 1, L, L); the contract's shape is "
-                "(B, L_tgt, L_tgt) (MultiHeadAttention adds the head axis itself).",
-                expected.unsqueeze(1),
-            ),
+            ("causal only", causal_only, causal),
+            ("causal only", causal_only, causal.expand(B, L, L)),
+            ("padding only", padding_only, pad),
+            ("padding only", padding_only, pad.expand(B, L, L)),
+            ("upper triangle", "the causal part is the upper triangle: each position may look at the future, not "
+             "the past. Position i may attend to keys 0..i: keep the lower triangle (tril).", pad & ones.triu()),
+            ("diagonal excluded", "the causal part leaves out the diagonal: each position must also be allowed to "
+             "attend to itself (tril(), not tril(-1)).", pad & ones.tril(-1)),
+            ("padding on the query axis", "the padding is applied on the query axis (rows) instead of the key axis "
+             "(columns): padding *keys* must be blocked for every query, so use the (B, 1, L) padding mask "
+             "(unsqueeze(1)), not (B, L, 1).", pad.transpose(1, 2) & causal),
+            ("| instead of &", "the two masks are combined with | (or): a key is allowed if it is in the past OR "
+             "real. It must be both: use &.", pad | causal),
+            ("inverted mask", "the mask is inverted: True means 'may attend'.", ~expected),
+            ("extra head axis", "the mask has an extra head axis, (B, 1, L, L); the contract's shape is "
+             "(B, L_tgt, L_tgt) (MultiHeadAttention adds the head axis itself).", expected.unsqueeze(1)),
         ]
         if pad_id != 0:
-            mistakes.append(
-                (
-                    "pad id hard-coded as 0",
-                    f"the padding part compares with 0 instead of pad_id (here {pad_id}). Use the "
-                    "pad_id argument.",
-                    padding_mask(tgt0, 0) & causal,
-                )
-            )
+            mistakes.append(("hard-coded pad id", f"the padding part compares with 0 instead of pad_id (here "
+                             f"{pad_id}). Use the pad_id argument.", padding_mask(tgt, 0) & causal))
         _not_bool("the mask", got, expected, case)
         expect_close("the mask", got, expected, mistakes, case=case)
     return "(B, L_tgt, L_tgt) = padding & causal, pad_id 0 and non-zero"
@@ -387,7 +335,7 @@ def _per_side(sides: tuple[int, ...], value: Any, default: Any) -> tuple[Any, An
 def _transformer_mistakes(part: str, has_src_mask: bool, has_tgt_mask: bool) -> list[tuple[str, str, dict[str, Any]]]:
     out: list[tuple[str, str, dict[str, Any]]] = []
     if has_tgt_mask and part != "memory":
-        out.append(("future tokens leak", "tgt_mask has no effect: every target position sees the later (future) "
+        out.append(("future leaking", "tgt_mask has no effect: every target position sees the later (future) "
                     "target tokens. Pass tgt_mask on to the decoder's self-attention.", dict(self_mask=False)))
     if has_src_mask:
         if part != "memory":
@@ -414,7 +362,7 @@ def _transformer_mistakes(part: str, has_src_mask: bool, has_tgt_mask: bool) -> 
              dict(pe=_per_side(sides, False, True))),
         ]
     if part == "logits":
-        out.append(("output projection missing", "forward returns the decoder output (B, L_tgt, d_model): project "
+        out.append(("missing output projection", "forward returns the decoder output (B, L_tgt, d_model): project "
                     "it to the target vocabulary with the output projection, nn.Linear(d_model, tgt_vocab_size), "
                     "to get logits (B, L_tgt, tgt_vocab_size).", dict(part="decoded")))
         for post, name in (("softmax", "returns probabilities"), ("log_softmax", "returns log-probabilities")):
@@ -435,7 +383,7 @@ _PE_DROP_WORDS = {
 
 def _dropout_mistakes(part: str) -> list[tuple[str, str, dict[str, Any]]]:
     """Each way to leave out or misplace the training-mode dropout of one side, for a probe
-    with ``dropout=1.0`` (every correct dropout then outputs zeros)."""
+    with ``dropout=P_PROBE`` (every correct dropout then outputs zeros)."""
     out = []
     for side in _PARTS[part]:
         words, stack = ("source", "target")[side], _STACKS[side]
@@ -448,7 +396,7 @@ def _dropout_mistakes(part: str) -> list[tuple[str, str, dict[str, Any]]]:
                     said.append(f"the layers of {stack} apply no dropout (pass the dropout argument on to "
                                 f"{'Encoder' if side == 0 else 'Decoder'}(..., dropout, norm_first))")
                 name = {("none", True): "positional dropout missing", ("after", False): "layer dropout missing",
-                        ("none", False): "dropout missing"}.get((mode, layers), "dropout before adding positions")
+                        ("none", False): "dropout missing"}.get((mode, layers), "dropout before adding")
                 kw = dict(pe_drop=_per_side((side,), mode, "after"), layer_drop=_per_side((side,), layers, True))
                 out.append((name, "in training mode " + "; and ".join(said) + ".", kw))
     return out
@@ -477,45 +425,6 @@ def _student_call(what: str, fn: Callable[..., Any], args: tuple[Any, ...], name
 
 
 # ---------------------------------------------------------------- Transformer: structure and initialisation
-def _fit_block(chunk: list[tuple[str, Tensor]], block: list[tuple[str, Tensor]]) -> list[tuple[Tensor, Tensor]] | None:
-    """Pair a run of the student's parameters with one top-level part of the reference:
-    by position when the shapes follow the same order, else by the reference's names."""
-    if [p.shape for _, p in chunk] == [p.shape for _, p in block]:
-        return [(sp, rp) for (_, sp), (_, rp) in zip(chunk, block)]
-    by_name = dict(chunk)
-    first = block[0][0]
-    for prefix in {n[: -len(first)] for n in by_name if n.endswith("." + first)}:  # one part: one prefix
-        hits = [by_name.get(prefix + r_name) for r_name, _ in block]
-        if len(by_name) == len(block) and all(sp is not None and sp.shape == rp.shape for sp, (_, rp) in zip(hits, block)):
-            return [(sp, rp) for sp, (_, rp) in zip(hits, block)]  # type: ignore[misc]
-    return None
-
-
-def _align(model: nn.Module, ref: nn.Module) -> list[tuple[Tensor, Tensor]] | None:
-    """``(student, reference)`` parameter pairs whatever the student's names: by name when
-    they are the contract's, else by structure (the reference's top-level parts in some
-    order, each matched by its shapes); ``None`` when the parameters do not correspond."""
-    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
-    if not (missing or unexpected or wrong_shape):
-        return pairs
-    student = list(model.named_parameters(remove_duplicate=False))  # tied weights count for each use
-    blocks = [list(c.named_parameters()) for c in ref.children()]
-    blocks = [b for b in blocks if b]
-    if sum(len(b) for b in blocks) != len(student):
-        return None
-    for order in itertools.permutations(blocks):
-        pairs, pos = [], 0
-        for block in order:
-            fit = _fit_block(student[pos : pos + len(block)], block)
-            if fit is None:
-                break
-            pairs += fit
-            pos += len(block)
-        else:
-            return pairs
-    return None
-
-
 @contextmanager
 def _final_norms(ref: Transformer, enc: bool, dec: bool) -> Iterator[None]:
     """``ref`` with a final norm in the encoder / decoder where it has none and none where
@@ -533,7 +442,7 @@ def _final_norms(ref: Transformer, enc: bool, dec: bool) -> Iterator[None]:
 def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> None:
     for enc, dec in ((True, True), (True, False), (False, True)):
         with _final_norms(ref, enc, dec):
-            fits = _align(model, ref) is not None
+            fits = pair_parameters(model, ref, by_structure=True) is not None
         if not fits:
             continue
         which = " and ".join(w for w, on in zip(_STACKS, (enc, dec)) if on)
@@ -584,7 +493,7 @@ def _check_state(model: nn.Module, D: int) -> None:
             if _is_table(p, table):
                 fail(f"the positional table `{name}` is an nn.Parameter: it is fixed, not learned, so register it "
                      "with self.register_buffer('pe', table) (a buffer moves with .to(device) and is saved, but the "
-                     "optimizer never sees it).", mistake="positional table is a parameter")
+                     "optimizer never sees it).", mistake="pe is a Parameter")
             fail(f"`{name}` {tuple(p.shape)} is a learned positional table: the contract adds the fixed sinusoidal "
                  "table instead (PositionalEncoding, whose `pe` is a buffer, not a parameter).",
                  mistake="learned positions")
@@ -595,7 +504,7 @@ def _check_state(model: nn.Module, D: int) -> None:
     if plain:
         fail(f"the positional table `{plain[0]}` is a plain tensor attribute: model.to(device) would leave it behind "
              "and state_dict() would not save it. Register it with self.register_buffer('pe', table).",
-             mistake="positional table not a buffer")
+             mistake="pe not a buffer")
 
 
 def _check_init(model: nn.Module, ref: Transformer, pairs: list[tuple[Tensor, Tensor]]) -> None:
@@ -646,7 +555,7 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     _require_methods(model)
     ref = Transformer(s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
     _check_state(model, s.D)
-    pairs = _align(model, ref)
+    pairs = pair_parameters(model, ref, by_structure=True)
     if pairs is None:
         _structure_failure(model, ref, norm_first)
         raise AssertionError  # unreachable: _structure_failure fails
@@ -721,26 +630,26 @@ def _mapped_cases(model: nn.Module, ref: Transformer, s: _Sizes, norm_first: boo
 
 
 def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
-    """Training mode with ``dropout=1.0`` (post-norm): every dropout of the contract zeroes
+    """Training mode with ``dropout=P_PROBE`` (post-norm): every dropout of the contract zeroes
     its input, so the output is deterministic and shows a missing, misplaced or hard-coded
     one. Runs first, as it fails fast; a difference it cannot name is returned, to be
     reported only if the eval-mode comparisons (which name more) find nothing."""
-    model, ref = _build_aligned(cls, s, False, 1.0)
+    model, ref = _build_aligned(cls, s, False, P_PROBE)
     model.train()
     ref.train()
     inputs = _transformer_inputs(s)
-    where = "training mode, dropout=1.0, norm_first=False"
+    where = f"training mode, dropout={P_PROBE}, norm_first=False"
     with torch.no_grad():
         first = call_student(model, *inputs, context=f"running forward ({where})")
         again = call_student(model, *inputs, context=f"running forward ({where})")
         if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):
-            fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != 1.0]
+            fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != P_PROBE]
             fail(
-                f"two forward passes in {where} gave different outputs: with p=1 every dropout zeroes its input, so "
+                f"two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, so "
                 "the output would be the same each time; some dropout uses its own p instead of the dropout "
                 "argument" + (f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
                 + ". Pass the dropout argument on to every module that drops.",
-                mistake="dropout p hard-coded",
+                mistake="hard-coded dropout p",
             )
         try:
             _compare_parts(model, ref, inputs, where, _dropout_mistakes)

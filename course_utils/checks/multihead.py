@@ -13,10 +13,10 @@ Catalogue (``CheckResult.mistake``):
   ``"transposed wrong axes"``, ``"heads take strided features"``, ``"input modified in place"``,
   ``"no divisibility check"``, ``"wrong error type"``.
 * ``merge_heads``: ``"reshape without transpose"``, ``"heads not flattened"``,
-  ``"features in wrong order"``, ``"view after transpose"``, ``"wrong shape"``.
+  ``"features in wrong order"``, ``"view on a non-contiguous tensor"``, ``"wrong shape"``.
 * ``MultiHeadAttention``: ``"missing submodule"``, ``"wrong submodule"``,
   ``"missing output projection"``, ``"split without transpose"``, ``"mask ignored"``,
-  ``"mask inverted"``, ``"mask broadcast wrongly"``, ``"no scaling"``,
+  ``"inverted mask"``, ``"mask broadcast wrongly"``, ``"no scaling"``,
   ``"scaled by sqrt(d_model)"``, ``"scaled by d_k"``, ``"weights averaged over heads"``,
   ``"projections swapped"``, ``"inputs swapped"``, ``"fails for cross-attention"``,
   ``"wrong return"``, ``"input modified in place"``, ``"no divisibility check"``,
@@ -50,6 +50,9 @@ from ._core import (
     dropout_pattern,
     expect_close,
     fail,
+    fail_eval_dropout,
+    fail_fixed_p,
+    is_view_error,
     matches,
     randint,
     random_mask,
@@ -78,14 +81,13 @@ def _head_dims(batch_equals_heads: bool = False) -> tuple[int, int, int, int, in
 
 def _view_error(err: StudentError) -> None:
     """Name the classic ``.view`` after ``.transpose`` error instead of just reporting it."""
-    msg = str(err.exc)
-    if isinstance(err.exc, RuntimeError) and "view size is not compatible" in msg:
+    if is_view_error(err.exc):
         line = student_line(err.exc)
         fail(
             "your code raised RuntimeError: .view cannot reshape a tensor after .transpose, "
             "because transposing makes its memory non-contiguous. Use .reshape(...) (or "
             ".contiguous().view(...))." + (f"\n    at {line}" if line else ""),
-            mistake="view after transpose",
+            mistake="view on a non-contiguous tensor",
         )
 
 
@@ -332,7 +334,7 @@ def _mha_mistakes(mask: Tensor | None, distinct_inputs: bool) -> list[tuple[str,
         )
         out.append(
             (
-                "mask inverted",
+                "inverted mask",
                 "the mask is inverted: True means 'may attend', so fill the scores where the "
                 "mask is False (~mask or mask == 0), not where it is True.",
                 dict(mask_mode="inverted"),
@@ -546,12 +548,7 @@ def _check_dropout(cls: Any) -> None:
             model.eval()
             out_eval, _ = _pair(call_student(model, query, key, value, context=f"running forward ({case})"), case)
         if not matches(out_eval, ref_out):
-            fail(
-                f"with dropout={p} in eval mode your output differs from the one without dropout: dropout "
-                "still acts after model.eval(). Use the module nn.Dropout (or F.dropout(..., "
-                "training=self.training)), which eval mode switches off.",
-                mistake="dropout ignores eval mode",
-            )
+            fail_eval_dropout("your output", f"eval mode, dropout={p}")
         if not matches(w, ref_w):
             after = dropout_pattern(w, ref_w, p)
             fail(
@@ -593,12 +590,7 @@ def _check_dropout(cls: Any) -> None:
         if on_weights and abs(scale * (1 - p) - 1) < 1e-2:
             continue
         if on_weights and scale > 1 + 1e-2:
-            fail(
-                f"in {case}: dropout acts on the attention weights, but with p = {1 - 1 / scale:.2g} (kept "
-                f"weights are scaled by {scale:.3g} = 1/(1 - p)) instead of the dropout argument {p}: build "
-                "nn.Dropout(dropout) from the argument, not a fixed number.",
-                mistake="hard-coded dropout p",
-            )
+            fail_fixed_p(scale, p, "the attention weights", case)
         fail(
             f"in {case}: the output is not what dropout on the attention weights gives (each weight either "
             "0 or weight / (1 - p)). Apply dropout exactly once, to the weights after the softmax: "

@@ -9,7 +9,7 @@ Catalogue (``CheckResult.mistake``):
 
 * ``sinusoidal_positional_encoding``: ``"sin and cos swapped"``, ``"sin and cos
   concatenated"`` (either half first), ``"exponent i/d_model"``, ``"exponent j/d_model"``,
-  ``"exponent 2j/d_model"``, ``"positions from 1"`` (and every combination of these, named
+  ``"exponent 2j/d_model"``, ``"positions start at 1"`` (and every combination of these, named
   by its first part; see ``_table_mistakes``), ``"table transposed"``, ``"not floating
   point"``; any other wrong table gets ``"values differ"`` with the columns that are right.
 * ``PositionalEncoding``: ``"pe is a Parameter"``, ``"pe not a buffer"``, ``"pe not
@@ -18,7 +18,7 @@ Catalogue (``CheckResult.mistake``):
   added"``, ``"wrong table"``, ``"dropout before adding"``, ``"dropout missing"``,
   ``"hard-coded dropout p"``, ``"dropout ignores eval mode"``, ``"no length check"``,
   ``"input modified in place"``. A float64 ``pe`` with the right values is accepted.
-* ``TokenEmbedding``: ``"missing embedding"``, ``"wrong embedding size"``, ``"not scaled"``,
+* ``TokenEmbedding``: ``"missing embedding"``, ``"wrong embedding size"``, ``"embeddings not scaled"``,
   ``"scaled by d_model"``, ``"divided by sqrt(d_model)"``, ``"input modified in place"``.
 
 Tables are compared with ``atol=1e-4``: float32 tables computed in different but correct
@@ -50,6 +50,8 @@ from ._core import (
     dropout_scale,
     expect_close,
     fail,
+    fail_eval_dropout,
+    fail_fixed_p,
     matches,
     randint,
     register_hints,
@@ -107,7 +109,7 @@ _EXPONENT_WORDS = {
     "2j": ("exponent 2j/d_model", "the exponent is 2j/d_model with j the column index, which counts every "
            "column twice: for columns 2i and 2i+1 it should be 2i/d_model (the even column index over d_model)."),
 }
-_FROM_ONE = ("positions from 1", "positions start at 1; they start at 0 (row 0 is sin(0) = 0 and cos(0) = 1).")
+_FROM_ONE = ("positions start at 1", "positions start at 1; they start at 0 (row 0 is sin(0) = 0 and cos(0) = 1).")
 
 
 def _table_mistakes(max_len: int, d_model: int) -> list[Mistake]:
@@ -279,12 +281,7 @@ def _check_dropout(cls: Any, D: int, M: int, p: float, table: Tensor) -> None:
                 mistake="dropout missing",
             )
         if scale is not None:
-            fail(
-                f"dropout acts on x + pe[:L] ({case}), but with p = {1 - 1 / scale:.2g} (kept entries are "
-                f"scaled by {scale:.3g} = 1/(1 - p)) instead of the dropout argument {p}: build "
-                "nn.Dropout(dropout) from the argument, not a fixed number.",
-                mistake="hard-coded dropout p",
-            )
+            fail_fixed_p(scale, p, "x + pe[:L]", case)
         if dropout_scale(got - table[:L], x, atol=_ATOL) is not None:
             fail(
                 f"dropout was applied to x before adding the encoding ({case}); the paper applies "
@@ -301,11 +298,7 @@ def _check_dropout(cls: Any, D: int, M: int, p: float, table: Tensor) -> None:
     with torch.no_grad():
         got = _forward(dropped, x.clone(), case, M)
     if not matches(got, y, atol=_ATOL) and dropout_scale(got, y, atol=_ATOL) is not None:
-        fail(
-            f"dropout is still active in eval mode ({case}): use the module nn.Dropout (or pass "
-            "training=self.training to F.dropout) so model.eval() switches it off.",
-            mistake="dropout ignores eval mode",
-        )
+        fail_eval_dropout("the output", case)
     expect_close("output", got, y, case=case, atol=_ATOL)
 
 
@@ -448,7 +441,7 @@ def check_token_embedding(cls: Any) -> str:
         lookup = weight[tokens0]  # (B, L, D)
         mistakes: list[Mistake] = [
             (
-                "not scaled",
+                "embeddings not scaled",
                 "the embeddings are not scaled: multiply them by sqrt(d_model).",
                 lookup,
             ),

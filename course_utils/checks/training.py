@@ -49,12 +49,12 @@ Catalogue (``CheckResult.mistake``):
   place"``.
 * ``masked_cross_entropy``: ``"log of softmax"`` (non-finite on extreme logits),
   ``"padding counted"``, ``"divided by all positions"``, ``"divided by the batch size"``,
-  ``"pad id hard-coded as 0"``, ``"label smoothing ignored"``, ``"label smoothing applied
+  ``"hard-coded pad id"``, ``"label smoothing ignored"``, ``"label smoothing applied
   twice"``, ``"smoothing over the other classes only"``, ``"smoothing without the
   padding class"``, ``"smoothing term summed"``, ``"KL divergence instead of
   cross-entropy"``, ``"sum instead of
   mean"``, ``"mean of per-sequence means"``, ``"double softmax"``, ``"no log-softmax"``,
-  ``"classes on the wrong axis"``, ``".view on a non-contiguous tensor"``, ``"not
+  ``"classes on the wrong axis"``, ``"view on a non-contiguous tensor"``, ``"not
   reduced"``, ``"not a tensor"``, ``"detached from the graph"``, ``"input modified in
   place"``.
 * ``noam_lr``: ``"warmup^-0.5 instead of warmup^-1.5"``, ``"max instead of min"``,
@@ -70,7 +70,7 @@ Catalogue (``CheckResult.mistake``):
   stepped before the optimizer"``, ``"scheduler not stepped"``, ``"scheduler stepped
   twice"``, ``"scheduler None not handled"``, ``"clip_norm None not handled"``), ``"model
   in eval mode"``, ``"model left in eval mode"``, ``"loss returned as a tensor"``, ``"no
-  loss returned"``, ``".view on a non-contiguous tensor"``.
+  loss returned"``, ``"view on a non-contiguous tensor"``.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ from ._core import (
     describe_shape,
     expect_close,
     fail,
+    is_view_error,
     matches,
     randint,
     register_hints,
@@ -117,10 +118,6 @@ def _ids(shape: tuple[int, ...], vocab: int, avoid: int) -> Tensor:
     """Random ids in ``[0, vocab)`` that are never ``avoid``."""
     ids = torch.randint(0, vocab - 1, shape)
     return ids + (ids >= avoid).long()
-
-
-def _view_error(exc: BaseException) -> bool:
-    return isinstance(exc, RuntimeError) and "view size is not compatible" in str(exc)
 
 
 _VIEW_ADVICE = (
@@ -288,7 +285,7 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
     ]
     if pad_id != 0:
         out.append(
-            ("pad id hard-coded as 0",
+            ("hard-coded pad id",
              f"padding is recognised by the id 0 instead of pad_id (here {pad_id}): real tokens with id 0 are "
              "ignored and the padding is counted. Use the pad_id argument (ignore_index=pad_id).",
              lambda: F.cross_entropy(flat_logits, flat_t, ignore_index=0, label_smoothing=eps)))
@@ -335,8 +332,8 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
 def _cross_entropy_error(err: StudentError) -> None:
     exc = err.exc
     text = str(exc)
-    if _view_error(exc):
-        fail(_VIEW_ADVICE, mistake=".view on a non-contiguous tensor")
+    if is_view_error(exc):
+        fail(_VIEW_ADVICE, mistake="view on a non-contiguous tensor")
     if isinstance(exc, (RuntimeError, ValueError)) and (
         "Expected target size" in text or "only batches of spatial targets" in text
     ):
@@ -643,7 +640,7 @@ _LOSS_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
      "the loss counts the padding positions of batch.tgt_out: pass pad_id on (masked_cross_entropy(logits, "
      "batch.tgt_out, pad_id, ...) or ignore_index=pad_id).",
      frozenset({"pad counted"})),
-    ("pad id hard-coded as 0",
+    ("hard-coded pad id",
      "the loss ignores the id 0 instead of the pad_id argument: use pad_id.",
      frozenset({"pad zero"})),
     ("label smoothing not passed",
@@ -673,8 +670,8 @@ _UPDATE_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
 
 def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None:
     exc, text = err.exc, str(err.exc)
-    if _view_error(exc):
-        fail(_VIEW_ADVICE, mistake=".view on a non-contiguous tensor")
+    if is_view_error(exc):
+        fail(_VIEW_ADVICE, mistake="view on a non-contiguous tensor")
     if clip is None and isinstance(exc, TypeError) and "NoneType" in text:
         fail(
             f"your code raised {type(exc).__name__}: {text.splitlines()[0]} with clip_norm=None, which means: no "
