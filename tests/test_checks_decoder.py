@@ -694,3 +694,27 @@ def test_generator_without_mutation_is_the_reference():
         ref.norm_first = nf
         got = run_block(ref, decoder_checks._BLOCK, x, memory, masks, nf)
         assert torch.allclose(got, ref(x, memory, tgt_mask, memory_mask), atol=1e-6)
+
+
+# ---------------------------------------------------------------- one module under two roles (trial A)
+def _aliased(pairs):
+    class Aliased(course_utils.DecoderLayer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for dst, src in pairs:
+                setattr(self, dst, getattr(self, src))
+
+    return Aliased
+
+
+@pytest.mark.parametrize(
+    "pairs, words",
+    [
+        ([("cross_attn", "self_attn")], ("`self_attn` and `cross_attn`", "MultiHeadAttention object")),
+        ([("norm3", "norm2")], ("`norm2` and `norm3`",)),
+        ([("norm2", "norm1")], ("`norm1` and `norm2`",)),
+        ([("norm3", "norm1")], ("`norm1` and `norm3`",)),
+    ],
+)
+def test_decoder_layer_roles_sharing_a_module_fail(pairs, words):
+    assert_mistake(check_decoder_layer, _aliased(pairs), "modules shared", *words)

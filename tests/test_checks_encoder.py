@@ -1078,3 +1078,44 @@ def test_generator_without_mutation_is_the_reference():
     for nf in (False, True):
         ref.norm_first = nf
         assert torch.allclose(run_block(ref, encoder_checks._BLOCK, x, None, {"mask": mask}, nf), ref(x, mask), atol=1e-6)
+
+
+# ---------------------------------------------------------------- one module under two roles (trial A)
+def _aliased(base, build):
+    """``base`` with ``build(self)`` run at the end of __init__ (sharing made after construction)."""
+
+    class Aliased(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            build(self)
+
+    return Aliased
+
+
+def _share_data(a, b):
+    def build(self):
+        for pa, pb in zip(getattr(self, a).parameters(), getattr(self, b).parameters()):
+            pb.data = pa.data
+
+    return build
+
+
+@pytest.mark.parametrize(
+    "build, words",
+    [
+        (lambda s: setattr(s, "norm2", s.norm1), ("`norm1` and `norm2`", "same LayerNorm object")),
+        (_share_data("norm1", "norm2"), ("`norm1.weight` and `norm2.weight`", "share the same memory")),
+        (lambda s: setattr(s.self_attn, "w_k", s.self_attn.w_q), ("`self_attn.w_q` and `self_attn.w_k`",)),
+    ],
+)
+def test_encoder_layer_roles_sharing_a_module_fail(build, words):
+    assert_mistake(check_encoder_layer, _aliased(EncoderLayer, build), "modules shared", *words)
+
+
+def test_encoder_layer_aliases_of_one_role_pass():
+    # a helper list holding the same norms, and one Dropout module reused: no role is shared
+    def build(self):
+        self.norms = nn.ModuleList([self.norm1, self.norm2])
+        self.dropout2 = self.dropout1
+
+    assert_passes(check_encoder_layer, _aliased(EncoderLayer, build), repeat=2)

@@ -510,3 +510,25 @@ def test_hints_registered(capsys):
         assert 2 <= len(HINTS[name]) <= 4
         hint(name, 1)
         assert f"Hint 1/{len(HINTS[name])} for {name}" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- one projection under several names (trial A)
+def _shared_projection(names):
+    class Shared(make_mha()):
+        def __init__(self, d_model, num_heads, dropout=0.0):
+            super().__init__(d_model, num_heads, dropout)
+            for n in names:
+                setattr(self, n, self.w_q)
+
+    return Shared
+
+
+@pytest.mark.parametrize(
+    "names, words",
+    [
+        (("w_k", "w_v"), ("`w_q`, `w_k` and `w_v` are one and the same Linear object",)),
+        (("w_o",), ("`w_q` and `w_o`",)),
+    ],
+)
+def test_mha_shared_projection_is_named(names, words):
+    assert_mistake(check_multi_head_attention, _shared_projection(names), "modules shared", *words)

@@ -79,6 +79,7 @@ from ._core import (
     matches,
     randint,
     register_hints,
+    require_distinct_roles,
     require_module_class,
     student_line,
 )
@@ -447,6 +448,7 @@ def check_decoder_layer(cls: Any) -> str:
         shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1, norm_first={norm_first}"
         model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
         ref = DecoderLayer(D, H, d_ff, 0.0, norm_first).eval()
+        require_distinct_roles(model, ref, "DecoderLayer")  # self.cross_attn = self.self_attn, ...
         pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
         structure_failure("DecoderLayer", model, missing, unexpected, wrong_shape, _LAYER_PARTS)
         copy_parameters(pairs)

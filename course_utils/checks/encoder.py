@@ -97,6 +97,7 @@ from ._core import (
     matches,
     randint,
     register_hints,
+    require_distinct_roles,
     require_module_class,
     student_line,
 )
@@ -647,6 +648,8 @@ def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool
     if not isinstance(model, nn.Module):
         fail("EncoderLayer should subclass nn.Module.", mistake="not a class")
     _require_parts(model, _LAYER_PARTS, "EncoderLayer")
+    # one module under two names (self.norm2 = self.norm1) would look like two equal copies
+    require_distinct_roles(model, EncoderLayer(D, H, d_ff, p, norm_first), "EncoderLayer")
     return model
 
 

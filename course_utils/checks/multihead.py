@@ -54,6 +54,7 @@ from ._core import (
     randint,
     random_mask,
     register_hints,
+    require_distinct_roles,
     require_module_class,
     student_line,
 )
@@ -623,6 +624,7 @@ def check_multi_head_attention(cls: Any) -> str:
     if not isinstance(model, nn.Module):
         fail("MultiHeadAttention should subclass nn.Module.", mistake="not a class")
     projections = _check_projections(model, D)
+    require_distinct_roles(model, MultiHeadAttention(D, H), "MultiHeadAttention")  # self.w_k = self.w_q
     model.eval()
 
     # random parameters (not the default init), copied into the reference by name
