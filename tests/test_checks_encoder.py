@@ -77,7 +77,17 @@ class LNTorch(nn.LayerNorm):
         super().__init__(d_model, eps=eps)
 
 
-@pytest.mark.parametrize("cls", [LayerNorm, LNVarMean, LNTwoPass, LNRsqrt, LNFunctional, LNTorch])
+class LNFlatten(LNBase):
+    """Correct on any rank: rows flattened to (N, D), normalised, shaped back."""
+
+    def forward(self, x):
+        rows = x.reshape(-1, x.shape[-1])  # (N, D)
+        mean = rows.mean(1, keepdim=True)
+        var = rows.var(1, keepdim=True, unbiased=False)
+        return ((rows - mean) / (var + self.eps).sqrt()).reshape(x.shape) * self.weight + self.bias
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, LNVarMean, LNTwoPass, LNRsqrt, LNFlatten])
 def test_layer_norm_correct_variants_pass(cls):
     assert_passes(check_layer_norm, cls)
 
@@ -197,6 +207,36 @@ class LNWrongShape(LNVarMean):
         self.weight = nn.Parameter(torch.ones(1, 1, d_model))
 
 
+class LNTorchLayerNorm(LNBase):
+    def forward(self, x):
+        return torch.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
+
+
+class LNSquareMinusMean(LNBase):
+    def forward(self, x):
+        m = x.mean(-1, keepdim=True)
+        v = (x * x).mean(-1, keepdim=True) - m * m
+        return (x - m) / torch.sqrt(v + self.eps) * self.weight + self.bias
+
+
+class LNAxis2(LNBase):
+    def forward(self, x):
+        mean = x.mean(2, keepdim=True)
+        var = x.var(2, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LNAxis2Wrapped(LNBase):
+    """Axis 2 counted from the front, but 2-D input promoted to 3-D first: wrong on 4-D only."""
+
+    def forward(self, x):
+        y = x.unsqueeze(0) if x.dim() == 2 else x
+        mean = y.mean(2, keepdim=True)
+        var = y.var(2, keepdim=True, unbiased=False)
+        y = (y - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        return y.squeeze(0) if x.dim() == 2 else y
+
+
 class LNInPlace(LNBase):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
@@ -226,6 +266,14 @@ class LNInPlace(LNBase):
         (LNRandomInit, "wrong initial values", ["ones", "zeros"]),
         (LNWrongShape, "wrong parameter shape", ["(1, 1,"]),
         (LNInPlace, "input modified in place", ["in place"]),
+        # trial A: the exercise says "don't call nn.LayerNorm or F.layer_norm"
+        (LNFunctional, "forbidden call", ["calls torch's layer_norm", "write it yourself"]),
+        (LNTorch, "forbidden call", ["calls torch's layer_norm"]),
+        (LNTorchLayerNorm, "forbidden call", ["calls torch's layer_norm"]),
+        # trial A: var = E[x^2] - E[x]^2 (right on mild rows), and axis 2 instead of -1 (right on 3-D input)
+        (LNSquareMinusMean, "unstable variance", ["mean about 3000", "E[x^2] - E[x]^2", "Subtract the mean first"]),
+        (LNAxis2, "fixed axis", ["works on 3-D input but raised IndexError", "dim=-1"]),
+        (LNAxis2Wrapped, "fixed axis", ["(2, 2,", "normalised over a fixed axis", "dim=-1"]),
     ],
 )
 def test_layer_norm_mistakes_are_named(cls, mistake, words):

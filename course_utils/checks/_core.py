@@ -646,3 +646,42 @@ def require_distinct_roles(module: nn.Module, reference: nn.Module | None, what:
         "parameter its own tensor: build each sub-module separately and do not assign one's data to another.",
         mistake="modules shared",
     )
+
+
+class _CallSpy(torch.overrides.TorchFunctionMode):
+    """Notes the torch functions called whose ``__name__`` is in ``names``."""
+
+    def __init__(self, names: set[str]):
+        super().__init__()
+        self.names, self.seen = names, []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name in self.names and name not in self.seen:
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def forbidden_calls(run: Callable[[], Any], names: Iterable[str]) -> tuple[Any, list[str]]:
+    """``(run(), the names in `names` of the torch functions it called)``, e.g.
+    ``forbidden_calls(lambda: model(x), {"layer_norm"})`` sees ``F.layer_norm``,
+    ``torch.layer_norm`` and ``nn.LayerNorm`` (which calls them); ``{"gelu"}`` sees
+    ``F.gelu`` and ``nn.GELU``. Matched by the function's name, so every spelling of it
+    counts; exceptions of ``run`` propagate."""
+    spy = _CallSpy(set(names))
+    with spy:
+        result = run()
+    return result, spy.seen
+
+
+def require_own_code(run: Callable[[], Any], names: Iterable[str], what: str, instead: str) -> Any:
+    """``run()``, failing ("forbidden call") when it calls one of the torch functions
+    ``names`` that the exercise asks the student to write: ``instead`` says what to write."""
+    result, seen = forbidden_calls(run, names)
+    if seen:
+        fail(
+            f"your {what} calls torch's {seen[0]} (F.{seen[0]}, torch.{seen[0]} or the nn module that "
+            f"wraps it): the exercise is to write it yourself, {instead}.",
+            mistake="forbidden call",
+        )
+    return result
