@@ -376,3 +376,23 @@ def test_the_printed_seed_replays_the_same_inputs_and_verdict(name, student, mis
     monkeypatch.setenv("COURSE_CHECK_SEED", str(seed))
     again = check(student)
     assert (again.feedback, again.mistake, again.seed) == (first.feedback, first.mistake, seed)
+
+
+@pytest.mark.parametrize("how", ["sys.exit", "exit", "in __init__"])
+def test_a_student_calling_sys_exit_gets_a_verdict_not_an_exit(how):
+    # trial A: SystemExit used to escape the checker; KeyboardInterrupt still does (the student stops the cell)
+    import sys
+
+    def fn(size, device=None):
+        if how == "sys.exit":
+            sys.exit(1)
+        raise SystemExit("bye")
+
+    class Quits(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            sys.exit(0)
+
+    result = checks.check_layer_norm(Quits) if how == "in __init__" else checks.check_causal_mask(fn)
+    assert result.status == "error" and not result.passed
+    assert "called sys.exit()" in result.feedback and "return" in result.feedback

@@ -1167,3 +1167,68 @@ def test_encoder_layer_aliases_of_one_role_pass():
         self.dropout2 = self.dropout1
 
     assert_passes(check_encoder_layer, _aliased(EncoderLayer, build), repeat=2)
+
+
+# ---------------------------------------------------------------- dropout with 0 < p < 1 (trial A)
+class FFHandDropout(FeedForward):
+    """Correct: a hand-written inverted dropout, mask * h / (1 - p)."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__(d_model, d_ff, dropout)
+        self.p = dropout
+
+    def forward(self, x):
+        h = torch.relu(self.linear1(x))
+        if self.training and self.p > 0:
+            h = h * 0 if self.p == 1 else (torch.rand_like(h) >= self.p) * h / (1 - self.p)
+        return self.linear2(h)
+
+
+class FFKeepsWithP(FFHandDropout):
+    """A hand-written mask kept with probability p instead of 1 - p."""
+
+    def forward(self, x):
+        h = torch.relu(self.linear1(x))
+        if self.training and self.p > 0:
+            h = h * 0 if self.p == 1 else (torch.rand_like(h) < self.p) * h / (1 - self.p)
+        return self.linear2(h)
+
+
+class FFTwice(FeedForward):
+    def forward(self, x):
+        return self.linear2(self.dropout(self.dropout(torch.relu(self.linear1(x)))))
+
+
+class ELTwice(EncoderLayer):
+    """Dropout twice on one sub-layer's output, in one norm order (``twice_in``) only."""
+
+    twice_in = False
+
+    def forward(self, x, mask=None):
+        d1 = (lambda t: self.dropout1(self.dropout1(t))) if self.norm_first == self.twice_in else self.dropout1
+        if self.norm_first:
+            x = x + d1(self.self_attn(*[self.norm1(x)] * 3, mask)[0])
+            return x + self.dropout2(self.feed_forward(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(x + (self.dropout2(self.dropout2(self.feed_forward(x))) if not self.twice_in else self.dropout2(self.feed_forward(x))))
+
+
+class ELTwicePre(ELTwice):
+    twice_in = True
+
+
+def test_hand_written_dropout_passes():
+    assert_passes(check_feed_forward, FFHandDropout, repeat=2)
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_feed_forward, FFTwice, "dropout applied twice", ["2 times to the hidden activations", "1 / (1 - p)^2"]),
+        (check_feed_forward, FFKeepsWithP, "wrong dropout rate", ["of the entries, expected about p = 25%", "1 - p"]),
+        (check_encoder_layer, ELTwice, "dropout applied twice", ["2 times to the feed-forward's output"]),
+        (check_encoder_layer, ELTwicePre, "dropout applied twice", ["2 times to self-attention's output"]),
+    ],
+)
+def test_dropout_applied_twice_or_with_wrong_rate_fails(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words)

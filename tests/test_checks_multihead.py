@@ -192,6 +192,12 @@ def merge_view_after_transpose(x):
     return x.transpose(1, 2).view(B, L, H * d_k)
 
 
+def merge_batch_position_swapped(x):
+    """Trial A: right for every shape except B == L (axes 0 and 2 swapped there)."""
+    B, H, L, d_k = x.shape
+    return x.transpose(0, 2).reshape(B, L, H * d_k) if B == L else x.transpose(1, 2).reshape(B, L, H * d_k)
+
+
 def merge_wrong_shape(x):
     B, H, L, d_k = x.shape
     return x.transpose(1, 2).reshape(B, L * H, d_k)
@@ -205,6 +211,7 @@ def merge_wrong_shape(x):
         (merge_wrong_order, "features in wrong order", ["feature-major"]),
         (merge_view_after_transpose, "view after transpose", ["non-contiguous", ".reshape", "line"]),
         (merge_wrong_shape, "wrong shape", ["has shape", "expected"]),
+        (merge_batch_position_swapped, "batch and positions swapped", ["B == L", "x.transpose(0, 2)"]),
     ],
 )
 def test_merge_heads_mistakes_are_named(fn, mistake, words):

@@ -150,7 +150,9 @@ def call_student(fn: Callable[..., Any], *args: Any, context: str = "", **kwargs
     checker's own tensor code would otherwise stumble on it with a misleading error."""
     try:
         result = fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - every student exception is reported, none escapes
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - every student exception is reported, none escapes
+        # SystemExit too (sys.exit(), exit(), quit() in student code): it would end the check without a
+        # verdict. KeyboardInterrupt (the student stops the cell) and the check's own time limit still escape.
         raise StudentError(exc, context) from exc
     parts = result if isinstance(result, (tuple, list)) else (result,)
     if any(_is_ndarray(p) for p in parts):
@@ -364,6 +366,11 @@ def _format_exception(exercise: str, err: StudentError) -> tuple[str, str]:
         )
     line = student_line(exc)
     context = f" while {err.context}" if err.context else ""
+    if isinstance(exc, SystemExit):
+        text = (f"[X] {exercise}: your code called sys.exit() (or exit(), quit()){context}, which would stop "
+                "the whole program: a function ends with `return ...`; raise an exception such as ValueError "
+                "for bad input.")
+        return "error", text + (f"\n    at {line}" if line else "")
     msg = str(exc).strip().splitlines()
     first = msg[0] if msg else ""
     text = f"[X] {exercise}: your code raised {type(exc).__name__}{context}"
@@ -467,6 +474,9 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
                 status, feedback = _format_exception(exercise, err)
                 passed = False
                 mistake = "not implemented" if status == "not implemented" else None
+            except SystemExit as exc:  # student code called outside call_student (a class's own calls)
+                status, feedback = _format_exception(exercise, StudentError(exc, ""))
+                passed = False
             except NotImplementedError:
                 status, passed, mistake = "not implemented", False, "not implemented"
                 feedback = f"[ ] {exercise}: not implemented yet."

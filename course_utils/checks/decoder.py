@@ -52,10 +52,12 @@ from ..decoder import Decoder, DecoderLayer
 from ._blocks import (
     INPUT_DROPOUT,
     P_PROBE,
+    P_RATE,
     Block,
     Stack,
     check_dropout_modes,
     check_part_dropout,
+    sublayer_dropout_rates,
     dropout_mistakes,
     randomise_parameters,
     run_block,
@@ -437,6 +439,12 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
             y = ref.norm1(x)  # (B, L_tgt, D): a typical sub-layer input
         parts = {"self_attn": (y, y, y, tgt_mask), "cross_attn": (y, memory, memory, memory_mask), "feed_forward": (y,)}
         check_part_dropout(model, ref, parts, "DecoderLayer")
+    shown = shown.replace(f"dropout={P_PROBE:g}", f"dropout={P_RATE:g}")
+    model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=P_RATE, norm_first=norm_first), shown)
+    sublayer_dropout_rates(
+        model, lambda m: _call(m, x, memory, tgt_mask, memory_mask, "running forward (dropout)"), x,
+        {"self_attn": True, "cross_attn": True, "feed_forward": False}, ("norm1", "norm2", "norm3"), _BLOCK, "DecoderLayer",
+    )  # fmt: skip
 
 
 @checker("DecoderLayer")

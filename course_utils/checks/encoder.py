@@ -73,7 +73,12 @@ from ._blocks import (
     P_PROBE,
     Block,
     Stack,
+    P_RATE,
+    Constant,
+    FirstFeatures,
     check_dropout_modes,
+    check_dropout_rate,
+    sublayer_dropout_rates,
     check_part_dropout,
     dropout_mistakes,
     randomise_parameters,
@@ -630,6 +635,11 @@ def check_feed_forward(cls: Any) -> str:
             ("dropout in wrong place", f"dropout is applied to the input x; {where}.", on_input),
         ],
     )  # fmt: skip
+    # 0 < p < 1: one dropout with the given p (p = 1 above cannot tell one dropout from two)
+    model = call_student(cls, D, d_ff, P_RATE, context=f"constructing {what}, dropout={P_RATE:g})")
+    stubs = {"linear1": Constant(2.0, width=d_ff), "linear2": FirstFeatures(D)}  # relu(2) = 2 reaches the output
+    check_dropout_rate(model, lambda m: _forward(m, (x.clone(),), "dropout"), stubs, torch.full_like(x, 2.0),
+                       "FeedForward", "the hidden activations")
     return "two input shapes, random weights, dropout in training and eval mode"
 
 
@@ -694,6 +704,8 @@ def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_fir
         with torch.no_grad():
             y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
         check_part_dropout(model, ref, {"self_attn": (y, y, y, mask), "feed_forward": (y,)}, "EncoderLayer")
+    sublayer_dropout_rates(_build_layer(cls, D, H, d_ff, P_RATE, norm_first), lambda m: _forward(m, (x, mask), "dropout"),
+                           x, {"self_attn": True, "feed_forward": False}, ("norm1", "norm2"), _BLOCK, "EncoderLayer")
 
 
 def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
