@@ -98,19 +98,11 @@ def sdpa_additive_mask_stable_softmax(query, key, value, mask=None):
 
 def sdpa_fill_minus_1e4(query, key, value, mask=None):
     # a finite fill that fits float16 and is far below any score: blocked weights are exactly 0
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(mask.logical_not(), -1e4)
-    weights = scores.softmax(dim=-1)
-    return weights @ value, weights
+    return _sdpa_fill(query, key, value, mask, -1e4)
 
 
 def sdpa_fill_minus_1e9(query, key, value, mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(mask.logical_not(), -1e9)
-    weights = scores.softmax(dim=-1)
-    return weights @ value, weights
+    return _sdpa_fill(query, key, value, mask, -1e9)
 
 
 @pytest.mark.parametrize(
