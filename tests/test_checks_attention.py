@@ -72,7 +72,7 @@ def sdpa_loop_over_batch(query, key, value, mask=None):
     for i in range(q.shape[0]):
         s = q[i] @ k[i].T / math.sqrt(d_k)
         if m is not None:
-            s = s.masked_fill(m[i].logical_not(), -1e9)
+            s = s.masked_fill(m[i].logical_not(), torch.finfo(s.dtype).min)
         w = s.softmax(-1)
         outs.append(w @ v[i])
         ws.append(w)
@@ -90,18 +90,19 @@ def sdpa_mask_after_softmax_renormalised(query, key, value, mask=None):
 def sdpa_additive_mask_stable_softmax(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) * (1.0 / math.sqrt(query.size(-1)))
     if mask is not None:
-        scores = scores + torch.zeros_like(scores).masked_fill(~mask, -1e9)
+        scores = scores + torch.zeros_like(scores).masked_fill(~mask, torch.finfo(scores.dtype).min)
     e = (scores - scores.amax(-1, keepdim=True)).exp()  # the row max keeps exp finite
     weights = e / e.sum(-1, keepdim=True)
     return weights @ value, weights
 
 
+def sdpa_fill_minus_1e4(query, key, value, mask=None):
+    # a finite fill that fits float16 and is far below any score: blocked weights are exactly 0
+    return _sdpa_fill(query, key, value, mask, -1e4)
+
+
 def sdpa_fill_minus_1e9(query, key, value, mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(mask.logical_not(), -1e9)
-    weights = scores.softmax(dim=-1)
-    return weights @ value, weights
+    return _sdpa_fill(query, key, value, mask, -1e9)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +113,7 @@ def sdpa_fill_minus_1e9(query, key, value, mask=None):
         sdpa_scale_query_first,
         sdpa_loop_over_batch,
         sdpa_additive_mask_stable_softmax,
-        sdpa_fill_minus_1e9,
+        sdpa_fill_minus_1e4,
     ],
 )
 def test_sdpa_correct_variants_pass(fn):
@@ -180,7 +181,32 @@ def sdpa_exp_over_sum(query, key, value, mask=None):
     return weights @ value, weights
 
 
+def sdpa_fill_minus_30(query, key, value, mask=None):
+    return _sdpa_fill(query, key, value, mask, -30.0)
+
+
+def sdpa_fill_float32_min(query, key, value, mask=None):
+    return _sdpa_fill(query, key, value, mask, torch.finfo(torch.float32).min)
+
+
+def sdpa_casts_to_float32(query, key, value, mask=None):
+    return _sdpa_fill(query.float(), key.float(), value.float(), mask, None)
+
+
+def _sdpa_fill(query, key, value, mask, fill):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min if fill is None else fill)
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+
+
 ROBUSTNESS_MISTAKES = [
+    # trial A: wrong code that passed before
+    (sdpa_fill_minus_30, "fill not negative enough", ["every score about -150", "blocked keys get weight", "finfo"]),
+    (sdpa_fill_minus_1e9, "fill overflows half precision", ["torch.float16 input", "-1e9", "finfo(scores.dtype).min"]),
+    (sdpa_fill_float32_min, "fill overflows half precision", ["without overflow", "finfo(scores.dtype).min"]),
+    (sdpa_casts_to_float32, "dtype not preserved", ["has dtype torch.float32", "Keep the input's dtype"]),
     (sdpa_minus_inf, "filled with -inf", ["every key blocked", "NaN", "torch.finfo(scores.dtype).min", "uniform"]),
     (sdpa_minus_inf_scale_query_first, "filled with -inf", ["NaN", "0 / 0", "torch.finfo(scores.dtype).min"]),
     (sdpa_nan_to_num, "fully blocked row not uniform", ["all 0", "uniform", "torch.finfo(scores.dtype).min"]),

@@ -437,3 +437,23 @@ def test_every_mistake_name_is_in_the_registry():
     stale = [n for n in MISTAKES if f'"{n}"' not in source]
     assert not stale, f"registry names no checker uses: {stale}"
     assert all(m and "\n" not in m for m in MISTAKES.values())
+
+
+@pytest.mark.parametrize("how", ["sys.exit", "exit", "in __init__"])
+def test_a_student_calling_sys_exit_gets_a_verdict_not_an_exit(how):
+    # trial A: SystemExit used to escape the checker; KeyboardInterrupt still does (the student stops the cell)
+    import sys
+
+    def fn(size, device=None):
+        if how == "sys.exit":
+            sys.exit(1)
+        raise SystemExit("bye")
+
+    class Quits(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            sys.exit(0)
+
+    result = checks.check_layer_norm(Quits) if how == "in __init__" else checks.check_causal_mask(fn)
+    assert result.status == "error" and not result.passed
+    assert "called sys.exit()" in result.feedback and "return" in result.feedback

@@ -711,3 +711,43 @@ def test_generator_without_mutation_is_the_reference():
         ref.norm_first = nf
         got = run_block(ref, decoder_checks._BLOCK, x, memory, masks, nf)
         assert torch.allclose(got, ref(x, memory, tgt_mask, memory_mask), atol=1e-6)
+
+
+# ---------------------------------------------------------------- one module under two roles (trial A)
+def _aliased(pairs):
+    class Aliased(course_utils.DecoderLayer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for dst, src in pairs:
+                setattr(self, dst, getattr(self, src))
+
+    return Aliased
+
+
+@pytest.mark.parametrize(
+    "pairs, words",
+    [
+        ([("cross_attn", "self_attn")], ("`self_attn` and `cross_attn`", "MultiHeadAttention object")),
+        ([("norm3", "norm2")], ("`norm2` and `norm3`",)),
+        ([("norm2", "norm1")], ("`norm1` and `norm2`",)),
+        ([("norm3", "norm1")], ("`norm1` and `norm3`",)),
+    ],
+)
+def test_decoder_layer_roles_sharing_a_module_fail(pairs, words):
+    assert_mistake(check_decoder_layer, _aliased(pairs), "modules shared", *words)
+
+
+# ---------------------------------------------------------------- dropout with 0 < p < 1 (trial A)
+class DLTwice(course_utils.DecoderLayer):
+    """Post-norm with the cross-attention's dropout applied twice."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            return super().forward(x, memory, tgt_mask, memory_mask)
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, tgt_mask)[0]))
+        x = self.norm2(x + self.dropout2(self.dropout2(self.cross_attn(x, memory, memory, memory_mask)[0])))
+        return self.norm3(x + self.dropout3(self.feed_forward(x)))
+
+
+def test_decoder_layer_dropout_applied_twice_fails():
+    assert_mistake(check_decoder_layer, DLTwice, "dropout applied twice", "2 times to the cross-attention's output")

@@ -77,7 +77,17 @@ class LNTorch(nn.LayerNorm):
         super().__init__(d_model, eps=eps)
 
 
-@pytest.mark.parametrize("cls", [LayerNorm, LNVarMean, LNTwoPass, LNRsqrt, LNFunctional, LNTorch])
+class LNFlatten(LNBase):
+    """Correct on any rank: rows flattened to (N, D), normalised, shaped back."""
+
+    def forward(self, x):
+        rows = x.reshape(-1, x.shape[-1])  # (N, D)
+        mean = rows.mean(1, keepdim=True)
+        var = rows.var(1, keepdim=True, unbiased=False)
+        return ((rows - mean) / (var + self.eps).sqrt()).reshape(x.shape) * self.weight + self.bias
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, LNVarMean, LNTwoPass, LNRsqrt, LNFlatten])
 def test_layer_norm_correct_variants_pass(cls):
     assert_passes(check_layer_norm, cls)
 
@@ -197,6 +207,36 @@ class LNWrongShape(LNVarMean):
         self.weight = nn.Parameter(torch.ones(1, 1, d_model))
 
 
+class LNTorchLayerNorm(LNBase):
+    def forward(self, x):
+        return torch.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
+
+
+class LNSquareMinusMean(LNBase):
+    def forward(self, x):
+        m = x.mean(-1, keepdim=True)
+        v = (x * x).mean(-1, keepdim=True) - m * m
+        return (x - m) / torch.sqrt(v + self.eps) * self.weight + self.bias
+
+
+class LNAxis2(LNBase):
+    def forward(self, x):
+        mean = x.mean(2, keepdim=True)
+        var = x.var(2, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LNAxis2Wrapped(LNBase):
+    """Axis 2 counted from the front, but 2-D input promoted to 3-D first: wrong on 4-D only."""
+
+    def forward(self, x):
+        y = x.unsqueeze(0) if x.dim() == 2 else x
+        mean = y.mean(2, keepdim=True)
+        var = y.var(2, keepdim=True, unbiased=False)
+        y = (y - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        return y.squeeze(0) if x.dim() == 2 else y
+
+
 class LNInPlace(LNBase):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
@@ -226,6 +266,14 @@ class LNInPlace(LNBase):
         (LNRandomInit, "wrong initial values", ["ones", "zeros"]),
         (LNWrongShape, "wrong parameter shape", ["(1, 1,"]),
         (LNInPlace, "input modified in place", ["in place"]),
+        # trial A: the exercise says "don't call nn.LayerNorm or F.layer_norm"
+        (LNFunctional, "forbidden call", ["calls torch's layer_norm", "write it yourself"]),
+        (LNTorch, "forbidden call", ["calls torch's layer_norm"]),
+        (LNTorchLayerNorm, "forbidden call", ["calls torch's layer_norm"]),
+        # trial A: var = E[x^2] - E[x]^2 (right on mild rows), and axis 2 instead of -1 (right on 3-D input)
+        (LNSquareMinusMean, "unstable variance", ["mean about 3000", "E[x^2] - E[x]^2", "Subtract the mean first"]),
+        (LNAxis2, "fixed axis", ["works on 3-D input but raised IndexError", "dim=-1"]),
+        (LNAxis2Wrapped, "fixed axis", ["(2, 2,", "normalised over a fixed axis", "dim=-1"]),
     ],
 )
 def test_layer_norm_mistakes_are_named(cls, mistake, words):
@@ -1102,3 +1150,110 @@ def test_generator_without_mutation_is_the_reference():
     for nf in (False, True):
         ref.norm_first = nf
         assert torch.allclose(run_block(ref, encoder_checks._BLOCK, x, None, {"mask": mask}, nf), ref(x, mask), atol=1e-6)
+
+
+# ---------------------------------------------------------------- one module under two roles (trial A)
+def _aliased(base, build):
+    """``base`` with ``build(self)`` run at the end of __init__ (sharing made after construction)."""
+
+    class Aliased(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            build(self)
+
+    return Aliased
+
+
+def _share_data(a, b):
+    def build(self):
+        for pa, pb in zip(getattr(self, a).parameters(), getattr(self, b).parameters()):
+            pb.data = pa.data
+
+    return build
+
+
+@pytest.mark.parametrize(
+    "build, words",
+    [
+        (lambda s: setattr(s, "norm2", s.norm1), ("`norm1` and `norm2`", "same LayerNorm object")),
+        (_share_data("norm1", "norm2"), ("`norm1.weight` and `norm2.weight`", "share the same memory")),
+        (lambda s: setattr(s.self_attn, "w_k", s.self_attn.w_q), ("`self_attn.w_q` and `self_attn.w_k`",)),
+    ],
+)
+def test_encoder_layer_roles_sharing_a_module_fail(build, words):
+    assert_mistake(check_encoder_layer, _aliased(EncoderLayer, build), "modules shared", *words)
+
+
+def test_encoder_layer_aliases_of_one_role_pass():
+    # a helper list holding the same norms, and one Dropout module reused: no role is shared
+    def build(self):
+        self.norms = nn.ModuleList([self.norm1, self.norm2])
+        self.dropout2 = self.dropout1
+
+    assert_passes(check_encoder_layer, _aliased(EncoderLayer, build), repeat=2)
+
+
+# ---------------------------------------------------------------- dropout with 0 < p < 1 (trial A)
+class FFHandDropout(FeedForward):
+    """Correct: a hand-written inverted dropout, mask * h / (1 - p)."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__(d_model, d_ff, dropout)
+        self.p = dropout
+
+    def forward(self, x):
+        h = torch.relu(self.linear1(x))
+        if self.training and self.p > 0:
+            h = h * 0 if self.p == 1 else (torch.rand_like(h) >= self.p) * h / (1 - self.p)
+        return self.linear2(h)
+
+
+class FFKeepsWithP(FFHandDropout):
+    """A hand-written mask kept with probability p instead of 1 - p."""
+
+    def forward(self, x):
+        h = torch.relu(self.linear1(x))
+        if self.training and self.p > 0:
+            # (guarded near p = 1, like FFHandDropout: the p ~ 1 probe would see 1 / (1 - p) blow up)
+            h = h * 0 if self.p > 1 - 1e-9 else (torch.rand_like(h) < self.p) * h / (1 - self.p)
+        return self.linear2(h)
+
+
+class FFTwice(FeedForward):
+    def forward(self, x):
+        return self.linear2(self.dropout(self.dropout(torch.relu(self.linear1(x)))))
+
+
+class ELTwice(EncoderLayer):
+    """Dropout twice on one sub-layer's output, in one norm order (``twice_in``) only."""
+
+    twice_in = False
+
+    def forward(self, x, mask=None):
+        d1 = (lambda t: self.dropout1(self.dropout1(t))) if self.norm_first == self.twice_in else self.dropout1
+        if self.norm_first:
+            x = x + d1(self.self_attn(*[self.norm1(x)] * 3, mask)[0])
+            return x + self.dropout2(self.feed_forward(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(x + (self.dropout2(self.dropout2(self.feed_forward(x))) if not self.twice_in else self.dropout2(self.feed_forward(x))))
+
+
+class ELTwicePre(ELTwice):
+    twice_in = True
+
+
+def test_hand_written_dropout_passes():
+    assert_passes(check_feed_forward, FFHandDropout, repeat=2)
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_feed_forward, FFTwice, "dropout applied twice", ["2 times to the hidden activations", "1 / (1 - p)^2"]),
+        (check_feed_forward, FFKeepsWithP, "wrong dropout rate", ["of the entries, expected about p = 25%", "1 - p"]),
+        (check_encoder_layer, ELTwice, "dropout applied twice", ["2 times to the feed-forward's output"]),
+        (check_encoder_layer, ELTwicePre, "dropout applied twice", ["2 times to self-attention's output"]),
+    ],
+)
+def test_dropout_applied_twice_or_with_wrong_rate_fails(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words)

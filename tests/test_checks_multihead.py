@@ -192,6 +192,12 @@ def merge_view_after_transpose(x):
     return x.transpose(1, 2).view(B, L, H * d_k)
 
 
+def merge_batch_position_swapped(x):
+    """Trial A: right for every shape except B == L (axes 0 and 2 swapped there)."""
+    B, H, L, d_k = x.shape
+    return x.transpose(0, 2).reshape(B, L, H * d_k) if B == L else x.transpose(1, 2).reshape(B, L, H * d_k)
+
+
 def merge_wrong_shape(x):
     B, H, L, d_k = x.shape
     return x.transpose(1, 2).reshape(B, L * H, d_k)
@@ -205,6 +211,7 @@ def merge_wrong_shape(x):
         (merge_wrong_order, "features in wrong order", ["feature-major"]),
         (merge_view_after_transpose, "view on a non-contiguous tensor", ["non-contiguous", ".reshape", "line"]),
         (merge_wrong_shape, "wrong shape", ["has shape", "expected"]),
+        (merge_batch_position_swapped, "batch and positions swapped", ["B == L", "x.transpose(0, 2)"]),
     ],
 )
 def test_merge_heads_mistakes_are_named(fn, mistake, words):
@@ -510,3 +517,25 @@ def test_hints_registered(capsys):
         assert 2 <= len(HINTS[name]) <= 4
         hint(name, 1)
         assert f"Hint 1/{len(HINTS[name])} for {name}" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- one projection under several names (trial A)
+def _shared_projection(names):
+    class Shared(make_mha()):
+        def __init__(self, d_model, num_heads, dropout=0.0):
+            super().__init__(d_model, num_heads, dropout)
+            for n in names:
+                setattr(self, n, self.w_q)
+
+    return Shared
+
+
+@pytest.mark.parametrize(
+    "names, words",
+    [
+        (("w_k", "w_v"), ("`w_q`, `w_k` and `w_v` are one and the same Linear object",)),
+        (("w_o",), ("`w_q` and `w_o`",)),
+    ],
+)
+def test_mha_shared_projection_is_named(names, words):
+    assert_mistake(check_multi_head_attention, _shared_projection(names), "modules shared", *words)

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._core import call_student, describe_shape, equal, expect_close, fail, isnan, matches
+from ._core import StudentError, call_student, describe_shape, dropout_scale, equal, expect_close, fail, isnan, matches
 
 Mutation = dict[str, Any]
 
@@ -622,3 +622,103 @@ def unused_final_norm(model: nn.Module, norm_first: bool, what: str) -> None:
         fail(f"your {what} creates a final norm also for norm_first=False, where it is never used: its "
              "parameters still count (and would be saved and 'trained'). Create it only for pre-norm: "
              "self.norm = LayerNorm(d_model) if norm_first else None.", mistake="unused final norm")
+
+
+# ---------------------------------------------------------------- dropout probe with 0 < p < 1
+P_RATE = 0.25  # p = 1 cannot tell one dropout from two; 1/4 also tells a mask kept with p from one kept with 1 - p
+
+
+class Constant(nn.Module):
+    """Stands in for a sub-layer in :func:`check_dropout_rate`: ``value`` everywhere, shaped
+    like its first input (``width`` features if given); ``pair``: returns ``(output,
+    weights)`` as an attention does."""
+
+    def __init__(self, value: float, pair: bool = False, width: int | None = None):
+        super().__init__()
+        self.value, self.pair, self.width = value, pair, width
+
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = torch.full((*x.shape[:-1], self.width or x.shape[-1]), self.value, dtype=x.dtype)  # (..., width)
+        return (out, torch.zeros(out.shape[:-1])) if self.pair else out
+
+
+class FirstFeatures(nn.Module):
+    """Stands in for a linear layer: the first ``width`` features of its input."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.width = width
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x[..., : self.width]
+
+
+def check_dropout_rate(
+    model: nn.Module, run: Callable[[nn.Module], Any], stubs: dict[str, nn.Module], kept: Tensor,
+    what: str, where: str, p: float = P_RATE,
+) -> None:
+    """Dropout with ``0 < p < 1`` acts exactly once, with ``p``, on ``where``.
+
+    ``model`` was built with ``dropout = p``; its sub-modules named in ``stubs`` are swapped
+    for the stubs (:class:`Constant` sub-layers, ``nn.Identity`` norms) so that ``run(model)``
+    gives ``kept`` in eval mode, and in training mode ``kept`` after one dropout: every entry
+    0 or ``kept / (1 - p)``, about a fraction ``p`` of them 0. Dropout applied twice scales by
+    ``1 / (1 - p)^2``, a wrong ``p`` by something else; a hand-written ``mask * h / (1 - p)``
+    passes (nothing here depends on how the random numbers are drawn). When the stubs are not
+    reached (eval output not ``kept``, or the code raised with them), there is no verdict."""
+    saved = {n: getattr(model, n) for n in stubs}
+    try:
+        for n, stub in stubs.items():
+            setattr(model, n, stub)
+        with torch.no_grad():
+            try:
+                if not matches(run(model.eval()), kept):
+                    return  # the code does not go through these names: the other probes judge it
+                got = run(model.train())
+            except StudentError:
+                return
+    finally:
+        for n, module in saved.items():
+            setattr(model, n, module)
+        model.eval()
+    case = f"training mode, dropout={p:g}, the sub-modules replaced by constants"
+    s = dropout_scale(got, kept)
+    if s is None:
+        fail(f"{where} does not look like one dropout with p={p:g} ({case}): every entry should be 0 or "
+             f"scaled by 1 / (1 - p) = {1 / (1 - p):.4g}. Apply nn.Dropout(dropout) once there.",
+             mistake="wrong dropout")
+    for times in (2, 3):
+        if abs(s * (1 - p) ** times - 1) < 1e-3:
+            fail(f"dropout is applied {times} times to {where} ({case}): the entries that survive are scaled "
+                 f"by {s:.4g} = 1 / (1 - p)^{times} instead of 1 / (1 - p) = {1 / (1 - p):.4g}, and more of them "
+                 "are zeroed. Apply the dropout once.", mistake="dropout applied twice")
+    if abs(s * (1 - p) - 1) > 1e-3:
+        fail(f"the dropout on {where} scales the entries it keeps by {s:.4g}, which is dropout with "
+             f"p = {1 - 1 / s:.3g}, not the dropout={p:g} your {what} was built with ({case}). Use the `dropout` "
+             "argument, once: nn.Dropout(dropout).", mistake="hard-coded dropout p")
+    zeroed = float((got == 0).double().mean())
+    if abs(zeroed - p) > 0.2:
+        fail(f"the dropout on {where} zeroes {zeroed:.0%} of the entries, expected about p = {p:.0%} ({case}): "
+             "a hand-written mask keeps an entry with probability 1 - p, (torch.rand_like(h) >= p), and "
+             "divides the kept ones by 1 - p.", mistake="wrong dropout rate")
+
+
+def sublayer_dropout_rates(
+    model: nn.Module, run: Callable[[nn.Module], Any], x: Tensor, sublayers: dict[str, bool],
+    norms: tuple[str, ...], spec: Block, what: str, p: float = P_RATE,
+) -> None:
+    """:func:`check_dropout_rate` for each sub-layer of a residual block ``model`` (built with
+    ``dropout = p``): that sub-layer a constant 2, the others 0, the ``norms`` identities, so
+    that ``run(model) - x`` is 2 in eval mode, in either norm order, and one dropout of 2 in
+    training mode. ``sublayers``: module name -> whether it returns ``(output, weights)``."""
+    word = {"feed_forward": spec.word.get("ff", "the feed-forward")}
+    word.update({spec.attn[k][2]: spec.word[k] for k in spec.attn})
+    for live in sublayers:
+        stubs: dict[str, nn.Module] = {n: Constant(2.0 if n == live else 0.0, pair) for n, pair in sublayers.items()}
+        stubs.update({n: nn.Identity() for n in norms})
+
+        def delta(m: nn.Module) -> Any:
+            out = _first(run(m))
+            return out - x if isinstance(out, Tensor) and out.shape == x.shape else out
+
+        check_dropout_rate(model, delta, stubs, torch.full_like(x, 2.0), what, f"{word.get(live, live)}'s output", p)

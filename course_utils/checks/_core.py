@@ -150,7 +150,9 @@ def call_student(fn: Callable[..., Any], *args: Any, context: str = "", **kwargs
     checker's own tensor code would otherwise stumble on it with a misleading error."""
     try:
         result = fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - every student exception is reported, none escapes
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - every student exception is reported, none escapes
+        # SystemExit too (sys.exit(), exit(), quit() in student code): it would end the check without a
+        # verdict. KeyboardInterrupt (the student stops the cell) and the check's own time limit still escape.
         raise StudentError(exc, context) from exc
     parts = result if isinstance(result, (tuple, list)) else (result,)
     if any(_is_ndarray(p) for p in parts):
@@ -402,6 +404,11 @@ def _format_exception(exercise: str, err: StudentError) -> tuple[str, str]:
         )
     line = student_line(exc)
     context = f" while {err.context}" if err.context else ""
+    if isinstance(exc, SystemExit):
+        text = (f"[X] {exercise}: your code called sys.exit() (or exit(), quit()){context}, which would stop "
+                "the whole program: a function ends with `return ...`; raise an exception such as ValueError "
+                "for bad input.")
+        return "error", text + (f"\n    at {line}" if line else "")
     msg = str(exc).strip().splitlines()
     first = msg[0] if msg else ""
     text = f"[X] {exercise}: your code raised {type(exc).__name__}{context}"
@@ -505,6 +512,9 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
                 status, feedback = _format_exception(exercise, err)
                 passed = False
                 mistake = "not implemented" if status == "not implemented" else None
+            except SystemExit as exc:  # student code called outside call_student (a class's own calls)
+                status, feedback = _format_exception(exercise, StudentError(exc, ""))
+                passed = False
             except NotImplementedError:
                 status, passed, mistake = "not implemented", False, "not implemented"
                 feedback = f"[ ] {exercise}: not implemented yet."
@@ -576,3 +586,150 @@ def hint(exercise: str, level: int | None = None) -> None:
 
 
 _HINT_LEVEL: dict[str, int] = {}
+
+
+# ---------------------------------------------------------------- probes shared by the module checkers
+def _param_module_groups(module: nn.Module) -> list[list[str]]:
+    """Names under which one sub-module object that owns parameters appears more than once
+    (``self.norm2 = self.norm1``), topmost names only, in registration order."""
+    names: dict[int, list[str]] = {}
+    for name, sub in module.named_modules(remove_duplicate=False):
+        if name and any(True for _ in sub.parameters()):
+            names.setdefault(id(sub), []).append(name)
+    groups, seen = [], []
+    for group in names.values():
+        if len(group) > 1 and not any(n.startswith(p + ".") for n in group for p in seen):
+            groups.append(group)
+            seen += group
+    return groups
+
+
+def _span(p: Tensor) -> tuple[int, int]:
+    start = p.data_ptr()
+    return start, start + max(p.numel(), 1) * p.element_size()
+
+
+def _param_storage_groups(module: nn.Module, explained: list[str]) -> list[list[str]]:
+    """Names of parameters whose memory overlaps (``p.data = other.data``, ``p.set_(other)``,
+    or one Parameter object under two names), except those inside ``explained`` modules."""
+    params = [
+        (n, p) for n, p in module.named_parameters(remove_duplicate=False)
+        if not any(n.startswith(e + ".") for e in explained)
+    ]  # fmt: skip
+    groups: list[list[str]] = []
+    spans: list[tuple[int, int]] = []
+    for name, p in params:
+        lo, hi = _span(p)
+        for group, (glo, ghi) in zip(groups, spans):
+            if lo < ghi and glo < hi:
+                group.append(name)
+                break
+        else:
+            groups.append([name])
+            spans.append((lo, hi))
+    return [g for g in groups if len(g) > 1]
+
+
+def _unique_numel(module: nn.Module) -> int:
+    """Parameter entries with distinct memory (what the optimiser really trains)."""
+    return sum(p.numel() for p in module.parameters())  # parameters() drops repeated objects
+
+
+def shared_roles(module: nn.Module, reference: nn.Module | None = None) -> list[list[str]]:
+    """Groups of names in ``module`` (sub-modules or parameters) that are one and the same
+    object or memory although ``reference`` keeps them apart: ``[["norm1", "norm2"]]`` for
+    ``self.norm2 = self.norm1``, ``[["w_q", "w_k", "w_v"]]`` for one projection under three
+    names, ``[["norm1.weight", "norm2.weight"]]`` for ``p.data = other.data``.
+
+    Copying parameters into the reference by name cannot see this: one module under two
+    names looks like two equal copies. A group is reported when two of its names are
+    distinct roles of ``reference`` (names it has, not shared there); a group whose names
+    the reference lacks is reported only when ``module`` trains fewer distinct parameter
+    entries than ``reference`` (so an alias such as ``self.net = nn.Sequential(self.linear1,
+    ...)`` and weights the reference ties too are fine). Modules without parameters (one
+    nn.Dropout used twice) are never reported. Without ``reference`` every group is
+    returned. ``[]``: nothing shared."""
+    found = _param_module_groups(module)
+    found += _param_storage_groups(module, [n for g in found for n in g])
+    if reference is None:
+        return found
+    ref_subs = dict(reference.named_modules())
+    ref_params = dict(reference.named_parameters())
+    allowed = _param_module_groups(reference)
+    allowed += _param_storage_groups(reference, [n for g in allowed for n in g])
+    tied = {n for g in allowed for n in g}
+    fewer = _unique_numel(module) < _unique_numel(reference)
+    out = []
+    for group in found:
+        roles = [n for n in group if (n in ref_subs or n in ref_params) and n not in tied]
+        if len(roles) >= 2 or (len(roles) < 2 and fewer and not any(n in tied for n in group)):
+            out.append(group)
+    return out
+
+
+def _listed(names: list[str]) -> str:
+    quoted = [f"`{n}`" for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+def require_distinct_roles(module: nn.Module, reference: nn.Module | None, what: str) -> None:
+    """Fail ("modules shared") when :func:`shared_roles` finds a sharing in ``module``."""
+    groups = shared_roles(module, reference)
+    if not groups:
+        return
+    group = groups[0]
+    subs = dict(module.named_modules(remove_duplicate=False))
+    if group[0] in subs:
+        kind = type(subs[group[0]]).__name__
+        fail(
+            f"in your {what}, {_listed(group)} are one and the same {kind} object (e.g. "
+            f"self.{group[1]} = self.{group[0]}): they share one set of weights, so the {what} has "
+            f"fewer parameters than it should and these roles cannot learn different things. Build a "
+            f"separate {kind} for each of them in __init__.",
+            mistake="modules shared",
+        )
+    fail(
+        f"in your {what}, the parameters {_listed(group)} share the same memory (e.g. "
+        f"`{group[1]}.data = {group[0]}.data`): they are one tensor under several names. Give every "
+        "parameter its own tensor: build each sub-module separately and do not assign one's data to another.",
+        mistake="modules shared",
+    )
+
+
+class _CallSpy(torch.overrides.TorchFunctionMode):
+    """Notes the torch functions called whose ``__name__`` is in ``names``."""
+
+    def __init__(self, names: set[str]):
+        super().__init__()
+        self.names, self.seen = names, []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name in self.names and name not in self.seen:
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def forbidden_calls(run: Callable[[], Any], names: Iterable[str]) -> tuple[Any, list[str]]:
+    """``(run(), the names in `names` of the torch functions it called)``, e.g.
+    ``forbidden_calls(lambda: model(x), {"layer_norm"})`` sees ``F.layer_norm``,
+    ``torch.layer_norm`` and ``nn.LayerNorm`` (which calls them); ``{"gelu"}`` sees
+    ``F.gelu`` and ``nn.GELU``. Matched by the function's name, so every spelling of it
+    counts; exceptions of ``run`` propagate."""
+    spy = _CallSpy(set(names))
+    with spy:
+        result = run()
+    return result, spy.seen
+
+
+def require_own_code(run: Callable[[], Any], names: Iterable[str], what: str, instead: str) -> Any:
+    """``run()``, failing ("forbidden call") when it calls one of the torch functions
+    ``names`` that the exercise asks the student to write: ``instead`` says what to write."""
+    result, seen = forbidden_calls(run, names)
+    if seen:
+        fail(
+            f"your {what} calls torch's {seen[0]} (F.{seen[0]}, torch.{seen[0]} or the nn module that "
+            f"wraps it): the exercise is to write it yourself, {instead}.",
+            mistake="forbidden call",
+        )
+    return result

@@ -27,6 +27,8 @@ MISTAKES: dict[str, str] = {
     "device ignored": "the device argument is not used",
     "no device parameter": "the function lacks the device parameter",
     "wrong device": "the result is on another device than asked for",
+    "modules shared": "one module (or one parameter's memory) serves two roles of a layer",
+    "forbidden call": "the exercise's own formula is replaced by the library call it forbids",
     # masks
     "inverted mask": "True and False swapped (True must mean: may attend)",
     "not a bool mask": "the mask is a float or int tensor, not torch.bool",
@@ -85,6 +87,10 @@ MISTAKES: dict[str, str] = {
     "fails for cross-attention": "the code fails when L_q differs from L_k",
     "dropout on the output": "attention dropout on the output instead of on the weights",
     "weights returned after dropout": "the returned attention weights are the ones after dropout",
+    "batch and positions swapped": "merge_heads mixes the batch and position axes (shows only when B == L)",
+    "fill not negative enough": "a finite fill for blocked scores that allowed scores can fall below (e.g. -30)",
+    "fill overflows half precision": "a fill (-1e9, float32's min) that float16/bfloat16 cannot hold",
+    "dtype not preserved": "the result is cast to another dtype than the input's",
     # positional encoding and embeddings (03)
     "sin and cos swapped": "sin and cos exchanged in the table",
     "sin and cos concatenated": "sines and cosines in two halves instead of interleaved",
@@ -118,6 +124,8 @@ MISTAKES: dict[str, str] = {
     "positional encoding missing": "no positional encoding is added",
     "max_len off by one": "max_len one too small",
     # layers and stacks (04, 05, 08, 09)
+    "unstable variance": "variance as E[x^2] - E[x]^2, which cancels catastrophically on rows with a large mean",
+    "fixed axis": "a fixed axis (dim=2) instead of the last one (-1): wrong on 2-D or 4-D input",
     "unbiased variance": "LayerNorm divides by D - 1 (torch.var default, torch.std)",
     "eps outside the square root": "eps added after the square root",
     "no learnable scale and shift": "LayerNorm lacks its weight or bias",
@@ -194,6 +202,9 @@ MISTAKES: dict[str, str] = {
     "dropout ignores eval mode": "dropout still acts after model.eval()",
     "dropout not passed on": "a sub-module is built without the layer's dropout",
     "dropout on the input": "a stack applies dropout to its own input",
+    "wrong dropout": "with 0 < p < 1, the entries are not each 0 or scaled by 1 / (1 - p): not one dropout",
+    "dropout applied twice": "dropout applied two or more times to the same tensor",
+    "wrong dropout rate": "a hand-written dropout zeroes another fraction than p",
     # the model and decoding (06, 09)
     "missing method": "the Transformer lacks encode or decode",
     "forward disagrees with encode/decode": "forward is not decode(encode(...)) plus the projection",

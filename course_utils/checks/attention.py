@@ -68,6 +68,9 @@ MISTAKES: dict[str, list[str]] = {
         "filled with -inf",
         "fully blocked row not uniform",
         "softmax overflows",
+        "fill not negative enough",
+        "fill overflows half precision",
+        "dtype not preserved",
         "scores returned as weights",
         "value on the wrong side",
         "transpose only works for 2-D",
@@ -233,7 +236,19 @@ def _attention_cases() -> list[_Case]:
         # large scores before blocked rows: a written-out softmax is NaN on both, for this reason
         _Case(3, big_q, big_k, big_v, None, note="large scores (up to 200 after scaling)"),
         _Case(3, *qkv(B), blocked, note="some queries with every key blocked"),
+        # every score about -150: a finite fill such as -30 then outweighs the allowed keys
+        _Case(3, *_very_negative(B, L_q, L_k, d_k, d_v), random_mask(B, L_q, L_k), note=_VERY_NEGATIVE),
     ]
+
+
+_VERY_NEGATIVE = "every score about -150 after scaling"
+
+
+def _very_negative(B: int, L_q: int, L_k: int, d_k: int, d_v: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries and keys pointing in opposite directions: every score near -150 (spread a few units)."""
+    q = 1 + 0.05 * torch.randn(B, L_q, d_k)  # (B, L_q, d_k)
+    k = -(1 + 0.05 * torch.randn(B, L_k, d_k)) * (150 / math.sqrt(d_k))  # (B, L_k, d_k): q.k / sqrt(d_k) ~ -150
+    return q, k, torch.randn(B, L_k, d_v)
 
 
 def _attention_variant(
@@ -311,7 +326,7 @@ def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[
              with_(mode="after")),
             ("mask filled with 0", "the blocked scores are set to 0, which still gives them weight "
              "(exp(0) = 1). Fill them with a very negative finite number (torch.finfo(scores.dtype).min "
-             "or -1e9) so their weight becomes 0.", with_(mode="zero")),
+             "which follows the dtype; -1e9 overflows float16) so their weight becomes 0.", with_(mode="zero")),
         ]
     else:
         scores = q @ k.transpose(-2, -1)  # (..., L_q, L_k)
@@ -425,6 +440,16 @@ def _robustness_diagnosis(case: _Case, what: str, got: Any, ref: Tensor) -> None
                 mistake="softmax overflows",
             )
         return
+    if case.note == _VERY_NEGATIVE and what == "weights":
+        leak = got.masked_select(~case.mask.expand(case.scores_shape))
+        if bool(isfinite(got).all()) and bool((leak != 0).any()):
+            fail(
+                f"{on}: blocked keys get weight (up to {float(leak.abs().max()):.3g}), although your code is right "
+                "on scores of order 1. The fill value is not negative enough: a fill of, say, -30 is above "
+                "every allowed score here, so the blocked keys win. Fill with the most negative number of the "
+                "scores' dtype, torch.finfo(scores.dtype).min, so a blocked weight is exactly 0.",
+                mistake="fill not negative enough",
+            )
     blind = ~case.mask.expand(case.scores_shape).any(-1)  # (..., L_q): queries that see no key
     if not matches(torch.where(blind.unsqueeze(-1), ref, got), ref):
         return  # wrong elsewhere too: another mistake
@@ -433,7 +458,7 @@ def _robustness_diagnosis(case: _Case, what: str, got: Any, ref: Tensor) -> None
             f"{on}: the rows of the queries whose keys are all blocked are NaN (a padding query, say). "
             "That is what a fill with float('-inf') gives: softmax(-inf, ..., -inf) = 0 / 0 = NaN there, and one NaN "
             "spreads through every later layer and into the loss. Fill with the most negative finite "
-            "number, torch.finfo(scores.dtype).min (or -1e9): such a row then gets uniform weights, "
+            "number, torch.finfo(scores.dtype).min (not -1e9, which float16 cannot hold): such a row then gets uniform weights, "
             "finite, and the loss ignores it anyway.",
             mistake="filled with -inf",
         )
@@ -493,6 +518,39 @@ def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[A
     return first, second
 
 
+def _low_precision_case(fn: Callable[..., Any], dtype: torch.dtype) -> None:
+    """Half-precision input (mixed-precision training): the fill must fit the dtype (``-1e9``
+    and ``torch.finfo(torch.float32).min`` do not fit float16, the latter not bfloat16), and
+    the results keep the input's dtype."""
+    B, L_q, L_k, d_k = 2, randint(3, 6), randint(3, 6), 8
+    q, k, v = (torch.randn(B, n, d_k).to(dtype) for n in (L_q, L_k, L_k))
+    case = _Case(3, q, k, v, random_mask(B, L_q, L_k), note=f"{dtype} input")
+    try:
+        result = call_student(fn, q, k, v, case.mask)
+    except StudentError as err:
+        if "overflow" in str(err.exc):
+            line = student_line(err.exc)
+            fail(
+                f"your code raised {type(err.exc).__name__} on {case.describe()}: {str(err.exc).strip()}"
+                + (f"\n    at {line}" if line else "")
+                + f"\n    The fill value does not fit in {dtype}: -1e9 is beyond float16's range (about -65504), "
+                "and torch.finfo(torch.float32).min beyond both half-precision types. Use the most negative number "
+                "of the scores' own dtype, torch.finfo(scores.dtype).min.",
+                mistake="fill overflows half precision",
+            )
+        raise
+    ref_out, ref_w = _ref_attention(q, k, v, case.mask)
+    got_out, got_w = _unpack(result, case, ref_out, ref_w)
+    for what, got, ref in (("weights", got_w, ref_w), ("output", got_out, ref_out)):
+        if isinstance(got, Tensor) and got.dtype != dtype:
+            fail(
+                f"{what} (on {case.describe()}) has dtype {got.dtype}: your code changes the dtype (a .float() or "
+                "a float32 tensor mixed in). Keep the input's dtype, so half-precision training stays in half precision.",
+                mistake="dtype not preserved",
+            )
+        expect_close(what, got, ref, case=f"on {case.describe()}", atol=1e-2, rtol=1e-2)
+
+
 @checker("scaled_dot_product_attention")
 def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
     """Check ``fn(query, key, value, mask=None) -> (output, weights)`` against the reference."""
@@ -525,15 +583,19 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
         ref_out, ref_w = _ref_attention(case.query, case.key, case.value, case.mask)
         got_out, got_w = _unpack(result, case, ref_out, ref_w)
         mistakes = _attention_mistakes(case)
+        # scores near -150 carry float32 rounding of about 1e-5 into the weights
+        atol = 1e-4 if case.note == _VERY_NEGATIVE else 1e-5
         for what, got, ref, index in (("weights", got_w, ref_w, 1), ("output", got_out, ref_out, 0)):
-            if matches(got, ref):
+            if matches(got, ref, atol=atol):
                 continue
             _robustness_diagnosis(case, what, got, ref)
             for name, message, make in mistakes:
                 candidate = make()[index]
                 if candidate is not None and matches(got, candidate):
                     fail(f"{what} (on {case.describe()}): {message}", mistake=name)
-            expect_close(what, got, ref, case=f"on {case.describe()}")
+            expect_close(what, got, ref, case=f"on {case.describe()}", atol=atol)
+    for dtype in (torch.float16, torch.bfloat16):
+        _low_precision_case(fn, dtype)
     # the [OK] line counts the mild cases only: it is stored in the executed notebooks, and the
     # two robustness cases (fully blocked rows, large scores) are named in the failures
     mild = sum(not case.note for case in cases)

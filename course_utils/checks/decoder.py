@@ -52,11 +52,13 @@ from ..decoder import Decoder, DecoderLayer
 from ._blocks import (
     INPUT_DROPOUT,
     P_PROBE,
+    P_RATE,
     Block,
     Stack,
     check_dropout,
     check_dropout_modes,
     check_part_dropout,
+    sublayer_dropout_rates,
     dropout_mistakes,
     run_block,
     run_stack,
@@ -80,6 +82,7 @@ from ._core import (
     raised,
     randint,
     register_hints,
+    require_distinct_roles,
     require_module_class,
 )
 
@@ -303,6 +306,12 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
             y = ref.norm1(x)  # (B, L_tgt, D): a typical sub-layer input
         parts = {"self_attn": (y, y, y, tgt_mask), "cross_attn": (y, memory, memory, memory_mask), "feed_forward": (y,)}
         check_part_dropout(model, ref, parts, "DecoderLayer")
+    shown = shown.replace(f"dropout={P_PROBE:g}", f"dropout={P_RATE:g}")
+    model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=P_RATE, norm_first=norm_first), shown)
+    sublayer_dropout_rates(
+        model, lambda m: _call(m, x, memory, tgt_mask, memory_mask, "running forward (dropout)"), x,
+        {"self_attn": True, "cross_attn": True, "feed_forward": False}, ("norm1", "norm2", "norm3"), _BLOCK, "DecoderLayer",
+    )  # fmt: skip
 
 
 @checker("DecoderLayer")
@@ -314,6 +323,7 @@ def check_decoder_layer(cls: Any) -> str:
         shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1, norm_first={norm_first}"
         model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
         ref = DecoderLayer(D, H, d_ff, 0.0, norm_first).eval()
+        require_distinct_roles(model, ref, "DecoderLayer")  # self.cross_attn = self.self_attn, ...
         load_reference(model, ref, "DecoderLayer", _LAYER_PARTS)
         expected, mistakes = _layer_functions(ref, norm_first)
         _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes)

@@ -74,7 +74,12 @@ from ._blocks import (
     P_PROBE,
     Block,
     Stack,
+    P_RATE,
+    Constant,
+    FirstFeatures,
     check_dropout_modes,
+    check_dropout_rate,
+    sublayer_dropout_rates,
     check_part_dropout,
     dropout_mistakes,
     run_block,
@@ -98,7 +103,9 @@ from ._core import (
     matches,
     randint,
     register_hints,
+    require_distinct_roles,
     require_module_class,
+    require_own_code,
     student_line,
 )
 
@@ -392,6 +399,55 @@ def _ln_case(model: nn.Module, w: Tensor, b: Tensor, eps: float, x: Tensor, case
     expect_close("output", got, expected, _ln_mistakes(x0, w0, b0, eps, default), case=case)
 
 
+_LN_BUILTINS = {"layer_norm", "native_layer_norm"}
+_LN_FORMULA = "weight * (x - mean) / sqrt(var + eps) + bias over the last axis"
+
+
+def _ln_other_ranks(model: nn.Module, w: Tensor, b: Tensor, L: int, D: int) -> None:
+    """2-D and 4-D input: the contract's shape is (..., D), so only the last axis counts."""
+    for shape in ((L, D), (2, 2, L, D)):
+        x = _ln_inputs(*shape[-3:]) if len(shape) > 2 else _ln_inputs(1, L, D)[0]  # (*shape)
+        x = x.expand(shape).clone() + torch.randn(shape)  # (*shape): rows differ on every axis
+        case = f"x of shape {describe_shape(x)}: the input is (..., d_model), normalise over the last axis only"
+        try:
+            got = _forward(model, (x,), case)
+        except StudentError as err:
+            line = student_line(err.exc)
+            fail(
+                f"your LayerNorm works on 3-D input but raised {type(err.exc).__name__} on x of shape "
+                f"{describe_shape(x)}: {str(err.exc).strip().splitlines()[0] if str(err.exc).strip() else ''}"
+                + (f"\n    at {line}" if line else "")
+                + "\n    The input is (..., d_model): use dim=-1 (not a fixed axis such as 2) and keepdim=True.",
+                mistake="fixed axis",
+            )
+        w0, b0 = w.detach().clone(), b.detach().clone()
+        fixed = [("fixed axis", "normalised over a fixed axis instead of the last one: use dim=-1, keepdim=True.",
+                  lambda k=k: _ln(x, w0, b0, 1e-5, dims=(k,))) for k in range(x.dim() - 1)]  # fmt: skip
+        expect_close("output", got, _ln(x, w0, b0, 1e-5), fixed, case=case)
+
+
+def _ln_large_mean(model: nn.Module, w: Tensor, b: Tensor, B: int, L: int, D: int) -> None:
+    """Rows with mean about 3000 and spread 1: var = E[x^2] - E[x]^2 then cancels in float32
+    (E[x^2] is about 9e6, where float32 steps by 1) and is off by hundreds."""
+    centred = torch.randn(B, L, D)  # (B, L, D)
+    x = centred + 3000.0
+    case = f"x of shape ({B}, {L}, {D}), rows with mean about 3000 and standard deviation about 1"
+    got = _forward(model, (x,), case)
+    w0, b0 = w.detach().clone(), b.detach().clone()
+    expected = _ln(x.double(), w0.double(), b0.double(), 1e-5).float()  # (B, L, D)
+    if matches(got, expected, atol=2e-2, rtol=1e-2):
+        return
+    if matches(_forward(model, (x - 3000.0,), case), _ln(x - 3000.0, w0, b0, 1e-5), atol=1e-3, rtol=1e-3):
+        fail(
+            f"output ({case}) is far off although the same rows shifted to mean 0 are right: the variance "
+            "loses its precision when the mean is large. E[x^2] - E[x]^2 subtracts two nearly equal big "
+            "numbers (about 9e6 here, where float32 steps by 1). Subtract the mean first: "
+            "((x - mean) ** 2).mean(-1, keepdim=True), or x.var(-1, unbiased=False, keepdim=True).",
+            mistake="unstable variance",
+        )
+    expect_close("output", got, expected, case=case, atol=2e-2, rtol=1e-2)
+
+
 @checker("LayerNorm")
 def check_layer_norm(cls: Any) -> str:
     require_module_class(cls, "LayerNorm")
@@ -402,9 +458,13 @@ def check_layer_norm(cls: Any) -> str:
     w, b = _ln_params(model, D)
     model.eval()
     randomise_parameters(model)  # ones and zeros would hide a missing (or swapped) scale and shift
+    x = _ln_inputs(B, L, D)
+    require_own_code(lambda: _forward(model, (x,), "forbidden calls"), _LN_BUILTINS, "LayerNorm", _LN_FORMULA)
     for shape in ((B, L, D), (L, B, D)):
         case = f"x of shape {describe_shape(torch.empty(shape))}, default eps, random weight and bias"
         _ln_case(model, w, b, 1e-5, _ln_inputs(*shape), case, default=True)
+    _ln_other_ranks(model, w, b, L, D)
+    _ln_large_mean(model, w, b, B, L, D)
 
     eps = round(float(torch.empty(()).uniform_(0.1, 0.5)), 2)
     model = call_student(cls, D, eps, context=f"constructing LayerNorm(d_model={D}, eps={eps})")
@@ -548,6 +608,11 @@ def check_feed_forward(cls: Any) -> str:
             ("dropout in the wrong place", f"dropout is applied to the input x; {where}.", on_input),
         ],
     )  # fmt: skip
+    # 0 < p < 1: one dropout with the given p (p = 1 above cannot tell one dropout from two)
+    model = call_student(cls, D, d_ff, P_RATE, context=f"constructing {what}, dropout={P_RATE:g})")
+    stubs = {"linear1": Constant(2.0, width=d_ff), "linear2": FirstFeatures(D)}  # relu(2) = 2 reaches the output
+    check_dropout_rate(model, lambda m: _forward(m, (x.clone(),), "dropout"), stubs, torch.full_like(x, 2.0),
+                       "FeedForward", "the hidden activations")
     return "two input shapes, random weights, dropout in training and eval mode"
 
 
@@ -618,6 +683,8 @@ def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_fir
         with torch.no_grad():
             y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
         check_part_dropout(model, ref, {"self_attn": (y, y, y, mask), "feed_forward": (y,)}, "EncoderLayer")
+    sublayer_dropout_rates(_build_layer(cls, D, H, d_ff, P_RATE, norm_first), lambda m: _forward(m, (x, mask), "dropout"),
+                           x, {"self_attn": True, "feed_forward": False}, ("norm1", "norm2"), _BLOCK, "EncoderLayer")
 
 
 def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
@@ -626,6 +693,8 @@ def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool
     if not isinstance(model, nn.Module):
         fail("EncoderLayer should subclass nn.Module.", mistake="not a class")
     _require_parts(model, _LAYER_PARTS, "EncoderLayer")
+    # one module under two names (self.norm2 = self.norm1) would look like two equal copies
+    require_distinct_roles(model, EncoderLayer(D, H, d_ff, p, norm_first), "EncoderLayer")
     return model
 
 

@@ -57,6 +57,7 @@ from ._core import (
     randint,
     random_mask,
     register_hints,
+    require_distinct_roles,
     require_module_class,
     student_line,
 )
@@ -181,6 +182,8 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
 def check_merge_heads(fn: Callable[..., Any]) -> str:
     for i in range(3):
         B, H, d_k, L, _L_k = _head_dims()
+        if i == 2:
+            L = B  # batch and positions of one size: code that mixes up axes 0 and 2 keeps the right shape
         D = H * d_k
         if i == 0:
             x = torch.randn(B, H, L, d_k)
@@ -217,6 +220,13 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
                 "...) instead of head-major: head h's features belong at columns h*d_k .. "
                 "(h+1)*d_k - 1. Transpose to (B, L, H, d_k), not (B, L, d_k, H), before flattening.",
                 lambda: x0.permute(0, 2, 3, 1).reshape(B, L, D),
+            ),
+            (
+                "batch and positions swapped",
+                f"with B == L = {L} the batch and position axes get mixed up: axis 0 (the batch) was swapped "
+                "with axis 2 (the positions), x.transpose(0, 2). Swap axes 1 and 2 (heads and positions), "
+                "whatever the sizes.",
+                lambda: x0.transpose(0, 2).reshape(B, L, D) if B == L else None,
             ),
         ]
         expect_close("merge_heads(x)", got, expected, mistakes, case=case)
@@ -615,6 +625,7 @@ def check_multi_head_attention(cls: Any) -> str:
     if not isinstance(model, nn.Module):
         fail("MultiHeadAttention should subclass nn.Module.", mistake="not a class")
     projections = _check_projections(model, D)
+    require_distinct_roles(model, MultiHeadAttention(D, H), "MultiHeadAttention")  # self.w_k = self.w_q
     model.eval()
 
     # random parameters (not the default init), copied into the reference by name
