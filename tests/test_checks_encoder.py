@@ -880,7 +880,7 @@ class StackOfBrokenLayers(Stack):
         (FirstRepeated, "one layer applied repeatedly", ["first layer is applied"]),
         (LayersUnused, "layers not applied", ["never applied"]),
         (NormFirstNotPassed, "norm_first not passed on", ["pass norm_first on"]),
-        (DropoutNotPassed, "dropout missing", ["Pass dropout on to every EncoderLayer"]),
+        (DropoutNotPassed, "dropout missing", ["pass dropout on to every EncoderLayer"]),
         (BlocksNotLayers, "missing layers", ["self.layers = nn.ModuleList"]),
         (StackOfBrokenLayers, "wrong submodule", ["`layers[0]`", "NoAttentionResidual", "check_encoder_layer"]),
     ],

@@ -277,7 +277,7 @@ def make_mha(bug=None):
                 elif mask.dim() == 3 and bug != "mask broadcast wrongly":
                     mask = mask.unsqueeze(1)
                 blocked = mask if bug == "inverted mask" else ~mask
-                scores = scores.masked_fill(blocked, float("-inf"))
+                scores = scores.masked_fill(blocked, torch.finfo(scores.dtype).min)
             if bug == "dropout on the scores":
                 scores = self.dropout(scores)
             weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
@@ -539,3 +539,20 @@ def _shared_projection(names):
 )
 def test_mha_shared_projection_is_named(names, words):
     assert_mistake(check_multi_head_attention, _shared_projection(names), "modules shared", *words)
+
+
+def test_mha_filling_with_minus_inf_fails_on_a_fully_blocked_row():
+    # trial A: an MHA computing attention itself with a -inf fill passed, then gave NaN on left padding
+    class MinusInf(make_mha()):
+        def forward(self, query, key, value, mask=None):
+            B, L_q, D = query.shape
+            q = self.split(self.w_q(query), L_q)  # (B, H, L_q, d_k)
+            k, v = self.split(self.w_k(key), key.shape[1]), self.split(self.w_v(value), key.shape[1])
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, L_q, L_k)
+            if mask is not None:
+                scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), float("-inf"))
+            weights = scores.softmax(-1)
+            out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, L_q, D)
+            return self.w_o(out), weights
+
+    assert_mistake(check_multi_head_attention, MinusInf, "filled with -inf", "blocks every key", "finfo")

@@ -248,7 +248,7 @@ def structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> lis
     for order in itertools.permutations(kinds):
         if order != kinds:
             i = next(i for i, (a, b) in enumerate(zip(order, kinds)) if a != b)
-            text = (f"{W[order[i]][0].upper()}{W[order[i]][1:]} runs before {W[kinds[i]]}; the order is "
+            text = (f"{W[order[i]]} runs before {W[kinds[i]]}; the order is "
                     f"{', then '.join(W[k] for k in kinds)}.")
             for norm_of in dict.fromkeys((tuple(kinds.index(k) for k in order), natural)):
                 out.append(("sub-layers in wrong order", text, {"order": order, "norm_of": norm_of}))

@@ -797,7 +797,7 @@ def check_encoder(cls: Any) -> str:
         no_drop = ref.eval()(x, mask)  # (B, L, D)
     check_dropout_modes(
         model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "Encoder",
-        lambda: [("dropout missing", "no dropout is applied in training mode: Pass dropout on to every "
+        lambda: [("dropout missing", "no dropout is applied in training mode: pass dropout on to every "
                   "EncoderLayer, EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
                  ("dropout on the input", INPUT_DROPOUT.format("Encoder"), lambda: ref(torch.zeros_like(x), mask))],
         setting="norm_first=True, ",

@@ -43,6 +43,7 @@ from ._core import (
     Mistake,
     StudentError,
     allclose,
+    isfinite,
     call_student,
     check_unchanged,
     checker,
@@ -616,6 +617,27 @@ def _pair(result: Any, case: str) -> tuple[Tensor, Tensor]:
     return result[0], result[1]
 
 
+def _blocked_rows(model: nn.Module, query: Tensor, key: Tensor, value: Tensor, cross: str) -> None:
+    """Queries whose keys are all blocked (left padding under a causal mask) must give finite
+    output: an attention computed in the module with a -inf fill gives NaN there."""
+    mask = random_mask(query.size(0), query.size(1), key.size(1))  # (B, L_q, L_k)
+    mask[:, 0] = False  # query 0 sees no key
+    case = cross + f", mask {describe_shape(mask)} whose first query row blocks every key"
+    with torch.no_grad():
+        got = _first_of(call_student(model, query, key, value, mask, context=f"running forward ({case})"))
+    if isinstance(got, Tensor) and got.is_floating_point() and not bool(isfinite(got).all()):
+        fail(
+            f"output ({case}) contains NaN or inf: a query whose keys are all blocked (a padding position, "
+            "say) gets softmax(-inf, ..., -inf) = 0 / 0 = NaN when the scores are filled with float('-inf'). "
+            "Fill with torch.finfo(scores.dtype).min (or use your scaled_dot_product_attention, which does).",
+            mistake="filled with -inf",
+        )
+
+
+def _first_of(result: Any) -> Any:
+    return result[0] if isinstance(result, (tuple, list)) and result else result
+
+
 @checker("MultiHeadAttention")
 def check_multi_head_attention(cls: Any) -> str:
     require_module_class(cls, "MultiHeadAttention")
@@ -651,6 +673,8 @@ def check_multi_head_attention(cls: Any) -> str:
     for mask in (random_mask(H, 1, L_k), random_mask(H, L_q, L_k)):
         case = f"cross-attention, B = num_heads = {H}, mask {describe_shape(mask)}"
         _mha_case(model, ref, lin, H, q2, k2, v2, mask, case, True)
+
+    _blocked_rows(model, query, key, value, cross)
 
     _check_dropout(cls)
     _expect_value_error(cls, "MultiHeadAttention({D}, {H})", "d_model")
