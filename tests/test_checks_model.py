@@ -389,6 +389,12 @@ class NoMethods(nn.Module):
         (renamed("no src mask"), "src_mask not used", ["not used at all"]),
         (renamed("no projection"), "output projection missing", ["(B, L_tgt, d_model)"]),
         (renamed("inconsistent"), "forward disagrees with encode/decode", ["encode, then decode"]),
+        # the notebook's names, extra dropout (0 < p < 1), sharing, max_len (exact probes: 3 draws, as the table's)
+        (GeneratorName, "missing submodule", ["`output_projection`", "greedy_decode"]),
+        (DoubleDropout, "dropout applied twice", ["dropped twice", "remove the second one"]),
+        (MemoryDropout, "dropout on the memory", ["memory"]),
+        (SharedTargetEmbedding, "one module for two roles", ["src_vocab_size == tgt_vocab_size"]),
+        (ShortTable, "max_len ignored", ["20 rows", "max_len=64"]),
     ],
 )
 def test_transformer_mistakes_are_named(cls, mistake, words):
@@ -418,12 +424,6 @@ def test_transformer_mistakes_are_named(cls, mistake, words):
         (renamed("no layer dropout"), "layer dropout missing", ["the layers of the encoder apply no dropout"]),
         (renamed("dropout before pe"), "dropout before adding positions", ["dropout(x) + pe", "dropout(x + pe)"]),
         (renamed("fixed p"), "dropout p hard-coded", ["`positional_encoding.dropout` (p=0.1)"]),
-        # the notebook's names, extra dropout (0 < p < 1), sharing, max_len
-        (GeneratorName, "missing submodule", ["`output_projection`", "greedy_decode"]),
-        (DoubleDropout, "dropout applied twice", ["dropped twice", "remove the second one"]),
-        (MemoryDropout, "dropout on the memory", ["memory"]),
-        (SharedTargetEmbedding, "one module for two roles", ["src_vocab_size == tgt_vocab_size"]),
-        (ShortTable, "max_len ignored", ["20 rows", "max_len=64"]),
     ],
 )
 def test_transformer_new_families_are_named_on_every_draw(cls, mistake, words):
@@ -472,6 +472,8 @@ def make_greedy(bug=None):
 
     def decode(model, src, max_len, bos_id, eos_id, src_mask, pad_id):
         fill = eos_id if (pad_id is None or bug == "pad ignored") else pad_id
+        if bug == "pad or eos":  # trial 06.4-w07: wrong when pad_id == 0
+            fill = pad_id or eos_id
         mask = None if bug in ("no src mask", "no src mask in decode") else src_mask
         memory = model.encode(src, None if bug in ("no src mask", "no src mask in encode") else src_mask)
         B = src.size(0)
@@ -574,6 +576,7 @@ def test_greedy_decode_mistakes_are_named(fn, mistake, words):
         (make_greedy("no src mask in decode"), "src_mask not passed to decode", ["as memory_mask"]),
         (make_greedy("mode not restored"), "mode not restored", ["in eval mode although it came in train mode"]),
         (make_greedy("train at the end"), "mode not restored", ["in train mode although it came in eval mode"]),
+        (make_greedy("pad or eos"), "pad_id ignored", ["fill with pad_id"]),  # pad_id is 0 on every draw
     ],
 )
 def test_greedy_decode_new_diagnoses_are_the_same_on_every_draw(fn, mistake, words):

@@ -34,7 +34,8 @@ Masks: token ids with trailing padding of different lengths per example, a non-z
 ``greedy_decode``: a small random pre-norm :class:`course_utils.Transformer` (2 layers,
 2 heads, ``dropout=1.0``) is built by the checker; its greedy trajectories for a batch of
 sources are computed once and ``eos_id`` is chosen among the tokens it produces so that
-(A) every sequence ends before ``max_len`` at different steps (``pad_id`` given), and (B)
+(A) every sequence ends before ``max_len`` at different steps (``pad_id`` given, always 0,
+so that ``pad_id or eos_id`` shows), and (B)
 one sequence never ends and ``max_len`` cuts the output (``pad_id`` left at its default,
 ``eos_id``). Rows are kept only where every greedy choice wins by a clear margin (so a
 correct implementation computed in a different order gives the same tokens) and where
@@ -1136,8 +1137,8 @@ def _greedy_setup() -> _GreedySetup:
                 if name.endswith(("w_q.weight", "w_k.weight")):
                     p.mul_(3.0)
         model.eval()
-        bos_id = randint(0, V - 1)
-        pad_id = (bos_id + randint(1, V - 1)) % V
+        # pad_id 0 on every draw: `fill = pad_id or eos_id` (0 is falsy) must always show
+        bos_id, pad_id = randint(1, V - 1), 0
         N, L_src = 24, randint(5, 8)
         real = trailing_padding(N, L_src)[:, 0]  # (N, L_src)
         src = _tokens(N, L_src, V, pad_id, real)
