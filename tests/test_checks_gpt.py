@@ -650,6 +650,27 @@ def probs_stub(logits, temperature=1.0, top_k=None, top_p=None):
     raise NotImplementedError()
 
 
+def probs_exp_unshifted(logits, temperature=1.0, top_k=None, top_p=None):  # trial 09.3-w19
+    if top_k is not None or top_p is not None:
+        return gpt.next_token_probs(logits, temperature, top_k, top_p)
+    e = torch.exp(logits / temperature)
+    return e / e.sum(-1, keepdim=True)
+
+
+def probs_power(logits, temperature=1.0, top_k=None, top_p=None):  # trial 09.3-w12
+    if top_k is not None or top_p is not None:
+        return gpt.next_token_probs(logits, temperature, top_k, top_p)
+    p = logits.softmax(-1) ** (1 / temperature)
+    return p / p.sum(-1, keepdim=True)
+
+
+def probs_topk_unclamped(logits, temperature=1.0, top_k=None, top_p=None):  # trial 09.3-w15
+    if top_k is not None and top_p is None:
+        kth = (logits / temperature).topk(top_k, dim=-1).values[..., -1:]  # raises for top_k > V
+        return (logits / temperature).masked_fill(logits / temperature < kth, float("-inf")).softmax(-1)
+    return gpt.next_token_probs(logits, temperature, top_k, top_p)
+
+
 PROBS_MISTAKES = [
     (temperature_after_softmax, "temperature after softmax", "before it"),
     (temperature_ignored, "temperature ignored", "no effect"),
@@ -671,6 +692,16 @@ PROBS_MISTAKES = [
 @pytest.mark.parametrize("fn, mistake, words", PROBS_MISTAKES, ids=[f.__name__ for f, _, _ in PROBS_MISTAKES])
 def test_next_token_probs_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_next_token_probs, fn, mistake, words)
+
+
+@pytest.mark.parametrize("fn", [probs_exp_unshifted, probs_power])
+def test_next_token_probs_extreme_logits_are_named(fn):
+    assert_mistake(check_next_token_probs, fn, "not numerically stable", "NaN", "softmax")
+
+
+def test_next_token_probs_top_k_above_v_fails():
+    r = check_next_token_probs(probs_topk_unclamped)
+    assert not r.passed and "top_k=" in r.feedback and "> V=" in r.feedback, r.feedback
 
 
 @pytest.mark.parametrize("fn", [gpt.next_token_probs, probs_loop, probs_hf_style])

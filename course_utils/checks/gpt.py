@@ -784,7 +784,28 @@ def check_next_token_probs(fn: Callable[..., Any]) -> str:
                      "already add up to p), so at least one token is always kept.",
                      mistake="top-p drops the crossing token")
         expect_close("probabilities", got, expected, mistakes, atol=1e-6, rtol=1e-4, case=case)
+    _probs_robustness(fn, V)
     return "temperature, top-k, top-p and both together, several temperatures, any leading dims"
+
+
+def _probs_robustness(fn: Callable[..., Any], V: int) -> None:
+    """Large logits at a low temperature (exp overflows unless the max is subtracted: softmax does),
+    flat logits at a tiny temperature (p ** (1 / T) underflows to 0 / 0), and top_k > V (keep all)."""
+    big = torch.zeros(2, V)
+    big[:, 0], big[:, 1] = 100.0, 99.0  # (2, V)
+    for logits, kwargs, what in (
+        (big, dict(temperature=0.5), "logits (100, 99, 0, ...) at temperature=0.5"),
+        (torch.zeros(2, V), dict(temperature=0.01), "flat logits at temperature=0.01"),
+        (torch.randn(2, V), dict(top_k=V + 3), f"top_k={V + 3} > V={V}"),
+    ):
+        case = f"logits ({2}, {V}), {what}"
+        expected = next_token_probs(logits, **kwargs)
+        got = call_student(fn, logits.clone(), context=f"calling next_token_probs ({case})", **kwargs)
+        if isinstance(got, Tensor) and got.shape == expected.shape and bool(isnan(got).any()):
+            fail(f"your probabilities are NaN ({case}): exp of a large scaled logit overflows, or probabilities "
+                 "raised to 1 / temperature underflow to 0 / 0. Divide the logits by the temperature and use "
+                 "softmax, which subtracts the largest logit first.", mistake="not numerically stable")
+        expect_close("probabilities", got, expected, [], atol=1e-6, rtol=1e-4, case=case)
 
 
 # ---------------------------------------------------------------- generate
