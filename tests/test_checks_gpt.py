@@ -719,9 +719,13 @@ def test_next_token_probs_verdicts_are_stable_over_20_draws():
 # ---------------------------------------------------------------- generate
 def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
                    *, mode="eval", grad=False, crop="end", position=-1, sampler="multinomial", keep_prompt=True,
-                   use_temperature=True, use_generator=True, restore=True):
+                   use_temperature=True, use_generator=True, restore=True, use_top_p=True, early_return=False):
     """A student's generate; the keyword-only flags switch on one mistake each."""
     was_training = model.training
+    top_p = top_p if use_top_p else None
+    if early_return and max_new_tokens == 0:  # trial 09.4-w18: returns before restoring the mode
+        model.eval()
+        return tokens
     if mode == "eval":
         model.eval()
     out = tokens
@@ -761,6 +765,8 @@ GENERATE_MISTAKES = [
     (dict(sampler="argmax"), "greedy instead of sampling", "multinomial"),
     (dict(use_temperature=False), "temperature ignored", "temperature"),
     (dict(use_generator=False), "generator ignored", "generator=generator"),
+    (dict(use_top_p=False), "top_p not passed on", "top_p=1e-06"),  # trial 09.4-w17
+    (dict(early_return=True), "mode not restored", "max_new_tokens=0"),  # trial 09.4-w18
 ]
 
 

@@ -919,6 +919,19 @@ def check_generate(fn: Callable[..., Any]) -> str:
     if watch.calls and max(lengths) > max_len:
         fail("the model was fed more than max_len tokens.", mistake="context not cropped")
 
+    # 1b. top_p tiny: the nucleus is the most likely token alone, so the draws are the argmax again
+    case = f"prompt {describe_shape(tokens)}, max_new_tokens={steps}, top_p=1e-06, max_len={max_len}"
+    got, watch = _generate_call(fn, model, original.clone(), steps, case, top_p=1e-6)
+    if isinstance(got, Tensor) and got.shape == expected.shape and not equal(got.long(), expected):
+        fail(f"with top_p=1e-06 ({case}) only the most likely token is left to draw, so generate must give the "
+             "greedy tokens; yours differ: pass top_p on, next_token_probs(logits, temperature, top_k, top_p).",
+             mistake="top_p not passed on")
+    # 1c. max_new_tokens=0: the prompt back, and the mode restored on that path too
+    model.train()
+    case = f"prompt {describe_shape(tokens)}, max_new_tokens=0, model in train mode"
+    got, watch = _generate_call(fn, model, original.clone(), 0, case)
+    _check_watch(watch, model, True, case)
+    model.eval()
     # 2. the distribution of the first new token: 4,000 draws under fixed seeds
     prompt = original[:1].expand(n, L0).contiguous()  # (n, L0): one prompt, n draws
     case = f"{n} draws of one token, temperature={T}"
