@@ -284,3 +284,13 @@ def test_hints_exist_and_print(name, capsys):
         hint(name, level)
     out = capsys.readouterr().out
     assert f"Hint 1/{len(HINTS[name])} for {name}" in out and "Still stuck?" in out
+
+
+def pool_count_nonzero(x, mask):  # trial 08.1-w08: counts non-zero entries, not real tokens
+    s = x * mask.unsqueeze(-1).to(x.dtype)
+    return s.sum(1) / (s != 0).sum(1)
+
+
+def test_masked_mean_pool_counting_nonzero_entries_fails():
+    # a real vector holds an exact 0 on every draw, so the count of non-zero entries is wrong
+    assert_mistake(check_masked_mean_pool, pool_count_nonzero, "values differ", "0")

@@ -249,8 +249,10 @@ def check_masked_mean_pool(fn: Any) -> str:
     for make_mask, what in ((_scattered_mask, "padding anywhere"), (_trailing_mask, "padding at the end")):
         x = 2.0 * torch.randn(B, L, D) + torch.randn(1, L, 1)  # (B, L, D): positions differ on average
         mask = make_mask(B, L)  # (B, L)
+        real = torch.nonzero(mask)  # (n, 2): (row, position) of the real tokens
+        x[real[0, 0], real[0, 1], 0] = 0.0  # an exact 0 in a real vector: counting non-zeros is wrong
         x0, mask0 = x.clone(), mask.clone()
-        case = f"x ({B}, {L}, {D}), mask ({B}, {L}) with {what}"
+        case = f"x ({B}, {L}, {D}) with an exact 0 in a real vector, mask ({B}, {L}) with {what}"
         try:
             got = call_student(fn, x, mask, context=f"calling masked_mean_pool({case})")
         except StudentError as err:
