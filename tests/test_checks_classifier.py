@@ -37,11 +37,7 @@ def gelu_loop(x):
     return torch.tensor(flat, dtype=x.dtype).reshape(x.shape)
 
 
-def gelu_functional(x):
-    return F.gelu(x)
-
-
-@pytest.mark.parametrize("fn", [gelu, gelu_erfc, gelu_normal_cdf, gelu_loop, gelu_functional])
+@pytest.mark.parametrize("fn", [gelu, gelu_erfc, gelu_normal_cdf, gelu_loop])
 def test_gelu_correct_variants_pass(fn):
     assert_passes(check_gelu, fn, repeat=SEEDS)
 
@@ -294,3 +290,8 @@ def pool_count_nonzero(x, mask):  # trial 08.1-w08: counts non-zero entries, not
 def test_masked_mean_pool_counting_nonzero_entries_fails():
     # a real vector holds an exact 0 on every draw, so the count of non-zero entries is wrong
     assert_mistake(check_masked_mean_pool, pool_count_nonzero, "values differ", "0")
+
+
+@pytest.mark.parametrize("fn", [F.gelu, lambda x: torch.nn.GELU()(x), lambda x: torch.nn.functional.gelu(x, approximate="none")])
+def test_gelu_calling_torch_gelu_is_named(fn):  # trial 08.2-w01, w10, w14
+    assert_mistake(check_gelu, fn, "calls F.gelu", "formula")
