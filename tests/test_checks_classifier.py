@@ -37,11 +37,7 @@ def gelu_loop(x):
     return torch.tensor(flat, dtype=x.dtype).reshape(x.shape)
 
 
-def gelu_functional(x):
-    return F.gelu(x)
-
-
-@pytest.mark.parametrize("fn", [gelu, gelu_erfc, gelu_normal_cdf, gelu_loop, gelu_functional])
+@pytest.mark.parametrize("fn", [gelu, gelu_erfc, gelu_normal_cdf, gelu_loop])
 def test_gelu_correct_variants_pass(fn):
     assert_passes(check_gelu, fn, repeat=SEEDS)
 
@@ -284,3 +280,18 @@ def test_hints_exist_and_print(name, capsys):
         hint(name, level)
     out = capsys.readouterr().out
     assert f"Hint 1/{len(HINTS[name])} for {name}" in out and "Still stuck?" in out
+
+
+def pool_count_nonzero(x, mask):  # trial 08.1-w08: counts non-zero entries, not real tokens
+    s = x * mask.unsqueeze(-1).to(x.dtype)
+    return s.sum(1) / (s != 0).sum(1)
+
+
+def test_masked_mean_pool_counting_nonzero_entries_fails():
+    # a real vector holds an exact 0 on every draw, so the count of non-zero entries is wrong
+    assert_mistake(check_masked_mean_pool, pool_count_nonzero, "values differ", "0")
+
+
+@pytest.mark.parametrize("fn", [F.gelu, lambda x: torch.nn.GELU()(x), lambda x: torch.nn.functional.gelu(x, approximate="none")])
+def test_gelu_calling_torch_gelu_is_named(fn):  # trial 08.2-w01, w10, w14
+    assert_mistake(check_gelu, fn, "forbidden call", "formula")

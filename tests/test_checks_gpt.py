@@ -41,8 +41,8 @@ class Block(gpt.GPTBlock):
         return self.feed_forward.linear2(self.activation(self.feed_forward.linear1(h)))
 
     def forward(self, x, mask=None):
-        x = x + self.attend(self.norm1(x), mask)
-        return x + self.feed(self.norm2(x))
+        x = x + self.dropout1(self.attend(self.norm1(x), mask))
+        return x + self.dropout2(self.feed(self.norm2(x)))
 
 
 class NoCausal(Block):
@@ -146,6 +146,45 @@ class InPlace(Block):
         return x + self.feed(self.norm2(x))
 
 
+class NoSublayerDropout(Block):  # trial 09.1-w08
+    def forward(self, x, mask=None):
+        x = x + self.attend(self.norm1(x), mask)
+        return x + self.feed(self.norm2(x))
+
+
+class HardCodedDropout(Block):  # trial 09.1-w09: nn.Dropout(0.1)
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.dropout1, self.dropout2 = nn.Dropout(0.1), nn.Dropout(0.1)
+
+
+class DropoutOnSum(Block):  # trial 09.1-w16: dropout(x + f(norm(x)))
+    def forward(self, x, mask=None):
+        x = self.dropout1(x + self.attend(self.norm1(x), mask))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
+class AttentionWithoutDropout(Block):  # trial 09.1-w19: MultiHeadAttention(d_model, num_heads)
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+
+
+class FeedForwardWithoutDropout(Block):  # trial 09.1-w20
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, activation="gelu_tanh")
+
+    def feed(self, h):
+        return self.feed_forward(h)
+
+
+class SharedNorm(Block):  # trial 09.1-w10: self.norm2 = self.norm1
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.norm2 = self.norm1
+
+
 class BlockStub(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -169,6 +208,12 @@ BLOCK_MISTAKES = [
     (ReturnsTuple, "wrong return", "[0]"),
     (DropoutAlways, "dropout ignores eval mode", "eval mode"),
     (InPlace, "input modified in place", "in place"),
+    (NoSublayerDropout, "dropout missing", "x + dropout(sublayer(norm(x)))"),
+    (HardCodedDropout, "hard-coded dropout p", "nn.Dropout(dropout)"),
+    (DropoutOnSum, "dropout on the residual stream", "x + dropout(sublayer(norm(x)))"),
+    (AttentionWithoutDropout, "dropout not passed on", "MultiHeadAttention(d_model, num_heads, dropout)"),
+    (FeedForwardWithoutDropout, "dropout not passed on", "FeedForward(d_model, d_ff, dropout"),
+    (SharedNorm, "modules shared", "`norm1` and `norm2`"),
 ]
 
 
@@ -332,6 +377,82 @@ class NoDropoutSwitch(Model):
             F.dropout(torch.zeros(()), 0.0) + (torch.rand(()) * 1e-3)
 
 
+class NoInit(Model):  # trial 09.2-w08: PyTorch's default initialisation
+    def __init__(self, vocab_size, d_model, *args, **kwargs):
+        super().__init__(vocab_size, d_model, *args, **kwargs)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                module.reset_parameters()
+
+
+class XavierInit(Model):  # trial 09.2-w16
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.xavier_uniform_(p)
+
+
+class StdTypo(Model):  # trial 09.2-w19: std=0.2
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.2)
+
+
+class NormScalesInitialised(Model):  # trial 09.2-w09: normal(0.02) on every parameter
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for p in self.parameters():
+            nn.init.normal_(p, std=0.02)
+
+
+class NoEmbeddingDropout(Model):  # trial 09.2-w11
+    def forward(self, tokens, mask=None):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.lm_head(self.norm(x))
+
+
+class EmbeddingDropoutHardCoded(Model):  # trial 09.2-w12
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dropout = nn.Dropout(0.1)
+
+
+class DropoutBeforePositions(Model):  # trial 09.2-w20
+    def embed(self, tokens):
+        return self.dropout(self.token_embedding(tokens)) + self.position_embedding(torch.arange(tokens.size(1)))
+
+    def forward(self, tokens, mask=None):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.lm_head(self.norm(x))
+
+
+class BlocksWithoutDropout(Model):  # trial 09.2-w17
+    def __init__(self, vocab_size, d_model, num_heads, num_layers, d_ff, dropout=0.1, max_len=1024):
+        super().__init__(vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len)
+        self.blocks = nn.ModuleList(gpt.GPTBlock(d_model, num_heads, d_ff) for _ in range(num_layers))
+        for p in self.blocks.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+
+
+class FinalNormFromLastBlock(Model):  # trial 09.2-w22: self.norm = self.blocks[-1].norm2
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.norm = self.blocks[-1].norm2
+
+
+class ReturnsLossToo(Model):  # trial 09.2-o01: (logits, None) as Hugging Face models return
+    def forward(self, tokens, mask=None):
+        return super().forward(tokens, mask), None
+
+
 GPT_MISTAKES = [
     (NotTied, "not tied", "self.lm_head.weight = self.token_embedding.weight"),
     (TiedByCopy, "tied by copying", "copy"),
@@ -346,6 +467,16 @@ GPT_MISTAKES = [
     (FirstBlockOnly, "one layer applied repeatedly", "first block"),
     (SharedBlocks, "blocks sharing one module", "same module"),
     (NoDropoutSwitch, "dropout ignores eval mode", "eval mode"),
+    (NoInit, "initialisation missing", "std=0.02"),
+    (XavierInit, "Xavier initialisation", "std=0.02"),
+    (StdTypo, "wrong initialisation", "should be 0.02"),
+    (NormScalesInitialised, "norm scales initialised", "all ones"),
+    (NoEmbeddingDropout, "embedding dropout missing", "self.dropout(token_embedding(tokens)"),
+    (EmbeddingDropoutHardCoded, "hard-coded dropout p", "nn.Dropout(dropout)"),
+    (DropoutBeforePositions, "dropout before adding", "on their sum"),
+    (BlocksWithoutDropout, "dropout not passed on", "GPTBlock(d_model, num_heads, d_ff, dropout)"),
+    (FinalNormFromLastBlock, "modules shared", ".norm2` and `norm`"),
+    (ReturnsLossToo, "wrong return", "logits alone"),
 ]
 
 
@@ -373,6 +504,7 @@ class TiedTheOtherWay(Model):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.lm_head = nn.Linear(self.d_model, self.vocab_size, bias=False)
+        nn.init.normal_(self.lm_head.weight, std=0.02)  # the notebook's initialisation, for the new matrix too
         self.token_embedding.weight = self.lm_head.weight
 
 
@@ -518,6 +650,27 @@ def probs_stub(logits, temperature=1.0, top_k=None, top_p=None):
     raise NotImplementedError()
 
 
+def probs_exp_unshifted(logits, temperature=1.0, top_k=None, top_p=None):  # trial 09.3-w19
+    if top_k is not None or top_p is not None:
+        return gpt.next_token_probs(logits, temperature, top_k, top_p)
+    e = torch.exp(logits / temperature)
+    return e / e.sum(-1, keepdim=True)
+
+
+def probs_power(logits, temperature=1.0, top_k=None, top_p=None):  # trial 09.3-w12
+    if top_k is not None or top_p is not None:
+        return gpt.next_token_probs(logits, temperature, top_k, top_p)
+    p = logits.softmax(-1) ** (1 / temperature)
+    return p / p.sum(-1, keepdim=True)
+
+
+def probs_topk_unclamped(logits, temperature=1.0, top_k=None, top_p=None):  # trial 09.3-w15
+    if top_k is not None and top_p is None:
+        kth = (logits / temperature).topk(top_k, dim=-1).values[..., -1:]  # raises for top_k > V
+        return (logits / temperature).masked_fill(logits / temperature < kth, float("-inf")).softmax(-1)
+    return gpt.next_token_probs(logits, temperature, top_k, top_p)
+
+
 PROBS_MISTAKES = [
     (temperature_after_softmax, "temperature after softmax", "before it"),
     (temperature_ignored, "temperature ignored", "no effect"),
@@ -541,6 +694,16 @@ def test_next_token_probs_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_next_token_probs, fn, mistake, words)
 
 
+@pytest.mark.parametrize("fn", [probs_exp_unshifted, probs_power])
+def test_next_token_probs_extreme_logits_are_named(fn):
+    assert_mistake(check_next_token_probs, fn, "not numerically stable", "NaN", "softmax")
+
+
+def test_next_token_probs_top_k_above_v_fails():
+    r = check_next_token_probs(probs_topk_unclamped)
+    assert not r.passed and "top_k=" in r.feedback and "> V=" in r.feedback, r.feedback
+
+
 @pytest.mark.parametrize("fn", [gpt.next_token_probs, probs_loop, probs_hf_style])
 def test_next_token_probs_correct_variants_pass(fn):
     assert_passes(check_next_token_probs, fn)
@@ -556,9 +719,13 @@ def test_next_token_probs_verdicts_are_stable_over_20_draws():
 # ---------------------------------------------------------------- generate
 def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
                    *, mode="eval", grad=False, crop="end", position=-1, sampler="multinomial", keep_prompt=True,
-                   use_temperature=True, use_generator=True, restore=True):
+                   use_temperature=True, use_generator=True, restore=True, use_top_p=True, early_return=False):
     """A student's generate; the keyword-only flags switch on one mistake each."""
     was_training = model.training
+    top_p = top_p if use_top_p else None
+    if early_return and max_new_tokens == 0:  # trial 09.4-w18: returns before restoring the mode
+        model.eval()
+        return tokens
     if mode == "eval":
         model.eval()
     out = tokens
@@ -598,6 +765,8 @@ GENERATE_MISTAKES = [
     (dict(sampler="argmax"), "greedy instead of sampling", "multinomial"),
     (dict(use_temperature=False), "temperature ignored", "temperature"),
     (dict(use_generator=False), "generator ignored", "generator=generator"),
+    (dict(use_top_p=False), "top_p not passed on", "top_p=1e-06"),  # trial 09.4-w17
+    (dict(early_return=True), "mode not restored", "max_new_tokens=0"),  # trial 09.4-w18
 ]
 
 

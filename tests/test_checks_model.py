@@ -167,15 +167,17 @@ def xavier_matrices(module):
 
 
 class ScratchTransformer(nn.Module):
-    """The contract's names, written without subclassing: bare nn.Embedding scaled by hand,
-    functional dropout after the positions, an explicit Xavier loop over the modules."""
+    """The contract's names, written without subclassing: an nn.Embedding (inside a plain
+    container, as `embedding`) scaled by hand, functional dropout after the positions, an
+    explicit Xavier loop over the modules."""
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
                  dropout=0.1, max_len=5000, norm_first=False):
         super().__init__()
         self.scale, self.p = math.sqrt(d_model), dropout
-        self.src_embedding = nn.Embedding(src_vocab_size, d_model)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
+        self.src_embedding, self.tgt_embedding = nn.Module(), nn.Module()
+        self.src_embedding.embedding = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embedding.embedding = nn.Embedding(tgt_vocab_size, d_model)
         self.positional_encoding = PositionalEncoding(d_model, max_len)
         self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
         self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
@@ -189,18 +191,20 @@ class ScratchTransformer(nn.Module):
         return F.dropout(self.positional_encoding(embedding(ids) * self.scale), self.p, self.training)
 
     def encode(self, src, src_mask=None):
-        return self.encoder(self.embed(self.src_embedding, src), src_mask)
+        return self.encoder(self.embed(self.src_embedding.embedding, src), src_mask)
 
     def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
-        return self.decoder(self.embed(self.tgt_embedding, tgt), memory, tgt_mask, memory_mask)
+        return self.decoder(self.embed(self.tgt_embedding.embedding, tgt), memory, tgt_mask, memory_mask)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         return self.output_projection(self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask))
 
 
 class RenamedTransformer(nn.Module):
-    """Names the contract does not fix, parts registered in another order (the checker pairs
-    the parameters by structure); ``bug`` switches on one mistake."""
+    """The notebook's names for the parts its later cells use (output_projection, src_embedding,
+    encoder, ...), free names for the rest (a second PositionalEncoding `pos_tgt`, `drop`), parts
+    registered in another order (the checker pairs the parameters by structure); ``bug`` switches
+    on one mistake."""
 
     bug = None
 
@@ -210,29 +214,29 @@ class RenamedTransformer(nn.Module):
         bug = self.bug
         p_pe = {"no dropout": 0.0, "no pe dropout": 0.0, "fixed p": 0.1, "dropout before pe": 0.0}.get(bug, dropout)
         p_layers = {"no dropout": 0.0, "no layer dropout": 0.0}.get(bug, dropout)
-        self.generator = nn.Linear(d_model, src_vocab_size if bug == "vocabularies swapped" else tgt_vocab_size)
-        self.enc = Encoder(num_layers, d_model, num_heads, d_ff, p_layers, norm_first)
-        self.dec = Decoder(num_layers, d_model, num_heads, d_ff, p_layers, norm_first)
-        self.embed_src = TokenEmbedding(src_vocab_size, d_model)
-        self.embed_tgt = TokenEmbedding(tgt_vocab_size, d_model)
-        self.pos_src = PositionalEncoding(d_model, max_len, p_pe)
+        self.output_projection = nn.Linear(d_model, src_vocab_size if bug == "vocabularies swapped" else tgt_vocab_size)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, p_layers, norm_first)
+        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, p_layers, norm_first)
+        self.src_embedding = TokenEmbedding(src_vocab_size, d_model)
+        self.tgt_embedding = TokenEmbedding(tgt_vocab_size, d_model)
+        self.positional_encoding = PositionalEncoding(d_model, max_len, p_pe)
         self.pos_tgt = PositionalEncoding(d_model, max_len, p_pe)
         self.drop = nn.Dropout(dropout)
         if bug == "learned positions":
             self.pos_table = nn.Parameter(torch.zeros(max_len, d_model))
         if bug == "extra linear":
             self.extra = nn.Linear(d_model, d_model)
-        for pos in (self.pos_src, self.pos_tgt):
+        for pos in (self.positional_encoding, self.pos_tgt):
             if bug in ("pe parameter", "pe attribute"):
                 pe = pos.pe
                 del pos.pe
                 pos.pe = nn.Parameter(pe, requires_grad=False) if bug == "pe parameter" else pe
         if not norm_first and bug in ("final norms", "final norm in the encoder"):
-            self.enc.norm = LayerNorm(d_model)
+            self.encoder.norm = LayerNorm(d_model)
             if bug == "final norms":
-                self.dec.norm = LayerNorm(d_model)
+                self.decoder.norm = LayerNorm(d_model)
         if norm_first and bug == "no final norm in the decoder":
-            self.dec.norm = None
+            self.decoder.norm = None
         if bug != "no xavier":
             xavier_matrices(self)
         for p in self.parameters():
@@ -247,23 +251,23 @@ class RenamedTransformer(nn.Module):
         return pos(self.drop(x)) if self.bug == "dropout before pe" else pos(x)
 
     def encode(self, src, src_mask=None):
-        x = self.embed_src(src) * (math.sqrt(self.generator.in_features) if self.bug == "scaled twice" else 1.0)
-        return self.enc(self.position(x, self.pos_src, "no source positions"), None if self.bug == "no src mask" else src_mask)
+        x = self.src_embedding(src) * (math.sqrt(self.output_projection.in_features) if self.bug == "scaled twice" else 1.0)
+        return self.encoder(self.position(x, self.positional_encoding, "no source positions"), None if self.bug == "no src mask" else src_mask)
 
     def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
-        y = self.embed_tgt(tgt) * (math.sqrt(self.generator.in_features) if self.bug == "scaled twice" else 1.0)
+        y = self.tgt_embedding(tgt) * (math.sqrt(self.output_projection.in_features) if self.bug == "scaled twice" else 1.0)
         y = self.position(y, self.pos_tgt, "no target positions")
         if self.bug == "no tgt mask":
             tgt_mask = None
-        return self.dec(y, memory, tgt_mask, None if self.bug == "no src mask" else memory_mask)
+        return self.decoder(y, memory, tgt_mask, None if self.bug == "no src mask" else memory_mask)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         out = self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
         if self.bug == "no projection":
             return out
         if self.bug == "inconsistent":
-            return self.generator(torch.relu(out))
-        return self.generator(out).log_softmax(-1) if self.bug == "log_softmax" else self.generator(out)
+            return self.output_projection(torch.relu(out))
+        return self.output_projection(out).log_softmax(-1) if self.bug == "log_softmax" else self.output_projection(out)
 
 
 def renamed(bug):
@@ -321,6 +325,50 @@ class Probabilities(course_utils.Transformer):
         return super().forward(src, tgt, src_mask, tgt_mask).softmax(dim=-1)
 
 
+class GeneratorName(course_utils.Transformer):  # trial 06.3-w22: the Annotated Transformer's name
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.generator = self.output_projection
+        del self.output_projection
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.generator(self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask))
+
+
+class DoubleDropout(course_utils.Transformer):  # trial 06.3-w12: nn.Dropout again after the positions
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.drop = nn.Dropout(dropout)
+
+    def encode(self, src, src_mask=None):
+        return self.encoder(self.drop(self.positional_encoding(self.src_embedding(src))), src_mask)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        y = self.drop(self.positional_encoding(self.tgt_embedding(tgt)))
+        return self.decoder(y, memory, tgt_mask, memory_mask)
+
+
+class MemoryDropout(DoubleDropout):  # trial 06.3-w33: dropout between encode and decode
+    def encode(self, src, src_mask=None):
+        return course_utils.Transformer.encode(self, src, src_mask)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        return course_utils.Transformer.decode(self, tgt, self.drop(memory), tgt_mask, memory_mask)
+
+
+class SharedTargetEmbedding(course_utils.Transformer):  # trial 06.3-w23
+    def __init__(self, src_vocab_size, tgt_vocab_size, *args, **kwargs):
+        super().__init__(src_vocab_size, tgt_vocab_size, *args, **kwargs)
+        if src_vocab_size == tgt_vocab_size:
+            self.tgt_embedding = self.src_embedding
+
+
+class ShortTable(course_utils.Transformer):  # trial 06.3-w29: PositionalEncoding(d_model, 20, dropout)
+    def __init__(self, *args, d_model=512, dropout=0.1, **kwargs):
+        super().__init__(*args, d_model=d_model, dropout=dropout, **kwargs)
+        self.positional_encoding = PositionalEncoding(d_model, 20, dropout)
+
+
 class NoMethods(nn.Module):
     def __init__(self, src_vocab_size, tgt_vocab_size, **kwargs):
         super().__init__()
@@ -348,6 +396,12 @@ class NoMethods(nn.Module):
         (renamed("no src mask"), "src_mask not used", ["not used at all"]),
         (renamed("no projection"), "missing output projection", ["(B, L_tgt, d_model)"]),
         (renamed("inconsistent"), "forward disagrees with encode/decode", ["encode, then decode"]),
+        # the notebook's names, extra dropout (0 < p < 1), sharing, max_len (exact probes: 3 draws, as the table's)
+        (GeneratorName, "missing submodule", ["`output_projection`", "greedy_decode"]),
+        (DoubleDropout, "dropout applied twice", ["dropped twice", "remove the second one"]),
+        (MemoryDropout, "dropout on the memory", ["memory"]),
+        (SharedTargetEmbedding, "modules shared", ["src_vocab_size == tgt_vocab_size"]),
+        (ShortTable, "max_len ignored", ["20 rows", "max_len=64"]),
     ],
 )
 def test_transformer_mistakes_are_named(cls, mistake, words):
@@ -361,13 +415,13 @@ def test_transformer_mistakes_are_named(cls, mistake, words):
         (renamed("scaled twice"), "embeddings scaled twice", ["source and target", "not sqrt(d_model)"]),
         # structure, state and initialisation
         (renamed("learned positions"), "learned positions", ["`pos_table`", "sinusoidal", "buffer"]),
-        (renamed("pe parameter"), "pe is a Parameter", ["`pos_src.pe`", "register_buffer"]),
+        (renamed("pe parameter"), "pe is a Parameter", ["`positional_encoding.pe`", "register_buffer"]),
         (renamed("pe attribute"), "pe not a buffer", ["plain tensor", "register_buffer"]),
         (renamed("final norms"), "final norm in post-norm", ["the encoder and the decoder have", "only `if norm_first`"]),
         (renamed("final norm in the encoder"), "final norm in post-norm", ["the encoder has a final norm"]),
         (renamed("no final norm in the decoder"), "missing final norm", ["the decoder lacks the final norm"]),
         (renamed("extra linear"), "parameters differ from the reference", ["more parameter tensors than", "by position and shape"]),
-        (renamed("vocabularies swapped"), "parameters differ from the reference", ["such as `generator.bias`"]),
+        (renamed("vocabularies swapped"), "parameters differ from the reference", ["such as `output_projection.bias`"]),
         (renamed("no xavier"), "no Xavier initialisation", ["xavier_uniform_", "p.dim() > 1"]),
         (renamed("zero vectors"), "norm scales not ones", ["not all ones", "every logit starts the same"]),
         (renamed("vectors of ones"), "norm shifts not zeros", ["not all zeros", "p.dim() > 1"]),
@@ -376,7 +430,7 @@ def test_transformer_mistakes_are_named(cls, mistake, words):
         (renamed("no pe dropout"), "positional dropout missing", ["source embedding gets no dropout after"]),
         (renamed("no layer dropout"), "layer dropout missing", ["the layers of the encoder apply no dropout"]),
         (renamed("dropout before pe"), "dropout before adding", ["dropout(x) + pe", "dropout(x + pe)"]),
-        (renamed("fixed p"), "hard-coded dropout p", ["`pos_src.dropout` (p=0.1)"]),
+        (renamed("fixed p"), "hard-coded dropout p", ["`positional_encoding.dropout` (p=0.1)"]),
     ],
 )
 def test_transformer_new_families_are_named_on_every_draw(cls, mistake, words):
@@ -425,6 +479,8 @@ def make_greedy(bug=None):
 
     def decode(model, src, max_len, bos_id, eos_id, src_mask, pad_id):
         fill = eos_id if (pad_id is None or bug == "pad ignored") else pad_id
+        if bug == "pad or eos":  # trial 06.4-w07: wrong when pad_id == 0
+            fill = pad_id or eos_id
         mask = None if bug in ("no src mask", "no src mask in decode") else src_mask
         memory = model.encode(src, None if bug in ("no src mask", "no src mask in encode") else src_mask)
         B = src.size(0)
@@ -527,6 +583,7 @@ def test_greedy_decode_mistakes_are_named(fn, mistake, words):
         (make_greedy("no src mask in decode"), "src_mask not passed to decode", ["as memory_mask"]),
         (make_greedy("mode not restored"), "mode not restored", ["in eval mode although it came in train mode"]),
         (make_greedy("train at the end"), "mode not restored", ["in train mode although it came in eval mode"]),
+        (make_greedy("pad or eos"), "pad_id ignored", ["fill with pad_id"]),  # pad_id is 0 on every draw
     ],
 )
 def test_greedy_decode_new_diagnoses_are_the_same_on_every_draw(fn, mistake, words):

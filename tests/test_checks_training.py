@@ -316,6 +316,8 @@ def test_masked_cross_entropy_mistakes_are_named(fn, mistake, words):
 @pytest.mark.parametrize("fn, mistake, words", [
     (written_out(log_probs=lambda x, dim: torch.log(torch.softmax(x, dim=dim))), "log of softmax",
      ["[0, -120, 0]", "log_softmax"]),
+    (written_out(log_probs=lambda x, dim: x - torch.log(torch.exp(x).sum(dim, keepdim=True))), "log of softmax",
+     ["exp(100)", "log_softmax"]),  # trial 07.2-w11: logsumexp without subtracting the max overflows
     (written_out(smooth=torch.sum), "smoothing term summed", [".sum(dim=-1)", "eps / V"]),
     (written_out(count="B"), "divided by the batch size", ["batch size B", "real (non-pad) target tokens"]),
 ])
@@ -343,9 +345,18 @@ def noam_branches(step, d_model, warmup, factor=1.0):
     return factor * rate / math.sqrt(d_model)
 
 
-def noam_tensor(step, d_model, warmup, factor=1.0):
+def noam_tensor(step, d_model, warmup, factor=1.0):  # computed in torch, returned as a Python float
+    s = torch.tensor(float(step), dtype=torch.float64)
+    return (factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), s * warmup ** -1.5)).item()
+
+
+def noam_0d_tensor(step, d_model, warmup, factor=1.0):  # trial 07.3-w05
     s = torch.tensor(float(step), dtype=torch.float64)
     return factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), s * warmup ** -1.5)
+
+
+def noam_numpy(step, d_model, warmup, factor=1.0):  # trial 07.3-w13
+    return np.float32(factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5))
 
 
 @pytest.mark.parametrize("fn", [T.noam_lr, noam_branches, noam_tensor])
@@ -396,13 +407,15 @@ def noam_warmup_power(step, d_model, warmup, factor=1.0):
     (noam_minus_one, "division by zero at step 1", ["step=1", "counted from 1"]),
     (noam_no_factor, "factor ignored", ["factor"]),
     (noam_warmup_power, "warmup^1.5 instead of warmup^-1.5", ["warmup ** -1.5"]),
+    (noam_0d_tensor, "not a Python float", ["returned a tensor", "float(...)"]),
+    (noam_numpy, "not a Python float", ["numpy float32"]),
+    (lambda *a, **k: torch.ones(3), "not a Python float", ["returned a tensor"]),
 ])
 def test_noam_lr_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_noam_lr, fn, mistake, *words)
 
 
-@pytest.mark.parametrize("weird", [lambda *a, **k: None, lambda *a, **k: "fast", lambda *a, **k: torch.ones(3),
-                                   lambda *a, **k: [0.1]])
+@pytest.mark.parametrize("weird", [lambda *a, **k: None, lambda *a, **k: "fast", lambda *a, **k: [0.1]])
 def test_noam_lr_weird_returns_fail_without_raising(weird):
     r = check_noam_lr(weird)
     assert not r.passed and r.mistake == "not a number", r.feedback

@@ -206,6 +206,14 @@ MISTAKES: dict[str, str] = {
     "dropout applied twice": "dropout applied two or more times to the same tensor",
     "wrong dropout rate": "a hand-written dropout zeroes another fraction than p",
     # the model and decoding (06, 09)
+    "initialisation missing": "GPT's weight matrices keep PyTorch's default initialisation instead of normal(0, 0.02)",
+    "Xavier initialisation": "Xavier where GPT asks for normal(0, 0.02)",
+    "wrong initialisation": "normal initialisation with another std than the one asked for",
+    "norm scales initialised": "the initialisation also overwrites the LayerNorm scales (they must stay 1)",
+    "dropout on the memory": "dropout applied to the encoder's output before the decoder reads it",
+    "max_len ignored": "the positional table's length does not follow the max_len argument",
+    "top_p not passed on": "generate does not pass top_p on to next_token_probs",
+    "not numerically stable": "a softmax or temperature formula that overflows or turns NaN on extreme logits",
     "missing method": "the Transformer lacks encode or decode",
     "forward disagrees with encode/decode": "forward is not decode(encode(...)) plus the projection",
     "no Xavier initialisation": "matrices not Xavier-uniform initialised",
@@ -251,6 +259,7 @@ MISTAKES: dict[str, str] = {
     "greedy instead of sampling": "argmax instead of sampling",
     "generator ignored": "the generator argument is not used",
     # training (07) and the classifier (08)
+    "not a Python float": "a tensor or numpy number where the contract asks for a Python float",
     "not shifted": "targets not shifted",
     "targets not shifted": "the loss compares with the unshifted targets",
     "shifted the wrong way": "input and output slices exchanged",

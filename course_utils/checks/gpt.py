@@ -40,6 +40,7 @@ Catalogue (``CheckResult.mistake``):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -66,8 +67,8 @@ from ._core import (
     require_function,
     require_module_class,
 )
-from ._blocks import Block, check_dropout, run_block
-from ._pairing import build_student, load_reference, randomise_parameters
+from ._blocks import P_PROBE, Block, check_dropout, check_dropout_modes, check_part_dropout, dropout_mistakes, run_block, zeros
+from ._pairing import build_student, copy_parameters, load_reference, match_parameters, randomise_parameters, structure_failure
 from .decoder import trailing_padding, tuple_return
 
 __all__ = ["check_gpt_block", "check_gpt", "check_next_token_probs", "check_generate"]
@@ -234,13 +235,79 @@ def check_gpt_block(cls: Any) -> str:
     shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1"
     model = build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=0.1), shown)
     ref = GPTBlock(D, H, d_ff).eval()
-    load_reference(model, ref, "GPTBlock", _BLOCK_PARTS)
+    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
+    structure_failure("GPTBlock", model, missing, unexpected, wrong_shape, _BLOCK_PARTS)
+    _shared_parts(model, ref, "GPTBlock")
+    copy_parameters(pairs)
     _leak_test(model, B, L, D)
     _run_block_case(model, ref, torch.randn(B, L, D), None, f"x ({B}, {L}, {D}), no mask")
     mask = trailing_padding(B, L)  # (B, 1, L)
     _run_block_case(model, ref, torch.randn(B, L, D), mask, f"x ({B}, {L}, {D}), padding mask ({B}, 1, {L})")
     _exact_gelu_probe(model, ref, B, L, D)
+    _block_dropout(cls, B, L, D, H, d_ff)
+    # the notebook stores this line (nbval): change it together with solutions/09
     return "causal by itself, pre-norm, GELU (tanh), residuals, with and without a padding mask, random weights"
+
+
+# ---------------------------------------------------------------- shared modules, dropout
+def _shared_parts(model: nn.Module, ref: nn.Module, what: str, allowed: tuple[frozenset[str], ...] = ()) -> None:
+    """Two of the reference's parameters (two roles) held by one tensor of the student's: one module
+    used for two roles (``self.norm2 = self.norm1``, the final norm taken from the last block, ...).
+    Aliases the reference does not have (a helper module holding a norm) are fine; ``allowed``
+    lists the sharing the contract asks for (the tied output layer).
+    (Duplicates the shared probe of ``_core``/``_blocks`` planned on branch wip/holes_a.)"""
+    s_params = dict(model.named_parameters(remove_duplicate=False))
+    held: dict[int, list[str]] = {}
+    for name, _ in ref.named_parameters(remove_duplicate=False):
+        key = next((a for a in (name, name.replace(".embedding.weight", ".weight")) if a in s_params), None)
+        if key is not None:
+            held.setdefault(id(s_params[key]), []).append(name)
+    for names in held.values():
+        if len(names) > 1 and frozenset(names) not in allowed:
+            a, b = (re.sub(r"\.(\d+)", r"[\1]", n.rsplit(".", 1)[0]) for n in names[:2])  # blocks[1].norm2
+            fail(f"in your {what}, `{a}` and `{b}` are one and the same module (e.g. self.{b} = self.{a}): "
+                 f"they share their weights, so the two roles cannot learn different scales. Build a separate "
+                 f"module for each (a new LayerNorm(d_model), not a reference to the other one).",
+                 mistake="modules shared")
+
+
+_GPT_BLOCK = Block(
+    what="GPTBlock",
+    kinds=("self", "ff"),
+    word={"self": "the self-attention", "ff": "the feed-forward"},
+    short={"self": "attention", "ff": "feed-forward"},
+    attn={"self": ("in", "in", "self_attn", "mask")},
+    lost={"self": ""},
+)
+
+
+def _block_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int) -> None:
+    """Dropout with p = 1 (see :mod:`._blocks`): the block's own dropout must zero each sub-layer's
+    output before the residual add, and nothing else; each sub-module on its own must drop like the
+    reference's (the block passes ``dropout`` on)."""
+    shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={P_PROBE:g}"
+    model = build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=P_PROBE), shown)
+    ref = GPTBlock(D, H, d_ff, P_PROBE).eval()
+    pairs, *_ = match_parameters(model, ref)
+    copy_parameters(pairs)
+    x, causal = torch.randn(B, L, D), causal_mask(L)  # (B, L, D), (L, L)
+    check_dropout_modes(
+        model, ref, lambda m: call_student(m, x.clone(), context="running forward (dropout)"), "GPTBlock",
+        lambda: [
+            (name, text, lambda mut=mut: run_block(ref, _GPT_BLOCK, x, None, {"mask": causal}, True, mut, drop=zeros))
+            for name, text, mut in dropout_mistakes(_GPT_BLOCK, True)
+        ],
+        eval_name="dropout ignores eval mode", quiet=("self_attn", "feed_forward"), atol=1e-5,
+    )  # fmt: skip
+    with torch.no_grad():
+        y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
+    parts = {"self_attn": (y, y, y, causal), "feed_forward": (y,)}
+    # a part that is only a container of the parameters (an nn.Module without forward) is not run on its own
+    check_part_dropout(model, ref, {n: a for n, a in parts.items() if _runnable(getattr(model, n, None))}, "GPTBlock")
+
+
+def _runnable(part: Any) -> bool:
+    return isinstance(part, nn.Module) and type(part).forward is not nn.Module.forward
 
 
 # ---------------------------------------------------------------- GPT
@@ -374,9 +441,13 @@ def check_gpt(cls: Any) -> str:
     model.eval()
     _check_tying(model, V, D)
     _check_blocks(model, N)
-    randomise_parameters(model)
     ref = GPT(V, D, H, N, d_ff, 0.0, max_len).eval()
-    load_reference(model, ref, "GPT", _GPT_PARTS)
+    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
+    structure_failure("GPT", model, missing, unexpected, wrong_shape, _GPT_PARTS)
+    _shared_parts(model, ref, "GPT", allowed=(_TIED,))
+    _check_init(model, ref)
+    randomise_parameters(model)
+    copy_parameters(pairs)
     for length, masked in ((L, False), (max_len, False), (L, True)):
         tokens = torch.randint(0, V, (B, length))  # (B, L)
         mask = trailing_padding(B, length) if masked else None  # (B, 1, L)
@@ -386,10 +457,115 @@ def check_gpt(cls: Any) -> str:
             expected = ref(tokens, mask)  # (B, L, V)
             got = (call_student(model, tokens, context=context) if mask is None
                    else call_student(model, tokens, mask, context=context))
-            tuple_return(got, "GPT")
+            if isinstance(got, (tuple, list)):
+                fail(f"GPT should return one tensor, the logits (B, L, V) = ({B}, {length}, {V}); yours returned a "
+                     f"{type(got).__name__} ({', '.join(describe_shape(t) for t in got[:3])}). Return the logits "
+                     "alone (the loss is computed outside the model).", mistake="wrong return")
             check_dropout(lambda: model(tokens) if mask is None else model(tokens, mask), got, expected)
             expect_close("logits", got, expected, _gpt_mistakes(ref, tokens, mask), case=case)
+    _gpt_dropout(cls, V, D, H, N, d_ff, max_len, B, L)
+    # the notebook stores this line (nbval): change it together with solutions/09
     return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"
+
+
+_TIED = frozenset({"token_embedding.weight", "lm_head.weight"})
+
+
+def _check_init(model: nn.Module, ref: GPT) -> None:
+    """The notebook's initialisation, on the freshly built model: every weight matrix ~ N(0, 0.02^2)
+    (the pooled standard deviation within 15 %, each matrix within a factor 2: tiny matrices vary),
+    norm scales left at one. Biases are not checked (the notebook leaves them as built)."""
+    s_params = dict(model.named_parameters(remove_duplicate=False))
+    matrices, scales = [], []
+    for name, _ in ref.named_parameters():
+        sp = s_params.get(name, s_params.get(name.replace(".embedding.weight", ".weight")))
+        if sp is None:
+            continue
+        if sp.dim() >= 2:
+            matrices.append((name, sp.detach().float()))
+        elif not name.endswith("bias"):
+            scales.append((name, sp.detach().float()))
+    if not matrices:
+        return
+    stds = {name: float(w.std()) for name, w in matrices}
+    pooled = float(torch.cat([w.flatten() for _, w in matrices]).std())
+    how = "Initialise every weight matrix with nn.init.normal_(p, std=0.02), as GPT-2 does (before tying)."
+    if not all(0.01 < std < 0.04 for std in stds.values()) or abs(pooled - 0.02) > 0.003:
+        name = max(stds, key=lambda n: abs(math.log(max(stds[n], 1e-12) / 0.02)))
+        for emb in ("token_embedding.weight", "position_embedding.weight"):
+            if 0.8 < stds.get(emb, 0.0) < 1.2:
+                fail(f"the weights keep PyTorch's default initialisation (`{emb}` has standard deviation "
+                     f"{stds[emb]:.3g}, nn.Embedding's N(0, 1)): {how}", mistake="initialisation missing")
+        xavier = {n: math.sqrt(2 / (w.size(0) + w.size(1))) for n, w in matrices}  # its standard deviation
+        if (all(0.7 < stds[n] / xavier[n] < 1.4 for n in stds)
+                and abs(float(torch.cat([w.flatten() / xavier[n] for n, w in matrices]).std()) - 1) < 0.1):
+            fail(f"your weights follow Xavier's initialisation (`{name}` has standard deviation {stds[name]:.3g}, "
+                 f"Xavier's sqrt(2 / (fan_in + fan_out)) = {xavier[name]:.3g}); the notebook asks for GPT-2's: {how}",
+                 mistake="Xavier initialisation")
+        fail(f"`{name}` has standard deviation {stds[name]:.3g} after construction (all weight matrices "
+             f"together: {pooled:.3g}); it should be 0.02. {how}", mistake="wrong initialisation")
+    for name, w in scales:
+        if not equal(w, torch.ones_like(w)):
+            fail(f"`{name}` (a LayerNorm scale) is not all ones after construction (mean {float(w.mean()):.3g}): "
+                 "the normal(0, 0.02) initialisation is for the weight matrices only (p.dim() >= 2); a norm "
+                 "scale near 0 would switch its layer off. Leave the norms as LayerNorm builds them.",
+                 mistake="norm scales initialised")
+
+
+def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: int, B: int, L: int) -> None:
+    """Dropout with p = 1 (see :mod:`._blocks`). With the blocks in eval mode only the embedding
+    dropout acts: it zeroes ``token_embedding(tokens) + position_embedding(positions)`` as a whole.
+    Then the first block on its own must drop like the reference's (dropout passed on)."""
+    shown = f"vocab_size={V}, d_model={D}, num_heads={H}, num_layers={N}, d_ff={d_ff}, dropout={P_PROBE:g}, max_len={max_len}"
+    model = call_student(cls, V, D, H, N, d_ff, P_PROBE, max_len, context=f"constructing GPT({shown})")
+    if not isinstance(model, nn.Module):
+        return
+    model.eval()
+    randomise_parameters(model)
+    ref = GPT(V, D, H, N, d_ff, P_PROBE, max_len).eval()
+    pairs, *_ = match_parameters(model, ref)
+    copy_parameters(pairs)
+    tokens = torch.randint(0, V, (B, L))  # (B, L)
+    positions = torch.arange(L)  # (L,)
+
+    def quiet_blocks(x: Tensor) -> Tensor:
+        ref.blocks.eval()
+        for block in ref.blocks:
+            x = block(x)
+        return ref.lm_head(ref.norm(x))  # (B, L, V)
+
+    emb, pos = ref.token_embedding(tokens), ref.position_embedding(positions)  # (B, L, D), (L, D)
+    check_dropout_modes(
+        model, ref, lambda m: call_student(m, tokens, context="running forward (dropout)"), "GPT",
+        lambda: [
+            ("embedding dropout missing",
+             "no dropout is applied to the embeddings in training mode: x = self.dropout(token_embedding(tokens) "
+             "+ position_embedding(positions)), with self.dropout = nn.Dropout(dropout).",
+             lambda: quiet_blocks(emb + pos)),
+            ("dropout before adding",
+             "the dropout is applied to the token embeddings before the position embeddings are added; it goes "
+             "on their sum: x = self.dropout(token_embedding(tokens) + position_embedding(positions)).",
+             lambda: quiet_blocks(pos.expand_as(emb))),
+        ],
+        eval_name="dropout ignores eval mode", quiet=("blocks",), atol=1e-5, setting="blocks in eval mode, ",
+    )  # fmt: skip
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0 or not isinstance(blocks[0], nn.Module):
+        return
+    x = torch.randn(B, L, D)
+    try:
+        blocks[0].train()
+        ref.blocks[0].train()
+        with torch.no_grad():
+            got = call_student(blocks[0], x, context="running your GPT's blocks[0] (dropout)")
+            expected, without = ref.blocks[0](x), ref.blocks[0].eval()(x)
+    finally:
+        model.eval()
+        ref.eval()
+    if isinstance(got, Tensor) and not matches(got, expected, atol=1e-5) and matches(got, without, atol=1e-5):
+        fail(f"your GPT's blocks apply no dropout in training mode (blocks[0] on its own, dropout={P_PROBE:g}): the "
+             "model's dropout is not passed on to them. Build them with it: GPTBlock(d_model, num_heads, d_ff, "
+             "dropout).", mistake="dropout not passed on")
 
 
 # ---------------------------------------------------------------- next_token_probs
@@ -580,7 +756,28 @@ def check_next_token_probs(fn: Callable[..., Any]) -> str:
                      "already add up to p), so at least one token is always kept.",
                      mistake="top-p drops the crossing token")
         expect_close("probabilities", got, expected, mistakes, atol=1e-6, rtol=1e-4, case=case)
+    _probs_robustness(fn, V)
     return "temperature, top-k, top-p and both together, several temperatures, any leading dims"
+
+
+def _probs_robustness(fn: Callable[..., Any], V: int) -> None:
+    """Large logits at a low temperature (exp overflows unless the max is subtracted: softmax does),
+    flat logits at a tiny temperature (p ** (1 / T) underflows to 0 / 0), and top_k > V (keep all)."""
+    big = torch.zeros(2, V)
+    big[:, 0], big[:, 1] = 100.0, 99.0  # (2, V)
+    for logits, kwargs, what in (
+        (big, dict(temperature=0.5), "logits (100, 99, 0, ...) at temperature=0.5"),
+        (torch.zeros(2, V), dict(temperature=0.01), "flat logits at temperature=0.01"),
+        (torch.randn(2, V), dict(top_k=V + 3), f"top_k={V + 3} > V={V}"),
+    ):
+        case = f"logits ({2}, {V}), {what}"
+        expected = next_token_probs(logits, **kwargs)
+        got = call_student(fn, logits.clone(), context=f"calling next_token_probs ({case})", **kwargs)
+        if isinstance(got, Tensor) and got.shape == expected.shape and bool(isnan(got).any()):
+            fail(f"your probabilities are NaN ({case}): exp of a large scaled logit overflows, or probabilities "
+                 "raised to 1 / temperature underflow to 0 / 0. Divide the logits by the temperature and use "
+                 "softmax, which subtracts the largest logit first.", mistake="not numerically stable")
+        expect_close("probabilities", got, expected, [], atol=1e-6, rtol=1e-4, case=case)
 
 
 # ---------------------------------------------------------------- generate
@@ -694,6 +891,19 @@ def check_generate(fn: Callable[..., Any]) -> str:
     if watch.calls and max(lengths) > max_len:
         fail("the model was fed more than max_len tokens.", mistake="context not cropped")
 
+    # 1b. top_p tiny: the nucleus is the most likely token alone, so the draws are the argmax again
+    case = f"prompt {describe_shape(tokens)}, max_new_tokens={steps}, top_p=1e-06, max_len={max_len}"
+    got, watch = _generate_call(fn, model, original.clone(), steps, case, top_p=1e-6)
+    if isinstance(got, Tensor) and got.shape == expected.shape and not equal(got.long(), expected):
+        fail(f"with top_p=1e-06 ({case}) only the most likely token is left to draw, so generate must give the "
+             "greedy tokens; yours differ: pass top_p on, next_token_probs(logits, temperature, top_k, top_p).",
+             mistake="top_p not passed on")
+    # 1c. max_new_tokens=0: the prompt back, and the mode restored on that path too
+    model.train()
+    case = f"prompt {describe_shape(tokens)}, max_new_tokens=0, model in train mode"
+    got, watch = _generate_call(fn, model, original.clone(), 0, case)
+    _check_watch(watch, model, True, case)
+    model.eval()
     # 2. the distribution of the first new token: 4,000 draws under fixed seeds
     prompt = original[:1].expand(n, L0).contiguous()  # (n, L0): one prompt, n draws
     case = f"{n} draws of one token, temperature={T}"

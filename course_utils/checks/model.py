@@ -34,7 +34,8 @@ Masks: token ids with trailing padding of different lengths per example, a non-z
 ``greedy_decode``: a small random pre-norm :class:`course_utils.Transformer` (2 layers,
 2 heads, ``dropout=1.0``) is built by the checker; its greedy trajectories for a batch of
 sources are computed once and ``eos_id`` is chosen among the tokens it produces so that
-(A) every sequence ends before ``max_len`` at different steps (``pad_id`` given), and (B)
+(A) every sequence ends before ``max_len`` at different steps (``pad_id`` given, always 0,
+so that ``pad_id or eos_id`` shows), and (B)
 one sequence never ends and ``max_len`` cuts the output (``pad_id`` left at its default,
 ``eos_id``). Rows are kept only where every greedy choice wins by a clear margin (so a
 correct implementation computed in a different order gives the same tokens) and where
@@ -99,6 +100,7 @@ from ..layers import LayerNorm
 from ..model import Transformer
 from ..positional import sinusoidal_positional_encoding
 from ._core import (
+    dropout_scale,
     equal,
     allclose,
     Failure,
@@ -412,6 +414,30 @@ def _require_methods(model: nn.Module) -> None:
             )
 
 
+# The later cells of notebooks 06 and 07 (and greedy_decode) reach into the model by these names:
+# model.output_projection, shared.src_embedding.embedding.weight, base.encoder.layers[0], ...
+_NAMED_PARTS = {
+    "src_embedding.embedding": "src_embedding = TokenEmbedding(src_vocab_size, d_model)",
+    "tgt_embedding.embedding": "tgt_embedding = TokenEmbedding(tgt_vocab_size, d_model)",
+    "positional_encoding": "positional_encoding = PositionalEncoding(d_model, max_len, dropout)",
+    "encoder.layers": "encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)",
+    "decoder.layers": "decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)",
+    "output_projection": "output_projection = nn.Linear(d_model, tgt_vocab_size)",
+}
+
+
+def _require_parts(model: nn.Module) -> None:
+    """The submodule names the notebook gives, which its later cells and greedy_decode use."""
+    for path, built in _NAMED_PARTS.items():
+        part: Any = model
+        for attr in path.split("."):
+            part = getattr(part, attr, None)
+        if part is None:
+            fail(f"your Transformer has no `{path}`: the notebook's later cells and greedy_decode use the "
+                 f"submodule names of the exercise (model.output_projection, model.src_embedding.embedding, "
+                 f"model.encoder.layers, ...). Build it as self.{built}.", mistake="missing submodule")
+
+
 def _student_call(what: str, fn: Callable[..., Any], args: tuple[Any, ...], names: list[str], case: str) -> Any:
     originals = [a.clone() if isinstance(a, Tensor) else a for a in args]
     got = call_student(fn, *args, context=f"calling {what} ({case})")
@@ -553,6 +579,7 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     if not isinstance(model, nn.Module):
         fail(f"Transformer(...) should build an nn.Module; got {type(model).__name__}.", mistake="not a class")
     _require_methods(model)
+    _require_parts(model)
     ref = Transformer(s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
     _check_state(model, s.D)
     pairs = pair_parameters(model, ref, by_structure=True)
@@ -663,12 +690,93 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
     return None
 
 
+def _shared_embeddings(cls: Any, s: _Sizes) -> None:
+    """With equal vocabulary sizes the two embeddings have the same shape: they must still be two."""
+    shown = s.shown(False).replace(f"{s.V_src}, {s.V_tgt}", f"{s.V_src}, {s.V_src}", 1)
+    model = call_student(cls, s.V_src, s.V_src, context=f"constructing Transformer({shown})", **s.kwargs(False))
+    src, tgt = getattr(model, "src_embedding", None), getattr(model, "tgt_embedding", None)
+    if not (isinstance(src, nn.Module) and isinstance(tgt, nn.Module)):
+        return
+    if src is tgt or {id(p) for p in src.parameters()} & {id(p) for p in tgt.parameters()}:
+        fail(f"with src_vocab_size == tgt_vocab_size ({shown}), your tgt_embedding is the src_embedding (one "
+             "module, one matrix for both languages). The exercise builds two separate embeddings whatever the "
+             "sizes (sharing them is the option discussed later, done on purpose): "
+             "self.tgt_embedding = TokenEmbedding(tgt_vocab_size, d_model).", mistake="modules shared")
+
+
+def _table_length(model: nn.Module, D: int) -> None:
+    """A sinusoidal table shorter than max_len: the max_len argument was not passed on."""
+    table = sinusoidal_positional_encoding(_MAX_LEN, D)  # (max_len, D)
+    for name, b in model.named_buffers():
+        if b.dim() >= 2 and b.shape[-1] == D and b.is_floating_point():
+            rows = b.detach().reshape(-1, D)
+            n = rows.size(0)
+            if 0 < n < _MAX_LEN and allclose(rows.double(), table[:n].double(), atol=1e-4):
+                fail(f"the positional table `{name}` has {n} rows although the model was built with "
+                     f"max_len={_MAX_LEN}: pass max_len on, PositionalEncoding(d_model, max_len, dropout).",
+                     mistake="max_len ignored")
+
+
+def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
+    """Dropout with 0 < p < 1 (which p = 1 cannot show twice): in training mode the encoder's and the
+    decoder's inputs must be the eval-mode inputs dropped once (kept entries scaled by 1 / (1 - p)),
+    and the decoder must get the encoder's output as its memory, undropped. Watched with hooks.
+    (Duplicates the shared 0 < p < 1 probe planned on branch wip/holes_a.)"""
+    p = 0.5
+    shown = s.shown(False, p)
+    model = call_student(cls, s.V_src, s.V_tgt, context=f"constructing Transformer({shown})", **s.kwargs(False, p))
+    enc, dec = getattr(model, "encoder", None), getattr(model, "decoder", None)
+    if not (isinstance(enc, nn.Module) and isinstance(dec, nn.Module)):
+        return
+    seen: dict[str, Any] = {}
+
+    def pre(name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            seen[name] = args[0] if args else kwargs.get("x")
+            if name == "decoder":
+                seen["memory"] = args[1] if len(args) > 1 else kwargs.get("memory")
+        return hook
+
+    handles = [enc.register_forward_pre_hook(pre("encoder"), with_kwargs=True),
+               dec.register_forward_pre_hook(pre("decoder"), with_kwargs=True),
+               enc.register_forward_hook(lambda m, a, out: seen.__setitem__("encoded", out))]
+    src, tgt, src_mask, tgt_mask = _transformer_inputs(s)
+    where = f"training mode, dropout={p}"
+    try:
+        with torch.no_grad():
+            call_student(model.eval(), src, tgt, src_mask, tgt_mask, context="running forward (eval mode)")
+            clean = dict(seen)
+            call_student(model.train(), src, tgt, src_mask, tgt_mask, context=f"running forward ({where})")
+    finally:
+        for h in handles:
+            h.remove()
+        model.eval()
+    for side, words in (("encoder", "source"), ("decoder", "target")):
+        got, kept = seen.get(side), clean.get(side)
+        if not (isinstance(got, Tensor) and isinstance(kept, Tensor) and got.shape == kept.shape):
+            return
+        scale = dropout_scale(got, kept, atol=1e-5)
+        if scale is not None and abs(scale - 1 / (1 - p) ** 2) < 1e-3:
+            fail(f"in {where}, the {words} embeddings reach the {side} dropped twice (the kept entries are "
+                 f"scaled by {scale:.3g} = 1 / (1 - p)^2): PositionalEncoding already applies dropout after "
+                 "adding the table; remove the second one.", mistake="dropout applied twice")
+    memory, encoded = seen.get("memory"), seen.get("encoded")
+    if isinstance(memory, Tensor) and isinstance(encoded, Tensor) and memory.shape == encoded.shape:
+        if not equal(memory, encoded) and dropout_scale(memory, encoded, atol=1e-5) is not None:
+            fail(f"in {where}, the decoder gets a dropped-out copy of the encoder's output as its memory: the "
+                 "memory goes to the cross-attention as the encoder returns it (dropout acts inside the layers "
+                 "and after the positional table, nowhere else).", mistake="dropout on the memory")
+
+
 @checker("Transformer")
 def check_transformer(cls: Any) -> str:
     require_module_class(cls, "Transformer")
     s = _transformer_sizes()
     built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in (False, True)]  # structure first: fast
+    _table_length(built[0][0], s.D)
+    _shared_embeddings(cls, replace(s, N=1))
     unexplained = _dropout_probe(cls, replace(s, N=1))
+    _extra_dropout_probe(cls, replace(s, N=1))
     for (model, ref), norm_first in zip(built, (False, True)):
         _mapped_cases(model, ref, s, norm_first)
     if unexplained:
@@ -938,8 +1046,8 @@ def _greedy_setup() -> _GreedySetup:
                 if name.endswith(("w_q.weight", "w_k.weight")):
                     p.mul_(3.0)
         model.eval()
-        bos_id = randint(0, V - 1)
-        pad_id = (bos_id + randint(1, V - 1)) % V
+        # pad_id 0 on every draw: `fill = pad_id or eos_id` (0 is falsy) must always show
+        bos_id, pad_id = randint(1, V - 1), 0
         N, L_src = 24, randint(5, 8)
         real = trailing_padding(N, L_src)[:, 0]  # (N, L_src)
         src = _tokens(N, L_src, V, pad_id, real)

@@ -369,9 +369,10 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
             b, t = torch.nonzero(targets != pad_id)[0].tolist()
             logits[b, t, targets[b, t]] = logits[b, t].max() - 120
             logits[-1, -1, randint(0, V - 1)] -= 120
+            logits[-1, 0, randint(0, V - 1)] = 100.0  # a large positive logit: exp(100) overflows float32
         logits.requires_grad_(True)
         logits0, targets0 = logits.detach().clone(), targets.clone()
-        args = f"logits ({B}, {L}, {V})" + (" with logits 120 below the largest" if extreme else "") + \
+        args = f"logits ({B}, {L}, {V})" + (" with logits 120 below the largest and one of 100" if extreme else "") + \
             f", targets ({B}, {L}), pad_id={pad_id}"
         case = args + (f", label_smoothing={eps}" if pass_eps else "")
         kwargs = {"label_smoothing": eps} if pass_eps else {}
@@ -404,8 +405,8 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
         if extreme and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
             fail(
                 f"your loss is {float(got.detach())} ({case}), though the right one, {float(expected):.2f}, is finite: "
-                "log(softmax(x)) underflows. For logits like [0, -120, 0] softmax gives exactly 0 in float32 and "
-                "log(0) = -inf. Use log_softmax (F.log_softmax, or F.cross_entropy, which uses it): it computes "
+                "log(softmax(x)) underflows (or exp overflows). For logits like [0, -120, 0] softmax gives exactly 0 "
+                "in float32 and log(0) = -inf; exp(100) is inf in float32. Use log_softmax (F.log_softmax, or F.cross_entropy, which uses it): it computes "
                 "x - logsumexp(x) without ever forming the tiny probability.",
                 mistake="log of softmax",
             )
@@ -482,8 +483,11 @@ def check_noam_lr(fn: Callable[..., Any]) -> str:
                         mistake="division by zero at step 1",
                     )
                 raise
-            if isinstance(value, Tensor) and value.numel() == 1:
-                value = float(value)
+            if isinstance(value, Tensor) or type(value).__module__ == "numpy":
+                kind = "a tensor" if isinstance(value, Tensor) else f"a numpy {type(value).__name__}"
+                fail(f"noam_lr ({case}) returned {kind}; it returns a Python float (LambdaLR multiplies the base "
+                     "rate by it, and the notebook prints and plots it): compute with Python numbers (** and min), "
+                     "or convert with float(...).", mistake="not a Python float")
             try:
                 if isinstance(value, (bool, str, bytes)) or value is None:
                     raise TypeError
