@@ -210,6 +210,7 @@ MISTAKES: dict[str, str] = {
     "Xavier initialisation": "Xavier where GPT asks for normal(0, 0.02)",
     "wrong initialisation": "normal initialisation with another std than the one asked for",
     "norm scales initialised": "the initialisation also overwrites the LayerNorm scales (they must stay 1)",
+    "embedding dropout missing": "no dropout on the sum of the token and position embeddings",
     "dropout on the memory": "dropout applied to the encoder's output before the decoder reads it",
     "max_len ignored": "the positional table's length does not follow the max_len argument",
     "top_p not passed on": "generate does not pass top_p on to next_token_probs",
