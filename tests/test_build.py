@@ -711,3 +711,10 @@ def test_committed_notebooks_are_normalised(path):
     assert nb.metadata.get("language_info") == kernels.language_info(nb.metadata["language_info"].get("version"))
     assert re.fullmatch(r"3\.\d+\.\d+\w*", nb.metadata["language_info"]["version"])
     assert kernels.normalise(nb) == []
+
+
+def test_course_exports_read_from_the_source_equal_the_imported_ones():
+    """The build reads course_utils.__all__ from its source (so it never imports torch)."""
+    import course_utils
+
+    assert build.course_exports() == frozenset(course_utils.__all__)
