@@ -67,7 +67,7 @@ GELU_MISTAKES = [
     (lambda x: 0.5 * x * (1 + torch.erf(x * ROOT2)), "multiplied by sqrt(2)", "divide"),
     (lambda x: 0.5 * (1 + torch.erf(x / ROOT2)), "Phi(x) without the factor x", "x * Phi(x)"),
     (gelu_in_place, "input modified in place", "in place"),
-    (gelu_float32, "dtype changed", "float64"),
+    (gelu_float32, "dtype not preserved", "float64"),
     (gelu_overflowing, "NaN in the tails", "NaN"),
 ]
 

@@ -319,7 +319,6 @@ MISTAKES: dict[str, str] = {
     "erf of x, not x / sqrt(2)": "erf(x) instead of erf(x / sqrt(2))",
     "Phi(x) without the factor x": "Phi(x) returned without the factor x",
     "NaN in the tails": "GELU gives NaN for large |x|",
-    "dtype changed": "the result has another dtype than the input",
     "mean over padding": "the pooled mean includes padding",
     "sum instead of mean": "a sum instead of a mean",
     "max instead of mean": "a max instead of a mean",

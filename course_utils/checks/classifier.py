@@ -26,7 +26,7 @@ Catalogue (``CheckResult.mistake``):
 * all: ``"not a function"`` / ``"not a class"``, ``"input modified in place"``.
 * ``gelu``: ``"tanh approximation"``, ``"sigmoid approximation"``, ``"SiLU instead of
   GELU"``, ``"ReLU instead of GELU"``, ``"missing 1/2"``, ``"erf of x, not x / sqrt(2)"``,
-  ``"multiplied by sqrt(2)"``, ``"Phi(x) without the factor x"``, ``"dtype changed"``,
+  ``"multiplied by sqrt(2)"``, ``"Phi(x) without the factor x"``, ``"dtype not preserved"``,
   ``"NaN in the tails"``.
 * ``masked_mean_pool``: ``"mean over padding"``, ``"sum instead of mean"``, ``"divided by
   L"``, ``"divided by the batch's token count"``, ``"inverted mask"``, ``"assumed trailing
@@ -136,7 +136,7 @@ def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
         fail(
             f"your result ({case}) has dtype {got.dtype}, the input {x0.dtype}: keep the input's dtype "
             "(use math.sqrt(2) or a tensor created with dtype=x.dtype for the constant).",
-            mistake="dtype changed",
+            mistake="dtype not preserved",
         )
 
 
