@@ -863,3 +863,18 @@ def test_pip_skips_byte_compiling_only_under_ci(monkeypatch, ci, compiles):
     (cmd,) = commands
     assert cmd[-1] == "pytest" and cmd[1:4] == ["-m", "pip", "install"]
     assert ("--no-compile" not in cmd) == compiles, cmd
+
+
+def test_tests_may_cache_byte_code_even_where_the_environment_forbids_it(monkeypatch):
+    # pip installs without compiling under CI; the suite's many processes must then share the
+    # byte code the first one compiles, not compile torch again each (PYTHONDONTWRITEBYTECODE)
+    course = _load_course_module()
+    runs = []
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setattr(course, "ensure_installed", lambda extras: None)
+    monkeypatch.setattr(course, "run_in_venv", lambda cmd, env=None, server=False: runs.append((cmd, env)) or 0)
+    assert course.main(["test", "-k", "nothing"]) == 0
+    ((cmd, env),) = runs
+    assert cmd[:2] == ["-m", "pytest"] and cmd[-2:] == ["-k", "nothing"], cmd
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["MPLBACKEND"] == "module://matplotlib_inline.backend_inline"
