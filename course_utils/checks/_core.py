@@ -809,10 +809,16 @@ def gradient_probe(
                  f"{raised(exc, inline=True)}. An in-place operation (`+=`, `masked_fill_`, `relu_`, `x[...] = ...`) "
                  "changed a tensor that autograd saved for the backward pass: use the out-of-place form "
                  "(`x = x + y`, `masked_fill`).", mistake="backward fails")
+    # an nn.Embedding(..., padding_idx=i) of the student's gives its row i no gradient: their choice
+    padding_rows = {id(m.weight): m.padding_idx for m in (student.modules() if isinstance(student, nn.Module) else ())
+                    if isinstance(m, nn.Embedding) and m.padding_idx is not None}
     blocked, differ = [], []
-    for (name, _, _), g_s, g_r in zip(named, grads_s, grads_r):
+    for (name, s, _), g_s, g_r in zip(named, grads_s, grads_r):
         if name not in reached:
             continue  # the reference passes (next to) nothing back here either
+        if id(s) in padding_rows and g_s is not None:
+            g_r, g_s = g_r.clone(), g_s.clone()
+            g_r[padding_rows[id(s)]] = g_s[padding_rows[id(s)]] = 0
         if g_s is None or not bool(g_s.any()):
             blocked.append(name)
         elif not allclose(g_s.double(), g_r.double(), rtol=1e-3, atol=1e-3 * float(g_r.abs().max())):
