@@ -101,6 +101,16 @@ def sdpa_fill_minus_1e4(query, key, value, mask=None):
     return _sdpa_fill(query, key, value, mask, -1e4)
 
 
+def sdpa_in_place_fill(query, key, value, mask=None):
+    # in place on the scores (a fresh tensor autograd does not need): the gradients stay right
+    scores = query @ key.transpose(-2, -1)
+    scores /= math.sqrt(query.size(-1))
+    if mask is not None:
+        scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+
+
 def sdpa_fill_minus_1e9(query, key, value, mask=None):
     return _sdpa_fill(query, key, value, mask, -1e9)
 
@@ -114,6 +124,7 @@ def sdpa_fill_minus_1e9(query, key, value, mask=None):
         sdpa_loop_over_batch,
         sdpa_additive_mask_stable_softmax,
         sdpa_fill_minus_1e4,
+        sdpa_in_place_fill,
     ],
 )
 def test_sdpa_correct_variants_pass(fn):
@@ -199,6 +210,64 @@ def _sdpa_fill(query, key, value, mask, fill):
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min if fill is None else fill)
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
+
+
+# ---- gradients: right values, but the graph is cut (trial B: [OK] before, then notebook 01's training cell crashed)
+def sdpa_no_grad_scores(query, key, value, mask=None):
+    with torch.no_grad():
+        scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+
+
+def sdpa_detached_outputs(query, key, value, mask=None):
+    output, weights = sdpa_reference_like(query, key, value, mask)
+    return output.detach(), weights.detach()
+
+
+def sdpa_key_data(query, key, value, mask=None):
+    return sdpa_reference_like(query, key.data, value, mask)
+
+
+def sdpa_numpy_scores(query, key, value, mask=None):
+    scores = torch.from_numpy(query.numpy() @ key.numpy().swapaxes(-1, -2)) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+
+
+def sdpa_detached_denominator(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    e = (scores - scores.amax(-1, keepdim=True)).exp()
+    weights = e / e.sum(-1, keepdim=True).detach()
+    return weights @ value, weights
+
+
+def sdpa_nan_guard_in_place(query, key, value, mask=None):
+    output, weights = sdpa_reference_like(query, key, value, mask)
+    weights.masked_fill_(weights.isnan(), 0.0)  # changes the softmax's output, which its backward needs
+    return weights @ value, weights
+
+
+GRADIENT_MISTAKES = [
+    (sdpa_no_grad_scores, "gradient blocked", ["no gradient reaches `query` and `key`", "torch.no_grad()"]),
+    (sdpa_detached_outputs, "gradient blocked", ["does not require grad", "element 0 of tensors"]),
+    (sdpa_key_data, "gradient blocked", ["no gradient reaches `key`", ".data"]),
+    (sdpa_numpy_scores, "gradient blocked", ["inputs that require grad", "numpy"]),
+    (sdpa_detached_denominator, "gradient differs", ["gradient of `query`", "differs from the reference's"]),
+    (sdpa_nan_guard_in_place, "backward fails", ["backpropagating through it raises", "in-place operation"]),
+]
+
+
+@pytest.mark.parametrize("fn, name, words", GRADIENT_MISTAKES, ids=[_id(f) for f, _, _ in GRADIENT_MISTAKES])
+def test_sdpa_cut_graph_is_named(fn, name, words):
+    assert name in MISTAKES["scaled_dot_product_attention"]
+    assert_mistake(check_scaled_dot_product_attention, fn, name, *words)
 
 
 ROBUSTNESS_MISTAKES = [
@@ -757,7 +826,7 @@ def test_hints_exist_and_reveal_no_code(name, capsys):
 
 def test_every_catalogued_mistake_is_tested():
     tested = {
-        "scaled_dot_product_attention": {n for _, n, _ in SDPA_MISTAKES + ROBUSTNESS_MISTAKES} | {"not a tuple"},
+        "scaled_dot_product_attention": {n for _, n, _ in SDPA_MISTAKES + ROBUSTNESS_MISTAKES + GRADIENT_MISTAKES} | {"not a tuple"},
         "causal_mask": {n for _, n, _ in CAUSAL_MISTAKES} | {"not a tensor"},
         "padding_mask": {n for _, n, _ in PADDING_MISTAKES} | {"not a tensor"},
     }

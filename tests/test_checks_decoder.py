@@ -217,9 +217,31 @@ class MemoryNormalised(Layer):
         return x + self.feed_forward(self.norm3(x))
 
 
+class MemoryDetached(Layer):
+    """Right values, but the encoder would never learn from the decoder's loss."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        m = memory.detach()
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, m, m, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class CrossAttentionNoGrad(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        with torch.no_grad():
+            h = self.norm2(x) if self.norm_first else x
+            c = self.cross_attn(h, memory, memory, memory_mask)[0]
+        x = x + c if self.norm_first else self.norm2(x + c)
+        return self.step(x, self.norm3, self.feed_forward)
+
+
 @pytest.mark.parametrize(
     "cls, mistake, words",
     [
+        (MemoryDetached, "gradient blocked", ["no gradient reaches `memory`"]),
+        (CrossAttentionNoGrad, "gradient blocked", ["`cross_attn.w_q.weight`", "torch.no_grad()"]),
         (QueriesFromMemory, "cross-attention queries from memory", ["queries from `memory`", "L_src == L_tgt"]),
         (IgnoresMemory, "cross-attention ignores memory", ["never looks at `memory`"]),
         (MasksSwapped, "masks swapped", ["swapped", "L_src == L_tgt"]),
@@ -440,6 +462,13 @@ class Unchained(course_utils.Decoder):
         return self.norm(out) if self.norm is not None else out
 
 
+class DecoderMemoryDetached(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory.detach(), tgt_mask, memory_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
 class OneLayerShort(course_utils.Decoder):
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(num_layers - 1, d_model, num_heads, d_ff, dropout, norm_first)
@@ -457,6 +486,7 @@ class OneLayerShort(course_utils.Decoder):
         (FirstLayerOnly, "one layer applied repeatedly", ["num_layers times"]),
         (Unchained, "layer outputs not chained", ["only the last layer"]),
         (OneLayerShort, "wrong number of layers", ["layers"]),
+        (DecoderMemoryDetached, "gradient blocked", ["no gradient reaches `memory`", ".detach()"]),
     ],
 )
 def test_decoder_mistakes_are_named(cls, mistake, words):

@@ -87,7 +87,19 @@ class LNFlatten(LNBase):
         return ((rows - mean) / (var + self.eps).sqrt()).reshape(x.shape) * self.weight + self.bias
 
 
-@pytest.mark.parametrize("cls", [LayerNorm, LNVarMean, LNTwoPass, LNRsqrt, LNFlatten])
+class LNInPlaceAffine(LNBase):
+    """In place on its own fresh tensors (autograd allows it): correct."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        y = x - mean
+        y = y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        y = y * self.weight
+        y += self.bias
+        return y
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, LNVarMean, LNTwoPass, LNRsqrt, LNFlatten, LNInPlaceAffine])
 def test_layer_norm_correct_variants_pass(cls):
     assert_passes(check_layer_norm, cls)
 
@@ -245,9 +257,35 @@ class LNInPlace(LNBase):
         return x / torch.sqrt(var + self.eps) * self.weight + self.bias
 
 
+class LNDetachedParameters(LNVarMean):
+    """Trial B: right values, but weight and bias never learn."""
+
+    def forward(self, x):
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight.detach() + self.bias.detach()
+
+
+class LNDataParameters(LNVarMean):
+    def forward(self, x):
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight.data + self.bias
+
+
+class LNStatisticsNoGrad(LNVarMean):
+    """Mean and variance computed as constants: the input gets only part of its gradient."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
 @pytest.mark.parametrize(
     "cls, mistake, words",
     [
+        (LNDetachedParameters, "gradient blocked", ["no gradient reaches `weight` and `bias`", ".detach()"]),
+        (LNDataParameters, "gradient blocked", ["no gradient reaches `weight`", ".data"]),
+        (LNStatisticsNoGrad, "gradient differs", ["gradient of `x`", "a norm's statistics"]),
         (LNUnbiased, "unbiased variance", ["unbiased variance", "D - 1"]),
         (LNTorchStd, "unbiased variance", ["torch.std is unbiased", "inside the square root"]),
         (LNEpsOutside, "eps outside the square root", ["sqrt(var + eps)"]),
@@ -314,7 +352,12 @@ class FFHandDropout(FFFunctional):
         return self.linear2(hand_dropout(F.relu(self.linear1(x)), self.p, self.training))
 
 
-@pytest.mark.parametrize("cls", [FeedForward, FFSequential, FFFunctional, FFClamp, FFHandDropout])
+class FFInPlaceReLU(FFFunctional):
+    def forward(self, x):
+        return self.linear2(F.dropout(F.relu(self.linear1(x), inplace=True), self.p, self.training))
+
+
+@pytest.mark.parametrize("cls", [FeedForward, FFSequential, FFFunctional, FFClamp, FFHandDropout, FFInPlaceReLU])
 def test_feed_forward_correct_variants_pass(cls):
     assert_passes(check_feed_forward, cls)
 
@@ -370,6 +413,18 @@ class FFOtherNames(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
+class FFHiddenDetached(FeedForward):
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x)).detach()))
+
+
+class FFFirstLayerNoGrad(FeedForward):
+    def forward(self, x):
+        with torch.no_grad():
+            h = torch.relu(self.linear1(x))
+        return self.linear2(self.dropout(h))
+
+
 class FFNotWidened(FeedForward):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__(d_model, d_ff, dropout)
@@ -390,6 +445,8 @@ class FFNotWidened(FeedForward):
         (FFDropoutOnOutput, "dropout in the wrong place", ["hidden activations"]),
         (FFOtherNames, "missing submodule", ["linear1, linear2", "`fc1`"]),
         (FFNotWidened, "wrong submodule", ["nn.Linear(d_model, d_ff)"]),
+        (FFHiddenDetached, "gradient blocked", ["no gradient reaches `x`, `linear1.weight` and `linear1.bias`"]),
+        (FFFirstLayerNoGrad, "gradient blocked", ["`linear1.weight`", "torch.no_grad()"]),
     ],
 )
 def test_feed_forward_mistakes_are_named(cls, mistake, words):
@@ -657,9 +714,39 @@ class LayerDropoutAlwaysOn(LayerFunctionalDropout):
         return F.dropout(h, self.p)
 
 
+class AttentionNoGrad(Layer):
+    """Trial B: the attention under torch.no_grad(); w_q, w_k, w_v, w_o never learn."""
+
+    def post(self, x, mask):
+        with torch.no_grad():
+            a = attend(self, x, mask)
+        x = self.norm1(x + self.dropout1(a))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+    def pre(self, x, mask):
+        with torch.no_grad():
+            a = attend(self, self.norm1(x), mask)
+        x = x + self.dropout1(a)
+        return x + self.dropout2(self.feed_forward(self.norm2(x)))
+
+
+class ResidualDetached(Layer):
+    """A detached residual: the input still gets a gradient, through the sub-layer only."""
+
+    def post(self, x, mask):
+        x = self.norm1(x.detach() + self.dropout1(attend(self, x, mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+    def pre(self, x, mask):
+        x = x.detach() + self.dropout1(attend(self, self.norm1(x), mask))
+        return x + self.dropout2(self.feed_forward(self.norm2(x)))
+
+
 @pytest.mark.parametrize(
     "cls, mistake, words",
     [
+        (AttentionNoGrad, "gradient blocked", ["no gradient reaches `self_attn.w_q.weight`", "torch.no_grad()"]),
+        (ResidualDetached, "gradient differs", ["gradient of `x`", "a residual"]),
         (NoAttentionResidual, "missing residual", ["attention sub-layer has no residual"]),
         (NoFeedForwardResidual, "missing residual", ["feed-forward sub-layer has no residual"]),
         (NoResidualsPreNorm, "missing residual", ["neither sub-layer", "norm_first=True"]),
@@ -853,6 +940,15 @@ class BlocksNotLayers(Stack):
         del self.layers
 
 
+class StackDetachedBetweenLayers(Stack):
+    """Trial B's class: each layer reads a detached input, so only the last layer would learn."""
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x.detach(), mask)
+        return self.norm(x) if self.norm is not None else x
+
+
 class StackOfBrokenLayers(Stack):
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
@@ -883,6 +979,7 @@ class StackOfBrokenLayers(Stack):
         (DropoutNotPassed, "dropout missing", ["pass dropout on to every EncoderLayer"]),
         (BlocksNotLayers, "missing layers", ["self.layers = nn.ModuleList"]),
         (StackOfBrokenLayers, "wrong submodule", ["`layers[0]`", "NoAttentionResidual", "check_encoder_layer"]),
+        (StackDetachedBetweenLayers, "gradient blocked", ["no gradient reaches `x`, `layers.0.self_attn.w_q.weight`"]),
     ],
 )
 def test_encoder_mistakes_are_named(cls, mistake, words):

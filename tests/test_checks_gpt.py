@@ -185,6 +185,18 @@ class SharedNorm(Block):  # trial 09.1-w10: self.norm2 = self.norm1
         self.norm2 = self.norm1
 
 
+class FeedForwardInputDetached(Block):  # right values; norm2 never learns, the stream loses a path
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(self.norm1(x), mask))
+        return x + self.dropout2(self.feed(self.norm2(x).detach()))
+
+
+class AttentionNoGrad(Block):
+    def attend(self, h, mask):
+        with torch.no_grad():
+            return super().attend(h, mask)
+
+
 class BlockStub(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -214,6 +226,8 @@ BLOCK_MISTAKES = [
     (AttentionWithoutDropout, "dropout not passed on", "MultiHeadAttention(d_model, num_heads, dropout)"),
     (FeedForwardWithoutDropout, "dropout not passed on", "FeedForward(d_model, d_ff, dropout"),
     (SharedNorm, "modules shared", "`norm1` and `norm2`"),
+    (FeedForwardInputDetached, "gradient blocked", "no gradient reaches `norm2.weight`"),
+    (AttentionNoGrad, "gradient blocked", "`self_attn.w_q.weight`"),
 ]
 
 
@@ -448,6 +462,20 @@ class FinalNormFromLastBlock(Model):  # trial 09.2-w22: self.norm = self.blocks[
         self.norm = self.blocks[-1].norm2
 
 
+class PositionsDetached(Model):  # right logits; the position table never learns
+    def embed(self, tokens):
+        L = tokens.size(1)
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(L)).detach()
+
+
+class HeadFromWeightData(Model):  # the tied matrix learns only through the input side
+    def forward(self, tokens, mask=None):
+        x = self.dropout(self.embed(tokens))
+        for block in self.blocks:
+            x = block(x, mask)
+        return F.linear(self.norm(x), self.lm_head.weight.data)
+
+
 class ReturnsLossToo(Model):  # trial 09.2-o01: (logits, None) as Hugging Face models return
     def forward(self, tokens, mask=None):
         return super().forward(tokens, mask), None
@@ -477,6 +505,8 @@ GPT_MISTAKES = [
     (BlocksWithoutDropout, "dropout not passed on", "GPTBlock(d_model, num_heads, d_ff, dropout)"),
     (FinalNormFromLastBlock, "modules shared", ".norm2` and `norm`"),
     (ReturnsLossToo, "wrong return", "logits alone"),
+    (PositionsDetached, "gradient blocked", "no gradient reaches `position_embedding.weight`"),
+    (HeadFromWeightData, "gradient differs", "gradient of `token_embedding.weight`"),
 ]
 
 

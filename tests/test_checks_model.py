@@ -369,6 +369,19 @@ class ShortTable(course_utils.Transformer):  # trial 06.3-w29: PositionalEncodin
         self.positional_encoding = PositionalEncoding(d_model, 20, dropout)
 
 
+class MemoryDetached(course_utils.Transformer):  # trial B: the encoder would never learn
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        memory = self.encode(src, src_mask).detach()
+        return self.output_projection(self.decode(tgt, memory, tgt_mask, src_mask))
+
+
+class TargetEmbeddingNoGrad(course_utils.Transformer):
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        with torch.no_grad():
+            y = self.tgt_embedding(tgt)
+        return self.decoder(self.positional_encoding(y), memory, tgt_mask, memory_mask)
+
+
 class NoMethods(nn.Module):
     def __init__(self, src_vocab_size, tgt_vocab_size, **kwargs):
         super().__init__()
@@ -402,6 +415,9 @@ class NoMethods(nn.Module):
         (MemoryDropout, "dropout on the memory", ["memory"]),
         (SharedTargetEmbedding, "modules shared", ["src_vocab_size == tgt_vocab_size"]),
         (ShortTable, "max_len ignored", ["20 rows", "max_len=64"]),
+        # right logits, cut graph
+        (MemoryDetached, "gradient blocked", ["no gradient reaches `src_embedding.embedding.weight`", ".detach()"]),
+        (TargetEmbeddingNoGrad, "gradient blocked", ["no gradient reaches `tgt_embedding.embedding.weight`"]),
     ],
 )
 def test_transformer_mistakes_are_named(cls, mistake, words):

@@ -102,6 +102,11 @@ def split_assert(x, num_heads):
     return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
 
 
+def split_detached(x, num_heads):
+    B, L, D = x.shape
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2).detach()
+
+
 def split_in_place(x, num_heads):
     B, L, D = x.shape
     x.mul_(1.0 + 1e-3)
@@ -117,6 +122,7 @@ def split_in_place(x, num_heads):
         (split_wrong_axes_2, "transposed wrong axes", ["(B, L, d_k, H)"]),
         (split_strided, "heads take strided features", ["every H-th feature"]),
         (split_in_place, "input modified in place", ["in place"]),
+        (split_detached, "gradient blocked", ["does not require grad", ".detach()"]),
         # right on divisible widths; the exercise also asks for a ValueError
         (split_drops_leftover, "no divisibility check", ["did not raise", "ValueError", "D % num_heads"]),
         (split_permute_no_check, "wrong error type", ["raised RuntimeError", "asks for a ValueError"]),
@@ -198,6 +204,16 @@ def merge_batch_position_swapped(x):
     return x.transpose(0, 2).reshape(B, L, H * d_k) if B == L else x.transpose(1, 2).reshape(B, L, H * d_k)
 
 
+def merge_detached(x):
+    B, H, L, d_k = x.shape
+    return x.detach().transpose(1, 2).reshape(B, L, H * d_k)
+
+
+def merge_via_numpy(x):
+    B, H, L, d_k = x.shape
+    return torch.from_numpy(x.transpose(1, 2).reshape(B, L, H * d_k).numpy())
+
+
 def merge_wrong_shape(x):
     B, H, L, d_k = x.shape
     return x.transpose(1, 2).reshape(B, L * H, d_k)
@@ -212,6 +228,8 @@ def merge_wrong_shape(x):
         (merge_view_after_transpose, "view on a non-contiguous tensor", ["non-contiguous", ".reshape", "line"]),
         (merge_wrong_shape, "wrong shape", ["has shape", "expected"]),
         (merge_batch_position_swapped, "batch and positions swapped", ["B == L", "x.transpose(0, 2)"]),
+        (merge_detached, "gradient blocked", ["does not require grad", "element 0 of tensors"]),
+        (merge_via_numpy, "gradient blocked", ["inputs that require grad", "numpy"]),
     ],
 )
 def test_merge_heads_mistakes_are_named(fn, mistake, words):
@@ -263,7 +281,7 @@ def make_mha(bug=None):
             q = self.split(self.w_q(q_in), q_in.shape[1])  # (B, H, L_q, d_k)
             k_len = L_q if bug == "fails for cross-attention" else L_k
             k = self.split(self.w_k(key), k_len)  # (B, H, L_k, d_k)
-            v = self.split(w_v(value), L_k)  # (B, H, L_k, d_k)
+            v = self.split(w_v(value.detach() if bug == "value detached" else value), L_k)  # (B, H, L_k, d_k)
             scale = {"no scaling": 1.0, "scaled by sqrt(d_model)": math.sqrt(D), "scaled by d_k": self.d_k}.get(
                 bug, math.sqrt(self.d_k)
             )
@@ -280,7 +298,13 @@ def make_mha(bug=None):
                 scores = scores.masked_fill(blocked, torch.finfo(scores.dtype).min)
             if bug == "dropout on the scores":
                 scores = self.dropout(scores)
-            weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
+            if bug == "fill -30" and mask is not None:
+                scores = scores.masked_fill(~mask, -30.0)
+            if bug == "weights under no_grad":
+                with torch.no_grad():
+                    weights = scores.softmax(dim=-1)  # w_q and w_k never learn
+            else:
+                weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
             dropped = {
                 "dropout missing": weights,
                 "dropout on the output": weights,
@@ -303,6 +327,9 @@ def make_mha(bug=None):
             out = merged if bug == "missing output projection" else self.w_o(merged)
             if bug == "dropout on the output":
                 out = self.dropout(out)
+            if bug == "output detached":
+                out = out.detach()
+
             if bug == "weights averaged over heads":
                 weights = weights.mean(dim=1)
             if bug == "returns output only":
@@ -429,6 +456,12 @@ def test_mha_correct_variants_pass(cls):
         ("returns None", "wrong return", ["forward must return (output, weights)", "NoneType"]),
         ("no bias", "wrong submodule", ["`w_q` has no bias"]),
         ("wrong submodule size", "wrong submodule", ["`w_v` should be nn.Linear(d_model, d_model)"]),
+        # right values, cut graph (trial B)
+        ("weights under no_grad", "gradient blocked", ["no gradient reaches `query`, `key`, `w_q.weight`", "torch.no_grad()"]),
+        ("output detached", "gradient blocked", ["does not require grad"]),
+        ("value detached", "gradient blocked", ["no gradient reaches `value`"]),
+        # a finite fill above the allowed scores: the same case and words as scaled_dot_product_attention's
+        ("fill -30", "fill not negative enough", ["every score about -150", "blocked keys get weight", "finfo"]),
     ],
 )
 def test_mha_mistakes_are_named(bug, mistake, words):

@@ -269,6 +269,8 @@ def make_pe(bug=None):
                 return self.dropout(x)
             if bug == "missing pe":
                 return self.dropout(x + self.encoding[:L])
+            if bug == "x detached":
+                return self.dropout(x.detach() + pe[:L])
             return self.dropout(x + pe[:L])
 
     return StudentPE
@@ -316,6 +318,7 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("no length check", "no length check", ["RuntimeError", "ValueError", "max_len"]),
         ("no length check (silent)", "no length check", ["returned a result instead of raising"]),
         ("input modified in place", "input modified in place", ["`x` in place"]),
+        ("x detached", "gradient blocked", ["does not require grad", ".detach()"]),
     ],
 )
 def test_positional_encoding_mistakes_are_named(bug, mistake, words):
@@ -367,6 +370,19 @@ class FunctionalEmbedding(nn.Module):
         return F.embedding(tokens, self.embedding.weight) * self.scale
 
 
+class PaddingIdxEmbedding(make_embedding(lambda e, d: e * math.sqrt(d))):
+    """padding_idx=0: row 0 gets no gradient, the student's choice (the checker leaves that row out)."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__(vocab_size, d_model)
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
+
+
+class DataLookup(make_embedding(None)):
+    def forward(self, tokens):
+        return self.embedding.weight.data[tokens] * math.sqrt(self.d_model)  # right values, no gradient
+
+
 @pytest.mark.parametrize(
     "cls",
     [
@@ -375,6 +391,7 @@ class FunctionalEmbedding(nn.Module):
         make_embedding(lambda e, d: e * d**0.5),
         make_embedding(lambda e, d: e / (1 / math.sqrt(d))),
         FunctionalEmbedding,
+        PaddingIdxEmbedding,
     ],
 )
 def test_token_embedding_correct_variants_pass(cls):
@@ -407,6 +424,8 @@ class SwappedSizes(nn.Module):
         (make_embedding(lambda e, d: e / math.sqrt(d)), "divided by sqrt(d_model)", ["divided by sqrt(d_model)"]),
         (NamedWrong, "missing embedding", ["submodule `embedding`"]),
         (SwappedSizes, "wrong embedding size", ["nn.Embedding(vocab_size, d_model)"]),
+        (make_embedding(lambda e, d: (e * math.sqrt(d)).detach()), "gradient blocked", ["does not require grad"]),
+        (DataLookup, "gradient blocked", ["does not require grad", ".data"]),
     ],
 )
 def test_token_embedding_mistakes_are_named(cls, mistake, words):

@@ -733,3 +733,106 @@ def require_own_code(run: Callable[[], Any], names: Iterable[str], what: str, in
             mistake="forbidden call",
         )
     return result
+
+
+# ---------------------------------------------------------------- the gradient probe
+def _first_tensor(result: Any) -> Any:
+    return result[0] if isinstance(result, (tuple, list)) and result else result
+
+
+_CUTS = "a `with torch.no_grad():` block, `.detach()`, `.data`, or a round trip through `.item()`, `.tolist()` or numpy"
+
+
+def gradient_probe(
+    student: Callable[..., Any],
+    reference: Callable[..., Any],
+    inputs: Mapping[str, Any],
+    params: Iterable[tuple[str, Tensor, Tensor]] = (),
+    what: str = "code",
+    case: str = "",
+) -> None:
+    """Fail unless the student's code passes the reference's gradients back.
+
+    Runs ``student(*inputs.values())`` and ``reference(*inputs.values())`` (each on its own
+    copies; the float tensors among ``inputs`` require grad, masks and ints pass as they
+    are), backwards one random upstream gradient (the check's seed fixes it) through the
+    first tensor each returns, and compares the gradients of the float inputs (named by their
+    key) and of ``params``, ``(name, student parameter, reference parameter)`` triples whose
+    values the checker has made equal. Call it on a case whose forward already matched, with
+    modules in eval mode (dropout off), on inputs without fully blocked mask rows.
+
+    ``"gradient blocked"``: the output does not require grad, or a tensor the reference's
+    gradient reaches gets none (``torch.no_grad()``, ``.detach()``, ``.data``, numpy);
+    ``"gradient differs"``: it gets a gradient, but not the reference's (a detached branch
+    or factor); ``"backward fails"``: backward through the student's code raises (an
+    in-place op on a tensor autograd saved)."""
+    names = list(inputs)
+    where = f" ({case})" if case else ""
+
+    def leaves(values: Iterable[Any]) -> list[Any]:
+        return [v.detach().clone().requires_grad_() if isinstance(v, Tensor) and v.is_floating_point() else v
+                for v in values]
+
+    given_s, given_r = leaves(inputs.values()), leaves(inputs.values())
+    params = list(params)
+    with torch.enable_grad():
+        try:
+            out_s = _first_tensor(call_student(student, *given_s, context=f"running your {what} with inputs that require grad"))
+        except StudentError as err:
+            if "numpy" not in str(err.exc) and "requires grad" not in str(err.exc):
+                raise
+            fail(f"with inputs that require grad, as in training{where}, your {what} raised {raised(err.exc, inline=True)}: "
+                 f"it leaves the autograd graph (numpy, `.item()`), so no gradient could flow back. Stay with torch "
+                 "operations on the tensors themselves.", mistake="gradient blocked")
+        out_r = _first_tensor(reference(*given_r))
+        if not isinstance(out_s, Tensor) or out_s.shape != out_r.shape or not out_r.requires_grad:
+            return  # the forward checks speak of a wrong output
+        upstream = torch.randn(out_r.shape, dtype=out_r.dtype)
+        named = [(n, s, r) for n, s, r in zip(names, given_s, given_r) if isinstance(r, Tensor) and r.requires_grad]
+        named += params
+        grads_r = torch.autograd.grad(out_r, [r for _, _, r in named], upstream, allow_unused=True)
+        # rounding leaves ~1e-7 where the exact gradient is 0 (a key bias: softmax ignores a shift)
+        scale = max((float(g.abs().max()) for g in grads_r if g is not None), default=0.0)
+        reached = [n for (n, _, _), g in zip(named, grads_r) if g is not None and float(g.abs().max()) > 1e-4 * scale]
+        if not reached:
+            return
+        if not out_s.requires_grad:
+            fail(f"the output of your {what}{where} does not require grad, although gradients should reach "
+                 f"{_listed(reached[:4])}{' and more' if len(reached) > 4 else ''} through it: the result is "
+                 f"computed outside the autograd graph ({_CUTS}), so nothing before it can learn, and "
+                 "loss.backward() fails with 'element 0 of tensors does not require grad'. Compute it with torch "
+                 "operations on the tensors themselves.", mistake="gradient blocked")
+        try:
+            grads_s = torch.autograd.grad(out_s, [s for _, s, _ in named], upstream.to(out_s.dtype), allow_unused=True)
+        except RuntimeError as exc:
+            fail(f"the output of your {what}{where} is right, but backpropagating through it raises "
+                 f"{raised(exc, inline=True)}. An in-place operation (`+=`, `masked_fill_`, `relu_`, `x[...] = ...`) "
+                 "changed a tensor that autograd saved for the backward pass: use the out-of-place form "
+                 "(`x = x + y`, `masked_fill`).", mistake="backward fails")
+    # an nn.Embedding(..., padding_idx=i) of the student's gives its row i no gradient: their choice
+    padding_rows = {id(m.weight): m.padding_idx for m in (student.modules() if isinstance(student, nn.Module) else ())
+                    if isinstance(m, nn.Embedding) and m.padding_idx is not None}
+    blocked, differ = [], []
+    for (name, s, _), g_s, g_r in zip(named, grads_s, grads_r):
+        if name not in reached:
+            continue  # the reference passes (next to) nothing back here either
+        if id(s) in padding_rows and g_s is not None:
+            g_r, g_s = g_r.clone(), g_s.clone()
+            g_r[padding_rows[id(s)]] = g_s[padding_rows[id(s)]] = 0
+        if g_s is None or not bool(g_s.any()):
+            blocked.append(name)
+        elif not allclose(g_s.double(), g_r.double(), rtol=1e-3, atol=1e-3 * float(g_r.abs().max())):
+            differ.append((name, float((g_s.double() - g_r.double()).abs().max()), float(g_r.abs().max())))
+    if blocked:
+        more = f" and {len(blocked) - 4} more" if len(blocked) > 4 else ""
+        fail(f"no gradient reaches {_listed(blocked[:4])}{more}{where}: the output is right, but your {what} cuts "
+             f"the autograd graph between {'it' if len(blocked) == 1 else 'them'} and the output ({_CUTS}), so "
+             "training would never update what lies behind the cut. Compute it with torch operations on the "
+             "tensors themselves.", mistake="gradient blocked")
+    if differ:
+        name, diff, size = differ[0]
+        others = f" (and of {_listed([n for n, _, _ in differ[1:4]])})" if len(differ) > 1 else ""
+        fail(f"the gradient of `{name}`{others}{where} differs from the reference's (largest difference {diff:.3g}, "
+             f"gradient entries up to {size:.3g}): the output is right, but part of the computation is cut from the "
+             f"graph, so `{name}` gets only part of its gradient. Look for {_CUTS} applied to one branch or "
+             "factor (a weight, a residual, a norm's statistics).", mistake="gradient differs")

@@ -29,6 +29,9 @@ MISTAKES: dict[str, str] = {
     "wrong device": "the result is on another device than asked for",
     "modules shared": "one module (or one parameter's memory) serves two roles of a layer",
     "forbidden call": "the exercise's own formula is replaced by the library call it forbids",
+    "gradient blocked": "an input or parameter gets no gradient (no_grad, .detach(), .data, numpy cut the graph)",
+    "gradient differs": "an input or parameter gets another gradient than the reference's (a detached branch or factor)",
+    "backward fails": "backpropagating through the code raises (an in-place op on a tensor autograd saved)",
     # masks
     "inverted mask": "True and False swapped (True must mean: may attend)",
     "not a bool mask": "the mask is a float or int tensor, not torch.bool",

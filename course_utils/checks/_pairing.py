@@ -194,11 +194,22 @@ def copy_parameters(pairs: Pairs) -> None:
             rp.copy_(sp)
 
 
+def named(model: nn.Module, pairs: Pairs) -> list[tuple[str, Tensor, Tensor]]:
+    """``pairs`` as ``(the student's name, student parameter, reference parameter)``, the
+    form :func:`~._core.gradient_probe` names them in."""
+    names: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), name)
+    return [(names.get(id(sp), "a parameter"), sp, rp) for sp, rp in pairs]
+
+
 def load_reference(
     model: nn.Module, ref: nn.Module, what: str, parts: dict[str, str], optional_extra: tuple[str, ...] = ()
-) -> None:
+) -> list[tuple[str, Tensor, Tensor]]:
     """Pair ``model``'s parameters with ``ref``'s by name (else fail with
-    :func:`structure_failure`'s words) and copy them into ``ref``."""
+    :func:`structure_failure`'s words), copy them into ``ref`` and return the pairs, named
+    (:func:`named`)."""
     pairs, missing, unexpected, wrong_shape = match_parameters(model, ref, optional_extra=optional_extra)
     structure_failure(what, model, missing, unexpected, wrong_shape, parts)
     copy_parameters(pairs)
+    return named(model, pairs)

@@ -39,6 +39,7 @@ from ._core import (
     describe_shape,
     expect_close,
     fail,
+    gradient_probe,
     matches,
     raised,
     randint,
@@ -84,6 +85,9 @@ MISTAKES: dict[str, list[str]] = {
         "only the output returned",
         "not a tuple",
         "input modified in place",
+        "gradient blocked",
+        "gradient differs",
+        "backward fails",
     ],
     "causal_mask": [
         "not a function",
@@ -244,10 +248,13 @@ def _attention_cases() -> list[_Case]:
 _VERY_NEGATIVE = "every score about -150 after scaling"
 
 
-def _very_negative(B: int, L_q: int, L_k: int, d_k: int, d_v: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Queries and keys pointing in opposite directions: every score near -150 (spread a few units)."""
-    q = 1 + 0.05 * torch.randn(B, L_q, d_k)  # (B, L_q, d_k)
-    k = -(1 + 0.05 * torch.randn(B, L_k, d_k)) * (150 / math.sqrt(d_k))  # (B, L_k, d_k): q.k / sqrt(d_k) ~ -150
+def _very_negative(B: int, L_q: int, L_k: int, d_k: int, d_v: int, width: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries and keys pointing in opposite directions: every score near -150 (spread a few
+    units). ``width``: their number of features, ``d_k`` unless several heads of ``d_k`` each
+    share them (multi-head attention with identity projections: each head's score is ~ -150)."""
+    width = width or d_k
+    q = 1 + 0.05 * torch.randn(B, L_q, width)  # (B, L_q, width)
+    k = -(1 + 0.05 * torch.randn(B, L_k, width)) * (150 / math.sqrt(d_k))  # (B, L_k, width): q.k / sqrt(d_k) ~ -150 per head
     return q, k, torch.randn(B, L_k, d_v)
 
 
@@ -426,11 +433,20 @@ def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError
 def _robustness_diagnosis(case: _Case, what: str, got: Any, ref: Tensor) -> None:
     """On a robustness case (``case.note``), name why code that is right on the mild cases
     goes wrong here; return if that is not the story."""
-    if not case.note or not isinstance(got, Tensor) or got.shape != ref.shape or not got.is_floating_point():
+    robustness_diagnosis(case.note, f"{what} (on {case.describe()})", what, got, ref, case.mask, case.scores_shape)
+
+
+def robustness_diagnosis(
+    note: str, on: str, what: str, got: Any, ref: Tensor, mask: Tensor | None, scores_shape: tuple[int, ...]
+) -> None:
+    """The words of :func:`_robustness_diagnosis`, for any attention (multi-head too): ``note``
+    says which robustness case ran (``""``: a mild one, nothing to say), ``on`` names it in the
+    message, ``what`` is ``"weights"`` or ``"output"``, ``mask`` lines up with ``scores_shape``,
+    the scores' shape (for the output: the scores' shape without the head axis)."""
+    if not note or not isinstance(got, Tensor) or got.shape != ref.shape or not got.is_floating_point():
         return
-    on = f"{what} (on {case.describe()})"
     finite_rows = isfinite(got).all(-1)  # (..., L_q)
-    if case.mask is None:  # large scores
+    if mask is None:  # large scores
         if not bool(finite_rows.all()):
             fail(
                 f"{on} contains NaN or inf, although your code is right when the scores are of order 1. "
@@ -440,8 +456,8 @@ def _robustness_diagnosis(case: _Case, what: str, got: Any, ref: Tensor) -> None
                 mistake="softmax overflows",
             )
         return
-    if case.note == _VERY_NEGATIVE and what == "weights":
-        leak = got.masked_select(~case.mask.expand(case.scores_shape))
+    if note == _VERY_NEGATIVE and what == "weights":
+        leak = got.masked_select(~mask.expand(scores_shape))
         if bool(isfinite(got).all()) and bool((leak != 0).any()):
             fail(
                 f"{on}: blocked keys get weight (up to {float(leak.abs().max()):.3g}), although your code is right "
@@ -450,7 +466,7 @@ def _robustness_diagnosis(case: _Case, what: str, got: Any, ref: Tensor) -> None
                 "scores' dtype, torch.finfo(scores.dtype).min, so a blocked weight is exactly 0.",
                 mistake="fill not negative enough",
             )
-    blind = ~case.mask.expand(case.scores_shape).any(-1)  # (..., L_q): queries that see no key
+    blind = ~mask.expand(scores_shape).any(-1)  # (..., L_q): queries that see no key
     if not matches(torch.where(blind.unsqueeze(-1), ref, got), ref):
         return  # wrong elsewhere too: another mistake
     if not bool(finite_rows.all()):
@@ -594,6 +610,9 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
                 if candidate is not None and matches(got, candidate):
                     fail(f"{what} (on {case.describe()}): {message}", mistake=name)
             expect_close(what, got, ref, case=f"on {case.describe()}", atol=atol)
+    masked = cases[3]  # 3-D with a mask, no fully blocked row: the gradient there is the plain softmax's
+    gradient_probe(fn, _ref_attention, dict(zip(("query", "key", "value", "mask"), masked.inputs)),
+                   what="attention", case=f"on {masked.describe()}")
     for dtype in (torch.float16, torch.bfloat16):
         _low_precision_case(fn, dtype)
     # the [OK] line counts the mild cases only: it is stored in the executed notebooks, and the

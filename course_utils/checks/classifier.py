@@ -63,6 +63,7 @@ from ._core import (
     checker,
     expect_close,
     fail,
+    gradient_probe,
     randint,
     register_hints,
     require_function,
@@ -148,6 +149,7 @@ def check_gelu(fn: Any) -> str:
     _gelu_case(fn, tails, "x from -100 to 100")
     _gelu_case(fn, 3.0 * torch.randn(B, L, D), f"x of shape ({B}, {L}, {D})")
     _gelu_case(fn, 2.0 * torch.randn(D, B, dtype=torch.float64), f"a float64 x of shape ({D}, {B})")
+    gradient_probe(fn, F.gelu, dict(x=3.0 * torch.randn(B, L, D)), what="gelu", case=f"x of shape ({B}, {L}, {D})")
     # the exercise writes GELU from its formula: F.gelu / nn.GELU (or an alias) is not the exercise
     require_own_code(lambda: call_student(fn, torch.randn(3, 4), context="calling gelu"), {"gelu"}, "gelu",
                      "from its formula, 0.5 * x * (1 + torch.erf(x / math.sqrt(2))), with torch operations only")
@@ -265,6 +267,8 @@ def check_masked_mean_pool(fn: Any) -> str:
         m = mask0.unsqueeze(-1).float()  # (B, L, 1)
         expected = (x0 * m).sum(dim=1) / m.sum(dim=1)  # (B, D)
         expect_close("the pooled vectors", got, expected, _pool_mistakes(x0, mask0), case=case)
+    gradient_probe(fn, lambda x, mask: (x * m).sum(dim=1) / m.sum(dim=1), dict(x=x0, mask=mask0),
+                   what="masked_mean_pool", case=case)
     return "padding at the end and anywhere, rows of different lengths"
 
 
@@ -409,8 +413,8 @@ def check_transformer_classifier(cls: Any) -> str:
         model.eval()
         randomise_parameters(model)  # fresh norms (ones and zeros) would hide a norm mix-up
         ref = TransformerClassifier(V, C, **kwargs).eval()
-        load_reference(model, ref, "TransformerClassifier", _CLASSIFIER_PARTS,
-                       optional_extra=() if norm_first else ("encoder.norm.",))
+        params = load_reference(model, ref, "TransformerClassifier", _CLASSIFIER_PARTS,
+                                optional_extra=() if norm_first else ("encoder.norm.",))
         tokens = _classifier_tokens(B, L, V, pad_id)  # (B, L)
         tokens0 = tokens.clone()
         case = f"{settings_text}, tokens ({B}, {L}) with padding"
@@ -427,6 +431,7 @@ def check_transformer_classifier(cls: Any) -> str:
                      "self.classifier to get the logits (B, num_classes).", mistake="classifier layer missing")
             expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling), atol=_ATOL,
                          case=case)
+        gradient_probe(model, ref, dict(tokens=tokens0), params, what="TransformerClassifier", case=case)
     return "[CLS] and mean pooling, post- and pre-norm, GELU and ReLU, a non-zero pad id"
 
 

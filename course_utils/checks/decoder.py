@@ -78,6 +78,7 @@ from ._core import (
     describe_shape,
     expect_close,
     fail,
+    gradient_probe,
     matches,
     raised,
     randint,
@@ -193,6 +194,14 @@ def _run_mask_cases(
     case = f"{settings}, L_src = L_tgt = {L_tgt}, {words}"
     x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_tgt, D)
     _run_case(model, what, x, memory, tgt_mask, memory_mask, case, expected_fn, mistakes_fn, None)
+
+
+def _gradient_case(model: nn.Module, ref: nn.Module, params: list[tuple[str, Tensor, Tensor]], what: str,
+                   settings: str, B: int, L_tgt: int, L_src: int, D: int) -> None:
+    """The gradient probe on a padded case (causal + padding: no query sees no key)."""
+    tgt_mask, memory_mask, words = _masks(B, L_tgt, L_src, "padded")
+    inputs = dict(x=torch.randn(B, L_tgt, D), memory=torch.randn(B, L_src, D), tgt_mask=tgt_mask, memory_mask=memory_mask)
+    gradient_probe(model, ref, inputs, params, what=what, case=f"{settings}, {words}")
 
 
 def _length_probe(
@@ -324,9 +333,10 @@ def check_decoder_layer(cls: Any) -> str:
         model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
         ref = DecoderLayer(D, H, d_ff, 0.0, norm_first).eval()
         require_distinct_roles(model, ref, "DecoderLayer")  # self.cross_attn = self.self_attn, ...
-        load_reference(model, ref, "DecoderLayer", _LAYER_PARTS)
+        params = load_reference(model, ref, "DecoderLayer", _LAYER_PARTS)
         expected, mistakes = _layer_functions(ref, norm_first)
         _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes)
+        _gradient_case(model, ref, params, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D)
     for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
         _layer_dropout(cls, B, L_tgt, L_src, D, H, d_ff, norm_first)
     return "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights"
@@ -358,14 +368,16 @@ def _decoder_functions(
     return expected, mistakes
 
 
-def _build_decoder(cls: Any, N: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> tuple[nn.Module, Decoder]:
-    """The student's Decoder and the reference with its parameters."""
+def _build_decoder(
+    cls: Any, N: int, D: int, H: int, d_ff: int, p: float, norm_first: bool
+) -> tuple[nn.Module, Decoder, list[tuple[str, Tensor, Tensor]]]:
+    """The student's Decoder, the reference with its parameters, and the named pairs."""
     shown = f"num_layers={N}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p:g}, norm_first={norm_first}"
     model = build_student(cls, "Decoder", (N, D, H, d_ff), dict(dropout=p, norm_first=norm_first), shown)
     stack_structure(model, N, norm_first, _STACK)
     ref = Decoder(N, D, H, d_ff, p, norm_first).eval()
-    load_reference(model, ref, "Decoder", _DECODER_PARTS, optional_extra=() if norm_first else ("norm.",))
-    return model, ref
+    params = load_reference(model, ref, "Decoder", _DECODER_PARTS, optional_extra=() if norm_first else ("norm.",))
+    return model, ref, params
 
 
 @checker("Decoder")
@@ -375,14 +387,15 @@ def check_decoder(cls: Any) -> str:
     D = H * d_k
     N = randint(2, 3)
     for norm_first in (False, True):
-        model, ref = _build_decoder(cls, N, D, H, d_ff, 0.1, norm_first)
+        model, ref, params = _build_decoder(cls, N, D, H, d_ff, 0.1, norm_first)
         expected, mistakes = _decoder_functions(ref, model, norm_first)
         nf = f"norm_first={norm_first}, num_layers={N}"
         _run_mask_cases(model, "Decoder", nf, B, L_tgt, L_src, D, expected, mistakes)
         unused_final_norm(model, norm_first, "Decoder")
+        _gradient_case(model, ref, params, "Decoder", nf, B, L_tgt, L_src, D)
 
     # dropout, pre-norm: with p = P_PROBE every layer's sub-layers vanish, so the stack is its final norm
-    model, ref = _build_decoder(cls, N, D, H, d_ff, P_PROBE, True)
+    model, ref, _ = _build_decoder(cls, N, D, H, d_ff, P_PROBE, True)
     x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
     tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
     with torch.no_grad():

@@ -100,6 +100,7 @@ from ._core import (
     describe_shape,
     expect_close,
     fail,
+    gradient_probe,
     matches,
     randint,
     register_hints,
@@ -465,6 +466,9 @@ def check_layer_norm(cls: Any) -> str:
         _ln_case(model, w, b, 1e-5, _ln_inputs(*shape), case, default=True)
     _ln_other_ranks(model, w, b, L, D)
     _ln_large_mean(model, w, b, B, L, D)
+    ref_w, ref_b = (nn.Parameter(t.detach().clone()) for t in (w, b))
+    gradient_probe(model, lambda x: _ln(x, ref_w, ref_b, 1e-5), dict(x=torch.randn(B, L, D) + 1),
+                   [("weight", w, ref_w), ("bias", b, ref_b)], what="LayerNorm", case=f"x of shape ({B}, {L}, {D})")
 
     eps = round(float(torch.empty(()).uniform_(0.1, 0.5)), 2)
     model = call_student(cls, D, eps, context=f"constructing LayerNorm(d_model={D}, eps={eps})")
@@ -586,6 +590,10 @@ def check_feed_forward(cls: Any) -> str:
             expected = ref(x0)  # (B, L, D)
             mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2)
             expect_close("output", got, expected, mistakes, case=case)
+    l1, l2 = _ff_linears(model, D, d_ff)
+    params = [(f"{n}.{a}", getattr(m, a), getattr(getattr(ref, n), a)) for n, m in (("linear1", l1), ("linear2", l2))
+              for a in ("weight", "bias")]
+    gradient_probe(model, ref, dict(x=x0), params, what="FeedForward", case=case)
 
     # dropout: p = P_PROBE makes training mode deterministic (every dropout zeroes its input)
     model = call_student(cls, D, d_ff, P_PROBE, context=f"constructing {what}, dropout={P_PROBE})")
@@ -725,14 +733,13 @@ def check_encoder_layer(cls: Any) -> str:
         model.eval()
         randomise_parameters(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
         ref = EncoderLayer(D, H, d_ff, 0.0, norm_first).eval()
-        load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
+        params = load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
         x = torch.randn(B, L, D)
         mask = _padding_mask(B, L)
         _verify_layer_parts(model, ref, x, mask, "EncoderLayer")
-        _compare_without_and_with_mask(
-            model, ref, x, mask, f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}",
-            lambda x0, m: _block_mistakes(ref, x0, m, norm_first),
-        )  # fmt: skip
+        case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}"
+        _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _block_mistakes(ref, x0, m, norm_first))
+        gradient_probe(model, ref, dict(x=x, mask=mask), params, what="EncoderLayer", case=case)
     for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
         _layer_dropout(cls, B, L, D, H, d_ff, norm_first)
     return "post-norm and pre-norm, with and without padding masks, random weights and norms, dropout"
@@ -774,18 +781,17 @@ def check_encoder(cls: Any) -> str:
         model.eval()
         randomise_parameters(model)  # also makes deep-copied layers (identical at first) differ
         ref = Encoder(n, D, H, d_ff, 0.0, norm_first).eval()
-        load_reference(model, ref, "Encoder", _ENCODER_WORDS, optional_extra=() if norm_first else ("norm.",))
+        params = load_reference(model, ref, "Encoder", _ENCODER_WORDS, optional_extra=() if norm_first else ("norm.",))
         x = torch.randn(B, L, D)
         mask = _padding_mask(B, L)
         for i, (layer, ref_layer) in enumerate(zip(model.layers, ref.layers)):
             _verify_part(f"layers[{i}]", layer, ref_layer, (x, mask), "Encoder")
         if norm_first:
             _verify_part("norm", model.norm, ref.norm, (x,), "Encoder")
-        _compare_without_and_with_mask(
-            model, ref, x, mask, f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}",
-            lambda x0, m: _stack_mistakes(model, ref, x0, m, norm_first),
-        )  # fmt: skip
+        case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}"
+        _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _stack_mistakes(model, ref, x0, m, norm_first))
         unused_final_norm(model, norm_first, "Encoder")
+        gradient_probe(model, ref, dict(x=x, mask=mask), params, what="Encoder", case=case)
 
     # dropout, pre-norm: with p = P_PROBE every layer's sub-layers vanish, so the stack is its final norm
     model = _build_encoder(cls, n, D, H, d_ff, P_PROBE, True)

@@ -61,6 +61,7 @@ from ._core import (
     describe_shape,
     expect_close,
     fail,
+    gradient_probe,
     matches,
     randint,
     register_hints,
@@ -68,7 +69,8 @@ from ._core import (
     require_module_class,
 )
 from ._blocks import P_PROBE, Block, check_dropout, check_dropout_modes, check_part_dropout, dropout_mistakes, run_block, zeros
-from ._pairing import build_student, copy_parameters, load_reference, match_parameters, randomise_parameters, structure_failure
+from ._pairing import (build_student, copy_parameters, load_reference, match_parameters, named, randomise_parameters,
+                       structure_failure)
 from .decoder import trailing_padding, tuple_return
 
 __all__ = ["check_gpt_block", "check_gpt", "check_next_token_probs", "check_generate"]
@@ -242,7 +244,9 @@ def check_gpt_block(cls: Any) -> str:
     _leak_test(model, B, L, D)
     _run_block_case(model, ref, torch.randn(B, L, D), None, f"x ({B}, {L}, {D}), no mask")
     mask = trailing_padding(B, L)  # (B, 1, L)
-    _run_block_case(model, ref, torch.randn(B, L, D), mask, f"x ({B}, {L}, {D}), padding mask ({B}, 1, {L})")
+    case = f"x ({B}, {L}, {D}), padding mask ({B}, 1, {L})"
+    _run_block_case(model, ref, torch.randn(B, L, D), mask, case)
+    gradient_probe(model, ref, dict(x=torch.randn(B, L, D), mask=mask), named(model, pairs), what="GPTBlock", case=case)
     _exact_gelu_probe(model, ref, B, L, D)
     _block_dropout(cls, B, L, D, H, d_ff)
     # the notebook stores this line (nbval): change it together with solutions/09
@@ -463,6 +467,7 @@ def check_gpt(cls: Any) -> str:
                      "alone (the loss is computed outside the model).", mistake="wrong return")
             check_dropout(lambda: model(tokens) if mask is None else model(tokens, mask), got, expected)
             expect_close("logits", got, expected, _gpt_mistakes(ref, tokens, mask), case=case)
+    gradient_probe(model, ref, dict(tokens=tokens, mask=mask), named(model, pairs), what="GPT", case=case)
     _gpt_dropout(cls, V, D, H, N, d_ff, max_len, B, L)
     # the notebook stores this line (nbval): change it together with solutions/09
     return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"

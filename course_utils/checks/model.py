@@ -112,6 +112,7 @@ from ._core import (
     describe_shape,
     expect_close,
     fail,
+    gradient_probe,
     matches,
     randint,
     register_hints,
@@ -119,7 +120,7 @@ from ._core import (
     require_module_class,
 )
 from .attention import _padding_shape
-from ._pairing import copy_parameters, pair_parameters, randomise_parameters
+from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
 from ._blocks import P_PROBE, check_dropout
 from .decoder import trailing_padding
 
@@ -783,6 +784,12 @@ def check_transformer(cls: Any) -> str:
         fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
              "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
              "nowhere else.", mistake="dropout in the wrong place")
+    # gradients once, pre-norm (every parameter, final norms too): what norm_first changes lives in the
+    # layers and stacks, whose checkers probe both settings; eval mode, from _mapped_cases
+    model, ref = built[1]
+    inputs = dict(zip(("src", "tgt", "src_mask", "tgt_mask"), _transformer_inputs(s)))
+    pairs = named(model, pair_parameters(model, ref, by_structure=True) or [])
+    gradient_probe(model, ref, inputs, pairs, what="Transformer", case="norm_first=True")
     # the notebooks store this line (nbval): change it together with solutions/06
     return "post-norm and pre-norm, with and without masks, compared with the reference"
 

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
+from .attention import _VERY_NEGATIVE, _very_negative, robustness_diagnosis
 from ._core import (
     Mistake,
     StudentError,
@@ -53,6 +54,7 @@ from ._core import (
     fail,
     fail_eval_dropout,
     fail_fixed_p,
+    gradient_probe,
     is_view_error,
     matches,
     randint,
@@ -174,6 +176,7 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
                 )
             )
         expect_close("split_heads(x, num_heads)", got, expected, mistakes, case=case)
+    gradient_probe(fn, split_heads, dict(x=x0, num_heads=H), what="split_heads", case=case)
     _expect_value_error(lambda D, H: fn(torch.randn(2, 3, D), H), "split_heads(x of shape (2, 3, {D}), {H})", "D")
     return "3 random shapes, compared value by value"  # the [OK] line stored in notebook 02
 
@@ -231,6 +234,7 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
             ),
         ]
         expect_close("merge_heads(x)", got, expected, mistakes, case=case)
+    gradient_probe(fn, merge_heads, dict(x=x0), what="merge_heads", case=case)
 
     return "3 random shapes, contiguous and transposed inputs"
 
@@ -617,21 +621,34 @@ def _pair(result: Any, case: str) -> tuple[Tensor, Tensor]:
     return result[0], result[1]
 
 
-def _blocked_rows(model: nn.Module, query: Tensor, key: Tensor, value: Tensor, cross: str) -> None:
-    """Queries whose keys are all blocked (left padding under a causal mask) must give finite
-    output: an attention computed in the module with a -inf fill gives NaN there."""
-    mask = random_mask(query.size(0), query.size(1), key.size(1))  # (B, L_q, L_k)
+def _robustness_cases(model: nn.Module, ref: nn.Module, B: int, L_q: int, L_k: int, D: int, H: int) -> None:
+    """The robustness cases of scaled_dot_product_attention, in the same words: queries whose
+    keys are all blocked (left padding under a causal mask: uniform weights, not NaN), then
+    every score about -150 (a fill such as -30 then outweighs the allowed keys), made with
+    identity ``w_q``, ``w_k`` (copied into the reference): each head's score is the
+    queries' and keys' own product."""
+    mask = random_mask(B, L_q, L_k)  # (B, L_q, L_k)
     mask[:, 0] = False  # query 0 sees no key
-    case = cross + f", mask {describe_shape(mask)} whose first query row blocks every key"
-    with torch.no_grad():
-        got = _first_of(call_student(model, query, key, value, mask, context=f"running forward ({case})"))
-    if isinstance(got, Tensor) and got.is_floating_point() and not bool(isfinite(got).all()):
-        fail(
-            f"output ({case}) contains NaN or inf: a query whose keys are all blocked (a padding position, "
-            "say) gets softmax(-inf, ..., -inf) = 0 / 0 = NaN when the scores are filled with float('-inf'). "
-            "Fill with torch.finfo(scores.dtype).min (or use your scaled_dot_product_attention, which does).",
-            mistake="filled with -inf",
-        )
+    blocked = (*(torch.randn(B, n, D) for n in (L_q, L_k, L_k)), mask, "its first query row blocks every key")
+    very_negative = (*_very_negative(B, L_q, L_k, D // H, D, width=D), random_mask(B, L_q, L_k), _VERY_NEGATIVE)
+    for query, key, value, mask, note in (blocked, very_negative):
+        if note == _VERY_NEGATIVE:
+            with torch.no_grad():
+                for module in (model, ref):
+                    for n in ("w_q", "w_k"):
+                        getattr(module, n).weight.copy_(torch.eye(D))
+                        getattr(module, n).bias.zero_()
+        case = f"cross-attention, L_q={L_q}, L_k={L_k}, D={D}, num_heads={H}, mask {describe_shape(mask)}, {note}"
+        with torch.no_grad():
+            ref_out, ref_w = ref(query, key, value, mask)  # (B, L_q, D), (B, H, L_q, L_k)
+            out, w = _pair(call_student(model, query, key, value, mask, context=f"running forward ({case})"), case)
+        atol = 1e-4 if note == _VERY_NEGATIVE else 1e-5
+        # the weights line up with the mask given a head axis, the output with the mask as it is
+        for what, got, expected, m in (("weights", w, ref_w, mask.unsqueeze(1)), ("output", out, ref_out, mask)):
+            if not matches(got, expected, atol=atol):
+                shape = tuple(expected.shape[:-1]) + (L_k,) if what == "weights" else tuple(mask.shape)
+                robustness_diagnosis(note, f"{what} ({case})", what, got, expected, m, shape)
+                expect_close(what, got, expected, case=case, atol=atol)
 
 
 def _first_of(result: Any) -> Any:
@@ -674,7 +691,11 @@ def check_multi_head_attention(cls: Any) -> str:
         case = f"cross-attention, B = num_heads = {H}, mask {describe_shape(mask)}"
         _mha_case(model, ref, lin, H, q2, k2, v2, mask, case, True)
 
-    _blocked_rows(model, query, key, value, cross)
+    mask = random_mask(B, L_q, L_k)  # (B, L_q, L_k), no fully blocked row
+    params = [(f"{n}.{a}", getattr(projections[n], a), getattr(getattr(ref, n), a)) for n in projections for a in ("weight", "bias")]
+    gradient_probe(model, ref, dict(query=query, key=key, value=value, mask=mask), params,
+                   what="MultiHeadAttention", case=cross + f", mask {describe_shape(mask)}")
+    _robustness_cases(model, ref, B, L_q, L_k, D, H)  # last: it sets w_q and w_k to the identity
 
     _check_dropout(cls)
     _expect_value_error(cls, "MultiHeadAttention({D}, {H})", "d_model")

@@ -52,6 +52,7 @@ from ._core import (
     fail,
     fail_eval_dropout,
     fail_fixed_p,
+    gradient_probe,
     matches,
     randint,
     register_hints,
@@ -366,6 +367,7 @@ def check_positional_encoding(cls: Any) -> str:
             ),
         ]
         expect_close("output", got, expected, mistakes, case=case, atol=_ATOL)
+    gradient_probe(module, lambda x: x + table[: x.size(1)], dict(x=x0), what="PositionalEncoding", case=case)
 
     # dropout, training mode: each entry is 0 or (x + pe) / (1 - p); two values of p, so a
     # hard-coded one differs from at least one of them (the kept scale 1 / (1 - p) tells)
@@ -457,6 +459,8 @@ def check_token_embedding(cls: Any) -> str:
             ),
         ]
         expect_close("output", got, expected, mistakes, case=case)
+    gradient_probe(module, ref, dict(tokens=tokens0), [("embedding.weight", emb.weight, ref.embedding.weight)],
+                   what="TokenEmbedding", case=case)
     return "random embedding weights, 2 batches of token ids"
 
 
