@@ -23,7 +23,11 @@ Catalogue (``CheckResult.mistake``):
   ``"wrong error type"``, and for dropout (train mode, ``dropout=p``; see
   :func:`_check_dropout`): ``"dropout missing"``, ``"hard-coded dropout p"``,
   ``"dropout on the output"``, ``"dropout in the wrong place"``, ``"weights returned after
-  dropout"``, ``"dropout ignores eval mode"``.
+  dropout"``, ``"dropout ignores eval mode"``, and scaled_dot_product_attention's
+  robustness names in its words (``"filled with -inf"``, ``"fully blocked row not
+  uniform"``, ``"fill not negative enough"``).
+* all three: ``"gradient blocked"``, ``"gradient differs"``, ``"backward fails"`` (the
+  shared probe, :func:`._core.gradient_probe`).
 
 """
 
