@@ -48,7 +48,6 @@ from ._core import (
     Mistake,
     StudentError,
     allclose,
-    isfinite,
     call_student,
     check_unchanged,
     checker,
@@ -653,10 +652,6 @@ def _robustness_cases(model: nn.Module, ref: nn.Module, B: int, L_q: int, L_k: i
                 shape = tuple(expected.shape[:-1]) + (L_k,) if what == "weights" else tuple(mask.shape)
                 robustness_diagnosis(note, f"{what} ({case})", what, got, expected, m, shape)
                 expect_close(what, got, expected, case=case, atol=atol)
-
-
-def _first_of(result: Any) -> Any:
-    return result[0] if isinstance(result, (tuple, list)) and result else result
 
 
 @checker("MultiHeadAttention")
