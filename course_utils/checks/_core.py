@@ -815,6 +815,7 @@ def gradient_probe(
     padding_rows = {id(m.weight): m.padding_idx for m in (student.modules() if isinstance(student, nn.Module) else ())
                     if isinstance(m, nn.Embedding) and m.padding_idx is not None}
     grads_s = [found.get(id(s)) for _, s, _ in named]
+    grads_s = [g.to_dense() if g is not None and g.is_sparse else g for g in grads_s]  # nn.Embedding(sparse=True)
     blocked, differ = [], []
     for (name, s, _), g_s, g_r in zip(named, grads_s, grads_r):
         if name not in reached:
