@@ -271,6 +271,12 @@ class LNDataParameters(LNVarMean):
         return (x - mean) / torch.sqrt(var + self.eps) * self.weight.data + self.bias
 
 
+class LNFrozenBias(LNVarMean):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.bias.requires_grad_(False)
+
+
 class LNStatisticsNoGrad(LNVarMean):
     """Mean and variance computed as constants: the input gets only part of its gradient."""
 
@@ -286,6 +292,7 @@ class LNStatisticsNoGrad(LNVarMean):
         (LNDetachedParameters, "gradient blocked", ["no gradient reaches `weight` and `bias`", ".detach()"]),
         (LNDataParameters, "gradient blocked", ["no gradient reaches `weight`", ".data"]),
         (LNStatisticsNoGrad, "gradient differs", ["gradient of `x`", "a norm's statistics"]),
+        (LNFrozenBias, "gradient blocked", ["no gradient reaches `bias`", "requires_grad=False"]),
         (LNUnbiased, "unbiased variance", ["unbiased variance", "D - 1"]),
         (LNTorchStd, "unbiased variance", ["torch.std is unbiased", "inside the square root"]),
         (LNEpsOutside, "eps outside the square root", ["sqrt(var + eps)"]),

@@ -278,7 +278,10 @@ def make_mha(bug=None):
                 query.mul_(1 / math.sqrt(self.d_k))
             q_in = key if bug == "inputs swapped" else query
             w_v = self.w_k if bug == "projections swapped" else self.w_v
-            q = self.split(self.w_q(q_in), q_in.shape[1])  # (B, H, L_q, d_k)
+            if bug == "w_q weight data":
+                q = self.split(F.linear(q_in, self.w_q.weight.data, self.w_q.bias), q_in.shape[1])
+            else:
+                q = self.split(self.w_q(q_in), q_in.shape[1])  # (B, H, L_q, d_k)
             k_len = L_q if bug == "fails for cross-attention" else L_k
             k = self.split(self.w_k(key), k_len)  # (B, H, L_k, d_k)
             v = self.split(w_v(value.detach() if bug == "value detached" else value), L_k)  # (B, H, L_k, d_k)
@@ -460,6 +463,7 @@ def test_mha_correct_variants_pass(cls):
         ("weights under no_grad", "gradient blocked", ["no gradient reaches `query`, `key`, `w_q.weight`", "torch.no_grad()"]),
         ("output detached", "gradient blocked", ["does not require grad"]),
         ("value detached", "gradient blocked", ["no gradient reaches `value`"]),
+        ("w_q weight data", "gradient blocked", ["no gradient reaches `w_q.weight`", ".data"]),
         # a finite fill above the allowed scores: the same case and words as scaled_dot_product_attention's
         ("fill -30", "fill not negative enough", ["every score about -150", "blocked keys get weight", "finfo"]),
     ],

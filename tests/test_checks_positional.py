@@ -378,6 +378,14 @@ class PaddingIdxEmbedding(make_embedding(lambda e, d: e * math.sqrt(d))):
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
 
 
+class SparseEmbedding(make_embedding(lambda e, d: e * math.sqrt(d))):
+    """sparse=True: a sparse gradient, the same numbers."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__(vocab_size, d_model)
+        self.embedding = nn.Embedding(vocab_size, d_model, sparse=True)
+
+
 class DataLookup(make_embedding(None)):
     def forward(self, tokens):
         return self.embedding.weight.data[tokens] * math.sqrt(self.d_model)  # right values, no gradient
@@ -392,6 +400,7 @@ class DataLookup(make_embedding(None)):
         make_embedding(lambda e, d: e / (1 / math.sqrt(d))),
         FunctionalEmbedding,
         PaddingIdxEmbedding,
+        SparseEmbedding,
     ],
 )
 def test_token_embedding_correct_variants_pass(cls):

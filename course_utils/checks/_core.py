@@ -740,7 +740,8 @@ def _first_tensor(result: Any) -> Any:
     return result[0] if isinstance(result, (tuple, list)) and result else result
 
 
-_CUTS = "a `with torch.no_grad():` block, `.detach()`, `.data`, or a round trip through `.item()`, `.tolist()` or numpy"
+_CUTS = ("a `with torch.no_grad():` block, `.detach()`, `.data`, a round trip through `.item()`, `.tolist()` or numpy, "
+         "or a parameter left with requires_grad=False")
 
 
 def gradient_probe(
@@ -802,8 +803,9 @@ def gradient_probe(
                  f"computed outside the autograd graph ({_CUTS}), so nothing before it can learn, and "
                  "loss.backward() fails with 'element 0 of tensors does not require grad'. Compute it with torch "
                  "operations on the tensors themselves.", mistake="gradient blocked")
+        live = [s for _, s, _ in named if s.requires_grad]  # a frozen parameter gets no gradient at all
         try:
-            grads_s = torch.autograd.grad(out_s, [s for _, s, _ in named], upstream.to(out_s.dtype), allow_unused=True)
+            found = dict(zip(map(id, live), torch.autograd.grad(out_s, live, upstream.to(out_s.dtype), allow_unused=True)))
         except RuntimeError as exc:
             fail(f"the output of your {what}{where} is right, but backpropagating through it raises "
                  f"{raised(exc, inline=True)}. An in-place operation (`+=`, `masked_fill_`, `relu_`, `x[...] = ...`) "
@@ -812,6 +814,8 @@ def gradient_probe(
     # an nn.Embedding(..., padding_idx=i) of the student's gives its row i no gradient: their choice
     padding_rows = {id(m.weight): m.padding_idx for m in (student.modules() if isinstance(student, nn.Module) else ())
                     if isinstance(m, nn.Embedding) and m.padding_idx is not None}
+    grads_s = [found.get(id(s)) for _, s, _ in named]
+    grads_s = [g.to_dense() if g is not None and g.is_sparse else g for g in grads_s]  # nn.Embedding(sparse=True)
     blocked, differ = [], []
     for (name, s, _), g_s, g_r in zip(named, grads_s, grads_r):
         if name not in reached:

@@ -23,7 +23,11 @@ Catalogue (``CheckResult.mistake``):
   ``"wrong error type"``, and for dropout (train mode, ``dropout=p``; see
   :func:`_check_dropout`): ``"dropout missing"``, ``"hard-coded dropout p"``,
   ``"dropout on the output"``, ``"dropout in the wrong place"``, ``"weights returned after
-  dropout"``, ``"dropout ignores eval mode"``.
+  dropout"``, ``"dropout ignores eval mode"``, and scaled_dot_product_attention's
+  robustness names in its words (``"filled with -inf"``, ``"fully blocked row not
+  uniform"``, ``"fill not negative enough"``).
+* all three: ``"gradient blocked"``, ``"gradient differs"``, ``"backward fails"`` (the
+  shared probe, :func:`._core.gradient_probe`).
 
 """
 
@@ -44,7 +48,6 @@ from ._core import (
     Mistake,
     StudentError,
     allclose,
-    isfinite,
     call_student,
     check_unchanged,
     checker,
@@ -649,10 +652,6 @@ def _robustness_cases(model: nn.Module, ref: nn.Module, B: int, L_q: int, L_k: i
                 shape = tuple(expected.shape[:-1]) + (L_k,) if what == "weights" else tuple(mask.shape)
                 robustness_diagnosis(note, f"{what} ({case})", what, got, expected, m, shape)
                 expect_close(what, got, expected, case=case, atol=atol)
-
-
-def _first_of(result: Any) -> Any:
-    return result[0] if isinstance(result, (tuple, list)) and result else result
 
 
 @checker("MultiHeadAttention")
