@@ -556,3 +556,36 @@ def test_mha_filling_with_minus_inf_fails_on_a_fully_blocked_row():
             return self.w_o(out), weights
 
     assert_mistake(check_multi_head_attention, MinusInf, "filled with -inf", "blocks every key", "finfo")
+
+
+class AttnMaskKeyword(course_utils.MultiHeadAttention):
+    """Trial C's W29: notebook 02 calls self_attn(..., mask=tgt_causal)."""
+
+    def forward(self, query, key, value, attn_mask=None):
+        return super().forward(query, key, value, attn_mask)
+
+
+class ExtraOptional(course_utils.MultiHeadAttention):
+    """Correct: an extra optional parameter, data arguments named freely."""
+
+    def forward(self, q, k, v, mask=None, need_weights=True):
+        return super().forward(q, k, v, mask)
+
+
+def test_renamed_mask_parameter_is_named_and_extra_ones_pass():
+    assert_mistake(check_multi_head_attention, AttnMaskKeyword, "parameter renamed", "no parameter named `mask`",
+                   "attn_mask", "forward(self, query, key, value, mask=None)")
+    assert_passes(check_multi_head_attention, ExtraOptional, repeat=1)
+
+
+class FloatOutput(course_utils.MultiHeadAttention):
+    """Trial C's W34: the output and weights cast with .float()."""
+
+    def forward(self, query, key, value, mask=None):
+        out, weights = super().forward(query, key, value, mask)
+        return out.float(), weights.float()
+
+
+def test_output_cast_to_float32_is_named():
+    assert_mistake(check_multi_head_attention, FloatOutput, "dtype not preserved",
+                   "returns torch.float32 instead of torch.float64", repeat=STABLE)

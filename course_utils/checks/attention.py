@@ -35,6 +35,7 @@ from ._core import (
     equal,
     isfinite,
     call_student,
+    check_input_device,
     checker,
     describe_shape,
     expect_close,
@@ -84,6 +85,8 @@ MISTAKES: dict[str, list[str]] = {
         "only the output returned",
         "not a tuple",
         "input modified in place",
+        "wrong device",
+        "parameter renamed",
     ],
     "causal_mask": [
         "not a function",
@@ -110,6 +113,7 @@ MISTAKES: dict[str, list[str]] = {
         "wrong shape",
         "wrong device",
         "input modified in place",
+        "parameter renamed",
     ],
 }
 
@@ -596,6 +600,9 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
             expect_close(what, got, ref, case=f"on {case.describe()}", atol=atol)
     for dtype in (torch.float16, torch.bfloat16):
         _low_precision_case(fn, dtype)
+    for case in (cases[0], cases[3]):  # on 'meta' too: no mask (a default mask built on the CPU shows), a mask
+        meta = [t.to("meta") for t in case.inputs]
+        check_input_device(lambda: fn(*meta), lambda: fn(*case.inputs), "your function", f"on {case.describe()}")
     # the [OK] line counts the mild cases only: it is stored in the executed notebooks, and the
     # two robustness cases (fully blocked rows, large scores) are named in the failures
     mild = sum(not case.note for case in cases)
@@ -757,6 +764,9 @@ def check_padding_mask(fn: Callable[..., Any]) -> str:
             ]
         B, L = tokens.shape
         _check_mask(what, got, ref, candidates, _padding_shape(B, L, what))
+    tokens, pad_id = cases[0]
+    check_input_device(lambda: fn(tokens.to("meta"), pad_id), lambda: fn(tokens.clone(), pad_id), "your padding_mask",
+                       f"tokens of shape {describe_shape(tokens)}, pad_id={pad_id}")
     return f"{len(cases)} batches, pad_id 0 and non-zero"
 
 

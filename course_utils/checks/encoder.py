@@ -95,6 +95,7 @@ from ._core import (
     Mistake,
     StudentError,
     call_student,
+    check_dtype_follows,
     check_unchanged,
     checker,
     describe_shape,
@@ -473,6 +474,8 @@ def check_layer_norm(cls: Any) -> str:
     randomise_parameters(model)
     case = f"x of shape ({B}, {L}, {D}), eps={eps}"
     _ln_case(model, w, b, eps, _ln_inputs(B, L, D), case, default=False)
+    check_dtype_follows(lambda: call_student(cls, D, context="constructing LayerNorm"),
+                        lambda m, dt: _forward(m, (x.to(dt),), f"x in {dt}"), "LayerNorm", f"x of shape ({B}, {L}, {D})")
     return "default and large eps, rows of tiny and large variance, random weight and bias"
 
 

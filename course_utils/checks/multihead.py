@@ -45,6 +45,7 @@ from ._core import (
     allclose,
     isfinite,
     call_student,
+    check_dtype_follows,
     check_unchanged,
     checker,
     describe_shape,
@@ -675,6 +676,11 @@ def check_multi_head_attention(cls: Any) -> str:
         _mha_case(model, ref, lin, H, q2, k2, v2, mask, case, True)
 
     _blocked_rows(model, query, key, value, cross)
+    mask = random_mask(B, 1, L_k)  # float64: a .float() cast shows; float16 fills are judged elsewhere
+    check_dtype_follows(lambda: call_student(cls, D, H, context="constructing MultiHeadAttention"),
+                        lambda m, dt: call_student(m, query.to(dt), key.to(dt), value.to(dt), mask,
+                                                   context=f"running forward in {dt}"),
+                        "MultiHeadAttention", cross + ", mask (B, 1, L_k)", dtypes=(torch.float64,))
 
     _check_dropout(cls)
     _expect_value_error(cls, "MultiHeadAttention({D}, {H})", "d_model")
