@@ -410,6 +410,31 @@ def sdpa_cpu_default_mask(query, key, value, mask=None):
     return weights @ value, weights
 
 
+def sdpa_mask_unsqueezed(query, key, value, mask=None):  # trial C's W27
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_bool_times_min(query, key, value, mask=None):  # trial C's W31: float32 mixed into half precision
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + (~mask) * torch.finfo(scores.dtype).min
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_global_max(query, key, value, mask=None):  # trial C's W34: one max for the whole tensor
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    e = torch.exp(scores - scores.max())
+    weights = e / e.sum(-1, keepdim=True)
+    return weights @ value, weights
+
+
 def sdpa_attn_mask(query, key, value, attn_mask=None):
     return sdpa_reference_like(query, key, value, attn_mask)
 
@@ -449,6 +474,9 @@ SDPA_MISTAKES = [
     (torch.zeros(3), "not a function", ["pass the function itself"]),
     (sdpa_cpu_default_mask, "wrong device", ["mixes devices", "'meta'", "device=", "ones_like"]),
     (sdpa_attn_mask, "parameter renamed", ["no parameter named `mask`", "attn_mask"]),
+    (sdpa_mask_unsqueezed, "mask not broadcast", ["an axis added to the mask", "pass the mask as it is"]),
+    (sdpa_bool_times_min, "dtype not preserved", ["float32 tensor got mixed into", "(~mask) * number"]),
+    (sdpa_global_max, "softmax overflows", ["one max subtracted for the whole tensor", "each row's own max"]),
 ]
 
 

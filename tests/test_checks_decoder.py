@@ -816,3 +816,34 @@ class RenamedMasks(course_utils.DecoderLayer):
 def test_renamed_mask_parameters_are_named():
     assert_mistake(check_decoder_layer, RenamedMasks, "parameter renamed", "no parameter named `tgt_mask`",
                    "(x, memory, self_mask, cross_mask)", "forward(self, x, memory, tgt_mask=None, memory_mask=None)")
+
+
+# ---------------------------------------------------------------- vague messages named (trial C, H)
+class OwnCausalWhenNone(course_utils.DecoderLayer):  # W16
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if tgt_mask is None:
+            tgt_mask = course_utils.causal_mask(x.size(1))
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+class StackOwnCausal(course_utils.Decoder):  # W13
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, memory, course_utils.causal_mask(x.size(1)), memory_mask)
+
+
+class StackNormalisesMemory(course_utils.Decoder):  # W18
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        memory = self.norm(memory) if self.norm is not None else memory
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_decoder_layer, OwnCausalWhenNone, "own causal mask", ["with tgt_mask=None", "builds its own causal"]),
+        (check_decoder, StackOwnCausal, "own causal mask", ["replaces the tgt_mask"]),
+        (check_decoder, StackNormalisesMemory, "memory normalised", ["through the decoder's final norm"]),
+    ],
+)
+def test_vague_trial_messages_are_named(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words, repeat=SEEDS)

@@ -1336,3 +1336,69 @@ class LNFloat(LNBase):
 def test_layer_norm_dtype_cast_is_named():
     assert_mistake(check_layer_norm, LNFloat, "dtype not preserved", "returns torch.float32 instead of torch.float16",
                    ".float()", repeat=SEEDS)
+
+
+# ---------------------------------------------------------------- vague messages named (trial C, H)
+class LNNoEps(LNBase):
+    """Trial C's W03: no eps at all."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False)) * self.weight + self.bias
+
+
+class FFResidual(FeedForward):  # W07
+    def forward(self, x):
+        return x + self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class FFNorm(FeedForward):  # W08
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.norm = nn.LayerNorm(d_model, elementwise_affine=False)
+
+    def forward(self, x):
+        return self.norm(self.linear2(self.dropout(torch.relu(self.linear1(x)))))
+
+
+class FFDropoutAlsoOnOutput(FeedForward):  # W15
+    def forward(self, x):
+        return self.dropout(self.linear2(self.dropout(torch.relu(self.linear1(x)))))
+
+
+class LayerInvertedMask(Layer):  # W10
+    def post(self, x, mask):
+        return super().post(x, ~mask if mask is not None else None)
+
+    def pre(self, x, mask):
+        return super().pre(x, ~mask if mask is not None else None)
+
+
+class LayerRawKeys(Layer):  # W13: pre-norm self_attn(h, x, x)
+    def pre(self, x, mask):
+        h = self.norm1(x)
+        x = x + self.dropout1(self.self_attn(h, x, x, mask)[0])
+        return x + self.dropout2(self.feed_forward(self.norm2(x)))
+
+
+class StackMaskFirstOnly(Stack):  # W07
+    def forward(self, x, mask=None):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask if i == 0 else None)
+        return self.norm(x) if self.norm is not None else x
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_layer_norm, LNNoEps, "eps ignored", ["adds no eps", "sqrt(var + self.eps)"]),
+        (check_feed_forward, FFResidual, "residual inside the feed-forward", ["adds its input back"]),
+        (check_feed_forward, FFNorm, "norm inside the feed-forward", ["normalises its output"]),
+        (check_feed_forward, FFDropoutAlsoOnOutput, "dropout in the wrong place", ["or besides", "only there"]),
+        (check_encoder_layer, LayerInvertedMask, "inverted mask", ["inverted mask (~mask)", "True = may attend"]),
+        (check_encoder_layer, LayerRawKeys, "keys and values not normalised", ["self_attn(h, h, h, mask)"]),
+        (check_encoder, StackMaskFirstOnly, "mask not passed on", ["only the first layer gets mask"]),
+    ],
+)
+def test_vague_trial_messages_are_named(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words, repeat=SEEDS)

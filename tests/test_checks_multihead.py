@@ -589,3 +589,35 @@ class FloatOutput(course_utils.MultiHeadAttention):
 def test_output_cast_to_float32_is_named():
     assert_mistake(check_multi_head_attention, FloatOutput, "dtype not preserved",
                    "returns torch.float32 instead of torch.float64", repeat=STABLE)
+
+
+# ---------------------------------------------------------------- mask axis through the course's sdpa (trial C, H)
+def via_sdpa(prepare):
+    """Trial C's MultiHeadAttention built on the course's sdpa (which raises ValueError on a
+    mask it cannot broadcast), with the mask passed through ``prepare``."""
+
+    class ViaSDPA(course_utils.MultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            H = self.num_heads
+            q, k, v = (course_utils.split_heads(w(t), H) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+            _, weights = course_utils.scaled_dot_product_attention(q, k, v, None if mask is None else prepare(mask))
+            return self.w_o(course_utils.merge_heads(self.dropout(weights) @ v)), weights
+
+    return ViaSDPA
+
+
+HEAD_AXIS = "add the head axis: mask.unsqueeze(1)"
+
+
+@pytest.mark.parametrize(
+    "prepare, words",
+    [
+        (lambda m: m, [HEAD_AXIS]),  # W06: a 3-D mask not unsqueezed
+        (lambda m: m.unsqueeze(1), ["A 2-D mask already broadcasts", "only a 3-D mask needs the head axis"]),  # W07
+        (lambda m: m.unsqueeze(0) if m.dim() == 3 else m, [HEAD_AXIS]),  # W23
+        (lambda m: m.unsqueeze(-2) if m.dim() == 3 else m, [HEAD_AXIS]),  # W27
+    ],
+    ids=["3-D not unsqueezed", "2-D unsqueezed", "unsqueeze(0)", "unsqueeze(-2)"],
+)
+def test_mask_axis_mistakes_through_sdpa_are_named(prepare, words):
+    assert_mistake(check_multi_head_attention, via_sdpa(prepare), "mask broadcast wrongly", *words, repeat=STABLE)

@@ -109,7 +109,9 @@ def run_block(
         else:
             q, kv, module, mask = m.get("attn", {}).get(k, spec.attn[k])
             value = {"in": inp, "x": x, "memory": memory, "normed memory": norm(memory) if memory is not None else None}
-            out = getattr(ref, module)(value[q], value[kv], value[kv], masks.get(mask) if mask else None)[0]
+            given = masks.get(mask.lstrip("~")) if mask else None
+            given = ~given if given is not None and mask.startswith("~") else given  # "~mask": inverted
+            out = getattr(ref, module)(value[q], value[kv], value[kv], given)[0]
         if place[k] == "branch":
             out = norm(out)
         if drop_at[k] == "out":
@@ -164,6 +166,11 @@ def _mask_mistakes(spec: Block, present: set[str]) -> list[tuple[str, str, Mutat
             want = " and ".join(f"{right[k]} to {spec.word[k]}" for k in attns)
             name, text = "masks not passed", f"neither mask has any effect: pass {want}."
         out.append((name, text, {"attn": {k: (*spec.attn[k][:3], got[k]) for k in attns}}))
+    for k in attns:
+        if right[k] in present:
+            out.append(("inverted mask", f"{spec.word[k]} gets the inverted {right[k]} (~{right[k]}): in this course "
+                        f"True = may attend, so pass {right[k]} as it is.",
+                        {"attn": {k: (*spec.attn[k][:3], "~" + right[k])}}))
     return out
 
 
@@ -199,6 +206,11 @@ def structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> lis
             out.append(("module reused", f"{W[k]} is computed with self.{other}_attn, the module of {W[other]}: "
                         f"each attention sub-layer has its own weights, self.{k}_attn for {W[k]}.",
                         {"attn": {k: (q, kv, f"{other}_attn", mask)}}))
+    for k in (k for k in kinds if norm_first and k != "ff" and spec.attn[k][:2] == ("in", "in")):
+        out.append(("keys and values not normalised", f"{W[k]} normalises only its queries: the keys and values "
+                    "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, "
+                    f"h = norm(x), and {W[k]} reads h three times: self_attn(h, h, h, mask).",
+                    {"attn": {k: ("in", "x", *spec.attn[k][2:])}}))
     other = "post-norm" if norm_first else "pre-norm"
     out.append(("norm_first ignored", f"with norm_first={norm_first} your layer computes the {other} "
                 f"version. norm_first=False is post-norm, x = norm(x + sublayer(x)); norm_first=True is "
@@ -484,8 +496,9 @@ def run_stack(
     ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None], mutation: Mutation | None = None
 ) -> Tensor:
     """``ref`` (an Encoder or Decoder) on ``x`` with ``mutation``: ``layers`` ("first only",
-    "first repeated", "last only", "none"), ``masks`` (the names passed to every layer),
-    ``memory`` ("previous output": each layer's output is the next one's memory; "none"),
+    "first repeated", "last only", "none"), ``masks`` (the names passed to every layer;
+    ``"masks first only"``: to the first layer only), ``memory`` ("previous output": each
+    layer's output is the next one's memory; "none"; "normed": through the final norm),
     ``final`` (None, "inside" the loop, or a norm module in post-norm), ``flip``
     (the layers' norm_first flipped)."""
     m = mutation or {}
@@ -493,17 +506,20 @@ def run_stack(
     seq = {"first only": layers[:1], "first repeated": layers[:1] * len(layers), "last only": layers[-1:], "none": []}
     seq = seq.get(m.get("layers", ""), layers)
     args = [masks.get(k) if k else None for k in m.get("masks", masks)]
+    first_only = m.get("masks first only", False)  # later layers get no mask
     flip = m.get("flip", False)
     for layer in layers:
         layer.norm_first ^= flip
     try:
         h = x
         for i, layer in enumerate(seq):
+            given = [None] * len(args) if first_only and i else args
             if memory is None:
-                h = layer(h, *args)  # (B, L, D)
+                h = layer(h, *given)  # (B, L, D)
             else:
                 mem = {"previous output": memory if i == 0 else h, "none": h}.get(m.get("memory", ""), memory)
-                h = layer(h, mem, *args)  # (B, L_tgt, D)
+                mem = ref.norm(memory) if m.get("memory") == "normed" else mem
+                h = layer(h, mem, *given)  # (B, L_tgt, D)
             if m.get("final") == "inside":
                 h = ref.norm(h)
     finally:
@@ -550,6 +566,15 @@ def stack_mistakes(
                 "norm, so the final norm exists only when norm_first=True.")
         for norm in ([own_norm] if isinstance(own_norm, nn.Module) else []) + [nn.LayerNorm(D, elementwise_affine=False)]:
             out.append(("final norm in post-norm", text, {"final": norm}))
+    if present:
+        which = " and ".join(k for k in spec.masks if k in present)
+        out.append((spec.name("masks not passed on"), f"only the first layer gets {which}: every later layer runs "
+                    f"without {'it' if len(present) == 1 else 'them'}. Pass the masks to every layer: {spec.call}.",
+                    {"masks first only": True}))
+    if memory and norm_first:
+        out.append(("memory normalised", "the encoder output `memory` goes through the decoder's final norm before "
+                    "the layers read it: the final norm belongs after the last layer, on x only; memory goes to "
+                    "every layer as it is (the encoder has already normalised it).", {"memory": "normed"}))
     if memory:
         out += [
             ("memory not passed to every layer", "only the first layer sees the encoder output: every later layer "

@@ -411,8 +411,9 @@ def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError
             fail(
                 "your code works when the mask has exactly the shape of the scores but fails when it only "
                 "broadcasts to them (e.g. (L_q, L_k) for every batch item, or (B, 1, L_k)). Indexing with "
-                "a mask (`scores[~mask] = ...`) needs the exact shape; masked_fill and torch.where "
-                f"broadcast.{on}",
+                "a mask (`scores[~mask] = ...`) needs the exact shape, and an axis added to the mask "
+                "(mask.unsqueeze(1)) lines it up with the wrong axes of the scores; pass the mask as it is "
+                f"to masked_fill or torch.where, which broadcast it.{on}",
                 mistake="mask not broadcast",
             )
         fail(f"your code fails when a mask is given.{on}", mistake="fails with a mask")
@@ -439,8 +440,9 @@ def _robustness_diagnosis(case: _Case, what: str, got: Any, ref: Tensor) -> None
             fail(
                 f"{on} contains NaN or inf, although your code is right when the scores are of order 1. "
                 "Written out as exp(scores) / exp(scores).sum(...), the softmax overflows: exp(x) is inf in "
-                "float32 above x = 88.7, and inf / inf = NaN. Use torch.softmax(scores, dim=-1), which "
-                "subtracts each row's max first (or subtract it yourself).",
+                "float32 above x = 88.7, and inf / inf = NaN; with one max subtracted for the whole tensor, "
+                "rows far below it underflow to 0 / 0 = NaN instead. Use torch.softmax(scores, dim=-1), which "
+                "subtracts each row's own max first (or subtract scores.amax(-1, keepdim=True) yourself).",
                 mistake="softmax overflows",
             )
         return
@@ -532,6 +534,17 @@ def _low_precision_case(fn: Callable[..., Any], dtype: torch.dtype) -> None:
     try:
         result = call_student(fn, q, k, v, case.mask)
     except StudentError as err:
+        msg = str(err.exc)
+        if isinstance(err.exc, RuntimeError) and ("Half" in msg or "BFloat16" in msg) and "Float" in msg:
+            line = student_line(err.exc)
+            fail(
+                f"your code raised {type(err.exc).__name__} on {case.describe()}: {msg.strip().splitlines()[0]}"
+                + (f"\n    at {line}" if line else "")
+                + f"\n    A float32 tensor got mixed into the {dtype} computation and promoted part of it: "
+                "(~mask) * number and torch.tensor(...) are float32. Keep the scores' dtype: "
+                "scores.masked_fill(~mask, torch.finfo(scores.dtype).min).",
+                mistake="dtype not preserved",
+            )
         if "overflow" in str(err.exc):
             line = student_line(err.exc)
             fail(

@@ -314,7 +314,14 @@ def _ln_mistakes(x: Tensor, w: Tensor, b: Tensor, eps: float, default: bool) -> 
                 lambda dims=dims: _ln(x, w, b, eps, dims=dims),
             )
         )
-    for other in (1e-6, 1e-8, 1e-12, 0.0, 1e-5, 1e-3):
+    out.append((  # first: a code without eps matches 1e-12 as well, and "seems to be 1e-12" misleads
+        "eps ignored",
+        "eps has no effect: your code adds no eps (or a negligible one) to the variance. It keeps the "
+        "division finite on rows of equal values: (x - mean) / torch.sqrt(var + self.eps), with "
+        "self.eps = eps stored in __init__ (default 1e-5).",
+        lambda: _ln(x, w, b, 0.0),
+    ))
+    for other in (1e-6, 1e-8, 1e-3, 1e-5):
         if other == eps:
             continue
         if default:
@@ -548,6 +555,19 @@ def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear) -> list[Mistake]:
             lambda: F.relu(l2(F.relu(h))),
         ),
     ]
+    ff = l2(F.relu(h))  # (B, L, D): the right output
+    D = x.size(-1)
+    inside = ("the layer around it (EncoderLayer) adds the residual and normalises; FeedForward returns only "
+              "linear2(relu(linear1(x))).")
+    out += [
+        ("residual inside the feed-forward", f"the feed-forward adds its input back, x + ...: {inside}", lambda: x + ff),
+        ("norm inside the feed-forward", f"the feed-forward normalises its output: {inside}",
+         lambda: F.layer_norm(ff, (D,))),
+        ("norm inside the feed-forward", f"the feed-forward normalises its input: {inside}",
+         lambda: l2(F.relu(l1(F.layer_norm(x, (D,)))))),
+        ("norm inside the feed-forward", f"the feed-forward computes norm(x + ...), a whole residual sub-layer: {inside}",
+         lambda: F.layer_norm(x + ff, (D,))),
+    ]
     for name, act in _ACTIVATIONS:
         out.append(
             (
@@ -606,8 +626,9 @@ def check_feed_forward(cls: Any) -> str:
         lambda: [
             ("dropout missing", "no dropout is applied to the hidden activations in training mode: create "
              "nn.Dropout(dropout) in __init__ and apply it to relu(linear1(x)) before linear2.", no_drop),
-            ("dropout in the wrong place", f"dropout is applied to the output of linear2; {where} (the encoder "
-             "layer adds its own dropout on the output).", zero),
+            ("dropout in the wrong place", f"dropout acts on the output of linear2 (instead of, or besides, the "
+             f"hidden activations); {where}, and only there (the encoder layer adds its own dropout on the "
+             "output).", zero),
             ("dropout in the wrong place", f"dropout is applied to the input x; {where}.", on_input),
         ],
     )  # fmt: skip

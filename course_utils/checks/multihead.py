@@ -413,7 +413,8 @@ def _mha_case(
             result = call_student(model, *args, context=f"running forward ({case})")
         except StudentError as err:
             exc = err.exc
-            shape_error = isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _SHAPE_WORDS)
+            # RuntimeError from torch, ValueError from the course's sdpa ("mask ... cannot be broadcast")
+            shape_error = isinstance(exc, (RuntimeError, ValueError)) and any(w in str(exc).lower() for w in _SHAPE_WORDS)
             if shape_error and not isinstance(exc, NotImplementedError):
                 line = student_line(exc)
                 first = (str(exc).strip().splitlines() or [""])[0]
