@@ -535,26 +535,19 @@ def _low_precision_case(fn: Callable[..., Any], dtype: torch.dtype) -> None:
         result = call_student(fn, q, k, v, case.mask)
     except StudentError as err:
         msg = str(err.exc)
-        if isinstance(err.exc, RuntimeError) and ("Half" in msg or "BFloat16" in msg) and "Float" in msg:
-            line = student_line(err.exc)
-            fail(
-                f"your code raised {type(err.exc).__name__} on {case.describe()}: {msg.strip().splitlines()[0]}"
-                + (f"\n    at {line}" if line else "")
-                + f"\n    A float32 tensor got mixed into the {dtype} computation and promoted part of it: "
-                "(~mask) * number and torch.tensor(...) are float32. Keep the scores' dtype: "
-                "scores.masked_fill(~mask, torch.finfo(scores.dtype).min).",
-                mistake="dtype not preserved",
-            )
-        if "overflow" in str(err.exc):
-            line = student_line(err.exc)
-            fail(
-                f"your code raised {type(err.exc).__name__} on {case.describe()}: {str(err.exc).strip()}"
-                + (f"\n    at {line}" if line else "")
-                + f"\n    The fill value does not fit in {dtype}: -1e9 is beyond float16's range (about -65504), "
-                "and torch.finfo(torch.float32).min beyond both half-precision types. Use the most negative number "
-                "of the scores' own dtype, torch.finfo(scores.dtype).min.",
-                mistake="fill overflows half precision",
-            )
+        mixed = isinstance(err.exc, RuntimeError) and ("Half" in msg or "BFloat16" in msg) and "Float" in msg
+        for found, advice, name in (
+            (mixed, f"A float32 tensor got mixed into the {dtype} computation and promoted part of it: (~mask) * "
+             "number and torch.tensor(...) are float32. Keep the scores' dtype: scores.masked_fill(~mask, "
+             "torch.finfo(scores.dtype).min).", "dtype not preserved"),
+            ("overflow" in msg, f"The fill value does not fit in {dtype}: -1e9 is beyond float16's range (about "
+             "-65504), and torch.finfo(torch.float32).min beyond both half-precision types. Use the most negative "
+             "number of the scores' own dtype, torch.finfo(scores.dtype).min.", "fill overflows half precision"),
+        ):
+            if found:
+                line = student_line(err.exc)
+                fail(f"your code raised {type(err.exc).__name__} on {case.describe()}: {msg.strip().splitlines()[0]}"
+                     + (f"\n    at {line}" if line else "") + f"\n    {advice}", mistake=name)
         raise
     ref_out, ref_w = _ref_attention(q, k, v, case.mask)
     got_out, got_w = _unpack(result, case, ref_out, ref_w)
