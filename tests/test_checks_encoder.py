@@ -1361,6 +1361,15 @@ class FFNorm(FeedForward):  # W08
         return self.norm(self.linear2(self.dropout(torch.relu(self.linear1(x)))))
 
 
+class FFNormOfSum(FeedForward):  # W08 as written: an affine nn.LayerNorm of x + ff(x)
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x):
+        return self.norm(x + self.linear2(self.dropout(torch.relu(self.linear1(x)))))
+
+
 class FFDropoutAlsoOnOutput(FeedForward):  # W15
     def forward(self, x):
         return self.dropout(self.linear2(self.dropout(torch.relu(self.linear1(x)))))
@@ -1394,6 +1403,7 @@ class StackMaskFirstOnly(Stack):  # W07
         (check_layer_norm, LNNoEps, "eps ignored", ["adds no eps", "sqrt(var + self.eps)"]),
         (check_feed_forward, FFResidual, "residual inside the feed-forward", ["adds its input back"]),
         (check_feed_forward, FFNorm, "norm inside the feed-forward", ["normalises its output"]),
+        (check_feed_forward, FFNormOfSum, "norm inside the feed-forward", ["norm(x + ...)"]),
         (check_feed_forward, FFDropoutAlsoOnOutput, "dropout in the wrong place", ["or besides", "only there"]),
         (check_encoder_layer, LayerInvertedMask, "inverted mask", ["inverted mask (~mask)", "True = may attend"]),
         (check_encoder_layer, LayerRawKeys, "keys and values not normalised", ["self_attn(h, h, h, mask)"]),

@@ -58,6 +58,8 @@ differs by far more.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from collections.abc import Callable
 from typing import Any
@@ -533,7 +535,9 @@ def _ff_linears(model: nn.Module, D: int, d_ff: int) -> tuple[nn.Linear, nn.Line
     return found["linear1"], found["linear2"]  # type: ignore[return-value]
 
 
-def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear) -> list[Mistake]:
+def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear, norms: tuple[nn.Module, ...] = ()) -> list[Mistake]:
+    """``norms``: the student's own norm modules, tried inside the feed-forward (with their
+    random parameters) besides a plain layer norm."""
     h = l1(x)  # (B, L, d_ff)
     out: list[Mistake] = [
         (
@@ -556,18 +560,18 @@ def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear) -> list[Mistake]:
         ),
     ]
     ff = l2(F.relu(h))  # (B, L, D): the right output
-    D = x.size(-1)
     inside = ("the layer around it (EncoderLayer) adds the residual and normalises; FeedForward returns only "
               "linear2(relu(linear1(x))).")
-    out += [
-        ("residual inside the feed-forward", f"the feed-forward adds its input back, x + ...: {inside}", lambda: x + ff),
-        ("norm inside the feed-forward", f"the feed-forward normalises its output: {inside}",
-         lambda: F.layer_norm(ff, (D,))),
-        ("norm inside the feed-forward", f"the feed-forward normalises its input: {inside}",
-         lambda: l2(F.relu(l1(F.layer_norm(x, (D,)))))),
-        ("norm inside the feed-forward", f"the feed-forward computes norm(x + ...), a whole residual sub-layer: {inside}",
-         lambda: F.layer_norm(x + ff, (D,))),
-    ]
+    out.append(("residual inside the feed-forward", f"the feed-forward adds its input back, x + ...: {inside}",
+                lambda: x + ff))
+    for norm in (*norms, functools.partial(F.layer_norm, normalized_shape=(x.size(-1),))):
+        out += [
+            ("norm inside the feed-forward", f"the feed-forward normalises its output: {inside}", lambda n=norm: n(ff)),
+            ("norm inside the feed-forward", f"the feed-forward normalises its input: {inside}",
+             lambda n=norm: l2(F.relu(l1(n(x))))),
+            ("norm inside the feed-forward", "the feed-forward computes norm(x + ...), a whole residual sub-layer: "
+             f"{inside}", lambda n=norm: n(x + ff)),
+        ]
     for name, act in _ACTIVATIONS:
         out.append(
             (
@@ -607,7 +611,8 @@ def check_feed_forward(cls: Any) -> str:
         check_unchanged(["x"], [x], [x0], case)
         with torch.no_grad():
             expected = ref(x0)  # (B, L, D)
-            mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2)
+            norms = tuple(m for m in model.modules() if "norm" in type(m).__name__.lower())
+            mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2, norms)
             expect_close("output", got, expected, mistakes, case=case)
 
     # dropout: p = P_PROBE makes training mode deterministic (every dropout zeroes its input)
