@@ -1293,9 +1293,8 @@ def test_extra_dropout_inside_a_branch_is_named(where, words, norm_first):
                    repeat=1)
 
 
-@pytest.mark.parametrize("where", ["all", "ff"])
-def test_extra_dropout_stable_over_draws(where):
-    assert_mistake(check_encoder_layer, extra_dropout(where, False), "dropout on the sub-layer input", repeat=SEEDS)
+def test_extra_dropout_stable_over_draws():  # the probe draws dropout masks: 20 draws
+    assert_mistake(check_encoder_layer, extra_dropout("all", False), "dropout on the sub-layer input", repeat=SEEDS)
 
 
 # ---------------------------------------------------------------- final norm shared with a layer's norm (trial C, C)
@@ -1317,9 +1316,9 @@ def final_norm_from(layer_norm, by_data=False):
 
 @pytest.mark.parametrize("layer_norm", ["norm1", "norm2"])
 @pytest.mark.parametrize("by_data", [False, True])
-def test_final_norm_shared_with_a_layer_is_named(layer_norm, by_data):
+def test_final_norm_shared_with_a_layer_is_named(layer_norm, by_data):  # structural, found before any draw
     assert_mistake(check_encoder, final_norm_from(layer_norm, by_data), "modules shared", "final norm shares",
-                   f"self.layers[-1].{layer_norm}", repeat=SEEDS if layer_norm == "norm2" and not by_data else 1)
+                   f"self.layers[-1].{layer_norm}", repeat=1)
 
 
 # ---------------------------------------------------------------- the dtype rule (trial C, D)
@@ -1335,7 +1334,7 @@ class LNFloat(LNBase):
 
 def test_layer_norm_dtype_cast_is_named():
     assert_mistake(check_layer_norm, LNFloat, "dtype not preserved", "returns torch.float32 instead of torch.float16",
-                   ".float()", repeat=SEEDS)
+                   ".float()")
 
 
 # ---------------------------------------------------------------- vague messages named (trial C, H)
@@ -1411,4 +1410,4 @@ class StackMaskFirstOnly(Stack):  # W07
     ],
 )
 def test_vague_trial_messages_are_named(check, cls, mistake, words):
-    assert_mistake(check, cls, mistake, *words, repeat=SEEDS)
+    assert_mistake(check, cls, mistake, *words)  # deterministic structure: the file's fixed seeds and one fresh

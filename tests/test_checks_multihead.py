@@ -588,7 +588,7 @@ class FloatOutput(course_utils.MultiHeadAttention):
 
 def test_output_cast_to_float32_is_named():
     assert_mistake(check_multi_head_attention, FloatOutput, "dtype not preserved",
-                   "returns torch.float32 instead of torch.float64", repeat=STABLE)
+                   "returns torch.float32 instead of torch.float64")
 
 
 # ---------------------------------------------------------------- mask axis through the course's sdpa (trial C, H)
@@ -620,4 +620,4 @@ HEAD_AXIS = "add the head axis: mask.unsqueeze(1)"
     ids=["3-D not unsqueezed", "2-D unsqueezed", "unsqueeze(0)", "unsqueeze(-2)"],
 )
 def test_mask_axis_mistakes_through_sdpa_are_named(prepare, words):
-    assert_mistake(check_multi_head_attention, via_sdpa(prepare), "mask broadcast wrongly", *words, repeat=STABLE)
+    assert_mistake(check_multi_head_attention, via_sdpa(prepare), "mask broadcast wrongly", *words)

@@ -280,7 +280,7 @@ def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[...,
             {"attn": {"self": ("in", "in", "self_attn", "causal")}})]
         return [
             (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut))
-            for name, text, mut in structural_mistakes(_BLOCK, norm_first, present) + own
+            for name, text, mut in own + structural_mistakes(_BLOCK, norm_first, present)  # own: no mask only
         ]
 
     return expected, mistakes
