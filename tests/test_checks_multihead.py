@@ -599,7 +599,8 @@ def via_sdpa(prepare):
     class ViaSDPA(course_utils.MultiHeadAttention):
         def forward(self, query, key, value, mask=None):
             H = self.num_heads
-            q, k, v = (course_utils.split_heads(w(t), H) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+            pairs = ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+            q, k, v = (course_utils.split_heads(w(t), H) for w, t in pairs)  # (B, H, L, d_k) each
             _, weights = course_utils.scaled_dot_product_attention(q, k, v, None if mask is None else prepare(mask))
             return self.w_o(course_utils.merge_heads(self.dropout(weights) @ v)), weights
 
@@ -621,3 +622,20 @@ HEAD_AXIS = "add the head axis: mask.unsqueeze(1)"
 )
 def test_mask_axis_mistakes_through_sdpa_are_named(prepare, words):
     assert_mistake(check_multi_head_attention, via_sdpa(prepare), "mask broadcast wrongly", *words)
+
+
+class UnregisteredTensor(course_utils.MultiHeadAttention):
+    """A tensor kept as a plain attribute (like trial C's W20b, layers outside the module): .to() misses it."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.identity = torch.eye(d_model)
+
+    def forward(self, query, key, value, mask=None):
+        out, weights = super().forward(query, key, value, mask)
+        return F.linear(out, self.identity), weights
+
+
+def test_part_left_out_of_to_dtype_is_named():
+    assert_mistake(check_multi_head_attention, UnregisteredTensor, "dtype not preserved", "did not follow .to()",
+                   "register_buffer")

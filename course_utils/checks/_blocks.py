@@ -781,7 +781,8 @@ class Spy(nn.Module):
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
         named = dict(zip(self.ARGS if self.pair else ("input",), (x, *args)))
         named.update(kwargs)
-        self.seen.append({k: v.detach().clone() for k, v in named.items() if isinstance(v, Tensor) and v.is_floating_point()})
+        floats = {k: v for k, v in named.items() if isinstance(v, Tensor) and v.is_floating_point()}
+        self.seen.append({k: v.detach().clone() for k, v in floats.items()})
         if not self.zeros:
             return x
         out = torch.zeros_like(x)  # (..., D)

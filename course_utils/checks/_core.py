@@ -433,7 +433,19 @@ def check_dtype_follows(
         module = build().eval()
         module = module if dtype == torch.float32 else module.to(dtype)
         with torch.no_grad():
-            out = call(module, dtype)
+            try:
+                out = call(module, dtype)
+            except StudentError as err:
+                if dtype == torch.float32 or "dtype" not in str(err.exc) and "scalar type" not in str(err.exc):
+                    raise
+                fail(
+                    f"your {what}, converted with .to({dtype}) ({case}), raised {raised(err.exc)}\n    Part of "
+                    "it did not follow .to(): a layer or tensor kept outside the module's registered parameters "
+                    "and buffers (a plain attribute tensor, a Python list or dict of layers), or a tensor created "
+                    "in forward in a fixed dtype. Register sub-modules as attributes (or nn.ModuleList), tables "
+                    "with register_buffer, and create new tensors in the input's dtype.",
+                    mistake="dtype not preserved",
+                )
         for got in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(got, Tensor) and got.is_floating_point() and got.dtype != dtype:
                 cause = {

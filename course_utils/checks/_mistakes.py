@@ -205,7 +205,7 @@ MISTAKES: dict[str, str] = {
     "dropout missing": "no dropout where the contract puts one",
     "dropout in the wrong place": "dropout acts somewhere other than the contract says",
     "dropout on the residual stream": "dropout reaches the residual stream, not only the sub-layer output",
-    "dropout on the sub-layer input": "dropout on a sub-layer's input (an attention's query, key or value, a norm's input), instead of or besides its output",
+    "dropout on the sub-layer input": "dropout on a sub-layer's input (query, key, value, norm input)",
     "hard-coded dropout p": "a fixed p instead of the dropout argument",
     "dropout ignores eval mode": "dropout still acts after model.eval()",
     "dropout not passed on": "a sub-module is built without the layer's dropout",

@@ -484,7 +484,8 @@ def check_layer_norm(cls: Any) -> str:
     case = f"x of shape ({B}, {L}, {D}), eps={eps}"
     _ln_case(model, w, b, eps, _ln_inputs(B, L, D), case, default=False)
     check_dtype_follows(lambda: call_student(cls, D, context="constructing LayerNorm"),
-                        lambda m, dt: _forward(m, (x.to(dt),), f"x in {dt}"), "LayerNorm", f"x of shape ({B}, {L}, {D})")
+                        lambda m, dt: _forward(m, (x.to(dt),), f"x in {dt}"), "LayerNorm",
+                        f"x of shape ({B}, {L}, {D})")
     return "default and large eps, rows of tiny and large variance, random weight and bias"
 
 

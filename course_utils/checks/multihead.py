@@ -414,7 +414,8 @@ def _mha_case(
         except StudentError as err:
             exc = err.exc
             # RuntimeError from torch, ValueError from the course's sdpa ("mask ... cannot be broadcast")
-            shape_error = isinstance(exc, (RuntimeError, ValueError)) and any(w in str(exc).lower() for w in _SHAPE_WORDS)
+            shape_words = any(w in str(exc).lower() for w in _SHAPE_WORDS)
+            shape_error = isinstance(exc, (RuntimeError, ValueError)) and shape_words
             if shape_error and not isinstance(exc, NotImplementedError):
                 line = student_line(exc)
                 first = (str(exc).strip().splitlines() or [""])[0]
