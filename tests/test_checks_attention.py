@@ -470,6 +470,44 @@ def sdpa_one_minus_mask(query, key, value, mask=None):
     return weights @ value, weights
 
 
+def sdpa_cpu_default_mask(query, key, value, mask=None):
+    """Trial C's W45: a default mask built without device=, always on the CPU."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is None:
+        mask = torch.ones(scores.shape[-2:], dtype=torch.bool)
+    weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_mask_unsqueezed(query, key, value, mask=None):  # trial C's W27
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_bool_times_min(query, key, value, mask=None):  # trial C's W31: float32 mixed into half precision
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + (~mask) * torch.finfo(scores.dtype).min
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_global_max(query, key, value, mask=None):  # trial C's W34: one max for the whole tensor
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    e = torch.exp(scores - scores.max())
+    weights = e / e.sum(-1, keepdim=True)
+    return weights @ value, weights
+
+
+def sdpa_attn_mask(query, key, value, attn_mask=None):
+    return sdpa_reference_like(query, key, value, attn_mask)
+
+
 SDPA_MISTAKES = [
     (sdpa_no_scaling, "no scaling", ["not scaled", "sqrt(d_k)"]),
     (sdpa_scaled_by_d_k, "scaled by d_k", ["instead of sqrt(d_k)", "square root"]),
@@ -503,6 +541,11 @@ SDPA_MISTAKES = [
     (sdpa_four_dims_unpacked, "fails for some numbers of dims", ["runs on 4-D input", "raises on 2-D", "ValueError"]),
     (sdpa_one_minus_mask, "fails with a mask", ["when a mask is given", "RuntimeError", "1 - mask"]),
     (torch.zeros(3), "not a function", ["pass the function itself"]),
+    (sdpa_cpu_default_mask, "wrong device", ["mixes devices", "'meta'", "device=", "ones_like"]),
+    (sdpa_attn_mask, "parameter renamed", ["no parameter named `mask`", "attn_mask"]),
+    (sdpa_mask_unsqueezed, "mask not broadcast", ["an axis added to the mask", "pass the mask as it is"]),
+    (sdpa_bool_times_min, "dtype not preserved", ["float32 tensor got mixed into", "(~mask) * number"]),
+    (sdpa_global_max, "softmax overflows", ["one max subtracted for the whole tensor", "each row's own max"]),
 ]
 
 
@@ -765,6 +808,15 @@ def padding_on_meta(tokens, pad_id):
     return (tokens != pad_id).unsqueeze(1).to("meta")
 
 
+def padding_via_list(tokens, pad_id):
+    """Trial C's W12: the mask rebuilt from Python lists, always on the CPU."""
+    return torch.tensor([[t != pad_id for t in row] for row in tokens.tolist()]).unsqueeze(1)
+
+
+def padding_pad_keyword(tokens, pad):
+    return (tokens != pad).unsqueeze(1)
+
+
 PADDING_MISTAKES = [
     (padding_inverted, "inverted mask", ["inverted", "True at the padding"]),
     (padding_no_query_axis, "missing query axis", ["(B, L)", "unsqueeze(1)"]),
@@ -779,6 +831,8 @@ PADDING_MISTAKES = [
     (padding_four_dims, "wrong shape", ["has shape", "expected"]),
     (padding_on_meta, "wrong device", ["device meta", "expected cpu"]),
     ("padding_mask", "not a function", ["pass the function itself"]),
+    (padding_via_list, "wrong device", [".tolist()", "lands on the CPU"]),
+    (padding_pad_keyword, "parameter renamed", ["no parameter named `pad_id`"]),
 ]
 
 

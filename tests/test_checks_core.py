@@ -457,3 +457,53 @@ def test_a_student_calling_sys_exit_gets_a_verdict_not_an_exit(how):
     result = checks.check_layer_norm(Quits) if how == "in __init__" else checks.check_causal_mask(fn)
     assert result.status == "error" and not result.passed
     assert "called sys.exit()" in result.feedback and "return" in result.feedback
+
+
+# ---------------------------------------------------------------- the contract's parameter names (trial C, E)
+def _renamed(exercise, part, old):
+    """The reference of ``exercise`` with parameter ``old`` of ``part`` ("" = the function,
+    else ``__init__`` / ``forward``) renamed ``old + "_"`` (as ``attn_mask`` for ``mask``)."""
+    ref = getattr(course_utils, exercise)
+    import inspect
+
+    def rename(fn):
+        sig = inspect.signature(fn)
+        params = [p.replace(name=f"{old}_") if p.name == old else p for p in sig.parameters.values()]
+
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=params)
+        return wrapper
+
+    if not part:
+        return rename(ref)
+    return type(f"Renamed{exercise}", (ref,), {part: rename(getattr(ref, part))})
+
+
+RENAMINGS = [
+    pytest.param(exercise, part, name, id=f"{exercise}.{part or 'call'}.{name}")
+    for exercise, parts in _core.CONTRACT_PARAMETERS.items()
+    for part, (names, _) in parts.items()
+    for name in names
+]
+CHECKS_BY_EXERCISE = {getattr(c, "exercise", None): c for c in vars(checks).values() if callable(c)}
+
+
+@pytest.mark.parametrize("exercise, part, name", RENAMINGS)
+def test_every_renamed_contract_parameter_is_named(exercise, part, name):
+    result = CHECKS_BY_EXERCISE[exercise](_renamed(exercise, part, name), seed=0)
+    assert result.mistake == "parameter renamed" and not result.passed, result.feedback
+    assert f"no parameter named `{name}`" in result.feedback and f"{name}_" in result.feedback, result.feedback
+
+
+def test_extra_optional_parameters_and_kwargs_are_accepted():
+    def sdpa(query, key, value, mask=None, dropout_p=0.0):
+        return course_utils.scaled_dot_product_attention(query, key, value, mask)
+
+    def with_kwargs(*args, **kwargs):
+        return course_utils.scaled_dot_product_attention(*args, **kwargs)
+
+    for fn in (sdpa, with_kwargs):
+        _core.require_contract_parameters(fn, "scaled_dot_product_attention")  # no Failure raised
+    assert checks.check_scaled_dot_product_attention(sdpa, seed=0).passed

@@ -781,3 +781,98 @@ class DLTwice(course_utils.DecoderLayer):
 
 def test_decoder_layer_dropout_applied_twice_fails():
     assert_mistake(check_decoder_layer, DLTwice, "dropout applied twice", "2 times to the cross-attention's output")
+
+
+# ---------------------------------------------------------------- extra dropout inside a branch (trial C, B)
+def extra_dropout(where, norm_first):
+    """A DecoderLayer with the right output dropouts plus one more at ``where`` when built
+    with ``norm_first``: trial C's W20 (memory as key and value), W24 (memory as key only)."""
+
+    class ExtraDropout(course_utils.DecoderLayer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            d = self.dropout1 if self.norm_first == norm_first else (lambda t: t)
+            hit = {"memory": ("key", "value"), "memory key": ("key",), "query": ("query",)}[where]
+            at = lambda arg, t: d(t) if arg in hit else t  # noqa: E731
+            h = self.norm1(x) if self.norm_first else x
+            x = x + self.dropout1(self.self_attn(h, h, h, tgt_mask)[0])
+            x = x if self.norm_first else self.norm1(x)
+            h = self.norm2(x) if self.norm_first else x
+            c = self.cross_attn(at("query", h), at("key", memory), at("value", memory), memory_mask)[0]
+            x = x + self.dropout2(c)
+            x = x if self.norm_first else self.norm2(x)
+            h = self.norm3(x) if self.norm_first else x
+            x = x + self.dropout3(self.feed_forward(h))
+            return x if self.norm_first else self.norm3(x)
+
+    return ExtraDropout
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("where, mistake, words", [
+    ("memory", "dropout on the memory", ["dropout to `memory`"]),
+    ("memory key", "dropout on the memory", ["dropout to `memory`", "its key differs"]),
+    ("query", "dropout on the sub-layer input", ["the query of the cross-attention"]),
+])
+def test_extra_dropout_inside_a_branch_is_named(where, mistake, words, norm_first):
+    assert_mistake(check_decoder_layer, extra_dropout(where, norm_first), mistake, *words, repeat=1)
+
+
+def test_extra_dropout_on_memory_stable_over_draws():
+    assert_mistake(check_decoder_layer, extra_dropout("memory", False), "dropout on the memory", repeat=SEEDS)
+
+
+# ---------------------------------------------------------------- final norm shared with a layer's norm (trial C, C)
+class FinalNormShared(course_utils.Decoder):
+    """Trial C's Decoder W15: self.norm = self.layers[-1].norm3 in pre-norm."""
+
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        if norm_first:
+            self.norm = self.layers[-1].norm3
+
+
+def test_final_norm_shared_with_a_layer_is_named():
+    assert_mistake(check_decoder, FinalNormShared, "modules shared", "final norm shares", "self.layers[-1].norm3")
+
+
+class RenamedMasks(course_utils.DecoderLayer):
+    """Trial C's DecoderLayer W23: notebook 05 calls it with tgt_mask= and memory_mask=."""
+
+    def forward(self, x, memory, self_mask=None, cross_mask=None):
+        return super().forward(x, memory, self_mask, cross_mask)
+
+
+def test_renamed_mask_parameters_are_named():
+    assert_mistake(check_decoder_layer, RenamedMasks, "parameter renamed", "no parameter named `tgt_mask`",
+                   "(x, memory, self_mask, cross_mask)", "forward(self, x, memory, tgt_mask=None, memory_mask=None)")
+
+
+# ---------------------------------------------------------------- vague messages named (trial C, H)
+class OwnCausalWhenNone(course_utils.DecoderLayer):  # W16
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if tgt_mask is None:
+            tgt_mask = course_utils.causal_mask(x.size(1))
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+class StackOwnCausal(course_utils.Decoder):  # W13
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, memory, course_utils.causal_mask(x.size(1)), memory_mask)
+
+
+class StackNormalisesMemory(course_utils.Decoder):  # W18
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        memory = self.norm(memory) if self.norm is not None else memory
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_decoder_layer, OwnCausalWhenNone, "own causal mask", ["with tgt_mask=None", "builds its own causal"]),
+        (check_decoder, StackOwnCausal, "own causal mask", ["replaces the tgt_mask"]),
+        (check_decoder, StackNormalisesMemory, "memory normalised", ["through the decoder's final norm"]),
+    ],
+)
+def test_vague_trial_messages_are_named(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words)  # deterministic structure: the file's fixed seeds and one fresh

@@ -1361,3 +1361,157 @@ def test_hand_written_dropout_passes():
 )
 def test_dropout_applied_twice_or_with_wrong_rate_fails(check, cls, mistake, words):
     assert_mistake(check, cls, mistake, *words)
+
+
+# ---------------------------------------------------------------- extra dropout inside a branch (trial C, B)
+def extra_dropout(where, norm_first):
+    """An EncoderLayer with the right output dropout plus one more inside a branch, at
+    ``where``, when built with ``norm_first`` (right otherwise): trial C's W26-W28 and their family."""
+
+    class ExtraDropout(EncoderLayer):
+        def forward(self, x, mask=None):
+            d = self.dropout1 if self.norm_first == norm_first else (lambda t: t)
+            at = lambda spot, t: d(t) if where in (spot, "all") else t  # noqa: E731
+            h = at("normed", self.norm1(at("norm input", x))) if self.norm_first else x
+            a = self.self_attn(at("query", h), at("key", h), at("value", h), mask)[0]
+            x = x + self.dropout1(a) if self.norm_first else self.norm1(x + self.dropout1(a))
+            h = self.norm2(x) if self.norm_first else x
+            f = self.dropout2(self.feed_forward(at("ff", h)))
+            return x + f if self.norm_first else self.norm2(x + f)
+
+    return ExtraDropout
+
+
+BRANCH_SPOTS = [("query", "the query of self-attention"), ("key", "the key of self-attention"),
+                ("value", "the value of self-attention"), ("all", "dropout to the"),
+                ("ff", "the input of the feed-forward")]
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("where, words", BRANCH_SPOTS + [("normed", "self-attention"), ("norm input", "norm1")])
+def test_extra_dropout_inside_a_branch_is_named(where, words, norm_first):
+    if where in ("normed", "norm input") and not norm_first:
+        pytest.skip("pre-norm only: post-norm has no norm before a sub-layer")
+    cls = extra_dropout(where, norm_first)
+    assert_mistake(check_encoder_layer, cls, "dropout on the sub-layer input", words, "Remove the extra dropout",
+                   repeat=1)
+
+
+def test_extra_dropout_stable_over_draws():  # the probe draws dropout masks: 20 draws
+    assert_mistake(check_encoder_layer, extra_dropout("all", False), "dropout on the sub-layer input", repeat=SEEDS)
+
+
+# ---------------------------------------------------------------- final norm shared with a layer's norm (trial C, C)
+def final_norm_from(layer_norm, by_data=False):
+    """An Encoder whose final norm (pre-norm) is the last layer's ``layer_norm``, or shares its memory."""
+
+    class FinalNormShared(Encoder):
+        def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+            if norm_first:
+                theirs = getattr(self.layers[-1], layer_norm)
+                if by_data:
+                    self.norm.weight.data, self.norm.bias.data = theirs.weight.data, theirs.bias.data
+                else:
+                    self.norm = theirs
+
+    return FinalNormShared
+
+
+@pytest.mark.parametrize("layer_norm", ["norm1", "norm2"])
+@pytest.mark.parametrize("by_data", [False, True])
+def test_final_norm_shared_with_a_layer_is_named(layer_norm, by_data):  # structural, found before any draw
+    assert_mistake(check_encoder, final_norm_from(layer_norm, by_data), "modules shared", "final norm shares",
+                   f"self.layers[-1].{layer_norm}", repeat=1)
+
+
+# ---------------------------------------------------------------- the dtype rule (trial C, D)
+class LNFloat(LNBase):
+    """Trial C's W16: x.float() first, so float16 in gives float32 out."""
+
+    def forward(self, x):
+        x = x.float()
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+def test_layer_norm_dtype_cast_is_named():
+    assert_mistake(check_layer_norm, LNFloat, "dtype not preserved", "returns torch.float32 instead of torch.float16",
+                   ".float()")
+
+
+# ---------------------------------------------------------------- vague messages named (trial C, H)
+class LNNoEps(LNBase):
+    """Trial C's W03: no eps at all."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False)) * self.weight + self.bias
+
+
+class FFResidual(FeedForward):  # W07
+    def forward(self, x):
+        return x + self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class FFNorm(FeedForward):  # W08
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.norm = nn.LayerNorm(d_model, elementwise_affine=False)
+
+    def forward(self, x):
+        return self.norm(self.linear2(self.dropout(torch.relu(self.linear1(x)))))
+
+
+class FFNormOfSum(FeedForward):  # W08 as written: an affine nn.LayerNorm of x + ff(x)
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x):
+        return self.norm(x + self.linear2(self.dropout(torch.relu(self.linear1(x)))))
+
+
+class FFDropoutAlsoOnOutput(FeedForward):  # W15
+    def forward(self, x):
+        return self.dropout(self.linear2(self.dropout(torch.relu(self.linear1(x)))))
+
+
+class LayerInvertedMask(Layer):  # W10
+    def post(self, x, mask):
+        return super().post(x, ~mask if mask is not None else None)
+
+    def pre(self, x, mask):
+        return super().pre(x, ~mask if mask is not None else None)
+
+
+class LayerRawKeys(Layer):  # W13: pre-norm self_attn(h, x, x)
+    def pre(self, x, mask):
+        h = self.norm1(x)
+        x = x + self.dropout1(self.self_attn(h, x, x, mask)[0])
+        return x + self.dropout2(self.feed_forward(self.norm2(x)))
+
+
+class StackMaskFirstOnly(Stack):  # W07
+    def forward(self, x, mask=None):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask if i == 0 else None)
+        return self.norm(x) if self.norm is not None else x
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_layer_norm, LNNoEps, "eps ignored", ["adds no eps", "sqrt(var + self.eps)"]),
+        (check_feed_forward, FFResidual, "residual inside the feed-forward", ["adds its input back"]),
+        (check_feed_forward, FFNorm, "norm inside the feed-forward", ["normalises its output"]),
+        (check_feed_forward, FFNormOfSum, "norm inside the feed-forward", ["norm(x + ...)"]),
+        (check_feed_forward, FFDropoutAlsoOnOutput, "dropout in the wrong place", ["or besides", "only there"]),
+        (check_encoder_layer, LayerInvertedMask, "inverted mask", ["inverted mask (~mask)", "True = may attend"]),
+        (check_encoder_layer, LayerRawKeys, "keys and values not normalised", ["self_attn(h, h, h, mask)"]),
+        (check_encoder, StackMaskFirstOnly, "mask not passed on", ["only the first layer gets mask"]),
+    ],
+)
+def test_vague_trial_messages_are_named(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words)  # deterministic structure: the file's fixed seeds and one fresh

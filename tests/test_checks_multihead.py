@@ -593,3 +593,86 @@ def test_mha_filling_with_minus_inf_fails_on_a_fully_blocked_row():
             return self.w_o(out), weights
 
     assert_mistake(check_multi_head_attention, MinusInf, "filled with -inf", "blocks every key", "finfo")
+
+
+class AttnMaskKeyword(course_utils.MultiHeadAttention):
+    """Trial C's W29: notebook 02 calls self_attn(..., mask=tgt_causal)."""
+
+    def forward(self, query, key, value, attn_mask=None):
+        return super().forward(query, key, value, attn_mask)
+
+
+class ExtraOptional(course_utils.MultiHeadAttention):
+    """Correct: an extra optional parameter, data arguments named freely."""
+
+    def forward(self, q, k, v, mask=None, need_weights=True):
+        return super().forward(q, k, v, mask)
+
+
+def test_renamed_mask_parameter_is_named_and_extra_ones_pass():
+    assert_mistake(check_multi_head_attention, AttnMaskKeyword, "parameter renamed", "no parameter named `mask`",
+                   "attn_mask", "forward(self, query, key, value, mask=None)")
+    assert_passes(check_multi_head_attention, ExtraOptional, repeat=1)
+
+
+class FloatOutput(course_utils.MultiHeadAttention):
+    """Trial C's W34: the output and weights cast with .float()."""
+
+    def forward(self, query, key, value, mask=None):
+        out, weights = super().forward(query, key, value, mask)
+        return out.float(), weights.float()
+
+
+def test_output_cast_to_float32_is_named():
+    assert_mistake(check_multi_head_attention, FloatOutput, "dtype not preserved",
+                   "returns torch.float32 instead of torch.float64")
+
+
+# ---------------------------------------------------------------- mask axis through the course's sdpa (trial C, H)
+def via_sdpa(prepare):
+    """Trial C's MultiHeadAttention built on the course's sdpa (which raises ValueError on a
+    mask it cannot broadcast), with the mask passed through ``prepare``."""
+
+    class ViaSDPA(course_utils.MultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            H = self.num_heads
+            pairs = ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+            q, k, v = (course_utils.split_heads(w(t), H) for w, t in pairs)  # (B, H, L, d_k) each
+            _, weights = course_utils.scaled_dot_product_attention(q, k, v, None if mask is None else prepare(mask))
+            return self.w_o(course_utils.merge_heads(self.dropout(weights) @ v)), weights
+
+    return ViaSDPA
+
+
+HEAD_AXIS = "add the head axis: mask.unsqueeze(1)"
+
+
+@pytest.mark.parametrize(
+    "prepare, words",
+    [
+        (lambda m: m, [HEAD_AXIS]),  # W06: a 3-D mask not unsqueezed
+        (lambda m: m.unsqueeze(1), ["A 2-D mask already broadcasts", "only a 3-D mask needs the head axis"]),  # W07
+        (lambda m: m.unsqueeze(0) if m.dim() == 3 else m, [HEAD_AXIS]),  # W23
+        (lambda m: m.unsqueeze(-2) if m.dim() == 3 else m, [HEAD_AXIS]),  # W27
+    ],
+    ids=["3-D not unsqueezed", "2-D unsqueezed", "unsqueeze(0)", "unsqueeze(-2)"],
+)
+def test_mask_axis_mistakes_through_sdpa_are_named(prepare, words):
+    assert_mistake(check_multi_head_attention, via_sdpa(prepare), "mask broadcast wrongly", *words)
+
+
+class UnregisteredTensor(course_utils.MultiHeadAttention):
+    """A tensor kept as a plain attribute (like trial C's W20b, layers outside the module): .to() misses it."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.identity = torch.eye(d_model)
+
+    def forward(self, query, key, value, mask=None):
+        out, weights = super().forward(query, key, value, mask)
+        return F.linear(out, self.identity), weights
+
+
+def test_part_left_out_of_to_dtype_is_named():
+    assert_mistake(check_multi_head_attention, UnregisteredTensor, "dtype not preserved", "did not follow .to()",
+                   "register_buffer")

@@ -53,7 +53,11 @@ def pe_stack(max_len, d_model):
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
 
 
-@pytest.mark.parametrize("fn", [course_utils.sinusoidal_positional_encoding, pe_pow, pe_loop, pe_stack])
+def pe_loop32(max_len, d_model):
+    return pe_loop(max_len, d_model).float()  # a float64 loop, stored in the contract's float32
+
+
+@pytest.mark.parametrize("fn", [course_utils.sinusoidal_positional_encoding, pe_pow, pe_loop32, pe_stack])
 def test_sinusoidal_correct_variants_pass(fn):
     assert_passes(check_sinusoidal_positional_encoding, fn)
 
@@ -226,12 +230,14 @@ def make_pe(bug=None):
             self.dropout = nn.Dropout(0.1 if bug == "hard-coded dropout p" else dropout)
             make = {"wrong table": pe_swapped, "wrong frequencies": pe_variant(base=1000.0)}.get(bug, pe_pow)
             table = make(5000 if bug == "wrong pe shape" else max_len, d_model)
-            if bug == "float64 pe":
+            if bug in ("float64 pe", "float64 pe not converted"):
                 table = table.double()
             if bug == "sequence-first slice (silent)":
                 table = table.unsqueeze(1)  # (max_len, 1, D), the layout of PyTorch's tutorial
             if bug == "pe is a Parameter":
                 self.pe = nn.Parameter(table, requires_grad=False)
+            elif bug == "Parameter as buffer":  # trial C's W23: the table function returned a Parameter
+                self.register_buffer("pe", nn.Parameter(table))
             elif bug == "pe not a buffer":
                 self.pe = table
             elif bug == "pe not persistent":
@@ -244,10 +250,16 @@ def make_pe(bug=None):
         def forward(self, x):
             L = x.size(1)
             if L > self.max_len and bug not in ("no length check", "no length check (silent)"):
-                raise ValueError(f"L = {L} > max_len = {self.max_len}")
+                raise ValueError("sequence too long" if bug == "vague error" else f"L = {L} > max_len = {self.max_len}")
+            if L == self.max_len and bug == "L == max_len refused":  # trial C's W12: `>=`
+                raise ValueError(f"L = {L} >= max_len = {self.max_len}")
             if bug == "no length check (silent)" and L > self.max_len:
                 return x + course_utils.sinusoidal_positional_encoding(L, x.size(-1))
             pe = getattr(self, "pe", None)
+            if bug == "float64 pe":  # allowed: converted to x's dtype, so the output stays float32
+                pe = pe.to(x.dtype)
+            if bug == "pe.float()":  # trial C's W21: a .half() module then returns float32
+                pe = pe.float()
             if bug == "pe not sliced":
                 return self.dropout(x + self.pe)
             if bug == "multiplied instead of added":
@@ -290,7 +302,7 @@ class BatchedBufferPE(nn.Module):
         return self.dropout(x + self.pe[:, : x.shape[1]])
 
 
-@pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), make_pe("float64 pe"), BatchedBufferPE])
+@pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), make_pe("float64 pe")])
 def test_positional_encoding_correct_variants_pass(cls):
     assert_passes(check_positional_encoding, cls)
 
@@ -319,12 +331,39 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("no length check (silent)", "no length check", ["returned a result instead of raising"]),
         ("input modified in place", "input modified in place", ["`x` in place"]),
         ("x detached", "gradient blocked", ["does not require grad", ".detach()"]),
+        ("float64 pe not converted", "dtype not preserved", ["returns torch.float64 instead of torch.float32"]),
+        ("vague error", "error message without values", ["'sequence too long'", "names both numbers"]),
+        ("L == max_len refused", "length check off by one", ["L = max_len", "not `>=`"]),
+        ("Parameter as buffer", "pe is a Parameter", ["holds an nn.Parameter", "register_buffer('pe', table)"]),
+        ("pe.float()", "dtype not preserved", ["returns torch.float32 instead of torch.float16", ".float()"]),
     ],
 )
 def test_positional_encoding_mistakes_are_named(bug, mistake, words):
     new = ("hard-coded", "sqrt", "sequence-first", "frequencies")  # the families added last: 20 draws each
     assert_mistake(check_positional_encoding, make_pe(bug), mistake, *words,
                    repeat=STABLE if any(w in bug for w in new) else 3)
+
+
+def pe_float64(max_len, d_model):
+    return pe_pow(max_len, d_model).double()  # trial C's W08: right values, float64
+
+
+def test_batched_pe_buffer_is_named():
+    # trial C's W11: a (1, max_len, D) buffer; the contract's state_dict holds (max_len, D)
+    assert_mistake(check_positional_encoding, BatchedBufferPE, "wrong pe shape", "(1,", "An extra axis is not needed")
+
+
+def pe_parameter(max_len, d_model):
+    return nn.Parameter(pe_pow(max_len, d_model))  # trial C's W11 of the table
+
+
+def test_table_returned_as_parameter_is_named():
+    assert_mistake(check_sinusoidal_positional_encoding, pe_parameter, "pe is a Parameter", "returns an nn.Parameter")
+
+
+def test_float64_table_is_named():
+    assert_mistake(check_sinusoidal_positional_encoding, pe_float64, "wrong dtype", "dtype torch.float64",
+                   "float32", "mat1 and mat2")
 
 
 def test_positional_encoding_stub_and_instance():
@@ -378,14 +417,6 @@ class PaddingIdxEmbedding(make_embedding(lambda e, d: e * math.sqrt(d))):
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
 
 
-class SparseEmbedding(make_embedding(lambda e, d: e * math.sqrt(d))):
-    """sparse=True: a sparse gradient, the same numbers."""
-
-    def __init__(self, vocab_size, d_model):
-        super().__init__(vocab_size, d_model)
-        self.embedding = nn.Embedding(vocab_size, d_model, sparse=True)
-
-
 class DataLookup(make_embedding(None)):
     def forward(self, tokens):
         return self.embedding.weight.data[tokens] * math.sqrt(self.d_model)  # right values, no gradient
@@ -400,11 +431,22 @@ class DataLookup(make_embedding(None)):
         make_embedding(lambda e, d: e / (1 / math.sqrt(d))),
         FunctionalEmbedding,
         PaddingIdxEmbedding,
-        SparseEmbedding,
     ],
 )
 def test_token_embedding_correct_variants_pass(cls):
     assert_passes(check_token_embedding, cls)
+
+
+class SparseEmbedding(nn.Module):
+    """Trial C's W08: Adam then refuses the sparse gradients."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, sparse=True)
+        self.d_model = d_model
+
+    def forward(self, tokens):
+        return self.embedding(tokens) * math.sqrt(self.d_model)
 
 
 class NamedWrong(nn.Module):
@@ -435,6 +477,11 @@ class SwappedSizes(nn.Module):
         (SwappedSizes, "wrong embedding size", ["nn.Embedding(vocab_size, d_model)"]),
         (make_embedding(lambda e, d: (e * math.sqrt(d)).detach()), "gradient blocked", ["does not require grad"]),
         (DataLookup, "gradient blocked", ["does not require grad", ".data"]),
+        # trial C's W15: float64 out of a float32 model; and a float32 cast in a float16 one
+        (make_embedding(lambda e, d: e.double() * math.sqrt(d)), "dtype not preserved", ["torch.float64 instead of"]),
+        (make_embedding(lambda e, d: e.float() * math.sqrt(d)), "dtype not preserved",
+         ["torch.float32 instead of torch.float16"]),
+        (SparseEmbedding, "sparse embedding", ["sparse=True", "Adam"]),
     ],
 )
 def test_token_embedding_mistakes_are_named(cls, mistake, words):

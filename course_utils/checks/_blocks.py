@@ -31,8 +31,9 @@ placement gives deterministic numbers: the checkers' training-mode probe.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,7 +109,9 @@ def run_block(
         else:
             q, kv, module, mask = m.get("attn", {}).get(k, spec.attn[k])
             value = {"in": inp, "x": x, "memory": memory, "normed memory": norm(memory) if memory is not None else None}
-            out = getattr(ref, module)(value[q], value[kv], value[kv], masks.get(mask) if mask else None)[0]
+            given = masks.get(mask.lstrip("~")) if mask else None
+            given = ~given if given is not None and mask.startswith("~") else given  # "~mask": inverted
+            out = getattr(ref, module)(value[q], value[kv], value[kv], given)[0]
         if place[k] == "branch":
             out = norm(out)
         if drop_at[k] == "out":
@@ -163,6 +166,11 @@ def _mask_mistakes(spec: Block, present: set[str]) -> list[tuple[str, str, Mutat
             want = " and ".join(f"{right[k]} to {spec.word[k]}" for k in attns)
             name, text = "masks not passed", f"neither mask has any effect: pass {want}."
         out.append((name, text, {"attn": {k: (*spec.attn[k][:3], got[k]) for k in attns}}))
+    for k in attns:
+        if right[k] in present:
+            out.append(("inverted mask", f"{spec.word[k]} gets the inverted {right[k]} (~{right[k]}): in this course "
+                        f"True = may attend, so pass {right[k]} as it is.",
+                        {"attn": {k: (*spec.attn[k][:3], "~" + right[k])}}))
     return out
 
 
@@ -198,6 +206,11 @@ def structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> lis
             out.append(("module reused", f"{W[k]} is computed with self.{other}_attn, the module of {W[other]}: "
                         f"each attention sub-layer has its own weights, self.{k}_attn for {W[k]}.",
                         {"attn": {k: (q, kv, f"{other}_attn", mask)}}))
+    for k in (k for k in kinds if norm_first and k != "ff" and spec.attn[k][:2] == ("in", "in")):
+        out.append(("keys and values not normalised", f"{W[k]} normalises only its queries: the keys and values "
+                    "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, "
+                    f"h = norm(x), and {W[k]} reads h three times: self_attn(h, h, h, mask).",
+                    {"attn": {k: ("in", "x", *spec.attn[k][2:])}}))
     other = "post-norm" if norm_first else "pre-norm"
     out.append(("norm_first ignored", f"with norm_first={norm_first} your layer computes the {other} "
                 f"version. norm_first=False is post-norm, x = norm(x + sublayer(x)); norm_first=True is "
@@ -483,8 +496,9 @@ def run_stack(
     ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None], mutation: Mutation | None = None
 ) -> Tensor:
     """``ref`` (an Encoder or Decoder) on ``x`` with ``mutation``: ``layers`` ("first only",
-    "first repeated", "last only", "none"), ``masks`` (the names passed to every layer),
-    ``memory`` ("previous output": each layer's output is the next one's memory; "none"),
+    "first repeated", "last only", "none"), ``masks`` (the names passed to every layer;
+    ``"masks first only"``: to the first layer only), ``memory`` ("previous output": each
+    layer's output is the next one's memory; "none"; "normed": through the final norm),
     ``final`` (None, "inside" the loop, or a norm module in post-norm), ``flip``
     (the layers' norm_first flipped)."""
     m = mutation or {}
@@ -492,17 +506,20 @@ def run_stack(
     seq = {"first only": layers[:1], "first repeated": layers[:1] * len(layers), "last only": layers[-1:], "none": []}
     seq = seq.get(m.get("layers", ""), layers)
     args = [masks.get(k) if k else None for k in m.get("masks", masks)]
+    first_only = m.get("masks first only", False)  # later layers get no mask
     flip = m.get("flip", False)
     for layer in layers:
         layer.norm_first ^= flip
     try:
         h = x
         for i, layer in enumerate(seq):
+            given = [None] * len(args) if first_only and i else args
             if memory is None:
-                h = layer(h, *args)  # (B, L, D)
+                h = layer(h, *given)  # (B, L, D)
             else:
                 mem = {"previous output": memory if i == 0 else h, "none": h}.get(m.get("memory", ""), memory)
-                h = layer(h, mem, *args)  # (B, L_tgt, D)
+                mem = ref.norm(memory) if m.get("memory") == "normed" else mem
+                h = layer(h, mem, *given)  # (B, L_tgt, D)
             if m.get("final") == "inside":
                 h = ref.norm(h)
     finally:
@@ -549,6 +566,15 @@ def stack_mistakes(
                 "norm, so the final norm exists only when norm_first=True.")
         for norm in ([own_norm] if isinstance(own_norm, nn.Module) else []) + [nn.LayerNorm(D, elementwise_affine=False)]:
             out.append(("final norm in post-norm", text, {"final": norm}))
+    if present:
+        which = " and ".join(k for k in spec.masks if k in present)
+        out.append((spec.name("masks not passed on"), f"only the first layer gets {which}: every later layer runs "
+                    f"without {'it' if len(present) == 1 else 'them'}. Pass the masks to every layer: {spec.call}.",
+                    {"masks first only": True}))
+    if memory and norm_first:
+        out.append(("memory normalised", "the encoder output `memory` goes through the decoder's final norm before "
+                    "the layers read it: the final norm belongs after the last layer, on x only; memory goes to "
+                    "every layer as it is (the encoder has already normalised it).", {"memory": "normed"}))
     if memory:
         out += [
             ("memory not passed to every layer", "only the first layer sees the encoder output: every later layer "
@@ -604,6 +630,14 @@ def stack_structure(model: nn.Module, num_layers: int, norm_first: bool, spec: S
                 fail(f"layers {j} and {i} share a parameter (`layers.{j}.{other}` is `layers.{i}.{name}`): every "
                      f"layer needs its own sub-modules. Construct them inside {layer_cls} (or deep-copy whole "
                      "layers), not once outside and passed in.", mistake="layers shared")
+    final = getattr(model, "norm", None)
+    for name, p in final.named_parameters() if isinstance(final, nn.Module) else ():
+        if p.data_ptr() in owner:  # self.norm = self.layers[-1].norm2: one LayerNorm in two roles
+            j, other = owner[p.data_ptr()]
+            fail(f"the final norm shares its weights with layer {j}'s `{other.rsplit('.', 1)[0]}` (`norm.{name}` is "
+                 f"`layers.{j}.{other}`), e.g. self.norm = self.layers[-1].{other.rsplit('.', 1)[0]}: the two roles "
+                 "cannot learn different scales, and the model has fewer parameters than it should. Build a "
+                 "separate final norm: self.norm = LayerNorm(d_model).", mistake="modules shared")
     for i, layer in enumerate(layers):
         flag = getattr(layer, "norm_first", None)
         if isinstance(flag, bool) and flag != norm_first:
@@ -626,6 +660,21 @@ def unused_final_norm(model: nn.Module, norm_first: bool, what: str) -> None:
 
 # ---------------------------------------------------------------- dropout probe with 0 < p < 1
 P_RATE = 0.25  # p = 1 cannot tell one dropout from two; 1/4 also tells a mask kept with p from one kept with 1 - p
+
+
+@contextlib.contextmanager
+def swapped(model: nn.Module, stubs: dict[str, nn.Module]) -> Iterator[None]:
+    """``model`` with its sub-modules named in ``stubs`` replaced by them; afterwards the
+    originals are back and ``model`` is in eval mode."""
+    saved = {n: getattr(model, n) for n in stubs}
+    try:
+        for n, stub in stubs.items():
+            setattr(model, n, stub)
+        yield
+    finally:
+        for n, module in saved.items():
+            setattr(model, n, module)
+        model.eval()
 
 
 class Constant(nn.Module):
@@ -666,21 +715,13 @@ def check_dropout_rate(
     ``1 / (1 - p)^2``, a wrong ``p`` by something else; a hand-written ``mask * h / (1 - p)``
     passes (nothing here depends on how the random numbers are drawn). When the stubs are not
     reached (eval output not ``kept``, or the code raised with them), there is no verdict."""
-    saved = {n: getattr(model, n) for n in stubs}
-    try:
-        for n, stub in stubs.items():
-            setattr(model, n, stub)
-        with torch.no_grad():
-            try:
-                if not matches(run(model.eval()), kept):
-                    return  # the code does not go through these names: the other probes judge it
-                got = run(model.train())
-            except StudentError:
-                return
-    finally:
-        for n, module in saved.items():
-            setattr(model, n, module)
-        model.eval()
+    with swapped(model, stubs), torch.no_grad():
+        try:
+            if not matches(run(model.eval()), kept):
+                return  # the code does not go through these names: the other probes judge it
+            got = run(model.train())
+        except StudentError:
+            return
     case = f"training mode, dropout={p:g}, the sub-modules replaced by constants"
     s = dropout_scale(got, kept)
     if s is None:
@@ -713,6 +754,7 @@ def sublayer_dropout_rates(
     training mode. ``sublayers``: module name -> whether it returns ``(output, weights)``."""
     word = {"feed_forward": spec.word.get("ff", "the feed-forward")}
     word.update({spec.attn[k][2]: spec.word[k] for k in spec.attn})
+    branch_input_dropout(model, run, sublayers, norms, spec, what, p)
     for live in sublayers:
         stubs: dict[str, nn.Module] = {n: Constant(2.0 if n == live else 0.0, pair) for n, pair in sublayers.items()}
         stubs.update({n: nn.Identity() for n in norms})
@@ -722,3 +764,78 @@ def sublayer_dropout_rates(
             return out - x if isinstance(out, Tensor) and out.shape == x.shape else out
 
         check_dropout_rate(model, delta, stubs, torch.full_like(x, 2.0), what, f"{word.get(live, live)}'s output", p)
+
+
+# ---------------------------------------------------------------- extra dropout inside a branch
+class Spy(nn.Module):
+    """Stands in for a sub-layer (``zeros``: returns zeros shaped like its first input, as a
+    pair when ``pair``) or a norm (returns its input) in :func:`branch_input_dropout`, and
+    notes the tensors it was called with (``seen``: one ``{argument: tensor}`` per call)."""
+
+    ARGS = ("query", "key", "value")
+
+    def __init__(self, zeros: bool, pair: bool = False):
+        super().__init__()
+        self.zeros, self.pair, self.seen = zeros, pair, []
+
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
+        named = dict(zip(self.ARGS if self.pair else ("input",), (x, *args)))
+        named.update(kwargs)
+        floats = {k: v for k, v in named.items() if isinstance(v, Tensor) and v.is_floating_point()}
+        self.seen.append({k: v.detach().clone() for k, v in floats.items()})
+        if not self.zeros:
+            return x
+        out = torch.zeros_like(x)  # (..., D)
+        return (out, torch.zeros(out.shape[:-1])) if self.pair else out
+
+
+def branch_input_dropout(
+    model: nn.Module, run: Callable[[nn.Module], Any], sublayers: dict[str, bool], norms: tuple[str, ...],
+    spec: Block, what: str, p: float = P_RATE,
+) -> None:
+    """No dropout inside a sub-layer's branch: with every sub-layer a :class:`Spy` that
+    returns zeros (so the stream stays ``x``) and every norm a :class:`Spy` identity, the
+    tensors each one receives must be the same in training mode (``model`` built with
+    ``0 < p < 1``; two training calls) as in eval mode. Dropout on an attention's query,
+    key or value, on ``memory``, on a norm's input or on the normalised input is named
+    even though the layer's own output dropout would zero that branch at ``p`` close to 1.
+    No verdict when the spies are not reached or the code raises with them."""
+    # norms first: a norm's input lies upstream of its sub-layer's, so the first difference is the cause
+    spies = {n: Spy(False) for n in norms} | {n: Spy(True, pair) for n, pair in sublayers.items()}
+    with swapped(model, spies), torch.no_grad():
+        try:
+            run(model.eval())
+            calls = {n: list(s.seen) for n, s in spies.items()}
+            for _ in range(2):  # two draws: an extra dropout that keeps every entry once is no excuse
+                for s in spies.values():
+                    s.seen.clear()
+                run(model.train())
+                _compare_branch_inputs(spies, calls, spec, what, p)
+        except StudentError:
+            return
+
+
+def _compare_branch_inputs(
+    spies: dict[str, Spy], calls: dict[str, list[dict[str, Tensor]]], spec: Block, what: str, p: float
+) -> None:
+    word = {"feed_forward": spec.word.get("ff", "the feed-forward")}
+    word.update({spec.attn[k][2]: spec.word[k] for k in spec.attn})
+    from_memory = {spec.attn[k][2] for k in spec.attn if spec.attn[k][1] == "memory"}
+    case = f"training mode, dropout={p:g}, the sub-layers replaced by zeros and the norms by identities"
+    for n, spy in spies.items():
+        if len(spy.seen) != len(calls[n]):
+            continue  # called another number of times than in eval mode: the other probes judge it
+        for before, now in zip(calls[n], spy.seen):
+            for arg, t in now.items():
+                t0 = before.get(arg)
+                if t0 is None or t0.shape != t.shape or equal(t0, t):
+                    continue
+                if n in from_memory and arg in ("key", "value"):
+                    fail(f"your {what} applies dropout to `memory` before {word[n]} reads it ({case}: its {arg} "
+                         "differs from eval mode). The encoder output goes in unchanged; dropout belongs only on "
+                         "each sub-layer's output, before the residual add.", mistake="dropout on the memory")
+                where = f"the {arg} of {word[n]}" if n in word else f"the input of {n}"
+                fail(f"your {what} applies dropout to {where} ({case}: it differs from eval mode): dropout "
+                     "belongs only on each sub-layer's output, before the residual add (post-norm "
+                     "norm(x + dropout(sublayer(x))), pre-norm x + dropout(sublayer(norm(x)))). Remove the extra "
+                     "dropout.", mistake="dropout on the sub-layer input")

@@ -30,6 +30,7 @@ waiting for a worker thread).
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import signal
 import threading
@@ -333,6 +334,7 @@ def require_function(fn: Any, name: str) -> None:
     if isinstance(fn, type) or not callable(fn):
         what = "a class" if isinstance(fn, type) else f"the result of calling it (you passed a {type(fn).__name__})"
         fail(f"pass the function itself, `check_{name}({name})`, not {what}.", mistake="not a function")
+    require_contract_parameters(fn, name)
 
 
 def raised(exc: BaseException, inline: bool = False) -> str:
@@ -351,6 +353,154 @@ def is_view_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "view size is not compatible" in str(exc)
 
 
+# The contract's parameter names (docs/course-contract.md) that callers pass by keyword: every
+# constructor argument (notebooks build MultiHeadAttention(d_model=8, num_heads=2)), every optional
+# argument (notebook 02 calls self_attn(..., mask=m), notebook 05 a DecoderLayer with tgt_mask= and
+# memory_mask=) and padding_mask's pad_id. The data arguments (query, x, tokens, memory, size)
+# are passed by position everywhere, so a student may name them freely (q, k, v). Parameters the
+# exercise's stub does not show (activation) are not required; extra optional ones are fine.
+# {exercise: {"" for a function, "__init__" or "forward" for a class: (names, signature shown)}}
+_LAYER = ("d_model", "num_heads", "d_ff", "dropout", "norm_first")
+_LAYER_SIG = "(d_model, num_heads, d_ff, dropout=0.0, norm_first=False)"
+_STACK_SIG = "(num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False)"
+_DECODER_FORWARD = (("tgt_mask", "memory_mask"), "(x, memory, tgt_mask=None, memory_mask=None)")
+CONTRACT_PARAMETERS: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
+    "scaled_dot_product_attention": {"": (("mask",), "(query, key, value, mask=None)")},
+    "padding_mask": {"": (("pad_id",), "(tokens, pad_id)")},
+    "MultiHeadAttention": {
+        "__init__": (("d_model", "num_heads", "dropout"), "(d_model, num_heads, dropout=0.0)"),
+        "forward": (("mask",), "(query, key, value, mask=None)"),
+    },
+    "PositionalEncoding": {"__init__": (("d_model", "max_len", "dropout"), "(d_model, max_len=5000, dropout=0.0)")},
+    "TokenEmbedding": {"__init__": (("vocab_size", "d_model"), "(vocab_size, d_model)")},
+    "LayerNorm": {"__init__": (("d_model", "eps"), "(d_model, eps=1e-5)")},
+    "FeedForward": {"__init__": (("d_model", "d_ff", "dropout"), "(d_model, d_ff, dropout=0.0)")},
+    "EncoderLayer": {"__init__": (_LAYER, _LAYER_SIG), "forward": (("mask",), "(x, mask=None)")},
+    "Encoder": {"__init__": (("num_layers", *_LAYER), _STACK_SIG), "forward": (("mask",), "(x, mask=None)")},
+    "DecoderLayer": {"__init__": (_LAYER, _LAYER_SIG), "forward": _DECODER_FORWARD},
+    "Decoder": {"__init__": (("num_layers", *_LAYER), _STACK_SIG), "forward": _DECODER_FORWARD},
+}
+
+
+def require_contract_parameters(obj: Any, exercise: str) -> None:
+    """Fail ("parameter renamed") when the student's function or class ``obj`` lacks one of
+    the contract's parameter names for ``exercise`` (:data:`CONTRACT_PARAMETERS`), as a name
+    that can be passed by keyword. ``**kwargs`` accepts every name; a signature that cannot be
+    read, a method not written yet, or an exercise not in the table, gets no verdict here."""
+    for part, (names, shown) in CONTRACT_PARAMETERS.get(exercise, {}).items():
+        target = getattr(obj, part, None) if part else obj
+        if part and target is getattr(nn.Module, part, None):
+            continue  # not written yet (nn.Module's own forward): the check reports that itself
+        try:
+            params = inspect.signature(target).parameters
+        except (TypeError, ValueError):
+            continue
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            continue
+        named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        missing = [n for n in names if n not in named]
+        if not missing:
+            continue
+        title = f"{exercise}.{part}" if part else exercise
+        yours = ", ".join(n for n in params if n != "self")
+        want = shown if not part else "(self, " + shown[1:]
+        fail(
+            f"your {title} has no parameter named `{missing[0]}` (yours: ({yours})); the contract's signature "
+            f"is {title}{want}. Callers pass `{missing[0]}=...` by keyword (later cells, the next exercises), "
+            "which raises TypeError under another name: keep the contract's names (extra optional parameters "
+            "are fine).",
+            mistake="parameter renamed",
+        )
+
+
+# The dtype rule: a module's floating outputs have the dtype of its floating input and of its
+# own parameters and buffers (module.half() on float16 input gives float16, as nn.LayerNorm,
+# nn.Linear and nn.Embedding do), so the next layer never meets mixed dtypes.
+DTYPE_PROBES = (torch.float32, torch.float16)
+
+
+def check_dtype_follows(
+    build: Callable[[], nn.Module], call: Callable[[nn.Module, torch.dtype], Any], what: str, case: str,
+    dtypes: tuple[torch.dtype, ...] = DTYPE_PROBES,
+) -> None:
+    """For each of ``dtypes``: ``build()`` makes a fresh module (in eval mode here), as
+    built for float32 (so a float64 table or constant it stores shows), converted with
+    ``.to(dtype)`` for any other dtype; ``call(module, dtype)`` runs it on inputs of that
+    dtype (integer token ids stay integer). Every floating tensor returned must have that
+    dtype, else "dtype not preserved", naming the dtype got (a ``.float()``/``.double()``
+    cast, or a float64 table or constant that promotes the result)."""
+    for dtype in dtypes:
+        module = build().eval()
+        module = module if dtype == torch.float32 else module.to(dtype)
+        with torch.no_grad():
+            try:
+                out = call(module, dtype)
+            except StudentError as err:
+                if dtype == torch.float32 or "dtype" not in str(err.exc) and "scalar type" not in str(err.exc):
+                    raise
+                fail(
+                    f"your {what}, converted with .to({dtype}) ({case}), raised {raised(err.exc)}\n    Part of "
+                    "it did not follow .to(): a layer or tensor kept outside the module's registered parameters "
+                    "and buffers (a plain attribute tensor, a Python list or dict of layers), or a tensor created "
+                    "in forward in a fixed dtype. Register sub-modules as attributes (or nn.ModuleList), tables "
+                    "with register_buffer, and create new tensors in the input's dtype.",
+                    mistake="dtype not preserved",
+                )
+        for got in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(got, Tensor) and got.is_floating_point() and got.dtype != dtype:
+                cause = {
+                    torch.float64: "a float64 tensor reached the result (a table or constant built in float64, "
+                    "or .double()); build tables in float32 (or convert them, .to(x.dtype))",
+                    torch.float32: "something casts to float32 (.float()) or adds a float32 tensor to "
+                    f"the {dtype} input; convert it to the input's dtype (.to(x.dtype)) or leave the cast out",
+                }.get(got.dtype, "remove the cast")
+                fail(
+                    f"your {what}, {'as built' if dtype == torch.float32 else f'converted with .to({dtype})'} "
+                    f"({case}, any floating input in {dtype} too), "
+                    f"returns {got.dtype} instead of {dtype}: {cause}. The output's dtype follows the "
+                    "module's and its input's, so that the next layer does not fail with 'mat1 and mat2 "
+                    "must have the same dtype'.",
+                    mistake="dtype not preserved",
+                )
+
+
+# Tensor methods that copy values out into Python: a tensor rebuilt from them lands on the CPU.
+_TO_PYTHON = {"tolist", "item", "numpy"}
+
+
+def check_input_device(on_meta: Callable[[], Any], on_cpu: Callable[[], Any], what: str, case: str) -> None:
+    """The result stays on the inputs' device. ``on_meta()`` runs the student's code with its
+    tensor inputs on PyTorch's "meta" device (shapes and dtypes, no data; on every machine),
+    which stands in for a GPU; ``on_cpu()`` is the same call on the CPU. Fails ("wrong
+    device") when a returned tensor is elsewhere, when the code mixes the meta inputs with a
+    tensor it built on the CPU (``torch.ones(...)`` without ``device=``), or when it fails
+    on meta because it copies values into Python (``.tolist()``, ``.item()``, numpy). Any
+    other failure on meta is no verdict (meta cannot run every operation)."""
+    fix = ("create every new tensor on the input's device (device=x.device, or torch.ones_like / "
+           "zeros_like / full_like), and stay in torch operations")
+    try:
+        out = on_meta()
+    except Exception as exc:  # noqa: BLE001 - the student's code on meta: judged below or no verdict
+        first = (str(exc).strip().splitlines() or [""])[0]
+        try:
+            _, seen = forbidden_calls(on_cpu, _TO_PYTHON)
+        except Exception:  # noqa: BLE001 - the CPU run already passed; nothing more to learn
+            seen = []
+        if seen:
+            fail(f"{what} copies the tensor's values into Python (.{seen[0]}()) and builds the result from "
+                 f"them ({case}): a tensor made from Python values lands on the CPU whatever the input's "
+                 f"device, so on a GPU (Colab) the result is on the wrong device; {fix}.", mistake="wrong device")
+        if "device" in first:
+            fail(f"{what} mixes devices ({case}; the inputs were on PyTorch's 'meta' device, which stands in for a "
+                 f"GPU): {type(exc).__name__}: {first}. A tensor created without device= (torch.ones, torch.zeros, "
+                 f"torch.tensor, torch.arange) lands on the CPU; {fix}.", mistake="wrong device")
+        return
+    for got in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(got, Tensor) and got.device.type != "meta":
+            fail(f"{what} returned a tensor on {got.device} for inputs on PyTorch's 'meta' device ({case}; it "
+                 f"stands in for a GPU): the result must stay on the input's device; {fix}.", mistake="wrong device")
+
+
 def require_module_class(cls: Any, name: str) -> None:
     """The checker takes the student's class (it builds instances itself)."""
     if isinstance(cls, nn.Module):
@@ -363,6 +513,7 @@ def require_module_class(cls: Any, name: str) -> None:
         fail(f"expected your class {name}, got {type(cls).__name__}.", mistake="not a class")
     if not issubclass(cls, nn.Module):
         fail(f"{name} should subclass nn.Module (class {name}(nn.Module): ...).", mistake="not a class")
+    require_contract_parameters(cls, name)
 
 
 

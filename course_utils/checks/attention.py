@@ -35,6 +35,7 @@ from ._core import (
     equal,
     isfinite,
     call_student,
+    check_input_device,
     checker,
     describe_shape,
     expect_close,
@@ -88,6 +89,8 @@ MISTAKES: dict[str, list[str]] = {
         "gradient blocked",
         "gradient differs",
         "backward fails",
+        "wrong device",
+        "parameter renamed",
     ],
     "causal_mask": [
         "not a function",
@@ -114,6 +117,7 @@ MISTAKES: dict[str, list[str]] = {
         "wrong shape",
         "wrong device",
         "input modified in place",
+        "parameter renamed",
     ],
 }
 
@@ -414,8 +418,9 @@ def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError
             fail(
                 "your code works when the mask has exactly the shape of the scores but fails when it only "
                 "broadcasts to them (e.g. (L_q, L_k) for every batch item, or (B, 1, L_k)). Indexing with "
-                "a mask (`scores[~mask] = ...`) needs the exact shape; masked_fill and torch.where "
-                f"broadcast.{on}",
+                "a mask (`scores[~mask] = ...`) needs the exact shape, and an axis added to the mask "
+                "(mask.unsqueeze(1)) lines it up with the wrong axes of the scores; pass the mask as it is "
+                f"to masked_fill or torch.where, which broadcast it.{on}",
                 mistake="mask not broadcast",
             )
         fail(f"your code fails when a mask is given.{on}", mistake="fails with a mask")
@@ -451,8 +456,9 @@ def robustness_diagnosis(
             fail(
                 f"{on} contains NaN or inf, although your code is right when the scores are of order 1. "
                 "Written out as exp(scores) / exp(scores).sum(...), the softmax overflows: exp(x) is inf in "
-                "float32 above x = 88.7, and inf / inf = NaN. Use torch.softmax(scores, dim=-1), which "
-                "subtracts each row's max first (or subtract it yourself).",
+                "float32 above x = 88.7, and inf / inf = NaN; with one max subtracted for the whole tensor, "
+                "rows far below it underflow to 0 / 0 = NaN instead. Use torch.softmax(scores, dim=-1), which "
+                "subtracts each row's own max first (or subtract scores.amax(-1, keepdim=True) yourself).",
                 mistake="softmax overflows",
             )
         return
@@ -544,16 +550,20 @@ def _low_precision_case(fn: Callable[..., Any], dtype: torch.dtype) -> None:
     try:
         result = call_student(fn, q, k, v, case.mask)
     except StudentError as err:
-        if "overflow" in str(err.exc):
-            line = student_line(err.exc)
-            fail(
-                f"your code raised {type(err.exc).__name__} on {case.describe()}: {str(err.exc).strip()}"
-                + (f"\n    at {line}" if line else "")
-                + f"\n    The fill value does not fit in {dtype}: -1e9 is beyond float16's range (about -65504), "
-                "and torch.finfo(torch.float32).min beyond both half-precision types. Use the most negative number "
-                "of the scores' own dtype, torch.finfo(scores.dtype).min.",
-                mistake="fill overflows half precision",
-            )
+        msg = str(err.exc)
+        mixed = isinstance(err.exc, RuntimeError) and ("Half" in msg or "BFloat16" in msg) and "Float" in msg
+        for found, advice, name in (
+            (mixed, f"A float32 tensor got mixed into the {dtype} computation and promoted part of it: (~mask) * "
+             "number and torch.tensor(...) are float32. Keep the scores' dtype: scores.masked_fill(~mask, "
+             "torch.finfo(scores.dtype).min).", "dtype not preserved"),
+            ("overflow" in msg, f"The fill value does not fit in {dtype}: -1e9 is beyond float16's range (about "
+             "-65504), and torch.finfo(torch.float32).min beyond both half-precision types. Use the most negative "
+             "number of the scores' own dtype, torch.finfo(scores.dtype).min.", "fill overflows half precision"),
+        ):
+            if found:
+                line = student_line(err.exc)
+                fail(f"your code raised {type(err.exc).__name__} on {case.describe()}: {msg.strip().splitlines()[0]}"
+                     + (f"\n    at {line}" if line else "") + f"\n    {advice}", mistake=name)
         raise
     ref_out, ref_w = _ref_attention(q, k, v, case.mask)
     got_out, got_w = _unpack(result, case, ref_out, ref_w)
@@ -615,6 +625,9 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
                    what="attention", case=f"on {masked.describe()}")
     for dtype in (torch.float16, torch.bfloat16):
         _low_precision_case(fn, dtype)
+    for case in (cases[0], cases[3]):  # on 'meta' too: no mask (a default mask built on the CPU shows), a mask
+        meta = [t.to("meta") for t in case.inputs]
+        check_input_device(lambda: fn(*meta), lambda: fn(*case.inputs), "your function", f"on {case.describe()}")
     # the [OK] line counts the mild cases only: it is stored in the executed notebooks, and the
     # two robustness cases (fully blocked rows, large scores) are named in the failures
     mild = sum(not case.note for case in cases)
@@ -776,6 +789,9 @@ def check_padding_mask(fn: Callable[..., Any]) -> str:
             ]
         B, L = tokens.shape
         _check_mask(what, got, ref, candidates, _padding_shape(B, L, what))
+    tokens, pad_id = cases[0]
+    check_input_device(lambda: fn(tokens.to("meta"), pad_id), lambda: fn(tokens.clone(), pad_id), "your padding_mask",
+                       f"tokens of shape {describe_shape(tokens)}, pad_id={pad_id}")
     return f"{len(cases)} batches, pad_id 0 and non-zero"
 
 

@@ -281,11 +281,15 @@ def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[...,
         return ref(x, memory, tgt_mask, memory_mask)
 
     def mistakes(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> list[Mistake]:
-        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
-        present = {k for k, v in masks.items() if v is not None}
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask, "causal": causal_mask(x.size(1))}
+        present = {k for k in ("tgt_mask", "memory_mask") if masks[k] is not None}
+        own = [] if tgt_mask is not None else [(  # trial C's W16: tgt_mask=None replaced by a causal mask
+            "own causal mask", "with tgt_mask=None your layer still masks the future: it builds its own causal "
+            "mask. Use the tgt_mask it is given (None = attend everywhere); the caller builds the causal mask.",
+            {"attn": {"self": ("in", "in", "self_attn", "causal")}})]
         return [
             (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut))
-            for name, text, mut in structural_mistakes(_BLOCK, norm_first, present)
+            for name, text, mut in own + structural_mistakes(_BLOCK, norm_first, present)  # own: no mask only
         ]
 
     return expected, mistakes
@@ -360,9 +364,14 @@ def _decoder_functions(
         masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
         present = {k for k, v in masks.items() if v is not None}
         own = getattr(model, "norm", None)
+        with_causal = {**masks, "causal": causal_mask(x.size(1))}  # (L_tgt, L_tgt), only where a mutation names it
+        causal = [(  # trial C's W13: the stack overrides tgt_mask
+            "own causal mask", "your Decoder replaces the tgt_mask it is given with its own causal mask: pass "
+            "tgt_mask on as it is (None = no mask); the caller builds it, causal and padding together.",
+            {"masks": ("causal", "memory_mask")})]
         return [
-            (name, text, lambda mut=mut: run_stack(ref, x, memory, masks, mut))
-            for name, text, mut in stack_mistakes(_STACK, norm_first, present, own, x.size(-1), True)
+            (name, text, lambda mut=mut: run_stack(ref, x, memory, with_causal if "masks" in mut else masks, mut))
+            for name, text, mut in stack_mistakes(_STACK, norm_first, present, own, x.size(-1), True) + causal
         ]
 
     return expected, mistakes

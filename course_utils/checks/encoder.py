@@ -58,6 +58,8 @@ differs by far more.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from collections.abc import Callable
 from typing import Any
@@ -95,6 +97,7 @@ from ._core import (
     Mistake,
     StudentError,
     call_student,
+    check_dtype_follows,
     check_unchanged,
     checker,
     describe_shape,
@@ -314,7 +317,14 @@ def _ln_mistakes(x: Tensor, w: Tensor, b: Tensor, eps: float, default: bool) -> 
                 lambda dims=dims: _ln(x, w, b, eps, dims=dims),
             )
         )
-    for other in (1e-6, 1e-8, 1e-12, 0.0, 1e-5, 1e-3):
+    out.append((  # first: a code without eps matches 1e-12 as well, and "seems to be 1e-12" misleads
+        "eps ignored",
+        "eps has no effect: your code adds no eps (or a negligible one) to the variance. It keeps the "
+        "division finite on rows of equal values: (x - mean) / torch.sqrt(var + self.eps), with "
+        "self.eps = eps stored in __init__ (default 1e-5).",
+        lambda: _ln(x, w, b, 0.0),
+    ))
+    for other in (1e-6, 1e-8, 1e-3, 1e-5):
         if other == eps:
             continue
         if default:
@@ -477,6 +487,9 @@ def check_layer_norm(cls: Any) -> str:
     randomise_parameters(model)
     case = f"x of shape ({B}, {L}, {D}), eps={eps}"
     _ln_case(model, w, b, eps, _ln_inputs(B, L, D), case, default=False)
+    check_dtype_follows(lambda: call_student(cls, D, context="constructing LayerNorm"),
+                        lambda m, dt: _forward(m, (x.to(dt),), f"x in {dt}"), "LayerNorm",
+                        f"x of shape ({B}, {L}, {D})")
     return "default and large eps, rows of tiny and large variance, random weight and bias"
 
 
@@ -527,7 +540,9 @@ def _ff_linears(model: nn.Module, D: int, d_ff: int) -> tuple[nn.Linear, nn.Line
     return found["linear1"], found["linear2"]  # type: ignore[return-value]
 
 
-def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear) -> list[Mistake]:
+def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear, norms: tuple[nn.Module, ...] = ()) -> list[Mistake]:
+    """``norms``: the student's own norm modules, tried inside the feed-forward (with their
+    random parameters) besides a plain layer norm."""
     h = l1(x)  # (B, L, d_ff)
     out: list[Mistake] = [
         (
@@ -549,6 +564,19 @@ def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear) -> list[Mistake]:
             lambda: F.relu(l2(F.relu(h))),
         ),
     ]
+    ff = l2(F.relu(h))  # (B, L, D): the right output
+    inside = ("the layer around it (EncoderLayer) adds the residual and normalises; FeedForward returns only "
+              "linear2(relu(linear1(x))).")
+    out.append(("residual inside the feed-forward", f"the feed-forward adds its input back, x + ...: {inside}",
+                lambda: x + ff))
+    for norm in (*norms, functools.partial(F.layer_norm, normalized_shape=(x.size(-1),))):
+        out += [
+            ("norm inside the feed-forward", f"the feed-forward normalises its output: {inside}", lambda n=norm: n(ff)),
+            ("norm inside the feed-forward", f"the feed-forward normalises its input: {inside}",
+             lambda n=norm: l2(F.relu(l1(n(x))))),
+            ("norm inside the feed-forward", "the feed-forward computes norm(x + ...), a whole residual sub-layer: "
+             f"{inside}", lambda n=norm: n(x + ff)),
+        ]
     for name, act in _ACTIVATIONS:
         out.append(
             (
@@ -588,7 +616,8 @@ def check_feed_forward(cls: Any) -> str:
         check_unchanged(["x"], [x], [x0], case)
         with torch.no_grad():
             expected = ref(x0)  # (B, L, D)
-            mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2)
+            norms = tuple(m for m in model.modules() if "norm" in type(m).__name__.lower())
+            mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2, norms)
             expect_close("output", got, expected, mistakes, case=case)
     l1, l2 = _ff_linears(model, D, d_ff)
     params = [(f"{n}.{a}", getattr(m, a), getattr(getattr(ref, n), a)) for n, m in (("linear1", l1), ("linear2", l2))
@@ -611,8 +640,9 @@ def check_feed_forward(cls: Any) -> str:
         lambda: [
             ("dropout missing", "no dropout is applied to the hidden activations in training mode: create "
              "nn.Dropout(dropout) in __init__ and apply it to relu(linear1(x)) before linear2.", no_drop),
-            ("dropout in the wrong place", f"dropout is applied to the output of linear2; {where} (the encoder "
-             "layer adds its own dropout on the output).", zero),
+            ("dropout in the wrong place", f"dropout acts on the output of linear2 (instead of, or besides, the "
+             f"hidden activations); {where}, and only there (the encoder layer adds its own dropout on the "
+             "output).", zero),
             ("dropout in the wrong place", f"dropout is applied to the input x; {where}.", on_input),
         ],
     )  # fmt: skip

@@ -49,6 +49,7 @@ from ._core import (
     StudentError,
     allclose,
     call_student,
+    check_dtype_follows,
     check_unchanged,
     checker,
     describe_shape,
@@ -419,7 +420,9 @@ def _mha_case(
             result = call_student(model, *args, context=f"running forward ({case})")
         except StudentError as err:
             exc = err.exc
-            shape_error = isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _SHAPE_WORDS)
+            # RuntimeError from torch, ValueError from the course's sdpa ("mask ... cannot be broadcast")
+            shape_words = any(w in str(exc).lower() for w in _SHAPE_WORDS)
+            shape_error = isinstance(exc, (RuntimeError, ValueError)) and shape_words
             if shape_error and not isinstance(exc, NotImplementedError):
                 line = student_line(exc)
                 first = (str(exc).strip().splitlines() or [""])[0]
@@ -694,6 +697,11 @@ def check_multi_head_attention(cls: Any) -> str:
     params = [(f"{n}.{a}", getattr(projections[n], a), getattr(getattr(ref, n), a)) for n in projections for a in ("weight", "bias")]
     gradient_probe(model, ref, dict(query=query, key=key, value=value, mask=mask), params,
                    what="MultiHeadAttention", case=cross + f", mask {describe_shape(mask)}")
+    mask = random_mask(B, 1, L_k)  # float64: a .float() cast shows; float16 fills are judged elsewhere
+    check_dtype_follows(lambda: call_student(cls, D, H, context="constructing MultiHeadAttention"),
+                        lambda m, dt: call_student(m, query.to(dt), key.to(dt), value.to(dt), mask,
+                                                   context=f"running forward in {dt}"),
+                        "MultiHeadAttention", cross + ", mask (B, 1, L_k)", dtypes=(torch.float64,))
     _robustness_cases(model, ref, B, L_q, L_k, D, H)  # last: it sets w_q and w_k to the identity
 
     _check_dropout(cls)

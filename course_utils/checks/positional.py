@@ -17,9 +17,11 @@ Catalogue (``CheckResult.mistake``):
   ``"sequence-first slice"``, ``"scaled by sqrt(d_model)"``, ``"multiplied instead of
   added"``, ``"wrong table"``, ``"dropout before adding"``, ``"dropout missing"``,
   ``"hard-coded dropout p"``, ``"dropout ignores eval mode"``, ``"no length check"``,
-  ``"input modified in place"``. A float64 ``pe`` with the right values is accepted.
+  ``"input modified in place"``, ``"dtype not preserved"``, ``"error message without values"``.
+  A float64 ``pe`` with the right values is accepted when ``forward`` returns ``x``'s dtype.
 * ``TokenEmbedding``: ``"missing embedding"``, ``"wrong embedding size"``, ``"embeddings not scaled"``,
-  ``"scaled by d_model"``, ``"divided by sqrt(d_model)"``, ``"input modified in place"``.
+  ``"scaled by d_model"``, ``"divided by sqrt(d_model)"``, ``"input modified in place"``,
+  ``"sparse embedding"``, ``"dtype not preserved"``.
 
 Tables are compared with ``atol=1e-4``: float32 tables computed in different but correct
 ways (``exp``/``log``, ``torch.pow``, a Python loop in float64) differ by up to a few
@@ -44,6 +46,7 @@ from ._core import (
     Mistake,
     StudentError,
     call_student,
+    check_dtype_follows,
     check_unchanged,
     checker,
     describe_shape,
@@ -168,6 +171,13 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
                 break
         case = f"max_len={max_len}, d_model={d_model}"
         got = call_student(fn, max_len, d_model, context=f"calling sinusoidal_positional_encoding({case})")
+        if isinstance(got, nn.Parameter):
+            fail(
+                f"sinusoidal_positional_encoding({case}) returns an nn.Parameter: the table is fixed, never "
+                "trained, so return a plain tensor; PositionalEncoding then stores it as a buffer "
+                "(a Parameter registered there would still track gradients).",
+                mistake="pe is a Parameter",
+            )
         if isinstance(got, Tensor) and not got.is_floating_point():
             fail(
                 f"the table ({case}) has dtype {got.dtype}; it should be floating point "
@@ -183,7 +193,7 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
                 expected.T,
             )
         ]
-        # float32 or float64 are both fine: values are compared, not dtypes
+        # values first (a wrong table is named even in float64), then the dtype: float32
         try:
             expect_close("the table", got, expected, mistakes, case=case, atol=_ATOL)
         except Failure as f:
@@ -191,6 +201,14 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
                 raise
             report = _columns_report(got, expected)
             fail(f"the table ({case}) has the right shape, but {report}.", mistake="values differ")
+        if got.dtype != torch.float32:  # a float64 table makes PositionalEncoding return float64
+            fail(
+                f"the table ({case}) has the right values but dtype {got.dtype}; the contract's table is "
+                "float32 (torch's default dtype). A float64 table stored as `pe` makes PositionalEncoding "
+                "return float64, and the next nn.Linear then fails with 'mat1 and mat2 must have the same "
+                "dtype'. Build it with torch.arange(max_len, dtype=torch.float32) (or .float() at the end).",
+                mistake="wrong dtype",
+            )
     return "3 random (max_len, d_model) tables"
 
 
@@ -222,11 +240,18 @@ def _check_pe_buffer(module: nn.Module, max_len: int, d_model: int) -> Tensor:
             "use self.register_buffer('pe', table) (persistent is the default).",
             mistake="pe not persistent",
         )
+    if isinstance(module.pe, nn.Parameter):
+        fail(
+            "`pe` is registered as a buffer but holds an nn.Parameter (did sinusoidal_positional_encoding "
+            "return one?): it still tracks gradients. Register the plain table: "
+            "self.register_buffer('pe', table).",
+            mistake="pe is a Parameter",
+        )
     pe = module.state_dict()["pe"]
     if pe.numel() != max_len * d_model or pe.size(-1) != d_model:
         fail(
             f"`pe` has shape {describe_shape(pe)}; for max_len={max_len}, d_model={d_model} it "
-            f"should be (max_len, d_model) = ({max_len}, {d_model}) (or (1, {max_len}, {d_model})).",
+            f"should be (max_len, d_model) = ({max_len}, {d_model}).",
             mistake="wrong pe shape",
         )
     return pe.detach().reshape(max_len, d_model)
@@ -237,6 +262,13 @@ def _forward(module: nn.Module, x: Tensor, case: str, max_len: int) -> Any:
         return call_student(module, x, context=f"running forward ({case})")
     except StudentError as err:
         msg = str(err.exc)
+        if isinstance(err.exc, ValueError) and x.size(1) == max_len:
+            fail(
+                f"your forward raised ValueError for L = max_len = {max_len} ({case}): {msg.strip()[:120]}. A "
+                "sequence as long as the table fits (it uses every row): raise only when L > max_len "
+                "(check `L > self.max_len`, not `>=`).",
+                mistake="length check off by one",
+            )
         sizes = re.search(r"tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", msg)
         if isinstance(err.exc, RuntimeError) and sizes and x.size(0) in map(int, sizes.groups()):
             line = student_line(err.exc)
@@ -255,7 +287,7 @@ def _forward(module: nn.Module, x: Tensor, case: str, max_len: int) -> Any:
                 f"adding the encoding to x failed ({case}): {msg.strip().splitlines()[0]}"
                 + (f"\n    at {line}" if line else "")
                 + f"\n    x has L = {L} positions, the table max_len = {max_len} rows: add only the "
-                "first L rows, pe[:L] (pe[:, :L] for a (1, max_len, D) buffer).",
+                "first L rows, pe[:L].",
                 mistake="pe not sliced",
             )
         raise
@@ -368,6 +400,21 @@ def check_positional_encoding(cls: Any) -> str:
         ]
         expect_close("output", got, expected, mistakes, case=case, atol=_ATOL)
     gradient_probe(module, lambda x: x + table[: x.size(1)], dict(x=x0), what="PositionalEncoding", case=case)
+    pe = module.state_dict()["pe"]  # the right numbers, checked last: the buffer's own shape
+    if tuple(pe.shape) != (M, D):
+        fail(
+            f"`pe` has shape {describe_shape(pe)}; for max_len={M}, d_model={D} it should be (max_len, d_model) "
+            f"= ({M}, {D}), the contract's (its state_dict is loaded into other models). An extra axis is not "
+            "needed: pe[:L] broadcasts over the batch by itself.",
+            mistake="wrong pe shape",
+        )
+
+    # the dtype rule: float32 in, float32 out (a float64 `pe` is fine when forward converts it to
+    # x's dtype); float16 in with a .half() module, float16 out (no .float() on the table)
+    x = torch.randn(2, lengths[0], D)
+    check_dtype_follows(lambda: call_student(cls, D, M, context="constructing PositionalEncoding"),
+                        lambda m, dt: _forward(m, x.to(dt), f"x in {dt}", M), "PositionalEncoding",
+                        f"x of shape (2, {lengths[0]}, {D}), max_len={M}")
 
     # dropout, training mode: each entry is 0 or (x + pe) / (1 - p); two values of p, so a
     # hard-coded one differs from at least one of them (the kept scale 1 / (1 - p) tells)
@@ -380,8 +427,15 @@ def check_positional_encoding(cls: Any) -> str:
     try:
         with torch.no_grad():
             module(x)
-    except ValueError:
-        pass
+    except ValueError as exc:
+        if not all(re.search(rf"(?<!\d){n}(?!\d)", str(exc)) for n in (L, M)):
+            fail(
+                f"for a sequence longer than the table (L = {L} > max_len = {M}) your ValueError says "
+                f"{str(exc)!r}: the exercise asks for a message that names both numbers, e.g. "
+                "f\"sequence length L = {L} is longer than max_len = {self.max_len}\", so the caller sees "
+                "what to change.",
+                mistake="error message without values",
+            )
     except Exception as exc:  # noqa: BLE001 - the student's exception, reported as a diagnosis
         line = student_line(exc)
         first = (str(exc).strip().splitlines() or [""])[0]
@@ -425,6 +479,13 @@ def check_token_embedding(cls: Any) -> str:
             f"nn.Embedding({emb.num_embeddings}, {emb.embedding_dim}).",
             mistake="wrong embedding size",
         )
+    if emb.sparse:
+        fail(
+            "`embedding` is built with sparse=True: its gradient is then a sparse tensor, which "
+            "torch.optim.Adam (the optimiser of notebooks 06 and 07) refuses. Use the default dense "
+            "nn.Embedding(vocab_size, d_model).",
+            mistake="sparse embedding",
+        )
     module.eval()
     ref = TokenEmbedding(V, D).eval()
     with torch.no_grad():
@@ -461,6 +522,9 @@ def check_token_embedding(cls: Any) -> str:
         expect_close("output", got, expected, mistakes, case=case)
     gradient_probe(module, ref, dict(tokens=tokens0), [("embedding.weight", emb.weight, ref.embedding.weight)],
                    what="TokenEmbedding", case=case)
+    check_dtype_follows(lambda: call_student(cls, V, D, context="constructing TokenEmbedding"),
+                        lambda m, dt: call_student(m, tokens0, context=f"running forward with a {dt} module"),
+                        "TokenEmbedding", f"tokens of shape ({B}, {L})")
     return "random embedding weights, 2 batches of token ids"
 
 
