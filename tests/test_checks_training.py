@@ -156,15 +156,18 @@ def ce_transpose(logits, targets, pad_id, label_smoothing=0.0):
     return F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=pad_id, label_smoothing=label_smoothing)
 
 
-def written_out(log_probs=torch.log_softmax, smooth=torch.mean, count="tokens"):
-    """The loss written out; the arguments make the mistakes (torch.log(torch.softmax(...)), ...)."""
+def written_out(log_probs=torch.log_softmax, smooth=torch.mean, count="tokens", drop="select", sign=-1):
+    """The loss written out; the arguments make the mistakes (torch.log(torch.softmax(...)), ...).
+    ``drop``: how the pad positions leave the sum ("select", "where", "multiply" by the mask, "not")."""
 
     def ce(logits, targets, pad_id, label_smoothing=0.0):
         logp = log_probs(logits, dim=-1)
-        nll = -torch.gather(logp, 2, targets.unsqueeze(2)).squeeze(2)
-        loss = (1 - label_smoothing) * nll + label_smoothing * -smooth(logp, dim=-1)
-        mask = (targets != pad_id).float()
-        return (loss * mask).sum() / (mask.sum() if count == "tokens" else targets.size(0))
+        nll = sign * torch.gather(logp, 2, targets.unsqueeze(2)).squeeze(2)
+        loss = (1 - label_smoothing) * nll + label_smoothing * sign * smooth(logp, dim=-1)
+        keep = targets != pad_id
+        total = {"select": lambda: loss[keep].sum(), "where": lambda: torch.where(keep, loss, 0.0).sum(),
+                 "multiply": lambda: (loss * keep.float()).sum(), "not": loss.sum}[drop]()
+        return total / (keep.sum() if count == "tokens" else targets.size(0))
 
     return ce
 
@@ -185,7 +188,7 @@ def ce_log_softmax_first(logits, targets, pad_id, label_smoothing=0.0):
 
 
 @pytest.mark.parametrize("fn", [T.masked_cross_entropy, ce_flat, ce_transpose, ce_manual, ce_sum_over_count,
-                                ce_log_softmax_first])
+                                ce_log_softmax_first, written_out(drop="where")])
 def test_masked_cross_entropy_correct_variants_pass(fn):
     assert_passes(check_masked_cross_entropy, fn)
 
@@ -328,6 +331,10 @@ def test_masked_cross_entropy_mistakes_are_named(fn, mistake, words):
      ["exp(100)", "log_softmax"]),  # trial 07.2-w11: logsumexp without subtracting the max overflows
     (written_out(smooth=torch.sum), "smoothing term summed", [".sum(dim=-1)", "eps / V"]),
     (written_out(count="B"), "divided by the batch size", ["batch size B", "real (non-pad) target tokens"]),
+    # trial 07.2-w13, w18, w22
+    (written_out(drop="multiply"), "pad positions reach the sum", ["inf * 0 = nan", "do not multiply"]),
+    (written_out(sign=1), "sign flipped", ["sign flipped", "-log p(target)"]),
+    (written_out(drop="not"), "padding in the sum only", ["out of the sum", "targets != pad_id"]),
 ])
 def test_masked_cross_entropy_new_diagnoses_are_the_same_on_every_draw(fn, mistake, words):
     assert_mistake(check_masked_cross_entropy, fn, mistake, *words, repeat=SEEDS)

@@ -10,7 +10,10 @@ and targets with trailing padding, a non-zero ``pad_id`` with real tokens of id 
 hard-coded 0 shows), and targets that are a non-contiguous slice (as ``batch.tgt_out``
 is: ``.view`` fails on it); without and with label smoothing; last, logits with a real
 target's logit and another 120 below the largest (``[0, -120, 0]``), where
-``log(softmax(x))`` gives ``-inf`` and ``log_softmax`` a finite loss. The result must be a
+``log(softmax(x))`` gives ``-inf`` and ``log_softmax`` a finite loss; then logits with
+``-inf`` for the pad class at a pad position (a model that never predicts ``<pad>``): that
+position's loss is infinite and must not reach the result (``(per * mask).sum()`` gives
+``inf * 0 = nan``, ``"pad positions reach the sum"``). The result must be a
 differentiable 0-d tensor equal to ``F.cross_entropy(..., ignore_index=pad_id,
 label_smoothing=eps)``; a wrong value is compared with the loss computed with each
 catalogued mistake.
@@ -53,6 +56,7 @@ Catalogue (``CheckResult.mistake``):
   batch axis"``, ``"only one side shifted"``, ``"wrong return"``, ``"input modified in
   place"``.
 * ``masked_cross_entropy``: ``"log of softmax"`` (non-finite on extreme logits),
+  ``"pad positions reach the sum"``, ``"sign flipped"``, ``"padding in the sum only"``,
   ``"padding counted"``, ``"divided by all positions"``, ``"divided by the batch size"``,
   ``"hard-coded pad id"``, ``"label smoothing ignored"``, ``"label smoothing applied
   twice"``, ``"smoothing over the other classes only"``, ``"smoothing without the
@@ -262,6 +266,15 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
         return q
 
     out: list[Mistake] = [
+        ("sign flipped",
+         "your loss is the reference's with the sign flipped: the log-likelihood, not its negative. Training "
+         "would push the probability of the right words down. The loss of a position is -log p(target).",
+         lambda: -F.cross_entropy(flat_logits, flat_t, ignore_index=pad_id, label_smoothing=eps)),
+        ("padding in the sum only",
+         "the padding is left out of the count but not out of the sum: the pad positions' losses are summed "
+         "and divided by the number of real tokens. Leave them out of both: select the real positions "
+         "(per_position[targets != pad_id]) and take their mean.",
+         lambda: per_token().sum() / real.sum()),
         ("padding counted",
          "the padding positions are counted: you averaged over every position, pad tokens included. Ignore "
          "the targets equal to pad_id (F.cross_entropy(..., ignore_index=pad_id), or mask them out and divide "
@@ -358,9 +371,9 @@ def _cross_entropy_error(err: StudentError) -> None:
 def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
     require_function(fn, "masked_cross_entropy")
     cases = [(randint(1, 9), 0.0, False), (0, round(0.05 * randint(1, 5), 2), True), (randint(1, 9), 0.1, True),
-             (randint(1, 9), 0.1, True)]  # the last one with extreme logits
+             (randint(1, 9), 0.1, True), (randint(1, 9), 0.1, True)]  # the last two: extreme logits; -inf at a pad
     for i, (pad_id, eps, pass_eps) in enumerate(cases):
-        extreme = i == len(cases) - 1
+        extreme, pad_inf = i == 3, i == 4
         while True:
             B, L, V = randint(2, 5), randint(4, 8), randint(10, 14)
             if _distinct(B, L, V, L + 1):
@@ -379,10 +392,13 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
             logits[b, t, targets[b, t]] = logits[b, t].max() - 120
             logits[-1, -1, randint(0, V - 1)] -= 120
             logits[-1, 0, randint(0, V - 1)] = 100.0  # a large positive logit: exp(100) overflows float32
+        if pad_inf:  # a model that never predicts <pad> may give it -inf: that position's loss is inf, and ignored
+            b, t = torch.nonzero(targets == pad_id)[0].tolist()
+            logits[b, t, pad_id] = -math.inf
         logits.requires_grad_(True)
         logits0, targets0 = logits.detach().clone(), targets.clone()
         args = f"logits ({B}, {L}, {V})" + (" with logits 120 below the largest and one of 100" if extreme else "") + \
-            f", targets ({B}, {L}), pad_id={pad_id}"
+            (" with the pad logit -inf at a pad position" if pad_inf else "") + f", targets ({B}, {L}), pad_id={pad_id}"
         case = args + (f", label_smoothing={eps}" if pass_eps else "")
         kwargs = {"label_smoothing": eps} if pass_eps else {}
         try:
@@ -418,6 +434,14 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                 "in float32 and log(0) = -inf; exp(100) is inf in float32. Use log_softmax (F.log_softmax, or F.cross_entropy, which uses it): it computes "
                 "x - logsumexp(x) without ever forming the tiny probability.",
                 mistake="log of softmax",
+            )
+        if pad_inf and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
+            fail(
+                f"your loss is {float(got.detach())} ({case}); the right one, {float(expected):.4f}, ignores the pad "
+                "positions whatever their logits. The pad positions reach your sum: multiplied by a 0/1 mask, "
+                "their infinite loss gives inf * 0 = nan. Select the real positions instead "
+                "(per_position[targets != pad_id], or torch.where), do not multiply.",
+                mistake="pad positions reach the sum",
             )
         with torch.no_grad():
             expect_close("the loss", got, expected, _cross_entropy_mistakes(logits0, targets0, pad_id, eps), case=case)
