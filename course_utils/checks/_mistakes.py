@@ -341,4 +341,5 @@ MISTAKES: dict[str, str] = {
     "classified every position": "logits for every position instead of one per sequence",
     "classifier layer missing": "no classification layer",
     "padding mask not passed": "the padding mask is not passed to the encoder",
+    "causal mask in the encoder": "the encoder's mask is causal as well as padding (the encoder reads the whole input)",
 }
