@@ -41,6 +41,8 @@ MISTAKES: dict[str, str] = {
     "hard-coded pad id": "padding recognised by a fixed id (0) instead of the pad_id argument",
     "| instead of &": "causal and padding masks combined with | instead of &",
     "padding on the query axis": "the padding mask is laid along the query axis",
+    "padding on both axes": "the target mask blocks the padding positions' rows (queries) as well as their keys",
+    "diagonal shifted": "the causal mask is tril(1): each position also sees the next token",
     "causal only": "the target mask has the causal part but not the padding part",
     "padding only": "the target mask has the padding part but not the causal part",
     "no causal mask": "the decoder's self-attention gets no causal mask",

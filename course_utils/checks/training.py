@@ -111,6 +111,7 @@ from ._core import (
     check_unchanged,
     checker,
     describe_shape,
+    drawn_once,
     expect_close,
     fail,
     is_view_error,
@@ -760,24 +761,10 @@ def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None
         )
 
 
-# A draw's setup, and the simulations later cached on it, follow from the random state it starts from:
-# checks that start from the same state (the same seed, as when a test runs many students on one seed
-# set) share them. The student's calls always run afresh, on copies.
-_SETUPS: dict[tuple, tuple[_StepSetup, Tensor]] = {}
-_SETUPS_KEPT = 100
-
-
 def _step_setup(**kwargs: Any) -> _StepSetup:
-    """``_draw_step_setup(**kwargs)``, drawn once per random state."""
-    key = (bytes(torch.random.get_rng_state().tolist()), tuple(sorted(kwargs.items())))
-    if key not in _SETUPS:
-        setup = _draw_step_setup(**kwargs)
-        _SETUPS[key] = setup, torch.random.get_rng_state()
-        while len(_SETUPS) > _SETUPS_KEPT:
-            del _SETUPS[next(iter(_SETUPS))]
-    setup, state = _SETUPS[key] = _SETUPS.pop(key)  # the most recently used last: evicted last
-    torch.random.set_rng_state(state)
-    return setup
+    """A draw's setup, shared with the checks that start from the same random state: the
+    student's calls run on copies, and the simulations cached on it are the same for all."""
+    return drawn_once(_draw_step_setup, **kwargs)
 
 
 def _draw_step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, train_mode: bool,
