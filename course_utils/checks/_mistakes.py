@@ -216,6 +216,7 @@ MISTAKES: dict[str, str] = {
     "dropout on the memory": "dropout applied to the encoder's output before the decoder reads it",
     "max_len ignored": "the positional table's length does not follow the max_len argument",
     "top_p not passed on": "generate does not pass top_p on to next_token_probs",
+    "top_k not passed on": "generate does not pass top_k on to next_token_probs (left out or in another position)",
     "not numerically stable": "a softmax or temperature formula that overflows or turns NaN on extreme logits",
     "missing method": "the Transformer lacks encode or decode",
     "forward disagrees with encode/decode": "forward is not decode(encode(...)) plus the projection",
