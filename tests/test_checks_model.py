@@ -7,6 +7,7 @@ written in other ways must pass. Each verdict is repeated on fresh random inputs
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -385,34 +386,41 @@ class NoMethods(nn.Module):
         return self.model(src, tgt, src_mask, tgt_mask)
 
 
-@pytest.mark.parametrize(
-    "cls, mistake, words",
-    [
-        (NoTgtMask, "future leaking", ["future"]),
-        (NoCrossMask, "src_mask not used for cross-attention", ["cross-attention ignores src_mask"]),
-        (NoEncoderMask, "src_mask not used by the encoder", ["encoder ignores src_mask"]),
-        (Unscaled, "embeddings not scaled", ["source and target", "sqrt(d_model)"]),
-        (NoTargetPositions, "positional encoding missing", ["target embeddings"]),
-        (NoProjection, "missing output projection", ["(B, L_tgt, d_model)"]),
-        (Probabilities, "returns probabilities", ["softmax", "raw logits"]),
-        (NoMethods, "missing method", ["encode(src, src_mask)"]),
-        # the same with names the contract does not fix: still compared number by number
-        (renamed("no target positions"), "positional encoding missing", ["target embeddings"]),
-        (renamed("no source positions"), "positional encoding missing", ["source embeddings"]),
-        (renamed("no tgt mask"), "future leaking", ["future"]),
-        (renamed("no src mask"), "src_mask not used", ["not used at all"]),
-        (renamed("no projection"), "missing output projection", ["(B, L_tgt, d_model)"]),
-        (renamed("inconsistent"), "forward disagrees with encode/decode", ["encode, then decode"]),
-        # the notebook's names, extra dropout (0 < p < 1), sharing, max_len (exact probes: 3 draws, as the table's)
-        (GeneratorName, "missing submodule", ["`output_projection`", "greedy_decode"]),
-        (DoubleDropout, "dropout applied twice", ["dropped twice", "remove the second one"]),
-        (MemoryDropout, "dropout on the memory", ["memory"]),
-        (SharedTargetEmbedding, "modules shared", ["src_vocab_size == tgt_vocab_size"]),
-        (ShortTable, "max_len ignored", ["20 rows", "max_len=64"]),
-    ],
-)
-def test_transformer_mistakes_are_named(cls, mistake, words):
+TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names it)
+    (NoTgtMask, "future leaking", ["future"], "values"),
+    (NoCrossMask, "src_mask not used for cross-attention", ["cross-attention ignores src_mask"], "values"),
+    (NoEncoderMask, "src_mask not used by the encoder", ["encoder ignores src_mask"], "values"),
+    (Unscaled, "embeddings not scaled", ["source and target", "sqrt(d_model)"], "values"),
+    (NoTargetPositions, "positional encoding missing", ["target embeddings"], "values"),
+    (NoProjection, "missing output projection", ["(B, L_tgt, d_model)"], "values"),
+    (Probabilities, "returns probabilities", ["softmax", "raw logits"], "values"),
+    (NoMethods, "missing method", ["encode(src, src_mask)"], "build"),
+    # the same with names the contract does not fix: still compared number by number
+    (renamed("no target positions"), "positional encoding missing", ["target embeddings"], "values"),
+    (renamed("no source positions"), "positional encoding missing", ["source embeddings"], "values"),
+    (renamed("no tgt mask"), "future leaking", ["future"], "values"),
+    (renamed("no src mask"), "src_mask not used", ["not used at all"], "values"),
+    (renamed("no projection"), "missing output projection", ["(B, L_tgt, d_model)"], "values"),
+    (renamed("inconsistent"), "forward disagrees with encode/decode", ["encode, then decode"], "values"),
+    # the notebook's names, extra dropout (0 < p < 1), sharing, max_len
+    (GeneratorName, "missing submodule", ["`output_projection`", "greedy_decode"], "build"),
+    (DoubleDropout, "dropout applied twice", ["dropped twice", "remove the second one"], "extra dropout"),
+    (MemoryDropout, "dropout on the memory", ["memory"], "extra dropout"),
+    (SharedTargetEmbedding, "modules shared", ["src_vocab_size == tgt_vocab_size"], "shared"),
+    (ShortTable, "max_len ignored", ["20 rows", "max_len=64"], "table"),
+]
+
+
+@pytest.mark.parametrize("cls, mistake, words, stage", TRANSFORMER_MISTAKES)
+def test_transformer_mistakes_are_named(cls, mistake, words, stage):
     assert_mistake(check_transformer, cls, mistake, *words, repeat=3)
+
+
+@pytest.mark.parametrize("cls, mistake, words, stage", TRANSFORMER_MISTAKES)
+def test_transformer_mistakes_are_named_on_every_draw(cls, mistake, words, stage):
+    # the whole check above (no earlier step takes the mistake); here only the step that names it, on every
+    # draw: a full check builds the student's model five times, that step once or twice
+    assert_mistake(functools.partial(check_transformer, _stage=stage), cls, mistake, *words, repeat=STABLE)
 
 
 @pytest.mark.parametrize(

@@ -787,9 +787,15 @@ def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
 
 
 @checker("Transformer")
-def check_transformer(cls: Any) -> str:
+def check_transformer(cls: Any, _stage: str | None = None) -> str:
+    """``_stage`` (for the tests, which draw each catalogued mistake many times): run only the
+    step that names a family, ``"build"`` (structure, state, initialisation), ``"values"``
+    (the eval-mode comparisons), ``"dropout"`` (the p = 1 probe), ``"extra dropout"`` (0 < p
+    < 1), ``"shared"`` (equal vocabularies) or ``"table"`` (max_len), on a draw of its own."""
     require_module_class(cls, "Transformer")
     s = _transformer_sizes()
+    if _stage is not None:
+        return _transformer_stage(cls, s, _stage)
     built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in (False, True)]  # structure first: fast
     _table_length(built[0][0], s.D)
     _shared_embeddings(cls, replace(s, N=1))
@@ -803,6 +809,29 @@ def check_transformer(cls: Any) -> str:
              "nowhere else.", mistake="dropout in the wrong place")
     # the notebooks store this line (nbval): change it together with solutions/06
     return "post-norm and pre-norm, with and without masks, compared with the reference"
+
+
+def _transformer_stage(cls: Any, s: _Sizes, stage: str) -> str:
+    """One step of check_transformer (the steps before it cannot name that step's families)."""
+    if stage in ("build", "values", "table"):
+        # the masks and the parts travel alike in both norm placements: post-norm (all three cases) suffices
+        built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in ((False, True) if stage == "build" else
+                                                                           (False,))]
+        if stage == "table":
+            _table_length(built[0][0], s.D)
+        if stage == "values":
+            _mapped_cases(*built[0], s, False)
+    elif stage == "dropout":
+        unexplained = _dropout_probe(cls, replace(s, N=1))
+        if unexplained:
+            fail(f"in training mode {unexplained}", mistake="dropout in the wrong place")
+    elif stage == "extra dropout":
+        _extra_dropout_probe(cls, replace(s, N=1))
+    elif stage == "shared":
+        _shared_embeddings(cls, replace(s, N=1))
+    else:
+        raise ValueError(f"_stage must be one of build, values, dropout, extra dropout, shared, table; got {stage!r}")
+    return f"the {stage} step"
 
 
 # ---------------------------------------------------------------- greedy_decode
