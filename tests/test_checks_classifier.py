@@ -175,14 +175,20 @@ class ClsOwnPool(TransformerClassifier):
         return self.classifier(pooled)
 
 
-def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, shape=None):
-    """A student's forward with (at most) one mistake; the defaults are correct."""
+def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, shape=None, layout="padding",
+                       dropout=False):
+    """A student's forward with (at most) one mistake; the defaults are correct. ``layout``
+    of the encoder's mask: "padding", "query axis" (B, L, 1), "inverted", "causal" (and
+    padding); ``dropout``: F.dropout(pooled, 0.1, training=True), on in eval mode too."""
 
     def forward(self, tokens):
         pad = {"pad": self.pad_id, "zero": 0, None: None}[mask]
         emb = self.embedding(tokens) if scale else self.embedding.embedding(tokens)
         x = self.positional_encoding(emb) if pe else emb
-        h = self.encoder(x, padding_mask(tokens, pad) if pad is not None else None)
+        m = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
+        m = {"padding": lambda: m, "query axis": lambda: (tokens != pad).unsqueeze(-1), "inverted": lambda: ~m,
+             "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()}[layout]()
+        h = self.encoder(x, m)
         real = tokens != (self.pad_id if pad is None else pad)
         kind = self.pooling if pool == "own" else pool
         if shape == "every position":
@@ -199,8 +205,13 @@ def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, s
             pooled = h.mean(dim=1) if self.pooling == "mean" else h[:, 0]
         elif kind == "sum":
             pooled = (h * real.unsqueeze(-1)).sum(1) if self.pooling == "mean" else h[:, 0]
+        elif kind == "own pool, (B, 1, L) mask":  # trial 08.3-w18b: a pool written for (B, L) given padding_mask's
+            w = padding_mask(tokens, self.pad_id).unsqueeze(-1).to(h.dtype)
+            pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
         else:
             pooled = masked_mean_pool(h, real)
+        if dropout:
+            pooled = F.dropout(pooled, 0.1, training=True)
         if shape == "pooled":
             return pooled
         if post == "pooled detached":
@@ -243,6 +254,12 @@ CLASSIFIER_MISTAKES = [
     (dict(shape="every position"), "classified every position", "(B, L, C)"),
     (dict(shape="pooled"), "classifier layer missing", "self.classifier"),
     (dict(post="pooled detached"), "gradient blocked", "no gradient reaches `embedding.embedding.weight`"),
+    # trial 08.3-w20, w02, w16, w13, w18b
+    (dict(layout="query axis"), "padding on the query axis", "(B, L, 1)"),
+    (dict(layout="inverted"), "inverted mask", "True on the padding"),
+    (dict(layout="causal"), "causal mask in the encoder", "causal as well as padding"),
+    (dict(dropout=True), "dropout ignores eval mode", "training=self.training"),
+    (dict(pool="own pool, (B, 1, L) mask"), "mask broadcast wrongly", "(B, 1, L, 1)"),
 ]
 
 

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
+from checker_asserts import STABLE, assert_mistake, assert_not_implemented, assert_passes
 from torch import nn
 
 from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask
@@ -70,6 +70,12 @@ class MaskReplacesCausal(Block):
 class MaskIgnored(Block):
     def attn_mask(self, L, mask):
         return causal_mask(L)
+
+
+class OrMask(Block):  # trial 09.1-w04
+    def attn_mask(self, L, mask):
+        causal = causal_mask(L)
+        return causal if mask is None else causal | mask
 
 
 class PostNorm(Block):
@@ -209,6 +215,7 @@ BLOCK_MISTAKES = [
     (OffByOneDiagonal, "future leaking", "the future leaks"),
     (MaskReplacesCausal, "padding mask replaces causal", "causal_mask(L) & mask"),
     (MaskIgnored, "mask ignored", "no effect"),
+    (OrMask, "| instead of &", "combined with | (or)"),
     (PostNorm, "post-norm", "pre-norm"),
     (NoResidual, "missing residual", "no residual connections"),
     (NoAttentionResidual, "missing residual", "around the self-attention"),
@@ -293,6 +300,7 @@ def test_gpt_block_stub_and_instance():
 
 def test_gpt_block_verdicts_are_stable_over_20_draws():
     assert_mistake(check_gpt_block, ExactGelu, "exact GELU", repeat=20)  # the subtlest: 5e-4 apart
+    assert_mistake(check_gpt_block, OrMask, "| instead of &", repeat=20)  # trial 09.1-w04
     assert_passes(check_gpt_block, SdpaBlock, repeat=20)
 
 
@@ -749,8 +757,10 @@ def test_next_token_probs_verdicts_are_stable_over_20_draws():
 # ---------------------------------------------------------------- generate
 def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
                    *, mode="eval", grad=False, crop="end", position=-1, sampler="multinomial", keep_prompt=True,
-                   use_temperature=True, use_generator=True, restore=True, use_top_p=True, early_return=False):
-    """A student's generate; the keyword-only flags switch on one mistake each."""
+                   use_temperature=True, use_generator=True, restore=True, use_top_p=True, early_return=False,
+                   top_k_passed="in order"):
+    """A student's generate; the keyword-only flags switch on one mistake each. ``top_k_passed``:
+    "in order", "left out", "swapped" (with top_p), "temperature last" (logits, top_k, top_p, temperature)."""
     was_training = model.training
     top_p = top_p if use_top_p else None
     if early_return and max_new_tokens == 0:  # trial 09.4-w18: returns before restoring the mode
@@ -761,9 +771,13 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
     out = tokens
     with torch.set_grad_enabled(grad):
         for _ in range(max_new_tokens):
-            context = out[:, -model.max_len:] if crop == "end" else (out if crop == "none" else out[:, : model.max_len])
+            context = {"end": out[:, -model.max_len:], "none": out, "start": out[:, : model.max_len],
+                       "one short": out[:, -(model.max_len - 1):]}[crop]
             logits = model(context)[:, position]  # (B, V)
-            probs = gpt.next_token_probs(logits, temperature if use_temperature else 1.0, top_k, top_p)
+            t = temperature if use_temperature else 1.0
+            args = {"in order": (t, top_k, top_p), "left out": (t, None, top_p), "swapped": (t, top_p, top_k),
+                    "temperature last": (top_k, top_p, t) if top_k is not None else (t, top_k, top_p)}[top_k_passed]
+            probs = gpt.next_token_probs(logits, *args)
             if sampler == "multinomial":
                 nxt = torch.multinomial(probs, 1, generator=generator if use_generator else None)
             elif sampler == "argmax":
@@ -798,11 +812,24 @@ GENERATE_MISTAKES = [
     (dict(use_top_p=False), "top_p not passed on", "top_p=1e-06"),  # trial 09.4-w17
     (dict(early_return=True), "mode not restored", "max_new_tokens=0"),  # trial 09.4-w18
 ]
+# named from the tokens of the top_k=1 case, before the 4,000 draws: cheap enough for every draw (the
+# checks of one seed share the drawn model and prompt)
+GENERATE_STABLE = [
+    (dict(crop="one short"), "max_len off by one", "max_len - 1"),  # trial 09.4-w11
+    (dict(top_k_passed="left out"), "top_k not passed on", "top_k=1"),  # trial 09.4-w20
+    (dict(top_k_passed="swapped"), "top_k not passed on", "another order"),  # trial 09.4-w21
+    (dict(top_k_passed="temperature last"), "top_k not passed on", "by name"),  # trial 09.4-w15
+]
 
 
 @pytest.mark.parametrize("flags, mistake, words", GENERATE_MISTAKES, ids=[m for _, m, _ in GENERATE_MISTAKES])
 def test_generate_mistakes_are_named(flags, mistake, words):
     assert_mistake(check_generate, variant(**flags), mistake, words, repeat=2)
+
+
+@pytest.mark.parametrize("flags, mistake, words", GENERATE_STABLE, ids=[str(f) for f, _, _ in GENERATE_STABLE])
+def test_generate_argument_and_crop_mistakes_are_named_on_every_draw(flags, mistake, words):
+    assert_mistake(check_generate, variant(**flags), mistake, words, repeat=STABLE)
 
 
 @pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf")],

@@ -991,3 +991,25 @@ def gradient_probe(
              f"gradient entries up to {size:.3g}): the output is right, but part of the computation is cut from the "
              f"graph, so `{name}` gets only part of its gradient. Look for {_CUTS} applied to one branch or "
              "factor (a weight, a residual, a norm's statistics).", mistake="gradient differs")
+
+
+# A checker's draw (sizes, a model, inputs, and what the checker later caches on it) follows from the
+# random state it starts from: checks that start from the same state (the same seed, as when a test runs
+# many students on one set of seeds) share one draw, and the random state after it is set as if drawn.
+# Whoever uses a shared draw must not change it (hand the student copies).
+_DRAWS: dict[tuple, tuple[Any, Tensor]] = {}
+_DRAWS_KEPT = 160  # the most recently used; a draw is a few small models and tensors
+
+
+def drawn_once(draw: Callable[..., Any], **kwargs: Any) -> Any:
+    """``draw(**kwargs)``, made once per random state (and per ``draw`` and arguments)."""
+    key = (draw.__module__, draw.__qualname__, bytes(torch.random.get_rng_state().tolist()),
+           tuple(sorted(kwargs.items())))
+    if key not in _DRAWS:
+        result = draw(**kwargs)
+        _DRAWS[key] = result, torch.random.get_rng_state()
+        while len(_DRAWS) > _DRAWS_KEPT:
+            del _DRAWS[next(iter(_DRAWS))]
+    result, state = _DRAWS[key] = _DRAWS.pop(key)  # the most recently used last: evicted last
+    torch.random.set_rng_state(state)
+    return result

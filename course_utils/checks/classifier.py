@@ -35,10 +35,14 @@ Catalogue (``CheckResult.mistake``):
   ``"mask not broadcast over D"``.
 * ``TransformerClassifier``: ``"[CLS] from the wrong position"`` (last position, second
   position, last real token), ``"pooling ignored"``, ``"mean over padding"``, ``"sum
-  instead of mean"``, ``"padding mask not passed"``, ``"hard-coded pad id"``,
-  ``"positional encoding missing"``, ``"embeddings not scaled"``, ``"returns
-  probabilities"`` (softmax, or log-softmax, before the cross-entropy), ``"classified
-  every position"`` (``(B, L, C)``), ``"classifier layer missing"`` (``(B, D)``).
+  instead of mean"``, ``"padding mask not passed"``, ``"padding on the query axis"`` (a
+  ``(B, L, 1)`` mask: told from no mask by the mask the encoder is called with, seen by a
+  forward pre-hook), ``"inverted mask"``, ``"causal mask in the encoder"``, ``"hard-coded
+  pad id"``, ``"positional encoding missing"``, ``"embeddings not scaled"``, ``"returns
+  probabilities"`` (softmax, or log-softmax, before the cross-entropy), ``"dropout ignores
+  eval mode"`` (two eval-mode calls differ), ``"classified every position"`` (``(B, L,
+  C)``), ``"mask broadcast wrongly"`` (``(B, L, C)`` from a pool written for ``(B, L)``
+  given padding_mask's ``(B, 1, L)``), ``"classifier layer missing"`` (``(B, D)``).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import padding_mask
+from ..attention import causal_mask, padding_mask
 from ..classifier import TransformerClassifier
 from ._core import (
     isnan,
@@ -280,6 +284,7 @@ def _classifier_variant(
     *,
     pool: str | None = None,
     mask_pad: int | None | str = "pad",
+    encoder_mask: str = "padding",
     pe: bool = True,
     scale: bool = True,
     post: str | None = None,
@@ -287,14 +292,23 @@ def _classifier_variant(
     """The reference's logits with at most one deliberate mistake; the defaults are correct.
 
     ``pool``: ``"cls"``, ``"last"``, ``"second"``, ``"last real"``, ``"mean"`` (real
-    tokens), ``"mean all"``, ``"sum"`` (default: ``pooling``'s own). ``mask_pad``: the
+    tokens), ``"mean all"``, ``"sum"``, ``"(B, 1, L) mask"`` (a pool written for a
+    ``(B, L)`` mask given padding_mask's) (default: ``pooling``'s own). ``mask_pad``: the
     pad id the masks are built from (``"pad"``: the model's; ``None``: no mask).
+    ``encoder_mask``: ``"padding"`` (the contract's), ``"query axis"`` ``(B, L, 1)``,
+    ``"inverted"``, ``"causal"`` (padding and causal).
     """
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
     x = ref.embedding.embedding(tokens) * (math.sqrt(ref.embedding.d_model) if scale else 1.0)  # (B, L, D)
     if pe:
         x = ref.positional_encoding(x)
     mask = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
+    if mask is not None and encoder_mask == "query axis":
+        mask = mask.transpose(1, 2)  # (B, L, 1)
+    elif mask is not None and encoder_mask == "inverted":
+        mask = ~mask
+    elif mask is not None and encoder_mask == "causal":
+        mask = mask & causal_mask(tokens.size(1))  # (B, L, L)
     h = ref.encoder(x, mask)  # (B, L, D)
     real = (tokens != (ref.pad_id if pad is None else pad)).unsqueeze(-1).float()  # (B, L, 1)
     pool = pool or pooling
@@ -311,6 +325,9 @@ def _classifier_variant(
         pooled = h.mean(dim=1)
     elif pool == "sum":
         pooled = (h * real).sum(dim=1)
+    elif pool == "(B, 1, L) mask":
+        m = padding_mask(tokens, ref.pad_id).unsqueeze(-1).float()  # (B, 1, L, 1)
+        pooled = (h * m).sum(dim=1) / m.sum(dim=1)  # (B, B, L, D) summed: (B, L, D)
     else:
         pooled = (h * real).sum(dim=1) / real.sum(dim=1)  # (B, D)
     logits = ref.classifier(pooled)  # (B, C)
@@ -321,9 +338,17 @@ def _classifier_variant(
     return logits
 
 
-def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: str) -> list[Mistake]:
+def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: str,
+                         encoder_masks: list[Any]) -> list[Mistake]:
+    """``encoder_masks``: the masks the student's encoder was called with (empty: not seen)."""
     def v(**kw: Any) -> Callable[[], Tensor]:
         return lambda: _classifier_variant(ref, tokens, pooling, **kw)
+
+    B, L = tokens.shape
+    # with one layer, a (B, L, 1) mask gives what no mask gives: the mask the encoder got tells them apart
+    shapes = {tuple(m.shape) if isinstance(m, Tensor) else None for m in encoder_masks}
+    query_axis = (B, L, 1) in shapes
+    not_passed = not encoder_masks or None in shapes
 
     out: list[Mistake] = []
     if pooling == "cls":
@@ -353,9 +378,21 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
              "mean for 'mean'.", v(pool="cls")),
         ]
     out += [
+        ("padding on the query axis",
+         f"the mask you give the encoder has shape ({B}, {L}, 1) = (B, L, 1): it blocks the padding as queries, "
+         "not as keys, so every real token still attends to the padding. padding_mask(tokens, self.pad_id) has "
+         "shape (B, 1, L): the padding on the key axis.", v(encoder_mask="query axis") if query_axis else None),
         ("padding mask not passed",
          "the encoder ran without a mask, so every token attends to the padding too: pass "
-         "padding_mask(tokens, self.pad_id) (shape (B, 1, L)) to self.encoder.", v(mask_pad=None)),
+         "padding_mask(tokens, self.pad_id) (shape (B, 1, L)) to self.encoder.", v(mask_pad=None) if not_passed
+         else None),
+        ("inverted mask",
+         "your mask is True on the padding: the encoder attends only to the padding. True means 'may attend': "
+         "padding_mask(tokens, self.pad_id), i.e. tokens != self.pad_id.", v(encoder_mask="inverted")),
+        ("causal mask in the encoder",
+         "your encoder mask is causal as well as padding: each token sees only the tokens before it. The "
+         "encoder reads the whole input at once (a decoder's habit does not belong here): "
+         "padding_mask(tokens, self.pad_id) only.", v(encoder_mask="causal")),
         ("hard-coded pad id",
          "your masks treat id 0 as padding; this model's padding id is self.pad_id: "
          "padding_mask(tokens, self.pad_id) and tokens != self.pad_id.", v(mask_pad=0)),
@@ -418,19 +455,41 @@ def check_transformer_classifier(cls: Any) -> str:
         tokens = _classifier_tokens(B, L, V, pad_id)  # (B, L)
         tokens0 = tokens.clone()
         case = f"{settings_text}, tokens ({B}, {L}) with padding"
+        encoder_masks: list[Any] = []  # what the student's encoder is called with
+        seen = model.encoder.register_forward_pre_hook(
+            lambda _, args, kw: encoder_masks.append(kw.get("mask", args[1] if len(args) > 1 else None)),
+            with_kwargs=True) if isinstance(getattr(model, "encoder", None), nn.Module) else None
         with torch.no_grad():
-            got = call_student(model, tokens, context=f"running forward ({case})")
+            try:
+                got = call_student(model, tokens, context=f"running forward ({case})")
+            finally:
+                if seen is not None:
+                    seen.remove()
             check_unchanged(["tokens"], [tokens], [tokens0], case)
             expected = ref(tokens0)  # (B, C)
-            if isinstance(got, Tensor) and tuple(got.shape) == (B, L, C):
+            again = call_student(model, tokens, context=f"running forward again ({case})")
+            if isinstance(got, Tensor) and isinstance(again, Tensor) and got.shape == again.shape and \
+                    not bool(((got == again) | (isnan(got) & isnan(again))).all()):  # a NaN is no dropout
+                fail(f"in eval mode, two calls of forward ({case}) give different logits: a dropout still acts "
+                     "after model.eval(). F.dropout(x, p, training=True) ignores the mode: pass "
+                     "training=self.training, or use an nn.Dropout module (or no extra dropout at all: the given "
+                     "modules already have theirs).", mistake="dropout ignores eval mode")
+            if isinstance(got, Tensor) and tuple(got.shape) == (B, L, C) and not torch.allclose(  # 0/0 at pads
+                    got.float(), _classifier_variant(ref, tokens0, pooling, pool="(B, 1, L) mask"), atol=_ATOL,
+                    equal_nan=True):
                 fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C): one prediction per position. "
                      "A classifier gives one per sequence: pool the encoder's output to (B, D) first, then "
                      "self.classifier.", mistake="classified every position")
+            if isinstance(got, Tensor) and tuple(got.shape) == (B, L, C):
+                fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C), because the pooling got "
+                     f"padding_mask's (B, 1, L) mask: a pool that multiplies by mask.unsqueeze(-1) then broadcasts "
+                     f"(B, 1, L, 1) against (B, L, D) into (B, B, L, D), and the sum over axis 1 leaves (B, L, D). "
+                     "Pool with the (B, L) mask tokens != self.pad_id.", mistake="mask broadcast wrongly")
             if isinstance(got, Tensor) and tuple(got.shape) == (B, H * d_k):
                 fail(f"your forward ({case}) returns shape ({B}, {H * d_k}) = (B, D), the pooled vectors: apply "
                      "self.classifier to get the logits (B, num_classes).", mistake="classifier layer missing")
-            expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling), atol=_ATOL,
-                         case=case)
+            expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling, encoder_masks),
+                         atol=_ATOL, case=case)
         gradient_probe(model, ref, dict(tokens=tokens0), params, what="TransformerClassifier", case=case)
     return "[CLS] and mean pooling, post- and pre-norm, GELU and ReLU, a non-zero pad id"
 

@@ -16,8 +16,8 @@ with a forward hook (train mode? gradients? context length?).
 Catalogue (``CheckResult.mistake``):
 
 * ``GPTBlock``: ``"future leaking"`` (an output moves when a later input changes: no or a
-  wrong causal mask), ``"padding mask replaces causal"``, ``"mask ignored"``,
-  ``"post-norm"``, ``"missing residual"``, ``"norms swapped"``, ``"ReLU instead of GELU"``,
+  wrong causal mask), ``"padding mask replaces causal"``, ``"mask ignored"``, ``"|
+  instead of &"`` (with a padding mask), ``"post-norm"``, ``"missing residual"``, ``"norms swapped"``, ``"ReLU instead of GELU"``,
   ``"exact GELU"``, ``"wrong return"``, ``"dropout ignores eval mode"``, ``"input modified in
   place"``, plus the structure ones (``"not a class"``, ``"missing submodule"``,
   ``"unexpected parameters"``, ``"wrong parameter shape"``).
@@ -32,13 +32,18 @@ Catalogue (``CheckResult.mistake``):
   the crossing token"``, ``"top-p unsorted"``, ``"top-p before temperature"``, ``"top-p
   before top-k"``, ``"log-probabilities"``, ``"input modified in place"``, ``"wrong shape"``.
 * ``generate``: ``"sampling in training mode"``, ``"mode not restored"``, ``"gradients
-  tracked"``, ``"context not cropped"``, ``"context cropped from the start"``, ``"reads
-  the first position"`` (logits of the first position), ``"prompt dropped"``, ``"greedy instead of
-  sampling"``, ``"temperature ignored"``, ``"generator ignored"``, ``"wrong shape"``.
+  tracked"``, ``"context not cropped"``, ``"context cropped from the start"``, ``"max_len
+  off by one"`` (cropped to ``max_len - 1``), ``"reads the first position"`` (logits of the
+  first position), ``"top_k not passed on"`` (with ``top_k=1`` a second call under another
+  random state gives other tokens: left out or passed in another position), ``"top_p not
+  passed on"``, ``"prompt dropped"``, ``"greedy instead of sampling"``, ``"temperature
+  ignored"``, ``"generator ignored"``, ``"wrong shape"``. The drawn model and prompt are
+  shared by the checks that start from the same random state.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Callable
@@ -59,6 +64,7 @@ from ._core import (
     check_unchanged,
     checker,
     describe_shape,
+    drawn_once,
     expect_close,
     fail,
     gradient_probe,
@@ -108,7 +114,8 @@ def _block_variant(ref: GPTBlock, x: Tensor, mask: Tensor | None, mutation: dict
     """The pre-norm block computed with the reference's submodules (:func:`._blocks.run_block`),
     attending with ``causal_mask(L) & mask``, optionally with one mutation."""
     causal = causal_mask(x.size(1), device=x.device)
-    masks = {"causal&mask": causal if mask is None else causal & mask, "mask": mask, "causal": causal}
+    masks = {"causal&mask": causal if mask is None else causal & mask, "mask": mask, "causal": causal,
+             "causal|mask": causal if mask is None else causal | mask}
     return run_block(ref, _BLOCK, x, None, masks, True, mutation)
 
 
@@ -131,6 +138,10 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
              "the `mask` argument has no effect: the block must attend with causal_mask(L) & mask, so "
              "that padding is blocked too.",
              {"attn": {"self": ("in", "in", "self_attn", "causal")}}),
+            ("| instead of &",
+             "the causal mask and `mask` are combined with | (or): a key is allowed if it is in the past OR "
+             "real, so with a mask every real later token leaks in. It must be both: causal_mask(L) & mask.",
+             {"attn": {"self": ("in", "in", "self_attn", "causal|mask")}}),
         ]
     table += [
         ("post-norm",
@@ -807,7 +818,8 @@ def _reference_generate(model: GPT, tokens: Tensor, steps: int, temperature: flo
     out = tokens
     with torch.no_grad():
         for _ in range(steps):
-            context = out[:, -model.max_len:] if crop == "end" else out[:, : model.max_len]
+            context = {"end": out[:, -model.max_len:], "start": out[:, : model.max_len],
+                       "one short": out[:, -(model.max_len - 1):]}[crop]
             logits = model(context)[:, position]  # (B, V)
             probs = next_token_probs(logits, temperature, top_k)
             out = torch.cat([out, probs.argmax(-1, keepdim=True)], dim=1)
@@ -846,25 +858,39 @@ def _check_watch(watch: _Watch, model: GPT, was_training: bool, case: str) -> No
              "start and restore it at the end (model.train(was_training)).", mistake="mode not restored")
 
 
-@checker("generate")
-def check_generate(fn: Callable[..., Any]) -> str:
-    require_function(fn, "generate")
+def _generate_setup() -> tuple[GPT, Tensor, int, int, Tensor, Tensor]:
+    """``(model, tokens (B, L0), steps, max_len, logits (V,), target (V,))``: a model whose next-token
+    distribution at ``T`` clearly differs from ``T = 1`` and from greedy, and on whose prompt the
+    crop and position mistakes each give other tokens."""
     V, L0, steps = randint(6, 9), randint(3, 4), randint(4, 6)
     max_len = L0 + 2  # so that the prompt plus the new tokens do not fit: the context must be cropped
-    T, n = 0.5, 4000
-    while True:  # a model whose next-token distribution at T clearly differs from T = 1 and from greedy
+    while True:
         model = GPT(V, d_model=12, num_heads=2, num_layers=2, d_ff=20, dropout=0.5, max_len=max_len)
         randomise_parameters(model)
         tokens = torch.randint(0, V, (3, L0))  # (B, L0)
         with torch.no_grad():
             logits = model.eval()(tokens[:1])[0, -1]  # (V,)
-        target = next_token_probs(logits, T)  # (V,)
+        target = next_token_probs(logits, _GENERATE_T)  # (V,)
         if 0.5 * float((target - logits.softmax(-1)).abs().sum()) < 0.15 or float(target.max()) > 0.8:
             continue
-        greedy = _reference_generate(model, tokens, steps, 1.0, 1)  # (B, L0 + steps)
-        if not any(equal(greedy, _reference_generate(model, tokens, steps, 1.0, 1, **kw))
-                   for kw in (dict(crop="start"), dict(position=0))):
-            break  # cropping from the start and reading the first position both change the tokens
+        outs = [_reference_generate(model, tokens, steps, 1.0, 1, **kw)  # (B, L0 + steps) each
+                for kw in (dict(), dict(crop="start"), dict(crop="one short"), dict(position=0))]
+        if not any(equal(a, b) for i, a in enumerate(outs) for b in outs[i + 1:]):
+            # the right tokens, cropping from the start or one short, and reading the first position differ
+            return model, tokens, steps, max_len, logits, target
+
+
+_GENERATE_T = 0.5  # the temperature of the distribution test
+
+
+@checker("generate")
+def check_generate(fn: Callable[..., Any]) -> str:
+    require_function(fn, "generate")
+    # shared with the checks that start from the same random state; the student gets copies
+    model, tokens, steps, max_len, logits, target = drawn_once(_generate_setup)
+    model, tokens = copy.deepcopy(model), tokens.clone()
+    V, L0 = model.vocab_size, tokens.size(1)
+    T, n = _GENERATE_T, 4000
     original = tokens.clone()
 
     # 1. top_k=1: every draw is the argmax, whatever the sampling method
@@ -879,7 +905,20 @@ def check_generate(fn: Callable[..., Any]) -> str:
     if isinstance(got, Tensor) and got.shape == (tokens.size(0), steps) and equal(got, expected[:, L0:]):
         fail("generate returned only the new tokens; return the prompt followed by them, "
              f"(B, L0 + max_new_tokens) = {describe_shape(expected)}.", mistake="prompt dropped")
+    if isinstance(got, Tensor) and got.shape == expected.shape and not equal(got.long(), expected):
+        torch.manual_seed(4321)  # another global random state: with top_k=1 the tokens must not depend on it
+        again, _ = _generate_call(fn, model, original.clone(), steps, case, top_k=1)
+        model.eval()
+        if isinstance(again, Tensor) and again.shape == got.shape and not equal(again.long(), got.long()):
+            fail(f"with top_k=1 ({case}) every draw is the most likely token, so two calls must give the same "
+                 "tokens; yours differ: top_k does not reach next_token_probs (left out, or its arguments in "
+                 "another order). Pass them on by name: next_token_probs(logits, temperature=temperature, "
+                 "top_k=top_k, top_p=top_p).", mistake="top_k not passed on")
     mistakes: list[Mistake] = [
+        ("max_len off by one",
+         "when the sequence is longer than max_len, generate feeds the model only its last max_len - 1 tokens; "
+         "the model reads max_len: out[:, -model.max_len:].",
+         lambda: _reference_generate(model, original, steps, 1.0, 1, crop="one short")),
         ("context cropped from the start",
          "when the sequence is longer than max_len, generate feeds the model its *first* max_len tokens; "
          "feed it the last ones, out[:, -model.max_len:], which end with the newest token.",

@@ -84,6 +84,7 @@ Catalogue (``CheckResult.mistake``):
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -107,6 +108,7 @@ from ._core import (
     Mistake,
     StudentError,
     call_student,
+    drawn_once,
     check_unchanged,
     checker,
     describe_shape,
@@ -119,7 +121,7 @@ from ._core import (
     require_function,
     require_module_class,
 )
-from .attention import _padding_shape
+from .attention import _causal_candidates, _padding_shape
 from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
 from ._blocks import P_PROBE, check_dropout
 from .decoder import trailing_padding
@@ -203,10 +205,11 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
             ("causal only", causal_only, causal.expand(B, L, L)),
             ("padding only", padding_only, pad),
             ("padding only", padding_only, pad.expand(B, L, L)),
-            ("upper triangle", "the causal part is the upper triangle: each position may look at the future, not "
-             "the past. Position i may attend to keys 0..i: keep the lower triangle (tril).", pad & ones.triu()),
-            ("diagonal excluded", "the causal part leaves out the diagonal: each position must also be allowed to "
-             "attend to itself (tril(), not tril(-1)).", pad & ones.tril(-1)),
+            # the causal part wrong (causal_mask's own words), the padding part right
+            *[(name, f"the causal part is wrong: {words}", pad & wrong) for name, words, wrong in _causal_candidates(L)],
+            ("diagonal shifted", "the causal part is tril(1): each position also sees the next token, the one it "
+             "has to predict. Query i may attend to keys 0..i: torch.tril with the default diagonal=0.",
+             pad & ones.tril(1)),
             ("padding on the query axis", "the padding is applied on the query axis (rows) instead of the key axis "
              "(columns): padding *keys* must be blocked for every query, so use the (B, 1, L) padding mask "
              "(unsqueeze(1)), not (B, L, 1).", pad.transpose(1, 2) & causal),
@@ -220,8 +223,23 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
             mistakes.append(("hard-coded pad id", f"the padding part compares with 0 instead of pad_id (here "
                              f"{pad_id}). Use the pad_id argument.", padding_mask(tgt, 0) & causal))
         _not_bool("the mask", got, expected, case)
+        if matches(got, pad.transpose(1, 2) & causal):  # with trailing padding, as the mask blocking both axes
+            _query_axis_or_both(fn, tgt, pad_id, case)
         expect_close("the mask", got, expected, mistakes, case=case)
     return "(B, L_tgt, L_tgt) = padding & causal, pad_id 0 and non-zero"
+
+
+def _query_axis_or_both(fn: Callable[..., Any], tgt: Tensor, pad_id: int, case: str) -> None:
+    """On trailing padding a real query's past holds no padding, so padding on the query axis
+    alone and padding on both axes give the same mask: the rows reversed (padding first) part them."""
+    flipped = tgt.flip(1)  # (B, L)
+    got = call_student(fn, flipped.clone(), pad_id, context=f"calling make_tgt_mask({case}, rows reversed)")
+    pad = padding_mask(flipped, pad_id)  # (B, 1, L)
+    if matches(got, pad & pad.transpose(1, 2) & causal_mask(tgt.size(1))):
+        fail(f"the mask ({case}) blocks the padding on both axes: the padding keys (columns), as it should, and "
+             "also the padding positions' own rows (queries), which then may attend to no key at all. Block the "
+             "keys only: padding_mask(tgt, pad_id), shape (B, 1, L), & causal_mask(L); the loss ignores the "
+             "padding positions' outputs anyway.", mistake="padding on both axes")
 
 
 # ---------------------------------------------------------------- Transformer
@@ -784,14 +802,53 @@ def check_transformer(cls: Any) -> str:
         fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
              "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
              "nowhere else.", mistake="dropout in the wrong place")
-    # gradients once, pre-norm (every parameter, final norms too): what norm_first changes lives in the
-    # layers and stacks, whose checkers probe both settings; eval mode, from _mapped_cases
-    model, ref = built[1]
+    _transformer_gradient(*built[1], s)
+    # the notebooks store this line (nbval): change it together with solutions/06
+    return "post-norm and pre-norm, with and without masks, compared with the reference"
+
+
+def _transformer_gradient(model: nn.Module, ref: nn.Module, s: _Sizes) -> None:
+    """The gradient probe, once, on the pre-norm pair (every parameter, final norms too): what
+    norm_first changes lives in the layers and stacks, whose checkers probe both settings.
+    Eval mode, as _mapped_cases leaves the pair."""
     inputs = dict(zip(("src", "tgt", "src_mask", "tgt_mask"), _transformer_inputs(s)))
     pairs = named(model, pair_parameters(model, ref, by_structure=True) or [])
     gradient_probe(model, ref, inputs, pairs, what="Transformer", case="norm_first=True")
-    # the notebooks store this line (nbval): change it together with solutions/06
-    return "post-norm and pre-norm, with and without masks, compared with the reference"
+
+
+@checker("Transformer")
+def _check_transformer_stage(cls: Any, stage: str) -> str:
+    """One step of check_transformer, on a draw of its own, for the tests (which draw each
+    catalogued mistake many times): the step that names a family, ``"build"`` (structure,
+    state, initialisation), ``"values"`` (the eval-mode comparisons), ``"dropout"`` (the p = 1
+    probe), ``"extra dropout"`` (0 < p < 1), ``"shared"`` (equal vocabularies) or ``"table"``
+    (max_len), ``"gradient"`` (the gradient probe). Private: not exported, so a notebook's check cell runs the whole check."""
+    require_module_class(cls, "Transformer")
+    s = _transformer_sizes()
+    if stage in ("build", "values", "table"):
+        # the masks and the parts travel alike in both norm placements: post-norm (all three cases) suffices
+        built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in ((False, True) if stage == "build" else
+                                                                           (False,))]
+        if stage == "table":
+            _table_length(built[0][0], s.D)
+        if stage == "values":
+            _mapped_cases(*built[0], s, False)
+    elif stage == "dropout":
+        unexplained = _dropout_probe(cls, replace(s, N=1))
+        if unexplained:
+            fail(f"in training mode {unexplained}", mistake="dropout in the wrong place")
+    elif stage == "extra dropout":
+        _extra_dropout_probe(cls, replace(s, N=1))
+    elif stage == "shared":
+        _shared_embeddings(cls, replace(s, N=1))
+    elif stage == "gradient":
+        model, ref = _build_aligned(cls, s, True, 0.1)
+        _mapped_cases(model, ref, s, True)
+        _transformer_gradient(model, ref, s)
+    else:
+        raise ValueError(f"stage must be one of build, values, dropout, extra dropout, shared, table, gradient; "
+                         f"got {stage!r}")
+    return f"the {stage} step"
 
 
 # ---------------------------------------------------------------- greedy_decode
@@ -806,21 +863,23 @@ def _greedy_raw(
     bos_id: int,
     steps: int,
     *,
-    causal: bool = True,
+    causal: bool | str = True,
     position: int = -1,
     argmax: str = "vocab",
     src_mask_to: tuple[bool, bool] = (True, True),
 ) -> tuple[Tensor, Tensor]:
     """Greedy tokens with no stopping and no filling, ``(B, steps + 1)``, and each step's
     top-1 minus top-2 logit, ``(B, steps)`` (``inf`` where the choice is not a vocabulary argmax).
-    ``src_mask_to``: whether ``encode`` and ``decode`` get ``src_mask``."""
+    ``src_mask_to``: whether ``encode`` and ``decode`` get ``src_mask``; ``causal="inverted"``:
+    ``~causal_mask(T)``."""
     memory = model.encode(src, src_mask if src_mask_to[0] else None)  # (B, L_src, D)
     mask = src_mask if src_mask_to[1] else None
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
     margins = []
     for _ in range(steps):
         T = ys.size(1)
-        out = model.decode(ys, memory, causal_mask(T) if causal else None, mask)  # (B, T, D)
+        tgt_mask = {True: causal_mask(T), False: None, "inverted": ~causal_mask(T)}[causal]  # (T, T)
+        out = model.decode(ys, memory, tgt_mask, mask)  # (B, T, D)
         if argmax == "positions":  # argmax over the positions of (B, T, V), then the last column
             nxt = model.output_projection(out).argmax(dim=1)[:, -1]  # (B,)
             margins.append(torch.full((ys.size(0),), math.inf))
@@ -946,6 +1005,13 @@ def _greedy_mistakes(
             fin("no causal"),
         ),
         (
+            "inverted mask",
+            "the causal mask is inverted (~causal_mask(T)): True marks the future keys, the blocked ones, so "
+            "each position sees only the later ones (and the last, none). In this course True = may attend: "
+            "pass causal_mask(T) as it is.",
+            fin("inverted causal"),
+        ),
+        (
             "argmax over wrong axis",
             "the argmax is taken over the positions axis of the (B, T, V) logits; take the logits of "
             "the last position, (B, V), and the argmax over the vocabulary (dim=-1).",
@@ -1012,6 +1078,7 @@ def _choose_rows(candidates: Tensor, need: list[Tensor], size: int) -> Tensor | 
 
 _VARIANTS = {
     "no causal": dict(causal=False),
+    "inverted causal": dict(causal="inverted"),
     "positions": dict(argmax="positions"),
     "first": dict(position=0),
     "no src mask": dict(src_mask_to=(False, False)),
@@ -1186,7 +1253,8 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
 @checker("greedy_decode")
 def check_greedy_decode(fn: Callable[..., Any]) -> str:
     require_function(fn, "greedy_decode")
-    setup = _greedy_setup()
+    setup = drawn_once(_greedy_setup)  # shared with the checks that start from the same random state
+    setup = replace(setup, model=copy.deepcopy(setup.model))  # the student's own copy
     model, M, bos_id = setup.model, setup.max_len, setup.bos_id
     for case in setup.cases:
         src, mask = setup.src[case.rows], setup.src_mask[case.rows]

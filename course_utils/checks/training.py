@@ -10,7 +10,10 @@ and targets with trailing padding, a non-zero ``pad_id`` with real tokens of id 
 hard-coded 0 shows), and targets that are a non-contiguous slice (as ``batch.tgt_out``
 is: ``.view`` fails on it); without and with label smoothing; last, logits with a real
 target's logit and another 120 below the largest (``[0, -120, 0]``), where
-``log(softmax(x))`` gives ``-inf`` and ``log_softmax`` a finite loss. The result must be a
+``log(softmax(x))`` gives ``-inf`` and ``log_softmax`` a finite loss; then logits with
+``-inf`` for the pad class at a pad position (a model that never predicts ``<pad>``): that
+position's loss is infinite and must not reach the result (``(per * mask).sum()`` gives
+``inf * 0 = nan``, ``"pad positions reach the sum"``). The result must be a
 differentiable 0-d tensor equal to ``F.cross_entropy(..., ignore_index=pad_id,
 label_smoothing=eps)``; a wrong value is compared with the loss computed with each
 catalogued mistake.
@@ -30,6 +33,11 @@ every parameter after each call, and the scheduler's step count. Then a call wit
 left in eval mode (same random seed for the student's call and the reference), and one
 with ``scheduler=None`` and ``clip_norm=None`` passed explicitly, label smoothing and a
 non-zero ``pad_id``. After each call the model (every module) must be in train mode.
+The first setup's gradient norm is above 1.5 (the output layer is scaled up when a draw
+falls below), so a ``clip_norm`` hard-coded as 1.0 clips, differently from the argument.
+Each call is compared before the next one runs. A draw's setup and its simulated
+mistakes are kept for the next check that starts from the same random state (the same
+seed).
 Parameters are compared with an absolute tolerance of ``1e-6`` (the updates are about
 ``1e-2``).
 
@@ -48,6 +56,7 @@ Catalogue (``CheckResult.mistake``):
   batch axis"``, ``"only one side shifted"``, ``"wrong return"``, ``"input modified in
   place"``.
 * ``masked_cross_entropy``: ``"log of softmax"`` (non-finite on extreme logits),
+  ``"pad positions reach the sum"``, ``"sign flipped"``, ``"padding in the sum only"``,
   ``"padding counted"``, ``"divided by all positions"``, ``"divided by the batch size"``,
   ``"hard-coded pad id"``, ``"label smoothing ignored"``, ``"label smoothing applied
   twice"``, ``"smoothing over the other classes only"``, ``"smoothing without the
@@ -68,9 +77,13 @@ Catalogue (``CheckResult.mistake``):
   update"``, ``"zero_grad in the wrong place"``, ``"clipping missing"``, ``"clipping
   after the step"``, ``"clip_grad_value_ instead of clip_grad_norm_"``, ``"scheduler
   stepped before the optimizer"``, ``"scheduler not stepped"``, ``"scheduler stepped
-  twice"``, ``"scheduler None not handled"``, ``"clip_norm None not handled"``), ``"model
-  in eval mode"``, ``"model left in eval mode"``, ``"loss returned as a tensor"``, ``"no
-  loss returned"``, ``"view on a non-contiguous tensor"``.
+  twice"``, ``"scheduler None not handled"``, ``"clip_norm None not handled"``), the size of
+  an update made in the right order (``"optimizer stepped twice"``, ``"hard-coded
+  clip_norm"``, ``"each parameter clipped separately"``, ``"backward on a rescaled
+  loss"``, and ``"update scaled"`` for any other update along the reference's direction),
+  ``"model in eval mode"``, ``"model left in eval mode"``, ``"loss returned as a tensor"``,
+  ``"not a Python float"`` (a numpy number or array), ``"no loss returned"``, ``"view on a
+  non-contiguous tensor"``.
 """
 
 from __future__ import annotations
@@ -78,7 +91,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +111,7 @@ from ._core import (
     check_unchanged,
     checker,
     describe_shape,
+    drawn_once,
     expect_close,
     fail,
     is_view_error,
@@ -253,6 +267,15 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
         return q
 
     out: list[Mistake] = [
+        ("sign flipped",
+         "your loss is the reference's with the sign flipped: the log-likelihood, not its negative. Training "
+         "would push the probability of the right words down. The loss of a position is -log p(target).",
+         lambda: -F.cross_entropy(flat_logits, flat_t, ignore_index=pad_id, label_smoothing=eps)),
+        ("padding in the sum only",
+         "the padding is left out of the count but not out of the sum: the pad positions' losses are summed "
+         "and divided by the number of real tokens. Leave them out of both: select the real positions "
+         "(per_position[targets != pad_id]) and take their mean.",
+         lambda: per_token().sum() / real.sum()),
         ("padding counted",
          "the padding positions are counted: you averaged over every position, pad tokens included. Ignore "
          "the targets equal to pad_id (F.cross_entropy(..., ignore_index=pad_id), or mask them out and divide "
@@ -349,9 +372,9 @@ def _cross_entropy_error(err: StudentError) -> None:
 def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
     require_function(fn, "masked_cross_entropy")
     cases = [(randint(1, 9), 0.0, False), (0, round(0.05 * randint(1, 5), 2), True), (randint(1, 9), 0.1, True),
-             (randint(1, 9), 0.1, True)]  # the last one with extreme logits
+             (randint(1, 9), 0.1, True), (randint(1, 9), 0.1, True)]  # the last two: extreme logits; -inf at a pad
     for i, (pad_id, eps, pass_eps) in enumerate(cases):
-        extreme = i == len(cases) - 1
+        extreme, pad_inf = i == 3, i == 4
         while True:
             B, L, V = randint(2, 5), randint(4, 8), randint(10, 14)
             if _distinct(B, L, V, L + 1):
@@ -370,10 +393,13 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
             logits[b, t, targets[b, t]] = logits[b, t].max() - 120
             logits[-1, -1, randint(0, V - 1)] -= 120
             logits[-1, 0, randint(0, V - 1)] = 100.0  # a large positive logit: exp(100) overflows float32
+        if pad_inf:  # a model that never predicts <pad> may give it -inf: that position's loss is inf, and ignored
+            b, t = torch.nonzero(targets == pad_id)[0].tolist()
+            logits[b, t, pad_id] = -math.inf
         logits.requires_grad_(True)
         logits0, targets0 = logits.detach().clone(), targets.clone()
         args = f"logits ({B}, {L}, {V})" + (" with logits 120 below the largest and one of 100" if extreme else "") + \
-            f", targets ({B}, {L}), pad_id={pad_id}"
+            (" with the pad logit -inf at a pad position" if pad_inf else "") + f", targets ({B}, {L}), pad_id={pad_id}"
         case = args + (f", label_smoothing={eps}" if pass_eps else "")
         kwargs = {"label_smoothing": eps} if pass_eps else {}
         try:
@@ -409,6 +435,14 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                 "in float32 and log(0) = -inf; exp(100) is inf in float32. Use log_softmax (F.log_softmax, or F.cross_entropy, which uses it): it computes "
                 "x - logsumexp(x) without ever forming the tiny probability.",
                 mistake="log of softmax",
+            )
+        if pad_inf and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
+            fail(
+                f"your loss is {float(got.detach())} ({case}); the right one, {float(expected):.4f}, ignores the pad "
+                "positions whatever their logits. The pad positions reach your sum: multiplied by a 0/1 mask, "
+                "their infinite loss gives inf * 0 = nan. Select the real positions instead "
+                "(per_position[targets != pad_id], or torch.where), do not multiply.",
+                mistake="pad positions reach the sum",
             )
         with torch.no_grad():
             expect_close("the loss", got, expected, _cross_entropy_mistakes(logits0, targets0, pad_id, eps), case=case)
@@ -574,10 +608,10 @@ def _variant_loss(model: nn.Module, batch: Any, pad_id: int, eps: float, flags: 
     return masked_cross_entropy(logits, tgt_out, pad_id, e)
 
 
-def _simulate(setup: _StepSetup, flags: frozenset[str]) -> list[tuple[float, Tensor]]:
-    """``(loss, parameters after the call)`` for each batch, with the mistakes in ``flags``."""
+def _simulate(setup: _StepSetup, flags: frozenset[str], calls: int = 2) -> list[tuple[float, Tensor]]:
+    """``(loss, parameters after the call)`` for the first ``calls`` batches, with the mistakes in ``flags``."""
     key = tuple(sorted(flags))
-    if key in setup.cache:
+    if len(setup.cache.get(key, ())) >= calls:
         return setup.cache[key]
     model = copy.deepcopy(setup.model)
     optimizer, scheduler = _make_optimizer(model, setup.use_scheduler)
@@ -587,24 +621,31 @@ def _simulate(setup: _StepSetup, flags: frozenset[str]) -> list[tuple[float, Ten
     results = []
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the candidates' own misuse must not warn in the notebook
-        for i, batch in enumerate(setup.batches):
-            torch.manual_seed(setup.seed + i)
+        for i, batch in enumerate(setup.batches[:calls]):
+            torch.default_generator.manual_seed(setup.seed + i)
             if "eval mode" not in flags:
                 model.train()
             if "no zero_grad" not in flags:
                 optimizer.zero_grad()
             loss = _variant_loss(model, batch, setup.pad_id, setup.eps, flags)
-            loss.backward()
+            (loss / batch.src.size(0) if "loss / B" in flags else loss).backward()
             if "zero_grad after backward" in flags:
                 optimizer.zero_grad()
             if setup.clip is not None and "no clip" not in flags:
+                bound = 1.0 if "clip 1.0" in flags else setup.clip
                 if "clip value" in flags:
-                    nn.utils.clip_grad_value_(model.parameters(), setup.clip)
+                    nn.utils.clip_grad_value_(model.parameters(), bound)
+                elif "clip each" in flags:
+                    for p in model.parameters():
+                        if p.grad is not None:
+                            nn.utils.clip_grad_norm_(p, bound)
                 else:
-                    nn.utils.clip_grad_norm_(model.parameters(), setup.clip)
+                    nn.utils.clip_grad_norm_(model.parameters(), bound)
             if scheduler is not None and "scheduler before" in flags:
                 scheduler.step()
             optimizer.step()
+            if "step twice" in flags:
+                optimizer.step()
             if scheduler is not None and "scheduler before" not in flags and "no scheduler" not in flags:
                 scheduler.step()
             results.append((float(loss.detach()), _flat(model)))
@@ -669,6 +710,25 @@ _UPDATE_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
      "scheduler.step() runs before optimizer.step(): the first update already uses the second step's rate. "
      "Call optimizer.step() first, then scheduler.step().",
      frozenset({"scheduler before"})),
+    # the order of the calls is right in these four: the size of the update is not
+    ("optimizer stepped twice",
+     "the update is twice the reference's: optimizer.step() runs twice in one call. Call it once, after the "
+     "clipping.",
+     frozenset({"step twice"})),
+    ("hard-coded clip_norm",
+     "the gradients are clipped to a norm of 1.0, not to the clip_norm argument: pass clip_norm on, "
+     "nn.utils.clip_grad_norm_(model.parameters(), clip_norm).",
+     frozenset({"clip 1.0"})),
+    ("each parameter clipped separately",
+     "each parameter's gradient is clipped to clip_norm on its own; clip_norm bounds the norm of all the "
+     "gradients together (one global norm, one common factor, so the update keeps its direction): call "
+     "nn.utils.clip_grad_norm_(model.parameters(), clip_norm) once, on all the parameters.",
+     frozenset({"clip each"})),
+    ("backward on a rescaled loss",
+     "the update is the one of (loss / B).backward() with B the batch size: the returned loss is right, but "
+     "the gradient comes from another number. The loss is already a mean over the real tokens: call "
+     "loss.backward() on it as it is.",
+     frozenset({"loss / B"})),
 ]
 
 
@@ -701,8 +761,14 @@ def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None
         )
 
 
-def _step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, train_mode: bool,
-                clip_fraction: float | None) -> _StepSetup:
+def _step_setup(**kwargs: Any) -> _StepSetup:
+    """A draw's setup, shared with the checks that start from the same random state: the
+    student's calls run on copies, and the simulations cached on it are the same for all."""
+    return drawn_once(_draw_step_setup, **kwargs)
+
+
+def _draw_step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, train_mode: bool,
+                     clip_fraction: float | None) -> _StepSetup:
     while True:
         V_src, V_tgt, D, d_ff = randint(11, 15), randint(11, 15), 4 * randint(2, 3), randint(12, 20)
         if _distinct(V_src, V_tgt, D, d_ff):
@@ -725,7 +791,7 @@ def _step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, tr
         batches.append(collate(pairs, pad_id=pad_id))
     leftover = [torch.randn_like(p) for p in model.parameters()]
     setup = _StepSetup(model, batches, pad_id, eps, None, use_scheduler, leftover, randint(0, 10_000), train_mode)
-    if clip_fraction is not None:
+    for _ in range(4 if clip_fraction is not None else 0):
         probe = copy.deepcopy(model)
         probe.train()
         with torch.random.fork_rng(devices=[]):
@@ -736,50 +802,72 @@ def _step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, tr
         grads = [p.grad for p in probe.parameters() if p.grad is not None]
         norm = float(torch.sqrt(sum((g**2).sum() for g in grads)))
         largest = max(float(g.abs().max()) for g in grads)
+        if norm > 1.5:
+            break
+        # rare: below 1, a clip_norm hard-coded as 1.0 would not clip, like no clipping at all; larger
+        # logits give larger gradients
+        with torch.no_grad():
+            model.output_projection.weight.mul_(2.0)
+    if clip_fraction is not None:
         # below the global norm (clip_grad_norm_ acts) and below the largest entry (so that
         # clip_grad_value_ would act too, and differently)
         setup.clip = round(min(norm * clip_fraction, 0.5 * largest), 4)
     return setup
 
 
-def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str, pass_options: bool) -> list[tuple[Any, Tensor, Any, bool]]:
+def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
+                 pass_options: bool) -> Iterator[tuple[Any, Tensor, Any, bool]]:
+    """The student's calls, one by one: the comparison of a call comes before the next call."""
     model = copy.deepcopy(setup.model)
     optimizer, scheduler = _make_optimizer(model, setup.use_scheduler)
     for p, g in zip(model.parameters(), setup.leftover):
         p.grad = g.clone()
     model.train(setup.train_mode)
-    out = []
-    with torch.random.fork_rng(devices=[]):
-        for i, batch in enumerate(setup.batches):
-            torch.manual_seed(setup.seed + i)
-            kwargs: dict[str, Any] = {}
-            if pass_options:
-                kwargs = dict(scheduler=scheduler, pad_id=setup.pad_id, label_smoothing=setup.eps, clip_norm=setup.clip)
-            originals = [batch.src.clone(), batch.tgt.clone()]
-            try:
-                loss = call_student(fn, model, batch, optimizer, context=f"calling train_step ({words})", **kwargs)
-            except StudentError as err:
-                _train_step_error(err, batch, setup.clip)
-                raise
-            check_unchanged(["batch.src", "batch.tgt"], [batch.src, batch.tgt], originals, words)
-            grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
-            out.append((loss, _flat(model), grads, all(m.training for m in model.modules())))
-            if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
-                if scheduler.last_epoch == 0:
-                    fail(
-                        f"the scheduler was not stepped ({words}): the learning rate would stay at its first value "
-                        "for the whole training. Call scheduler.step() after optimizer.step().",
-                        mistake="scheduler not stepped",
-                    )
+    # each call in its own fork of the random state: none stays open while a call is compared
+    for i, batch in enumerate(copy.deepcopy(setup.batches)):  # the setup's own stay as drawn
+        kwargs: dict[str, Any] = {}
+        if pass_options:
+            kwargs = dict(scheduler=scheduler, pad_id=setup.pad_id, label_smoothing=setup.eps, clip_norm=setup.clip)
+        originals = [batch.src.clone(), batch.tgt.clone()]
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.default_generator.manual_seed(setup.seed + i)  # the CPU's: torch.manual_seed costs ms
+                # boxed, so that a numpy loss reaches _as_loss (a float is due, not a tensor)
+                loss = call_student(lambda *a, **k: [_Returned(fn(*a, **k))], model, batch, optimizer,
+                                    context=f"calling train_step ({words})", **kwargs)[0].value
+        except StudentError as err:
+            _train_step_error(err, batch, setup.clip)
+            raise
+        check_unchanged(["batch.src", "batch.tgt"], [batch.src, batch.tgt], originals, words)
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+        result = (loss, _flat(model), grads, all(m.training for m in model.modules()))
+        if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
+            if scheduler.last_epoch == 0:
                 fail(
-                    f"the scheduler was stepped {scheduler.last_epoch} times in one call ({words}): step it once, "
-                    "after optimizer.step().",
-                    mistake="scheduler stepped twice",
+                    f"the scheduler was not stepped ({words}): the learning rate would stay at its first value "
+                    "for the whole training. Call scheduler.step() after optimizer.step().",
+                    mistake="scheduler not stepped",
                 )
-    return out
+            fail(
+                f"the scheduler was stepped {scheduler.last_epoch} times in one call ({words}): step it once, "
+                "after optimizer.step().",
+                mistake="scheduler stepped twice",
+            )
+        yield result
+
+
+@dataclass
+class _Returned:
+    value: Any
 
 
 def _as_loss(value: Any, words: str, expected: float) -> float:
+    if type(value).__module__ == "numpy":  # loss.detach().numpy(), np.float32(...): by name, numpy not imported
+        fail(
+            f"train_step returns the loss as a numpy {type(value).__name__} ({words}): return a Python float, "
+            "loss.item(), which a history list, an f-string or a plot takes as it is.",
+            mistake="not a Python float",
+        )
     if isinstance(value, Tensor) and value.numel() == 1:
         right = math.isclose(float(value.detach()), expected, rel_tol=1e-5, abs_tol=1e-6)
         fail(
@@ -799,10 +887,10 @@ def _as_loss(value: Any, words: str, expected: float) -> float:
     raise AssertionError  # unreachable: fail raises
 
 
-def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any, bool]], words: str) -> None:
+def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]], words: str) -> None:
     expected = _simulate(setup, frozenset())
     for i, ((loss, params, grads, training), (exp_loss, exp_params)) in enumerate(zip(got, expected)):
-        call = f"call {i + 1} of {len(got)}, {words}"
+        call = f"call {i + 1} of {len(expected)}, {words}"
         value = _as_loss(loss, call, exp_loss)
         if not math.isclose(value, exp_loss, rel_tol=1e-5, abs_tol=1e-6):
             for name, diagnosis, flags in _LOSS_MISTAKES:
@@ -811,12 +899,12 @@ def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any, bool]], w
                 if "pad zero" in flags and setup.pad_id == 0:
                     continue
                 try:
-                    candidate = _simulate(setup, flags)[i][0]
+                    candidate = _simulate(setup, flags, i + 1)[i][0]
                 except Exception:  # noqa: BLE001 - a variant that cannot run is not this mistake
                     continue
                 if math.isclose(value, candidate, rel_tol=1e-5, abs_tol=1e-6):
                     fail(f"{diagnosis} ({call})", mistake=name)
-            if not setup.train_mode and math.isclose(value, _simulate(setup, frozenset({"eval mode"}))[i][0],
+            if not setup.train_mode and math.isclose(value, _simulate(setup, frozenset({"eval mode"}), i + 1)[i][0],
                                                      rel_tol=1e-5, abs_tol=1e-6):
                 fail(
                     f"the model stays in eval mode ({call}): dropout is off during training. The model may arrive "
@@ -832,7 +920,8 @@ def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any, bool]], w
                      f"eval mode ({call}): the next step's dropout would be off. Keep it in train mode; evaluate "
                      "elsewhere (evaluation restores the mode it found).", mistake="model left in eval mode")
             continue
-        if not setup.train_mode and matches(params, _simulate(setup, frozenset({"eval mode"}))[i][1], 1e-6, 1e-5):
+        eval_mode = frozenset({"eval mode"})
+        if not setup.train_mode and matches(params, _simulate(setup, eval_mode, i + 1)[i][1], 1e-6, 1e-5):
             fail(
                 f"the update was computed in eval mode ({call}): call model.train() at the start of train_step "
                 "(before the forward pass), since an evaluation may have switched dropout off.",
@@ -845,14 +934,17 @@ def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any, bool]], w
         for name, diagnosis, flags in _UPDATE_MISTAKES:
             if "scheduler before" in flags and not setup.use_scheduler or "clip value" in flags:
                 continue
-            if matches(params, _simulate(setup, flags)[i][1], atol=1e-6, rtol=1e-5):
+            if flags & {"clip 1.0", "clip each"} and setup.clip in (None, 1.0):
+                continue  # these clip like the reference here
+            if matches(params, _simulate(setup, flags, i + 1)[i][1], atol=1e-6, rtol=1e-5):
                 if "no zero_grad" in flags and all(g is None or not bool(g.any()) for g in grads):
                     fail(f"optimizer.zero_grad() is called, but at the end of the step, after optimizer.step() ({call}): "
                          "the first update then still adds gradients left over from before the call (say, from a cell "
                          "that looked at them). Call it at the start, before loss.backward().",
                          mistake="zero_grad in the wrong place")
                 fail(f"{diagnosis} ({call})", mistake=name)
-        if setup.clip is not None and matches(params, _simulate(setup, frozenset({"no clip"}))[i][1], 1e-6, 1e-5):
+        no_clip = frozenset({"no clip"})
+        if setup.clip is not None and matches(params, _simulate(setup, no_clip, i + 1)[i][1], 1e-6, 1e-5):
             present = [g for g in grads if g is not None]
             norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in present))) if present else None
             if norm is not None and math.isclose(norm, setup.clip, rel_tol=1e-3):
@@ -867,9 +959,17 @@ def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any, bool]], w
                 "optimizer.step().",
                 mistake="clipping missing",
             )
-        if setup.clip is not None and matches(params, _simulate(setup, frozenset({"clip value"}))[i][1], 1e-6, 1e-5):
+        clip_value = frozenset({"clip value"})
+        if setup.clip is not None and matches(params, _simulate(setup, clip_value, i + 1)[i][1], 1e-6, 1e-5):
             name, diagnosis, _ = _UPDATE_MISTAKES[2]
             fail(f"{diagnosis} ({call})", mistake=name)
+        step, exp_step = params - before, exp_params - before  # (P,) each
+        ratio = float(step @ exp_step / (exp_step @ exp_step))
+        if matches(step, ratio * exp_step, atol=1e-6, rtol=1e-4):
+            fail(f"after {call}, the update points the right way but is {ratio:.3g} times the reference's: the "
+                 "order of the calls may be right, the size of the step is not. Check that the loss you call "
+                 "backward() on is the one you return, that clip_norm is passed on (one global norm over all "
+                 "the parameters) and that optimizer.step() runs once.", mistake="update scaled")
         diff = (params - exp_params).abs()
         fail(f"after {call}, the parameters differ from the reference's by up to {float(diff.max()):.3g}, yet the "
              "loss is right: check the order zero_grad, forward, loss, backward, clip, optimizer.step, "
