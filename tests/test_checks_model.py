@@ -363,6 +363,29 @@ class SharedTargetEmbedding(course_utils.Transformer):  # trial 06.3-w23
             self.tgt_embedding = self.src_embedding
 
 
+def tied(own, role):
+    """A Transformer whose ``role`` parameter is ``own``'s (tied when the shapes allow)."""
+
+    class Tied(course_utils.Transformer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            a, b = self.get_parameter(own), self.get_submodule(role.rsplit(".", 1)[0])
+            if a.shape == getattr(b, "weight").shape:
+                b.weight = a
+
+    return Tied
+
+
+class DecodeWithSourceEmbedding(course_utils.Transformer):  # trial D w_src_emb_for_tgt
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        return self.decoder(self.positional_encoding(self.src_embedding(tgt)), memory, tgt_mask, memory_mask)
+
+
+class EncodeWithTargetEmbedding(course_utils.Transformer):
+    def encode(self, src, src_mask=None):
+        return self.encoder(self.positional_encoding(self.tgt_embedding.embedding(src) * self.d_model**0.5), src_mask)
+
+
 class ShortTable(course_utils.Transformer):  # trial 06.3-w29: PositionalEncoding(d_model, 20, dropout)
     def __init__(self, *args, d_model=512, dropout=0.1, **kwargs):
         super().__init__(*args, d_model=d_model, dropout=dropout, **kwargs)
@@ -401,6 +424,15 @@ class NoMethods(nn.Module):
         (DoubleDropout, "dropout applied twice", ["dropped twice", "remove the second one"]),
         (MemoryDropout, "dropout on the memory", ["memory"]),
         (SharedTargetEmbedding, "modules shared", ["src_vocab_size == tgt_vocab_size"]),
+        # trial D w_tied_output: every pair of the three (V, D) matrices, named (equal vocabularies for the others)
+        (tied("tgt_embedding.embedding.weight", "output_projection.weight"), "modules shared",
+         ["`tgt_embedding.embedding.weight` and `output_projection.weight` are one and the same Parameter", "three matrices"]),
+        (tied("src_embedding.embedding.weight", "output_projection.weight"), "modules shared",
+         ["`src_embedding.embedding.weight` and `output_projection.weight`", "src_vocab_size == tgt_vocab_size"]),
+        (tied("src_embedding.embedding.weight", "tgt_embedding.embedding.weight"), "modules shared",
+         ["`src_embedding.embedding.weight` and `tgt_embedding.embedding.weight`", "three matrices"]),
+        (DecodeWithSourceEmbedding, "embeddings swapped", ["decode looks the target tokens up in self.src_embedding"]),
+        (EncodeWithTargetEmbedding, "embeddings swapped", ["encode looks the source tokens up in self.tgt_embedding"]),
         (ShortTable, "max_len ignored", ["20 rows", "max_len=64"]),
     ],
 )

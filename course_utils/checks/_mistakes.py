@@ -165,6 +165,7 @@ MISTAKES: dict[str, str] = {
     "cross-attention ignores memory": "cross-attention keys and values not from memory",
     "memory normalised": "the encoder output goes through the decoder layer's norm",
     "masks swapped": "masks passed to the wrong attentions or arguments",
+    "embeddings swapped": "encode or decode looks its tokens up in the other language's embedding",
     "mask not passed on": "the mask is not passed on to the attention or layers",
     "masks not passed on": "the decoder's masks are not passed on to its layers",
     "tgt_mask not passed": "tgt_mask not passed on",

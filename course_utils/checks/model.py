@@ -116,6 +116,7 @@ from ._core import (
     randint,
     register_hints,
     require_function,
+    require_distinct_roles,
     require_module_class,
 )
 from .attention import _padding_shape
@@ -426,6 +427,12 @@ _NAMED_PARTS = {
 }
 
 
+_THREE_MATRICES = (
+    "the exercise's Transformer keeps three matrices, the source embedding, the target embedding and the "
+    "output projection, whatever the vocabulary sizes (tying them is the option discussed later, done on purpose)."
+)
+
+
 def _require_parts(model: nn.Module) -> None:
     """The submodule names the notebook gives, which its later cells and greedy_decode use."""
     for path, built in _NAMED_PARTS.items():
@@ -581,6 +588,7 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     _require_methods(model)
     _require_parts(model)
     ref = Transformer(s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
+    require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding
     _check_state(model, s.D)
     pairs = pair_parameters(model, ref, by_structure=True)
     if pairs is None:
@@ -691,17 +699,13 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
 
 
 def _shared_embeddings(cls: Any, s: _Sizes) -> None:
-    """With equal vocabulary sizes the two embeddings have the same shape: they must still be two."""
+    """With equal vocabulary sizes both embeddings and the output projection have the same
+    shape (V, D): every pair of these roles must still be two matrices."""
     shown = s.shown(False).replace(f"{s.V_src}, {s.V_tgt}", f"{s.V_src}, {s.V_src}", 1)
     model = call_student(cls, s.V_src, s.V_src, context=f"constructing Transformer({shown})", **s.kwargs(False))
-    src, tgt = getattr(model, "src_embedding", None), getattr(model, "tgt_embedding", None)
-    if not (isinstance(src, nn.Module) and isinstance(tgt, nn.Module)):
-        return
-    if src is tgt or {id(p) for p in src.parameters()} & {id(p) for p in tgt.parameters()}:
-        fail(f"with src_vocab_size == tgt_vocab_size ({shown}), your tgt_embedding is the src_embedding (one "
-             "module, one matrix for both languages). The exercise builds two separate embeddings whatever the "
-             "sizes (sharing them is the option discussed later, done on purpose): "
-             "self.tgt_embedding = TokenEmbedding(tgt_vocab_size, d_model).", mistake="modules shared")
+    if isinstance(model, nn.Module):
+        why = f"This one was built with src_vocab_size == tgt_vocab_size, Transformer({shown}): " + _THREE_MATRICES
+        require_distinct_roles(model, Transformer(s.V_src, s.V_src, **s.kwargs(False)), "Transformer", why)
 
 
 def _table_length(model: nn.Module, D: int) -> None:
@@ -768,12 +772,49 @@ def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
                  "and after the positional table, nowhere else).", mistake="dropout on the memory")
 
 
+def _embedding_probe(model: nn.Module, s: _Sizes) -> None:
+    """forward once (eval mode), counting the lookups of each embedding: encode must embed the
+    source with src_embedding, decode the target with tgt_embedding. The vocabulary sizes
+    differ, so a swapped table often raises (an id out of range) before the values can show:
+    the pre-hooks have counted the lookup by then."""
+    # each side's lookups, counted on TokenEmbedding (whose range check may raise first) and on
+    # its nn.Embedding (which a student may call directly): the larger count is the number of calls
+    names = ("src_embedding", "tgt_embedding")
+    counts: Counter = Counter()
+    handles = []
+    for name in names:
+        outer = getattr(model, name, None)
+        for level, sub in enumerate((outer, getattr(outer, "embedding", None))):
+            if isinstance(sub, nn.Module):
+                key = (name, level)
+                handles.append(sub.register_forward_pre_hook(lambda m, a, key=key: counts.update([key])))
+    raised = False
+    try:
+        with torch.no_grad():
+            call_student(model.eval(), *_transformer_inputs(s), context="running forward (eval mode)")
+    except StudentError:
+        raised = True  # reported by the comparisons, unless the lookups below explain it
+    finally:
+        for h in handles:
+            h.remove()
+    used = {n: max(counts[(n, 0)], counts[(n, 1)]) for n in names}
+    for method, own, other, words in (("encode", "src_embedding", "tgt_embedding", "source"),
+                                      ("decode", "tgt_embedding", "src_embedding", "target")):
+        # encode runs first: one wrong lookup that raised is enough; decode's comes after encode's
+        if used[own] == 0 and (used[other] > 1 or (method == "encode" and raised and used[other] == 1)):
+            fail(f"{method} looks the {words} tokens up in self.{other}, the other language's embedding, and "
+                 f"self.{own} is never used" + (" (with vocabulary sizes "
+                 f"{s.V_src} and {s.V_tgt} some ids do not even fit)" if raised else "")
+                 + f": {method} embeds with self.{own}.", mistake="embeddings swapped")
+
+
 @checker("Transformer")
 def check_transformer(cls: Any) -> str:
     require_module_class(cls, "Transformer")
     s = _transformer_sizes()
     built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in (False, True)]  # structure first: fast
     _table_length(built[0][0], s.D)
+    _embedding_probe(built[0][0], s)
     _shared_embeddings(cls, replace(s, N=1))
     unexplained = _dropout_probe(cls, replace(s, N=1))
     _extra_dropout_probe(cls, replace(s, N=1))
