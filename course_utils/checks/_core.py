@@ -706,6 +706,15 @@ def require_distinct_roles(module: nn.Module, reference: nn.Module | None, what:
     )
 
 
+def require_no_grad(grad_enabled: Iterable[bool], what: str, function: str, case: str) -> None:
+    """Fail ("gradients tracked") when a model call of a generation loop ran with gradient
+    tracking on: ``grad_enabled`` holds ``torch.is_grad_enabled()`` at each call (a hook's)."""
+    if any(grad_enabled):
+        fail(f"the model ran with gradient tracking on ({case}): {what} needs no gradients, and "
+             "they cost memory at every step. Wrap the loop in `with torch.no_grad():` (or decorate "
+             f"{function} with @torch.no_grad()).", mistake="gradients tracked")
+
+
 class _CallSpy(torch.overrides.TorchFunctionMode):
     """Notes the torch functions called whose ``__name__`` is in ``names``."""
 

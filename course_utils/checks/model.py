@@ -118,6 +118,7 @@ from ._core import (
     require_function,
     require_distinct_roles,
     require_module_class,
+    require_no_grad,
 )
 from .attention import _padding_shape
 from ._pairing import copy_parameters, pair_parameters, randomise_parameters
@@ -1159,6 +1160,146 @@ def _greedy_cases(
     return _GreedySetup(model, src, src_mask, bos_id, pad_id, M, cases)
 
 
+class _GreedyWatch:
+    """Pre-hooks on ``model.encoder`` and ``model.decoder`` noting, at every call: whether
+    gradients are tracked, which sub-modules are in train mode, and (encoder) how many
+    source rows it encodes. A full ``model(src, ys, ...)`` runs the encoder too."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.grad: list[bool] = []
+        self.training: set[str] = set()  # sub-modules that ran in train mode
+        self.encoder_calls = self.rows_encoded = 0
+        self.handles = [model.encoder.register_forward_pre_hook(self._hook(True), with_kwargs=True),
+                        model.decoder.register_forward_pre_hook(self._hook(False), with_kwargs=True)]
+
+    def _hook(self, encoder: bool) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            self.grad.append(torch.is_grad_enabled())
+            self.training.update(n for n, m in self.model.named_modules() if n and m.training)
+            if encoder:
+                x = args[0] if args else kwargs.get("x")
+                self.encoder_calls += 1
+                self.rows_encoded += x.size(0) if isinstance(x, Tensor) and x.dim() == 3 else 0
+        return hook
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def in_train_mode(self) -> list[str]:
+        """The topmost sub-modules that ran in train mode, in the model's order."""
+        return [n for n, _ in self.model.named_modules()
+                if n in self.training and not any(n.startswith(p + ".") for p in self.training)]
+
+
+def _watch_before_tokens(watch: _GreedyWatch, words: str) -> None:
+    """What changes the tokens: dropout still on in a part of the model."""
+    parts = watch.in_train_mode()
+    if parts:
+        shown = ", ".join(f"model.{n}" for n in parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
+        fail(f"during decoding ({words}) {shown} ran in train mode, so dropout changed the predictions: "
+             "call model.eval() on the whole model (it switches every sub-module), not on a part of it, "
+             "and restore the caller's mode at the end.", mistake="model left in train mode")
+
+
+def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
+    """Right tokens, wrong cost: the source encoded again at every step, gradients tracked."""
+    if watch.rows_encoded > B:
+        fail(f"the tokens are right, but the encoder ran {watch.encoder_calls} times in one call ({words}), "
+             f"encoding {watch.rows_encoded} source rows for a batch of {B}: the source is encoded once. "
+             "Compute memory = model.encode(src, src_mask) before the loop and call only model.decode inside it "
+             "(a full model(src, ys, ...) at every step re-encodes the source each time).",
+             mistake="source encoded at every step")
+    require_no_grad(watch.grad, "decoding", "greedy_decode", words)
+
+
+def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int, eos_id: int, fill: int, M: int,
+                 tgt_mask: Callable[[int], Tensor], eos_filled: bool = False, cumulative: bool = True) -> Tensor:
+    """Greedy decoding, filling as it goes, with one of the mistakes that have no margins
+    guarantee (so they are tried only once the tokens are wrong)."""
+    memory = model.encode(src, src_mask)  # (B, L_src, D)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)  # (B,)
+    for _ in range(M):
+        out = model.decode(ys, memory, tgt_mask(ys.size(1)), src_mask)  # (B, T, D)
+        nxt = model.output_projection(out[:, -1]).argmax(dim=-1)  # (B,)
+        if eos_filled:
+            finished = finished | (nxt == eos_id)
+        nxt = nxt.masked_fill(finished, fill)
+        if not eos_filled:
+            finished = (finished | (nxt == eos_id)) if cumulative else nxt == eos_id
+        ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, T + 1)
+        if bool(finished.all()):
+            break
+    return ys
+
+
+_LAZY_GREEDY = [  # (name, diagnosis, _lazy_greedy's keywords)
+    ("upper triangle", "the target mask lets each position see the later ones and not the earlier ones (the upper "
+     "triangle, causal_mask(T).T or triu): pass causal_mask(T), True on and below the diagonal.",
+     dict(tgt_mask=lambda T: causal_mask(T).T)),
+    ("inverted mask", "the target mask is inverted (~causal_mask(T): True where a position may NOT attend): the "
+     "contract's masks are True = may attend, so pass causal_mask(T) itself.",
+     dict(tgt_mask=lambda T: ~causal_mask(T))),
+    ("eos overwritten", "each sequence's <eos> itself is replaced by the filler: mark a sequence finished after "
+     "writing its token (finished = finished | (next_token == eos_id) after the masked_fill), so the <eos> stays.",
+     dict(eos_filled=True)),
+    ("finished not cumulative", "`finished` is recomputed from the newest token only (finished = next_token == "
+     "eos_id), so a sequence that has filled a pad counts as unfinished again and produces more tokens: keep it "
+     "finished, finished = finished | (next_token == eos_id).", dict(cumulative=False)),
+]
+
+
+def _lazy_diagnosis(got: Any, setup: _GreedySetup, case: _GreedyCase, src: Tensor, mask: Tensor, words: str) -> None:
+    if not isinstance(got, Tensor) or got.dim() != 2:
+        return
+    fill = case.eos_id if case.pad_id is None else case.pad_id
+    model = setup.model.eval()
+    for name, diagnosis, kw in _LAZY_GREEDY:
+        kw = {"tgt_mask": causal_mask, **kw}
+        try:
+            with torch.no_grad():
+                value = _lazy_greedy(model, src, mask, setup.bos_id, case.eos_id, fill, setup.max_len, **kw)
+        except Exception:  # noqa: BLE001 - a fully blocked row may fail; the variant is then not the student's
+            continue
+        if not _same(value, case.expected) and _same(got.long(), value):
+            fail(f"the output ({words}) is what greedy decoding gives when {diagnosis}", mistake=name)
+
+
+class _ProbeError(RuntimeError):
+    """Raised by the checker inside the model, to see whether greedy_decode restores the mode."""
+
+
+def _restored_after_error(fn: Callable[..., Any], setup: _GreedySetup) -> None:
+    """The model comes in train mode and its decoder raises at the second step: the caller's
+    mode must still come back (try/finally)."""
+    model, rows = setup.model, setup.cases[0].rows
+    calls = []
+
+    def explode(module: nn.Module, args: tuple[Any, ...]) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise _ProbeError("the checker's decoder failed on purpose at step 2")
+
+    handle = model.decoder.register_forward_pre_hook(explode)
+    model.train()
+    try:
+        call_student(fn, model, setup.src[rows], setup.max_len, setup.bos_id, setup.cases[0].eos_id,
+                     src_mask=setup.src_mask[rows])
+    except StudentError:
+        pass
+    finally:
+        handle.remove()
+        left = {m.training for m in model.modules()}
+        model.eval()
+    if len(calls) >= 2 and left != {True}:
+        fail("the tokens are right, but when the model raises an error during decoding (the checker made the "
+             "decoder fail at step 2, the model in train mode), greedy_decode leaves it in eval mode: restore the "
+             "mode in a `finally:` block (try: ... finally: model.train(was_training)), so that a failed decode "
+             "does not silently switch off dropout for the rest of training.", mistake="mode not restored")
+
+
 def _token_diagnosis(got: Any, expected: Tensor, case: str, max_len: int) -> None:
     """Say which row differs, in tokens, instead of a float difference."""
     if not isinstance(got, Tensor) or got.dim() != 2:
@@ -1233,6 +1374,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         kwargs: dict[str, Any] = {"src_mask": mask}
         if case.pass_pad:
             kwargs["pad_id"] = case.pad_id
+        watch = _GreedyWatch(model)
         try:
             got = call_student(fn, model, src, M, bos_id, case.eos_id, context=f"decoding ({words})", **kwargs)
         except StudentError as err:
@@ -1240,8 +1382,11 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
             if not isinstance(err.exc, NotImplementedError):
                 _greedy_probe(fn, setup, case, err)
             raise
+        finally:
+            watch.close()
         left_in = {m.training for m in model.modules()}  # the modes greedy_decode left behind
         model.eval()
+        _watch_before_tokens(watch, words)
         check_unchanged(["src", "src_mask"], [src, mask], [src0, mask0], words)
         if isinstance(got, Tensor) and got.dtype != torch.long:
             right = got.shape == case.expected.shape and bool(equal(got.long(), case.expected))
@@ -1256,8 +1401,10 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
             expect_close("the output", got, case.expected, case.mistakes, atol=0, rtol=0, case=words)
         except Failure as f:
             if f.mistake in ("values differ", "wrong shape"):
+                _lazy_diagnosis(got, setup, case, src, mask, words)
                 _token_diagnosis(got, case.expected, words, M)
             raise
+        _watch_after_tokens(watch, len(case.rows), words)
         if left_in != {case.train}:
             came, left = ("train", "eval") if case.train else ("eval", "train")
             fail(
@@ -1267,6 +1414,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
                 "`was_training = model.training` before model.eval() and end with model.train(was_training).",
                 mistake="mode not restored",
             )
+    _restored_after_error(fn, setup)
     return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
 
 
