@@ -100,6 +100,7 @@ from ._core import (
     describe_shape,
     expect_close,
     fail,
+    Failure,
     is_view_error,
     matches,
     randint,
@@ -640,6 +641,11 @@ _LOSS_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
      "the model is called without batch.src_mask: attention reads the source padding. Call "
      "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
      frozenset({"no src mask"})),
+    ("masks not passed",
+     "the model is called without masks, model(batch.src, batch.tgt_in): the target positions see the later "
+     "tokens they have to predict and attention reads the source padding. Call model(batch.src, batch.tgt_in, "
+     "batch.src_mask, batch.tgt_mask).",
+     frozenset({"no src mask", "no tgt mask"})),
     ("padding counted",
      "the loss counts the padding positions of batch.tgt_out: pass pad_id on (masked_cross_entropy(logits, "
      "batch.tgt_out, pad_id, ...) or ignore_index=pad_id).",
@@ -762,6 +768,7 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str, pass_opt
                 _train_step_error(err, batch, setup.clip)
                 raise
             check_unchanged(["batch.src", "batch.tgt"], [batch.src, batch.tgt], originals, words)
+            _scheduler_argument(scheduler, words)
             grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
             out.append((loss, _flat(model), grads, all(m.training for m in model.modules())))
             if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
@@ -870,10 +877,106 @@ def _compare_step(setup: _StepSetup, got: list[tuple[Any, Tensor, Any, bool]], w
         if setup.clip is not None and matches(params, _simulate(setup, frozenset({"clip value"}))[i][1], 1e-6, 1e-5):
             name, diagnosis, _ = _UPDATE_MISTAKES[2]
             fail(f"{diagnosis} ({call})", mistake=name)
+        _gradient_diagnosis(setup, i, grads, call)
         diff = (params - exp_params).abs()
         fail(f"after {call}, the parameters differ from the reference's by up to {float(diff.max()):.3g}, yet the "
              "loss is right: check the order zero_grad, forward, loss, backward, clip, optimizer.step, "
              "scheduler.step.", mistake="values differ")
+
+
+# train_step: probes the simulated variants cannot name (the update is a scalar multiple of the
+# loss's gradients, a graph cut before the loss, an argument given to scheduler.step)
+_FAR_ABOVE = 1e4  # a clip_norm no gradient of these small models reaches: clipping must change nothing
+
+
+def _scheduler_argument(scheduler: Any, words: str) -> None:
+    """``scheduler.step(loss.item())`` (ReduceLROnPlateau's habit) makes LambdaLR jump to the
+    'epoch' it was given: a fractional last_epoch."""
+    epoch = getattr(scheduler, "last_epoch", 0)
+    if isinstance(epoch, float) and not epoch.is_integer():
+        fail(f"scheduler.step() was given an argument ({words}): after one call the schedule stands at step {epoch:.4g}, "
+             "so the loss (or another number) was passed as the epoch. A LambdaLR scheduler counts its own steps: "
+             "call scheduler.step() with no argument, once, after optimizer.step() (only ReduceLROnPlateau takes "
+             "the loss).", mistake="loss passed to scheduler.step")
+
+
+def _reference_grads(setup: _StepSetup, i: int) -> tuple[Tensor, int]:
+    """The gradient of the right loss at call ``i``, flat ``(P,)``, from the parameters the
+    student's model had before it (the reference's after call i - 1), and the number of real
+    target tokens."""
+    model = copy.deepcopy(setup.model).train()
+    before = setup.cache[()][i - 1][1] if i else _flat(setup.model)
+    nn.utils.vector_to_parameters(before.clone(), model.parameters())
+    batch, params = setup.batches[i], list(model.parameters())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(setup.seed + i)
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, L - 1, V)
+        loss = masked_cross_entropy(logits, batch.tgt_out, setup.pad_id, setup.eps)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)])  # (P,)
+    return flat, int((batch.tgt_out != setup.pad_id).sum())
+
+
+def _gradient_diagnosis(setup: _StepSetup, i: int, grads: list[Tensor | None], call: str) -> None:
+    """The gradients left in the model after the student's call, when they are the right
+    loss's gradients times one number: that number names the mistake."""
+    got = [g for g in grads if g is not None]
+    if not got:
+        return
+    G = torch.cat([g.reshape(-1) for g in got]).double()  # (P',)
+    if len(got) != len(grads) or not bool(G.any()):
+        return
+    g, N = _reference_grads(setup, i)
+    g = g.double()
+    c = float(G @ g / (g @ g))
+    if float((G - c * g).norm()) > 1e-3 * float(G.norm()):
+        return  # not a scalar multiple: per-parameter clipping and others, named elsewhere
+    n2, ninf, clip = float(g.norm()), float(g.abs().max()), setup.clip
+    close = lambda a, b: math.isclose(a, b, rel_tol=2e-3)  # noqa: E731
+    if clip is not None and n2 < clip and close(c * n2, clip):
+        fail(f"your clipping scales small gradients up ({call}): their norm was {n2:.4g}, already below "
+             f"clip_norm={clip:g}, yet the step used gradients of norm {c * n2:.4g}. Clipping only scales down: "
+             "multiply by clip_norm / norm only when norm > clip_norm (nn.utils.clip_grad_norm_(model.parameters(), "
+             "clip_norm) does exactly this).", mistake="clipping scales up")
+    if close(c, N):
+        fail(f"the step used gradients {N} times too large ({call}; {N} = the number of real target tokens): "
+             "backward() ran on the summed loss. Call backward() on the mean over the real tokens, the loss "
+             "train_step returns.", mistake="backward on the summed loss")
+    for norm, how in ((ninf, "the largest gradient entry (norm_type=inf, or a max instead of a root sum of squares)"),
+                      (n2**2, "the sum of squares without its square root")):
+        if clip is not None and norm > clip and close(c, clip / norm):
+            fail(f"your clipping measures the gradients by {how} ({call}): clip_norm bounds the 2-norm of all "
+                 "gradients together, sqrt(sum of every entry squared): nn.utils.clip_grad_norm_(model.parameters(), "
+                 "clip_norm) with its default norm_type=2.", mistake="wrong clipping norm")
+
+
+def _graph_cut(fn: Callable[..., Any], setup: _StepSetup, words: str) -> None:
+    """No update although the loss is right: did any gradient reach the model's output? (A
+    loss built from ``logits.detach().requires_grad_()`` backpropagates into a copy.)"""
+    model = copy.deepcopy(setup.model)
+    optimizer, scheduler = _make_optimizer(model, setup.use_scheduler)
+    outputs, reached = [], []
+
+    def watch(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+        if isinstance(out, Tensor):
+            outputs.append(out.requires_grad)
+            if out.requires_grad:
+                out.register_hook(lambda grad: reached.append(True))
+
+    handle = model.output_projection.register_forward_hook(watch)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            call_student(fn, model.train(), setup.batches[0], optimizer, scheduler=scheduler, pad_id=setup.pad_id,
+                         label_smoothing=setup.eps, clip_norm=setup.clip)
+    except StudentError:
+        return
+    finally:
+        handle.remove()
+    if outputs and not reached:
+        fail(f"no gradient reached the model ({words}): the logits were cut from the graph before the loss "
+             "(.detach(), .data, torch.no_grad(), or a copy made trainable with .requires_grad_()), so backward() "
+             "stops at the copy, the parameters get no gradient and optimizer.step() changes nothing. Compute the "
+             "loss from model(...)'s output directly.", mistake="detached from the graph")
 
 
 @checker("train_step")
@@ -884,6 +987,17 @@ def check_train_step(fn: Callable[..., Any]) -> str:
                         clip_fraction=0.3)
     words = (f"SGD with a LambdaLR scheduler, pad_id={setup.pad_id}, label_smoothing={setup.eps}, "
              f"clip_norm={setup.clip}")
+    try:
+        _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
+    except Failure as f:
+        if f.mistake == "no update":
+            _graph_cut(fn, setup, words)
+        raise
+    # E: clip_norm far above the gradient norm: clipping must leave the gradients alone
+    setup = _step_setup(pad_id=randint(1, 9), eps=0.1, use_scheduler=True, dropout=0.0, train_mode=True,
+                        clip_fraction=None)
+    setup.clip = _FAR_ABOVE
+    words = f"clip_norm={_FAR_ABOVE:g}, far above the gradient norm, pad_id={setup.pad_id}, label_smoothing=0.1"
     _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
     # B: the defaults: scheduler=None, pad_id=0, no smoothing, clip_norm=1.0
     setup = _step_setup(pad_id=0, eps=0.0, use_scheduler=False, dropout=0.0, train_mode=True, clip_fraction=None)
