@@ -325,6 +325,40 @@ def test_masked_cross_entropy_new_diagnoses_are_the_same_on_every_draw(fn, mista
     assert_mistake(check_masked_cross_entropy, fn, mistake, *words, repeat=SEEDS)
 
 
+def smoothed_by_hand(bug=None):
+    """Trial D's label smoothing written by hand; ``bug``: one weight or one average wrong."""
+
+    def ce(logits, targets, pad_id, label_smoothing=0.0):
+        V, eps = logits.size(-1), label_smoothing
+        logp = logits.log_softmax(-1)  # (B, L, V)
+        real = targets != pad_id  # (B, L)
+        if bug == "correct class gets 1 - eps":  # trial D w_pad_target_onehot
+            q = torch.full_like(logp, eps / V).scatter(-1, targets.unsqueeze(-1), 1 - eps)
+            return -(q * logp).sum(-1)[real].mean()
+        if bug is None:  # the target distribution itself, (1 - eps) * one_hot + eps / V: right
+            q = (1 - eps) * F.one_hot(targets, V).to(logp.dtype) + eps / V
+            return -torch.einsum("blv,blv->bl", q, logp)[real].mean()
+        nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+        if bug == "smoothing over all positions":  # trial D w_smooth_masked_sum_over_all
+            return (1 - eps) * nll[real].mean() - eps * logp.mean(-1).mean()
+        return (nll - eps * logp.mean(-1))[real].mean()  # trial D w_no_1meps: nll not weighted
+
+    return ce
+
+
+def test_masked_cross_entropy_target_distribution_passes():
+    assert_passes(check_masked_cross_entropy, smoothed_by_hand())
+
+
+@pytest.mark.parametrize("bug, mistake, words", [
+    ("smoothing over all positions", "smoothing over padding", ["pad positions included"]),
+    ("correct class gets 1 - eps", "correct class left out of the smoothing", ["1 - eps + eps / V"]),
+    ("nll not weighted", "nll not weighted by 1 - eps", ["not multiplied by (1 - eps)"]),
+])
+def test_masked_cross_entropy_smoothing_weights_are_named_on_every_draw(bug, mistake, words):
+    assert_mistake(check_masked_cross_entropy, smoothed_by_hand(bug), mistake, *words, repeat=SEEDS)
+
+
 @pytest.mark.parametrize("weird", [lambda *a, **k: None, lambda *a, **k: "loss", lambda *a, **k: torch.ones(2, 2),
                                    lambda *a, **k: (torch.tensor(1.0),), lambda *a, **k: np.ones((2, 3))])
 def test_masked_cross_entropy_weird_returns_fail_without_raising(weird):

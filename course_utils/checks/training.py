@@ -330,6 +330,38 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
     return out
 
 
+def _smoothing_weight_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: float) -> list[Mistake]:
+    """Label smoothing written by hand as (1 - eps) * nll + eps * smooth, one weight or one
+    average wrong (trial D's attempts); ``[]`` without smoothing."""
+    if eps == 0:
+        return []
+    V = logits.size(-1)
+
+    def q(correct: float, others: float) -> Callable[[Tensor], Tensor]:
+        return lambda t: others + (correct - others) * F.one_hot(t, V).float()  # (N, V)
+
+    def smoothing_over_all() -> Tensor:
+        logp = logits.log_softmax(-1)  # (B, L, V)
+        nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+        return (1 - eps) * nll[targets != pad_id].mean() - eps * logp.mean(-1).mean()
+
+    return [
+        ("smoothing over padding",
+         "the nll term leaves the padding out, but the smoothing term eps * (-log_probs.mean(dim=-1)) is averaged "
+         "over every position, pad positions included: mask both terms and average over the real tokens only.",
+         smoothing_over_all),
+        ("correct class left out of the smoothing",
+         "the correct class gets 1 - eps and only the others get eps / V, so the target sums to 1 - eps / V: "
+         "the uniform share eps / V goes to every class, the correct one included, which gets 1 - eps + eps / V "
+         "(the target is (1 - eps) * one_hot + eps / V).",
+         lambda: _smoothed_ce(logits, targets, pad_id, q(1 - eps, eps / V))),
+        ("nll not weighted by 1 - eps",
+         "the nll term is not multiplied by (1 - eps): the smoothed loss is (1 - eps) * nll + eps * "
+         "(-log_probs.mean(dim=-1)), the cross-entropy against (1 - eps) * one_hot + eps / V.",
+         lambda: _smoothed_ce(logits, targets, pad_id, q(1 + eps / V, eps / V))),
+    ]
+
+
 def _cross_entropy_error(err: StudentError) -> None:
     exc = err.exc
     text = str(exc)
@@ -412,7 +444,9 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                 mistake="log of softmax",
             )
         with torch.no_grad():
-            expect_close("the loss", got, expected, _cross_entropy_mistakes(logits0, targets0, pad_id, eps), case=case)
+            mistakes = _cross_entropy_mistakes(logits0, targets0, pad_id, eps)
+            mistakes += _smoothing_weight_mistakes(logits0, targets0, pad_id, eps)
+            expect_close("the loss", got, expected, mistakes, case=case)
         if isinstance(got, Tensor) and not got.requires_grad:
             fail(
                 f"your loss ({case}) has the right value but is detached from the computation graph "
