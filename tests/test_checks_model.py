@@ -106,8 +106,12 @@ def tgt_mask_loop(tgt, pad_id):
 
 def tgt_mask_triu(tgt, pad_id):
     L = tgt.size(1)
-    future = torch.triu(torch.ones(L, L), diagonal=1).bool()
+    future = torch.triu(torch.ones(L, L, device=tgt.device), diagonal=1).bool()
     return (tgt != pad_id).unsqueeze(1) & ~future
+
+
+def tgt_mask_on_cpu(tgt, pad_id):  # trial D w_cpu_causal: right on the CPU, fails on a GPU
+    return padding_mask(tgt, pad_id) & causal_mask(tgt.size(1))
 
 
 def tgt_mask_compose(tgt, pad_id):
@@ -141,6 +145,12 @@ def tril(L, diagonal=0):
 )
 def test_make_tgt_mask_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_make_tgt_mask, fn, mistake, *words)
+
+
+def test_make_tgt_mask_device_is_probed_on_meta():
+    # the meta device exists without a GPU; a loop that reads values cannot run there and is not blamed
+    assert_mistake(check_make_tgt_mask, tgt_mask_on_cpu, "wrong device", "meta", "device=tgt.device")
+    assert_passes(check_make_tgt_mask, tgt_mask_loop)
 
 
 def test_make_tgt_mask_stub_and_weird_returns():

@@ -64,7 +64,9 @@ Catalogue (``CheckResult.mistake``):
   probabilities"`` (softmax), ``"returns log-probabilities"`` (log_softmax), ``"forward
   disagrees with encode/decode"``, ``"dropout ignores eval mode"``, ``"hard-coded dropout p"``,
   ``"positional dropout missing"``, ``"layer dropout missing"``, ``"dropout missing"``,
-  ``"dropout before adding"``, ``"dropout in the wrong place"``, ``"wrong
+  ``"dropout before adding"``, ``"dropout in the wrong place"``, ``"modules shared"`` (any
+  two of the source embedding, the target embedding and the output projection are one
+  module or one Parameter), ``"embeddings swapped"``, ``"wrong
   return"``, ``"input modified in place"``.
 * the three functions: ``"not a function"`` (a class or a non-callable was passed).
 * ``make_src_mask``: ``"inverted mask"``, ``"missing query axis"`` (``(B, L)``) and
@@ -73,13 +75,17 @@ Catalogue (``CheckResult.mistake``):
 * ``make_tgt_mask``: ``"causal only"``, ``"padding only"``, ``"upper triangle"``,
   ``"padding on the query axis"``, ``"diagonal excluded"``, ``"| instead of &"``,
   ``"inverted mask"``, ``"hard-coded pad id"``, ``"extra head axis"``, ``"not a bool
-  mask"``, ``"input modified in place"``.
+  mask"``, ``"wrong device"`` (probed with ``tgt`` on the "meta" device), ``"input
+  modified in place"``.
 * ``greedy_decode``: ``"keeps generating after eos"``, ``"runs to max_len after all
   finished"``, ``"stops at the first eos"``, ``"pad_id ignored"``, ``"no bos in column
   0"``, ``"no causal mask"``, ``"argmax over wrong axis"``, ``"reads the first
   position"``, ``"src_mask not used"``, ``"src_mask not passed to encode"``, ``"src_mask
-  not passed to decode"``, ``"max_len off by one"``, ``"model left in train mode"``,
-  ``"mode not restored"``, ``"wrong dtype"``, ``"input modified in place"``.
+  not passed to decode"``, ``"max_len off by one"``, ``"model left in train mode"``
+  (any sub-module, seen by hooks), ``"mode not restored"`` (also when the model raises),
+  ``"source encoded at every step"``, ``"gradients tracked"``, ``"upper triangle"``,
+  ``"inverted mask"``, ``"eos overwritten"``, ``"finished not cumulative"``, ``"wrong
+  dtype"``, ``"input modified in place"``.
 """
 
 from __future__ import annotations
@@ -187,6 +193,23 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
 
 
 # ---------------------------------------------------------------- make_tgt_mask
+def _tgt_mask_on_meta(fn: Callable[..., Any]) -> None:
+    """``tgt`` on the "meta" device (every machine has it): a causal part built on the CPU
+    (causal_mask(L) without device=tgt.device) raises or lands elsewhere, as it would on a GPU.
+    Code that cannot run on meta for another reason (a Python loop reading values) is skipped."""
+    tgt = torch.zeros(2, 4, dtype=torch.long, device="meta")
+    try:
+        got = fn(tgt, 1)
+    except Exception as exc:  # noqa: BLE001 - only a device clash is the student's mistake here
+        got = exc if "device" in str(exc) and "item()" not in str(exc) else None
+    if isinstance(got, BaseException) or (isinstance(got, Tensor) and got.device.type != "meta"):
+        where = (f"raised {type(got).__name__}: {str(got).splitlines()[0]}" if isinstance(got, BaseException)
+                 else f"returned a mask on {got.device}")
+        fail(f"with tgt on another device than the CPU (the checker used torch's 'meta' device; on Colab it is the "
+             f"GPU), make_tgt_mask {where}: some part of the mask is created on the CPU. Create it on tgt's device: "
+             "causal_mask(L, device=tgt.device).", mistake="wrong device")
+
+
 @checker("make_tgt_mask")
 def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_tgt_mask")
@@ -222,6 +245,7 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
                              f"{pad_id}). Use the pad_id argument.", padding_mask(tgt, 0) & causal))
         _not_bool("the mask", got, expected, case)
         expect_close("the mask", got, expected, mistakes, case=case)
+    _tgt_mask_on_meta(fn)
     return "(B, L_tgt, L_tgt) = padding & causal, pad_id 0 and non-zero"
 
 

@@ -55,8 +55,9 @@ Catalogue (``CheckResult.mistake``):
   cross-entropy"``, ``"sum instead of
   mean"``, ``"mean of per-sequence means"``, ``"double softmax"``, ``"no log-softmax"``,
   ``"classes on the wrong axis"``, ``"view on a non-contiguous tensor"``, ``"not
-  reduced"``, ``"not a tensor"``, ``"detached from the graph"``, ``"input modified in
-  place"``.
+  reduced"``, ``"not a tensor"``, ``"detached from the graph"``, ``"smoothing over
+  padding"``, ``"correct class left out of the smoothing"``, ``"nll not weighted by 1 -
+  eps"``, ``"input modified in place"``.
 * ``noam_lr``: ``"warmup^-0.5 instead of warmup^-1.5"``, ``"max instead of min"``,
   ``"missing d_model^-0.5"``, ``"d_model^0.5 instead of d_model^-0.5"``, ``"steps
   counted from 0"``, ``"division by zero at step 1"``, ``"factor ignored"``, ``"not a
@@ -64,11 +65,13 @@ Catalogue (``CheckResult.mistake``):
 * ``train_step``: the loss (``"targets not shifted"``, ``"compared with tgt_in"``,
   ``"shifted the wrong way"``, ``"loss on tgt instead of tgt_out"``, ``"tgt_mask not
   passed"``, ``"src_mask not passed"``, ``"padding counted"``, ``"pad id hard-coded as
-  0"``, ``"label smoothing not passed"``), the update (``"zero_grad forgotten"``, ``"no
+  0"``, ``"label smoothing not passed"``, ``"masks not passed"``), the update (``"zero_grad forgotten"``, ``"no
   update"``, ``"zero_grad in the wrong place"``, ``"clipping missing"``, ``"clipping
   after the step"``, ``"clip_grad_value_ instead of clip_grad_norm_"``, ``"scheduler
   stepped before the optimizer"``, ``"scheduler not stepped"``, ``"scheduler stepped
-  twice"``, ``"scheduler None not handled"``, ``"clip_norm None not handled"``), ``"model
+  twice"``, ``"scheduler None not handled"``, ``"clip_norm None not handled"``, ``"clipping
+  scales up"``, ``"wrong clipping norm"``, ``"backward on the summed loss"``, ``"loss passed
+  to scheduler.step"``, ``"detached from the graph"``), ``"model
   in eval mode"``, ``"model left in eval mode"``, ``"loss returned as a tensor"``, ``"no
   loss returned"``, ``"view on a non-contiguous tensor"``.
 """
