@@ -365,6 +365,24 @@ def _smoothing_weight_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps
     ]
 
 
+def _nearest_first(got: Any, mistakes: list[Mistake]) -> list[Mistake]:
+    """The candidates, computed, nearest to ``got`` first. The smoothing variants move a
+    scalar loss by about 1 %, so two of them can fall within the comparison's tolerance of
+    each other on some draws: the nearest one is the student's, on every draw."""
+    if not (isinstance(got, Tensor) and got.numel() == 1):
+        return mistakes
+    value = float(got.detach())
+    computed = []
+    for name, diagnosis, candidate in mistakes:
+        try:
+            v = candidate() if callable(candidate) else candidate
+        except Exception:  # noqa: BLE001 - a variant that cannot be computed is not the student's
+            continue
+        if isinstance(v, Tensor) and v.numel() == 1 and math.isfinite(float(v)):
+            computed.append((abs(float(v) - value), (name, diagnosis, v)))
+    return [m for _, m in sorted(computed, key=lambda c: c[0])]
+
+
 def _cross_entropy_error(err: StudentError) -> None:
     exc = err.exc
     text = str(exc)
@@ -449,7 +467,7 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
         with torch.no_grad():
             mistakes = _cross_entropy_mistakes(logits0, targets0, pad_id, eps)
             mistakes += _smoothing_weight_mistakes(logits0, targets0, pad_id, eps)
-            expect_close("the loss", got, expected, mistakes, case=case)
+            expect_close("the loss", got, expected, _nearest_first(got, mistakes), case=case)
         if isinstance(got, Tensor) and not got.requires_grad:
             fail(
                 f"your loss ({case}) has the right value but is detached from the computation graph "
