@@ -109,8 +109,12 @@ def tgt_mask_loop(tgt, pad_id):
 
 def tgt_mask_triu(tgt, pad_id):
     L = tgt.size(1)
-    future = torch.triu(torch.ones(L, L), diagonal=1).bool()
+    future = torch.triu(torch.ones(L, L, device=tgt.device), diagonal=1).bool()
     return (tgt != pad_id).unsqueeze(1) & ~future
+
+
+def tgt_mask_on_cpu(tgt, pad_id):  # trial D w_cpu_causal: right on the CPU, fails on a GPU
+    return padding_mask(tgt, pad_id) & causal_mask(tgt.size(1))
 
 
 def tgt_mask_compose(tgt, pad_id):
@@ -150,6 +154,12 @@ def tril(L, diagonal=0):
 )
 def test_make_tgt_mask_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_make_tgt_mask, fn, mistake, *words, repeat=STABLE)  # a mask check takes milliseconds
+
+
+def test_make_tgt_mask_device_is_probed_on_meta():
+    # the meta device exists without a GPU; a loop that reads values cannot run there and is not blamed
+    assert_mistake(check_make_tgt_mask, tgt_mask_on_cpu, "wrong device", "meta", "device=tgt.device")
+    assert_passes(check_make_tgt_mask, tgt_mask_loop)
 
 
 def test_make_tgt_mask_stub_and_weird_returns():
@@ -372,6 +382,29 @@ class SharedTargetEmbedding(course_utils.Transformer):  # trial 06.3-w23
             self.tgt_embedding = self.src_embedding
 
 
+def tied(own, role):
+    """A Transformer whose ``role`` parameter is ``own``'s (tied when the shapes allow)."""
+
+    class Tied(course_utils.Transformer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            a, b = self.get_parameter(own), self.get_submodule(role.rsplit(".", 1)[0])
+            if a.shape == getattr(b, "weight").shape:
+                b.weight = a
+
+    return Tied
+
+
+class DecodeWithSourceEmbedding(course_utils.Transformer):  # trial D w_src_emb_for_tgt
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        return self.decoder(self.positional_encoding(self.src_embedding(tgt)), memory, tgt_mask, memory_mask)
+
+
+class EncodeWithTargetEmbedding(course_utils.Transformer):
+    def encode(self, src, src_mask=None):
+        return self.encoder(self.positional_encoding(self.tgt_embedding.embedding(src) * self.d_model**0.5), src_mask)
+
+
 class ShortTable(course_utils.Transformer):  # trial 06.3-w29: PositionalEncoding(d_model, 20, dropout)
     def __init__(self, *args, d_model=512, dropout=0.1, **kwargs):
         super().__init__(*args, d_model=d_model, dropout=dropout, **kwargs)
@@ -422,6 +455,18 @@ TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names 
     (MemoryDropout, "dropout on the memory", ["memory"], "extra dropout"),
     (SharedTargetEmbedding, "modules shared", ["src_vocab_size == tgt_vocab_size"], "shared"),
     (ShortTable, "max_len ignored", ["20 rows", "max_len=64"], "table"),
+    # trial D w_tied_output: every pair of the three (V, D) matrices, named (equal vocabularies for the others)
+    (tied("tgt_embedding.embedding.weight", "output_projection.weight"), "modules shared",
+     ["`tgt_embedding.embedding.weight` and `output_projection.weight` are one and the same Parameter", "three matrices"],
+     "build"),
+    (tied("src_embedding.embedding.weight", "output_projection.weight"), "modules shared",
+     ["`src_embedding.embedding.weight` and `output_projection.weight`", "src_vocab_size == tgt_vocab_size"], "shared"),
+    (tied("src_embedding.embedding.weight", "tgt_embedding.embedding.weight"), "modules shared",
+     ["`src_embedding.embedding.weight` and `tgt_embedding.embedding.weight`", "three matrices"], "build"),
+    (DecodeWithSourceEmbedding, "embeddings swapped", ["decode looks the target tokens up in self.src_embedding"],
+     "values"),
+    (EncodeWithTargetEmbedding, "embeddings swapped", ["encode looks the source tokens up in self.tgt_embedding"],
+     "values"),
     # right logits, cut graph
     (MemoryDetached, "gradient blocked", ["no gradient reaches `src_embedding.embedding.weight`", ".detach()"],
      "gradient"),
@@ -498,17 +543,23 @@ def test_transformer_stubs_and_weird_returns():
 def make_greedy(bug=None):
     """A student's vectorised greedy decoder; ``bug`` switches on one catalogued mistake."""
 
-    @torch.no_grad()
     def greedy(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
         was_training = model.training
-        if bug != "train mode":
+        if bug == "decoder eval only":  # trial D w_eval_decoder_only: the encoder keeps its dropout
+            model.decoder.eval()
+        elif bug != "train mode":
             model.eval()
-        out = decode(model, src, max_len, bos_id, eos_id, src_mask, pad_id)
-        if bug == "train at the end":
-            model.train()
-        elif bug != "mode not restored":
+        if bug == "no finally":  # trial D w_exception_leaves_eval: right unless the model raises
+            out = decode(model, src, max_len, bos_id, eos_id, src_mask, pad_id)
             model.train(was_training)
-        return out
+            return out
+        try:
+            return decode(model, src, max_len, bos_id, eos_id, src_mask, pad_id)
+        finally:
+            if bug == "train at the end":
+                model.train()
+            elif bug != "mode not restored":
+                model.train(was_training)
 
     def decode(model, src, max_len, bos_id, eos_id, src_mask, pad_id):
         fill = eos_id if (pad_id is None or bug == "pad ignored") else pad_id
@@ -523,10 +574,14 @@ def make_greedy(bug=None):
         for _ in range(steps):
             T = ys.size(1)
             tgt_mask = None if bug == "no causal" else torch.ones(T, T).tril().bool()
-            if bug == "inverted causal":  # trial 06.4-w15
-                tgt_mask = ~tgt_mask
+            if bug in ("upper mask", "inverted mask", "inverted causal"):  # trial 06.4-w15: ~causal
+                tgt_mask = tgt_mask.T if bug == "upper mask" else ~tgt_mask
+            if bug == "encode every step":  # trial D w_encode_every_step
+                memory = model.encode(src, src_mask)
             out = model.decode(ys, memory, tgt_mask, mask)
-            if bug == "argmax positions":
+            if bug == "full forward":  # trial D w_full_forward: encoder and decoder at every step
+                nxt = model(src, ys, src_mask, tgt_mask)[:, -1].argmax(dim=-1)
+            elif bug == "argmax positions":
                 nxt = model.output_projection(out).argmax(dim=1)[:, -1]
             elif bug == "argmax batch":
                 nxt = model.output_projection(out[:, -1]).argmax(dim=0)
@@ -534,10 +589,12 @@ def make_greedy(bug=None):
                 nxt = model.output_projection(out[:, 0]).argmax(dim=-1)
             else:
                 nxt = model.output_projection(out[:, -1]).argmax(dim=-1)
+            if bug == "eos overwritten":  # trial D w_eos_replaced_by_pad: finished marked before the fill
+                done = done | (nxt == eos_id)
             if bug not in ("no fill", "ignores eos"):
                 nxt = torch.where(done, torch.full_like(nxt, fill), nxt)
             ys = torch.cat([ys, nxt.unsqueeze(1)], dim=1)
-            done = done | (nxt == eos_id)
+            done = (nxt == eos_id) if bug == "not cumulative" else done | (nxt == eos_id)
             if bug == "first eos" and done.any():
                 break
             if bug not in ("ignores eos", "to max_len") and done.all():
@@ -548,7 +605,7 @@ def make_greedy(bug=None):
             return ys.float()
         return ys
 
-    return greedy
+    return greedy if bug == "grad on" else torch.no_grad()(greedy)  # trial D w_grad_enabled: no decorator
 
 
 def greedy_per_example(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
@@ -557,20 +614,22 @@ def greedy_per_example(model, src, max_len, bos_id, eos_id, src_mask=None, pad_i
     model.eval()
     fill = eos_id if pad_id is None else pad_id
     rows = []
-    with torch.no_grad():
-        for b in range(src.size(0)):
-            m = None if src_mask is None else src_mask[b : b + 1]
-            memory = model.encode(src[b : b + 1], m)
-            seq = [bos_id]
-            for _ in range(max_len):
-                ys = torch.tensor([seq])
-                out = model.decode(ys, memory, causal_mask(len(seq)), m)
-                token = int(model.output_projection(out)[0, -1].argmax())
-                seq.append(token)
-                if token == eos_id:
-                    break
-            rows.append(seq)
-    model.train(was_training)
+    try:
+        with torch.no_grad():
+            for b in range(src.size(0)):
+                m = None if src_mask is None else src_mask[b : b + 1]
+                memory = model.encode(src[b : b + 1], m)  # each source row encoded once
+                seq = [bos_id]
+                for _ in range(max_len):
+                    ys = torch.tensor([seq])
+                    out = model.decode(ys, memory, causal_mask(len(seq)), m)
+                    token = int(model.output_projection(out)[0, -1].argmax())
+                    seq.append(token)
+                    if token == eos_id:
+                        break
+                rows.append(seq)
+    finally:
+        model.train(was_training)
     T = max(len(r) for r in rows)
     return torch.tensor([r + [fill] * (T - len(r)) for r in rows])
 
@@ -621,6 +680,17 @@ def test_greedy_decode_mistakes_are_named(fn, mistake, words):
         (make_greedy("mode not restored"), "mode not restored", ["in eval mode although it came in train mode"]),
         (make_greedy("train at the end"), "mode not restored", ["in train mode although it came in eval mode"]),
         (make_greedy("pad or eos"), "pad_id ignored", ["fill with pad_id"]),  # pad_id is 0 on every draw
+        # trial D: right tokens, wrong cost or state, seen by hooks on the encoder and the decoder
+        (make_greedy("encode every step"), "source encoded at every step", ["the encoder ran", "encoded once"]),
+        (make_greedy("full forward"), "source encoded at every step", ["model(src, ys, ...)"]),
+        (make_greedy("grad on"), "gradients tracked", ["gradient tracking on", "torch.no_grad()"]),
+        (make_greedy("decoder eval only"), "model left in train mode", ["model.encoder", "whole model"]),
+        (make_greedy("no finally"), "mode not restored", ["raises an error", "finally"]),
+        # trial D: wrong tokens, named by decoding again with the mistake once the tokens differ
+        (make_greedy("eos overwritten"), "eos overwritten", ["<eos> itself is replaced"]),
+        (make_greedy("not cumulative"), "finished not cumulative", ["finished = finished | (next_token == eos_id)"]),
+        (make_greedy("upper mask"), "upper triangle", ["causal_mask(T).T"]),
+        (make_greedy("inverted mask"), "inverted mask", ["~causal_mask(T)"]),
     ],
 )
 def test_greedy_decode_new_diagnoses_are_the_same_on_every_draw(fn, mistake, words):

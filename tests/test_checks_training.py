@@ -340,6 +340,40 @@ def test_masked_cross_entropy_new_diagnoses_are_the_same_on_every_draw(fn, mista
     assert_mistake(check_masked_cross_entropy, fn, mistake, *words, repeat=SEEDS)
 
 
+def smoothed_by_hand(bug=None):
+    """Trial D's label smoothing written by hand; ``bug``: one weight or one average wrong."""
+
+    def ce(logits, targets, pad_id, label_smoothing=0.0):
+        V, eps = logits.size(-1), label_smoothing
+        logp = logits.log_softmax(-1)  # (B, L, V)
+        real = targets != pad_id  # (B, L)
+        if bug == "correct class gets 1 - eps":  # trial D w_pad_target_onehot
+            q = torch.full_like(logp, eps / V).scatter(-1, targets.unsqueeze(-1), 1 - eps)
+            return -(q * logp).sum(-1)[real].mean()
+        if bug is None:  # the target distribution itself, (1 - eps) * one_hot + eps / V: right
+            q = (1 - eps) * F.one_hot(targets, V).to(logp.dtype) + eps / V
+            return -torch.einsum("blv,blv->bl", q, logp)[real].mean()
+        nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+        if bug == "smoothing over all positions":  # trial D w_smooth_masked_sum_over_all
+            return (1 - eps) * nll[real].mean() - eps * logp.mean(-1).mean()
+        return (nll - eps * logp.mean(-1))[real].mean()  # trial D w_no_1meps: nll not weighted
+
+    return ce
+
+
+def test_masked_cross_entropy_target_distribution_passes():
+    assert_passes(check_masked_cross_entropy, smoothed_by_hand())
+
+
+@pytest.mark.parametrize("bug, mistake, words", [
+    ("smoothing over all positions", "smoothing over padding", ["pad positions included"]),
+    ("correct class gets 1 - eps", "correct class left out of the smoothing", ["1 - eps + eps / V"]),
+    ("nll not weighted", "nll not weighted by 1 - eps", ["not multiplied by (1 - eps)"]),
+])
+def test_masked_cross_entropy_smoothing_weights_are_named_on_every_draw(bug, mistake, words):
+    assert_mistake(check_masked_cross_entropy, smoothed_by_hand(bug), mistake, *words, repeat=SEEDS)
+
+
 @pytest.mark.parametrize("weird", [lambda *a, **k: None, lambda *a, **k: "loss", lambda *a, **k: torch.ones(2, 2),
                                    lambda *a, **k: (torch.tensor(1.0),), lambda *a, **k: np.ones((2, 3))])
 def test_masked_cross_entropy_weird_returns_fail_without_raising(weird):
@@ -647,6 +681,57 @@ def test_train_step_mistakes_are_named(fn, mistake, words):
     # every draw: the checks of one seed share their drawn setup and its simulations, so the
     # 20 seeds cost about one student run each
     assert_mistake(check_train_step, fn, mistake, *words, repeat=STEP_SEEDS)
+
+
+def step_written_out(bug=None):
+    """train_step with the clipping written by hand (trial D's attempts); ``bug`` switches on
+    one mistake the simulated variants cannot name."""
+
+    def student(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+        model.train()
+        optimizer.zero_grad()
+        masks = () if bug == "no masks" else (batch.src_mask, batch.tgt_mask)
+        logits = model(batch.src, batch.tgt_in, *masks)
+        if bug == "detached logits":
+            logits = logits.detach().requires_grad_()
+        loss = T.masked_cross_entropy(logits, batch.tgt_out, pad_id, label_smoothing)
+        n = int((batch.tgt_out != pad_id).sum())
+        (loss * n if bug == "backward on sum" else loss).backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if clip_norm is not None and grads:
+            if bug == "inf norm":
+                norm = max(g.abs().max() for g in grads)
+            else:
+                norm = sum((g**2).sum() for g in grads)
+                norm = norm if bug == "no sqrt" else norm.sqrt()
+            scale = clip_norm / (norm + 1e-6)
+            for g in grads:
+                g.mul_(scale if bug == "always rescale" else scale.clamp(max=1.0))
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step(loss.item()) if bug == "scheduler given the loss" else scheduler.step()
+        return loss.item()
+
+    return student
+
+
+def test_train_step_manual_clipping_passes():
+    assert_passes(check_train_step, step_written_out(), repeat=2)
+
+
+@pytest.mark.parametrize("bug, mistake, words", [
+    ("always rescale", "clipping scales up", ["already below clip_norm", "only when norm > clip_norm"]),
+    ("inf norm", "wrong clipping norm", ["largest gradient entry", "norm_type=2"]),
+    ("no sqrt", "wrong clipping norm", ["without its square root"]),
+    ("backward on sum", "backward on the summed loss", ["times too large", "real target tokens"]),
+    ("scheduler given the loss", "loss passed to scheduler.step", ["was given an argument", "no argument"]),
+    ("detached logits", "detached from the graph", ["no gradient reached the model", ".requires_grad_()"]),
+    ("no masks", "masks not passed", ["without masks", "batch.src_mask, batch.tgt_mask"]),
+])
+def test_train_step_trial_d_mistakes_are_named(bug, mistake, words):
+    # named from the gradients the step left (one scalar factor), the scheduler's step count and a
+    # hook on the output layer: not from values a draw could make coincide
+    assert_mistake(check_train_step, step_written_out(bug), mistake, *words, repeat=3)
 
 
 @pytest.mark.parametrize("weird", [lambda *a, **k: "done", lambda *a, **k: torch.ones(3)])

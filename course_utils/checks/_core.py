@@ -823,28 +823,47 @@ def _listed(names: list[str]) -> str:
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def require_distinct_roles(module: nn.Module, reference: nn.Module | None, what: str) -> None:
-    """Fail ("modules shared") when :func:`shared_roles` finds a sharing in ``module``."""
+def require_distinct_roles(module: nn.Module, reference: nn.Module | None, what: str, why: str = "") -> None:
+    """Fail ("modules shared") when :func:`shared_roles` finds a sharing in ``module``;
+    ``why`` (a sentence) says why this model keeps the roles apart."""
     groups = shared_roles(module, reference)
     if not groups:
         return
     group = groups[0]
     subs = dict(module.named_modules(remove_duplicate=False))
+    why = f" {why}" if why else ""
     if group[0] in subs:
         kind = type(subs[group[0]]).__name__
         fail(
             f"in your {what}, {_listed(group)} are one and the same {kind} object (e.g. "
             f"self.{group[1]} = self.{group[0]}): they share one set of weights, so the {what} has "
-            f"fewer parameters than it should and these roles cannot learn different things. Build a "
+            f"fewer parameters than it should and these roles cannot learn different things.{why} Build a "
             f"separate {kind} for each of them in __init__.",
+            mistake="modules shared",
+        )
+    params = dict(module.named_parameters(remove_duplicate=False))
+    if len({id(params[n]) for n in group if n in params}) == 1:  # one Parameter under several names
+        fail(
+            f"in your {what}, the parameters {_listed(group)} are one and the same Parameter (e.g. "
+            f"`self.{group[1]} = self.{group[0]}`): the roles are tied, one matrix learns for all of "
+            f"them.{why} Leave each sub-module its own parameters.",
             mistake="modules shared",
         )
     fail(
         f"in your {what}, the parameters {_listed(group)} share the same memory (e.g. "
-        f"`{group[1]}.data = {group[0]}.data`): they are one tensor under several names. Give every "
+        f"`{group[1]}.data = {group[0]}.data`): they are one tensor under several names.{why} Give every "
         "parameter its own tensor: build each sub-module separately and do not assign one's data to another.",
         mistake="modules shared",
     )
+
+
+def require_no_grad(grad_enabled: Iterable[bool], what: str, function: str, case: str) -> None:
+    """Fail ("gradients tracked") when a model call of a generation loop ran with gradient
+    tracking on: ``grad_enabled`` holds ``torch.is_grad_enabled()`` at each call (a hook's)."""
+    if any(grad_enabled):
+        fail(f"the model ran with gradient tracking on ({case}): {what} needs no gradients, and "
+             "they cost memory at every step. Wrap the loop in `with torch.no_grad():` (or decorate "
+             f"{function} with @torch.no_grad()).", mistake="gradients tracked")
 
 
 class _CallSpy(torch.overrides.TorchFunctionMode):

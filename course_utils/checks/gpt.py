@@ -73,6 +73,7 @@ from ._core import (
     register_hints,
     require_function,
     require_module_class,
+    require_no_grad,
 )
 from ._blocks import P_PROBE, Block, check_dropout, check_dropout_modes, check_part_dropout, dropout_mistakes, run_block, zeros
 from ._pairing import (build_student, copy_parameters, load_reference, match_parameters, named, randomise_parameters,
@@ -848,10 +849,7 @@ def _check_watch(watch: _Watch, model: GPT, was_training: bool, case: str) -> No
         fail(f"the model ran in training mode while sampling ({case}), so dropout changed its "
              "predictions: call model.eval() before the loop (and model.train(was_training) after it).",
              mistake="sampling in training mode")
-    if any(grad for _, grad, _ in watch.calls):
-        fail(f"the model ran with gradient tracking on ({case}): generation needs no gradients, and "
-             "they cost memory at every step. Wrap the loop in `with torch.no_grad():` (or decorate "
-             "generate with @torch.no_grad()).", mistake="gradients tracked")
+    require_no_grad([grad for _, grad, _ in watch.calls], "generation", "generate", case)
     if model.training != was_training:
         fail(f"generate left the model in {'train' if model.training else 'eval'} mode, although it was in "
              f"{'train' if was_training else 'eval'} mode before ({case}): remember model.training at the "

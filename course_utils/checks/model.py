@@ -64,7 +64,9 @@ Catalogue (``CheckResult.mistake``):
   probabilities"`` (softmax), ``"returns log-probabilities"`` (log_softmax), ``"forward
   disagrees with encode/decode"``, ``"dropout ignores eval mode"``, ``"hard-coded dropout p"``,
   ``"positional dropout missing"``, ``"layer dropout missing"``, ``"dropout missing"``,
-  ``"dropout before adding"``, ``"dropout in the wrong place"``, ``"wrong
+  ``"dropout before adding"``, ``"dropout in the wrong place"``, ``"modules shared"`` (any
+  two of the source embedding, the target embedding and the output projection are one
+  module or one Parameter), ``"embeddings swapped"``, ``"wrong
   return"``, ``"input modified in place"``.
 * the three functions: ``"not a function"`` (a class or a non-callable was passed).
 * ``make_src_mask``: ``"inverted mask"``, ``"missing query axis"`` (``(B, L)``) and
@@ -73,13 +75,17 @@ Catalogue (``CheckResult.mistake``):
 * ``make_tgt_mask``: ``"causal only"``, ``"padding only"``, ``"upper triangle"``,
   ``"padding on the query axis"``, ``"diagonal excluded"``, ``"| instead of &"``,
   ``"inverted mask"``, ``"hard-coded pad id"``, ``"extra head axis"``, ``"not a bool
-  mask"``, ``"input modified in place"``.
+  mask"``, ``"wrong device"`` (probed with ``tgt`` on the "meta" device), ``"input
+  modified in place"``.
 * ``greedy_decode``: ``"keeps generating after eos"``, ``"runs to max_len after all
   finished"``, ``"stops at the first eos"``, ``"pad_id ignored"``, ``"no bos in column
   0"``, ``"no causal mask"``, ``"argmax over wrong axis"``, ``"reads the first
   position"``, ``"src_mask not used"``, ``"src_mask not passed to encode"``, ``"src_mask
-  not passed to decode"``, ``"max_len off by one"``, ``"model left in train mode"``,
-  ``"mode not restored"``, ``"wrong dtype"``, ``"input modified in place"``.
+  not passed to decode"``, ``"max_len off by one"``, ``"model left in train mode"``
+  (any sub-module, seen by hooks), ``"mode not restored"`` (also when the model raises),
+  ``"source encoded at every step"``, ``"gradients tracked"``, ``"upper triangle"``,
+  ``"inverted mask"``, ``"eos overwritten"``, ``"finished not cumulative"``, ``"wrong
+  dtype"``, ``"input modified in place"``.
 """
 
 from __future__ import annotations
@@ -119,7 +125,9 @@ from ._core import (
     randint,
     register_hints,
     require_function,
+    require_distinct_roles,
     require_module_class,
+    require_no_grad,
 )
 from .attention import _causal_candidates, _padding_shape
 from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
@@ -188,6 +196,23 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
 
 
 # ---------------------------------------------------------------- make_tgt_mask
+def _tgt_mask_on_meta(fn: Callable[..., Any]) -> None:
+    """``tgt`` on the "meta" device (every machine has it): a causal part built on the CPU
+    (causal_mask(L) without device=tgt.device) raises or lands elsewhere, as it would on a GPU.
+    Code that cannot run on meta for another reason (a Python loop reading values) is skipped."""
+    tgt = torch.zeros(2, 4, dtype=torch.long, device="meta")
+    try:
+        got = fn(tgt, 1)
+    except Exception as exc:  # noqa: BLE001 - only a device clash is the student's mistake here
+        got = exc if "device" in str(exc) and "item()" not in str(exc) else None
+    if isinstance(got, BaseException) or (isinstance(got, Tensor) and got.device.type != "meta"):
+        where = (f"raised {type(got).__name__}: {str(got).splitlines()[0]}" if isinstance(got, BaseException)
+                 else f"returned a mask on {got.device}")
+        fail(f"with tgt on another device than the CPU (the checker used torch's 'meta' device; on Colab it is the "
+             f"GPU), make_tgt_mask {where}: some part of the mask is created on the CPU. Create it on tgt's device: "
+             "causal_mask(L, device=tgt.device).", mistake="wrong device")
+
+
 @checker("make_tgt_mask")
 def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_tgt_mask")
@@ -226,6 +251,7 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
         if matches(got, pad.transpose(1, 2) & causal):  # with trailing padding, as the mask blocking both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         expect_close("the mask", got, expected, mistakes, case=case)
+    _tgt_mask_on_meta(fn)
     return "(B, L_tgt, L_tgt) = padding & causal, pad_id 0 and non-zero"
 
 
@@ -445,6 +471,12 @@ _NAMED_PARTS = {
 }
 
 
+_THREE_MATRICES = (
+    "the exercise's Transformer keeps three matrices, the source embedding, the target embedding and the "
+    "output projection, whatever the vocabulary sizes (tying them is the option discussed later, done on purpose)."
+)
+
+
 def _require_parts(model: nn.Module) -> None:
     """The submodule names the notebook gives, which its later cells and greedy_decode use."""
     for path, built in _NAMED_PARTS.items():
@@ -600,6 +632,7 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     _require_methods(model)
     _require_parts(model)
     ref = Transformer(s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
+    require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding
     _check_state(model, s.D)
     pairs = pair_parameters(model, ref, by_structure=True)
     if pairs is None:
@@ -710,17 +743,13 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
 
 
 def _shared_embeddings(cls: Any, s: _Sizes) -> None:
-    """With equal vocabulary sizes the two embeddings have the same shape: they must still be two."""
+    """With equal vocabulary sizes both embeddings and the output projection have the same
+    shape (V, D): every pair of these roles must still be two matrices."""
     shown = s.shown(False).replace(f"{s.V_src}, {s.V_tgt}", f"{s.V_src}, {s.V_src}", 1)
     model = call_student(cls, s.V_src, s.V_src, context=f"constructing Transformer({shown})", **s.kwargs(False))
-    src, tgt = getattr(model, "src_embedding", None), getattr(model, "tgt_embedding", None)
-    if not (isinstance(src, nn.Module) and isinstance(tgt, nn.Module)):
-        return
-    if src is tgt or {id(p) for p in src.parameters()} & {id(p) for p in tgt.parameters()}:
-        fail(f"with src_vocab_size == tgt_vocab_size ({shown}), your tgt_embedding is the src_embedding (one "
-             "module, one matrix for both languages). The exercise builds two separate embeddings whatever the "
-             "sizes (sharing them is the option discussed later, done on purpose): "
-             "self.tgt_embedding = TokenEmbedding(tgt_vocab_size, d_model).", mistake="modules shared")
+    if isinstance(model, nn.Module):
+        why = f"This one was built with src_vocab_size == tgt_vocab_size, Transformer({shown}): " + _THREE_MATRICES
+        require_distinct_roles(model, Transformer(s.V_src, s.V_src, **s.kwargs(False)), "Transformer", why)
 
 
 def _table_length(model: nn.Module, D: int) -> None:
@@ -787,12 +816,49 @@ def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
                  "and after the positional table, nowhere else).", mistake="dropout on the memory")
 
 
+def _embedding_probe(model: nn.Module, s: _Sizes) -> None:
+    """forward once (eval mode), counting the lookups of each embedding: encode must embed the
+    source with src_embedding, decode the target with tgt_embedding. The vocabulary sizes
+    differ, so a swapped table often raises (an id out of range) before the values can show:
+    the pre-hooks have counted the lookup by then."""
+    # each side's lookups, counted on TokenEmbedding (whose range check may raise first) and on
+    # its nn.Embedding (which a student may call directly): the larger count is the number of calls
+    names = ("src_embedding", "tgt_embedding")
+    counts: Counter = Counter()
+    handles = []
+    for name in names:
+        outer = getattr(model, name, None)
+        for level, sub in enumerate((outer, getattr(outer, "embedding", None))):
+            if isinstance(sub, nn.Module):
+                key = (name, level)
+                handles.append(sub.register_forward_pre_hook(lambda m, a, key=key: counts.update([key])))
+    raised = False
+    try:
+        with torch.no_grad():
+            call_student(model.eval(), *_transformer_inputs(s), context="running forward (eval mode)")
+    except StudentError:
+        raised = True  # reported by the comparisons, unless the lookups below explain it
+    finally:
+        for h in handles:
+            h.remove()
+    used = {n: max(counts[(n, 0)], counts[(n, 1)]) for n in names}
+    for method, own, other, words in (("encode", "src_embedding", "tgt_embedding", "source"),
+                                      ("decode", "tgt_embedding", "src_embedding", "target")):
+        # encode runs first: one wrong lookup that raised is enough; decode's comes after encode's
+        if used[own] == 0 and (used[other] > 1 or (method == "encode" and raised and used[other] == 1)):
+            fail(f"{method} looks the {words} tokens up in self.{other}, the other language's embedding, and "
+                 f"self.{own} is never used" + (" (with vocabulary sizes "
+                 f"{s.V_src} and {s.V_tgt} some ids do not even fit)" if raised else "")
+                 + f": {method} embeds with self.{own}.", mistake="embeddings swapped")
+
+
 @checker("Transformer")
 def check_transformer(cls: Any) -> str:
     require_module_class(cls, "Transformer")
     s = _transformer_sizes()
     built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in (False, True)]  # structure first: fast
     _table_length(built[0][0], s.D)
+    _embedding_probe(built[0][0], s)
     _shared_embeddings(cls, replace(s, N=1))
     unexplained = _dropout_probe(cls, replace(s, N=1))
     _extra_dropout_probe(cls, replace(s, N=1))
@@ -820,7 +886,7 @@ def _transformer_gradient(model: nn.Module, ref: nn.Module, s: _Sizes) -> None:
 def _check_transformer_stage(cls: Any, stage: str) -> str:
     """One step of check_transformer, on a draw of its own, for the tests (which draw each
     catalogued mistake many times): the step that names a family, ``"build"`` (structure,
-    state, initialisation), ``"values"`` (the eval-mode comparisons), ``"dropout"`` (the p = 1
+    state, initialisation), ``"values"`` (the embeddings' lookups, the eval-mode comparisons), ``"dropout"`` (the p = 1
     probe), ``"extra dropout"`` (0 < p < 1), ``"shared"`` (equal vocabularies) or ``"table"``
     (max_len), ``"gradient"`` (the gradient probe). Private: not exported, so a notebook's check cell runs the whole check."""
     require_module_class(cls, "Transformer")
@@ -832,6 +898,7 @@ def _check_transformer_stage(cls: Any, stage: str) -> str:
         if stage == "table":
             _table_length(built[0][0], s.D)
         if stage == "values":
+            _embedding_probe(built[0][0], s)
             _mapped_cases(*built[0], s, False)
     elif stage == "dropout":
         unexplained = _dropout_probe(cls, replace(s, N=1))
@@ -1192,6 +1259,146 @@ def _greedy_cases(
     return _GreedySetup(model, src, src_mask, bos_id, pad_id, M, cases)
 
 
+class _GreedyWatch:
+    """Pre-hooks on ``model.encoder`` and ``model.decoder`` noting, at every call: whether
+    gradients are tracked, which sub-modules are in train mode, and (encoder) how many
+    source rows it encodes. A full ``model(src, ys, ...)`` runs the encoder too."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.grad: list[bool] = []
+        self.training: set[str] = set()  # sub-modules that ran in train mode
+        self.encoder_calls = self.rows_encoded = 0
+        self.handles = [model.encoder.register_forward_pre_hook(self._hook(True), with_kwargs=True),
+                        model.decoder.register_forward_pre_hook(self._hook(False), with_kwargs=True)]
+
+    def _hook(self, encoder: bool) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            self.grad.append(torch.is_grad_enabled())
+            self.training.update(n for n, m in self.model.named_modules() if n and m.training)
+            if encoder:
+                x = args[0] if args else kwargs.get("x")
+                self.encoder_calls += 1
+                self.rows_encoded += x.size(0) if isinstance(x, Tensor) and x.dim() == 3 else 0
+        return hook
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def in_train_mode(self) -> list[str]:
+        """The topmost sub-modules that ran in train mode, in the model's order."""
+        return [n for n, _ in self.model.named_modules()
+                if n in self.training and not any(n.startswith(p + ".") for p in self.training)]
+
+
+def _watch_before_tokens(watch: _GreedyWatch, words: str) -> None:
+    """What changes the tokens: dropout still on in a part of the model."""
+    parts = watch.in_train_mode()
+    if parts:
+        shown = ", ".join(f"model.{n}" for n in parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
+        fail(f"during decoding ({words}) {shown} ran in train mode, so dropout changed the predictions: "
+             "call model.eval() on the whole model (it switches every sub-module), not on a part of it, "
+             "and restore the caller's mode at the end.", mistake="model left in train mode")
+
+
+def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
+    """Right tokens, wrong cost: the source encoded again at every step, gradients tracked."""
+    if watch.rows_encoded > B:
+        fail(f"the tokens are right, but the encoder ran {watch.encoder_calls} times in one call ({words}), "
+             f"encoding {watch.rows_encoded} source rows for a batch of {B}: the source is encoded once. "
+             "Compute memory = model.encode(src, src_mask) before the loop and call only model.decode inside it "
+             "(a full model(src, ys, ...) at every step re-encodes the source each time).",
+             mistake="source encoded at every step")
+    require_no_grad(watch.grad, "decoding", "greedy_decode", words)
+
+
+def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int, eos_id: int, fill: int, M: int,
+                 tgt_mask: Callable[[int], Tensor], eos_filled: bool = False, cumulative: bool = True) -> Tensor:
+    """Greedy decoding, filling as it goes, with one of the mistakes that have no margins
+    guarantee (so they are tried only once the tokens are wrong)."""
+    memory = model.encode(src, src_mask)  # (B, L_src, D)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)  # (B,)
+    for _ in range(M):
+        out = model.decode(ys, memory, tgt_mask(ys.size(1)), src_mask)  # (B, T, D)
+        nxt = model.output_projection(out[:, -1]).argmax(dim=-1)  # (B,)
+        if eos_filled:
+            finished = finished | (nxt == eos_id)
+        nxt = nxt.masked_fill(finished, fill)
+        if not eos_filled:
+            finished = (finished | (nxt == eos_id)) if cumulative else nxt == eos_id
+        ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, T + 1)
+        if bool(finished.all()):
+            break
+    return ys
+
+
+_LAZY_GREEDY = [  # (name, diagnosis, _lazy_greedy's keywords)
+    ("upper triangle", "the target mask lets each position see the later ones and not the earlier ones (the upper "
+     "triangle, causal_mask(T).T or triu): pass causal_mask(T), True on and below the diagonal.",
+     dict(tgt_mask=lambda T: causal_mask(T).T)),
+    ("inverted mask", "the target mask is inverted (~causal_mask(T): True where a position may NOT attend): the "
+     "contract's masks are True = may attend, so pass causal_mask(T) itself.",
+     dict(tgt_mask=lambda T: ~causal_mask(T))),
+    ("eos overwritten", "each sequence's <eos> itself is replaced by the filler: mark a sequence finished after "
+     "writing its token (finished = finished | (next_token == eos_id) after the masked_fill), so the <eos> stays.",
+     dict(eos_filled=True)),
+    ("finished not cumulative", "`finished` is recomputed from the newest token only (finished = next_token == "
+     "eos_id), so a sequence that has filled a pad counts as unfinished again and produces more tokens: keep it "
+     "finished, finished = finished | (next_token == eos_id).", dict(cumulative=False)),
+]
+
+
+def _lazy_diagnosis(got: Any, setup: _GreedySetup, case: _GreedyCase, src: Tensor, mask: Tensor, words: str) -> None:
+    if not isinstance(got, Tensor) or got.dim() != 2:
+        return
+    fill = case.eos_id if case.pad_id is None else case.pad_id
+    model = setup.model.eval()
+    for name, diagnosis, kw in _LAZY_GREEDY:
+        kw = {"tgt_mask": causal_mask, **kw}
+        try:
+            with torch.no_grad():
+                value = _lazy_greedy(model, src, mask, setup.bos_id, case.eos_id, fill, setup.max_len, **kw)
+        except Exception:  # noqa: BLE001 - a fully blocked row may fail; the variant is then not the student's
+            continue
+        if not _same(value, case.expected) and _same(got.long(), value):
+            fail(f"the output ({words}) is what greedy decoding gives when {diagnosis}", mistake=name)
+
+
+class _ProbeError(RuntimeError):
+    """Raised by the checker inside the model, to see whether greedy_decode restores the mode."""
+
+
+def _restored_after_error(fn: Callable[..., Any], setup: _GreedySetup) -> None:
+    """The model comes in train mode and its decoder raises at the second step: the caller's
+    mode must still come back (try/finally)."""
+    model, rows = setup.model, setup.cases[0].rows
+    calls = []
+
+    def explode(module: nn.Module, args: tuple[Any, ...]) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise _ProbeError("the checker's decoder failed on purpose at step 2")
+
+    handle = model.decoder.register_forward_pre_hook(explode)
+    model.train()
+    try:
+        call_student(fn, model, setup.src[rows], setup.max_len, setup.bos_id, setup.cases[0].eos_id,
+                     src_mask=setup.src_mask[rows])
+    except StudentError:
+        pass
+    finally:
+        handle.remove()
+        left = {m.training for m in model.modules()}
+        model.eval()
+    if len(calls) >= 2 and left != {True}:
+        fail("the tokens are right, but when the model raises an error during decoding (the checker made the "
+             "decoder fail at step 2, the model in train mode), greedy_decode leaves it in eval mode: restore the "
+             "mode in a `finally:` block (try: ... finally: model.train(was_training)), so that a failed decode "
+             "does not silently switch off dropout for the rest of training.", mistake="mode not restored")
+
+
 def _token_diagnosis(got: Any, expected: Tensor, case: str, max_len: int) -> None:
     """Say which row differs, in tokens, instead of a float difference."""
     if not isinstance(got, Tensor) or got.dim() != 2:
@@ -1267,6 +1474,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         kwargs: dict[str, Any] = {"src_mask": mask}
         if case.pass_pad:
             kwargs["pad_id"] = case.pad_id
+        watch = _GreedyWatch(model)
         try:
             got = call_student(fn, model, src, M, bos_id, case.eos_id, context=f"decoding ({words})", **kwargs)
         except StudentError as err:
@@ -1274,8 +1482,11 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
             if not isinstance(err.exc, NotImplementedError):
                 _greedy_probe(fn, setup, case, err)
             raise
+        finally:
+            watch.close()
         left_in = {m.training for m in model.modules()}  # the modes greedy_decode left behind
         model.eval()
+        _watch_before_tokens(watch, words)
         check_unchanged(["src", "src_mask"], [src, mask], [src0, mask0], words)
         if isinstance(got, Tensor) and got.dtype != torch.long:
             right = got.shape == case.expected.shape and bool(equal(got.long(), case.expected))
@@ -1290,8 +1501,10 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
             expect_close("the output", got, case.expected, case.mistakes, atol=0, rtol=0, case=words)
         except Failure as f:
             if f.mistake in ("values differ", "wrong shape"):
+                _lazy_diagnosis(got, setup, case, src, mask, words)
                 _token_diagnosis(got, case.expected, words, M)
             raise
+        _watch_after_tokens(watch, len(case.rows), words)
         if left_in != {case.train}:
             came, left = ("train", "eval") if case.train else ("eval", "train")
             fail(
@@ -1301,6 +1514,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
                 "`was_training = model.training` before model.eval() and end with model.train(was_training).",
                 mistake="mode not restored",
             )
+    _restored_after_error(fn, setup)
     return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
 
 

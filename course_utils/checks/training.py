@@ -64,8 +64,9 @@ Catalogue (``CheckResult.mistake``):
   cross-entropy"``, ``"sum instead of
   mean"``, ``"mean of per-sequence means"``, ``"double softmax"``, ``"no log-softmax"``,
   ``"classes on the wrong axis"``, ``"view on a non-contiguous tensor"``, ``"not
-  reduced"``, ``"not a tensor"``, ``"detached from the graph"``, ``"input modified in
-  place"``.
+  reduced"``, ``"not a tensor"``, ``"detached from the graph"``, ``"smoothing over
+  padding"``, ``"correct class left out of the smoothing"``, ``"nll not weighted by 1 -
+  eps"``, ``"input modified in place"``.
 * ``noam_lr``: ``"warmup^-0.5 instead of warmup^-1.5"``, ``"max instead of min"``,
   ``"missing d_model^-0.5"``, ``"d_model^0.5 instead of d_model^-0.5"``, ``"steps
   counted from 0"``, ``"division by zero at step 1"``, ``"factor ignored"``, ``"not a
@@ -73,17 +74,18 @@ Catalogue (``CheckResult.mistake``):
 * ``train_step``: the loss (``"targets not shifted"``, ``"compared with tgt_in"``,
   ``"shifted the wrong way"``, ``"loss on tgt instead of tgt_out"``, ``"tgt_mask not
   passed"``, ``"src_mask not passed"``, ``"padding counted"``, ``"pad id hard-coded as
-  0"``, ``"label smoothing not passed"``), the update (``"zero_grad forgotten"``, ``"no
+  0"``, ``"label smoothing not passed"``, ``"masks not passed"``), the update (``"zero_grad forgotten"``, ``"no
   update"``, ``"zero_grad in the wrong place"``, ``"clipping missing"``, ``"clipping
   after the step"``, ``"clip_grad_value_ instead of clip_grad_norm_"``, ``"scheduler
   stepped before the optimizer"``, ``"scheduler not stepped"``, ``"scheduler stepped
-  twice"``, ``"scheduler None not handled"``, ``"clip_norm None not handled"``), the size of
-  an update made in the right order (``"optimizer stepped twice"``, ``"hard-coded
-  clip_norm"``, ``"each parameter clipped separately"``, ``"backward on a rescaled
-  loss"``, and ``"update scaled"`` for any other update along the reference's direction),
-  ``"model in eval mode"``, ``"model left in eval mode"``, ``"loss returned as a tensor"``,
-  ``"not a Python float"`` (a numpy number or array), ``"no loss returned"``, ``"view on a
-  non-contiguous tensor"``.
+  twice"``, ``"scheduler None not handled"``, ``"clip_norm None not handled"``, ``"clipping
+  scales up"``, ``"wrong clipping norm"``, ``"backward on the summed loss"``, ``"loss passed
+  to scheduler.step"``, ``"detached from the graph"``), the size of an update made in the
+  right order (``"optimizer stepped twice"``, ``"hard-coded clip_norm"``, ``"each parameter
+  clipped separately"``, ``"backward on a rescaled loss"``, and ``"update scaled"`` for any
+  other update along the reference's direction), ``"model in eval mode"``, ``"model left in
+  eval mode"``, ``"loss returned as a tensor"``, ``"not a Python float"`` (a numpy number or
+  array), ``"no loss returned"``, ``"view on a non-contiguous tensor"``.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ from ._core import (
     drawn_once,
     expect_close,
     fail,
+    Failure,
     is_view_error,
     matches,
     randint,
@@ -352,6 +355,56 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
     return out
 
 
+def _smoothing_weight_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: float) -> list[Mistake]:
+    """Label smoothing written by hand as (1 - eps) * nll + eps * smooth, one weight or one
+    average wrong (trial D's attempts); ``[]`` without smoothing."""
+    if eps == 0:
+        return []
+    V = logits.size(-1)
+
+    def q(correct: float, others: float) -> Callable[[Tensor], Tensor]:
+        return lambda t: others + (correct - others) * F.one_hot(t, V).float()  # (N, V)
+
+    def smoothing_over_all() -> Tensor:
+        logp = logits.log_softmax(-1)  # (B, L, V)
+        nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+        return (1 - eps) * nll[targets != pad_id].mean() - eps * logp.mean(-1).mean()
+
+    return [
+        ("smoothing over padding",
+         "the nll term leaves the padding out, but the smoothing term eps * (-log_probs.mean(dim=-1)) is averaged "
+         "over every position, pad positions included: mask both terms and average over the real tokens only.",
+         smoothing_over_all),
+        ("correct class left out of the smoothing",
+         "the correct class gets 1 - eps and only the others get eps / V, so the target sums to 1 - eps / V: "
+         "the uniform share eps / V goes to every class, the correct one included, which gets 1 - eps + eps / V "
+         "(the target is (1 - eps) * one_hot + eps / V).",
+         lambda: _smoothed_ce(logits, targets, pad_id, q(1 - eps, eps / V))),
+        ("nll not weighted by 1 - eps",
+         "the nll term is not multiplied by (1 - eps): the smoothed loss is (1 - eps) * nll + eps * "
+         "(-log_probs.mean(dim=-1)), the cross-entropy against (1 - eps) * one_hot + eps / V.",
+         lambda: _smoothed_ce(logits, targets, pad_id, q(1 + eps / V, eps / V))),
+    ]
+
+
+def _nearest_first(got: Any, mistakes: list[Mistake]) -> list[Mistake]:
+    """The candidates, computed, nearest to ``got`` first. The smoothing variants move a
+    scalar loss by about 1 %, so two of them can fall within the comparison's tolerance of
+    each other on some draws: the nearest one is the student's, on every draw."""
+    if not (isinstance(got, Tensor) and got.numel() == 1):
+        return mistakes
+    value = float(got.detach())
+    computed = []
+    for name, diagnosis, candidate in mistakes:
+        try:
+            v = candidate() if callable(candidate) else candidate
+        except Exception:  # noqa: BLE001 - a variant that cannot be computed is not the student's
+            continue
+        if isinstance(v, Tensor) and v.numel() == 1 and math.isfinite(float(v)):
+            computed.append((abs(float(v) - value), (name, diagnosis, v)))
+    return [m for _, m in sorted(computed, key=lambda c: c[0])]
+
+
 def _cross_entropy_error(err: StudentError) -> None:
     exc = err.exc
     text = str(exc)
@@ -445,7 +498,9 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                 mistake="pad positions reach the sum",
             )
         with torch.no_grad():
-            expect_close("the loss", got, expected, _cross_entropy_mistakes(logits0, targets0, pad_id, eps), case=case)
+            mistakes = _cross_entropy_mistakes(logits0, targets0, pad_id, eps)
+            mistakes += _smoothing_weight_mistakes(logits0, targets0, pad_id, eps)
+            expect_close("the loss", got, expected, _nearest_first(got, mistakes), case=case)
         if isinstance(got, Tensor) and not got.requires_grad:
             fail(
                 f"your loss ({case}) has the right value but is detached from the computation graph "
@@ -681,6 +736,11 @@ _LOSS_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
      "the model is called without batch.src_mask: attention reads the source padding. Call "
      "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
      frozenset({"no src mask"})),
+    ("masks not passed",
+     "the model is called without masks, model(batch.src, batch.tgt_in): the target positions see the later "
+     "tokens they have to predict and attention reads the source padding. Call model(batch.src, batch.tgt_in, "
+     "batch.src_mask, batch.tgt_mask).",
+     frozenset({"no src mask", "no tgt mask"})),
     ("padding counted",
      "the loss counts the padding positions of batch.tgt_out: pass pad_id on (masked_cross_entropy(logits, "
      "batch.tgt_out, pad_id, ...) or ignore_index=pad_id).",
@@ -839,6 +899,7 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
             _train_step_error(err, batch, setup.clip)
             raise
         check_unchanged(["batch.src", "batch.tgt"], [batch.src, batch.tgt], originals, words)
+        _scheduler_argument(scheduler, words)
         grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
         result = (loss, _flat(model), grads, all(m.training for m in model.modules()))
         if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
@@ -963,6 +1024,7 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]
         if setup.clip is not None and matches(params, _simulate(setup, clip_value, i + 1)[i][1], 1e-6, 1e-5):
             name, diagnosis, _ = _UPDATE_MISTAKES[2]
             fail(f"{diagnosis} ({call})", mistake=name)
+        _gradient_diagnosis(setup, i, grads, call)
         step, exp_step = params - before, exp_params - before  # (P,) each
         ratio = float(step @ exp_step / (exp_step @ exp_step))
         if matches(step, ratio * exp_step, atol=1e-6, rtol=1e-4):
@@ -976,6 +1038,101 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]
              "scheduler.step.", mistake="values differ")
 
 
+# train_step: probes the simulated variants cannot name (the update is a scalar multiple of the
+# loss's gradients, a graph cut before the loss, an argument given to scheduler.step)
+_FAR_ABOVE = 1e4  # a clip_norm no gradient of these small models reaches: clipping must change nothing
+
+
+def _scheduler_argument(scheduler: Any, words: str) -> None:
+    """``scheduler.step(loss.item())`` (ReduceLROnPlateau's habit) makes LambdaLR jump to the
+    'epoch' it was given: a fractional last_epoch."""
+    epoch = getattr(scheduler, "last_epoch", 0)
+    if isinstance(epoch, float) and not epoch.is_integer():
+        fail(f"scheduler.step() was given an argument ({words}): after one call the schedule stands at step {epoch:.4g}, "
+             "so the loss (or another number) was passed as the epoch. A LambdaLR scheduler counts its own steps: "
+             "call scheduler.step() with no argument, once, after optimizer.step() (only ReduceLROnPlateau takes "
+             "the loss).", mistake="loss passed to scheduler.step")
+
+
+def _reference_grads(setup: _StepSetup, i: int) -> tuple[Tensor, int]:
+    """The gradient of the right loss at call ``i``, flat ``(P,)``, from the parameters the
+    student's model had before it (the reference's after call i - 1), and the number of real
+    target tokens."""
+    model = copy.deepcopy(setup.model).train()
+    before = setup.cache[()][i - 1][1] if i else _flat(setup.model)
+    nn.utils.vector_to_parameters(before.clone(), model.parameters())
+    batch, params = setup.batches[i], list(model.parameters())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(setup.seed + i)
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, L - 1, V)
+        loss = masked_cross_entropy(logits, batch.tgt_out, setup.pad_id, setup.eps)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)])  # (P,)
+    return flat, int((batch.tgt_out != setup.pad_id).sum())
+
+
+def _gradient_diagnosis(setup: _StepSetup, i: int, grads: list[Tensor | None], call: str) -> None:
+    """The gradients left in the model after the student's call, when they are the right
+    loss's gradients times one number: that number names the mistake."""
+    got = [g for g in grads if g is not None]
+    if not got:
+        return
+    G = torch.cat([g.reshape(-1) for g in got]).double()  # (P',)
+    if len(got) != len(grads) or not bool(G.any()):
+        return
+    g, N = _reference_grads(setup, i)
+    g = g.double()
+    c = float(G @ g / (g @ g))
+    if float((G - c * g).norm()) > 1e-3 * float(G.norm()):
+        return  # not a scalar multiple: per-parameter clipping and others, named elsewhere
+    n2, ninf, clip = float(g.norm()), float(g.abs().max()), setup.clip
+    close = lambda a, b: math.isclose(a, b, rel_tol=2e-3)  # noqa: E731
+    if clip is not None and n2 < clip and close(c * n2, clip):
+        fail(f"your clipping scales small gradients up ({call}): their norm was {n2:.4g}, already below "
+             f"clip_norm={clip:g}, yet the step used gradients of norm {c * n2:.4g}. Clipping only scales down: "
+             "multiply by clip_norm / norm only when norm > clip_norm (nn.utils.clip_grad_norm_(model.parameters(), "
+             "clip_norm) does exactly this).", mistake="clipping scales up")
+    if close(c, N):
+        fail(f"the step used gradients {N} times too large ({call}; {N} = the number of real target tokens): "
+             "backward() ran on the summed loss. Call backward() on the mean over the real tokens, the loss "
+             "train_step returns.", mistake="backward on the summed loss")
+    for norm, how in ((ninf, "the largest gradient entry (norm_type=inf, or a max instead of a root sum of squares)"),
+                      (n2**2, "the sum of squares without its square root")):
+        if clip is not None and norm > clip and close(c, clip / norm):
+            fail(f"your clipping measures the gradients by {how} ({call}): clip_norm bounds the 2-norm of all "
+                 "gradients together, sqrt(sum of every entry squared): nn.utils.clip_grad_norm_(model.parameters(), "
+                 "clip_norm) with its default norm_type=2.", mistake="wrong clipping norm")
+
+
+def _graph_cut(fn: Callable[..., Any], setup: _StepSetup, words: str) -> None:
+    """No update although the loss is right: did any gradient reach the model's output? (A
+    loss built from ``logits.detach().requires_grad_()`` backpropagates into a copy.)"""
+    model = copy.deepcopy(setup.model)
+    optimizer, scheduler = _make_optimizer(model, setup.use_scheduler)
+    outputs, reached = [], []
+
+    def watch(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+        if isinstance(out, Tensor):
+            outputs.append(out.requires_grad)
+            if out.requires_grad:
+                out.register_hook(lambda grad: reached.append(True))
+
+    handle = model.output_projection.register_forward_hook(watch)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            call_student(fn, model.train(), setup.batches[0], optimizer, scheduler=scheduler, pad_id=setup.pad_id,
+                         label_smoothing=setup.eps, clip_norm=setup.clip)
+    except StudentError:
+        return
+    finally:
+        handle.remove()
+    if outputs and not reached:
+        fail(f"no gradient reached the model ({words}): the logits were cut from the graph before the loss "
+             "(.detach(), .data, torch.no_grad(), or a copy made trainable with .requires_grad_()), so backward() "
+             "stops at the copy, the parameters get no gradient and optimizer.step() changes nothing. Compute the "
+             "loss from model(...)'s output directly.", mistake="detached from the graph")
+
+
 @checker("train_step")
 def check_train_step(fn: Callable[..., Any]) -> str:
     require_function(fn, "train_step")
@@ -984,6 +1141,17 @@ def check_train_step(fn: Callable[..., Any]) -> str:
                         clip_fraction=0.3)
     words = (f"SGD with a LambdaLR scheduler, pad_id={setup.pad_id}, label_smoothing={setup.eps}, "
              f"clip_norm={setup.clip}")
+    try:
+        _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
+    except Failure as f:
+        if f.mistake == "no update":
+            _graph_cut(fn, setup, words)
+        raise
+    # E: clip_norm far above the gradient norm: clipping must leave the gradients alone
+    setup = _step_setup(pad_id=randint(1, 9), eps=0.1, use_scheduler=True, dropout=0.0, train_mode=True,
+                        clip_fraction=None)
+    setup.clip = _FAR_ABOVE
+    words = f"clip_norm={_FAR_ABOVE:g}, far above the gradient norm, pad_id={setup.pad_id}, label_smoothing=0.1"
     _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
     # B: the defaults: scheduler=None, pad_id=0, no smoothing, clip_norm=1.0
     setup = _step_setup(pad_id=0, eps=0.0, use_scheduler=False, dropout=0.0, train_mode=True, clip_fraction=None)
