@@ -161,7 +161,9 @@ def test_other_frequencies_say_which_columns_are_right():
     # base 1000 instead of 10000: columns 0 and 1 (frequency 10000^0 = 1) are still right
     assert_mistake(
         check_sinusoidal_positional_encoding, pe_variant(base=1000.0), "values differ",
-        "columns 0-1 are right, columns 2-", "check the frequency", repeat=STABLE,
+        # "columns 0-1 are right, ..." or, when the last column's tiny frequency is within tolerance on a
+        # short table, "columns 0-1, 15 are right, ..." (seed 2425680612)
+        "columns 0-1", "are right, columns 2-", "check the frequency", repeat=STABLE,
     )
 
 
