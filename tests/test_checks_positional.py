@@ -422,7 +422,7 @@ def test_token_embedding_correct_variants_pass(cls):
     assert_passes(check_token_embedding, cls)
 
 
-class SparseEmbedding(nn.Module):
+class SparseEmbeddingW08(nn.Module):
     """Trial C's W08: Adam then refuses the sparse gradients."""
 
     def __init__(self, vocab_size, d_model):
@@ -464,7 +464,7 @@ class SwappedSizes(nn.Module):
         (make_embedding(lambda e, d: e.double() * math.sqrt(d)), "dtype not preserved", ["torch.float64 instead of"]),
         (make_embedding(lambda e, d: e.float() * math.sqrt(d)), "dtype not preserved",
          ["torch.float32 instead of torch.float16"]),
-        (SparseEmbedding, "sparse embedding", ["sparse=True", "Adam"]),
+        (SparseEmbeddingW08, "sparse embedding", ["sparse=True", "Adam"]),
     ],
 )
 def test_token_embedding_mistakes_are_named(cls, mistake, words):
