@@ -161,7 +161,9 @@ def test_other_frequencies_say_which_columns_are_right():
     # base 1000 instead of 10000: columns 0 and 1 (frequency 10000^0 = 1) are still right
     assert_mistake(
         check_sinusoidal_positional_encoding, pe_variant(base=1000.0), "values differ",
-        "columns 0-1 are right, columns 2-", "check the frequency", repeat=STABLE,
+        # "columns 0-1 are right, ..." or, when the last column's tiny frequency is within tolerance on a
+        # short table, "columns 0-1, 15 are right, ..." (seed 2425680612)
+        "columns 0-1", "are right, columns 2-", "check the frequency", repeat=STABLE,
     )
 
 
@@ -437,7 +439,7 @@ def test_token_embedding_correct_variants_pass(cls):
     assert_passes(check_token_embedding, cls)
 
 
-class SparseEmbedding(nn.Module):
+class SparseEmbeddingW08(nn.Module):
     """Trial C's W08: Adam then refuses the sparse gradients."""
 
     def __init__(self, vocab_size, d_model):
@@ -481,7 +483,7 @@ class SwappedSizes(nn.Module):
         (make_embedding(lambda e, d: e.double() * math.sqrt(d)), "dtype not preserved", ["torch.float64 instead of"]),
         (make_embedding(lambda e, d: e.float() * math.sqrt(d)), "dtype not preserved",
          ["torch.float32 instead of torch.float16"]),
-        (SparseEmbedding, "sparse embedding", ["sparse=True", "Adam"]),
+        (SparseEmbeddingW08, "sparse embedding", ["sparse=True", "Adam"]),
     ],
 )
 def test_token_embedding_mistakes_are_named(cls, mistake, words):
