@@ -919,6 +919,9 @@ def _check_transformer_stage(cls: Any, stage: str) -> str:
 
 
 # ---------------------------------------------------------------- greedy_decode
+_INVERTED_CAUSAL = ("the causal mask is inverted (~causal_mask(T)): True marks the future keys, the blocked ones, "
+                    "so each position sees only the later ones (and the last, none). In this course True = may "
+                    "attend: pass causal_mask(T) as it is.")
 _MARGIN = 1e-3  # a greedy choice the correct answer depends on wins by at least this much
 _MARGIN_VARIANT = 1e-4
 
@@ -1073,9 +1076,7 @@ def _greedy_mistakes(
         ),
         (
             "inverted mask",
-            "the causal mask is inverted (~causal_mask(T)): True marks the future keys, the blocked ones, so "
-            "each position sees only the later ones (and the last, none). In this course True = may attend: "
-            "pass causal_mask(T) as it is.",
+            _INVERTED_CAUSAL,
             fin("inverted causal"),
         ),
         (
@@ -1269,6 +1270,7 @@ class _GreedyWatch:
         self.grad: list[bool] = []
         self.training: set[str] = set()  # sub-modules that ran in train mode
         self.encoder_calls = self.rows_encoded = 0
+        self.tgt_masks: set[str] = set()  # "upper triangle" / "inverted mask": a target mask that sees the future
         self.handles = [model.encoder.register_forward_pre_hook(self._hook(True), with_kwargs=True),
                         model.decoder.register_forward_pre_hook(self._hook(False), with_kwargs=True)]
 
@@ -1280,7 +1282,21 @@ class _GreedyWatch:
                 x = args[0] if args else kwargs.get("x")
                 self.encoder_calls += 1
                 self.rows_encoded += x.size(0) if isinstance(x, Tensor) and x.dim() == 3 else 0
+            else:
+                self._note_tgt_mask(args[2] if len(args) > 2 else kwargs.get("tgt_mask"))
         return hook
+
+    def _note_tgt_mask(self, mask: Any) -> None:
+        """A bool target mask (..., T, T) with True above the diagonal lets a position see later
+        ones: the greedy tokens may still come out right on one draw, the mask never is."""
+        if not (isinstance(mask, Tensor) and mask.dtype == torch.bool and mask.dim() >= 2
+                and mask.size(-1) == mask.size(-2) and mask.size(-1) > 1 and mask.device.type != "meta"):
+            return
+        T = mask.size(-1)
+        future = torch.ones(T, T, dtype=torch.bool, device=mask.device).triu(1)  # (T, T)
+        if bool((mask & future).any()):
+            diagonal = mask.diagonal(dim1=-2, dim2=-1)  # (..., T)
+            self.tgt_masks.add("inverted mask" if not bool(diagonal.any()) else "upper triangle")
 
     def close(self) -> None:
         for h in self.handles:
@@ -1311,6 +1327,9 @@ def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
              "(a full model(src, ys, ...) at every step re-encodes the source each time).",
              mistake="source encoded at every step")
     require_no_grad(watch.grad, "decoding", "greedy_decode", words)
+    for name, diagnosis in (("upper triangle", _LAZY_GREEDY[0][1]), ("inverted mask", _INVERTED_CAUSAL)):
+        if name in watch.tgt_masks:
+            fail(f"the tokens are right on this draw ({words}), but {diagnosis}", mistake=name)
 
 
 def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int, eos_id: int, fill: int, M: int,
@@ -1338,9 +1357,6 @@ _LAZY_GREEDY = [  # (name, diagnosis, _lazy_greedy's keywords)
     ("upper triangle", "the target mask lets each position see the later ones and not the earlier ones (the upper "
      "triangle, causal_mask(T).T or triu): pass causal_mask(T), True on and below the diagonal.",
      dict(tgt_mask=lambda T: causal_mask(T).T)),
-    ("inverted mask", "the target mask is inverted (~causal_mask(T): True where a position may NOT attend): the "
-     "contract's masks are True = may attend, so pass causal_mask(T) itself.",
-     dict(tgt_mask=lambda T: ~causal_mask(T))),
     ("eos overwritten", "each sequence's <eos> itself is replaced by the filler: mark a sequence finished after "
      "writing its token (finished = finished | (next_token == eos_id) after the masked_fill), so the <eos> stays.",
      dict(eos_filled=True)),
