@@ -866,6 +866,8 @@ def _greedy_raw(
     steps: int,
     *,
     causal: bool = True,
+    upper: bool = False,
+    inverted: bool = False,
     position: int = -1,
     argmax: str = "vocab",
     src_mask_to: tuple[bool, bool] = (True, True),
@@ -879,7 +881,9 @@ def _greedy_raw(
     margins = []
     for _ in range(steps):
         T = ys.size(1)
-        out = model.decode(ys, memory, causal_mask(T) if causal else None, mask)  # (B, T, D)
+        tgt_mask = causal_mask(T).T if upper else ~causal_mask(T) if inverted else causal_mask(T)  # (T, T)
+        tgt_mask = tgt_mask if causal else None
+        out = model.decode(ys, memory, tgt_mask, mask)  # (B, T, D)
         if argmax == "positions":  # argmax over the positions of (B, T, V), then the last column
             nxt = model.output_projection(out).argmax(dim=1)[:, -1]  # (B,)
             margins.append(torch.full((ys.size(0),), math.inf))
@@ -1005,6 +1009,18 @@ def _greedy_mistakes(
             fin("no causal"),
         ),
         (
+            "upper triangle",
+            "the target mask is the upper triangle (causal_mask(T).T or triu): each position sees the later "
+            "ones and not the earlier ones. Pass causal_mask(T), True on and below the diagonal.",
+            fin("upper"),
+        ),
+        (
+            "inverted mask",
+            "the target mask is inverted (~causal_mask(T): True where a position may NOT attend): the contract's "
+            "masks are True = may attend, so pass causal_mask(T) itself.",
+            fin("inverted"),
+        ),
+        (
             "argmax over wrong axis",
             "the argmax is taken over the positions axis of the (B, T, V) logits; take the logits of "
             "the last position, (B, V), and the argmax over the vocabulary (dim=-1).",
@@ -1071,6 +1087,8 @@ def _choose_rows(candidates: Tensor, need: list[Tensor], size: int) -> Tensor | 
 
 _VARIANTS = {
     "no causal": dict(causal=False),
+    "upper": dict(upper=True),
+    "inverted": dict(inverted=True),
     "positions": dict(argmax="positions"),
     "first": dict(position=0),
     "no src mask": dict(src_mask_to=(False, False)),
@@ -1239,14 +1257,15 @@ def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
 
 
 def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int, eos_id: int, fill: int, M: int,
-                 tgt_mask: Callable[[int], Tensor], eos_filled: bool = False, cumulative: bool = True) -> Tensor:
-    """Greedy decoding, filling as it goes, with one of the mistakes that have no margins
-    guarantee (so they are tried only once the tokens are wrong)."""
+                 eos_filled: bool = False, cumulative: bool = True) -> Tensor:
+    """Greedy decoding, filling as it goes, with a filling mistake: the tokens after a fill
+    depend on it, so the un-filled trajectories of the setup cannot give them. Tried only
+    once the tokens are wrong and no catalogued mistake matches."""
     memory = model.encode(src, src_mask)  # (B, L_src, D)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
     finished = torch.zeros(src.size(0), dtype=torch.bool)  # (B,)
     for _ in range(M):
-        out = model.decode(ys, memory, tgt_mask(ys.size(1)), src_mask)  # (B, T, D)
+        out = model.decode(ys, memory, causal_mask(ys.size(1)), src_mask)  # (B, T, D)
         nxt = model.output_projection(out[:, -1]).argmax(dim=-1)  # (B,)
         if eos_filled:
             finished = finished | (nxt == eos_id)
@@ -1260,12 +1279,6 @@ def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int,
 
 
 _LAZY_GREEDY = [  # (name, diagnosis, _lazy_greedy's keywords)
-    ("upper triangle", "the target mask lets each position see the later ones and not the earlier ones (the upper "
-     "triangle, causal_mask(T).T or triu): pass causal_mask(T), True on and below the diagonal.",
-     dict(tgt_mask=lambda T: causal_mask(T).T)),
-    ("inverted mask", "the target mask is inverted (~causal_mask(T): True where a position may NOT attend): the "
-     "contract's masks are True = may attend, so pass causal_mask(T) itself.",
-     dict(tgt_mask=lambda T: ~causal_mask(T))),
     ("eos overwritten", "each sequence's <eos> itself is replaced by the filler: mark a sequence finished after "
      "writing its token (finished = finished | (next_token == eos_id) after the masked_fill), so the <eos> stays.",
      dict(eos_filled=True)),
@@ -1281,12 +1294,8 @@ def _lazy_diagnosis(got: Any, setup: _GreedySetup, case: _GreedyCase, src: Tenso
     fill = case.eos_id if case.pad_id is None else case.pad_id
     model = setup.model.eval()
     for name, diagnosis, kw in _LAZY_GREEDY:
-        kw = {"tgt_mask": causal_mask, **kw}
-        try:
-            with torch.no_grad():
-                value = _lazy_greedy(model, src, mask, setup.bos_id, case.eos_id, fill, setup.max_len, **kw)
-        except Exception:  # noqa: BLE001 - a fully blocked row may fail; the variant is then not the student's
-            continue
+        with torch.no_grad():
+            value = _lazy_greedy(model, src, mask, setup.bos_id, case.eos_id, fill, setup.max_len, **kw)
         if not _same(value, case.expected) and _same(got.long(), value):
             fail(f"the output ({words}) is what greedy decoding gives when {diagnosis}", mistake=name)
 
