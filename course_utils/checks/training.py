@@ -1086,7 +1086,10 @@ def _gradient_diagnosis(setup: _StepSetup, i: int, grads: list[Tensor | None], c
     if float((G - c * g).norm()) > 1e-3 * float(G.norm()):
         return  # not a scalar multiple: per-parameter clipping and others, named elsewhere
     n2, ninf, clip = float(g.norm()), float(g.abs().max()), setup.clip
-    close = lambda a, b: math.isclose(a, b, rel_tol=2e-3)  # noqa: E731
+
+    def close(a: float, b: float) -> bool:
+        return math.isclose(a, b, rel_tol=2e-3)
+
     if clip is not None and n2 < clip and close(c * n2, clip):
         fail(f"your clipping scales small gradients up ({call}): their norm was {n2:.4g}, already below "
              f"clip_norm={clip:g}, yet the step used gradients of norm {c * n2:.4g}. Clipping only scales down: "
