@@ -591,7 +591,7 @@ def modifies_src(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None
 )
 def test_greedy_decode_mistakes_are_named(fn, mistake, words):
     # every draw: checks with the same seed share the drawn model and cases, so a draw costs the student's calls
-    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=STABLE)
+    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=STABLE, shared_sweep=True)
 
 
 @pytest.mark.parametrize(
@@ -606,7 +606,7 @@ def test_greedy_decode_mistakes_are_named(fn, mistake, words):
     ],
 )
 def test_greedy_decode_new_diagnoses_are_the_same_on_every_draw(fn, mistake, words):
-    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=STABLE)
+    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=STABLE, shared_sweep=True)
 
 
 def test_greedy_decode_stub_errors_and_weird_returns():
