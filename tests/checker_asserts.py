@@ -18,12 +18,16 @@ REPEAT = 3
 # Fixed seeds first; a run of `repeat` verdicts uses the first repeat - 1 of them.
 SEEDS = tuple(range(1000, 1000 + 64))
 STABLE = 20  # draws for the families whose diagnoses must not depend on the draw
+# one random seed for the whole session: checkers that share a seed's draw (greedy_decode's model and
+# cases) then draw it once for all the tests that ask for it
+SESSION_SWEEP = int.from_bytes(os.urandom(4), "little")
 
 
-def verdicts(check: Callable[..., Any], student: Any, repeat: int = REPEAT) -> list:
-    """``repeat`` verdicts: ``repeat - 1`` on fixed seeds, the last on a random seed. Every
-    mistake name a verdict reports must be in the registry (checks/_mistakes.py)."""
-    sweep = int.from_bytes(os.urandom(4), "little")
+def verdicts(check: Callable[..., Any], student: Any, repeat: int = REPEAT, shared_sweep: bool = False) -> list:
+    """``repeat`` verdicts: ``repeat - 1`` on fixed seeds, the last on a random seed (the
+    session's with ``shared_sweep``, else a fresh one). Every mistake name a verdict reports
+    must be in the registry (checks/_mistakes.py)."""
+    sweep = SESSION_SWEEP if shared_sweep else int.from_bytes(os.urandom(4), "little")
     print(f"random seed of this sweep: {sweep}")  # shown by pytest when the test fails
     results = [check(student, seed=s) for s in (*SEEDS[: repeat - 1], sweep)]
     for r in results:
@@ -42,10 +46,11 @@ def assert_passes(check: Callable[..., Any], student: Any, repeat: int = REPEAT)
         assert r.feedback.startswith("[OK]"), _why(r)
 
 
-def assert_mistake(check: Callable[..., Any], student: Any, mistake: str, *words: str, repeat: int = REPEAT) -> None:
+def assert_mistake(check: Callable[..., Any], student: Any, mistake: str, *words: str, repeat: int = REPEAT,
+                   shared_sweep: bool = False) -> None:
     """The check fails, names ``mistake`` (a registry name) and says each of ``words``."""
     assert mistake in MISTAKES, f"{mistake!r} is not in course_utils/checks/_mistakes.py"
-    for r in verdicts(check, student, repeat):
+    for r in verdicts(check, student, repeat, shared_sweep):
         assert r.passed is False, _why(r)
         assert r.feedback.startswith("[X]"), _why(r)
         assert r.mistake == mistake, _why(r)

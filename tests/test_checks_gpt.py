@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import STABLE, assert_mistake, assert_not_implemented, assert_passes
+from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
 from torch import nn
 
 from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask
@@ -300,7 +300,6 @@ def test_gpt_block_stub_and_instance():
 
 def test_gpt_block_verdicts_are_stable_over_20_draws():
     assert_mistake(check_gpt_block, ExactGelu, "exact GELU", repeat=20)  # the subtlest: 5e-4 apart
-    assert_mistake(check_gpt_block, OrMask, "| instead of &", repeat=20)  # trial 09.1-w04
     assert_passes(check_gpt_block, SdpaBlock, repeat=20)
 
 
@@ -811,10 +810,6 @@ GENERATE_MISTAKES = [
     (dict(use_generator=False), "generator ignored", "generator=generator"),
     (dict(use_top_p=False), "top_p not passed on", "top_p=1e-06"),  # trial 09.4-w17
     (dict(early_return=True), "mode not restored", "max_new_tokens=0"),  # trial 09.4-w18
-]
-# named from the tokens of the top_k=1 case, before the 4,000 draws: cheap enough for every draw (the
-# checks of one seed share the drawn model and prompt)
-GENERATE_STABLE = [
     (dict(crop="one short"), "max_len off by one", "max_len - 1"),  # trial 09.4-w11
     (dict(top_k_passed="left out"), "top_k not passed on", "top_k=1"),  # trial 09.4-w20
     (dict(top_k_passed="swapped"), "top_k not passed on", "another order"),  # trial 09.4-w21
@@ -825,11 +820,6 @@ GENERATE_STABLE = [
 @pytest.mark.parametrize("flags, mistake, words", GENERATE_MISTAKES, ids=[m for _, m, _ in GENERATE_MISTAKES])
 def test_generate_mistakes_are_named(flags, mistake, words):
     assert_mistake(check_generate, variant(**flags), mistake, words, repeat=2)
-
-
-@pytest.mark.parametrize("flags, mistake, words", GENERATE_STABLE, ids=[str(f) for f, _, _ in GENERATE_STABLE])
-def test_generate_argument_and_crop_mistakes_are_named_on_every_draw(flags, mistake, words):
-    assert_mistake(check_generate, variant(**flags), mistake, words, repeat=STABLE)
 
 
 @pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf")],

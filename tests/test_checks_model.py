@@ -474,45 +474,45 @@ TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names 
 ]
 
 
-@pytest.mark.parametrize("cls, mistake, words, stage", TRANSFORMER_MISTAKES)
+
+
+TRANSFORMER_FAMILIES = [  # (class, mistake, words, the check's step that names it)
+    (renamed("log_softmax"), "returns log-probabilities", ["log_softmax", "raw logits"], "values"),
+    (renamed("scaled twice"), "embeddings scaled twice", ["source and target", "not sqrt(d_model)"], "values"),
+    # structure, state and initialisation
+    (renamed("learned positions"), "learned positions", ["`pos_table`", "sinusoidal", "buffer"], "build"),
+    (renamed("pe parameter"), "pe is a Parameter", ["`positional_encoding.pe`", "register_buffer"], "build"),
+    (renamed("pe attribute"), "pe not a buffer", ["plain tensor", "register_buffer"], "build"),
+    (renamed("final norms"), "final norm in post-norm", ["the encoder and the decoder have", "only `if norm_first`"],
+     "build"),
+    (renamed("final norm in the encoder"), "final norm in post-norm", ["the encoder has a final norm"], "build"),
+    (renamed("no final norm in the decoder"), "missing final norm", ["the decoder lacks the final norm"], "build"),
+    (renamed("extra linear"), "parameters differ from the reference",
+     ["more parameter tensors than", "by position and shape"], "build"),
+    (renamed("vocabularies swapped"), "parameters differ from the reference", ["such as `output_projection.bias`"],
+     "build"),
+    (renamed("no xavier"), "no Xavier initialisation", ["xavier_uniform_", "p.dim() > 1"], "build"),
+    (renamed("zero vectors"), "norm scales not ones", ["not all ones", "every logit starts the same"], "build"),
+    (renamed("vectors of ones"), "norm shifts not zeros", ["not all zeros", "p.dim() > 1"], "build"),
+    # training-mode dropout, probed with dropout=1.0
+    (renamed("no dropout"), "dropout missing", ["source embedding gets no dropout", "Encoder(..., dropout"], "dropout"),
+    (renamed("no pe dropout"), "positional dropout missing", ["source embedding gets no dropout after"], "dropout"),
+    (renamed("no layer dropout"), "layer dropout missing", ["the layers of the encoder apply no dropout"], "dropout"),
+    (renamed("dropout before pe"), "dropout before adding", ["dropout(x) + pe", "dropout(x + pe)"], "dropout"),
+    (renamed("fixed p"), "hard-coded dropout p", ["`positional_encoding.dropout` (p=0.1)"], "dropout"),
+]
+
+
+@pytest.mark.parametrize("cls, mistake, words, stage", TRANSFORMER_MISTAKES + TRANSFORMER_FAMILIES)
 def test_transformer_mistakes_are_named(cls, mistake, words, stage):
     assert_mistake(check_transformer, cls, mistake, *words, repeat=3)
 
 
-@pytest.mark.parametrize("cls, mistake, words, stage", TRANSFORMER_MISTAKES)
+@pytest.mark.parametrize("cls, mistake, words, stage", TRANSFORMER_MISTAKES + TRANSFORMER_FAMILIES)
 def test_transformer_mistakes_are_named_on_every_draw(cls, mistake, words, stage):
     # the whole check above (no earlier step takes the mistake); here only the step that names it, on every
     # draw: a full check builds the student's model five times, that step once or twice
     assert_mistake(functools.partial(_check_transformer_stage, stage=stage), cls, mistake, *words, repeat=STABLE)
-
-
-@pytest.mark.parametrize(
-    "cls, mistake, words",
-    [
-        (renamed("log_softmax"), "returns log-probabilities", ["log_softmax", "raw logits"]),
-        (renamed("scaled twice"), "embeddings scaled twice", ["source and target", "not sqrt(d_model)"]),
-        # structure, state and initialisation
-        (renamed("learned positions"), "learned positions", ["`pos_table`", "sinusoidal", "buffer"]),
-        (renamed("pe parameter"), "pe is a Parameter", ["`positional_encoding.pe`", "register_buffer"]),
-        (renamed("pe attribute"), "pe not a buffer", ["plain tensor", "register_buffer"]),
-        (renamed("final norms"), "final norm in post-norm", ["the encoder and the decoder have", "only `if norm_first`"]),
-        (renamed("final norm in the encoder"), "final norm in post-norm", ["the encoder has a final norm"]),
-        (renamed("no final norm in the decoder"), "missing final norm", ["the decoder lacks the final norm"]),
-        (renamed("extra linear"), "parameters differ from the reference", ["more parameter tensors than", "by position and shape"]),
-        (renamed("vocabularies swapped"), "parameters differ from the reference", ["such as `output_projection.bias`"]),
-        (renamed("no xavier"), "no Xavier initialisation", ["xavier_uniform_", "p.dim() > 1"]),
-        (renamed("zero vectors"), "norm scales not ones", ["not all ones", "every logit starts the same"]),
-        (renamed("vectors of ones"), "norm shifts not zeros", ["not all zeros", "p.dim() > 1"]),
-        # training-mode dropout, probed with dropout=1.0
-        (renamed("no dropout"), "dropout missing", ["source embedding gets no dropout", "Encoder(..., dropout"]),
-        (renamed("no pe dropout"), "positional dropout missing", ["source embedding gets no dropout after"]),
-        (renamed("no layer dropout"), "layer dropout missing", ["the layers of the encoder apply no dropout"]),
-        (renamed("dropout before pe"), "dropout before adding", ["dropout(x) + pe", "dropout(x + pe)"]),
-        (renamed("fixed p"), "hard-coded dropout p", ["`positional_encoding.dropout` (p=0.1)"]),
-    ],
-)
-def test_transformer_new_families_are_named_on_every_draw(cls, mistake, words):
-    assert_mistake(check_transformer, cls, mistake, *words, repeat=SEEDS)
 
 
 def test_transformer_stubs_and_weird_returns():
@@ -691,7 +691,7 @@ def modifies_src(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None
 )
 def test_greedy_decode_mistakes_are_named(fn, mistake, words):
     # every draw: checks with the same seed share the drawn model and cases, so a draw costs the student's calls
-    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=STABLE)
+    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=STABLE, shared_sweep=True)
 
 
 @pytest.mark.parametrize(
@@ -716,7 +716,7 @@ def test_greedy_decode_mistakes_are_named(fn, mistake, words):
     ],
 )
 def test_greedy_decode_new_diagnoses_are_the_same_on_every_draw(fn, mistake, words):
-    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=STABLE)
+    assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=STABLE, shared_sweep=True)
 
 
 def test_greedy_decode_stub_errors_and_weird_returns():

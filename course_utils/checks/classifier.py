@@ -40,7 +40,7 @@ Catalogue (``CheckResult.mistake``):
   forward pre-hook), ``"inverted mask"``, ``"causal mask in the encoder"``, ``"hard-coded
   pad id"``, ``"positional encoding missing"``, ``"embeddings not scaled"``, ``"returns
   probabilities"`` (softmax, or log-softmax, before the cross-entropy), ``"dropout ignores
-  eval mode"`` (two eval-mode calls differ), ``"classified every position"`` (``(B, L,
+  eval mode"`` (a wrong result computed again comes out different), ``"classified every position"`` (``(B, L,
   C)``), ``"mask broadcast wrongly"`` (``(B, L, C)`` from a pool written for ``(B, L)``
   given padding_mask's ``(B, 1, L)``), ``"classifier layer missing"`` (``(B, D)``).
 """
@@ -68,6 +68,7 @@ from ._core import (
     expect_close,
     fail,
     gradient_probe,
+    matches,
     randint,
     register_hints,
     require_function,
@@ -467,7 +468,9 @@ def check_transformer_classifier(cls: Any) -> str:
                     seen.remove()
             check_unchanged(["tokens"], [tokens], [tokens0], case)
             expected = ref(tokens0)  # (B, C)
-            again = call_student(model, tokens, context=f"running forward again ({case})")
+            # a wrong result: is it random? (a second call costs a right one nothing)
+            again = None if isinstance(got, Tensor) and got.shape == expected.shape and matches(
+                got, expected, atol=_ATOL) else call_student(model, tokens, context=f"running forward again ({case})")
             if isinstance(got, Tensor) and isinstance(again, Tensor) and got.shape == again.shape and \
                     not bool(((got == again) | (isnan(got) & isnan(again))).all()):  # a NaN is no dropout
                 fail(f"in eval mode, two calls of forward ({case}) give different logits: a dropout still acts "

@@ -17,7 +17,8 @@ Catalogue (``CheckResult.mistake``):
 
 * ``GPTBlock``: ``"future leaking"`` (an output moves when a later input changes: no or a
   wrong causal mask), ``"padding mask replaces causal"``, ``"mask ignored"``, ``"|
-  instead of &"`` (with a padding mask), ``"post-norm"``, ``"missing residual"``, ``"norms swapped"``, ``"ReLU instead of GELU"``,
+  instead of &"`` (with a padding mask), ``"post-norm"``, ``"missing residual"``, ``"norms
+  swapped"``, ``"ReLU instead of GELU"``,
   ``"exact GELU"``, ``"wrong return"``, ``"dropout ignores eval mode"``, ``"input modified in
   place"``, plus the structure ones (``"not a class"``, ``"missing submodule"``,
   ``"unexpected parameters"``, ``"wrong parameter shape"``).

@@ -231,7 +231,8 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
             ("padding only", padding_only, pad),
             ("padding only", padding_only, pad.expand(B, L, L)),
             # the causal part wrong (causal_mask's own words), the padding part right
-            *[(name, f"the causal part is wrong: {words}", pad & wrong) for name, words, wrong in _causal_candidates(L)],
+            *[(name, f"the causal part is wrong: {words}", pad & wrong)
+              for name, words, wrong in _causal_candidates(L)],
             ("diagonal shifted", "the causal part is tril(1): each position also sees the next token, the one it "
              "has to predict. Query i may attend to keys 0..i: torch.tril with the default diagonal=0.",
              pad & ones.tril(1)),
@@ -671,8 +672,10 @@ def _compare_parts(model: nn.Module, ref: Transformer, inputs: tuple[Tensor, ...
     expect_close("decoded", got, expected, variants, case=case, atol=1e-4)
 
 
-def _mapped_cases(model: nn.Module, ref: Transformer, s: _Sizes, norm_first: bool) -> None:
-    """Eval mode: forward with and without masks, encode and decode, value by value."""
+def _mapped_cases(model: nn.Module, ref: Transformer, s: _Sizes, norm_first: bool,
+                  first_only: bool = False) -> None:
+    """Eval mode: forward with and without masks, encode and decode, value by value
+    (``first_only``: forward with both masks only, then encode and decode)."""
     src, tgt, src_mask, tgt_full = inputs = _transformer_inputs(s)
     nf = f"norm_first={norm_first}"
     sizes = f"src ({s.B}, {s.L_src}), tgt ({s.B}, {s.L_tgt})"
@@ -680,7 +683,7 @@ def _mapped_cases(model: nn.Module, ref: Transformer, s: _Sizes, norm_first: boo
         ((src, tgt, src_mask, tgt_full), f"{nf}, {sizes}, src_mask (B, 1, L_src), tgt_mask causal + padding"),
         ((src, tgt), f"{nf}, {sizes}, no masks"),
         ((src, tgt, src_mask, causal_mask(s.L_tgt)), f"{nf}, {sizes}, src_mask, tgt_mask causal (L_tgt, L_tgt)"),
-    ][: 1 if norm_first else 3]  # pre-norm changes the layers, not the way the masks travel
+    ][: 1 if norm_first or first_only else 3]  # pre-norm changes the layers, not the way the masks travel
     model.eval()
     ref.eval()
     with torch.no_grad():
@@ -886,20 +889,22 @@ def _transformer_gradient(model: nn.Module, ref: nn.Module, s: _Sizes) -> None:
 def _check_transformer_stage(cls: Any, stage: str) -> str:
     """One step of check_transformer, on a draw of its own, for the tests (which draw each
     catalogued mistake many times): the step that names a family, ``"build"`` (structure,
-    state, initialisation), ``"values"`` (the embeddings' lookups, the eval-mode comparisons), ``"dropout"`` (the p = 1
-    probe), ``"extra dropout"`` (0 < p < 1), ``"shared"`` (equal vocabularies) or ``"table"``
-    (max_len), ``"gradient"`` (the gradient probe). Private: not exported, so a notebook's check cell runs the whole check."""
+    state, initialisation), ``"values"`` (the embeddings' lookups, the eval-mode
+    comparisons), ``"dropout"`` (the p = 1 probe), ``"extra dropout"`` (0 < p < 1),
+    ``"shared"`` (equal vocabularies), ``"table"`` (max_len) or ``"gradient"`` (the gradient
+    probe). Private, not exported: a notebook's check cell runs the whole check."""
     require_module_class(cls, "Transformer")
     s = _transformer_sizes()
     if stage in ("build", "values", "table"):
-        # the masks and the parts travel alike in both norm placements: post-norm (all three cases) suffices
+        # the masks and the parts travel alike in both norm placements: post-norm suffices, and forward with
+        # both masks (then encode and decode) names every catalogued value mistake
         built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in ((False, True) if stage == "build" else
                                                                            (False,))]
         if stage == "table":
             _table_length(built[0][0], s.D)
         if stage == "values":
             _embedding_probe(built[0][0], s)
-            _mapped_cases(*built[0], s, False)
+            _mapped_cases(*built[0], s, False, first_only=True)
     elif stage == "dropout":
         unexplained = _dropout_probe(cls, replace(s, N=1))
         if unexplained:

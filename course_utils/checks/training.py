@@ -954,6 +954,14 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]
         call = f"call {i + 1} of {len(expected)}, {words}"
         value = _as_loss(loss, call, exp_loss)
         if not math.isclose(value, exp_loss, rel_tol=1e-5, abs_tol=1e-6):
+            # the case of a model that arrives in eval mode is there for this mistake: tried first
+            if not setup.train_mode and math.isclose(value, _simulate(setup, frozenset({"eval mode"}), i + 1)[i][0],
+                                                     rel_tol=1e-5, abs_tol=1e-6):
+                fail(
+                    f"the model stays in eval mode ({call}): dropout is off during training. The model may arrive "
+                    "in eval mode (after an evaluation): call model.train() at the start of train_step.",
+                    mistake="model in eval mode",
+                )
             for name, diagnosis, flags in _LOSS_MISTAKES:
                 if any(f in flags for f in ("no smoothing",)) and setup.eps == 0:
                     continue
@@ -965,13 +973,6 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]
                     continue
                 if math.isclose(value, candidate, rel_tol=1e-5, abs_tol=1e-6):
                     fail(f"{diagnosis} ({call})", mistake=name)
-            if not setup.train_mode and math.isclose(value, _simulate(setup, frozenset({"eval mode"}), i + 1)[i][0],
-                                                     rel_tol=1e-5, abs_tol=1e-6):
-                fail(
-                    f"the model stays in eval mode ({call}): dropout is off during training. The model may arrive "
-                    "in eval mode (after an evaluation): call model.train() at the start of train_step.",
-                    mistake="model in eval mode",
-                )
             fail(f"the returned loss ({call}) is {value:.5f}, expected {exp_loss:.5f}: the mean cross-entropy of "
                  "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask) against batch.tgt_out, pad "
                  "tokens ignored, with label_smoothing.", mistake="values differ")
