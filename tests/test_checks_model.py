@@ -462,7 +462,7 @@ TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names 
     (tied("src_embedding.embedding.weight", "output_projection.weight"), "modules shared",
      ["`src_embedding.embedding.weight` and `output_projection.weight`", "src_vocab_size == tgt_vocab_size"], "shared"),
     (tied("src_embedding.embedding.weight", "tgt_embedding.embedding.weight"), "modules shared",
-     ["`src_embedding.embedding.weight` and `tgt_embedding.embedding.weight`", "three matrices"], "build"),
+     ["`src_embedding.embedding.weight` and `tgt_embedding.embedding.weight`", "three matrices"], "shared"),
     (DecodeWithSourceEmbedding, "embeddings swapped", ["decode looks the target tokens up in self.src_embedding"],
      "values"),
     (EncodeWithTargetEmbedding, "embeddings swapped", ["encode looks the source tokens up in self.tgt_embedding"],
