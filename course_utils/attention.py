@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor
 
-from ._validate import check_mask, check_min_rank, check_positive_int, check_rank, check_same_dtype, check_token_ids
+from ._validate import check_mask, check_min_rank, check_positive_int, check_same_dtype, check_token_ids
 from .fastpaths import softmax_last_axis  # a CPU speed path: scores.softmax(dim=-1)
 
 

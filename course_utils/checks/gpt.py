@@ -77,7 +77,7 @@ from ._core import (
     require_no_grad,
 )
 from ._blocks import P_PROBE, Block, check_dropout, check_dropout_modes, check_part_dropout, dropout_mistakes, run_block, zeros
-from ._pairing import (build_student, copy_parameters, load_reference, match_parameters, named, randomise_parameters,
+from ._pairing import (build_student, copy_parameters, match_parameters, named, randomise_parameters,
                        structure_failure)
 from .decoder import trailing_padding, tuple_return
 
