@@ -152,6 +152,10 @@ def grading_env(turn: Path, hidden: Iterable[Path]) -> dict[str, str]:
         if name in ("PWD", "OLDPWD") or any(h and h in value for h in hidden):
             del env[name]
     env["PYTHONPATH"] = env.get("PYTHONPATH", str(PACKAGE_ROOT))  # even if the submissions hold the course
+    # no byte-code cache: a module first imported while an exercise is checked (torch imports some
+    # lazily) would otherwise be compiled and cached into __pycache__ folders outside the turn's
+    # folder, and the audit hook would flag the honest student's line for those writes
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     for name, sub in (("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"), ("TMPDIR", "tmp")):
         (turn / sub).mkdir(exist_ok=True)
         env[name] = str(turn / sub)

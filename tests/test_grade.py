@@ -498,6 +498,10 @@ def test_a_hanging_notebook_is_stopped_and_every_process_it_started_is_killed(tm
     seen = outputs(run, 1)
     assert "ipykernel" in seen and "/notebook " in seen
     assert str(secret) not in seen and "COURSE_GRADE_TEST_SUBMISSIONS" not in seen
+    # no byte-code cache writes: a fresh clone's first kernels would otherwise compile lazily
+    # imported modules into __pycache__ folders while an exercise is checked, which the audit
+    # hook flagged on honest students (seen in a fresh-clone CI run)
+    assert "PYTHONDONTWRITEBYTECODE=1" in seen.split()
 
 
 def test_a_kernel_starting_while_another_turn_ends_is_not_taken_for_an_orphan():
