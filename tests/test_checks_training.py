@@ -734,6 +734,13 @@ def test_train_step_trial_d_mistakes_are_named(bug, mistake, words):
     assert_mistake(check_train_step, step_written_out(bug), mistake, *words, repeat=3)
 
 
+def test_clipping_without_the_root_is_not_taken_for_an_early_scheduler():
+    # on this draw the gradient norm is near 2: clip / norm**2 halves the step exactly as a scheduler
+    # stepped before the optimizer does; the gradients left in the model tell them apart
+    r = check_train_step(step_written_out("no sqrt"), seed=3325994973)
+    assert (r.passed, r.mistake) == (False, "wrong clipping norm"), r.feedback
+
+
 @pytest.mark.parametrize("weird", [lambda *a, **k: "done", lambda *a, **k: torch.ones(3)])
 def test_train_step_weird_returns_fail_without_raising(weird):
     r = check_train_step(weird)

@@ -993,6 +993,10 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]
         if matches(params, before, atol=0, rtol=0):
             name, diagnosis, _ = _UPDATE_MISTAKES[1]
             fail(f"{diagnosis} ({call})", mistake=name)
+        # first: a factor on the gradients left in the model names the clipping and the loss scale;
+        # an update can coincide with a simulated one (no square root with a gradient norm near 2
+        # halves the step, as a scheduler stepped first does)
+        _gradient_diagnosis(setup, i, grads, call)
         for name, diagnosis, flags in _UPDATE_MISTAKES:
             if "scheduler before" in flags and not setup.use_scheduler or "clip value" in flags:
                 continue
@@ -1025,7 +1029,6 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]
         if setup.clip is not None and matches(params, _simulate(setup, clip_value, i + 1)[i][1], 1e-6, 1e-5):
             name, diagnosis, _ = _UPDATE_MISTAKES[2]
             fail(f"{diagnosis} ({call})", mistake=name)
-        _gradient_diagnosis(setup, i, grads, call)
         step, exp_step = params - before, exp_params - before  # (P,) each
         ratio = float(step @ exp_step / (exp_step @ exp_step))
         if matches(step, ratio * exp_step, atol=1e-6, rtol=1e-4):
