@@ -1327,7 +1327,6 @@ def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
     require_no_grad(watch.grad, "decoding", "greedy_decode", words)
 
 
-
 def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int, eos_id: int, fill: int, M: int,
                  eos_filled: bool = False, cumulative: bool = True) -> Tensor:
     """Greedy decoding, filling as it goes, with a filling mistake: the tokens after a fill
