@@ -203,6 +203,29 @@ class AttentionNoGrad(Block):
             return super().attend(h, mask)
 
 
+class ModuleFeed(Block):  # calls feed_forward itself, as most students do (the 0 < p < 1 probe stubs it)
+    def feed(self, h):
+        return self.feed_forward(h)
+
+
+class AttentionDroppedTwice(ModuleFeed):
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.dropout1(self.attend(self.norm1(x), mask)))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
+class FeedForwardDroppedTwice(ModuleFeed):  # p = 1 zeroes once or twice alike
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(self.norm1(x), mask))
+        return x + self.dropout2(self.dropout2(self.feed(self.norm2(x))))
+
+
+class NormedInputDropped(ModuleFeed):  # zeroed at p = 1 by the output dropout anyway
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(self.dropout1(self.norm1(x)), mask))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
 class BlockStub(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -235,6 +258,9 @@ BLOCK_MISTAKES = [
     (SharedNorm, "modules shared", "`norm1` and `norm2`"),
     (FeedForwardInputDetached, "gradient blocked", "no gradient reaches `norm2.weight`"),
     (AttentionNoGrad, "gradient blocked", "`self_attn.w_q.weight`"),
+    (AttentionDroppedTwice, "dropout applied twice", "2 times to the masked self-attention's output"),
+    (FeedForwardDroppedTwice, "dropout applied twice", "feed-forward's output"),
+    (NormedInputDropped, "dropout on the sub-layer input", "the query of the masked self-attention"),
 ]
 
 
@@ -483,6 +509,11 @@ class HeadFromWeightData(Model):  # the tied matrix learns only through the inpu
         return F.linear(self.norm(x), self.lm_head.weight.data)
 
 
+class EmbeddingDroppedTwice(Model):  # p = 1 zeroes once or twice alike
+    def embed(self, tokens):
+        return self.dropout(super().embed(tokens))
+
+
 class ReturnsLossToo(Model):  # trial 09.2-o01: (logits, None) as Hugging Face models return
     def forward(self, tokens, mask=None):
         return super().forward(tokens, mask), None
@@ -511,6 +542,7 @@ GPT_MISTAKES = [
     (DropoutBeforePositions, "dropout before adding", "on their sum"),
     (BlocksWithoutDropout, "dropout not passed on", "GPTBlock(d_model, num_heads, d_ff, dropout)"),
     (FinalNormFromLastBlock, "modules shared", ".norm2` and `norm`"),
+    (EmbeddingDroppedTwice, "dropout applied twice", "2 times to the embeddings' sum"),
     (ReturnsLossToo, "wrong return", "logits alone"),
     (PositionsDetached, "gradient blocked", "no gradient reaches `position_embedding.weight`"),
     (HeadFromWeightData, "gradient differs", "gradient of `token_embedding.weight`"),
@@ -757,7 +789,7 @@ def test_next_token_probs_verdicts_are_stable_over_20_draws():
 def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
                    *, mode="eval", grad=False, crop="end", position=-1, sampler="multinomial", keep_prompt=True,
                    use_temperature=True, use_generator=True, restore=True, use_top_p=True, early_return=False,
-                   top_k_passed="in order"):
+                   top_k_passed="in order", finally_=True):
     """A student's generate; the keyword-only flags switch on one mistake each. ``top_k_passed``:
     "in order", "left out", "swapped" (with top_p), "temperature last" (logits, top_k, top_p, temperature)."""
     was_training = model.training
@@ -768,24 +800,28 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
     if mode == "eval":
         model.eval()
     out = tokens
-    with torch.set_grad_enabled(grad):
-        for _ in range(max_new_tokens):
-            context = {"end": out[:, -model.max_len:], "none": out, "start": out[:, : model.max_len],
-                       "one short": out[:, -(model.max_len - 1):]}[crop]
-            logits = model(context)[:, position]  # (B, V)
-            t = temperature if use_temperature else 1.0
-            args = {"in order": (t, top_k, top_p), "left out": (t, None, top_p), "swapped": (t, top_p, top_k),
-                    "temperature last": (top_k, top_p, t) if top_k is not None else (t, top_k, top_p)}[top_k_passed]
-            probs = gpt.next_token_probs(logits, *args)
-            if sampler == "multinomial":
-                nxt = torch.multinomial(probs, 1, generator=generator if use_generator else None)
-            elif sampler == "argmax":
-                nxt = probs.argmax(-1, keepdim=True)
-            else:  # inverse CDF with the generator's uniform numbers: correct, other draws
-                u = torch.rand(probs.size(0), 1, generator=generator)
-                nxt = (probs.cumsum(-1) < u).sum(-1, keepdim=True).clamp(max=probs.size(-1) - 1)
-            out = torch.cat([out, nxt], dim=1)
-    if restore:
+    try:
+        with torch.set_grad_enabled(grad):
+            for _ in range(max_new_tokens):
+                context = {"end": out[:, -model.max_len:], "none": out, "start": out[:, : model.max_len],
+                           "one short": out[:, -(model.max_len - 1):]}[crop]
+                logits = model(context)[:, position]  # (B, V)
+                t = temperature if use_temperature else 1.0
+                args = {"in order": (t, top_k, top_p), "left out": (t, None, top_p), "swapped": (t, top_p, top_k),
+                        "temperature last": (top_k, top_p, t) if top_k is not None else (t, top_k, top_p)}[top_k_passed]
+                probs = gpt.next_token_probs(logits, *args)
+                if sampler == "multinomial":
+                    nxt = torch.multinomial(probs, 1, generator=generator if use_generator else None)
+                elif sampler == "argmax":
+                    nxt = probs.argmax(-1, keepdim=True)
+                else:  # inverse CDF with the generator's uniform numbers: correct, other draws
+                    u = torch.rand(probs.size(0), 1, generator=generator)
+                    nxt = (probs.cumsum(-1) < u).sum(-1, keepdim=True).clamp(max=probs.size(-1) - 1)
+                out = torch.cat([out, nxt], dim=1)
+    finally:
+        if restore and finally_:
+            model.train(was_training)
+    if restore and not finally_:
         model.train(was_training)
     return out if keep_prompt else out[:, tokens.size(1):]
 
@@ -814,6 +850,7 @@ GENERATE_MISTAKES = [
     (dict(top_k_passed="left out"), "top_k not passed on", "top_k=1"),  # trial 09.4-w20
     (dict(top_k_passed="swapped"), "top_k not passed on", "another order"),  # trial 09.4-w21
     (dict(top_k_passed="temperature last"), "top_k not passed on", "by name"),  # trial 09.4-w15
+    (dict(finally_=False), "mode not restored", "finally"),  # restored, but not when the model raises
 ]
 
 

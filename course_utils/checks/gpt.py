@@ -1,52 +1,22 @@
 """Checkers for notebook 09 (a decoder-only language model): ``GPTBlock``, ``GPT``,
 ``next_token_probs`` and ``generate``.
 
-``GPTBlock`` and ``GPT`` are built by the checker with awkward random sizes, in eval mode,
-with random parameters copied by name into the reference (:mod:`course_utils.gpt`); their
-outputs are compared with the reference and, when they differ, with the reference computed
-with each catalogued mistake. ``GPTBlock`` is first put through a leak test (change the
-input at one position; no earlier output may move), and last compared in float64, where
-GPT-2's tanh-GELU and the exact GELU (which differ by less than float32 rounding of the
-whole block on some draws) are told apart for sure. ``next_token_probs`` is deterministic:
-its distributions are compared with the reference's for several temperatures, ``top_k``
-and ``top_p``. ``generate`` is compared on a model whose draws are determined
-(``top_k=1``), then on the distribution of 4,000 draws under fixed seeds, and watched
-with a forward hook (train mode? gradients? context length?).
-
-Catalogue (``CheckResult.mistake``):
-
-* ``GPTBlock``: ``"future leaking"`` (an output moves when a later input changes: no or a
-  wrong causal mask), ``"padding mask replaces causal"``, ``"mask ignored"``, ``"|
-  instead of &"`` (with a padding mask), ``"post-norm"``, ``"missing residual"``, ``"norms
-  swapped"``, ``"ReLU instead of GELU"``,
-  ``"exact GELU"``, ``"wrong return"``, ``"dropout ignores eval mode"``, ``"input modified in
-  place"``, plus the structure ones (``"not a class"``, ``"missing submodule"``,
-  ``"unexpected parameters"``, ``"wrong parameter shape"``).
-* ``GPT``: ``"not tied"``, ``"tied by copying"``, ``"output bias"``, ``"no position
-  embedding"``, ``"positions start at 1"``, ``"embeddings scaled"``, ``"missing final
-  norm"``, ``"returns probabilities"``, ``"returns log-probabilities"``, ``"mask not passed on"``, ``"only the
-  first block used"``, ``"layer outputs not chained"``, ``"wrong number of blocks"``,
-  ``"blocks sharing one module"``, ``"dropout ignores eval mode"``, structure ones.
-* ``next_token_probs``: ``"temperature after softmax"``, ``"temperature ignored"``,
-  ``"temperature multiplied"``, ``"top-k keeps k+1"``, ``"top-k keeps k-1"``, ``"top-k keeps
-  the smallest"``, ``"not renormalised"``, ``"removed set to zero logit"``, ``"top-p drops
-  the crossing token"``, ``"top-p unsorted"``, ``"top-p before temperature"``, ``"top-p
-  before top-k"``, ``"log-probabilities"``, ``"input modified in place"``, ``"wrong shape"``.
-* ``generate``: ``"sampling in training mode"``, ``"mode not restored"``, ``"gradients
-  tracked"``, ``"context not cropped"``, ``"context cropped from the start"``, ``"max_len
-  off by one"`` (cropped to ``max_len - 1``), ``"reads the first position"`` (logits of the
-  first position), ``"top_k not passed on"`` (with ``top_k=1`` a second call under another
-  random state gives other tokens: left out or passed in another position), ``"top_p not
-  passed on"``, ``"prompt dropped"``, ``"greedy instead of sampling"``, ``"temperature
-  ignored"``, ``"generator ignored"``, ``"wrong shape"``. The drawn model and prompt are
-  shared by the checks that start from the same random state.
+``GPTBlock`` and ``GPT`` are built with awkward random sizes, in eval mode, with random
+parameters copied by name into the reference (:mod:`course_utils.gpt`); a wrong output is
+compared with the reference computed with each catalogued mistake. ``GPTBlock`` is first
+put through a leak test (change the input at one position: no earlier output may move) and
+last compared in float64, where GPT-2's tanh-GELU and the exact GELU are told apart for
+sure. ``next_token_probs`` is compared for several temperatures, ``top_k`` and ``top_p``.
+``generate`` runs on a model whose draws are determined (``top_k=1``), then 4,000 draws
+under fixed seeds are compared with the distribution; a forward pre-hook watches the mode,
+the grad mode and the context length. The mistake names are those of ``_mistakes.MISTAKES``;
+tests/test_checks_gpt.py pins each one.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -74,9 +44,11 @@ from ._core import (
     register_hints,
     require_function,
     require_module_class,
+    require_distinct_roles,
     require_no_grad,
 )
-from ._blocks import P_PROBE, Block, check_dropout, check_dropout_modes, check_part_dropout, dropout_mistakes, run_block, zeros
+from ._blocks import (P_PROBE, P_RATE, Block, check_dropout, check_dropout_modes, check_dropout_rate, check_part_dropout,
+                      dropout_mistakes, run_block, sublayer_dropout_rates, Spy, zeros)
 from ._pairing import (build_student, copy_parameters, match_parameters, named, randomise_parameters,
                        structure_failure)
 from .decoder import trailing_padding, tuple_return
@@ -252,7 +224,7 @@ def check_gpt_block(cls: Any) -> str:
     ref = GPTBlock(D, H, d_ff).eval()
     pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
     structure_failure("GPTBlock", model, missing, unexpected, wrong_shape, _BLOCK_PARTS)
-    _shared_parts(model, ref, "GPTBlock")
+    require_distinct_roles(model, ref, "GPTBlock")  # self.norm2 = self.norm1
     copy_parameters(pairs)
     _leak_test(model, B, L, D)
     _run_block_case(model, ref, torch.randn(B, L, D), None, f"x ({B}, {L}, {D}), no mask")
@@ -266,61 +238,34 @@ def check_gpt_block(cls: Any) -> str:
     return "causal by itself, pre-norm, GELU (tanh), residuals, with and without a padding mask, random weights"
 
 
-# ---------------------------------------------------------------- shared modules, dropout
-def _shared_parts(model: nn.Module, ref: nn.Module, what: str, allowed: tuple[frozenset[str], ...] = ()) -> None:
-    """Two of the reference's parameters (two roles) held by one tensor of the student's: one module
-    used for two roles (``self.norm2 = self.norm1``, the final norm taken from the last block, ...).
-    Aliases the reference does not have (a helper module holding a norm) are fine; ``allowed``
-    lists the sharing the contract asks for (the tied output layer).
-    (Duplicates the shared probe of ``_core``/``_blocks`` planned on branch wip/holes_a.)"""
-    s_params = dict(model.named_parameters(remove_duplicate=False))
-    held: dict[int, list[str]] = {}
-    for name, _ in ref.named_parameters(remove_duplicate=False):
-        key = next((a for a in (name, name.replace(".embedding.weight", ".weight")) if a in s_params), None)
-        if key is not None:
-            held.setdefault(id(s_params[key]), []).append(name)
-    for names in held.values():
-        if len(names) > 1 and frozenset(names) not in allowed:
-            a, b = (re.sub(r"\.(\d+)", r"[\1]", n.rsplit(".", 1)[0]) for n in names[:2])  # blocks[1].norm2
-            fail(f"in your {what}, `{a}` and `{b}` are one and the same module (e.g. self.{b} = self.{a}): "
-                 f"they share their weights, so the two roles cannot learn different scales. Build a separate "
-                 f"module for each (a new LayerNorm(d_model), not a reference to the other one).",
-                 mistake="modules shared")
-
-
-_GPT_BLOCK = Block(
-    what="GPTBlock",
-    kinds=("self", "ff"),
-    word={"self": "the self-attention", "ff": "the feed-forward"},
-    short={"self": "attention", "ff": "feed-forward"},
-    attn={"self": ("in", "in", "self_attn", "mask")},
-    lost={"self": ""},
-)
-
-
+# ---------------------------------------------------------------- dropout
 def _block_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int) -> None:
     """Dropout with p = 1 (see :mod:`._blocks`): the block's own dropout must zero each sub-layer's
     output before the residual add, and nothing else; each sub-module on its own must drop like the
-    reference's (the block passes ``dropout`` on)."""
+    reference's (the block passes ``dropout`` on). Then 0 < p < 1: each output dropped once, with p."""
     shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={P_PROBE:g}"
     model = build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=P_PROBE), shown)
     ref = GPTBlock(D, H, d_ff, P_PROBE).eval()
     pairs, *_ = match_parameters(model, ref)
     copy_parameters(pairs)
     x, causal = torch.randn(B, L, D), causal_mask(L)  # (B, L, D), (L, L)
+    run = lambda m: call_student(m, x.clone(), context="running forward (dropout)")  # noqa: E731
     check_dropout_modes(
-        model, ref, lambda m: call_student(m, x.clone(), context="running forward (dropout)"), "GPTBlock",
+        model, ref, run, "GPTBlock",
         lambda: [
-            (name, text, lambda mut=mut: run_block(ref, _GPT_BLOCK, x, None, {"mask": causal}, True, mut, drop=zeros))
-            for name, text, mut in dropout_mistakes(_GPT_BLOCK, True)
+            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"causal&mask": causal}, True, mut, drop=zeros))
+            for name, text, mut in dropout_mistakes(_BLOCK, True)
         ],
-        eval_name="dropout ignores eval mode", quiet=("self_attn", "feed_forward"), atol=1e-5,
+        quiet=("self_attn", "feed_forward"), atol=1e-5,
     )  # fmt: skip
     with torch.no_grad():
         y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
     parts = {"self_attn": (y, y, y, causal), "feed_forward": (y,)}
     # a part that is only a container of the parameters (an nn.Module without forward) is not run on its own
     check_part_dropout(model, ref, {n: a for n, a in parts.items() if _runnable(getattr(model, n, None))}, "GPTBlock")
+    shown = shown.replace(f"dropout={P_PROBE:g}", f"dropout={P_RATE:g}")
+    sublayer_dropout_rates(build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=P_RATE), shown), run, x,
+                           {"self_attn": True, "feed_forward": False}, ("norm1", "norm2"), _BLOCK, "GPTBlock")
 
 
 def _runnable(part: Any) -> bool:
@@ -450,18 +395,13 @@ def check_gpt(cls: Any) -> str:
     require_module_class(cls, "GPT")
     B, H, d_k, L, d_ff = _dims()
     D, V, N, max_len = H * d_k, randint(11, 19), randint(2, 3), L + randint(2, 4)
-    shown = (f"vocab_size={V}, d_model={D}, num_heads={H}, num_layers={N}, d_ff={d_ff}, dropout=0.1, "
-             f"max_len={max_len}")
-    model = call_student(cls, V, D, H, N, d_ff, 0.1, max_len, context=f"constructing GPT({shown})")
-    if not isinstance(model, nn.Module):
-        fail(f"GPT(...) should build an nn.Module; got {type(model).__name__}.", mistake="not a class")
-    model.eval()
+    model = _build_gpt(cls, V, D, H, N, d_ff, 0.1, max_len)
     _check_tying(model, V, D)
     _check_blocks(model, N)
     ref = GPT(V, D, H, N, d_ff, 0.0, max_len).eval()
     pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
     structure_failure("GPT", model, missing, unexpected, wrong_shape, _GPT_PARTS)
-    _shared_parts(model, ref, "GPT", allowed=(_TIED,))
+    require_distinct_roles(model, ref, "GPT")  # the final norm taken from the last block; the tie is the reference's too
     _check_init(model, ref)
     randomise_parameters(model)
     copy_parameters(pairs)
@@ -485,8 +425,6 @@ def check_gpt(cls: Any) -> str:
     # the notebook stores this line (nbval): change it together with solutions/09
     return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"
 
-
-_TIED = frozenset({"token_embedding.weight", "lm_head.weight"})
 
 
 def _check_init(model: nn.Module, ref: GPT) -> None:
@@ -530,21 +468,32 @@ def _check_init(model: nn.Module, ref: GPT) -> None:
                  mistake="norm scales initialised")
 
 
+def _build_gpt(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, p: float, max_len: int) -> nn.Module:
+    shown = f"vocab_size={V}, d_model={D}, num_heads={H}, num_layers={N}, d_ff={d_ff}, dropout={p:g}, max_len={max_len}"
+    model = call_student(cls, V, D, H, N, d_ff, p, max_len, context=f"constructing GPT({shown})")
+    if not isinstance(model, nn.Module):
+        fail(f"GPT(...) should build an nn.Module; got {type(model).__name__}.", mistake="not a class")
+    return model.eval()
+
+
+def _gpt_pair(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, p: float, max_len: int) -> tuple[nn.Module, GPT]:
+    """The student's GPT built with dropout ``p`` (eval mode, random parameters) and the reference
+    holding the same parameters."""
+    model = _build_gpt(cls, V, D, H, N, d_ff, p, max_len)
+    randomise_parameters(model)
+    ref = GPT(V, D, H, N, d_ff, p, max_len).eval()
+    copy_parameters(match_parameters(model, ref)[0])
+    return model, ref
+
+
 def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: int, B: int, L: int) -> None:
     """Dropout with p = 1 (see :mod:`._blocks`). With the blocks in eval mode only the embedding
     dropout acts: it zeroes ``token_embedding(tokens) + position_embedding(positions)`` as a whole.
-    Then the first block on its own must drop like the reference's (dropout passed on)."""
-    shown = f"vocab_size={V}, d_model={D}, num_heads={H}, num_layers={N}, d_ff={d_ff}, dropout={P_PROBE:g}, max_len={max_len}"
-    model = call_student(cls, V, D, H, N, d_ff, P_PROBE, max_len, context=f"constructing GPT({shown})")
-    if not isinstance(model, nn.Module):
-        return
-    model.eval()
-    randomise_parameters(model)
-    ref = GPT(V, D, H, N, d_ff, P_PROBE, max_len).eval()
-    pairs, *_ = match_parameters(model, ref)
-    copy_parameters(pairs)
-    tokens = torch.randint(0, V, (B, L))  # (B, L)
-    positions = torch.arange(L)  # (L,)
+    Then 0 < p < 1 (the blocks, final norm and head stubbed out): that sum dropped once, with p.
+    Last, the first block on its own must drop like the reference's (dropout passed on)."""
+    tokens, positions = torch.randint(0, V, (B, L)), torch.arange(L)  # (B, L), (L,)
+    run = lambda m: call_student(m, tokens, context="running forward (dropout)")  # noqa: E731
+    model, ref = _gpt_pair(cls, V, D, H, N, d_ff, P_PROBE, max_len)
 
     def quiet_blocks(x: Tensor) -> Tensor:
         ref.blocks.eval()
@@ -554,7 +503,7 @@ def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: i
 
     emb, pos = ref.token_embedding(tokens), ref.position_embedding(positions)  # (B, L, D), (L, D)
     check_dropout_modes(
-        model, ref, lambda m: call_student(m, tokens, context="running forward (dropout)"), "GPT",
+        model, ref, run, "GPT",
         lambda: [
             ("embedding dropout missing",
              "no dropout is applied to the embeddings in training mode: x = self.dropout(token_embedding(tokens) "
@@ -565,8 +514,15 @@ def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: i
              "on their sum: x = self.dropout(token_embedding(tokens) + position_embedding(positions)).",
              lambda: quiet_blocks(pos.expand_as(emb))),
         ],
-        eval_name="dropout ignores eval mode", quiet=("blocks",), atol=1e-5, setting="blocks in eval mode, ",
+        quiet=("blocks",), atol=1e-5, setting="blocks in eval mode, ",
     )  # fmt: skip
+    # 0 < p < 1 (p = 1 cannot tell one dropout from two); Spy(False) is an identity that takes the mask too
+    rated, rated_ref = _gpt_pair(cls, V, D, H, N, d_ff, P_RATE, max_len)
+    with torch.no_grad():
+        kept = rated_ref.token_embedding(tokens) + rated_ref.position_embedding(positions)  # (B, L, D)
+    stubs = {"blocks": nn.ModuleList(Spy(False) for _ in range(N)), "norm": nn.Identity(), "lm_head": nn.Identity()}
+    stubs = {n: stub for n, stub in stubs.items() if isinstance(getattr(rated, n, None), nn.Module)}  # no lm_head: F.linear
+    check_dropout_rate(rated, run, stubs, kept, "GPT", "the embeddings' sum")
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0 or not isinstance(blocks[0], nn.Module):
         return
@@ -882,6 +838,37 @@ def _generate_setup() -> tuple[GPT, Tensor, int, int, Tensor, Tensor]:
 _GENERATE_T = 0.5  # the temperature of the distribution test
 
 
+class _ProbeError(RuntimeError):
+    """Raised by the checker inside the model, to see whether generate restores the mode."""
+
+
+def _restored_after_error(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: int) -> None:
+    """The model comes in train mode and raises at its second call: the caller's mode must still
+    come back (try/finally), as greedy_decode's in notebook 06."""
+    calls = []
+
+    def explode(module: nn.Module, args: tuple[Any, ...]) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise _ProbeError("the checker's model failed on purpose at step 2")
+
+    handle = model.register_forward_pre_hook(explode)
+    model.train()
+    try:
+        call_student(fn, model, tokens.clone(), steps, context="calling generate (the model raises at step 2)")
+    except StudentError:
+        pass
+    finally:
+        handle.remove()
+        left = {m.training for m in model.modules()}
+        model.eval()
+    if len(calls) >= 2 and left != {True}:
+        fail("the tokens are right, but when the model raises an error during generation (the checker made it fail "
+             "at step 2, the model in train mode), generate leaves it in eval mode: restore the mode in a `finally:` "
+             "block (try: ... finally: model.train(was_training)), so that a failed generation does not silently "
+             "switch off dropout for the rest of training.", mistake="mode not restored")
+
+
 @checker("generate")
 def check_generate(fn: Callable[..., Any]) -> str:
     require_function(fn, "generate")
@@ -979,6 +966,7 @@ def check_generate(fn: Callable[..., Any]) -> str:
         fail("two calls with generators seeded alike gave different tokens: the `generator` argument is not "
              "used. Pass it to the sampling: torch.multinomial(probs, 1, generator=generator).",
              mistake="generator ignored")
+    _restored_after_error(fn, model, original, steps)
     return "eval mode restored, no gradients, context cropped to max_len, last position, draws follow the distribution"
 
 
