@@ -1,48 +1,15 @@
 """Checkers for notebook 08 (an encoder-only classifier): ``gelu``, ``masked_mean_pool``
 and ``TransformerClassifier``.
 
-``gelu``: a random ``(B, L, D)`` float32 tensor (``B``, ``L``, ``D`` all different, values
-up to about +-8), a row of fixed values from -100 to 100 (far tails, where a careless
-formula overflows or loses the sign), and a float64 tensor whose result must stay
-float64. Compared with ``F.gelu`` (exact, erf form) at ``atol=1e-6``; the tanh
-approximation differs by up to about 5e-4, so it is told apart.
-
-``masked_mean_pool``: ``x (B, L, D)`` with ``B``, ``L``, ``D`` all different, and a
-boolean ``mask (B, L)`` (``True`` = real token): first trailing padding of different
-lengths (one row full, one padded), then padding at arbitrary positions (a row that
-starts with padding), as the contract allows. The result must be ``(B, D)``.
-
-``TransformerClassifier``: the student's class (its ``__init__`` is given in the notebook,
-the student writes ``forward``) is built with awkward random sizes (``B != L``, ``C >=
-3`` classes, ``D = H * d_k``), a non-zero ``pad_id`` and real tokens of id 0 (so a
-hard-coded 0 shows), for both poolings (one post-norm with GELU, one pre-norm with ReLU),
-in eval mode with every learnable parameter randomised; the parameters are copied by name
-into :class:`course_utils.classifier.TransformerClassifier` and the logits compared
-(``atol=1e-4``) on tokens with trailing padding of different lengths (one row full). A
-wrong result is compared with the reference computed with each catalogued mistake.
-
-Catalogue (``CheckResult.mistake``):
-
-* all: ``"not a function"`` / ``"not a class"``, ``"input modified in place"``.
-* ``gelu``: ``"tanh approximation"``, ``"sigmoid approximation"``, ``"SiLU instead of
-  GELU"``, ``"ReLU instead of GELU"``, ``"missing 1/2"``, ``"erf of x, not x / sqrt(2)"``,
-  ``"multiplied by sqrt(2)"``, ``"Phi(x) without the factor x"``, ``"dtype not preserved"``,
-  ``"NaN in the tails"``.
-* ``masked_mean_pool``: ``"mean over padding"``, ``"sum instead of mean"``, ``"divided by
-  L"``, ``"divided by the batch's token count"``, ``"inverted mask"``, ``"assumed trailing
-  padding"``, ``"took the first position"``, ``"max instead of mean"``, ``"wrong axis"``
-  (the result is ``(B, L)`` or ``(L, D)``), ``"kept the pooled axis"`` (``(B, 1, D)``),
-  ``"mask not broadcast over D"``.
-* ``TransformerClassifier``: ``"[CLS] from the wrong position"`` (last position, second
-  position, last real token), ``"pooling ignored"``, ``"mean over padding"``, ``"sum
-  instead of mean"``, ``"padding mask not passed"``, ``"padding on the query axis"`` (a
-  ``(B, L, 1)`` mask: told from no mask by the mask the encoder is called with, seen by a
-  forward pre-hook), ``"inverted mask"``, ``"causal mask in the encoder"``, ``"hard-coded
-  pad id"``, ``"positional encoding missing"``, ``"embeddings not scaled"``, ``"returns
-  probabilities"`` (softmax, or log-softmax, before the cross-entropy), ``"dropout ignores
-  eval mode"`` (a wrong result computed again comes out different), ``"classified every position"`` (``(B, L,
-  C)``), ``"mask broadcast wrongly"`` (``(B, L, C)`` from a pool written for ``(B, L)``
-  given padding_mask's ``(B, 1, L)``), ``"classifier layer missing"`` (``(B, D)``).
+``gelu`` is compared with ``F.gelu`` (exact, erf form) at ``atol=1e-6`` on random values, on a
+row from -100 to 100 (the tails, where a careless formula overflows) and in float64 (the
+dtype must follow). ``masked_mean_pool`` gets ``x (B, L, D)`` (sizes all different) and a
+``(B, L)`` mask with padding anywhere, then trailing. ``TransformerClassifier`` (the student
+writes ``forward``) is built for both poolings (post-norm GELU, pre-norm ReLU) with a non-zero
+``pad_id`` and real tokens of id 0, every parameter randomised and copied by name into
+:class:`course_utils.classifier.TransformerClassifier`; a forward pre-hook records the mask the
+encoder gets. A wrong result is compared with the reference computed with each catalogued
+mistake; the names are those of ``_mistakes.MISTAKES``, pinned by tests/test_checks_classifier.py.
 """
 
 from __future__ import annotations
@@ -57,23 +24,8 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
 from ..classifier import TransformerClassifier
-from ._core import (
-    isnan,
-    Mistake,
-    StudentError,
-    require_own_code,
-    call_student,
-    check_unchanged,
-    checker,
-    expect_close,
-    fail,
-    gradient_probe,
-    matches,
-    randint,
-    register_hints,
-    require_function,
-    require_module_class,
-)
+from ._core import (Mistake, allclose, StudentError, call_student, check_unchanged, checker, expect_close, fail, gradient_probe,
+                    isnan, matches, randint, register_hints, require_function, require_module_class, require_own_code)
 from ._pairing import load_reference, randomise_parameters
 
 __all__ = ["check_gelu", "check_masked_mean_pool", "check_transformer_classifier"]
@@ -90,40 +42,25 @@ def _distinct_sizes(low_high: list[tuple[int, int]]) -> list[int]:
 
 
 # ---------------------------------------------------------------- gelu
-def _gelu_mistakes(x: Tensor) -> list[Mistake]:
-    root2 = math.sqrt(2.0)
-    return [
-        ("tanh approximation",
-         "this is the tanh approximation of GELU (GPT-2's, F.gelu(x, approximate='tanh')); it differs from "
-         "the exact GELU by up to about 5e-4. Write the exact form, as BERT's paper defines it: "
-         "x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2))).",
-         lambda: F.gelu(x, approximate="tanh")),
-        ("sigmoid approximation",
-         "this is the sigmoid approximation x * sigmoid(1.702 x); write the exact form "
-         "0.5 * x * (1 + erf(x / sqrt(2))).",
-         lambda: x * torch.sigmoid(1.702 * x)),
-        ("SiLU instead of GELU",
-         "this is SiLU (swish), x * sigmoid(x), a cousin of GELU. GELU weighs x by the normal distribution's "
-         "Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), not by the sigmoid.",
-         lambda: F.silu(x)),
-        ("ReLU instead of GELU",
-         "this is ReLU, max(0, x). GELU is smooth: x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2))).",
-         lambda: F.relu(x)),
-        ("missing 1/2",
-         "your result is twice GELU: the factor 1/2 is missing. Phi(x) = 0.5 * (1 + erf(x / sqrt(2))) lies "
-         "between 0 and 1.",
-         lambda: x * (1 + torch.erf(x / root2))),
-        ("erf of x, not x / sqrt(2)",
-         "you took erf(x); the normal distribution's Phi needs erf(x / sqrt(2)).",
-         lambda: 0.5 * x * (1 + torch.erf(x))),
-        ("multiplied by sqrt(2)",
-         "you took erf(x * sqrt(2)); divide instead: erf(x / sqrt(2)).",
-         lambda: 0.5 * x * (1 + torch.erf(x * root2))),
-        ("Phi(x) without the factor x",
-         "you returned Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the probability alone; GELU multiplies it by "
-         "x: x * Phi(x).",
-         lambda: 0.5 * (1 + torch.erf(x / root2))),
-    ]
+_ERF = "0.5 * x * (1 + erf(x / sqrt(2)))"
+_GELU_MISTAKES: list[tuple[str, str, Callable[[Tensor], Tensor]]] = [  # (name, diagnosis, the mistake's GELU)
+    ("tanh approximation", "this is the tanh approximation of GELU (GPT-2's, F.gelu(x, approximate='tanh')); it "
+     f"differs from the exact GELU by up to about 5e-4. Write the exact form, as BERT's paper defines it: "
+     f"x * Phi(x) = {_ERF}.", lambda x: F.gelu(x, approximate="tanh")),
+    ("sigmoid approximation", f"this is the sigmoid approximation x * sigmoid(1.702 x); write the exact form {_ERF}.",
+     lambda x: x * torch.sigmoid(1.702 * x)),
+    ("SiLU instead of GELU", "this is SiLU (swish), x * sigmoid(x), a cousin of GELU. GELU weighs x by the normal "
+     "distribution's Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), not by the sigmoid.", F.silu),
+    ("ReLU instead of GELU", f"this is ReLU, max(0, x). GELU is smooth: x * Phi(x) = {_ERF}.", F.relu),
+    ("missing 1/2", "your result is twice GELU: the factor 1/2 is missing. Phi(x) = 0.5 * (1 + erf(x / sqrt(2))) "
+     "lies between 0 and 1.", lambda x: x * (1 + torch.erf(x / math.sqrt(2)))),
+    ("erf of x, not x / sqrt(2)", "you took erf(x); the normal distribution's Phi needs erf(x / sqrt(2)).",
+     lambda x: 0.5 * x * (1 + torch.erf(x))),
+    ("multiplied by sqrt(2)", "you took erf(x * sqrt(2)); divide instead: erf(x / sqrt(2)).",
+     lambda x: 0.5 * x * (1 + torch.erf(x * math.sqrt(2)))),
+    ("Phi(x) without the factor x", "you returned Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the probability alone; "
+     "GELU multiplies it by x: x * Phi(x).", lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2)))),
+]
 
 
 def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
@@ -132,18 +69,13 @@ def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
     check_unchanged(["x"], [x], [x0], case)
     expected = F.gelu(x0)
     if isinstance(got, Tensor) and got.shape == expected.shape and isnan(got).any() and not isnan(x0).any():
-        fail(
-            f"your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
-            "0.5 * x * (1 + torch.erf(x / math.sqrt(2))) is safe for every x.",
-            mistake="NaN in the tails",
-        )
-    expect_close("the result", got, expected, _gelu_mistakes(x0), atol=1e-6, rtol=1e-5, case=case)
+        fail(f"your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
+             "0.5 * x * (1 + torch.erf(x / math.sqrt(2))) is safe for every x.", mistake="NaN in the tails")
+    mistakes = [(name, text, lambda f=f: f(x0)) for name, text, f in _GELU_MISTAKES]
+    expect_close("the result", got, expected, mistakes, atol=1e-6, rtol=1e-5, case=case)
     if got.dtype != x0.dtype:
-        fail(
-            f"your result ({case}) has dtype {got.dtype}, the input {x0.dtype}: keep the input's dtype "
-            "(use math.sqrt(2) or a tensor created with dtype=x.dtype for the constant).",
-            mistake="dtype not preserved",
-        )
+        fail(f"your result ({case}) has dtype {got.dtype}, the input {x0.dtype}: keep the input's dtype (use "
+             "math.sqrt(2) or a tensor created with dtype=x.dtype for the constant).", mistake="dtype not preserved")
 
 
 @checker("gelu")
@@ -164,62 +96,43 @@ def check_gelu(fn: Any) -> str:
 # ---------------------------------------------------------------- masked_mean_pool
 def _pool_mistakes(x: Tensor, mask: Tensor) -> list[Mistake]:
     m = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
-    count = m.sum(dim=1)  # (B, 1) real tokens per row
-    B, L, _ = x.shape
-    n = mask.sum(dim=1)  # (B,)
-    first_n = torch.arange(L)[None, :] < n[:, None]  # (B, L): the first n positions of each row
+    L = x.size(1)
+    first_n = torch.arange(L)[None, :] < mask.sum(dim=1)[:, None]  # (B, L): the first n positions, n real tokens
     return [
-        ("mean over padding",
-         "you averaged over every position, padding included (x.mean(dim=1)): a review's vector then depends "
-         "on how much padding its batch needed. Sum x * mask over the positions and divide by each row's "
-         "number of real tokens.",
-         lambda: x.mean(dim=1)),
-        ("sum instead of mean",
-         "you summed the real positions but never divided by their number: divide by mask.sum(dim=1) (each "
-         "row's own count, keepdim so that it broadcasts over D).",
-         lambda: (x * m).sum(dim=1)),
-        ("divided by L",
-         "the padding is left out of the sum but counted in the division: you divided by L (all positions). "
-         "Divide by each row's number of real tokens, mask.sum(dim=1, keepdim=True).",
+        ("mean over padding", "you averaged over every position, padding included (x.mean(dim=1)): a review's "
+         "vector then depends on how much padding its batch needed. Sum x * mask over the positions and divide by "
+         "each row's number of real tokens.", lambda: x.mean(dim=1)),
+        ("sum instead of mean", "you summed the real positions but never divided by their number: divide by "
+         "mask.sum(dim=1) (each row's own count, keepdim so that it broadcasts over D).", lambda: (x * m).sum(dim=1)),
+        ("divided by L", "the padding is left out of the sum but counted in the division: you divided by L (all "
+         "positions). Divide by each row's number of real tokens, mask.sum(dim=1, keepdim=True).",
          lambda: (x * m).sum(dim=1) / L),
-        ("divided by the batch's token count",
-         "you divided by mask.sum(), the real tokens of the whole batch; each row needs its own count: "
-         "mask.sum(dim=1, keepdim=True).",
-         lambda: (x * m).sum(dim=1) / m.sum()),
-        ("inverted mask",
-         "you averaged over the padding and left out the real tokens: the mask is True on the real tokens "
-         "(keep them), False on padding.",
-         lambda: (x * (1 - m)).sum(dim=1) / (1 - m).sum(dim=1)),
-        ("assumed trailing padding",
-         "you averaged the first n positions of each row (n = its number of real tokens), which is right only "
-         "when the padding is at the end. The mask may mark padding anywhere: weight every position by its "
-         "own mask value.",
-         lambda: (x * first_n.unsqueeze(-1)).sum(dim=1) / count),
-        ("took the first position",
-         "you returned the first position x[:, 0], which is [CLS] pooling; this function averages the real "
-         "positions.",
-         lambda: x[:, 0]),
-        ("max instead of mean",
-         "you took the maximum over the real positions; this function takes their mean.",
+        ("divided by the batch's token count", "you divided by mask.sum(), the real tokens of the whole batch; each "
+         "row needs its own count: mask.sum(dim=1, keepdim=True).", lambda: (x * m).sum(dim=1) / m.sum()),
+        ("inverted mask", "you averaged over the padding and left out the real tokens: the mask is True on the real "
+         "tokens (keep them), False on padding.", lambda: (x * (1 - m)).sum(dim=1) / (1 - m).sum(dim=1)),
+        ("assumed trailing padding", "you averaged the first n positions of each row (n = its number of real "
+         "tokens), which is right only when the padding is at the end. The mask may mark padding anywhere: weight "
+         "every position by its own mask value.", lambda: (x * first_n.unsqueeze(-1)).sum(dim=1) / m.sum(dim=1)),
+        ("took the first position", "you returned the first position x[:, 0], which is [CLS] pooling; this "
+         "function averages the real positions.", lambda: x[:, 0]),
+        ("max instead of mean", "you took the maximum over the real positions; this function takes their mean.",
          lambda: x.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)),
     ]
 
 
 def _pool_shape(got: Any, B: int, L: int, D: int, case: str) -> None:
-    if not isinstance(got, Tensor):
-        return
-    shape = tuple(got.shape)
-    if shape == (B, L):
-        fail(f"your result ({case}) has shape ({B}, {L}) = (B, L): you averaged over the features (the last "
-             "axis, D). Average over the positions, axis 1, to get one D-vector per sequence (B, D).",
-             mistake="wrong axis")
-    if shape == (L, D):
-        fail(f"your result ({case}) has shape ({L}, {D}) = (L, D): you averaged over the batch axis (0). "
-             "Average over the positions, axis 1: (B, D).", mistake="wrong axis")
-    if shape == (B, 1, D):
-        fail(f"your result ({case}) has shape ({B}, 1, {D}): the pooled axis was kept (keepdim=True in the "
-             "sum). Return (B, D): sum with dim=1 and no keepdim (keep it only in the count, which must "
-             "broadcast).", mistake="kept the pooled axis")
+    shapes = {
+        (B, L): ("wrong axis", f"({B}, {L}) = (B, L): you averaged over the features (the last axis, D). Average "
+                 "over the positions, axis 1, to get one D-vector per sequence (B, D)."),
+        (L, D): ("wrong axis", f"({L}, {D}) = (L, D): you averaged over the batch axis (0). Average over the "
+                 "positions, axis 1: (B, D)."),
+        (B, 1, D): ("kept the pooled axis", f"({B}, 1, {D}): the pooled axis was kept (keepdim=True in the sum). "
+                    "Return (B, D): sum with dim=1 and no keepdim (keep it only in the count, which must broadcast)."),
+    }
+    if isinstance(got, Tensor) and tuple(got.shape) in shapes:
+        name, text = shapes[tuple(got.shape)]
+        fail(f"your result ({case}) has shape {text}", mistake=name)
 
 
 def _trailing_mask(B: int, L: int) -> Tensor:
@@ -240,16 +153,6 @@ def _scattered_mask(B: int, L: int) -> Tensor:
             return mask
 
 
-def _pool_error(err: StudentError) -> None:
-    exc = err.exc
-    if isinstance(exc, RuntimeError) and "must match the size of tensor" in str(exc):
-        fail(
-            f"your code raised RuntimeError: {str(exc).splitlines()[0]}. A (B, L) mask does not broadcast "
-            "against x (B, L, D): give it a last axis of size 1 first, mask.unsqueeze(-1), shape (B, L, 1).",
-            mistake="mask not broadcast over D",
-        )
-
-
 @checker("masked_mean_pool")
 def check_masked_mean_pool(fn: Any) -> str:
     require_function(fn, "masked_mean_pool")
@@ -265,7 +168,10 @@ def check_masked_mean_pool(fn: Any) -> str:
         try:
             got = call_student(fn, x, mask, context=f"calling masked_mean_pool({case})")
         except StudentError as err:
-            _pool_error(err)
+            if isinstance(err.exc, RuntimeError) and "must match the size of tensor" in str(err.exc):
+                fail(f"your code raised RuntimeError: {str(err.exc).splitlines()[0]}. A (B, L) mask does not "
+                     "broadcast against x (B, L, D): give it a last axis of size 1 first, mask.unsqueeze(-1), shape "
+                     "(B, L, 1).", mistake="mask not broadcast over D")
             raise
         check_unchanged(["x", "mask"], [x, mask], [x0, mask0], case)
         _pool_shape(got, B, L, D, case)
@@ -278,65 +184,31 @@ def check_masked_mean_pool(fn: Any) -> str:
 
 
 # ---------------------------------------------------------------- TransformerClassifier
-def _classifier_variant(
-    ref: TransformerClassifier,
-    tokens: Tensor,
-    pooling: str,
-    *,
-    pool: str | None = None,
-    mask_pad: int | None | str = "pad",
-    encoder_mask: str = "padding",
-    pe: bool = True,
-    scale: bool = True,
-    post: str | None = None,
-) -> Tensor:
-    """The reference's logits with at most one deliberate mistake; the defaults are correct.
-
-    ``pool``: ``"cls"``, ``"last"``, ``"second"``, ``"last real"``, ``"mean"`` (real
-    tokens), ``"mean all"``, ``"sum"``, ``"(B, 1, L) mask"`` (a pool written for a
-    ``(B, L)`` mask given padding_mask's) (default: ``pooling``'s own). ``mask_pad``: the
-    pad id the masks are built from (``"pad"``: the model's; ``None``: no mask).
-    ``encoder_mask``: ``"padding"`` (the contract's), ``"query axis"`` ``(B, L, 1)``,
-    ``"inverted"``, ``"causal"`` (padding and causal).
-    """
+def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str, *, pool: str | None = None,
+                        mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: bool = True,
+                        scale: bool = True, post: str | None = None) -> Tensor:
+    """The reference's logits with at most one deliberate mistake; the defaults are correct. ``pool``: the
+    pooling done (default ``pooling``'s own); ``mask_pad``: the pad id the masks are built from (``"pad"``:
+    the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``post``: after the head."""
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
     x = ref.embedding.embedding(tokens) * (math.sqrt(ref.embedding.d_model) if scale else 1.0)  # (B, L, D)
-    if pe:
-        x = ref.positional_encoding(x)
+    x = ref.positional_encoding(x) if pe else x
     mask = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
-    if mask is not None and encoder_mask == "query axis":
-        mask = mask.transpose(1, 2)  # (B, L, 1)
-    elif mask is not None and encoder_mask == "inverted":
-        mask = ~mask
-    elif mask is not None and encoder_mask == "causal":
-        mask = mask & causal_mask(tokens.size(1))  # (B, L, L)
+    if mask is not None:
+        mask = {"padding": mask, "query axis": mask.transpose(1, 2), "inverted": ~mask,  # (B, L, 1) for the query axis
+                "causal": mask & causal_mask(tokens.size(1))}[encoder_mask]  # (B, L, L) for the causal one
     h = ref.encoder(x, mask)  # (B, L, D)
     real = (tokens != (ref.pad_id if pad is None else pad)).unsqueeze(-1).float()  # (B, L, 1)
-    pool = pool or pooling
-    if pool == "cls":
-        pooled = h[:, 0]
-    elif pool == "last":
-        pooled = h[:, -1]
-    elif pool == "second":
-        pooled = h[:, 1]
-    elif pool == "last real":
-        last = (tokens != ref.pad_id).sum(dim=1) - 1  # (B,)
-        pooled = h[torch.arange(h.size(0)), last]
-    elif pool == "mean all":
-        pooled = h.mean(dim=1)
-    elif pool == "sum":
-        pooled = (h * real).sum(dim=1)
-    elif pool == "(B, 1, L) mask":
-        m = padding_mask(tokens, ref.pad_id).unsqueeze(-1).float()  # (B, 1, L, 1)
-        pooled = (h * m).sum(dim=1) / m.sum(dim=1)  # (B, B, L, D) summed: (B, L, D)
-    else:
-        pooled = (h * real).sum(dim=1) / real.sum(dim=1)  # (B, D)
-    logits = ref.classifier(pooled)  # (B, C)
-    if post == "softmax":
-        return logits.softmax(dim=-1)
-    if post == "log_softmax":
-        return logits.log_softmax(dim=-1)
-    return logits
+    per_key = padding_mask(tokens, ref.pad_id).unsqueeze(-1).float()  # (B, 1, L, 1): a pool given (B, 1, L)
+    pools = {
+        "cls": lambda: h[:, 0], "last": lambda: h[:, -1], "second": lambda: h[:, 1],
+        "last real": lambda: h[torch.arange(h.size(0)), (tokens != ref.pad_id).sum(dim=1) - 1],
+        "mean all": lambda: h.mean(dim=1), "sum": lambda: (h * real).sum(dim=1),
+        "mean": lambda: (h * real).sum(dim=1) / real.sum(dim=1),  # (B, D)
+        "(B, 1, L) mask": lambda: (h * per_key).sum(dim=1) / per_key.sum(dim=1),  # (B, B, L, D) summed: (B, L, D)
+    }
+    logits = ref.classifier(pools[pool or pooling]())  # (B, C)
+    return {None: logits, "softmax": logits.softmax(dim=-1), "log_softmax": logits.log_softmax(dim=-1)}[post]
 
 
 def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: str,
@@ -348,70 +220,55 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
     B, L = tokens.shape
     # with one layer, a (B, L, 1) mask gives what no mask gives: the mask the encoder got tells them apart
     shapes = {tuple(m.shape) if isinstance(m, Tensor) else None for m in encoder_masks}
-    query_axis = (B, L, 1) in shapes
-    not_passed = not encoder_masks or None in shapes
-
-    out: list[Mistake] = []
+    query_axis, not_passed = (B, L, 1) in shapes, not encoder_masks or None in shapes
     if pooling == "cls":
-        out += [
-            ("[CLS] from the wrong position",
-             "you pooled the last position h[:, -1]; [CLS] is the first token of every sequence, position 0: "
-             "h[:, 0]. (In a padded row the last position is padding.)", v(pool="last")),
-            ("[CLS] from the wrong position",
-             "you pooled position 1; [CLS] sits at position 0: h[:, 0].", v(pool="second")),
-            ("[CLS] from the wrong position",
-             "you pooled each sequence's last real token; [CLS] is the first token, position 0: h[:, 0].",
-             v(pool="last real")),
-            ("pooling ignored",
-             "with pooling='cls' your model averaged the positions; read self.pooling and take h[:, 0] for "
-             "'cls', the masked mean for 'mean'.", v(pool="mean")),
+        out = [
+            ("[CLS] from the wrong position", "you pooled the last position h[:, -1]; [CLS] is the first token of "
+             "every sequence, position 0: h[:, 0]. (In a padded row the last position is padding.)", v(pool="last")),
+            ("[CLS] from the wrong position", "you pooled position 1; [CLS] sits at position 0: h[:, 0].",
+             v(pool="second")),
+            ("[CLS] from the wrong position", "you pooled each sequence's last real token; [CLS] is the first token, "
+             "position 0: h[:, 0].", v(pool="last real")),
+            ("pooling ignored", "with pooling='cls' your model averaged the positions; read self.pooling and take "
+             "h[:, 0] for 'cls', the masked mean for 'mean'.", v(pool="mean")),
         ]
     else:
-        out += [
-            ("mean over padding",
-             "with pooling='mean' you averaged every position, padding included (h.mean(dim=1)); average only "
-             "the real tokens: masked_mean_pool(h, tokens != self.pad_id).", v(pool="mean all")),
-            ("sum instead of mean",
-             "with pooling='mean' you summed the real positions without dividing by their number: use "
-             "masked_mean_pool.", v(pool="sum")),
-            ("pooling ignored",
-             "with pooling='mean' your model took position 0 ([CLS]); read self.pooling and use the masked "
-             "mean for 'mean'.", v(pool="cls")),
+        out = [
+            ("mean over padding", "with pooling='mean' you averaged every position, padding included "
+             "(h.mean(dim=1)); average only the real tokens: masked_mean_pool(h, tokens != self.pad_id).",
+             v(pool="mean all")),
+            ("sum instead of mean", "with pooling='mean' you summed the real positions without dividing by their "
+             "number: use masked_mean_pool.", v(pool="sum")),
+            ("pooling ignored", "with pooling='mean' your model took position 0 ([CLS]); read self.pooling and use "
+             "the masked mean for 'mean'.", v(pool="cls")),
         ]
     out += [
-        ("padding on the query axis",
-         f"the mask you give the encoder has shape ({B}, {L}, 1) = (B, L, 1): it blocks the padding as queries, "
-         "not as keys, so every real token still attends to the padding. padding_mask(tokens, self.pad_id) has "
-         "shape (B, 1, L): the padding on the key axis.", v(encoder_mask="query axis") if query_axis else None),
-        ("padding mask not passed",
-         "the encoder ran without a mask, so every token attends to the padding too: pass "
-         "padding_mask(tokens, self.pad_id) (shape (B, 1, L)) to self.encoder.", v(mask_pad=None) if not_passed
-         else None),
-        ("inverted mask",
-         "your mask is True on the padding: the encoder attends only to the padding. True means 'may attend': "
-         "padding_mask(tokens, self.pad_id), i.e. tokens != self.pad_id.", v(encoder_mask="inverted")),
-        ("causal mask in the encoder",
-         "your encoder mask is causal as well as padding: each token sees only the tokens before it. The "
-         "encoder reads the whole input at once (a decoder's habit does not belong here): "
+        ("padding on the query axis", f"the mask you give the encoder has shape ({B}, {L}, 1) = (B, L, 1): it blocks "
+         "the padding as queries, not as keys, so every real token still attends to the padding. "
+         "padding_mask(tokens, self.pad_id) has shape (B, 1, L): the padding on the key axis.",
+         v(encoder_mask="query axis") if query_axis else None),
+        ("padding mask not passed", "the encoder ran without a mask, so every token attends to the padding too: "
+         "pass padding_mask(tokens, self.pad_id) (shape (B, 1, L)) to self.encoder.",
+         v(mask_pad=None) if not_passed else None),
+        ("inverted mask", "your mask is True on the padding: the encoder attends only to the padding. True means "
+         "'may attend': padding_mask(tokens, self.pad_id), i.e. tokens != self.pad_id.", v(encoder_mask="inverted")),
+        ("causal mask in the encoder", "your encoder mask is causal as well as padding: each token sees only the "
+         "tokens before it. The encoder reads the whole input at once (a decoder's habit does not belong here): "
          "padding_mask(tokens, self.pad_id) only.", v(encoder_mask="causal")),
-        ("hard-coded pad id",
-         "your masks treat id 0 as padding; this model's padding id is self.pad_id: "
+        ("hard-coded pad id", "your masks treat id 0 as padding; this model's padding id is self.pad_id: "
          "padding_mask(tokens, self.pad_id) and tokens != self.pad_id.", v(mask_pad=0)),
-        ("positional encoding missing",
-         "the embeddings go into the encoder without self.positional_encoding: the encoder then cannot tell "
-         "'not good but bad' from 'bad but not good'. x = self.positional_encoding(self.embedding(tokens)).",
-         v(pe=False)),
-        ("embeddings not scaled",
-         "you called the inner nn.Embedding (self.embedding.embedding) and skipped TokenEmbedding's scaling by "
-         "sqrt(d_model): call self.embedding(tokens).", v(scale=False)),
+        ("positional encoding missing", "the embeddings go into the encoder without self.positional_encoding: the "
+         "encoder then cannot tell 'not good but bad' from 'bad but not good'. "
+         "x = self.positional_encoding(self.embedding(tokens)).", v(pe=False)),
+        ("embeddings not scaled", "you called the inner nn.Embedding (self.embedding.embedding) and skipped "
+         "TokenEmbedding's scaling by sqrt(d_model): call self.embedding(tokens).", v(scale=False)),
     ]
-    for post in ("softmax", "log_softmax"):
-        out.append((
-            "returns probabilities",
-            f"forward applies {post} to the logits. Return the raw logits: F.cross_entropy applies log_softmax "
-            "itself, and a softmax before it squashes the scores into [0, 1], which flattens the loss and slows "
-            "learning (the argmax, and so the accuracy, would not show it).", v(post=post)))
-    return out
+    return out + [
+        ("returns probabilities", f"forward applies {post} to the logits. Return the raw logits: F.cross_entropy "
+         "applies log_softmax itself, and a softmax before it squashes the scores into [0, 1], which flattens the "
+         "loss and slows learning (the argmax, and so the accuracy, would not show it).", v(post=post))
+        for post in ("softmax", "log_softmax")
+    ]
 
 
 def _classifier_tokens(B: int, L: int, V: int, pad_id: int) -> Tensor:
@@ -433,12 +290,33 @@ _CLASSIFIER_PARTS = {
 }
 
 
+def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling: str, C: int, D: int,
+                  case: str) -> None:
+    """A per-position ``(B, L, C)`` (from a pool given padding_mask's ``(B, 1, L)``, or no pool at all)
+    or a pooled ``(B, D)`` instead of ``(B, C)``."""
+    if not isinstance(got, Tensor):
+        return
+    (B, L), shape = tokens.shape, tuple(got.shape)
+    broadcast = lambda: _classifier_variant(ref, tokens, pooling, pool="(B, 1, L) mask")  # noqa: E731 - 0 / 0 at pads
+    if shape == (B, L, C) and not allclose(got.float(), broadcast(), atol=_ATOL, equal_nan=True):
+        fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C): one prediction per position. A "
+             "classifier gives one per sequence: pool the encoder's output to (B, D) first, then self.classifier.",
+             mistake="classified every position")
+    if shape == (B, L, C):
+        fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C), because the pooling got padding_mask's "
+             "(B, 1, L) mask: a pool that multiplies by mask.unsqueeze(-1) then broadcasts (B, 1, L, 1) against "
+             "(B, L, D) into (B, B, L, D), and the sum over axis 1 leaves (B, L, D). Pool with the (B, L) mask "
+             "tokens != self.pad_id.", mistake="mask broadcast wrongly")
+    if shape == (B, D):
+        fail(f"your forward ({case}) returns shape ({B}, {D}) = (B, D), the pooled vectors: apply self.classifier "
+             "to get the logits (B, num_classes).", mistake="classifier layer missing")
+
+
 @checker("TransformerClassifier")
 def check_transformer_classifier(cls: Any) -> str:
     require_module_class(cls, "TransformerClassifier")
     # both poolings; norm_first and activation only change the (given) __init__, so one pass each
-    settings = [("cls", False, "gelu"), ("mean", True, "relu")]
-    for pooling, norm_first, activation in settings:
+    for pooling, norm_first, activation in (("cls", False, "gelu"), ("mean", True, "relu")):
         B, L, V, C, d_ff = _distinct_sizes([(2, 4), (6, 9), (11, 16), (3, 5), (10, 20)])
         H, d_k, num_layers, pad_id = 2, randint(3, 5), randint(1, 2), randint(2, V - 1)
         kwargs = dict(d_model=H * d_k, num_heads=H, num_layers=num_layers, d_ff=d_ff, dropout=0.0, max_len=L + 3,
@@ -477,20 +355,7 @@ def check_transformer_classifier(cls: Any) -> str:
                      "after model.eval(). F.dropout(x, p, training=True) ignores the mode: pass "
                      "training=self.training, or use an nn.Dropout module (or no extra dropout at all: the given "
                      "modules already have theirs).", mistake="dropout ignores eval mode")
-            if isinstance(got, Tensor) and tuple(got.shape) == (B, L, C) and not torch.allclose(  # 0/0 at pads
-                    got.float(), _classifier_variant(ref, tokens0, pooling, pool="(B, 1, L) mask"), atol=_ATOL,
-                    equal_nan=True):
-                fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C): one prediction per position. "
-                     "A classifier gives one per sequence: pool the encoder's output to (B, D) first, then "
-                     "self.classifier.", mistake="classified every position")
-            if isinstance(got, Tensor) and tuple(got.shape) == (B, L, C):
-                fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C), because the pooling got "
-                     f"padding_mask's (B, 1, L) mask: a pool that multiplies by mask.unsqueeze(-1) then broadcasts "
-                     f"(B, 1, L, 1) against (B, L, D) into (B, B, L, D), and the sum over axis 1 leaves (B, L, D). "
-                     "Pool with the (B, L) mask tokens != self.pad_id.", mistake="mask broadcast wrongly")
-            if isinstance(got, Tensor) and tuple(got.shape) == (B, H * d_k):
-                fail(f"your forward ({case}) returns shape ({B}, {H * d_k}) = (B, D), the pooled vectors: apply "
-                     "self.classifier to get the logits (B, num_classes).", mistake="classifier layer missing")
+            _logits_shape(got, ref, tokens0, pooling, C, H * d_k, case)
             expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling, encoder_masks),
                          atol=_ATOL, case=case)
         gradient_probe(model, ref, dict(tokens=tokens0), params, what="TransformerClassifier", case=case)
@@ -498,35 +363,25 @@ def check_transformer_classifier(cls: Any) -> str:
 
 
 # ---------------------------------------------------------------- hints
-register_hints(
-    "gelu",
-    [
-        "GELU(x) = x * Phi(x), where Phi is the cumulative distribution function of the standard normal "
-        "distribution: the probability that a N(0, 1) variable is below x.",
-        "Phi(x) = 0.5 * (1 + erf(x / sqrt(2))); torch.erf computes erf element-wise, math.sqrt(2) is the "
-        "constant.",
-        "Check yourself on three values: gelu(0) = 0, gelu(1) = 0.8413, gelu(-1) = -0.1587 (F.gelu gives the "
-        "same). About 0.9214 at 1 means erf(x) instead of erf(x / sqrt(2)); 1.6827 means the 1/2 is missing.",
-    ],
-)
-register_hints(
-    "masked_mean_pool",
-    [
-        "Give the mask a feature axis so that it broadcasts over D: m = mask.unsqueeze(-1), shape (B, L, 1), "
-        "as float (mask.float() or .to(x.dtype)).",
-        "x * m zeroes the padding; sum over the positions (dim=1) to get (B, D).",
-        "Divide by each row's number of real tokens, m.sum(dim=1), shape (B, 1): it broadcasts over D. Not by "
-        "L, not by the whole batch's count.",
-    ],
-)
-register_hints(
-    "TransformerClassifier",
-    [
-        "Three steps: embed (self.embedding, then self.positional_encoding), encode with the padding mask, "
-        "pool and classify.",
-        "The mask: padding_mask(tokens, self.pad_id), shape (B, 1, L), True on real tokens; pass it to "
-        "self.encoder(x, mask). The encoder's output h is (B, L, D).",
-        "Pooling: h[:, 0] for 'cls' ([CLS] is at position 0); masked_mean_pool(h, tokens != self.pad_id) for "
-        "'mean'. Then return self.classifier(pooled), shape (B, num_classes), with no softmax.",
-    ],
-)
+register_hints("gelu", [
+    "GELU(x) = x * Phi(x), where Phi is the cumulative distribution function of the standard normal "
+    "distribution: the probability that a N(0, 1) variable is below x.",
+    "Phi(x) = 0.5 * (1 + erf(x / sqrt(2))); torch.erf computes erf element-wise, math.sqrt(2) is the constant.",
+    "Check yourself on three values: gelu(0) = 0, gelu(1) = 0.8413, gelu(-1) = -0.1587 (F.gelu gives the "
+    "same). About 0.9214 at 1 means erf(x) instead of erf(x / sqrt(2)); 1.6827 means the 1/2 is missing.",
+])
+register_hints("masked_mean_pool", [
+    "Give the mask a feature axis so that it broadcasts over D: m = mask.unsqueeze(-1), shape (B, L, 1), "
+    "as float (mask.float() or .to(x.dtype)).",
+    "x * m zeroes the padding; sum over the positions (dim=1) to get (B, D).",
+    "Divide by each row's number of real tokens, m.sum(dim=1), shape (B, 1): it broadcasts over D. Not by "
+    "L, not by the whole batch's count.",
+])
+register_hints("TransformerClassifier", [
+    "Three steps: embed (self.embedding, then self.positional_encoding), encode with the padding mask, "
+    "pool and classify.",
+    "The mask: padding_mask(tokens, self.pad_id), shape (B, 1, L), True on real tokens; pass it to "
+    "self.encoder(x, mask). The encoder's output h is (B, L, D).",
+    "Pooling: h[:, 0] for 'cls' ([CLS] is at position 0); masked_mean_pool(h, tokens != self.pad_id) for "
+    "'mean'. Then return self.classifier(pooled), shape (B, num_classes), with no softmax.",
+])

@@ -26,31 +26,12 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..gpt import GPT, GPTBlock, next_token_probs
-from ._core import (
-    equal,
-    isnan,
-    Mistake,
-    StudentError,
-    call_student,
-    check_unchanged,
-    checker,
-    describe_shape,
-    drawn_once,
-    expect_close,
-    fail,
-    gradient_probe,
-    matches,
-    randint,
-    register_hints,
-    require_function,
-    require_module_class,
-    require_distinct_roles,
-    require_no_grad,
-)
-from ._blocks import (P_PROBE, P_RATE, Block, check_dropout, check_dropout_modes, check_dropout_rate, check_part_dropout,
-                      dropout_mistakes, run_block, sublayer_dropout_rates, Spy, zeros)
-from ._pairing import (build_student, copy_parameters, match_parameters, named, randomise_parameters,
-                       structure_failure)
+from ._core import (Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, drawn_once, equal,
+                    expect_close, fail, gradient_probe, isnan, matches, randint, register_hints, require_distinct_roles,
+                    require_function, require_module_class, require_no_grad)
+from ._blocks import (P_PROBE, P_RATE, Block, Spy, check_dropout, check_dropout_modes, check_dropout_rate,
+                      check_part_dropout, dropout_mistakes, run_block, sublayer_dropout_rates, zeros)
+from ._pairing import build_student, copy_parameters, match_parameters, named, randomise_parameters, structure_failure
 from .decoder import trailing_padding, tuple_return
 
 __all__ = ["check_gpt_block", "check_gpt", "check_next_token_probs", "check_generate"]
