@@ -135,10 +135,10 @@ def _pool_shape(got: Any, B: int, L: int, D: int, case: str) -> None:
         fail(f"your result ({case}) has shape {text}", mistake=name)
 
 
-def _trailing_mask(B: int, L: int) -> Tensor:
-    """``(B, L)``: row 0 full, row 1 padded, the others random lengths >= 1."""
-    lengths = torch.randint(1, L + 1, (B,))  # (B,)
-    lengths[0], lengths[1] = L, randint(1, L - 2)
+def _trailing_mask(B: int, L: int, shortest: int = 1) -> Tensor:
+    """``(B, L)``: trailing padding, row 0 full, row 1 padded, the others random lengths >= ``shortest``."""
+    lengths = torch.randint(shortest, L + 1, (B,))  # (B,)
+    lengths[0], lengths[1] = L, randint(shortest, L - 2)
     return torch.arange(L)[None, :] < lengths[:, None]  # (B, L)
 
 
@@ -277,9 +277,7 @@ def _classifier_tokens(B: int, L: int, V: int, pad_id: int) -> Tensor:
     ids = torch.randint(0, V - 1, (B, L))
     ids = ids + (ids >= pad_id).long()  # skip pad_id
     ids[:, 1] = 0  # real tokens with id 0, so a hard-coded 0 shows
-    lengths = torch.randint(2, L + 1, (B,))  # (B,)
-    lengths[0], lengths[1] = L, randint(2, L - 2)
-    return torch.where(torch.arange(L)[None, :] < lengths[:, None], ids, torch.full_like(ids, pad_id))
+    return torch.where(_trailing_mask(B, L, shortest=2), ids, torch.full_like(ids, pad_id))
 
 
 _CLASSIFIER_PARTS = {

@@ -41,8 +41,7 @@ def _dims() -> tuple[int, int, int, int, int]:
     """``B, H, d_k, L, d_ff`` with ``B, L, D = H*d_k, d_ff`` all different."""
     while True:
         B, H, d_k, L, d_ff = randint(2, 4), randint(2, 3), randint(3, 5), randint(5, 8), randint(10, 24)
-        sizes = [B, L, H * d_k, d_ff]
-        if len(set(sizes)) == len(sizes):
+        if len({B, L, H * d_k, d_ff}) == 4:
             return B, H, d_k, L, d_ff
 
 
@@ -53,15 +52,13 @@ _BLOCK_PARTS = {
     "norm2": "LayerNorm(d_model), before the feed-forward",
     "feed_forward": 'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh")',
 }
-
-
-_BLOCK = Block(
-    "GPTBlock",
-    ("self", "ff"),
-    word={"self": "the masked self-attention", "ff": "the feed-forward"},
-    short={"self": "self-attention", "ff": "feed-forward"},
-    attn={"self": ("in", "in", "self_attn", "causal&mask")},
-    lost={},
+_BLOCK = Block("GPTBlock", ("self", "ff"), word={"self": "the masked self-attention", "ff": "the feed-forward"},
+               short={"self": "self-attention", "ff": "feed-forward"},
+               attn={"self": ("in", "in", "self_attn", "causal&mask")}, lost={})
+_EXACT_GELU = (
+    "the feed-forward uses the exact GELU (nn.GELU() or F.gelu(x)); GPT-2 uses its tanh approximation: "
+    'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh"), i.e. nn.GELU(approximate="tanh"). '
+    "The two differ by up to 5e-4, enough to break parity with GPT-2"
 )
 
 
@@ -82,103 +79,80 @@ def _activation(ref: GPTBlock, act: Callable[[Tensor], Tensor]) -> dict[str, Any
 
 def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mistake]:
     form = "x = x + sublayer(norm(x))"
-    table: list[tuple[str, str, dict[str, Any]]] = []
-    if mask is not None:
-        table += [
-            ("padding mask replaces causal",
-             "when a mask is given, your block uses it instead of the causal mask, so every position "
-             "sees the later ones (the future leaks). Combine them: causal_mask(L) & mask.",
-             {"attn": {"self": ("in", "in", "self_attn", "mask")}}),
-            ("mask ignored",
-             "the `mask` argument has no effect: the block must attend with causal_mask(L) & mask, so "
-             "that padding is blocked too.",
-             {"attn": {"self": ("in", "in", "self_attn", "causal")}}),
-            ("| instead of &",
-             "the causal mask and `mask` are combined with | (or): a key is allowed if it is in the past OR "
-             "real, so with a mask every real later token leaks in. It must be both: causal_mask(L) & mask.",
-             {"attn": {"self": ("in", "in", "self_attn", "causal|mask")}}),
-        ]
+    masked = [
+        ("padding mask replaces causal", "when a mask is given, your block uses it instead of the causal mask, so "
+         "every position sees the later ones (the future leaks). Combine them: causal_mask(L) & mask.", "mask"),
+        ("mask ignored", "the `mask` argument has no effect: the block must attend with causal_mask(L) & mask, so "
+         "that padding is blocked too.", "causal"),
+        ("| instead of &", "the causal mask and `mask` are combined with | (or): a key is allowed if it is in the "
+         "past OR real, so with a mask every real later token leaks in. It must be both: causal_mask(L) & mask.",
+         "causal|mask"),
+    ]
+    table = [(name, text, {"attn": {"self": ("in", "in", "self_attn", given)}})
+             for name, text, given in (masked if mask is not None else [])]
     table += [
-        ("post-norm",
-         f"your block normalises after the residual addition (post-norm, norm(x + sublayer(x))); a GPT "
-         f"block is pre-norm: {form}, the residual stream itself is never normalised.",
+        ("post-norm", "your block normalises after the residual addition (post-norm, norm(x + sublayer(x))); a "
+         f"GPT block is pre-norm: {form}, the residual stream itself is never normalised.",
          {"place": {"self": "post", "ff": "post"}}),
         ("missing residual", f"there are no residual connections: {form}.", {"residual": {"self": None, "ff": None}}),
         ("missing residual", f"there is no residual connection around the self-attention: {form}.",
          {"residual": {"self": None}}),
         ("missing residual", f"there is no residual connection around the feed-forward: {form}.",
          {"residual": {"ff": None}}),
-        ("norms swapped",
-         "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the feed-forward.",
-         {"norm_of": (1, 0)}),
-        ("ReLU instead of GELU",
-         "the feed-forward uses ReLU; GPT-2 uses GELU (its tanh approximation): "
-         'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh").',
-         _activation(ref, F.relu)),
+        ("norms swapped", "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the "
+         "feed-forward.", {"norm_of": (1, 0)}),
+        ("ReLU instead of GELU", "the feed-forward uses ReLU; GPT-2 uses GELU (its tanh approximation): "
+         'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh").', _activation(ref, F.relu)),
         ("exact GELU", _EXACT_GELU + ".", _activation(ref, F.gelu)),
     ]
     return [(name, text, lambda mut=mut: _block_variant(ref, x, mask, mut)) for name, text, mut in table]
 
 
-def _leak_test(model: nn.Module, B: int, L: int, D: int) -> None:
-    """Change the input at one position ``j``: outputs before ``j`` must not move at all."""
-    x = torch.randn(B, L, D)
-    case = f"x ({B}, {L}, {D}), no mask"
-    with torch.no_grad():
-        given = x.clone()
-        base = call_student(model, given, context=f"running forward ({case})")
-        check_unchanged(["x"], [given], [x], case)
-        if not isinstance(base, Tensor) or base.shape != x.shape:
-            return  # the comparisons that follow say what is wrong with the output
-        check_dropout(lambda: call_student(model, x.clone(), context=f"running forward ({case})"), base)
-        for j in range(1, L):
-            changed = x.clone()
-            changed[:, j] = torch.randn(B, D)
-            out = call_student(model, changed, context="running forward (no mask)")
-            if not isinstance(out, Tensor) or out.shape != base.shape:
-                return
-            moved = (out[:, :j] - base[:, :j]).abs().amax(dim=(0, 2))  # (j,)
-            if bool((moved > 1e-6).any()):
-                i = int(torch.nonzero(moved > 1e-6)[0])
-                fail(
-                    f"the future leaks: changing the input at position {j} changed the output at position "
-                    f"{i} (by {float(moved[i]):.3g}), which comes before it. A GPT block must be causal by "
-                    f"itself: attend with causal_mask(L) (True on and below the diagonal), combined with "
-                    f"`mask` by & when one is given.",
-                    mistake="future leaking",
-                )
+def _leak_test(model: nn.Module, x: Tensor, base: Tensor) -> None:
+    """Change the input at one position ``j``: outputs before ``j`` (``base``: for ``x``) must not move at all."""
+    B, L, D = x.shape
+    for j in range(1, L):
+        changed = x.clone()
+        changed[:, j] = torch.randn(B, D)
+        out = call_student(model, changed, context="running forward (no mask)")
+        if not isinstance(out, Tensor) or out.shape != base.shape:
+            return
+        moved = (out[:, :j] - base[:, :j]).abs().amax(dim=(0, 2))  # (j,)
+        if bool((moved > 1e-6).any()):
+            i = int(torch.nonzero(moved > 1e-6)[0])
+            fail(f"the future leaks: changing the input at position {j} changed the output at position {i} (by "
+                 f"{float(moved[i]):.3g}), which comes before it. A GPT block must be causal by itself: attend with "
+                 "causal_mask(L) (True on and below the diagonal), combined with `mask` by & when one is given.",
+                 mistake="future leaking")
 
 
-def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | None, case: str,
-                    atol: float = 1e-5, rtol: float = 1e-4) -> None:
-    originals = (x.clone(), None if mask is None else mask.clone())
-    context = f"running forward ({case})"
+def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | None, case: str) -> None:
+    """One case; without a mask the leak test runs first (before the values, which would only say
+    "differ" for a missing causal mask)."""
+    args = (x,) if mask is None else (x, mask)
+    originals = tuple(a.clone() for a in args)
     with torch.no_grad():
         expected = ref(x, mask)  # (B, L, D)
-        got = (call_student(model, x, context=context) if mask is None
-               else call_student(model, x, mask, context=context))
-        check_unchanged(["x", "mask"], [x, mask], originals, case)
+        got = call_student(model, *args, context=f"running forward ({case})")
+        check_unchanged(["x", "mask"], args, originals, case)
         tuple_return(got, "GPTBlock")
-        again = (lambda: model(x) if mask is None else model(x, mask))
-        check_dropout(again, got, expected)
-        expect_close("output", got, expected, _block_mistakes(ref, x, mask),
-                     atol=atol, rtol=rtol, case=case)
+        check_dropout(lambda: call_student(model, *originals, context=f"running forward ({case})"), got, expected)
+        if mask is None and isinstance(got, Tensor) and got.shape == x.shape:
+            _leak_test(model, originals[0], got)
+        expect_close("output", got, expected, _block_mistakes(ref, originals[0], mask), atol=1e-5, case=case)
 
 
 def _exact_gelu_probe(model: nn.Module, ref: GPTBlock, B: int, L: int, D: int) -> None:
     """The exact GELU differs from GPT-2's tanh-GELU by up to 5e-4, which a whole block in float32
-    can hide within tolerance on some draws. In float64 the two are far apart compared with the
-    rounding: name the exact GELU when the output matches it there and not the reference. Any other
-    outcome (an error, a float32 tensor created inside, no match) adds nothing: the float32 cases
-    above already decided."""
+    can hide within tolerance on some draws; in float64 the two are far apart compared with the
+    rounding. Any outcome but a match with the exact GELU (an error, a float32 tensor created
+    inside) adds nothing: the float32 cases already decided."""
     try:
         model.double()
         ref.double()
         x = 2 * torch.randn(B, L, D, dtype=torch.float64)
         with torch.no_grad():
-            got = model(x)
-            expected = ref(x)
-            exact = _block_variant(ref, x, None, _activation(ref, F.gelu))
+            got, expected, exact = model(x), ref(x), _block_variant(ref, x, None, _activation(ref, F.gelu))
     except Exception:  # noqa: BLE001 - the probe only adds a diagnosis
         return
     finally:
@@ -188,26 +162,18 @@ def _exact_gelu_probe(model: nn.Module, ref: GPTBlock, B: int, L: int, D: int) -
         fail(_EXACT_GELU + " (seen in float64, where the two are told apart for sure)", mistake="exact GELU")
 
 
-_EXACT_GELU = (
-    "the feed-forward uses the exact GELU (nn.GELU() or F.gelu(x)); GPT-2 uses its tanh approximation: "
-    'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh"), i.e. nn.GELU(approximate="tanh"). '
-    "The two differ by up to 5e-4, enough to break parity with GPT-2"
-)
-
-
 @checker("GPTBlock")
 def check_gpt_block(cls: Any) -> str:
     require_module_class(cls, "GPTBlock")
     B, H, d_k, L, d_ff = _dims()
     D = H * d_k
-    shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1"
-    model = build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=0.1), shown)
+    model = build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=0.1), f"d_model={D}, num_heads={H}, "
+                          f"d_ff={d_ff}, dropout=0.1")
     ref = GPTBlock(D, H, d_ff).eval()
     pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
     structure_failure("GPTBlock", model, missing, unexpected, wrong_shape, _BLOCK_PARTS)
     require_distinct_roles(model, ref, "GPTBlock")  # self.norm2 = self.norm1
     copy_parameters(pairs)
-    _leak_test(model, B, L, D)
     _run_block_case(model, ref, torch.randn(B, L, D), None, f"x ({B}, {L}, {D}), no mask")
     mask = trailing_padding(B, L)  # (B, 1, L)
     case = f"x ({B}, {L}, {D}), padding mask ({B}, 1, {L})"
@@ -219,16 +185,14 @@ def check_gpt_block(cls: Any) -> str:
     return "causal by itself, pre-norm, GELU (tanh), residuals, with and without a padding mask, random weights"
 
 
-# ---------------------------------------------------------------- dropout
 def _block_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int) -> None:
     """Dropout with p = 1 (see :mod:`._blocks`): the block's own dropout must zero each sub-layer's
     output before the residual add, and nothing else; each sub-module on its own must drop like the
     reference's (the block passes ``dropout`` on). Then 0 < p < 1: each output dropped once, with p."""
-    shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={P_PROBE:g}"
-    model = build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=P_PROBE), shown)
-    ref = GPTBlock(D, H, d_ff, P_PROBE).eval()
-    pairs, *_ = match_parameters(model, ref)
-    copy_parameters(pairs)
+    build = lambda p: build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=p),  # noqa: E731
+                                    f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p:g}")
+    model, ref = build(P_PROBE), GPTBlock(D, H, d_ff, P_PROBE).eval()
+    copy_parameters(match_parameters(model, ref)[0])
     x, causal = torch.randn(B, L, D), causal_mask(L)  # (B, L, D), (L, L)
     run = lambda m: call_student(m, x.clone(), context="running forward (dropout)")  # noqa: E731
     check_dropout_modes(
@@ -244,9 +208,8 @@ def _block_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int) -> None:
     parts = {"self_attn": (y, y, y, causal), "feed_forward": (y,)}
     # a part that is only a container of the parameters (an nn.Module without forward) is not run on its own
     check_part_dropout(model, ref, {n: a for n, a in parts.items() if _runnable(getattr(model, n, None))}, "GPTBlock")
-    shown = shown.replace(f"dropout={P_PROBE:g}", f"dropout={P_RATE:g}")
-    sublayer_dropout_rates(build_student(cls, "GPTBlock", (D, H, d_ff), dict(dropout=P_RATE), shown), run, x,
-                           {"self_attn": True, "feed_forward": False}, ("norm1", "norm2"), _BLOCK, "GPTBlock")
+    sublayer_dropout_rates(build(P_RATE), run, x, {"self_attn": True, "feed_forward": False}, ("norm1", "norm2"),
+                           _BLOCK, "GPTBlock")
 
 
 def _runnable(part: Any) -> bool:
@@ -262,98 +225,66 @@ _GPT_PARTS = {
 }
 
 
-def _gpt_variant(
-    ref: GPT,
-    tokens: Tensor,
-    mask: Tensor | None,
-    *,
-    positions: str = "ok",
-    scale: bool = False,
-    final_norm: bool = True,
-    output: str = "logits",
-    pass_mask: bool = True,
-    blocks: str = "chained",
-) -> Tensor:
+def _gpt_variant(ref: GPT, tokens: Tensor, mask: Tensor | None, *, positions: str = "ok", scale: bool = False,
+                 final_norm: bool = True, output: str = "logits", pass_mask: bool = True,
+                 blocks: str = "chained") -> Tensor:
     L = tokens.size(1)
-    x = ref.token_embedding(tokens)  # (B, L, D)
-    if scale:
-        x = x * math.sqrt(ref.d_model)
-    if positions == "ok":
-        x = x + ref.position_embedding(torch.arange(L))
-    elif positions == "from 1":
-        x = x + ref.position_embedding(torch.arange(1, L + 1))
+    x = ref.token_embedding(tokens) * (math.sqrt(ref.d_model) if scale else 1.0)  # (B, L, D)
+    if positions != "none":
+        x = x + ref.position_embedding(torch.arange(L) + (1 if positions == "from 1" else 0))
     h = x
     for block in ref.blocks:
         block = ref.blocks[0] if blocks == "first only" else block
         h = block(x if blocks == "unchained" else h, mask if pass_mask else None)
-    if final_norm:
-        h = ref.norm(h)
-    logits = ref.lm_head(h)  # (B, L, V)
+    logits = ref.lm_head(ref.norm(h) if final_norm else h)  # (B, L, V)
     return {"logits": logits, "probs": logits.softmax(-1), "log_probs": logits.log_softmax(-1)}[output]
 
 
 def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake]:
     table: list[tuple[str, str, dict[str, Any]]] = [
-        ("no position embedding",
-         "the position embeddings are never added, so the model cannot tell positions apart: "
-         "x = token_embedding(tokens) + position_embedding(torch.arange(L)).",
-         dict(positions="none")),
-        ("positions start at 1",
-         "the positions are numbered from 1; they start at 0: position_embedding(torch.arange(L)) "
-         "(and so fit max_len exactly).",
-         dict(positions="from 1")),
-        ("embeddings scaled",
-         "the token embeddings are multiplied by sqrt(d_model), as the encoder-decoder Transformer's "
-         "TokenEmbedding does; GPT-2 adds the plain embedding to the position embedding, unscaled.",
+        ("no position embedding", "the position embeddings are never added, so the model cannot tell positions "
+         "apart: x = token_embedding(tokens) + position_embedding(torch.arange(L)).", dict(positions="none")),
+        ("positions start at 1", "the positions are numbered from 1; they start at 0: "
+         "position_embedding(torch.arange(L)) (and so fit max_len exactly).", dict(positions="from 1")),
+        ("embeddings scaled", "the token embeddings are multiplied by sqrt(d_model), as the encoder-decoder "
+         "Transformer's TokenEmbedding does; GPT-2 adds the plain embedding to the position embedding, unscaled.",
          dict(scale=True)),
-        ("missing final norm",
-         "the final LayerNorm is missing: pre-norm blocks never normalise the residual stream, so the "
-         "model applies self.norm once after the last block, before lm_head.",
-         dict(final_norm=False)),
-        ("returns probabilities",
-         "the model returns probabilities (a softmax over the vocabulary); it returns logits, the raw "
-         "scores: the loss (cross_entropy) and the sampling apply the softmax themselves.",
+        ("missing final norm", "the final LayerNorm is missing: pre-norm blocks never normalise the residual "
+         "stream, so the model applies self.norm once after the last block, before lm_head.", dict(final_norm=False)),
+        ("returns probabilities", "the model returns probabilities (a softmax over the vocabulary); it returns "
+         "logits, the raw scores: the loss (cross_entropy) and the sampling apply the softmax themselves.",
          dict(output="probs")),
-        ("returns log-probabilities",
-         "the model returns log-probabilities (log_softmax); it returns the raw logits from lm_head.",
-         dict(output="log_probs")),
-        ("one layer applied repeatedly",
-         "the first block is applied num_layers times; loop over self.blocks so each is used once.",
-         dict(blocks="first only")),
-        ("layer outputs not chained",
-         "every block gets the embeddings as input, so only the last block's output is kept: feed each "
-         "block's output to the next (x = block(x, mask)).",
-         dict(blocks="unchained")),
+        ("returns log-probabilities", "the model returns log-probabilities (log_softmax); it returns the raw "
+         "logits from lm_head.", dict(output="log_probs")),
+        ("one layer applied repeatedly", "the first block is applied num_layers times; loop over self.blocks so "
+         "each is used once.", dict(blocks="first only")),
+        ("layer outputs not chained", "every block gets the embeddings as input, so only the last block's output "
+         "is kept: feed each block's output to the next (x = block(x, mask)).", dict(blocks="unchained")),
     ]
     if mask is not None:
-        table.append(("mask not passed on",
-                      "the `mask` argument is not passed on to the blocks: call block(x, mask).",
-                      dict(pass_mask=False)))
+        table.append(("mask not passed on", "the `mask` argument is not passed on to the blocks: call "
+                      "block(x, mask).", dict(pass_mask=False)))
     return [(name, text, lambda kw=kw: _gpt_variant(ref, tokens, mask, **kw)) for name, text, kw in table]
 
 
 def _check_tying(model: nn.Module, V: int, D: int) -> None:
-    emb = getattr(model, "token_embedding", None)
-    head = getattr(model, "lm_head", None)
-    if not isinstance(emb, nn.Embedding):
-        return  # structure_failure names the missing submodule
-    if head is None:
-        return  # logits computed from token_embedding.weight directly: the comparison decides
+    emb, head = getattr(model, "token_embedding", None), getattr(model, "lm_head", None)
+    # no token_embedding: structure_failure names it; no lm_head (logits from the embedding matrix): the values decide
+    if not isinstance(emb, nn.Embedding) or head is None:
+        return
     weight = getattr(head, "weight", None)
     if getattr(head, "bias", None) is not None:
-        fail("lm_head has a bias; GPT-2's output layer has none (and a tied layer shares only the "
-             "matrix): nn.Linear(d_model, vocab_size, bias=False).", mistake="output bias")
+        fail("lm_head has a bias; GPT-2's output layer has none (and a tied layer shares only the matrix): "
+             "nn.Linear(d_model, vocab_size, bias=False).", mistake="output bias")
     if weight is emb.weight:
         return
     if isinstance(weight, Tensor) and weight.shape == emb.weight.shape and equal(weight, emb.weight):
-        fail("lm_head.weight is a copy of token_embedding.weight, not the same tensor: the two start "
-             "equal but are separate parameters (2 x V x D numbers), and the first optimizer step makes "
-             "them differ. Share the Parameter itself: self.lm_head.weight = self.token_embedding.weight.",
-             mistake="tied by copying")
-    fail("lm_head is not tied to the token embedding: it has its own weight matrix "
-         f"({describe_shape(weight)}). Share the Parameter: self.lm_head.weight = self.token_embedding.weight "
-         f"(one ({V}, {D}) matrix serves both, saving {V * D:,} parameters here).",
-         mistake="not tied")
+        fail("lm_head.weight is a copy of token_embedding.weight, not the same tensor: the two start equal but are "
+             "separate parameters (2 x V x D numbers), and the first optimizer step makes them differ. Share the "
+             "Parameter itself: self.lm_head.weight = self.token_embedding.weight.", mistake="tied by copying")
+    fail(f"lm_head is not tied to the token embedding: it has its own weight matrix ({describe_shape(weight)}). "
+         f"Share the Parameter: self.lm_head.weight = self.token_embedding.weight (one ({V}, {D}) matrix serves "
+         f"both, saving {V * D:,} parameters here).", mistake="not tied")
 
 
 def _check_blocks(model: nn.Module, N: int) -> None:
@@ -366,46 +297,9 @@ def _check_blocks(model: nn.Module, N: int) -> None:
         fail(f"GPT(num_layers={N}) built {len(blocks)} blocks; it should build num_layers of them.",
              mistake="wrong number of blocks")
     if len({id(b) for b in blocks}) < len(blocks):
-        fail("your blocks are one and the same module used several times (they share their weights): "
-             "build a new GPTBlock for each, nn.ModuleList(GPTBlock(...) for _ in range(num_layers)).",
+        fail("your blocks are one and the same module used several times (they share their weights): build a new "
+             "GPTBlock for each, nn.ModuleList(GPTBlock(...) for _ in range(num_layers)).",
              mistake="blocks sharing one module")
-
-
-@checker("GPT")
-def check_gpt(cls: Any) -> str:
-    require_module_class(cls, "GPT")
-    B, H, d_k, L, d_ff = _dims()
-    D, V, N, max_len = H * d_k, randint(11, 19), randint(2, 3), L + randint(2, 4)
-    model = _build_gpt(cls, V, D, H, N, d_ff, 0.1, max_len)
-    _check_tying(model, V, D)
-    _check_blocks(model, N)
-    ref = GPT(V, D, H, N, d_ff, 0.0, max_len).eval()
-    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
-    structure_failure("GPT", model, missing, unexpected, wrong_shape, _GPT_PARTS)
-    require_distinct_roles(model, ref, "GPT")  # the final norm taken from the last block; the tie is the reference's too
-    _check_init(model, ref)
-    randomise_parameters(model)
-    copy_parameters(pairs)
-    for length, masked in ((L, False), (max_len, False), (L, True)):
-        tokens = torch.randint(0, V, (B, length))  # (B, L)
-        mask = trailing_padding(B, length) if masked else None  # (B, 1, L)
-        case = f"tokens ({B}, {length})" + (f", padding mask ({B}, 1, {length})" if masked else ", no mask")
-        context = f"running forward ({case})"
-        with torch.no_grad():
-            expected = ref(tokens, mask)  # (B, L, V)
-            got = (call_student(model, tokens, context=context) if mask is None
-                   else call_student(model, tokens, mask, context=context))
-            if isinstance(got, (tuple, list)):
-                fail(f"GPT should return one tensor, the logits (B, L, V) = ({B}, {length}, {V}); yours returned a "
-                     f"{type(got).__name__} ({', '.join(describe_shape(t) for t in got[:3])}). Return the logits "
-                     "alone (the loss is computed outside the model).", mistake="wrong return")
-            check_dropout(lambda: model(tokens) if mask is None else model(tokens, mask), got, expected)
-            expect_close("logits", got, expected, _gpt_mistakes(ref, tokens, mask), case=case)
-    gradient_probe(model, ref, dict(tokens=tokens, mask=mask), named(model, pairs), what="GPT", case=case)
-    _gpt_dropout(cls, V, D, H, N, d_ff, max_len, B, L)
-    # the notebook stores this line (nbval): change it together with solutions/09
-    return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"
-
 
 
 def _check_init(model: nn.Module, ref: GPT) -> None:
@@ -413,15 +307,10 @@ def _check_init(model: nn.Module, ref: GPT) -> None:
     (the pooled standard deviation within 15 %, each matrix within a factor 2: tiny matrices vary),
     norm scales left at one. Biases are not checked (the notebook leaves them as built)."""
     s_params = dict(model.named_parameters(remove_duplicate=False))
-    matrices, scales = [], []
-    for name, _ in ref.named_parameters():
-        sp = s_params.get(name, s_params.get(name.replace(".embedding.weight", ".weight")))
-        if sp is None:
-            continue
-        if sp.dim() >= 2:
-            matrices.append((name, sp.detach().float()))
-        elif not name.endswith("bias"):
-            scales.append((name, sp.detach().float()))
+    found = [(n, s_params.get(n, s_params.get(n.replace(".embedding.weight", ".weight")))) for n, _ in
+             ref.named_parameters()]
+    matrices = [(n, p.detach().float()) for n, p in found if p is not None and p.dim() >= 2]
+    scales = [(n, p.detach().float()) for n, p in found if p is not None and p.dim() < 2 and not n.endswith("bias")]
     if not matrices:
         return
     stds = {name: float(w.std()) for name, w in matrices}
@@ -457,6 +346,41 @@ def _build_gpt(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, p: float, ma
     return model.eval()
 
 
+@checker("GPT")
+def check_gpt(cls: Any) -> str:
+    require_module_class(cls, "GPT")
+    B, H, d_k, L, d_ff = _dims()
+    D, V, N, max_len = H * d_k, randint(11, 19), randint(2, 3), L + randint(2, 4)
+    model = _build_gpt(cls, V, D, H, N, d_ff, 0.1, max_len)
+    _check_tying(model, V, D)
+    _check_blocks(model, N)
+    ref = GPT(V, D, H, N, d_ff, 0.0, max_len).eval()
+    pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
+    structure_failure("GPT", model, missing, unexpected, wrong_shape, _GPT_PARTS)
+    require_distinct_roles(model, ref, "GPT")  # the final norm taken from the last block; the tie is the reference's too
+    _check_init(model, ref)
+    randomise_parameters(model)
+    copy_parameters(pairs)
+    for length, masked in ((L, False), (max_len, False), (L, True)):
+        tokens = torch.randint(0, V, (B, length))  # (B, L)
+        mask = trailing_padding(B, length) if masked else None  # (B, 1, L)
+        args = (tokens,) if mask is None else (tokens, mask)
+        case = f"tokens ({B}, {length})" + (f", padding mask ({B}, 1, {length})" if masked else ", no mask")
+        with torch.no_grad():
+            expected = ref(tokens, mask)  # (B, L, V)
+            got = call_student(model, *args, context=f"running forward ({case})")
+            if isinstance(got, (tuple, list)):
+                fail(f"GPT should return one tensor, the logits (B, L, V) = ({B}, {length}, {V}); yours returned a "
+                     f"{type(got).__name__} ({', '.join(describe_shape(t) for t in got[:3])}). Return the logits "
+                     "alone (the loss is computed outside the model).", mistake="wrong return")
+            check_dropout(lambda: call_student(model, *args, context=f"running forward ({case})"), got, expected)
+            expect_close("logits", got, expected, _gpt_mistakes(ref, tokens, mask), case=case)
+    gradient_probe(model, ref, dict(tokens=tokens, mask=mask), named(model, pairs), what="GPT", case=case)
+    _gpt_dropout(cls, V, D, H, N, d_ff, max_len, B, L)
+    # the notebook stores this line (nbval): change it together with solutions/09
+    return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"
+
+
 def _gpt_pair(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, p: float, max_len: int) -> tuple[nn.Module, GPT]:
     """The student's GPT built with dropout ``p`` (eval mode, random parameters) and the reference
     holding the same parameters."""
@@ -486,14 +410,12 @@ def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: i
     check_dropout_modes(
         model, ref, run, "GPT",
         lambda: [
-            ("embedding dropout missing",
-             "no dropout is applied to the embeddings in training mode: x = self.dropout(token_embedding(tokens) "
-             "+ position_embedding(positions)), with self.dropout = nn.Dropout(dropout).",
-             lambda: quiet_blocks(emb + pos)),
-            ("dropout before adding",
-             "the dropout is applied to the token embeddings before the position embeddings are added; it goes "
-             "on their sum: x = self.dropout(token_embedding(tokens) + position_embedding(positions)).",
-             lambda: quiet_blocks(pos.expand_as(emb))),
+            ("embedding dropout missing", "no dropout is applied to the embeddings in training mode: x = "
+             "self.dropout(token_embedding(tokens) + position_embedding(positions)), with self.dropout = "
+             "nn.Dropout(dropout).", lambda: quiet_blocks(emb + pos)),
+            ("dropout before adding", "the dropout is applied to the token embeddings before the position "
+             "embeddings are added; it goes on their sum: x = self.dropout(token_embedding(tokens) + "
+             "position_embedding(positions)).", lambda: quiet_blocks(pos.expand_as(emb))),
         ],
         quiet=("blocks",), atol=1e-5, setting="blocks in eval mode, ",
     )  # fmt: skip
@@ -517,7 +439,7 @@ def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: i
     finally:
         model.eval()
         ref.eval()
-    if isinstance(got, Tensor) and not matches(got, expected, atol=1e-5) and matches(got, without, atol=1e-5):
+    if isinstance(got, Tensor) and not matches(got, expected) and matches(got, without):
         fail(f"your GPT's blocks apply no dropout in training mode (blocks[0] on its own, dropout={P_PROBE:g}): the "
              "model's dropout is not passed on to them. Build them with it: GPTBlock(d_model, num_heads, d_ff, "
              "dropout).", mistake="dropout not passed on")
@@ -528,59 +450,42 @@ def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p:
                    temp: str = "ok", k_shift: int = 0, k_largest: bool = True, renorm: bool = True,
                    zero_logit: bool = False, p_mode: str = "ok", p_order: str = "after k") -> Tensor:
     """The reference's distribution computed with one mistake."""
-    if temp == "after softmax":
-        return logits.softmax(-1) / temperature
-    if temp == "softmax twice":
-        return (logits.softmax(-1) / temperature).softmax(-1)
-    t = {"ok": temperature, "ignored": 1.0, "multiplied": 1 / temperature}[temp]
-    scaled = logits / t
+    if temp in ("after softmax", "softmax twice"):
+        probs = logits.softmax(-1) / temperature
+        return probs if temp == "after softmax" else probs.softmax(-1)
+    scaled = logits / {"ok": temperature, "ignored": 1.0, "multiplied": 1 / temperature}[temp]
     keep = torch.ones_like(scaled, dtype=torch.bool)
-
-    def top_k_keep(s: Tensor) -> Tensor:
-        k = min(top_k + k_shift, s.size(-1))
-        if k < 1:
-            return torch.zeros_like(s, dtype=torch.bool)
-        kth = s.topk(k, dim=-1, largest=k_largest).values[..., -1:]
-        return s >= kth if k_largest else s <= kth
-
-    def top_p_keep(s: Tensor, allowed: Tensor) -> Tensor:
-        base = logits if p_mode == "before temperature" else s
-        probs = base.masked_fill(~allowed, -math.inf).softmax(-1)
-        if p_mode == "unsorted":
-            before = probs.cumsum(-1) - probs
-            return before < top_p
-        sp, order = probs.sort(dim=-1, descending=True)
-        cum = sp.cumsum(-1)
-        keep_sorted = (cum < top_p) if p_mode == "strict" else (cum - sp < top_p)
-        return keep_sorted.scatter(-1, order, keep_sorted)
-
     if top_k is not None and (top_k < logits.size(-1) or k_shift):
-        keep &= top_k_keep(scaled)
+        k = min(top_k + k_shift, scaled.size(-1))
+        kth = scaled.topk(max(k, 1), dim=-1, largest=k_largest).values[..., -1:]  # (..., 1)
+        keep &= (scaled >= kth if k_largest else scaled <= kth) & (k >= 1)
     if top_p is not None and top_p < 1:
         allowed = torch.ones_like(keep) if p_order == "before k" else keep
-        keep &= top_p_keep(scaled, allowed)
+        probs = (logits if p_mode == "before temperature" else scaled).masked_fill(~allowed, -math.inf).softmax(-1)
+        if p_mode == "unsorted":
+            keep &= probs.cumsum(-1) - probs < top_p
+        else:
+            sp, order = probs.sort(dim=-1, descending=True)
+            cum = sp.cumsum(-1)
+            keep_sorted = (cum < top_p) if p_mode == "strict" else (cum - sp < top_p)
+            keep &= keep_sorted.scatter(-1, order, keep_sorted)
     if zero_logit:
         return scaled.masked_fill(~keep, 0.0).softmax(-1)
-    if not renorm:
-        return scaled.softmax(-1) * keep
-    return scaled.masked_fill(~keep, -math.inf).softmax(-1)
+    return scaled.softmax(-1) * keep if not renorm else scaled.masked_fill(~keep, -math.inf).softmax(-1)
 
 
 def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) -> list[Mistake]:
     table: list[tuple[str, str, dict[str, Any]]] = []
     if T != 1:
         table += [
-            ("temperature after softmax",
-             "the temperature divides the probabilities after the softmax; it divides the logits before "
-             "it: softmax(logits / temperature).", dict(temp="after softmax")),
-            ("temperature after softmax",
-             "the temperature is applied to the probabilities and then a second softmax; divide the logits "
-             "by the temperature, then apply one softmax.", dict(temp="softmax twice")),
+            ("temperature after softmax", "the temperature divides the probabilities after the softmax; it divides "
+             "the logits before it: softmax(logits / temperature).", dict(temp="after softmax")),
+            ("temperature after softmax", "the temperature is applied to the probabilities and then a second "
+             "softmax; divide the logits by the temperature, then apply one softmax.", dict(temp="softmax twice")),
             ("temperature ignored", "the temperature has no effect: divide the logits by it before the softmax.",
              dict(temp="ignored")),
-            ("temperature multiplied",
-             "the logits are multiplied by the temperature; divide them: a temperature below 1 must sharpen "
-             "the distribution, above 1 flatten it.", dict(temp="multiplied")),
+            ("temperature multiplied", "the logits are multiplied by the temperature; divide them: a temperature "
+             "below 1 must sharpen the distribution, above 1 flatten it.", dict(temp="multiplied")),
         ]
     if k is not None:
         table += [
@@ -593,52 +498,48 @@ def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) ->
         ]
     if k is not None or p is not None:
         table += [
-            ("not renormalised",
-             "the removed tokens get probability 0, but the kept ones are not renormalised, so the row sums "
-             "to less than 1: set the removed logits to -inf (or the most negative float) before the softmax.",
-             dict(renorm=False)),
-            ("removed set to zero logit",
-             "the removed tokens' logits are set to 0, which leaves them a probability exp(0) / sum > 0; set "
-             "them to -inf (or the most negative float) so the softmax gives them exactly 0.",
+            ("not renormalised", "the removed tokens get probability 0, but the kept ones are not renormalised, so "
+             "the row sums to less than 1: set the removed logits to -inf (or the most negative float) before the "
+             "softmax.", dict(renorm=False)),
+            ("removed set to zero logit", "the removed tokens' logits are set to 0, which leaves them a probability "
+             "exp(0) / sum > 0; set them to -inf (or the most negative float) so the softmax gives them exactly 0.",
              dict(zero_logit=True)),
         ]
     if p is not None:
         table += [
-            ("top-p drops the crossing token",
-             f"top_p={p} stops before the token whose cumulative probability crosses p; the nucleus is the "
-             "smallest set of most likely tokens whose total is >= p, so that token is kept (remove a token "
-             "only when the tokens before it already add up to p).", dict(p_mode="strict")),
-            ("top-p unsorted",
-             "top-p adds up the probabilities in vocabulary order; sort them from the most to the least "
-             "likely first (sort(descending=True)), then map the decision back to the vocabulary order.",
+            ("top-p drops the crossing token", f"top_p={p} stops before the token whose cumulative probability "
+             "crosses p; the nucleus is the smallest set of most likely tokens whose total is >= p, so that token is "
+             "kept (remove a token only when the tokens before it already add up to p).", dict(p_mode="strict")),
+            ("top-p unsorted", "top-p adds up the probabilities in vocabulary order; sort them from the most to the "
+             "least likely first (sort(descending=True)), then map the decision back to the vocabulary order.",
              dict(p_mode="unsorted")),
         ]
         if T != 1:
-            table.append(("top-p before temperature",
-                          "the nucleus is chosen from the probabilities *before* the temperature; apply the "
-                          "temperature first, then top-k and top-p on the tempered distribution.",
-                          dict(p_mode="before temperature")))
+            table.append(("top-p before temperature", "the nucleus is chosen from the probabilities *before* the "
+                          "temperature; apply the temperature first, then top-k and top-p on the tempered "
+                          "distribution.", dict(p_mode="before temperature")))
         if k is not None:
-            table.append(("top-p before top-k",
-                          "top-p is computed on the full distribution; apply it after top-k, to the "
-                          "distribution of the k tokens that are left (renormalised).", dict(p_order="before k")))
+            table.append(("top-p before top-k", "top-p is computed on the full distribution; apply it after top-k, "
+                          "to the distribution of the k tokens that are left (renormalised).",
+                          dict(p_order="before k")))
     return [(name, text, lambda kw=kw: _probs_variant(logits, T, k, p, **kw)) for name, text, kw in table]
 
 
-def _distinct_logits(*shape: int) -> Tensor:
-    """Random logits ``(..., V)`` without near-ties (a tie would make top-k keep more than k)."""
-    while True:
+def _good_logits(shape: tuple[int, ...], T: float, k: int | None, p: float | None) -> Tensor:
+    """Random logits ``(..., V)`` without near-ties (a tie would make top-k keep more than k), no
+    cumulative probability near ``p``, on which the catalogued mistakes show (:func:`_all_mistakes_show`;
+    a few tries suffice)."""
+    for _ in range(500):
         logits = 2.5 * torch.randn(*shape)  # (..., V)
-        s = logits.sort(dim=-1).values
-        if bool(((s[..., 1:] - s[..., :-1]) < 1e-3).any()):
+        if bool((logits.sort(dim=-1).values.diff(dim=-1) < 1e-3).any()):
             continue
-        return logits
-
-
-def _p_is_clear(logits: Tensor, T: float, k: int | None, p: float) -> bool:
-    probs = next_token_probs(logits, T, k)
-    cum = probs.sort(dim=-1, descending=True).values.cumsum(-1)
-    return not bool(((cum - p).abs() < 0.02).any())
+        if p is not None:
+            cum = next_token_probs(logits, T, k).sort(dim=-1, descending=True).values.cumsum(-1)  # (..., V)
+            if bool(((cum - p).abs() < 0.02).any()):
+                continue
+        if _all_mistakes_show(logits, T, k, p):
+            break
+    return logits
 
 
 def _all_mistakes_show(logits: Tensor, T: float, k: int | None, p: float | None) -> bool:
@@ -666,41 +567,21 @@ def _all_mistakes_show(logits: Tensor, T: float, k: int | None, p: float | None)
 def check_next_token_probs(fn: Callable[..., Any]) -> str:
     require_function(fn, "next_token_probs")
     V = randint(9, 15)
-    settings = [
-        (1.0, None, None),
-        (0.6, None, None),
-        (1.7, None, None),
-        (1.0, randint(2, 4), None),
-        (0.8, randint(3, 5), None),
-        (1.0, None, 0.7),
-        (1.4, None, 0.8),
-        (0.9, randint(4, 6), 0.75),
-    ]
+    settings = [(1.0, None, None), (0.6, None, None), (1.7, None, None), (1.0, randint(2, 4), None),
+                (0.8, randint(3, 5), None), (1.0, None, 0.7), (1.4, None, 0.8), (0.9, randint(4, 6), 0.75)]
     for T, k, p in settings:
         shape = (randint(2, 4), V) if (T, k, p) != (0.8, k, None) else (2, randint(2, 3), V)
-        for _ in range(500):  # a draw on which every catalogued mistake shows (a few tries suffice)
-            logits = _distinct_logits(*shape)
-            if p is not None and not _p_is_clear(logits, T, k, p):
-                continue
-            if _all_mistakes_show(logits, T, k, p):
-                break
+        logits = _good_logits(shape, T, k, p)
         original = logits.clone()
-        kwargs = {}
-        if T != 1.0:
-            kwargs["temperature"] = T
-        if k is not None:
-            kwargs["top_k"] = k
-        if p is not None:
-            kwargs["top_p"] = p
-        case = "logits " + describe_shape(logits) + (", " + ", ".join(f"{a}={b}" for a, b in kwargs.items())
-                                                      if kwargs else ", defaults")
+        kwargs = {a: b for a, b in (("temperature", T), ("top_k", k), ("top_p", p))
+                  if b is not None and (a, b) != ("temperature", 1.0)}
+        case = f"logits {describe_shape(logits)}, " + (", ".join(f"{a}={b}" for a, b in kwargs.items()) or "defaults")
         got = call_student(fn, logits, context=f"calling next_token_probs ({case})", **kwargs)
         check_unchanged(["logits"], [logits], [original], case)
         expected = next_token_probs(original, T, k, p)
         mistakes = _probs_mistakes(original, T, k, p)
-        mistakes.append(("log-probabilities",
-                         "the result looks like log-probabilities; return the probabilities themselves "
-                         "(rows that sum to 1).", lambda e=expected: e.clamp_min(1e-45).log()))
+        mistakes.append(("log-probabilities", "the result looks like log-probabilities; return the probabilities "
+                         "themselves (rows that sum to 1).", lambda e=expected: e.clamp_min(1e-45).log()))
         if p is not None and isinstance(got, Tensor) and got.shape == expected.shape and bool(isnan(got).any()):
             nan_rows = isnan(got).any(dim=-1)  # (...,)
             empty = next_token_probs(original, T, k).amax(dim=-1) >= p  # rows whose top token alone reaches p
@@ -736,32 +617,39 @@ def _probs_robustness(fn: Callable[..., Any], V: int) -> None:
 
 
 # ---------------------------------------------------------------- generate
-class _Watch:
-    """A forward pre-hook recording, at every model call: train mode, grad mode, input length."""
+_GENERATE_T = 0.5  # the temperature of the distribution test
 
-    def __init__(self, model: nn.Module):
+
+class _ProbeError(RuntimeError):
+    """Raised by the checker inside the model, to see whether generate restores the mode."""
+
+
+class _Watch:
+    """A forward pre-hook recording, at every model call: train mode, grad mode, input length;
+    with ``fail_at``, the model raises at that call."""
+
+    def __init__(self, model: nn.Module, fail_at: int | None = None):
         self.calls: list[tuple[bool, bool, int]] = []
+        self.fail_at = fail_at
         self.handle = model.register_forward_pre_hook(self.hook)
 
     def hook(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         tokens = args[0] if args else None
         length = tokens.size(1) if isinstance(tokens, Tensor) and tokens.dim() == 2 else -1
         self.calls.append((module.training, torch.is_grad_enabled(), length))
+        if len(self.calls) == self.fail_at:
+            raise _ProbeError(f"the checker's model failed on purpose at step {self.fail_at}")
 
-    def close(self) -> None:
-        self.handle.remove()
 
-
-def _reference_generate(model: GPT, tokens: Tensor, steps: int, temperature: float, top_k: int | None,
-                        *, crop: str = "end", position: int = -1) -> Tensor:
+def _greedy(model: GPT, tokens: Tensor, steps: int, *, crop: str = "end", position: int = -1) -> Tensor:
+    """What generate gives with ``top_k=1`` (the argmax at every step), optionally with a crop or
+    position mistake."""
     out = tokens
     with torch.no_grad():
         for _ in range(steps):
             context = {"end": out[:, -model.max_len:], "start": out[:, : model.max_len],
                        "one short": out[:, -(model.max_len - 1):]}[crop]
-            logits = model(context)[:, position]  # (B, V)
-            probs = next_token_probs(logits, temperature, top_k)
-            out = torch.cat([out, probs.argmax(-1, keepdim=True)], dim=1)
+            out = torch.cat([out, model(context)[:, position].argmax(-1, keepdim=True)], dim=1)  # (B, T + 1)
     return out
 
 
@@ -769,29 +657,48 @@ def _generate_call(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: in
                    **kwargs: Any) -> tuple[Any, _Watch]:
     watch = _Watch(model)
     try:
-        try:
-            got = call_student(fn, model, tokens, steps, context=f"calling generate ({case})", **kwargs)
-        except StudentError as err:
-            if isinstance(err.exc, ValueError) and "max_len" in str(err.exc):
-                fail(f"generate fed the model more than its max_len = {model.max_len} tokens ({case}): the "
-                     f"model has no position embedding beyond that. Feed it only the last max_len tokens: "
-                     f"model(out[:, -model.max_len:]).", mistake="context not cropped")
-            raise
+        got = call_student(fn, model, tokens, steps, context=f"calling generate ({case})", **kwargs)
+    except StudentError as err:
+        if isinstance(err.exc, ValueError) and "max_len" in str(err.exc):
+            fail(f"generate fed the model more than its max_len = {model.max_len} tokens ({case}): the model has no "
+                 "position embedding beyond that. Feed it only the last max_len tokens: model(out[:, -model.max_len:]).",
+                 mistake="context not cropped")
+        raise
     finally:
-        watch.close()
+        watch.handle.remove()
     return got, watch
 
 
 def _check_watch(watch: _Watch, model: GPT, was_training: bool, case: str) -> None:
     if any(training for training, _, _ in watch.calls):
-        fail(f"the model ran in training mode while sampling ({case}), so dropout changed its "
-             "predictions: call model.eval() before the loop (and model.train(was_training) after it).",
+        fail(f"the model ran in training mode while sampling ({case}), so dropout changed its predictions: call "
+             "model.eval() before the loop (and model.train(was_training) after it).",
              mistake="sampling in training mode")
     require_no_grad([grad for _, grad, _ in watch.calls], "generation", "generate", case)
     if model.training != was_training:
         fail(f"generate left the model in {'train' if model.training else 'eval'} mode, although it was in "
-             f"{'train' if was_training else 'eval'} mode before ({case}): remember model.training at the "
-             "start and restore it at the end (model.train(was_training)).", mistake="mode not restored")
+             f"{'train' if was_training else 'eval'} mode before ({case}): remember model.training at the start "
+             "and restore it at the end (model.train(was_training)).", mistake="mode not restored")
+
+
+def _restored_after_error(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: int) -> None:
+    """The model comes in train mode and raises at its second call: the caller's mode must still
+    come back (try/finally), as with greedy_decode in notebook 06."""
+    model.train()
+    watch = _Watch(model, fail_at=2)
+    try:
+        call_student(fn, model, tokens.clone(), steps, context="calling generate (the model raises at step 2)")
+    except StudentError:
+        pass
+    finally:
+        watch.handle.remove()
+        left = {m.training for m in model.modules()}
+        model.eval()
+    if len(watch.calls) >= 2 and left != {True}:
+        fail("the tokens are right, but when the model raises an error during generation (the checker made it fail "
+             "at step 2, the model in train mode), generate leaves it in eval mode: restore the mode in a `finally:` "
+             "block (try: ... finally: model.train(was_training)), so that a failed generation does not silently "
+             "switch off dropout for the rest of training.", mistake="mode not restored")
 
 
 def _generate_setup() -> tuple[GPT, Tensor, int, int, Tensor, Tensor]:
@@ -809,45 +716,11 @@ def _generate_setup() -> tuple[GPT, Tensor, int, int, Tensor, Tensor]:
         target = next_token_probs(logits, _GENERATE_T)  # (V,)
         if 0.5 * float((target - logits.softmax(-1)).abs().sum()) < 0.15 or float(target.max()) > 0.8:
             continue
-        outs = [_reference_generate(model, tokens, steps, 1.0, 1, **kw)  # (B, L0 + steps) each
+        outs = [_greedy(model, tokens, steps, **kw)  # (B, L0 + steps) each
                 for kw in (dict(), dict(crop="start"), dict(crop="one short"), dict(position=0))]
         if not any(equal(a, b) for i, a in enumerate(outs) for b in outs[i + 1:]):
             # the right tokens, cropping from the start or one short, and reading the first position differ
             return model, tokens, steps, max_len, logits, target
-
-
-_GENERATE_T = 0.5  # the temperature of the distribution test
-
-
-class _ProbeError(RuntimeError):
-    """Raised by the checker inside the model, to see whether generate restores the mode."""
-
-
-def _restored_after_error(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: int) -> None:
-    """The model comes in train mode and raises at its second call: the caller's mode must still
-    come back (try/finally), as greedy_decode's in notebook 06."""
-    calls = []
-
-    def explode(module: nn.Module, args: tuple[Any, ...]) -> None:
-        calls.append(1)
-        if len(calls) == 2:
-            raise _ProbeError("the checker's model failed on purpose at step 2")
-
-    handle = model.register_forward_pre_hook(explode)
-    model.train()
-    try:
-        call_student(fn, model, tokens.clone(), steps, context="calling generate (the model raises at step 2)")
-    except StudentError:
-        pass
-    finally:
-        handle.remove()
-        left = {m.training for m in model.modules()}
-        model.eval()
-    if len(calls) >= 2 and left != {True}:
-        fail("the tokens are right, but when the model raises an error during generation (the checker made it fail "
-             "at step 2, the model in train mode), generate leaves it in eval mode: restore the mode in a `finally:` "
-             "block (try: ... finally: model.train(was_training)), so that a failed generation does not silently "
-             "switch off dropout for the rest of training.", mistake="mode not restored")
 
 
 @checker("generate")
@@ -855,20 +728,18 @@ def check_generate(fn: Callable[..., Any]) -> str:
     require_function(fn, "generate")
     # shared with the checks that start from the same random state; the student gets copies
     model, tokens, steps, max_len, logits, target = drawn_once(_generate_setup)
-    model, tokens = copy.deepcopy(model), tokens.clone()
-    V, L0 = model.vocab_size, tokens.size(1)
-    T, n = _GENERATE_T, 4000
-    original = tokens.clone()
+    model, tokens, original = copy.deepcopy(model), tokens.clone(), tokens.clone()
+    V, L0, T, n = model.vocab_size, tokens.size(1), _GENERATE_T, 4000
 
     # 1. top_k=1: every draw is the argmax, whatever the sampling method
+    case = f"prompt {describe_shape(tokens)}, max_new_tokens={steps}, top_k=1, max_len={max_len}"
     for was_training in (True, False):
         model.train(was_training)
-        case = f"prompt {describe_shape(tokens)}, max_new_tokens={steps}, top_k=1, max_len={max_len}"
         got, watch = _generate_call(fn, model, tokens, steps, case, top_k=1)
         check_unchanged(["tokens"], [tokens], [original], case)
         _check_watch(watch, model, was_training, case)
     model.eval()
-    expected = _reference_generate(model, original, steps, 1.0, 1)  # (B, L0 + steps)
+    expected = _greedy(model, original, steps)  # (B, L0 + steps)
     if isinstance(got, Tensor) and got.shape == (tokens.size(0), steps) and equal(got, expected[:, L0:]):
         fail("generate returned only the new tokens; return the prompt followed by them, "
              f"(B, L0 + max_new_tokens) = {describe_shape(expected)}.", mistake="prompt dropped")
@@ -882,24 +753,20 @@ def check_generate(fn: Callable[..., Any]) -> str:
                  "another order). Pass them on by name: next_token_probs(logits, temperature=temperature, "
                  "top_k=top_k, top_p=top_p).", mistake="top_k not passed on")
     mistakes: list[Mistake] = [
-        ("max_len off by one",
-         "when the sequence is longer than max_len, generate feeds the model only its last max_len - 1 tokens; "
-         "the model reads max_len: out[:, -model.max_len:].",
-         lambda: _reference_generate(model, original, steps, 1.0, 1, crop="one short")),
-        ("context cropped from the start",
-         "when the sequence is longer than max_len, generate feeds the model its *first* max_len tokens; "
-         "feed it the last ones, out[:, -model.max_len:], which end with the newest token.",
-         lambda: _reference_generate(model, original, steps, 1.0, 1, crop="start")),
-        ("reads the first position",
-         "the next token is drawn from the logits of the first position; use the last one, logits[:, -1], "
-         "the prediction that follows the newest token.",
-         lambda: _reference_generate(model, original, steps, 1.0, 1, position=0)),
+        ("max_len off by one", "when the sequence is longer than max_len, generate feeds the model only its last "
+         "max_len - 1 tokens; the model reads max_len: out[:, -model.max_len:].",
+         lambda: _greedy(model, original, steps, crop="one short")),
+        ("context cropped from the start", "when the sequence is longer than max_len, generate feeds the model its "
+         "*first* max_len tokens; feed it the last ones, out[:, -model.max_len:], which end with the newest token.",
+         lambda: _greedy(model, original, steps, crop="start")),
+        ("reads the first position", "the next token is drawn from the logits of the first position; use the last "
+         "one, logits[:, -1], the prediction that follows the newest token.",
+         lambda: _greedy(model, original, steps, position=0)),
     ]
     if isinstance(got, Tensor) and got.dtype != expected.dtype and not got.is_floating_point():
         got = got.long()
     expect_close("tokens", got, expected, mistakes, case=case)
-    lengths = {length for _, _, length in watch.calls}
-    if watch.calls and max(lengths) > max_len:
+    if watch.calls and max(length for _, _, length in watch.calls) > max_len:
         fail("the model was fed more than max_len tokens.", mistake="context not cropped")
 
     # 1b. top_p tiny: the nucleus is the most likely token alone, so the draws are the argmax again
@@ -918,12 +785,12 @@ def check_generate(fn: Callable[..., Any]) -> str:
     # 2. the distribution of the first new token: 4,000 draws under fixed seeds
     prompt = original[:1].expand(n, L0).contiguous()  # (n, L0): one prompt, n draws
     case = f"{n} draws of one token, temperature={T}"
+    draws = []
     for attempt in range(2):
         torch.manual_seed(1234 + attempt)  # the global generator differs between the two calls
         generator = torch.Generator().manual_seed(5678)
-        got, watch = _generate_call(fn, model, prompt, 1, case, temperature=T, generator=generator)
-        if attempt == 0:
-            first = got
+        draws.append(_generate_call(fn, model, prompt, 1, case, temperature=T, generator=generator)[0])
+    first, got = draws
     if not (isinstance(got, Tensor) and got.shape == (n, L0 + 1)):
         fail(f"generate returned {describe_shape(got)} for a prompt ({n}, {L0}) and one new token; "
              f"expected ({n}, {L0 + 1}).", mistake="wrong shape")
@@ -936,8 +803,7 @@ def check_generate(fn: Callable[..., Any]) -> str:
         fail("all draws gave the same token: generate takes the argmax instead of sampling. Draw from the "
              "distribution: torch.multinomial(probs, 1, generator=generator).", mistake="greedy instead of sampling")
     if tv > 0.05:
-        tv_plain = 0.5 * float((freq - logits.softmax(-1)).abs().sum())
-        if tv_plain < tv:
+        if 0.5 * float((freq - logits.softmax(-1)).abs().sum()) < tv:
             fail(f"with temperature={T} the draws follow the distribution at temperature 1: pass the "
                  "temperature on to next_token_probs.", mistake="temperature ignored")
         fail(f"the frequencies of {n} draws differ from next_token_probs(logits, temperature={T}) by a total "
@@ -969,15 +835,15 @@ register_hints("GPT", [
 ])
 register_hints("next_token_probs", [
     "Divide the logits by the temperature first; everything else works on those scaled logits.",
-    "top-k: kth = scaled.topk(top_k, dim=-1).values[..., -1:]; remove what is below it with "
-    "masked_fill(scaled < kth, float('-inf')).",
+    "top-k: kth = scaled.topk(min(top_k, V), dim=-1).values[..., -1:] (a top_k above V keeps everything); "
+    "remove what is below it with masked_fill(scaled < kth, float('-inf')).",
     "top-p: sort the probabilities in descending order, take cumsum; remove a token when the tokens "
     "before it (cumsum - its own prob) already reach top_p; scatter the decision back with the sort "
     "indices; finally softmax over the scaled logits with the removed ones at -inf.",
 ])
 register_hints("generate", [
-    "Remember was_training = model.training, call model.eval(), and loop under torch.no_grad(); "
-    "model.train(was_training) at the end.",
+    "Remember was_training = model.training, call model.eval(), and loop under torch.no_grad() inside "
+    "try: ...; finally: model.train(was_training), so the mode comes back even after an error.",
     "Each step: logits = model(out[:, -model.max_len:])[:, -1]; probs = next_token_probs(logits, "
     "temperature, top_k, top_p).",
     "Draw with torch.multinomial(probs, 1, generator=generator) (B, 1) and append it: "
