@@ -314,7 +314,27 @@ class SdpaBlock(nn.Module):
         return x + self.drop(ff.linear2(self.act(ff.linear1(self.norm2(x)))))
 
 
-@pytest.mark.parametrize("cls", [gpt.GPTBlock, Block, EncoderLayerBlock, SdpaBlock])
+class OneDropoutModule(ModuleFeed):  # the notebook's solution: one nn.Dropout for both sub-layers
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(self.norm1(x), mask))
+        return x + self.dropout1(self.feed(self.norm2(x)))
+
+
+class HandWrittenDropout(ModuleFeed):  # mask * h / (1 - p), with the `dropout` argument
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.p = dropout
+
+    def drop(self, h):
+        return h * (torch.rand_like(h) >= self.p) / (1 - self.p) if self.training else h
+
+    def forward(self, x, mask=None):
+        x = x + self.drop(self.attend(self.norm1(x), mask))
+        return x + self.drop(self.feed(self.norm2(x)))
+
+
+@pytest.mark.parametrize("cls", [gpt.GPTBlock, Block, EncoderLayerBlock, SdpaBlock, OneDropoutModule,
+                                 HandWrittenDropout])
 def test_gpt_block_correct_variants_pass(cls):
     assert_passes(check_gpt_block, cls)
 
