@@ -24,8 +24,9 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
 from ..classifier import TransformerClassifier
-from ._core import (Mistake, allclose, StudentError, call_student, check_unchanged, checker, expect_close, fail, gradient_probe,
-                    isnan, matches, randint, register_hints, require_function, require_module_class, require_own_code)
+from ._core import (Mistake, StudentError, allclose, call_student, check_unchanged, checker, expect_close, fail,
+                    gradient_probe, isnan, matches, randint, register_hints, require_function, require_module_class,
+                    require_own_code)
 from ._pairing import load_reference, randomise_parameters
 
 __all__ = ["check_gelu", "check_masked_mean_pool", "check_transformer_classifier"]

@@ -198,8 +198,8 @@ def _block_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int) -> None:
     check_dropout_modes(
         model, ref, run, "GPTBlock",
         lambda: [
-            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"causal&mask": causal}, True, mut, drop=zeros))
-            for name, text, mut in dropout_mistakes(_BLOCK, True)
+            (name, text, lambda m=m: run_block(ref, _BLOCK, x, None, {"causal&mask": causal}, True, m, drop=zeros))
+            for name, text, m in dropout_mistakes(_BLOCK, True)
         ],
         quiet=("self_attn", "feed_forward"), atol=1e-5,
     )  # fmt: skip
@@ -357,7 +357,7 @@ def check_gpt(cls: Any) -> str:
     ref = GPT(V, D, H, N, d_ff, 0.0, max_len).eval()
     pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
     structure_failure("GPT", model, missing, unexpected, wrong_shape, _GPT_PARTS)
-    require_distinct_roles(model, ref, "GPT")  # the final norm taken from the last block; the tie is the reference's too
+    require_distinct_roles(model, ref, "GPT")  # self.norm = self.blocks[-1].norm2; the tie is the reference's too
     _check_init(model, ref)
     randomise_parameters(model)
     copy_parameters(pairs)
@@ -424,7 +424,7 @@ def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: i
     with torch.no_grad():
         kept = rated_ref.token_embedding(tokens) + rated_ref.position_embedding(positions)  # (B, L, D)
     stubs = {"blocks": nn.ModuleList(Spy(False) for _ in range(N)), "norm": nn.Identity(), "lm_head": nn.Identity()}
-    stubs = {n: stub for n, stub in stubs.items() if isinstance(getattr(rated, n, None), nn.Module)}  # no lm_head: F.linear
+    stubs = {n: s for n, s in stubs.items() if isinstance(getattr(rated, n, None), nn.Module)}  # no lm_head: F.linear
     check_dropout_rate(rated, run, stubs, kept, "GPT", "the embeddings' sum")
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0 or not isinstance(blocks[0], nn.Module):
@@ -661,8 +661,8 @@ def _generate_call(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: in
     except StudentError as err:
         if isinstance(err.exc, ValueError) and "max_len" in str(err.exc):
             fail(f"generate fed the model more than its max_len = {model.max_len} tokens ({case}): the model has no "
-                 "position embedding beyond that. Feed it only the last max_len tokens: model(out[:, -model.max_len:]).",
-                 mistake="context not cropped")
+                 "position embedding beyond that. Feed it only the last max_len tokens: "
+                 "model(out[:, -model.max_len:]).", mistake="context not cropped")
         raise
     finally:
         watch.handle.remove()
