@@ -496,6 +496,13 @@ def robustness_diagnosis(
     )
 
 
+def require_tuple(result: Any, who: str = "your function") -> None:
+    """The contract's (output, weights) is a tuple: a list is named, here and in MultiHeadAttention."""
+    if not isinstance(result, tuple):
+        fail(f"{who} returns a {type(result).__name__}; return a tuple (output, weights): `return output, weights`.",
+             mistake="not a tuple")
+
+
 def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[Any, Any]:
     """Check the return is a tuple (output, weights); name the usual slips."""
     on = f" (on {case.describe()})"
@@ -513,12 +520,7 @@ def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[A
         )
     if result is None:
         fail("your function returns None: end it with `return output, weights`.", mistake="not a tuple")
-    if not isinstance(result, tuple):
-        fail(
-            f"your function returns a {type(result).__name__}; return a tuple (output, weights): "
-            "`return output, weights`.",
-            mistake="not a tuple",
-        )
+    require_tuple(result)
     if len(result) != 2:
         fail(
             f"your function returns a tuple of {len(result)} things; return exactly two: "

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
-from .attention import _VERY_NEGATIVE, _very_negative, robustness_diagnosis
+from .attention import _VERY_NEGATIVE, _very_negative, require_tuple, robustness_diagnosis
 from ._core import (
     Mistake,
     StudentError,
@@ -454,19 +454,7 @@ def _mha_case(
                     )
             raise
     check_unchanged(names, args, originals, case)
-    if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
-        if isinstance(result, Tensor):
-            got = f"a single tensor of shape {describe_shape(result)}"
-        elif isinstance(result, (tuple, list)):
-            got = f"a {type(result).__name__} of {len(result)} items"
-        else:
-            got = type(result).__name__
-        fail(
-            f"forward must return (output, weights): the output (B, L_q, D) and the attention "
-            f"weights (B, H, L_q, L_k). Yours returned {got}.",
-            mistake="wrong return",
-        )
-    out, w = result
+    out, w = _pair(result, case)
     mistakes = _mha_mistakes(mask, distinct_inputs=key is not query and value is not key)
     cache: dict[int, tuple[Tensor, Tensor] | None] = {}
 
@@ -621,9 +609,17 @@ def _check_dropout(cls: Any) -> None:
 
 
 def _pair(result: Any, case: str) -> tuple[Tensor, Tensor]:
+    """forward's result must be the tuple (output, weights), as scaled_dot_product_attention's."""
     if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
-        fail(f"forward must return (output, weights) ({case}); yours returned {type(result).__name__}.",
-             mistake="wrong return")
+        if isinstance(result, Tensor):
+            got = f"a single tensor of shape {describe_shape(result)}"
+        elif isinstance(result, (tuple, list)):
+            got = f"a {type(result).__name__} of {len(result)} items"
+        else:
+            got = type(result).__name__
+        fail(f"forward must return (output, weights): the output (B, L_q, D) and the attention weights "
+             f"(B, H, L_q, L_k) ({case}). Yours returned {got}.", mistake="wrong return")
+    require_tuple(result, "forward")
     return result[0], result[1]
 
 
