@@ -48,6 +48,7 @@ from ._core import (
     require_module_class,
     student_line,
 )
+from ._pairing import build_student
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
 
@@ -471,12 +472,9 @@ def check_multi_head_attention(cls: Any) -> str:
     require_module_class(cls, "MultiHeadAttention")
     B, H, d_k, L_q, L_k = _head_dims()
     D = H * d_k
-    model = call_student(cls, D, H, context=f"constructing MultiHeadAttention(d_model={D}, num_heads={H})")
-    if not isinstance(model, nn.Module):
-        fail("MultiHeadAttention should subclass nn.Module.", mistake="not a class")
+    model = build_student(cls, "MultiHeadAttention", (D, H), {}, f"d_model={D}, num_heads={H}")  # eval mode
     projections = _check_projections(model, D)
     require_distinct_roles(model, MultiHeadAttention(D, H), "MultiHeadAttention")  # self.w_k = self.w_q
-    model.eval()
 
     ref = MultiHeadAttention(D, H).eval()
     _randomise(projections, ref, D)
