@@ -276,7 +276,8 @@ def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[
     else:
         scores = q @ k.transpose(-2, -1)  # (..., L_q, L_k)
         out += [("scores returned as weights", "the weights you return are the scores before the softmax: return "
-                 "softmax(scores) (each row sums to 1) as the weights.", lambda s=s: (None, s)) for s in (scores / root, scores)]
+                 "softmax(scores) (each row sums to 1) as the weights.", lambda s=s: (None, s))
+                for s in (scores / root, scores)]
     out.append((
         "value on the wrong side",
         "the output is transposed: (..., d_v, L_q) instead of (..., L_q, d_v). Multiply the weights "
@@ -416,7 +417,8 @@ def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[A
         fail(f"your function returns a tuple of {len(result)} things; return exactly two: `return output, weights`.",
              mistake="not a tuple")
     first, second = result
-    if isinstance(first, Tensor) and isinstance(second, Tensor) and (first.shape, second.shape) == (ref_w.shape, ref_out.shape):
+    shapes = tuple(t.shape if isinstance(t, Tensor) else None for t in result)
+    if shapes == (ref_w.shape, ref_out.shape):
         fail("the return order is swapped: you return (weights, output); the contract is `return output, weights`.",
              mistake="wrong return order")
     return first, second
@@ -450,7 +452,8 @@ def _low_precision_case(fn: Callable[..., Any], dtype: torch.dtype) -> None:
     for what, got, ref in (("weights", got_w, ref_w), ("output", got_out, ref_out)):
         if isinstance(got, Tensor) and got.dtype != dtype:
             fail(f"{what} (on {case.describe()}) has dtype {got.dtype}: your code changes the dtype (a .float() or a "
-                 "float32 tensor mixed in). Keep the input's dtype, so half-precision training stays in half precision.",
+                 "float32 tensor mixed in). Keep the input's dtype, so half-precision training stays in half "
+                 "precision.",
                  mistake="dtype not preserved")
         expect_close(what, got, ref, case=f"on {case.describe()}", atol=1e-2, rtol=1e-2)
 
@@ -482,7 +485,8 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
         for what, got, ref, index in (("weights", got_w, ref_w, 1), ("output", got_out, ref_out, 0)):
             if matches(got, ref, atol=atol):
                 continue
-            robustness_diagnosis(case.note, f"{what} (on {case.describe()})", what, got, ref, case.mask, case.scores_shape)
+            on = f"{what} (on {case.describe()})"
+            robustness_diagnosis(case.note, on, what, got, ref, case.mask, case.scores_shape)
             for name, message, make in mistakes:
                 candidate = make()[index]
                 if candidate is not None and matches(got, candidate):

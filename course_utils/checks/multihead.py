@@ -146,7 +146,8 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
         D = H * d_k
         # then what merge_heads receives in MultiHeadAttention: a transposed, non-contiguous view
         x = torch.randn(B, H, L, d_k) if i == 0 else split_heads(torch.randn(B, L, D), H)  # (B, H, L, d_k)
-        case = f"x of shape ({B}, {H}, {L}, {d_k}), " + ("a contiguous tensor" if i == 0 else "the output of split_heads")
+        kind = "a contiguous tensor" if i == 0 else "the output of split_heads"
+        case = f"x of shape ({B}, {H}, {L}, {d_k}), {kind}"
         got, x0 = _call_heads(fn, "merge_heads", x, case=case)
         mistakes: list[Mistake] = [
             ("reshape without transpose", "the shape is right but positions and heads got mixed: a .view/.reshape(B, "
@@ -263,7 +264,7 @@ def _mha_mistakes(mask: Tensor | None, distinct_inputs: bool) -> list[tuple[str,
                     "broadcasts over the heads.", dict(mask_mode="no head axis")))
     for keyword, names, roles, verb, name, tail in (_SWAPS if distinct_inputs else _SWAPS[:1]):
         for chosen in itertools.product(range(3), repeat=3):
-            swaps = [f"the {r} {verb} {names[c]} instead of {names[i]}" for i, (r, c) in enumerate(zip(roles, chosen)) if c != i]
+            swaps = [f"the {roles[i]} {verb} {names[c]} instead of {names[i]}" for i, c in enumerate(chosen) if c != i]
             if swaps:
                 out.append((name, "; ".join(swaps) + tail, {keyword: chosen}))
     return out
@@ -318,7 +319,8 @@ def _mha_case(model: nn.Module, ref: nn.Module, lin: dict[str, tuple[Tensor, Ten
         return _mha_variant(lin, *originals[:3], mask, H, **mistakes[i][2])
 
     def candidates(part: int) -> list[Mistake]:
-        return [(name, diag, lambda i=i: (variant(i) or (None, None))[part]) for i, (name, diag, _) in enumerate(mistakes)]
+        return [(name, diag, lambda i=i: (variant(i) or (None, None))[part])
+                for i, (name, diag, _) in enumerate(mistakes)]
 
     expect_close("output", out, ref_out, candidates(0), case=case)
     averaged = ("weights averaged over heads", "the weights were averaged over the heads, giving (B, L_q, L_k); "
@@ -342,7 +344,8 @@ def _check_projections(model: nn.Module, D: int) -> dict[str, nn.Linear]:
             fail(f"`{n}` should be nn.Linear(d_model, d_model) = nn.Linear({D}, {D}), got nn.Linear({m.in_features}, "
                  f"{m.out_features}): every projection maps D to D (all heads at once).", mistake="wrong submodule")
         if m.bias is None:
-            fail(f"`{n}` has no bias: use nn.Linear(d_model, d_model) (bias=True is the default).", mistake="wrong submodule")
+            fail(f"`{n}` has no bias: use nn.Linear(d_model, d_model) (bias=True is the default).",
+                 mistake="wrong submodule")
     return found  # type: ignore[return-value]
 
 
@@ -409,7 +412,8 @@ def _check_dropout(cls: Any) -> None:
                  "PyTorch, attention dropout drops whole attention links: self.dropout(weights) @ v.",
                  mistake="dropout on the output")
         context = split_heads(merged, H)  # (B, H, L_q, d_k)
-        v = split_heads(F.linear(value.double(), ref.w_v.weight.double(), ref.w_v.bias.double()), H).detach()  # (B, H, L_k, d_k)
+        W_v, b_v = ref.w_v.weight.detach().double(), ref.w_v.bias.detach().double()
+        v = split_heads(F.linear(value.double(), W_v, b_v), H)  # (B, H, L_k, d_k)
         coeff = context @ torch.linalg.pinv(v)  # (B, H, L_q, L_k): context = coeff @ v
         ratio = coeff / ref_w.double().detach()  # (B, H, L_q, L_k): 0 (dropped) or 1 / (1 - p) (kept)
         exact = allclose(coeff @ v, context, atol=1e-4)

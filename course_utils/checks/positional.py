@@ -165,7 +165,8 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
         except Failure as f:
             if f.mistake != "values differ":
                 raise
-            fail(f"the table ({case}) has the right shape, but {_columns_report(got, expected)}.", mistake="values differ")
+            fail(f"the table ({case}) has the right shape, but {_columns_report(got, expected)}.",
+                 mistake="values differ")
         if got.dtype != torch.float32:  # a float64 table makes PositionalEncoding return float64
             fail(f"the table ({case}) has the right values but dtype {got.dtype}; the contract's table is float32 "
                  "(torch's default dtype). A float64 table stored as `pe` makes PositionalEncoding return float64, and "
