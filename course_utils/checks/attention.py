@@ -75,13 +75,8 @@ MISTAKES: dict[str, list[str]] = {
 
 
 # ---------------------------------------------------------------- shared helpers
-def _check_mask(
-    what: str,
-    got: Any,
-    ref: Tensor,
-    candidates: list[tuple[str, str, Tensor]],
-    shape_diagnosis: Callable[[Tensor], None] | None = None,
-) -> None:
+def _check_mask(what: str, got: Any, ref: Tensor, candidates: list[tuple[str, str, Tensor]],
+                shape_diagnosis: Callable[[Tensor], None] | None = None) -> None:
     """Compare a student's bool mask with ``ref``. ``candidates`` are ``(name, message, the
     mask with that mistake)``, compared with the pattern read as bool (``!= 0``): a float mask
     with a wrong pattern gets the pattern diagnosis first, the dtype one after."""
@@ -142,12 +137,9 @@ class _Case:
         return tuple(self.query.shape[:-1]) + (self.key.size(-2),)
 
     def describe(self) -> str:
-        text = (
-            f"{self.rank}-D input: query {describe_shape(self.query)}, key {describe_shape(self.key)}, "
-            f"value {describe_shape(self.value)}"
-        )
-        text += f", mask {describe_shape(self.mask)}" if self.mask is not None else ", no mask"
-        return text + (f", {self.note}" if self.note else "")
+        mask = f"mask {describe_shape(self.mask)}" if self.mask is not None else "no mask"
+        return (f"{self.rank}-D input: query {describe_shape(self.query)}, key {describe_shape(self.key)}, value "
+                f"{describe_shape(self.value)}, {mask}" + (f", {self.note}" if self.note else ""))
 
 
 def _attention_cases() -> list[_Case]:
@@ -200,15 +192,8 @@ def _very_negative(B: int, L_q: int, L_k: int, d_k: int, d_v: int, width: int | 
     return q, k, torch.randn(B, L_k, d_v)
 
 
-def _attention_variant(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None,
-    scale: float,
-    softmax_dim: int = -1,
-    mask_mode: str = "fill",
-) -> tuple[Tensor, Tensor]:
+def _attention_variant(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, scale: float,
+                       softmax_dim: int = -1, mask_mode: str = "fill") -> tuple[Tensor, Tensor]:
     """The reference computation with one mistake built in (``scale`` divides the scores)."""
     scores = query @ key.transpose(-2, -1) / scale  # (..., L_q, L_k)
     if mask is not None and mask_mode != "after":
@@ -241,23 +226,14 @@ def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[
              "L_q (the number of queries)": q.size(-2)}
     for i, size in enumerate(q.shape[:-2]):
         named.setdefault(f"a batch dim (query.size({i}))", size)
-    for words, size in named.items():
-        if size != d_k:
-            out.append((
-                "scaled by the wrong dimension",
-                f"the scores are divided by sqrt({size}), the square root of {words}, instead of "
-                f"sqrt(d_k) = sqrt({d_k}): d_k is the last dimension of query and key, query.size(-1).",
-                with_(math.sqrt(size)),
-            ))
+    out += [("scaled by the wrong dimension", f"the scores are divided by sqrt({size}), the square root of {words}, "
+             f"instead of sqrt(d_k) = sqrt({d_k}): d_k is the last dimension of query and key, query.size(-1).",
+             with_(math.sqrt(size))) for words, size in named.items() if size != d_k]
     ndim = len(case.scores_shape)
-    for dim in range(ndim - 1):
-        axis = "the queries (dim=-2)" if dim == ndim - 2 else f"a batch dim (dim={dim})"
-        out.append((
-            "softmax over the wrong axis",
-            f"the softmax runs over {axis} instead of over the keys: use softmax(dim=-1), so each "
-            "query's weights over the keys sum to 1.",
-            with_(dim=dim),
-        ))
+    axes = {dim: f"a batch dim (dim={dim})" for dim in range(ndim - 2)} | {ndim - 2: "the queries (dim=-2)"}
+    out += [("softmax over the wrong axis", f"the softmax runs over {axis} instead of over the keys: use "
+             "softmax(dim=-1), so each query's weights over the keys sum to 1.", with_(dim=dim))
+            for dim, axis in axes.items()]
     if m is not None:
         out += [
             ("inverted mask", "the mask is inverted: you block the keys where the mask is True. In this "
@@ -278,13 +254,9 @@ def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[
         out += [("scores returned as weights", "the weights you return are the scores before the softmax: return "
                  "softmax(scores) (each row sums to 1) as the weights.", lambda s=s: (None, s))
                 for s in (scores / root, scores)]
-    out.append((
-        "value on the wrong side",
-        "the output is transposed: (..., d_v, L_q) instead of (..., L_q, d_v). Multiply the weights "
-        "by the values with the weights on the left: weights @ value.",
-        lambda: (_ref_attention(q, k, v, m)[0].transpose(-2, -1), None),
-    ))
-    return out
+    return out + [("value on the wrong side", "the output is transposed: (..., d_v, L_q) instead of (..., L_q, d_v). "
+                   "Multiply the weights by the values with the weights on the left: weights @ value.",
+                   lambda: (_ref_attention(q, k, v, m)[0].transpose(-2, -1), None))]
 
 
 _VALUE_FIRST = re.compile(r"(?<![\w.])(value|values|v|V|val)\s*@|(matmul|bmm)\(\s*(value|values|v|V|val)\s*,"

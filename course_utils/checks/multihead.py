@@ -144,7 +144,7 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
         if i == 2:
             L = B  # batch and positions of one size: code that mixes up axes 0 and 2 keeps the right shape
         D = H * d_k
-        # then what merge_heads receives in MultiHeadAttention: a transposed, non-contiguous view
+        # i > 0: what merge_heads receives in MultiHeadAttention, a transposed, non-contiguous view
         x = torch.randn(B, H, L, d_k) if i == 0 else split_heads(torch.randn(B, L, D), H)  # (B, H, L, d_k)
         kind = "a contiguous tensor" if i == 0 else "the output of split_heads"
         case = f"x of shape ({B}, {H}, {L}, {d_k}), {kind}"
@@ -173,22 +173,10 @@ _PROJ = ("w_q", "w_k", "w_v")
 _INPUTS = ("query", "key", "value")
 
 
-def _mha_variant(
-    lin: dict[str, tuple[Tensor, Tensor]],
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None,
-    H: int,
-    *,
-    proj: tuple[int, int, int] = (0, 1, 2),
-    inputs: tuple[int, int, int] = (0, 1, 2),
-    split_transpose: bool = True,
-    merge_transpose: bool = True,
-    scale: str = "sqrt(d_k)",
-    mask_mode: str = "ok",
-    use_w_o: bool = True,
-) -> tuple[Tensor, Tensor] | None:
+def _mha_variant(lin: dict[str, tuple[Tensor, Tensor]], query: Tensor, key: Tensor, value: Tensor,
+                 mask: Tensor | None, H: int, *, proj: tuple[int, int, int] = (0, 1, 2),
+                 inputs: tuple[int, int, int] = (0, 1, 2), split_transpose: bool = True, merge_transpose: bool = True,
+                 scale: str = "sqrt(d_k)", mask_mode: str = "ok", use_w_o: bool = True) -> tuple[Tensor, Tensor] | None:
     """Multi-head attention with (at most) one deliberate mistake (``proj``, ``inputs``: which
     projection and input each role takes); ``None`` if it cannot run on these shapes."""
     try:
@@ -197,11 +185,9 @@ def _mha_variant(
         d_k = D // H
         projected = [F.linear(src[i], *lin[_PROJ[j]]) for i, j in zip(inputs, proj)]  # each (B, L, D)
 
-        def split(t: Tensor) -> Tensor:
+        def split(t: Tensor) -> Tensor:  # (B, H, L, d_k); without the transpose, heads = blocks of positions
             L = t.size(1)
-            if split_transpose:
-                return t.view(B, L, H, d_k).transpose(1, 2)  # (B, H, L, d_k)
-            return t.reshape(B, H, L, d_k)  # (B, H, L, d_k), heads = blocks of positions
+            return t.view(B, L, H, d_k).transpose(1, 2) if split_transpose else t.reshape(B, H, L, d_k)
 
         q, k, v = (split(t) for t in projected)
         factor = {"sqrt(d_k)": math.sqrt(d_k), "none": 1.0, "sqrt(d_model)": math.sqrt(D), "d_k": float(d_k)}[scale]
@@ -213,11 +199,8 @@ def _mha_variant(
             scores = scores.masked_fill(~m, torch.finfo(scores.dtype).min)
         weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
         context = weights @ v  # (B, H, L_q, d_k)
-        L_out = context.size(2)
-        if merge_transpose:
-            merged = context.transpose(1, 2).reshape(B, L_out, D)  # (B, L_q, D)
-        else:
-            merged = context.reshape(B, L_out, D)  # (B, L_q, D), the inverse of the bad split
+        # (B, L_q, D); without the transpose, the inverse of the bad split
+        merged = (context.transpose(1, 2) if merge_transpose else context).reshape(B, context.size(2), D)
         output = F.linear(merged, *lin["w_o"]) if use_w_o else merged
         return output, weights
     except RuntimeError:
