@@ -900,3 +900,9 @@ def test_every_catalogued_mistake_is_tested():
 def test_structure_mistakes_are_named(check, returned, name):
     result = check(lambda *args, **kwargs: returned)
     assert result.mistake == name, result.feedback
+
+
+def test_a_list_is_not_a_tuple_in_the_same_words_as_multi_head_attention():
+    result = check_scaled_dot_product_attention(lambda *args, **kwargs: [torch.zeros(2), torch.zeros(2)])
+    assert result.mistake == "not a tuple"
+    assert "your function returns a list; return a tuple (output, weights): `return output, weights`" in result.feedback

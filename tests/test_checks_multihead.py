@@ -341,6 +341,8 @@ def make_mha(bug=None):
                 return out, weights, None
             if bug == "returns None":
                 return None
+            if bug == "returns a list":
+                return [out, weights]
             return out, weights
 
     return StudentMHA
@@ -457,6 +459,8 @@ def test_mha_correct_variants_pass(cls):
         ("returns output only", "wrong return", ["forward must return (output, weights)", "a single tensor"]),
         ("returns three things", "wrong return", ["forward must return (output, weights)", "3 items"]),
         ("returns None", "wrong return", ["forward must return (output, weights)", "NoneType"]),
+        # the contract's tuple, as scaled_dot_product_attention says it (issue 10)
+        ("returns a list", "not a tuple", ["forward returns a list", "return a tuple (output, weights)", "`return output, weights`"]),
         ("no bias", "wrong submodule", ["`w_q` has no bias"]),
         ("wrong submodule size", "wrong submodule", ["`w_v` should be nn.Linear(d_model, d_model)"]),
         # right values, cut graph (trial B)

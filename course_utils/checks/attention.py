@@ -1,19 +1,13 @@
 """Checkers for notebook 01 (attention): scaled dot-product attention and the two masks.
 
-``check_scaled_dot_product_attention(fn)``, ``check_causal_mask(fn)`` and
-``check_padding_mask(fn)`` run the student's function on fresh random inputs of awkward
-shapes (2-D, 3-D and 4-D inputs, ``L_q != L_k != d_k != d_v``, masks that block different
-keys in each row, a non-zero ``pad_id``), compare with the reference in
-:mod:`course_utils.attention`, and when the result is wrong, compare it with the
-reference run with each catalogued mistake (``MISTAKES``) to name that mistake.
-
-The first eight cases are mild: every mask row lets each query see at least one key and
-blocks at least one (so an inverted mask never blocks a whole row), and the scores are
-of order 1; they name the classic mistakes. Two robustness cases follow: queries whose
-keys are *all* blocked (the reference's ``torch.finfo(dtype).min`` fill gives them
-uniform weights; a ``-inf`` fill gives ``0/0 = NaN``) and large scores (a softmax written
-out as ``exp(s) / exp(s).sum()`` overflows to ``inf / inf = NaN``). Code that is right on
-the mild cases and not finite on these gets a diagnosis that says why.
+The student's function runs on fresh random inputs of awkward shapes (2-D to 4-D,
+``L_q != L_k != d_k != d_v``, masks that block different keys in each row, a non-zero
+``pad_id``) and is compared with :mod:`course_utils.attention`; a wrong result is compared
+with the reference run with each catalogued mistake (``MISTAKES``) to name it. The mild
+cases come first (every mask row sees a key and blocks one, scores of order 1); then the
+robustness cases: fully blocked query rows (uniform weights from the ``finfo(dtype).min``
+fill, NaN from ``-inf``), large scores (a written-out softmax overflows), scores near -150
+(a fill such as -30 leaks) and half precision (the fill must fit the dtype).
 """
 
 from __future__ import annotations
@@ -36,6 +30,7 @@ from ._core import (
     isfinite,
     call_student,
     check_input_device,
+    check_unchanged,
     checker,
     describe_shape,
     expect_close,
@@ -52,97 +47,42 @@ from ._core import (
 
 __all__ = ["check_scaled_dot_product_attention", "check_causal_mask", "check_padding_mask"]
 
-# The names a failed check can report in ``CheckResult.mistake`` (besides the generic
-# "wrong shape", "wrong dtype", "values differ", "NaN" of ``expect_close``, and "not a
-# tensor" for a numpy array, from ``call_student``).
+# The names a failed check can report in ``CheckResult.mistake`` (besides the generic ones of
+# ``expect_close`` and ``call_student``); tests/test_checks_attention.py tests each of them.
 MISTAKES: dict[str, list[str]] = {
     "scaled_dot_product_attention": [
-        "not a function",
-        "no scaling",
-        "scaled by d_k",
-        "multiplied by sqrt(d_k)",
-        "scaled by the wrong dimension",
-        "softmax over the wrong axis",
-        "inverted mask",
-        "mask ignored",
-        "mask applied after the softmax",
-        "mask filled with 0",
-        "filled with -inf",
-        "fully blocked row not uniform",
-        "softmax overflows",
-        "fill not negative enough",
-        "fill overflows half precision",
-        "dtype not preserved",
-        "scores returned as weights",
-        "value on the wrong side",
-        "transpose only works for 2-D",
-        "only works for 3-D",
-        "fails for some numbers of dims",
-        "if mask",
-        "mask=None not handled",
-        "mask not broadcast",
-        "fails with a mask",
-        "wrong return order",
-        "only the output returned",
-        "not a tuple",
-        "input modified in place",
-        "gradient blocked",
-        "gradient differs",
-        "backward fails",
-        "wrong device",
+        "not a function", "no scaling", "scaled by d_k", "multiplied by sqrt(d_k)", "scaled by the wrong dimension",
+        "softmax over the wrong axis", "inverted mask", "mask ignored", "mask applied after the softmax",
+        "mask filled with 0", "filled with -inf", "fully blocked row not uniform", "softmax overflows",
+        "fill not negative enough", "fill overflows half precision", "dtype not preserved",
+        "scores returned as weights", "value on the wrong side", "transpose only works for 2-D", "only works for 3-D",
+        "fails for some numbers of dims", "if mask", "mask=None not handled", "mask not broadcast",
+        "fails with a mask", "wrong return order", "only the output returned", "not a tuple",
+        "input modified in place", "gradient blocked", "gradient differs", "backward fails", "wrong device",
         "parameter renamed",
     ],
     "causal_mask": [
-        "not a function",
-        "not a tensor",
-        "upper triangle",
-        "inverted mask",
-        "diagonal excluded",
-        "additive float mask",
-        "not a bool mask",
-        "wrong shape",
-        "wrong device",
-        "no device parameter",
+        "not a function", "not a tensor", "upper triangle", "inverted mask", "diagonal excluded",
+        "additive float mask", "not a bool mask", "wrong shape", "wrong device", "no device parameter",
         "device ignored",
     ],
     "padding_mask": [
-        "not a function",
-        "not a tensor",
-        "inverted mask",
-        "missing query axis",
-        "wrong axis",
-        "hard-coded pad id",
-        "additive float mask",
-        "not a bool mask",
-        "wrong shape",
-        "wrong device",
-        "input modified in place",
+        "not a function", "not a tensor", "inverted mask", "missing query axis", "wrong axis", "hard-coded pad id",
+        "additive float mask", "not a bool mask", "wrong shape", "wrong device", "input modified in place",
         "parameter renamed",
     ],
 }
 
 
 # ---------------------------------------------------------------- shared helpers
-def _check_mask(
-    what: str,
-    got: Any,
-    ref: Tensor,
-    candidates: list[tuple[str, str, Tensor]],
-    shape_diagnosis: Callable[[Tensor], None] | None = None,
-) -> None:
-    """Compare a student's boolean mask with ``ref``; name the mistake when it differs.
-
-    ``candidates`` are ``(name, message, what the mask would be with that mistake)``; they
-    are compared with the student's pattern read as bool (``!= 0``), so a float mask with
-    a wrong pattern gets the pattern diagnosis first and the dtype one after.
-    """
+def _check_mask(what: str, got: Any, ref: Tensor, candidates: list[tuple[str, str, Tensor]],
+                shape_diagnosis: Callable[[Tensor], None] | None = None) -> None:
+    """Compare a student's bool mask with ``ref``. ``candidates`` are ``(name, message, the
+    mask with that mistake)``, compared with the pattern read as bool (``!= 0``): a float mask
+    with a wrong pattern gets the pattern diagnosis first, the dtype one after."""
     if not isinstance(got, Tensor):
-        extra = " Did you forget `return`?" if got is None else ""
-        fail(
-            f"{what} should return a torch.Tensor of dtype torch.bool, but your code returned "
-            f"{type(got).__name__}.{extra}",
-            mistake="not a tensor",
-        )
+        fail(f"{what} should return a torch.Tensor of dtype torch.bool, but your code returned {type(got).__name__}."
+             + (" Did you forget `return`?" if got is None else ""), mistake="not a tensor")
     if got.device.type != ref.device.type:
         fail(f"{what} returned a tensor on device {got.device}, expected {ref.device}.", mistake="wrong device")
     if got.shape != ref.shape:
@@ -156,12 +96,9 @@ def _check_mask(
             # nn.Transformer's convention: 0 where allowed, -inf (or a big negative) where blocked
             blocked, allowed = got[~ref].double(), got[ref].double()
             if bool((allowed == 0).all()) and bool((blocked < -1e3).all()):
-                fail(
-                    f"{what} is an additive float mask (0 where allowed, {float(blocked.max()):.3g} where "
-                    "blocked), the convention of nn.Transformer. This course uses a bool mask instead: "
-                    "True = may attend, False = blocked.",
-                    mistake="additive float mask",
-                )
+                fail(f"{what} is an additive float mask (0 where allowed, {float(blocked.max()):.3g} where blocked), "
+                     "the convention of nn.Transformer. This course uses a bool mask instead: True = may attend, "
+                     "False = blocked.", mistake="additive float mask")
         pattern = got != 0
     if not equal(pattern, ref):
         for name, message, candidate in candidates:
@@ -169,11 +106,8 @@ def _check_mask(
                 fail(f"{what}: {message}", mistake=name)
     if got.dtype != torch.bool:
         right = " The True/False pattern is right;" if equal(pattern, ref) else ""
-        fail(
-            f"{what} has dtype {got.dtype}, expected torch.bool.{right} a mask must be a bool tensor "
-            "(True = may attend): build it from a comparison or convert it with .bool().",
-            mistake="not a bool mask",
-        )
+        fail(f"{what} has dtype {got.dtype}, expected torch.bool.{right} a mask must be a bool tensor (True = may "
+             "attend): build it from a comparison or convert it with .bool().", mistake="not a bool mask")
     expect_close(what, got, ref)
 
 
@@ -203,12 +137,9 @@ class _Case:
         return tuple(self.query.shape[:-1]) + (self.key.size(-2),)
 
     def describe(self) -> str:
-        text = (
-            f"{self.rank}-D input: query {describe_shape(self.query)}, key {describe_shape(self.key)}, "
-            f"value {describe_shape(self.value)}"
-        )
-        text += f", mask {describe_shape(self.mask)}" if self.mask is not None else ", no mask"
-        return text + (f", {self.note}" if self.note else "")
+        mask = f"mask {describe_shape(self.mask)}" if self.mask is not None else "no mask"
+        return (f"{self.rank}-D input: query {describe_shape(self.query)}, key {describe_shape(self.key)}, value "
+                f"{describe_shape(self.value)}, {mask}" + (f", {self.note}" if self.note else ""))
 
 
 def _attention_cases() -> list[_Case]:
@@ -253,33 +184,21 @@ _VERY_NEGATIVE = "every score about -150 after scaling"
 
 
 def _very_negative(B: int, L_q: int, L_k: int, d_k: int, d_v: int, width: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Queries and keys pointing in opposite directions: every score near -150 (spread a few
-    units). ``width``: their number of features, ``d_k`` unless several heads of ``d_k`` each
-    share them (multi-head attention with identity projections: each head's score is ~ -150)."""
+    """Queries and keys pointing in opposite directions: every score near -150. ``width``:
+    their features, ``d_k`` unless heads of ``d_k`` each share them (multi-head attention)."""
     width = width or d_k
     q = 1 + 0.05 * torch.randn(B, L_q, width)  # (B, L_q, width)
     k = -(1 + 0.05 * torch.randn(B, L_k, width)) * (150 / math.sqrt(d_k))  # (B, L_k, width): q.k / sqrt(d_k) ~ -150 per head
     return q, k, torch.randn(B, L_k, d_v)
 
 
-def _attention_variant(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None,
-    scale: float,
-    softmax_dim: int = -1,
-    mask_mode: str = "fill",
-) -> tuple[Tensor, Tensor]:
+def _attention_variant(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, scale: float,
+                       softmax_dim: int = -1, mask_mode: str = "fill") -> tuple[Tensor, Tensor]:
     """The reference computation with one mistake built in (``scale`` divides the scores)."""
     scores = query @ key.transpose(-2, -1) / scale  # (..., L_q, L_k)
-    low = torch.finfo(scores.dtype).min
-    if mask is not None and mask_mode == "fill":
-        scores = scores.masked_fill(~mask, low)
-    elif mask is not None and mask_mode == "inverted":
-        scores = scores.masked_fill(mask, low)
-    elif mask is not None and mask_mode == "zero":
-        scores = scores.masked_fill(~mask, 0.0)
+    if mask is not None and mask_mode != "after":
+        blocked = mask if mask_mode == "inverted" else ~mask
+        scores = scores.masked_fill(blocked, 0.0 if mask_mode == "zero" else torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=softmax_dim)  # (..., L_q, L_k)
     if mask is not None and mask_mode == "after":
         weights = weights * mask  # zeroed but not renormalised
@@ -307,23 +226,14 @@ def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[
              "L_q (the number of queries)": q.size(-2)}
     for i, size in enumerate(q.shape[:-2]):
         named.setdefault(f"a batch dim (query.size({i}))", size)
-    for words, size in named.items():
-        if size != d_k:
-            out.append((
-                "scaled by the wrong dimension",
-                f"the scores are divided by sqrt({size}), the square root of {words}, instead of "
-                f"sqrt(d_k) = sqrt({d_k}): d_k is the last dimension of query and key, query.size(-1).",
-                with_(math.sqrt(size)),
-            ))
+    out += [("scaled by the wrong dimension", f"the scores are divided by sqrt({size}), the square root of {words}, "
+             f"instead of sqrt(d_k) = sqrt({d_k}): d_k is the last dimension of query and key, query.size(-1).",
+             with_(math.sqrt(size))) for words, size in named.items() if size != d_k]
     ndim = len(case.scores_shape)
-    for dim in range(ndim - 1):
-        axis = "the queries (dim=-2)" if dim == ndim - 2 else f"a batch dim (dim={dim})"
-        out.append((
-            "softmax over the wrong axis",
-            f"the softmax runs over {axis} instead of over the keys: use softmax(dim=-1), so each "
-            "query's weights over the keys sum to 1.",
-            with_(dim=dim),
-        ))
+    axes = {dim: f"a batch dim (dim={dim})" for dim in range(ndim - 2)} | {ndim - 2: "the queries (dim=-2)"}
+    out += [("softmax over the wrong axis", f"the softmax runs over {axis} instead of over the keys: use "
+             "softmax(dim=-1), so each query's weights over the keys sum to 1.", with_(dim=dim))
+            for dim, axis in axes.items()]
     if m is not None:
         out += [
             ("inverted mask", "the mask is inverted: you block the keys where the mask is True. In this "
@@ -341,20 +251,12 @@ def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[
         ]
     else:
         scores = q @ k.transpose(-2, -1)  # (..., L_q, L_k)
-        for scaled in (scores / root, scores):
-            out.append((
-                "scores returned as weights",
-                "the weights you return are the scores before the softmax: return softmax(scores) "
-                "(each row sums to 1) as the weights.",
-                lambda s=scaled: (None, s),
-            ))
-    out.append((
-        "value on the wrong side",
-        "the output is transposed: (..., d_v, L_q) instead of (..., L_q, d_v). Multiply the weights "
-        "by the values with the weights on the left: weights @ value.",
-        lambda: (_ref_attention(q, k, v, m)[0].transpose(-2, -1), None),
-    ))
-    return out
+        out += [("scores returned as weights", "the weights you return are the scores before the softmax: return "
+                 "softmax(scores) (each row sums to 1) as the weights.", lambda s=s: (None, s))
+                for s in (scores / root, scores)]
+    return out + [("value on the wrong side", "the output is transposed: (..., d_v, L_q) instead of (..., L_q, d_v). "
+                   "Multiply the weights by the values with the weights on the left: weights @ value.",
+                   lambda: (_ref_attention(q, k, v, m)[0].transpose(-2, -1), None))]
 
 
 _VALUE_FIRST = re.compile(r"(?<![\w.])(value|values|v|V|val)\s*@|(matmul|bmm)\(\s*(value|values|v|V|val)\s*,"
@@ -364,90 +266,59 @@ _VALUE_FIRST = re.compile(r"(?<![\w.])(value|values|v|V|val)\s*@|(matmul|bmm)\(\
 def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError | None]]) -> None:
     """Some calls raised: name the pattern (which ranks, with or without a mask) if there is one."""
     failed = [(c, e) for c, _, _, e in runs if e is not None]
+    plain = [(c, e) for c, e in failed if c.mask is None]
+    plain_ok = {c.rank for c, _, _, e in runs if c.mask is None and e is None}
     ok = [c for c, _, _, e in runs if e is None]
-    first_case, first = failed[0]
-    plain = [(c, e) for c, _, _, e in runs if c.mask is None]
-    plain_fail = {c.rank for c, e in plain if e is not None}
-    plain_ok = {c.rank for c, e in plain if e is None}
 
-    if plain_fail and plain_ok:
-        case, err = next((c, e) for c, e in plain if e is not None)
-        fails = " and ".join(_RANK_WORDS[r] for r in sorted(plain_fail))
+    def on(case: _Case, err: StudentError) -> str:
+        return f"\n    On {case.describe()}: your code raised {raised(err.exc)}"
+
+    if plain and plain_ok:
+        fails = " and ".join(_RANK_WORDS[r] for r in sorted({c.rank for c, _ in plain}))
         works = " and ".join(_RANK_WORDS[r] for r in sorted(plain_ok))
-        where = f"your code runs on {works} but raises on {fails}"
+        where, raised_at = f"your code runs on {works} but raises on {fails}", on(*plain[0])
         if plain_ok == {2}:
-            fail(
-                f"{where}. Transposing with key.T or key.transpose(0, 1) only swaps the right axes "
-                f"of a 2-D tensor: use key.transpose(-2, -1) so it works with any number of batch dims.\n"
-                f"    On {case.describe()}: your code raised {raised(err.exc)}",
-                mistake="transpose only works for 2-D",
-            )
+            fail(f"{where}. Transposing with key.T or key.transpose(0, 1) only swaps the right axes of a 2-D "
+                 f"tensor: use key.transpose(-2, -1) so it works with any number of batch dims.{raised_at}",
+                 mistake="transpose only works for 2-D")
         if 3 in plain_ok:
-            fail(
-                f"{where}: it is written for 3-D inputs only. Write it for any number of leading dims: "
-                "key.transpose(-2, -1) (not transpose(1, 2) or permute(0, 2, 1)), @ or torch.matmul (not "
-                "torch.bmm), and negative axes such as softmax(dim=-1).\n"
-                f"    On {case.describe()}: your code raised {raised(err.exc)}",
-                mistake="only works for 3-D",
-            )
-        fail(
-            f"{where}. Use negative axes (key.transpose(-2, -1), softmax(dim=-1)) and @ so the code works "
-            f"with any number of leading dims.\n    On {case.describe()}: your code raised {raised(err.exc)}",
-            mistake="fails for some numbers of dims",
-        )
-    if plain_fail and ok:  # every call without a mask raised, some with a mask ran
-        case, err = next((c, e) for c, e in plain if e is not None)
-        fail(
-            "your code fails when no mask is given (mask=None) but runs with one: skip the masking step "
-            f"when the mask is None (`if mask is not None:`).\n    On {case.describe()}: your code raised {raised(err.exc)}",
-            mistake="mask=None not handled",
-        )
-    if not plain_fail:  # only calls with a mask raised
-        masked_fail = [(c, e) for c, e in failed if c.mask is not None]
-        case, err = masked_fail[0]
-        on = f"\n    On {case.describe()}: your code raised {raised(err.exc)}"
+            fail(f"{where}: it is written for 3-D inputs only. Write it for any number of leading dims: "
+                 "key.transpose(-2, -1) (not transpose(1, 2) or permute(0, 2, 1)), @ or torch.matmul (not "
+                 f"torch.bmm), and negative axes such as softmax(dim=-1).{raised_at}", mistake="only works for 3-D")
+        fail(f"{where}. Use negative axes (key.transpose(-2, -1), softmax(dim=-1)) and @ so the code works with any "
+             f"number of leading dims.{raised_at}", mistake="fails for some numbers of dims")
+    if plain and ok:  # every call without a mask raised, some with a mask ran
+        fail("your code fails when no mask is given (mask=None) but runs with one: skip the masking step when the "
+             f"mask is None (`if mask is not None:`).{on(*plain[0])}", mistake="mask=None not handled")
+    if not plain:  # only calls with a mask raised
+        case, err = failed[0]
         if "Boolean value of Tensor" in str(err.exc):
-            fail(
-                "`if mask:` asks for the truth value of a whole tensor, which raises. Test whether a mask "
-                f"was given with `if mask is not None:`.{on}",
-                mistake="if mask",
-            )
-        if all(tuple(c.mask.shape) != c.scores_shape for c, _ in masked_fail) and any(
+            fail("`if mask:` asks for the truth value of a whole tensor, which raises. Test whether a mask was "
+                 f"given with `if mask is not None:`.{on(case, err)}", mistake="if mask")
+        if all(tuple(c.mask.shape) != c.scores_shape for c, _ in failed) and any(
             c.mask is not None and tuple(c.mask.shape) == c.scores_shape for c in ok
         ):
-            fail(
-                "your code works when the mask has exactly the shape of the scores but fails when it only "
-                "broadcasts to them (e.g. (L_q, L_k) for every batch item, or (B, 1, L_k)). Indexing with "
-                "a mask (`scores[~mask] = ...`) needs the exact shape, and an axis added to the mask "
-                "(mask.unsqueeze(1)) lines it up with the wrong axes of the scores; pass the mask as it is "
-                f"to masked_fill or torch.where, which broadcast it.{on}",
-                mistake="mask not broadcast",
-            )
-        fail(f"your code fails when a mask is given.{on}", mistake="fails with a mask")
+            fail("your code works when the mask has exactly the shape of the scores but fails when it only "
+                 "broadcasts to them (e.g. (L_q, L_k) for every batch item, or (B, 1, L_k)). Indexing with a mask "
+                 "(`scores[~mask] = ...`) needs the exact shape, and an axis added to the mask (mask.unsqueeze(1)) "
+                 "lines it up with the wrong axes of the scores; pass the mask as it is to masked_fill or "
+                 f"torch.where, which broadcast it.{on(case, err)}", mistake="mask not broadcast")
+        fail(f"your code fails when a mask is given.{on(case, err)}", mistake="fails with a mask")
     # every call raised
+    case, first = failed[0]
     line = student_line(first.exc) or ""
     if isinstance(first.exc, RuntimeError) and _VALUE_FIRST.search(line.split(":", 1)[-1]):
-        fail(
-            "the values are multiplied on the wrong side: the output is weights @ value, (..., L_q, L_k) "
-            f"@ (..., L_k, d_v) -> (..., L_q, d_v).\n    On {first_case.describe()}: your code raised {raised(first.exc)}",
-            mistake="value on the wrong side",
-        )
+        fail("the values are multiplied on the wrong side: the output is weights @ value, (..., L_q, L_k) @ "
+             f"(..., L_k, d_v) -> (..., L_q, d_v).{on(case, first)}", mistake="value on the wrong side")
     raise first  # the decorator reports it (or "not implemented yet" for a stub)
-
-
-def _robustness_diagnosis(case: _Case, what: str, got: Any, ref: Tensor) -> None:
-    """On a robustness case (``case.note``), name why code that is right on the mild cases
-    goes wrong here; return if that is not the story."""
-    robustness_diagnosis(case.note, f"{what} (on {case.describe()})", what, got, ref, case.mask, case.scores_shape)
 
 
 def robustness_diagnosis(
     note: str, on: str, what: str, got: Any, ref: Tensor, mask: Tensor | None, scores_shape: tuple[int, ...]
 ) -> None:
-    """The words of :func:`_robustness_diagnosis`, for any attention (multi-head too): ``note``
-    says which robustness case ran (``""``: a mild one, nothing to say), ``on`` names it in the
-    message, ``what`` is ``"weights"`` or ``"output"``, ``mask`` lines up with ``scores_shape``,
-    the scores' shape (for the output: the scores' shape without the head axis)."""
+    """On a robustness case (``note``; ``""``: a mild one), name why code right on the mild cases goes
+    wrong here, for any attention (multi-head too); return if that is not the story. ``on`` names the
+    case, ``what`` is ``"weights"`` or ``"output"``, ``mask`` lines up with ``scores_shape``."""
     if not note or not isinstance(got, Tensor) or got.shape != ref.shape or not got.is_floating_point():
         return
     finite_rows = isfinite(got).all(-1)  # (..., L_q)
@@ -496,47 +367,32 @@ def robustness_diagnosis(
     )
 
 
+def require_tuple(result: Any, who: str = "your function") -> None:
+    """The contract's (output, weights) is a tuple: a list is named, here and in MultiHeadAttention."""
+    if not isinstance(result, tuple):
+        fail(f"{who} returns a {type(result).__name__}; return a tuple (output, weights): `return output, weights`.",
+             mistake="not a tuple")
+
+
 def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[Any, Any]:
     """Check the return is a tuple (output, weights); name the usual slips."""
-    on = f" (on {case.describe()})"
+    if isinstance(result, Tensor) and result.shape == ref_out.shape:
+        fail("your function returns only the output; return the attention weights too, as a tuple: "
+             "`return output, weights`.", mistake="only the output returned")
     if isinstance(result, Tensor):
-        if result.shape == ref_out.shape:
-            fail(
-                "your function returns only the output; return the attention weights too, as a tuple: "
-                "`return output, weights`.",
-                mistake="only the output returned",
-            )
-        fail(
-            f"your function returns a single tensor of shape {describe_shape(result)}{on}; it must return "
-            "a tuple (output, weights).",
-            mistake="not a tuple",
-        )
+        fail(f"your function returns a single tensor of shape {describe_shape(result)} (on {case.describe()}); it "
+             "must return a tuple (output, weights).", mistake="not a tuple")
     if result is None:
         fail("your function returns None: end it with `return output, weights`.", mistake="not a tuple")
-    if not isinstance(result, tuple):
-        fail(
-            f"your function returns a {type(result).__name__}; return a tuple (output, weights): "
-            "`return output, weights`.",
-            mistake="not a tuple",
-        )
+    require_tuple(result)
     if len(result) != 2:
-        fail(
-            f"your function returns a tuple of {len(result)} things; return exactly two: "
-            "`return output, weights`.",
-            mistake="not a tuple",
-        )
+        fail(f"your function returns a tuple of {len(result)} things; return exactly two: `return output, weights`.",
+             mistake="not a tuple")
     first, second = result
-    if (
-        isinstance(first, Tensor)
-        and isinstance(second, Tensor)
-        and first.shape == ref_w.shape
-        and second.shape == ref_out.shape
-    ):
-        fail(
-            "the return order is swapped: you return (weights, output); the contract is "
-            "`return output, weights`.",
-            mistake="wrong return order",
-        )
+    shapes = tuple(t.shape if isinstance(t, Tensor) else None for t in result)
+    if shapes == (ref_w.shape, ref_out.shape):
+        fail("the return order is swapped: you return (weights, output); the contract is `return output, weights`.",
+             mistake="wrong return order")
     return first, second
 
 
@@ -561,19 +417,16 @@ def _low_precision_case(fn: Callable[..., Any], dtype: torch.dtype) -> None:
              "number of the scores' own dtype, torch.finfo(scores.dtype).min.", "fill overflows half precision"),
         ):
             if found:
-                line = student_line(err.exc)
-                fail(f"your code raised {type(err.exc).__name__} on {case.describe()}: {msg.strip().splitlines()[0]}"
-                     + (f"\n    at {line}" if line else "") + f"\n    {advice}", mistake=name)
+                fail(f"on {case.describe()} your code raised {raised(err.exc)}\n    {advice}", mistake=name)
         raise
     ref_out, ref_w = _ref_attention(q, k, v, case.mask)
     got_out, got_w = _unpack(result, case, ref_out, ref_w)
     for what, got, ref in (("weights", got_w, ref_w), ("output", got_out, ref_out)):
         if isinstance(got, Tensor) and got.dtype != dtype:
-            fail(
-                f"{what} (on {case.describe()}) has dtype {got.dtype}: your code changes the dtype (a .float() or "
-                "a float32 tensor mixed in). Keep the input's dtype, so half-precision training stays in half precision.",
-                mistake="dtype not preserved",
-            )
+            fail(f"{what} (on {case.describe()}) has dtype {got.dtype}: your code changes the dtype (a .float() or a "
+                 "float32 tensor mixed in). Keep the input's dtype, so half-precision training stays in half "
+                 "precision.",
+                 mistake="dtype not preserved")
         expect_close(what, got, ref, case=f"on {case.describe()}", atol=1e-2, rtol=1e-2)
 
 
@@ -592,18 +445,8 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
     if any(err is not None for *_, err in runs):
         _diagnose_exceptions(runs)
 
-    names = ("query", "key", "value", "mask")
     for case, given, _, _ in runs:
-        for name, original, passed in zip(names, case.inputs, given, strict=False):  # no mask: 3
-            same = passed.shape == original.shape and passed.dtype == original.dtype and equal(passed, original)
-            if not same:
-                fail(
-                    f"your function changed its input `{name}` in place (on {case.describe()}). The caller's "
-                    "tensors must stay as they were: use operations that make a new tensor (`x = x / s`, "
-                    "`.masked_fill()`, `.transpose()`) instead of in-place ones (`x /= s`, `.div_()`, "
-                    "`.masked_fill_()`, `.transpose_()`).",
-                    mistake="input modified in place",
-                )
+        check_unchanged(("query", "key", "value", "mask"), given, case.inputs, f"on {case.describe()}")
 
     for case, _, result, _ in runs:
         ref_out, ref_w = _ref_attention(case.query, case.key, case.value, case.mask)
@@ -614,7 +457,8 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
         for what, got, ref, index in (("weights", got_w, ref_w, 1), ("output", got_out, ref_out, 0)):
             if matches(got, ref, atol=atol):
                 continue
-            _robustness_diagnosis(case, what, got, ref)
+            on = f"{what} (on {case.describe()})"
+            robustness_diagnosis(case.note, on, what, got, ref, case.mask, case.scores_shape)
             for name, message, make in mistakes:
                 candidate = make()[index]
                 if candidate is not None and matches(got, candidate):
@@ -652,11 +496,8 @@ def _causal_candidates(size: int) -> list[tuple[str, str, Tensor]]:
 def _causal_shape(size: int) -> Callable[[Tensor], None]:
     def diagnose(got: Tensor) -> None:
         if got.numel() == size * size and got.dim() > 2 and all(s == 1 for s in got.shape[:-2]):
-            fail(
-                f"causal_mask({size}) has shape {describe_shape(got)}: return exactly (size, size); it "
-                "broadcasts over the batch by itself.",
-                mistake="wrong shape",
-            )
+            fail(f"causal_mask({size}) has shape {describe_shape(got)}: return exactly (size, size); it broadcasts "
+                 "over the batch by itself.", mistake="wrong shape")
 
     return diagnose
 
@@ -679,48 +520,36 @@ def check_causal_mask(fn: Callable[..., Any]) -> str:
             got = call_student(fn, small, device=device)
         except StudentError as err:
             if isinstance(err.exc, TypeError) and "keyword argument 'device'" in str(err.exc):
-                fail(
-                    "your function has no `device` parameter; the signature is "
-                    f"causal_mask(size, device=None).\n    your code raised {raised(err.exc)}",
-                    mistake="no device parameter",
-                )
+                fail("your function has no `device` parameter; the signature is causal_mask(size, device=None).\n"
+                     f"    your code raised {raised(err.exc)}", mistake="no device parameter")
             raise
         call = f"causal_mask({small}, device={device!r})"
         expected = _ref_causal_mask(small, device=device)
         if isinstance(got, Tensor) and got.device != expected.device:
-            fail(
-                f"{call} returned a tensor on {got.device}: create the mask on the device you are given "
-                "(device=device), so it lands where the scores are.",
-                mistake="device ignored",
-            )
+            fail(f"{call} returned a tensor on {got.device}: create the mask on the device you are given "
+                 "(device=device), so it lands where the scores are.", mistake="device ignored")
         _check_mask(call, got, expected, [(n, m, t.to(expected.device)) for n, m, t in _causal_candidates(small)])
 
-    # The "meta" device exists on every machine, so a device that is ignored shows even
-    # without a GPU. Code that cannot run there (a rare way of building the mask) is not
-    # the student's mistake: then this one check is skipped.
+    # "meta" exists on every machine, so an ignored device shows without a GPU; code that
+    # cannot run there (a rare way of building the mask) is not the student's mistake
     try:
         on_meta = fn(small, device="meta")
     except Exception:  # noqa: BLE001 - see above
         on_meta = None
     if isinstance(on_meta, Tensor) and on_meta.device.type != "meta":
-        fail(
-            f"causal_mask({small}, device='meta') returned a tensor on {on_meta.device}: the `device` argument "
-            "is ignored. Create the mask on that device (pass device=device when you create the tensor), "
-            "so it lands where the scores are (the GPU on Colab).",
-            mistake="device ignored",
-        )
+        fail(f"causal_mask({small}, device='meta') returned a tensor on {on_meta.device}: the `device` argument is "
+             "ignored. Create the mask on that device (pass device=device when you create the tensor), so it lands "
+             "where the scores are (the GPU on Colab).", mistake="device ignored")
     return "three sizes including 1, and the device argument"
 
 
 # ---------------------------------------------------------------- padding_mask
 def _padding_cases() -> list[tuple[Tensor, int]]:
     """(tokens (B, L), pad_id): pad 0 at the ends, a non-zero pad_id with real 0 tokens, scattered pads."""
-    vocab = 20
-    cases = []
+    vocab, cases = 20, []
     for layout in ("end, pad 0", "end, pad non-zero", "scattered"):
-        B = int(torch.randint(2, 4, ()))
-        L = int(torch.randint(5, 10, ()))
-        pad_id = 0 if layout == "end, pad 0" else int(torch.randint(1, vocab, ()))
+        B, L = randint(2, 3), randint(5, 9)
+        pad_id = 0 if layout == "end, pad 0" else randint(1, vocab - 1)
         tokens = torch.randint(vocab - 1, (B, L))
         tokens = tokens + (tokens >= pad_id).long()  # every id but pad_id
         if layout == "scattered":
@@ -729,11 +558,9 @@ def _padding_cases() -> list[tuple[Tensor, int]]:
             lengths = torch.randint(1, L, (B,))  # every row padded ...
             lengths[int(torch.randint(B, ()))] = L  # ... but one, as in a real batch
             real = torch.arange(L) < lengths[:, None]  # (B, L)
-        if pad_id != 0:
-            # a real token 0, so comparing with 0 instead of pad_id shows
+        if pad_id != 0:  # a real token 0, so comparing with 0 instead of pad_id shows
             row = int(torch.randint(B, ()))
-            col = int(torch.nonzero(real[row])[0])
-            tokens[row, col] = 0
+            tokens[row, int(torch.nonzero(real[row])[0])] = 0
         cases.append((tokens.masked_fill(~real, pad_id), pad_id))
     return cases
 
@@ -741,19 +568,14 @@ def _padding_cases() -> list[tuple[Tensor, int]]:
 def _padding_shape(B: int, L: int, what: str) -> Callable[[Tensor], None]:
     def diagnose(got: Tensor) -> None:
         if tuple(got.shape) == (B, L):
-            fail(
-                f"{what} has shape (B, L) = {describe_shape(got)}, expected (B, 1, L) = ({B}, 1, {L}): add the "
-                "query axis in the middle (unsqueeze(1)) so the mask broadcasts over the queries of the "
-                "(B, L_q, L_k) scores. A (B, L) mask would broadcast as (1, B, L) and mix up the batch items.",
-                mistake="missing query axis",
-            )
+            fail(f"{what} has shape (B, L) = {describe_shape(got)}, expected (B, 1, L) = ({B}, 1, {L}): add the "
+                 "query axis in the middle (unsqueeze(1)) so the mask broadcasts over the queries of the (B, L_q, "
+                 "L_k) scores. A (B, L) mask would broadcast as (1, B, L) and mix up the batch items.",
+                 mistake="missing query axis")
         if got.numel() == B * L and got.dim() == 3:
-            fail(
-                f"{what} has shape {describe_shape(got)}, expected (B, 1, L) = ({B}, 1, {L}): the new axis of "
-                "size 1 goes in the middle (unsqueeze(1)), where the queries are, so each query row sees the "
-                "same keys.",
-                mistake="wrong axis",
-            )
+            fail(f"{what} has shape {describe_shape(got)}, expected (B, 1, L) = ({B}, 1, {L}): the new axis of size "
+                 "1 goes in the middle (unsqueeze(1)), where the queries are, so each query row sees the same keys.",
+                 mistake="wrong axis")
 
     return diagnose
 
@@ -767,26 +589,14 @@ def check_padding_mask(fn: Callable[..., Any]) -> str:
         given = tokens.clone()
         got = call_student(fn, given, pad_id)
         what = f"padding_mask(tokens of shape {describe_shape(tokens)}, pad_id={pad_id})"
-        if not (given.shape == tokens.shape and given.dtype == tokens.dtype and equal(given, tokens)):
-            fail(
-                f"{what} changed `tokens` in place: the caller's tensor must stay as it was. Build the mask "
-                "as a new tensor instead of writing into tokens.",
-                mistake="input modified in place",
-            )
+        check_unchanged(["tokens"], [given], [tokens], what)
         ref = _ref_padding_mask(tokens, pad_id)
-        candidates = [
-            ("inverted mask", "the mask is inverted: it is True at the padding. In this course True = may "
-             "attend, so the mask is True at the real tokens (tokens != pad_id).", ~ref),
-        ]
+        candidates = [("inverted mask", "the mask is inverted: it is True at the padding. In this course True = may "
+                       "attend, so the mask is True at the real tokens (tokens != pad_id).", ~ref)]
+        zero_words = (f"the mask treats the token id 0 as padding, but pad_id is {pad_id} here: compare with the "
+                      "pad_id argument, not a hard-coded 0 (`tokens.bool()` also compares with 0).")
         if pad_id != 0:
-            zero_words = (
-                f"the mask treats the token id 0 as padding, but pad_id is {pad_id} here: compare with the "
-                "pad_id argument, not a hard-coded 0 (`tokens.bool()` also compares with 0)."
-            )
-            candidates += [
-                ("hard-coded pad id", zero_words, (tokens != 0).unsqueeze(1)),
-                ("hard-coded pad id", zero_words, (tokens == 0).unsqueeze(1)),
-            ]
+            candidates += [("hard-coded pad id", zero_words, m.unsqueeze(1)) for m in (tokens != 0, tokens == 0)]
         B, L = tokens.shape
         _check_mask(what, got, ref, candidates, _padding_shape(B, L, what))
     tokens, pad_id = cases[0]

@@ -1,31 +1,12 @@
 """Checkers for notebook 03 (positions and embeddings): ``sinusoidal_positional_encoding``,
 ``PositionalEncoding``, ``TokenEmbedding``.
 
-Sizes are random and all different (``max_len != d_model``, ``B != L != D``); a wrong
-result is compared with the reference computed with each catalogued mistake, and the
-first match is named (``CheckResult.mistake``).
-
-Catalogue (``CheckResult.mistake``):
-
-* ``sinusoidal_positional_encoding``: ``"sin and cos swapped"``, ``"sin and cos
-  concatenated"`` (either half first), ``"exponent i/d_model"``, ``"exponent j/d_model"``,
-  ``"exponent 2j/d_model"``, ``"positions start at 1"`` (and every combination of these, named
-  by its first part; see ``_table_mistakes``), ``"table transposed"``, ``"not floating
-  point"``; any other wrong table gets ``"values differ"`` with the columns that are right.
-* ``PositionalEncoding``: ``"pe is a Parameter"``, ``"pe not a buffer"``, ``"pe not
-  persistent"``, ``"missing pe"``, ``"wrong pe shape"``, ``"pe not sliced"``,
-  ``"sequence-first slice"``, ``"scaled by sqrt(d_model)"``, ``"multiplied instead of
-  added"``, ``"wrong table"``, ``"dropout before adding"``, ``"dropout missing"``,
-  ``"hard-coded dropout p"``, ``"dropout ignores eval mode"``, ``"no length check"``,
-  ``"input modified in place"``, ``"dtype not preserved"``, ``"error message without values"``.
-  A float64 ``pe`` with the right values is accepted when ``forward`` returns ``x``'s dtype.
-* ``TokenEmbedding``: ``"missing embedding"``, ``"wrong embedding size"``, ``"embeddings not scaled"``,
-  ``"scaled by d_model"``, ``"divided by sqrt(d_model)"``, ``"input modified in place"``,
-  ``"sparse embedding"``, ``"dtype not preserved"``.
-
-Tables are compared with ``atol=1e-4``: float32 tables computed in different but correct
-ways (``exp``/``log``, ``torch.pow``, a Python loop in float64) differ by up to a few
-``1e-5`` at the larger positions used here; every catalogued mistake differs by far more.
+Sizes are random and all different (``max_len != d_model``, ``B != L != D``); a wrong result
+is compared with the reference computed with each catalogued mistake and the first match is
+named (``CheckResult.mistake``). Every combination of sin/cos layout, exponent and first
+position is a table mistake (``_table_mistakes``); any other wrong table is reported with the
+columns that are right. Tables are compared with ``atol=1e-4``: correct float32 tables
+computed in other ways differ by a few ``1e-5``, every catalogued mistake by far more.
 """
 
 from __future__ import annotations
@@ -57,11 +38,12 @@ from ._core import (
     fail_fixed_p,
     gradient_probe,
     matches,
+    raised,
     randint,
     register_hints,
     require_module_class,
-    student_line,
 )
+from ._pairing import build_student
 
 __all__ = ["check_sinusoidal_positional_encoding", "check_positional_encoding", "check_token_embedding"]
 
@@ -81,12 +63,9 @@ _LAYOUTS = {
 def _table(
     max_len: int, d_model: int, *, start: int = 0, exponent: str = "2i", layout: str = "sin even"
 ) -> Tensor:
-    """The table in float64, optionally with mistakes (the defaults give the paper's).
-
-    ``exponent`` is what multiplies ``1/d_model`` in ``10000^(. / d_model)``: ``"2i"``
-    (correct; ``i`` = pair index), ``"i"``, ``"j"`` (column index) or ``"2j"``. ``layout``
-    is a key of ``_LAYOUTS``; in two halves, column ``c`` of a half belongs to pair ``c``.
-    """
+    """The table in float64, with mistakes (the defaults give the paper's). ``exponent`` is the
+    numerator in ``10000^(. / d_model)``: ``"2i"`` (right; ``i`` = pair index), ``"i"``, ``"j"``
+    (column index) or ``"2j"``; ``layout``, a key of ``_LAYOUTS`` (in halves, column c is pair c)."""
     first, second, halves = _LAYOUTS[layout]
     pos = torch.arange(start, start + max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
     j = torch.arange(d_model, dtype=torch.float64)  # (d_model,) column index
@@ -97,13 +76,14 @@ def _table(
     return torch.where(in_first, getattr(torch, first)(angle), getattr(torch, second)(angle))
 
 
+_INTERLEAVED = "the paper interleaves them: column 2i is sin and column 2i+1 is cos of the same angle."
 _LAYOUT_WORDS = {
     "cos even": ("sin and cos swapped",
                  "sin and cos are swapped: even columns (0, 2, 4, ...) hold sin, odd columns cos."),
-    "sin | cos": ("sin and cos concatenated", "all sines sit in the first half and all cosines in the second; "
-                  "the paper interleaves them: column 2i is sin and column 2i+1 is cos of the same angle."),
-    "cos | sin": ("sin and cos concatenated", "all cosines sit in the first half and all sines in the second; "
-                  "the paper interleaves them: column 2i is sin and column 2i+1 is cos of the same angle."),
+    "sin | cos": ("sin and cos concatenated",
+                  f"all sines sit in the first half and all cosines in the second; {_INTERLEAVED}"),
+    "cos | sin": ("sin and cos concatenated",
+                  f"all cosines sit in the first half and all sines in the second; {_INTERLEAVED}"),
 }
 _EXPONENT_WORDS = {
     "i": ("exponent i/d_model", "the frequencies are off: the exponent is i/d_model with i the pair index; it "
@@ -145,14 +125,11 @@ def _ranges(columns: list[int]) -> str:
 
 def _columns_report(table: Tensor, expected: Tensor) -> str:
     """Which columns of a (max_len, d_model) table are right, in words."""
-    right = (table.double() - expected.double()).abs().amax(dim=0) <= _ATOL  # (d_model,)
-    good = [j for j, ok in enumerate(right.tolist()) if ok]
-    bad = [j for j, ok in enumerate(right.tolist()) if not ok]
+    right = ((table.double() - expected.double()).abs().amax(dim=0) <= _ATOL).tolist()  # (d_model,)
+    good, bad = ([j for j, ok in enumerate(right) if ok == want] for want in (True, False))
     head = f"columns {_ranges(good)} are right, columns {_ranges(bad)} are not" if good else "no column is right"
-    return (
-        f"{head} (column 2i is sin(pos / 10000^(2i/d_model)), column 2i+1 the cos of the same angle, "
-        "pos = 0, 1, ...): check the frequency and the function of the wrong ones"
-    )
+    return (f"{head} (column 2i is sin(pos / 10000^(2i/d_model)), column 2i+1 the cos of the same angle, pos = 0, "
+            "1, ...): check the frequency and the function of the wrong ones")
 
 
 def _name_table_mistake(table: Tensor, max_len: int, d_model: int) -> str | None:
@@ -172,43 +149,29 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
         case = f"max_len={max_len}, d_model={d_model}"
         got = call_student(fn, max_len, d_model, context=f"calling sinusoidal_positional_encoding({case})")
         if isinstance(got, nn.Parameter):
-            fail(
-                f"sinusoidal_positional_encoding({case}) returns an nn.Parameter: the table is fixed, never "
-                "trained, so return a plain tensor; PositionalEncoding then stores it as a buffer "
-                "(a Parameter registered there would still track gradients).",
-                mistake="pe is a Parameter",
-            )
+            fail(f"sinusoidal_positional_encoding({case}) returns an nn.Parameter: the table is fixed, never trained, "
+                 "so return a plain tensor; PositionalEncoding then stores it as a buffer (a Parameter registered "
+                 "there would still track gradients).", mistake="pe is a Parameter")
         if isinstance(got, Tensor) and not got.is_floating_point():
-            fail(
-                f"the table ({case}) has dtype {got.dtype}; it should be floating point "
-                "(build it with float positions, e.g. torch.arange(max_len, dtype=torch.float32)).",
-                mistake="not floating point",
-            )
+            fail(f"the table ({case}) has dtype {got.dtype}; it should be floating point (build it with float "
+                 "positions, e.g. torch.arange(max_len, dtype=torch.float32)).", mistake="not floating point")
         expected = sinusoidal_positional_encoding(max_len, d_model)  # (max_len, d_model) float32
         mistakes = _table_mistakes(max_len, d_model) + [
-            (
-                "table transposed",
-                f"your table has shape (d_model, max_len) = ({d_model}, {max_len}), the transpose "
-                "of (max_len, d_model): rows are positions, columns are features.",
-                expected.T,
-            )
-        ]
+            ("table transposed", f"your table has shape (d_model, max_len) = ({d_model}, {max_len}), the transpose "
+             "of (max_len, d_model): rows are positions, columns are features.", expected.T)]
         # values first (a wrong table is named even in float64), then the dtype: float32
         try:
             expect_close("the table", got, expected, mistakes, case=case, atol=_ATOL)
         except Failure as f:
             if f.mistake != "values differ":
                 raise
-            report = _columns_report(got, expected)
-            fail(f"the table ({case}) has the right shape, but {report}.", mistake="values differ")
+            fail(f"the table ({case}) has the right shape, but {_columns_report(got, expected)}.",
+                 mistake="values differ")
         if got.dtype != torch.float32:  # a float64 table makes PositionalEncoding return float64
-            fail(
-                f"the table ({case}) has the right values but dtype {got.dtype}; the contract's table is "
-                "float32 (torch's default dtype). A float64 table stored as `pe` makes PositionalEncoding "
-                "return float64, and the next nn.Linear then fails with 'mat1 and mat2 must have the same "
-                "dtype'. Build it with torch.arange(max_len, dtype=torch.float32) (or .float() at the end).",
-                mistake="wrong dtype",
-            )
+            fail(f"the table ({case}) has the right values but dtype {got.dtype}; the contract's table is float32 "
+                 "(torch's default dtype). A float64 table stored as `pe` makes PositionalEncoding return float64, and "
+                 "the next nn.Linear then fails with 'mat1 and mat2 must have the same dtype'. Build it with "
+                 "torch.arange(max_len, dtype=torch.float32) (or .float() at the end).", mistake="wrong dtype")
     return "3 random (max_len, d_model) tables"
 
 
@@ -216,80 +179,49 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
 def _check_pe_buffer(module: nn.Module, max_len: int, d_model: int) -> Tensor:
     """``pe`` must be a persistent buffer (saved, moved by ``.to``, never trained)."""
     if "pe" in dict(module.named_parameters()):
-        fail(
-            "`pe` is an nn.Parameter, so it is listed in parameters() and an optimizer would "
-            "train it. The encoding is fixed: store it with self.register_buffer('pe', table).",
-            mistake="pe is a Parameter",
-        )
+        fail("`pe` is an nn.Parameter, so it is listed in parameters() and an optimizer would train it. The encoding "
+             "is fixed: store it with self.register_buffer('pe', table).", mistake="pe is a Parameter")
     if "pe" not in dict(module.named_buffers()):
         if isinstance(getattr(module, "pe", None), Tensor):
-            fail(
-                "`self.pe` is a plain tensor attribute: it is missing from state_dict (not saved "
-                "with the model) and .to(device) does not move it. Register it with "
-                "self.register_buffer('pe', table).",
-                mistake="pe not a buffer",
-            )
-        fail(
-            "PositionalEncoding needs a buffer named `pe` holding the table: "
-            "self.register_buffer('pe', table) in __init__.",
-            mistake="missing pe",
-        )
+            fail("`self.pe` is a plain tensor attribute: it is missing from state_dict (not saved with the model) and "
+                 ".to(device) does not move it. Register it with self.register_buffer('pe', table).",
+                 mistake="pe not a buffer")
+        fail("PositionalEncoding needs a buffer named `pe` holding the table: self.register_buffer('pe', table) in "
+             "__init__.", mistake="missing pe")
     if "pe" not in module.state_dict():
-        fail(
-            "`pe` was registered with persistent=False, so it is missing from state_dict; "
-            "use self.register_buffer('pe', table) (persistent is the default).",
-            mistake="pe not persistent",
-        )
+        fail("`pe` was registered with persistent=False, so it is missing from state_dict; use "
+             "self.register_buffer('pe', table) (persistent is the default).", mistake="pe not persistent")
     if isinstance(module.pe, nn.Parameter):
-        fail(
-            "`pe` is registered as a buffer but holds an nn.Parameter (did sinusoidal_positional_encoding "
-            "return one?): it still tracks gradients. Register the plain table: "
-            "self.register_buffer('pe', table).",
-            mistake="pe is a Parameter",
-        )
+        fail("`pe` is registered as a buffer but holds an nn.Parameter (did sinusoidal_positional_encoding return "
+             "one?): it still tracks gradients. Register the plain table: self.register_buffer('pe', table).",
+             mistake="pe is a Parameter")
     pe = module.state_dict()["pe"]
     if pe.numel() != max_len * d_model or pe.size(-1) != d_model:
-        fail(
-            f"`pe` has shape {describe_shape(pe)}; for max_len={max_len}, d_model={d_model} it "
-            f"should be (max_len, d_model) = ({max_len}, {d_model}).",
-            mistake="wrong pe shape",
-        )
+        fail(f"`pe` has shape {describe_shape(pe)}; for max_len={max_len}, d_model={d_model} it should be (max_len, "
+             f"d_model) = ({max_len}, {d_model}).", mistake="wrong pe shape")
     return pe.detach().reshape(max_len, d_model)
 
 
 def _forward(module: nn.Module, x: Tensor, case: str, max_len: int) -> Any:
+    """``module(x)``, with the usual length and slicing errors named."""
     try:
         return call_student(module, x, context=f"running forward ({case})")
     except StudentError as err:
-        msg = str(err.exc)
-        if isinstance(err.exc, ValueError) and x.size(1) == max_len:
-            fail(
-                f"your forward raised ValueError for L = max_len = {max_len} ({case}): {msg.strip()[:120]}. A "
-                "sequence as long as the table fits (it uses every row): raise only when L > max_len "
-                "(check `L > self.max_len`, not `>=`).",
-                mistake="length check off by one",
-            )
+        exc, (B, L) = err.exc, x.shape[:2]
+        msg = str(exc)
+        if isinstance(exc, ValueError) and L == max_len:
+            fail(f"your forward raised ValueError for L = max_len = {max_len} ({case}): {msg.strip()[:120]}. A "
+                 "sequence as long as the table fits (it uses every row): raise only when L > max_len (check `L > "
+                 "self.max_len`, not `>=`).", mistake="length check off by one")
         sizes = re.search(r"tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", msg)
-        if isinstance(err.exc, RuntimeError) and sizes and x.size(0) in map(int, sizes.groups()):
-            line = student_line(err.exc)
-            fail(
-                f"adding the encoding to x failed ({case}): {msg.strip().splitlines()[0]}"
-                + (f"\n    at {line}" if line else "")
-                + f"\n    The table was sliced with the batch size B = {x.size(0)}: pe[:x.size(0)] is the "
-                "sequence-first convention (x of shape (L, B, D), as in PyTorch's tutorial). This course "
-                "is batch first, x is (B, L, D): slice with the length, pe[:x.size(1)].",
-                mistake="sequence-first slice",
-            )
-        if isinstance(err.exc, RuntimeError) and "must match the size" in msg:
-            line = student_line(err.exc)
-            L = x.size(1)
-            fail(
-                f"adding the encoding to x failed ({case}): {msg.strip().splitlines()[0]}"
-                + (f"\n    at {line}" if line else "")
-                + f"\n    x has L = {L} positions, the table max_len = {max_len} rows: add only the "
-                "first L rows, pe[:L].",
-                mistake="pe not sliced",
-            )
+        if isinstance(exc, RuntimeError) and "must match the size" in msg:
+            failed = f"adding the encoding to x failed ({case}): your code raised {raised(exc)}\n    "
+            if sizes and B in map(int, sizes.groups()):
+                fail(failed + f"The table was sliced with the batch size B = {B}: pe[:x.size(0)] is the sequence-first "
+                     "convention (x of shape (L, B, D), as in PyTorch's tutorial). This course is batch first, x is "
+                     "(B, L, D): slice with the length, pe[:x.size(1)].", mistake="sequence-first slice")
+            fail(failed + f"x has L = {L} positions, the table max_len = {max_len} rows: add only the first L rows, "
+                 "pe[:L].", mistake="pe not sliced")
         raise
 
 
@@ -308,24 +240,15 @@ def _check_dropout(cls: Any, D: int, M: int, p: float, table: Tensor) -> None:
     scale = dropout_scale(got, y, atol=_ATOL)
     if scale is None or abs(scale * (1 - p) - 1) > 1e-3:
         if matches(got, y, atol=_ATOL):
-            fail(
-                f"no dropout was applied ({case}): construct nn.Dropout(dropout) in __init__ and "
-                "apply it to x + pe[:L] in forward.",
-                mistake="dropout missing",
-            )
+            fail(f"no dropout was applied ({case}): construct nn.Dropout(dropout) in __init__ and apply it to x + "
+                 "pe[:L] in forward.", mistake="dropout missing")
         if scale is not None:
             fail_fixed_p(scale, p, "x + pe[:L]", case)
         if dropout_scale(got - table[:L], x, atol=_ATOL) is not None:
-            fail(
-                f"dropout was applied to x before adding the encoding ({case}); the paper applies "
-                "it to the sum: dropout(x + pe[:L]).",
-                mistake="dropout before adding",
-            )
-        fail(
-            f"in {case}, every entry should be either 0 (dropped) or (x + pe)/(1 - p) (kept); "
-            "yours are not. Return dropout(x + pe[:L]).",
-            mistake="values differ",
-        )
+            fail(f"dropout was applied to x before adding the encoding ({case}); the paper applies it to the sum: "
+                 "dropout(x + pe[:L]).", mistake="dropout before adding")
+        fail(f"in {case}, every entry should be either 0 (dropped) or (x + pe)/(1 - p) (kept); yours are not. Return "
+             "dropout(x + pe[:L]).", mistake="values differ")
     dropped.eval()
     case = f"eval mode, dropout={p}, x of shape ({B}, {L}, {D})"
     with torch.no_grad():
@@ -343,10 +266,7 @@ def check_positional_encoding(cls: Any) -> str:
         lengths = [randint(2, M // 2), randint(M // 2 + 1, M - 1), M]
         if D not in lengths:
             break
-    module = call_student(cls, D, M, context=f"constructing PositionalEncoding(d_model={D}, max_len={M})")
-    if not isinstance(module, nn.Module):
-        fail("PositionalEncoding should subclass nn.Module.", mistake="not a class")
-    module.eval()
+    module = build_student(cls, "PositionalEncoding", (D, M), {}, f"d_model={D}, max_len={M}")  # eval mode
     student_table = _check_pe_buffer(module, M, D)  # (M, D)
     table = sinusoidal_positional_encoding(M, D)  # (M, D)
 
@@ -360,54 +280,34 @@ def check_positional_encoding(cls: Any) -> str:
         check_unchanged(["x"], [x], [x0], case)
         expected = x0 + table[:L]  # (B, L, D)
 
-        def wrong_table(L: int = L, x0: Tensor = x0) -> Tensor | None:
-            if matches(student_table, table, atol=_ATOL):
-                return None
-            return x0 + student_table[:L]
-
         name = _name_table_mistake(student_table, M, D)
         which = f" ({name})." if name else f": {_columns_report(student_table, table)}."
-        root = math.sqrt(D)
-        scaled = (
-            "{} multiplied by sqrt(d_model) inside PositionalEncoding. That scaling belongs to "
-            "TokenEmbedding, which already returns embeddings times sqrt(d_model); PositionalEncoding "
-            "only adds the table: dropout(x + pe[:L])."
-        ).format
+        root, pe = math.sqrt(D), table[:L]  # (L, D)
+        scaled = ("{} multiplied by sqrt(d_model) inside PositionalEncoding. That scaling belongs to TokenEmbedding, "
+                  "which already returns embeddings times sqrt(d_model); PositionalEncoding only adds the table: "
+                  "dropout(x + pe[:L]).").format
         mistakes: list[Mistake] = [
-            (
-                "multiplied instead of added",
-                "x was multiplied by the encoding; the encoding is added: x + pe[:L].",
-                x0 * table[:L],
-            ),
-            ("scaled by sqrt(d_model)", scaled("x is"), x0 * root + table[:L]),
-            ("scaled by sqrt(d_model)", scaled("the sum x + pe[:L] is"), (x0 + table[:L]) * root),
-            ("scaled by sqrt(d_model)", scaled("the table is"), x0 + table[:L] * root),
-            (
-                "sequence-first slice",
-                f"row b of the table was added to every position of batch item b: pe[:x.size(0)] slices "
-                f"with the batch size (B = {B}), the sequence-first convention of PyTorch's tutorial (x of "
-                "shape (L, B, D), pe of shape (max_len, 1, D)). This course is batch first, x is (B, L, D): "
-                "add pe[:x.size(1)], the first L rows, to every batch item.",
-                lambda B=B, x0=x0: x0 + table[:B].unsqueeze(1),
-            ),
-            (
-                "wrong table",
-                "your forward adds `pe` correctly, but the table stored in `pe` is not the "
-                f"sinusoidal encoding{which} Fix sinusoidal_positional_encoding first (or build pe "
-                "with the reference `from course_utils import sinusoidal_positional_encoding`).",
-                wrong_table,
-            ),
+            ("multiplied instead of added", "x was multiplied by the encoding; the encoding is added: x + pe[:L].",
+             x0 * pe),
+            ("scaled by sqrt(d_model)", scaled("x is"), x0 * root + pe),
+            ("scaled by sqrt(d_model)", scaled("the sum x + pe[:L] is"), (x0 + pe) * root),
+            ("scaled by sqrt(d_model)", scaled("the table is"), x0 + pe * root),
+            ("sequence-first slice", "row b of the table was added to every position of batch item b: pe[:x.size(0)] "
+             f"slices with the batch size (B = {B}), the sequence-first convention of PyTorch's tutorial (x of shape "
+             "(L, B, D), pe of shape (max_len, 1, D)). This course is batch first, x is (B, L, D): add pe[:x.size(1)], "
+             "the first L rows, to every batch item.", lambda B=B, x0=x0: x0 + table[:B].unsqueeze(1)),
+            ("wrong table", "your forward adds `pe` correctly, but the table stored in `pe` is not the sinusoidal "
+             f"encoding{which} Fix sinusoidal_positional_encoding first (or build pe with the reference `from "
+             "course_utils import sinusoidal_positional_encoding`).",
+             None if matches(student_table, table, atol=_ATOL) else x0 + student_table[:L]),
         ]
         expect_close("output", got, expected, mistakes, case=case, atol=_ATOL)
     gradient_probe(module, lambda x: x + table[: x.size(1)], dict(x=x0), what="PositionalEncoding", case=case)
     pe = module.state_dict()["pe"]  # the right numbers, checked last: the buffer's own shape
     if tuple(pe.shape) != (M, D):
-        fail(
-            f"`pe` has shape {describe_shape(pe)}; for max_len={M}, d_model={D} it should be (max_len, d_model) "
-            f"= ({M}, {D}), the contract's (its state_dict is loaded into other models). An extra axis is not "
-            "needed: pe[:L] broadcasts over the batch by itself.",
-            mistake="wrong pe shape",
-        )
+        fail(f"`pe` has shape {describe_shape(pe)}; for max_len={M}, d_model={D} it should be (max_len, d_model) = "
+             f"({M}, {D}), the contract's (its state_dict is loaded into other models). An extra axis is not needed: "
+             "pe[:L] broadcasts over the batch by itself.", mistake="wrong pe shape")
 
     # the dtype rule: float32 in, float32 out (a float64 `pe` is fine when forward converts it to
     # x's dtype); float16 in with a .half() module, float16 out (no .float() on the table)
@@ -416,42 +316,26 @@ def check_positional_encoding(cls: Any) -> str:
                         lambda m, dt: _forward(m, x.to(dt), f"x in {dt}", M), "PositionalEncoding",
                         f"x of shape (2, {lengths[0]}, {D}), max_len={M}")
 
-    # dropout, training mode: each entry is 0 or (x + pe) / (1 - p); two values of p, so a
-    # hard-coded one differs from at least one of them (the kept scale 1 / (1 - p) tells)
-    for p in (0.3, 0.6):
+    for p in (0.3, 0.6):  # two values: a hard-coded p differs from one (the kept scale 1 / (1 - p) tells)
         _check_dropout(cls, D, M, p, table)
 
     # longer than the table: a clear ValueError
     L = M + randint(1, 5)
-    x = torch.randn(2, L, D)
+    longer = f"for a sequence longer than the table (L = {L} > max_len = {M}) your"
     try:
         with torch.no_grad():
-            module(x)
+            module(torch.randn(2, L, D))
     except ValueError as exc:
         if not all(re.search(rf"(?<!\d){n}(?!\d)", str(exc)) for n in (L, M)):
-            fail(
-                f"for a sequence longer than the table (L = {L} > max_len = {M}) your ValueError says "
-                f"{str(exc)!r}: the exercise asks for a message that names both numbers, e.g. "
-                "f\"sequence length L = {L} is longer than max_len = {self.max_len}\", so the caller sees "
-                "what to change.",
-                mistake="error message without values",
-            )
+            fail(f"{longer} ValueError says {str(exc)!r}: the exercise asks for a message that names both numbers, "
+                 "e.g. f\"sequence length L = {L} is longer than max_len = {self.max_len}\", so the caller sees what "
+                 "to change.", mistake="error message without values")
     except Exception as exc:  # noqa: BLE001 - the student's exception, reported as a diagnosis
-        line = student_line(exc)
-        first = (str(exc).strip().splitlines() or [""])[0]
-        fail(
-            f"for a sequence longer than the table (L = {L} > max_len = {M}) your forward raised "
-            f"{type(exc).__name__}: {first}" + (f"\n    at {line}" if line else "")
-            + "\n    Check the length first and raise a ValueError that names L and max_len.",
-            mistake="no length check",
-        )
+        fail(f"{longer} forward raised {raised(exc)}\n    Check the length first and raise a ValueError that names L "
+             "and max_len.", mistake="no length check")
     else:
-        fail(
-            f"for a sequence longer than the table (L = {L} > max_len = {M}) your forward returned "
-            "a result instead of raising: check the length and raise a ValueError that names L "
-            "and max_len.",
-            mistake="no length check",
-        )
+        fail(f"{longer} forward returned a result instead of raising: check the length and raise a ValueError that "
+             "names L and max_len.", mistake="no length check")
     return "pe is a buffer; L < max_len and L = max_len; dropout in train and eval mode; L > max_len raises"
 
 
@@ -463,30 +347,18 @@ def check_token_embedding(cls: Any) -> str:
         V, D, B, L = randint(11, 40), randint(5, 24), randint(2, 4), randint(5, 10)
         if len({V, D, B, L}) == 4:
             break
-    module = call_student(cls, V, D, context=f"constructing TokenEmbedding(vocab_size={V}, d_model={D})")
-    if not isinstance(module, nn.Module):
-        fail("TokenEmbedding should subclass nn.Module.", mistake="not a class")
+    module = build_student(cls, "TokenEmbedding", (V, D), {}, f"vocab_size={V}, d_model={D}")  # eval mode
     emb = getattr(module, "embedding", None)
     if not isinstance(emb, nn.Embedding):
-        fail(
-            "TokenEmbedding needs a submodule `embedding` that is nn.Embedding(vocab_size, d_model)"
-            + (f"; yours is {type(emb).__name__}." if emb is not None else "."),
-            mistake="missing embedding",
-        )
+        fail("TokenEmbedding needs a submodule `embedding` that is nn.Embedding(vocab_size, d_model)"
+             + (f"; yours is {type(emb).__name__}." if emb is not None else "."), mistake="missing embedding")
     if (emb.num_embeddings, emb.embedding_dim) != (V, D):
-        fail(
-            f"`embedding` should be nn.Embedding(vocab_size, d_model) = nn.Embedding({V}, {D}), got "
-            f"nn.Embedding({emb.num_embeddings}, {emb.embedding_dim}).",
-            mistake="wrong embedding size",
-        )
+        fail(f"`embedding` should be nn.Embedding(vocab_size, d_model) = nn.Embedding({V}, {D}), got "
+             f"nn.Embedding({emb.num_embeddings}, {emb.embedding_dim}).", mistake="wrong embedding size")
     if emb.sparse:
-        fail(
-            "`embedding` is built with sparse=True: its gradient is then a sparse tensor, which "
-            "torch.optim.Adam (the optimiser of notebooks 06 and 07) refuses. Use the default dense "
-            "nn.Embedding(vocab_size, d_model).",
-            mistake="sparse embedding",
-        )
-    module.eval()
+        fail("`embedding` is built with sparse=True: its gradient is then a sparse tensor, which torch.optim.Adam "
+             "(the optimiser of notebooks 06 and 07) refuses. Use the default dense nn.Embedding(vocab_size, "
+             "d_model).", mistake="sparse embedding")
     ref = TokenEmbedding(V, D).eval()
     with torch.no_grad():
         emb.weight.copy_(torch.randn(V, D))  # random, not the default init
@@ -503,21 +375,11 @@ def check_token_embedding(cls: Any) -> str:
         check_unchanged(["tokens"], [tokens], [tokens0], case)
         lookup = weight[tokens0]  # (B, L, D)
         mistakes: list[Mistake] = [
-            (
-                "embeddings not scaled",
-                "the embeddings are not scaled: multiply them by sqrt(d_model).",
-                lookup,
-            ),
-            (
-                "scaled by d_model",
-                "the embeddings are multiplied by d_model; multiply by its square root, sqrt(d_model).",
-                lookup * D,
-            ),
-            (
-                "divided by sqrt(d_model)",
-                "the embeddings are divided by sqrt(d_model); multiply by it instead.",
-                lookup / math.sqrt(D),
-            ),
+            ("embeddings not scaled", "the embeddings are not scaled: multiply them by sqrt(d_model).", lookup),
+            ("scaled by d_model", "the embeddings are multiplied by d_model; multiply by its square root, "
+             "sqrt(d_model).", lookup * D),
+            ("divided by sqrt(d_model)", "the embeddings are divided by sqrt(d_model); multiply by it instead.",
+             lookup / math.sqrt(D)),
         ]
         expect_close("output", got, expected, mistakes, case=case)
     gradient_probe(module, ref, dict(tokens=tokens0), [("embedding.weight", emb.weight, ref.embedding.weight)],
