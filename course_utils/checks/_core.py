@@ -84,8 +84,7 @@ class Failure(Exception):
 
     def __init__(self, message: str, mistake: str | None = None):
         super().__init__(message)
-        self.message = message
-        self.mistake = mistake
+        self.message, self.mistake = message, mistake
 
 
 class StudentError(Exception):
@@ -93,8 +92,7 @@ class StudentError(Exception):
 
     def __init__(self, exc: BaseException, context: str):
         super().__init__(str(exc))
-        self.exc = exc
-        self.context = context
+        self.exc, self.context = exc, context
 
 
 def fail(message: str, mistake: str | None = None) -> None:
@@ -102,12 +100,10 @@ def fail(message: str, mistake: str | None = None) -> None:
 
 
 def _is_student_frame(filename: str) -> bool:
-    path = os.path.abspath(filename)
-    if path.startswith(_PACKAGE_DIR) or path.startswith(_TORCH_DIR):
+    path = os.path.abspath(filename)  # not this package, torch, the standard library or an installed package
+    if path.startswith((_PACKAGE_DIR, _TORCH_DIR)) or "site-packages" in path or "dist-packages" in path:
         return False
-    if path.startswith(os.path.dirname(os.__file__)) and "site-packages" not in path:
-        return False  # the standard library
-    return "site-packages" not in path and "dist-packages" not in path
+    return not path.startswith(os.path.dirname(os.__file__))
 
 
 def student_line(exc: BaseException) -> str | None:
@@ -139,11 +135,8 @@ def call_student(fn: Callable[..., Any], *args: Any, context: str = "", **kwargs
         raise StudentError(exc, context) from exc
     if any(_is_ndarray(p) for p in (result if isinstance(result, (tuple, list)) else (result,))):
         where = f" ({context})" if context else ""
-        fail(
-            f"your code returned a numpy.ndarray{where}, expected a torch.Tensor: stay in torch "
-            "(torch functions and tensor methods, not numpy), or convert with torch.from_numpy(...).",
-            mistake="not a tensor",
-        )
+        fail(f"your code returned a numpy.ndarray{where}, expected a torch.Tensor: stay in torch (torch functions "
+             "and tensor methods, not numpy), or convert with torch.from_numpy(...).", mistake="not a tensor")
     return result
 
 
@@ -176,15 +169,8 @@ matches = _close  # the checkers' name for it
 Mistake = tuple[str, str, Any]
 
 
-def expect_close(
-    what: str,
-    got: Any,
-    expected: Tensor,
-    mistakes: Mapping[str, Any] | Iterable[Mistake] | None = None,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-    case: str = "",
-) -> None:
+def expect_close(what: str, got: Any, expected: Tensor, mistakes: Mapping[str, Any] | Iterable[Mistake] | None = None,
+                 atol: float = 1e-5, rtol: float = 1e-4, case: str = "") -> None:
     """Fail with a precise diagnosis unless ``got`` equals ``expected``. ``mistakes``: what
     the code would return with each catalogued mistake, as ``(name, diagnosis, candidate)``
     or ``{diagnosis: candidate}`` (the name is then the diagnosis); a candidate is a tensor
@@ -195,9 +181,8 @@ def expect_close(
         fail(f"{what}{where} should be a torch.Tensor, but your code returned {describe_shape(got)}.")
     if _close(got, expected, atol, rtol):
         return
-    for name, diagnosis, candidate in (
-        [(d, d, c) for d, c in mistakes.items()] if isinstance(mistakes, Mapping) else mistakes or ()
-    ):
+    triples = [(d, d, c) for d, c in mistakes.items()] if isinstance(mistakes, Mapping) else mistakes or ()
+    for name, diagnosis, candidate in triples:
         try:
             value = candidate() if callable(candidate) else candidate
         except Exception:  # noqa: BLE001 - a mistake that cannot even be computed is not this one
@@ -205,10 +190,8 @@ def expect_close(
         if isinstance(value, Tensor) and _close(got, value, atol, rtol):
             fail(f"{what}{where}: {diagnosis}", mistake=name)
     if got.shape != expected.shape:
-        fail(
-            f"{what}{where} has shape {describe_shape(got)}, expected {describe_shape(expected)}.",
-            mistake="wrong shape",
-        )
+        fail(f"{what}{where} has shape {describe_shape(got)}, expected {describe_shape(expected)}.",
+             mistake="wrong shape")
     if got.dtype != expected.dtype and (got.dtype == torch.bool) != (expected.dtype == torch.bool):
         fail(f"{what}{where} has dtype {got.dtype}, expected {expected.dtype}.", mistake="wrong dtype")
     if got.dtype == torch.bool or expected.dtype == torch.bool:
@@ -218,12 +201,9 @@ def expect_close(
     if isnan(got).any():
         fail(f"{what}{where} contains NaN.", mistake="NaN")
     idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
-    fail(
-        f"{what}{where} has the right shape but the wrong values: the largest difference is "
-        f"{float(diff.max()):.3g} at index {idx} (yours {float(got[idx]):.4f}, expected "
-        f"{float(expected[idx]):.4f}).",
-        mistake="values differ",
-    )
+    fail(f"{what}{where} has the right shape but the wrong values: the largest difference is {float(diff.max()):.3g} "
+         f"at index {idx} (yours {float(got[idx]):.4f}, expected {float(expected[idx]):.4f}).",
+         mistake="values differ")
 
 
 # ---------------------------------------------------------------- input helpers
@@ -235,11 +215,9 @@ def randint(low: int, high: int) -> int:
 def check_unchanged(names: Iterable[str], tensors: Iterable[Any], originals: Iterable[Any], where: str) -> None:
     for name, t, t0 in zip(names, tensors, originals):
         if isinstance(t, Tensor) and not equal(t, t0):
-            fail(
-                f"your code modified its input `{name}` in place ({where}). Work on new tensors "
-                f"(e.g. `x = x + y`, not `x += y` or `x.masked_fill_(...)`); the caller still needs its input.",
-                mistake="input modified in place",
-            )
+            fail(f"your code modified its input `{name}` in place ({where}). Work on new tensors (e.g. `x = x + y`, "
+                 "not `x += y` or `x.masked_fill_(...)`); the caller still needs its input.",
+                 mistake="input modified in place")
 
 
 def dropout_scale(got: Any, kept: Tensor, atol: float = 1e-5) -> float | None:
@@ -267,26 +245,20 @@ def dropout_pattern(got: Any, kept: Tensor, p: float, atol: float = 1e-5) -> boo
 
 def fail_fixed_p(scale: float, p: float, where: str, case: str) -> None:
     """Dropout acts on ``where`` but scales kept entries by ``scale``, not ``1 / (1 - p)``."""
-    fail(
-        f"in {case}: dropout acts on {where}, but with p = {1 - 1 / scale:.2g} (kept entries are scaled by "
-        f"{scale:.3g} = 1/(1 - p)) instead of the dropout argument {p}: build nn.Dropout(dropout) from the "
-        "argument, not a fixed number.",
-        mistake="hard-coded dropout p",
-    )
+    fail(f"in {case}: dropout acts on {where}, but with p = {1 - 1 / scale:.2g} (kept entries are scaled by "
+         f"{scale:.3g} = 1/(1 - p)) instead of the dropout argument {p}: build nn.Dropout(dropout) from the "
+         "argument, not a fixed number.", mistake="hard-coded dropout p")
 
 
 def fail_eval_dropout(what: str, case: str) -> None:
-    fail(
-        f"in {case}: {what} differs from the one without dropout: dropout still acts in eval mode. Use the "
-        "module nn.Dropout (or F.dropout(..., training=self.training)), which model.eval() switches off.",
-        mistake="dropout ignores eval mode",
-    )
+    fail(f"in {case}: {what} differs from the one without dropout: dropout still acts in eval mode. Use the "
+         "module nn.Dropout (or F.dropout(..., training=self.training)), which model.eval() switches off.",
+         mistake="dropout ignores eval mode")
 
 
 def random_mask(*shape: int, p_true: float = 0.5) -> Tensor:
-    """Bool mask whose every row (last axis) allows at least one key and blocks at least
-    one (other entries True with probability ``p_true``), rows not all identical (so a
-    mis-broadcast mask shows)."""
+    """Bool mask whose every row (last axis) allows and blocks at least one key (others True with
+    probability ``p_true``), the rows not all identical (so a mis-broadcast mask shows)."""
     L_k = shape[-1]
     while True:
         rows = torch.rand(*shape).reshape(-1, L_k) < p_true  # (rows, L_k)
@@ -332,10 +304,8 @@ _DECODER_FORWARD = (("tgt_mask", "memory_mask"), "(x, memory, tgt_mask=None, mem
 CONTRACT_PARAMETERS: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
     "scaled_dot_product_attention": {"": (("mask",), "(query, key, value, mask=None)")},
     "padding_mask": {"": (("pad_id",), "(tokens, pad_id)")},
-    "MultiHeadAttention": {
-        "__init__": (("d_model", "num_heads", "dropout"), "(d_model, num_heads, dropout=0.0)"),
-        "forward": (("mask",), "(query, key, value, mask=None)"),
-    },
+    "MultiHeadAttention": {"__init__": (("d_model", "num_heads", "dropout"), "(d_model, num_heads, dropout=0.0)"),
+                           "forward": (("mask",), "(query, key, value, mask=None)")},
     "PositionalEncoding": {"__init__": (("d_model", "max_len", "dropout"), "(d_model, max_len=5000, dropout=0.0)")},
     "TokenEmbedding": {"__init__": (("vocab_size", "d_model"), "(vocab_size, d_model)")},
     "LayerNorm": {"__init__": (("d_model", "eps"), "(d_model, eps=1e-5)")},
@@ -363,18 +333,12 @@ def require_contract_parameters(obj: Any, exercise: str) -> None:
             continue
         named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         missing = [n for n in names if n not in named]
-        if not missing:
-            continue
-        title = f"{exercise}.{part}" if part else exercise
-        yours = ", ".join(n for n in params if n != "self")
-        want = shown if not part else "(self, " + shown[1:]
-        fail(
-            f"your {title} has no parameter named `{missing[0]}` (yours: ({yours})); the contract's signature "
-            f"is {title}{want}. Callers pass `{missing[0]}=...` by keyword (later cells, the next exercises), "
-            "which raises TypeError under another name: keep the contract's names (extra optional parameters "
-            "are fine).",
-            mistake="parameter renamed",
-        )
+        if missing:
+            title, yours = f"{exercise}.{part}" if part else exercise, ", ".join(n for n in params if n != "self")
+            fail(f"your {title} has no parameter named `{missing[0]}` (yours: ({yours})); the contract's signature "
+                 f"is {title}{'(self, ' + shown[1:] if part else shown}. Callers pass `{missing[0]}=...` by keyword "
+                 "(later cells, the next exercises), which raises TypeError under another name: keep the contract's "
+                 "names (extra optional parameters are fine).", mistake="parameter renamed")
 
 
 def check_dtype_follows(
@@ -460,11 +424,8 @@ def check_input_device(on_meta: Callable[[], Any], on_cpu: Callable[[], Any], wh
 def require_module_class(cls: Any, name: str) -> None:
     """The checker takes the student's class (it builds instances itself)."""
     if isinstance(cls, nn.Module):
-        fail(
-            f"pass the class itself, not an instance: check_...({name}), not "
-            f"check_...({name}(...)). The check builds its own instances with its own sizes.",
-            mistake="not a class",
-        )
+        fail(f"pass the class itself, not an instance: check_...({name}), not check_...({name}(...)). The check "
+             "builds its own instances with its own sizes.", mistake="not a class")
     if not isinstance(cls, type):
         fail(f"expected your class {name}, got {type(cls).__name__}.", mistake="not a class")
     if not issubclass(cls, nn.Module):
@@ -510,8 +471,8 @@ def _verdict(exercise: str, exc: BaseException) -> tuple[str, str | None, str]:
     if not isinstance(exc, StudentError):
         if isinstance(exc, NotImplementedError):
             return "not implemented", "not implemented", f"[ ] {exercise}: not implemented yet."
-        # a bug in the checker itself
-        return "error", None, f"[X] {exercise}: the check could not run your code: {type(exc).__name__}: {exc}" + _at(exc)
+        return "error", None, (  # a bug in the checker itself
+            f"[X] {exercise}: the check could not run your code: {type(exc).__name__}: {exc}" + _at(exc))
     context, exc = f" while {exc.context}" if exc.context else "", exc.exc
     if isinstance(exc, NotImplementedError):
         stub = _raising_stub(exc)
@@ -654,11 +615,8 @@ def hint(exercise: str, level: int | None = None) -> None:
     level = max(1, min(level, len(hints)))
     print(f"Hint {level}/{len(hints)} for {name}: {hints[level - 1]}")
     if level == len(hints):
-        print(
-            f"Still stuck? Continue with the reference: `from course_utils import {name}` "
-            "and come back later (fine for learning; a graded copy shows that exercise as "
-            "'used the reference')."
-        )
+        print(f"Still stuck? Continue with the reference: `from course_utils import {name}` and come back later "
+              "(fine for learning; a graded copy shows that exercise as 'used the reference').")
 
 
 # ---------------------------------------------------------------- probes shared by the module checkers
@@ -780,11 +738,8 @@ def require_own_code(run: Callable[[], Any], names: Iterable[str], what: str, in
     ``names`` that the exercise asks the student to write: ``instead`` says what to write."""
     result, seen = forbidden_calls(run, names)
     if seen:
-        fail(
-            f"your {what} calls torch's {seen[0]} (F.{seen[0]}, torch.{seen[0]} or the nn module that "
-            f"wraps it): the exercise is to write it yourself, {instead}.",
-            mistake="forbidden call",
-        )
+        fail(f"your {what} calls torch's {seen[0]} (F.{seen[0]}, torch.{seen[0]} or the nn module that wraps it): "
+             f"the exercise is to write it yourself, {instead}.", mistake="forbidden call")
     return result
 
 
@@ -793,14 +748,8 @@ _CUTS = ("a `with torch.no_grad():` block, `.detach()`, `.data`, a round trip th
          "or a parameter left with requires_grad=False")
 
 
-def gradient_probe(
-    student: Callable[..., Any],
-    reference: Callable[..., Any],
-    inputs: Mapping[str, Any],
-    params: Iterable[tuple[str, Tensor, Tensor]] = (),
-    what: str = "code",
-    case: str = "",
-) -> None:
+def gradient_probe(student: Callable[..., Any], reference: Callable[..., Any], inputs: Mapping[str, Any],
+                   params: Iterable[tuple[str, Tensor, Tensor]] = (), what: str = "code", case: str = "") -> None:
     """Fail unless the student's code passes the reference's gradients back (the contract's
     "Gradients"). ``student`` and ``reference`` run on their own copies of ``inputs`` (float
     tensors require grad); one random upstream gradient goes back through the first tensor
@@ -808,7 +757,6 @@ def gradient_probe(
     (``(name, student parameter, reference parameter)``, values made equal) must match.
     Call it on a case whose forward matched, modules in eval mode, no fully blocked mask row.
     Mistakes: "gradient blocked", "gradient differs", "backward fails"."""
-    names = list(inputs)
     where = f" ({case})" if case else ""
 
     def leaves(values: Iterable[Any]) -> list[Any]:
@@ -819,7 +767,6 @@ def gradient_probe(
         return result[0] if isinstance(result, (tuple, list)) and result else result
 
     given_s, given_r = leaves(inputs.values()), leaves(inputs.values())
-    params = list(params)
     with torch.enable_grad():
         try:
             out_s = first(call_student(student, *given_s, context=f"running your {what} with inputs that require grad"))
@@ -833,8 +780,8 @@ def gradient_probe(
         if not isinstance(out_s, Tensor) or out_s.shape != out_r.shape or not out_r.requires_grad:
             return  # the forward checks speak of a wrong output
         upstream = torch.randn(out_r.shape, dtype=out_r.dtype)
-        named = [(n, s, r) for n, s, r in zip(names, given_s, given_r) if isinstance(r, Tensor) and r.requires_grad]
-        named += params
+        named = [(n, s, r) for n, s, r in zip(inputs, given_s, given_r) if isinstance(r, Tensor) and r.requires_grad]
+        named += list(params)
         grads_r = torch.autograd.grad(out_r, [r for _, _, r in named], upstream, allow_unused=True)
         # rounding leaves ~1e-7 where the exact gradient is 0 (a key bias: softmax ignores a shift)
         scale = max((float(g.abs().max()) for g in grads_r if g is not None), default=0.0)
