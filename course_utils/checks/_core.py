@@ -358,14 +358,11 @@ def check_dtype_follows(
             except StudentError as err:
                 if dtype == torch.float32 or "dtype" not in str(err.exc) and "scalar type" not in str(err.exc):
                     raise
-                fail(
-                    f"your {what}, converted with .to({dtype}) ({case}), raised {raised(err.exc)}\n    Part of "
-                    "it did not follow .to(): a layer or tensor kept outside the module's registered parameters "
-                    "and buffers (a plain attribute tensor, a Python list or dict of layers), or a tensor created "
-                    "in forward in a fixed dtype. Register sub-modules as attributes (or nn.ModuleList), tables "
-                    "with register_buffer, and create new tensors in the input's dtype.",
-                    mistake="dtype not preserved",
-                )
+                fail(f"your {what}, converted with .to({dtype}) ({case}), raised {raised(err.exc)}\n    Part of it did "
+                     "not follow .to(): a layer or tensor kept outside the module's registered parameters and buffers "
+                     "(a plain attribute tensor, a Python list or dict of layers), or a tensor created in forward in a "
+                     "fixed dtype. Register sub-modules as attributes (or nn.ModuleList), tables with register_buffer, "
+                     "and create new tensors in the input's dtype.", mistake="dtype not preserved")
         for got in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(got, Tensor) and got.is_floating_point() and got.dtype != dtype:
                 cause = {
@@ -374,14 +371,10 @@ def check_dtype_follows(
                     torch.float32: "something casts to float32 (.float()) or adds a float32 tensor to "
                     f"the {dtype} input; convert it to the input's dtype (.to(x.dtype)) or leave the cast out",
                 }.get(got.dtype, "remove the cast")
-                fail(
-                    f"your {what}, {'as built' if dtype == torch.float32 else f'converted with .to({dtype})'} "
-                    f"({case}, any floating input in {dtype} too), "
-                    f"returns {got.dtype} instead of {dtype}: {cause}. The output's dtype follows the "
-                    "module's and its input's, so that the next layer does not fail with 'mat1 and mat2 "
-                    "must have the same dtype'.",
-                    mistake="dtype not preserved",
-                )
+                fail(f"your {what}, {'as built' if dtype == torch.float32 else f'converted with .to({dtype})'} "
+                     f"({case}, any floating input in {dtype} too), returns {got.dtype} instead of {dtype}: {cause}. "
+                     "The output's dtype follows the module's and its input's, so that the next layer does not fail "
+                     "with 'mat1 and mat2 must have the same dtype'.", mistake="dtype not preserved")
 
 
 # Tensor methods that copy values out into Python: a tensor rebuilt from them lands on the CPU.
