@@ -157,6 +157,7 @@ def test_a_bug_in_a_checker_becomes_a_verdict_not_an_exception():
     result = check_broken(lambda: None)
     assert result.status == "error" and not result.passed
     assert "KeyError" in result.feedback
+    assert f"(seed {result.seed}: check_broken(..., seed={result.seed}) repeats these inputs)" in result.feedback
 
 
 def test_result_prints_once_in_a_notebook(capsys):
@@ -236,15 +237,37 @@ def test_the_seed_is_recorded_printed_on_failure_and_replays_the_inputs(monkeypa
     assert fresh.passed and isinstance(fresh.seed, int) and "seed" not in fresh.feedback  # [OK] stays the same text
     bad = check_draw(lambda x: x * 2, seed="soon")
     assert bad.status == "failed" and "seed must be an int" in bad.feedback and "'soon'" in bad.feedback
+    monkeypatch.setenv("COURSE_CHECK_SEED", "soon")
+    bad_env = check_draw(lambda x: x * 2)
+    assert bad_env.status == "failed" and "$COURSE_CHECK_SEED must be an int" in bad_env.feedback
+    assert check_draw(lambda x: x * 3, seed=77).feedback == wrong.feedback  # seed= wins over the variable
+
+
+def _stub(x):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("student, status", [(lambda x: x * 3, "failed"), (lambda x: x @ x, "error"),
+                                             (_stub, "not implemented")], ids=["failed", "error", "stub"])
+def test_every_verdict_but_ok_ends_with_its_seed_and_the_variable_replays_it(student, status, monkeypatch):
+    first = check_demo(student, seed=5)
+    assert first.status == status and first.seed == 5
+    assert first.feedback.endswith("\n    (seed 5: check_demo(..., seed=5) repeats these inputs)")
+    monkeypatch.setenv("COURSE_CHECK_SEED", "5")
+    again = check_demo(student)
+    assert (again.status, again.mistake, again.feedback, again.seed) == (status, first.mistake, first.feedback, 5)
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCES))
-def test_every_checker_replays_a_wrong_verdict_from_its_seed(name):
+def test_every_checker_replays_a_wrong_verdict_from_its_seed(name, monkeypatch):
     check = getattr(checks, name)
     first = check(lambda *a, **k: 0, seed=2024)  # wrong for every exercise
     again = check(lambda *a, **k: 0, seed=2024)
     assert not first.passed and first.seed == 2024 and "seed 2024" in first.feedback
     assert (again.feedback, again.mistake, again.status) == (first.feedback, first.mistake, first.status)
+    monkeypatch.setenv("COURSE_CHECK_SEED", "2024")
+    from_env = check(lambda *a, **k: 0)
+    assert (from_env.feedback, from_env.mistake, from_env.seed) == (first.feedback, first.mistake, 2024)
 
 
 def test_a_hanging_student_ends_the_check_with_a_clear_message(monkeypatch):
@@ -367,12 +390,33 @@ def test_patched_torch_comparisons_leave_the_01_03_verdicts_unchanged(name, stud
     assert (patched.feedback, patched.mistake) == (plain.feedback, plain.mistake)
 
 
-@pytest.mark.parametrize("name, student, mistake", WRONG_01_03, ids=[n for n, _, _ in WRONG_01_03])
+class _NormScaleAndShiftSwapped(course_utils.LayerNorm):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
+        return self.bias * (x - mean) / torch.sqrt(var + self.eps) + self.weight
+
+
+# and one per notebook 04-09 (cheap ones: the replay test runs them at fresh seeds)
+WRONG_04_09 = [
+    ("check_layer_norm", _NormScaleAndShiftSwapped, "weight and bias swapped"),
+    ("check_make_src_mask", lambda src, pad_id: (src == pad_id).unsqueeze(1), "inverted mask"),
+    ("check_shift_targets", lambda tgt: (tgt[:, 1:], tgt[:, :-1]), "shifted the wrong way"),
+    ("check_noam_lr", lambda step, d_model, warmup, factor=1.0: factor * d_model**-0.5
+     * min(step**-0.5, step * warmup**-0.5), "warmup^-0.5 instead of warmup^-1.5"),
+    ("check_masked_mean_pool", lambda x, mask: x.mean(1), "mean over padding"),
+    ("check_next_token_probs",
+     lambda logits, temperature=1.0, top_k=None, top_p=None: torch.softmax(logits * temperature, -1),
+     "temperature multiplied"),
+]
+
+
+@pytest.mark.parametrize("name, student, mistake", WRONG_01_03 + WRONG_04_09,
+                         ids=[n for n, _, _ in WRONG_01_03 + WRONG_04_09])
 def test_the_printed_seed_replays_the_same_inputs_and_verdict(name, student, mistake, monkeypatch):
     check = getattr(checks, name)
     first = check(student)  # a fresh random seed, printed in the feedback
     seed = int(re.search(r"\(seed (\d+):", first.feedback).group(1))
-    assert first.seed == seed
+    assert first.seed == seed and first.mistake == mistake, first.feedback
     monkeypatch.setenv("COURSE_CHECK_SEED", str(seed))
     again = check(student)
     assert (again.feedback, again.mistake, again.seed) == (first.feedback, first.mistake, seed)

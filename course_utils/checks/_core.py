@@ -1,30 +1,19 @@
-"""The machinery every checker shares (used by notebooks 01-07).
+"""The machinery every checker shares; its promises are in docs/course-contract.md
+("For every checker").
 
-A checker (``check_<name>(student_fn_or_class)``) runs the student's code on fresh,
-awkward, random inputs, compares with the reference, and, when they differ, compares
-with the reference run *with a known mistake* to name that mistake. It never raises:
-everything, including the checker's own bugs, becomes a :class:`CheckResult`.
-
-Writing a checker::
+A checker runs the student's code on fresh, awkward, random inputs, compares with the
+reference and, when they differ, with the reference run *with a known mistake* to name it::
 
     @checker("scaled_dot_product_attention")
     def check_scaled_dot_product_attention(fn):
-        ...
         got = call_student(fn, q, k, v)          # StudentError on exception
         expect_close("output", got, ref, mistakes={"no scaling": no_scale_out, ...})
         return "6 cases with and without masks"  # success detail
 
-Failure is signalled by raising :class:`Failure` (``fail(...)``) inside the body; the
-decorator turns it, a student exception, or a stub's ``NotImplementedError`` into a
-``CheckResult``.
-
-Every check is replayable and bounded in time. The decorator seeds torch's generator (in a
-fork, so the caller's stream is untouched) with the ``seed=`` keyword every checker accepts,
-else ``$COURSE_CHECK_SEED``, else a fresh random seed; the seed is stored in
-``CheckResult.seed`` and printed in every verdict that is not ``[OK]``, and the same seed
-draws the same inputs again. A check that runs longer than :data:`TIME_LIMIT_S` ends with
-"did not finish within N s" (an alarm signal on the main thread; elsewhere the check stops
-waiting for a worker thread).
+The body fails with :func:`fail`. The decorator turns that, a student's exception, a stub's
+``NotImplementedError`` or the checker's own bug into a :class:`CheckResult` (it never
+raises), seeds the draw (``seed=``, else ``$COURSE_CHECK_SEED``, else a fresh seed, printed
+in every verdict but ``[OK]``) and ends the check after :data:`TIME_LIMIT_S` seconds.
 """
 
 from __future__ import annotations
@@ -43,6 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ._display import mimebundle, show_verdict, verdict_html
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
@@ -51,53 +42,40 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 # Checkers use these names, never the torch attributes.
 allclose, equal, isclose, isnan, isfinite = torch.allclose, torch.equal, torch.isclose, torch.isnan, torch.isfinite
 
-# Seconds a whole check may run before it ends with "did not finish" (generous: the
-# slowest check takes a few seconds on a laptop); $COURSE_CHECK_TIME_LIMIT overrides it.
+# Seconds a whole check may run (the slowest takes a few on a laptop); $COURSE_CHECK_TIME_LIMIT overrides it.
 TIME_LIMIT_S = float(os.environ.get("COURSE_CHECK_TIME_LIMIT", "60"))
 
 
 @dataclass
 class CheckResult:
-    """What a checker concluded. ``bool(result)`` is ``result.passed``.
-
-    ``feedback`` is the full message printed in the notebook; ``mistake`` names the
-    catalogued mistake that was recognised (``None`` if none or passed); ``status`` is
-    one of ``"passed"``, ``"failed"``, ``"not implemented"``, ``"error"``; ``seed`` is the
-    seed the inputs were drawn from (printed in every verdict but ``[OK]``).
-    """
+    """A checker's verdict; ``bool(result)`` is ``passed``. ``status``: ``"passed"``,
+    ``"failed"``, ``"not implemented"`` or ``"error"``; ``mistake``: the catalogued name
+    (``_mistakes.py``) or None; ``seed``: ``check_...(..., seed=seed)`` draws the inputs again."""
 
     exercise: str
     passed: bool
-    feedback: str
+    feedback: str  # the verdict's text, as printed
     status: str = "failed"
     mistake: str | None = None
-    seed: int | None = None  # the seed of the inputs: check_...(..., seed=seed) draws them again
+    seed: int | None = None
     _shown: bool = field(default=False, repr=False, compare=False)
 
     def __bool__(self) -> bool:
         return self.passed
 
     def show(self) -> None:
-        """Show the verdict: HTML and this text in Jupyter, the text alone elsewhere."""
-        from ._display import show_verdict
-
+        """HTML and this text in Jupyter, the text alone elsewhere."""
         show_verdict(self.feedback, self.status)
         self._shown = True
 
     def _ipython_display_(self) -> None:
-        # the checker already showed its verdict; showing the result again would repeat it
-        if not self._shown:
+        if not self._shown:  # the checker already showed its verdict: not twice
             self.show()
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        """Both forms, for tools that render an object without IPython's display hook."""
-        from ._display import mimebundle
-
-        return mimebundle(self.feedback, self.status)
+        return mimebundle(self.feedback, self.status)  # for tools without IPython's display hook
 
     def _repr_html_(self) -> str:
-        from ._display import verdict_html
-
         return verdict_html(self.feedback, self.status)
 
 
@@ -106,8 +84,7 @@ class Failure(Exception):
 
     def __init__(self, message: str, mistake: str | None = None):
         super().__init__(message)
-        self.message = message
-        self.mistake = mistake
+        self.message, self.mistake = message, mistake
 
 
 class StudentError(Exception):
@@ -115,8 +92,7 @@ class StudentError(Exception):
 
     def __init__(self, exc: BaseException, context: str):
         super().__init__(str(exc))
-        self.exc = exc
-        self.context = context
+        self.exc, self.context = exc, context
 
 
 def fail(message: str, mistake: str | None = None) -> None:
@@ -124,12 +100,10 @@ def fail(message: str, mistake: str | None = None) -> None:
 
 
 def _is_student_frame(filename: str) -> bool:
-    path = os.path.abspath(filename)
-    if path.startswith(_PACKAGE_DIR) or path.startswith(_TORCH_DIR):
+    path = os.path.abspath(filename)  # not this package, torch, the standard library or an installed package
+    if path.startswith((_PACKAGE_DIR, _TORCH_DIR)) or "site-packages" in path or "dist-packages" in path:
         return False
-    if path.startswith(os.path.dirname(os.__file__)) and "site-packages" not in path:
-        return False  # the standard library
-    return "site-packages" not in path and "dist-packages" not in path
+    return not path.startswith(os.path.dirname(os.__file__))
 
 
 def student_line(exc: BaseException) -> str | None:
@@ -139,30 +113,30 @@ def student_line(exc: BaseException) -> str | None:
         return None
     frame = frames[-1]
     code = (frame.line or "").strip()
-    where = f"line {frame.lineno}" + (f" (in {frame.name})" if frame.name not in ("<module>",) else "")
+    where = f"line {frame.lineno}" + (f" (in {frame.name})" if frame.name != "<module>" else "")
     return f"{where}: {code}" if code else where
+
+
+def _at(exc: BaseException) -> str:
+    """The student's line as a feedback line of its own, or ``""``."""
+    line = student_line(exc)
+    return f"\n    at {line}" if line else ""
 
 
 def call_student(fn: Callable[..., Any], *args: Any, context: str = "", **kwargs: Any) -> Any:
     """Call student code; any exception becomes a :class:`StudentError` for the decorator.
-
-    A numpy array returned (alone or inside a tuple or list) fails at once with "returned a
-    numpy.ndarray, expected a torch.Tensor": nothing in the course returns one, and the
-    checker's own tensor code would otherwise stumble on it with a misleading error."""
+    A numpy array returned (alone or in a tuple or list) fails at once ("not a tensor"),
+    before the checker's own tensor code stumbles on it with a misleading error."""
     try:
         result = fn(*args, **kwargs)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - every student exception is reported, none escapes
         # SystemExit too (sys.exit(), exit(), quit() in student code): it would end the check without a
         # verdict. KeyboardInterrupt (the student stops the cell) and the check's own time limit still escape.
         raise StudentError(exc, context) from exc
-    parts = result if isinstance(result, (tuple, list)) else (result,)
-    if any(_is_ndarray(p) for p in parts):
+    if any(_is_ndarray(p) for p in (result if isinstance(result, (tuple, list)) else (result,))):
         where = f" ({context})" if context else ""
-        fail(
-            f"your code returned a numpy.ndarray{where}, expected a torch.Tensor: stay in torch "
-            "(torch functions and tensor methods, not numpy), or convert with torch.from_numpy(...).",
-            mistake="not a tensor",
-        )
+        fail(f"your code returned a numpy.ndarray{where}, expected a torch.Tensor: stay in torch (torch functions "
+             "and tensor methods, not numpy), or convert with torch.from_numpy(...).", mistake="not a tensor")
     return result
 
 
@@ -177,7 +151,8 @@ def describe_shape(x: Any) -> str:
     return "a numpy.ndarray" if _is_ndarray(x) else type(x).__name__
 
 
-def _close(a: Any, b: Tensor, atol: float, rtol: float) -> bool:
+def _close(a: Any, b: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    """True when ``a`` is a tensor of ``b``'s shape with (nearly) its values."""
     if not isinstance(a, Tensor) or a.shape != b.shape:
         return False
     if a.dtype == torch.bool or b.dtype == torch.bool:
@@ -188,68 +163,47 @@ def _close(a: Any, b: Tensor, atol: float, rtol: float) -> bool:
         return False
 
 
-def matches(a: Any, b: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
-    """True when ``a`` is a tensor of ``b``'s shape with (nearly) its values."""
-    return _close(a, b, atol, rtol)
-
+matches = _close  # the checkers' name for it
 
 # (catalogue name, plain-words diagnosis, candidate tensor or zero-argument callable)
 Mistake = tuple[str, str, Any]
 
 
-def expect_close(
-    what: str,
-    got: Any,
-    expected: Tensor,
-    mistakes: Mapping[str, Any] | Iterable[Mistake] | None = None,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-    case: str = "",
-) -> None:
-    """Fail with a precise diagnosis unless ``got`` equals ``expected``.
-
-    ``mistakes`` lists what the code would return with each catalogued mistake: either
-    ``(name, diagnosis, candidate)`` triples (``CheckResult.mistake`` gets the short
-    ``name``, the feedback the plain-words ``diagnosis``) or a mapping ``{diagnosis:
-    candidate}``. A candidate is a tensor or a zero-argument callable, computed only when
-    ``got`` is wrong; one that cannot be computed is skipped. The first match is reported.
-    """
+def expect_close(what: str, got: Any, expected: Tensor, mistakes: Mapping[str, Any] | Iterable[Mistake] | None = None,
+                 atol: float = 1e-5, rtol: float = 1e-4, case: str = "") -> None:
+    """Fail with a precise diagnosis unless ``got`` equals ``expected``. ``mistakes``: what
+    the code would return with each catalogued mistake, as ``(name, diagnosis, candidate)``
+    or ``{diagnosis: candidate}`` (the name is then the diagnosis); a candidate is a tensor
+    or a zero-argument callable, computed only when ``got`` is wrong (one that raises is
+    skipped). The first match is reported, else the shape, dtype or values that differ."""
     where = f" ({case})" if case else ""
     if not isinstance(got, Tensor):
-        kind = "a numpy.ndarray" if _is_ndarray(got) else type(got).__name__
-        fail(f"{what}{where} should be a torch.Tensor, but your code returned {kind}.")
-    if mistakes is None:
-        mistakes = ()
-    triples = [(d, d, c) for d, c in mistakes.items()] if isinstance(mistakes, Mapping) else mistakes
-    if not _close(got, expected, atol, rtol):
-        for name, diagnosis, candidate in triples:
-            try:
-                value = candidate() if callable(candidate) else candidate
-            except Exception:  # noqa: BLE001 - a mistake that cannot even be computed is not this one
-                value = None
-            if isinstance(value, Tensor) and _close(got, value, atol, rtol):
-                fail(f"{what}{where}: {diagnosis}", mistake=name)
+        fail(f"{what}{where} should be a torch.Tensor, but your code returned {describe_shape(got)}.")
+    if _close(got, expected, atol, rtol):
+        return
+    triples = [(d, d, c) for d, c in mistakes.items()] if isinstance(mistakes, Mapping) else mistakes or ()
+    for name, diagnosis, candidate in triples:
+        try:
+            value = candidate() if callable(candidate) else candidate
+        except Exception:  # noqa: BLE001 - a mistake that cannot even be computed is not this one
+            value = None
+        if isinstance(value, Tensor) and _close(got, value, atol, rtol):
+            fail(f"{what}{where}: {diagnosis}", mistake=name)
     if got.shape != expected.shape:
-        fail(
-            f"{what}{where} has shape {describe_shape(got)}, expected {describe_shape(expected)}.",
-            mistake="wrong shape",
-        )
+        fail(f"{what}{where} has shape {describe_shape(got)}, expected {describe_shape(expected)}.",
+             mistake="wrong shape")
     if got.dtype != expected.dtype and (got.dtype == torch.bool) != (expected.dtype == torch.bool):
         fail(f"{what}{where} has dtype {got.dtype}, expected {expected.dtype}.", mistake="wrong dtype")
-    if not _close(got, expected, atol, rtol):
-        if got.dtype == torch.bool or expected.dtype == torch.bool:
-            wrong = int((got != expected).sum())
-            fail(f"{what}{where}: {wrong} of {expected.numel()} entries are wrong.", mistake="values differ")
-        diff = (got.detach().double() - expected.detach().double()).abs()
-        if isnan(got).any():
-            fail(f"{what}{where} contains NaN.", mistake="NaN")
-        idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
-        fail(
-            f"{what}{where} has the right shape but the wrong values: the largest difference is "
-            f"{float(diff.max()):.3g} at index {idx} (yours {float(got[idx]):.4f}, expected "
-            f"{float(expected[idx]):.4f}).",
-            mistake="values differ",
-        )
+    if got.dtype == torch.bool or expected.dtype == torch.bool:
+        wrong = int((got != expected).sum())
+        fail(f"{what}{where}: {wrong} of {expected.numel()} entries are wrong.", mistake="values differ")
+    diff = (got.detach().double() - expected.detach().double()).abs()
+    if isnan(got).any():
+        fail(f"{what}{where} contains NaN.", mistake="NaN")
+    idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
+    fail(f"{what}{where} has the right shape but the wrong values: the largest difference is {float(diff.max()):.3g} "
+         f"at index {idx} (yours {float(got[idx]):.4f}, expected {float(expected[idx]):.4f}).",
+         mistake="values differ")
 
 
 # ---------------------------------------------------------------- input helpers
@@ -261,17 +215,14 @@ def randint(low: int, high: int) -> int:
 def check_unchanged(names: Iterable[str], tensors: Iterable[Any], originals: Iterable[Any], where: str) -> None:
     for name, t, t0 in zip(names, tensors, originals):
         if isinstance(t, Tensor) and not equal(t, t0):
-            fail(
-                f"your code modified its input `{name}` in place ({where}). Work on new tensors "
-                f"(e.g. `x = x + y`, not `x += y` or `x.masked_fill_(...)`); the caller still needs its input.",
-                mistake="input modified in place",
-            )
+            fail(f"your code modified its input `{name}` in place ({where}). Work on new tensors (e.g. `x = x + y`, "
+                 "not `x += y` or `x.masked_fill_(...)`); the caller still needs its input.",
+                 mistake="input modified in place")
 
 
 def dropout_scale(got: Any, kept: Tensor, atol: float = 1e-5) -> float | None:
     """``s`` when every entry of ``got`` is 0 or ``s * kept`` for one ``s``, with at least
-    one dropped and one kept entry: what dropout with ``p = 1 - 1/s`` makes of ``kept``
-    (on the many entries the checkers use, p > 0 never keeps or drops them all). Else None."""
+    one of each (what dropout with ``p = 1 - 1/s`` makes of ``kept``), else None."""
     if not isinstance(got, Tensor) or got.shape != kept.shape or not got.is_floating_point():
         return None
     got, kept = got.detach().double(), kept.detach().double()
@@ -287,36 +238,27 @@ def dropout_scale(got: Any, kept: Tensor, atol: float = 1e-5) -> float | None:
 
 
 def dropout_pattern(got: Any, kept: Tensor, p: float, atol: float = 1e-5) -> bool:
-    """True when ``got`` is ``kept`` after dropout with probability ``p`` (each entry 0, or
-    kept and scaled by ``1 / (1 - p)``); see :func:`dropout_scale`."""
+    """True when ``got`` is ``kept`` after dropout with probability ``p``."""
     s = dropout_scale(got, kept, atol)
     return s is not None and abs(s * (1 - p) - 1) < 1e-3
 
 
 def fail_fixed_p(scale: float, p: float, where: str, case: str) -> None:
-    """Dropout acts where it should but scales kept entries by ``scale``: the ``p`` it uses
-    (``1 - 1/scale``) is not the ``dropout`` argument ``p``."""
-    fail(
-        f"in {case}: dropout acts on {where}, but with p = {1 - 1 / scale:.2g} (kept entries are scaled by "
-        f"{scale:.3g} = 1/(1 - p)) instead of the dropout argument {p}: build nn.Dropout(dropout) from the "
-        "argument, not a fixed number.",
-        mistake="hard-coded dropout p",
-    )
+    """Dropout acts on ``where`` but scales kept entries by ``scale``, not ``1 / (1 - p)``."""
+    fail(f"in {case}: dropout acts on {where}, but with p = {1 - 1 / scale:.2g} (kept entries are scaled by "
+         f"{scale:.3g} = 1/(1 - p)) instead of the dropout argument {p}: build nn.Dropout(dropout) from the "
+         "argument, not a fixed number.", mistake="hard-coded dropout p")
 
 
 def fail_eval_dropout(what: str, case: str) -> None:
-    """Dropout still acts after ``model.eval()``."""
-    fail(
-        f"in {case}: {what} differs from the one without dropout: dropout still acts in eval mode. Use the "
-        "module nn.Dropout (or F.dropout(..., training=self.training)), which model.eval() switches off.",
-        mistake="dropout ignores eval mode",
-    )
+    fail(f"in {case}: {what} differs from the one without dropout: dropout still acts in eval mode. Use the "
+         "module nn.Dropout (or F.dropout(..., training=self.training)), which model.eval() switches off.",
+         mistake="dropout ignores eval mode")
 
 
 def random_mask(*shape: int, p_true: float = 0.5) -> Tensor:
-    """Bool mask whose every row (last axis) allows at least one key and blocks at least
-    one (each other entry True with probability ``p_true``), with rows that are not all
-    identical (so a mis-broadcast mask shows)."""
+    """Bool mask whose every row (last axis) allows and blocks at least one key (others True with
+    probability ``p_true``), the rows not all identical (so a mis-broadcast mask shows)."""
     L_k = shape[-1]
     while True:
         rows = torch.rand(*shape).reshape(-1, L_k) < p_true  # (rows, L_k)
@@ -341,11 +283,11 @@ def raised(exc: BaseException, inline: bool = False) -> str:
     """``T: first line of the message`` and the student's line: on a line of its own
     (``\n    at line 7: ...``), or ``inline`` in parentheses."""
     first = (str(exc).strip().splitlines() or [""])[0]
+    text = type(exc).__name__ + (f": {first}" if first else ("" if inline else "."))
+    if not inline:
+        return text + _at(exc)
     line = student_line(exc)
-    text = f"{type(exc).__name__}" + (f": {first}" if first else ("" if inline else "."))
-    if line:
-        text += f" (at {line})" if inline else f"\n    at {line}"
-    return text
+    return text + (f" (at {line})" if line else "")
 
 
 def is_view_error(exc: BaseException) -> bool:
@@ -353,13 +295,8 @@ def is_view_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "view size is not compatible" in str(exc)
 
 
-# The contract's parameter names (docs/course-contract.md) that callers pass by keyword: every
-# constructor argument (notebooks build MultiHeadAttention(d_model=8, num_heads=2)), every optional
-# argument (notebook 02 calls self_attn(..., mask=m), notebook 05 a DecoderLayer with tgt_mask= and
-# memory_mask=) and padding_mask's pad_id. The data arguments (query, x, tokens, memory, size)
-# are passed by position everywhere, so a student may name them freely (q, k, v). Parameters the
-# exercise's stub does not show (activation) are not required; extra optional ones are fine.
-# {exercise: {"" for a function, "__init__" or "forward" for a class: (names, signature shown)}}
+# The contract's parameter names that callers pass by keyword (docs/course-contract.md,
+# "Parameter names"): {exercise: {"" for a function, else "__init__"/"forward": (names, signature shown)}}
 _LAYER = ("d_model", "num_heads", "d_ff", "dropout", "norm_first")
 _LAYER_SIG = "(d_model, num_heads, d_ff, dropout=0.0, norm_first=False)"
 _STACK_SIG = "(num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False)"
@@ -367,10 +304,8 @@ _DECODER_FORWARD = (("tgt_mask", "memory_mask"), "(x, memory, tgt_mask=None, mem
 CONTRACT_PARAMETERS: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
     "scaled_dot_product_attention": {"": (("mask",), "(query, key, value, mask=None)")},
     "padding_mask": {"": (("pad_id",), "(tokens, pad_id)")},
-    "MultiHeadAttention": {
-        "__init__": (("d_model", "num_heads", "dropout"), "(d_model, num_heads, dropout=0.0)"),
-        "forward": (("mask",), "(query, key, value, mask=None)"),
-    },
+    "MultiHeadAttention": {"__init__": (("d_model", "num_heads", "dropout"), "(d_model, num_heads, dropout=0.0)"),
+                           "forward": (("mask",), "(query, key, value, mask=None)")},
     "PositionalEncoding": {"__init__": (("d_model", "max_len", "dropout"), "(d_model, max_len=5000, dropout=0.0)")},
     "TokenEmbedding": {"__init__": (("vocab_size", "d_model"), "(vocab_size, d_model)")},
     "LayerNorm": {"__init__": (("d_model", "eps"), "(d_model, eps=1e-5)")},
@@ -383,10 +318,9 @@ CONTRACT_PARAMETERS: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
 
 
 def require_contract_parameters(obj: Any, exercise: str) -> None:
-    """Fail ("parameter renamed") when the student's function or class ``obj`` lacks one of
-    the contract's parameter names for ``exercise`` (:data:`CONTRACT_PARAMETERS`), as a name
-    that can be passed by keyword. ``**kwargs`` accepts every name; a signature that cannot be
-    read, a method not written yet, or an exercise not in the table, gets no verdict here."""
+    """Fail ("parameter renamed") when the function or class ``obj`` lacks one of the
+    names of :data:`CONTRACT_PARAMETERS` as a keyword. ``**kwargs`` accepts every name; an
+    unreadable signature, a method not written yet or an exercise not listed: no verdict."""
     for part, (names, shown) in CONTRACT_PARAMETERS.get(exercise, {}).items():
         target = getattr(obj, part, None) if part else obj
         if part and target is getattr(nn.Module, part, None):
@@ -399,36 +333,22 @@ def require_contract_parameters(obj: Any, exercise: str) -> None:
             continue
         named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         missing = [n for n in names if n not in named]
-        if not missing:
-            continue
-        title = f"{exercise}.{part}" if part else exercise
-        yours = ", ".join(n for n in params if n != "self")
-        want = shown if not part else "(self, " + shown[1:]
-        fail(
-            f"your {title} has no parameter named `{missing[0]}` (yours: ({yours})); the contract's signature "
-            f"is {title}{want}. Callers pass `{missing[0]}=...` by keyword (later cells, the next exercises), "
-            "which raises TypeError under another name: keep the contract's names (extra optional parameters "
-            "are fine).",
-            mistake="parameter renamed",
-        )
-
-
-# The dtype rule: a module's floating outputs have the dtype of its floating input and of its
-# own parameters and buffers (module.half() on float16 input gives float16, as nn.LayerNorm,
-# nn.Linear and nn.Embedding do), so the next layer never meets mixed dtypes.
-DTYPE_PROBES = (torch.float32, torch.float16)
+        if missing:
+            title, yours = f"{exercise}.{part}" if part else exercise, ", ".join(n for n in params if n != "self")
+            fail(f"your {title} has no parameter named `{missing[0]}` (yours: ({yours})); the contract's signature "
+                 f"is {title}{'(self, ' + shown[1:] if part else shown}. Callers pass `{missing[0]}=...` by keyword "
+                 "(later cells, the next exercises), which raises TypeError under another name: keep the contract's "
+                 "names (extra optional parameters are fine).", mistake="parameter renamed")
 
 
 def check_dtype_follows(
     build: Callable[[], nn.Module], call: Callable[[nn.Module, torch.dtype], Any], what: str, case: str,
-    dtypes: tuple[torch.dtype, ...] = DTYPE_PROBES,
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16),
 ) -> None:
-    """For each of ``dtypes``: ``build()`` makes a fresh module (in eval mode here), as
-    built for float32 (so a float64 table or constant it stores shows), converted with
-    ``.to(dtype)`` for any other dtype; ``call(module, dtype)`` runs it on inputs of that
-    dtype (integer token ids stay integer). Every floating tensor returned must have that
-    dtype, else "dtype not preserved", naming the dtype got (a ``.float()``/``.double()``
-    cast, or a float64 table or constant that promotes the result)."""
+    """The dtype rule (the contract's "Dtype rule"): for each of ``dtypes``, ``build()``'s
+    fresh module (eval mode; as built for float32, else ``.to(dtype)``) run by ``call(module,
+    dtype)`` on inputs of that dtype returns floating tensors of that dtype only, else
+    "dtype not preserved", naming the dtype got."""
     for dtype in dtypes:
         module = build().eval()
         module = module if dtype == torch.float32 else module.to(dtype)
@@ -438,14 +358,11 @@ def check_dtype_follows(
             except StudentError as err:
                 if dtype == torch.float32 or "dtype" not in str(err.exc) and "scalar type" not in str(err.exc):
                     raise
-                fail(
-                    f"your {what}, converted with .to({dtype}) ({case}), raised {raised(err.exc)}\n    Part of "
-                    "it did not follow .to(): a layer or tensor kept outside the module's registered parameters "
-                    "and buffers (a plain attribute tensor, a Python list or dict of layers), or a tensor created "
-                    "in forward in a fixed dtype. Register sub-modules as attributes (or nn.ModuleList), tables "
-                    "with register_buffer, and create new tensors in the input's dtype.",
-                    mistake="dtype not preserved",
-                )
+                fail(f"your {what}, converted with .to({dtype}) ({case}), raised {raised(err.exc)}\n    Part of it did "
+                     "not follow .to(): a layer or tensor kept outside the module's registered parameters and buffers "
+                     "(a plain attribute tensor, a Python list or dict of layers), or a tensor created in forward in a "
+                     "fixed dtype. Register sub-modules as attributes (or nn.ModuleList), tables with register_buffer, "
+                     "and create new tensors in the input's dtype.", mistake="dtype not preserved")
         for got in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(got, Tensor) and got.is_floating_point() and got.dtype != dtype:
                 cause = {
@@ -454,14 +371,10 @@ def check_dtype_follows(
                     torch.float32: "something casts to float32 (.float()) or adds a float32 tensor to "
                     f"the {dtype} input; convert it to the input's dtype (.to(x.dtype)) or leave the cast out",
                 }.get(got.dtype, "remove the cast")
-                fail(
-                    f"your {what}, {'as built' if dtype == torch.float32 else f'converted with .to({dtype})'} "
-                    f"({case}, any floating input in {dtype} too), "
-                    f"returns {got.dtype} instead of {dtype}: {cause}. The output's dtype follows the "
-                    "module's and its input's, so that the next layer does not fail with 'mat1 and mat2 "
-                    "must have the same dtype'.",
-                    mistake="dtype not preserved",
-                )
+                fail(f"your {what}, {'as built' if dtype == torch.float32 else f'converted with .to({dtype})'} "
+                     f"({case}, any floating input in {dtype} too), returns {got.dtype} instead of {dtype}: {cause}. "
+                     "The output's dtype follows the module's and its input's, so that the next layer does not fail "
+                     "with 'mat1 and mat2 must have the same dtype'.", mistake="dtype not preserved")
 
 
 # Tensor methods that copy values out into Python: a tensor rebuilt from them lands on the CPU.
@@ -504,11 +417,8 @@ def check_input_device(on_meta: Callable[[], Any], on_cpu: Callable[[], Any], wh
 def require_module_class(cls: Any, name: str) -> None:
     """The checker takes the student's class (it builds instances itself)."""
     if isinstance(cls, nn.Module):
-        fail(
-            f"pass the class itself, not an instance: check_...({name}), not "
-            f"check_...({name}(...)). The check builds its own instances with its own sizes.",
-            mistake="not a class",
-        )
+        fail(f"pass the class itself, not an instance: check_...({name}), not check_...({name}(...)). The check "
+             "builds its own instances with its own sizes.", mistake="not a class")
     if not isinstance(cls, type):
         fail(f"expected your class {name}, got {type(cls).__name__}.", mistake="not a class")
     if not issubclass(cls, nn.Module):
@@ -516,7 +426,7 @@ def require_module_class(cls: Any, name: str) -> None:
     require_contract_parameters(cls, name)
 
 
-
+# ---------------------------------------------------------------- the decorator
 def _raising_stub(exc: BaseException) -> tuple[str, str] | None:
     """``(qualified name, bare name)`` of the student's function that raised, e.g.
     ``("LayerNorm.__init__", "LayerNorm")`` or ``("causal_mask", "causal_mask")``."""
@@ -527,51 +437,57 @@ def _raising_stub(exc: BaseException) -> tuple[str, str] | None:
         tb = tb.tb_next
     if found is None:
         return None
-    func = found.f_code.co_name
-    owner = found.f_locals.get("self")
+    func, owner = found.f_code.co_name, found.f_locals.get("self")
     if isinstance(owner, nn.Module):
-        cls = type(owner).__name__
-        return f"{cls}.{func}", cls
+        return f"{type(owner).__name__}.{func}", type(owner).__name__
     return func, func
-
-
-def _format_exception(exercise: str, err: StudentError) -> tuple[str, str]:
-    exc = err.exc
-    if isinstance(exc, NotImplementedError):
-        stub = _raising_stub(exc)
-        if stub is not None and stub[1] not in (exercise, "<module>"):
-            # an unfinished earlier exercise used inside this one: blame the right code
-            return (
-                "not implemented",
-                f"[ ] {exercise}: not implemented yet: it uses your `{stub[1]}`, and `{stub[0]}` "
-                f"still raises NotImplementedError. Finish that exercise first, or continue with "
-                f"the reference: run `from course_utils import {stub[1]}`, then the cell that "
-                f"defines {exercise}, then this check again.",
-            )
-        return (
-            "not implemented",
-            f"[ ] {exercise}: not implemented yet. Replace `raise NotImplementedError()` "
-            f"with your code, run that cell, then run this check again.",
-        )
-    line = student_line(exc)
-    context = f" while {err.context}" if err.context else ""
-    if isinstance(exc, SystemExit):
-        text = (f"[X] {exercise}: your code called sys.exit() (or exit(), quit()){context}, which would stop "
-                "the whole program: a function ends with `return ...`; raise an exception such as ValueError "
-                "for bad input.")
-        return "error", text + (f"\n    at {line}" if line else "")
-    msg = str(exc).strip().splitlines()
-    first = msg[0] if msg else ""
-    text = f"[X] {exercise}: your code raised {type(exc).__name__}{context}"
-    text += f": {first}" if first else "."
-    if line:
-        text += f"\n    at {line}"
-    return "error", text
 
 
 class _TimeUp(BaseException):
     """Raised into the running code when a check's time is up. A BaseException, so neither
     the student's ``except Exception`` nor :func:`call_student` turns it into something else."""
+
+
+def _verdict(exercise: str, exc: BaseException) -> tuple[str, str | None, str]:
+    """``(status, mistake, feedback)`` of a check that ended with ``exc``."""
+    if isinstance(exc, Failure):
+        return "failed", exc.mistake, f"[X] {exercise}: {exc.message}"
+    if isinstance(exc, _TimeUp):
+        line = student_line(exc)
+        return "error", "time limit", (
+            f"[X] {exercise}: your code did not finish within {TIME_LIMIT_S:g} s, so the check "
+            "stopped it. Look for a loop that never ends or a call that waits (a sleep, an input())."
+            + (f"\n    it was running line {line.removeprefix('line ')}" if line else "")
+        )
+    if isinstance(exc, SystemExit):  # student code called outside call_student (a class's own calls)
+        exc = StudentError(exc, "")
+    if not isinstance(exc, StudentError):
+        if isinstance(exc, NotImplementedError):
+            return "not implemented", "not implemented", f"[ ] {exercise}: not implemented yet."
+        return "error", None, (  # a bug in the checker itself
+            f"[X] {exercise}: the check could not run your code: {type(exc).__name__}: {exc}" + _at(exc))
+    context, exc = f" while {exc.context}" if exc.context else "", exc.exc
+    if isinstance(exc, NotImplementedError):
+        stub = _raising_stub(exc)
+        if stub is not None and stub[1] not in (exercise, "<module>"):
+            # an unfinished earlier exercise used inside this one: blame the right code
+            return "not implemented", "not implemented", (
+                f"[ ] {exercise}: not implemented yet: it uses your `{stub[1]}`, and `{stub[0]}` still raises "
+                "NotImplementedError. Finish that exercise first, or continue with the reference: run "
+                f"`from course_utils import {stub[1]}`, then the cell that defines {exercise}, then this check again."
+            )
+        return "not implemented", "not implemented", (
+            f"[ ] {exercise}: not implemented yet. Replace `raise NotImplementedError()` with your code, run "
+            "that cell, then run this check again."
+        )
+    if isinstance(exc, SystemExit):
+        return "error", None, (
+            f"[X] {exercise}: your code called sys.exit() (or exit(), quit()){context}, which would stop the "
+            "whole program: a function ends with `return ...`; raise an exception such as ValueError for bad "
+            "input." + _at(exc)
+        )
+    name = type(exc).__name__
+    return "error", None, f"[X] {exercise}: your code raised {name}{context}{raised(exc)[len(name):]}"
 
 
 def _choose_seed(seed: Any) -> int:
@@ -589,12 +505,10 @@ def _choose_seed(seed: Any) -> int:
 
 
 def _within_time_limit(fn: Callable[[], Any], limit: float) -> Any:
-    """``fn()``, or :class:`_TimeUp` once ``limit`` seconds have passed (``limit <= 0``: none).
-
-    On the main thread (a notebook cell, pytest) a real-time alarm raises it inside the
-    running Python code; an alarm already set by an outer user (a nested check, a test
-    runner) is put back with what remained of its time. Off the main thread or without
-    SIGALRM (Windows), ``fn`` runs in a daemon thread that is left behind if it hangs."""
+    """``fn()``, or :class:`_TimeUp` after ``limit`` seconds (``limit <= 0``: none). On the
+    main thread a real-time alarm raises it inside the running Python code (an outer alarm
+    is put back with what remained of its time); elsewhere, or without SIGALRM (Windows),
+    ``fn`` runs in a daemon thread that is left behind if it hangs."""
     if limit <= 0:
         return fn()
     if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
@@ -631,63 +545,35 @@ def _within_time_limit(fn: Callable[[], Any], limit: float) -> Any:
 
 
 def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[..., CheckResult]]:
-    """Turn a checker body into a function that prints its verdict and never raises."""
+    """Turn a checker body into a function that shows its verdict and never raises."""
 
     def decorate(body: Callable[..., str | None]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
         def run(*args: Any, seed: int | None = None, **kwargs: Any) -> CheckResult:
-            mistake = None
+            def attempt() -> str | None:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(seed)
+                    return body(*args, **kwargs)
+
             try:
                 seed = _choose_seed(seed)
-
-                def attempt() -> str | None:
-                    with torch.random.fork_rng(devices=[]):
-                        torch.manual_seed(seed)
-                        return body(*args, **kwargs)
-
                 detail = _within_time_limit(attempt, TIME_LIMIT_S)
-                status, passed = "passed", True
+                status, mistake = "passed", None
                 feedback = f"[OK] {exercise}: all checks passed" + (f" ({detail})." if detail else ".")
-            except _TimeUp as up:
-                status, passed, mistake = "error", False, "time limit"
-                line = student_line(up)
-                feedback = (
-                    f"[X] {exercise}: your code did not finish within {TIME_LIMIT_S:g} s, so the check "
-                    "stopped it. Look for a loop that never ends or a call that waits (a sleep, an input())."
-                    + (f"\n    it was running line {line.removeprefix('line ')}" if line else "")
-                )
-            except Failure as f:
-                status, passed, mistake = "failed", False, f.mistake
-                feedback = f"[X] {exercise}: {f.message}"
-            except StudentError as err:
-                status, feedback = _format_exception(exercise, err)
-                passed = False
-                mistake = "not implemented" if status == "not implemented" else None
-            except SystemExit as exc:  # student code called outside call_student (a class's own calls)
-                status, feedback = _format_exception(exercise, StudentError(exc, ""))
-                passed = False
-            except NotImplementedError:
-                status, passed, mistake = "not implemented", False, "not implemented"
-                feedback = f"[ ] {exercise}: not implemented yet."
-            except Exception as exc:  # noqa: BLE001 - a checker never raises at a student
-                status, passed = "error", False
-                line = student_line(exc)
-                feedback = (
-                    f"[X] {exercise}: the check could not run your code: {type(exc).__name__}: {exc}"
-                    + (f"\n    at {line}" if line else "")
-                )
+            except (_TimeUp, SystemExit, Exception) as exc:  # noqa: BLE001 - a checker never raises at a student
+                status, mistake, feedback = _verdict(exercise, exc)
             if status != "passed" and isinstance(seed, int):
                 feedback += f"\n    (seed {seed}: {body.__name__}(..., seed={seed}) repeats these inputs)"
-            result = CheckResult(exercise, passed, feedback, status, mistake, seed if isinstance(seed, int) else None)
             if status != "passed" and exercise in HINTS:
-                result.feedback += f'\n    Stuck? Ask for a hint: hint("{exercise}").'
+                feedback += f'\n    Stuck? Ask for a hint: hint("{exercise}").'
+            result = CheckResult(exercise, status == "passed", feedback, status, mistake,
+                                 seed if isinstance(seed, int) else None)
             result.show()
             # No hook here: the grader (course_utils.grade) calls the checkers itself and takes
             # the CheckResult they return, so nothing a notebook does can report a verdict.
             return result
 
-        # course_utils.grade maps the check_* calls it finds in a notebook to exercises with it
-        run.exercise = exercise  # type: ignore[attr-defined]
+        run.exercise = exercise  # type: ignore[attr-defined]  # how the grader maps check_* calls to exercises
         return run
 
     return decorate
@@ -695,6 +581,7 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
 
 # ---------------------------------------------------------------- hints
 HINTS: dict[str, list[str]] = {}
+_HINT_LEVEL: dict[str, int] = {}  # the last hint shown, per exercise
 
 
 def register_hints(exercise: str, hints: list[str]) -> None:
@@ -702,25 +589,17 @@ def register_hints(exercise: str, hints: list[str]) -> None:
     HINTS[exercise] = list(hints)
 
 
-def _hint_key(name: str) -> str:
-    """The registered exercise name for either spelling of it: ``"multi_head_attention"``,
-    ``"MultiHeadAttention"`` and ``"multiheadattention"`` all name ``MultiHeadAttention``."""
-    if name in HINTS:
-        return name
-    folded = name.replace("_", "").replace(" ", "").lower()
-    matches = [known for known in HINTS if known.replace("_", "").lower() == folded]
-    return matches[0] if len(matches) == 1 else name
-
-
 def hint(exercise: str, level: int | None = None) -> None:
     """Print hints for an exercise: ``hint("causal_mask")`` prints the first, then the next
     each time you call it again; ``hint("causal_mask", 2)`` prints the second. A class
     can be named either way: ``hint("MultiHeadAttention")`` or ``hint("multi_head_attention")``."""
     name = exercise.__name__ if callable(exercise) else str(exercise)
-    name = _hint_key(name)
+    if name not in HINTS:  # the other spelling: "multi_head_attention", "multiheadattention"
+        folded = name.replace("_", "").replace(" ", "").lower()
+        found = [known for known in HINTS if known.replace("_", "").lower() == folded]
+        name = found[0] if len(found) == 1 else name
     if name not in HINTS:
-        known = ", ".join(sorted(HINTS)) or "none yet"
-        print(f"No hints for {name!r}. Exercises with hints: {known}.")
+        print(f"No hints for {name!r}. Exercises with hints: {', '.join(sorted(HINTS)) or 'none yet'}.")
         return
     hints = HINTS[name]
     if level is None:
@@ -729,93 +608,59 @@ def hint(exercise: str, level: int | None = None) -> None:
     level = max(1, min(level, len(hints)))
     print(f"Hint {level}/{len(hints)} for {name}: {hints[level - 1]}")
     if level == len(hints):
-        print(
-            f"Still stuck? Continue with the reference: `from course_utils import {name}` "
-            "and come back later (fine for learning; a graded copy shows that exercise as "
-            "'used the reference')."
-        )
-
-
-_HINT_LEVEL: dict[str, int] = {}
+        print(f"Still stuck? Continue with the reference: `from course_utils import {name}` and come back later "
+              "(fine for learning; a graded copy shows that exercise as 'used the reference').")
 
 
 # ---------------------------------------------------------------- probes shared by the module checkers
-def _param_module_groups(module: nn.Module) -> list[list[str]]:
-    """Names under which one sub-module object that owns parameters appears more than once
-    (``self.norm2 = self.norm1``), topmost names only, in registration order."""
-    names: dict[int, list[str]] = {}
+def _shared_groups(module: nn.Module) -> list[list[str]]:
+    """Names under which one object serves more than once: sub-modules that own parameters
+    (``self.norm2 = self.norm1``; topmost names only), then, outside those, parameters whose
+    memory overlaps (``p.data = other.data``, ``p.set_(other)``, one Parameter under two names)."""
+    by_id: dict[int, list[str]] = {}
     for name, sub in module.named_modules(remove_duplicate=False):
         if name and any(True for _ in sub.parameters()):
-            names.setdefault(id(sub), []).append(name)
+            by_id.setdefault(id(sub), []).append(name)
     groups, seen = [], []
-    for group in names.values():
+    for group in by_id.values():
         if len(group) > 1 and not any(n.startswith(p + ".") for n in group for p in seen):
             groups.append(group)
             seen += group
-    return groups
-
-
-def _span(p: Tensor) -> tuple[int, int]:
-    start = p.data_ptr()
-    return start, start + max(p.numel(), 1) * p.element_size()
-
-
-def _param_storage_groups(module: nn.Module, explained: list[str]) -> list[list[str]]:
-    """Names of parameters whose memory overlaps (``p.data = other.data``, ``p.set_(other)``,
-    or one Parameter object under two names), except those inside ``explained`` modules."""
-    params = [
-        (n, p) for n, p in module.named_parameters(remove_duplicate=False)
-        if not any(n.startswith(e + ".") for e in explained)
-    ]  # fmt: skip
-    groups: list[list[str]] = []
+    by_memory: list[list[str]] = []
     spans: list[tuple[int, int]] = []
-    for name, p in params:
-        lo, hi = _span(p)
-        for group, (glo, ghi) in zip(groups, spans):
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if any(name.startswith(e + ".") for e in seen):
+            continue
+        lo = p.data_ptr()
+        hi = lo + max(p.numel(), 1) * p.element_size()
+        for group, (glo, ghi) in zip(by_memory, spans):
             if lo < ghi and glo < hi:
                 group.append(name)
                 break
         else:
-            groups.append([name])
+            by_memory.append([name])
             spans.append((lo, hi))
-    return [g for g in groups if len(g) > 1]
-
-
-def _unique_numel(module: nn.Module) -> int:
-    """Parameter entries with distinct memory (what the optimiser really trains)."""
-    return sum(p.numel() for p in module.parameters())  # parameters() drops repeated objects
+    return groups + [g for g in by_memory if len(g) > 1]
 
 
 def shared_roles(module: nn.Module, reference: nn.Module | None = None) -> list[list[str]]:
-    """Groups of names in ``module`` (sub-modules or parameters) that are one and the same
-    object or memory although ``reference`` keeps them apart: ``[["norm1", "norm2"]]`` for
-    ``self.norm2 = self.norm1``, ``[["w_q", "w_k", "w_v"]]`` for one projection under three
-    names, ``[["norm1.weight", "norm2.weight"]]`` for ``p.data = other.data``.
-
-    Copying parameters into the reference by name cannot see this: one module under two
-    names looks like two equal copies. A group is reported when two of its names are
-    distinct roles of ``reference`` (names it has, not shared there); a group whose names
-    the reference lacks is reported only when ``module`` trains fewer distinct parameter
-    entries than ``reference`` (so an alias such as ``self.net = nn.Sequential(self.linear1,
-    ...)`` and weights the reference ties too are fine). Modules without parameters (one
-    nn.Dropout used twice) are never reported. Without ``reference`` every group is
-    returned. ``[]``: nothing shared."""
-    found = _param_module_groups(module)
-    found += _param_storage_groups(module, [n for g in found for n in g])
+    """Groups of names in ``module`` (sub-modules or parameters) that are one object or
+    memory although ``reference`` keeps them apart: ``[["norm1", "norm2"]]`` for ``self.norm2
+    = self.norm1``, ``[["norm1.weight", "norm2.weight"]]`` for ``p.data = other.data``
+    (copying parameters by name cannot see this). A group counts when two of its names are
+    distinct roles of ``reference``, or when none is tied there and ``module`` trains fewer
+    distinct entries (so an alias such as ``self.net = nn.Sequential(self.linear1, ...)``
+    passes). Modules without parameters (one nn.Dropout used twice) never count. Without
+    ``reference``, every group. ``[]``: nothing shared."""
+    found = _shared_groups(module)
     if reference is None:
         return found
-    ref_subs = dict(reference.named_modules())
-    ref_params = dict(reference.named_parameters())
-    allowed = _param_module_groups(reference)
-    allowed += _param_storage_groups(reference, [n for g in allowed for n in g])
-    tied = {n for g in allowed for n in g}
-    fewer = _unique_numel(module) < _unique_numel(reference)
-    out = []
-    for group in found:
-        roles = [n for n in group if (n in ref_subs or n in ref_params) and n not in tied]
-        if len(roles) >= 2 or (len(roles) < 2 and fewer and not any(n in tied for n in group)):
-            out.append(group)
-    return out
+    roles = dict(reference.named_modules()).keys() | dict(reference.named_parameters()).keys()
+    tied = {n for g in _shared_groups(reference) for n in g}
+    # parameters() yields a shared Parameter once: what the optimiser really trains
+    fewer = sum(p.numel() for p in module.parameters()) < sum(p.numel() for p in reference.parameters())
+    return [g for g in found if len([n for n in g if n in roles and n not in tied]) >= 2
+            or (fewer and not any(n in tied for n in g))]
 
 
 def _listed(names: list[str]) -> str:
@@ -829,32 +674,23 @@ def require_distinct_roles(module: nn.Module, reference: nn.Module | None, what:
     groups = shared_roles(module, reference)
     if not groups:
         return
-    group = groups[0]
+    group, why = groups[0], f" {why}" if why else ""
     subs = dict(module.named_modules(remove_duplicate=False))
-    why = f" {why}" if why else ""
+    params = dict(module.named_parameters(remove_duplicate=False))
     if group[0] in subs:
         kind = type(subs[group[0]]).__name__
-        fail(
-            f"in your {what}, {_listed(group)} are one and the same {kind} object (e.g. "
-            f"self.{group[1]} = self.{group[0]}): they share one set of weights, so the {what} has "
-            f"fewer parameters than it should and these roles cannot learn different things.{why} Build a "
-            f"separate {kind} for each of them in __init__.",
-            mistake="modules shared",
-        )
-    params = dict(module.named_parameters(remove_duplicate=False))
-    if len({id(params[n]) for n in group if n in params}) == 1:  # one Parameter under several names
-        fail(
-            f"in your {what}, the parameters {_listed(group)} are one and the same Parameter (e.g. "
-            f"`self.{group[1]} = self.{group[0]}`): the roles are tied, one matrix learns for all of "
-            f"them.{why} Leave each sub-module its own parameters.",
-            mistake="modules shared",
-        )
-    fail(
-        f"in your {what}, the parameters {_listed(group)} share the same memory (e.g. "
-        f"`{group[1]}.data = {group[0]}.data`): they are one tensor under several names.{why} Give every "
-        "parameter its own tensor: build each sub-module separately and do not assign one's data to another.",
-        mistake="modules shared",
-    )
+        text = (f"{_listed(group)} are one and the same {kind} object (e.g. self.{group[1]} = self.{group[0]}): "
+                f"they share one set of weights, so the {what} has fewer parameters than it should and these roles "
+                f"cannot learn different things.{why} Build a separate {kind} for each of them in __init__.")
+    elif len({id(params[n]) for n in group if n in params}) == 1:  # one Parameter under several names
+        text = (f"the parameters {_listed(group)} are one and the same Parameter (e.g. `self.{group[1]} = "
+                f"self.{group[0]}`): the roles are tied, one matrix learns for all of them.{why} Leave each "
+                "sub-module its own parameters.")
+    else:
+        text = (f"the parameters {_listed(group)} share the same memory (e.g. `{group[1]}.data = {group[0]}.data`): "
+                f"they are one tensor under several names.{why} Give every parameter its own tensor: build each "
+                "sub-module separately and do not assign one's data to another.")
+    fail(f"in your {what}, {text}", mistake="modules shared")
 
 
 def require_no_grad(grad_enabled: Iterable[bool], what: str, function: str, case: str) -> None:
@@ -881,11 +717,9 @@ class _CallSpy(torch.overrides.TorchFunctionMode):
 
 
 def forbidden_calls(run: Callable[[], Any], names: Iterable[str]) -> tuple[Any, list[str]]:
-    """``(run(), the names in `names` of the torch functions it called)``, e.g.
-    ``forbidden_calls(lambda: model(x), {"layer_norm"})`` sees ``F.layer_norm``,
-    ``torch.layer_norm`` and ``nn.LayerNorm`` (which calls them); ``{"gelu"}`` sees
-    ``F.gelu`` and ``nn.GELU``. Matched by the function's name, so every spelling of it
-    counts; exceptions of ``run`` propagate."""
+    """``(run(), the names in `names` of the torch functions it called)``, matched by the
+    function's name so that every spelling counts: ``{"layer_norm"}`` sees ``F.layer_norm``,
+    ``torch.layer_norm`` and ``nn.LayerNorm``. Exceptions of ``run`` propagate."""
     spy = _CallSpy(set(names))
     with spy:
         result = run()
@@ -897,70 +731,50 @@ def require_own_code(run: Callable[[], Any], names: Iterable[str], what: str, in
     ``names`` that the exercise asks the student to write: ``instead`` says what to write."""
     result, seen = forbidden_calls(run, names)
     if seen:
-        fail(
-            f"your {what} calls torch's {seen[0]} (F.{seen[0]}, torch.{seen[0]} or the nn module that "
-            f"wraps it): the exercise is to write it yourself, {instead}.",
-            mistake="forbidden call",
-        )
+        fail(f"your {what} calls torch's {seen[0]} (F.{seen[0]}, torch.{seen[0]} or the nn module that wraps it): "
+             f"the exercise is to write it yourself, {instead}.", mistake="forbidden call")
     return result
 
 
 # ---------------------------------------------------------------- the gradient probe
-def _first_tensor(result: Any) -> Any:
-    return result[0] if isinstance(result, (tuple, list)) and result else result
-
-
 _CUTS = ("a `with torch.no_grad():` block, `.detach()`, `.data`, a round trip through `.item()`, `.tolist()` or numpy, "
          "or a parameter left with requires_grad=False")
 
 
-def gradient_probe(
-    student: Callable[..., Any],
-    reference: Callable[..., Any],
-    inputs: Mapping[str, Any],
-    params: Iterable[tuple[str, Tensor, Tensor]] = (),
-    what: str = "code",
-    case: str = "",
-) -> None:
-    """Fail unless the student's code passes the reference's gradients back.
-
-    Runs ``student(*inputs.values())`` and ``reference(*inputs.values())`` (each on its own
-    copies; the float tensors among ``inputs`` require grad, masks and ints pass as they
-    are), backwards one random upstream gradient (the check's seed fixes it) through the
-    first tensor each returns, and compares the gradients of the float inputs (named by their
-    key) and of ``params``, ``(name, student parameter, reference parameter)`` triples whose
-    values the checker has made equal. Call it on a case whose forward already matched, with
-    modules in eval mode (dropout off), on inputs without fully blocked mask rows.
-
-    ``"gradient blocked"``: the output does not require grad, or a tensor the reference's
-    gradient reaches gets none (``torch.no_grad()``, ``.detach()``, ``.data``, numpy);
-    ``"gradient differs"``: it gets a gradient, but not the reference's (a detached branch
-    or factor); ``"backward fails"``: backward through the student's code raises (an
-    in-place op on a tensor autograd saved)."""
-    names = list(inputs)
+def gradient_probe(student: Callable[..., Any], reference: Callable[..., Any], inputs: Mapping[str, Any],
+                   params: Iterable[tuple[str, Tensor, Tensor]] = (), what: str = "code", case: str = "") -> None:
+    """Fail unless the student's code passes the reference's gradients back (the contract's
+    "Gradients"). ``student`` and ``reference`` run on their own copies of ``inputs`` (float
+    tensors require grad); one random upstream gradient goes back through the first tensor
+    each returns; the gradients of the float inputs (named by their key) and of ``params``
+    (``(name, student parameter, reference parameter)``, values made equal) must match.
+    Call it on a case whose forward matched, modules in eval mode, no fully blocked mask row.
+    Mistakes: "gradient blocked", "gradient differs", "backward fails"."""
     where = f" ({case})" if case else ""
 
     def leaves(values: Iterable[Any]) -> list[Any]:
         return [v.detach().clone().requires_grad_() if isinstance(v, Tensor) and v.is_floating_point() else v
                 for v in values]
 
+    def first(result: Any) -> Any:
+        return result[0] if isinstance(result, (tuple, list)) and result else result
+
     given_s, given_r = leaves(inputs.values()), leaves(inputs.values())
-    params = list(params)
     with torch.enable_grad():
         try:
-            out_s = _first_tensor(call_student(student, *given_s, context=f"running your {what} with inputs that require grad"))
+            out_s = first(call_student(student, *given_s, context=f"running your {what} with inputs that require grad"))
         except StudentError as err:
             if "numpy" not in str(err.exc) and "requires grad" not in str(err.exc):
                 raise
             fail(f"with inputs that require grad, as in training{where}, your {what} raised {raised(err.exc, inline=True)}: "
                  f"it leaves the autograd graph (numpy, `.item()`), so no gradient could flow back. Stay with torch "
                  "operations on the tensors themselves.", mistake="gradient blocked")
-        out_r = _first_tensor(reference(*given_r))
+        out_r = first(reference(*given_r))
         if not isinstance(out_s, Tensor) or out_s.shape != out_r.shape or not out_r.requires_grad:
             return  # the forward checks speak of a wrong output
         upstream = torch.randn(out_r.shape, dtype=out_r.dtype)
-        named = [(n, s, r) for n, s, r in zip(names, given_s, given_r) if isinstance(r, Tensor) and r.requires_grad]
-        named += params
+        named = [(n, s, r) for n, s, r in zip(inputs, given_s, given_r) if isinstance(r, Tensor) and r.requires_grad]
+        named += list(params)
         grads_r = torch.autograd.grad(out_r, [r for _, _, r in named], upstream, allow_unused=True)
         # rounding leaves ~1e-7 where the exact gradient is 0 (a key bias: softmax ignores a shift)
         scale = max((float(g.abs().max()) for g in grads_r if g is not None), default=0.0)
@@ -1012,10 +826,9 @@ def gradient_probe(
              "factor (a weight, a residual, a norm's statistics).", mistake="gradient differs")
 
 
-# A checker's draw (sizes, a model, inputs, and what the checker later caches on it) follows from the
-# random state it starts from: checks that start from the same state (the same seed, as when a test runs
-# many students on one set of seeds) share one draw, and the random state after it is set as if drawn.
-# Whoever uses a shared draw must not change it (hand the student copies).
+# A checker's draw (sizes, a model, inputs, what it later caches on them) follows from the random state it
+# starts from: checks from one state (one seed, as when a test runs many students on one set of seeds) share
+# one draw, and the random state after it is set as if drawn. Users must not change it (hand out copies).
 _DRAWS: dict[tuple, tuple[Any, Tensor]] = {}
 _DRAWS_KEPT = 160  # the most recently used; a draw is a few small models and tensors
 

@@ -1,21 +1,10 @@
-"""How a checker's verdict is shown: a small HTML block in Jupyter and Colab, the plain
-text everywhere else.
-
-The plain text (``CheckResult.feedback``) is the verdict itself: the grader records it,
-tests compare it, and a terminal prints it. In a notebook the same verdict is published
-once as a display with two forms: ``text/plain``, exactly that text, and ``text/html``,
-built from it:
-
-* a coloured mark and the exercise's name on the first line (green check for passed,
-  red cross for failed or raised, grey box for not implemented yet);
-* the diagnosis (the rest of the text's first line) below it, wrapped at word boundaries (a long plain-text line in
-  JupyterLab's output breaks anywhere, even mid-word);
-* ``at line 7: return q @ k.T``: the student's line in monospace;
-* ``hint("name")``: the call to run, in monospace;
-* `backticked` code in the diagnosis in monospace, and indented tables (``yours  ...``,
-  ``expected ...``) kept aligned.
-
-The HTML is built only from the text, so nothing can be in one form and not the other.
+"""How a checker's verdict is shown: the plain text (``CheckResult.feedback``, what the
+grader records and a terminal prints) and, in a notebook, one display with two forms:
+``text/plain``, exactly that text, and ``text/html``, built from it alone (so nothing is in
+one form and not the other): a coloured mark and the exercise's name, the diagnosis below
+it wrapped at word boundaries (JupyterLab breaks a long plain line mid-word), the student's
+line (``at line 7: ...``), ``hint("name")`` and `backticked` code in monospace, and the
+``yours`` / ``expected`` tables kept aligned.
 """
 
 from __future__ import annotations
@@ -24,11 +13,8 @@ import html
 import re
 import sys
 
-# (mark, colour) by CheckResult.status
-_LOOK = {
-    "passed": ("\u2714", "#2e7d32"),
-    "failed": ("\u2718", "#c62828"),
-    "error": ("\u2718", "#c62828"),
+_LOOK = {  # (mark, colour) by CheckResult.status
+    "passed": ("\u2714", "#2e7d32"), "failed": ("\u2718", "#c62828"), "error": ("\u2718", "#c62828"),
     "not implemented": ("\u2610", "#757575"),
 }
 _FIRST_LINE = re.compile(r"^\[(?:OK|X| )\] (?P<exercise>[^:]+?):\s*(?P<message>.*)$")
@@ -43,9 +29,7 @@ _CODE = f'<code style="{_MONO} background: rgba(127, 127, 127, 0.12); padding: 0
 def _inline(text: str) -> str:
     """Escape ``text`` for HTML, with `backticked` spans as inline code."""
     parts = _BACKTICKS.split(text)  # odd indices were inside backticks
-    return "".join(
-        f"{_CODE}{html.escape(part)}</code>" if i % 2 else html.escape(part) for i, part in enumerate(parts)
-    )
+    return "".join(f"{_CODE}{html.escape(part)}</code>" if i % 2 else html.escape(part) for i, part in enumerate(parts))
 
 
 def _detail(line: str) -> str:
@@ -74,11 +58,8 @@ def verdict_html(feedback: str, status: str) -> str:
     """The HTML form of a verdict (see the module docstring)."""
     mark, colour = _LOOK.get(status, _LOOK["failed"])
     first, *rest = feedback.split("\n")
-    match = _FIRST_LINE.match(first)
-    if match:
-        exercise, message = match.group("exercise"), match.group("message")
-    else:  # not a checker's usual first line: show it whole
-        exercise, message = "", first
+    match = _FIRST_LINE.match(first)  # else not a checker's usual first line: show it whole
+    exercise, message = (match.group("exercise"), match.group("message")) if match else ("", first)
     header = f'<span style="color: {colour}; font-weight: bold; font-size: 1.1em;">{mark}</span> '
     if exercise:
         header += f"{_CODE}{html.escape(exercise)}</code>"
@@ -98,21 +79,15 @@ def mimebundle(feedback: str, status: str) -> dict[str, str]:
     return {"text/plain": feedback, "text/html": verdict_html(feedback, status)}
 
 
-def _notebook_shell():
-    """IPython's running shell, or None in plain Python (IPython is never imported here)."""
-    ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return None
-    try:
-        return ipython.get_ipython()
-    except Exception:  # noqa: BLE001 - a broken IPython falls back to print
-        return None
-
-
 def show_verdict(feedback: str, status: str) -> None:
     """Show a verdict: one display with both forms under IPython (a notebook shows the
     HTML, a terminal IPython prints the text), ``print`` in plain Python."""
-    if _notebook_shell() is None:
+    ipython = sys.modules.get("IPython")  # never imported here: plain Python has no shell
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+    except Exception:  # noqa: BLE001 - a broken IPython falls back to print
+        shell = None
+    if shell is None:
         print(feedback)
         return
     from IPython.display import display

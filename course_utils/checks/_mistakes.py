@@ -1,11 +1,7 @@
-"""The registry of mistake names: every ``CheckResult.mistake`` a checker can report.
-
-One name for one mistake, in every checker: an instructor's statistics (the grader's CSV
-counts verdicts by ``mistake``) add up the same mistake made in different exercises, and
-a test (tests/test_checks_core.py) asserts that every name a checker emits and every name
-the buggy-student tests expect is a key here. A new diagnosis takes an existing name when
-it is the same mistake, else a new entry with its one-line meaning.
-"""
+"""Every ``CheckResult.mistake`` a checker can report, with its one-line meaning. One name
+per mistake in every checker, so that the grader's CSV counts it across exercises: a new
+diagnosis takes an existing name when it is the same mistake, else a new entry here
+(tests/test_checks_core.py checks both ways)."""
 
 from __future__ import annotations
 

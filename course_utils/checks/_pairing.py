@@ -1,19 +1,11 @@
 """One pairing engine: the student's module's parameters mapped onto the reference's.
 
-Every checker of a module (04-09) builds the student's class and the reference with the
-same arguments, gives the student's parameters random values (:func:`randomise_parameters`)
-and copies them into the reference, so that the two must compute the same numbers.
-:func:`pair_parameters` finds which student parameter is which reference parameter:
-
-* **by name**, the contract's names (an ``nn.Embedding`` used directly in place of
-  ``TokenEmbedding.embedding`` is accepted; a parameter held twice, e.g. by a helper
-  module that shares a norm, is one parameter);
-* **by structure** (``by_structure=True``, for the ``Transformer`` whose submodule names
-  are the student's choice): the reference's top-level parts in any order, each matched
-  by its parameters' shapes in order (or by the reference's names inside the part).
-
-:func:`load_reference` pairs, reports what does not fit in one set of words (``"missing
-submodule"``, ``"unexpected parameters"``, ``"wrong parameter shape"``), and copies.
+A module's checker (04-09) builds the student's class and the reference with the same
+arguments, gives the student's parameters random values and copies them into the
+reference, so that the two must compute the same numbers. Parameters pair by the
+contract's names (:func:`match_parameters`) or, for the ``Transformer`` whose part names
+are the student's choice, by structure (:func:`pair_parameters`); :func:`load_reference`
+pairs, names what does not fit (:func:`structure_failure`) and copies.
 """
 
 from __future__ import annotations
@@ -31,10 +23,9 @@ Pairs = list[tuple[Tensor, Tensor]]
 
 
 def randomise_parameters(module: nn.Module) -> None:
-    """Random values for every learnable parameter: matrices ``~ N(0, 1/fan_in)``, biases
-    ``~ N(0, 0.3^2)``, other vectors (norm scales) ``~ 1 + N(0, 0.3^2)``. Fresh LayerNorms
-    (ones and zeros) would hide a missing or swapped scale and shift, and deep-copied
-    layers would be indistinguishable."""
+    """Matrices ``~ N(0, 1/fan_in)``, biases ``~ N(0, 0.3^2)``, other vectors (norm scales)
+    ``~ 1 + N(0, 0.3^2)``: fresh norms (ones, zeros) would hide a swapped scale and shift,
+    and deep-copied layers would be indistinguishable."""
     with torch.no_grad():
         for name, p in module.named_parameters():
             if p.dim() >= 2:
@@ -56,32 +47,20 @@ def build_student(cls: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, 
     return model
 
 
-def _aliases(name: str) -> list[str]:
-    # a bare nn.Embedding in place of TokenEmbedding's `embedding` submodule
-    out = [name]
-    if name.endswith(".embedding.weight"):
-        out.append(name[: -len(".embedding.weight")] + ".weight")
-    return out
-
-
 def match_parameters(
-    student: nn.Module,
-    ref: nn.Module,
-    optional_missing: tuple[str, ...] = (),
-    optional_extra: tuple[str, ...] = (),
+    student: nn.Module, ref: nn.Module, optional_missing: tuple[str, ...] = (), optional_extra: tuple[str, ...] = ()
 ) -> tuple[Pairs, list[str], list[str], list[tuple[str, str, str]]]:
-    """Pair the student's parameters with the reference's by name.
-
-    Returns ``(pairs, missing, unexpected, wrong_shape)``: ``pairs`` of (student, reference)
-    parameters, reference names the student lacks, student names the reference lacks
-    (aliases of a paired parameter are fine) and ``(name, student shape, reference shape)``.
-    Names starting with ``optional_missing`` / ``optional_extra`` are not reported.
-    """
+    """Pair the student's parameters with the reference's by name: ``(pairs, missing,
+    unexpected, wrong_shape)``, the (student, reference) pairs, the reference names the
+    student lacks (except ``optional_missing`` prefixes), the student names the reference
+    lacks (except ``optional_extra``; a paired parameter's other names are fine) and ``(name, student
+    shape, reference shape)``. A bare nn.Embedding may stand for TokenEmbedding's."""
     s_params = dict(student.named_parameters(remove_duplicate=False))
     pairs, missing, wrong_shape = [], [], []
     used: set[int] = set()
     for name, rp in ref.named_parameters():
-        key = next((a for a in _aliases(name) if a in s_params), None)
+        bare = [name.removesuffix(".embedding.weight") + ".weight"] if name.endswith(".embedding.weight") else []
+        key = next((a for a in [name, *bare] if a in s_params), None)
         if key is None:
             if not name.startswith(optional_missing):
                 missing.append(name)
@@ -97,7 +76,7 @@ def match_parameters(
 
 
 def _fit_part(chunk: list[tuple[str, Tensor]], part: list[tuple[str, Tensor]]) -> Pairs | None:
-    """Pair a run of the student's parameters with one top-level part of the reference:
+    """A run of the student's parameters paired with one top-level part of the reference:
     by position when the shapes follow the same order, else by the reference's names."""
     if [p.shape for _, p in chunk] == [p.shape for _, p in part]:
         return [(sp, rp) for (_, sp), (_, rp) in zip(chunk, part)]
@@ -141,14 +120,8 @@ def _some(names: list[str], k: int = 4) -> str:
     return shown + (f" and {len(names) - k} more" if len(names) > k else "")
 
 
-def structure_failure(
-    what: str,
-    student: nn.Module,
-    missing: list[str],
-    unexpected: list[str],
-    wrong_shape: list[tuple[str, str, str]],
-    parts: dict[str, str],
-) -> None:
+def structure_failure(what: str, student: nn.Module, missing: list[str], unexpected: list[str],
+                      wrong_shape: list[tuple[str, str, str]], parts: dict[str, str]) -> None:
     """Fail, in plain words, when the student's parameters cannot be paired with the
     reference's by name (``parts``: the contract's submodules and what each one is)."""
     if wrong_shape:
@@ -165,13 +138,11 @@ def structure_failure(
         tops: dict[str, list[str]] = {}
         for n in missing:
             tops.setdefault(n.split(".")[0], []).append(n)
-        lines = []
-        for top, names in tops.items():
-            desc = f" ({parts[top]})" if top in parts else ""
-            if not any(n.startswith(top + ".") for n in s_names):
-                lines.append(f"there is no submodule `{top}`{desc}")
-            else:
-                lines.append(f"`{top}` lacks the parameters {_some(names)}{desc}")
+        lines = [
+            (f"`{top}` lacks the parameters {_some(names)}" if any(n.startswith(top + ".") for n in s_names)
+             else f"there is no submodule `{top}`") + (f" ({parts[top]})" if top in parts else "")
+            for top, names in tops.items()
+        ]
         text = f"in your {what}, " + "; ".join(lines) + "."
         if unexpected:
             text += f" Instead it has {_some(unexpected)}: did you name a submodule differently?"
@@ -206,9 +177,8 @@ def named(model: nn.Module, pairs: Pairs) -> list[tuple[str, Tensor, Tensor]]:
 def load_reference(
     model: nn.Module, ref: nn.Module, what: str, parts: dict[str, str], optional_extra: tuple[str, ...] = ()
 ) -> list[tuple[str, Tensor, Tensor]]:
-    """Pair ``model``'s parameters with ``ref``'s by name (else fail with
-    :func:`structure_failure`'s words), copy them into ``ref`` and return the pairs, named
-    (:func:`named`)."""
+    """Pair ``model``'s parameters with ``ref``'s by name (else fail in :func:`structure_failure`'s
+    words), copy them into ``ref`` and return the pairs, :func:`named`."""
     pairs, missing, unexpected, wrong_shape = match_parameters(model, ref, optional_extra=optional_extra)
     structure_failure(what, model, missing, unexpected, wrong_shape, parts)
     copy_parameters(pairs)
