@@ -114,6 +114,7 @@ from ._core import (
     Mistake,
     StudentError,
     call_student,
+    check_input_device,
     drawn_once,
     check_unchanged,
     checker,
@@ -192,27 +193,11 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
             _padding_shape(B, L, f"the mask ({case})")(got)  # the same words as check_padding_mask
         _not_bool("the mask", got, expected, case)
         expect_close("the mask", got, expected, mistakes, case=case)
+    check_input_device(lambda: fn(src.to("meta"), pad_id), lambda: fn(src.clone(), pad_id), "your make_src_mask", case)
     return "(B, 1, L_src), True on real tokens, pad_id 0 and non-zero"
 
 
 # ---------------------------------------------------------------- make_tgt_mask
-def _tgt_mask_on_meta(fn: Callable[..., Any]) -> None:
-    """``tgt`` on the "meta" device (every machine has it): a causal part built on the CPU
-    (causal_mask(L) without device=tgt.device) raises or lands elsewhere, as it would on a GPU.
-    Code that cannot run on meta for another reason (a Python loop reading values) is skipped."""
-    tgt = torch.zeros(2, 4, dtype=torch.long, device="meta")
-    try:
-        got = fn(tgt, 1)
-    except Exception as exc:  # noqa: BLE001 - only a device clash is the student's mistake here
-        got = exc if "device" in str(exc) and "item()" not in str(exc) else None
-    if isinstance(got, BaseException) or (isinstance(got, Tensor) and got.device.type != "meta"):
-        where = (f"raised {type(got).__name__}: {str(got).splitlines()[0]}" if isinstance(got, BaseException)
-                 else f"returned a mask on {got.device}")
-        fail(f"with tgt on another device than the CPU (the checker used torch's 'meta' device; on Colab it is the "
-             f"GPU), make_tgt_mask {where}: some part of the mask is created on the CPU. Create it on tgt's device: "
-             "causal_mask(L, device=tgt.device).", mistake="wrong device")
-
-
 @checker("make_tgt_mask")
 def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_tgt_mask")
@@ -252,7 +237,8 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
         if matches(got, pad.transpose(1, 2) & causal):  # with trailing padding, as the mask blocking both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         expect_close("the mask", got, expected, mistakes, case=case)
-    _tgt_mask_on_meta(fn)
+    check_input_device(lambda: fn(tgt.to("meta"), pad_id), lambda: fn(tgt.clone(), pad_id), "your make_tgt_mask",
+                       case, "create every part on tgt's device: causal_mask(L, device=tgt.device)")
     return "(B, L_tgt, L_tgt) = padding & causal, pad_id 0 and non-zero"
 
 
@@ -1050,6 +1036,10 @@ def _greedy_mistakes(
                 fin(fill=eos),
             )
         )
+    if pad_id is None:
+        out.append(("filled with 0 when pad_id is None", "finished sequences are filled with 0 although pad_id is "
+                     "None: the contract fills with eos_id when pad_id is None (fill = eos_id if pad_id is None "
+                     "else pad_id); 0 may well be a real token.", fin(fill=0)))
     out += [
         (
             "keeps generating after eos",
@@ -1519,6 +1509,13 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
                 "`was_training = model.training` before model.eval() and end with model.train(was_training).",
                 mistake="mode not restored",
             )
+    case = setup.cases[0]  # right tokens: now with the model's own tensors watched as another device's
+    src, mask = setup.src[case.rows], setup.src_mask[case.rows]
+    kwargs = {"src_mask": mask, **({"pad_id": case.pad_id} if case.pass_pad else {})}
+    check_input_device(None, lambda: fn(model, src.clone(), M, bos_id, case.eos_id, **kwargs), "your greedy_decode",
+                       case.words, "build ys, `finished` and the causal mask on the source's device: "
+                       "torch.full(..., device=src.device), causal_mask(T, device=src.device)")
+    model.eval()
     _restored_after_error(fn, setup)
     return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
 
