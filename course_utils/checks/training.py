@@ -384,6 +384,11 @@ def _smoothing_weight_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps
          "the nll term is not multiplied by (1 - eps): the smoothed loss is (1 - eps) * nll + eps * "
          "(-log_probs.mean(dim=-1)), the cross-entropy against (1 - eps) * one_hot + eps / V.",
          lambda: _smoothed_ce(logits, targets, pad_id, q(1 + eps / V, eps / V))),
+        ("smoothing on the correct class only",
+         "the share eps / V goes to the correct word only ((1 - eps + eps / V) * nll, the other words get "
+         "nothing): the reference spreads eps / V over every one of the V words, the correct one included, "
+         "so the loss is (1 - eps) * nll + eps * (-log_probs.mean(dim=-1)).",
+         lambda: _smoothed_ce(logits, targets, pad_id, q(1 - eps + eps / V, 0.0))),
     ]
 
 
@@ -501,6 +506,10 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
             mistakes = _cross_entropy_mistakes(logits0, targets0, pad_id, eps)
             mistakes += _smoothing_weight_mistakes(logits0, targets0, pad_id, eps)
             expect_close("the loss", got, expected, _nearest_first(got, mistakes), case=case)
+        if isinstance(got, Tensor) and got.dtype != logits.dtype:
+            fail(f"your loss ({case}) has the right value but dtype {got.dtype}, the logits {logits.dtype}: the "
+                 "loss follows the logits' dtype. Something builds it in another one (.double(), a float64 "
+                 "tensor or torch.tensor(..., dtype=...)): leave the cast out.", mistake="dtype not preserved")
         if isinstance(got, Tensor) and not got.requires_grad:
             fail(
                 f"your loss ({case}) has the right value but is detached from the computation graph "
@@ -828,7 +837,8 @@ def _step_setup(**kwargs: Any) -> _StepSetup:
 
 
 def _draw_step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, train_mode: bool,
-                     clip_fraction: float | None) -> _StepSetup:
+                     clip_fraction: float | None = None, clip: float | None = None) -> _StepSetup:
+    """``clip_fraction``: clip_norm that fraction of the first gradient's norm, else ``clip``."""
     while True:
         V_src, V_tgt, D, d_ff = randint(11, 15), randint(11, 15), 4 * randint(2, 3), randint(12, 20)
         if _distinct(V_src, V_tgt, D, d_ff):
@@ -850,7 +860,7 @@ def _draw_step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: floa
         pairs[0] = (torch.cat([pairs[0][0], _ids((3,), V_src, pad_id)]), pairs[0][1])  # src padding elsewhere
         batches.append(collate(pairs, pad_id=pad_id))
     leftover = [torch.randn_like(p) for p in model.parameters()]
-    setup = _StepSetup(model, batches, pad_id, eps, None, use_scheduler, leftover, randint(0, 10_000), train_mode)
+    setup = _StepSetup(model, batches, pad_id, eps, clip, use_scheduler, leftover, randint(0, 10_000), train_mode)
     for _ in range(4 if clip_fraction is not None else 0):
         probe = copy.deepcopy(model)
         probe.train()
@@ -893,15 +903,16 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
             with torch.random.fork_rng(devices=[]):
                 torch.default_generator.manual_seed(setup.seed + i)  # the CPU's: torch.manual_seed costs ms
                 # boxed, so that a numpy loss reaches _as_loss (a float is due, not a tensor)
-                loss = call_student(lambda *a, **k: [_Returned(fn(*a, **k))], model, batch, optimizer,
-                                    context=f"calling train_step ({words})", **kwargs)[0].value
+                with _BackwardWatch() as watch:
+                    loss = call_student(lambda *a, **k: [_Returned(fn(*a, **k))], model, batch, optimizer,
+                                        context=f"calling train_step ({words})", **kwargs)[0].value
         except StudentError as err:
             _train_step_error(err, batch, setup.clip)
             raise
         check_unchanged(["batch.src", "batch.tgt"], [batch.src, batch.tgt], originals, words)
         _scheduler_argument(scheduler, words)
         grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
-        result = (loss, _flat(model), grads, all(m.training for m in model.modules()))
+        result = (loss, _flat(model), grads, all(m.training for m in model.modules()), watch.dtypes)
         if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
             if scheduler.last_epoch == 0:
                 fail(
@@ -920,6 +931,20 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
 @dataclass
 class _Returned:
     value: Any
+
+
+class _BackwardWatch(torch.overrides.TorchFunctionMode):
+    """The dtypes of the tensors backward() runs from (loss.backward(), torch.autograd.backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes: list[torch.dtype] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if getattr(func, "__name__", "") == "backward" and args:
+            self.dtypes += [t.dtype for t in (args[0] if isinstance(args[0], (tuple, list)) else args[:1])
+                            if isinstance(t, Tensor)]
+        return func(*args, **(kwargs or {}))
 
 
 def _as_loss(value: Any, words: str, expected: float) -> float:
@@ -948,9 +973,9 @@ def _as_loss(value: Any, words: str, expected: float) -> float:
     raise AssertionError  # unreachable: fail raises
 
 
-def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]], words: str) -> None:
+def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool, list]], words: str) -> None:
     expected = _simulate(setup, frozenset())
-    for i, ((loss, params, grads, training), (exp_loss, exp_params)) in enumerate(zip(got, expected)):
+    for i, ((loss, params, grads, training, dtypes), (exp_loss, exp_params)) in enumerate(zip(got, expected)):
         call = f"call {i + 1} of {len(expected)}, {words}"
         value = _as_loss(loss, call, exp_loss)
         if not math.isclose(value, exp_loss, rel_tol=1e-5, abs_tol=1e-6):
@@ -981,6 +1006,11 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]
                 fail(f"the loss and the update are right, but train_step leaves the model (or some of its modules) in "
                      f"eval mode ({call}): the next step's dropout would be off. Keep it in train mode; evaluate "
                      "elsewhere (evaluation restores the mode it found).", mistake="model left in eval mode")
+            if any(d != torch.float32 for d in dtypes):
+                fail(f"the loss and the update are right, but backward() ran on a {dtypes[0]} loss ({call}), the "
+                     "logits being torch.float32: the loss follows the logits' dtype (a .double() or a float64 "
+                     "tensor in the loss doubles its memory for nothing). Leave the cast out.",
+                     mistake="dtype not preserved")
             continue
         eval_mode = frozenset({"eval mode"})
         if not setup.train_mode and matches(params, _simulate(setup, eval_mode, i + 1)[i][1], 1e-6, 1e-5):
@@ -993,6 +1023,11 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool]
         if matches(params, before, atol=0, rtol=0):
             name, diagnosis, _ = _UPDATE_MISTAKES[1]
             fail(f"{diagnosis} ({call})", mistake=name)
+        if setup.clip == 0 and matches(params, _simulate(setup, frozenset({"no clip"}), i + 1)[i][1], 1e-6, 1e-5):
+            fail(f"with clip_norm=0.0 the parameters moved ({call}): clipping to norm 0 zeroes every gradient, so "
+                 "there is no update, but `if clip_norm:` reads 0.0 as 'no clipping'. Only None means no clipping: "
+                 "`if clip_norm is not None: nn.utils.clip_grad_norm_(model.parameters(), clip_norm)`.",
+                 mistake="clip_norm 0 not clipped")
         # first: a factor on the gradients left in the model names the clipping and the loss scale;
         # an update can coincide with a simulated one (no square root with a gradient norm near 2
         # halves the step, as a scheduler stepped first does)
@@ -1140,42 +1175,40 @@ def _graph_cut(fn: Callable[..., Any], setup: _StepSetup, words: str) -> None:
              "loss from model(...)'s output directly.", mistake="detached from the graph")
 
 
+_STEP_CASES = [  # (the draw's arguments, pass the options, words); "pad": a non-zero pad_id drawn
+    # A: everything on: a scheduler, clipping below the gradient norm, smoothing, a non-zero pad
+    (dict(pad_id="pad", eps=0.1, use_scheduler=True, dropout=0.0, train_mode=True, clip_fraction=0.3), True,
+     "SGD with a LambdaLR scheduler, pad_id={s.pad_id}, label_smoothing={s.eps}, clip_norm={s.clip}"),
+    # E: clip_norm far above the gradient norm: clipping must leave the gradients alone
+    (dict(pad_id="pad", eps=0.1, use_scheduler=True, dropout=0.0, train_mode=True, clip=_FAR_ABOVE), True,
+     "clip_norm={s.clip:g}, far above the gradient norm, pad_id={s.pad_id}, label_smoothing=0.1"),
+    # B: the defaults: scheduler=None, pad_id=0, no smoothing, clip_norm=1.0
+    (dict(pad_id=0, eps=0.0, use_scheduler=False, dropout=0.0, train_mode=True, clip=1.0), False,
+     "train_step(model, batch, optimizer) with the default arguments (no scheduler)"),
+    # C: a model with dropout that an evaluation left in eval mode
+    (dict(pad_id="pad", eps=0.0, use_scheduler=True, dropout=0.5, train_mode=False, clip=1.0), True,
+     "a model with dropout=0.5 that arrives in eval mode, pad_id={s.pad_id}"),
+    # D: no scheduler and no clipping, both passed as None, with smoothing and a non-zero pad
+    (dict(pad_id="pad", eps=0.1, use_scheduler=False, dropout=0.0, train_mode=True), True,
+     "scheduler=None, clip_norm=None (no clipping), label_smoothing=0.1, pad_id={s.pad_id}"),
+    # F: clip_norm=0.0, a legal bound: every gradient scaled to norm 0, no update
+    (dict(pad_id="pad", eps=0.0, use_scheduler=True, dropout=0.0, train_mode=True, clip=0.0), True,
+     "clip_norm=0.0 (the gradients scaled to norm 0: no update), pad_id={s.pad_id}"),
+]
+
+
 @checker("train_step")
 def check_train_step(fn: Callable[..., Any]) -> str:
     require_function(fn, "train_step")
-    # A: everything on: a scheduler, clipping below the gradient norm, smoothing, a non-zero pad
-    setup = _step_setup(pad_id=randint(1, 9), eps=0.1, use_scheduler=True, dropout=0.0, train_mode=True,
-                        clip_fraction=0.3)
-    words = (f"SGD with a LambdaLR scheduler, pad_id={setup.pad_id}, label_smoothing={setup.eps}, "
-             f"clip_norm={setup.clip}")
-    try:
-        _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
-    except Failure as f:
-        if f.mistake == "no update":
-            _graph_cut(fn, setup, words)
-        raise
-    # E: clip_norm far above the gradient norm: clipping must leave the gradients alone
-    setup = _step_setup(pad_id=randint(1, 9), eps=0.1, use_scheduler=True, dropout=0.0, train_mode=True,
-                        clip_fraction=None)
-    setup.clip = _FAR_ABOVE
-    words = f"clip_norm={_FAR_ABOVE:g}, far above the gradient norm, pad_id={setup.pad_id}, label_smoothing=0.1"
-    _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
-    # B: the defaults: scheduler=None, pad_id=0, no smoothing, clip_norm=1.0
-    setup = _step_setup(pad_id=0, eps=0.0, use_scheduler=False, dropout=0.0, train_mode=True, clip_fraction=None)
-    setup.clip = 1.0
-    words = "train_step(model, batch, optimizer) with the default arguments (no scheduler)"
-    _compare_step(setup, _run_student(fn, setup, words, pass_options=False), words)
-    # C: a model with dropout that an evaluation left in eval mode
-    setup = _step_setup(pad_id=randint(1, 9), eps=0.0, use_scheduler=True, dropout=0.5, train_mode=False,
-                        clip_fraction=None)
-    setup.clip = 1.0
-    words = f"a model with dropout=0.5 that arrives in eval mode, pad_id={setup.pad_id}"
-    _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
-    # D: no scheduler and no clipping, both passed as None, with smoothing and a non-zero pad
-    setup = _step_setup(pad_id=randint(1, 9), eps=0.1, use_scheduler=False, dropout=0.0, train_mode=True,
-                        clip_fraction=None)
-    words = f"scheduler=None, clip_norm=None (no clipping), label_smoothing=0.1, pad_id={setup.pad_id}"
-    _compare_step(setup, _run_student(fn, setup, words, pass_options=True), words)
+    for n, (draw, pass_options, words) in enumerate(_STEP_CASES):
+        setup = _step_setup(**{**draw, "pad_id": randint(1, 9) if draw["pad_id"] == "pad" else draw["pad_id"]})
+        words = words.format(s=setup)
+        try:
+            _compare_step(setup, _run_student(fn, setup, words, pass_options), words)
+        except Failure as f:
+            if f.mistake == "no update" and n == 0:
+                _graph_cut(fn, setup, words)
+            raise
     return ("loss, parameters and scheduler after two steps; zero_grad, clipping, scheduler, train mode, "
             "scheduler=None")
 
