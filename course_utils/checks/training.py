@@ -1,91 +1,32 @@
 """Checkers for notebook 07 (training): ``shift_targets``, ``masked_cross_entropy``,
-``noam_lr`` and ``train_step``.
+``noam_lr`` and ``train_step``. docs/course-contract.md says what each verifies;
+``_mistakes.py`` holds every mistake name.
 
-``shift_targets``: random ``(B, L_tgt)`` targets (``<bos>``, words, ``<eos>``, trailing
-padding of different lengths per row, ``B != L_tgt``), compared exactly with
-``(tgt[:, :-1], tgt[:, 1:])``.
+``shift_targets``: random targets with trailing padding (``B != L_tgt``), compared exactly
+with ``(tgt[:, :-1], tgt[:, 1:])``.
 
-``masked_cross_entropy``: random logits ``(B, L, V)`` (``B``, ``L``, ``V`` all different)
-and targets with trailing padding, a non-zero ``pad_id`` with real tokens of id 0 (so a
-hard-coded 0 shows), and targets that are a non-contiguous slice (as ``batch.tgt_out``
-is: ``.view`` fails on it); without and with label smoothing; last, logits with a real
-target's logit and another 120 below the largest (``[0, -120, 0]``), where
-``log(softmax(x))`` gives ``-inf`` and ``log_softmax`` a finite loss; then logits with
-``-inf`` for the pad class at a pad position (a model that never predicts ``<pad>``): that
-position's loss is infinite and must not reach the result (``(per * mask).sum()`` gives
-``inf * 0 = nan``, ``"pad positions reach the sum"``). The result must be a
-differentiable 0-d tensor equal to ``F.cross_entropy(..., ignore_index=pad_id,
-label_smoothing=eps)``; a wrong value is compared with the loss computed with each
-catalogued mistake.
+``masked_cross_entropy``: random logits ``(B, L, V)`` (all sizes different), targets with
+trailing padding, a non-zero ``pad_id`` with real tokens of id 0 and a non-contiguous slice
+for targets (as ``batch.tgt_out`` is); without and with label smoothing; then extreme
+logits (``[0, -120, 0]`` and one of 100: ``log(softmax(x))`` is not finite) and a pad
+position with a ``-inf`` pad logit (a mask multiplied in gives ``inf * 0 = nan``). The
+result: a differentiable 0-d tensor in the logits' dtype equal to ``F.cross_entropy(...,
+ignore_index=pad_id, label_smoothing=eps)``; a wrong value is compared with the loss
+computed with each catalogued mistake, nearest first.
 
-``noam_lr``: random ``d_model``, ``warmup`` and ``factor``, at steps 1, 2, around the end
-of the warm-up and far after it; numbers of any kind (float, 0-d tensor) are accepted.
+``noam_lr``: random ``d_model``, ``warmup`` and ``factor`` at steps 1, 2, around the end of
+the warm-up and far after it; a Python float.
 
-``train_step``: a small :class:`course_utils.Transformer` (one layer per stack) and
-batches built by :func:`course_utils.data.collate` with a non-zero ``pad_id`` and
-source and target padding. Plain SGD (not Adam: Adam's update hardly changes when the
-gradient is scaled, which would hide a missing clipping) with a ``LambdaLR`` that halves
-the rate at every step, a ``clip_norm`` below the gradient's norm, label smoothing, and
-gradients left over from an earlier backward pass (so a missing ``zero_grad`` shows
-from the first call). Two calls are compared with the reference: the returned losses,
-every parameter after each call, and the scheduler's step count. Then a call with
-``scheduler=None`` and the default ``pad_id``, a call on a model with dropout that was
-left in eval mode (same random seed for the student's call and the reference), and one
-with ``scheduler=None`` and ``clip_norm=None`` passed explicitly, label smoothing and a
-non-zero ``pad_id``. After each call the model (every module) must be in train mode.
-The first setup's gradient norm is above 1.5 (the output layer is scaled up when a draw
-falls below), so a ``clip_norm`` hard-coded as 1.0 clips, differently from the argument.
-Each call is compared before the next one runs. A draw's setup and its simulated
-mistakes are kept for the next check that starts from the same random state (the same
-seed).
-Parameters are compared with an absolute tolerance of ``1e-6`` (the updates are about
-``1e-2``).
-
-Decisions: ``train_step`` returns the loss as a Python float; a tensor fails (``"loss
-returned as a tensor"``), as notebook 07 asks for a float. No gradient from before the call may reach the update, so ``zero_grad`` comes
-before ``backward`` (a ``zero_grad`` only at the end of the step would let an earlier
-backward pass, say a cell that looked at the gradients, leak into the first update): it
-is named ``"zero_grad in the wrong place"`` when the gradients are cleared after the step,
-``"zero_grad forgotten"`` when they are not cleared at all.
-
-Catalogue (``CheckResult.mistake``):
-
-* all four: ``"not a function"``.
-* ``shift_targets``: ``"not shifted"``, ``"shifted the wrong way"``, ``"the same slice
-  twice"`` (``tgt[:, :-1], tgt[:, :-1]`` or ``tgt[:, 1:], tgt[:, 1:]``), ``"shifted along the
-  batch axis"``, ``"only one side shifted"``, ``"wrong return"``, ``"input modified in
-  place"``.
-* ``masked_cross_entropy``: ``"log of softmax"`` (non-finite on extreme logits),
-  ``"pad positions reach the sum"``, ``"sign flipped"``, ``"padding in the sum only"``,
-  ``"padding counted"``, ``"divided by all positions"``, ``"divided by the batch size"``,
-  ``"hard-coded pad id"``, ``"label smoothing ignored"``, ``"label smoothing applied
-  twice"``, ``"smoothing over the other classes only"``, ``"smoothing without the
-  padding class"``, ``"smoothing term summed"``, ``"KL divergence instead of
-  cross-entropy"``, ``"sum instead of
-  mean"``, ``"mean of per-sequence means"``, ``"double softmax"``, ``"no log-softmax"``,
-  ``"classes on the wrong axis"``, ``"view on a non-contiguous tensor"``, ``"not
-  reduced"``, ``"not a tensor"``, ``"detached from the graph"``, ``"smoothing over
-  padding"``, ``"correct class left out of the smoothing"``, ``"nll not weighted by 1 -
-  eps"``, ``"input modified in place"``.
-* ``noam_lr``: ``"warmup^-0.5 instead of warmup^-1.5"``, ``"max instead of min"``,
-  ``"missing d_model^-0.5"``, ``"d_model^0.5 instead of d_model^-0.5"``, ``"steps
-  counted from 0"``, ``"division by zero at step 1"``, ``"factor ignored"``, ``"not a
-  number"``.
-* ``train_step``: the loss (``"targets not shifted"``, ``"compared with tgt_in"``,
-  ``"shifted the wrong way"``, ``"loss on tgt instead of tgt_out"``, ``"tgt_mask not
-  passed"``, ``"src_mask not passed"``, ``"padding counted"``, ``"pad id hard-coded as
-  0"``, ``"label smoothing not passed"``, ``"masks not passed"``), the update (``"zero_grad forgotten"``, ``"no
-  update"``, ``"zero_grad in the wrong place"``, ``"clipping missing"``, ``"clipping
-  after the step"``, ``"clip_grad_value_ instead of clip_grad_norm_"``, ``"scheduler
-  stepped before the optimizer"``, ``"scheduler not stepped"``, ``"scheduler stepped
-  twice"``, ``"scheduler None not handled"``, ``"clip_norm None not handled"``, ``"clipping
-  scales up"``, ``"wrong clipping norm"``, ``"backward on the summed loss"``, ``"loss passed
-  to scheduler.step"``, ``"detached from the graph"``), the size of an update made in the
-  right order (``"optimizer stepped twice"``, ``"hard-coded clip_norm"``, ``"each parameter
-  clipped separately"``, ``"backward on a rescaled loss"``, and ``"update scaled"`` for any
-  other update along the reference's direction), ``"model in eval mode"``, ``"model left in
-  eval mode"``, ``"loss returned as a tensor"``, ``"not a Python float"`` (a numpy number or
-  array), ``"no loss returned"``, ``"view on a non-contiguous tensor"``.
+``train_step``: a small :class:`course_utils.Transformer` and batches of
+:func:`course_utils.data.collate`; plain SGD (Adam's update hardly changes when the gradient
+is scaled, which would hide a missing clipping) with a ``LambdaLR`` that halves the rate
+at every step, and gradients left over from an earlier backward pass (a missing
+``zero_grad`` shows from the first call). The cases are ``_STEP_CASES``; in each, two calls
+are compared one by one with the reference simulated with each catalogued mistake (cached
+on the draw, which the checks of one seed share): the returned loss (a Python float),
+every parameter (``atol=1e-6``; the updates are about ``1e-2``), the scheduler's step
+count, the dtype backward ran on, and train mode after the call. No gradient from before
+the call may reach the update: ``zero_grad`` after ``step`` is "misplaced", not "forgotten".
 """
 
 from __future__ import annotations
@@ -105,23 +46,8 @@ from ..data import collate
 from ..model import Transformer, make_tgt_mask
 from ..training import masked_cross_entropy, noam_lr
 from ._core import (
-    equal,
-    isfinite,
-    Mistake,
-    StudentError,
-    call_student,
-    check_unchanged,
-    checker,
-    describe_shape,
-    drawn_once,
-    expect_close,
-    fail,
-    Failure,
-    is_view_error,
-    matches,
-    randint,
-    register_hints,
-    require_function,
+    equal, isfinite, Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, drawn_once,
+    expect_close, fail, Failure, is_view_error, matches, randint, register_hints, require_function
 )
 
 __all__ = ["check_shift_targets", "check_masked_cross_entropy", "check_noam_lr", "check_train_step"]
@@ -172,11 +98,8 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
         check_unchanged(["tgt"], [tgt], [tgt0], case)
         if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(isinstance(t, Tensor) for t in got):
             what = describe_shape(got) if isinstance(got, Tensor) else type(got).__name__
-            fail(
-                f"shift_targets should return two tensors, (tgt_in, tgt_out); yours returned {what}. "
-                "End with `return tgt_in, tgt_out`.",
-                mistake="wrong return",
-            )
+            fail(f"shift_targets should return two tensors, (tgt_in, tgt_out); yours returned {what}. "
+                 "End with `return tgt_in, tgt_out`.", mistake="wrong return")
         got_in, got_out = got
         exp_in, exp_out = tgt0[:, :-1], tgt0[:, 1:]  # (B, L - 1) each
 
@@ -189,43 +112,30 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
                      f"{tgt0.dtype} (slicing does).", mistake="wrong return")
             continue
         if same(got_in, tgt0) and same(got_out, tgt0):
-            fail(
-                f"tgt_in and tgt_out ({case}) are both the whole tgt: the targets are not shifted. At each "
-                "position the decoder would read the very token it must predict there, so the model would "
-                "just copy its input: the training loss drops to near zero, yet greedy decoding, which has no "
-                "answer to copy, fails. The decoder reads tgt[:, :-1] and predicts tgt[:, 1:].",
-                mistake="not shifted",
-            )
+            fail(f"tgt_in and tgt_out ({case}) are both the whole tgt: the targets are not shifted. At each "
+                 "position the decoder would read the very token it must predict there, so the model would "
+                 "just copy its input: the training loss drops to near zero, yet greedy decoding, which has no "
+                 "answer to copy, fails. The decoder reads tgt[:, :-1] and predicts tgt[:, 1:].", mistake="not shifted")
         if same(got_in, exp_out) and same(got_out, exp_in):
-            fail(
-                f"the shift goes the wrong way ({case}): your tgt_in is tgt[:, 1:] (it starts after <bos>) and "
-                "tgt_out is tgt[:, :-1]. The decoder must read <bos> first and predict the *next* token: "
-                "tgt_in = tgt[:, :-1] (drop the last token), tgt_out = tgt[:, 1:] (drop <bos>).",
-                mistake="shifted the wrong way",
-            )
+            fail(f"the shift goes the wrong way ({case}): your tgt_in is tgt[:, 1:] (it starts after <bos>) and "
+                 "tgt_out is tgt[:, :-1]. The decoder must read <bos> first and predict the *next* token: "
+                 "tgt_in = tgt[:, :-1] (drop the last token), tgt_out = tgt[:, 1:] (drop <bos>).",
+                 mistake="shifted the wrong way")
         if same(got_in, tgt0[:-1]) and same(got_out, tgt0[1:]) or same(got_in, tgt0[1:]) and same(got_out, tgt0[:-1]):
-            fail(
-                f"you shifted along the batch axis ({case}): tgt[:-1] drops a whole sequence. tgt is (B, L_tgt): "
-                "shift along the time axis, tgt[:, :-1] and tgt[:, 1:].",
-                mistake="shifted along the batch axis",
-            )
+            fail(f"you shifted along the batch axis ({case}): tgt[:-1] drops a whole sequence. tgt is (B, L_tgt): "
+                 "shift along the time axis, tgt[:, :-1] and tgt[:, 1:].", mistake="shifted along the batch axis")
         for a, b in ((exp_in, exp_in), (exp_out, exp_out)):
             if same(got_in, a) and same(got_out, b):
                 both = "tgt[:, :-1]" if a is exp_in else "tgt[:, 1:]"
-                fail(
-                    f"tgt_in and tgt_out ({case}) are the same slice, {both}: each position is asked for the very "
-                    "token it reads, so the model learns to copy (the loss falls near zero) and greedy decoding "
-                    "fails. The decoder reads tgt[:, :-1] and predicts the next tokens, tgt[:, 1:].",
-                    mistake="the same slice twice",
-                )
+                fail(f"tgt_in and tgt_out ({case}) are the same slice, {both}: each position is asked for the very "
+                     "token it reads, so the model learns to copy (the loss falls near zero) and greedy decoding "
+                     "fails. The decoder reads tgt[:, :-1] and predicts the next tokens, tgt[:, 1:].",
+                     mistake="the same slice twice")
         one_side = [(exp_in, tgt0), (tgt0, exp_out), (tgt0[:, 1:], tgt0), (tgt0, tgt0[:, :-1])]
         if any(same(got_in, a) and same(got_out, b) for a, b in one_side):
-            fail(
-                f"only one of the two is shifted ({case}): tgt_in has shape {describe_shape(got_in)} and tgt_out "
-                f"{describe_shape(got_out)}. Both must have L_tgt - 1 = {L - 1} columns: tgt_in = tgt[:, :-1] "
-                "and tgt_out = tgt[:, 1:].",
-                mistake="only one side shifted",
-            )
+            fail(f"only one of the two is shifted ({case}): tgt_in has shape {describe_shape(got_in)} and tgt_out "
+                 f"{describe_shape(got_out)}. Both must have L_tgt - 1 = {L - 1} columns: tgt_in = tgt[:, :-1] "
+                 "and tgt_out = tgt[:, 1:].", mistake="only one side shifted")
         expect_close("tgt_in", got_in, exp_in, atol=0, rtol=0, case=case)
         expect_close("tgt_out", got_out, exp_out, atol=0, rtol=0, case=case)
     return "tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:]"
@@ -418,12 +328,9 @@ def _cross_entropy_error(err: StudentError) -> None:
     if isinstance(exc, (RuntimeError, ValueError)) and (
         "Expected target size" in text or "only batches of spatial targets" in text
     ):
-        fail(
-            f"your code raised {type(exc).__name__}: {text.splitlines()[0]}. F.cross_entropy expects the classes "
-            "on axis 1: (N, V) logits and (N,) targets. Flatten them first: logits.reshape(-1, V) and "
-            "targets.reshape(-1) (or pass logits.transpose(1, 2)).",
-            mistake="classes on the wrong axis",
-        )
+        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]}. F.cross_entropy expects the classes "
+             "on axis 1: (N, V) logits and (N,) targets. Flatten them first: logits.reshape(-1, V) and "
+             "targets.reshape(-1) (or pass logits.transpose(1, 2)).", mistake="classes on the wrong axis")
 
 
 @checker("masked_cross_entropy")
@@ -470,22 +377,16 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                                    label_smoothing=eps)  # ()
         if isinstance(got, (float, int)) and not isinstance(got, bool):
             right = math.isclose(float(got), float(expected), rel_tol=1e-4, abs_tol=1e-5)
-            fail(
-                f"your loss ({case}) is a Python number" + (" (with the right value)" if right else "")
-                + ": return the tensor itself, not loss.item(), so that loss.backward() can follow it back to "
-                "the model's parameters.",
-                mistake="not a tensor",
-            )
+            fail(f"your loss ({case}) is a Python number" + (" (with the right value)" if right else "")
+                 + ": return the tensor itself, not loss.item(), so that loss.backward() can follow it back to "
+                 "the model's parameters.", mistake="not a tensor")
         if isinstance(got, Tensor) and got.dim() > 0:
             per = F.cross_entropy(logits0.reshape(-1, V), targets0.reshape(-1), ignore_index=pad_id,
                                   label_smoothing=eps, reduction="none")  # (B*L,)
             shaped = got.shape in (per.shape, torch.Size([B, L]))
-            fail(
-                f"your loss ({case}) has shape {describe_shape(got)}; it must be a single number, a 0-d tensor"
-                + (": it looks like the per-token losses (reduction='none'). Average them over the real "
-                   "tokens." if shaped else "."),
-                mistake="not reduced",
-            )
+            fail(f"your loss ({case}) has shape {describe_shape(got)}; it must be a single number, a 0-d tensor"
+                 + (": it looks like the per-token losses (reduction='none'). Average them over the real "
+                    "tokens." if shaped else "."), mistake="not reduced")
         if extreme and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
             fail(
                 f"your loss is {float(got.detach())} ({case}), though the right one, {float(expected):.2f}, is finite: "
@@ -495,13 +396,11 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                 mistake="log of softmax",
             )
         if pad_inf and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
-            fail(
-                f"your loss is {float(got.detach())} ({case}); the right one, {float(expected):.4f}, ignores the pad "
-                "positions whatever their logits. The pad positions reach your sum: multiplied by a 0/1 mask, "
-                "their infinite loss gives inf * 0 = nan. Select the real positions instead "
-                "(per_position[targets != pad_id], or torch.where), do not multiply.",
-                mistake="pad positions reach the sum",
-            )
+            fail(f"your loss is {float(got.detach())} ({case}); the right one, {float(expected):.4f}, ignores the pad "
+                 "positions whatever their logits. The pad positions reach your sum: multiplied by a 0/1 mask, "
+                 "their infinite loss gives inf * 0 = nan. Select the real positions instead "
+                 "(per_position[targets != pad_id], or torch.where), do not multiply.",
+                 mistake="pad positions reach the sum")
         with torch.no_grad():
             mistakes = _cross_entropy_mistakes(logits0, targets0, pad_id, eps)
             mistakes += _smoothing_weight_mistakes(logits0, targets0, pad_id, eps)
@@ -511,12 +410,9 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                  "loss follows the logits' dtype. Something builds it in another one (.double(), a float64 "
                  "tensor or torch.tensor(..., dtype=...)): leave the cast out.", mistake="dtype not preserved")
         if isinstance(got, Tensor) and not got.requires_grad:
-            fail(
-                f"your loss ({case}) has the right value but is detached from the computation graph "
-                "(.detach(), .item(), torch.tensor(...) or torch.no_grad()): loss.backward() could not reach the "
-                "logits. Build it from the logits with torch operations only.",
-                mistake="detached from the graph",
-            )
+            fail(f"your loss ({case}) has the right value but is detached from the computation graph "
+                 "(.detach(), .item(), torch.tensor(...) or torch.no_grad()): loss.backward() could not reach the "
+                 "logits. Build it from the logits with torch operations only.", mistake="detached from the graph")
     return "mean over the non-pad tokens, pad_id 0 and non-zero, with and without label smoothing"
 
 
@@ -573,13 +469,10 @@ def check_noam_lr(fn: Callable[..., Any]) -> str:
                 value = call_student(fn, step, d_model, warmup, context=f"calling noam_lr({case})", **kwargs)
             except StudentError as err:
                 if isinstance(err.exc, ZeroDivisionError) and step == 1:
-                    fail(
-                        f"your code divides by zero at step=1 ({type(err.exc).__name__}: {err.exc}). Steps are "
-                        "counted from 1 here: step 1 is the first update, and the formula works as written, "
-                        "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5), without "
-                        "subtracting 1.",
-                        mistake="division by zero at step 1",
-                    )
+                    fail(f"your code divides by zero at step=1 ({type(err.exc).__name__}: {err.exc}). Steps are "
+                         "counted from 1 here: step 1 is the first update, and the formula works as written, "
+                         "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5), without "
+                         "subtracting 1.", mistake="division by zero at step 1")
                 raise
             if isinstance(value, Tensor) or type(value).__module__ == "numpy":
                 kind = "a tensor" if isinstance(value, Tensor) else f"a numpy {type(value).__name__}"
@@ -604,13 +497,10 @@ def check_noam_lr(fn: Callable[..., Any]) -> str:
                 fail(f"{diagnosis} (d_model={d_model}, warmup={warmup}"
                      + (f", factor={factor})" if pass_factor else ")"), mistake=name)
         i = next(i for i, (g, e) in enumerate(zip(got, expected)) if not math.isclose(g, e, rel_tol=1e-6, abs_tol=1e-15))
-        fail(
-            f"at step={steps[i]} (d_model={d_model}, warmup={warmup}"
-            + (f", factor={factor}" if pass_factor else "")
-            + f") your rate is {got[i]:.6g}, expected {expected[i]:.6g}: "
-            "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
-            mistake="values differ",
-        )
+        fail(f"at step={steps[i]} (d_model={d_model}, warmup={warmup}"
+             + (f", factor={factor}" if pass_factor else "")
+             + f") your rate is {got[i]:.6g}, expected {expected[i]:.6g}: "
+             "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).", mistake="values differ")
     return "steps 1 to 10 x warmup, with and without factor"
 
 
@@ -806,28 +696,19 @@ def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None
     if is_view_error(exc):
         fail(_VIEW_ADVICE, mistake="view on a non-contiguous tensor")
     if clip is None and isinstance(exc, TypeError) and "NoneType" in text:
-        fail(
-            f"your code raised {type(exc).__name__}: {text.splitlines()[0]} with clip_norm=None, which means: no "
-            "clipping. Clip only when there is a bound: `if clip_norm is not None: "
-            "nn.utils.clip_grad_norm_(model.parameters(), clip_norm)`.",
-            mistake="clip_norm None not handled",
-        )
+        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]} with clip_norm=None, which means: no "
+             "clipping. Clip only when there is a bound: `if clip_norm is not None: "
+             "nn.utils.clip_grad_norm_(model.parameters(), clip_norm)`.", mistake="clip_norm None not handled")
     if isinstance(exc, AttributeError) and "NoneType" in text and "step" in text:
-        fail(
-            f"your code raised {type(exc).__name__}: {text.splitlines()[0] if text else ''} with scheduler=None: "
-            "the scheduler is optional. Step it only when there is one: `if scheduler is not None: "
-            "scheduler.step()`.",
-            mistake="scheduler None not handled",
-        )
+        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0] if text else ''} with scheduler=None: "
+             "the scheduler is optional. Step it only when there is one: `if scheduler is not None: "
+             "scheduler.step()`.", mistake="scheduler None not handled")
     B, L = batch.tgt.shape
     shapes = (f"({B * (L - 1)})", f"({B * L})", str((B, L - 1)), str((B, L)), f"{B}, {L - 1}", f"{B}, {L}")
     if isinstance(exc, (RuntimeError, ValueError)) and sum(s in text for s in shapes) >= 2:
-        fail(
-            f"your code raised {type(exc).__name__}: {text.splitlines()[0]}. The logits of batch.tgt_in have "
-            f"L_tgt - 1 = {L - 1} positions, one per token read; they go with batch.tgt_out (also {L - 1} "
-            f"long), not with batch.tgt ({L} long).",
-            mistake="loss on tgt instead of tgt_out",
-        )
+        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]}. The logits of batch.tgt_in have "
+             f"L_tgt - 1 = {L - 1} positions, one per token read; they go with batch.tgt_out (also {L - 1} "
+             f"long), not with batch.tgt ({L} long).", mistake="loss on tgt instead of tgt_out")
 
 
 def _step_setup(**kwargs: Any) -> _StepSetup:
@@ -915,16 +796,11 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
         result = (loss, _flat(model), grads, all(m.training for m in model.modules()), watch.dtypes)
         if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
             if scheduler.last_epoch == 0:
-                fail(
-                    f"the scheduler was not stepped ({words}): the learning rate would stay at its first value "
-                    "for the whole training. Call scheduler.step() after optimizer.step().",
-                    mistake="scheduler not stepped",
-                )
-            fail(
-                f"the scheduler was stepped {scheduler.last_epoch} times in one call ({words}): step it once, "
-                "after optimizer.step().",
-                mistake="scheduler stepped twice",
-            )
+                fail(f"the scheduler was not stepped ({words}): the learning rate would stay at its first value "
+                     "for the whole training. Call scheduler.step() after optimizer.step().",
+                     mistake="scheduler not stepped")
+            fail(f"the scheduler was stepped {scheduler.last_epoch} times in one call ({words}): step it once, "
+                 "after optimizer.step().", mistake="scheduler stepped twice")
         yield result
 
 
@@ -949,27 +825,19 @@ class _BackwardWatch(torch.overrides.TorchFunctionMode):
 
 def _as_loss(value: Any, words: str, expected: float) -> float:
     if type(value).__module__ == "numpy":  # loss.detach().numpy(), np.float32(...): by name, numpy not imported
-        fail(
-            f"train_step returns the loss as a numpy {type(value).__name__} ({words}): return a Python float, "
-            "loss.item(), which a history list, an f-string or a plot takes as it is.",
-            mistake="not a Python float",
-        )
+        fail(f"train_step returns the loss as a numpy {type(value).__name__} ({words}): return a Python float, "
+             "loss.item(), which a history list, an f-string or a plot takes as it is.", mistake="not a Python float")
     if isinstance(value, Tensor) and value.numel() == 1:
         right = math.isclose(float(value.detach()), expected, rel_tol=1e-5, abs_tol=1e-6)
-        fail(
-            f"train_step returns the loss as a tensor ({words})" + (" with the right value" if right else "")
-            + ": return a Python float, loss.item(). A tensor that the caller keeps in a history holds on to "
-            "its device memory (and, unless detached, to the whole graph of the step).",
-            mistake="loss returned as a tensor",
-        )
+        fail(f"train_step returns the loss as a tensor ({words})" + (" with the right value" if right else "")
+             + ": return a Python float, loss.item(). A tensor that the caller keeps in a history holds on to "
+             "its device memory (and, unless detached, to the whole graph of the step).",
+             mistake="loss returned as a tensor")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    fail(
-        f"train_step should return the loss as a Python float (loss.item()), got "
-        f"{type(value).__name__ if not isinstance(value, Tensor) else 'a tensor of shape ' + describe_shape(value)} "
-        f"({words}).",
-        mistake="no loss returned",
-    )
+    fail(f"train_step should return the loss as a Python float (loss.item()), got "
+         f"{type(value).__name__ if not isinstance(value, Tensor) else 'a tensor of shape ' + describe_shape(value)} "
+         f"({words}).", mistake="no loss returned")
     raise AssertionError  # unreachable: fail raises
 
 
@@ -982,11 +850,9 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
             # the case of a model that arrives in eval mode is there for this mistake: tried first
             if not setup.train_mode and math.isclose(value, _simulate(setup, frozenset({"eval mode"}), i + 1)[i][0],
                                                      rel_tol=1e-5, abs_tol=1e-6):
-                fail(
-                    f"the model stays in eval mode ({call}): dropout is off during training. The model may arrive "
-                    "in eval mode (after an evaluation): call model.train() at the start of train_step.",
-                    mistake="model in eval mode",
-                )
+                fail(f"the model stays in eval mode ({call}): dropout is off during training. The model may arrive "
+                     "in eval mode (after an evaluation): call model.train() at the start of train_step.",
+                     mistake="model in eval mode")
             for name, diagnosis, flags in _LOSS_MISTAKES:
                 if any(f in flags for f in ("no smoothing",)) and setup.eps == 0:
                     continue
@@ -1014,11 +880,9 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
             continue
         eval_mode = frozenset({"eval mode"})
         if not setup.train_mode and matches(params, _simulate(setup, eval_mode, i + 1)[i][1], 1e-6, 1e-5):
-            fail(
-                f"the update was computed in eval mode ({call}): call model.train() at the start of train_step "
-                "(before the forward pass), since an evaluation may have switched dropout off.",
-                mistake="model in eval mode",
-            )
+            fail(f"the update was computed in eval mode ({call}): call model.train() at the start of train_step "
+                 "(before the forward pass), since an evaluation may have switched dropout off.",
+                 mistake="model in eval mode")
         before = setup.cache[()][i - 1][1] if i else _flat(setup.model)
         if matches(params, before, atol=0, rtol=0):
             name, diagnosis, _ = _UPDATE_MISTAKES[1]
@@ -1049,17 +913,12 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
             present = [g for g in grads if g is not None]
             norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in present))) if present else None
             if norm is not None and math.isclose(norm, setup.clip, rel_tol=1e-3):
-                fail(
-                    f"the gradients are clipped after optimizer.step() ({call}): the update has already used the "
-                    "unclipped ones. Clip between loss.backward() and optimizer.step().",
-                    mistake="clipping after the step",
-                )
-            fail(
-                f"the gradients are not clipped ({call}; clip_norm={setup.clip} is below their norm): call "
-                "nn.utils.clip_grad_norm_(model.parameters(), clip_norm) after loss.backward() and before "
-                "optimizer.step().",
-                mistake="clipping missing",
-            )
+                fail(f"the gradients are clipped after optimizer.step() ({call}): the update has already used the "
+                     "unclipped ones. Clip between loss.backward() and optimizer.step().",
+                     mistake="clipping after the step")
+            fail(f"the gradients are not clipped ({call}; clip_norm={setup.clip} is below their norm): call "
+                 "nn.utils.clip_grad_norm_(model.parameters(), clip_norm) after loss.backward() and before "
+                 "optimizer.step().", mistake="clipping missing")
         clip_value = frozenset({"clip value"})
         if setup.clip is not None and matches(params, _simulate(setup, clip_value, i + 1)[i][1], 1e-6, 1e-5):
             name, diagnosis, _ = _UPDATE_MISTAKES[2]
@@ -1214,48 +1073,36 @@ def check_train_step(fn: Callable[..., Any]) -> str:
 
 
 # ---------------------------------------------------------------- hints
-register_hints(
-    "shift_targets",
-    [
-        "The decoder reads a prefix and predicts the next token. Which tokens does it read, and which does it "
-        "have to predict?",
-        "It reads everything but the last token and predicts everything but the first (<bos>): both have "
-        "L_tgt - 1 columns.",
-        "Slice along the time axis (axis 1): tgt[:, :-1] and tgt[:, 1:].",
-    ],
-)
-register_hints(
-    "masked_cross_entropy",
-    [
-        "Start from log_probs = logits.log_softmax(dim=-1), shape (B, L, V). The loss of one position is "
-        "(1 - eps) * (-log p of the correct word) + eps * (-mean over the V words of log p).",
-        "The correct word's log p: log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1), shape (B, L). The "
-        "smoothing term: -log_probs.mean(dim=-1), also (B, L). Combine them with eps = label_smoothing.",
-        "Padding must count neither in the sum nor in the count: keep the positions where targets != pad_id "
-        "(per_position[targets != pad_id]) and take the mean of those only.",
-        "To check yourself: F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id, "
-        "label_smoothing=eps) computes the same number (.reshape, not .view: the targets may be a slice).",
-    ],
-)
-register_hints(
-    "noam_lr",
-    [
-        "Write the paper's formula as it is: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
-        "Steps count from 1 here, so step ** -0.5 is fine. (LambdaLR counts from 0: add 1 where you build the "
-        "scheduler, not in noam_lr.)",
-        "Before the warm-up ends, step * warmup ** -1.5 is the smaller branch (linear growth); after, "
-        "step ** -0.5 (decay). They meet at step = warmup: hence min, not max.",
-    ],
-)
-register_hints(
-    "train_step",
-    [
-        "Follow the eight points of the exercise in order; the easiest to forget are the first two (train mode, "
-        "clearing the old gradients) and the clipping, which must sit between backward and the optimizer's step.",
-        "Forward with teacher forcing: logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask); "
-        "the loss compares them with batch.tgt_out, ignoring pad_id, with label_smoothing.",
-        "Clip between backward and step: nn.utils.clip_grad_norm_(model.parameters(), clip_norm). The scheduler "
-        "is optional: `if scheduler is not None: scheduler.step()`.",
-        "Return loss.item(), a Python float, so the caller can keep a history without holding on to the graph.",
-    ],
-)
+register_hints("shift_targets", [
+    "The decoder reads a prefix and predicts the next token. Which tokens does it read, and which does it "
+    "have to predict?",
+    "It reads everything but the last token and predicts everything but the first (<bos>): both have "
+    "L_tgt - 1 columns.",
+    "Slice along the time axis (axis 1): tgt[:, :-1] and tgt[:, 1:].",
+])
+register_hints("masked_cross_entropy", [
+    "Start from log_probs = logits.log_softmax(dim=-1), shape (B, L, V). The loss of one position is "
+    "(1 - eps) * (-log p of the correct word) + eps * (-mean over the V words of log p).",
+    "The correct word's log p: log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1), shape (B, L). The "
+    "smoothing term: -log_probs.mean(dim=-1), also (B, L). Combine them with eps = label_smoothing.",
+    "Padding must count neither in the sum nor in the count: keep the positions where targets != pad_id "
+    "(per_position[targets != pad_id]) and take the mean of those only.",
+    "To check yourself: F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id, "
+    "label_smoothing=eps) computes the same number (.reshape, not .view: the targets may be a slice).",
+])
+register_hints("noam_lr", [
+    "Write the paper's formula as it is: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+    "Steps count from 1 here, so step ** -0.5 is fine. (LambdaLR counts from 0: add 1 where you build the "
+    "scheduler, not in noam_lr.)",
+    "Before the warm-up ends, step * warmup ** -1.5 is the smaller branch (linear growth); after, "
+    "step ** -0.5 (decay). They meet at step = warmup: hence min, not max.",
+])
+register_hints("train_step", [
+    "Follow the eight points of the exercise in order; the easiest to forget are the first two (train mode, "
+    "clearing the old gradients) and the clipping, which must sit between backward and the optimizer's step.",
+    "Forward with teacher forcing: logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask); "
+    "the loss compares them with batch.tgt_out, ignoring pad_id, with label_smoothing.",
+    "Clip between backward and step: nn.utils.clip_grad_norm_(model.parameters(), clip_norm). The scheduler "
+    "is optional: `if scheduler is not None: scheduler.step()`.",
+    "Return loss.item(), a Python float, so the caller can keep a history without holding on to the graph.",
+])
