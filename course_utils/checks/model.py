@@ -192,10 +192,8 @@ class _Sizes:
     pad_tgt: int
 
     def kwargs(self, norm_first: bool, dropout: float = 0.1) -> dict[str, Any]:
-        return dict(
-            d_model=self.D, num_heads=self.H, num_layers=self.N, d_ff=self.d_ff, dropout=dropout,
-            max_len=_MAX_LEN, norm_first=norm_first,
-        )
+        return dict(d_model=self.D, num_heads=self.H, num_layers=self.N, d_ff=self.d_ff, dropout=dropout,
+                    max_len=_MAX_LEN, norm_first=norm_first)
 
     def shown(self, norm_first: bool, dropout: float = 0.1) -> str:
         kw = ", ".join(f"{k}={v}" for k, v in self.kwargs(norm_first, dropout).items())
@@ -230,22 +228,11 @@ def _dropout_off(module: nn.Module, off: bool) -> Iterator[None]:
 
 
 def _transformer_variant(
-    ref: Transformer,
-    src: Tensor,
-    tgt: Tensor,
-    src_mask: Tensor | None,
-    tgt_mask: Tensor | None,
-    *,
-    scale: tuple[float, float] = (0.5, 0.5),
-    pe: tuple[bool, bool] = (True, True),
-    pe_drop: tuple[str, str] = ("after", "after"),
-    layer_drop: tuple[bool, bool] = (True, True),
-    enc_mask: bool = True,
-    cross_mask: bool = True,
-    self_mask: bool = True,
-    part: str = "logits",
-    memory: Tensor | None = None,
-    post: str | None = None,
+    ref: Transformer, src: Tensor, tgt: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None, *,
+    scale: tuple[float, float] = (0.5, 0.5), pe: tuple[bool, bool] = (True, True),
+    pe_drop: tuple[str, str] = ("after", "after"), layer_drop: tuple[bool, bool] = (True, True),
+    enc_mask: bool = True, cross_mask: bool = True, self_mask: bool = True, part: str = "logits",
+    memory: Tensor | None = None, post: str | None = None,
 ) -> Tensor:
     """The reference's forward (or ``part="memory"``/``"decoded"``) with optional mistakes:
     embeddings times ``d_model ** scale`` per side, positional table missing (``pe``), its
@@ -496,27 +483,21 @@ def _check_init(model: nn.Module, ref: Transformer, pairs: list[tuple[Tensor, Te
                 wrong.append((s_names[id(sp)], sp, math.sqrt(6.0 / (fan_in + fan_out))))
     if wrong:
         name, p, bound = wrong[0]
-        fail(
-            f"right after construction, {len(wrong)} of the {sum(rp.dim() > 1 for _, rp in pairs)} weight matrices are "
-            f"not Xavier-uniform; `{name}` {tuple(p.shape)} has values up to {float(p.detach().abs().max()):.3g} in size "
-            f"(root mean square {float(p.detach().pow(2).mean().sqrt()):.3g}), where xavier_uniform_ draws uniformly "
-            f"from +-{bound:.3g} (root mean square {bound / math.sqrt(3):.3g}). After building the submodules, "
-            "re-initialise every parameter with more than one dimension: `for p in self.parameters(): if p.dim() > 1: "
-            "nn.init.xavier_uniform_(p)`.",
-            mistake="no Xavier initialisation",
-        )
+        fail(f"right after construction, {len(wrong)} of the {sum(rp.dim() > 1 for _, rp in pairs)} weight matrices "
+             f"are not Xavier-uniform; `{name}` {tuple(p.shape)} has values up to {float(p.detach().abs().max()):.3g} "
+             f"in size (root mean square {float(p.detach().pow(2).mean().sqrt()):.3g}), where xavier_uniform_ draws "
+             f"uniformly from +-{bound:.3g} (root mean square {bound / math.sqrt(3):.3g}). After building the "
+             "submodules, re-initialise every parameter with more than one dimension: `for p in self.parameters(): "
+             "if p.dim() > 1: nn.init.xavier_uniform_(p)`.", mistake="no Xavier initialisation")
     for sp, rp in pairs:
         if id(rp) in norms and not bool((sp.detach() == norms[id(rp)]).all()):
             scale = norms[id(rp)] == 1.0
-            fail(
-                f"right after construction, the LayerNorm {'scale' if scale else 'shift'} `{s_names[id(sp)]}` is not "
-                f"all {'ones' if scale else 'zeros'} (it starts with values like {sp.detach().flatten()[:3].tolist()}). "
-                + ("A norm with a zero scale outputs only its shift, so every logit starts the same. "
-                   if scale and not bool(sp.detach().any()) else "")
-                + "Initialise only the matrices (p.dim() > 1) and leave the vectors, biases and norm parameters, as "
-                "their modules made them.",
-                mistake="norm scales not ones" if scale else "norm shifts not zeros",
-            )
+            fail(f"right after construction, the LayerNorm {'scale' if scale else 'shift'} `{s_names[id(sp)]}` is "
+                 f"not all {'ones' if scale else 'zeros'} (it starts with values like "
+                 f"{sp.detach().flatten()[:3].tolist()}). " + ("A norm with a zero scale outputs only its shift, so "
+                 "every logit starts the same. " if scale and not bool(sp.detach().any()) else "")
+                 + "Initialise only the matrices (p.dim() > 1) and leave the vectors, biases and norm parameters, as "
+                 "their modules made them.", mistake="norm scales not ones" if scale else "norm shifts not zeros")
 
 
 def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tuple[nn.Module, Transformer]:
@@ -622,13 +603,10 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
         again = call_student(model, *inputs, context=f"running forward ({where})")
         if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):
             fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != P_PROBE]
-            fail(
-                f"two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, so "
-                "the output would be the same each time; some dropout uses its own p instead of the dropout "
-                "argument" + (f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
-                + ". Pass the dropout argument on to every module that drops.",
-                mistake="hard-coded dropout p",
-            )
+            fail(f"two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, "
+                 "so the output would be the same each time; some dropout uses its own p instead of the dropout "
+                 "argument" + (f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
+                 + ". Pass the dropout argument on to every module that drops.", mistake="hard-coded dropout p")
         try:
             _compare_parts(model, ref, inputs, where, _dropout_mistakes)
         except Failure as f:
@@ -667,8 +645,7 @@ def _table_length(model: nn.Module, D: int) -> None:
 def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
     """Dropout with 0 < p < 1 (which p = 1 cannot show twice): in training mode the encoder's and the
     decoder's inputs must be the eval-mode inputs dropped once (kept entries scaled by 1 / (1 - p)),
-    and the decoder must get the encoder's output as its memory, undropped. Watched with hooks.
-    (Duplicates the shared 0 < p < 1 probe planned on branch wip/holes_a.)"""
+    and the decoder must get the encoder's output as its memory, undropped. Watched with hooks."""
     p = 0.5
     shown = s.shown(False, p)
     model = call_student(cls, s.V_src, s.V_tgt, context=f"constructing Transformer({shown})", **s.kwargs(False, p))
@@ -751,6 +728,13 @@ def _embedding_probe(model: nn.Module, s: _Sizes) -> None:
                  + f": {method} embeds with self.{own}.", mistake="embeddings swapped")
 
 
+def _dropout_in_the_wrong_place(unexplained: str | None) -> None:
+    if unexplained:
+        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
+             "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
+             "nowhere else.", mistake="dropout in the wrong place")
+
+
 @checker("Transformer")
 def check_transformer(cls: Any) -> str:
     require_module_class(cls, "Transformer")
@@ -763,10 +747,7 @@ def check_transformer(cls: Any) -> str:
     _extra_dropout_probe(cls, replace(s, N=1))
     for (model, ref), norm_first in zip(built, (False, True)):
         _mapped_cases(model, ref, s, norm_first)
-    if unexplained:
-        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
-             "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
-             "nowhere else.", mistake="dropout in the wrong place")
+    _dropout_in_the_wrong_place(unexplained)
     _transformer_gradient(*built[1], s)
     # the notebooks store this line (nbval): change it together with solutions/06
     return "post-norm and pre-norm, with and without masks, compared with the reference"
@@ -781,41 +762,37 @@ def _transformer_gradient(model: nn.Module, ref: nn.Module, s: _Sizes) -> None:
     gradient_probe(model, ref, inputs, pairs, what="Transformer", case="norm_first=True")
 
 
+def _values_step(model: nn.Module, ref: Transformer, s: _Sizes) -> None:
+    # the masks and the parts travel alike in both norm placements: post-norm suffices, and forward with
+    # both masks (then encode and decode) names every catalogued value mistake
+    _embedding_probe(model, s)
+    _mapped_cases(model, ref, s, False, first_only=True)
+
+
+def _gradient_step(model: nn.Module, ref: Transformer, s: _Sizes) -> None:
+    _mapped_cases(model, ref, s, True)
+    _transformer_gradient(model, ref, s)
+
+
+_STAGES: dict[str, Callable[[Any, _Sizes], Any]] = {  # one step of check_transformer, on a draw of its own
+    "build": lambda cls, s: [_build_aligned(cls, s, norm_first, 0.1) for norm_first in (False, True)],
+    "values": lambda cls, s: _values_step(*_build_aligned(cls, s, False, 0.1), s),
+    "table": lambda cls, s: _table_length(_build_aligned(cls, s, False, 0.1)[0], s.D),
+    "dropout": lambda cls, s: _dropout_in_the_wrong_place(_dropout_probe(cls, replace(s, N=1))),
+    "extra dropout": lambda cls, s: _extra_dropout_probe(cls, replace(s, N=1)),
+    "shared": lambda cls, s: _shared_embeddings(cls, replace(s, N=1)),
+    "gradient": lambda cls, s: _gradient_step(*_build_aligned(cls, s, True, 0.1), s),
+}
+
+
 @checker("Transformer")
 def _check_transformer_stage(cls: Any, stage: str) -> str:
-    """One step of check_transformer, on a draw of its own, for the tests (which draw each
-    catalogued mistake many times): the step that names a family, ``"build"`` (structure,
-    state, initialisation), ``"values"`` (the embeddings' lookups, the eval-mode
-    comparisons), ``"dropout"`` (the p = 1 probe), ``"extra dropout"`` (0 < p < 1),
-    ``"shared"`` (equal vocabularies), ``"table"`` (max_len) or ``"gradient"`` (the gradient
-    probe). Private, not exported: a notebook's check cell runs the whole check."""
+    """The step of check_transformer that names a family (``_STAGES``), for the tests, which
+    draw each catalogued mistake many times. Private: a check cell runs the whole check."""
     require_module_class(cls, "Transformer")
-    s = _transformer_sizes()
-    if stage in ("build", "values", "table"):
-        # the masks and the parts travel alike in both norm placements: post-norm suffices, and forward with
-        # both masks (then encode and decode) names every catalogued value mistake
-        built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in ((False, True) if stage == "build" else
-                                                                           (False,))]
-        if stage == "table":
-            _table_length(built[0][0], s.D)
-        if stage == "values":
-            _embedding_probe(built[0][0], s)
-            _mapped_cases(*built[0], s, False, first_only=True)
-    elif stage == "dropout":
-        unexplained = _dropout_probe(cls, replace(s, N=1))
-        if unexplained:
-            fail(f"in training mode {unexplained}", mistake="dropout in the wrong place")
-    elif stage == "extra dropout":
-        _extra_dropout_probe(cls, replace(s, N=1))
-    elif stage == "shared":
-        _shared_embeddings(cls, replace(s, N=1))
-    elif stage == "gradient":
-        model, ref = _build_aligned(cls, s, True, 0.1)
-        _mapped_cases(model, ref, s, True)
-        _transformer_gradient(model, ref, s)
-    else:
-        raise ValueError(f"stage must be one of build, values, dropout, extra dropout, shared, table, gradient; "
-                         f"got {stage!r}")
+    if stage not in _STAGES:
+        raise ValueError(f"stage must be one of {', '.join(_STAGES)}; got {stage!r}")
+    _STAGES[stage](cls, _transformer_sizes())
     return f"the {stage} step"
 
 
@@ -830,16 +807,8 @@ _MARGIN_VARIANT = 1e-4
 
 
 def _greedy_raw(
-    model: Transformer,
-    src: Tensor,
-    src_mask: Tensor | None,
-    bos_id: int,
-    steps: int,
-    *,
-    causal: bool | str = True,
-    position: int = -1,
-    argmax: str = "vocab",
-    src_mask_to: tuple[bool, bool] = (True, True),
+    model: Transformer, src: Tensor, src_mask: Tensor | None, bos_id: int, steps: int, *, causal: bool | str = True,
+    position: int = -1, argmax: str = "vocab", src_mask_to: tuple[bool, bool] = (True, True),
 ) -> tuple[Tensor, Tensor]:
     """Greedy tokens with no stopping and no filling, ``(B, steps + 1)``, and each step's
     top-1 minus top-2 logit, ``(B, steps)`` (``inf`` where the choice is not a vocabulary argmax).
@@ -1076,10 +1045,8 @@ def _greedy_setup() -> _GreedySetup:
             differs = {k: ((raws[k][:, 1:] != raws["ok"][:, 1:]) & shown).any(dim=1) for k in _VARIANTS}
             # rows that go on with other tokens after their eos (else "keeps generating" = filling)
             goes_on = ((raws["ok"][:, 1:] != eos_id) & ~upto & (steps[None, :] <= M)).any(dim=1)
-            a_rows = _choose_rows(
-                ends, [first == first[ends].min(), first == first[ends].max()] + [differs[k] for k in _SRC_MASK_WORDS],
-                randint(3, 4),
-            )
+            a_rows = _choose_rows(ends, [first == first[ends].min(), first == first[ends].max()]
+                                  + [differs[k] for k in _SRC_MASK_WORDS], randint(3, 4))
             if a_rows is None or len(set(first[a_rows].tolist())) < 2:
                 continue
             b_rows = _choose_rows(clear, [first > M, (first < M) & goes_on, differs["no causal"]]
@@ -1298,12 +1265,8 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         src0, mask0 = src.clone(), mask.clone()
         model.train(case.train)
         pad = "" if case.pad_id is None else f", pad_id={case.pad_id}"
-        words = (
-            f"{case.words}: batch of {len(case.rows)}, max_len={M}, bos_id={bos_id}, eos_id={case.eos_id}{pad}"
-        )
-        kwargs: dict[str, Any] = {"src_mask": mask}
-        if case.pass_pad:
-            kwargs["pad_id"] = case.pad_id
+        words = f"{case.words}: batch of {len(case.rows)}, max_len={M}, bos_id={bos_id}, eos_id={case.eos_id}{pad}"
+        kwargs = {"src_mask": mask, **({"pad_id": case.pad_id} if case.pass_pad else {})}
         watch = _GreedyWatch(model)
         try:
             got = call_student(fn, model, src, M, bos_id, case.eos_id, context=f"decoding ({words})", **kwargs)
