@@ -49,11 +49,11 @@ def src_mask_ne(src, pad_id):
 
 
 def src_mask_item_loop(src, pad_id):
-    mask = torch.zeros(src.size(0), 1, src.size(1), dtype=torch.bool, device=src.device)
-    for b in range(src.size(0)):
-        for j in range(src.size(1)):
-            mask[b, 0, j] = src[b, j].item() != pad_id
-    return mask
+    """.item() values written into a mask made by src.new_zeros: on src's device, right anywhere."""
+    mask = src.new_zeros(src.shape, dtype=torch.bool)
+    for index, token in enumerate(src.flatten()):
+        mask.view(-1)[index] = token.item() != pad_id
+    return mask.unsqueeze(1)
 
 
 @pytest.mark.parametrize("fn", [course_utils.make_src_mask, src_mask_indexing, src_mask_ne, padding_mask,

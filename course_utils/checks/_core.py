@@ -492,12 +492,17 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
         tensors = [t for t in torch.utils._pytree.tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)]
         if name in _TO_PYTHON:
             self.to_python.append(name)
-        if func in _FACTORIES:
-            mark = kwargs.get("device") is None and not (args and isinstance(args[0], Tensor))
+        if func in _FACTORIES:  # torch.as_tensor(t) stays where t is
+            data = args[0] if args and isinstance(args[0], Tensor) else None
+            mark = kwargs.get("device") is None and (data is None or id(data) in self.marked)
+        elif name == "cpu":
+            mark = True
         elif name in ("to", "cuda"):
             moved = name == "cuda" or kwargs.get("device") is not None or any(
                 isinstance(a, (str, torch.device, Tensor)) for a in args[1:])
             mark = not moved and id(args[0]) in self.marked
+            if moved:  # .to(the device it is on) returns the tensor itself: no longer the CPU's here
+                self.marked.pop(id(out), None)
         else:
             mark = name not in ("copy_", "__setitem__") and any(id(t) in self.marked for t in tensors)
         for t in torch.utils._pytree.tree_flatten(out)[0] if mark else ():

@@ -702,7 +702,7 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
             with torch.random.fork_rng(devices=[]):
                 torch.default_generator.manual_seed(setup.seed + i)  # the CPU's: torch.manual_seed costs ms
                 # boxed, so that a numpy loss reaches _as_loss (a float is due, not a tensor)
-                with _BackwardWatch() as watch:
+                with _BackwardWatch(on=i == 0) as watch:  # one call tells the loss's dtype; each costs ms
                     loss = call_student(lambda *a, **k: [_Returned(fn(*a, **k))], model, batch, optimizer,
                                         context=f"calling train_step ({words})", **kwargs)[0].value
         except StudentError as err:
@@ -730,9 +730,15 @@ class _Returned:
 class _BackwardWatch(torch.overrides.TorchFunctionMode):
     """The dtypes of the tensors backward() runs from (loss.backward(), torch.autograd.backward)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on: bool = True) -> None:
         super().__init__()
-        self.dtypes: list[torch.dtype] = []
+        self.on, self.dtypes = on, []
+
+    def __enter__(self) -> Any:
+        return super().__enter__() if self.on else self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return super().__exit__(*exc) if self.on else None
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if getattr(func, "__name__", "") == "backward" and args:
