@@ -764,8 +764,8 @@ def padding_item_loop(tokens, pad_id):
     return mask
 
 
-@pytest.mark.parametrize("fn", [padding_reference_like, padding_none_index, padding_ne_unsqueeze_minus_2, padding_where_view,
-                                padding_item_loop])
+@pytest.mark.parametrize("fn", [padding_reference_like, padding_none_index, padding_ne_unsqueeze_minus_2,
+                                padding_where_view, padding_item_loop])
 def test_padding_correct_variants_pass(fn):
     assert_passes(check_padding_mask, fn)
 

@@ -36,7 +36,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -475,6 +475,15 @@ _DEVICE_FIX = ("create every new tensor on the input's device (device=x.device, 
                "zeros_like / full_like), and stay in torch operations")
 
 
+def _tensors(obj: Any) -> Iterator[Tensor]:
+    """The tensors in ``obj``, inside tuples, lists and dict values too."""
+    if isinstance(obj, Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list, dict)):
+        for item in obj.values() if isinstance(obj, dict) else obj:
+            yield from _tensors(item)
+
+
 class _HostWatch(torch.overrides.TorchFunctionMode):
     """A second device stood in for on the CPU: a tensor of a factory called without ``device=``
     is marked as the CPU's, and so is every result computed from one, unless moved with
@@ -489,7 +498,6 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = getattr(func, "__name__", "")
-        tensors = [t for t in torch.utils._pytree.tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)]
         if name in _TO_PYTHON:
             self.to_python.append(name)
         if func in _FACTORIES:  # torch.as_tensor(t) stays where t is
@@ -504,9 +512,9 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
             if moved:  # .to(the device it is on) returns the tensor itself: no longer the CPU's here
                 self.marked.pop(id(out), None)
         else:
-            mark = name not in ("copy_", "__setitem__") and any(id(t) in self.marked for t in tensors)
-        for t in torch.utils._pytree.tree_flatten(out)[0] if mark else ():
-            if isinstance(t, Tensor) and t.dim() > 0:
+            mark = name not in ("copy_", "__setitem__") and any(id(t) in self.marked for t in _tensors((args, kwargs)))
+        for t in _tensors(out) if mark else ():
+            if t.dim() > 0:
                 self.marked[id(t)] = t
         return out
 

@@ -35,7 +35,9 @@ import copy
 import math
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -123,7 +125,8 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
              "batch axis: tgt[:-1] drops a whole sequence. tgt is (B, L_tgt): shift along the time axis, "
              "tgt[:, :-1] and tgt[:, 1:]."),
             *[([(t, t)], "the same slice twice", f"tgt_in and tgt_out are the same slice, {both}: each position is "
-               f"asked for the very token it reads, {copy}") for t, both in ((exp_in, "tgt[:, :-1]"), (exp_out, "tgt[:, 1:]"))],
+               f"asked for the very token it reads, {copy}")
+              for t, both in ((exp_in, "tgt[:, :-1]"), (exp_out, "tgt[:, 1:]"))],
             ([(exp_in, tgt0), (tgt0, exp_out), (tgt0[:, 1:], tgt0), (tgt0, tgt0[:, :-1])], "only one side shifted",
              f"only one of the two is shifted: tgt_in has shape {describe_shape(got_in)} and tgt_out "
              f"{describe_shape(got_out)}. Both must have L_tgt - 1 = {L - 1} columns: tgt_in = tgt[:, :-1] and "
@@ -365,10 +368,10 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
                  + (": it looks like the per-token losses (reduction='none'). Average them over the real "
                     "tokens." if shaped else "."), mistake="not reduced")
         if extreme and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
-            fail(f"your loss is {float(got.detach())} ({case}), though the right one, {float(expected):.2f}, is finite: "
-                 "log(softmax(x)) underflows (or exp overflows). For logits like [0, -120, 0] softmax gives exactly 0 "
-                 "in float32 and log(0) = -inf; exp(100) is inf in float32. Use log_softmax (F.log_softmax, or "
-                 "F.cross_entropy, which uses it): it computes x - logsumexp(x) without ever forming the tiny "
+            fail(f"your loss is {float(got.detach())} ({case}), though the right one, {float(expected):.2f}, is "
+                 "finite: log(softmax(x)) underflows (or exp overflows). For logits like [0, -120, 0] softmax gives "
+                 "exactly 0 in float32 and log(0) = -inf; exp(100) is inf in float32. Use log_softmax (F.log_softmax, "
+                 "or F.cross_entropy, which uses it): it computes x - logsumexp(x) without ever forming the tiny "
                  "probability.", mistake="log of softmax")
         if pad_inf and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
             fail(f"your loss is {float(got.detach())} ({case}); the right one, {float(expected):.4f}, ignores the pad "
@@ -702,8 +705,8 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
             with torch.random.fork_rng(devices=[]):
                 torch.default_generator.manual_seed(setup.seed + i)  # the CPU's: torch.manual_seed costs ms
                 # boxed, so that a numpy loss reaches _as_loss (a float is due, not a tensor)
-                with _BackwardWatch(on=i == 0) as watch:  # one call tells the loss's dtype; each costs ms
-                    loss = call_student(lambda *a, **k: [_Returned(fn(*a, **k))], model, batch, optimizer,
+                with _BackwardWatch() if i == 0 else nullcontext() as watch:  # one call tells the dtype; each costs ms
+                    loss = call_student(lambda *a, **k: [SimpleNamespace(value=fn(*a, **k))], model, batch, optimizer,
                                         context=f"calling train_step ({words})", **kwargs)[0].value
         except StudentError as err:
             _train_step_error(err, batch, setup.clip)
@@ -711,7 +714,7 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
         check_unchanged(["batch.src", "batch.tgt"], [batch.src, batch.tgt], originals, words)
         _scheduler_argument(scheduler, words)
         grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
-        result = (loss, _flat(model), grads, all(m.training for m in model.modules()), watch.dtypes)
+        result = (loss, _flat(model), grads, all(m.training for m in model.modules()), watch.dtypes if watch else [])
         if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
             if scheduler.last_epoch == 0:
                 fail(f"the scheduler was not stepped ({words}): the learning rate would stay at its first value "
@@ -722,23 +725,12 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
         yield result
 
 
-@dataclass
-class _Returned:
-    value: Any
-
-
 class _BackwardWatch(torch.overrides.TorchFunctionMode):
     """The dtypes of the tensors backward() runs from (loss.backward(), torch.autograd.backward)."""
 
-    def __init__(self, on: bool = True) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.on, self.dtypes = on, []
-
-    def __enter__(self) -> Any:
-        return super().__enter__() if self.on else self
-
-    def __exit__(self, *exc: Any) -> Any:
-        return super().__exit__(*exc) if self.on else None
+        self.dtypes: list[torch.dtype] = []
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if getattr(func, "__name__", "") == "backward" and args:
