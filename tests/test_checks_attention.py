@@ -755,7 +755,17 @@ def padding_where_view(tokens, pad_id):
     return torch.where(tokens == pad_id, False, True).view(B, 1, L)
 
 
-@pytest.mark.parametrize("fn", [padding_reference_like, padding_none_index, padding_ne_unsqueeze_minus_2, padding_where_view])
+def padding_item_loop(tokens, pad_id):
+    """Values read with .item() into a mask made on the tokens' device: cannot run on meta, right anywhere."""
+    mask = torch.zeros(tokens.size(0), 1, tokens.size(1), dtype=torch.bool, device=tokens.device)
+    for b in range(tokens.size(0)):
+        for j in range(tokens.size(1)):
+            mask[b, 0, j] = tokens[b, j].item() != pad_id
+    return mask
+
+
+@pytest.mark.parametrize("fn", [padding_reference_like, padding_none_index, padding_ne_unsqueeze_minus_2,
+                                padding_where_view, padding_item_loop])
 def test_padding_correct_variants_pass(fn):
     assert_passes(check_padding_mask, fn)
 

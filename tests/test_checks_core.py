@@ -551,3 +551,24 @@ def test_extra_optional_parameters_and_kwargs_are_accepted():
     for fn in (sdpa, with_kwargs):
         _core.require_contract_parameters(fn, "scaled_dot_product_attention")  # no Failure raised
     assert checks.check_scaled_dot_product_attention(sdpa, seed=0).passed
+
+
+@pytest.mark.parametrize("student, wrong", [
+    (lambda x: torch.zeros(x.shape, device=x.device).masked_fill(x > 0, 1.0), False),
+    (lambda x: x.new_zeros(x.shape) + x.sum().item(), False),  # a Python number mixes with any device
+    (lambda x: (x * torch.tensor(2.0)).to(x.device), False),  # a 0-d constant too
+    (lambda x: torch.zeros(x.shape).to(x.device) + x, False),
+    (lambda x: torch.zeros(x.shape).masked_fill(x > 0, 1.0), True),  # a mask built on the CPU
+    (lambda x: torch.tensor(x.tolist()) * 2, True),
+    (lambda x: torch.as_tensor(torch.ones(x.shape)) + 0 * x.sum().item(), True),
+    (lambda x: (x * 2).cpu(), True),
+])
+def test_the_cpu_run_watches_tensors_made_without_device(student, wrong):
+    # what check_input_device does when the meta run cannot finish (meta has no values to read)
+    x = torch.randn(2, 3)
+    run = (lambda: _core.check_input_device(None, lambda: student(x), "your function", "x (2, 3)"))
+    if wrong:
+        with pytest.raises(_core.Failure, match="lands on the CPU"):
+            run()
+    else:
+        run()

@@ -48,7 +48,16 @@ def src_mask_ne(src, pad_id):
     return torch.ne(src, pad_id).unsqueeze(-2)
 
 
-@pytest.mark.parametrize("fn", [course_utils.make_src_mask, src_mask_indexing, src_mask_ne, padding_mask])
+def src_mask_item_loop(src, pad_id):
+    """.item() values written into a mask made by src.new_zeros: on src's device, right anywhere."""
+    mask = src.new_zeros(src.shape, dtype=torch.bool)
+    for index, token in enumerate(src.flatten()):
+        mask.view(-1)[index] = token.item() != pad_id
+    return mask.unsqueeze(1)
+
+
+@pytest.mark.parametrize("fn", [course_utils.make_src_mask, src_mask_indexing, src_mask_ne, padding_mask,
+                                src_mask_item_loop])
 def test_make_src_mask_correct_variants_pass(fn):
     assert_passes(check_make_src_mask, fn)
 
@@ -97,14 +106,16 @@ def test_make_src_mask_stub_errors_and_weird_returns():
 
 
 # ---------------------------------------------------------------- make_tgt_mask
-def tgt_mask_loop(tgt, pad_id):
+def tgt_mask_loop(tgt, pad_id, device="input's"):
+    """Values read one by one (bool(), .item()) into a mask made on tgt's device: right on any device."""
     B, L = tgt.shape
-    mask = torch.zeros(B, L, L, dtype=torch.bool)
+    mask = torch.zeros(B, L, L, dtype=torch.bool, device=tgt.device if device == "input's" else None)
     for b in range(B):
         for i in range(L):
             for j in range(i + 1):
                 mask[b, i, j] = bool(tgt[b, j] != pad_id)
     return mask
+
 
 
 def tgt_mask_triu(tgt, pad_id):
@@ -160,6 +171,15 @@ def test_make_tgt_mask_device_is_probed_on_meta():
     # the meta device exists without a GPU (tgt_mask_loop, among the correct variants, reads values:
     # it cannot run on meta and is not blamed)
     assert_mistake(check_make_tgt_mask, tgt_mask_on_cpu, "wrong device", "meta", "device=tgt.device")
+
+
+@pytest.mark.parametrize("check, fn, words", [
+    # a loop reading values cannot run on meta: its result is watched on the CPU instead
+    (check_make_tgt_mask, functools.partial(tgt_mask_loop, device=None), ["without device=", "lands on the CPU"]),
+    (check_make_src_mask, lambda s, p: torch.tensor((s != p).tolist()).unsqueeze(1), [".tolist()", "lands on the CPU"]),
+])
+def test_a_value_loop_into_a_cpu_tensor_is_wrong_device(check, fn, words):
+    assert_mistake(check, fn, "wrong device", *words)
 
 
 def test_make_tgt_mask_stub_and_weird_returns():
@@ -565,15 +585,18 @@ def make_greedy(bug=None):
         fill = eos_id if (pad_id is None or bug == "pad ignored") else pad_id
         if bug == "pad or eos":  # trial 06.4-w07: wrong when pad_id == 0
             fill = pad_id or eos_id
+        if bug == "fill 0":  # pad_id=None read as 0
+            fill = 0 if pad_id is None else pad_id
         mask = None if bug in ("no src mask", "no src mask in decode") else src_mask
         memory = model.encode(src, None if bug in ("no src mask", "no src mask in encode") else src_mask)
         B = src.size(0)
-        ys = torch.full((B, 1), bos_id, dtype=torch.long)
-        done = torch.zeros(B, dtype=torch.bool)
+        device = None if bug == "cpu tensors" else src.device  # trial: torch.zeros(...) without device=
+        ys = torch.full((B, 1), bos_id, dtype=torch.long, device=device)
+        done = torch.zeros(B, dtype=torch.bool, device=device)
         steps = {"max_len + 1": max_len + 1, "max_len - 1": max_len - 1}.get(bug, max_len)
         for _ in range(steps):
             T = ys.size(1)
-            tgt_mask = None if bug == "no causal" else torch.ones(T, T).tril().bool()
+            tgt_mask = None if bug == "no causal" else torch.ones(T, T, device=device).tril().bool()
             if bug in ("upper mask", "inverted mask", "inverted causal"):  # trial 06.4-w15: ~causal
                 tgt_mask = tgt_mask.T if bug == "upper mask" else ~tgt_mask
             if bug == "encode every step":  # trial D w_encode_every_step
@@ -621,8 +644,8 @@ def greedy_per_example(model, src, max_len, bos_id, eos_id, src_mask=None, pad_i
                 memory = model.encode(src[b : b + 1], m)  # each source row encoded once
                 seq = [bos_id]
                 for _ in range(max_len):
-                    ys = torch.tensor([seq])
-                    out = model.decode(ys, memory, causal_mask(len(seq)), m)
+                    ys = torch.tensor([seq], device=src.device)
+                    out = model.decode(ys, memory, causal_mask(len(seq), device=src.device), m)
                     token = int(model.output_projection(out)[0, -1].argmax())
                     seq.append(token)
                     if token == eos_id:
@@ -631,7 +654,7 @@ def greedy_per_example(model, src, max_len, bos_id, eos_id, src_mask=None, pad_i
     finally:
         model.train(was_training)
     T = max(len(r) for r in rows)
-    return torch.tensor([r + [fill] * (T - len(r)) for r in rows])
+    return torch.tensor([r + [fill] * (T - len(r)) for r in rows], device=src.device)
 
 
 def greedy_preallocated(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
@@ -713,6 +736,8 @@ def test_greedy_decode_mistakes_are_named(fn, mistake, words):
         (make_greedy("eos overwritten"), "eos overwritten", ["<eos> itself is replaced"]),
         (make_greedy("not cumulative"), "finished not cumulative", ["finished = finished | (next_token == eos_id)"]),
         (make_greedy("upper mask"), "upper triangle", ["causal_mask(T).T"]),
+        (make_greedy("cpu tensors"), "wrong device", ["lands on the CPU", "device=src.device"]),
+        (make_greedy("fill 0"), "filled with 0 when pad_id is None", ["eos_id when pad_id is None"]),
     ],
 )
 def test_greedy_decode_new_diagnoses_are_the_same_on_every_draw(fn, mistake, words):

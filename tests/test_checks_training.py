@@ -7,6 +7,7 @@ written in other ways must pass. Each verdict is repeated on fresh random inputs
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -356,6 +357,10 @@ def smoothed_by_hand(bug=None):
         nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
         if bug == "smoothing over all positions":  # trial D w_smooth_masked_sum_over_all
             return (1 - eps) * nll[real].mean() - eps * logp.mean(-1).mean()
+        if bug == "eps / V on the correct word":
+            return ((1 - eps) * nll + eps / V * nll)[real].mean()
+        if bug == "float64":  # right value, one dtype too wide
+            return ((1 - eps) * nll - eps * logp.mean(-1))[real].double().mean()
         return (nll - eps * logp.mean(-1))[real].mean()  # trial D w_no_1meps: nll not weighted
 
     return ce
@@ -369,6 +374,8 @@ def test_masked_cross_entropy_target_distribution_passes():
     ("smoothing over all positions", "smoothing over padding", ["pad positions included"]),
     ("correct class gets 1 - eps", "correct class left out of the smoothing", ["1 - eps + eps / V"]),
     ("nll not weighted", "nll not weighted by 1 - eps", ["not multiplied by (1 - eps)"]),
+    ("eps / V on the correct word", "smoothing on the correct class only", ["correct word only", "every one of the V"]),
+    ("float64", "dtype not preserved", ["torch.float64", "follows the logits' dtype"]),
 ])
 def test_masked_cross_entropy_smoothing_weights_are_named_on_every_draw(bug, mistake, words):
     assert_mistake(check_masked_cross_entropy, smoothed_by_hand(bug), mistake, *words, repeat=SEEDS)
@@ -520,14 +527,15 @@ def step_reference_like(model, batch, optimizer, scheduler=None, pad_id=0, label
     return loss if "tensor" in forget else loss.item()
 
 
-def step_num_tokens(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+def step_num_tokens(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0,
+                    truthy_clip=False):
     model.train()
     model.zero_grad(set_to_none=False)
     logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
     loss = F.cross_entropy(logits.transpose(1, 2), batch.tgt_out, ignore_index=pad_id,
                            label_smoothing=label_smoothing, reduction="sum") / batch.num_tokens
     loss.backward()
-    if clip_norm:
+    if clip_norm if truthy_clip else clip_norm is not None:  # truthy: clip_norm=0.0 taken for None
         torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm=clip_norm)
     optimizer.step()
     if scheduler:
@@ -676,6 +684,10 @@ def step_returns_nothing(model, batch, optimizer, scheduler=None, pad_id=0, labe
     (forgetting("clip each"), "each parameter clipped separately", ["all the gradients together"]),
     (forgetting("loss / B"), "backward on a rescaled loss", ["(loss / B).backward()"]),
     (forgetting("loss * 3"), "update scaled", ["3 times the reference's"]),
+    (functools.partial(step_num_tokens, truthy_clip=True), "clip_norm 0 not clipped",
+     ["clip_norm=0.0", "if clip_norm is not None"]),
+    (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg.double(), b.tgt_out, pad, eps)), "dtype not preserved",
+     ["torch.float64 loss", "logits' dtype"]),
 ])
 def test_train_step_mistakes_are_named(fn, mistake, words):
     # every draw: the checks of one seed share their drawn setup and its simulations, so the

@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -381,37 +381,96 @@ def check_dtype_follows(
 _TO_PYTHON = {"tolist", "item", "numpy"}
 
 
-def check_input_device(on_meta: Callable[[], Any], on_cpu: Callable[[], Any], what: str, case: str) -> None:
+# Tensor factories: without device= they build on the CPU, whatever the inputs' device.
+_FACTORIES = {torch.tensor, torch.as_tensor, torch.zeros, torch.ones, torch.full, torch.empty, torch.arange,
+              torch.eye, torch.linspace, torch.rand, torch.randn, torch.randint, torch.randperm}
+_DEVICE_FIX = ("create every new tensor on the input's device (device=x.device, or torch.ones_like / "
+               "zeros_like / full_like), and stay in torch operations")
+
+
+def _tensors(obj: Any) -> Iterator[Tensor]:
+    """The tensors in ``obj``, inside tuples, lists and dict values too."""
+    if isinstance(obj, Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list, dict)):
+        for item in obj.values() if isinstance(obj, dict) else obj:
+            yield from _tensors(item)
+
+
+class _HostWatch(torch.overrides.TorchFunctionMode):
+    """A second device stood in for on the CPU: a tensor of a factory called without ``device=``
+    is marked as the CPU's, and so is every result computed from one, unless moved with
+    ``.to(device)``. (0-d tensors mix with any device; ``copy_`` and assignment copy across.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marked: dict[int, Tensor] = {}  # id -> tensor, kept alive so the ids stay unique
+        self.to_python: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in _TO_PYTHON:
+            self.to_python.append(name)
+        if func in _FACTORIES:  # torch.as_tensor(t) stays where t is
+            data = args[0] if args and isinstance(args[0], Tensor) else None
+            mark = kwargs.get("device") is None and (data is None or id(data) in self.marked)
+        elif name == "cpu":
+            mark = True
+        elif name in ("to", "cuda"):
+            moved = name == "cuda" or kwargs.get("device") is not None or any(
+                isinstance(a, (str, torch.device, Tensor)) for a in args[1:])
+            mark = not moved and id(args[0]) in self.marked
+            if moved:  # .to(the device it is on) returns the tensor itself: no longer the CPU's here
+                self.marked.pop(id(out), None)
+        else:
+            mark = name not in ("copy_", "__setitem__") and any(id(t) in self.marked for t in _tensors((args, kwargs)))
+        for t in _tensors(out) if mark else ():
+            if t.dim() > 0:
+                self.marked[id(t)] = t
+        return out
+
+
+def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], Any], what: str, case: str,
+                       fix: str = _DEVICE_FIX) -> None:
     """The result stays on the inputs' device. ``on_meta()`` runs the student's code with its
     tensor inputs on PyTorch's "meta" device (shapes and dtypes, no data; on every machine),
-    which stands in for a GPU; ``on_cpu()`` is the same call on the CPU. Fails ("wrong
-    device") when a returned tensor is elsewhere, when the code mixes the meta inputs with a
-    tensor it built on the CPU (``torch.ones(...)`` without ``device=``), or when it fails
-    on meta because it copies values into Python (``.tolist()``, ``.item()``, numpy). Any
-    other failure on meta is no verdict (meta cannot run every operation)."""
-    fix = ("create every new tensor on the input's device (device=x.device, or torch.ones_like / "
-           "zeros_like / full_like), and stay in torch operations")
-    try:
-        out = on_meta()
-    except Exception as exc:  # noqa: BLE001 - the student's code on meta: judged below or no verdict
-        first = (str(exc).strip().splitlines() or [""])[0]
+    which stands in for a GPU: a returned tensor elsewhere, or a clash with a tensor built on
+    the CPU (``torch.ones(...)`` without ``device=``), is "wrong device". When the meta run
+    fails for another reason (meta has no values: ``.item()``, a loop over them), or without
+    ``on_meta``, ``on_cpu()`` (the same call on the CPU) runs under :class:`_HostWatch`: a
+    result built from a factory called without ``device=`` is "wrong device"; a loop writing
+    values into a tensor made on the input's device passes. Any other failure is no verdict."""
+    if on_meta is not None:
         try:
-            _, seen = forbidden_calls(on_cpu, _TO_PYTHON)
-        except Exception:  # noqa: BLE001 - the CPU run already passed; nothing more to learn
-            seen = []
-        if seen:
-            fail(f"{what} copies the tensor's values into Python (.{seen[0]}()) and builds the result from "
-                 f"them ({case}): a tensor made from Python values lands on the CPU whatever the input's "
-                 f"device, so on a GPU (Colab) the result is on the wrong device; {fix}.", mistake="wrong device")
-        if "device" in first:
-            fail(f"{what} mixes devices ({case}; the inputs were on PyTorch's 'meta' device, which stands in for a "
-                 f"GPU): {type(exc).__name__}: {first}. A tensor created without device= (torch.ones, torch.zeros, "
-                 f"torch.tensor, torch.arange) lands on the CPU; {fix}.", mistake="wrong device")
+            out = on_meta()
+        except Exception as exc:  # noqa: BLE001 - the student's code on meta: a device clash, else the watch
+            first = (str(exc).strip().splitlines() or [""])[0]
+            if "device" in first:
+                fail(f"{what} mixes devices ({case}; the inputs were on PyTorch's 'meta' device, which stands in "
+                     f"for a GPU): {type(exc).__name__}: {first}. A tensor created without device= (torch.ones, "
+                     f"torch.zeros, torch.tensor, torch.arange) lands on the CPU; {fix}.", mistake="wrong device")
+        else:
+            for got in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(got, Tensor) and got.device.type != "meta":
+                    fail(f"{what} returned a tensor on {got.device} for inputs on PyTorch's 'meta' device ({case}; "
+                         f"it stands in for a GPU): the result must stay on the input's device; {fix}.",
+                         mistake="wrong device")
+            return
+    watch = _HostWatch()
+    try:
+        with watch:
+            out = on_cpu()
+    except Exception:  # noqa: BLE001 - the plain run passed; nothing more to learn
         return
     for got in out if isinstance(out, (tuple, list)) else (out,):
-        if isinstance(got, Tensor) and got.device.type != "meta":
-            fail(f"{what} returned a tensor on {got.device} for inputs on PyTorch's 'meta' device ({case}; it "
-                 f"stands in for a GPU): the result must stay on the input's device; {fix}.", mistake="wrong device")
+        if isinstance(got, Tensor) and id(got) in watch.marked:
+            how = (f"copies the tensor's values into Python (.{watch.to_python[0]}()) and builds the result from them"
+                   if watch.to_python else "builds the result from a tensor created without device= (torch.zeros, "
+                   "torch.full, torch.tensor, ...)")
+            fail(f"{what} {how} ({case}): such a tensor lands on the CPU whatever the input's device, so on a GPU "
+                 f"(Colab) the result is on the wrong device or the code fails; {fix}.", mistake="wrong device")
 
 
 def require_module_class(cls: Any, name: str) -> None:

@@ -1,91 +1,31 @@
 """Checkers for notebook 06 (the full model): ``Transformer``, ``make_src_mask``,
-``make_tgt_mask`` and ``greedy_decode``.
+``make_tgt_mask`` and ``greedy_decode``. docs/course-contract.md says what each verifies;
+``_mistakes.py`` holds every mistake name.
 
-``Transformer``: built by the checker with awkward random sizes (``B``, ``L_src``,
-``L_tgt``, ``D >= 24``, ``d_ff``, ``V_src``, ``V_tgt`` all different, two layers,
-``max_len`` larger than every other size), for both ``norm_first`` values.
+``Transformer``: built with awkward random sizes (all different, two layers, ``max_len``
+larger than every other size), for both ``norm_first``. Right after construction: the
+sinusoidal table a buffer; the parameters paired with the reference's by name or by
+structure (any order of the top-level parts, any names); matrices within the Xavier-uniform
+bound with its mean square (> 7 standard deviations for >= 576 entries), LayerNorm scales 1
+and shifts 0. Then, every parameter randomised and copied into the reference: eval-mode
+``forward`` (with and without masks), ``encode`` and ``decode``, a wrong result compared
+with the reference computed with each catalogued mistake; training mode with
+``dropout=P_PROBE`` (every dropout of the contract then zeroes its input: deterministic)
+and with ``p = 0.5`` (hooks on the stacks' inputs).
 
-* State, right after construction: the sinusoidal table is a buffer (not a parameter,
-  learned or fixed, nor a plain tensor attribute).
-* Structure: the student's parameters are paired with the reference's by name when the
-  names are the contract's (a bare ``nn.Embedding`` for ``TokenEmbedding`` is fine), else
-  by structure: the reference's top-level parts (embeddings, encoder, decoder, output
-  projection) in any order, each matched by its parameters' shapes in order (or by its
-  names under one prefix). Names are the student's choice; a model whose parameters
-  match no arrangement fails (final norms in post-norm or missing in pre-norm are named).
-* Initialisation, right after construction: every matrix (``dim > 1``) within the
-  Xavier-uniform bound ``sqrt(6 / (fan_in + fan_out))`` with the mean square of
-  ``U(-bound, bound)`` (within 0.1 of 1/3 after scaling: > 7 standard deviations for the
-  >= 576 entries of the smallest matrix), LayerNorm scales all ones and shifts all zeros.
-* Values, eval mode, ``dropout=0.1``, every parameter randomised and copied into
-  :class:`course_utils.Transformer`: ``forward`` with and without masks, ``encode`` and
-  ``decode``; a wrong result is compared with the reference computed with each catalogued
-  mistake; when ``forward`` alone is wrong, "forward disagrees with encode/decode".
-* Dropout, training mode, post-norm, ``dropout=P_PROBE`` (just below 1): every dropout of the contract then
-  zeroes its input, so the output is deterministic. Two forward passes must agree (else a
-  fixed ``p`` somewhere); ``encode`` and ``decode`` must equal the reference's, else they
-  are compared with each way to leave out or misplace the positional dropout (none,
-  before adding the table) and the layers' dropout, per side. A difference that is not
-  one of these is reported only after the eval-mode comparisons pass.
+Masks: trailing padding of different lengths, a non-zero ``pad_id`` and real tokens of id 0
+(a hard-coded 0 shows); the device probed by ``check_input_device``.
 
-Masks: token ids with trailing padding of different lengths per example, a non-zero
-``pad_id`` and real tokens with id 0 (so a hard-coded 0 shows).
-
-``greedy_decode``: a small random pre-norm :class:`course_utils.Transformer` (2 layers,
-2 heads, ``dropout=1.0``) is built by the checker; its greedy trajectories for a batch of
-sources are computed once and ``eos_id`` is chosen among the tokens it produces so that
-(A) every sequence ends before ``max_len`` at different steps (``pad_id`` given, always 0,
-so that ``pad_id or eos_id`` shows), and (B)
-one sequence never ends and ``max_len`` cuts the output (``pad_id`` left at its default,
-``eos_id``). Rows are kept only where every greedy choice wins by a clear margin (so a
-correct implementation computed in a different order gives the same tokens) and where
-every catalogued mistake gives a different, recognisable output. Case (C) repeats (A)
-with the model in train mode and ``pad_id=None`` passed explicitly: with ``dropout=1.0`` a
-decoder that forgets ``model.eval()`` produces a fixed, recognisable wrong sequence. After
-each call every module must be back in the mode it came in. The rows are also chosen so
-that leaving ``src_mask`` out of ``encode``, ``decode`` or both changes the tokens in a
-recognisable way; these three are listed first among the mistakes, so nothing else can
-take their place on any draw.
-
-Decision: running past "all finished" is wrong. The contract stops early, so the output
-has ``T = 1 + (steps until every sequence has produced <eos>)`` columns, or
-``max_len + 1`` when some sequence never does.
-
-Catalogue (``CheckResult.mistake``):
-
-* ``Transformer``: ``"not a class"``, ``"missing method"``, ``"learned positions"``,
-  ``"pe is a Parameter"``, ``"pe not a buffer"``, ``"final norm
-  in post-norm"``, ``"missing final norm"``, ``"parameters differ from the reference"``,
-  ``"no Xavier initialisation"``, ``"norm scales not ones"``, ``"norm shifts not zeros"``,
-  ``"future leaking"`` (``tgt_mask`` not used), ``"src_mask not used for
-  cross-attention"``, ``"src_mask not used by the encoder"``, ``"src_mask not used"``,
-  ``"embeddings not scaled"``, ``"embeddings scaled twice"``, ``"positional encoding
-  missing"``, ``"missing output projection"`` (returns ``(B, L, D)``), ``"returns
-  probabilities"`` (softmax), ``"returns log-probabilities"`` (log_softmax), ``"forward
-  disagrees with encode/decode"``, ``"dropout ignores eval mode"``, ``"hard-coded dropout p"``,
-  ``"positional dropout missing"``, ``"layer dropout missing"``, ``"dropout missing"``,
-  ``"dropout before adding"``, ``"dropout in the wrong place"``, ``"modules shared"`` (any
-  two of the source embedding, the target embedding and the output projection are one
-  module or one Parameter), ``"embeddings swapped"``, ``"wrong
-  return"``, ``"input modified in place"``.
-* the three functions: ``"not a function"`` (a class or a non-callable was passed).
-* ``make_src_mask``: ``"inverted mask"``, ``"missing query axis"`` (``(B, L)``) and
-  ``"wrong axis"`` (``(B, L, 1)``), in ``check_padding_mask``'s words, ``"pad id
-  hard-coded as 0"``, ``"not a bool mask"``, ``"input modified in place"``.
-* ``make_tgt_mask``: ``"causal only"``, ``"padding only"``, ``"upper triangle"``,
-  ``"padding on the query axis"``, ``"diagonal excluded"``, ``"| instead of &"``,
-  ``"inverted mask"``, ``"hard-coded pad id"``, ``"extra head axis"``, ``"not a bool
-  mask"``, ``"wrong device"`` (probed with ``tgt`` on the "meta" device), ``"input
-  modified in place"``.
-* ``greedy_decode``: ``"keeps generating after eos"``, ``"runs to max_len after all
-  finished"``, ``"stops at the first eos"``, ``"pad_id ignored"``, ``"no bos in column
-  0"``, ``"no causal mask"``, ``"argmax over wrong axis"``, ``"reads the first
-  position"``, ``"src_mask not used"``, ``"src_mask not passed to encode"``, ``"src_mask
-  not passed to decode"``, ``"max_len off by one"``, ``"model left in train mode"``
-  (any sub-module, seen by hooks), ``"mode not restored"`` (also when the model raises),
-  ``"source encoded at every step"``, ``"gradients tracked"``, ``"upper triangle"``,
-  ``"inverted mask"``, ``"eos overwritten"``, ``"finished not cumulative"``, ``"wrong
-  dtype"``, ``"input modified in place"``.
+``greedy_decode``: a small random pre-norm model (``dropout=1.0``) and its greedy
+trajectories, computed once per draw. ``eos_id`` and the rows are chosen so that (A) every
+sequence ends before ``max_len``, at different steps (``pad_id=0`` given: ``pad_id or
+eos_id`` shows), (B) one never ends (``pad_id`` left out) and (C) is (A) in train mode with
+``pad_id=None``; every greedy choice wins by a clear margin (another order of computation
+gives the same tokens) and every catalogued mistake gives another, recognisable output
+(the ``src_mask`` ones listed first: nothing can take their place). Decision: the output
+has ``T = 1 + (steps until every sequence has produced <eos>)`` columns, ``max_len + 1``
+when some never does; running past "all finished" is wrong. Hooks watch the modes, the
+gradient tracking and the encoder's calls; the device is watched once the tokens are right.
 """
 
 from __future__ import annotations
@@ -107,27 +47,9 @@ from ..layers import LayerNorm
 from ..model import Transformer
 from ..positional import sinusoidal_positional_encoding
 from ._core import (
-    dropout_scale,
-    equal,
-    allclose,
-    Failure,
-    Mistake,
-    StudentError,
-    call_student,
-    drawn_once,
-    check_unchanged,
-    checker,
-    describe_shape,
-    expect_close,
-    fail,
-    gradient_probe,
-    matches,
-    randint,
-    register_hints,
-    require_function,
-    require_distinct_roles,
-    require_module_class,
-    require_no_grad,
+    dropout_scale, equal, allclose, Failure, Mistake, StudentError, call_student, check_input_device, drawn_once,
+    check_unchanged, checker, describe_shape, expect_close, fail, gradient_probe, matches, randint, register_hints,
+    require_function, require_distinct_roles, require_module_class, require_no_grad
 )
 from .attention import _causal_candidates, _padding_shape
 from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
@@ -150,12 +72,9 @@ def _tokens(B: int, L: int, vocab: int, pad_id: int, real: Tensor) -> Tensor:
 def _not_bool(what: str, got: Any, expected: Tensor, case: str) -> None:
     if isinstance(got, Tensor) and got.dtype != torch.bool:
         right = got.shape == expected.shape and bool(equal(got != 0, expected))
-        fail(
-            f"{what} ({case}) has dtype {got.dtype}" + (" (with the right values)" if right else "")
-            + ": masks are torch.bool, True = may attend. A comparison such as `tokens != pad_id` "
-            "already gives a bool tensor; don't convert it with .float() or .int().",
-            mistake="not a bool mask",
-        )
+        fail(f"{what} ({case}) has dtype {got.dtype}" + (" (with the right values)" if right else "")
+             + ": masks are torch.bool, True = may attend. A comparison such as `tokens != pad_id` "
+             "already gives a bool tensor; don't convert it with .float() or .int().", mistake="not a bool mask")
 
 
 def _mask_cases(fn: Callable[..., Any], name: str, arg: str) -> Any:
@@ -192,27 +111,11 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
             _padding_shape(B, L, f"the mask ({case})")(got)  # the same words as check_padding_mask
         _not_bool("the mask", got, expected, case)
         expect_close("the mask", got, expected, mistakes, case=case)
+    check_input_device(lambda: fn(src.to("meta"), pad_id), lambda: fn(src.clone(), pad_id), "your make_src_mask", case)
     return "(B, 1, L_src), True on real tokens, pad_id 0 and non-zero"
 
 
 # ---------------------------------------------------------------- make_tgt_mask
-def _tgt_mask_on_meta(fn: Callable[..., Any]) -> None:
-    """``tgt`` on the "meta" device (every machine has it): a causal part built on the CPU
-    (causal_mask(L) without device=tgt.device) raises or lands elsewhere, as it would on a GPU.
-    Code that cannot run on meta for another reason (a Python loop reading values) is skipped."""
-    tgt = torch.zeros(2, 4, dtype=torch.long, device="meta")
-    try:
-        got = fn(tgt, 1)
-    except Exception as exc:  # noqa: BLE001 - only a device clash is the student's mistake here
-        got = exc if "device" in str(exc) and "item()" not in str(exc) else None
-    if isinstance(got, BaseException) or (isinstance(got, Tensor) and got.device.type != "meta"):
-        where = (f"raised {type(got).__name__}: {str(got).splitlines()[0]}" if isinstance(got, BaseException)
-                 else f"returned a mask on {got.device}")
-        fail(f"with tgt on another device than the CPU (the checker used torch's 'meta' device; on Colab it is the "
-             f"GPU), make_tgt_mask {where}: some part of the mask is created on the CPU. Create it on tgt's device: "
-             "causal_mask(L, device=tgt.device).", mistake="wrong device")
-
-
 @checker("make_tgt_mask")
 def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_tgt_mask")
@@ -252,7 +155,8 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
         if matches(got, pad.transpose(1, 2) & causal):  # with trailing padding, as the mask blocking both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         expect_close("the mask", got, expected, mistakes, case=case)
-    _tgt_mask_on_meta(fn)
+    check_input_device(lambda: fn(tgt.to("meta"), pad_id), lambda: fn(tgt.clone(), pad_id), "your make_tgt_mask",
+                       case, "create every part on tgt's device: causal_mask(L, device=tgt.device)")
     return "(B, L_tgt, L_tgt) = padding & causal, pad_id 0 and non-zero"
 
 
@@ -288,10 +192,8 @@ class _Sizes:
     pad_tgt: int
 
     def kwargs(self, norm_first: bool, dropout: float = 0.1) -> dict[str, Any]:
-        return dict(
-            d_model=self.D, num_heads=self.H, num_layers=self.N, d_ff=self.d_ff, dropout=dropout,
-            max_len=_MAX_LEN, norm_first=norm_first,
-        )
+        return dict(d_model=self.D, num_heads=self.H, num_layers=self.N, d_ff=self.d_ff, dropout=dropout,
+                    max_len=_MAX_LEN, norm_first=norm_first)
 
     def shown(self, norm_first: bool, dropout: float = 0.1) -> str:
         kw = ", ".join(f"{k}={v}" for k, v in self.kwargs(norm_first, dropout).items())
@@ -326,22 +228,11 @@ def _dropout_off(module: nn.Module, off: bool) -> Iterator[None]:
 
 
 def _transformer_variant(
-    ref: Transformer,
-    src: Tensor,
-    tgt: Tensor,
-    src_mask: Tensor | None,
-    tgt_mask: Tensor | None,
-    *,
-    scale: tuple[float, float] = (0.5, 0.5),
-    pe: tuple[bool, bool] = (True, True),
-    pe_drop: tuple[str, str] = ("after", "after"),
-    layer_drop: tuple[bool, bool] = (True, True),
-    enc_mask: bool = True,
-    cross_mask: bool = True,
-    self_mask: bool = True,
-    part: str = "logits",
-    memory: Tensor | None = None,
-    post: str | None = None,
+    ref: Transformer, src: Tensor, tgt: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None, *,
+    scale: tuple[float, float] = (0.5, 0.5), pe: tuple[bool, bool] = (True, True),
+    pe_drop: tuple[str, str] = ("after", "after"), layer_drop: tuple[bool, bool] = (True, True),
+    enc_mask: bool = True, cross_mask: bool = True, self_mask: bool = True, part: str = "logits",
+    memory: Tensor | None = None, post: str | None = None,
 ) -> Tensor:
     """The reference's forward (or ``part="memory"``/``"decoded"``) with optional mistakes:
     embeddings times ``d_model ** scale`` per side, positional table missing (``pe``), its
@@ -453,11 +344,8 @@ def _dropout_mistakes(part: str) -> list[tuple[str, str, dict[str, Any]]]:
 def _require_methods(model: nn.Module) -> None:
     for name, sig in (("encode", "encode(src, src_mask)"), ("decode", "decode(tgt, memory, tgt_mask, memory_mask)")):
         if not callable(getattr(model, name, None)):
-            fail(
-                f"your Transformer has no method {sig}; the contract asks for encode and decode "
-                "(greedy decoding runs the encoder once and the decoder once per step).",
-                mistake="missing method",
-            )
+            fail(f"your Transformer has no method {sig}; the contract asks for encode and decode "
+                 "(greedy decoding runs the encoder once and the decoder once per step).", mistake="missing method")
 
 
 # The later cells of notebooks 06 and 07 (and greedy_decode) reach into the model by these names:
@@ -495,10 +383,8 @@ def _student_call(what: str, fn: Callable[..., Any], args: tuple[Any, ...], name
     got = call_student(fn, *args, context=f"calling {what} ({case})")
     check_unchanged(names, args, originals, case)
     if isinstance(got, (tuple, list)):
-        fail(
-            f"{what} should return one tensor; yours returned a {type(got).__name__} of {len(got)} items ({case}).",
-            mistake="wrong return",
-        )
+        fail(f"{what} should return one tensor; yours returned a {type(got).__name__} of {len(got)} items ({case}).",
+             mistake="wrong return")
     return got
 
 
@@ -545,14 +431,11 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
         + ([f"such as {', '.join(alien[:3])}"] if alien else [])
         + ([f"it has fewer of shape {listed(lacking)}"] if lacking else [])
     )
-    fail(
-        "your Transformer's parameters do not correspond to the reference's (built with the same arguments): "
-        + (said or "the same shapes, in an order that matches no arrangement of the contract's parts")
-        + ". The checker pairs them by position and shape, whatever their names, so keep to the contract's parts: "
-        "two TokenEmbeddings, one PositionalEncoding (no parameters), the Encoder, the Decoder and "
-        "nn.Linear(d_model, tgt_vocab_size).",
-        mistake="parameters differ from the reference",
-    )
+    fail("your Transformer's parameters do not correspond to the reference's (built with the same arguments): "
+         + (said or "the same shapes, in an order that matches no arrangement of the contract's parts")
+         + ". The checker pairs them by position and shape, whatever their names, so keep to the contract's parts: "
+         "two TokenEmbeddings, one PositionalEncoding (no parameters), the Encoder, the Decoder and "
+         "nn.Linear(d_model, tgt_vocab_size).", mistake="parameters differ from the reference")
 
 
 def _is_table(t: Tensor, table: Tensor) -> bool:
@@ -600,27 +483,21 @@ def _check_init(model: nn.Module, ref: Transformer, pairs: list[tuple[Tensor, Te
                 wrong.append((s_names[id(sp)], sp, math.sqrt(6.0 / (fan_in + fan_out))))
     if wrong:
         name, p, bound = wrong[0]
-        fail(
-            f"right after construction, {len(wrong)} of the {sum(rp.dim() > 1 for _, rp in pairs)} weight matrices are "
-            f"not Xavier-uniform; `{name}` {tuple(p.shape)} has values up to {float(p.detach().abs().max()):.3g} in size "
-            f"(root mean square {float(p.detach().pow(2).mean().sqrt()):.3g}), where xavier_uniform_ draws uniformly "
-            f"from +-{bound:.3g} (root mean square {bound / math.sqrt(3):.3g}). After building the submodules, "
-            "re-initialise every parameter with more than one dimension: `for p in self.parameters(): if p.dim() > 1: "
-            "nn.init.xavier_uniform_(p)`.",
-            mistake="no Xavier initialisation",
-        )
+        fail(f"right after construction, {len(wrong)} of the {sum(rp.dim() > 1 for _, rp in pairs)} weight matrices "
+             f"are not Xavier-uniform; `{name}` {tuple(p.shape)} has values up to {float(p.detach().abs().max()):.3g} "
+             f"in size (root mean square {float(p.detach().pow(2).mean().sqrt()):.3g}), where xavier_uniform_ draws "
+             f"uniformly from +-{bound:.3g} (root mean square {bound / math.sqrt(3):.3g}). After building the "
+             "submodules, re-initialise every parameter with more than one dimension: `for p in self.parameters(): "
+             "if p.dim() > 1: nn.init.xavier_uniform_(p)`.", mistake="no Xavier initialisation")
     for sp, rp in pairs:
         if id(rp) in norms and not bool((sp.detach() == norms[id(rp)]).all()):
             scale = norms[id(rp)] == 1.0
-            fail(
-                f"right after construction, the LayerNorm {'scale' if scale else 'shift'} `{s_names[id(sp)]}` is not "
-                f"all {'ones' if scale else 'zeros'} (it starts with values like {sp.detach().flatten()[:3].tolist()}). "
-                + ("A norm with a zero scale outputs only its shift, so every logit starts the same. "
-                   if scale and not bool(sp.detach().any()) else "")
-                + "Initialise only the matrices (p.dim() > 1) and leave the vectors, biases and norm parameters, as "
-                "their modules made them.",
-                mistake="norm scales not ones" if scale else "norm shifts not zeros",
-            )
+            fail(f"right after construction, the LayerNorm {'scale' if scale else 'shift'} `{s_names[id(sp)]}` is "
+                 f"not all {'ones' if scale else 'zeros'} (it starts with values like "
+                 f"{sp.detach().flatten()[:3].tolist()}). " + ("A norm with a zero scale outputs only its shift, so "
+                 "every logit starts the same. " if scale and not bool(sp.detach().any()) else "")
+                 + "Initialise only the matrices (p.dim() > 1) and leave the vectors, biases and norm parameters, as "
+                 "their modules made them.", mistake="norm scales not ones" if scale else "norm shifts not zeros")
 
 
 def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tuple[nn.Module, Transformer]:
@@ -726,13 +603,10 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
         again = call_student(model, *inputs, context=f"running forward ({where})")
         if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):
             fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != P_PROBE]
-            fail(
-                f"two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, so "
-                "the output would be the same each time; some dropout uses its own p instead of the dropout "
-                "argument" + (f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
-                + ". Pass the dropout argument on to every module that drops.",
-                mistake="hard-coded dropout p",
-            )
+            fail(f"two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, "
+                 "so the output would be the same each time; some dropout uses its own p instead of the dropout "
+                 "argument" + (f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
+                 + ". Pass the dropout argument on to every module that drops.", mistake="hard-coded dropout p")
         try:
             _compare_parts(model, ref, inputs, where, _dropout_mistakes)
         except Failure as f:
@@ -771,8 +645,7 @@ def _table_length(model: nn.Module, D: int) -> None:
 def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
     """Dropout with 0 < p < 1 (which p = 1 cannot show twice): in training mode the encoder's and the
     decoder's inputs must be the eval-mode inputs dropped once (kept entries scaled by 1 / (1 - p)),
-    and the decoder must get the encoder's output as its memory, undropped. Watched with hooks.
-    (Duplicates the shared 0 < p < 1 probe planned on branch wip/holes_a.)"""
+    and the decoder must get the encoder's output as its memory, undropped. Watched with hooks."""
     p = 0.5
     shown = s.shown(False, p)
     model = call_student(cls, s.V_src, s.V_tgt, context=f"constructing Transformer({shown})", **s.kwargs(False, p))
@@ -855,6 +728,13 @@ def _embedding_probe(model: nn.Module, s: _Sizes) -> None:
                  + f": {method} embeds with self.{own}.", mistake="embeddings swapped")
 
 
+def _dropout_in_the_wrong_place(unexplained: str | None) -> None:
+    if unexplained:
+        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
+             "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
+             "nowhere else.", mistake="dropout in the wrong place")
+
+
 @checker("Transformer")
 def check_transformer(cls: Any) -> str:
     require_module_class(cls, "Transformer")
@@ -867,10 +747,7 @@ def check_transformer(cls: Any) -> str:
     _extra_dropout_probe(cls, replace(s, N=1))
     for (model, ref), norm_first in zip(built, (False, True)):
         _mapped_cases(model, ref, s, norm_first)
-    if unexplained:
-        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
-             "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
-             "nowhere else.", mistake="dropout in the wrong place")
+    _dropout_in_the_wrong_place(unexplained)
     _transformer_gradient(*built[1], s)
     # the notebooks store this line (nbval): change it together with solutions/06
     return "post-norm and pre-norm, with and without masks, compared with the reference"
@@ -885,41 +762,37 @@ def _transformer_gradient(model: nn.Module, ref: nn.Module, s: _Sizes) -> None:
     gradient_probe(model, ref, inputs, pairs, what="Transformer", case="norm_first=True")
 
 
+def _values_step(model: nn.Module, ref: Transformer, s: _Sizes) -> None:
+    # the masks and the parts travel alike in both norm placements: post-norm suffices, and forward with
+    # both masks (then encode and decode) names every catalogued value mistake
+    _embedding_probe(model, s)
+    _mapped_cases(model, ref, s, False, first_only=True)
+
+
+def _gradient_step(model: nn.Module, ref: Transformer, s: _Sizes) -> None:
+    _mapped_cases(model, ref, s, True)
+    _transformer_gradient(model, ref, s)
+
+
+_STAGES: dict[str, Callable[[Any, _Sizes], Any]] = {  # one step of check_transformer, on a draw of its own
+    "build": lambda cls, s: [_build_aligned(cls, s, norm_first, 0.1) for norm_first in (False, True)],
+    "values": lambda cls, s: _values_step(*_build_aligned(cls, s, False, 0.1), s),
+    "table": lambda cls, s: _table_length(_build_aligned(cls, s, False, 0.1)[0], s.D),
+    "dropout": lambda cls, s: _dropout_in_the_wrong_place(_dropout_probe(cls, replace(s, N=1))),
+    "extra dropout": lambda cls, s: _extra_dropout_probe(cls, replace(s, N=1)),
+    "shared": lambda cls, s: _shared_embeddings(cls, replace(s, N=1)),
+    "gradient": lambda cls, s: _gradient_step(*_build_aligned(cls, s, True, 0.1), s),
+}
+
+
 @checker("Transformer")
 def _check_transformer_stage(cls: Any, stage: str) -> str:
-    """One step of check_transformer, on a draw of its own, for the tests (which draw each
-    catalogued mistake many times): the step that names a family, ``"build"`` (structure,
-    state, initialisation), ``"values"`` (the embeddings' lookups, the eval-mode
-    comparisons), ``"dropout"`` (the p = 1 probe), ``"extra dropout"`` (0 < p < 1),
-    ``"shared"`` (equal vocabularies), ``"table"`` (max_len) or ``"gradient"`` (the gradient
-    probe). Private, not exported: a notebook's check cell runs the whole check."""
+    """The step of check_transformer that names a family (``_STAGES``), for the tests, which
+    draw each catalogued mistake many times. Private: a check cell runs the whole check."""
     require_module_class(cls, "Transformer")
-    s = _transformer_sizes()
-    if stage in ("build", "values", "table"):
-        # the masks and the parts travel alike in both norm placements: post-norm suffices, and forward with
-        # both masks (then encode and decode) names every catalogued value mistake
-        built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in ((False, True) if stage == "build" else
-                                                                           (False,))]
-        if stage == "table":
-            _table_length(built[0][0], s.D)
-        if stage == "values":
-            _embedding_probe(built[0][0], s)
-            _mapped_cases(*built[0], s, False, first_only=True)
-    elif stage == "dropout":
-        unexplained = _dropout_probe(cls, replace(s, N=1))
-        if unexplained:
-            fail(f"in training mode {unexplained}", mistake="dropout in the wrong place")
-    elif stage == "extra dropout":
-        _extra_dropout_probe(cls, replace(s, N=1))
-    elif stage == "shared":
-        _shared_embeddings(cls, replace(s, N=1))
-    elif stage == "gradient":
-        model, ref = _build_aligned(cls, s, True, 0.1)
-        _mapped_cases(model, ref, s, True)
-        _transformer_gradient(model, ref, s)
-    else:
-        raise ValueError(f"stage must be one of build, values, dropout, extra dropout, shared, table, gradient; "
-                         f"got {stage!r}")
+    if stage not in _STAGES:
+        raise ValueError(f"stage must be one of {', '.join(_STAGES)}; got {stage!r}")
+    _STAGES[stage](cls, _transformer_sizes())
     return f"the {stage} step"
 
 
@@ -934,16 +807,8 @@ _MARGIN_VARIANT = 1e-4
 
 
 def _greedy_raw(
-    model: Transformer,
-    src: Tensor,
-    src_mask: Tensor | None,
-    bos_id: int,
-    steps: int,
-    *,
-    causal: bool | str = True,
-    position: int = -1,
-    argmax: str = "vocab",
-    src_mask_to: tuple[bool, bool] = (True, True),
+    model: Transformer, src: Tensor, src_mask: Tensor | None, bos_id: int, steps: int, *, causal: bool | str = True,
+    position: int = -1, argmax: str = "vocab", src_mask_to: tuple[bool, bool] = (True, True),
 ) -> tuple[Tensor, Tensor]:
     """Greedy tokens with no stopping and no filling, ``(B, steps + 1)``, and each step's
     top-1 minus top-2 logit, ``(B, steps)`` (``inf`` where the choice is not a vocabulary argmax).
@@ -1025,98 +890,44 @@ def _greedy_mistakes(
         return _finish(raws[kind][rows], eos, kw.pop("fill", fill), kw.pop("max_len"), **kw)
 
     if train:
-        return [
-            (
-                "model left in train mode",
-                "your decoding runs with dropout active: the model came in train mode and was never "
-                "switched to eval mode. Call model.eval() at the start (and decode under torch.no_grad()).",
-                fin("train"),
-            )
-        ]
+        return [("model left in train mode", "your decoding runs with dropout active: the model came in train mode "
+                 "and was never switched to eval mode. Call model.eval() at the start (and decode under "
+                 "torch.no_grad()).", fin("train"))]
     out = [(name, words, fin(kind)) for kind, (name, words) in _SRC_MASK_WORDS.items()]
-    out += [
-        (
-            "no bos in column 0",
-            "column 0 must be bos_id: start every sequence with <bos> and keep it in the output.",
-            fin(bos=False),
-        ),
-    ]
+    out.append(("no bos in column 0", "column 0 must be bos_id: start every sequence with <bos> and keep it in the "
+                "output.", fin(bos=False)))
     if pad_id is not None and pad_id != eos:  # listed before "keeps generating": see _greedy_cases
-        out.append(
-            (
-                "pad_id ignored",
-                "finished sequences are filled with eos_id although pad_id was given: fill with pad_id "
-                "(eos_id only when pad_id is None).",
-                fin(fill=eos),
-            )
-        )
-    out += [
-        (
-            "keeps generating after eos",
-            "a sequence keeps producing real tokens after its <eos>: once a sequence has finished, "
-            "write pad_id (eos_id when pad_id is None) in its later positions.",
-            fin(do_fill=False),
-        ),
-        (
-            "keeps generating after eos",
-            "decoding ignores <eos>: sequences keep producing real tokens until max_len. Stop when "
-            "every sequence has produced eos_id, and fill the finished ones with pad_id.",
-            fin(do_fill=False, stop="never"),
-        ),
-        (
-            "runs to max_len after all finished",
-            "decoding goes on until max_len although every sequence had already produced <eos>: stop "
-            "as soon as all of them have finished (T = 1 + the number of steps taken).",
-            fin(stop="never"),
-        ),
-        (
-            "stops at the first eos",
-            "decoding stops as soon as one sequence produces <eos>; stop only when every sequence has "
-            "finished (track a `finished` flag per sequence and test finished.all()).",
-            fin(stop="any"),
-        ),
-        (
-            "no causal mask",
-            "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, as "
-            "in training; without it the earlier positions see the later ones and the prediction changes.",
-            fin("no causal"),
-        ),
-        (
-            "upper triangle",
-            _UPPER_CAUSAL,
-            fin("upper"),
-        ),
-        (
-            "inverted mask",
-            _INVERTED_CAUSAL,
-            fin("inverted causal"),
-        ),
-        (
-            "argmax over wrong axis",
-            "the argmax is taken over the positions axis of the (B, T, V) logits; take the logits of "
-            "the last position, (B, V), and the argmax over the vocabulary (dim=-1).",
-            fin("positions"),
-        ),
-        (
-            "reads the first position",
-            "the next token is read from the first position (out[:, 0]); the prediction for the next "
-            "token is at the last position, out[:, -1].",
-            fin("first"),
-        ),
-        (
-            "max_len off by one",
-            f"with max_len={M} your output has {M + 2} columns: generate at most max_len tokens after "
-            "<bos> (T <= max_len + 1).",
-            fin(max_len=M + 1),
-        ),
-        (
-            "max_len off by one",
-            f"with max_len={M} your output has only {M} columns: generate up to max_len tokens after "
-            "<bos> (T <= max_len + 1).",
-            fin(max_len=M - 1),
-        ),
+        out.append(("pad_id ignored", "finished sequences are filled with eos_id although pad_id was given: fill "
+                    "with pad_id (eos_id only when pad_id is None).", fin(fill=eos)))
+    if pad_id is None:
+        out.append(("filled with 0 when pad_id is None", "finished sequences are filled with 0 although pad_id is "
+                    "None: the contract fills with eos_id when pad_id is None (fill = eos_id if pad_id is None "
+                    "else pad_id); 0 may well be a real token.", fin(fill=0)))
+    return out + [
+        ("keeps generating after eos", "a sequence keeps producing real tokens after its <eos>: once a sequence "
+         "has finished, write pad_id (eos_id when pad_id is None) in its later positions.", fin(do_fill=False)),
+        ("keeps generating after eos", "decoding ignores <eos>: sequences keep producing real tokens until "
+         "max_len. Stop when every sequence has produced eos_id, and fill the finished ones with pad_id.",
+         fin(do_fill=False, stop="never")),
+        ("runs to max_len after all finished", "decoding goes on until max_len although every sequence had already "
+         "produced <eos>: stop as soon as all of them have finished (T = 1 + the number of steps taken).",
+         fin(stop="never")),
+        ("stops at the first eos", "decoding stops as soon as one sequence produces <eos>; stop only when every "
+         "sequence has finished (track a `finished` flag per sequence and test finished.all()).", fin(stop="any")),
+        ("no causal mask", "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, "
+         "as in training; without it the earlier positions see the later ones and the prediction changes.",
+         fin("no causal")),
+        ("upper triangle", _UPPER_CAUSAL, fin("upper")),
+        ("inverted mask", _INVERTED_CAUSAL, fin("inverted causal")),
+        ("argmax over wrong axis", "the argmax is taken over the positions axis of the (B, T, V) logits; take the "
+         "logits of the last position, (B, V), and the argmax over the vocabulary (dim=-1).", fin("positions")),
+        ("reads the first position", "the next token is read from the first position (out[:, 0]); the prediction "
+         "for the next token is at the last position, out[:, -1].", fin("first")),
+        ("max_len off by one", f"with max_len={M} your output has {M + 2} columns: generate at most max_len tokens "
+         "after <bos> (T <= max_len + 1).", fin(max_len=M + 1)),
+        ("max_len off by one", f"with max_len={M} your output has only {M} columns: generate up to max_len tokens "
+         "after <bos> (T <= max_len + 1).", fin(max_len=M - 1)),
     ]
-    return out
 
 
 def _same(a: Tensor, b: Tensor) -> bool:
@@ -1234,10 +1045,8 @@ def _greedy_setup() -> _GreedySetup:
             differs = {k: ((raws[k][:, 1:] != raws["ok"][:, 1:]) & shown).any(dim=1) for k in _VARIANTS}
             # rows that go on with other tokens after their eos (else "keeps generating" = filling)
             goes_on = ((raws["ok"][:, 1:] != eos_id) & ~upto & (steps[None, :] <= M)).any(dim=1)
-            a_rows = _choose_rows(
-                ends, [first == first[ends].min(), first == first[ends].max()] + [differs[k] for k in _SRC_MASK_WORDS],
-                randint(3, 4),
-            )
+            a_rows = _choose_rows(ends, [first == first[ends].min(), first == first[ends].max()]
+                                  + [differs[k] for k in _SRC_MASK_WORDS], randint(3, 4))
             if a_rows is None or len(set(first[a_rows].tolist())) < 2:
                 continue
             b_rows = _choose_rows(clear, [first > M, (first < M) & goes_on, differs["no causal"]]
@@ -1328,16 +1137,16 @@ def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
 
 
 def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int, eos_id: int, fill: int, M: int,
-                 eos_filled: bool = False, cumulative: bool = True) -> Tensor:
-    """Greedy decoding, filling as it goes, with a filling mistake: the tokens after a fill
-    depend on it, so the un-filled trajectories of the setup cannot give them. Tried only
-    once the tokens are wrong and no catalogued mistake matches."""
+                 eos_filled: bool = False, cumulative: bool = True, dim: int = -1) -> Tensor:
+    """Greedy decoding, filling as it goes, with a filling mistake or an argmax over ``dim``: the
+    tokens after a fill depend on it (and the rows on each other with ``dim=0``), so the setup's
+    un-filled trajectories cannot give them. Tried only once the tokens are wrong."""
     memory = model.encode(src, src_mask)  # (B, L_src, D)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
     finished = torch.zeros(src.size(0), dtype=torch.bool)  # (B,)
     for _ in range(M):
         out = model.decode(ys, memory, causal_mask(ys.size(1)), src_mask)  # (B, T, D)
-        nxt = model.output_projection(out[:, -1]).argmax(dim=-1)  # (B,)
+        nxt = model.output_projection(out[:, -1]).argmax(dim=dim)  # (B,)
         if eos_filled:
             finished = finished | (nxt == eos_id)
         nxt = nxt.masked_fill(finished, fill)
@@ -1410,21 +1219,17 @@ def _token_diagnosis(got: Any, expected: Tensor, case: str, max_len: int) -> Non
         return
     if got.shape != expected.shape:
         if got.size(0) == expected.size(0):
-            fail(
-                f"the output ({case}) has {got.size(1)} columns, expected {expected.size(1)}: T = 1 (<bos>) "
-                f"+ the number of steps until every sequence has produced <eos>, at most max_len={max_len}.\n"
-                f"    yours    row 0: {got[0].tolist()}\n    expected row 0: {expected[0].tolist()}",
-                mistake="values differ",
-            )
+            fail(f"the output ({case}) has {got.size(1)} columns, expected {expected.size(1)}: T = 1 (<bos>) "
+                 f"+ the number of steps until every sequence has produced <eos>, at most max_len={max_len}.\n"
+                 f"    yours    row 0: {got[0].tolist()}\n    expected row 0: {expected[0].tolist()}",
+                 mistake="values differ")
         return
     wrong = torch.nonzero((got != expected).any(dim=1)).flatten()
     if len(wrong):
         r = int(wrong[0])
-        fail(
-            f"the output ({case}) differs from the expected tokens in {len(wrong)} of {got.size(0)} rows; "
-            f"row {r}:\n    yours:    {got[r].tolist()}\n    expected: {expected[r].tolist()}",
-            mistake="values differ",
-        )
+        fail(f"the output ({case}) differs from the expected tokens in {len(wrong)} of {got.size(0)} rows; "
+             f"row {r}:\n    yours:    {got[r].tolist()}\n    expected: {expected[r].tolist()}",
+             mistake="values differ")
 
 
 def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase, err: StudentError) -> None:
@@ -1437,29 +1242,16 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
     try:
         with torch.no_grad():
             got = fn(model, src.clone(), setup.max_len, setup.bos_id, case.eos_id, src_mask=mask.clone(), pad_id=case.pad_id)
-            model.eval()
-            # the rows are not independent here, so decode step by step with the filling
-            memory = model.encode(src, mask)  # (V, L_src, D)
-            ys = torch.full((V, 1), setup.bos_id, dtype=torch.long)  # (V, 1)
-            finished = torch.zeros(V, dtype=torch.bool)
-            for _ in range(setup.max_len):
-                out = model.decode(ys, memory, causal_mask(ys.size(1)), mask)  # (V, T, D)
-                nxt = model.output_projection(out[:, -1]).argmax(dim=0).masked_fill(finished, fill)  # (V,)
-                ys = torch.cat([ys, nxt[:, None]], dim=1)
-                finished = finished | (nxt == case.eos_id)
-                if bool(finished.all()):
-                    break
+            ys = _lazy_greedy(model.eval(), src, mask, setup.bos_id, case.eos_id, fill, setup.max_len, dim=0)
     except Exception:  # noqa: BLE001 - the probe only adds a diagnosis
         model.eval()
         return
     model.eval()
     if isinstance(got, Tensor) and _same(got.long(), ys):
-        fail(
-            f"your code raised {type(err.exc).__name__}: {str(err.exc).splitlines()[0] if str(err.exc) else ''} "
-            f"with a batch of {len(case.rows)} sources, but runs with exactly vocab_size={V} of them: the "
-            "argmax is taken over the batch axis of the (B, V) logits. Take it over the vocabulary, dim=-1.",
-            mistake="argmax over wrong axis",
-        )
+        fail(f"your code raised {type(err.exc).__name__}: {str(err.exc).splitlines()[0] if str(err.exc) else ''} "
+             f"with a batch of {len(case.rows)} sources, but runs with exactly vocab_size={V} of them: the "
+             "argmax is taken over the batch axis of the (B, V) logits. Take it over the vocabulary, dim=-1.",
+             mistake="argmax over wrong axis")
 
 
 @checker("greedy_decode")
@@ -1473,12 +1265,8 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         src0, mask0 = src.clone(), mask.clone()
         model.train(case.train)
         pad = "" if case.pad_id is None else f", pad_id={case.pad_id}"
-        words = (
-            f"{case.words}: batch of {len(case.rows)}, max_len={M}, bos_id={bos_id}, eos_id={case.eos_id}{pad}"
-        )
-        kwargs: dict[str, Any] = {"src_mask": mask}
-        if case.pass_pad:
-            kwargs["pad_id"] = case.pad_id
+        words = f"{case.words}: batch of {len(case.rows)}, max_len={M}, bos_id={bos_id}, eos_id={case.eos_id}{pad}"
+        kwargs = {"src_mask": mask, **({"pad_id": case.pad_id} if case.pass_pad else {})}
         watch = _GreedyWatch(model)
         try:
             got = call_student(fn, model, src, M, bos_id, case.eos_id, context=f"decoding ({words})", **kwargs)
@@ -1496,12 +1284,9 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         if isinstance(got, Tensor) and got.dtype != torch.long:
             right = got.shape == case.expected.shape and bool(equal(got.long(), case.expected))
             if right or got.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8) or got.is_floating_point():
-                fail(
-                    f"the output has dtype {got.dtype}" + (" (with the right tokens)" if right else "")
-                    + ": token ids are torch.long (int64). Build the start column with "
-                    "torch.full(..., bos_id, dtype=torch.long); argmax already returns long.",
-                    mistake="wrong dtype",
-                )
+                fail(f"the output has dtype {got.dtype}" + (" (with the right tokens)" if right else "")
+                     + ": token ids are torch.long (int64). Build the start column with "
+                     "torch.full(..., bos_id, dtype=torch.long); argmax already returns long.", mistake="wrong dtype")
         try:
             expect_close("the output", got, case.expected, case.mistakes, atol=0, rtol=0, case=words)
         except Failure as f:
@@ -1512,58 +1297,51 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         _watch_after_tokens(watch, len(case.rows), words)
         if left_in != {case.train}:
             came, left = ("train", "eval") if case.train else ("eval", "train")
-            fail(
-                f"the tokens are right, but greedy_decode leaves the model (or some of its modules) in {left} mode "
-                f"although it came in {came} mode ({words}): the caller's mode must be restored, or a training loop "
-                f"that decodes a few examples goes on {'without' if case.train else 'with'} dropout. Remember "
-                "`was_training = model.training` before model.eval() and end with model.train(was_training).",
-                mistake="mode not restored",
-            )
+            fail(f"the tokens are right, but greedy_decode leaves the model (or some of its modules) in {left} mode "
+                 f"although it came in {came} mode ({words}): the caller's mode must be restored, or a training loop "
+                 f"that decodes a few examples goes on {'without' if case.train else 'with'} dropout. Remember "
+                 "`was_training = model.training` before model.eval() and end with model.train(was_training).",
+                 mistake="mode not restored")
+    case = setup.cases[0]  # right tokens: now with the model's own tensors watched as another device's
+    src, mask = setup.src[case.rows], setup.src_mask[case.rows]
+    kwargs = {"src_mask": mask, **({"pad_id": case.pad_id} if case.pass_pad else {})}
+    check_input_device(None, lambda: fn(model, src.clone(), M, bos_id, case.eos_id, **kwargs), "your greedy_decode",
+                       case.words, "build ys, `finished` and the causal mask on the source's device: "
+                       "torch.full(..., device=src.device), causal_mask(T, device=src.device)")
+    model.eval()
     _restored_after_error(fn, setup)
     return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
 
 
 # ---------------------------------------------------------------- hints
-register_hints(
-    "make_src_mask",
-    [
-        "The source mask marks which source tokens are real: True = may attend, False = padding.",
-        "padding_mask from notebook 01 does exactly this: (src != pad_id) with a middle axis of size 1, "
-        "shape (B, 1, L_src), so it broadcasts over the queries.",
-    ],
-)
-register_hints(
-    "make_tgt_mask",
-    [
-        "A target position may attend to a key only if the key is real (not padding) AND not in the "
-        "future. Build the two masks and combine them.",
-        "padding_mask(tgt, pad_id) is (B, 1, L_tgt) and blocks padding keys; causal_mask(L_tgt) is "
-        "(L_tgt, L_tgt), True on and below the diagonal.",
-        "Combine them with & (both conditions): broadcasting gives (B, L_tgt, L_tgt). Pass the device "
-        "of tgt to causal_mask.",
-    ],
-)
-register_hints(
-    "Transformer",
-    [
-        "In __init__: two TokenEmbeddings (source and target vocabularies), one PositionalEncoding, an "
-        "Encoder and a Decoder with the same settings, and an nn.Linear(d_model, tgt_vocab_size) called "
-        "output_projection.",
-        "encode(src, src_mask): embed the source ids, add the positional encoding, run the encoder with "
-        "src_mask. decode(tgt, memory, tgt_mask, memory_mask): the same on the target side, then the decoder.",
-        "forward(src, tgt, src_mask, tgt_mask): memory = encode(src, src_mask); the decoder's cross-attention "
-        "uses src_mask as memory_mask; finish with the output projection to get logits (no softmax).",
-    ],
-)
-register_hints(
-    "greedy_decode",
-    [
-        "Encode the source once, memory = model.encode(src, src_mask). Start ys as a (B, 1) column of "
-        "bos_id (dtype long); at each step decode the whole prefix, model.decode(ys, memory, "
-        "causal_mask(ys.size(1), device=src.device), src_mask), and pick the most likely next token.",
-        "The next-token logits are output_projection(out[:, -1]) of shape (B, V): take argmax(dim=-1), "
-        "append it as a new column with torch.cat, and run in eval mode under torch.no_grad().",
-        "Keep a bool `finished` per sequence: after a sequence's eos_id, write pad_id (eos_id if pad_id is "
-        "None) instead of the prediction, and stop as soon as finished.all() (or after max_len steps).",
-    ],
-)
+register_hints("make_src_mask", [
+    "The source mask marks which source tokens are real: True = may attend, False = padding.",
+    "padding_mask from notebook 01 does exactly this: (src != pad_id) with a middle axis of size 1, "
+    "shape (B, 1, L_src), so it broadcasts over the queries.",
+])
+register_hints("make_tgt_mask", [
+    "A target position may attend to a key only if the key is real (not padding) AND not in the "
+    "future. Build the two masks and combine them.",
+    "padding_mask(tgt, pad_id) is (B, 1, L_tgt) and blocks padding keys; causal_mask(L_tgt) is "
+    "(L_tgt, L_tgt), True on and below the diagonal.",
+    "Combine them with & (both conditions): broadcasting gives (B, L_tgt, L_tgt). Pass the device "
+    "of tgt to causal_mask.",
+])
+register_hints("Transformer", [
+    "In __init__: two TokenEmbeddings (source and target vocabularies), one PositionalEncoding, an "
+    "Encoder and a Decoder with the same settings, and an nn.Linear(d_model, tgt_vocab_size) called "
+    "output_projection.",
+    "encode(src, src_mask): embed the source ids, add the positional encoding, run the encoder with "
+    "src_mask. decode(tgt, memory, tgt_mask, memory_mask): the same on the target side, then the decoder.",
+    "forward(src, tgt, src_mask, tgt_mask): memory = encode(src, src_mask); the decoder's cross-attention "
+    "uses src_mask as memory_mask; finish with the output projection to get logits (no softmax).",
+])
+register_hints("greedy_decode", [
+    "Encode the source once, memory = model.encode(src, src_mask). Start ys as a (B, 1) column of "
+    "bos_id (dtype long); at each step decode the whole prefix, model.decode(ys, memory, "
+    "causal_mask(ys.size(1), device=src.device), src_mask), and pick the most likely next token.",
+    "The next-token logits are output_projection(out[:, -1]) of shape (B, V): take argmax(dim=-1), "
+    "append it as a new column with torch.cat, and run in eval mode under torch.no_grad().",
+    "Keep a bool `finished` per sequence: after a sequence's eos_id, write pad_id (eos_id if pad_id is "
+    "None) instead of the prediction, and stop as soon as finished.all() (or after max_len steps).",
+])
