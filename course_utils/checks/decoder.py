@@ -60,6 +60,8 @@ from ._blocks import (
     check_part_dropout,
     sublayer_dropout_rates,
     dropout_mistakes,
+    once,
+    remembered,
     run_block,
     run_stack,
     stack_mistakes,
@@ -150,8 +152,10 @@ def _run_case(
     expected_fn: Callable[..., Tensor],
     mistakes_fn: Callable[..., list[Mistake]],
     probe: Callable[[StudentError], None] | None,
+    full: bool = True,
 ) -> None:
-    """One forward: compare with the reference, name a catalogued mistake, or probe an error."""
+    """One forward: compare with the reference, name a catalogued mistake, or probe an error
+    (``full``: also a second call, for dropout left on in eval mode)."""
     args = (x, memory, tgt_mask, memory_mask)
     names = ["x", "memory", "tgt_mask", "memory_mask"]
     originals = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
@@ -166,7 +170,8 @@ def _run_case(
             raise
         check_unchanged(names, args, originals, case)
         tuple_return(got, what)
-        check_dropout(lambda: _call(model, *originals, context=context), got, expected)
+        if full:
+            check_dropout(lambda: _call(model, *originals, context=context), got, expected)
         expect_close("output", got, expected, mistakes_fn(*originals), case=case)
 
 
@@ -180,6 +185,7 @@ def _run_mask_cases(
     D: int,
     expected_fn: Callable[..., Tensor],
     mistakes_fn: Callable[..., list[Mistake]],
+    full: bool = True,
 ) -> None:
     """:func:`_run_case` without masks, with padding and with causal + padding masks
     (``L_tgt != L_src``), then with equal lengths, where swapped masks or swapped
@@ -189,11 +195,11 @@ def _run_mask_cases(
         case = f"{settings}, x ({B}, {L_tgt}, {D}), memory ({B}, {L_src}, {D}), {words}"
         probe = _length_probe(model, what, B, L_tgt, D, kind != "none", expected_fn, mistakes_fn, case)
         x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
-        _run_case(model, what, x, memory, tgt_mask, memory_mask, case, expected_fn, mistakes_fn, probe)
+        _run_case(model, what, x, memory, tgt_mask, memory_mask, case, expected_fn, mistakes_fn, probe, full)
     tgt_mask, memory_mask, words = _masks(B, L_tgt, L_tgt, "padded")
     case = f"{settings}, L_src = L_tgt = {L_tgt}, {words}"
     x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_tgt, D)
-    _run_case(model, what, x, memory, tgt_mask, memory_mask, case, expected_fn, mistakes_fn, None)
+    _run_case(model, what, x, memory, tgt_mask, memory_mask, case, expected_fn, mistakes_fn, None, full)
 
 
 def _gradient_case(model: nn.Module, ref: nn.Module, params: list[tuple[str, Tensor, Tensor]], what: str,
@@ -278,7 +284,7 @@ _BLOCK = Block(
 
 def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[..., Tensor], Callable[..., list[Mistake]]]:
     def expected(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> Tensor:
-        return ref(x, memory, tgt_mask, memory_mask)
+        return once(lambda: ref(x, memory, tgt_mask, memory_mask), "DecoderLayer", ref, x, memory, tgt_mask, memory_mask)
 
     def mistakes(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> list[Mistake]:
         masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask, "causal": causal_mask(x.size(1))}
@@ -287,10 +293,10 @@ def _layer_functions(ref: DecoderLayer, norm_first: bool) -> tuple[Callable[...,
             "own causal mask", "with tgt_mask=None your layer still masks the future: it builds its own causal "
             "mask. Use the tgt_mask it is given (None = attend everywhere); the caller builds the causal mask.",
             {"attn": {"self": ("in", "in", "self_attn", "causal")}})]
-        return [
+        return remembered([
             (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut))
             for name, text, mut in own + structural_mistakes(_BLOCK, norm_first, present)  # own: no mask only
-        ]
+        ], "DecoderLayer", ref, x, memory, tgt_mask, memory_mask, norm_first)
 
     return expected, mistakes
 
@@ -307,12 +313,12 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
     check_dropout_modes(
         model, ref, lambda m: _call(m, x.clone(), memory.clone(), tgt_mask, memory_mask, "running forward (dropout)"),
         "DecoderLayer",
-        lambda: [
+        lambda: remembered([
             (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut, drop=zeros))
             for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
-        ],
+        ], "DecoderLayer dropout", ref, x, memory, tgt_mask, memory_mask, norm_first),
         eval_name="dropout ignores eval mode", quiet=("self_attn", "cross_attn", "feed_forward"), atol=1e-5,
-        setting=f"norm_first={norm_first}, ",
+        setting=f"norm_first={norm_first}, ", inputs=(x, memory, tgt_mask, memory_mask),
     )  # fmt: skip
     if not norm_first:  # the sub-modules are built the same way in both settings
         with torch.no_grad():
@@ -327,23 +333,45 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
     )  # fmt: skip
 
 
+def _layer_values(cls: Any, B: int, H: int, L_tgt: int, L_src: int, D: int, d_ff: int, norm_first: bool,
+                  full: bool = True) -> None:
+    """Eval mode: the reference's output in every mask case (else a generated structural
+    mistake is named); ``full``: also the steps that cannot name one (shared roles, dropout
+    left on in eval mode, the gradient probe)."""
+    shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1, norm_first={norm_first}"
+    model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
+    ref = DecoderLayer(D, H, d_ff, 0.0, norm_first).eval()
+    if full:
+        require_distinct_roles(model, ref, "DecoderLayer")  # self.cross_attn = self.self_attn, ...
+    params = load_reference(model, ref, "DecoderLayer", _LAYER_PARTS)
+    expected, mistakes = _layer_functions(ref, norm_first)
+    _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes, full)
+    if full:
+        _gradient_case(model, ref, params, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D)
+
+
 @checker("DecoderLayer")
 def check_decoder_layer(cls: Any) -> str:
     require_module_class(cls, "DecoderLayer")
     B, H, d_k, L_tgt, L_src, d_ff = _dims()
-    D = H * d_k
     for norm_first in (False, True):
-        shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout=0.1, norm_first={norm_first}"
-        model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=0.1, norm_first=norm_first), shown)
-        ref = DecoderLayer(D, H, d_ff, 0.0, norm_first).eval()
-        require_distinct_roles(model, ref, "DecoderLayer")  # self.cross_attn = self.self_attn, ...
-        params = load_reference(model, ref, "DecoderLayer", _LAYER_PARTS)
-        expected, mistakes = _layer_functions(ref, norm_first)
-        _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D, expected, mistakes)
-        _gradient_case(model, ref, params, "DecoderLayer", f"norm_first={norm_first}", B, L_tgt, L_src, D)
+        _layer_values(cls, B, H, L_tgt, L_src, H * d_k, d_ff, norm_first)
     for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
-        _layer_dropout(cls, B, L_tgt, L_src, D, H, d_ff, norm_first)
+        _layer_dropout(cls, B, L_tgt, L_src, H * d_k, H, d_ff, norm_first)
     return "post-norm and pre-norm, with and without causal + padding masks, L_tgt != L_src, random weights"
+
+
+@checker("DecoderLayer")
+def _check_layer_stage(cls: Any, stage: str, norm_first: bool) -> str:
+    """One step of check_decoder_layer, for one ``norm_first``, on a draw of its own (as
+    :func:`.encoder._check_layer_stage`). Private: a check cell runs the whole check."""
+    require_module_class(cls, "DecoderLayer")
+    B, H, d_k, L_tgt, L_src, d_ff = _dims()
+    if stage == "values":
+        _layer_values(cls, B, H, L_tgt, L_src, H * d_k, d_ff, norm_first, full=False)
+    else:
+        _layer_dropout(cls, B, L_tgt, L_src, H * d_k, H, d_ff, norm_first)
+    return f"the {stage} step"
 
 
 # ---------------------------------------------------------------- Decoder

@@ -84,6 +84,8 @@ from ._blocks import (
     sublayer_dropout_rates,
     check_part_dropout,
     dropout_mistakes,
+    once,
+    remembered,
     run_block,
     run_stack,
     stack_mistakes,
@@ -192,7 +194,7 @@ def _compare_without_and_with_mask(
         got = _forward(model, args, case, attention=True)
         check_unchanged(["x", "mask"], args, [x0, m], case)
         with torch.no_grad():
-            expected = ref(x0, m)  # (B, L, D)
+            expected = once(lambda: ref(x0, m), type(ref).__name__, ref, x0, m)  # (B, L, D)
             expect_close("output", got, expected, mistakes_fn(x0, m), case=case, atol=_ATOL)
 
 
@@ -694,10 +696,10 @@ def _block_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: 
     """What ``ref`` (an EncoderLayer with the student's parameters) returns with each
     generated mistake, as ``(name, diagnosis, zero-argument callable)``."""
     present = set() if mask is None else {"mask"}
-    return [
+    return remembered([
         (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut))
         for name, text, mut in structural_mistakes(_BLOCK, norm_first, present)
-    ]
+    ], "EncoderLayer", ref, x, mask, norm_first)
 
 
 def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_first: bool) -> None:
@@ -711,11 +713,11 @@ def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_fir
     x, mask = torch.randn(B, L, D), _padding_mask(B, L)
     check_dropout_modes(
         model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "EncoderLayer",
-        lambda: [
+        lambda: remembered([
             (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut, drop=zeros))
             for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
-        ],
-        setting=f"norm_first={norm_first}, ", quiet=("self_attn", "feed_forward"),
+        ], "EncoderLayer dropout", ref, x, mask, norm_first),
+        setting=f"norm_first={norm_first}, ", quiet=("self_attn", "feed_forward"), inputs=(x, mask),
     )  # fmt: skip
     if not norm_first:  # the sub-modules are built the same way in both settings
         with torch.no_grad():
@@ -725,14 +727,15 @@ def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_fir
                            x, {"self_attn": True, "feed_forward": False}, ("norm1", "norm2"), _BLOCK, "EncoderLayer")
 
 
-def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
+def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool, roles: bool = True) -> nn.Module:
     args = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={norm_first}"
     model = call_student(cls, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing EncoderLayer({args})")
     if not isinstance(model, nn.Module):
         fail("EncoderLayer should subclass nn.Module.", mistake="not a class")
     _require_parts(model, _LAYER_PARTS, "EncoderLayer")
     # one module under two names (self.norm2 = self.norm1) would look like two equal copies
-    require_distinct_roles(model, EncoderLayer(D, H, d_ff, p, norm_first), "EncoderLayer")
+    if roles:
+        require_distinct_roles(model, EncoderLayer(D, H, d_ff, p, norm_first), "EncoderLayer")
     return model
 
 
@@ -753,26 +756,44 @@ def _verify_layer_parts(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tenso
     _verify_part("self_attn", model.self_attn, ref.self_attn, (y, y, y, mask), what)
 
 
+def _layer_values(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_first: bool, full: bool = True) -> None:
+    """Eval mode: the reference's output with and without a mask (else a generated
+    structural mistake is named); ``full``: also shared roles and the gradient probe."""
+    model = _build_layer(cls, D, H, d_ff, 0.0, norm_first, roles=full)
+    model.eval()
+    randomise_parameters(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
+    ref = EncoderLayer(D, H, d_ff, 0.0, norm_first).eval()
+    params = load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
+    x = torch.randn(B, L, D)
+    mask = _padding_mask(B, L)
+    _verify_layer_parts(model, ref, x, mask, "EncoderLayer")
+    case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), d_model={D}, num_heads={H}, d_ff={d_ff}"
+    _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _block_mistakes(ref, x0, m, norm_first))
+    if full:
+        gradient_probe(model, ref, dict(x=x, mask=mask), params, what="EncoderLayer", case=case)
+
+
 @checker("EncoderLayer")
 def check_encoder_layer(cls: Any) -> str:
     require_module_class(cls, "EncoderLayer")
     B, L, D, H, _d_k, d_ff = _dims()
-    sizes = f"d_model={D}, num_heads={H}, d_ff={d_ff}"
     for norm_first in (False, True):
-        model = _build_layer(cls, D, H, d_ff, 0.0, norm_first)
-        model.eval()
-        randomise_parameters(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
-        ref = EncoderLayer(D, H, d_ff, 0.0, norm_first).eval()
-        params = load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
-        x = torch.randn(B, L, D)
-        mask = _padding_mask(B, L)
-        _verify_layer_parts(model, ref, x, mask, "EncoderLayer")
-        case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}"
-        _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _block_mistakes(ref, x0, m, norm_first))
-        gradient_probe(model, ref, dict(x=x, mask=mask), params, what="EncoderLayer", case=case)
+        _layer_values(cls, B, L, D, H, d_ff, norm_first)
     for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
         _layer_dropout(cls, B, L, D, H, d_ff, norm_first)
     return "post-norm and pre-norm, with and without padding masks, random weights and norms, dropout"
+
+
+@checker("EncoderLayer")
+def _check_layer_stage(cls: Any, stage: str, norm_first: bool) -> str:
+    """One step of check_encoder_layer, for one ``norm_first``, on a draw of its own: the
+    tests run every generated mistake on 20 draws with the step that names it, ``"values"``
+    (structure, eval mode) or ``"dropout"``. Private: a check cell runs the whole check."""
+    require_module_class(cls, "EncoderLayer")
+    B, L, D, H, _d_k, d_ff = _dims()
+    step = {"values": functools.partial(_layer_values, full=False), "dropout": _layer_dropout}[stage]
+    step(cls, B, L, D, H, d_ff, norm_first=norm_first)
+    return f"the {stage} step"
 
 
 # ---------------------------------------------------------------- Encoder
