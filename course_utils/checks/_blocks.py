@@ -41,7 +41,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._core import StudentError, call_student, describe_shape, dropout_scale, equal, expect_close, fail, isnan, matches
+from ._core import (StudentError, call_student, checker, describe_shape, dropout_scale, equal, expect_close, fail, isnan,
+                    matches, require_module_class)
+from ._pairing import load_reference
 
 Mutation = dict[str, Any]
 
@@ -165,7 +167,7 @@ def remembered(mistakes: list[tuple[str, str, Any]], *state: Any) -> list[tuple[
 
 def once(compute: Callable[[], Any], *state: Any) -> Any:
     """``compute()``, computed once per content of ``state`` (see :func:`remembered`)."""
-    return remembered([("", "", compute)], *state)[0][2]()
+    return remembered([("", "", compute)], once, *state)[0][2]()  # `once` in the key: a box of its own
 
 
 # ---------------------------------------------------------------- the catalogue, generated
@@ -377,12 +379,6 @@ def catalogue(spec: Block, present: set[str]) -> list[tuple[bool, str, str, Muta
 P_PROBE = 0.999999999999
 
 
-INPUT_DROPOUT = (
-    "your {} applies dropout to its input x: the stack has no dropout of its own (the Transformer drops "
-    "after adding the positional table, and every layer drops its sub-layers' outputs). Remove it."
-)
-
-
 def zeros(t: Tensor) -> Tensor:
     """Dropout at :data:`P_PROBE`: every entry dropped."""
     return torch.zeros_like(t)
@@ -395,12 +391,9 @@ def check_dropout(call: Callable[[], Any], got: Any, expected: Tensor | None = N
         return
     again = call()
     if isinstance(again, Tensor) and again.shape == got.shape and not equal(again, got):
-        fail(
-            "the same input gave two different outputs in eval mode: some dropout still runs after "
-            "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
-            "training=self.training to F.dropout.",
-            mistake="dropout ignores eval mode",
-        )
+        fail("the same input gave two different outputs in eval mode: some dropout still runs after "
+             "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
+             "training=self.training to F.dropout.", mistake="dropout ignores eval mode")
 
 
 def _train(module: nn.Module, quiet: tuple[str, ...]) -> None:
@@ -423,24 +416,18 @@ def _two_calls(run: Any, module: nn.Module, what: str, case: str) -> tuple[Any, 
     if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape):
         return a, True
     if a.is_floating_point() and isnan(a).any():
-        fail(
-            f"your {what} gives NaN ({case}) where every dropout should give zeros. Use nn.Dropout(dropout), "
-            "or F.dropout(h, self.p, training=self.training).",
-            mistake="NaN",
-        )
+        fail(f"your {what} gives NaN ({case}) where every dropout should give zeros. Use nn.Dropout(dropout), "
+             "or F.dropout(h, self.p, training=self.training).", mistake="NaN")
     return a, bool(equal(a, b))
 
 
 def _train_twice(run: Any, module: nn.Module, what: str, case: str) -> Any:
     got, same = _two_calls(run, module, what, case)
     if not same:
-        fail(
-            f"with dropout={P_PROBE} in training mode every dropout that uses the given p zeroes its "
-            f"input, so two calls give the same output; your {what} gave two different ones ({case}): some "
-            "dropout uses a fixed p (nn.Dropout(0.1), F.dropout(h, 0.1)) instead of the `dropout` argument. "
-            "Store the argument and use it: nn.Dropout(dropout).",
-            mistake="hard-coded dropout p",
-        )
+        fail(f"with dropout={P_PROBE} in training mode every dropout that uses the given p zeroes its "
+             f"input, so two calls give the same output; your {what} gave two different ones ({case}): some "
+             "dropout uses a fixed p (nn.Dropout(0.1), F.dropout(h, 0.1)) instead of the `dropout` argument. "
+             "Store the argument and use it: nn.Dropout(dropout).", mistake="hard-coded dropout p")
     return got
 
 
@@ -524,16 +511,85 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
         if matches(got, expected, atol=1e-4):
             continue
         if matches(got, without, atol=1e-4):
-            fail(
-                f"your {what}'s `{name}` applies no dropout in training mode ({case}): the layer's dropout is "
-                f"not passed on to it. Build it with the layer's dropout: {_BUILT_WITH[name]}.",
-                mistake="dropout not passed on",
-            )
-        fail(
-            f"your {what}'s `{name}` ({type(part).__name__}) does not drop like course_utils."
-            f"{type(rp).__name__} ({case}, got {describe_shape(got)}): check its dropout on its own first.",
-            mistake="wrong submodule",
-        )
+            fail(f"your {what}'s `{name}` applies no dropout in training mode ({case}): the layer's dropout is "
+                 f"not passed on to it. Build it with the layer's dropout: {_BUILT_WITH[name]}.",
+                 mistake="dropout not passed on")
+        fail(f"your {what}'s `{name}` ({type(part).__name__}) does not drop like course_utils."
+             f"{type(rp).__name__} ({case}, got {describe_shape(got)}): check its dropout on its own first.",
+             mistake="wrong submodule")
+
+
+# ---------------------------------------------------------------- the layer checks' shared steps
+def layer_dropout(
+    spec: Block, build: Callable[[float], nn.Module], make_ref: Callable[[float], nn.Module], parts: dict[str, str],
+    draw: Callable[[], tuple[Tensor, Tensor | None, dict[str, Tensor | None]]], forward: Callable[..., Any],
+    norm_first: bool, atol: float = 1e-4,
+) -> None:
+    """A residual block's dropout. ``build(p)``: the student's layer with random parameters,
+    ``make_ref(p)``: the reference; ``draw()``: ``x``, ``memory``, ``masks``; ``forward(m, x,
+    memory, masks)`` runs a layer. At ``p = P_PROBE``: eval mode as the reference, training
+    mode with the sub-modules' own dropout off zeroes each sub-layer's output and nothing
+    else (else a :func:`dropout_mistakes` member is named), and in post-norm each sub-module
+    drops on its own like the reference's (dropout passed on). At ``p = P_RATE``: one dropout
+    of that rate on each sub-layer's output, none inside a branch."""
+    model, ref = build(P_PROBE), make_ref(P_PROBE)
+    load_reference(model, ref, spec.what, parts)
+    x, memory, masks = draw()
+    attns = [k for k in spec.kinds if k != "ff"]
+    quiet = (*(spec.attn[k][2] for k in attns), "feed_forward")
+
+    def run(m: nn.Module) -> Any:
+        return forward(m, x, memory, masks)
+
+    def mistakes() -> list[tuple[str, str, Any]]:
+        return remembered([
+            (name, text, lambda mut=mut: run_block(ref, spec, x, memory, masks, norm_first, mut, drop=zeros))
+            for name, text, mut in dropout_mistakes(spec, norm_first)
+        ], spec.what, ref, x, memory, *masks.values(), norm_first)
+
+    check_dropout_modes(model, ref, run, spec.what, mistakes, quiet=quiet, atol=atol, setting=f"norm_first={norm_first}, ",
+                        inputs=(x, memory, *masks.values()))
+    if not norm_first:  # the sub-modules are built the same way in both settings
+        with torch.no_grad():
+            y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
+        kv = {k: y if spec.attn[k][1] == "in" else memory for k in attns}
+        args = {spec.attn[k][2]: (y, kv[k], kv[k], masks[spec.attn[k][3]]) for k in attns}
+        check_part_dropout(model, ref, {**args, "feed_forward": (y,)}, spec.what)
+    sublayers = {**dict.fromkeys(quiet[:-1], True), "feed_forward": False}
+    norms = tuple(spec.norm(i) for i in range(len(spec.kinds)))
+    sublayer_dropout_rates(build(P_RATE), run, x, sublayers, norms, spec, spec.what)
+
+
+def layer_stage(exercise: str, sizes: Callable[[], tuple[int, ...]], values: Callable[..., None],
+                dropout: Callable[..., None]) -> Callable[..., Any]:
+    """A private checker that runs one step of a layer's check for one ``norm_first`` on a
+    draw of its own: the tests run every generated mistake on 20 draws with the step that
+    names it, ``"values"`` (eval mode, only what can name a structural mistake:
+    ``values(..., full=False)``) or ``"dropout"``. A check cell runs the whole check."""
+
+    @checker(exercise)
+    def _check_layer_stage(cls: Any, stage: str, norm_first: bool) -> str:
+        require_module_class(cls, exercise)
+        step = {"values": functools.partial(values, full=False), "dropout": dropout}[stage]
+        step(cls, *sizes(), norm_first=norm_first)
+        return f"the {stage} step"
+
+    return _check_layer_stage
+
+
+def check_stack_dropout(model: nn.Module, ref: nn.Module, spec: "Stack", run: Callable[[nn.Module, Tensor], Any],
+                        x: Tensor, atol: float = 1e-4) -> None:
+    """A stack built in pre-norm with ``dropout = P_PROBE``: every layer's sub-layers vanish,
+    so the stack is its final norm. ``run(module, x)`` runs one on ``x`` (the other inputs fixed)."""
+    with torch.no_grad():
+        no_drop = run(ref.eval(), x)  # (B, L, D)
+    check_dropout_modes(model, ref, lambda m: run(m, x.clone()), spec.what, lambda: [
+        ("dropout missing", f"no dropout is applied in training mode: pass dropout on to every {spec.layer}, "
+         f"{spec.layer}(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
+        ("dropout on the input", f"your {spec.what} applies dropout to its input x: the stack has no dropout of its own "
+         "(the Transformer drops after adding the positional table, and every layer drops its sub-layers' outputs). "
+         "Remove it.", lambda: run(ref, torch.zeros_like(x))),
+    ], setting="norm_first=True, ", atol=atol)
 
 
 # ---------------------------------------------------------------- stacks: Encoder, Decoder
