@@ -74,16 +74,9 @@ class Block:
 
 
 # ---------------------------------------------------------------- the block, computed
-def run_block(
-    ref: nn.Module,
-    spec: Block,
-    x: Tensor,
-    memory: Tensor | None,
-    masks: dict[str, Tensor | None],
-    norm_first: bool,
-    mutation: Mutation | None = None,
-    drop: Callable[[Tensor], Tensor] | None = None,
-) -> Tensor:
+def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None],
+              norm_first: bool, mutation: Mutation | None = None,
+              drop: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """``ref``'s block on ``x`` (``(B, L, D)``) with ``mutation`` applied; ``masks`` maps
     the names used in ``spec.attn`` to tensors. ``drop`` is the sub-layers' dropout
     (default: none, as in eval mode; :func:`zeros` is dropout at :data:`P_PROBE`)."""
@@ -431,18 +424,9 @@ def _train_twice(run: Any, module: nn.Module, what: str, case: str) -> Any:
     return got
 
 
-def check_dropout_modes(
-    model: nn.Module,
-    ref: nn.Module,
-    run: Any,
-    what: str,
-    train_mistakes: Any,
-    eval_name: str = "dropout ignores eval mode",
-    quiet: tuple[str, ...] = (),
-    atol: float = 1e-4,
-    setting: str = "",
-    inputs: tuple[Any, ...] = (),
-) -> None:
+def check_dropout_modes(model: nn.Module, ref: nn.Module, run: Any, what: str, train_mistakes: Any,
+                        eval_name: str = "dropout ignores eval mode", quiet: tuple[str, ...] = (), atol: float = 1e-4,
+                        setting: str = "", inputs: tuple[Any, ...] = ()) -> None:
     """``model`` and ``ref`` built with ``dropout = P_PROBE`` and the same parameters;
     ``run(module)`` calls one on fixed inputs (``inputs``, if given: ``ref``'s outputs are
     then computed once per content, see :func:`remembered`). Eval mode must give ``ref``'s
@@ -520,11 +504,9 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
 
 
 # ---------------------------------------------------------------- the layer checks' shared steps
-def layer_dropout(
-    spec: Block, build: Callable[[float], nn.Module], make_ref: Callable[[float], nn.Module], parts: dict[str, str],
-    draw: Callable[[], tuple[Tensor, Tensor | None, dict[str, Tensor | None]]], forward: Callable[..., Any],
-    norm_first: bool, atol: float = 1e-4,
-) -> None:
+def layer_dropout(spec: Block, build: Callable[[float], nn.Module], make_ref: Callable[[float], nn.Module],
+                  parts: dict[str, str], draw: Callable[[], tuple[Tensor, Tensor | None, dict[str, Tensor | None]]],
+                  forward: Callable[..., Any], norm_first: bool, atol: float = 1e-4) -> None:
     """A residual block's dropout. ``build(p)``: the student's layer with random parameters,
     ``make_ref(p)``: the reference; ``draw()``: ``x``, ``memory``, ``masks``; ``forward(m, x,
     memory, masks)`` runs a layer. At ``p = P_PROBE``: eval mode as the reference, training
@@ -608,9 +590,8 @@ class Stack:
         return self.names.get(family, family)
 
 
-def run_stack(
-    ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None], mutation: Mutation | None = None
-) -> Tensor:
+def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None],
+              mutation: Mutation | None = None) -> Tensor:
     """``ref`` (an Encoder or Decoder) on ``x`` with ``mutation``: ``layers`` ("first only",
     "first repeated", "last only", "none"), ``masks`` (the names passed to every layer;
     ``"masks first only"``: to the first layer only), ``memory`` ("previous output": each
@@ -647,9 +628,8 @@ def run_stack(
     return h if final in (None, "inside") else final(h)
 
 
-def stack_mistakes(
-    spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int, memory: bool
-) -> list[tuple[str, str, Mutation]]:
+def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int,
+                   memory: bool) -> list[tuple[str, str, Mutation]]:
     """``(name, diagnosis, mutation)`` for every generated mistake of a stack; ``own_norm``
     is the student's ``norm`` (tried as a final norm in post-norm), ``memory`` whether the
     layers take one."""
@@ -818,10 +798,8 @@ class FirstFeatures(nn.Module):
         return x[..., : self.width]
 
 
-def check_dropout_rate(
-    model: nn.Module, run: Callable[[nn.Module], Any], stubs: dict[str, nn.Module], kept: Tensor,
-    what: str, where: str, p: float = P_RATE,
-) -> None:
+def check_dropout_rate(model: nn.Module, run: Callable[[nn.Module], Any], stubs: dict[str, nn.Module], kept: Tensor,
+                       what: str, where: str, p: float = P_RATE) -> None:
     """Dropout with ``0 < p < 1`` acts exactly once, with ``p``, on ``where``.
 
     ``model`` was built with ``dropout = p``; its sub-modules named in ``stubs`` are swapped
@@ -860,10 +838,8 @@ def check_dropout_rate(
              "divides the kept ones by 1 - p.", mistake="wrong dropout rate")
 
 
-def sublayer_dropout_rates(
-    model: nn.Module, run: Callable[[nn.Module], Any], x: Tensor, sublayers: dict[str, bool],
-    norms: tuple[str, ...], spec: Block, what: str, p: float = P_RATE,
-) -> None:
+def sublayer_dropout_rates(model: nn.Module, run: Callable[[nn.Module], Any], x: Tensor, sublayers: dict[str, bool],
+                           norms: tuple[str, ...], spec: Block, what: str, p: float = P_RATE) -> None:
     """:func:`check_dropout_rate` for each sub-layer of a residual block ``model`` (built with
     ``dropout = p``): that sub-layer a constant 2, the others 0, the ``norms`` identities, so
     that ``run(model) - x`` is 2 in eval mode, in either norm order, and one dropout of 2 in
@@ -905,10 +881,8 @@ class Spy(nn.Module):
         return (out, torch.zeros(out.shape[:-1])) if self.pair else out
 
 
-def branch_input_dropout(
-    model: nn.Module, run: Callable[[nn.Module], Any], sublayers: dict[str, bool], norms: tuple[str, ...],
-    spec: Block, what: str, p: float = P_RATE,
-) -> None:
+def branch_input_dropout(model: nn.Module, run: Callable[[nn.Module], Any], sublayers: dict[str, bool],
+                         norms: tuple[str, ...], spec: Block, what: str, p: float = P_RATE) -> None:
     """No dropout inside a sub-layer's branch: with every sub-layer a :class:`Spy` that
     returns zeros (so the stream stays ``x``) and every norm a :class:`Spy` identity, the
     tensors each one receives must be the same in training mode (``model`` built with
@@ -931,9 +905,8 @@ def branch_input_dropout(
             return
 
 
-def _compare_branch_inputs(
-    spies: dict[str, Spy], calls: dict[str, list[dict[str, Tensor]]], spec: Block, what: str, p: float
-) -> None:
+def _compare_branch_inputs(spies: dict[str, Spy], calls: dict[str, list[dict[str, Tensor]]], spec: Block, what: str,
+                           p: float) -> None:
     word = {"feed_forward": spec.word.get("ff", "the feed-forward")}
     word.update({spec.attn[k][2]: spec.word[k] for k in spec.attn})
     from_memory = {spec.attn[k][2] for k in spec.attn if spec.attn[k][1] == "memory"}

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
-from ._blocks import (P_PROBE, Block, Stack, check_dropout, check_stack_dropout, layer_dropout, layer_stage, once,
+from ._blocks import (P_PROBE, Block, Stack, check_dropout, check_stack_dropout, layer_dropout, layer_stage,
                       remembered, run_block, run_stack, stack_mistakes, stack_structure, structural_mistakes,
                       unused_final_norm)
 from ._core import (Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, expect_close, fail,
@@ -193,14 +193,14 @@ _OWN_CAUSAL = ("own causal mask", "with tgt_mask=None your layer still masks the
 
 def _layer_outputs(ref: DecoderLayer, norm_first: bool) -> Outputs:
     def outputs(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> tuple[Tensor, list]:
-        state = ("DecoderLayer", ref, x, memory, tgt_mask, memory_mask, norm_first)
         masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask, "causal": causal_mask(x.size(1))}
         present = {k for k in ("tgt_mask", "memory_mask") if masks[k] is not None}
         own = [] if tgt_mask is not None else [_OWN_CAUSAL]  # tgt_mask=None replaced by a causal mask
-        return once(lambda: ref(x, memory, tgt_mask, memory_mask), *state), remembered([
+        outputs = remembered([("", "", lambda: ref(x, memory, tgt_mask, memory_mask))] + [  # the reference first
             (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut))
             for name, text, mut in own + structural_mistakes(_BLOCK, norm_first, present)
-        ], *state)
+        ], "DecoderLayer", ref, x, memory, tgt_mask, memory_mask, norm_first)
+        return outputs[0][2](), outputs[1:]
 
     return outputs
 
@@ -302,28 +302,22 @@ def check_decoder(cls: Any) -> str:
 
 
 # ---------------------------------------------------------------- hints
-register_hints(
-    "DecoderLayer",
-    [
-        "Start from your EncoderLayer: same residual + layer-norm pattern, with one more sub-layer "
-        "in the middle, so three sub-layers (self_attn, cross_attn, feed_forward) and three norms.",
-        "The order is: masked self-attention on x, then cross-attention, then the feed-forward. "
-        "Post-norm (norm_first=False): x = norm_i(x + sublayer(x)); pre-norm: x = x + sublayer(norm_i(x)).",
-        "Cross-attention: the queries come from the decoder's x, the keys and values from the "
-        "encoder output `memory`. tgt_mask goes to the self-attention, memory_mask to the "
-        "cross-attention. MultiHeadAttention returns (output, weights): keep the output.",
-        "In pre-norm, normalise only x before each sub-layer (not memory), and add the sub-layer's "
-        "output to the un-normalised x.",
-    ],
-)
-register_hints(
-    "Decoder",
-    [
-        "Same structure as your Encoder: a stack of independent DecoderLayers in an nn.ModuleList "
-        "(a new DecoderLayer(...) for each layer), plus a final norm only when norm_first=True.",
-        "In forward, loop over self.layers and feed each layer's output to the next; every layer "
-        "gets the same memory, tgt_mask and memory_mask.",
-        "Create self.norm = LayerNorm(d_model) if norm_first else None, and at the end return "
-        "self.norm(x) when there is one, x otherwise.",
-    ],
-)
+register_hints("DecoderLayer", [
+    "Start from your EncoderLayer: same residual + layer-norm pattern, with one more sub-layer "
+    "in the middle, so three sub-layers (self_attn, cross_attn, feed_forward) and three norms.",
+    "The order is: masked self-attention on x, then cross-attention, then the feed-forward. "
+    "Post-norm (norm_first=False): x = norm_i(x + sublayer(x)); pre-norm: x = x + sublayer(norm_i(x)).",
+    "Cross-attention: the queries come from the decoder's x, the keys and values from the "
+    "encoder output `memory`. tgt_mask goes to the self-attention, memory_mask to the "
+    "cross-attention. MultiHeadAttention returns (output, weights): keep the output.",
+    "In pre-norm, normalise only x before each sub-layer (not memory), and add the sub-layer's "
+    "output to the un-normalised x.",
+])
+register_hints("Decoder", [
+    "Same structure as your Encoder: a stack of independent DecoderLayers in an nn.ModuleList "
+    "(a new DecoderLayer(...) for each layer), plus a final norm only when norm_first=True.",
+    "In forward, loop over self.layers and feed each layer's output to the next; every layer "
+    "gets the same memory, tgt_mask and memory_mask.",
+    "Create self.norm = LayerNorm(d_model) if norm_first else None, and at the end return "
+    "self.norm(x) when there is one, x otherwise.",
+])

@@ -91,14 +91,8 @@ def _verify_part(path: str, part: nn.Module, ref_part: nn.Module, args: tuple[An
              f"{what} from the reference: `from course_utils import {kind}`.", mistake="wrong submodule")
 
 
-def _compare_without_and_with_mask(
-    model: nn.Module,
-    ref: nn.Module,
-    x: Tensor,
-    mask: Tensor,
-    settings: str,
-    mistakes_fn: Callable[[Tensor, Tensor | None], list[Mistake]],
-) -> None:
+def _compare_without_and_with_mask(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor, settings: str,
+                                   mistakes_fn: Callable[[Tensor, Tensor | None], list[Mistake]]) -> None:
     """Run the student's layer or stack on ``x`` without a mask, then with the padding
     ``mask``; inputs must stay unchanged and the output must equal ``ref``'s, else
     ``mistakes_fn(x, mask)`` names the likely mistake. ``settings`` starts every case's text."""
@@ -318,13 +312,8 @@ def check_layer_norm(cls: Any) -> str:
 
 # ---------------------------------------------------------------- FeedForward
 _ACTIVATIONS: tuple[tuple[str, Callable[[Tensor], Tensor]], ...] = (
-    ("GELU", F.gelu),
-    ("GELU (tanh approximation)", lambda h: F.gelu(h, approximate="tanh")),
-    ("SiLU (swish)", F.silu),
-    ("tanh", torch.tanh),
-    ("sigmoid", torch.sigmoid),
-    ("LeakyReLU", F.leaky_relu),
-    ("ELU", F.elu),
+    ("GELU", F.gelu), ("GELU (tanh approximation)", lambda h: F.gelu(h, approximate="tanh")), ("SiLU (swish)", F.silu),
+    ("tanh", torch.tanh), ("sigmoid", torch.sigmoid), ("LeakyReLU", F.leaky_relu), ("ELU", F.elu),
 )
 
 
@@ -361,24 +350,13 @@ def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear, norms: tuple[nn.Module
     random parameters) besides a plain layer norm."""
     h = l1(x)  # (B, L, d_ff)
     out: list[Mistake] = [
-        (
-            "activation missing",
-            "there is no activation between the two linear layers, so together they are just one "
-            "linear map: apply ReLU to linear1's output, linear2(relu(linear1(x))).",
-            lambda: l2(h),
-        ),
-        (
-            "activation after the second linear layer",
-            "ReLU is applied after linear2 instead of between the layers: "
-            "linear2(relu(linear1(x))), with nothing after linear2.",
-            lambda: F.relu(l2(h)),
-        ),
-        (
-            "activation after the second linear layer",
-            "ReLU is applied between the layers (right) and again after linear2 (wrong): the "
-            "output must be able to go negative, return linear2(relu(linear1(x))).",
-            lambda: F.relu(l2(F.relu(h))),
-        ),
+        ("activation missing", "there is no activation between the two linear layers, so together they are just one "
+         "linear map: apply ReLU to linear1's output, linear2(relu(linear1(x))).", lambda: l2(h)),
+        ("activation after the second linear layer", "ReLU is applied after linear2 instead of between the layers: "
+         "linear2(relu(linear1(x))), with nothing after linear2.", lambda: F.relu(l2(h))),
+        ("activation after the second linear layer", "ReLU is applied between the layers (right) and again after "
+         "linear2 (wrong): the output must be able to go negative, return linear2(relu(linear1(x))).",
+         lambda: F.relu(l2(F.relu(h)))),
     ]
     ff = l2(F.relu(h))  # (B, L, D): the right output
     inside = ("the layer around it (EncoderLayer) adds the residual and normalises; FeedForward returns only "
@@ -393,16 +371,8 @@ def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear, norms: tuple[nn.Module
             ("norm inside the feed-forward", "the feed-forward computes norm(x + ...), a whole residual sub-layer: "
              f"{inside}", lambda n=norm: n(x + ff)),
         ]
-    for name, act in _ACTIVATIONS:
-        out.append(
-            (
-                "wrong activation",
-                f"you used {name} between the layers; the paper (and this course) uses ReLU, "
-                "max(0, x): torch.relu or nn.ReLU().",
-                lambda act=act: l2(act(h)),
-            )
-        )
-    return out
+    return out + [("wrong activation", f"you used {name} between the layers; the paper (and this course) uses ReLU, "
+                   "max(0, x): torch.relu or nn.ReLU().", lambda act=act: l2(act(h))) for name, act in _ACTIVATIONS]
 
 
 @checker("FeedForward")
@@ -617,56 +587,42 @@ def check_encoder(cls: Any) -> str:
 
 
 # ---------------------------------------------------------------- hints
-register_hints(
-    "LayerNorm",
-    [
-        "Each position is normalised on its own, over its D features (the last axis): subtract "
-        "the mean, divide by the standard deviation, then scale and shift.",
-        "In __init__ store eps and create self.weight = nn.Parameter(torch.ones(d_model)) and "
-        "self.bias = nn.Parameter(torch.zeros(d_model)).",
-        "In forward take mean and var over dim=-1 with keepdim=True so they broadcast back over "
-        "(B, L, D). The variance is the biased one (unbiased=False: divide by D, not D - 1).",
-        "eps goes inside the square root: (x - mean) / torch.sqrt(var + self.eps), then "
-        "multiply by self.weight and add self.bias.",
-    ],
-)
-register_hints(
-    "FeedForward",
-    [
-        "The same small network runs at every position: widen D to d_ff, apply a non-linearity, "
-        "narrow back to D.",
-        "In __init__: self.linear1 = nn.Linear(d_model, d_ff), self.linear2 = nn.Linear(d_ff, "
-        "d_model), and nn.Dropout(dropout).",
-        "The non-linearity is ReLU, between the two layers only; dropout goes on the hidden "
-        "activations, after ReLU and before linear2. Nothing comes after linear2: forward is "
-        "return self.linear2(self.dropout(torch.relu(self.linear1(x)))).",
-    ],
-)
-register_hints(
-    "EncoderLayer",
-    [
-        "Two sub-layers in this order: self-attention (queries, keys and values all from x), "
-        "then the feed-forward network. Each is wrapped in a residual connection and a norm.",
-        "In __init__ build self_attn = MultiHeadAttention(d_model, num_heads, dropout), "
-        "feed_forward = FeedForward(d_model, d_ff, dropout), norm1 and norm2 = LayerNorm(d_model), "
-        "and self.dropout1, self.dropout2 = nn.Dropout(dropout) for the two sub-layer outputs.",
-        "self.self_attn(x, x, x, mask) returns (output, weights): use the output, and pass the "
-        "mask on. norm1 belongs to the attention sub-layer, norm2 to the feed-forward one.",
-        "Post-norm (norm_first=False): x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, "
-        "mask)[0])), then x = self.norm2(x + self.dropout2(self.feed_forward(x))). Pre-norm "
-        "(norm_first=True): h = self.norm1(x); x = x + self.dropout1(self.self_attn(h, h, h, "
-        "mask)[0]); then x = x + self.dropout2(self.feed_forward(self.norm2(x))): only the "
-        "sub-layer's input is normalised, never x itself.",
-    ],
-)
-register_hints(
-    "Encoder",
-    [
-        "The encoder is num_layers encoder layers applied one after the other, each reading the "
-        "previous one's output, with the same mask.",
-        "Build a new EncoderLayer for each position and keep them in an nn.ModuleList (a plain "
-        "list hides their parameters from PyTorch; [layer] * n shares one layer's weights).",
-        "Pre-norm layers never normalise the residual stream, so with norm_first=True add a final "
-        "LayerNorm, self.norm, after the last layer; with norm_first=False there is none.",
-    ],
-)
+register_hints("LayerNorm", [
+    "Each position is normalised on its own, over its D features (the last axis): subtract "
+    "the mean, divide by the standard deviation, then scale and shift.",
+    "In __init__ store eps and create self.weight = nn.Parameter(torch.ones(d_model)) and "
+    "self.bias = nn.Parameter(torch.zeros(d_model)).",
+    "In forward take mean and var over dim=-1 with keepdim=True so they broadcast back over "
+    "(B, L, D). The variance is the biased one (unbiased=False: divide by D, not D - 1).",
+    "eps goes inside the square root: (x - mean) / torch.sqrt(var + self.eps), then "
+    "multiply by self.weight and add self.bias.",
+])
+register_hints("FeedForward", [
+    "The same small network runs at every position: widen D to d_ff, apply a non-linearity, narrow back to D.",
+    "In __init__: self.linear1 = nn.Linear(d_model, d_ff), self.linear2 = nn.Linear(d_ff, "
+    "d_model), and nn.Dropout(dropout).",
+    "The non-linearity is ReLU, between the two layers only; dropout goes on the hidden "
+    "activations, after ReLU and before linear2. Nothing comes after linear2: forward is "
+    "return self.linear2(self.dropout(torch.relu(self.linear1(x)))).",
+])
+register_hints("EncoderLayer", [
+    "Two sub-layers in this order: self-attention (queries, keys and values all from x), "
+    "then the feed-forward network. Each is wrapped in a residual connection and a norm.",
+    "In __init__ build self_attn = MultiHeadAttention(d_model, num_heads, dropout), "
+    "feed_forward = FeedForward(d_model, d_ff, dropout), norm1 and norm2 = LayerNorm(d_model), "
+    "and self.dropout1, self.dropout2 = nn.Dropout(dropout) for the two sub-layer outputs.",
+    "self.self_attn(x, x, x, mask) returns (output, weights): use the output, and pass the "
+    "mask on. norm1 belongs to the attention sub-layer, norm2 to the feed-forward one.",
+    "Post-norm (norm_first=False): x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask)[0])), then x = "
+    "self.norm2(x + self.dropout2(self.feed_forward(x))). Pre-norm (norm_first=True): h = self.norm1(x); x = x + "
+    "self.dropout1(self.self_attn(h, h, h, mask)[0]); then x = x + self.dropout2(self.feed_forward(self.norm2(x))): "
+    "only the sub-layer's input is normalised, never x itself.",
+])
+register_hints("Encoder", [
+    "The encoder is num_layers encoder layers applied one after the other, each reading the "
+    "previous one's output, with the same mask.",
+    "Build a new EncoderLayer for each position and keep them in an nn.ModuleList (a plain "
+    "list hides their parameters from PyTorch; [layer] * n shares one layer's weights).",
+    "Pre-norm layers never normalise the residual stream, so with norm_first=True add a final "
+    "LayerNorm, self.norm, after the last layer; with norm_first=False there is none.",
+])
