@@ -41,9 +41,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._core import (StudentError, call_student, checker, describe_shape, dropout_scale, equal, expect_close, fail, isnan,
-                    matches, require_module_class)
-from ._pairing import load_reference
+from ._core import (StudentError, call_student, checker, describe_shape, drawn_once, dropout_scale, equal, expect_close,
+                    fail, isnan, matches, require_module_class)
+from ._pairing import build_student, load_reference
 
 Mutation = dict[str, Any]
 
@@ -161,6 +161,17 @@ def remembered(mistakes: list[tuple[str, str, Any]], *state: Any) -> list[tuple[
 def once(compute: Callable[[], Any], *state: Any) -> Any:
     """``compute()``, computed once per content of ``state`` (see :func:`remembered`)."""
     return remembered([("", "", compute)], once, *state)[0][2]()  # `once` in the key: a box of its own
+
+
+def reference(cls: type, *args: Any) -> nn.Module:
+    """``cls(*args)``, shared by the checks that build it from the same random state (as
+    :func:`~._core.drawn_once`, which leaves the random state as if built): every check
+    overwrites its parameters with the student's (:func:`load_reference`) and sets its mode."""
+    return drawn_once(_built, cls=cls, args=args)
+
+
+def _built(cls: type, args: tuple[Any, ...]) -> nn.Module:
+    return cls(*args)
 
 
 # ---------------------------------------------------------------- the catalogue, generated
@@ -689,6 +700,18 @@ def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: A
         ("layers not applied", "the layers are never applied (or their results are thrown away): for layer in "
          f"self.layers: {spec.call}.", {"layers": "none"}),
     ]
+
+
+def build_stack(cls: Any, spec: Stack, ref_cls: type, sizes: tuple[int, int, int, int], p: float, norm_first: bool,
+                parts: dict[str, str]) -> tuple[nn.Module, nn.Module, list[tuple[str, Tensor, Tensor]]]:
+    """The student's stack ``cls(num_layers, d_model, num_heads, d_ff)`` with random parameters,
+    its structure checked (:func:`stack_structure`), the reference with its parameters, the pairs."""
+    shown = ", ".join(f"{n}={v}" for n, v in zip(("num_layers", "d_model", "num_heads", "d_ff"), sizes))
+    model = build_student(cls, spec.what, sizes, dict(dropout=p, norm_first=norm_first),
+                          f"{shown}, dropout={p}, norm_first={norm_first}")
+    stack_structure(model, sizes[0], norm_first, spec)
+    ref = reference(ref_cls, *sizes, p, norm_first).eval()
+    return model, ref, load_reference(model, ref, spec.what, parts, () if norm_first else ("norm.",))
 
 
 def stack_structure(model: nn.Module, num_layers: int, norm_first: bool, spec: Stack) -> nn.ModuleList:

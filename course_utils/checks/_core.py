@@ -1022,7 +1022,7 @@ _DRAWS_KEPT = 160  # the most recently used; a draw is a few small models and te
 
 def drawn_once(draw: Callable[..., Any], **kwargs: Any) -> Any:
     """``draw(**kwargs)``, made once per random state (and per ``draw`` and arguments)."""
-    key = (draw.__module__, draw.__qualname__, bytes(torch.random.get_rng_state().tolist()),
+    key = (draw.__module__, draw.__qualname__, torch.random.get_rng_state().numpy().tobytes(),
            tuple(sorted(kwargs.items())))
     if key not in _DRAWS:
         result = draw(**kwargs)

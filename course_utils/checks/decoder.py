@@ -24,8 +24,8 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
-from ._blocks import (P_PROBE, Block, Stack, check_dropout, check_stack_dropout, layer_dropout, layer_stage,
-                      remembered, run_block, run_stack, stack_mistakes, stack_structure, structural_mistakes,
+from ._blocks import (P_PROBE, Block, Stack, build_stack, check_dropout, check_stack_dropout, layer_dropout,
+                      layer_stage, reference, remembered, run_block, run_stack, stack_mistakes, structural_mistakes,
                       unused_final_norm)
 from ._core import (Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, expect_close, fail,
                     gradient_probe, matches, raised, randint, register_hints, require_distinct_roles,
@@ -216,7 +216,7 @@ def _layer_values(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_ff
     mistake is named); ``full``: also the steps that cannot name one (shared roles, dropout
     left on in eval mode, the gradient probe)."""
     model = _build_layer(cls, D, H, d_ff, 0.1, norm_first)
-    ref = DecoderLayer(D, H, d_ff, 0.0, norm_first).eval()
+    ref = reference(DecoderLayer, D, H, d_ff, 0.0, norm_first).eval()
     if full:
         require_distinct_roles(model, ref, "DecoderLayer")  # self.cross_attn = self.self_attn, ...
     params = load_reference(model, ref, "DecoderLayer", _LAYER_PARTS)
@@ -233,7 +233,7 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
         return x, memory, {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
 
     layer_dropout(_BLOCK, lambda p: _build_layer(cls, D, H, d_ff, p, norm_first),
-                  lambda p: DecoderLayer(D, H, d_ff, p, norm_first), _LAYER_PARTS, draw,
+                  lambda p: reference(DecoderLayer, D, H, d_ff, p, norm_first), _LAYER_PARTS, draw,
                   lambda m, x, memory, masks: _call(m, x.clone(), memory.clone(), *masks.values()), norm_first, atol=1e-5)
 
 
@@ -273,15 +273,6 @@ def _decoder_outputs(ref: Decoder, model: nn.Module, norm_first: bool) -> Output
     return outputs
 
 
-def _build_decoder(cls: Any, N: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> tuple[Any, ...]:
-    """The student's Decoder, the reference with its parameters, and the named pairs."""
-    shown = f"num_layers={N}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p:g}, norm_first={norm_first}"
-    model = build_student(cls, "Decoder", (N, D, H, d_ff), dict(dropout=p, norm_first=norm_first), shown)
-    stack_structure(model, N, norm_first, _STACK)
-    ref = Decoder(N, D, H, d_ff, p, norm_first).eval()
-    return model, ref, load_reference(model, ref, "Decoder", _DECODER_PARTS, () if norm_first else ("norm.",))
-
-
 @checker("Decoder")
 def check_decoder(cls: Any) -> str:
     require_module_class(cls, "Decoder")
@@ -289,12 +280,12 @@ def check_decoder(cls: Any) -> str:
     B, L_tgt, L_src, D, H, d_ff = sizes
     N = randint(2, 3)
     for norm_first in (False, True):
-        model, ref, params = _build_decoder(cls, N, D, H, d_ff, 0.1, norm_first)
+        model, ref, params = build_stack(cls, _STACK, Decoder, (N, D, H, d_ff), 0.1, norm_first, _DECODER_PARTS)
         nf = f"norm_first={norm_first}, num_layers={N}"
         _run_mask_cases(model, "Decoder", nf, sizes, _decoder_outputs(ref, model, norm_first))
         unused_final_norm(model, norm_first, "Decoder")
         _gradient_case(model, ref, params, "Decoder", nf, sizes)
-    model, ref, _ = _build_decoder(cls, N, D, H, d_ff, P_PROBE, True)
+    model, ref, _ = build_stack(cls, _STACK, Decoder, (N, D, H, d_ff), P_PROBE, True, _DECODER_PARTS)
     x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
     tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
     check_stack_dropout(model, ref, _STACK, lambda m, h: _call(m, h, memory.clone(), tgt_mask, memory_mask), x, atol=1e-5)

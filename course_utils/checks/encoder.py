@@ -29,9 +29,9 @@ from torch import Tensor, nn
 from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
-from ._blocks import (P_PROBE, P_RATE, Block, Constant, FirstFeatures, Stack, check_dropout_modes, check_dropout_rate,
-                      check_stack_dropout, layer_dropout, layer_stage, once, remembered, run_block, run_stack,
-                      stack_mistakes, stack_structure, structural_mistakes, unused_final_norm)
+from ._blocks import (P_PROBE, P_RATE, Block, Constant, FirstFeatures, Stack, build_stack, check_dropout_modes,
+                      check_dropout_rate, check_stack_dropout, layer_dropout, layer_stage, once, reference, remembered,
+                      run_block, run_stack, stack_mistakes, structural_mistakes, unused_final_norm)
 from ._core import (Mistake, StudentError, call_student, check_dtype_follows, check_unchanged, checker, describe_shape,
                     expect_close, fail, gradient_probe, matches, randint, register_hints, require_distinct_roles,
                     require_module_class, require_own_code, student_line)
@@ -482,7 +482,7 @@ def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool
              f"names); missing: {', '.join(missing)}" + (f". Yours: {_names(children)}." if children else "."),
              mistake="missing submodule")
     if roles:  # one module under two names (self.norm2 = self.norm1) would look like two equal copies
-        require_distinct_roles(model, EncoderLayer(D, H, d_ff, p, norm_first), "EncoderLayer")
+        require_distinct_roles(model, reference(EncoderLayer, D, H, d_ff, p, norm_first), "EncoderLayer")
     return model
 
 
@@ -496,7 +496,7 @@ def _layer_values(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_firs
     mistake is named); ``full``: also shared roles and the gradient probe."""
     model = _build_layer(cls, D, H, d_ff, 0.0, norm_first, roles=full).eval()
     randomise_parameters(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
-    ref = EncoderLayer(D, H, d_ff, 0.0, norm_first).eval()
+    ref = reference(EncoderLayer, D, H, d_ff, 0.0, norm_first).eval()
     params = load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
     x = torch.randn(B, L, D)
     mask = _padding_mask(B, L)
@@ -520,7 +520,7 @@ def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_fir
         randomise_parameters(model)
         return model
 
-    layer_dropout(_BLOCK, build, lambda p: EncoderLayer(D, H, d_ff, p, norm_first), _LAYER_WORDS,
+    layer_dropout(_BLOCK, build, lambda p: reference(EncoderLayer, D, H, d_ff, p, norm_first), _LAYER_WORDS,
                   lambda: (torch.randn(B, L, D), None, {"mask": _padding_mask(B, L)}),
                   lambda m, x, _, masks: _forward(m, (x.clone(), masks["mask"]), "dropout", attention=True), norm_first)
 
@@ -544,18 +544,6 @@ _ENCODER_WORDS = {"layers": "nn.ModuleList of num_layers EncoderLayer", "norm": 
 _STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", {"masks not passed on": "mask not passed on"})
 
 
-def _build_encoder(cls: Any, n: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> tuple[nn.Module, ...]:
-    """The student's Encoder (random parameters), the reference with them, the named pairs."""
-    args = f"num_layers={n}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={norm_first}"
-    model = call_student(cls, n, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing Encoder({args})")
-    if not isinstance(model, nn.Module):
-        fail("Encoder should subclass nn.Module.", mistake="not a class")
-    stack_structure(model, n, norm_first, _STACK)
-    randomise_parameters(model.eval())  # also makes deep-copied layers (identical at first) differ
-    ref = Encoder(n, D, H, d_ff, p, norm_first).eval()
-    return model, ref, load_reference(model, ref, "Encoder", _ENCODER_WORDS, () if norm_first else ("norm.",))
-
-
 def _stack_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
     own = getattr(model, "norm", None)
     return [(name, text, lambda mut=mut: run_stack(ref, x, None, {"mask": mask}, mut))
@@ -569,7 +557,7 @@ def check_encoder(cls: Any) -> str:
     B, L, D, H, _d_k, d_ff = _dims()
     n = randint(2, 3)
     for norm_first in (False, True):
-        model, ref, params = _build_encoder(cls, n, D, H, d_ff, 0.0, norm_first)
+        model, ref, params = build_stack(cls, _STACK, Encoder, (n, D, H, d_ff), 0.0, norm_first, _ENCODER_WORDS)
         x = torch.randn(B, L, D)
         mask = _padding_mask(B, L)
         for i, (layer, ref_layer) in enumerate(zip(model.layers, ref.layers)):
@@ -580,7 +568,7 @@ def check_encoder(cls: Any) -> str:
         _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _stack_mistakes(model, ref, x0, m, norm_first))
         unused_final_norm(model, norm_first, "Encoder")
         gradient_probe(model, ref, dict(x=x, mask=mask), params, what="Encoder", case=case)
-    model, ref, _ = _build_encoder(cls, n, D, H, d_ff, P_PROBE, True)
+    model, ref, _ = build_stack(cls, _STACK, Encoder, (n, D, H, d_ff), P_PROBE, True, _ENCODER_WORDS)
     x, mask = torch.randn(B, L, D), _padding_mask(B, L)
     check_stack_dropout(model, ref, _STACK, lambda m, h: _forward(m, (h, mask), "dropout", attention=True), x)
     return "2-3 layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
