@@ -67,8 +67,9 @@ def assert_family(members: list[tuple[str, Callable[..., Any], Any, str, tuple[s
     """Every member ``(label, check, student, mistake, words)`` named on ``STABLE`` draws,
     the fixed seeds and the session's sweep (``sweep=False``: the fixed ones only, when
     another test makes the random draw), seed by seed: the members share each seed's draw."""
-    print(f"random seed of this sweep: {SESSION_SWEEP}")
-    for seed in (*SEEDS[: STABLE - 1], SESSION_SWEEP)[: STABLE if sweep else STABLE - 1][: int(os.environ.get("FAMILY_SEEDS", STABLE))]:
+    if sweep:
+        print(f"random seed of this sweep: {SESSION_SWEEP}")
+    for seed in SEEDS[: STABLE - 1] + ((SESSION_SWEEP,) if sweep else ()):
         for label, check, student, mistake, words in members:
             r = check(student, seed=seed)
             assert r.mistake is None or r.mistake in MISTAKES, f"unregistered mistake name {r.mistake!r}: {_why(r)}"

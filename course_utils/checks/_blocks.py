@@ -72,6 +72,15 @@ class Block:
     def norm(self, i: int) -> str:
         return f"norm{i + 1}"
 
+    @property
+    def parts(self) -> dict[str, bool]:
+        """The sub-layers' module names -> whether it returns ``(output, weights)``."""
+        return {**{self.attn[k][2]: True for k in self.kinds if k != "ff"}, "feed_forward": False}
+
+    @property
+    def part_word(self) -> dict[str, str]:
+        return {"feed_forward": self.word.get("ff", "the feed-forward"), **{a[2]: self.word[k] for k, a in self.attn.items()}}
+
 
 # ---------------------------------------------------------------- the block, computed
 def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None],
@@ -104,7 +113,9 @@ def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, mas
             out = m.get("ff", ref.feed_forward)(inp)  # (B, L, D)
         else:
             q, kv, module, mask = m.get("attn", {}).get(k, spec.attn[k])
-            value = {"in": inp, "x": x, "memory": memory, "normed memory": norm(memory) if memory is not None else None}
+            value = {"in": inp, "x": x, "memory": memory}
+            if kv == "normed memory":
+                value[kv] = norm(memory)
             given = masks.get(mask.lstrip("~")) if mask else None
             given = ~given if given is not None and mask.startswith("~") else given  # "~mask": inverted
             out = getattr(ref, module)(value[q], value[kv], value[kv], given)[0]
@@ -529,7 +540,6 @@ def layer_dropout(spec: Block, build: Callable[[float], nn.Module], make_ref: Ca
     load_reference(model, ref, spec.what, parts)
     x, memory, masks = draw()
     attns = [k for k in spec.kinds if k != "ff"]
-    quiet = (*(spec.attn[k][2] for k in attns), "feed_forward")
 
     def run(m: nn.Module) -> Any:
         return forward(m, x, memory, masks)
@@ -540,17 +550,15 @@ def layer_dropout(spec: Block, build: Callable[[float], nn.Module], make_ref: Ca
             for name, text, mut in dropout_mistakes(spec, norm_first)
         ], spec.what, ref, x, memory, *masks.values(), norm_first)
 
-    check_dropout_modes(model, ref, run, spec.what, mistakes, quiet=quiet, atol=atol, setting=f"norm_first={norm_first}, ",
-                        inputs=(x, memory, *masks.values()))
+    check_dropout_modes(model, ref, run, spec.what, mistakes, quiet=tuple(spec.parts), atol=atol,
+                        setting=f"norm_first={norm_first}, ", inputs=(x, memory, *masks.values()))
     if not norm_first:  # the sub-modules are built the same way in both settings
         with torch.no_grad():
             y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
         kv = {k: y if spec.attn[k][1] == "in" else memory for k in attns}
         args = {spec.attn[k][2]: (y, kv[k], kv[k], masks[spec.attn[k][3]]) for k in attns}
         check_part_dropout(model, ref, {**args, "feed_forward": (y,)}, spec.what)
-    sublayers = {**dict.fromkeys(quiet[:-1], True), "feed_forward": False}
-    norms = tuple(spec.norm(i) for i in range(len(spec.kinds)))
-    sublayer_dropout_rates(build(P_RATE), run, x, sublayers, norms, spec, spec.what)
+    sublayer_dropout_rates(build(P_RATE), run, x, spec)
 
 
 def layer_stage(exercise: str, sizes: Callable[[], tuple[int, ...]], values: Callable[..., None],
@@ -861,24 +869,23 @@ def check_dropout_rate(model: nn.Module, run: Callable[[nn.Module], Any], stubs:
              "divides the kept ones by 1 - p.", mistake="wrong dropout rate")
 
 
-def sublayer_dropout_rates(model: nn.Module, run: Callable[[nn.Module], Any], x: Tensor, sublayers: dict[str, bool],
-                           norms: tuple[str, ...], spec: Block, what: str, p: float = P_RATE) -> None:
+def sublayer_dropout_rates(model: nn.Module, run: Callable[[nn.Module], Any], x: Tensor, spec: Block,
+                           p: float = P_RATE) -> None:
     """:func:`check_dropout_rate` for each sub-layer of a residual block ``model`` (built with
-    ``dropout = p``): that sub-layer a constant 2, the others 0, the ``norms`` identities, so
+    ``dropout = p``): that sub-layer a constant 2, the others 0, the norms identities, so
     that ``run(model) - x`` is 2 in eval mode, in either norm order, and one dropout of 2 in
-    training mode. ``sublayers``: module name -> whether it returns ``(output, weights)``."""
-    word = {"feed_forward": spec.word.get("ff", "the feed-forward")}
-    word.update({spec.attn[k][2]: spec.word[k] for k in spec.attn})
-    branch_input_dropout(model, run, sublayers, norms, spec, what, p)
-    for live in sublayers:
-        stubs: dict[str, nn.Module] = {n: Constant(2.0 if n == live else 0.0, pair) for n, pair in sublayers.items()}
+    training mode; before that, :func:`branch_input_dropout`."""
+    norms = [spec.norm(i) for i in range(len(spec.kinds))]
+    branch_input_dropout(model, run, norms, spec, p)
+    for live in spec.parts:
+        stubs: dict[str, nn.Module] = {n: Constant(2.0 if n == live else 0.0, pair) for n, pair in spec.parts.items()}
         stubs.update({n: nn.Identity() for n in norms})
 
         def delta(m: nn.Module) -> Any:
             out = _first(run(m))
             return out - x if isinstance(out, Tensor) and out.shape == x.shape else out
 
-        check_dropout_rate(model, delta, stubs, torch.full_like(x, 2.0), what, f"{word.get(live, live)}'s output", p)
+        check_dropout_rate(model, delta, stubs, torch.full_like(x, 2.0), spec.what, f"{spec.part_word[live]}'s output", p)
 
 
 # ---------------------------------------------------------------- extra dropout inside a branch
@@ -904,8 +911,8 @@ class Spy(nn.Module):
         return (out, torch.zeros(out.shape[:-1])) if self.pair else out
 
 
-def branch_input_dropout(model: nn.Module, run: Callable[[nn.Module], Any], sublayers: dict[str, bool],
-                         norms: tuple[str, ...], spec: Block, what: str, p: float = P_RATE) -> None:
+def branch_input_dropout(model: nn.Module, run: Callable[[nn.Module], Any], norms: list[str], spec: Block,
+                         p: float = P_RATE) -> None:
     """No dropout inside a sub-layer's branch: with every sub-layer a :class:`Spy` that
     returns zeros (so the stream stays ``x``) and every norm a :class:`Spy` identity, the
     tensors each one receives must be the same in training mode (``model`` built with
@@ -914,7 +921,7 @@ def branch_input_dropout(model: nn.Module, run: Callable[[nn.Module], Any], subl
     even though the layer's own output dropout would zero that branch at ``p`` close to 1.
     No verdict when the spies are not reached or the code raises with them."""
     # norms first: a norm's input lies upstream of its sub-layer's, so the first difference is the cause
-    spies = {n: Spy(False) for n in norms} | {n: Spy(True, pair) for n, pair in sublayers.items()}
+    spies = {n: Spy(False) for n in norms} | {n: Spy(True, pair) for n, pair in spec.parts.items()}
     with swapped(model, spies), torch.no_grad():
         try:
             run(model.eval())
@@ -923,15 +930,14 @@ def branch_input_dropout(model: nn.Module, run: Callable[[nn.Module], Any], subl
                 for s in spies.values():
                     s.seen.clear()
                 run(model.train())
-                _compare_branch_inputs(spies, calls, spec, what, p)
+                _compare_branch_inputs(spies, calls, spec, p)
         except StudentError:
             return
 
 
-def _compare_branch_inputs(spies: dict[str, Spy], calls: dict[str, list[dict[str, Tensor]]], spec: Block, what: str,
+def _compare_branch_inputs(spies: dict[str, Spy], calls: dict[str, list[dict[str, Tensor]]], spec: Block,
                            p: float) -> None:
-    word = {"feed_forward": spec.word.get("ff", "the feed-forward")}
-    word.update({spec.attn[k][2]: spec.word[k] for k in spec.attn})
+    what, word = spec.what, spec.part_word
     from_memory = {spec.attn[k][2] for k in spec.attn if spec.attn[k][1] == "memory"}
     case = f"training mode, dropout={p:g}, the sub-layers replaced by zeros and the norms by identities"
     for n, spy in spies.items():
