@@ -50,13 +50,11 @@ Mutation = dict[str, Any]
 
 @dataclass(frozen=True)
 class Block:
-    """What the generator needs to know about one kind of layer.
-
-    ``kinds``: the sub-layers in their right order. ``word``: each one in a sentence
-    ("the feed-forward"); ``short``: as an adjective ("feed-forward block"). ``masks``:
-    the mask argument names, in the forward's order. ``names``: catalogue names kept
-    from before the generator, ``{family or (family, kind): name}``.
-    """
+    """What the generator needs to know about one kind of layer. ``kinds``: the sub-layers in
+    their right order. ``word``: each one in a sentence ("the feed-forward"); ``short``: as an
+    adjective ("feed-forward block"). ``attn``: each attention's (query, key/value, module,
+    mask). ``lost``: what a lost mask means. ``names``: catalogue names kept from before the
+    generator, ``{family or (family, kind): name}``."""
 
     what: str
     kinds: tuple[str, ...]
@@ -379,11 +377,8 @@ def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Muta
 def catalogue(spec: Block, present: set[str]) -> list[tuple[bool, str, str, Mutation]]:
     """Every generated mistake of ``spec``'s block, ``(norm_first, name, diagnosis,
     mutation)``, with all of ``present``'s masks given: for tests and the name registry."""
-    return [
-        (nf, *member)
-        for nf in (False, True)
-        for member in structural_mistakes(spec, nf, present) + dropout_mistakes(spec, nf)
-    ]
+    return [(nf, *member) for nf in (False, True) for member in structural_mistakes(spec, nf, present) +
+            dropout_mistakes(spec, nf)]
 
 
 # ---------------------------------------------------------------- dropout probes (p close to 1)
@@ -449,13 +444,11 @@ def _train_twice(run: Any, module: nn.Module, what: str, case: str) -> Any:
 def check_dropout_modes(model: nn.Module, ref: nn.Module, run: Any, what: str, train_mistakes: Any,
                         eval_name: str = "dropout ignores eval mode", quiet: tuple[str, ...] = (), atol: float = 1e-4,
                         setting: str = "", inputs: tuple[Any, ...] = ()) -> None:
-    """``model`` and ``ref`` built with ``dropout = P_PROBE`` and the same parameters;
-    ``run(module)`` calls one on fixed inputs (``inputs``, if given: ``ref``'s outputs are
-    then computed once per content, see :func:`remembered`). Eval mode must give ``ref``'s
-    eval output (two calls alike); training mode (``quiet`` sub-modules in eval) its
-    deterministic training output, else ``train_mistakes()`` (Mistakes, computed with
-    ``ref`` in that state) names where the dropout went wrong. ``setting`` starts every
-    case's text."""
+    """``model`` and ``ref`` built with ``dropout = P_PROBE`` and the same parameters; ``run(module)``
+    calls one on fixed inputs (``inputs``: then ``ref``'s outputs are :func:`remembered`). Eval mode
+    must give ``ref``'s eval output (two calls alike); training mode (``quiet`` sub-modules in eval)
+    its deterministic training output, else ``train_mistakes()`` (computed with ``ref`` in that
+    state) names where the dropout went wrong. ``setting`` starts every case's text."""
 
     def outputs() -> tuple[Any, Any, Any]:
         with torch.no_grad():
@@ -464,10 +457,8 @@ def check_dropout_modes(model: nn.Module, ref: nn.Module, run: Any, what: str, t
             return expected_eval, _first(run(ref)), _first(run(ref.train()))
 
     expected_eval, expected_train, full = once(outputs, what, ref, quiet, *inputs) if inputs else outputs()
-    eval_text = (
-        f"in eval mode your {what} still applies dropout (with dropout={P_PROBE} it zeroes the sub-layers): "
-        "use nn.Dropout modules, which model.eval() switches off, or F.dropout(h, p, training=self.training)."
-    )
+    eval_text = (f"in eval mode your {what} still applies dropout (with dropout={P_PROBE} it zeroes the sub-layers): "
+                 "use nn.Dropout modules, which model.eval() switches off, or F.dropout(h, p, training=self.training).")
     try:
         case = f"{setting}eval mode, dropout={P_PROBE}"
         got, same = _two_calls(run, model.eval(), what, case)
@@ -490,13 +481,6 @@ def check_dropout_modes(model: nn.Module, ref: nn.Module, run: Any, what: str, t
         ref.eval()
 
 
-_BUILT_WITH = {
-    "self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
-    "cross_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
-    "feed_forward": "FeedForward(d_model, d_ff, dropout)",
-}
-
-
 def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[Tensor, ...]], what: str) -> None:
     """Each sub-module in ``args`` (built by the layer with ``dropout = P_PROBE``), in training
     mode on its own, must drop like the reference's: the layer passes ``dropout`` on."""
@@ -517,8 +501,9 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
         if matches(got, expected, atol=1e-4):
             continue
         if matches(got, without, atol=1e-4):
+            built = "FeedForward(d_model, d_ff" if name == "feed_forward" else "MultiHeadAttention(d_model, num_heads"
             fail(f"your {what}'s `{name}` applies no dropout in training mode ({case}): the layer's dropout is "
-                 f"not passed on to it. Build it with the layer's dropout: {_BUILT_WITH[name]}.",
+                 f"not passed on to it. Build it with the layer's dropout: {built}, dropout).",
                  mistake="dropout not passed on")
         fail(f"your {what}'s `{name}` ({type(part).__name__}) does not drop like course_utils."
              f"{type(rp).__name__} ({case}, got {describe_shape(got)}): check its dropout on its own first.",

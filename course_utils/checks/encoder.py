@@ -441,12 +441,9 @@ def check_feed_forward(cls: Any) -> str:
 
 
 # ---------------------------------------------------------------- EncoderLayer
-_LAYER_WORDS = {
-    "self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
-    "feed_forward": "FeedForward(d_model, d_ff, dropout)",
-    "norm1": "LayerNorm(d_model)",
-    "norm2": "LayerNorm(d_model)",
-}
+_LAYER_WORDS = {"self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
+                "feed_forward": "FeedForward(d_model, d_ff, dropout)", "norm1": "LayerNorm(d_model)",
+                "norm2": "LayerNorm(d_model)"}
 _BLOCK = Block(
     "EncoderLayer",
     ("self", "ff"),
