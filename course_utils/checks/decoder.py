@@ -1,17 +1,13 @@
 """Checkers for notebook 05 (the decoder): ``DecoderLayer`` and ``Decoder``.
 
-Each checker builds the student's class itself with awkward random sizes (``B``,
-``L_tgt``, ``L_src``, ``D`` and ``d_ff`` all different), in eval mode, for both
-``norm_first`` values, with random parameters copied by name into the reference. Inputs:
-no masks; a causal + padding ``tgt_mask`` ``(B, L_tgt, L_tgt)`` with a source-padding
-``memory_mask`` ``(B, 1, L_src)`` that differs per example; a plain causal ``(L_tgt,
-L_tgt)`` mask; and one case with ``L_src == L_tgt`` (where swapped masks or swapped
-cross-attention inputs run without an error). A wrong output is compared with the reference
-computed with each catalogued mistake (the generated families of :mod:`._blocks`, named
-after the masks as ``"tgt_mask not passed"``, ``"memory_mask not passed"``, plus ``"own
-causal mask"``); the first match is named. When the student's code raises only
-because ``L_src != L_tgt``, it runs again with equal lengths to name the mistake behind the
-error. Dropout is probed as for the encoder (:mod:`._blocks`).
+Each checker builds the student's class itself with awkward random sizes (``B``, ``L_tgt``, ``L_src``, ``D``,
+``d_ff`` all different), in eval mode, for both ``norm_first`` values, with random parameters copied by name into
+the reference. Inputs: no masks; a causal + padding ``tgt_mask`` ``(B, L_tgt, L_tgt)`` with a source-padding
+``memory_mask`` ``(B, 1, L_src)``; a plain causal ``(L_tgt, L_tgt)`` mask; and ``L_src == L_tgt`` (where swapped
+masks or cross-attention inputs run without an error). A wrong output is compared with the reference computed with
+each catalogued mistake (the generated families of :mod:`._blocks`, named after the masks as
+``"tgt_mask not passed"``, ``"memory_mask not passed"``, plus ``"own causal mask"``); the first match is named.
+Code that raises only because ``L_src != L_tgt`` runs again with equal lengths to name the mistake behind it.
 """
 
 from __future__ import annotations

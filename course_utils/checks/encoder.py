@@ -1,18 +1,13 @@
-"""Checkers for notebook 04 (the encoder): ``LayerNorm``, ``FeedForward``,
-``EncoderLayer``, ``Encoder``.
+"""Checkers for notebook 04 (the encoder): ``LayerNorm``, ``FeedForward``, ``EncoderLayer``, ``Encoder``.
 
-Each checker builds the student's *class* itself with sizes that all differ (``B != L !=
-D``, ``d_ff != D``, ``H != d_k``), in eval mode with ``dropout=0.0``, for both
-``norm_first`` settings. Parameters are randomised (a fresh ``LayerNorm``'s ones and zeros
-would hide a missing scale and shift, and two fresh norms look alike), then copied by name
-into the reference. Inputs go through with and without padding masks ``(B, 1, L)`` that
-differ per example. A wrong output is compared with the reference computed with each
-catalogued mistake (the generated families of :mod:`._blocks` for layers and stacks); the
-first match is named (``CheckResult.mistake``; every name is in ``_mistakes.py``).
-Sub-modules of the student's own classes are first compared with the reference on their
-own, so that a bug there is not blamed on the layer. Dropout is probed at ``P_PROBE``
-(see :mod:`._blocks`). Layers and stacks are compared with ``atol=1e-4`` (several
-sub-layers of float32 rounding); every catalogued mistake differs by far more.
+Each checker builds the student's class itself with sizes that all differ (``B != L != D``, ``d_ff != D``,
+``H != d_k``), in eval mode, for both ``norm_first`` settings, with random parameters (a fresh LayerNorm's ones
+and zeros would hide a missing scale and shift) copied by name into the reference; inputs go through with and
+without padding masks ``(B, 1, L)``. A wrong output is compared with the reference computed with each catalogued
+mistake (for layers and stacks the generated families of :mod:`._blocks`); the first match is named. Sub-modules
+of the student's own classes are first compared with the reference on their own, so that a bug there is not
+blamed on the layer. Layers and stacks are compared with ``atol=1e-4`` (several sub-layers of float32 rounding);
+every catalogued mistake differs by far more.
 """
 
 from __future__ import annotations
