@@ -51,12 +51,29 @@ def assert_mistake(check: Callable[..., Any], student: Any, mistake: str, *words
     """The check fails, names ``mistake`` (a registry name) and says each of ``words``."""
     assert mistake in MISTAKES, f"{mistake!r} is not in course_utils/checks/_mistakes.py"
     for r in verdicts(check, student, repeat, shared_sweep):
-        assert r.passed is False, _why(r)
-        assert r.feedback.startswith("[X]"), _why(r)
-        assert r.mistake == mistake, _why(r)
-        assert f"seed {r.seed}" in r.feedback, _why(r)  # a failure can be replayed
-        for w in words:
-            assert w in r.feedback, (w, _why(r))
+        _assert_named(r, mistake, words, _why(r))
+
+
+def _assert_named(r: Any, mistake: str, words: tuple[str, ...], why: str) -> None:
+    assert r.passed is False, why
+    assert r.feedback.startswith("[X]"), why
+    assert r.mistake == mistake, why
+    assert f"seed {r.seed}" in r.feedback, why  # a failure can be replayed
+    for w in words:
+        assert w in r.feedback, (w, why)
+
+
+def assert_family(members: list[tuple[str, Callable[..., Any], Any, str, tuple[str, ...]]], sweep: bool = True) -> None:
+    """Every member ``(label, check, student, mistake, words)`` named on ``STABLE`` draws,
+    the fixed seeds and the session's sweep (``sweep=False``: the fixed ones only, when
+    another test makes the random draw), seed by seed: the members share each seed's draw."""
+    if sweep:
+        print(f"random seed of this sweep: {SESSION_SWEEP}")
+    for seed in SEEDS[: STABLE - 1] + ((SESSION_SWEEP,) if sweep else ()):
+        for label, check, student, mistake, words in members:
+            r = check(student, seed=seed)
+            assert r.mistake is None or r.mistake in MISTAKES, f"unregistered mistake name {r.mistake!r}: {_why(r)}"
+            _assert_named(r, mistake, words, f"member {label}, {_why(r)}")
 
 
 def assert_not_implemented(check: Callable[..., Any], student: Any) -> None:

@@ -9,11 +9,12 @@ pass. Each verdict is repeated on fresh random inputs.
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_mistake, assert_passes, hand_dropout
+from checker_asserts import assert_family, assert_mistake, assert_passes, hand_dropout
 from torch import nn
 
 import course_utils
@@ -730,6 +731,19 @@ def mutant(norm_first, mutation):
 @pytest.mark.parametrize("norm_first, mistake, mutation", generated(decoder_checks._BLOCK, {"tgt_mask", "memory_mask"}))
 def test_every_generated_layer_mistake_is_named(norm_first, mistake, mutation):
     assert_mistake(check_decoder_layer, mutant(norm_first, mutation), mistake, f"norm_first={norm_first}", repeat=1)
+
+
+@pytest.mark.parametrize("stage", ["values", "dropout"])
+def test_every_generated_layer_mistake_is_named_on_every_draw(stage):
+    # 19 fixed draws of the step that names each member (the members share each seed's draw); the
+    # 20th, a random one, is the whole check's in the test above
+    members = [
+        (f"{i} {nf}-{name}", functools.partial(decoder_checks._check_layer_stage, stage=stage, norm_first=nf),
+         mutant(nf, mut), name, (f"norm_first={nf}",))
+        for i, (nf, name, _, mut) in enumerate(catalogue(decoder_checks._BLOCK, {"tgt_mask", "memory_mask"}))
+        if ("drop" in mut) == (stage == "dropout")
+    ]
+    assert_family(members, sweep=False)
 
 
 def test_generator_without_mutation_is_the_reference():

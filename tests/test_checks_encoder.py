@@ -10,11 +10,12 @@ inputs and parameters, so randomness cannot flip it.
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_mistake, assert_not_implemented, assert_passes, hand_dropout
+from checker_asserts import assert_family, assert_mistake, assert_not_implemented, assert_passes, hand_dropout
 from torch import nn
 
 from course_utils import (
@@ -1246,6 +1247,19 @@ def mutant(norm_first, mutation):
 @pytest.mark.parametrize("norm_first, mistake, mutation", generated(encoder_checks._BLOCK, {"mask"}))
 def test_every_generated_layer_mistake_is_named(norm_first, mistake, mutation):
     assert_mistake(check_encoder_layer, mutant(norm_first, mutation), mistake, f"norm_first={norm_first}", repeat=1)
+
+
+@pytest.mark.parametrize("stage", ["values", "dropout"])
+def test_every_generated_layer_mistake_is_named_on_every_draw(stage):
+    # 19 fixed draws of the step that names each member (the members share each seed's draw); the
+    # 20th, a random one, is the whole check's in the test above
+    members = [
+        (f"{i} {nf}-{name}", functools.partial(encoder_checks._check_layer_stage, stage=stage, norm_first=nf),
+         mutant(nf, mut), name, (f"norm_first={nf}",))
+        for i, (nf, name, _, mut) in enumerate(catalogue(encoder_checks._BLOCK, {"mask"}))
+        if ("drop" in mut) == (stage == "dropout")
+    ]
+    assert_family(members, sweep=False)
 
 
 def test_generator_without_mutation_is_the_reference():

@@ -32,6 +32,7 @@ placement gives deterministic numbers: the checkers' training-mode probe.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,20 +41,20 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._core import StudentError, call_student, describe_shape, dropout_scale, equal, expect_close, fail, isnan, matches
+from ._core import (StudentError, call_student, checker, describe_shape, drawn_once, dropout_scale, equal, expect_close,
+                    fail, isnan, matches, require_module_class)
+from ._pairing import build_student, load_reference
 
 Mutation = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Block:
-    """What the generator needs to know about one kind of layer.
-
-    ``kinds``: the sub-layers in their right order. ``word``: each one in a sentence
-    ("the feed-forward"); ``short``: as an adjective ("feed-forward block"). ``masks``:
-    the mask argument names, in the forward's order. ``names``: catalogue names kept
-    from before the generator, ``{family or (family, kind): name}``.
-    """
+    """What the generator needs to know about one kind of layer. ``kinds``: the sub-layers in
+    their right order. ``word``: each one in a sentence ("the feed-forward"); ``short``: as an
+    adjective ("feed-forward block"). ``attn``: each attention's (query, key/value, module,
+    mask). ``lost``: what a lost mask means. ``names``: catalogue names kept from before the
+    generator, ``{family or (family, kind): name}``."""
 
     what: str
     kinds: tuple[str, ...]
@@ -69,18 +70,20 @@ class Block:
     def norm(self, i: int) -> str:
         return f"norm{i + 1}"
 
+    @property
+    def parts(self) -> dict[str, bool]:
+        """The sub-layers' module names -> whether it returns ``(output, weights)``."""
+        return {**{self.attn[k][2]: True for k in self.kinds if k != "ff"}, "feed_forward": False}
+
+    @property
+    def part_word(self) -> dict[str, str]:
+        return {"feed_forward": self.word.get("ff", "the feed-forward"), **{a[2]: self.word[k] for k, a in self.attn.items()}}
+
 
 # ---------------------------------------------------------------- the block, computed
-def run_block(
-    ref: nn.Module,
-    spec: Block,
-    x: Tensor,
-    memory: Tensor | None,
-    masks: dict[str, Tensor | None],
-    norm_first: bool,
-    mutation: Mutation | None = None,
-    drop: Callable[[Tensor], Tensor] | None = None,
-) -> Tensor:
+def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None],
+              norm_first: bool, mutation: Mutation | None = None,
+              drop: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """``ref``'s block on ``x`` (``(B, L, D)``) with ``mutation`` applied; ``masks`` maps
     the names used in ``spec.attn`` to tensors. ``drop`` is the sub-layers' dropout
     (default: none, as in eval mode; :func:`zeros` is dropout at :data:`P_PROBE`)."""
@@ -108,7 +111,9 @@ def run_block(
             out = m.get("ff", ref.feed_forward)(inp)  # (B, L, D)
         else:
             q, kv, module, mask = m.get("attn", {}).get(k, spec.attn[k])
-            value = {"in": inp, "x": x, "memory": memory, "normed memory": norm(memory) if memory is not None else None}
+            value = {"in": inp, "x": x, "memory": memory}
+            if kv == "normed memory":
+                value[kv] = norm(memory)
             given = masks.get(mask.lstrip("~")) if mask else None
             given = ~given if given is not None and mask.startswith("~") else given  # "~mask": inverted
             out = getattr(ref, module)(value[q], value[kv], value[kv], given)[0]
@@ -122,6 +127,60 @@ def run_block(
             total = drop(total)
         h, raw = (norm(total) if place[k] == "post" else total), out
     return h
+
+
+# ---------------------------------------------------------------- outputs shared between checks
+# A wrong layer is compared with every catalogued mistake, each a forward of the reference. Checks
+# whose reference and inputs have the same numbers (a test's many students on one seed) compute each
+# candidate once: the key is the content itself, so a verdict never depends on what ran before.
+_OUTPUTS: dict[tuple, dict[int, Any]] = {}
+_OUTPUTS_KEPT = 256
+
+
+def _content(state: tuple[Any, ...]) -> tuple:
+    parts: list[Any] = []
+    for s in state:
+        for m in s.modules() if isinstance(s, nn.Module) else ():  # its numbers and plain settings (norm_first, ...)
+            parts += [*m._parameters.values(), *m._buffers.values()]
+            parts.append(tuple((k, v) for k, v in vars(m).items() if k[0] != "_" and isinstance(v, (int, float, str))))
+        if not isinstance(s, nn.Module):
+            parts.append(s)
+    return tuple((t.shape, t.dtype, t.detach().cpu().numpy().tobytes()) if isinstance(t, Tensor) else t for t in parts)
+
+
+def _value(box: dict[int, Any], i: int, candidate: Any) -> Any:
+    if i not in box:
+        try:
+            box[i] = candidate() if callable(candidate) else candidate
+        except Exception:  # noqa: BLE001 - a mistake that cannot be computed (the callers skip None)
+            box[i] = None
+    return box[i]
+
+
+def remembered(mistakes: list[tuple[str, str, Any]], *state: Any) -> list[tuple[str, str, Any]]:
+    """``mistakes`` whose candidates are computed once per content of ``state`` (everything
+    they depend on: modules, tensors, plain values)."""
+    key = _content(state)
+    box = _OUTPUTS[key] = _OUTPUTS.pop(key, {})  # the most recently used last: evicted last
+    while len(_OUTPUTS) > _OUTPUTS_KEPT:
+        del _OUTPUTS[next(iter(_OUTPUTS))]
+    return [(name, text, functools.partial(_value, box, i, c)) for i, (name, text, c) in enumerate(mistakes)]
+
+
+def once(compute: Callable[[], Any], *state: Any) -> Any:
+    """``compute()``, computed once per content of ``state`` (see :func:`remembered`)."""
+    return remembered([("", "", compute)], once, *state)[0][2]()  # `once` in the key: a box of its own
+
+
+def reference(cls: type, *args: Any) -> nn.Module:
+    """``cls(*args)``, shared by the checks that build it from the same random state (as
+    :func:`~._core.drawn_once`, which leaves the random state as if built): every check
+    overwrites its parameters with the student's (:func:`load_reference`) and sets its mode."""
+    return drawn_once(_built, cls=cls, args=args)
+
+
+def _built(cls: type, args: tuple[Any, ...]) -> nn.Module:
+    return cls(*args)
 
 
 # ---------------------------------------------------------------- the catalogue, generated
@@ -174,10 +233,20 @@ def _mask_mistakes(spec: Block, present: set[str]) -> list[tuple[str, str, Mutat
     return out
 
 
+_CATALOGUES: dict[tuple[str, bool, frozenset[str]], list[tuple[str, str, Mutation]]] = {}
+
+
 def structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> list[tuple[str, str, Mutation]]:
     """``(name, diagnosis, mutation)`` for every generated structural mistake of ``spec``'s
     block, in the order they are tried (the first match is reported). ``present``: the
-    names of the masks given in this case."""
+    names of the masks given in this case. Made once per arguments: do not change it."""
+    key = (repr(spec), norm_first, frozenset(present))
+    if key not in _CATALOGUES:
+        _CATALOGUES[key] = _structural_mistakes(spec, norm_first, present)
+    return _CATALOGUES[key]
+
+
+def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> list[tuple[str, str, Mutation]]:
     kinds, W, S = spec.kinds, spec.word, spec.short
     form = _form(norm_first)
     n = len(kinds)
@@ -308,11 +377,8 @@ def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Muta
 def catalogue(spec: Block, present: set[str]) -> list[tuple[bool, str, str, Mutation]]:
     """Every generated mistake of ``spec``'s block, ``(norm_first, name, diagnosis,
     mutation)``, with all of ``present``'s masks given: for tests and the name registry."""
-    return [
-        (nf, *member)
-        for nf in (False, True)
-        for member in structural_mistakes(spec, nf, present) + dropout_mistakes(spec, nf)
-    ]
+    return [(nf, *member) for nf in (False, True) for member in structural_mistakes(spec, nf, present) +
+            dropout_mistakes(spec, nf)]
 
 
 # ---------------------------------------------------------------- dropout probes (p close to 1)
@@ -321,12 +387,6 @@ def catalogue(spec: Block, present: set[str]) -> list[tuple[bool, str, str, Muta
 # mask * x / (1 - p), divides by zero there (NaN, or ZeroDivisionError); here 1 - p is
 # tiny but not 0, and a dropped entry is 0 * finite = 0.
 P_PROBE = 0.999999999999
-
-
-INPUT_DROPOUT = (
-    "your {} applies dropout to its input x: the stack has no dropout of its own (the Transformer drops "
-    "after adding the positional table, and every layer drops its sub-layers' outputs). Remove it."
-)
 
 
 def zeros(t: Tensor) -> Tensor:
@@ -341,12 +401,9 @@ def check_dropout(call: Callable[[], Any], got: Any, expected: Tensor | None = N
         return
     again = call()
     if isinstance(again, Tensor) and again.shape == got.shape and not equal(again, got):
-        fail(
-            "the same input gave two different outputs in eval mode: some dropout still runs after "
-            "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
-            "training=self.training to F.dropout.",
-            mistake="dropout ignores eval mode",
-        )
+        fail("the same input gave two different outputs in eval mode: some dropout still runs after "
+             "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
+             "training=self.training to F.dropout.", mistake="dropout ignores eval mode")
 
 
 def _train(module: nn.Module, quiet: tuple[str, ...]) -> None:
@@ -369,52 +426,39 @@ def _two_calls(run: Any, module: nn.Module, what: str, case: str) -> tuple[Any, 
     if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape):
         return a, True
     if a.is_floating_point() and isnan(a).any():
-        fail(
-            f"your {what} gives NaN ({case}) where every dropout should give zeros. Use nn.Dropout(dropout), "
-            "or F.dropout(h, self.p, training=self.training).",
-            mistake="NaN",
-        )
+        fail(f"your {what} gives NaN ({case}) where every dropout should give zeros. Use nn.Dropout(dropout), "
+             "or F.dropout(h, self.p, training=self.training).", mistake="NaN")
     return a, bool(equal(a, b))
 
 
 def _train_twice(run: Any, module: nn.Module, what: str, case: str) -> Any:
     got, same = _two_calls(run, module, what, case)
     if not same:
-        fail(
-            f"with dropout={P_PROBE} in training mode every dropout that uses the given p zeroes its "
-            f"input, so two calls give the same output; your {what} gave two different ones ({case}): some "
-            "dropout uses a fixed p (nn.Dropout(0.1), F.dropout(h, 0.1)) instead of the `dropout` argument. "
-            "Store the argument and use it: nn.Dropout(dropout).",
-            mistake="hard-coded dropout p",
-        )
+        fail(f"with dropout={P_PROBE} in training mode every dropout that uses the given p zeroes its "
+             f"input, so two calls give the same output; your {what} gave two different ones ({case}): some "
+             "dropout uses a fixed p (nn.Dropout(0.1), F.dropout(h, 0.1)) instead of the `dropout` argument. "
+             "Store the argument and use it: nn.Dropout(dropout).", mistake="hard-coded dropout p")
     return got
 
 
-def check_dropout_modes(
-    model: nn.Module,
-    ref: nn.Module,
-    run: Any,
-    what: str,
-    train_mistakes: Any,
-    eval_name: str = "dropout ignores eval mode",
-    quiet: tuple[str, ...] = (),
-    atol: float = 1e-4,
-    setting: str = "",
-) -> None:
-    """``model`` and ``ref`` built with ``dropout = P_PROBE`` and the same parameters;
-    ``run(module)`` calls one on fixed inputs. Eval mode must give ``ref``'s eval output
-    (two calls alike); training mode (``quiet`` sub-modules in eval) its deterministic
-    training output, else ``train_mistakes()`` (Mistakes, computed with ``ref`` in that
+def check_dropout_modes(model: nn.Module, ref: nn.Module, run: Any, what: str, train_mistakes: Any,
+                        eval_name: str = "dropout ignores eval mode", quiet: tuple[str, ...] = (), atol: float = 1e-4,
+                        setting: str = "", inputs: tuple[Any, ...] = ()) -> None:
+    """``model`` and ``ref`` built with ``dropout = P_PROBE`` and the same parameters; ``run(module)``
+    calls one on fixed inputs (``inputs``: then ``ref``'s outputs are :func:`remembered`). Eval mode
+    must give ``ref``'s eval output (two calls alike); training mode (``quiet`` sub-modules in eval)
+    its deterministic training output, else ``train_mistakes()`` (computed with ``ref`` in that
     state) names where the dropout went wrong. ``setting`` starts every case's text."""
-    with torch.no_grad():
-        expected_eval = _first(run(ref.eval()))
-        _train(ref, quiet)
-        expected_train = _first(run(ref))
-        full = _first(run(ref.train()))
-    eval_text = (
-        f"in eval mode your {what} still applies dropout (with dropout={P_PROBE} it zeroes the sub-layers): "
-        "use nn.Dropout modules, which model.eval() switches off, or F.dropout(h, p, training=self.training)."
-    )
+
+    def outputs() -> tuple[Any, Any, Any]:
+        with torch.no_grad():
+            expected_eval = _first(run(ref.eval()))
+            _train(ref, quiet)
+            return expected_eval, _first(run(ref)), _first(run(ref.train()))
+
+    expected_eval, expected_train, full = once(outputs, what, ref, quiet, *inputs) if inputs else outputs()
+    eval_text = (f"in eval mode your {what} still applies dropout (with dropout={P_PROBE} it zeroes the sub-layers): "
+                 "use nn.Dropout modules, which model.eval() switches off, or F.dropout(h, p, training=self.training).")
     try:
         case = f"{setting}eval mode, dropout={P_PROBE}"
         got, same = _two_calls(run, model.eval(), what, case)
@@ -437,13 +481,6 @@ def check_dropout_modes(
         ref.eval()
 
 
-_BUILT_WITH = {
-    "self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
-    "cross_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
-    "feed_forward": "FeedForward(d_model, d_ff, dropout)",
-}
-
-
 def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[Tensor, ...]], what: str) -> None:
     """Each sub-module in ``args`` (built by the layer with ``dropout = P_PROBE``), in training
     mode on its own, must drop like the reference's: the layer passes ``dropout`` on."""
@@ -464,16 +501,81 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
         if matches(got, expected, atol=1e-4):
             continue
         if matches(got, without, atol=1e-4):
-            fail(
-                f"your {what}'s `{name}` applies no dropout in training mode ({case}): the layer's dropout is "
-                f"not passed on to it. Build it with the layer's dropout: {_BUILT_WITH[name]}.",
-                mistake="dropout not passed on",
-            )
-        fail(
-            f"your {what}'s `{name}` ({type(part).__name__}) does not drop like course_utils."
-            f"{type(rp).__name__} ({case}, got {describe_shape(got)}): check its dropout on its own first.",
-            mistake="wrong submodule",
-        )
+            built = "FeedForward(d_model, d_ff" if name == "feed_forward" else "MultiHeadAttention(d_model, num_heads"
+            fail(f"your {what}'s `{name}` applies no dropout in training mode ({case}): the layer's dropout is "
+                 f"not passed on to it. Build it with the layer's dropout: {built}, dropout).",
+                 mistake="dropout not passed on")
+        fail(f"your {what}'s `{name}` ({type(part).__name__}) does not drop like course_utils."
+             f"{type(rp).__name__} ({case}, got {describe_shape(got)}): check its dropout on its own first.",
+             mistake="wrong submodule")
+
+
+# ---------------------------------------------------------------- the layer checks' shared steps
+def layer_dropout(spec: Block, build: Callable[[float], nn.Module], make_ref: Callable[[float], nn.Module],
+                  parts: dict[str, str], draw: Callable[[], tuple[Tensor, Tensor | None, dict[str, Tensor | None]]],
+                  forward: Callable[..., Any], norm_first: bool, atol: float = 1e-4) -> None:
+    """A residual block's dropout. ``build(p)``: the student's layer with random parameters,
+    ``make_ref(p)``: the reference; ``draw()``: ``x``, ``memory``, ``masks``; ``forward(m, x,
+    memory, masks)`` runs a layer. At ``p = P_PROBE``: eval mode as the reference, training
+    mode with the sub-modules' own dropout off zeroes each sub-layer's output and nothing
+    else (else a :func:`dropout_mistakes` member is named), and in post-norm each sub-module
+    drops on its own like the reference's (dropout passed on). At ``p = P_RATE``: one dropout
+    of that rate on each sub-layer's output, none inside a branch."""
+    model, ref = build(P_PROBE), make_ref(P_PROBE)
+    load_reference(model, ref, spec.what, parts)
+    x, memory, masks = draw()
+    attns = [k for k in spec.kinds if k != "ff"]
+
+    def run(m: nn.Module) -> Any:
+        return forward(m, x, memory, masks)
+
+    def mistakes() -> list[tuple[str, str, Any]]:
+        return remembered([
+            (name, text, lambda mut=mut: run_block(ref, spec, x, memory, masks, norm_first, mut, drop=zeros))
+            for name, text, mut in dropout_mistakes(spec, norm_first)
+        ], spec.what, ref, x, memory, *masks.values(), norm_first)
+
+    check_dropout_modes(model, ref, run, spec.what, mistakes, quiet=tuple(spec.parts), atol=atol,
+                        setting=f"norm_first={norm_first}, ", inputs=(x, memory, *masks.values()))
+    if not norm_first:  # the sub-modules are built the same way in both settings
+        with torch.no_grad():
+            y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
+        kv = {k: y if spec.attn[k][1] == "in" else memory for k in attns}
+        args = {spec.attn[k][2]: (y, kv[k], kv[k], masks[spec.attn[k][3]]) for k in attns}
+        check_part_dropout(model, ref, {**args, "feed_forward": (y,)}, spec.what)
+    sublayer_dropout_rates(build(P_RATE), run, x, spec)
+
+
+def layer_stage(exercise: str, sizes: Callable[[], tuple[int, ...]], values: Callable[..., None],
+                dropout: Callable[..., None]) -> Callable[..., Any]:
+    """A private checker that runs one step of a layer's check for one ``norm_first`` on a
+    draw of its own: the tests run every generated mistake on 20 draws with the step that
+    names it, ``"values"`` (eval mode, only what can name a structural mistake:
+    ``values(..., full=False)``) or ``"dropout"``. A check cell runs the whole check."""
+
+    @checker(exercise)
+    def _check_layer_stage(cls: Any, stage: str, norm_first: bool) -> str:
+        require_module_class(cls, exercise)
+        step = {"values": functools.partial(values, full=False), "dropout": dropout}[stage]
+        step(cls, *sizes(), norm_first=norm_first)
+        return f"the {stage} step"
+
+    return _check_layer_stage
+
+
+def check_stack_dropout(model: nn.Module, ref: nn.Module, spec: "Stack", run: Callable[[nn.Module, Tensor], Any],
+                        x: Tensor, atol: float = 1e-4) -> None:
+    """A stack built in pre-norm with ``dropout = P_PROBE``: every layer's sub-layers vanish,
+    so the stack is its final norm. ``run(module, x)`` runs one on ``x`` (the other inputs fixed)."""
+    with torch.no_grad():
+        no_drop = run(ref.eval(), x)  # (B, L, D)
+    check_dropout_modes(model, ref, lambda m: run(m, x.clone()), spec.what, lambda: [
+        ("dropout missing", f"no dropout is applied in training mode: pass dropout on to every {spec.layer}, "
+         f"{spec.layer}(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
+        ("dropout on the input", f"your {spec.what} applies dropout to its input x: the stack has no dropout of its own "
+         "(the Transformer drops after adding the positional table, and every layer drops its sub-layers' outputs). "
+         "Remove it.", lambda: run(ref, torch.zeros_like(x))),
+    ], setting="norm_first=True, ", atol=atol)
 
 
 # ---------------------------------------------------------------- stacks: Encoder, Decoder
@@ -492,9 +594,8 @@ class Stack:
         return self.names.get(family, family)
 
 
-def run_stack(
-    ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None], mutation: Mutation | None = None
-) -> Tensor:
+def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None],
+              mutation: Mutation | None = None) -> Tensor:
     """``ref`` (an Encoder or Decoder) on ``x`` with ``mutation``: ``layers`` ("first only",
     "first repeated", "last only", "none"), ``masks`` (the names passed to every layer;
     ``"masks first only"``: to the first layer only), ``memory`` ("previous output": each
@@ -531,9 +632,8 @@ def run_stack(
     return h if final in (None, "inside") else final(h)
 
 
-def stack_mistakes(
-    spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int, memory: bool
-) -> list[tuple[str, str, Mutation]]:
+def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int,
+                   memory: bool) -> list[tuple[str, str, Mutation]]:
     """``(name, diagnosis, mutation)`` for every generated mistake of a stack; ``own_norm``
     is the student's ``norm`` (tried as a final norm in post-norm), ``memory`` whether the
     layers take one."""
@@ -593,6 +693,18 @@ def stack_mistakes(
         ("layers not applied", "the layers are never applied (or their results are thrown away): for layer in "
          f"self.layers: {spec.call}.", {"layers": "none"}),
     ]
+
+
+def build_stack(cls: Any, spec: Stack, ref_cls: type, sizes: tuple[int, int, int, int], p: float, norm_first: bool,
+                parts: dict[str, str]) -> tuple[nn.Module, nn.Module, list[tuple[str, Tensor, Tensor]]]:
+    """The student's stack ``cls(num_layers, d_model, num_heads, d_ff)`` with random parameters,
+    its structure checked (:func:`stack_structure`), the reference with its parameters, the pairs."""
+    shown = ", ".join(f"{n}={v}" for n, v in zip(("num_layers", "d_model", "num_heads", "d_ff"), sizes))
+    model = build_student(cls, spec.what, sizes, dict(dropout=p, norm_first=norm_first),
+                          f"{shown}, dropout={p}, norm_first={norm_first}")
+    stack_structure(model, sizes[0], norm_first, spec)
+    ref = reference(ref_cls, *sizes, p, norm_first).eval()
+    return model, ref, load_reference(model, ref, spec.what, parts, () if norm_first else ("norm.",))
 
 
 def stack_structure(model: nn.Module, num_layers: int, norm_first: bool, spec: Stack) -> nn.ModuleList:
@@ -702,10 +814,8 @@ class FirstFeatures(nn.Module):
         return x[..., : self.width]
 
 
-def check_dropout_rate(
-    model: nn.Module, run: Callable[[nn.Module], Any], stubs: dict[str, nn.Module], kept: Tensor,
-    what: str, where: str, p: float = P_RATE,
-) -> None:
+def check_dropout_rate(model: nn.Module, run: Callable[[nn.Module], Any], stubs: dict[str, nn.Module], kept: Tensor,
+                       what: str, where: str, p: float = P_RATE) -> None:
     """Dropout with ``0 < p < 1`` acts exactly once, with ``p``, on ``where``.
 
     ``model`` was built with ``dropout = p``; its sub-modules named in ``stubs`` are swapped
@@ -744,26 +854,23 @@ def check_dropout_rate(
              "divides the kept ones by 1 - p.", mistake="wrong dropout rate")
 
 
-def sublayer_dropout_rates(
-    model: nn.Module, run: Callable[[nn.Module], Any], x: Tensor, sublayers: dict[str, bool],
-    norms: tuple[str, ...], spec: Block, what: str, p: float = P_RATE,
-) -> None:
+def sublayer_dropout_rates(model: nn.Module, run: Callable[[nn.Module], Any], x: Tensor, spec: Block,
+                           p: float = P_RATE) -> None:
     """:func:`check_dropout_rate` for each sub-layer of a residual block ``model`` (built with
-    ``dropout = p``): that sub-layer a constant 2, the others 0, the ``norms`` identities, so
+    ``dropout = p``): that sub-layer a constant 2, the others 0, the norms identities, so
     that ``run(model) - x`` is 2 in eval mode, in either norm order, and one dropout of 2 in
-    training mode. ``sublayers``: module name -> whether it returns ``(output, weights)``."""
-    word = {"feed_forward": spec.word.get("ff", "the feed-forward")}
-    word.update({spec.attn[k][2]: spec.word[k] for k in spec.attn})
-    branch_input_dropout(model, run, sublayers, norms, spec, what, p)
-    for live in sublayers:
-        stubs: dict[str, nn.Module] = {n: Constant(2.0 if n == live else 0.0, pair) for n, pair in sublayers.items()}
+    training mode; before that, :func:`branch_input_dropout`."""
+    norms = [spec.norm(i) for i in range(len(spec.kinds))]
+    branch_input_dropout(model, run, norms, spec, p)
+    for live in spec.parts:
+        stubs: dict[str, nn.Module] = {n: Constant(2.0 if n == live else 0.0, pair) for n, pair in spec.parts.items()}
         stubs.update({n: nn.Identity() for n in norms})
 
         def delta(m: nn.Module) -> Any:
             out = _first(run(m))
             return out - x if isinstance(out, Tensor) and out.shape == x.shape else out
 
-        check_dropout_rate(model, delta, stubs, torch.full_like(x, 2.0), what, f"{word.get(live, live)}'s output", p)
+        check_dropout_rate(model, delta, stubs, torch.full_like(x, 2.0), spec.what, f"{spec.part_word[live]}'s output", p)
 
 
 # ---------------------------------------------------------------- extra dropout inside a branch
@@ -789,10 +896,8 @@ class Spy(nn.Module):
         return (out, torch.zeros(out.shape[:-1])) if self.pair else out
 
 
-def branch_input_dropout(
-    model: nn.Module, run: Callable[[nn.Module], Any], sublayers: dict[str, bool], norms: tuple[str, ...],
-    spec: Block, what: str, p: float = P_RATE,
-) -> None:
+def branch_input_dropout(model: nn.Module, run: Callable[[nn.Module], Any], norms: list[str], spec: Block,
+                         p: float = P_RATE) -> None:
     """No dropout inside a sub-layer's branch: with every sub-layer a :class:`Spy` that
     returns zeros (so the stream stays ``x``) and every norm a :class:`Spy` identity, the
     tensors each one receives must be the same in training mode (``model`` built with
@@ -801,7 +906,7 @@ def branch_input_dropout(
     even though the layer's own output dropout would zero that branch at ``p`` close to 1.
     No verdict when the spies are not reached or the code raises with them."""
     # norms first: a norm's input lies upstream of its sub-layer's, so the first difference is the cause
-    spies = {n: Spy(False) for n in norms} | {n: Spy(True, pair) for n, pair in sublayers.items()}
+    spies = {n: Spy(False) for n in norms} | {n: Spy(True, pair) for n, pair in spec.parts.items()}
     with swapped(model, spies), torch.no_grad():
         try:
             run(model.eval())
@@ -810,16 +915,14 @@ def branch_input_dropout(
                 for s in spies.values():
                     s.seen.clear()
                 run(model.train())
-                _compare_branch_inputs(spies, calls, spec, what, p)
+                _compare_branch_inputs(spies, calls, spec, p)
         except StudentError:
             return
 
 
-def _compare_branch_inputs(
-    spies: dict[str, Spy], calls: dict[str, list[dict[str, Tensor]]], spec: Block, what: str, p: float
-) -> None:
-    word = {"feed_forward": spec.word.get("ff", "the feed-forward")}
-    word.update({spec.attn[k][2]: spec.word[k] for k in spec.attn})
+def _compare_branch_inputs(spies: dict[str, Spy], calls: dict[str, list[dict[str, Tensor]]], spec: Block,
+                           p: float) -> None:
+    what, word = spec.what, spec.part_word
     from_memory = {spec.attn[k][2] for k in spec.attn if spec.attn[k][1] == "memory"}
     case = f"training mode, dropout={p:g}, the sub-layers replaced by zeros and the norms by identities"
     for n, spy in spies.items():

@@ -611,7 +611,9 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
         def run(*args: Any, seed: int | None = None, **kwargs: Any) -> CheckResult:
             def attempt() -> str | None:
                 with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(seed)
+                    # the CPU generator only (the one forked): torch.manual_seed would also queue a seeding
+                    # of the accelerators', formatting the whole call stack each time (slow in deep stacks)
+                    torch.random.default_generator.manual_seed(seed)
                     return body(*args, **kwargs)
 
             try:
@@ -894,7 +896,7 @@ _DRAWS_KEPT = 160  # the most recently used; a draw is a few small models and te
 
 def drawn_once(draw: Callable[..., Any], **kwargs: Any) -> Any:
     """``draw(**kwargs)``, made once per random state (and per ``draw`` and arguments)."""
-    key = (draw.__module__, draw.__qualname__, bytes(torch.random.get_rng_state().tolist()),
+    key = (draw.__module__, draw.__qualname__, torch.random.get_rng_state().numpy().tobytes(),
            tuple(sorted(kwargs.items())))
     if key not in _DRAWS:
         result = draw(**kwargs)

@@ -1,65 +1,18 @@
-"""Checkers for notebook 04 (the encoder): ``LayerNorm``, ``FeedForward``,
-``EncoderLayer``, ``Encoder``.
+"""Checkers for notebook 04 (the encoder): ``LayerNorm``, ``FeedForward``, ``EncoderLayer``, ``Encoder``.
 
-Each checker takes the student's *class* and builds its own instances with sizes that
-all differ (``B != L != D``, ``d_ff != D``, ``H != d_k``), in eval mode with
-``dropout=0.0``, and tests both ``norm_first`` settings. Learnable parameters are
-**randomised** first (a fresh ``LayerNorm`` has ``weight = 1`` and ``bias = 0``, which
-would hide a missing scale and shift, and two fresh norms are indistinguishable), then
-copied by name into the reference (``course_utils.LayerNorm`` etc.). Inputs go through
-with and without padding masks ``(B, 1, L)`` that differ per example. A wrong output is
-compared with the reference computed *with each catalogued mistake*; the first match is
-named (``CheckResult.mistake`` is the short catalogue name, the feedback says it in plain
-words). Sub-modules that are the student's own classes (their ``LayerNorm`` from above,
-say) are first compared with the reference on their own, so a bug there is not blamed on
-the layer. Dropout is probed with ``dropout=P_PROBE`` (just below 1) (see :mod:`._blocks`): every dropout
-that uses the given p then zeroes its input, so training mode is deterministic and each
-misplaced dropout gives its own numbers.
-
-Catalogue (``CheckResult.mistake``):
-
-* ``LayerNorm``: ``"unbiased variance"`` (divide by D - 1, also ``torch.std``),
-  ``"eps outside the square root"``, ``"wrong axis"``, ``"no learnable scale and shift"``
-  (also just one of them), ``"weight and bias swapped"``, ``"mean not subtracted"``,
-  ``"wrong default eps"``, ``"eps ignored"``, ``"missing parameter"``, ``"not a parameter"``,
-  ``"wrong parameter shape"``, ``"wrong initial values"``, ``"input modified in place"``.
-* ``FeedForward``: ``"missing submodule"``, ``"wrong submodule"`` (also an ``nn.LazyLinear``),
-  ``"activation missing"``, ``"activation after the second linear layer"``, ``"wrong
-  activation"`` (GELU, SiLU, ... instead of the paper's ReLU), ``"dropout missing"``,
-  ``"dropout in the wrong place"``, ``"hard-coded dropout p"``, ``"dropout ignores eval mode"``,
-  ``"input modified in place"``.
-* ``EncoderLayer``: ``"missing submodule"``, ``"unexpected parameters"``, ``"wrong
-  parameter shape"``, ``"wrong submodule"``, ``"attention output not unpacked"``,
-  ``"input modified in place"``, and the generated families of :mod:`._blocks`
-  (``structural_mistakes``: ``"mask not passed on"``, ``"module reused"``, ``"norm_first
-  ignored"``, ``"pre- and post-norm mixed"``, ``"residual stream normalised"``, ``"norm on
-  the branch"``, ``"norm missing"``, ``"missing residual"``, ``"residual from the layer
-  input"``, ``"feed-forward on the layer input"`` (also the attention skipped),
-  ``"sub-layer reads a raw output"``, ``"sub-layer skipped"``, ``"sub-layers in wrong
-  order"``, ``"norms swapped"``, ``"norms in wrong order"``, ``"same norm twice"``;
-  ``dropout_mistakes``: ``"dropout missing"``, ``"dropout on the residual stream"``,
-  ``"dropout on the sub-layer input"``), ``"hard-coded dropout p"``, ``"dropout not passed
-  on"``, ``"dropout ignores eval mode"``.
-* ``Encoder``: ``"missing layers"``, ``"layers not registered"`` (a plain Python list),
-  ``"wrong container"``, ``"wrong number of layers"``, ``"layers shared"`` (one module
-  repeated, or parameters shared between layers), ``"norm_first not passed on"``,
-  ``"missing final norm"``, ``"final norm in post-norm"``, ``"unused final norm"``,
-  ``"final norm inside the loop"``, ``"mask not passed on"``, ``"layer outputs not
-  chained"``, ``"only the first layer applied"``, ``"one layer applied repeatedly"``,
-  ``"layers not applied"``, ``"missing submodule"``, ``"unexpected parameters"``,
-  ``"wrong parameter shape"``,
-  ``"wrong submodule"``, ``"dropout missing"``, ``"dropout on the input"``, ``"hard-coded
-  dropout p"``, ``"dropout ignores eval mode"``, ``"input modified in place"``.
-
-Layer and encoder outputs are compared with ``atol=1e-4`` (several sub-layers of float32
-rounding, in whatever order the student's code adds things up); every catalogued mistake
-differs by far more.
+Each checker builds the student's class itself with sizes that all differ (``B != L != D``, ``d_ff != D``,
+``H != d_k``), in eval mode, for both ``norm_first`` settings, with random parameters (a fresh LayerNorm's ones
+and zeros would hide a missing scale and shift) copied by name into the reference; inputs go through with and
+without padding masks ``(B, 1, L)``. A wrong output is compared with the reference computed with each catalogued
+mistake (for layers and stacks the generated families of :mod:`._blocks`); the first match is named. Sub-modules
+of the student's own classes are first compared with the reference on their own, so that a bug there is not
+blamed on the layer. Layers and stacks are compared with ``atol=1e-4`` (several sub-layers of float32 rounding);
+every catalogued mistake differs by far more.
 """
 
 from __future__ import annotations
 
 import functools
-
 import math
 from collections.abc import Callable
 from typing import Any
@@ -71,59 +24,21 @@ from torch import Tensor, nn
 from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
-from ._blocks import (
-    INPUT_DROPOUT,
-    P_PROBE,
-    Block,
-    Stack,
-    P_RATE,
-    Constant,
-    FirstFeatures,
-    check_dropout_modes,
-    check_dropout_rate,
-    sublayer_dropout_rates,
-    check_part_dropout,
-    dropout_mistakes,
-    run_block,
-    run_stack,
-    stack_mistakes,
-    stack_structure,
-    structural_mistakes,
-    unused_final_norm,
-    zeros,
-)
+from ._blocks import (P_PROBE, P_RATE, Block, Constant, FirstFeatures, Stack, build_stack, check_dropout_modes,
+                      check_dropout_rate, check_stack_dropout, layer_dropout, layer_stage, once, reference, remembered,
+                      run_block, run_stack, stack_mistakes, structural_mistakes, unused_final_norm)
+from ._core import (Mistake, StudentError, call_student, check_dtype_follows, check_unchanged, checker, describe_shape,
+                    expect_close, fail, gradient_probe, matches, randint, register_hints, require_distinct_roles,
+                    require_module_class, require_own_code, student_line)
 from ._pairing import load_reference, randomise_parameters
-from ._core import (
-    Mistake,
-    StudentError,
-    call_student,
-    check_dtype_follows,
-    check_unchanged,
-    checker,
-    describe_shape,
-    expect_close,
-    fail,
-    gradient_probe,
-    matches,
-    randint,
-    register_hints,
-    require_distinct_roles,
-    require_module_class,
-    require_own_code,
-    student_line,
-)
 
 __all__ = ["check_layer_norm", "check_feed_forward", "check_encoder_layer", "check_encoder"]
 
 _ATOL = 1e-4  # whole layers and stacks; LayerNorm and FeedForward use expect_close's 1e-5
 
 # the checker that tests each reference class, for "fix that one first" messages
-_CHECK_OF = {
-    LayerNorm: "check_layer_norm",
-    FeedForward: "check_feed_forward",
-    MultiHeadAttention: "check_multi_head_attention",
-    EncoderLayer: "check_encoder_layer",
-}
+_CHECK_OF = {LayerNorm: "check_layer_norm", FeedForward: "check_feed_forward",
+             MultiHeadAttention: "check_multi_head_attention", EncoderLayer: "check_encoder_layer"}
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -165,23 +80,14 @@ def _verify_part(path: str, part: nn.Module, ref_part: nn.Module, args: tuple[An
         expected = expected[0]
         got = got[0] if isinstance(got, (tuple, list)) and len(got) > 0 else got
     if not matches(got, expected, atol=_ATOL):
-        fail(
-            f"your {what}'s `{path}` is your own class {type(part).__name__}, and it does not give the "
-            f"same numbers as course_utils.{kind} with the same parameters. Fix it first "
-            f"({_CHECK_OF.get(type(ref_part), 'its checker')}({type(part).__name__})), or build the "
-            f"{what} from the reference: `from course_utils import {kind}`.",
-            mistake="wrong submodule",
-        )
+        fail(f"your {what}'s `{path}` is your own class {type(part).__name__}, and it does not give the "
+             f"same numbers as course_utils.{kind} with the same parameters. Fix it first "
+             f"({_CHECK_OF.get(type(ref_part), 'its checker')}({type(part).__name__})), or build the "
+             f"{what} from the reference: `from course_utils import {kind}`.", mistake="wrong submodule")
 
 
-def _compare_without_and_with_mask(
-    model: nn.Module,
-    ref: nn.Module,
-    x: Tensor,
-    mask: Tensor,
-    settings: str,
-    mistakes_fn: Callable[[Tensor, Tensor | None], list[Mistake]],
-) -> None:
+def _compare_without_and_with_mask(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor, settings: str,
+                                   mistakes_fn: Callable[[Tensor, Tensor | None], list[Mistake]]) -> None:
     """Run the student's layer or stack on ``x`` without a mask, then with the padding
     ``mask``; inputs must stay unchanged and the output must equal ``ref``'s, else
     ``mistakes_fn(x, mask)`` names the likely mistake. ``settings`` starts every case's text."""
@@ -192,7 +98,7 @@ def _compare_without_and_with_mask(
         got = _forward(model, args, case, attention=True)
         check_unchanged(["x", "mask"], args, [x0, m], case)
         with torch.no_grad():
-            expected = ref(x0, m)  # (B, L, D)
+            expected = once(lambda: ref(x0, m), type(ref).__name__, ref, x0, m)  # (B, L, D)
             expect_close("output", got, expected, mistakes_fn(x0, m), case=case, atol=_ATOL)
 
 
@@ -204,147 +110,69 @@ def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str, attention: b
             exc = err.exc
             if attention and isinstance(exc, (TypeError, AttributeError)) and "tuple" in str(exc):
                 line = student_line(exc)
-                fail(
-                    f"your forward raised {type(exc).__name__} ({case}): {str(exc).strip().splitlines()[0]}"
-                    + (f"\n    at {line}" if line else "")
-                    + "\n    MultiHeadAttention returns a pair (output, weights): take the output, "
-                    "`self.self_attn(x, x, x, mask)[0]`, before adding it to the residual.",
-                    mistake="attention output not unpacked",
-                )
+                fail(f"your forward raised {type(exc).__name__} ({case}): {str(exc).strip().splitlines()[0]}"
+                     + (f"\n    at {line}" if line else "")
+                     + "\n    MultiHeadAttention returns a pair (output, weights): take the output, "
+                     "`self.self_attn(x, x, x, mask)[0]`, before adding it to the residual.",
+                     mistake="attention output not unpacked")
             raise
 
 
 # ---------------------------------------------------------------- LayerNorm
-def _ln(
-    x: Tensor,
-    w: Tensor | None,
-    b: Tensor | None,
-    eps: float,
-    *,
-    dims: tuple[int, ...] = (-1,),
-    correction: int = 0,
-    eps_outside: bool = False,
-    center: bool = True,
-    rms: bool = False,
-    swap: bool = False,
-) -> Tensor:
+def _ln(x: Tensor, w: Tensor | None, b: Tensor | None, eps: float, *, dims: tuple[int, ...] = (-1,),
+        correction: int = 0, eps_outside: bool = False, center: bool = True, rms: bool = False,
+        swap: bool = False) -> Tensor:
     """Layer norm with (at most) one deliberate mistake; the defaults are correct.
     ``w`` / ``b`` ``None`` leave out the scale / the shift."""
     mean = x.mean(dim=dims, keepdim=True)  # (..., 1)
     var = (x * x).mean(dim=dims, keepdim=True) if rms else x.var(dim=dims, keepdim=True, correction=correction)
     xc = x - mean if center else x  # (B, L, D)
-    denom = var.sqrt() + eps if eps_outside else (var + eps).sqrt()  # (..., 1)
-    y = xc / denom  # (B, L, D)
-    if swap:
-        w, b = b, w
-    if w is not None:
-        y = y * w
-    if b is not None:
-        y = y + b
-    return y
+    y = xc / (var.sqrt() + eps if eps_outside else (var + eps).sqrt())  # (B, L, D)
+    w, b = (b, w) if swap else (w, b)
+    y = y if w is None else y * w
+    return y if b is None else y + b
+
+
+_LN_MISTAKES: tuple[tuple[str, str, dict[str, Any]], ...] = (  # (name, diagnosis, changes to _ln's arguments)
+    ("unbiased variance", "you used the unbiased variance (dividing by D - 1, the default of torch.var and torch.std). "
+     "Layer norm uses the biased one, the plain mean of the squared deviations: x.var(dim=-1, unbiased=False), or "
+     "((x - mean) ** 2).mean(-1).", dict(correction=1)),
+    ("unbiased variance", "you divided by x.std(...) + eps: torch.std is unbiased (divides by D - 1) and eps belongs "
+     "inside the square root. Use (x - mean) / torch.sqrt(var + eps) with var = x.var(dim=-1, unbiased=False).",
+     dict(correction=1, eps_outside=True)),
+    ("eps outside the square root", "eps is added after the square root, sqrt(var) + eps; it goes inside: "
+     "sqrt(var + eps). The difference shows on rows with a tiny variance.", dict(eps_outside=True)),
+    ("no learnable scale and shift", "the output is normalised but never scaled and shifted: multiply by self.weight "
+     "and add self.bias at the end (they start at ones and zeros, so a fresh layer hides this; the check uses random "
+     "values).", dict(w=None, b=None)),
+    ("no learnable scale and shift", "the output is scaled by self.weight but self.bias is never added.", dict(b=None)),
+    ("no learnable scale and shift", "self.bias is added but the output is never multiplied by self.weight.",
+     dict(w=None)),
+    ("weight and bias swapped", "weight and bias are swapped: multiply by self.weight (the scale) and add self.bias "
+     "(the shift), y = x_hat * weight + bias.", dict(swap=True)),
+    ("mean not subtracted", "the mean is never subtracted: normalise x - mean, not x.", dict(center=False)),
+    ("mean not subtracted", "you divided by the root mean square of x without subtracting the mean (that is RMSNorm, "
+     "a later variant); layer norm centres first: (x - mean) / sqrt(var + eps).", dict(center=False, rms=True)),
+    *(("wrong axis", f"the mean and variance were taken over {where}; layer norm normalises each position's own D "
+       "features: dim=-1, keepdim=True.", dict(dims=dims))
+      for dims, where in (((0,), "the batch axis (0)"), ((1,), "the position axis (1, or -2)"),
+                          ((0, 1), "the batch and position axes"), ((1, 2), "a whole sequence (axes 1 and 2)"),
+                          ((0, 1, 2), "the whole tensor"))),
+    # before the other eps values: a code without eps matches 1e-12 as well, and "seems to be 1e-12" misleads
+    ("eps ignored", "eps has no effect: your code adds no eps (or a negligible one) to the variance. It keeps the "
+     "division finite on rows of equal values: (x - mean) / torch.sqrt(var + self.eps), with self.eps = eps stored "
+     "in __init__ (default 1e-5).", dict(eps=0.0)),
+)
 
 
 def _ln_mistakes(x: Tensor, w: Tensor, b: Tensor, eps: float, default: bool) -> list[Mistake]:
-    out: list[Mistake] = [
-        (
-            "unbiased variance",
-            "you used the unbiased variance (dividing by D - 1, the default of torch.var and "
-            "torch.std). Layer norm uses the biased one, the plain mean of the squared deviations: "
-            "x.var(dim=-1, unbiased=False), or ((x - mean) ** 2).mean(-1).",
-            lambda: _ln(x, w, b, eps, correction=1),
-        ),
-        (
-            "unbiased variance",
-            "you divided by x.std(...) + eps: torch.std is unbiased (divides by D - 1) and eps "
-            "belongs inside the square root. Use (x - mean) / torch.sqrt(var + eps) with "
-            "var = x.var(dim=-1, unbiased=False).",
-            lambda: _ln(x, w, b, eps, correction=1, eps_outside=True),
-        ),
-        (
-            "eps outside the square root",
-            "eps is added after the square root, sqrt(var) + eps; it goes inside: "
-            "sqrt(var + eps). The difference shows on rows with a tiny variance.",
-            lambda: _ln(x, w, b, eps, eps_outside=True),
-        ),
-        (
-            "no learnable scale and shift",
-            "the output is normalised but never scaled and shifted: multiply by self.weight and "
-            "add self.bias at the end (they start at ones and zeros, so a fresh layer hides this; "
-            "the check uses random values).",
-            lambda: _ln(x, None, None, eps),
-        ),
-        (
-            "no learnable scale and shift",
-            "the output is scaled by self.weight but self.bias is never added.",
-            lambda: _ln(x, w, None, eps),
-        ),
-        (
-            "no learnable scale and shift",
-            "self.bias is added but the output is never multiplied by self.weight.",
-            lambda: _ln(x, None, b, eps),
-        ),
-        (
-            "weight and bias swapped",
-            "weight and bias are swapped: multiply by self.weight (the scale) and add self.bias "
-            "(the shift), y = x_hat * weight + bias.",
-            lambda: _ln(x, w, b, eps, swap=True),
-        ),
-        (
-            "mean not subtracted",
-            "the mean is never subtracted: normalise x - mean, not x.",
-            lambda: _ln(x, w, b, eps, center=False),
-        ),
-        (
-            "mean not subtracted",
-            "you divided by the root mean square of x without subtracting the mean (that is "
-            "RMSNorm, a later variant); layer norm centres first: (x - mean) / sqrt(var + eps).",
-            lambda: _ln(x, w, b, eps, center=False, rms=True),
-        ),
-    ]
-    axes = {0: "the batch axis (0)", 1: "the position axis (1, or -2)"}
-    for dims, where in (
-        ((0,), axes[0]),
-        ((1,), axes[1]),
-        ((0, 1), "the batch and position axes"),
-        ((1, 2), "a whole sequence (axes 1 and 2)"),
-        ((0, 1, 2), "the whole tensor"),
-    ):
-        out.append(
-            (
-                "wrong axis",
-                f"the mean and variance were taken over {where}; layer norm normalises each "
-                "position's own D features: dim=-1, keepdim=True.",
-                lambda dims=dims: _ln(x, w, b, eps, dims=dims),
-            )
-        )
-    out.append((  # first: a code without eps matches 1e-12 as well, and "seems to be 1e-12" misleads
-        "eps ignored",
-        "eps has no effect: your code adds no eps (or a negligible one) to the variance. It keeps the "
-        "division finite on rows of equal values: (x - mean) / torch.sqrt(var + self.eps), with "
-        "self.eps = eps stored in __init__ (default 1e-5).",
-        lambda: _ln(x, w, b, 0.0),
-    ))
-    for other in (1e-6, 1e-8, 1e-3, 1e-5):
-        if other == eps:
-            continue
-        if default:
-            out.append(
-                (
-                    "wrong default eps",
-                    f"your default eps seems to be {other:g}; the contract (and nn.LayerNorm) uses "
-                    "eps=1e-5: def __init__(self, d_model, eps=1e-5).",
-                    lambda other=other: _ln(x, w, b, other),
-                )
-            )
-        else:
-            out.append(
-                (
-                    "eps ignored",
-                    f"LayerNorm(d_model, eps={eps:.3g}) behaves as if eps were {other:g}: store the "
-                    "eps argument (self.eps = eps) and use it in forward.",
-                    lambda other=other: _ln(x, w, b, other),
-                )
-            )
+    out: list[Mistake] = [(name, text, lambda kw=kw: _ln(x, **{"w": w, "b": b, "eps": eps, **kw}))
+                          for name, text, kw in _LN_MISTAKES]
+    for other in (o for o in (1e-6, 1e-8, 1e-3, 1e-5) if o != eps):
+        text = (f"your default eps seems to be {other:g}; the contract (and nn.LayerNorm) uses eps=1e-5: "
+                "def __init__(self, d_model, eps=1e-5)." if default else f"LayerNorm(d_model, eps={eps:.3g}) behaves "
+                f"as if eps were {other:g}: store the eps argument (self.eps = eps) and use it in forward.")
+        out.append(("wrong default eps" if default else "eps ignored", text, lambda other=other: _ln(x, w, b, other)))
     return out
 
 
@@ -366,38 +194,26 @@ def _ln_params(model: nn.Module, D: int) -> tuple[nn.Parameter, nn.Parameter]:
         if isinstance(attr, nn.Parameter) and n in registered:
             found[n] = attr
         elif isinstance(attr, Tensor):
-            fail(
-                f"`{n}` is a plain tensor, not an nn.Parameter, so it would never be trained: "
-                f"self.{n} = nn.Parameter(torch.{'ones' if n == 'weight' else 'zeros'}(d_model)).",
-                mistake="not a parameter",
-            )
+            fail(f"`{n}` is a plain tensor, not an nn.Parameter, so it would never be trained: "
+                 f"self.{n} = nn.Parameter(torch.{'ones' if n == 'weight' else 'zeros'}(d_model)).",
+                 mistake="not a parameter")
         else:
             missing.append(n)
     if missing and not registered:
-        fail(
-            "your LayerNorm has no learnable parameters: after normalising, the layer scales "
-            "and shifts each feature with self.weight = nn.Parameter(torch.ones(d_model)) and "
-            "self.bias = nn.Parameter(torch.zeros(d_model)).",
-            mistake="no learnable scale and shift",
-        )
+        fail("your LayerNorm has no learnable parameters: after normalising, the layer scales "
+             "and shifts each feature with self.weight = nn.Parameter(torch.ones(d_model)) and "
+             "self.bias = nn.Parameter(torch.zeros(d_model)).", mistake="no learnable scale and shift")
     if missing:
-        fail(
-            f"LayerNorm needs two learnable parameters named weight and bias (as nn.LayerNorm); "
-            f"missing: {', '.join(missing)}. Yours are called {_names(list(registered))}.",
-            mistake="missing parameter",
-        )
+        fail(f"LayerNorm needs two learnable parameters named weight and bias (as nn.LayerNorm); "
+             f"missing: {', '.join(missing)}. Yours are called {_names(list(registered))}.",
+             mistake="missing parameter")
     for n, p in found.items():
         if tuple(p.shape) != (D,):
-            fail(
-                f"`{n}` has shape {describe_shape(p)}, expected (d_model,) = ({D},): one value per feature.",
-                mistake="wrong parameter shape",
-            )
+            fail(f"`{n}` has shape {describe_shape(p)}, expected (d_model,) = ({D},): one value per feature.",
+                 mistake="wrong parameter shape")
     if not (bool((found["weight"] == 1).all()) and bool((found["bias"] == 0).all())):
-        fail(
-            "a fresh LayerNorm should start with weight = ones and bias = zeros (so at first it "
-            "only normalises): torch.ones(d_model) and torch.zeros(d_model).",
-            mistake="wrong initial values",
-        )
+        fail("a fresh LayerNorm should start with weight = ones and bias = zeros (so at first it "
+             "only normalises): torch.ones(d_model) and torch.zeros(d_model).", mistake="wrong initial values")
     return found["weight"], found["bias"]
 
 
@@ -424,13 +240,11 @@ def _ln_other_ranks(model: nn.Module, w: Tensor, b: Tensor, L: int, D: int) -> N
             got = _forward(model, (x,), case)
         except StudentError as err:
             line = student_line(err.exc)
-            fail(
-                f"your LayerNorm works on 3-D input but raised {type(err.exc).__name__} on x of shape "
-                f"{describe_shape(x)}: {str(err.exc).strip().splitlines()[0] if str(err.exc).strip() else ''}"
-                + (f"\n    at {line}" if line else "")
-                + "\n    The input is (..., d_model): use dim=-1 (not a fixed axis such as 2) and keepdim=True.",
-                mistake="fixed axis",
-            )
+            fail(f"your LayerNorm works on 3-D input but raised {type(err.exc).__name__} on x of shape "
+                 f"{describe_shape(x)}: {str(err.exc).strip().splitlines()[0] if str(err.exc).strip() else ''}"
+                 + (f"\n    at {line}" if line else "")
+                 + "\n    The input is (..., d_model): use dim=-1 (not a fixed axis such as 2) and keepdim=True.",
+                 mistake="fixed axis")
         w0, b0 = w.detach().clone(), b.detach().clone()
         fixed = [("fixed axis", "normalised over a fixed axis instead of the last one: use dim=-1, keepdim=True.",
                   lambda k=k: _ln(x, w0, b0, 1e-5, dims=(k,))) for k in range(x.dim() - 1)]  # fmt: skip
@@ -449,13 +263,11 @@ def _ln_large_mean(model: nn.Module, w: Tensor, b: Tensor, B: int, L: int, D: in
     if matches(got, expected, atol=2e-2, rtol=1e-2):
         return
     if matches(_forward(model, (x - 3000.0,), case), _ln(x - 3000.0, w0, b0, 1e-5), atol=1e-3, rtol=1e-3):
-        fail(
-            f"output ({case}) is far off although the same rows shifted to mean 0 are right: the variance "
-            "loses its precision when the mean is large. E[x^2] - E[x]^2 subtracts two nearly equal big "
-            "numbers (about 9e6 here, where float32 steps by 1). Subtract the mean first: "
-            "((x - mean) ** 2).mean(-1, keepdim=True), or x.var(-1, unbiased=False, keepdim=True).",
-            mistake="unstable variance",
-        )
+        fail(f"output ({case}) is far off although the same rows shifted to mean 0 are right: the variance "
+             "loses its precision when the mean is large. E[x^2] - E[x]^2 subtracts two nearly equal big "
+             "numbers (about 9e6 here, where float32 steps by 1). Subtract the mean first: "
+             "((x - mean) ** 2).mean(-1, keepdim=True), or x.var(-1, unbiased=False, keepdim=True).",
+             mistake="unstable variance")
     expect_close("output", got, expected, case=case, atol=2e-2, rtol=1e-2)
 
 
@@ -495,13 +307,8 @@ def check_layer_norm(cls: Any) -> str:
 
 # ---------------------------------------------------------------- FeedForward
 _ACTIVATIONS: tuple[tuple[str, Callable[[Tensor], Tensor]], ...] = (
-    ("GELU", F.gelu),
-    ("GELU (tanh approximation)", lambda h: F.gelu(h, approximate="tanh")),
-    ("SiLU (swish)", F.silu),
-    ("tanh", torch.tanh),
-    ("sigmoid", torch.sigmoid),
-    ("LeakyReLU", F.leaky_relu),
-    ("ELU", F.elu),
+    ("GELU", F.gelu), ("GELU (tanh approximation)", lambda h: F.gelu(h, approximate="tanh")), ("SiLU (swish)", F.silu),
+    ("tanh", torch.tanh), ("sigmoid", torch.sigmoid), ("LeakyReLU", F.leaky_relu), ("ELU", F.elu),
 )
 
 
@@ -510,31 +317,24 @@ def _ff_linears(model: nn.Module, D: int, d_ff: int) -> tuple[nn.Linear, nn.Line
     missing = [n for n, m in found.items() if not isinstance(m, nn.Module)]
     if missing:
         children = [n for n, _ in model.named_children()]
-        fail(
-            "FeedForward needs two submodules, linear1 = nn.Linear(d_model, d_ff) and linear2 = "
-            f"nn.Linear(d_ff, d_model); missing: {', '.join(missing)}"
-            + (f" (yours: {_names(children)})" if children else "")
-            + ". An nn.Sequential is fine as long as the two layers are also self.linear1 and self.linear2.",
-            mistake="missing submodule",
-        )
+        fail("FeedForward needs two submodules, linear1 = nn.Linear(d_model, d_ff) and linear2 = "
+             f"nn.Linear(d_ff, d_model); missing: {', '.join(missing)}"
+             + (f" (yours: {_names(children)})" if children else "")
+             + ". An nn.Sequential is fine as long as the two layers are also self.linear1 and self.linear2.",
+             mistake="missing submodule")
     for n, (i, o) in (("linear1", (D, d_ff)), ("linear2", (d_ff, D))):
         m = found[n]
         if not isinstance(m, nn.Linear):
             fail(f"`{n}` should be an nn.Linear, got {type(m).__name__}.", mistake="wrong submodule")
         if isinstance(m, nn.modules.lazy.LazyModuleMixin):
-            fail(
-                f"`{n}` is an nn.LazyLinear: its input size stays unknown (in_features=0) until the first "
-                f"call, so its weights cannot be set or counted before that. Give the sizes: nn.Linear({i}, {o}) "
-                f"here, nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}).",
-                mistake="wrong submodule",
-            )
+            fail(f"`{n}` is an nn.LazyLinear: its input size stays unknown (in_features=0) until the first "
+                 f"call, so its weights cannot be set or counted before that. Give the sizes: nn.Linear({i}, {o}) "
+                 f"here, nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}).",
+                 mistake="wrong submodule")
         if (m.in_features, m.out_features) != (i, o):
-            fail(
-                f"`{n}` should be nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}) = "
-                f"nn.Linear({i}, {o}), got nn.Linear({m.in_features}, {m.out_features}): the network "
-                "widens D to d_ff, then narrows back to D.",
-                mistake="wrong submodule",
-            )
+            fail(f"`{n}` should be nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}) = "
+                 f"nn.Linear({i}, {o}), got nn.Linear({m.in_features}, {m.out_features}): the network "
+                 "widens D to d_ff, then narrows back to D.", mistake="wrong submodule")
         if m.bias is None:
             fail(f"`{n}` has no bias: keep nn.Linear's default bias=True.", mistake="wrong submodule")
     return found["linear1"], found["linear2"]  # type: ignore[return-value]
@@ -545,24 +345,13 @@ def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear, norms: tuple[nn.Module
     random parameters) besides a plain layer norm."""
     h = l1(x)  # (B, L, d_ff)
     out: list[Mistake] = [
-        (
-            "activation missing",
-            "there is no activation between the two linear layers, so together they are just one "
-            "linear map: apply ReLU to linear1's output, linear2(relu(linear1(x))).",
-            lambda: l2(h),
-        ),
-        (
-            "activation after the second linear layer",
-            "ReLU is applied after linear2 instead of between the layers: "
-            "linear2(relu(linear1(x))), with nothing after linear2.",
-            lambda: F.relu(l2(h)),
-        ),
-        (
-            "activation after the second linear layer",
-            "ReLU is applied between the layers (right) and again after linear2 (wrong): the "
-            "output must be able to go negative, return linear2(relu(linear1(x))).",
-            lambda: F.relu(l2(F.relu(h))),
-        ),
+        ("activation missing", "there is no activation between the two linear layers, so together they are just one "
+         "linear map: apply ReLU to linear1's output, linear2(relu(linear1(x))).", lambda: l2(h)),
+        ("activation after the second linear layer", "ReLU is applied after linear2 instead of between the layers: "
+         "linear2(relu(linear1(x))), with nothing after linear2.", lambda: F.relu(l2(h))),
+        ("activation after the second linear layer", "ReLU is applied between the layers (right) and again after "
+         "linear2 (wrong): the output must be able to go negative, return linear2(relu(linear1(x))).",
+         lambda: F.relu(l2(F.relu(h)))),
     ]
     ff = l2(F.relu(h))  # (B, L, D): the right output
     inside = ("the layer around it (EncoderLayer) adds the residual and normalises; FeedForward returns only "
@@ -577,16 +366,8 @@ def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear, norms: tuple[nn.Module
             ("norm inside the feed-forward", "the feed-forward computes norm(x + ...), a whole residual sub-layer: "
              f"{inside}", lambda n=norm: n(x + ff)),
         ]
-    for name, act in _ACTIVATIONS:
-        out.append(
-            (
-                "wrong activation",
-                f"you used {name} between the layers; the paper (and this course) uses ReLU, "
-                "max(0, x): torch.relu or nn.ReLU().",
-                lambda act=act: l2(act(h)),
-            )
-        )
-    return out
+    return out + [("wrong activation", f"you used {name} between the layers; the paper (and this course) uses ReLU, "
+                   "max(0, x): torch.relu or nn.ReLU().", lambda act=act: l2(act(h))) for name, act in _ACTIVATIONS]
 
 
 @checker("FeedForward")
@@ -655,26 +436,9 @@ def check_feed_forward(cls: Any) -> str:
 
 
 # ---------------------------------------------------------------- EncoderLayer
-_LAYER_PARTS = {"self_attn": MultiHeadAttention, "feed_forward": FeedForward, "norm1": LayerNorm, "norm2": LayerNorm}
-_LAYER_WORDS = {
-    "self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
-    "feed_forward": "FeedForward(d_model, d_ff, dropout)",
-    "norm1": "LayerNorm(d_model)",
-    "norm2": "LayerNorm(d_model)",
-}
-
-
-def _require_parts(model: nn.Module, parts: dict[str, type], what: str) -> None:
-    missing = [n for n in parts if not isinstance(getattr(model, n, None), nn.Module)]
-    if missing:
-        children = [n for n, _ in model.named_children()]
-        fail(
-            f"{what} needs the submodules {', '.join(parts)} (the check copies parameters by "
-            f"these names); missing: {', '.join(missing)}" + (f". Yours: {_names(children)}." if children else "."),
-            mistake="missing submodule",
-        )
-
-
+_LAYER_WORDS = {"self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
+                "feed_forward": "FeedForward(d_model, d_ff, dropout)", "norm1": "LayerNorm(d_model)",
+                "norm2": "LayerNorm(d_model)"}
 _BLOCK = Block(
     "EncoderLayer",
     ("self", "ff"),
@@ -691,113 +455,92 @@ _BLOCK = Block(
 
 
 def _block_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
-    """What ``ref`` (an EncoderLayer with the student's parameters) returns with each
-    generated mistake, as ``(name, diagnosis, zero-argument callable)``."""
-    present = set() if mask is None else {"mask"}
-    return [
+    """What ``ref`` (with the student's parameters) returns with each generated mistake."""
+    return remembered([
         (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut))
-        for name, text, mut in structural_mistakes(_BLOCK, norm_first, present)
-    ]
+        for name, text, mut in structural_mistakes(_BLOCK, norm_first, set() if mask is None else {"mask"})
+    ], "EncoderLayer", ref, x, mask, norm_first)
 
 
-def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_first: bool) -> None:
-    """Dropout with p = P_PROBE: eval mode as the reference; training mode with the sub-modules'
-    own dropout off must zero each sub-layer's output (and nothing else); then each
-    sub-module on its own must drop like the reference's (dropout passed on)."""
-    model = _build_layer(cls, D, H, d_ff, P_PROBE, norm_first)
-    randomise_parameters(model)
-    ref = EncoderLayer(D, H, d_ff, P_PROBE, norm_first)
-    load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
-    x, mask = torch.randn(B, L, D), _padding_mask(B, L)
-    check_dropout_modes(
-        model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "EncoderLayer",
-        lambda: [
-            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut, drop=zeros))
-            for name, text, mut in dropout_mistakes(_BLOCK, norm_first)
-        ],
-        setting=f"norm_first={norm_first}, ", quiet=("self_attn", "feed_forward"),
-    )  # fmt: skip
-    if not norm_first:  # the sub-modules are built the same way in both settings
-        with torch.no_grad():
-            y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
-        check_part_dropout(model, ref, {"self_attn": (y, y, y, mask), "feed_forward": (y,)}, "EncoderLayer")
-    sublayer_dropout_rates(_build_layer(cls, D, H, d_ff, P_RATE, norm_first), lambda m: _forward(m, (x, mask), "dropout"),
-                           x, {"self_attn": True, "feed_forward": False}, ("norm1", "norm2"), _BLOCK, "EncoderLayer")
-
-
-def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
+def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool, roles: bool = True) -> nn.Module:
     args = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={norm_first}"
     model = call_student(cls, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing EncoderLayer({args})")
     if not isinstance(model, nn.Module):
         fail("EncoderLayer should subclass nn.Module.", mistake="not a class")
-    _require_parts(model, _LAYER_PARTS, "EncoderLayer")
-    # one module under two names (self.norm2 = self.norm1) would look like two equal copies
-    require_distinct_roles(model, EncoderLayer(D, H, d_ff, p, norm_first), "EncoderLayer")
+    missing = [n for n in _LAYER_WORDS if not isinstance(getattr(model, n, None), nn.Module)]
+    if missing:
+        children = [n for n, _ in model.named_children()]
+        fail(f"EncoderLayer needs the submodules {', '.join(_LAYER_WORDS)} (the check copies parameters by these "
+             f"names); missing: {', '.join(missing)}" + (f". Yours: {_names(children)}." if children else "."),
+             mistake="missing submodule")
+    if roles:  # one module under two names (self.norm2 = self.norm1) would look like two equal copies
+        require_distinct_roles(model, reference(EncoderLayer, D, H, d_ff, p, norm_first), "EncoderLayer")
     return model
 
 
-def _verify_layer_parts(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor, what: str) -> None:
+def _layer_sizes() -> tuple[int, int, int, int, int]:
+    B, L, D, H, _d_k, d_ff = _dims()
+    return B, L, D, H, d_ff
+
+
+def _layer_values(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_first: bool, full: bool = True) -> None:
+    """Eval mode: the reference's output with and without a mask (else a generated structural
+    mistake is named); ``full``: also shared roles and the gradient probe."""
+    model = _build_layer(cls, D, H, d_ff, 0.0, norm_first, roles=full).eval()
+    randomise_parameters(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
+    ref = reference(EncoderLayer, D, H, d_ff, 0.0, norm_first).eval()
+    params = load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
+    x = torch.randn(B, L, D)
+    mask = _padding_mask(B, L)
     heads = getattr(model.self_attn, "num_heads", None)
-    if isinstance(heads, int) and heads != ref.self_attn.num_heads:
-        fail(
-            f"your {what}'s self_attn has num_heads={heads}, but the layer was built with "
-            f"num_heads={ref.self_attn.num_heads}: pass num_heads on, MultiHeadAttention(d_model, "
-            "num_heads, dropout).",
-            mistake="wrong submodule",
-        )
+    if isinstance(heads, int) and heads != H:
+        fail(f"your EncoderLayer's self_attn has num_heads={heads}, but the layer was built with num_heads={H}: pass "
+             "num_heads on, MultiHeadAttention(d_model, num_heads, dropout).", mistake="wrong submodule")
     with torch.no_grad():
         y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
-    _verify_part("norm1", model.norm1, ref.norm1, (x,), what)
-    _verify_part("norm2", model.norm2, ref.norm2, (x,), what)
-    _verify_part("feed_forward", model.feed_forward, ref.feed_forward, (y,), what)
-    _verify_part("self_attn", model.self_attn, ref.self_attn, (y, y, y, mask), what)
+    for name, args in (("norm1", (x,)), ("norm2", (x,)), ("feed_forward", (y,)), ("self_attn", (y, y, y, mask))):
+        _verify_part(name, getattr(model, name), getattr(ref, name), args, "EncoderLayer")
+    case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), d_model={D}, num_heads={H}, d_ff={d_ff}"
+    _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _block_mistakes(ref, x0, m, norm_first))
+    if full:
+        gradient_probe(model, ref, dict(x=x, mask=mask), params, what="EncoderLayer", case=case)
+
+
+def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_first: bool) -> None:
+    def build(p: float) -> nn.Module:
+        model = _build_layer(cls, D, H, d_ff, p, norm_first)
+        randomise_parameters(model)
+        return model
+
+    layer_dropout(_BLOCK, build, lambda p: reference(EncoderLayer, D, H, d_ff, p, norm_first), _LAYER_WORDS,
+                  lambda: (torch.randn(B, L, D), None, {"mask": _padding_mask(B, L)}),
+                  lambda m, x, _, masks: _forward(m, (x.clone(), masks["mask"]), "dropout", attention=True), norm_first)
 
 
 @checker("EncoderLayer")
 def check_encoder_layer(cls: Any) -> str:
     require_module_class(cls, "EncoderLayer")
-    B, L, D, H, _d_k, d_ff = _dims()
-    sizes = f"d_model={D}, num_heads={H}, d_ff={d_ff}"
+    sizes = _layer_sizes()
     for norm_first in (False, True):
-        model = _build_layer(cls, D, H, d_ff, 0.0, norm_first)
-        model.eval()
-        randomise_parameters(model)  # distinct norm parameters make norm1/norm2 mix-ups visible
-        ref = EncoderLayer(D, H, d_ff, 0.0, norm_first).eval()
-        params = load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
-        x = torch.randn(B, L, D)
-        mask = _padding_mask(B, L)
-        _verify_layer_parts(model, ref, x, mask, "EncoderLayer")
-        case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}"
-        _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _block_mistakes(ref, x0, m, norm_first))
-        gradient_probe(model, ref, dict(x=x, mask=mask), params, what="EncoderLayer", case=case)
+        _layer_values(cls, *sizes, norm_first=norm_first)
     for norm_first in (False, True):  # after both settings' structure: the probe assumes it is right
-        _layer_dropout(cls, B, L, D, H, d_ff, norm_first)
+        _layer_dropout(cls, *sizes, norm_first=norm_first)
     return "post-norm and pre-norm, with and without padding masks, random weights and norms, dropout"
 
 
+_check_layer_stage = layer_stage("EncoderLayer", _layer_sizes, _layer_values, _layer_dropout)
+
+
 # ---------------------------------------------------------------- Encoder
-_ENCODER_WORDS = {
-    "layers": "nn.ModuleList of num_layers EncoderLayer",
-    "norm": "LayerNorm(d_model), only when norm_first=True",
-}
+_ENCODER_WORDS = {"layers": "nn.ModuleList of num_layers EncoderLayer", "norm": "LayerNorm(d_model), only when norm_first=True"}
 _STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", {"masks not passed on": "mask not passed on"})
 
 
-def _build_encoder(cls: Any, n: int, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
-    args = f"num_layers={n}, d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={norm_first}"
-    model = call_student(cls, n, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing Encoder({args})")
-    if not isinstance(model, nn.Module):
-        fail("Encoder should subclass nn.Module.", mistake="not a class")
-    stack_structure(model, n, norm_first, _STACK)
-    return model
-
-
 def _stack_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
-    present = set() if mask is None else {"mask"}
-    return [
-        (name, text, lambda mut=mut: run_stack(ref, x, None, {"mask": mask}, mut))
-        for name, text, mut in stack_mistakes(_STACK, norm_first, present, getattr(model, "norm", None), x.size(-1), False)
-    ]
+    own = getattr(model, "norm", None)
+    return [(name, text, lambda mut=mut: run_stack(ref, x, None, {"mask": mask}, mut))
+            for name, text, mut in stack_mistakes(_STACK, norm_first, set() if mask is None else {"mask"}, own,
+                                                  x.size(-1), False)]
 
 
 @checker("Encoder")
@@ -805,93 +548,61 @@ def check_encoder(cls: Any) -> str:
     require_module_class(cls, "Encoder")
     B, L, D, H, _d_k, d_ff = _dims()
     n = randint(2, 3)
-    sizes = f"num_layers={n}, d_model={D}, num_heads={H}, d_ff={d_ff}"
     for norm_first in (False, True):
-        model = _build_encoder(cls, n, D, H, d_ff, 0.0, norm_first)
-        model.eval()
-        randomise_parameters(model)  # also makes deep-copied layers (identical at first) differ
-        ref = Encoder(n, D, H, d_ff, 0.0, norm_first).eval()
-        params = load_reference(model, ref, "Encoder", _ENCODER_WORDS, optional_extra=() if norm_first else ("norm.",))
+        model, ref, params = build_stack(cls, _STACK, Encoder, (n, D, H, d_ff), 0.0, norm_first, _ENCODER_WORDS)
         x = torch.randn(B, L, D)
         mask = _padding_mask(B, L)
         for i, (layer, ref_layer) in enumerate(zip(model.layers, ref.layers)):
             _verify_part(f"layers[{i}]", layer, ref_layer, (x, mask), "Encoder")
         if norm_first:
             _verify_part("norm", model.norm, ref.norm, (x,), "Encoder")
-        case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), {sizes}"
+        case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), num_layers={n}, d_model={D}, num_heads={H}, d_ff={d_ff}"
         _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _stack_mistakes(model, ref, x0, m, norm_first))
         unused_final_norm(model, norm_first, "Encoder")
         gradient_probe(model, ref, dict(x=x, mask=mask), params, what="Encoder", case=case)
-
-    # dropout, pre-norm: with p = P_PROBE every layer's sub-layers vanish, so the stack is its final norm
-    model = _build_encoder(cls, n, D, H, d_ff, P_PROBE, True)
-    randomise_parameters(model)
-    ref = Encoder(n, D, H, d_ff, P_PROBE, True)
-    load_reference(model, ref, "Encoder", _ENCODER_WORDS)
+    model, ref, _ = build_stack(cls, _STACK, Encoder, (n, D, H, d_ff), P_PROBE, True, _ENCODER_WORDS)
     x, mask = torch.randn(B, L, D), _padding_mask(B, L)
-    with torch.no_grad():
-        no_drop = ref.eval()(x, mask)  # (B, L, D)
-    check_dropout_modes(
-        model, ref, lambda m: _forward(m, (x.clone(), mask), "dropout", attention=True), "Encoder",
-        lambda: [("dropout missing", "no dropout is applied in training mode: pass dropout on to every "
-                  "EncoderLayer, EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
-                 ("dropout on the input", INPUT_DROPOUT.format("Encoder"), lambda: ref(torch.zeros_like(x), mask))],
-        setting="norm_first=True, ",
-    )  # fmt: skip
+    check_stack_dropout(model, ref, _STACK, lambda m, h: _forward(m, (h, mask), "dropout", attention=True), x)
     return "2-3 layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
 
 
 # ---------------------------------------------------------------- hints
-register_hints(
-    "LayerNorm",
-    [
-        "Each position is normalised on its own, over its D features (the last axis): subtract "
-        "the mean, divide by the standard deviation, then scale and shift.",
-        "In __init__ store eps and create self.weight = nn.Parameter(torch.ones(d_model)) and "
-        "self.bias = nn.Parameter(torch.zeros(d_model)).",
-        "In forward take mean and var over dim=-1 with keepdim=True so they broadcast back over "
-        "(B, L, D). The variance is the biased one (unbiased=False: divide by D, not D - 1).",
-        "eps goes inside the square root: (x - mean) / torch.sqrt(var + self.eps), then "
-        "multiply by self.weight and add self.bias.",
-    ],
-)
-register_hints(
-    "FeedForward",
-    [
-        "The same small network runs at every position: widen D to d_ff, apply a non-linearity, "
-        "narrow back to D.",
-        "In __init__: self.linear1 = nn.Linear(d_model, d_ff), self.linear2 = nn.Linear(d_ff, "
-        "d_model), and nn.Dropout(dropout).",
-        "The non-linearity is ReLU, between the two layers only; dropout goes on the hidden "
-        "activations, after ReLU and before linear2. Nothing comes after linear2: forward is "
-        "return self.linear2(self.dropout(torch.relu(self.linear1(x)))).",
-    ],
-)
-register_hints(
-    "EncoderLayer",
-    [
-        "Two sub-layers in this order: self-attention (queries, keys and values all from x), "
-        "then the feed-forward network. Each is wrapped in a residual connection and a norm.",
-        "In __init__ build self_attn = MultiHeadAttention(d_model, num_heads, dropout), "
-        "feed_forward = FeedForward(d_model, d_ff, dropout), norm1 and norm2 = LayerNorm(d_model), "
-        "and self.dropout1, self.dropout2 = nn.Dropout(dropout) for the two sub-layer outputs.",
-        "self.self_attn(x, x, x, mask) returns (output, weights): use the output, and pass the "
-        "mask on. norm1 belongs to the attention sub-layer, norm2 to the feed-forward one.",
-        "Post-norm (norm_first=False): x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, "
-        "mask)[0])), then x = self.norm2(x + self.dropout2(self.feed_forward(x))). Pre-norm "
-        "(norm_first=True): h = self.norm1(x); x = x + self.dropout1(self.self_attn(h, h, h, "
-        "mask)[0]); then x = x + self.dropout2(self.feed_forward(self.norm2(x))): only the "
-        "sub-layer's input is normalised, never x itself.",
-    ],
-)
-register_hints(
-    "Encoder",
-    [
-        "The encoder is num_layers encoder layers applied one after the other, each reading the "
-        "previous one's output, with the same mask.",
-        "Build a new EncoderLayer for each position and keep them in an nn.ModuleList (a plain "
-        "list hides their parameters from PyTorch; [layer] * n shares one layer's weights).",
-        "Pre-norm layers never normalise the residual stream, so with norm_first=True add a final "
-        "LayerNorm, self.norm, after the last layer; with norm_first=False there is none.",
-    ],
-)
+register_hints("LayerNorm", [
+    "Each position is normalised on its own, over its D features (the last axis): subtract "
+    "the mean, divide by the standard deviation, then scale and shift.",
+    "In __init__ store eps and create self.weight = nn.Parameter(torch.ones(d_model)) and "
+    "self.bias = nn.Parameter(torch.zeros(d_model)).",
+    "In forward take mean and var over dim=-1 with keepdim=True so they broadcast back over "
+    "(B, L, D). The variance is the biased one (unbiased=False: divide by D, not D - 1).",
+    "eps goes inside the square root: (x - mean) / torch.sqrt(var + self.eps), then "
+    "multiply by self.weight and add self.bias.",
+])
+register_hints("FeedForward", [
+    "The same small network runs at every position: widen D to d_ff, apply a non-linearity, narrow back to D.",
+    "In __init__: self.linear1 = nn.Linear(d_model, d_ff), self.linear2 = nn.Linear(d_ff, "
+    "d_model), and nn.Dropout(dropout).",
+    "The non-linearity is ReLU, between the two layers only; dropout goes on the hidden "
+    "activations, after ReLU and before linear2. Nothing comes after linear2: forward is "
+    "return self.linear2(self.dropout(torch.relu(self.linear1(x)))).",
+])
+register_hints("EncoderLayer", [
+    "Two sub-layers in this order: self-attention (queries, keys and values all from x), "
+    "then the feed-forward network. Each is wrapped in a residual connection and a norm.",
+    "In __init__ build self_attn = MultiHeadAttention(d_model, num_heads, dropout), "
+    "feed_forward = FeedForward(d_model, d_ff, dropout), norm1 and norm2 = LayerNorm(d_model), "
+    "and self.dropout1, self.dropout2 = nn.Dropout(dropout) for the two sub-layer outputs.",
+    "self.self_attn(x, x, x, mask) returns (output, weights): use the output, and pass the "
+    "mask on. norm1 belongs to the attention sub-layer, norm2 to the feed-forward one.",
+    "Post-norm (norm_first=False): x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask)[0])), then x = "
+    "self.norm2(x + self.dropout2(self.feed_forward(x))). Pre-norm (norm_first=True): h = self.norm1(x); x = x + "
+    "self.dropout1(self.self_attn(h, h, h, mask)[0]); then x = x + self.dropout2(self.feed_forward(self.norm2(x))): "
+    "only the sub-layer's input is normalised, never x itself.",
+])
+register_hints("Encoder", [
+    "The encoder is num_layers encoder layers applied one after the other, each reading the "
+    "previous one's output, with the same mask.",
+    "Build a new EncoderLayer for each position and keep them in an nn.ModuleList (a plain "
+    "list hides their parameters from PyTorch; [layer] * n shares one layer's weights).",
+    "Pre-norm layers never normalise the residual stream, so with norm_first=True add a final "
+    "LayerNorm, self.norm, after the last layer; with norm_first=False there is none.",
+])
