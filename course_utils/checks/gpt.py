@@ -208,8 +208,7 @@ def _block_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int) -> None:
     parts = {"self_attn": (y, y, y, causal), "feed_forward": (y,)}
     # a part that is only a container of the parameters (an nn.Module without forward) is not run on its own
     check_part_dropout(model, ref, {n: a for n, a in parts.items() if _runnable(getattr(model, n, None))}, "GPTBlock")
-    sublayer_dropout_rates(build(P_RATE), run, x, {"self_attn": True, "feed_forward": False}, ("norm1", "norm2"),
-                           _BLOCK, "GPTBlock")
+    sublayer_dropout_rates(build(P_RATE), run, x, _BLOCK)
 
 
 def _runnable(part: Any) -> bool:
