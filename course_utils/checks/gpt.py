@@ -318,7 +318,8 @@ def _check_init(model: nn.Module, ref: GPT) -> None:
     if not all(0.01 < std < 0.04 for std in stds.values()) or abs(pooled - 0.02) > 0.003:
         name = max(stds, key=lambda n: abs(math.log(max(stds[n], 1e-12) / 0.02)))
         for emb in ("token_embedding.weight", "position_embedding.weight"):
-            if 0.8 < stds.get(emb, 0.0) < 1.2:
+            # wide bounds: a small position table's N(0, 1) strays beyond 20 % on some draws
+            if 0.6 < stds.get(emb, 0.0) < 1.6:
                 fail(f"the weights keep PyTorch's default initialisation (`{emb}` has standard deviation "
                      f"{stds[emb]:.3g}, nn.Embedding's N(0, 1)): {how}", mistake="initialisation missing")
         xavier = {n: math.sqrt(2 / (w.size(0) + w.size(1))) for n, w in matrices}  # its standard deviation
