@@ -145,6 +145,14 @@ POOL_MISTAKES = [
 ]
 
 
+# seeds whose draw once had as many real tokens in the batch as positions, L: dividing by mask.sum()
+# then gave the numbers of dividing by L and was named so (issue 10); the draw now avoids every such tie
+@pytest.mark.parametrize("seed", [26, 2056147501])
+def test_masked_mean_pool_batch_count_is_named_when_it_equals_L(seed):
+    r = check_masked_mean_pool(POOL_MISTAKES[3][0], seed=seed)
+    assert r.mistake == "divided by the batch's token count" and "own count" in r.feedback, r.feedback
+
+
 @pytest.mark.parametrize("fn, mistake, word", POOL_MISTAKES, ids=[f"{i}-{m}" for i, (_, m, _) in enumerate(POOL_MISTAKES)])
 def test_masked_mean_pool_mistakes_are_named(fn, mistake, word):
     assert_mistake(check_masked_mean_pool, fn, mistake, word, repeat=SEEDS)

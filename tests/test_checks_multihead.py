@@ -499,6 +499,41 @@ def test_mha_dropout_mistakes_are_named_on_every_draw(bug, mistake, words):
     assert_mistake(check_multi_head_attention, make_mha(bug), mistake, *words, repeat=STABLE)
 
 
+# (class, seed): correct classes the dropout probe once rejected (issue 10). A softmax weight of
+# about 1e-5 made its ratio to the output's coefficient float32 noise; which draws flip depends on
+# the rounding (threads), so the probe's reading of tiny weights is also tested without a draw below.
+DROPOUT_DRAWS = [("reference", 2074), ("written-out", 288), ("written-out", 1042), ("einsum", 1016),
+                 ("einsum", 3110257787), ("loop", 380), ("loop", 1079), ("helper", 2951)]
+
+
+@pytest.mark.parametrize("name, seed", DROPOUT_DRAWS)
+def test_mha_dropout_probe_passes_the_draws_it_once_rejected(name, seed):
+    cls = {"reference": course_utils.MultiHeadAttention, "written-out": make_mha(), "einsum": EinsumMHA,
+           "loop": LoopMHA, "helper": HelperMHA}[name]
+    r = check_multi_head_attention(cls, seed=seed)
+    assert r.passed, r.feedback
+
+
+def test_mha_dropout_probe_reads_tiny_weights_as_either():
+    """Dropout on the weights with one weight of 1e-6 and float32-sized noise: right for both
+    readings of that link; dropout on the values (what multiplies the weights) is not."""
+    from course_utils.checks.multihead import _weights_dropout_scale
+
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(2, 2, 4, 9, dtype=torch.float64, generator=g)  # (B, H, L_k, d_k)
+    scores = torch.randn(2, 2, 3, 4, dtype=torch.float64, generator=g)
+    scores[0, 0, 0, 0] = -20.0  # a weight of about 1e-9 .. 1e-6
+    w = scores.softmax(-1)  # (B, H, L_q, L_k)
+    p, noise = 0.3, 1e-6 * torch.randn(2, 2, 3, 9, dtype=torch.float64, generator=g)
+    keep = torch.rand(w.shape, generator=g) > p
+    for kept in (True, False):
+        keep[0, 0, 0, 0] = kept
+        assert _weights_dropout_scale((w * keep / (1 - p)) @ v + noise, v, w, p) == pytest.approx(1 / (1 - p))
+    assert _weights_dropout_scale((w * keep / 0.9) @ v + noise, v, w, p) == pytest.approx(1 / 0.9)  # p = 0.1
+    on_values = w @ (v * (torch.rand(v.shape, generator=g) > p) / (1 - p))
+    assert _weights_dropout_scale(on_values, v, w, p) is None
+
+
 def test_mha_missing_projection_names_it():
     class NoKey(nn.Module):
         def __init__(self, d_model, num_heads, dropout=0.0):

@@ -154,16 +154,32 @@ def _scattered_mask(B: int, L: int) -> Tensor:
             return mask
 
 
+def _pool_inputs(B: int, L: int, D: int, make_mask: Callable[[int, int], Tensor]) -> tuple[Tensor, Tensor]:
+    """``x (B, L, D)`` and a ``(B, L)`` mask on which no two catalogued pools give the same numbers, nor
+    one of them the right ones (but trailing-padding code, right on a trailing mask): the first match is
+    named, so a batch of L real tokens, where dividing by L and by mask.sum() agree, would misname one."""
+    while True:
+        x = 2.0 * torch.randn(B, L, D) + torch.randn(1, L, 1)  # (B, L, D): positions differ on average
+        mask = make_mask(B, L)  # (B, L)
+        real = torch.nonzero(mask)  # (n, 2): (row, position) of the real tokens
+        x[real[0, 0], real[0, 1], 0] = 0.0  # an exact 0 in a real vector: counting non-zeros is wrong
+        m = mask.unsqueeze(-1).float()  # (B, L, 1)
+        same = "assumed trailing padding" if make_mask is _trailing_mask else None
+        pools = torch.stack([(x * m).sum(dim=1) / m.sum(dim=1),
+                             *(c() for name, _, c in _pool_mistakes(x, mask) if name != same)])  # (P, B, D)
+        # matches(a, b) for every pair at once; NaN (0 / 0 of an inverted mask on a full row) matches nothing
+        close = ((pools[:, None] - pools[None]).abs() <= 1e-5 + 1e-4 * pools[None].abs()).flatten(2).all(-1)
+        if not bool(close.fill_diagonal_(False).any()):  # (P, P)
+            return x, mask
+
+
 @checker("masked_mean_pool")
 def check_masked_mean_pool(fn: Any) -> str:
     require_function(fn, "masked_mean_pool")
     B, L, D = _distinct_sizes([(3, 5), (6, 9), (2, 8)])
     # padding anywhere first: every row has a pad there, so an inverted mask gives numbers, not 0 / 0
     for make_mask, what in ((_scattered_mask, "padding anywhere"), (_trailing_mask, "padding at the end")):
-        x = 2.0 * torch.randn(B, L, D) + torch.randn(1, L, 1)  # (B, L, D): positions differ on average
-        mask = make_mask(B, L)  # (B, L)
-        real = torch.nonzero(mask)  # (n, 2): (row, position) of the real tokens
-        x[real[0, 0], real[0, 1], 0] = 0.0  # an exact 0 in a real vector: counting non-zeros is wrong
+        x, mask = _pool_inputs(B, L, D, make_mask)  # (B, L, D), (B, L)
         x0, mask0 = x.clone(), mask.clone()
         case = f"x ({B}, {L}, {D}) with an exact 0 in a real vector, mask ({B}, {L}) with {what}"
         try:
