@@ -25,23 +25,8 @@ from ..attention import causal_mask as _ref_causal_mask
 from ..attention import padding_mask as _ref_padding_mask
 from ..attention import scaled_dot_product_attention as _ref_attention
 from ._core import (
-    StudentError,
-    equal,
-    isfinite,
-    call_student,
-    check_input_device,
-    check_unchanged,
-    checker,
-    describe_shape,
-    expect_close,
-    fail,
-    gradient_probe,
-    matches,
-    raised,
-    randint,
-    random_mask,
-    register_hints,
-    require_function,
+    StudentError, equal, isfinite, call_student, check_input_device, check_unchanged, checker, describe_shape,
+    expect_close, fail, gradient_probe, matches, raised, randint, random_mask, register_hints, require_function,
     student_line,
 )
 

@@ -49,7 +49,7 @@ from ..positional import sinusoidal_positional_encoding
 from ._core import (
     dropout_scale, equal, allclose, Failure, Mistake, StudentError, call_student, check_input_device, drawn_once,
     check_unchanged, checker, describe_shape, expect_close, fail, gradient_probe, matches, randint, register_hints,
-    require_function, require_distinct_roles, require_module_class, require_no_grad
+    require_function, require_distinct_roles, require_module_class, require_no_grad,
 )
 from .attention import _causal_candidates, _padding_shape
 from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters

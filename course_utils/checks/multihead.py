@@ -24,29 +24,9 @@ from torch import Tensor, nn
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from .attention import _VERY_NEGATIVE, _very_negative, require_tuple, robustness_diagnosis
 from ._core import (
-    Mistake,
-    StudentError,
-    allclose,
-    call_student,
-    check_dtype_follows,
-    check_unchanged,
-    checker,
-    describe_shape,
-    dropout_pattern,
-    expect_close,
-    fail,
-    fail_eval_dropout,
-    fail_fixed_p,
-    gradient_probe,
-    is_view_error,
-    matches,
-    raised,
-    randint,
-    random_mask,
-    register_hints,
-    require_distinct_roles,
-    require_module_class,
-    student_line,
+    Mistake, StudentError, allclose, call_student, check_dtype_follows, check_unchanged, checker, describe_shape,
+    dropout_pattern, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, is_view_error, matches,
+    raised, randint, random_mask, register_hints, require_distinct_roles, require_module_class, student_line,
 )
 from ._pairing import build_student
 

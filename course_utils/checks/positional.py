@@ -23,25 +23,9 @@ from torch import Tensor, nn
 from ..embeddings import TokenEmbedding
 from ..positional import sinusoidal_positional_encoding
 from ._core import (
-    Failure,
-    Mistake,
-    StudentError,
-    call_student,
-    check_dtype_follows,
-    check_unchanged,
-    checker,
-    describe_shape,
-    dropout_scale,
-    expect_close,
-    fail,
-    fail_eval_dropout,
-    fail_fixed_p,
-    gradient_probe,
-    matches,
-    raised,
-    randint,
-    register_hints,
-    require_module_class,
+    Failure, Mistake, StudentError, call_student, check_dtype_follows, check_unchanged, checker, describe_shape,
+    dropout_scale, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, matches, raised, randint,
+    register_hints, require_module_class,
 )
 from ._pairing import build_student
 

@@ -49,7 +49,7 @@ from ..model import Transformer, make_tgt_mask
 from ..training import masked_cross_entropy, noam_lr
 from ._core import (
     equal, isfinite, Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, drawn_once,
-    expect_close, fail, Failure, is_view_error, matches, randint, register_hints, require_function
+    expect_close, fail, Failure, is_view_error, matches, randint, register_hints, require_function,
 )
 
 __all__ = ["check_shift_targets", "check_masked_cross_entropy", "check_noam_lr", "check_train_step"]
