@@ -778,3 +778,15 @@ def test_hints_registered(capsys):
         assert 2 <= len(HINTS[name]) <= 4
         hint(name, 1)
         assert f"Hint 1/{len(HINTS[name])} for {name}" in capsys.readouterr().out
+
+
+class NormFirstHardCoded(course_utils.Transformer):
+    """Trial H: norm_first accepted but never passed on (post-norm stacks, no final norms)."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, norm_first=False):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, False)
+
+
+def test_transformer_norm_first_not_passed_on_is_named():
+    assert_mistake(check_transformer, NormFirstHardCoded, "norm_first not passed on", "norm_first=norm_first")

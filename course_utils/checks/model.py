@@ -411,6 +411,10 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
             continue
         which = " and ".join(w for w, on in zip(_STACKS, (enc, dec)) if on)
         one = enc != dec
+        if norm_first and any(getattr(m, "norm_first", True) is False for m in model.modules()):
+            fail("built with norm_first=True, your model's encoder and decoder are post-norm (their norm_first is "
+                 "False) and have no final norm: pass norm_first on, Encoder(..., norm_first=norm_first) and "
+                 "Decoder(..., norm_first=norm_first).", mistake="norm_first not passed on")
         if norm_first:
             fail(f"{which} lack{'s' if one else ''} the final norm: with norm_first=True the stack must end with a "
                  "LayerNorm (the residual stream is never normalised otherwise). Build Encoder/Decoder with "
