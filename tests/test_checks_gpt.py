@@ -902,7 +902,7 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
     """A student's generate; the keyword-only flags switch on one mistake each. ``top_k_passed``:
     "in order", "left out", "swapped" (with top_p), "temperature last" (logits, top_k, top_p, temperature).
     ``new_token``: "tensor" (as drawn), "item" (torch.tensor of .item() values: on the CPU), "item on device"
-    (the same with device=), "cpu" (everything moved to the CPU)."""
+    (the same with device=), "cpu" (everything moved to the CPU), "cpu and back" (moved back with .to)."""
     was_training = model.training
     top_p = top_p if use_top_p else None
     if early_return and max_new_tokens == 0:  # trial 09.4-w18: returns before restoring the mode
@@ -933,6 +933,8 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
                     nxt = torch.tensor([[row.item()] for row in nxt], device=device)
                 elif new_token == "cpu":  # trial H x_gen_w_cpu_multinomial_no_to
                     out, nxt = out.cpu(), nxt.cpu()
+                elif new_token == "cpu and back":  # sampled on the CPU (a CPU generator), moved back: right
+                    nxt = nxt.cpu().to(out.device)
                 out = torch.cat([out, nxt], dim=1)
     finally:
         if restore and finally_:
@@ -978,8 +980,8 @@ def test_generate_mistakes_are_named(flags, mistake, words):
 
 
 @pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf"),
-                                variant(new_token="item on device")],
-                         ids=["reference", "plain loop", "inverse cdf", "item on device"])
+                                variant(new_token="item on device"), variant(new_token="cpu and back")],
+                         ids=["reference", "plain loop", "inverse cdf", "item on device", "cpu and back"])
 def test_generate_correct_variants_pass(fn):
     assert_passes(check_generate, fn, repeat=2)
 
