@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
 
 from course_utils import TransformerClassifier, gelu, masked_mean_pool, padding_mask
@@ -184,10 +185,12 @@ class ClsOwnPool(TransformerClassifier):
 
 
 def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, shape=None, layout="padding",
-                       dropout=False):
+                       dropout=False, head="own"):
     """A student's forward with (at most) one mistake; the defaults are correct. ``layout``
     of the encoder's mask: "padding", "query axis" (B, L, 1), "inverted", "causal" (and
-    padding); ``dropout``: F.dropout(pooled, 0.1, training=True), on in eval mode too."""
+    padding); ``dropout``: F.dropout(pooled, 0.1, training=True), on in eval mode too;
+    ``head``: "own" (self.classifier), "new" (an nn.Linear built in forward), "re-drawn"
+    (self.classifier's weight re-initialised in forward)."""
 
     def forward(self, tokens):
         pad = {"pad": self.pad_id, "zero": 0, None: None}[mask]
@@ -213,6 +216,13 @@ def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, s
             pooled = h.mean(dim=1) if self.pooling == "mean" else h[:, 0]
         elif kind == "sum":
             pooled = (h * real.unsqueeze(-1)).sum(1) if self.pooling == "mean" else h[:, 0]
+        elif kind in ("mean of padding", "mean of nothing"):  # trial H x_tc_w_mean_inverted: 0 / 0 on full rows
+            w = (tokens == self.pad_id if kind == "mean of padding" else tokens < 0).unsqueeze(-1).to(h.dtype)
+            pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]  # (B, D)
+        elif kind in ("cpu weights", "ones_like weights"):  # a pool weighted by a tensor built on the CPU, or not
+            w = torch.ones(tokens.shape) if kind == "cpu weights" else torch.ones_like(tokens, dtype=h.dtype)
+            w = w.masked_fill(tokens == self.pad_id, 0.0).unsqueeze(-1)  # (B, L, 1)
+            pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
         elif kind == "own pool, (B, 1, L) mask":  # trial 08.3-w18b: a pool written for (B, L) given padding_mask's
             w = padding_mask(tokens, self.pad_id).unsqueeze(-1).to(h.dtype)
             pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
@@ -224,6 +234,10 @@ def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, s
             return pooled
         if post == "pooled detached":
             pooled = pooled.detach()  # only the classifier layer would learn
+        if head == "new":  # trial H x_tc_w_new_linear_in_forward
+            return nn.Linear(pooled.size(-1), self.classifier.out_features)(pooled)
+        if head == "re-drawn":
+            nn.init.normal_(self.classifier.weight)
         logits = self.classifier(pooled)
         return {None: logits, "pooled detached": logits, "softmax": logits.softmax(-1),
                 "log_softmax": F.log_softmax(logits, dim=-1)}[post]
@@ -231,8 +245,9 @@ def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, s
     return type("StudentClassifier", (TransformerClassifier,), {"forward": forward})
 
 
-@pytest.mark.parametrize("cls", [TransformerClassifier, ClsEverywhere, ClsOwnPool, classifier_forward()],
-                         ids=["reference", "classify-then-pool", "own-pool", "written-out"])
+@pytest.mark.parametrize("cls", [TransformerClassifier, ClsEverywhere, ClsOwnPool, classifier_forward(),
+                                 classifier_forward(pool="ones_like weights")],
+                         ids=["reference", "classify-then-pool", "own-pool", "written-out", "ones_like weights"])
 def test_transformer_classifier_correct_variants_pass(cls):
     assert_passes(check_transformer_classifier, cls, repeat=SEEDS)
 
@@ -269,6 +284,21 @@ CLASSIFIER_MISTAKES = [
     (dict(dropout=True), "dropout ignores eval mode", "training=self.training"),
     (dict(pool="own pool, (B, 1, L) mask"), "mask broadcast wrongly", "(B, 1, L, 1)"),
 ]
+
+
+# the findings of trial H: one seed each (the verdicts do not depend on the draw)
+CLASSIFIER_MISTAKES_H = [
+    (dict(head="new"), "parameters created in forward", "creates new parameters on every call"),
+    (dict(head="re-drawn"), "parameters created in forward", "re-initialises `classifier.weight`"),
+    (dict(pool="mean of padding"), "inverted mask", "divides 0 by a count of 0"),
+    (dict(pool="mean of nothing"), "NaN", "0 / 0"),
+    (dict(pool="cpu weights"), "wrong device", "device=tokens.device"),
+]
+
+
+@pytest.mark.parametrize("kw, mistake, word", CLASSIFIER_MISTAKES_H, ids=[m for _, m, _ in CLASSIFIER_MISTAKES_H])
+def test_transformer_classifier_trial_h_mistakes_are_named(kw, mistake, word):
+    assert_mistake(check_transformer_classifier, classifier_forward(**kw), mistake, word, repeat=1)
 
 
 @pytest.mark.parametrize("kw, mistake, word", CLASSIFIER_MISTAKES, ids=[f"{i}-{m}" for i, (_, m, _) in enumerate(CLASSIFIER_MISTAKES)])

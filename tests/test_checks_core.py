@@ -562,6 +562,8 @@ def test_extra_optional_parameters_and_kwargs_are_accepted():
     (lambda x: torch.tensor(x.tolist()) * 2, True),
     (lambda x: torch.as_tensor(torch.ones(x.shape)) + 0 * x.sum().item(), True),
     (lambda x: (x * 2).cpu(), True),
+    (lambda x: x[torch.arange(x.size(0)), torch.tensor([0, 2])], False),  # a CPU index picks from any device
+    (lambda x: torch.ones(x.shape)[torch.arange(x.size(0))] * x, True),  # not from a CPU tensor
 ])
 def test_the_cpu_run_watches_tensors_made_without_device(student, wrong):
     # what check_input_device does when the meta run cannot finish (meta has no values to read)

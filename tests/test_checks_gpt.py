@@ -31,10 +31,11 @@ class Block(gpt.GPTBlock):
     activation = staticmethod(lambda a: F.gelu(a, approximate="tanh"))
 
     def attn_mask(self, L, mask):
-        causal = causal_mask(L)
+        causal = causal_mask(L, device=self.device)
         return causal if mask is None else causal & mask
 
     def attend(self, h, mask):
+        self.device = h.device  # for attn_mask: the mask goes on the input's device
         return self.self_attn(h, h, h, self.attn_mask(h.size(1), mask))[0]
 
     def feed(self, h):
@@ -134,7 +135,7 @@ class ReluDefault(nn.Module):
 
 class ReturnsTuple(Block):
     def forward(self, x, mask=None):
-        h = self.norm1(x)
+        h, self.device = self.norm1(x), x.device
         out, weights = self.self_attn(h, h, h, self.attn_mask(x.size(1), mask))
         x = x + out
         return x + self.feed(self.norm2(x)), weights
@@ -226,6 +227,34 @@ class NormedInputDropped(ModuleFeed):  # zeroed at p = 1 by the output dropout a
         return x + self.dropout2(self.feed(self.norm2(x)))
 
 
+class MaskWithoutDevice(Block):  # trial H gb_w_no_device_mask: the mask lands on the CPU, a GPU input fails
+    def attn_mask(self, L, mask):
+        causal = torch.tril(torch.ones(L, L, dtype=torch.bool))
+        return causal if mask is None else causal & mask
+
+
+class CourseMaskWithoutDevice(Block):
+    def attn_mask(self, L, mask):
+        causal = causal_mask(L)
+        return causal if mask is None else causal & mask
+
+
+class BufferMask(Block):  # right: a buffer built once, moved by .to(device) with the parameters
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("causal", torch.ones(64, 64, dtype=torch.bool).tril(), persistent=False)
+
+    def attn_mask(self, L, mask):
+        return self.causal[:L, :L] if mask is None else self.causal[:L, :L] & mask
+
+
+class NewOnesMask(Block):  # right: x.new_ones builds on x's device
+    def attend(self, h, mask):
+        L = h.size(1)
+        causal = h.new_ones(L, L, dtype=torch.bool).tril()
+        return self.self_attn(h, h, h, causal if mask is None else causal & mask)[0]
+
+
 class BlockStub(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -261,6 +290,8 @@ BLOCK_MISTAKES = [
     (AttentionDroppedTwice, "dropout applied twice", "2 times to the masked self-attention's output"),
     (FeedForwardDroppedTwice, "dropout applied twice", "feed-forward's output"),
     (NormedInputDropped, "dropout on the sub-layer input", "the query of the masked self-attention"),
+    (MaskWithoutDevice, "wrong device", "causal_mask(L, device=x.device)"),
+    (CourseMaskWithoutDevice, "wrong device", "created without device="),
 ]
 
 
@@ -305,9 +336,10 @@ class SdpaBlock(nn.Module):
         a = self.self_attn
         h = self.norm1(x)
         q, k, v = (w(h).view(B, L, self.h, D // self.h).transpose(1, 2) for w in (a.w_q, a.w_k, a.w_v))
-        bias = torch.zeros(L, L).masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -1e9)  # (L, L)
+        causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+        bias = torch.zeros(L, L, device=x.device).masked_fill(~causal, -1e9)  # (L, L)
         if mask is not None:
-            bias = bias + torch.zeros(mask.shape).masked_fill(~mask, -1e9)[:, None]  # (B, 1, 1, L)
+            bias = bias + torch.zeros_like(mask, dtype=x.dtype).masked_fill(~mask, -1e9)[:, None]  # (B, 1, 1, L)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, L, d_k)
         x = x + self.drop(a.w_o(out.transpose(1, 2).reshape(B, L, D)))
         ff = self.feed_forward
@@ -334,7 +366,7 @@ class HandWrittenDropout(ModuleFeed):  # mask * h / (1 - p), with the `dropout` 
 
 
 @pytest.mark.parametrize("cls", [gpt.GPTBlock, Block, EncoderLayerBlock, SdpaBlock, OneDropoutModule,
-                                 HandWrittenDropout])
+                                 HandWrittenDropout, BufferMask, NewOnesMask])
 def test_gpt_block_correct_variants_pass(cls):
     assert_passes(check_gpt_block, cls)
 
@@ -355,7 +387,7 @@ class Model(gpt.GPT):
 
     def embed(self, tokens):
         L = tokens.size(1)
-        return self.token_embedding(tokens) + self.position_embedding(torch.arange(L))
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(L, device=tokens.device))
 
     def forward(self, tokens, mask=None):
         x = self.dropout(self.embed(tokens))
@@ -539,6 +571,19 @@ class ReturnsLossToo(Model):  # trial 09.2-o01: (logits, None) as Hugging Face m
         return super().forward(tokens, mask), None
 
 
+class PositionsWithoutDevice(Model):  # trial H gp_w_pos_no_device: positions on the CPU, a GPU input fails
+    def embed(self, tokens):
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(tokens.size(1)))
+
+
+class InitStdOne(Model):  # trial H gp_w_init_std1: nn.init.normal_(p) without std
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p)
+
+
 GPT_MISTAKES = [
     (NotTied, "not tied", "self.lm_head.weight = self.token_embedding.weight"),
     (TiedByCopy, "tied by copying", "copy"),
@@ -566,6 +611,8 @@ GPT_MISTAKES = [
     (ReturnsLossToo, "wrong return", "logits alone"),
     (PositionsDetached, "gradient blocked", "no gradient reaches `position_embedding.weight`"),
     (HeadFromWeightData, "gradient differs", "gradient of `token_embedding.weight`"),
+    (PositionsWithoutDevice, "wrong device", "torch.arange(L, device=tokens.device)"),
+    (InitStdOne, "wrong initialisation", "nn.init.normal_(p) called without std="),
 ]
 
 
@@ -603,7 +650,21 @@ class TiedTheOtherWay(Model):
         self.token_embedding.weight = self.lm_head.weight
 
 
-@pytest.mark.parametrize("cls", [gpt.GPT, Model, FunctionalHead, TiedTheOtherWay])
+class PositionsMoved(Model):  # right: built on the CPU, then moved to the tokens' device
+    def embed(self, tokens):
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(tokens.size(1)).to(tokens.device))
+
+
+class PositionsBuffer(Model):  # right: a buffer, moved by .to(device) with the parameters
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("positions", torch.arange(self.max_len), persistent=False)
+
+    def embed(self, tokens):
+        return self.token_embedding(tokens) + self.position_embedding(self.positions[: tokens.size(1)])
+
+
+@pytest.mark.parametrize("cls", [gpt.GPT, Model, FunctionalHead, TiedTheOtherWay, PositionsMoved, PositionsBuffer])
 def test_gpt_correct_variants_pass(cls):
     assert_passes(check_gpt, cls)
 
@@ -766,6 +827,22 @@ def probs_topk_unclamped(logits, temperature=1.0, top_k=None, top_p=None):  # tr
     return gpt.next_token_probs(logits, temperature, top_k, top_p)
 
 
+def topp_strict_top_kept(logits, temperature=1.0, top_k=None, top_p=None):  # trial H np_w_topp_excl_crossing
+    s = logits / temperature
+    if top_k is not None:
+        s = s.masked_fill(s < s.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    if top_p is not None:
+        p, idx = s.softmax(-1).sort(dim=-1, descending=True)
+        remove = p.cumsum(-1) > top_p  # the crossing token is dropped...
+        remove[..., 0] = False  # ...but never the most likely one
+        s = s.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+    return s.softmax(-1)
+
+
+def topp_ignored(logits, temperature=1.0, top_k=None, top_p=None):  # trial H np_w_topp_ignored
+    return gpt.next_token_probs(logits, temperature, top_k)
+
+
 PROBS_MISTAKES = [
     (temperature_after_softmax, "temperature after softmax", "before it"),
     (temperature_ignored, "temperature ignored", "no effect"),
@@ -779,6 +856,8 @@ PROBS_MISTAKES = [
     (topp_unsorted, "top-p unsorted", "sort"),
     (topp_before_temperature, "top-p before temperature", "temperature first"),
     (topp_before_topk, "top-p before top-k", "after top-k"),
+    (topp_ignored, "top_p ignored", "has no effect"),
+    (topp_strict_top_kept, "top-p drops the crossing token", "crosses p"),
     (log_probs, "log-probabilities", "log"),
     (in_place, "input modified in place", "in place"),
 ]
@@ -799,6 +878,10 @@ def test_next_token_probs_top_k_above_v_fails():
     assert not r.passed and "top_k=" in r.feedback and "> V=" in r.feedback, r.feedback
 
 
+def test_next_token_probs_top_k_above_v_is_named():  # trial H np_w_topk_nomin_only
+    assert_mistake(check_next_token_probs, probs_topk_unclamped, "top_k not clamped", "min(top_k", repeat=1)
+
+
 @pytest.mark.parametrize("fn", [gpt.next_token_probs, probs_loop, probs_hf_style])
 def test_next_token_probs_correct_variants_pass(fn):
     assert_passes(check_next_token_probs, fn)
@@ -815,9 +898,11 @@ def test_next_token_probs_verdicts_are_stable_over_20_draws():
 def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
                    *, mode="eval", grad=False, crop="end", position=-1, sampler="multinomial", keep_prompt=True,
                    use_temperature=True, use_generator=True, restore=True, use_top_p=True, early_return=False,
-                   top_k_passed="in order", finally_=True):
+                   top_k_passed="in order", finally_=True, new_token="tensor"):
     """A student's generate; the keyword-only flags switch on one mistake each. ``top_k_passed``:
-    "in order", "left out", "swapped" (with top_p), "temperature last" (logits, top_k, top_p, temperature)."""
+    "in order", "left out", "swapped" (with top_p), "temperature last" (logits, top_k, top_p, temperature).
+    ``new_token``: "tensor" (as drawn), "item" (torch.tensor of .item() values: on the CPU), "item on device"
+    (the same with device=), "cpu" (everything moved to the CPU), "cpu and back" (moved back with .to)."""
     was_training = model.training
     top_p = top_p if use_top_p else None
     if early_return and max_new_tokens == 0:  # trial 09.4-w18: returns before restoring the mode
@@ -841,8 +926,15 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
                 elif sampler == "argmax":
                     nxt = probs.argmax(-1, keepdim=True)
                 else:  # inverse CDF with the generator's uniform numbers: correct, other draws
-                    u = torch.rand(probs.size(0), 1, generator=generator)
+                    u = torch.rand(probs.size(0), 1, generator=generator).to(probs.device)  # a CPU generator
                     nxt = (probs.cumsum(-1) < u).sum(-1, keepdim=True).clamp(max=probs.size(-1) - 1)
+                if new_token in ("item", "item on device"):  # trial H ge_w_cpu_new_tensor
+                    device = out.device if new_token == "item on device" else None
+                    nxt = torch.tensor([[row.item()] for row in nxt], device=device)
+                elif new_token == "cpu":  # trial H x_gen_w_cpu_multinomial_no_to
+                    out, nxt = out.cpu(), nxt.cpu()
+                elif new_token == "cpu and back":  # sampled on the CPU (a CPU generator), moved back: right
+                    nxt = nxt.cpu().to(out.device)
                 out = torch.cat([out, nxt], dim=1)
     finally:
         if restore and finally_:
@@ -877,6 +969,8 @@ GENERATE_MISTAKES = [
     (dict(top_k_passed="swapped"), "top_k not passed on", "another order"),  # trial 09.4-w21
     (dict(top_k_passed="temperature last"), "top_k not passed on", "by name"),  # trial 09.4-w15
     (dict(finally_=False), "mode not restored", "finally"),  # restored, but not when the model raises
+    (dict(new_token="item"), "wrong device", ".item()"),
+    (dict(new_token="cpu"), "wrong device", ".cpu()"),
 ]
 
 
@@ -885,8 +979,9 @@ def test_generate_mistakes_are_named(flags, mistake, words):
     assert_mistake(check_generate, variant(**flags), mistake, words, repeat=2)
 
 
-@pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf")],
-                         ids=["reference", "plain loop", "inverse cdf"])
+@pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf"),
+                                variant(new_token="item on device"), variant(new_token="cpu and back")],
+                         ids=["reference", "plain loop", "inverse cdf", "item on device", "cpu and back"])
 def test_generate_correct_variants_pass(fn):
     assert_passes(check_generate, fn, repeat=2)
 

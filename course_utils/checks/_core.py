@@ -199,7 +199,7 @@ def expect_close(what: str, got: Any, expected: Tensor, mistakes: Mapping[str, A
         fail(f"{what}{where}: {wrong} of {expected.numel()} entries are wrong.", mistake="values differ")
     diff = (got.detach().double() - expected.detach().double()).abs()
     if isnan(got).any():
-        fail(f"{what}{where} contains NaN.", mistake="NaN")
+        fail(f"{what}{where} contain{'' if what.endswith('s') else 's'} NaN.", mistake="NaN")  # the logits contain
     idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
     fail(f"{what}{where} has the right shape but the wrong values: the largest difference is {float(diff.max()):.3g} "
          f"at index {idx} (yours {float(got[idx]):.4f}, expected {float(expected[idx]):.4f}).",
@@ -400,12 +400,13 @@ def _tensors(obj: Any) -> Iterator[Tensor]:
 class _HostWatch(torch.overrides.TorchFunctionMode):
     """A second device stood in for on the CPU: a tensor of a factory called without ``device=``
     is marked as the CPU's, and so is every result computed from one, unless moved with
-    ``.to(device)``. (0-d tensors mix with any device; ``copy_`` and assignment copy across.)"""
+    ``.to(device)``. (0-d tensors mix with any device; ``copy_`` and assignment copy across; a
+    CPU index picks from a tensor on any device.)"""
 
     def __init__(self) -> None:
         super().__init__()
         self.marked: dict[int, Tensor] = {}  # id -> tensor, kept alive so the ids stay unique
-        self.to_python: list[str] = []
+        self.to_python: list[str] = []  # .tolist(), .item(), .numpy() or .cpu() called
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -418,12 +419,15 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
             mark = kwargs.get("device") is None and (data is None or id(data) in self.marked)
         elif name == "cpu":
             mark = True
+            self.to_python.append("cpu")
         elif name in ("to", "cuda"):
             moved = name == "cuda" or kwargs.get("device") is not None or any(
                 isinstance(a, (str, torch.device, Tensor)) for a in args[1:])
             mark = not moved and id(args[0]) in self.marked
             if moved:  # .to(the device it is on) returns the tensor itself: no longer the CPU's here
                 self.marked.pop(id(out), None)
+        elif name == "__getitem__":  # a CPU index picks from a tensor on any device
+            mark = id(args[0]) in self.marked
         else:
             mark = name not in ("copy_", "__setitem__") and any(id(t) in self.marked for t in _tensors((args, kwargs)))
         for t in _tensors(out) if mark else ():
@@ -466,9 +470,11 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
         return
     for got in out if isinstance(out, (tuple, list)) else (out,):
         if isinstance(got, Tensor) and id(got) in watch.marked:
-            how = (f"copies the tensor's values into Python (.{watch.to_python[0]}()) and builds the result from them"
-                   if watch.to_python else "builds the result from a tensor created without device= (torch.zeros, "
-                   "torch.full, torch.tensor, ...)")
+            how = "builds the result from a tensor created without device= (torch.zeros, torch.full, torch.tensor, ...)"
+            if watch.to_python:
+                how = ("moves a tensor to the CPU (.cpu()) and builds the result from it" if "cpu" in watch.to_python
+                       else f"copies the tensor's values into Python (.{watch.to_python[0]}()) and builds the result "
+                       "from them")
             fail(f"{what} {how} ({case}): such a tensor lands on the CPU whatever the input's device, so on a GPU "
                  f"(Colab) the result is on the wrong device or the code fails; {fix}.", mistake="wrong device")
 

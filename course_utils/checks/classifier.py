@@ -24,9 +24,9 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
 from ..classifier import TransformerClassifier
-from ._core import (Mistake, StudentError, allclose, call_student, check_unchanged, checker, expect_close, fail,
-                    gradient_probe, isnan, matches, randint, register_hints, require_function, require_module_class,
-                    require_own_code)
+from ._core import (Mistake, StudentError, allclose, call_student, check_input_device, check_unchanged, checker, equal,
+                    expect_close, fail, gradient_probe, isnan, matches, randint, register_hints, require_function,
+                    require_module_class, require_own_code)
 from ._pairing import load_reference, randomise_parameters
 
 __all__ = ["check_gelu", "check_masked_mean_pool", "check_transformer_classifier"]
@@ -222,6 +222,7 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
         "last real": lambda: h[torch.arange(h.size(0)), (tokens != ref.pad_id).sum(dim=1) - 1],
         "mean all": lambda: h.mean(dim=1), "sum": lambda: (h * real).sum(dim=1),
         "mean": lambda: (h * real).sum(dim=1) / real.sum(dim=1),  # (B, D)
+        "mean of padding": lambda: (h * (1 - real)).sum(dim=1) / (1 - real).sum(dim=1),  # 0 / 0 on a full row
         "(B, 1, L) mask": lambda: (h * per_key).sum(dim=1) / per_key.sum(dim=1),  # (B, B, L, D) summed: (B, L, D)
     }
     logits = ref.classifier(pools[pool or pooling]())  # (B, C)
@@ -305,6 +306,47 @@ _CLASSIFIER_PARTS = {
 }
 
 
+def _built_in_forward(model: nn.Module, run: Callable[[], Any]) -> tuple[Any, str | None]:
+    """``run()``'s result and what it did to ``model``'s parameters, if anything: parameters
+    created (``nn.Linear(...)`` inside forward, kept or not), or the model's own replaced or
+    re-drawn (``self.classifier = nn.Linear(...)``, ``nn.init.normal_(...)`` in forward)."""
+    before = {name: (id(p), p.detach().clone()) for name, p in model.named_parameters()}
+    made: list[str] = []
+    handle = nn.modules.module.register_module_parameter_registration_hook(
+        lambda module, name, _: made.append(f"{type(module).__name__}.{name}"))
+    try:
+        out = run()
+    finally:
+        handle.remove()
+    after = dict(model.named_parameters())
+    if made:
+        return out, (f"forward creates new parameters on every call ({', '.join(sorted(set(made)))}): a layer built "
+                     "inside forward, such as nn.Linear(...)(v), starts from new random weights each time")
+    changed = [name for name, (ident, value) in before.items() if name not in after or id(after[name]) != ident
+               or not equal(after[name].detach(), value)]
+    if changed:
+        return out, (f"forward replaces or re-initialises `{changed[0]}` on every call (new random weights each "
+                     "time)")
+    return out, None
+
+
+def _nan_in_mean(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling: str, case: str) -> None:
+    """NaN logits from a mean pool: 0 / 0 in the rows where it counts no position."""
+    if pooling != "mean" or not isinstance(got, Tensor) or got.dim() != 2 or not bool(isnan(got).any()):
+        return
+    full = ", ".join(str(int(i)) for i in torch.nonzero(~(tokens == ref.pad_id).any(dim=1)).flatten())
+    inverted = _classifier_variant(ref, tokens, pooling, pool="mean of padding")  # (B, C), NaN on full rows
+    if got.shape == inverted.shape and allclose(got.float(), inverted, atol=_ATOL, equal_nan=True):
+        fail(f"the logits ({case}) contain NaN in the rows without padding (rows {full}): with pooling='mean' you "
+             "averaged over the padding, not the real tokens (the mask is inverted: tokens == self.pad_id), so a "
+             "row without padding divides 0 by a count of 0. The pool's mask is True on the real tokens: "
+             "masked_mean_pool(h, tokens != self.pad_id).", mistake="inverted mask")
+    rows = ", ".join(str(int(i)) for i in torch.nonzero(isnan(got).any(dim=1)).flatten())
+    fail(f"the logits ({case}) contain NaN in rows {rows}: with pooling='mean' this is most likely 0 / 0, a mean "
+         "that counts no position in these rows (its mask is False everywhere there). Pool the real tokens: "
+         "masked_mean_pool(h, tokens != self.pad_id), whose count is at least 1.", mistake="NaN")
+
+
 def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling: str, C: int, D: int,
                   case: str) -> None:
     """A per-position ``(B, L, C)`` (from a pool given padding_mask's ``(B, 1, L)``, or no pool at all)
@@ -362,18 +404,29 @@ def check_transformer_classifier(cls: Any) -> str:
             check_unchanged(["tokens"], [tokens], [tokens0], case)
             expected = ref(tokens0)  # (B, C)
             # a wrong result: is it random? (a second call costs a right one nothing)
-            again = None if isinstance(got, Tensor) and got.shape == expected.shape and matches(
-                got, expected, atol=_ATOL) else call_student(model, tokens, context=f"running forward again ({case})")
+            again, built = (None, None) if isinstance(got, Tensor) and got.shape == expected.shape and matches(
+                got, expected, atol=_ATOL) else _built_in_forward(model, lambda: call_student(
+                    model, tokens, context=f"running forward again ({case})"))
             if isinstance(got, Tensor) and isinstance(again, Tensor) and got.shape == again.shape and \
                     not bool(((got == again) | (isnan(got) & isnan(again))).all()):  # a NaN is no dropout
+                if built:
+                    fail(f"in eval mode, two calls of forward ({case}) give different logits: {built}. The "
+                         "optimizer never sees such weights and training cannot change them. Build every layer "
+                         "once, in __init__ (self.classifier is there), and only call it in forward.",
+                         mistake="parameters created in forward")
                 fail(f"in eval mode, two calls of forward ({case}) give different logits: a dropout still acts "
                      "after model.eval(). F.dropout(x, p, training=True) ignores the mode: pass "
                      "training=self.training, or use an nn.Dropout module (or no extra dropout at all: the given "
                      "modules already have theirs).", mistake="dropout ignores eval mode")
             _logits_shape(got, ref, tokens0, pooling, C, H * d_k, case)
+            _nan_in_mean(got, ref, tokens0, pooling, case)
             expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling, encoder_masks),
                          atol=_ATOL, case=case)
         gradient_probe(model, ref, dict(tokens=tokens0), params, what="TransformerClassifier", case=case)
+        with torch.no_grad():  # right so far: once more, with a tensor built without device= watched
+            check_input_device(None, lambda: call_student(model, tokens0.clone(), context=f"running forward ({case})"),
+                               "your TransformerClassifier", case, "build every new tensor from the tokens "
+                               "(tokens != self.pad_id, torch.ones_like(tokens)) or with device=tokens.device")
     return "[CLS] and mean pooling, post- and pre-norm, GELU and ReLU, a non-zero pad id"
 
 

@@ -26,9 +26,9 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..gpt import GPT, GPTBlock, next_token_probs
-from ._core import (Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, drawn_once, equal,
-                    expect_close, fail, gradient_probe, isnan, matches, randint, register_hints, require_distinct_roles,
-                    require_function, require_module_class, require_no_grad)
+from ._core import (Mistake, StudentError, call_student, check_input_device, check_unchanged, checker, describe_shape,
+                    drawn_once, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints,
+                    require_distinct_roles, require_function, require_module_class, require_no_grad)
 from ._blocks import (P_PROBE, P_RATE, Block, Spy, check_dropout, check_dropout_modes, check_dropout_rate,
                       check_part_dropout, dropout_mistakes, run_block, sublayer_dropout_rates, zeros)
 from ._pairing import build_student, copy_parameters, match_parameters, named, randomise_parameters, structure_failure
@@ -174,13 +174,19 @@ def check_gpt_block(cls: Any) -> str:
     structure_failure("GPTBlock", model, missing, unexpected, wrong_shape, _BLOCK_PARTS)
     require_distinct_roles(model, ref, "GPTBlock")  # self.norm2 = self.norm1
     copy_parameters(pairs)
-    _run_block_case(model, ref, torch.randn(B, L, D), None, f"x ({B}, {L}, {D}), no mask")
+    x, first = torch.randn(B, L, D), f"x ({B}, {L}, {D}), no mask"
+    _run_block_case(model, ref, x, None, first)
     mask = trailing_padding(B, L)  # (B, 1, L)
     case = f"x ({B}, {L}, {D}), padding mask ({B}, 1, {L})"
     _run_block_case(model, ref, torch.randn(B, L, D), mask, case)
     gradient_probe(model, ref, dict(x=torch.randn(B, L, D), mask=mask), named(model, pairs), what="GPTBlock", case=case)
     _exact_gelu_probe(model, ref, B, L, D)
     _block_dropout(cls, B, L, D, H, d_ff)
+    with torch.no_grad():  # all right so far: the first case again, a tensor built without device= watched
+        check_input_device(None, lambda: call_student(model, x.clone(), context=f"running forward ({first})"),
+                           "your GPTBlock", first, "build the causal mask on the input's device: causal_mask(L, "
+                           "device=x.device) (or torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), or a "
+                           "buffer registered in __init__, which .to(device) moves)")
     # the notebook stores this line (nbval): change it together with solutions/09
     return "causal by itself, pre-norm, GELU (tanh), residuals, with and without a padding mask, random weights"
 
@@ -317,6 +323,10 @@ def _check_init(model: nn.Module, ref: GPT) -> None:
     how = "Initialise every weight matrix with nn.init.normal_(p, std=0.02), as GPT-2 does (before tying)."
     if not all(0.01 < std < 0.04 for std in stds.values()) or abs(pooled - 0.02) > 0.003:
         name = max(stds, key=lambda n: abs(math.log(max(stds[n], 1e-12) / 0.02)))
+        if all(0.6 < std < 1.6 for std in stds.values()) and 0.8 < pooled < 1.25:  # nn.Linear's default is < 0.3
+            fail(f"every weight matrix has standard deviation about 1 (all together: {pooled:.3g}), the N(0, 1) of "
+                 "nn.init.normal_(p) called without std= (nn.Embedding's default too, but nn.Linear's is smaller): "
+                 f"{how}", mistake="wrong initialisation")
         for emb in ("token_embedding.weight", "position_embedding.weight"):
             # wide bounds: a small position table's N(0, 1) strays beyond 20 % on some draws
             if 0.6 < stds.get(emb, 0.0) < 1.6:
@@ -377,6 +387,11 @@ def check_gpt(cls: Any) -> str:
             expect_close("logits", got, expected, _gpt_mistakes(ref, tokens, mask), case=case)
     gradient_probe(model, ref, dict(tokens=tokens, mask=mask), named(model, pairs), what="GPT", case=case)
     _gpt_dropout(cls, V, D, H, N, d_ff, max_len, B, L)
+    tokens, case = torch.randint(0, V, (B, L)), f"tokens ({B}, {L}), no mask"  # all right: a CPU tensor watched
+    with torch.no_grad():
+        check_input_device(None, lambda: call_student(model.eval(), tokens, context=f"running forward ({case})"),
+                           "your GPT", case, "build the positions on the tokens' device: torch.arange(L, "
+                           "device=tokens.device)")
     # the notebook stores this line (nbval): change it together with solutions/09
     return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"
 
@@ -450,6 +465,7 @@ def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p:
                    temp: str = "ok", k_shift: int = 0, k_largest: bool = True, renorm: bool = True,
                    zero_logit: bool = False, p_mode: str = "ok", p_order: str = "after k") -> Tensor:
     """The reference's distribution computed with one mistake."""
+    top_p = None if p_mode == "ignored" else top_p
     if temp in ("after softmax", "softmax twice"):
         probs = logits.softmax(-1) / temperature
         return probs if temp == "after softmax" else probs.softmax(-1)
@@ -467,7 +483,8 @@ def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p:
         else:
             sp, order = probs.sort(dim=-1, descending=True)
             cum = sp.cumsum(-1)
-            keep_sorted = (cum < top_p) if p_mode == "strict" else (cum - sp < top_p)
+            keep_sorted = (cum < top_p) if p_mode.startswith("strict") else (cum - sp < top_p)
+            keep_sorted[..., 0] |= p_mode == "strict, top kept"  # the nucleus never empty: still one short
             keep &= keep_sorted.scatter(-1, order, keep_sorted)
     if zero_logit:
         return scaled.masked_fill(~keep, 0.0).softmax(-1)
@@ -507,9 +524,16 @@ def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) ->
         ]
     if p is not None:
         table += [
+            ("top_p ignored", f"top_p={p} has no effect: keep only the smallest set of most likely tokens whose "
+             "probabilities add up to at least top_p (sort, cumsum, remove a token once the tokens before it reach "
+             "top_p), then renormalise.", dict(p_mode="ignored")),
             ("top-p drops the crossing token", f"top_p={p} stops before the token whose cumulative probability "
              "crosses p; the nucleus is the smallest set of most likely tokens whose total is >= p, so that token is "
              "kept (remove a token only when the tokens before it already add up to p).", dict(p_mode="strict")),
+            ("top-p drops the crossing token", f"top_p={p} stops before the token whose cumulative probability "
+             "crosses p (except where the most likely token alone reaches p); the nucleus is the smallest set of "
+             "most likely tokens whose total is >= p, so that token is kept (remove a token only when the tokens "
+             "before it already add up to p).", dict(p_mode="strict, top kept")),
             ("top-p unsorted", "top-p adds up the probabilities in vocabulary order; sort them from the most to the "
              "least likely first (sort(descending=True)), then map the decision back to the vocabulary order.",
              dict(p_mode="unsorted")),
@@ -608,7 +632,15 @@ def _probs_robustness(fn: Callable[..., Any], V: int) -> None:
     ):
         case = f"logits ({2}, {V}), {what}"
         expected = next_token_probs(logits, **kwargs)
-        got = call_student(fn, logits.clone(), context=f"calling next_token_probs ({case})", **kwargs)
+        try:
+            got = call_student(fn, logits.clone(), context=f"calling next_token_probs ({case})", **kwargs)
+        except StudentError as err:
+            if "top_k" in kwargs and isinstance(err.exc, RuntimeError) and "out of range" in str(err.exc):
+                fail(f"your next_token_probs raised {type(err.exc).__name__} ({case}): "
+                     f"{str(err.exc).strip().splitlines()[0]}. topk cannot take more than V values; a top_k above "
+                     "the vocabulary size keeps every token: k = min(top_k, logits.size(-1)).",
+                     mistake="top_k not clamped")
+            raise
         if isinstance(got, Tensor) and got.shape == expected.shape and bool(isnan(got).any()):
             fail(f"your probabilities are NaN ({case}): exp of a large scaled logit overflows, or probabilities "
                  "raised to 1 / temperature underflow to 0 / 0. Divide the logits by the temperature and use "
@@ -814,6 +846,12 @@ def check_generate(fn: Callable[..., Any]) -> str:
              "used. Pass it to the sampling: torch.multinomial(probs, 1, generator=generator).",
              mistake="generator ignored")
     _restored_after_error(fn, model, original, steps)
+    # all right so far: once more, with a tensor built without device= (or moved with .cpu()) watched
+    check_input_device(None, lambda: fn(model, original.clone(), steps, top_k=1), "your generate",
+                       f"prompt {describe_shape(original)}, max_new_tokens={steps}, top_k=1", "keep the new token on "
+                       "the prompt's device: torch.cat([tokens, torch.multinomial(probs, 1, generator=generator)], "
+                       "dim=1) stays there; a tensor built from .item() values, or moved with .cpu(), needs "
+                       ".to(tokens.device)")
     return "eval mode restored, no gradients, context cropped to max_len, last position, draws follow the distribution"
 
 
