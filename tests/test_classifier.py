@@ -196,3 +196,9 @@ def test_benchmark_runs_end_to_end(capsys, monkeypatch):
         sys.modules.pop("classifier", None)
     out = capsys.readouterr().out
     assert "| recipe | 0 |" in out and "| bag of words | 0 |" in out and "| machine | |" in out
+
+
+def test_bert_attention_mask_stays_on_the_mask_device():
+    # the meta device stands in for a GPU: a mask built without device= would land on the CPU
+    got = bert_attention_mask(torch.ones(2, 1, 5, dtype=torch.bool, device="meta"))
+    assert got.device.type == "meta" and got.shape == (2, 1, 1, 5)
