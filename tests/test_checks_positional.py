@@ -281,6 +281,8 @@ def make_pe(bug=None):
             if bug == "input modified in place":
                 x += pe[:L]
                 return self.dropout(x)
+            if bug == "pe scaled in place":  # the buffer itself changes at every call
+                self.pe.mul_(1.5)
             if bug == "missing pe":
                 return self.dropout(x + self.encoding[:L])
             if bug == "x detached":
@@ -332,6 +334,7 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("no length check", "no length check", ["RuntimeError", "ValueError", "max_len"]),
         ("no length check (silent)", "no length check", ["returned a result instead of raising"]),
         ("input modified in place", "input modified in place", ["`x` in place"]),
+        ("pe scaled in place", "parameters modified in place", ["changed `pe` in place", "self.pe[:L]"]),
         ("x detached", "gradient blocked", ["does not require grad", ".detach()"]),
         ("float64 pe not converted", "dtype not preserved", ["returns torch.float64 instead of torch.float32"]),
         ("vague error", "error message without values", ["'sequence too long'", "names both numbers"]),
@@ -451,6 +454,15 @@ class SparseEmbeddingW08(nn.Module):
         return self.embedding(tokens) * math.sqrt(self.d_model)
 
 
+class ScaledInPlaceG(make_embedding(None)):
+    """Trial G: the weights scaled in place at each call (the second call looked like `* d_model`)."""
+
+    def forward(self, tokens):
+        with torch.no_grad():
+            self.embedding.weight.mul_(math.sqrt(self.d_model))
+        return self.embedding(tokens)
+
+
 class NamedWrong(nn.Module):
     def __init__(self, vocab_size, d_model):
         super().__init__()
@@ -484,6 +496,8 @@ class SwappedSizes(nn.Module):
         (make_embedding(lambda e, d: e.float() * math.sqrt(d)), "dtype not preserved",
          ["torch.float32 instead of torch.float16"]),
         (SparseEmbeddingW08, "sparse embedding", ["sparse=True", "Adam"]),
+        (ScaledInPlaceG, "parameters modified in place", ["changed `embedding.weight` in place",
+                                                          "self.embedding(tokens) * math.sqrt(self.d_model)"]),
     ],
 )
 def test_token_embedding_mistakes_are_named(cls, mistake, words):

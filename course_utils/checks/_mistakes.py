@@ -17,6 +17,7 @@ MISTAKES: dict[str, str] = {
     "values differ": "right shape, wrong values, and no catalogued mistake matches",
     "NaN": "the result contains NaN",
     "input modified in place": "an input tensor was changed in place",
+    "parameters modified in place": "a forward call changes the module's own parameters or buffers in place",
     "wrong return": "the return value is not the contract's (a tuple for one tensor, or the reverse)",
     "wrong error type": "an argument rule raises another exception than the ValueError asked for",
     "view on a non-contiguous tensor": ".view on a transposed or sliced tensor (use .reshape)",
