@@ -129,6 +129,29 @@ class IgnoresMemory(Layer):
         return self.step(x, self.norm3, self.feed_forward)
 
 
+class ValueFromXG(Layer):
+    """Trial G: cross_attn(x, memory, x, mask) raised with L_src != L_tgt and was not named."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, y, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class KeyFromX(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, y, memory, memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class NormScaledInPlace(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        with torch.no_grad():
+            self.norm3.weight.mul_(2.0)
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
 class MasksSwapped(Layer):
     def forward(self, x, memory, tgt_mask=None, memory_mask=None):
         x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, memory_mask)[0])
@@ -245,6 +268,10 @@ class CrossAttentionNoGrad(Layer):
         (CrossAttentionNoGrad, "gradient blocked", ["`cross_attn.w_q.weight`", "torch.no_grad()"]),
         (QueriesFromMemory, "cross-attention queries from memory", ["queries from `memory`", "L_src == L_tgt"]),
         (IgnoresMemory, "cross-attention ignores memory", ["never looks at `memory`"]),
+        (ValueFromXG, "cross-attention value from x", ["values from `x`", "L_src == L_tgt",
+                                                       "cross_attn(x, memory, memory, memory_mask)"]),
+        (KeyFromX, "cross-attention key from x", ["keys from `x`", "L_src == L_tgt"]),
+        (NormScaledInPlace, "parameters modified in place", ["changed `norm3.weight` in place"]),
         (MasksSwapped, "masks swapped", ["swapped", "L_src == L_tgt"]),
         (NoTgtMask, "tgt_mask not passed", ["sees the future"]),
         (NoMemoryMask, "memory_mask not passed", ["ignores memory_mask"]),

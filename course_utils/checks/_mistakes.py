@@ -173,6 +173,8 @@ MISTAKES: dict[str, str] = {
     "module reused": "one attention module used for two roles",
     "cross-attention queries from memory": "cross-attention queries from memory, keys and values from x",
     "cross-attention ignores memory": "cross-attention keys and values not from memory",
+    "cross-attention value from x": "cross-attention keys from memory but values from x",
+    "cross-attention key from x": "cross-attention values from memory but keys from x",
     "memory normalised": "the encoder output goes through the decoder layer's norm",
     "masks swapped": "masks passed to the wrong attentions or arguments",
     "embeddings swapped": "encode or decode looks its tokens up in the other language's embedding",
