@@ -231,9 +231,9 @@ def check_state_unchanged(module: nn.Module, before: dict[str, Tensor], case: st
     values would be misread as another mistake. Call it after the first forward."""
     for name, t in module.state_dict().items():
         if name in before and not equal(t.detach(), before[name]):
-            fail(f"your forward changed `{name}` in place ({case}): every call changes it again, so the same "
-                 f"input gives other numbers at each call. A forward must compute new tensors and leave the module's own state alone. {fix}".rstrip(),
-                 mistake="parameters modified in place")
+            fail(f"your forward changed `{name}` in place ({case}): every call changes it again, so the same input "
+                 "gives other numbers at each call. A forward computes new tensors and leaves the module's own state "
+                 f"alone. {fix}".rstrip(), mistake="parameters modified in place")
 
 
 def dropout_scale(got: Any, kept: Tensor, atol: float = 1e-5) -> float | None:

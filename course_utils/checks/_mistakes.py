@@ -40,6 +40,7 @@ MISTAKES: dict[str, str] = {
     "extra head axis": "a mask with a head axis the contract does not have",
     "wrong axis": "the operation runs over the wrong axis",
     "hard-coded pad id": "padding recognised by a fixed id (0) instead of the pad_id argument",
+    "ids below pad_id as padding": "padding found with tokens > pad_id: real ids smaller than pad_id count as padding",
     "| instead of &": "causal and padding masks combined with | instead of &",
     "padding on the query axis": "the padding mask is laid along the query axis",
     "padding on both axes": "the target mask blocks the padding positions' rows (queries) as well as their keys",

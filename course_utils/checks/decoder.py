@@ -23,9 +23,9 @@ from ..decoder import Decoder, DecoderLayer
 from ._blocks import (P_PROBE, Block, Stack, build_stack, check_dropout, check_stack_dropout, layer_dropout,
                       layer_stage, reference, remembered, run_block, run_stack, stack_mistakes, structural_mistakes,
                       unused_final_norm)
-from ._core import (Mistake, StudentError, call_student, check_state_unchanged, check_unchanged, checker, describe_shape,
-                    expect_close, fail, gradient_probe, matches, module_state, raised, randint, register_hints,
-                    require_distinct_roles, require_module_class)
+from ._core import (Mistake, StudentError, call_student, check_state_unchanged, check_unchanged, checker,
+                    describe_shape, expect_close, fail, gradient_probe, matches, module_state, raised, randint,
+                    register_hints, require_distinct_roles, require_module_class)
 from ._pairing import build_student, load_reference
 
 __all__ = ["check_decoder_layer", "check_decoder"]
