@@ -115,34 +115,22 @@ class Layer(course_utils.DecoderLayer):
         return norm(x + f(x))
 
 
-class QueriesFromMemory(Layer):
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
-        x = self.step(x, self.norm2, lambda y: self.cross_attn(memory, y, y, memory_mask)[0])
-        return self.step(x, self.norm3, self.feed_forward)
+def cross_attn_from(pick):
+    """A layer whose cross-attention reads ``pick(y, memory)`` as (query, key, value), ``y`` the stream."""
+
+    class CrossFrom(Layer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+            x = self.step(x, self.norm2, lambda y: self.cross_attn(*pick(y, memory), memory_mask)[0])
+            return self.step(x, self.norm3, self.feed_forward)
+
+    return CrossFrom
 
 
-class IgnoresMemory(Layer):
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
-        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, y, y, memory_mask)[0])
-        return self.step(x, self.norm3, self.feed_forward)
-
-
-class ValueFromXG(Layer):
-    """Trial G: cross_attn(x, memory, x, mask) raised with L_src != L_tgt and was not named."""
-
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
-        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, y, memory_mask)[0])
-        return self.step(x, self.norm3, self.feed_forward)
-
-
-class KeyFromX(Layer):
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
-        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, y, memory, memory_mask)[0])
-        return self.step(x, self.norm3, self.feed_forward)
+QueriesFromMemory = cross_attn_from(lambda y, m: (m, y, y))
+IgnoresMemory = cross_attn_from(lambda y, m: (y, y, y))
+ValueFromXG = cross_attn_from(lambda y, m: (y, m, y))  # trial G: raised with L_src != L_tgt, was not named
+KeyFromX = cross_attn_from(lambda y, m: (y, y, m))
 
 
 class NormScaledInPlace(Layer):
