@@ -232,7 +232,7 @@ def make_pe(bug=None):
             self.dropout = nn.Dropout(0.1 if bug == "hard-coded dropout p" else dropout)
             make = {"wrong table": pe_swapped, "wrong frequencies": pe_variant(base=1000.0)}.get(bug, pe_pow)
             table = make(5000 if bug == "wrong pe shape" else max_len, d_model)
-            if bug in ("float64 pe", "float64 pe not converted"):
+            if bug in ("float64 pe", "float64 pe not converted", "pe re-cast in forward"):
                 table = table.double()
             if bug == "sequence-first slice (silent)":
                 table = table.unsqueeze(1)  # (max_len, 1, D), the layout of PyTorch's tutorial
@@ -260,6 +260,8 @@ def make_pe(bug=None):
             pe = getattr(self, "pe", None)
             if bug == "float64 pe":  # allowed: converted to x's dtype, so the output stays float32
                 pe = pe.to(x.dtype)
+            if bug == "pe re-cast in forward":  # allowed: the buffer re-cast, its values kept
+                self.pe = pe = pe.to(x.dtype)
             if bug == "pe.float()":  # trial C's W21: a .half() module then returns float32
                 pe = pe.float()
             if bug == "pe not sliced":
@@ -306,7 +308,8 @@ class BatchedBufferPE(nn.Module):
         return self.dropout(x + self.pe[:, : x.shape[1]])
 
 
-@pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), make_pe("float64 pe")])
+@pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), make_pe("float64 pe"),
+                                 make_pe("pe re-cast in forward")])
 def test_positional_encoding_correct_variants_pass(cls):
     assert_passes(check_positional_encoding, cls)
 
