@@ -477,8 +477,6 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
 def _causal_candidates(size: int) -> list[tuple[str, str, Tensor]]:
     ones = torch.ones(size, size, dtype=torch.bool)
     return [
-        ("diagonal shifted", "True also just above the diagonal (tril(diagonal=1)): query i sees key i + 1, the "
-         "next token, which it must not know yet. Keep torch.tril with the default diagonal=0.", ones.tril(1)),
         ("upper triangle", "True above the diagonal instead of below it (the mask is transposed): query i "
          "would see the future keys i..size-1. Keep the lower triangle with the diagonal (torch.tril).",
          ones.triu()),
@@ -488,6 +486,14 @@ def _causal_candidates(size: int) -> list[tuple[str, str, Tensor]]:
          "keys 0..i, itself included: keep the diagonal (torch.tril with the default diagonal=0).",
          ones.tril(-1)),
     ]
+
+
+def _causal_mask_candidates(size: int) -> list[tuple[str, str, Tensor]]:
+    """:func:`_causal_candidates` (shared with make_tgt_mask, which words tril(1) its own way) and tril(1)."""
+    return _causal_candidates(size) + [
+        ("diagonal shifted", "True also just above the diagonal (tril(diagonal=1)): query i sees key i + 1, the "
+         "next token, which it must not know yet. Keep torch.tril with the default diagonal=0.",
+         torch.ones(size, size, dtype=torch.bool).tril(1))]
 
 
 def _causal_shape(size: int) -> Callable[[Tensor], None]:
@@ -510,8 +516,8 @@ def check_causal_mask(fn: Callable[..., Any]) -> str:
     large = int(torch.randint(6, 13, ()))
     for size in (large, small, 1):  # size 1 last: there the mistakes look alike
         got = call_student(fn, size)
-        _check_mask(f"causal_mask({size})", got, _ref_causal_mask(size), _causal_candidates(size), _causal_shape(size),
-                    _CAUSAL_MEANING)
+        _check_mask(f"causal_mask({size})", got, _ref_causal_mask(size), _causal_mask_candidates(size),
+                    _causal_shape(size), _CAUSAL_MEANING)
 
     devices: list[Any] = ["cpu", torch.device("cpu"), None]
     if torch.cuda.is_available():
@@ -529,8 +535,8 @@ def check_causal_mask(fn: Callable[..., Any]) -> str:
         if isinstance(got, Tensor) and got.device != expected.device:
             fail(f"{call} returned a tensor on {got.device}: create the mask on the device you are given "
                  "(device=device), so it lands where the scores are.", mistake="device ignored")
-        _check_mask(call, got, expected, [(n, m, t.to(expected.device)) for n, m, t in _causal_candidates(small)],
-                    meaning=_CAUSAL_MEANING)
+        candidates = [(n, m, t.to(expected.device)) for n, m, t in _causal_mask_candidates(small)]
+        _check_mask(call, got, expected, candidates, meaning=_CAUSAL_MEANING)
 
     # "meta" exists on every machine, so an ignored device shows without a GPU; code that
     # cannot run there (a rare way of building the mask) is not the student's mistake
