@@ -8,12 +8,13 @@ fresh random inputs on each call, so each is run several times).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import STABLE, assert_mistake, assert_passes
+from checker_asserts import STABLE, assert_mistake, assert_passes, verdicts
 
 from course_utils.checks import (
     check_causal_mask,
@@ -694,10 +695,33 @@ def causal_no_device(size):
     return torch.ones(size, size, dtype=torch.bool).tril()
 
 
+def causal_shifted_g(size, device=None):
+    """Trial G: tril(diagonal=1) was only told "7 of 64 entries are wrong"."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril(diagonal=1)
+
+
+def causal_last_row_g(size, device=None):
+    """Trial G: the last row built wrongly (it sees only itself); no catalogued mistake."""
+    m = torch.zeros(size, size, dtype=torch.bool, device=device)
+    m[: size - 1, : size - 1] = torch.ones(size - 1, size - 1, dtype=torch.bool, device=device).tril()
+    m[-1, -1] = True
+    return m
+
+
+def test_causal_other_wrong_pattern_shows_where():
+    for r in verdicts(check_causal_mask, causal_last_row_g):
+        assert not r.passed and r.mistake == "values differ", r.feedback
+        size = int(re.search(r"causal_mask\((\d+)\)", r.feedback).group(1))
+        for words in (f"{size - 1} of {size * size} entries are wrong", f"the first: [{size - 1}, 0] should be True",
+                      f"[{size - 1}, 1] should be True", "query i may attend to key j: j <= i"):
+            assert words in r.feedback, r.feedback
+
+
 CAUSAL_MISTAKES = [
     (causal_upper, "upper triangle", ["above the diagonal", "torch.tril"]),
     (causal_inverted, "inverted mask", ["inverted", "True = may attend"]),
     (causal_strictly_lower, "diagonal excluded", ["diagonal", "cannot see itself"]),
+    (causal_shifted_g, "diagonal shifted", ["just above the diagonal", "query i sees key i + 1", "diagonal=0"]),
     (causal_float, "not a bool mask", ["torch.float32", "torch.bool", "pattern is right"]),
     (causal_int, "not a bool mask", ["torch.int64", "torch.bool"]),
     (causal_additive, "additive float mask", ["additive", "bool mask"]),
@@ -827,6 +851,23 @@ def padding_pad_keyword(tokens, pad):
     return (tokens != pad).unsqueeze(1)
 
 
+def padding_greater_g(tokens, pad_id):
+    """Trial G: `tokens > pad_id` was only told "2 of 12 entries are wrong"."""
+    return (tokens > pad_id).unsqueeze(1)
+
+
+def padding_largest_id_dropped(tokens, pad_id):
+    return ((tokens != pad_id) & (tokens != tokens.max())).unsqueeze(1)
+
+
+def test_padding_other_wrong_pattern_shows_the_tokens():
+    for r in verdicts(check_padding_mask, padding_largest_id_dropped):
+        assert not r.passed and r.mistake == "values differ", r.feedback
+        first = r"entries are wrong; the first: \[\d+, 0, \d+\] \(token \d+\) should be True"
+        assert re.search(first, r.feedback), r.feedback
+        assert "True when token j of row b is a real token (not pad_id = " in r.feedback, r.feedback
+
+
 PADDING_MISTAKES = [
     (padding_inverted, "inverted mask", ["inverted", "True at the padding"]),
     (padding_no_query_axis, "missing query axis", ["(B, L)", "unsqueeze(1)"]),
@@ -836,6 +877,7 @@ PADDING_MISTAKES = [
     (padding_int, "not a bool mask", ["torch.int64", "torch.bool"]),
     (padding_hard_coded_zero, "hard-coded pad id", ["pad_id", "hard-coded 0"]),
     (padding_tokens_bool, "hard-coded pad id", ["pad_id", "tokens.bool()"]),
+    (padding_greater_g, "ids below pad_id as padding", ["ids smaller than pad_id (", "tokens != pad_id"]),
     (padding_in_place, "input modified in place", ["in place", "`tokens`"]),
     (padding_additive, "additive float mask", ["additive", "bool mask"]),
     (padding_four_dims, "wrong shape", ["has shape", "expected"]),

@@ -115,18 +115,29 @@ class Layer(course_utils.DecoderLayer):
         return norm(x + f(x))
 
 
-class QueriesFromMemory(Layer):
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
-        x = self.step(x, self.norm2, lambda y: self.cross_attn(memory, y, y, memory_mask)[0])
-        return self.step(x, self.norm3, self.feed_forward)
+def cross_attn_from(pick):
+    """A layer whose cross-attention reads ``pick(y, memory)`` as (query, key, value), ``y`` the stream."""
+
+    class CrossFrom(Layer):
+        def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+            x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+            x = self.step(x, self.norm2, lambda y: self.cross_attn(*pick(y, memory), memory_mask)[0])
+            return self.step(x, self.norm3, self.feed_forward)
+
+    return CrossFrom
 
 
-class IgnoresMemory(Layer):
+QueriesFromMemory = cross_attn_from(lambda y, m: (m, y, y))
+IgnoresMemory = cross_attn_from(lambda y, m: (y, y, y))
+ValueFromXG = cross_attn_from(lambda y, m: (y, m, y))  # trial G: raised with L_src != L_tgt, was not named
+KeyFromX = cross_attn_from(lambda y, m: (y, y, m))
+
+
+class NormScaledInPlace(Layer):
     def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
-        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, y, y, memory_mask)[0])
-        return self.step(x, self.norm3, self.feed_forward)
+        with torch.no_grad():
+            self.norm3.weight.mul_(2.0)
+        return super().forward(x, memory, tgt_mask, memory_mask)
 
 
 class MasksSwapped(Layer):
@@ -245,6 +256,10 @@ class CrossAttentionNoGrad(Layer):
         (CrossAttentionNoGrad, "gradient blocked", ["`cross_attn.w_q.weight`", "torch.no_grad()"]),
         (QueriesFromMemory, "cross-attention queries from memory", ["queries from `memory`", "L_src == L_tgt"]),
         (IgnoresMemory, "cross-attention ignores memory", ["never looks at `memory`"]),
+        (ValueFromXG, "cross-attention value from x", ["values from `x`", "L_src == L_tgt",
+                                                       "cross_attn(x, memory, memory, memory_mask)"]),
+        (KeyFromX, "cross-attention key from x", ["keys from `x`", "L_src == L_tgt"]),
+        (NormScaledInPlace, "parameters modified in place", ["changed `norm3.weight` in place"]),
         (MasksSwapped, "masks swapped", ["swapped", "L_src == L_tgt"]),
         (NoTgtMask, "tgt_mask not passed", ["sees the future"]),
         (NoMemoryMask, "memory_mask not passed", ["ignores memory_mask"]),

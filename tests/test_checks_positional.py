@@ -233,7 +233,7 @@ def make_pe(bug=None):
             self.dropout = nn.Dropout(0.1 if bug == "hard-coded dropout p" else dropout)
             make = {"wrong table": pe_swapped, "wrong frequencies": pe_variant(base=1000.0)}.get(bug, pe_pow)
             table = make(5000 if bug == "wrong pe shape" else max_len, d_model)
-            if bug in ("float64 pe", "float64 pe not converted"):
+            if bug in ("float64 pe", "float64 pe not converted", "pe re-cast in forward"):
                 table = table.double()
             if bug == "sequence-first slice (silent)":
                 table = table.unsqueeze(1)  # (max_len, 1, D), the layout of PyTorch's tutorial
@@ -261,6 +261,8 @@ def make_pe(bug=None):
             pe = getattr(self, "pe", None)
             if bug == "float64 pe":  # allowed: converted to x's dtype, so the output stays float32
                 pe = pe.to(x.dtype)
+            if bug == "pe re-cast in forward":  # allowed: the buffer re-cast, its values kept
+                self.pe = pe = pe.to(x.dtype)
             if bug == "pe.float()":  # trial C's W21: a .half() module then returns float32
                 pe = pe.float()
             if bug == "pe not sliced":
@@ -282,6 +284,8 @@ def make_pe(bug=None):
             if bug == "input modified in place":
                 x += pe[:L]
                 return self.dropout(x)
+            if bug == "pe scaled in place":  # the buffer itself changes at every call
+                self.pe.mul_(1.5)
             if bug == "missing pe":
                 return self.dropout(x + self.encoding[:L])
             if bug == "x detached":
@@ -305,7 +309,8 @@ class BatchedBufferPE(nn.Module):
         return self.dropout(x + self.pe[:, : x.shape[1]])
 
 
-@pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), make_pe("float64 pe")])
+@pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), make_pe("float64 pe"),
+                                 make_pe("pe re-cast in forward")])
 def test_positional_encoding_correct_variants_pass(cls):
     assert_passes(check_positional_encoding, cls)
 
@@ -333,6 +338,7 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("no length check", "no length check", ["RuntimeError", "ValueError", "max_len"]),
         ("no length check (silent)", "no length check", ["returned a result instead of raising"]),
         ("input modified in place", "input modified in place", ["`x` in place"]),
+        ("pe scaled in place", "parameters modified in place", ["changed `pe` in place", "self.pe[:L]"]),
         ("x detached", "gradient blocked", ["does not require grad", ".detach()"]),
         ("float64 pe not converted", "dtype not preserved", ["returns torch.float64 instead of torch.float32"]),
         ("vague error", "error message without values", ["'sequence too long'", "names both numbers"]),
@@ -452,6 +458,15 @@ class SparseEmbeddingW08(nn.Module):
         return self.embedding(tokens) * math.sqrt(self.d_model)
 
 
+class ScaledInPlaceG(make_embedding(None)):
+    """Trial G: the weights scaled in place at each call (the second call looked like `* d_model`)."""
+
+    def forward(self, tokens):
+        with torch.no_grad():
+            self.embedding.weight.mul_(math.sqrt(self.d_model))
+        return self.embedding(tokens)
+
+
 class NamedWrong(nn.Module):
     def __init__(self, vocab_size, d_model):
         super().__init__()
@@ -485,6 +500,8 @@ class SwappedSizes(nn.Module):
         (make_embedding(lambda e, d: e.float() * math.sqrt(d)), "dtype not preserved",
          ["torch.float32 instead of torch.float16"]),
         (SparseEmbeddingW08, "sparse embedding", ["sparse=True", "Adam"]),
+        (ScaledInPlaceG, "parameters modified in place", ["changed `embedding.weight` in place",
+                                                          "self.embedding(tokens) * math.sqrt(self.d_model)"]),
     ],
 )
 def test_token_embedding_mistakes_are_named(cls, mistake, words):

@@ -19,8 +19,8 @@ Knobs of a mutation (absent = correct):
 ``source``     {kind: "input" | "raw"}: the sub-layer reads the layer's input, or the
                previous sub-layer's raw output, instead of the stream
 ``attn``       {kind: (query, key/value, module, mask)}: an attention's inputs
-               (``"in"``, ``"x"`` the layer input, ``"memory"``, ``"normed memory"``),
-               the module that computes it and the mask it gets
+               (``"in"``, ``"x"`` the layer input, ``"memory"``, ``"normed memory"``; a
+               ``(key, value)`` pair when they differ), the module that computes it and the mask it gets
 ``drop``       {kind: None | "sum" | "in"}: where the sub-layer's dropout goes (none, on
                the residual sum, on the sub-layer's input instead of its output)
 ``ff``         a function computed in place of ``ref.feed_forward`` (another activation)
@@ -111,12 +111,13 @@ def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, mas
             out = m.get("ff", ref.feed_forward)(inp)  # (B, L, D)
         else:
             q, kv, module, mask = m.get("attn", {}).get(k, spec.attn[k])
+            key, val = kv if isinstance(kv, tuple) else (kv, kv)  # a pair: keys and values from different tensors
             value = {"in": inp, "x": x, "memory": memory}
-            if kv == "normed memory":
-                value[kv] = norm(memory)
+            if "normed memory" in (key, val):
+                value["normed memory"] = norm(memory)
             given = masks.get(mask.lstrip("~")) if mask else None
             given = ~given if given is not None and mask.startswith("~") else given  # "~mask": inverted
-            out = getattr(ref, module)(value[q], value[kv], value[kv], given)[0]
+            out = getattr(ref, module)(value[q], value[key], value[val], given)[0]
         if place[k] == "branch":
             out = norm(out)
         if drop_at[k] == "out":
@@ -264,6 +265,14 @@ def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> li
             (("in", "x"), "cross-attention ignores memory",
              "the cross-attention never looks at `memory`: its keys and values come from the layer's "
              "input x. Keys and values must come from the encoder output, `memory`."),
+            (("in", ("memory", "in")), "cross-attention value from x",
+             "the cross-attention takes its keys from `memory` but its values from `x`: the weights say which "
+             "source tokens each target position looks at, and the values must be those tokens' vectors, so "
+             "call cross_attn(x, memory, memory, memory_mask)."),
+            (("in", ("in", "memory")), "cross-attention key from x",
+             "the cross-attention takes its keys from `x` but its values from `memory`: the keys must come from "
+             "the same tokens as the values, the encoder output, so call cross_attn(x, memory, memory, "
+             "memory_mask)."),
             (("in", "normed memory"), "memory normalised",
              "the encoder output `memory` goes through the layer's norm before the cross-attention: "
              "normalise only the decoder's stream x (in pre-norm the encoder already ends with its own "

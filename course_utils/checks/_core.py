@@ -220,6 +220,23 @@ def check_unchanged(names: Iterable[str], tensors: Iterable[Any], originals: Ite
                  mistake="input modified in place")
 
 
+def module_state(module: nn.Module) -> dict[str, Tensor]:
+    """A copy of ``module``'s parameters and buffers, for :func:`check_state_unchanged`."""
+    return {name: t.detach().clone() for name, t in module.state_dict().items()}
+
+
+def check_state_unchanged(module: nn.Module, before: dict[str, Tensor], case: str, fix: str = "") -> None:
+    """A forward call must leave the parameters and buffers as they were: an in-place change
+    (``weight.mul_(...)`` under ``no_grad``) compounds with every call, so its effect on the
+    values would be misread as another mistake. Call it after the first forward."""
+    for name, t in module.state_dict().items():
+        old = before.get(name)
+        if old is not None and not equal(t, old) and not _close(t.detach(), old):  # a re-cast buffer passes
+            fail(f"your forward changed `{name}` in place ({case}): every call changes it again, so the same input "
+                 "gives other numbers at each call. A forward computes new tensors and leaves the module's own state "
+                 f"alone. {fix}".rstrip(), mistake="parameters modified in place")
+
+
 def dropout_scale(got: Any, kept: Tensor, atol: float = 1e-5) -> float | None:
     """``s`` when every entry of ``got`` is 0 or ``s * kept`` for one ``s``, with at least
     one of each (what dropout with ``p = 1 - 1/s`` makes of ``kept``), else None."""

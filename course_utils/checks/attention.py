@@ -47,12 +47,13 @@ MISTAKES: dict[str, list[str]] = {
         "parameter renamed",
     ],
     "causal_mask": [
-        "not a function", "not a tensor", "upper triangle", "inverted mask", "diagonal excluded",
+        "not a function", "not a tensor", "upper triangle", "inverted mask", "diagonal excluded", "diagonal shifted",
         "additive float mask", "not a bool mask", "wrong shape", "wrong device", "no device parameter",
         "device ignored",
     ],
     "padding_mask": [
         "not a function", "not a tensor", "inverted mask", "missing query axis", "wrong axis", "hard-coded pad id",
+        "ids below pad_id as padding",
         "additive float mask", "not a bool mask", "wrong shape", "wrong device", "input modified in place",
         "parameter renamed",
     ],
@@ -61,10 +62,13 @@ MISTAKES: dict[str, list[str]] = {
 
 # ---------------------------------------------------------------- shared helpers
 def _check_mask(what: str, got: Any, ref: Tensor, candidates: list[tuple[str, str, Tensor]],
-                shape_diagnosis: Callable[[Tensor], None] | None = None) -> None:
+                shape_diagnosis: Callable[[Tensor], None] | None = None, meaning: str = "",
+                entry: Callable[[tuple[int, ...]], str] = lambda idx: "") -> None:
     """Compare a student's bool mask with ``ref``. ``candidates`` are ``(name, message, the
     mask with that mistake)``, compared with the pattern read as bool (``!= 0``): a float mask
-    with a wrong pattern gets the pattern diagnosis first, the dtype one after."""
+    with a wrong pattern gets the pattern diagnosis first, the dtype one after. Any other
+    wrong pattern is shown by its first wrong entries; ``entry(index)`` adds words to each
+    (the token there), ``meaning`` says what an entry means."""
     if not isinstance(got, Tensor):
         fail(f"{what} should return a torch.Tensor of dtype torch.bool, but your code returned {type(got).__name__}."
              + (" Did you forget `return`?" if got is None else ""), mistake="not a tensor")
@@ -93,6 +97,12 @@ def _check_mask(what: str, got: Any, ref: Tensor, candidates: list[tuple[str, st
         right = " The True/False pattern is right;" if equal(pattern, ref) else ""
         fail(f"{what} has dtype {got.dtype}, expected torch.bool.{right} a mask must be a bool tensor (True = may "
              "attend): build it from a comparison or convert it with .bool().", mistake="not a bool mask")
+    wrong = torch.nonzero(pattern.cpu() != ref.cpu()).tolist()  # (n, dim) indices, row-major order
+    if wrong:
+        shown = "; ".join(f"[{', '.join(map(str, idx))}]{entry(tuple(idx))} should be {not bool(pattern[tuple(idx)])}"
+                          for idx in wrong[:3])
+        fail(f"{what}: {len(wrong)} of {ref.numel()} entries are wrong; the first: {shown}. {meaning}".rstrip(),
+             mistake="values differ")
     expect_close(what, got, ref)
 
 
@@ -478,6 +488,14 @@ def _causal_candidates(size: int) -> list[tuple[str, str, Tensor]]:
     ]
 
 
+def _causal_mask_candidates(size: int) -> list[tuple[str, str, Tensor]]:
+    """:func:`_causal_candidates` (shared with make_tgt_mask, which words tril(1) its own way) and tril(1)."""
+    return _causal_candidates(size) + [
+        ("diagonal shifted", "True also just above the diagonal (tril(diagonal=1)): query i sees key i + 1, the "
+         "next token, which it must not know yet. Keep torch.tril with the default diagonal=0.",
+         torch.ones(size, size, dtype=torch.bool).tril(1))]
+
+
 def _causal_shape(size: int) -> Callable[[Tensor], None]:
     def diagnose(got: Tensor) -> None:
         if got.numel() == size * size and got.dim() > 2 and all(s == 1 for s in got.shape[:-2]):
@@ -485,6 +503,9 @@ def _causal_shape(size: int) -> Callable[[Tensor], None]:
                  "over the batch by itself.", mistake="wrong shape")
 
     return diagnose
+
+
+_CAUSAL_MEANING = "Entry [i, j] is True when query i may attend to key j: j <= i."
 
 
 @checker("causal_mask")
@@ -495,7 +516,8 @@ def check_causal_mask(fn: Callable[..., Any]) -> str:
     large = int(torch.randint(6, 13, ()))
     for size in (large, small, 1):  # size 1 last: there the mistakes look alike
         got = call_student(fn, size)
-        _check_mask(f"causal_mask({size})", got, _ref_causal_mask(size), _causal_candidates(size), _causal_shape(size))
+        _check_mask(f"causal_mask({size})", got, _ref_causal_mask(size), _causal_mask_candidates(size),
+                    _causal_shape(size), _CAUSAL_MEANING)
 
     devices: list[Any] = ["cpu", torch.device("cpu"), None]
     if torch.cuda.is_available():
@@ -513,7 +535,8 @@ def check_causal_mask(fn: Callable[..., Any]) -> str:
         if isinstance(got, Tensor) and got.device != expected.device:
             fail(f"{call} returned a tensor on {got.device}: create the mask on the device you are given "
                  "(device=device), so it lands where the scores are.", mistake="device ignored")
-        _check_mask(call, got, expected, [(n, m, t.to(expected.device)) for n, m, t in _causal_candidates(small)])
+        candidates = [(n, m, t.to(expected.device)) for n, m, t in _causal_mask_candidates(small)]
+        _check_mask(call, got, expected, candidates, meaning=_CAUSAL_MEANING)
 
     # "meta" exists on every machine, so an ignored device shows without a GPU; code that
     # cannot run there (a rare way of building the mask) is not the student's mistake
@@ -582,8 +605,14 @@ def check_padding_mask(fn: Callable[..., Any]) -> str:
                       "pad_id argument, not a hard-coded 0 (`tokens.bool()` also compares with 0).")
         if pad_id != 0:
             candidates += [("hard-coded pad id", zero_words, m.unsqueeze(1)) for m in (tokens != 0, tokens == 0)]
+            below = sorted(set(tokens[tokens < pad_id].tolist()))  # real ids, never empty (a real 0)
+            candidates.append(("ids below pad_id as padding", f"the real tokens with ids smaller than pad_id ({below}"
+                               ") are marked as padding too: `tokens > pad_id` assumes pad_id is the smallest id. "
+                               "Compare for inequality: tokens != pad_id.", (tokens > pad_id).unsqueeze(1)))
         B, L = tokens.shape
-        _check_mask(what, got, ref, candidates, _padding_shape(B, L, what))
+        _check_mask(what, got, ref, candidates, _padding_shape(B, L, what),
+                    f"Entry [b, 0, j] is True when token j of row b is a real token (not pad_id = {pad_id}).",
+                    lambda idx, tokens=tokens: f" (token {int(tokens[idx[0], idx[-1]])})")
     tokens, pad_id = cases[0]
     check_input_device(lambda: fn(tokens.to("meta"), pad_id), lambda: fn(tokens.clone(), pad_id), "your padding_mask",
                        f"tokens of shape {describe_shape(tokens)}, pad_id={pad_id}")

@@ -23,9 +23,9 @@ from ..decoder import Decoder, DecoderLayer
 from ._blocks import (P_PROBE, Block, Stack, build_stack, check_dropout, check_stack_dropout, layer_dropout,
                       layer_stage, reference, remembered, run_block, run_stack, stack_mistakes, structural_mistakes,
                       unused_final_norm)
-from ._core import (Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, expect_close, fail,
-                    gradient_probe, matches, raised, randint, register_hints, require_distinct_roles,
-                    require_module_class)
+from ._core import (Mistake, StudentError, call_student, check_state_unchanged, check_unchanged, checker,
+                    describe_shape, expect_close, fail, gradient_probe, matches, module_state, raised, randint,
+                    register_hints, require_distinct_roles, require_module_class)
 from ._pairing import build_student, load_reference
 
 __all__ = ["check_decoder_layer", "check_decoder"]
@@ -85,7 +85,7 @@ def _run_case(model: nn.Module, what: str, args: tuple[Any, ...], case: str, out
     name a catalogued mistake, or probe an error (``full``: also a second call, for dropout
     left on in eval mode)."""
     originals = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
-    context = f"running forward ({case})"
+    state, context = module_state(model), f"running forward ({case})"
     with torch.no_grad():
         expected, mistakes = outputs(*originals)  # (B, L_tgt, D)
         try:
@@ -95,6 +95,7 @@ def _run_case(model: nn.Module, what: str, args: tuple[Any, ...], case: str, out
                 probe(err)
             raise
         check_unchanged(["x", "memory", "tgt_mask", "memory_mask"], args, originals, case)
+        check_state_unchanged(model, state, case)
         tuple_return(got, what)
         if full:
             check_dropout(lambda: _call(model, *originals, context=context), got, expected)

@@ -23,9 +23,9 @@ from torch import Tensor, nn
 from ..embeddings import TokenEmbedding
 from ..positional import sinusoidal_positional_encoding
 from ._core import (
-    Failure, Mistake, StudentError, call_student, check_dtype_follows, check_unchanged, checker, describe_shape,
-    dropout_scale, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, matches, raised, randint,
-    register_hints, require_module_class,
+    Failure, Mistake, StudentError, call_student, check_dtype_follows, check_state_unchanged, check_unchanged, checker,
+    describe_shape, dropout_scale, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, matches,
+    module_state, raised, randint, register_hints, require_module_class,
 )
 from ._pairing import build_student
 
@@ -253,6 +253,7 @@ def check_positional_encoding(cls: Any) -> str:
     module = build_student(cls, "PositionalEncoding", (D, M), {}, f"d_model={D}, max_len={M}")  # eval mode
     student_table = _check_pe_buffer(module, M, D)  # (M, D)
     table = sinusoidal_positional_encoding(M, D)  # (M, D)
+    state = module_state(module)
 
     for L in lengths:
         B = next(b for b in iter(lambda: randint(2, 5), None) if b not in (L, D))
@@ -262,6 +263,8 @@ def check_positional_encoding(cls: Any) -> str:
         with torch.no_grad():
             got = _forward(module, x, case, M)
         check_unchanged(["x"], [x], [x0], case)
+        check_state_unchanged(module, state, case, "Add the table without changing it: return self.dropout(x + "
+                              "self.pe[:L]).")
         expected = x0 + table[:L]  # (B, L, D)
 
         name = _name_table_mistake(student_table, M, D)
@@ -347,7 +350,7 @@ def check_token_embedding(cls: Any) -> str:
     with torch.no_grad():
         emb.weight.copy_(torch.randn(V, D))  # random, not the default init
         ref.embedding.weight.copy_(emb.weight)
-    weight = emb.weight.detach().clone()  # (V, D)
+    weight, state = emb.weight.detach().clone(), module_state(module)  # weight: (V, D)
     for _ in range(2):
         tokens = torch.randint(0, V, (B, L))
         tokens[0, 0], tokens[-1, -1] = 0, V - 1  # both ends of the vocabulary
@@ -357,6 +360,9 @@ def check_token_embedding(cls: Any) -> str:
             got = call_student(module, tokens, context=f"running forward ({case})")
             expected = ref(tokens0)  # (B, L, D)
         check_unchanged(["tokens"], [tokens], [tokens0], case)
+        # before the values: weights scaled in place by sqrt(D) at each call look like "* D" at the second
+        check_state_unchanged(module, state, case, "Leave the weights alone and scale the looked-up vectors: return "
+                              "self.embedding(tokens) * math.sqrt(self.d_model).")
         lookup = weight[tokens0]  # (B, L, D)
         mistakes: list[Mistake] = [
             ("embeddings not scaled", "the embeddings are not scaled: multiply them by sqrt(d_model).", lookup),
