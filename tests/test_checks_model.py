@@ -790,3 +790,20 @@ class NormFirstHardCoded(course_utils.Transformer):
 
 def test_transformer_norm_first_not_passed_on_is_named():
     assert_mistake(check_transformer, NormFirstHardCoded, "norm_first not passed on", "norm_first=norm_first")
+
+
+def _src_mask_from_lengths(src, pad_id):
+    """Trial I: padding read from the lengths, right only when it is at the end."""
+    n_real = (src != pad_id).sum(1, keepdim=True)  # (B, 1)
+    return (torch.arange(src.size(1), device=src.device) < n_real).unsqueeze(1)  # (B, 1, L)
+
+
+def _tgt_mask_from_lengths(tgt, pad_id):
+    L = tgt.size(1)
+    return _src_mask_from_lengths(tgt, pad_id) & course_utils.causal_mask(L, device=tgt.device)
+
+
+@pytest.mark.parametrize("check, fn", [(check_make_src_mask, _src_mask_from_lengths),
+                                       (check_make_tgt_mask, _tgt_mask_from_lengths)])
+def test_masks_from_lengths_are_named(check, fn):
+    assert_mistake(check, fn, "assumed trailing padding", "padding at the start", "tokens != pad_id")

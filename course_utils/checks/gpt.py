@@ -248,9 +248,11 @@ def _gpt_variant(ref: GPT, tokens: Tensor, mask: Tensor | None, *, positions: st
 def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake]:
     table: list[tuple[str, str, dict[str, Any]]] = [
         ("no position embedding", "the position embeddings are never added, so the model cannot tell positions "
-         "apart: x = token_embedding(tokens) + position_embedding(torch.arange(L)).", dict(positions="none")),
+         "apart: x = token_embedding(tokens) + position_embedding(torch.arange(L, device=tokens.device)).",
+         dict(positions="none")),
         ("positions start at 1", "the positions are numbered from 1; they start at 0: "
-         "position_embedding(torch.arange(L)) (and so fit max_len exactly).", dict(positions="from 1")),
+         "position_embedding(torch.arange(L, device=tokens.device)) (and so fit max_len exactly).",
+         dict(positions="from 1")),
         ("embeddings scaled", "the token embeddings are multiplied by sqrt(d_model), as the encoder-decoder "
          "Transformer's TokenEmbedding does; GPT-2 adds the plain embedding to the position embedding, unscaled.",
          dict(scale=True)),

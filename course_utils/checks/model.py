@@ -79,18 +79,29 @@ def _not_bool(what: str, got: Any, expected: Tensor, case: str) -> None:
 
 def _mask_cases(fn: Callable[..., Any], name: str, arg: str) -> Any:
     """For a non-zero ``pad_id`` and for 0: ``(B, L, pad_id, tokens, case, got)``, the
-    student's ``fn(tokens, pad_id)`` on ``(B, L)`` ids with trailing padding (``B != L``)."""
-    for pad_id in (randint(1, 9), 0):
+    student's ``fn(tokens, pad_id)`` on ``(B, L)`` ids with trailing padding (``B != L``); last,
+    padding at the start of the rows (the ids decide what is padding, not the lengths)."""
+    for pad_id, leading in ((randint(1, 9), False), (0, False), (randint(1, 9), True)):
         while True:
             B, L = randint(2, 5), randint(4, 9)
             if B != L:
                 break
-        tokens = _tokens(B, L, 12, pad_id, trailing_padding(B, L)[:, 0])  # (B, L)
+        real = trailing_padding(B, L)[:, 0]  # (B, L)
+        tokens = _tokens(B, L, 12, pad_id, real.flip(1) if leading else real)  # (B, L)
         given = tokens.clone()
-        case = f"{arg} of shape ({B}, {L}), pad_id={pad_id}"
+        case = f"{arg} of shape ({B}, {L}), pad_id={pad_id}" + (", padding at the start" if leading else "")
         got = call_student(fn, given, pad_id, context=f"calling {name}({case})")
         check_unchanged([arg], [given], [tokens], case)
         yield B, L, pad_id, tokens, case, got
+
+
+def _first_n_real(tokens: Tensor, pad_id: int) -> Mistake:
+    """The mask a length-based code builds, ``arange(L) < n_real``: right only for trailing padding."""
+    n_real = (tokens != pad_id).sum(1, keepdim=True)  # (B, 1)
+    first_n = torch.arange(tokens.size(1)) < n_real  # (B, L)
+    return ("assumed trailing padding", "your mask treats the first n tokens of each row as real (n = its number of "
+            "real tokens), which is right only when the padding is at the end. Read the ids instead: "
+            "tokens != pad_id.", first_n)
 
 
 # ---------------------------------------------------------------- make_src_mask
@@ -103,6 +114,8 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
             ("inverted mask", "the mask is inverted: True must mark the real tokens (a key that may be attended "
              "to) and False the padding. Compare with !=, not ==.", (src == pad_id).unsqueeze(1)),
         ]
+        name, words, first_n = _first_n_real(src, pad_id)
+        mistakes.append((name, words, first_n.unsqueeze(1)))  # (B, 1, L)
         if pad_id != 0:
             mistakes.append(("hard-coded pad id", f"your mask compares with 0 instead of pad_id (here {pad_id}): "
                              "real tokens with id 0 are masked and the padding is not. Use the pad_id argument.",
@@ -148,11 +161,13 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
             ("extra head axis", "the mask has an extra head axis, (B, 1, L, L); the contract's shape is "
              "(B, L_tgt, L_tgt) (MultiHeadAttention adds the head axis itself).", expected.unsqueeze(1)),
         ]
+        name, words, first_n = _first_n_real(tgt, pad_id)
+        mistakes.append((name, f"the padding part is wrong: {words}", first_n.unsqueeze(1) & causal))  # (B, L, L)
         if pad_id != 0:
             mistakes.append(("hard-coded pad id", f"the padding part compares with 0 instead of pad_id (here "
                              f"{pad_id}). Use the pad_id argument.", padding_mask(tgt, 0) & causal))
         _not_bool("the mask", got, expected, case)
-        if matches(got, pad.transpose(1, 2) & causal):  # with trailing padding, as the mask blocking both axes
+        if "at the start" not in case and matches(got, pad.transpose(1, 2) & causal):  # trailing: as both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         expect_close("the mask", got, expected, mistakes, case=case)
     check_input_device(lambda: fn(tgt.to("meta"), pad_id), lambda: fn(tgt.clone(), pad_id), "your make_tgt_mask",
