@@ -18,6 +18,7 @@ in every verdict but ``[OK]``) and ends the check after :data:`TIME_LIMIT_S` sec
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import os
@@ -494,6 +495,22 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
                        "from them")
             fail(f"{what} {how} ({case}): such a tensor lands on the CPU whatever the input's device, so on a GPU "
                  f"(Colab) the result is on the wrong device or the code fails; {fix}.", mistake="wrong device")
+
+
+def check_module_device(model: nn.Module, args: tuple[Any, ...], what: str, case: str, fix: str = _DEVICE_FIX) -> None:
+    """:func:`check_input_device` for a module: the meta run calls a deep copy moved with
+    ``.to("meta")`` (a plain tensor attribute, not a buffer, stays on the CPU and clashes), the
+    CPU run the module itself, under ``no_grad``. Call it last, once the values are right."""
+    try:
+        meta = copy.deepcopy(model).to("meta")
+    except Exception:  # noqa: BLE001 - an uncopyable module: the CPU watch alone
+        meta = None
+
+    def run(module: nn.Module, device: str | None) -> Any:
+        with torch.no_grad():
+            return module(*(a.to(device or a.device, copy=True) if isinstance(a, Tensor) else a for a in args))
+
+    check_input_device(None if meta is None else lambda: run(meta, "meta"), lambda: run(model, None), what, case, fix)
 
 
 def require_module_class(cls: Any, name: str) -> None:
