@@ -435,7 +435,8 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
         if func in _FACTORIES:  # torch.as_tensor(t) stays where t is
             data = args[0] if args and isinstance(args[0], Tensor) else None
             mark = kwargs.get("device") is None and (data is None or id(data) in self.marked)
-        elif name == "cpu":
+        elif name == "cpu" or (name == "to" and any(  # .to("cpu") spelled out; .to(x.device) is a torch.device
+                isinstance(a, str) and a.startswith("cpu") for a in (*args[1:], kwargs.get("device")))):
             mark = True
             self.to_python.append("cpu")
         elif name in ("to", "cuda"):
@@ -490,7 +491,7 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
         if isinstance(got, Tensor) and id(got) in watch.marked:
             how = "builds the result from a tensor created without device= (torch.zeros, torch.full, torch.tensor, ...)"
             if watch.to_python:
-                how = ("moves a tensor to the CPU (.cpu()) and builds the result from it" if "cpu" in watch.to_python
+                how = ("moves a tensor to the CPU (.cpu() or .to("cpu")) and builds the result from it" if "cpu" in watch.to_python
                        else f"copies the tensor's values into Python (.{watch.to_python[0]}()) and builds the result "
                        "from them")
             fail(f"{what} {how} ({case}): such a tensor lands on the CPU whatever the input's device, so on a GPU "
