@@ -491,7 +491,8 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
         if isinstance(got, Tensor) and id(got) in watch.marked:
             how = "builds the result from a tensor created without device= (torch.zeros, torch.full, torch.tensor, ...)"
             if watch.to_python:
-                how = ("moves a tensor to the CPU (.cpu() or .to("cpu")) and builds the result from it" if "cpu" in watch.to_python
+                how = ("moves a tensor to the CPU (.cpu() or .to('cpu')) and builds the result from it"
+                       if "cpu" in watch.to_python
                        else f"copies the tensor's values into Python (.{watch.to_python[0]}()) and builds the result "
                        "from them")
             fail(f"{what} {how} ({case}): such a tensor lands on the CPU whatever the input's device, so on a GPU "
