@@ -326,6 +326,17 @@ def test_layer_norm_device_and_state_mistakes_are_named(cls, mistake, words):
     assert_mistake(check_layer_norm, cls, mistake, *words)
 
 
+class FFWeightDecayedInForward(FeedForward):  # every encoder forward is state-checked (FeedForward the cheapest)
+    def forward(self, x):
+        with torch.no_grad():
+            self.linear2.weight.mul_(0.999)
+        return super().forward(x)
+
+
+def test_feed_forward_changing_its_weights_is_named():
+    assert_mistake(check_feed_forward, FFWeightDecayedInForward, "parameters modified in place", "`linear2.weight` in place")
+
+
 @pytest.mark.parametrize(
     "cls, mistake, words",
     [
