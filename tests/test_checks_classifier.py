@@ -107,7 +107,18 @@ def pool_bmm(x, mask):
     return torch.bmm(w.unsqueeze(1), x).squeeze(1)
 
 
-@pytest.mark.parametrize("fn", [masked_mean_pool, pool_masked_sum, pool_einsum, pool_masked_fill, pool_loop, pool_bmm])
+def pool_to_device(x, mask):  # a no-op .to(x.device), a clamp built with new_tensor: both stay on x's device
+    m = mask.unsqueeze(-1).to(x.device, x.dtype)  # (B, L, 1)
+    return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=x.new_tensor(1.0))
+
+
+def pool_mask_cpu(x, mask):  # trial I: right on the CPU, a device clash on a GPU
+    m = mask.unsqueeze(-1).float().cpu()
+    return (x * m).sum(dim=1) / m.sum(dim=1)
+
+
+@pytest.mark.parametrize("fn", [masked_mean_pool, pool_masked_sum, pool_einsum, pool_masked_fill, pool_loop, pool_bmm,
+                                pool_to_device])
 def test_masked_mean_pool_correct_variants_pass(fn):
     assert_passes(check_masked_mean_pool, fn, repeat=SEEDS)
 
@@ -143,6 +154,7 @@ POOL_MISTAKES = [
     (pool_in_place, "input modified in place", "in place"),
     (lambda x, mask: torch.stack([x[b][mask[b]].mean(0).detach() for b in range(x.size(0))]), "gradient blocked",
      "does not require grad"),
+    (pool_mask_cpu, "wrong device", ".cpu()"),
 ]
 
 

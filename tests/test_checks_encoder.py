@@ -100,7 +100,20 @@ class LNInPlaceAffine(LNBase):
         return y
 
 
-@pytest.mark.parametrize("cls", [LayerNorm, LNVarMean, LNTwoPass, LNRsqrt, LNFlatten, LNInPlaceAffine])
+class LNBufferEps(LNBase):
+    """eps as a non-persistent buffer, a factory given device=: both follow the input's device."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.register_buffer("eps_t", torch.tensor(eps), persistent=False)
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = (x - mean).pow(2).mean(-1, keepdim=True) + torch.zeros(1, device=x.device, dtype=x.dtype)
+        return self.weight.to(x.device) * (x - mean) / (var + self.eps_t).sqrt() + self.bias
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, LNVarMean, LNTwoPass, LNRsqrt, LNFlatten, LNInPlaceAffine, LNBufferEps])
 def test_layer_norm_correct_variants_pass(cls):
     assert_passes(check_layer_norm, cls)
 
@@ -285,6 +298,43 @@ class LNStatisticsNoGrad(LNVarMean):
         with torch.no_grad():
             var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
         return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LNWeightOnCpu(LNTwoPass):  # trial I: right values on the CPU, a CPU tensor on a GPU
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.weight.cpu() * (x - mean) / (var + self.eps).sqrt() + self.bias
+
+
+class LNRunningMean(LNTwoPass):  # trial I: a buffer updated at every call
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.register_buffer("running_mean", torch.zeros(d_model))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.running_mean.mul_(0.9).add_(0.1 * x.mean(dim=tuple(range(x.dim() - 1))))
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("cls, mistake, words", [
+    (LNWeightOnCpu, "wrong device", [".cpu()", "eps="]),
+    (LNRunningMean, "parameters modified in place", ["`running_mean` in place"]),
+])
+def test_layer_norm_device_and_state_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_layer_norm, cls, mistake, *words)
+
+
+class FFWeightDecayedInForward(FeedForward):  # every encoder forward is state-checked (FeedForward the cheapest)
+    def forward(self, x):
+        with torch.no_grad():
+            self.linear2.weight.mul_(0.999)
+        return super().forward(x)
+
+
+def test_feed_forward_changing_its_weights_is_named():
+    assert_mistake(check_feed_forward, FFWeightDecayedInForward, "parameters modified in place", "`linear2.weight` in place")
 
 
 @pytest.mark.parametrize(

@@ -255,6 +255,26 @@ class NewOnesMask(Block):  # right: x.new_ones builds on x's device
         return self.self_attn(h, h, h, causal if mask is None else causal & mask)[0]
 
 
+class PlainAttributeMask(Block):  # trial I: a plain tensor attribute, which .to(device) leaves on the CPU
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tri = torch.ones(64, 64, dtype=torch.bool).tril()
+
+    def attn_mask(self, L, mask):
+        return self.tri[:L, :L] if mask is None else self.tri[:L, :L] & mask
+
+
+class GrowingBufferMask(Block):  # trial I: a buffer re-assigned in forward, a new shape at each length
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("tri", torch.ones(0, 0, dtype=torch.bool))
+
+    def attn_mask(self, L, mask):
+        if self.tri.size(0) < L:
+            self.tri = causal_mask(L, device=self.tri.device)
+        return self.tri[:L, :L] if mask is None else self.tri[:L, :L] & mask
+
+
 class BlockStub(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -292,6 +312,8 @@ BLOCK_MISTAKES = [
     (NormedInputDropped, "dropout on the sub-layer input", "the query of the masked self-attention"),
     (MaskWithoutDevice, "wrong device", "causal_mask(L, device=x.device)"),
     (CourseMaskWithoutDevice, "wrong device", "created without device="),
+    (PlainAttributeMask, "wrong device", "`self.tri`: it is a plain tensor attribute"),
+    (GrowingBufferMask, "parameters modified in place", "changed `tri` in place"),
 ]
 
 
@@ -662,6 +684,31 @@ class PositionsBuffer(Model):  # right: a buffer, moved by .to(device) with the 
 
     def embed(self, tokens):
         return self.token_embedding(tokens) + self.position_embedding(self.positions[: tokens.size(1)])
+
+
+class PositionsPlainAttribute(Model):  # trial I: a plain tensor attribute stays on the CPU under .to(device)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pos_ids = torch.arange(self.max_len)
+
+    def embed(self, tokens):
+        return self.token_embedding(tokens) + self.position_embedding(self.pos_ids[: tokens.size(1)])
+
+
+class HeadChangedInForward(Model):  # a forward that changes a parameter: each call gives other numbers
+    def forward(self, tokens, mask=None):
+        logits = super().forward(tokens, mask)
+        with torch.no_grad():
+            self.norm.weight.mul_(1.001)
+        return logits
+
+
+@pytest.mark.parametrize("cls, mistake, words", [
+    (PositionsPlainAttribute, "wrong device", "`self.pos_ids`: it is a plain tensor attribute"),
+    (HeadChangedInForward, "parameters modified in place", "changed `norm.weight` in place"),
+])
+def test_gpt_device_and_state_mistakes_are_named(cls, mistake, words):
+    assert_mistake(check_gpt, cls, mistake, words)
 
 
 @pytest.mark.parametrize("cls", [gpt.GPT, Model, FunctionalHead, TiedTheOtherWay, PositionsMoved, PositionsBuffer])

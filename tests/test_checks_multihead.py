@@ -297,6 +297,12 @@ def make_mha(bug=None):
                         mask = mask.unsqueeze(1)
                 elif mask.dim() == 3 and bug != "mask broadcast wrongly":
                     mask = mask.unsqueeze(1)
+                if bug == "mask moved to the CPU":
+                    mask = mask.cpu()
+                elif bug == "mask through numpy":
+                    mask = torch.as_tensor(mask.cpu().numpy())
+                elif bug == "mask moved back to its device":  # correct: a round trip that ends on the input's device
+                    mask = mask.cpu().to(query.device)
                 blocked = mask if bug == "inverted mask" else ~mask
                 scores = scores.masked_fill(blocked, torch.finfo(scores.dtype).min)
             if bug == "dropout on the scores":
@@ -332,6 +338,11 @@ def make_mha(bug=None):
                 out = self.dropout(out)
             if bug == "output detached":
                 out = out.detach()
+            if bug == "weight changed in place":
+                with torch.no_grad():
+                    self.w_q.weight.add_(0.01)
+            if bug == "weight data changed in place":
+                self.w_o.weight.data.mul_(1.001)
 
             if bug == "weights averaged over heads":
                 weights = weights.mean(dim=1)
@@ -430,7 +441,20 @@ class HelperMHA(nn.Module):
         return self.w_o(course_utils.merge_heads(self.attn_drop(weights) @ v)), weights
 
 
-@pytest.mark.parametrize("cls", [course_utils.MultiHeadAttention, make_mha(), EinsumMHA, LoopMHA, HelperMHA])
+class BufferMHA(HelperMHA):
+    """A non-persistent buffer and a tensor made with device=, both on the input's device."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.register_buffer("one", torch.ones(1, 1, d_model), persistent=False)
+
+    def forward(self, query, key, value, mask=None):
+        scale = torch.ones(query.shape[-1], device=query.device)  # (D,)
+        return super().forward(query * self.one * scale, key, value, mask)
+
+
+@pytest.mark.parametrize("cls", [course_utils.MultiHeadAttention, make_mha(), EinsumMHA, LoopMHA, HelperMHA, BufferMHA,
+                                 make_mha("mask moved back to its device")])
 def test_mha_correct_variants_pass(cls):
     assert_passes(check_multi_head_attention, cls)
 
@@ -470,6 +494,11 @@ def test_mha_correct_variants_pass(cls):
         ("w_q weight data", "gradient blocked", ["no gradient reaches `w_q.weight`", ".data"]),
         # a finite fill above the allowed scores: the same case and words as scaled_dot_product_attention's
         ("fill -30", "fill not negative enough", ["every score about -150", "blocked keys get weight", "finfo"]),
+        # values right on the CPU, wrong device on a GPU; a forward that changes its own weights (issue 10)
+        ("mask moved to the CPU", "wrong device", [".cpu()", "mask (B, 1, L_k)"]),
+        ("mask through numpy", "wrong device", [".cpu()"]),
+        ("weight changed in place", "parameters modified in place", ["`w_q.weight` in place", "self-attention"]),
+        ("weight data changed in place", "parameters modified in place", ["`w_o.weight` in place"]),
     ],
 )
 def test_mha_mistakes_are_named(bug, mistake, words):

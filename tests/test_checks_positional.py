@@ -263,6 +263,10 @@ def make_pe(bug=None):
                 pe = pe.to(x.dtype)
             if bug == "pe re-cast in forward":  # allowed: the buffer re-cast, its values kept
                 self.pe = pe = pe.to(x.dtype)
+            if bug == "pe moved to the CPU":  # trial I: right on the CPU, a device clash on a GPU
+                pe = pe.to("cpu")
+            if bug == "pe moved to x's device":  # allowed: a no-op once the module is moved
+                pe = pe.to(x.device)
             if bug == "pe.float()":  # trial C's W21: a .half() module then returns float32
                 pe = pe.float()
             if bug == "pe not sliced":
@@ -310,7 +314,7 @@ class BatchedBufferPE(nn.Module):
 
 
 @pytest.mark.parametrize("cls", [course_utils.PositionalEncoding, make_pe(), make_pe("float64 pe"),
-                                 make_pe("pe re-cast in forward")])
+                                 make_pe("pe re-cast in forward"), make_pe("pe moved to x's device")])
 def test_positional_encoding_correct_variants_pass(cls):
     assert_passes(check_positional_encoding, cls)
 
@@ -345,6 +349,7 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("L == max_len refused", "length check off by one", ["L = max_len", "not `>=`"]),
         ("Parameter as buffer", "pe is a Parameter", ["holds an nn.Parameter", "register_buffer('pe', table)"]),
         ("pe.float()", "dtype not preserved", ["returns torch.float32 instead of torch.float16", ".float()"]),
+        ("pe moved to the CPU", "wrong device", [".cpu()", "x + self.pe[:L]"]),
     ],
 )
 def test_positional_encoding_mistakes_are_named(bug, mistake, words):

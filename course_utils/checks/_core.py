@@ -18,6 +18,7 @@ in every verdict but ``[OK]``) and ends the check after :data:`TIME_LIMIT_S` sec
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import os
@@ -434,7 +435,8 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
         if func in _FACTORIES:  # torch.as_tensor(t) stays where t is
             data = args[0] if args and isinstance(args[0], Tensor) else None
             mark = kwargs.get("device") is None and (data is None or id(data) in self.marked)
-        elif name == "cpu":
+        elif name == "cpu" or (name == "to" and any(  # .to("cpu") spelled out; .to(x.device) is a torch.device
+                isinstance(a, str) and a.startswith("cpu") for a in (*args[1:], kwargs.get("device")))):
             mark = True
             self.to_python.append("cpu")
         elif name in ("to", "cuda"):
@@ -454,7 +456,7 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
 
 
 def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], Any], what: str, case: str,
-                       fix: str = _DEVICE_FIX) -> None:
+                       fix: str = _DEVICE_FIX, host: tuple[Tensor, ...] | None = None) -> None:
     """The result stays on the inputs' device. ``on_meta()`` runs the student's code with its
     tensor inputs on PyTorch's "meta" device (shapes and dtypes, no data; on every machine),
     which stands in for a GPU: a returned tensor elsewhere, or a clash with a tensor built on
@@ -462,7 +464,9 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
     fails for another reason (meta has no values: ``.item()``, a loop over them), or without
     ``on_meta``, ``on_cpu()`` (the same call on the CPU) runs under :class:`_HostWatch`: a
     result built from a factory called without ``device=`` is "wrong device"; a loop writing
-    values into a tensor made on the input's device passes. Any other failure is no verdict."""
+    values into a tensor made on the input's device passes. Any other failure is no verdict.
+    ``host`` (tensors that stay on the CPU, e.g. a module's plain tensor attributes): the watch
+    runs after a passing meta run too (an index on the CPU passes on meta), with these marked."""
     if on_meta is not None:
         try:
             out = on_meta()
@@ -478,8 +482,10 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
                     fail(f"{what} returned a tensor on {got.device} for inputs on PyTorch's 'meta' device ({case}; "
                          f"it stands in for a GPU): the result must stay on the input's device; {fix}.",
                          mistake="wrong device")
-            return
+            if host is None:
+                return
     watch = _HostWatch()
+    watch.marked.update((id(t), t) for t in host or ())
     try:
         with watch:
             out = on_cpu()
@@ -489,11 +495,36 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
         if isinstance(got, Tensor) and id(got) in watch.marked:
             how = "builds the result from a tensor created without device= (torch.zeros, torch.full, torch.tensor, ...)"
             if watch.to_python:
-                how = ("moves a tensor to the CPU (.cpu()) and builds the result from it" if "cpu" in watch.to_python
+                how = ("moves a tensor to the CPU (.cpu() or .to('cpu')) and builds the result from it"
+                       if "cpu" in watch.to_python
                        else f"copies the tensor's values into Python (.{watch.to_python[0]}()) and builds the result "
                        "from them")
             fail(f"{what} {how} ({case}): such a tensor lands on the CPU whatever the input's device, so on a GPU "
                  f"(Colab) the result is on the wrong device or the code fails; {fix}.", mistake="wrong device")
+
+
+def check_module_device(model: nn.Module, args: tuple[Any, ...], what: str, case: str, fix: str = _DEVICE_FIX) -> None:
+    """:func:`check_input_device` for a module: the meta run calls a deep copy moved with
+    ``.to("meta")`` (a plain tensor attribute, not a buffer, stays on the CPU and clashes), then
+    the CPU watch runs the module itself, its plain tensor attributes marked as the CPU's (an
+    embedding indexed with a CPU tensor passes on meta). Call it last, once the values are right."""
+    plain = {f"self.{name}.{key}".replace("self..", "self."): value for name, part in model.named_modules()
+             for key, value in vars(part).items() if isinstance(value, Tensor) and value.dim() > 0}
+    if plain:  # a likely cause: say which attribute and how to register it
+        fix = (f"{fix}. If forward uses `{next(iter(plain))}`: it is a plain tensor attribute, not a registered buffer, "
+               "so .to(device) does not move it (and state_dict misses it); register it in __init__ with "
+               "self.register_buffer(name, tensor, persistent=False)")
+    try:
+        meta = copy.deepcopy(model).to("meta")
+    except Exception:  # noqa: BLE001 - an uncopyable module: the CPU watch alone
+        meta = None
+
+    def run(module: nn.Module, device: str | None) -> Any:
+        with torch.no_grad():
+            return module(*(a.to(device or a.device, copy=True) if isinstance(a, Tensor) else a for a in args))
+
+    check_input_device(None if meta is None else lambda: run(meta, "meta"), lambda: run(model, None), what, case, fix,
+                       host=tuple(plain.values()))
 
 
 def require_module_class(cls: Any, name: str) -> None:

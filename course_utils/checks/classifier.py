@@ -197,6 +197,8 @@ def check_masked_mean_pool(fn: Any) -> str:
         expect_close("the pooled vectors", got, expected, _pool_mistakes(x0, mask0), case=case)
     gradient_probe(fn, lambda x, mask: (x * m).sum(dim=1) / m.sum(dim=1), dict(x=x0, mask=mask0),
                    what="masked_mean_pool", case=case)
+    check_input_device(lambda: fn(x0.to("meta"), mask0.to("meta")), lambda: fn(x0.clone(), mask0.clone()),
+                       "your masked_mean_pool", case)
     return "padding at the end and anywhere, rows of different lengths"
 
 

@@ -27,8 +27,9 @@ from ..multihead import MultiHeadAttention
 from ._blocks import (P_PROBE, P_RATE, Block, Constant, FirstFeatures, Stack, build_stack, check_dropout_modes,
                       check_dropout_rate, check_stack_dropout, layer_dropout, layer_stage, once, reference, remembered,
                       run_block, run_stack, stack_mistakes, structural_mistakes, unused_final_norm)
-from ._core import (Mistake, StudentError, call_student, check_dtype_follows, check_unchanged, checker, describe_shape,
-                    expect_close, fail, gradient_probe, matches, randint, register_hints, require_distinct_roles,
+from ._core import (Mistake, StudentError, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
+                    check_unchanged, checker, describe_shape, expect_close, fail, gradient_probe, matches, module_state,
+                    randint, register_hints, require_distinct_roles,
                     require_module_class, require_own_code, student_line)
 from ._pairing import load_reference, randomise_parameters
 
@@ -103,9 +104,12 @@ def _compare_without_and_with_mask(model: nn.Module, ref: nn.Module, x: Tensor, 
 
 
 def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str, attention: bool = False) -> Any:
+    """The student's forward under ``no_grad``; the module's parameters and buffers must stay
+    as they were (a changed weight would be misread as wrong values)."""
+    state = module_state(model)
     with torch.no_grad():
         try:
-            return call_student(model, *args, context=f"running forward ({case})")
+            got = call_student(model, *args, context=f"running forward ({case})")
         except StudentError as err:
             exc = err.exc
             if attention and isinstance(exc, (TypeError, AttributeError)) and "tuple" in str(exc):
@@ -116,6 +120,8 @@ def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str, attention: b
                      "`self.self_attn(x, x, x, mask)[0]`, before adding it to the residual.",
                      mistake="attention output not unpacked")
             raise
+    check_state_unchanged(model, state, case)
+    return got
 
 
 # ---------------------------------------------------------------- LayerNorm
@@ -302,6 +308,7 @@ def check_layer_norm(cls: Any) -> str:
     check_dtype_follows(lambda: call_student(cls, D, context="constructing LayerNorm"),
                         lambda m, dt: _forward(m, (x.to(dt),), f"x in {dt}"), "LayerNorm",
                         f"x of shape ({B}, {L}, {D})")
+    check_module_device(model, (x,), "your LayerNorm", f"x of shape ({B}, {L}, {D}), eps={eps}")
     return "default and large eps, rows of tiny and large variance, random weight and bias"
 
 

@@ -26,7 +26,8 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..gpt import GPT, GPTBlock, next_token_probs
-from ._core import (Mistake, StudentError, call_student, check_input_device, check_unchanged, checker, describe_shape,
+from ._core import (Mistake, StudentError, call_student, check_input_device, check_module_device, check_state_unchanged,
+                    check_unchanged, checker, describe_shape, module_state,
                     drawn_once, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints,
                     require_distinct_roles, require_function, require_module_class, require_no_grad)
 from ._blocks import (P_PROBE, P_RATE, Block, Spy, check_dropout, check_dropout_modes, check_dropout_rate,
@@ -130,11 +131,12 @@ def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | N
     """One case; without a mask the leak test runs first (before the values, which would only say
     "differ" for a missing causal mask)."""
     args = (x,) if mask is None else (x, mask)
-    originals = tuple(a.clone() for a in args)
+    originals, state = tuple(a.clone() for a in args), module_state(model)
     with torch.no_grad():
         expected = ref(x, mask)  # (B, L, D)
         got = call_student(model, *args, context=f"running forward ({case})")
         check_unchanged(["x", "mask"], args, originals, case)
+        check_state_unchanged(model, state, case)
         tuple_return(got, "GPTBlock")
         check_dropout(lambda: call_student(model, *originals, context=f"running forward ({case})"), got, expected)
         if mask is None and isinstance(got, Tensor) and got.shape == x.shape:
@@ -182,11 +184,10 @@ def check_gpt_block(cls: Any) -> str:
     gradient_probe(model, ref, dict(x=torch.randn(B, L, D), mask=mask), named(model, pairs), what="GPTBlock", case=case)
     _exact_gelu_probe(model, ref, B, L, D)
     _block_dropout(cls, B, L, D, H, d_ff)
-    with torch.no_grad():  # all right so far: the first case again, a tensor built without device= watched
-        check_input_device(None, lambda: call_student(model, x.clone(), context=f"running forward ({first})"),
-                           "your GPTBlock", first, "build the causal mask on the input's device: causal_mask(L, "
-                           "device=x.device) (or torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), or a "
-                           "buffer registered in __init__, which .to(device) moves)")
+    # all right so far: the first case again, on 'meta' (a plain tensor attribute clashes), else watched
+    check_module_device(model, (x,), "your GPTBlock", first, "build the causal mask on the input's device: "
+                        "causal_mask(L, device=x.device) (or torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), "
+                        "or a buffer registered in __init__, which .to(device) moves)")
     # the notebook stores this line (nbval): change it together with solutions/09
     return "causal by itself, pre-norm, GELU (tanh), residuals, with and without a padding mask, random weights"
 
@@ -378,9 +379,11 @@ def check_gpt(cls: Any) -> str:
         mask = trailing_padding(B, length) if masked else None  # (B, 1, L)
         args = (tokens,) if mask is None else (tokens, mask)
         case = f"tokens ({B}, {length})" + (f", padding mask ({B}, 1, {length})" if masked else ", no mask")
+        state = module_state(model)
         with torch.no_grad():
             expected = ref(tokens, mask)  # (B, L, V)
             got = call_student(model, *args, context=f"running forward ({case})")
+            check_state_unchanged(model, state, case)
             if isinstance(got, (tuple, list)):
                 fail(f"GPT should return one tensor, the logits (B, L, V) = ({B}, {length}, {V}); yours returned a "
                      f"{type(got).__name__} ({', '.join(describe_shape(t) for t in got[:3])}). Return the logits "
@@ -390,10 +393,8 @@ def check_gpt(cls: Any) -> str:
     gradient_probe(model, ref, dict(tokens=tokens, mask=mask), named(model, pairs), what="GPT", case=case)
     _gpt_dropout(cls, V, D, H, N, d_ff, max_len, B, L)
     tokens, case = torch.randint(0, V, (B, L)), f"tokens ({B}, {L}), no mask"  # all right: a CPU tensor watched
-    with torch.no_grad():
-        check_input_device(None, lambda: call_student(model.eval(), tokens, context=f"running forward ({case})"),
-                           "your GPT", case, "build the positions on the tokens' device: torch.arange(L, "
-                           "device=tokens.device)")
+    check_module_device(model.eval(), (tokens,), "your GPT", case, "build the positions on the tokens' device: "
+                        "torch.arange(L, device=tokens.device)")
     # the notebook stores this line (nbval): change it together with solutions/09
     return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"
 

@@ -24,7 +24,8 @@ from torch import Tensor, nn
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
 from .attention import _VERY_NEGATIVE, _very_negative, require_tuple, robustness_diagnosis
 from ._core import (
-    Mistake, StudentError, allclose, call_student, check_dtype_follows, check_unchanged, checker, describe_shape,
+    Mistake, StudentError, allclose, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
+    check_unchanged, checker, describe_shape, module_state,
     dropout_pattern, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, is_view_error, matches,
     raised, randint, random_mask, register_hints, require_distinct_roles, require_module_class, student_line,
 )
@@ -265,7 +266,7 @@ def _shape_error(exc: BaseException, mask: Tensor | None, case: str, after_self_
 def _mha_case(model: nn.Module, ref: nn.Module, lin: dict[str, tuple[Tensor, Tensor]], H: int, query: Tensor,
               key: Tensor, value: Tensor, mask: Tensor | None, case: str, after_self_attention: bool) -> None:
     args: tuple[Tensor, ...] = (query, key, value) + ((mask,) if mask is not None else ())
-    originals = [t.clone() for t in args]
+    originals, state = [t.clone() for t in args], module_state(model)
     with torch.no_grad():
         ref_out, ref_w = ref(*originals)  # (B, L_q, D), (B, H, L_q, L_k)
         try:
@@ -274,6 +275,7 @@ def _mha_case(model: nn.Module, ref: nn.Module, lin: dict[str, tuple[Tensor, Ten
             _shape_error(err.exc, mask, case, after_self_attention)
             raise
     check_unchanged([*_INPUTS, "mask"], args, originals, case)
+    check_state_unchanged(model, state, case)  # before the values: a changed weight reads as wrong values
     out, w = _pair(result, case)
     mistakes = _mha_mistakes(mask, distinct_inputs=key is not query and value is not key)
 
@@ -491,6 +493,7 @@ def check_multi_head_attention(cls: Any) -> str:
                                                    context=f"running forward in {dt}"),
                         "MultiHeadAttention", cross + ", mask (B, 1, L_k)", dtypes=(torch.float64,))
     _robustness_cases(model, ref, B, L_q, L_k, D, H)  # last: it sets w_q and w_k to the identity
+    check_module_device(model, (query, key, value, mask), "your forward", cross + ", mask (B, 1, L_k)")
 
     _check_dropout(cls)
     _expect_value_error(cls, "MultiHeadAttention({D}, {H})", "d_model")

@@ -23,8 +23,8 @@ from torch import Tensor, nn
 from ..embeddings import TokenEmbedding
 from ..positional import sinusoidal_positional_encoding
 from ._core import (
-    Failure, Mistake, StudentError, call_student, check_dtype_follows, check_state_unchanged, check_unchanged, checker,
-    describe_shape, dropout_scale, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, matches,
+    Failure, Mistake, StudentError, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
+    check_unchanged, checker, describe_shape, dropout_scale, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, matches,
     module_state, raised, randint, register_hints, require_module_class,
 )
 from ._pairing import build_student
@@ -302,6 +302,8 @@ def check_positional_encoding(cls: Any) -> str:
     check_dtype_follows(lambda: call_student(cls, D, M, context="constructing PositionalEncoding"),
                         lambda m, dt: _forward(m, x.to(dt), f"x in {dt}", M), "PositionalEncoding",
                         f"x of shape (2, {lengths[0]}, {D}), max_len={M}")
+    check_module_device(module, (x,), "your PositionalEncoding", f"x of shape (2, {lengths[0]}, {D}), max_len={M}",
+                        "slice the buffer, which .to(device) moves with the module: x + self.pe[:L]")
 
     for p in (0.3, 0.6):  # two values: a hard-coded p differs from one (the kept scale 1 / (1 - p) tells)
         _check_dropout(cls, D, M, p, table)
