@@ -367,7 +367,9 @@ def check_token_embedding(cls: Any) -> str:
                               "self.embedding(tokens) * math.sqrt(self.d_model).")
         lookup = weight[tokens0]  # (B, L, D)
         mistakes: list[Mistake] = [
-            ("embeddings not scaled", "the embeddings are not scaled: multiply them by sqrt(d_model).", lookup),
+            ("embeddings not scaled", "the embeddings are not scaled: multiply them by sqrt(d_model) in forward "
+             "(weights scaled once in __init__ do not count: the check, like training, sets the weights itself).",
+             lookup),
             ("scaled by d_model", "the embeddings are multiplied by d_model; multiply by its square root, "
              "sqrt(d_model).", lookup * D),
             ("divided by sqrt(d_model)", "the embeddings are divided by sqrt(d_model); multiply by it instead.",
