@@ -341,8 +341,9 @@ def make_mha(bug=None):
             if bug == "weight changed in place":
                 with torch.no_grad():
                     self.w_q.weight.add_(0.01)
-            if bug == "weight data changed in place":
-                self.w_o.weight.data.mul_(1.001)
+            if bug in ("weight data changed in place", "weight nudged in place"):
+                # trial J: a factor of 1.0001 changed the weights within the values' tolerance
+                self.w_o.weight.data.mul_(1.001 if bug == "weight data changed in place" else 1.0001)
 
             if bug == "weights averaged over heads":
                 weights = weights.mean(dim=1)
@@ -499,6 +500,7 @@ def test_mha_correct_variants_pass(cls):
         ("mask through numpy", "wrong device", [".cpu()"]),
         ("weight changed in place", "parameters modified in place", ["`w_q.weight` in place", "self-attention"]),
         ("weight data changed in place", "parameters modified in place", ["`w_o.weight` in place"]),
+        ("weight nudged in place", "parameters modified in place", ["`w_o.weight` in place"]),
     ],
 )
 def test_mha_mistakes_are_named(bug, mistake, words):
