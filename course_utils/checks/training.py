@@ -912,9 +912,12 @@ def _gradient_diagnosis(setup: _StepSetup, i: int, grads: list[Tensor | None], c
         fail(f"the step used gradients {N} times too large ({call}; {N} = the number of real target tokens): "
              "backward() ran on the summed loss. Call backward() on the mean over the real tokens, the loss "
              "train_step returns.", mistake="backward on the summed loss")
+    # clip_norm left at 1.0 scales by min(1, 1 / n2): when a draw puts that factor near another
+    # norm's (the largest entry close to clip_norm), the nearer one names the mistake
+    hard_coded = abs(c - min(1.0, 1.0 / n2)) if clip not in (None, 1.0) else math.inf
     for norm, how in ((ninf, "the largest gradient entry (norm_type=inf, or a max instead of a root sum of squares)"),
                       (n2**2, "the sum of squares without its square root")):
-        if clip is not None and norm > clip and close(c, clip / norm):
+        if clip is not None and norm > clip and close(c, clip / norm) and abs(c - clip / norm) < hard_coded:
             fail(f"your clipping measures the gradients by {how} ({call}): clip_norm bounds the 2-norm of all "
                  "gradients together, sqrt(sum of every entry squared): nn.utils.clip_grad_norm_(model.parameters(), "
                  "clip_norm) with its default norm_type=2.", mistake="wrong clipping norm")
