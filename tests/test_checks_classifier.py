@@ -196,9 +196,10 @@ class ClsOwnPool(TransformerClassifier):
         return self.classifier(pooled)
 
 
-def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, shape=None, layout="padding",
+def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shape=None, layout="padding",
                        dropout=False, head="own"):
-    """A student's forward with (at most) one mistake; the defaults are correct. ``layout``
+    """A student's forward with (at most) one mistake; the defaults are correct. ``pe``: how many
+    times the positional table is added; ``layout``
     of the encoder's mask: "padding", "query axis" (B, L, 1), "inverted", "causal" (and
     padding); ``dropout``: F.dropout(pooled, 0.1, training=True), on in eval mode too;
     ``head``: "own" (self.classifier), "new" (an nn.Linear built in forward), "re-drawn"
@@ -207,7 +208,9 @@ def classifier_forward(pool="own", mask="pad", pe=True, scale=True, post=None, s
     def forward(self, tokens):
         pad = {"pad": self.pad_id, "zero": 0, None: None}[mask]
         emb = self.embedding(tokens) if scale else self.embedding.embedding(tokens)
-        x = self.positional_encoding(emb) if pe else emb
+        x = emb
+        for _ in range(pe):  # pe: how many times the table is added
+            x = self.positional_encoding(x)
         m = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
         m = {"padding": lambda: m, "query axis": lambda: (tokens != pad).unsqueeze(-1), "inverted": lambda: ~m,
              "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()}[layout]()
@@ -282,7 +285,8 @@ CLASSIFIER_MISTAKES = [
     (dict(pool="sum"), "sum instead of mean", "without dividing"),
     (dict(mask=None), "padding mask not passed", "padding_mask"),
     (dict(mask="zero"), "hard-coded pad id", "self.pad_id"),
-    (dict(pe=False), "positional encoding missing", "positional_encoding"),
+    (dict(pe=0), "positional encoding missing", "positional_encoding"),
+    (dict(pe=2), "positional encoding added twice", "added twice"),
     (dict(scale=False), "embeddings not scaled", "sqrt(d_model)"),
     (dict(post="softmax"), "returns probabilities", "softmax before it"),
     (dict(post="log_softmax"), "returns probabilities", "raw logits"),

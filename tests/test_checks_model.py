@@ -354,6 +354,24 @@ class NoTargetPositions(course_utils.Transformer):
         return self.decoder(self.tgt_embedding(tgt), memory, tgt_mask, memory_mask)
 
 
+class PositionsTwice(course_utils.Transformer):  # the positional module called twice on the source
+    def encode(self, src, src_mask=None):
+        return self.encoder(self.positional_encoding(self.positional_encoding(self.src_embedding(src))), src_mask)
+
+
+class SecondPositionalModule(course_utils.Transformer):
+    """A second PositionalEncoding (its own dropout 0) after the first on the target: in training mode
+    with dropout near 1 this is what dropout before adding gives; eval mode names it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.target_positions = PositionalEncoding(self.d_model, self.positional_encoding.pe.size(0), 0.0)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        y = self.target_positions(self.positional_encoding(self.tgt_embedding(tgt)))
+        return self.decoder(y, memory, tgt_mask, memory_mask)
+
+
 class NoProjection(course_utils.Transformer):
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
@@ -460,6 +478,8 @@ TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names 
     (Unscaled, "embeddings not scaled", ["source and target", "sqrt(d_model)"], "values"),
     (NoTargetPositions, "positional encoding missing", ["target embeddings"], "values"),
     (NoProjection, "missing output projection", ["(B, L_tgt, d_model)"], "values"),
+    (PositionsTwice, "positional encoding added twice", ["added twice to the source embeddings"], "values"),
+    (SecondPositionalModule, "positional encoding added twice", ["added twice to the target embeddings"], "values"),
     (Probabilities, "returns probabilities", ["softmax", "raw logits"], "values"),
     (NoMethods, "missing method", ["encode(src, src_mask)"], "build"),
     # the same with names the contract does not fix: still compared number by number

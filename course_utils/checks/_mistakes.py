@@ -133,6 +133,7 @@ MISTAKES: dict[str, str] = {
     "returns probabilities": "probabilities (softmax) returned instead of logits",
     "returns log-probabilities": "log-probabilities (log_softmax) returned instead of logits",
     "positional encoding missing": "no positional encoding is added",
+    "positional encoding added twice": "the positional table added twice (two positional modules, or one called twice)",
     "max_len off by one": "max_len one too small",
     # layers and stacks (04, 05, 08, 09)
     "unstable variance": "variance as E[x^2] - E[x]^2, which cancels catastrophically on rows with a large mean",

@@ -204,14 +204,15 @@ def check_masked_mean_pool(fn: Any) -> str:
 
 # ---------------------------------------------------------------- TransformerClassifier
 def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str, *, pool: str | None = None,
-                        mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: bool = True,
+                        mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: int = 1,
                         scale: bool = True, post: str | None = None) -> Tensor:
     """The reference's logits with at most one deliberate mistake; the defaults are correct. ``pool``: the
     pooling done (default ``pooling``'s own); ``mask_pad``: the pad id the masks are built from (``"pad"``:
     the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``post``: after the head."""
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
     x = ref.embedding.embedding(tokens) * (math.sqrt(ref.embedding.d_model) if scale else 1.0)  # (B, L, D)
-    x = ref.positional_encoding(x) if pe else x
+    for _ in range(pe):  # pe: how many times the table is added
+        x = ref.positional_encoding(x)
     mask = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
     if mask is not None:
         mask = {"padding": mask, "query axis": mask.transpose(1, 2), "inverted": ~mask,  # (B, L, 1) for the query axis
@@ -279,7 +280,9 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
          "padding_mask(tokens, self.pad_id) and tokens != self.pad_id.", v(mask_pad=0)),
         ("positional encoding missing", "the embeddings go into the encoder without self.positional_encoding: the "
          "encoder then cannot tell 'not good but bad' from 'bad but not good'. "
-         "x = self.positional_encoding(self.embedding(tokens)).", v(pe=False)),
+         "x = self.positional_encoding(self.embedding(tokens)).", v(pe=0)),
+        ("positional encoding added twice", "the positional table is added twice (x + 2 pe): pass the embeddings "
+         "through self.positional_encoding once, and through no second positional module.", v(pe=2)),
         ("embeddings not scaled", "you called the inner nn.Embedding (self.embedding.embedding) and skipped "
          "TokenEmbedding's scaling by sqrt(d_model): call self.embedding(tokens).", v(scale=False)),
     ]

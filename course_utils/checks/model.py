@@ -244,13 +244,13 @@ def _dropout_off(module: nn.Module, off: bool) -> Iterator[None]:
 
 def _transformer_variant(
     ref: Transformer, src: Tensor, tgt: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None, *,
-    scale: tuple[float, float] = (0.5, 0.5), pe: tuple[bool, bool] = (True, True),
+    scale: tuple[float, float] = (0.5, 0.5), pe: tuple[int, int] = (1, 1),
     pe_drop: tuple[str, str] = ("after", "after"), layer_drop: tuple[bool, bool] = (True, True),
     enc_mask: bool = True, cross_mask: bool = True, self_mask: bool = True, part: str = "logits",
     memory: Tensor | None = None, post: str | None = None,
 ) -> Tensor:
     """The reference's forward (or ``part="memory"``/``"decoded"``) with optional mistakes:
-    embeddings times ``d_model ** scale`` per side, positional table missing (``pe``), its
+    embeddings times ``d_model ** scale`` per side, the positional table added ``pe`` times, its
     dropout ``"after"`` adding the table, ``"none"`` or ``"before"``, the layers' dropout
     off, masks left out, softmax or log_softmax on the logits. ``memory`` replaces the
     encoder's output for ``part="decoded"``."""
@@ -259,7 +259,7 @@ def _transformer_variant(
         x = module.embedding(tokens) * ref.d_model ** scale[side]  # (B, L, D)
         if not pe[side]:
             return x
-        table, drop = ref.positional_encoding.pe[: x.size(1)], ref.positional_encoding.dropout  # (L, D)
+        table, drop = pe[side] * ref.positional_encoding.pe[: x.size(1)], ref.positional_encoding.dropout  # (L, D)
         if pe_drop[side] == "before":
             return drop(x) + table
         return x + table if pe_drop[side] == "none" else drop(x + table)
@@ -313,7 +313,10 @@ def _transformer_mistakes(part: str, has_src_mask: bool, has_tgt_mask: bool) -> 
              dict(scale=_per_side(sides, 1.0, 0.5))),
             ("positional encoding missing", f"no positional encoding is added to the {words} embeddings, so the "
              "model cannot tell positions apart: pass the embeddings through the PositionalEncoding module.",
-             dict(pe=_per_side(sides, False, True))),
+             dict(pe=_per_side(sides, 0, 1))),
+            ("positional encoding added twice", f"the positional table is added twice to the {words} embeddings "
+             "(x + 2 pe): PositionalEncoding adds it once; pass the embeddings through it once, and through no "
+             "second positional module.", dict(pe=_per_side(sides, 2, 1))),
         ]
     if part == "logits":
         out.append(("missing output projection", "forward returns the decoder output (B, L_tgt, d_model): project "
@@ -762,7 +765,13 @@ def check_transformer(cls: Any) -> str:
     _table_length(built[0][0], s.D)
     _embedding_probe(built[0][0], s)
     _shared_embeddings(cls, replace(s, N=1))
-    unexplained = _dropout_probe(cls, replace(s, N=1))
+    try:
+        unexplained = _dropout_probe(cls, replace(s, N=1))
+    except Failure:
+        # a training-mode diagnosis stands only when eval mode is right: a second positional table
+        # added after the first one's dropout looks like dropout before adding, and is named there
+        _mapped_cases(*built[0], s, False, first_only=True)
+        raise
     _extra_dropout_probe(cls, replace(s, N=1))
     for (model, ref), norm_first in zip(built, (False, True)):
         _mapped_cases(model, ref, s, norm_first)
