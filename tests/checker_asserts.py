@@ -23,13 +23,18 @@ STABLE = 20  # draws for the families whose diagnoses must not depend on the dra
 SESSION_SWEEP = int.from_bytes(os.urandom(4), "little")
 
 
-def verdicts(check: Callable[..., Any], student: Any, repeat: int = REPEAT, shared_sweep: bool = False) -> list:
+def verdicts(check: Callable[..., Any], student: Any, repeat: int | tuple[int, ...] = REPEAT,
+             shared_sweep: bool = False) -> list:
     """``repeat`` verdicts: ``repeat - 1`` on fixed seeds, the last on a random seed (the
-    session's with ``shared_sweep``, else a fresh one). Every mistake name a verdict reports
-    must be in the registry (checks/_mistakes.py)."""
-    sweep = SESSION_SWEEP if shared_sweep else int.from_bytes(os.urandom(4), "little")
-    print(f"random seed of this sweep: {sweep}")  # shown by pytest when the test fails
-    results = [check(student, seed=s) for s in (*SEEDS[: repeat - 1], sweep)]
+    session's with ``shared_sweep``, else a fresh one), or one on each seed of a tuple. Every
+    mistake name a verdict reports must be in the registry (checks/_mistakes.py)."""
+    if isinstance(repeat, tuple):
+        seeds = repeat
+    else:
+        sweep = SESSION_SWEEP if shared_sweep else int.from_bytes(os.urandom(4), "little")
+        seeds = (*SEEDS[: repeat - 1], sweep)
+    print(f"seeds of these verdicts: {seeds}")  # shown by pytest when the test fails
+    results = [check(student, seed=s) for s in seeds]
     for r in results:
         assert r.mistake is None or r.mistake in MISTAKES, f"unregistered mistake name {r.mistake!r}: {_why(r)}"
     return results
@@ -39,14 +44,15 @@ def _why(r: Any) -> str:
     return f"(seed {r.seed}) {r.feedback}"
 
 
-def assert_passes(check: Callable[..., Any], student: Any, repeat: int = REPEAT) -> None:
+def assert_passes(check: Callable[..., Any], student: Any, repeat: int | tuple[int, ...] = REPEAT) -> None:
     for r in verdicts(check, student, repeat):
         assert r.passed, _why(r)
         assert r.status == "passed" and r.mistake is None, _why(r)
         assert r.feedback.startswith("[OK]"), _why(r)
 
 
-def assert_mistake(check: Callable[..., Any], student: Any, mistake: str, *words: str, repeat: int = REPEAT,
+def assert_mistake(check: Callable[..., Any], student: Any, mistake: str, *words: str,
+                   repeat: int | tuple[int, ...] = REPEAT,
                    shared_sweep: bool = False) -> None:
     """The check fails, names ``mistake`` (a registry name) and says each of ``words``."""
     assert mistake in MISTAKES, f"{mistake!r} is not in course_utils/checks/_mistakes.py"
