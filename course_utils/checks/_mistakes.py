@@ -186,7 +186,7 @@ MISTAKES: dict[str, str] = {
     "memory_mask not passed": "memory_mask not passed on",
     "masks not passed": "neither mask passed on",
     "padding mask replaces causal": "the padding mask used instead of the causal one",
-    "mask combined in place": "masks combined with &= in place: fails on a mask that broadcasts, changes the caller's",
+    "mask combined in place": "masks combined in place (mask &= causal): fails on a mask that broadcasts, or changes the caller's mask",
     "future leaking": "a position sees later positions (causal mask missing or wrong)",
     "fails when lengths differ": "the code fails when L_src differs from L_tgt",
     "missing layers": "the stack has no `layers`",

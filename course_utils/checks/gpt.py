@@ -144,8 +144,8 @@ def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str) -> Any:
             fail(f"your forward combines the masks in place ({case}): {raised(err.exc, inline=True)}. `a &= b` "
                  "writes into `a`, which must already have the result's full shape (B, L, L): the padding mask "
                  "(B, 1, L) and the causal mask (L, L) are smaller, and an .expand()ed view shares memory between "
-                 "entries. On the caller's mask it would also change the caller's tensor. Combine into a new "
-                 "tensor: mask = causal & mask.", mistake="mask combined in place")
+                 "entries. And on the caller's mask it would change the caller's tensor, which every block gets. "
+                 "Combine into a new tensor: mask = causal & mask.", mistake="mask combined in place")
         raise
 
 
@@ -650,7 +650,8 @@ def check_next_token_probs(fn: Callable[..., Any]) -> str:
 def _softmax_axis(got: Any, logits: Tensor, T: float, k: int | None, p: float | None, case: str) -> None:
     """The last softmax over another axis than the vocabulary. Removed logits (-inf) give NaN
     where a whole line of that axis was removed, so NaN counts as equal to NaN here."""
-    if not isinstance(got, Tensor) or got.shape != logits.shape or not got.is_floating_point():
+    if (not isinstance(got, Tensor) or got.shape != logits.shape or not got.is_floating_point()
+            or got.device.type != "cpu"):
         return
     for dim in range(logits.dim() - 1):
         wrong = _probs_variant(logits, T, k, p, dim=dim).double()  # (..., V)
