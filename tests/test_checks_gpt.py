@@ -275,6 +275,40 @@ class GrowingBufferMask(Block):  # trial I: a buffer re-assigned in forward, a n
         return self.tri[:L, :L] if mask is None else self.tri[:L, :L] & mask
 
 
+class RawKeysValues(Block):  # helper n2: only the query normalised, self.attn(h, x, x, ...)
+    def forward(self, x, mask=None):
+        self.device = x.device
+        h = self.norm1(x)
+        x = x + self.dropout1(self.self_attn(h, x, x, self.attn_mask(x.size(1), mask))[0])
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
+class MaskAndInPlace(Block):  # helper n2: `mask &= causal` on the caller's (B, 1, L) mask
+    def attn_mask(self, L, mask):
+        causal = causal_mask(L, device=self.device)
+        if mask is None:
+            return causal
+        mask &= causal
+        return mask
+
+
+class CausalAndInPlace(Block):  # helper n2: the (L, L) causal mask cannot hold (B, L, L)
+    def attn_mask(self, L, mask):
+        causal = causal_mask(L, device=self.device)
+        if mask is not None:
+            causal &= mask
+        return causal
+
+
+class ExpandedAndInPlace(Block):  # helper n2: an .expand()ed view shares its memory
+    def attn_mask(self, L, mask):
+        causal = causal_mask(L, device=self.device)
+        if mask is not None:
+            causal = causal.expand(mask.size(0), L, L)
+            causal.logical_and_(mask)
+        return causal
+
+
 class BlockStub(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -314,6 +348,10 @@ BLOCK_MISTAKES = [
     (CourseMaskWithoutDevice, "wrong device", "created without device="),
     (PlainAttributeMask, "wrong device", "`self.tri`: it is a plain tensor attribute"),
     (GrowingBufferMask, "parameters modified in place", "changed `tri` in place"),
+    (RawKeysValues, "keys and values not normalised", "self_attn(h, h, h, mask)"),
+    (MaskAndInPlace, "mask combined in place", "mask &= causal"),
+    (CausalAndInPlace, "mask combined in place", "mask = causal & mask"),
+    (ExpandedAndInPlace, "mask combined in place", "logical_and_"),
 ]
 
 
@@ -368,6 +406,16 @@ class SdpaBlock(nn.Module):
         return x + self.drop(ff.linear2(self.act(ff.linear1(self.norm2(x)))))
 
 
+class InPlaceOnAFullCopy(Block):  # right: &= into a (B, L, L) tensor of its own
+    def attn_mask(self, L, mask):
+        causal = causal_mask(L, device=self.device)
+        if mask is None:
+            return causal
+        full = causal.repeat(mask.size(0), 1, 1)  # (B, L, L)
+        full &= mask
+        return full
+
+
 class OneDropoutModule(ModuleFeed):  # the notebook's solution: one nn.Dropout for both sub-layers
     def forward(self, x, mask=None):
         x = x + self.dropout1(self.attend(self.norm1(x), mask))
@@ -388,7 +436,7 @@ class HandWrittenDropout(ModuleFeed):  # mask * h / (1 - p), with the `dropout` 
 
 
 @pytest.mark.parametrize("cls", [gpt.GPTBlock, Block, EncoderLayerBlock, SdpaBlock, OneDropoutModule,
-                                 HandWrittenDropout, BufferMask, NewOnesMask])
+                                 HandWrittenDropout, BufferMask, NewOnesMask, InPlaceOnAFullCopy])
 def test_gpt_block_correct_variants_pass(cls):
     assert_passes(check_gpt_block, cls)
 
@@ -849,6 +897,22 @@ def in_place(logits, temperature=1.0, top_k=None, top_p=None):
     return gpt.next_token_probs(logits, 1.0, top_k, top_p)
 
 
+def probs_softmax_dim1(logits, temperature=1.0, top_k=None, top_p=None):  # helper n2: right for 2-D logits only
+    s = logits / temperature
+    if top_k is not None:
+        s = s.masked_fill(s < s.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    if top_p is not None:
+        p, idx = s.softmax(-1).sort(dim=-1, descending=True)
+        remove = p.cumsum(-1) - p >= top_p
+        s = s.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+    return F.softmax(s, dim=1)
+
+
+def probs_softmax_dim0(logits, temperature=1.0, top_k=None, top_p=None):
+    return (logits / temperature).softmax(0) if top_k is None and top_p is None else gpt.next_token_probs(
+        logits, temperature, top_k, top_p)
+
+
 def probs_stub(logits, temperature=1.0, top_k=None, top_p=None):
     raise NotImplementedError()
 
@@ -907,6 +971,8 @@ PROBS_MISTAKES = [
     (topp_strict_top_kept, "top-p drops the crossing token", "crosses p"),
     (log_probs, "log-probabilities", "log"),
     (in_place, "input modified in place", "in place"),
+    (probs_softmax_dim1, "softmax not over the vocabulary", "dim=-1"),
+    (probs_softmax_dim0, "softmax not over the vocabulary", "dim=0"),
 ]
 
 

@@ -71,6 +71,19 @@ def test_make_src_mask_correct_variants_pass(fn):
         (lambda src, pad: (src != pad).unsqueeze(-1), "wrong axis", ["goes in the middle (unsqueeze(1))"]),
         (lambda src, pad: (src != 0).unsqueeze(1), "hard-coded pad id", ["instead of pad_id"]),
         (lambda src, pad: (src != pad).unsqueeze(1).float(), "not a bool mask", ["torch.float32", "torch.bool"]),
+        # helper n2: the Annotated Transformer's (B, 1, 1, L), full (B, L, L) masks, `> pad_id`, an additive float mask
+        (lambda src, pad: (src != pad)[:, None, None, :], "extra head axis",
+         ["(B, 1, 1, L_src)", "adds the head axis itself"]),
+        (lambda src, pad: (src != pad).unsqueeze(1) & tril(src.size(1)), "causal mask in the encoder",
+         ["whole source", "(B, 1, L_src)"]),
+        (lambda src, pad: (src != pad).unsqueeze(1) & (src != pad).unsqueeze(2), "padding on both axes", ["keys only"]),
+        (lambda src, pad: (src != pad).unsqueeze(1).expand(-1, src.size(1), -1), "wrong shape",
+         ["(B, L_src, L_src)", "cross-attention"]),
+        (lambda src, pad: (src > pad).unsqueeze(1), "ids below pad_id as padding", ["smaller than pad_id", "!="]),
+        (lambda src, pad: torch.zeros(src.shape).masked_fill(src == pad, -1e9).unsqueeze(1), "additive float mask",
+         ["True = may attend"]),
+        (lambda src, pad: torch.ones_like(src, dtype=torch.bool).unsqueeze(1), "values differ",
+         ["should be False", "(token ", "Entry [b, 0, j] is True when token j"]),
     ],
 )
 def test_make_src_mask_mistakes_are_named(fn, mistake, words):
@@ -161,6 +174,16 @@ def tril(L, diagonal=0):
         (lambda t, p: padding_mask(t, p) & tril(t.size(1), 1), "diagonal shifted", ["tril(1)", "next token"]),
         (lambda t, p: padding_mask(t, p) & padding_mask(t, p).transpose(1, 2) & tril(t.size(1)),
          "padding on both axes", ["both axes", "keys only"]),
+        # helper n2: a wrong padding part, masks of another shape named by their pattern, the first wrong entries
+        (lambda t, p: (t == p).unsqueeze(1) & tril(t.size(1)), "inverted mask", ["padding part", "!="]),
+        (lambda t, p: (t > p).unsqueeze(1) & tril(t.size(1)), "ids below pad_id as padding", ["padding part", "!="]),
+        (lambda t, p: ~tril(t.size(1)), "inverted mask", ["causal part is wrong", "no batch axis"]),
+        (lambda t, p: tril(t.size(1))[None, None], "causal only", ["padding keys are not blocked"]),
+        (lambda t, p: torch.ones(t.size(1), t.size(1), dtype=torch.bool), "wrong shape", ["own padding"]),
+        (lambda t, p: ~padding_mask(t, p), "inverted mask", ["only blocks padding"]),
+        (lambda t, p: padding_mask(t, p).transpose(1, 2), "padding on the query axis", ["nothing blocks the future"]),
+        (lambda t, p: torch.ones(t.size(0), t.size(1), t.size(1), dtype=torch.bool), "values differ",
+         ["should be False", "after the query", "Entry [b, i, j] is True when query i"]),
     ],
 )
 def test_make_tgt_mask_mistakes_are_named(fn, mistake, words):

@@ -26,10 +26,10 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..gpt import GPT, GPTBlock, next_token_probs
-from ._core import (Mistake, StudentError, call_student, check_input_device, check_module_device, check_state_unchanged,
-                    check_unchanged, checker, describe_shape, module_state,
+from ._core import (Mistake, StudentError, allclose, call_student, check_input_device, check_module_device,
+                    check_state_unchanged, check_unchanged, checker, describe_shape, module_state, raised,
                     drawn_once, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints,
-                    require_distinct_roles, require_function, require_module_class, require_no_grad)
+                    require_distinct_roles, require_function, require_module_class, require_no_grad, student_line)
 from ._blocks import (P_PROBE, P_RATE, Block, Spy, check_dropout, check_dropout_modes, check_dropout_rate,
                       check_part_dropout, dropout_mistakes, run_block, sublayer_dropout_rates, zeros)
 from ._pairing import build_student, copy_parameters, match_parameters, named, randomise_parameters, structure_failure
@@ -102,6 +102,10 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
          {"residual": {"ff": None}}),
         ("norms swapped", "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the "
          "feed-forward.", {"norm_of": (1, 0)}),
+        ("keys and values not normalised", "the self-attention normalises only its queries: the keys and values "
+         "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, h = norm1(x), and "
+         "the self-attention reads h three times: self_attn(h, h, h, mask).",
+         {"attn": {"self": ("in", "x", "self_attn", "causal&mask")}}),
         ("ReLU instead of GELU", "the feed-forward uses ReLU; GPT-2 uses GELU (its tanh approximation): "
          'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh").', _activation(ref, F.relu)),
         ("exact GELU", _EXACT_GELU + ".", _activation(ref, F.gelu)),
@@ -127,6 +131,24 @@ def _leak_test(model: nn.Module, x: Tensor, base: Tensor) -> None:
                  mistake="future leaking")
 
 
+def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str) -> Any:
+    """The student's forward; masks combined in place (``mask &= causal``) raise a broadcast
+    error there, named here rather than shown raw."""
+    try:
+        return call_student(model, *args, context=f"running forward ({case})")
+    except StudentError as err:
+        line = student_line(err.exc) or ""
+        broadcast = ("doesn't match the broadcast shape", "refers to a single memory location")
+        if (isinstance(err.exc, RuntimeError) and any(b in str(err.exc) for b in broadcast)
+                and ("&=" in line or "and_(" in line)):
+            fail(f"your forward combines the masks in place ({case}): {raised(err.exc, inline=True)}. `a &= b` "
+                 "writes into `a`, which must already have the result's full shape (B, L, L): the padding mask "
+                 "(B, 1, L) and the causal mask (L, L) are smaller, and an .expand()ed view shares memory between "
+                 "entries. And on the caller's mask it would change the caller's tensor, which every block gets. "
+                 "Combine into a new tensor: mask = causal & mask.", mistake="mask combined in place")
+        raise
+
+
 def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | None, case: str) -> None:
     """One case; without a mask the leak test runs first (before the values, which would only say
     "differ" for a missing causal mask)."""
@@ -134,7 +156,7 @@ def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | N
     originals, state = tuple(a.clone() for a in args), module_state(model)
     with torch.no_grad():
         expected = ref(x, mask)  # (B, L, D)
-        got = call_student(model, *args, context=f"running forward ({case})")
+        got = _forward(model, args, case)
         check_unchanged(["x", "mask"], args, originals, case)
         check_state_unchanged(model, state, case)
         tuple_return(got, "GPTBlock")
@@ -382,7 +404,7 @@ def check_gpt(cls: Any) -> str:
         state = module_state(model)
         with torch.no_grad():
             expected = ref(tokens, mask)  # (B, L, V)
-            got = call_student(model, *args, context=f"running forward ({case})")
+            got = _forward(model, args, case)
             check_state_unchanged(model, state, case)
             if isinstance(got, (tuple, list)):
                 fail(f"GPT should return one tensor, the logits (B, L, V) = ({B}, {length}, {V}); yours returned a "
@@ -466,8 +488,8 @@ def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: i
 # ---------------------------------------------------------------- next_token_probs
 def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None, *,
                    temp: str = "ok", k_shift: int = 0, k_largest: bool = True, renorm: bool = True,
-                   zero_logit: bool = False, p_mode: str = "ok", p_order: str = "after k") -> Tensor:
-    """The reference's distribution computed with one mistake."""
+                   zero_logit: bool = False, p_mode: str = "ok", p_order: str = "after k", dim: int = -1) -> Tensor:
+    """The reference's distribution computed with one mistake (``dim``: the last softmax's axis)."""
     top_p = None if p_mode == "ignored" else top_p
     if temp in ("after softmax", "softmax twice"):
         probs = logits.softmax(-1) / temperature
@@ -491,7 +513,7 @@ def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p:
             keep &= keep_sorted.scatter(-1, order, keep_sorted)
     if zero_logit:
         return scaled.masked_fill(~keep, 0.0).softmax(-1)
-    return scaled.softmax(-1) * keep if not renorm else scaled.masked_fill(~keep, -math.inf).softmax(-1)
+    return scaled.softmax(-1) * keep if not renorm else scaled.masked_fill(~keep, -math.inf).softmax(dim)
 
 
 def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) -> list[Mistake]:
@@ -618,9 +640,29 @@ def check_next_token_probs(fn: Callable[..., Any]) -> str:
                      "crosses p. That token belongs to the nucleus (remove a token only when the tokens before it "
                      "already add up to p), so at least one token is always kept.",
                      mistake="top-p drops the crossing token")
+        if not matches(got, expected, atol=1e-6, rtol=1e-4):
+            _softmax_axis(got, original, T, k, p, case)
         expect_close("probabilities", got, expected, mistakes, atol=1e-6, rtol=1e-4, case=case)
     _probs_robustness(fn, V)
     return "temperature, top-k, top-p and both together, several temperatures, any leading dims"
+
+
+def _softmax_axis(got: Any, logits: Tensor, T: float, k: int | None, p: float | None, case: str) -> None:
+    """The last softmax over another axis than the vocabulary. Removed logits (-inf) give NaN
+    where a whole line of that axis was removed, so NaN counts as equal to NaN here."""
+    if (not isinstance(got, Tensor) or got.shape != logits.shape or not got.is_floating_point()
+            or got.device.type != "cpu"):
+        return
+    for dim in range(logits.dim() - 1):
+        wrong = _probs_variant(logits, T, k, p, dim=dim).double()  # (..., V)
+        if bool(allclose(got.detach().double(), wrong, atol=1e-6, rtol=1e-4, equal_nan=True)):
+            nan = (" The NaN come from it: a token removed (-inf) in every row along that axis leaves softmax "
+                   "nothing but -inf." if bool(isnan(wrong).any()) else "")
+            fail(f"probabilities ({case}): the softmax runs over dim={dim} of the logits {describe_shape(logits)}, "
+                 "not over the vocabulary, so the probabilities do not sum to 1 along the last axis. Each "
+                 "distribution over the next token lies along the last axis whatever the leading dims: "
+                 f"softmax(..., dim=-1) (dim=1 is the vocabulary only for 2-D logits).{nan}",
+                 mistake="softmax not over the vocabulary")
 
 
 def _probs_robustness(fn: Callable[..., Any], V: int) -> None:

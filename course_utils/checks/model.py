@@ -51,7 +51,7 @@ from ._core import (
     check_unchanged, checker, describe_shape, expect_close, fail, gradient_probe, matches, randint, register_hints,
     require_function, require_distinct_roles, require_module_class, require_no_grad,
 )
-from .attention import _causal_candidates, _padding_shape
+from .attention import _causal_candidates, _check_mask, _padding_shape
 from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
 from ._blocks import P_PROBE, check_dropout
 from .decoder import trailing_padding
@@ -67,14 +67,6 @@ def _tokens(B: int, L: int, vocab: int, pad_id: int, real: Tensor) -> Tensor:
     if pad_id != 0:
         ids[0, 0] = 0
     return torch.where(real, ids, torch.full_like(ids, pad_id))
-
-
-def _not_bool(what: str, got: Any, expected: Tensor, case: str) -> None:
-    if isinstance(got, Tensor) and got.dtype != torch.bool:
-        right = got.shape == expected.shape and bool(equal(got != 0, expected))
-        fail(f"{what} ({case}) has dtype {got.dtype}" + (" (with the right values)" if right else "")
-             + ": masks are torch.bool, True = may attend. A comparison such as `tokens != pad_id` "
-             "already gives a bool tensor; don't convert it with .float() or .int().", mistake="not a bool mask")
 
 
 def _mask_cases(fn: Callable[..., Any], name: str, arg: str) -> Any:
@@ -95,40 +87,135 @@ def _mask_cases(fn: Callable[..., Any], name: str, arg: str) -> Any:
         yield B, L, pad_id, tokens, case, got
 
 
-def _first_n_real(tokens: Tensor, pad_id: int) -> Mistake:
-    """The mask a length-based code builds, ``arange(L) < n_real``: right only for trailing padding."""
+def _padding_mistakes(tokens: Tensor, pad_id: int) -> list[Mistake]:
+    """Wrong padding parts ``(B, 1, L)``, their words to follow "your mask" (``make_src_mask``)
+    or "the padding part of your mask" (``make_tgt_mask``)."""
     n_real = (tokens != pad_id).sum(1, keepdim=True)  # (B, 1)
-    first_n = torch.arange(tokens.size(1)) < n_real  # (B, L)
-    return ("assumed trailing padding", "your mask treats the first n tokens of each row as real (n = its number of "
-            "real tokens), which is right only when the padding is at the end. Read the ids instead: "
-            "tokens != pad_id.", first_n)
+    first_n = torch.arange(tokens.size(1)) < n_real  # (B, L): what a length-based code builds
+    out: list[Mistake] = [
+        ("inverted mask", "is inverted: True at the padding, False at the real tokens. True must mark the real "
+         "tokens (a key that may be attended to): compare with !=, not ==.", tokens == pad_id),
+        ("assumed trailing padding", "treats the first n tokens of each row as real (n = its number of real "
+         "tokens), which is right only when the padding is at the end. Read the ids instead: tokens != pad_id.",
+         first_n),
+    ]
+    below = sorted(set(tokens[tokens < pad_id].tolist()))  # real ids smaller than pad_id
+    if below:
+        out.append(("ids below pad_id as padding", f"marks the real tokens with ids smaller than pad_id ({below}) "
+                    "as padding too: `tokens > pad_id` assumes pad_id is the smallest id. Compare for inequality: "
+                    "tokens != pad_id.", tokens > pad_id))
+    if pad_id != 0:
+        out.append(("hard-coded pad id", f"compares with 0 instead of pad_id (here {pad_id}): real tokens with id 0 "
+                    "are blocked and the padding is not. Use the pad_id argument.", tokens != 0))
+    return [(name, words, mask.unsqueeze(1)) for name, words, mask in out]  # (B, 1, L)
 
 
 # ---------------------------------------------------------------- make_src_mask
+def _pattern(got: Tensor) -> Tensor:
+    """The True/False pattern of a mask of any dtype (``!= 0``), as ``_check_mask`` reads it."""
+    return got if got.dtype == torch.bool else got != 0
+
+
+def _named_by_shape(what: str, got: Tensor, candidates: list[Mistake]) -> None:
+    """A mask of another shape than the contract's named by the first candidate of its shape and pattern."""
+    pattern = _pattern(got)
+    for name, words, candidate in candidates:
+        if pattern.shape == candidate.shape and equal(pattern, candidate):
+            fail(f"{what}: {words}", mistake=name)
+
+
+def _src_shape(src: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
+    """What a source mask of the wrong shape is: a head axis (the Annotated Transformer's
+    ``(B, 1, 1, L)``), a full ``(B, L, L)`` (causal, padding on both axes or copied over the
+    queries), else ``check_padding_mask``'s words for ``(B, L)`` and ``(B, L, 1)``."""
+    B, L = src.shape
+    pad = padding_mask(src, pad_id)  # (B, 1, L)
+
+    def diagnose(got: Tensor) -> None:
+        if tuple(got.shape) == (B, 1, 1, L):
+            fail(f"{what} has shape {describe_shape(got)} = (B, 1, 1, L_src): an extra head axis (the Annotated "
+                 "Transformer's and Hugging Face's habit). This course's source mask is (B, 1, L_src) = "
+                 f"({B}, 1, {L}): padding_mask(src, pad_id), or (src != pad_id).unsqueeze(1). MultiHeadAttention "
+                 "adds the head axis itself.", mistake="extra head axis")
+        if tuple(got.shape) == (B, L, L):
+            _named_by_shape(what, got, [
+                ("causal mask in the encoder", "the source mask is causal as well as padding: each source token "
+                 "would see only the tokens before it. The encoder reads the whole source at once, so the source "
+                 "mask blocks the padding only: padding_mask(src, pad_id), shape (B, 1, L_src).", pad & causal_mask(L)),
+                ("padding on both axes", "the source mask blocks the padding on both axes, the padding keys "
+                 "(columns) and the padding positions' own rows (queries). Block the keys only: "
+                 "padding_mask(src, pad_id), shape (B, 1, L_src).", pad & pad.transpose(1, 2)),
+            ])
+            fail(f"{what} has shape {describe_shape(got)} = (B, L_src, L_src), expected (B, 1, L_src) = ({B}, 1, "
+                 f"{L}): the source mask has a query axis of size 1, which broadcasts over whatever queries read "
+                 "the source: the encoder's L_src and the decoder's cross-attention's L_tgt. Build it from the "
+                 "keys only: (src != pad_id).unsqueeze(1).", mistake="wrong shape")
+        _padding_shape(B, L, what)(got)  # the same words as check_padding_mask
+
+    return diagnose
+
+
 @checker("make_src_mask")
 def check_make_src_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_src_mask")
     for B, L, pad_id, src, case, got in _mask_cases(fn, "make_src_mask", "src"):
         expected = padding_mask(src, pad_id)  # (B, 1, L)
-        mistakes: list[Mistake] = [
-            ("inverted mask", "the mask is inverted: True must mark the real tokens (a key that may be attended "
-             "to) and False the padding. Compare with !=, not ==.", (src == pad_id).unsqueeze(1)),
-        ]
-        name, words, first_n = _first_n_real(src, pad_id)
-        mistakes.append((name, words, first_n.unsqueeze(1)))  # (B, 1, L)
-        if pad_id != 0:
-            mistakes.append(("hard-coded pad id", f"your mask compares with 0 instead of pad_id (here {pad_id}): "
-                             "real tokens with id 0 are masked and the padding is not. Use the pad_id argument.",
-                             (src != 0).unsqueeze(1)))
-        if isinstance(got, Tensor) and got.shape != expected.shape:
-            _padding_shape(B, L, f"the mask ({case})")(got)  # the same words as check_padding_mask
-        _not_bool("the mask", got, expected, case)
-        expect_close("the mask", got, expected, mistakes, case=case)
+        mistakes = [(name, f"your mask {words}", wrong) for name, words, wrong in _padding_mistakes(src, pad_id)]
+        what = f"the mask ({case})"
+        _check_mask(what, got, expected, mistakes, _src_shape(src, pad_id, what),
+                    f"Entry [b, 0, j] is True when token j of row b is a real token (not pad_id = {pad_id}).",
+                    lambda idx, src=src: f" (token {int(src[idx[0], idx[-1]])})")
     check_input_device(lambda: fn(src.to("meta"), pad_id), lambda: fn(src.clone(), pad_id), "your make_src_mask", case)
     return "(B, 1, L_src), True on real tokens, pad_id 0 and non-zero"
 
 
 # ---------------------------------------------------------------- make_tgt_mask
+_CAUSAL_ONLY = ("the mask is only causal: padding keys are not blocked. Combine the causal mask with the padding "
+                "mask: padding_mask(tgt, pad_id) & causal_mask(L).")
+_PADDING_ONLY = ("the mask only blocks padding: nothing stops a position from looking at later (future) tokens. "
+                 "Combine the padding mask with causal_mask(L) using &.")
+
+
+def _tgt_shape(tgt: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
+    """What a target mask of the wrong shape is. Without a batch axis it cannot hold each
+    sequence's padding (what it is besides is said first); a head axis is extra; without a
+    query axis it cannot be causal."""
+    B, L = tgt.shape
+    pad, causal = padding_mask(tgt, pad_id), causal_mask(L)  # (B, 1, L), (L, L)
+
+    def diagnose(got: Tensor) -> None:
+        pattern = _pattern(got)
+        if got.numel() == L * L and got.dim() >= 2 and all(s == 1 for s in got.shape[:-2]):
+            square = pattern.reshape(L, L)  # (L, L): the same for every sequence
+            _named_by_shape(what, square, [
+                ("causal only", _CAUSAL_ONLY, causal),
+                *[(name, f"the causal part is wrong: {words} And it has no batch axis, so no sequence's padding is "
+                   "blocked: combine it with padding_mask(tgt, pad_id) using &.", wrong)
+                  for name, words, wrong in _causal_candidates(L)],
+            ])
+            fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): one (L, L) pattern "
+                 "for every sequence cannot block each sequence's own padding. Combine the padding mask (B, 1, L) "
+                 "with the causal mask (L, L) using &: broadcasting gives (B, L, L).", mistake="wrong shape")
+        if got.dim() == 4 and got.size(1) == 1 and got.shape[2:] == (L, L) and got.size(0) == B:
+            fail(f"{what}: the mask has an extra head axis, {describe_shape(got)} = (B, 1, L, L); the contract's "
+                 "shape is (B, L_tgt, L_tgt) (MultiHeadAttention adds the head axis itself).",
+                 mistake="extra head axis")
+        _named_by_shape(what, pattern, [
+            ("padding only", _PADDING_ONLY, pad),
+            ("inverted mask", "the mask is inverted (True at the padding; True means 'may attend') and only blocks "
+             "padding, nothing in the future: padding_mask(tgt, pad_id) & causal_mask(L).", ~pad),
+            ("padding on the query axis", "the padding is laid along the query axis, (B, L, 1), and nothing "
+             "blocks the future: padding *keys* must be blocked for every query, so use the (B, 1, L) padding mask "
+             "(unsqueeze(1)) and & it with causal_mask(L).", pad.transpose(1, 2)),
+        ])
+        if tuple(got.shape) in ((B, 1, L), (B, L)):
+            fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): a mask without a "
+                 "query axis gives every query the same keys, so it cannot be causal. Combine the padding mask "
+                 "(B, 1, L) with causal_mask(L) using &: broadcasting gives (B, L, L).", mistake="wrong shape")
+
+    return diagnose
+
+
 @checker("make_tgt_mask")
 def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_tgt_mask")
@@ -137,15 +224,9 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
         causal = causal_mask(L)  # (L, L)
         expected = pad & causal  # (B, L, L)
         ones = torch.ones(L, L, dtype=torch.bool)
-        causal_only = ("the mask is only causal: padding keys are not blocked. Combine the causal mask with the "
-                       "padding mask: padding_mask(tgt, pad_id) & causal_mask(L).")
-        padding_only = ("the mask only blocks padding: nothing stops a position from looking at later (future) "
-                        "tokens. Combine the padding mask with causal_mask(L) using &.")
         mistakes: list[Mistake] = [
-            ("causal only", causal_only, causal),
-            ("causal only", causal_only, causal.expand(B, L, L)),
-            ("padding only", padding_only, pad),
-            ("padding only", padding_only, pad.expand(B, L, L)),
+            ("causal only", _CAUSAL_ONLY, causal.expand(B, L, L)),
+            ("padding only", _PADDING_ONLY, pad.expand(B, L, L)),
             # the causal part wrong (causal_mask's own words), the padding part right
             *[(name, f"the causal part is wrong: {words}", pad & wrong)
               for name, words, wrong in _causal_candidates(L)],
@@ -158,18 +239,17 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
             ("| instead of &", "the two masks are combined with | (or): a key is allowed if it is in the past OR "
              "real. It must be both: use &.", pad | causal),
             ("inverted mask", "the mask is inverted: True means 'may attend'.", ~expected),
-            ("extra head axis", "the mask has an extra head axis, (B, 1, L, L); the contract's shape is "
-             "(B, L_tgt, L_tgt) (MultiHeadAttention adds the head axis itself).", expected.unsqueeze(1)),
+            *[(name, f"the padding part of your mask {words}", wrong & causal)
+              for name, words, wrong in _padding_mistakes(tgt, pad_id)],
         ]
-        name, words, first_n = _first_n_real(tgt, pad_id)
-        mistakes.append((name, f"the padding part is wrong: {words}", first_n.unsqueeze(1) & causal))  # (B, L, L)
-        if pad_id != 0:
-            mistakes.append(("hard-coded pad id", f"the padding part compares with 0 instead of pad_id (here "
-                             f"{pad_id}). Use the pad_id argument.", padding_mask(tgt, 0) & causal))
-        _not_bool("the mask", got, expected, case)
         if "at the start" not in case and matches(got, pad.transpose(1, 2) & causal):  # trailing: as both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
-        expect_close("the mask", got, expected, mistakes, case=case)
+        what = f"the mask ({case})"
+        _check_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what),
+                    f"Entry [b, i, j] is True when query i of row b may attend to key j: j <= i (not a later "
+                    f"position) and token j is real (not pad_id = {pad_id}).",
+                    lambda idx, tgt=tgt: f" (key token {int(tgt[idx[0], idx[2]])}"
+                                         + (", after the query)" if idx[2] > idx[1] else ")"))
     check_input_device(lambda: fn(tgt.to("meta"), pad_id), lambda: fn(tgt.clone(), pad_id), "your make_tgt_mask",
                        case, "create every part on tgt's device: causal_mask(L, device=tgt.device)")
     return "(B, L_tgt, L_tgt) = padding & causal, pad_id 0 and non-zero"
