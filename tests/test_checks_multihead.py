@@ -492,7 +492,7 @@ def test_mha_correct_variants_pass(cls):
         ("mask broadcast wrongly (silent when B == H)", "mask broadcast wrongly", ["the check tried batch size B = num_heads", "add the head axis"]),
         ("mask after the queries", "mask broadcast wrongly", ["mask.unsqueeze(2)", "lines the queries up with the heads",
                                                               "add the head axis: mask.unsqueeze(1)"]),
-        ("sqrt of an int", "sqrt of an int", ["your forward raised TypeError", "math.sqrt(d_k)"]),
+        ("sqrt of an int", "sqrt of an int", ["your forward raised TypeError", "d_k = d_model // num_heads", "math.sqrt(d_k)"]),
         ("no scaling", "no scaling", ["not scaled", "sqrt(d_k)"]),
         ("scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["divided by sqrt(d_model)"]),
         ("scaled by d_k", "scaled by d_k", ["divided by d_k"]),

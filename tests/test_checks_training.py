@@ -392,7 +392,7 @@ def ce_cast_to(dtype):
 
 @pytest.mark.parametrize("dtype, repeat", [(torch.float16, SEEDS), (torch.bfloat16, 3)])
 def test_masked_cross_entropy_narrower_loss_is_named_not_values_differ(dtype, repeat):
-    assert_mistake(check_masked_cross_entropy, ce_cast_to(dtype), "dtype not preserved", f"dtype {dtype}",
+    assert_mistake(check_masked_cross_entropy, ce_cast_to(dtype), "dtype not preserved", f"dtype {dtype}", ".half()",
                    "follows the logits' dtype", repeat=repeat)
 
 

@@ -258,13 +258,14 @@ def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[
 _SQRT_OF_NUMBER = re.compile(r"\b(r?sqrt)\(\): argument 'input' \(position 1\) must be Tensor, not (int|float)")
 
 
-def sqrt_of_number(exc: BaseException, who: str = "your code") -> None:
-    """Name ``torch.sqrt(d_k)`` on a Python number (a TypeError), here and in MultiHeadAttention."""
+def sqrt_of_number(exc: BaseException, who: str = "your code", d_k: str = "query.size(-1)") -> None:
+    """Name ``torch.sqrt(d_k)`` on a Python number (a TypeError), here and in MultiHeadAttention
+    (``d_k``: how the exercise gets it)."""
     found = _SQRT_OF_NUMBER.search(str(exc)) if isinstance(exc, TypeError) else None
     if found:
-        fail(f"{who} raised {raised(exc)}\n    torch.{found[1]} takes a tensor, not a Python {found[2]} (d_k = "
-             "query.size(-1) is an int): take the square root with math.sqrt(d_k) or d_k ** 0.5, a Python float "
-             "that divides the scores.", mistake="sqrt of an int")
+        fail(f"{who} raised {raised(exc)}\n    torch.{found[1]} takes a tensor, not a Python {found[2]} (d_k = {d_k} "
+             "is an int): take the square root with math.sqrt(d_k) or d_k ** 0.5, a Python float that divides the "
+             "scores.", mistake="sqrt of an int")
 
 
 _VALUE_FIRST = re.compile(r"(?<![\w.])(value|values|v|V|val)\s*@|(matmul|bmm)\(\s*(value|values|v|V|val)\s*,"

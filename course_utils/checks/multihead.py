@@ -308,7 +308,7 @@ def _mha_case(model: nn.Module, ref: nn.Module, lin: dict[str, tuple[Tensor, Ten
         try:
             result = call_student(model, *args, context=f"running forward ({case})")
         except StudentError as err:
-            sqrt_of_number(err.exc, "your forward")
+            sqrt_of_number(err.exc, "your forward", "d_model // num_heads")
             _shape_error(err.exc, mask, case, after_self_attention,
                          lambda: _axis_after_queries(model, lin, H, *originals[1:3]))
             raise

@@ -390,8 +390,9 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
             expect_close("the loss", got, expected, _nearest_first(got, mistakes), case=case, rtol=rtol)
         if isinstance(got, Tensor) and got.dtype != logits.dtype:
             fail(f"your loss ({case}) has the right value but dtype {got.dtype}, the logits {logits.dtype}: the "
-                 "loss follows the logits' dtype. Something builds it in another one (.double(), a float64 "
-                 "tensor or torch.tensor(..., dtype=...)): leave the cast out.", mistake="dtype not preserved")
+                 "loss follows the logits' dtype. Something builds it in another one (.double() or .half(), a "
+                 "tensor of another dtype or torch.tensor(..., dtype=...)): leave the cast out.",
+                 mistake="dtype not preserved")
         if isinstance(got, Tensor) and not got.requires_grad:
             fail(f"your loss ({case}) has the right value but is detached from the computation graph "
                  "(.detach(), .item(), torch.tensor(...) or torch.no_grad()): loss.backward() could not reach the "
