@@ -116,6 +116,15 @@ def sdpa_fill_minus_1e9(query, key, value, mask=None):
     return _sdpa_fill(query, key, value, mask, -1e9)
 
 
+def sdpa_torch_sqrt_of_tensor(query, key, value, mask=None):
+    # torch.sqrt of a tensor made from d_k: right, the near miss of sdpa_torch_sqrt_of_int
+    scores = query @ key.transpose(-2, -1) / torch.sqrt(torch.tensor(query.size(-1)))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+
+
 @pytest.mark.parametrize(
     "fn",
     [
@@ -126,6 +135,7 @@ def sdpa_fill_minus_1e9(query, key, value, mask=None):
         sdpa_additive_mask_stable_softmax,
         sdpa_fill_minus_1e4,
         sdpa_in_place_fill,
+        sdpa_torch_sqrt_of_tensor,
     ],
 )
 def test_sdpa_correct_variants_pass(fn):
@@ -505,6 +515,14 @@ def sdpa_global_max(query, key, value, mask=None):  # trial C's W34: one max for
     return weights @ value, weights
 
 
+def sdpa_torch_sqrt_of_int(query, key, value, mask=None):  # blind trial: torch.sqrt of d_k, a Python int
+    scores = query @ key.transpose(-2, -1) / torch.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
 def sdpa_attn_mask(query, key, value, attn_mask=None):
     return sdpa_reference_like(query, key, value, attn_mask)
 
@@ -547,6 +565,7 @@ SDPA_MISTAKES = [
     (sdpa_mask_unsqueezed, "mask not broadcast", ["an axis added to the mask", "pass the mask as it is"]),
     (sdpa_bool_times_min, "dtype not preserved", ["float32 tensor got mixed into", "(~mask) * number"]),
     (sdpa_global_max, "softmax overflows", ["one max subtracted for the whole tensor", "each row's own max"]),
+    (sdpa_torch_sqrt_of_int, "sqrt of an int", ["TypeError", "not a Python int", "math.sqrt(d_k)", "d_k ** 0.5"]),
 ]
 
 

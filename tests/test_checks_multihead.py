@@ -174,7 +174,12 @@ def merge_einsum(x):
     return torch.einsum("bhld->blhd", x).reshape(B, L, H * d_k)
 
 
-@pytest.mark.parametrize("fn", [course_utils.merge_heads, merge_contiguous_view, merge_permute, merge_cat, merge_einsum])
+def merge_unbind_heads(x):
+    return torch.cat(x.unbind(1), dim=-1)  # H pieces (B, L, d_k), head after head
+
+
+@pytest.mark.parametrize("fn", [course_utils.merge_heads, merge_contiguous_view, merge_permute, merge_cat, merge_einsum,
+                                merge_unbind_heads])
 def test_merge_heads_correct_variants_pass(fn):
     assert_passes(check_merge_heads, fn)
 
@@ -214,6 +219,14 @@ def merge_via_numpy(x):
     return torch.from_numpy(x.transpose(1, 2).reshape(B, L, H * d_k).numpy())
 
 
+def merge_unbind_positions(x):  # blind trial: the positions joined, not the heads
+    return torch.cat(x.unbind(2), dim=-1)
+
+
+def merge_unbind_features(x):  # blind trial: the single features joined
+    return torch.cat(x.unbind(-1), dim=-1)
+
+
 def merge_wrong_shape(x):
     B, H, L, d_k = x.shape
     return x.transpose(1, 2).reshape(B, L * H, d_k)
@@ -227,6 +240,8 @@ def merge_wrong_shape(x):
         (merge_wrong_order, "features in wrong order", ["feature-major"]),
         (merge_view_after_transpose, "view on a non-contiguous tensor", ["non-contiguous", ".reshape", "line"]),
         (merge_wrong_shape, "wrong shape", ["has shape", "expected"]),
+        (merge_unbind_positions, "wrong axis", ["(B, H, L * d_k)", "joins the positions", "torch.cat(x.unbind(1), dim=-1)"]),
+        (merge_unbind_features, "wrong axis", ["(B, H, d_k * L)", "joins the single features", "x.unbind(1)"]),
         (merge_batch_position_swapped, "batch and positions swapped", ["B == L", "x.transpose(0, 2)"]),
         (merge_detached, "gradient blocked", ["does not require grad", "element 0 of tensors"]),
         (merge_via_numpy, "gradient blocked", ["inputs that require grad", "numpy"]),
@@ -285,6 +300,8 @@ def make_mha(bug=None):
             k_len = L_q if bug == "fails for cross-attention" else L_k
             k = self.split(self.w_k(key), k_len)  # (B, H, L_k, d_k)
             v = self.split(w_v(value.detach() if bug == "value detached" else value), L_k)  # (B, H, L_k, d_k)
+            if bug == "sqrt of an int":  # blind trial: torch.sqrt of a Python int raises TypeError
+                scale = torch.sqrt(self.d_k)
             scale = {"no scaling": 1.0, "scaled by sqrt(d_model)": math.sqrt(D), "scaled by d_k": self.d_k}.get(
                 bug, math.sqrt(self.d_k)
             )
@@ -295,6 +312,8 @@ def make_mha(bug=None):
                 elif bug == "mask broadcast wrongly (silent when B == H)":
                     if mask.dim() == 3 and mask.shape[0] != self.num_heads:
                         mask = mask.unsqueeze(1)
+                elif bug == "mask after the queries":  # blind trial: unsqueeze(2) where unsqueeze(1) belongs
+                    mask = mask.unsqueeze(2) if mask.dim() == 3 else mask
                 elif mask.dim() == 3 and bug != "mask broadcast wrongly":
                     mask = mask.unsqueeze(1)
                 if bug == "mask moved to the CPU":
@@ -471,6 +490,9 @@ def test_mha_correct_variants_pass(cls):
         ("mask broadcast wrongly", "mask broadcast wrongly", ["works without a mask but raised", "add the head axis", "unsqueeze(1)"]),
         ("mask broadcast wrongly (always unsqueeze)", "mask broadcast wrongly", ["works without a mask but raised", "2-D mask already broadcasts"]),
         ("mask broadcast wrongly (silent when B == H)", "mask broadcast wrongly", ["the check tried batch size B = num_heads", "add the head axis"]),
+        ("mask after the queries", "mask broadcast wrongly", ["mask.unsqueeze(2)", "lines the queries up with the heads",
+                                                              "add the head axis: mask.unsqueeze(1)"]),
+        ("sqrt of an int", "sqrt of an int", ["your forward raised TypeError", "d_k = d_model // num_heads", "math.sqrt(d_k)"]),
         ("no scaling", "no scaling", ["not scaled", "sqrt(d_k)"]),
         ("scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["divided by sqrt(d_model)"]),
         ("scaled by d_k", "scaled by d_k", ["divided by d_k"]),
@@ -729,6 +751,12 @@ HEAD_AXIS = "add the head axis: mask.unsqueeze(1)"
 )
 def test_mask_axis_mistakes_through_sdpa_are_named(prepare, words):
     assert_mistake(check_multi_head_attention, via_sdpa(prepare), "mask broadcast wrongly", *words)
+
+
+def test_mask_axis_after_the_queries_through_sdpa_says_so():
+    # the course's sdpa raises ValueError where a masked_fill raises RuntimeError: the same words
+    assert_mistake(check_multi_head_attention, via_sdpa(lambda m: m.unsqueeze(2) if m.dim() == 3 else m),
+                   "mask broadcast wrongly", "mask.unsqueeze(2)", "lines the queries up with the heads", HEAD_AXIS)
 
 
 class UnregisteredTensor(course_utils.MultiHeadAttention):

@@ -359,6 +359,21 @@ def test_masked_cross_entropy_smoothing_weights_are_named_on_every_draw(bug, mis
     assert_mistake(check_masked_cross_entropy, smoothed_by_hand(bug), mistake, *words, repeat=SEEDS)
 
 
+def ce_cast_to(dtype):
+    """A right loss cast to a narrower dtype: its rounding (about 1e-3 in float16) once read as wrong values."""
+
+    def ce(logits, targets, pad_id, label_smoothing=0.0):
+        return ce_flat(logits, targets, pad_id, label_smoothing).to(dtype)
+
+    return ce
+
+
+@pytest.mark.parametrize("dtype, repeat", [(torch.float16, SEEDS), (torch.bfloat16, 3)])
+def test_masked_cross_entropy_narrower_loss_is_named_not_values_differ(dtype, repeat):
+    assert_mistake(check_masked_cross_entropy, ce_cast_to(dtype), "dtype not preserved", f"dtype {dtype}", ".half()",
+                   "follows the logits' dtype", repeat=repeat)
+
+
 @pytest.mark.parametrize("weird", [lambda *a, **k: None, lambda *a, **k: "loss", lambda *a, **k: torch.ones(2, 2),
                                    lambda *a, **k: (torch.tensor(1.0),), lambda *a, **k: np.ones((2, 3))])
 def test_masked_cross_entropy_weird_returns_fail_without_raising(weird):

@@ -63,6 +63,7 @@ MISTAKES: dict[str, str] = {
     "no scaling": "scores not divided by sqrt(d_k)",
     "scaled by d_k": "scores divided by d_k instead of sqrt(d_k)",
     "multiplied by sqrt(d_k)": "scores multiplied by sqrt(d_k) instead of divided",
+    "sqrt of an int": "torch.sqrt(d_k) on a Python int, which raises TypeError (math.sqrt(d_k) or d_k ** 0.5)",
     "scaled by the wrong dimension": "scores scaled by another size than d_k",
     "scaled by sqrt(d_model)": "scores scaled by sqrt(d_model) instead of sqrt(d_k)",
     "softmax over the wrong axis": "the softmax runs over the queries instead of the keys",

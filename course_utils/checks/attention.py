@@ -44,7 +44,7 @@ MISTAKES: dict[str, list[str]] = {
         "fails for some numbers of dims", "if mask", "mask=None not handled", "mask not broadcast",
         "fails with a mask", "wrong return order", "only the output returned", "not a tuple",
         "input modified in place", "gradient blocked", "gradient differs", "backward fails", "wrong device",
-        "parameter renamed",
+        "parameter renamed", "sqrt of an int",
     ],
     "causal_mask": [
         "not a function", "not a tensor", "upper triangle", "inverted mask", "diagonal excluded", "diagonal shifted",
@@ -254,6 +254,20 @@ def _attention_mistakes(case: _Case) -> list[tuple[str, str, Callable[[], tuple[
                    lambda: (_ref_attention(q, k, v, m)[0].transpose(-2, -1), None))]
 
 
+# torch.sqrt(query.size(-1)): torch's math takes tensors only, d_k is a Python int
+_SQRT_OF_NUMBER = re.compile(r"\b(r?sqrt)\(\): argument 'input' \(position 1\) must be Tensor, not (int|float)")
+
+
+def sqrt_of_number(exc: BaseException, who: str = "your code", d_k: str = "query.size(-1)") -> None:
+    """Name ``torch.sqrt(d_k)`` on a Python number (a TypeError), here and in MultiHeadAttention
+    (``d_k``: how the exercise gets it)."""
+    found = _SQRT_OF_NUMBER.search(str(exc)) if isinstance(exc, TypeError) else None
+    if found:
+        fail(f"{who} raised {raised(exc)}\n    torch.{found[1]} takes a tensor, not a Python {found[2]} (d_k = {d_k} "
+             "is an int): take the square root with math.sqrt(d_k) or d_k ** 0.5, a Python float that divides the "
+             "scores.", mistake="sqrt of an int")
+
+
 _VALUE_FIRST = re.compile(r"(?<![\w.])(value|values|v|V|val)\s*@|(matmul|bmm)\(\s*(value|values|v|V|val)\s*,"
                           r"|(?<![\w.])(value|values|v|V|val)\.(matmul|bmm)\(")
 
@@ -264,6 +278,7 @@ def _diagnose_exceptions(runs: list[tuple[_Case, list[Tensor], Any, StudentError
     plain = [(c, e) for c, e in failed if c.mask is None]
     plain_ok = {c.rank for c, _, _, e in runs if c.mask is None and e is None}
     ok = [c for c, _, _, e in runs if e is None]
+    sqrt_of_number(failed[0][1].exc)
 
     def on(case: _Case, err: StudentError) -> str:
         return f"\n    On {case.describe()}: your code raised {raised(err.exc)}"

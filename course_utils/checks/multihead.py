@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
-from .attention import _VERY_NEGATIVE, _very_negative, require_tuple, robustness_diagnosis
+from .attention import _VERY_NEGATIVE, _very_negative, require_tuple, robustness_diagnosis, sqrt_of_number
 from ._core import (
     Mistake, StudentError, allclose, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
     check_unchanged, checker, describe_shape, module_state,
@@ -144,6 +144,15 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
              "batch) was swapped with axis 2 (the positions), x.transpose(0, 2). Swap axes 1 and 2 (heads and "
              "positions), whatever the sizes.", lambda: x0.transpose(0, 2).reshape(B, L, D) if B == L else None),
         ]
+        mistakes += [  # torch.cat(x.unbind(1), dim=-1) is right; another axis joins other pieces
+            ("wrong axis", f"your result has shape {shape}: it joins the {pieces} along the last axis (as "
+             f"torch.cat(x.unbind({axis}), dim=-1) does), not the heads. Unbind the head axis: torch.cat(x.unbind(1), "
+             "dim=-1) joins the H (B, L, d_k) heads into (B, L, H * d_k), head h at columns h*d_k .. (h+1)*d_k - 1.",
+             lambda axis=axis: torch.cat(x0.unbind(axis), dim=-1))
+            for axis, pieces, shape in ((0, "batch items", f"(H, L, B * d_k) = ({H}, {L}, {B * d_k})"),
+                                        (2, "positions", f"(B, H, L * d_k) = ({B}, {H}, {L * d_k})"),
+                                        (-1, "single features", f"(B, H, d_k * L) = ({B}, {H}, {d_k * L})"))
+        ]
         expect_close("merge_heads(x)", got, merge_heads(x0), mistakes, case=case)
     gradient_probe(fn, merge_heads, dict(x=x0), what="merge_heads", case=case)
     return "3 random shapes, contiguous and transposed inputs"
@@ -175,7 +184,9 @@ def _mha_variant(lin: dict[str, tuple[Tensor, Tensor]], query: Tensor, key: Tens
         scores = q @ k.transpose(-2, -1) / factor  # (B, H, L_q, L_k)
         if mask is not None and mask_mode != "ignored":
             m = ~mask if mask_mode == "inverted" else mask
-            if m.dim() == 3 and mask_mode != "no head axis":
+            if m.dim() == 3 and mask_mode == "axis after the queries":
+                m = m.unsqueeze(2)  # (B, L_q, 1, L_k): lines up with the heads only when L_q == H
+            elif m.dim() == 3 and mask_mode != "no head axis":
                 m = m.unsqueeze(1)  # (B, 1, L_q or 1, L_k)
             scores = scores.masked_fill(~m, torch.finfo(scores.dtype).min)
         weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
@@ -242,13 +253,38 @@ def _with_head_axis(mask: Tensor) -> str:
     return describe_shape(mask.unsqueeze(1))
 
 
-def _shape_error(exc: BaseException, mask: Tensor | None, case: str, after_self_attention: bool) -> None:
+def _axis_after_queries(model: nn.Module, lin: dict[str, tuple[Tensor, Tensor]], H: int, key: Tensor,
+                        value: Tensor) -> bool:
+    """After a (B, L_q, L_k) mask raised: does the model, run with L_q = H queries, give what
+    mask.unsqueeze(2) gives? There (B, H, 1, L_k) broadcasts silently, head h taking query h's
+    mask row for every query, so the result tells that axis apart from any other slip."""
+    B, L_k, D = key.shape
+    query, mask = torch.randn(B, H, D), random_mask(B, H, L_k)  # (B, L_q = H, D), (B, L_q, L_k)
+    try:
+        result = call_student(model, query, key, value, mask)
+    except StudentError:
+        return False
+    wrong = _mha_variant(lin, query, key, value, mask, H, mask_mode="axis after the queries")
+    return (wrong is not None and isinstance(result, (tuple, list)) and len(result) == 2
+            and all(matches(got, ref) for got, ref in zip(result, wrong)))
+
+
+def _shape_error(exc: BaseException, mask: Tensor | None, case: str, after_self_attention: bool,
+                 after_queries: Callable[[], bool]) -> None:
     """A shape error from torch (RuntimeError) or from the course's sdpa (ValueError, "mask ...
-    cannot be broadcast"), on a case whose simpler sibling ran: name what differs."""
+    cannot be broadcast"), on a case whose simpler sibling ran: name what differs.
+    ``after_queries()``: whether the mask's new axis went after the queries (:func:`_axis_after_queries`)."""
     shape_words = any(w in str(exc).lower() for w in _SHAPE_WORDS)
     if not isinstance(exc, (RuntimeError, ValueError)) or isinstance(exc, NotImplementedError) or not shape_words:
         return
     said = f"raised {raised(exc, inline=True)}"
+    if mask is not None and mask.dim() == 3 and mask.size(1) > 1 and after_queries():
+        B, L_q, L_k = mask.shape
+        fail(f"your forward works without a mask but {said} with a {describe_shape(mask)} mask ({case}).\n    The "
+             f"mask's new axis is after the queries: mask.unsqueeze(2) (or unsqueeze(-2)) gives ({B}, {L_q}, 1, "
+             f"{L_k}), which lines the queries up with the heads of the (B, H, L_q, L_k) scores. Instead, add the head "
+             f"axis: mask.unsqueeze(1) makes it {_with_head_axis(mask)}, which broadcasts over the heads.",
+             mistake="mask broadcast wrongly")
     if mask is not None:
         fix = (f"The scores are (B, H, L_q, L_k), and a 3-D mask lines up with their last three axes (H, L_q, L_k), "
                "not with the batch. Before masking, add the head axis: mask.unsqueeze(1) makes it "
@@ -272,7 +308,9 @@ def _mha_case(model: nn.Module, ref: nn.Module, lin: dict[str, tuple[Tensor, Ten
         try:
             result = call_student(model, *args, context=f"running forward ({case})")
         except StudentError as err:
-            _shape_error(err.exc, mask, case, after_self_attention)
+            sqrt_of_number(err.exc, "your forward", "d_model // num_heads")
+            _shape_error(err.exc, mask, case, after_self_attention,
+                         lambda: _axis_after_queries(model, lin, H, *originals[1:3]))
             raise
     check_unchanged([*_INPUTS, "mask"], args, originals, case)
     check_state_unchanged(model, state, case)  # before the values: a changed weight reads as wrong values
