@@ -68,7 +68,8 @@ def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
     x0 = x.clone()
     got = call_student(fn, x, context=f"calling gelu on {case}")
     check_unchanged(["x"], [x], [x0], case)
-    expected = F.gelu(x0)
+    # float32's F.gelu is off by up to 1.2e-6 (the formula by 4.5e-7): the expected values come from float64
+    expected = F.gelu(x0.double()).to(x0.dtype)
     if isinstance(got, Tensor) and got.shape == expected.shape and isnan(got).any() and not isnan(x0).any():
         fail(f"your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
              "0.5 * x * (1 + torch.erf(x / math.sqrt(2))) is safe for every x.", mistake="NaN in the tails")
