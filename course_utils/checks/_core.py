@@ -309,9 +309,12 @@ def raised(exc: BaseException, inline: bool = False) -> str:
     return text + (f" (at {line})" if line else "")
 
 
-def is_view_error(exc: BaseException) -> bool:
-    """The classic ``.view`` on a non-contiguous tensor (after ``.transpose`` or a slice)."""
-    return isinstance(exc, RuntimeError) and "view size is not compatible" in str(exc)
+def fail_view_error(exc: BaseException, why: str, fix: str) -> None:
+    """Name the classic ``.view`` on a non-contiguous tensor (after ``.transpose`` or a slice),
+    saying ``why`` the tensor is not contiguous here and the ``fix``; other errors pass."""
+    if isinstance(exc, RuntimeError) and "view size is not compatible" in str(exc):
+        fail(f"your code raised RuntimeError: .view cannot reshape a non-contiguous tensor (its entries out of "
+             f"memory order): {why}. Use {fix}." + _at(exc), mistake="view on a non-contiguous tensor")
 
 
 # The contract's parameter names that callers pass by keyword (docs/course-contract.md,

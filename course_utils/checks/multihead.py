@@ -26,8 +26,8 @@ from .attention import _VERY_NEGATIVE, _very_negative, require_tuple, robustness
 from ._core import (
     Mistake, StudentError, allclose, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
     check_unchanged, checker, describe_shape, module_state,
-    dropout_pattern, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, is_view_error, matches,
-    raised, randint, random_mask, register_hints, require_distinct_roles, require_module_class, student_line,
+    dropout_pattern, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, fail_view_error, matches,
+    raised, randint, random_mask, register_hints, require_distinct_roles, require_module_class,
 )
 from ._pairing import build_student
 
@@ -43,15 +43,6 @@ def _head_dims() -> tuple[int, int, int, int, int]:
             return B, H, d_k, L_q, L_k
 
 
-def _view_error(err: StudentError) -> None:
-    """Name the classic ``.view`` after ``.transpose`` error instead of just reporting it."""
-    if is_view_error(err.exc):
-        line = student_line(err.exc)
-        fail("your code raised RuntimeError: .view cannot reshape a tensor after .transpose, because transposing "
-             "makes its memory non-contiguous. Use .reshape(...) (or .contiguous().view(...))."
-             + (f"\n    at {line}" if line else ""), mistake="view on a non-contiguous tensor")
-
-
 def _call_heads(fn: Callable[..., Any], name: str, x: Tensor, *args: Any, case: str) -> tuple[Any, Tensor]:
     """``fn(x, *args)`` with the view error named and ``x`` checked unchanged; returns the result
     and a pristine copy of ``x``."""
@@ -59,7 +50,8 @@ def _call_heads(fn: Callable[..., Any], name: str, x: Tensor, *args: Any, case: 
     try:
         got = call_student(fn, x, *args, context=f"calling {name}({case})")
     except StudentError as err:
-        _view_error(err)
+        fail_view_error(err.exc, "x.transpose(1, 2) reorders the axes without moving the entries in memory",
+                        ".reshape(...) (or .contiguous().view(...))")
         raise
     check_unchanged(["x"], [x], [x0], case)
     return got, x0

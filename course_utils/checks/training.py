@@ -49,7 +49,7 @@ from ..model import Transformer, make_tgt_mask
 from ..training import masked_cross_entropy, noam_lr
 from ._core import (
     equal, isfinite, Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, drawn_once,
-    expect_close, fail, Failure, is_view_error, matches, randint, register_hints, require_function,
+    expect_close, fail, Failure, fail_view_error, matches, randint, register_hints, require_function,
 )
 
 __all__ = ["check_shift_targets", "check_masked_cross_entropy", "check_noam_lr", "check_train_step"]
@@ -65,11 +65,9 @@ def _ids(shape: tuple[int, ...], vocab: int, avoid: int) -> Tensor:
     return ids + (ids >= avoid).long()
 
 
-_VIEW_ADVICE = (
-    "your code calls .view(-1) on a tensor that is not contiguous in memory: batch.tgt_out is the "
-    "slice tgt[:, 1:] of a bigger tensor, and .view cannot flatten a slice. Use .reshape(-1) "
-    "(or .flatten()), which copies when it has to."
-)
+def _view_error(exc: BaseException) -> None:
+    fail_view_error(exc, "batch.tgt_out is the slice tgt[:, 1:] of a bigger tensor, and .view cannot flatten a slice",
+                    ".reshape(-1) (or .flatten()), which copies when it has to")
 
 
 # ---------------------------------------------------------------- shift_targets
@@ -303,8 +301,7 @@ def _nearest_first(got: Any, mistakes: list[Mistake]) -> list[Mistake]:
 def _cross_entropy_error(err: StudentError) -> None:
     exc = err.exc
     text = str(exc)
-    if is_view_error(exc):
-        fail(_VIEW_ADVICE, mistake="view on a non-contiguous tensor")
+    _view_error(exc)
     if isinstance(exc, (RuntimeError, ValueError)) and (
         "Expected target size" in text or "only batches of spatial targets" in text
     ):
@@ -638,8 +635,7 @@ _UPDATE_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
 
 def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None:
     exc, text = err.exc, str(err.exc)
-    if is_view_error(exc):
-        fail(_VIEW_ADVICE, mistake="view on a non-contiguous tensor")
+    _view_error(exc)
     if clip is None and isinstance(exc, TypeError) and "NoneType" in text:
         fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]} with clip_norm=None, which means: no "
              "clipping. Clip only when there is a bound: `if clip_norm is not None: "
