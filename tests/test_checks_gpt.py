@@ -264,6 +264,24 @@ class PlainAttributeMask(Block):  # trial I: a plain tensor attribute, which .to
         return self.tri[:L, :L] if mask is None else self.tri[:L, :L] & mask
 
 
+class CachedMask(Block):  # right (trial L): a plain attribute rebuilt whenever the length or the device changes
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cached = None
+
+    def attn_mask(self, L, mask):
+        if self.cached is None or self.cached.size(0) != L or self.cached.device != self.device:
+            self.cached = causal_mask(L, device=self.device)
+        return self.cached if mask is None else self.cached & mask
+
+
+class CachedMaskIgnoringDevice(CachedMask):  # the same cache rebuilt for the length only: stays on the CPU
+    def attn_mask(self, L, mask):
+        if self.cached is None or self.cached.size(0) != L:
+            self.cached = causal_mask(L)
+        return self.cached if mask is None else self.cached & mask
+
+
 class GrowingBufferMask(Block):  # trial I: a buffer re-assigned in forward, a new shape at each length
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -347,6 +365,7 @@ BLOCK_MISTAKES = [
     (MaskWithoutDevice, "wrong device", "causal_mask(L, device=x.device)"),
     (CourseMaskWithoutDevice, "wrong device", "created without device="),
     (PlainAttributeMask, "wrong device", "`self.tri`: it is a plain tensor attribute"),
+    (CachedMaskIgnoringDevice, "wrong device", "`self.cached`: it is a plain tensor attribute"),
     (GrowingBufferMask, "parameters modified in place", "changed `tri` in place"),
     (RawKeysValues, "keys and values not normalised", "self_attn(h, h, h, mask)"),
     (MaskAndInPlace, "mask combined in place", "mask &= causal"),
@@ -436,7 +455,8 @@ class HandWrittenDropout(ModuleFeed):  # mask * h / (1 - p), with the `dropout` 
 
 
 @pytest.mark.parametrize("cls", [gpt.GPTBlock, Block, EncoderLayerBlock, SdpaBlock, OneDropoutModule,
-                                 HandWrittenDropout, BufferMask, NewOnesMask, InPlaceOnAFullCopy])
+                                 HandWrittenDropout, BufferMask, NewOnesMask, InPlaceOnAFullCopy,
+                                 CachedMask])
 def test_gpt_block_correct_variants_pass(cls):
     assert_passes(check_gpt_block, cls)
 

@@ -460,7 +460,7 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
 
 
 def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], Any], what: str, case: str,
-                       fix: str = _DEVICE_FIX, host: tuple[Tensor, ...] | None = None) -> None:
+                       fix: str = _DEVICE_FIX, host: Callable[[], tuple[Tensor, ...]] | None = None) -> None:
     """The result stays on the inputs' device. ``on_meta()`` runs the student's code with its
     tensor inputs on PyTorch's "meta" device (shapes and dtypes, no data; on every machine),
     which stands in for a GPU: a returned tensor elsewhere, or a clash with a tensor built on
@@ -469,8 +469,9 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
     ``on_meta``, ``on_cpu()`` (the same call on the CPU) runs under :class:`_HostWatch`: a
     result built from a factory called without ``device=`` is "wrong device"; a loop writing
     values into a tensor made on the input's device passes. Any other failure is no verdict.
-    ``host`` (tensors that stay on the CPU, e.g. a module's plain tensor attributes): the watch
-    runs after a passing meta run too (an index on the CPU passes on meta), with these marked."""
+    ``host()`` (tensors that stay on the CPU, e.g. a module's plain tensor attributes, asked for
+    after the meta run): the watch runs after a passing meta run too (an index on the CPU passes
+    on meta), with these marked."""
     if on_meta is not None:
         try:
             out = on_meta()
@@ -489,7 +490,7 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
             if host is None:
                 return
     watch = _HostWatch()
-    watch.marked.update((id(t), t) for t in host or ())
+    watch.marked.update((id(t), t) for t in (host() if host is not None else ()))
     try:
         with watch:
             out = on_cpu()
@@ -511,7 +512,9 @@ def check_module_device(model: nn.Module, args: tuple[Any, ...], what: str, case
     """:func:`check_input_device` for a module: the meta run calls a deep copy moved with
     ``.to("meta")`` (a plain tensor attribute, not a buffer, stays on the CPU and clashes), then
     the CPU watch runs the module itself, its plain tensor attributes marked as the CPU's (an
-    embedding indexed with a CPU tensor passes on meta). Call it last, once the values are right."""
+    embedding indexed with a CPU tensor passes on meta), except those the meta run replaced with
+    tensors on meta (a cache rebuilt when the input's device changes follows the device). Call it
+    last, once the values are right."""
     plain = {f"self.{name}.{key}".replace("self..", "self."): value for name, part in model.named_modules()
              for key, value in vars(part).items() if isinstance(value, Tensor) and value.dim() > 0}
     if plain:  # a likely cause: say which attribute and how to register it
@@ -527,8 +530,14 @@ def check_module_device(model: nn.Module, args: tuple[Any, ...], what: str, case
         with torch.no_grad():
             return module(*(a.to(device or a.device, copy=True) if isinstance(a, Tensor) else a for a in args))
 
+    def host() -> tuple[Tensor, ...]:
+        rebuilt = {f"self.{name}.{key}".replace("self..", "self.") for name, part in (meta.named_modules() if meta
+                   is not None else ()) for key, value in vars(part).items()
+                   if isinstance(value, Tensor) and value.device.type == "meta"}
+        return tuple(value for name, value in plain.items() if name not in rebuilt)
+
     check_input_device(None if meta is None else lambda: run(meta, "meta"), lambda: run(model, None), what, case, fix,
-                       host=tuple(plain.values()))
+                       host=host)
 
 
 def require_module_class(cls: Any, name: str) -> None:
