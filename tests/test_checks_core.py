@@ -102,6 +102,11 @@ def test_verdicts_and_result_fields(capsys):
     other = check_demo(lambda x: x * 3)
     assert other.mistake == "values differ" and "largest difference" in other.feedback
 
+    one_number = checker("demo")(lambda fn: expect_close("the loss", call_student(fn), torch.tensor(4.5)))
+    scalar = one_number(lambda: torch.tensor(4.25))
+    assert scalar.mistake == "values differ" and "the loss is 4.25000, expected 4.50000" in scalar.feedback
+    assert "index" not in scalar.feedback  # a 0-d result has none to show
+
     shape = check_demo(lambda x: x.T * 2)
     assert shape.mistake == "wrong shape" and "(3, 2)" in shape.feedback and "(2, 3)" in shape.feedback
 

@@ -201,6 +201,8 @@ def expect_close(what: str, got: Any, expected: Tensor, mistakes: Mapping[str, A
     diff = (got.detach().double() - expected.detach().double()).abs()
     if isnan(got).any():
         fail(f"{what}{where} contain{'' if what.endswith('s') else 's'} NaN.", mistake="NaN")  # the logits contain
+    if got.dim() == 0:  # one number: no index to show
+        fail(f"{what}{where} is {float(got):.5f}, expected {float(expected):.5f}.", mistake="values differ")
     idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
     fail(f"{what}{where} has the right shape but the wrong values: the largest difference is {float(diff.max()):.3g} "
          f"at index {idx} (yours {float(got[idx]):.4f}, expected {float(expected[idx]):.4f}).",
