@@ -301,6 +301,14 @@ class RawKeysValues(Block):  # helper n2: only the query normalised, self.attn(h
         return x + self.dropout2(self.feed(self.norm2(x)))
 
 
+class StreamNormalised(Block):  # trial L: h = norm1(x); x = h + attn(h): the residual adds the normed x
+    def forward(self, x, mask=None):
+        h = self.norm1(x)
+        x = h + self.dropout1(self.attend(h, mask))
+        h = self.norm2(x)
+        return h + self.dropout2(self.feed(h))
+
+
 class MaskAndInPlace(Block):  # helper n2: `mask &= causal` on the caller's (B, 1, L) mask
     def attn_mask(self, L, mask):
         causal = causal_mask(L, device=self.device)
@@ -368,6 +376,7 @@ BLOCK_MISTAKES = [
     (CachedMaskIgnoringDevice, "wrong device", "`self.cached`: it is a plain tensor attribute"),
     (GrowingBufferMask, "parameters modified in place", "changed `tri` in place"),
     (RawKeysValues, "keys and values not normalised", "self_attn(h, h, h, mask)"),
+    (StreamNormalised, "residual stream normalised", "keeps flowing unnormalised"),
     (MaskAndInPlace, "mask combined in place", "mask &= causal"),
     (CausalAndInPlace, "mask combined in place", "mask = causal & mask"),
     (ExpandedAndInPlace, "mask combined in place", "logical_and_"),

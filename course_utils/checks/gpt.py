@@ -100,6 +100,9 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
          {"residual": {"self": None}}),
         ("missing residual", f"there is no residual connection around the feed-forward: {form}.",
          {"residual": {"ff": None}}),
+        ("residual stream normalised", "the residual stream itself is normalised (h = norm1(x); x = h + "
+         f"self_attn(h, ...)): the residual adds the input as it came, {form}, so x keeps flowing unnormalised.",
+         {"place": {"self": "stream", "ff": "stream"}}),
         ("norms swapped", "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the "
          "feed-forward.", {"norm_of": (1, 0)}),
         ("keys and values not normalised", "the self-attention normalises only its queries: the keys and values "
