@@ -1000,7 +1000,8 @@ def _partial_clipping(setup: _StepSetup, i: int, grads: list[Tensor | None], cal
                 bits = n.split(".")
                 out.append(next(p for p in (".".join(bits[:k]) for k in range(1, len(bits) + 1))
                                 if not any(m == p or m.startswith(p + ".") for m, _, _ in other)))
-            return ", ".join(f"model.{p}" for p in dict.fromkeys(out))
+            named = [f"model.{p}" for p in dict.fromkeys(out)]
+            return ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
 
         fail(f"your clipping covers only part of the model ({call}): the gradients of {parts(scaled, kept)} were "
              f"scaled to norm clip_norm={setup.clip:g} on their own, and those of {parts(kept, scaled)} were left as "
