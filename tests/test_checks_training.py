@@ -7,6 +7,7 @@ written in other ways must pass. Each verdict is repeated on fresh random inputs
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -490,6 +491,8 @@ def step_reference_like(model, batch, optimizer, scheduler=None, pad_id=0, label
     else:
         loss = loss_fn(logits, batch, pad_id, label_smoothing)
     scale = 1 / batch.src.size(0) if "loss / B" in forget else 3.0 if "loss * 3" in forget else 1.0
+    if "backward twice" in forget:  # the gradients add up: twice the loss's
+        loss.backward(retain_graph=True)
     (loss * scale if scale != 1.0 else loss).backward()
     if "zero_grad after backward" in forget:
         optimizer.zero_grad()
@@ -497,6 +500,8 @@ def step_reference_like(model, batch, optimizer, scheduler=None, pad_id=0, label
         if "clip each" in forget:
             for p in model.parameters():
                 nn.utils.clip_grad_norm_(p, clip_norm)
+        elif "clip decoder" in forget:  # the decoder: its norm is above clip_norm on every draw, the encoder's not
+            nn.utils.clip_grad_norm_(model.decoder.parameters(), clip_norm)
         else:
             nn.utils.clip_grad_norm_(model.parameters(), 1.0 if "clip 1.0" in forget else clip_norm)
     if "scheduler before" in forget and scheduler is not None:
@@ -507,7 +512,8 @@ def step_reference_like(model, batch, optimizer, scheduler=None, pad_id=0, label
         optimizer.step()
     if "clip after" in forget and clip_norm is not None:
         nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    if scheduler is not None and "scheduler" not in forget and "scheduler before" not in forget:
+    if scheduler is not None and "scheduler" not in forget and "scheduler before" not in forget and (
+            clip_norm is not None or "scheduler only when clipping" not in forget):
         scheduler.step()
         if "scheduler twice" in forget:
             scheduler.step()
@@ -706,12 +712,16 @@ def step_written_out(bug=None):
         if clip_norm is not None and grads:
             if bug == "inf norm":
                 norm = max(g.abs().max() for g in grads)
+            elif bug == "1 norm":
+                norm = sum(g.abs().sum() for g in grads)
             else:
                 norm = sum((g**2).sum() for g in grads)
                 norm = norm if bug == "no sqrt" else norm.sqrt()
             scale = clip_norm / (norm + 1e-6)
+            if bug == "threshold squared":  # scales whenever norm > clip_norm ** 2, up too when clip_norm < 1
+                scale = scale if norm > clip_norm**2 else torch.ones_like(scale)
             for g in grads:
-                g.mul_(scale if bug == "always rescale" else scale.clamp(max=1.0))
+                g.mul_(scale if bug in ("always rescale", "threshold squared") else scale.clamp(max=1.0))
         optimizer.step()
         if scheduler is not None:
             scheduler.step(loss.item()) if bug == "scheduler given the loss" else scheduler.step()
@@ -737,6 +747,35 @@ def test_train_step_trial_d_mistakes_are_named(bug, mistake, words):
     # named from the gradients the step left (one scalar factor), the scheduler's step count and a
     # hook on the output layer: not from values a draw could make coincide
     assert_mistake(check_train_step, step_written_out(bug), mistake, *words, repeat=3)
+
+
+def step_masks_swapped(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    swapped = dataclasses.replace(batch, src_mask=batch.tgt_mask, tgt_mask=batch.src_mask)
+    return step_reference_like(model, swapped, optimizer, scheduler, pad_id, label_smoothing, clip_norm)
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    # trial k: wrong code that passed (the first; a scheduler stepped only when clipping is the test below),
+    # then mistakes that got another one's name or none
+    (step_written_out("threshold squared"), "clipping scales up", ["already below clip_norm"]),
+    (forgetting("backward twice"), "backward called twice", ["twice as large", "backward() ran twice"]),
+    (step_written_out("1 norm"), "wrong clipping norm", ["(norm_type=1)", "norm_type=2"]),
+    (forgetting("clip decoder"), "only some parameters clipped", ["model.decoder", "model.parameters()"]),
+    (step_masks_swapped, "masks swapped", ["the masks are swapped", "batch.src_mask, batch.tgt_mask"]),
+    (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg[:, :-1], b.tgt_out[:, 1:], pad, eps)),
+     "targets shifted twice", ["two steps ahead", "batch.tgt_out as they are"]),
+    (forgetting(loss_fn=lambda lg, b, pad, eps: flat_ce(lg, b.tgt_out.T, pad, eps)),
+     "targets flattened in another order", [".T", "batch.tgt_out.reshape(-1)"]),
+])
+def test_train_step_trial_k_mistakes_are_named(fn, mistake, words):
+    assert_mistake(check_train_step, fn, mistake, *words, repeat=STEP_SEEDS)
+
+
+def test_a_scheduler_stepped_only_when_clipping_is_not_stepped():
+    # the scheduler's step count names it, whatever the draw: the first seed and the session's random one
+    # (it runs through four cases: on every seed it would cost 2.5 s)
+    assert_mistake(check_train_step, forgetting("scheduler only when clipping"), "scheduler not stepped",
+                   "not stepped", "clip_norm=None", repeat=STEP_SEEDS[::SEEDS - 1])
 
 
 def test_clipping_without_the_root_is_not_taken_for_an_early_scheduler():

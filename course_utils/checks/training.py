@@ -516,8 +516,15 @@ def _variant_loss(model: nn.Module, batch: Any, pad_id: int, eps: float, flags: 
     tgt_in, tgt_out = getattr(batch, read), getattr(batch, target)
     # "copy": the decoder reads batch.tgt, for which batch.tgt_mask is one token too short
     tgt_mask = None if "no tgt mask" in flags else make_tgt_mask(tgt_in, pad_id) if "copy" in flags else batch.tgt_mask
-    logits = model(batch.src, tgt_in, None if "no src mask" in flags else batch.src_mask, tgt_mask)  # (B, L, V)
+    src_mask = None if "no src mask" in flags else batch.src_mask
+    if "masks swapped" in flags:  # runs only when L_src = L_tgt - 1; else the model raises
+        src_mask, tgt_mask = tgt_mask, src_mask
+    logits = model(batch.src, tgt_in, src_mask, tgt_mask)  # (B, L, V)
     V, e = logits.size(-1), 0.0 if "no smoothing" in flags else eps
+    if "shifted twice" in flags:  # logits[:, :-1] against tgt_out[:, 1:]: the token two steps ahead
+        logits, tgt_out = logits[:, :-1], tgt_out[:, 1:]
+    if "targets transposed" in flags:  # (B, L) targets flattened as (L, B): another position's token
+        return F.cross_entropy(logits.reshape(-1, V), tgt_out.T.reshape(-1), ignore_index=pad_id, label_smoothing=e)
     if flags & {"pad counted", "pad zero"}:  # ignore_index=-100, F.cross_entropy's default: no id is ignored
         return F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=0 if "pad zero" in flags
                                else -100, label_smoothing=e)
@@ -591,6 +598,17 @@ _LOSS_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
      "the later tokens they have to predict and attention reads the source padding. Call model(batch.src, "
      "batch.tgt_in, batch.src_mask, batch.tgt_mask).",
      frozenset({"no src mask", "no tgt mask"})),
+    ("masks swapped", "the model gets batch.tgt_mask as its src_mask and batch.src_mask as its tgt_mask: the masks "
+     "are swapped. The order is model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
+     frozenset({"masks swapped"})),
+    ("targets shifted twice", "the loss compares logits[:, :-1] with batch.tgt_out[:, 1:]: batch.tgt_out is already "
+     "shifted (position t of the logits predicts batch.tgt_out[:, t]), so shifting again asks each position for the "
+     "token two steps ahead. Compare the logits with batch.tgt_out as they are.",
+     frozenset({"shifted twice"})),
+    ("targets flattened in another order", "the targets are flattened in another order than the logits (a .T or a "
+     "transpose on one side only): the logits of position (b, t) are compared with another position's token. "
+     "Flatten both the same way: logits.reshape(-1, V) and batch.tgt_out.reshape(-1).",
+     frozenset({"targets transposed"})),
     ("padding counted", "the loss counts the padding positions of batch.tgt_out: pass pad_id on "
      "(masked_cross_entropy(logits, batch.tgt_out, pad_id, ...) or ignore_index=pad_id).",
      frozenset({"pad counted"})),
@@ -645,6 +663,14 @@ def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None
              "the scheduler is optional. Step it only when there is one: `if scheduler is not None: "
              "scheduler.step()`.", mistake="scheduler None not handled")
     B, L = batch.tgt.shape
+    L_src = batch.src.size(1)
+    for mask, scores in ((batch.tgt_mask, (B, L_src, L_src)), (batch.src_mask, (B, L - 1, L - 1))):
+        # the reference's attention names the mask's shape and the scores' it should broadcast to
+        if isinstance(exc, ValueError) and f"mask of shape {tuple(mask.shape)} " in text and f"{scores}" in text:
+            fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]}: batch.tgt_mask "
+                 f"{describe_shape(batch.tgt_mask)} went to the encoder, or batch.src_mask "
+                 f"{describe_shape(batch.src_mask)} to the decoder's self-attention: the masks are swapped. The order "
+                 "is model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).", mistake="masks swapped")
     shapes = (f"({B * (L - 1)})", f"({B * L})", str((B, L - 1)), str((B, L)), f"{B}, {L - 1}", f"{B}, {L}")
     if isinstance(exc, (RuntimeError, ValueError)) and sum(s in text for s in shapes) >= 2:
         fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]}. The logits of batch.tgt_in have "
@@ -653,8 +679,10 @@ def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None
 
 
 def _draw_step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, train_mode: bool,
-                     clip_fraction: float | None = None, clip: float | None = None) -> _StepSetup:
-    """``clip_fraction``: clip_norm that fraction of the first gradient's norm, else ``clip``."""
+                     clip_fraction: float | None = None, clip: float | None = None,
+                     clip_root: bool = False) -> _StepSetup:
+    """``clip_fraction``: clip_norm that fraction of the first gradient's norm; ``clip_root``:
+    clip_norm between that norm, made smaller than 1, and its square root; else ``clip``."""
     while True:
         V_src, V_tgt, D, d_ff = randint(11, 15), randint(11, 15), 4 * randint(2, 3), randint(12, 20)
         if _distinct(V_src, V_tgt, D, d_ff):
@@ -690,6 +718,18 @@ def _draw_step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: floa
         # below the global norm (clip_grad_norm_ acts) and below the largest entry (so that
         # clip_grad_value_ would act too, and differently)
         setup.clip = round(min(norm * clip_fraction, 0.5 * largest), 4)
+    if clip_root:
+        norm = float(_reference_grads(setup, 0)[0].norm())
+        for _ in range(8):
+            if norm < 0.5:
+                break
+            # smaller logits, smaller gradients: the output layer and the norm before it scaled down
+            with torch.no_grad():
+                for p in (model.output_projection.weight, *model.decoder.layers[-1].norm3.parameters()):
+                    p.mul_(0.5)
+            norm = float(_reference_grads(setup, 0)[0].norm())
+        # n < clip_norm < sqrt(n): clipping leaves these gradients alone, but clip_norm ** 2 < n
+        setup.clip = round(norm**0.75, 4)
     return setup
 
 
@@ -719,8 +759,10 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
         result = (loss, _flat(model), grads, all(m.training for m in model.modules()), watch.dtypes if watch else [])
         if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
             if scheduler.last_epoch == 0:
+                unclipped = (" With clip_norm=None too: only the clipping belongs under `if clip_norm is not None:`, "
+                             "the optimizer and the scheduler step either way.") if setup.clip is None else ""
                 fail(f"the scheduler was not stepped ({words}): the learning rate would stay at its first value "
-                     "for the whole training. Call scheduler.step() after optimizer.step().",
+                     f"for the whole training. Call scheduler.step() after optimizer.step().{unclipped}",
                      mistake="scheduler not stepped")
             fail(f"the scheduler was stepped {scheduler.last_epoch} times in one call ({words}): step it once, "
                  "after optimizer.step().", mistake="scheduler stepped twice")
@@ -840,6 +882,7 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
         if setup.clip is not None and like("clip value"):
             name, diagnosis, _ = _UPDATE_MISTAKES[2]
             fail(f"{diagnosis} ({call})", mistake=name)
+        _partial_clipping(setup, i, grads, call)
         step, exp_step = params - before, exp_params - before  # (P,) each
         ratio = float(step @ exp_step / (exp_step @ exp_step))
         if matches(step, ratio * exp_step, atol=1e-6, rtol=1e-4):
@@ -900,7 +943,7 @@ def _gradient_diagnosis(setup: _StepSetup, i: int, grads: list[Tensor | None], c
     c = float(G @ g / (g @ g))
     if float((G - c * g).norm()) > 1e-3 * float(G.norm()):
         return  # not a scalar multiple: per-parameter clipping and others, named elsewhere
-    n2, ninf, clip = float(g.norm()), float(g.abs().max()), setup.clip
+    n2, ninf, n1, clip = float(g.norm()), float(g.abs().max()), float(g.abs().sum()), setup.clip
 
     def close(a: float, b: float) -> bool:
         return math.isclose(a, b, rel_tol=2e-3)
@@ -914,15 +957,57 @@ def _gradient_diagnosis(setup: _StepSetup, i: int, grads: list[Tensor | None], c
         fail(f"the step used gradients {N} times too large ({call}; {N} = the number of real target tokens): "
              "backward() ran on the summed loss. Call backward() on the mean over the real tokens, the loss "
              "train_step returns.", mistake="backward on the summed loss")
+    if close(c, 2.0):
+        fail(f"the step used gradients twice as large as the loss's ({call}): backward() ran twice on the same loss "
+             "(loss.backward(retain_graph=True) then loss.backward(): the gradients add up), or on 2 * loss. Call "
+             "loss.backward() once, on the loss you return.", mistake="backward called twice")
     # clip_norm left at 1.0 scales by min(1, 1 / n2): when a draw puts that factor near another
     # norm's (the largest entry close to clip_norm), the nearer one names the mistake
     hard_coded = abs(c - min(1.0, 1.0 / n2)) if clip not in (None, 1.0) else math.inf
-    for norm, how in ((ninf, "the largest gradient entry (norm_type=inf, or a max instead of a root sum of squares)"),
-                      (n2**2, "the sum of squares without its square root")):
-        if clip is not None and norm > clip and close(c, clip / norm) and abs(c - clip / norm) < hard_coded:
-            fail(f"your clipping measures the gradients by {how} ({call}): clip_norm bounds the 2-norm of all "
-                 "gradients together, sqrt(sum of every entry squared): nn.utils.clip_grad_norm_(model.parameters(), "
-                 "clip_norm) with its default norm_type=2.", mistake="wrong clipping norm")
+    norms = ((ninf, "the largest gradient entry (norm_type=inf, or a max instead of a root sum of squares)"),
+             (n2**2, "the sum of squares without its square root"),
+             (n1, "the sum of the entries' absolute values (norm_type=1)"))
+    # the factor nearest to c names the norm: two norms' factors may fall within 0.2 % on a draw
+    fits = sorted((abs(c - clip / norm), how) for norm, how in norms
+                  if clip is not None and norm > clip and close(c, clip / norm))
+    if fits and fits[0][0] < hard_coded:
+        fail(f"your clipping measures the gradients by {fits[0][1]} ({call}): clip_norm bounds the 2-norm of all "
+             "gradients together, sqrt(sum of every entry squared): nn.utils.clip_grad_norm_(model.parameters(), "
+             "clip_norm) with its default norm_type=2.", mistake="wrong clipping norm")
+
+
+def _partial_clipping(setup: _StepSetup, i: int, grads: list[Tensor | None], call: str) -> None:
+    """Clipping of a part of the model only (clip_grad_norm_(model.encoder.parameters(), ...)): the
+    gradients of that part scaled by one factor, clip_norm over their own norm; the others as they are."""
+    if setup.clip is None or any(g is None for g in grads):
+        return
+    g = _reference_grads(setup, i)[0].double()  # (P,)
+    names = [n for n, _ in setup.model.named_parameters()]
+    kept, scaled, offset = [], [], 0
+    for name, G in zip(names, grads):
+        r, offset = g[offset:offset + G.numel()].view(G.shape), offset + G.numel()
+        if float(r.abs().max()) > 1e-6:  # a gradient of about 0 (the keys' bias) fits either group
+            (kept if matches(G, r, atol=1e-7, rtol=1e-4) else scaled).append((name, G, r))
+    if not kept or not scaled:
+        return
+    got = torch.cat([G.reshape(-1) for _, G, _ in scaled]).double()  # (P',)
+    ref = torch.cat([r.reshape(-1) for _, _, r in scaled])  # (P',)
+    factor = setup.clip / float(ref.norm())
+    if factor < 1 and matches(got, factor * ref, atol=1e-7, rtol=1e-3):
+        def parts(group: list, other: list) -> str:  # the shortest prefixes that name no parameter of the other
+            out = []
+            for n, _, _ in group:
+                bits = n.split(".")
+                out.append(next(p for p in (".".join(bits[:k]) for k in range(1, len(bits) + 1))
+                                if not any(m == p or m.startswith(p + ".") for m, _, _ in other)))
+            named = [f"model.{p}" for p in dict.fromkeys(out)]
+            return ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+
+        fail(f"your clipping covers only part of the model ({call}): the gradients of {parts(scaled, kept)} were "
+             f"scaled to norm clip_norm={setup.clip:g} on their own, and those of {parts(kept, scaled)} were left as "
+             "they were. "
+             "clip_norm bounds the norm of all the gradients together: nn.utils.clip_grad_norm_(model.parameters(), "
+             "clip_norm).", mistake="only some parameters clipped")
 
 
 def _graph_cut(fn: Callable[..., Any], setup: _StepSetup, words: str) -> None:
@@ -963,12 +1048,15 @@ _STEP_CASES = [  # (the draw's arguments, pass the options, words); "pad": a non
     # B: the defaults: scheduler=None, pad_id=0, no smoothing, clip_norm=1.0
     (dict(pad_id=0, eps=0.0, use_scheduler=False, dropout=0.0, train_mode=True, clip=1.0), False,
      "train_step(model, batch, optimizer) with the default arguments (no scheduler)"),
-    # C: a model with dropout that an evaluation left in eval mode
-    (dict(pad_id="pad", eps=0.0, use_scheduler=True, dropout=0.5, train_mode=False, clip=1.0), True,
-     "a model with dropout=0.5 that arrives in eval mode, pad_id={s.pad_id}"),
-    # D: no scheduler and no clipping, both passed as None, with smoothing and a non-zero pad
-    (dict(pad_id="pad", eps=0.1, use_scheduler=False, dropout=0.0, train_mode=True), True,
-     "scheduler=None, clip_norm=None (no clipping), label_smoothing=0.1, pad_id={s.pad_id}"),
+    # C: a model with dropout that an evaluation left in eval mode; its gradient norm n is below 1
+    # and clip_norm lies between n and sqrt(n), so a clip that compares the norm with clip_norm ** 2
+    # scales the gradients up
+    (dict(pad_id="pad", eps=0.0, use_scheduler=True, dropout=0.5, train_mode=False, clip_root=True), True,
+     "a model with dropout=0.5 that arrives in eval mode, pad_id={s.pad_id}, clip_norm={s.clip} (above the "
+     "gradient norm)"),
+    # D: no clipping (clip_norm=None) with a scheduler, which must still step; smoothing, a non-zero pad
+    (dict(pad_id="pad", eps=0.1, use_scheduler=True, dropout=0.0, train_mode=True), True,
+     "SGD with a LambdaLR scheduler, clip_norm=None (no clipping), label_smoothing=0.1, pad_id={s.pad_id}"),
     # F: clip_norm=0.0, a legal bound: every gradient scaled to norm 0, no update
     (dict(pad_id="pad", eps=0.0, use_scheduler=True, dropout=0.0, train_mode=True, clip=0.0), True,
      "clip_norm=0.0 (the gradients scaled to norm 0: no update), pad_id={s.pad_id}"),
