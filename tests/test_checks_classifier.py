@@ -254,7 +254,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
             pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
         elif kind == "pool pad 0":  # trial k c27: the encoder's mask is right, the pool's pad id hard-coded
             w = (tokens != 0).unsqueeze(-1).to(h.dtype)
-            pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else masked_mean_pool(h, real)
+            pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
         elif kind == "own pool, (B, 1, L) mask":  # trial 08.3-w18b: a pool written for (B, L) given padding_mask's
             w = padding_mask(tokens, self.pad_id).unsqueeze(-1).to(h.dtype)
             pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
