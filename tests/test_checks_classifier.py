@@ -213,6 +213,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
     ``head``: "own" (self.classifier), "new" (an nn.Linear built in forward), "re-drawn"
     (self.classifier's weight re-initialised in forward); ``extra`` (trial k): "pooled dropout" (p=0.1),
     "pooled dropout p" (the model's p), "embedding dropout" (before the table, as well as after),
+    "dropout before table" (dropout(x) + pe),
     "eval" or "train" (self.eval() / self.train() in forward), "scaled twice"."""
 
     def forward(self, tokens):
@@ -222,9 +223,10 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         pad = {"pad": self.pad_id, "zero": 0, None: None}[mask]
         emb = self.embedding(tokens) if scale else self.embedding.embedding(tokens)
         emb = emb * math.sqrt(emb.size(-1)) if extra == "scaled twice" else emb
-        x = F.dropout(emb, p, self.training) if extra == "embedding dropout" else emb
+        x = F.dropout(emb, p, self.training) if extra in ("embedding dropout", "dropout before table") else emb
         for _ in range(pe):  # pe: how many times the table is added
-            x = self.positional_encoding(x)
+            x = x + self.positional_encoding.pe[: x.size(1)] if extra == "dropout before table" else \
+                self.positional_encoding(x)
         m = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
         m = {"padding": lambda: m, "query axis": lambda: (tokens != pad).unsqueeze(-1), "inverted": lambda: ~m,
              "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()}[layout]()
@@ -348,6 +350,7 @@ CLASSIFIER_MISTAKES_K = [
     (dict(extra="pooled dropout"), "dropout in the wrong place", "dropped out (kept entries scaled by 1.11"),
     (dict(extra="pooled dropout p"), "dropout in the wrong place", "between the pooling and self.classifier"),
     (dict(extra="embedding dropout"), "dropout applied twice", "once before adding the positional table"),
+    (dict(extra="dropout before table"), "dropout before adding", "dropout(x) + pe"),
     (dict(extra="eval"), "mode not restored", "after model.train(), one call of forward"),
     (dict(extra="train"), "mode not restored", "self.train()"),
     (dict(extra="scaled twice"), "embeddings scaled twice", "not sqrt(d_model)"),

@@ -445,6 +445,27 @@ class DropoutAroundTable(DoubleDropout):  # trial k t31: drop(pe(drop(emb))), dr
         return self.decoder(y, memory, tgt_mask, memory_mask)
 
 
+class NotRescaledDropout(course_utils.Transformer):  # a hand-written dropout without the 1 / (1 - p)
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.positional_encoding.dropout = NotRescaled(dropout)
+
+
+class NotRescaled(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return x * (torch.rand_like(x) >= self.p) if self.training else x
+
+
+class AlphaDropoutTransformer(NotRescaledDropout):  # the wrong class of dropout: dropped entries are not 0
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.positional_encoding.dropout = nn.AlphaDropout(dropout)
+
+
 class EvalInEncode(course_utils.Transformer):  # trial k t51: dropout never acts in training
     def encode(self, src, src_mask=None):
         self.eval()
@@ -564,6 +585,8 @@ TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names 
     (MemoryDropout, "dropout on the memory", ["memory"], "extra dropout"),
     (DropoutAroundTable, "dropout applied twice", ["once before adding the positional table and once after",
                                                    "remove the second one"], "extra dropout"),
+    (NotRescaledDropout, "wrong dropout", ["the kept entries are not rescaled", "1 / (1 - p) = 2"], "extra dropout"),
+    (AlphaDropoutTransformer, "wrong dropout", ["changed in another way than one dropout"], "extra dropout"),
     # trial k: modes, masks, the table in the wrong place
     (EvalInEncode, "mode not restored", ["call of encode", "in eval mode", "self.eval()"], "modes"),
     (TrainInForward, "mode not restored", ["after model.eval(), one call of forward", "in train mode"], "modes"),

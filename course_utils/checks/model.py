@@ -48,8 +48,8 @@ from ..model import Transformer
 from ..positional import sinusoidal_positional_encoding
 from ._core import (
     dropout_scale, equal, allclose, Failure, Mistake, StudentError, call_student, check_input_device, drawn_once,
-    check_unchanged, checker, describe_shape, expect_close, fail, gradient_probe, isclose, matches, randint,
-    register_hints,
+    check_unchanged, checker, describe_shape, expect_close, fail, fail_fixed_p, gradient_probe, isclose, matches,
+    randint, register_hints,
     require_function, require_distinct_roles, require_module_class, require_no_grad,
 )
 from .attention import _causal_candidates, _check_mask, _padding_shape
@@ -788,7 +788,8 @@ def check_modes_kept(model: nn.Module, calls: list[tuple[str, Callable[[], Any]]
 def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: str, where: str) -> None:
     """In training mode a stack's input must be its eval-mode input ``x + pe`` dropped out once:
     every entry 0 or the eval-mode value times 1 / (1 - p). Dropped twice (kept entries times
-    1 / (1 - p)^2, or once before adding the table and once after) or elsewhere is named."""
+    1 / (1 - p)^2, or once before adding the table and once after), before adding the table,
+    with another p, not rescaled, or anything else ("wrong dropout") is named."""
     if not (isinstance(got, Tensor) and isinstance(kept, Tensor) and got.shape == kept.shape and got.dim() == 3):
         return
     scale = dropout_scale(got, kept, atol=1e-5)
@@ -803,16 +804,24 @@ def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: s
              "drops after adding the table; pass the embeddings through it (and keep the model in the mode the "
              "caller chose).", mistake="positional dropout missing")
     table = sinusoidal_positional_encoding(got.size(1), got.size(2)).to(got.dtype)  # (L, D)
+    before = dropout_scale(got - table, kept - table, atol=1e-4)  # dropout(x) + pe
+    if before is not None and abs(before * (1 - p) - 1) < 1e-3:
+        fail(f"in {where}, {what} reach {stack} as dropout(x) + pe: the dropout acts before the positional table "
+             "is added. The contract applies it to the sum, dropout(x + pe), which PositionalEncoding does.",
+             mistake="dropout before adding")
     kept_out = ~isclose(got, torch.zeros_like(got), atol=1e-5)  # (B, L, D): what the outer dropout kept
     inner = (got * (1 - p) - table)[kept_out]  # dropout(x) before adding the table, on the kept entries
     if bool(kept_out.any()) and dropout_scale(inner, (kept - table)[kept_out], atol=1e-4) is not None:
         fail(f"in {where}, {what} reach {stack} dropped twice: once before adding the positional table and once "
              "after (dropout(dropout(x) + pe)): PositionalEncoding already applies dropout after adding the table; "
              "remove the second one, the dropout on the embeddings.", mistake="dropout applied twice")
-    fail(f"in {where}, {what} reach {stack} changed in another way than dropout(x + pe) of their eval-mode values "
-         f"(every entry either 0 or its eval-mode value times 1 / (1 - p) = {1 / (1 - p):.3g}): some dropout acts "
-         "where the contract has none. Dropout belongs after adding the positional table (PositionalEncoding) and "
-         "inside the layers, nowhere else.", mistake="dropout in the wrong place")
+    if scale is not None and abs(scale - 1) > 1e-3:
+        fail_fixed_p(scale, p, f"{what} on their way to {stack}", where)
+    fail(f"in {where}, {what} reach {stack} changed in another way than one dropout of their eval-mode values x + pe "
+         f"(every entry either 0 or its eval-mode value times 1 / (1 - p) = {1 / (1 - p):.3g})"
+         + (": the kept entries are not rescaled" if scale is not None else "") + ". Use PositionalEncoding's "
+         "nn.Dropout(dropout), which drops the sum after adding the table, and no other dropout or noise on the way.",
+         mistake="wrong dropout")
 
 
 def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
