@@ -10,6 +10,9 @@ writes ``forward``) is built for both poolings (post-norm GELU, pre-norm ReLU) w
 :class:`course_utils.classifier.TransformerClassifier`; a forward pre-hook records the mask the
 encoder gets. A wrong result is compared with the reference computed with each catalogued
 mistake; the names are those of ``_mistakes.MISTAKES``, pinned by tests/test_checks_classifier.py.
+Then, built again with ``dropout=0.5``: the modes kept, eval mode deterministic, and in training
+mode the encoder's input one dropout of ``x + pe`` and the classifier's input the pooled output
+(hooks; the checks shared with ``check_transformer``).
 """
 
 from __future__ import annotations
