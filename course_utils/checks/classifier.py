@@ -408,7 +408,7 @@ def _training_probe(cls: Any, V: int, C: int, kwargs: dict[str, Any], tokens: Te
     if not (isinstance(model, nn.Module) and isinstance(enc, nn.Module) and isinstance(head, nn.Module)):
         return
     case = f"{shown}, tokens {tuple(tokens.shape)} with padding"
-    check_modes_kept(model, [("forward", lambda: call_student(model, tokens.clone(), context="running forward"))],
+    check_modes_kept(model, lambda: call_student(model, tokens.clone(), context="running forward"),
                      "TransformerClassifier")
     seen: dict[str, Any] = {}
     handles = [enc.register_forward_pre_hook(lambda m, a, kw: seen.__setitem__("x", a[0] if a else kw.get("x")),

@@ -755,32 +755,38 @@ def _table_length(model: nn.Module, D: int) -> None:
                      mistake="max_len ignored")
 
 
-def check_modes_kept(model: nn.Module, calls: list[tuple[str, Callable[[], Any]]], what: str) -> None:
-    """Each call (``forward``, ``encode``, ...) in train mode, then in eval mode, must leave
-    ``model``'s mode, and every submodule's, as it found them (a ``self.eval()`` inside forward
-    switches dropout off for the rest of training; a ``self.train()`` makes evaluation random).
+def check_modes_kept(model: nn.Module, forward: Callable[[], Any], what: str,
+                     parts: tuple[tuple[str, Callable[[], Any]], ...] = ()) -> None:
+    """``forward()`` in train mode, then in eval mode, must leave ``model``'s mode, and every
+    submodule's, as it found them (a ``self.eval()`` inside forward switches dropout off for the
+    rest of training; a ``self.train()`` makes evaluation random). When it does not, each of
+    ``parts`` (``("encode", call)``, ...) is tried in the same mode to name the method at fault.
     A call that raises is left to the comparisons, which report it."""
-    names = [method for method, _ in calls]
-    methods = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+
+    def changed_by(call: Callable[[], Any], training: bool) -> list[str] | None:
+        model.train(training)
+        with torch.no_grad():
+            try:
+                call()
+            except StudentError:
+                return None
+        return [n or "the model" for n, m in model.named_modules() if m.training != training]
+
     try:
         for training in (True, False):
-            for method, call in calls:
-                model.train(training)
-                with torch.no_grad():
-                    try:
-                        call()
-                    except StudentError:
-                        return
-                changed = [n or "the model" for n, m in model.named_modules() if m.training != training]
-                if changed:
-                    mode, other = ("train", "eval") if training else ("eval", "train")
-                    shown = ", ".join(f"`{n}`" if n != "the model" else n for n in changed[:3])
-                    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-                    fail(f"after model.{mode}(), one call of {method} left {shown}{more} in {other} mode (a "
-                         f"self.{other}() inside your {what}?): the caller chooses the mode, model.train() to train "
-                         f"and model.eval() to evaluate, and {methods} must leave it, and every submodule's, as "
-                         f"{'they' if len(calls) > 1 else 'it'} found it. Remove the self.{other}() call.",
-                         mistake="mode not restored")
+            changed = changed_by(forward, training)
+            if not changed:
+                continue
+            method = next((name for name, call in parts if changed_by(call, training)), "forward")
+            mode, other = ("train", "eval") if training else ("eval", "train")
+            shown = ", ".join(f"`{n}`" if n != "the model" else n for n in changed[:3])
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            names = [name for name, _ in parts]
+            methods = f"{', '.join(names)} and forward" if names else "forward"
+            fail(f"after model.{mode}(), one call of {method} left {shown}{more} in {other} mode (a self.{other}() "
+                 f"inside your {what}?): the caller chooses the mode, model.train() to train and model.eval() to "
+                 f"evaluate, and {methods} must leave it, and every submodule's, as {'they' if names else 'it'} "
+                 f"found it. Remove the self.{other}() call.", mistake="mode not restored")
     finally:
         model.eval()
 
@@ -949,12 +955,10 @@ def _mask_routing(model: nn.Module, s: _Sizes) -> None:
 def _transformer_modes(model: nn.Module, s: _Sizes) -> None:
     src, tgt, src_mask, tgt_mask = inputs = _transformer_inputs(s)
     memory = torch.randn(s.B, s.L_src, s.D)  # (B, L_src, D)
-    # encode and decode first, so that the message names the method that changes the mode
-    check_modes_kept(model, [("encode", lambda: call_student(model.encode, src, src_mask, context="running encode")),
-                             ("decode", lambda: call_student(model.decode, tgt, memory, tgt_mask, src_mask,
-                                                             context="running decode")),
-                             ("forward", lambda: call_student(model, *inputs, context="running forward"))],
-                     "Transformer")
+    check_modes_kept(model, lambda: call_student(model, *inputs, context="running forward"), "Transformer",
+                     (("encode", lambda: call_student(model.encode, src, src_mask, context="running encode")),
+                      ("decode", lambda: call_student(model.decode, tgt, memory, tgt_mask, src_mask,
+                                                      context="running decode"))))
 
 
 def _dropout_in_the_wrong_place(unexplained: str | None) -> None:
