@@ -205,20 +205,28 @@ class ClsOwnPool(TransformerClassifier):
 
 
 def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shape=None, layout="padding",
-                       dropout=False, head="own"):
+                       dropout=False, head="own", extra=None):
     """A student's forward with (at most) one mistake; the defaults are correct. ``pe``: how many
     times the positional table is added; ``layout``
     of the encoder's mask: "padding", "query axis" (B, L, 1), "inverted", "causal" (and
     padding); ``dropout``: F.dropout(pooled, 0.1, training=True), on in eval mode too;
     ``head``: "own" (self.classifier), "new" (an nn.Linear built in forward), "re-drawn"
-    (self.classifier's weight re-initialised in forward)."""
+    (self.classifier's weight re-initialised in forward); ``extra`` (trial k): "pooled dropout" (p=0.1),
+    "pooled dropout p" (the model's p), "embedding dropout" (before the table, as well as after),
+    "dropout before table" (dropout(x) + pe),
+    "eval" or "train" (self.eval() / self.train() in forward), "scaled twice"."""
 
     def forward(self, tokens):
+        p = self.positional_encoding.dropout.p
+        if extra in ("eval", "train"):
+            getattr(self, extra)()
         pad = {"pad": self.pad_id, "zero": 0, None: None}[mask]
         emb = self.embedding(tokens) if scale else self.embedding.embedding(tokens)
-        x = emb
+        emb = emb * math.sqrt(emb.size(-1)) if extra == "scaled twice" else emb
+        x = F.dropout(emb, p, self.training) if extra in ("embedding dropout", "dropout before table") else emb
         for _ in range(pe):  # pe: how many times the table is added
-            x = self.positional_encoding(x)
+            x = x + self.positional_encoding.pe[: x.size(1)] if extra == "dropout before table" else \
+                self.positional_encoding(x)
         m = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
         m = {"padding": lambda: m, "query axis": lambda: (tokens != pad).unsqueeze(-1), "inverted": lambda: ~m,
              "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()}[layout]()
@@ -246,6 +254,9 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
             w = torch.ones(tokens.shape) if kind == "cpu weights" else torch.ones_like(tokens, dtype=h.dtype)
             w = w.masked_fill(tokens == self.pad_id, 0.0).unsqueeze(-1)  # (B, L, 1)
             pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
+        elif kind == "pool pad 0":  # trial k c27: the encoder's mask is right, the pool's pad id hard-coded
+            w = (tokens != 0).unsqueeze(-1).to(h.dtype)
+            pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
         elif kind == "own pool, (B, 1, L) mask":  # trial 08.3-w18b: a pool written for (B, L) given padding_mask's
             w = padding_mask(tokens, self.pad_id).unsqueeze(-1).to(h.dtype)
             pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
@@ -253,6 +264,8 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
             pooled = masked_mean_pool(h, real)
         if dropout:
             pooled = F.dropout(pooled, 0.1, training=True)
+        if extra in ("pooled dropout", "pooled dropout p"):
+            pooled = F.dropout(pooled, 0.1 if extra == "pooled dropout" else p, training=self.training)
         if shape == "pooled":
             return pooled
         if post == "pooled detached":
@@ -273,6 +286,28 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
                          ids=["reference", "classify-then-pool", "own-pool", "written-out", "ones_like weights"])
 def test_transformer_classifier_correct_variants_pass(cls):
     assert_passes(check_transformer_classifier, cls, repeat=SEEDS)
+
+
+class ClsHandPositions(TransformerClassifier):  # trial k c06: the table added by hand, F.dropout after it
+    def forward(self, tokens):
+        x = self.embedding(tokens)
+        x = F.dropout(x + self.positional_encoding.pe[: x.size(1)], self.positional_encoding.dropout.p, self.training)
+        h = self.encoder(x, padding_mask(tokens, self.pad_id))
+        return self.classifier(h[:, 0] if self.pooling == "cls" else masked_mean_pool(h, tokens != self.pad_id))
+
+
+class ClsModeRestored(TransformerClassifier):  # switches a part's mode and puts it back: allowed
+    def forward(self, tokens):
+        was = self.classifier.training
+        self.classifier.eval()
+        out = classifier_forward().forward(self, tokens)
+        self.classifier.train(was)
+        return out
+
+
+@pytest.mark.parametrize("cls", [ClsHandPositions, ClsModeRestored])
+def test_transformer_classifier_training_mode_variants_pass(cls):
+    assert_passes(check_transformer_classifier, cls, repeat=5)
 
 
 class ClsInPlace(TransformerClassifier):
@@ -308,6 +343,24 @@ CLASSIFIER_MISTAKES = [
     (dict(dropout=True), "dropout ignores eval mode", "training=self.training"),
     (dict(pool="own pool, (B, 1, L) mask"), "mask broadcast wrongly", "(B, 1, L, 1)"),
 ]
+
+
+# trial k: training mode (the check builds the model again with dropout=0.5), and two values mistakes
+CLASSIFIER_MISTAKES_K = [
+    (dict(extra="pooled dropout"), "dropout in the wrong place", "dropped out (kept entries scaled by 1.11"),
+    (dict(extra="pooled dropout p"), "dropout in the wrong place", "between the pooling and self.classifier"),
+    (dict(extra="embedding dropout"), "dropout applied twice", "once before adding the positional table"),
+    (dict(extra="dropout before table"), "dropout before adding", "dropout(x) + pe"),
+    (dict(extra="eval"), "mode not restored", "after model.train(), one call of forward"),
+    (dict(extra="train"), "mode not restored", "self.train()"),
+    (dict(extra="scaled twice"), "embeddings scaled twice", "not sqrt(d_model)"),
+    (dict(pool="pool pad 0"), "hard-coded pad id", "your mean pool treats id 0 as padding"),
+]
+
+
+@pytest.mark.parametrize("kw, mistake, word", CLASSIFIER_MISTAKES_K, ids=[m for _, m, _ in CLASSIFIER_MISTAKES_K])
+def test_transformer_classifier_trial_k_mistakes_are_named(kw, mistake, word):
+    assert_mistake(check_transformer_classifier, classifier_forward(**kw), mistake, word, repeat=SEEDS)
 
 
 # the findings of trial H: one seed each (the verdicts do not depend on the draw)

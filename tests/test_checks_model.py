@@ -436,6 +436,73 @@ class MemoryDropout(DoubleDropout):  # trial 06.3-w33: dropout between encode an
         return course_utils.Transformer.decode(self, tgt, self.drop(memory), tgt_mask, memory_mask)
 
 
+class DropoutAroundTable(DoubleDropout):  # trial k t31: drop(pe(drop(emb))), dropout twice but not as one scale
+    def encode(self, src, src_mask=None):
+        return self.encoder(self.positional_encoding(self.drop(self.src_embedding(src))), src_mask)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        y = self.positional_encoding(self.drop(self.tgt_embedding(tgt)))
+        return self.decoder(y, memory, tgt_mask, memory_mask)
+
+
+class NotRescaledDropout(course_utils.Transformer):  # a hand-written dropout without the 1 / (1 - p)
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.positional_encoding.dropout = NotRescaled(dropout)
+
+
+class NotRescaled(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return x * (torch.rand_like(x) >= self.p) if self.training else x
+
+
+class AlphaDropoutTransformer(NotRescaledDropout):  # the wrong class of dropout: dropped entries are not 0
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.positional_encoding.dropout = nn.AlphaDropout(dropout)
+
+
+class EvalInEncode(course_utils.Transformer):  # trial k t51: dropout never acts in training
+    def encode(self, src, src_mask=None):
+        self.eval()
+        return super().encode(src, src_mask)
+
+
+class TrainInForward(course_utils.Transformer):  # evaluation becomes random
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        self.train()
+        return super().forward(src, tgt, src_mask, tgt_mask)
+
+
+class MasksSwappedInForward(course_utils.Transformer):  # trial k t24
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.output_projection(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
+
+
+class MasksSwappedInDecode(course_utils.Transformer):  # trial k t49
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        return self.decoder(self.positional_encoding(self.tgt_embedding(tgt)), memory, memory_mask, tgt_mask)
+
+
+class EncoderGetsTgtMask(course_utils.Transformer):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.output_projection(self.decode(tgt, self.encode(src, tgt_mask), tgt_mask, src_mask))
+
+
+class PositionsAfterEncoder(course_utils.Transformer):  # trial k t36
+    def encode(self, src, src_mask=None):
+        return self.positional_encoding(self.encoder(self.src_embedding(src), src_mask))
+
+
+class PositionsOnMemory(course_utils.Transformer):  # trial k t50
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        return super().decode(tgt, self.positional_encoding(memory), tgt_mask, memory_mask)
+
+
 class SharedTargetEmbedding(course_utils.Transformer):  # trial 06.3-w23
     def __init__(self, src_vocab_size, tgt_vocab_size, *args, **kwargs):
         super().__init__(src_vocab_size, tgt_vocab_size, *args, **kwargs)
@@ -516,6 +583,20 @@ TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names 
     (GeneratorName, "missing submodule", ["`output_projection`", "greedy_decode"], "build"),
     (DoubleDropout, "dropout applied twice", ["dropped twice", "remove the second one"], "extra dropout"),
     (MemoryDropout, "dropout on the memory", ["memory"], "extra dropout"),
+    (DropoutAroundTable, "dropout applied twice", ["once before adding the positional table and once after",
+                                                   "remove the second one"], "extra dropout"),
+    (NotRescaledDropout, "wrong dropout", ["the kept entries are not rescaled", "1 / (1 - p) = 2"], "extra dropout"),
+    (AlphaDropoutTransformer, "wrong dropout", ["changed in another way than one dropout"], "extra dropout"),
+    # trial k: modes, masks, the table in the wrong place
+    (EvalInEncode, "mode not restored", ["call of encode", "in eval mode", "self.eval()"], "modes"),
+    (TrainInForward, "mode not restored", ["after model.eval(), one call of forward", "in train mode"], "modes"),
+    (MasksSwappedInForward, "masks swapped", ["self-attention (tgt_mask) gets src_mask",
+                                              "cross-attention (memory_mask) gets tgt_mask"], "values"),
+    (MasksSwappedInDecode, "masks swapped", ["cross-attention (memory_mask) gets tgt_mask"], "values"),
+    (EncoderGetsTgtMask, "masks swapped", ["the encoder gets tgt_mask"], "values"),
+    (PositionsAfterEncoder, "positional encoding after the encoder", ["encoder's output", "source embeddings"],
+     "values"),
+    (PositionsOnMemory, "positional encoding on the memory", ["to the memory", "as it is"], "values"),
     (SharedTargetEmbedding, "modules shared", ["src_vocab_size == tgt_vocab_size"], "shared"),
     (ShortTable, "max_len ignored", ["20 rows", "max_len=64"], "table"),
     # trial D w_tied_output: every pair of the three (V, D) matrices, named (equal vocabularies for the others)

@@ -230,6 +230,8 @@ MISTAKES: dict[str, str] = {
     "norm scales initialised": "the initialisation also overwrites the LayerNorm scales (they must stay 1)",
     "embedding dropout missing": "no dropout on the sum of the token and position embeddings",
     "dropout on the memory": "dropout applied to the encoder's output before the decoder reads it",
+    "positional encoding after the encoder": "the positional table added to the encoder's output, not to the source embeddings",
+    "positional encoding on the memory": "decode adds the positional table to the memory (the encoder's output)",
     "max_len ignored": "the positional table's length does not follow the max_len argument",
     "top_p not passed on": "generate does not pass top_p on to next_token_probs",
     "top_k not passed on": "generate does not pass top_k on to next_token_probs (left out or in another position)",

@@ -10,6 +10,9 @@ writes ``forward``) is built for both poolings (post-norm GELU, pre-norm ReLU) w
 :class:`course_utils.classifier.TransformerClassifier`; a forward pre-hook records the mask the
 encoder gets. A wrong result is compared with the reference computed with each catalogued
 mistake; the names are those of ``_mistakes.MISTAKES``, pinned by tests/test_checks_classifier.py.
+Then, built again with ``dropout=0.5``: the modes kept, eval mode deterministic, and in training
+mode the encoder's input one dropout of ``x + pe`` and the classifier's input the pooled output
+(hooks; the checks shared with ``check_transformer``).
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
 from ..classifier import TransformerClassifier
-from ._core import (Mistake, StudentError, allclose, call_student, check_input_device, check_unchanged, checker, equal,
-                    expect_close, fail, gradient_probe, isnan, matches, randint, register_hints, require_function,
+from ._core import (Mistake, StudentError, allclose, call_student, check_input_device, check_unchanged, checker,
+                    dropout_scale, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints, require_function,
                     require_module_class, require_own_code)
 from ._pairing import load_reference, randomise_parameters
+from .model import check_modes_kept, check_stack_input_dropout
 
 __all__ = ["check_gelu", "check_masked_mean_pool", "check_transformer_classifier"]
 
@@ -206,12 +210,13 @@ def check_masked_mean_pool(fn: Any) -> str:
 # ---------------------------------------------------------------- TransformerClassifier
 def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str, *, pool: str | None = None,
                         mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: int = 1,
-                        scale: bool = True, post: str | None = None) -> Tensor:
+                        scale: float = 0.5, pool_pad: int | None = None, post: str | None = None) -> Tensor:
     """The reference's logits with at most one deliberate mistake; the defaults are correct. ``pool``: the
     pooling done (default ``pooling``'s own); ``mask_pad``: the pad id the masks are built from (``"pad"``:
-    the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``post``: after the head."""
+    the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``scale``: the embeddings times
+    ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head."""
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
-    x = ref.embedding.embedding(tokens) * (math.sqrt(ref.embedding.d_model) if scale else 1.0)  # (B, L, D)
+    x = ref.embedding.embedding(tokens) * ref.embedding.d_model ** scale  # (B, L, D)
     for _ in range(pe):  # pe: how many times the table is added
         x = ref.positional_encoding(x)
     mask = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
@@ -219,7 +224,8 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
         mask = {"padding": mask, "query axis": mask.transpose(1, 2), "inverted": ~mask,  # (B, L, 1) for the query axis
                 "causal": mask & causal_mask(tokens.size(1))}[encoder_mask]  # (B, L, L) for the causal one
     h = ref.encoder(x, mask)  # (B, L, D)
-    real = (tokens != (ref.pad_id if pad is None else pad)).unsqueeze(-1).float()  # (B, L, 1)
+    pad = pool_pad if pool_pad is not None else ref.pad_id if pad is None else pad
+    real = (tokens != pad).unsqueeze(-1).float()  # (B, L, 1)
     per_key = padding_mask(tokens, ref.pad_id).unsqueeze(-1).float()  # (B, 1, L, 1): a pool given (B, 1, L)
     pools = {
         "cls": lambda: h[:, 0], "last": lambda: h[:, -1], "second": lambda: h[:, 1],
@@ -285,8 +291,13 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
         ("positional encoding added twice", "the positional table is added twice (x + 2 pe): pass the embeddings "
          "through self.positional_encoding once, and through no second positional module.", v(pe=2)),
         ("embeddings not scaled", "you called the inner nn.Embedding (self.embedding.embedding) and skipped "
-         "TokenEmbedding's scaling by sqrt(d_model): call self.embedding(tokens).", v(scale=False)),
-    ]
+         "TokenEmbedding's scaling by sqrt(d_model): call self.embedding(tokens).", v(scale=0.0)),
+        ("embeddings scaled twice", "the token embeddings are multiplied by d_model, not sqrt(d_model): "
+         "TokenEmbedding already scales by sqrt(d_model), so do not multiply self.embedding(tokens) again.",
+         v(scale=1.0)),
+    ] + ([("hard-coded pad id", "your mean pool treats id 0 as padding (the encoder's mask is right): this model's "
+           "padding id is self.pad_id: masked_mean_pool(h, tokens != self.pad_id).", v(pool_pad=0))]
+         if pooling == "mean" else [])
     return out + [
         ("returns probabilities", f"forward applies {post} to the logits. Return the raw logits: F.cross_entropy "
          "applies log_softmax itself, and a softmax before it squashes the scores into [0, 1], which flattens the "
@@ -375,6 +386,70 @@ def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling:
              "to get the logits (B, num_classes).", mistake="classifier layer missing")
 
 
+def _fail_eval_dropout(case: str) -> None:
+    fail(f"in eval mode, two calls of forward ({case}) give different logits: a dropout still acts after "
+         "model.eval(). F.dropout(x, p, training=True) ignores the mode: pass training=self.training, or use an "
+         "nn.Dropout module (or no extra dropout at all: the given modules already have theirs).",
+         mistake="dropout ignores eval mode")
+
+
+_P = 0.5  # 0 < p < 1: dropout applied twice shows (p = 1 zeroes the same entries once or twice)
+
+
+def _training_probe(cls: Any, V: int, C: int, kwargs: dict[str, Any], tokens: Tensor, settings: str) -> None:
+    """The same settings with ``dropout=0.5`` (eval mode is right by now): forward leaves the modes
+    as it found them; eval mode is deterministic; in training mode the encoder gets dropout(x + pe)
+    of its eval-mode input, and self.classifier gets exactly the pooled encoder output (the given
+    modules hold every dropout). Watched with hooks."""
+    kwargs = dict(kwargs, dropout=_P)
+    shown = f"{settings}, dropout={_P}"
+    model = call_student(cls, V, C, context=f"constructing TransformerClassifier({V}, {C}, {shown})", **kwargs)
+    enc, head = getattr(model, "encoder", None), getattr(model, "classifier", None)
+    if not (isinstance(model, nn.Module) and isinstance(enc, nn.Module) and isinstance(head, nn.Module)):
+        return
+    case = f"{shown}, tokens {tuple(tokens.shape)} with padding"
+    check_modes_kept(model, lambda: call_student(model, tokens.clone(), context="running forward"),
+                     "TransformerClassifier")
+    seen: dict[str, Any] = {}
+    handles = [enc.register_forward_pre_hook(lambda m, a, kw: seen.__setitem__("x", a[0] if a else kw.get("x")),
+                                             with_kwargs=True),
+               enc.register_forward_hook(lambda m, a, out: seen.__setitem__("h", out)),
+               head.register_forward_pre_hook(lambda m, a: seen.__setitem__("pooled", a[0] if a else None))]
+    runs = []
+    try:
+        with torch.no_grad():
+            for training in (False, False, True):
+                model.train(training)
+                out = call_student(model, tokens.clone(), context=f"running forward ({case})")
+                runs.append((dict(seen), out))
+    finally:
+        for h in handles:
+            h.remove()
+        model.eval()
+    (clean, first), (_, again), (train, _) = runs
+    if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and \
+            not equal(first, again):
+        _fail_eval_dropout(case)
+    where = f"training mode, dropout={_P}"
+    check_stack_input_dropout(train.get("x"), clean.get("x"), _P, "the embeddings", "the encoder", where)
+    h, pooled = train.get("h"), train.get("pooled")
+    if not (isinstance(h, Tensor) and isinstance(pooled, Tensor)):
+        return
+    real = (tokens != model.pad_id).unsqueeze(-1).to(h.dtype) if hasattr(model, "pad_id") else None  # (B, L, 1)
+    expected = h[:, 0] if kwargs["pooling"] == "cls" or real is None else (h * real).sum(dim=1) / real.sum(dim=1)
+    if pooled.shape != expected.shape or matches(pooled, expected, atol=_ATOL):
+        return
+    # a few entries: a small p may drop none of them, and every entry is then scaled by the same factor
+    ratio = (pooled.double() / expected.double()).median().item()
+    scale = dropout_scale(pooled, expected, atol=1e-5) or (
+        ratio if ratio > 1 and allclose(pooled.double(), expected.double() * ratio, atol=1e-5) else None)
+    fail(f"in {where} ({case}), the vector self.classifier gets is not the pooled encoder output"
+         + (f": it is dropped out (kept entries scaled by {scale:.3g} = 1 / (1 - p), p = {1 - 1 / scale:.2g})"
+            if scale is not None else "") + ". The given modules already drop where the model needs it (after the "
+         "positional table, inside the encoder's layers): remove the extra dropout between the pooling and "
+         "self.classifier.", mistake="dropout in the wrong place")
+
+
 @checker("TransformerClassifier")
 def check_transformer_classifier(cls: Any) -> str:
     require_module_class(cls, "TransformerClassifier")
@@ -420,15 +495,13 @@ def check_transformer_classifier(cls: Any) -> str:
                          "optimizer never sees such weights and training cannot change them. Build every layer "
                          "once, in __init__ (self.classifier is there), and only call it in forward.",
                          mistake="parameters created in forward")
-                fail(f"in eval mode, two calls of forward ({case}) give different logits: a dropout still acts "
-                     "after model.eval(). F.dropout(x, p, training=True) ignores the mode: pass "
-                     "training=self.training, or use an nn.Dropout module (or no extra dropout at all: the given "
-                     "modules already have theirs).", mistake="dropout ignores eval mode")
+                _fail_eval_dropout(case)
             _logits_shape(got, ref, tokens0, pooling, C, H * d_k, case)
             _nan_in_mean(got, ref, tokens0, pooling, case)
             expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling, encoder_masks),
                          atol=_ATOL, case=case)
         gradient_probe(model, ref, dict(tokens=tokens0), params, what="TransformerClassifier", case=case)
+        _training_probe(cls, V, C, kwargs, tokens0, settings_text)
         with torch.no_grad():  # right so far: once more, with a tensor built without device= watched
             check_input_device(None, lambda: call_student(model, tokens0.clone(), context=f"running forward ({case})"),
                                "your TransformerClassifier", case, "build every new tensor from the tokens "

@@ -48,7 +48,8 @@ from ..model import Transformer
 from ..positional import sinusoidal_positional_encoding
 from ._core import (
     dropout_scale, equal, allclose, Failure, Mistake, StudentError, call_student, check_input_device, drawn_once,
-    check_unchanged, checker, describe_shape, expect_close, fail, gradient_probe, matches, randint, register_hints,
+    check_unchanged, checker, describe_shape, expect_close, fail, fail_fixed_p, gradient_probe, isclose, matches,
+    randint, register_hints,
     require_function, require_distinct_roles, require_module_class, require_no_grad,
 )
 from .attention import _causal_candidates, _check_mask, _padding_shape
@@ -327,13 +328,13 @@ def _transformer_variant(
     scale: tuple[float, float] = (0.5, 0.5), pe: tuple[int, int] = (1, 1),
     pe_drop: tuple[str, str] = ("after", "after"), layer_drop: tuple[bool, bool] = (True, True),
     enc_mask: bool = True, cross_mask: bool = True, self_mask: bool = True, part: str = "logits",
-    memory: Tensor | None = None, post: str | None = None,
+    memory: Tensor | None = None, pe_memory: bool = False, post: str | None = None,
 ) -> Tensor:
     """The reference's forward (or ``part="memory"``/``"decoded"``) with optional mistakes:
     embeddings times ``d_model ** scale`` per side, the positional table added ``pe`` times, its
     dropout ``"after"`` adding the table, ``"none"`` or ``"before"``, the layers' dropout
     off, masks left out, softmax or log_softmax on the logits. ``memory`` replaces the
-    encoder's output for ``part="decoded"``."""
+    encoder's output for ``part="decoded"``; ``pe_memory`` adds the table to it (eval mode)."""
 
     def embed(module: nn.Module, tokens: Tensor, side: int) -> Tensor:
         x = module.embedding(tokens) * ref.d_model ** scale[side]  # (B, L, D)
@@ -347,6 +348,8 @@ def _transformer_variant(
     if memory is None:
         with _dropout_off(ref.encoder, not layer_drop[0]):
             memory = ref.encoder(embed(ref.src_embedding, src, 0), src_mask if enc_mask else None)  # (B, L_src, D)
+    if pe_memory:
+        memory = memory + ref.positional_encoding.pe[: memory.size(1)]  # (B, L_src, D)
     if part == "memory":
         return memory
     with _dropout_off(ref.decoder, not layer_drop[1]):
@@ -398,6 +401,14 @@ def _transformer_mistakes(part: str, has_src_mask: bool, has_tgt_mask: bool) -> 
              "(x + 2 pe): PositionalEncoding adds it once; pass the embeddings through it once, and through no "
              "second positional module.", dict(pe=_per_side(sides, 2, 1))),
         ]
+    after = ("positional encoding after the encoder", "the positional table is added to the encoder's output, "
+             "not to the source embeddings going in: the encoder's self-attention then cannot tell the positions "
+             "apart. encode is self.encoder(self.positional_encoding(self.src_embedding(src)), src_mask).",
+             dict(pe=(0, 1), pe_memory=True))
+    on_memory = ("positional encoding on the memory", "decode adds the positional table to the memory as well: the "
+                 "encoder's output already carries the source positions (encode added them to the source embeddings); "
+                 "pass memory to the decoder as it is.", dict(pe_memory=True))
+    out += {"memory": [after], "decoded": [on_memory], "logits": [after, on_memory]}[part]
     if part == "logits":
         out.append(("missing output projection", "forward returns the decoder output (B, L_tgt, d_model): project "
                     "it to the target vocabulary with the output projection, nn.Linear(d_model, tgt_vocab_size), "
@@ -744,6 +755,81 @@ def _table_length(model: nn.Module, D: int) -> None:
                      mistake="max_len ignored")
 
 
+def check_modes_kept(model: nn.Module, forward: Callable[[], Any], what: str,
+                     parts: tuple[tuple[str, Callable[[], Any]], ...] = ()) -> None:
+    """``forward()`` in train mode, then in eval mode, must leave ``model``'s mode, and every
+    submodule's, as it found them (a ``self.eval()`` inside forward switches dropout off for the
+    rest of training; a ``self.train()`` makes evaluation random). When it does not, each of
+    ``parts`` (``("encode", call)``, ...) is tried in the same mode to name the method at fault.
+    A call that raises is left to the comparisons, which report it."""
+
+    def changed_by(call: Callable[[], Any], training: bool) -> list[str] | None:
+        model.train(training)
+        with torch.no_grad():
+            try:
+                call()
+            except StudentError:
+                return None
+        return [n or "the model" for n, m in model.named_modules() if m.training != training]
+
+    try:
+        for training in (True, False):
+            changed = changed_by(forward, training)
+            if not changed:
+                continue
+            method = next((name for name, call in parts if changed_by(call, training)), "forward")
+            mode, other = ("train", "eval") if training else ("eval", "train")
+            shown = ", ".join(f"`{n}`" if n != "the model" else n for n in changed[:3])
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            names = [name for name, _ in parts]
+            methods = f"{', '.join(names)} and forward" if names else "forward"
+            fail(f"after model.{mode}(), one call of {method} left {shown}{more} in {other} mode (a self.{other}() "
+                 f"inside your {what}?): the caller chooses the mode, model.train() to train and model.eval() to "
+                 f"evaluate, and {methods} must leave it, and every submodule's, as {'they' if names else 'it'} "
+                 f"found it. Remove the self.{other}() call.", mistake="mode not restored")
+    finally:
+        model.eval()
+
+
+def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: str, where: str) -> None:
+    """In training mode a stack's input must be its eval-mode input ``x + pe`` dropped out once:
+    every entry 0 or the eval-mode value times 1 / (1 - p). Dropped twice (kept entries times
+    1 / (1 - p)^2, or once before adding the table and once after), before adding the table,
+    with another p, not rescaled, or anything else ("wrong dropout") is named."""
+    if not (isinstance(got, Tensor) and isinstance(kept, Tensor) and got.shape == kept.shape and got.dim() == 3):
+        return
+    scale = dropout_scale(got, kept, atol=1e-5)
+    if scale is not None and abs(scale * (1 - p) - 1) < 1e-3:
+        return
+    if scale is not None and abs(scale * (1 - p) ** 2 - 1) < 1e-3:
+        fail(f"in {where}, {what} reach {stack} dropped twice (the kept entries are scaled by {scale:.3g} = "
+             "1 / (1 - p)^2): PositionalEncoding already applies dropout after adding the table; remove the second "
+             "one.", mistake="dropout applied twice")
+    if equal(got, kept):
+        fail(f"in {where}, {what} reach {stack} without any dropout: PositionalEncoding(d_model, max_len, dropout) "
+             "drops after adding the table; pass the embeddings through it (and keep the model in the mode the "
+             "caller chose).", mistake="positional dropout missing")
+    table = sinusoidal_positional_encoding(got.size(1), got.size(2)).to(got.dtype)  # (L, D)
+    before = dropout_scale(got - table, kept - table, atol=1e-4)  # dropout(x) + pe
+    if before is not None and abs(before * (1 - p) - 1) < 1e-3:
+        fail(f"in {where}, {what} reach {stack} as dropout(x) + pe: the dropout acts before the positional table "
+             "is added. The contract applies it to the sum, dropout(x + pe), which PositionalEncoding does.",
+             mistake="dropout before adding")
+    kept_out = ~isclose(got, torch.zeros_like(got), atol=1e-5)  # (B, L, D): what the outer dropout kept
+    inner = (got * (1 - p) - table)[kept_out]  # dropout(x) before adding the table, on the kept entries
+    if bool(kept_out.any()) and dropout_scale(inner, (kept - table)[kept_out], atol=1e-4) is not None:
+        fail(f"in {where}, {what} reach {stack} dropped twice: once before adding the positional table and once "
+             "after (dropout(dropout(x) + pe)): PositionalEncoding already applies dropout after adding the table; "
+             "remove the second one, the dropout on the embeddings.", mistake="dropout applied twice")
+    if scale is not None and abs(scale - 1) > 1e-3:
+        fail_fixed_p(scale, p, f"{what} on their way to {stack}", where)
+    fail(f"in {where}, {what} reach {stack} changed in another way than one dropout of their eval-mode values x + pe "
+         f"(every entry either 0 or its eval-mode value times 1 / (1 - p) = {1 / (1 - p):.3g})"
+         + (": the kept entries are not rescaled" if scale is not None else "") + ". Use PositionalEncoding's "
+         "nn.Dropout(dropout), which drops the sum after adding the table, and no other dropout or noise on the way.",
+         mistake="wrong dropout")
+
+
 def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
     """Dropout with 0 < p < 1 (which p = 1 cannot show twice): in training mode the encoder's and the
     decoder's inputs must be the eval-mode inputs dropped once (kept entries scaled by 1 / (1 - p)),
@@ -778,14 +864,7 @@ def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
             h.remove()
         model.eval()
     for side, words in (("encoder", "source"), ("decoder", "target")):
-        got, kept = seen.get(side), clean.get(side)
-        if not (isinstance(got, Tensor) and isinstance(kept, Tensor) and got.shape == kept.shape):
-            return
-        scale = dropout_scale(got, kept, atol=1e-5)
-        if scale is not None and abs(scale - 1 / (1 - p) ** 2) < 1e-3:
-            fail(f"in {where}, the {words} embeddings reach the {side} dropped twice (the kept entries are "
-                 f"scaled by {scale:.3g} = 1 / (1 - p)^2): PositionalEncoding already applies dropout after "
-                 "adding the table; remove the second one.", mistake="dropout applied twice")
+        check_stack_input_dropout(seen.get(side), clean.get(side), p, f"the {words} embeddings", f"the {side}", where)
     memory, encoded = seen.get("memory"), seen.get("encoded")
     if isinstance(memory, Tensor) and isinstance(encoded, Tensor) and memory.shape == encoded.shape:
         if not equal(memory, encoded) and dropout_scale(memory, encoded, atol=1e-5) is not None:
@@ -830,6 +909,58 @@ def _embedding_probe(model: nn.Module, s: _Sizes) -> None:
                  + f": {method} embeds with self.{own}.", mistake="embeddings swapped")
 
 
+def _mask_routing(model: nn.Module, s: _Sizes) -> None:
+    """forward once (eval mode), the masks the encoder and the decoder get watched with pre-hooks:
+    src_mask (B, 1, L_src) and tgt_mask (B, L_tgt, L_tgt) differ in shape, so a swap often raises
+    inside attention (the hooks have seen the masks by then) or gives the wrong values."""
+    enc, dec = getattr(model, "encoder", None), getattr(model, "decoder", None)
+    if not (isinstance(enc, nn.Module) and isinstance(dec, nn.Module)):
+        return
+    seen: dict[str, Any] = {}
+
+    def pre(names: tuple[str, ...], first: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            for i, name in enumerate(names):
+                seen.setdefault(name, args[first + i] if len(args) > first + i else kwargs.get(name))
+        return hook
+
+    handles = [enc.register_forward_pre_hook(pre(("mask",), 1), with_kwargs=True),
+               dec.register_forward_pre_hook(pre(("tgt_mask", "memory_mask"), 2), with_kwargs=True)]
+    src, tgt, src_mask, tgt_mask = inputs = _transformer_inputs(s)
+    try:
+        with torch.no_grad():
+            call_student(model.eval(), *inputs, context="running forward (eval mode)")
+    except StudentError:
+        pass  # reported by the comparisons, unless the masks below explain it
+    finally:
+        for h in handles:
+            h.remove()
+
+    def holds(got: Any, mask: Tensor) -> bool:
+        return isinstance(got, Tensor) and got.shape == mask.shape and equal(got, mask)
+
+    wrong = [f"{where} gets {name}" for where, key, mask, name in (
+        ("the encoder", "mask", tgt_mask, "tgt_mask"),
+        ("the decoder's self-attention (tgt_mask)", "tgt_mask", src_mask, "src_mask"),
+        ("the decoder's cross-attention (memory_mask)", "memory_mask", tgt_mask, "tgt_mask"),
+    ) if holds(seen.get(key), mask)]
+    if wrong:
+        fail(f"the masks are swapped: {' and '.join(wrong)}. src_mask (B, 1, L_src) blocks source padding: it goes to "
+             "the encoder and to the decoder's cross-attention as memory_mask; tgt_mask (B, L_tgt, L_tgt) goes to the "
+             "decoder's self-attention. Check the order of the arguments in forward's self.decode(tgt, memory, "
+             "tgt_mask, src_mask) and in decode's self.decoder(y, memory, tgt_mask, memory_mask).",
+             mistake="masks swapped")
+
+
+def _transformer_modes(model: nn.Module, s: _Sizes) -> None:
+    src, tgt, src_mask, tgt_mask = inputs = _transformer_inputs(s)
+    memory = torch.randn(s.B, s.L_src, s.D)  # (B, L_src, D)
+    check_modes_kept(model, lambda: call_student(model, *inputs, context="running forward"), "Transformer",
+                     (("encode", lambda: call_student(model.encode, src, src_mask, context="running encode")),
+                      ("decode", lambda: call_student(model.decode, tgt, memory, tgt_mask, src_mask,
+                                                      context="running decode"))))
+
+
 def _dropout_in_the_wrong_place(unexplained: str | None) -> None:
     if unexplained:
         fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
@@ -844,6 +975,8 @@ def check_transformer(cls: Any) -> str:
     built = [_build_aligned(cls, s, norm_first, 0.1) for norm_first in (False, True)]  # structure first: fast
     _table_length(built[0][0], s.D)
     _embedding_probe(built[0][0], s)
+    _mask_routing(built[0][0], s)
+    _transformer_modes(built[0][0], s)
     _shared_embeddings(cls, replace(s, N=1))
     try:
         unexplained = _dropout_probe(cls, replace(s, N=1))
@@ -852,9 +985,11 @@ def check_transformer(cls: Any) -> str:
         # added after the first one's dropout looks like dropout before adding, and is named there
         _mapped_cases(*built[0], s, False, first_only=True)
         raise
-    _extra_dropout_probe(cls, replace(s, N=1))
     for (model, ref), norm_first in zip(built, (False, True)):
         _mapped_cases(model, ref, s, norm_first)
+    # after the eval-mode values: a positional table missing, doubled or misplaced changes the stacks' inputs
+    # in training mode too, and is named there by what it is
+    _extra_dropout_probe(cls, replace(s, N=1))
     _dropout_in_the_wrong_place(unexplained)
     _transformer_gradient(*built[1], s)
     # the notebooks store this line (nbval): change it together with solutions/06
@@ -874,6 +1009,7 @@ def _values_step(model: nn.Module, ref: Transformer, s: _Sizes) -> None:
     # the masks and the parts travel alike in both norm placements: post-norm suffices, and forward with
     # both masks (then encode and decode) names every catalogued value mistake
     _embedding_probe(model, s)
+    _mask_routing(model, s)
     _mapped_cases(model, ref, s, False, first_only=True)
 
 
@@ -888,6 +1024,7 @@ _STAGES: dict[str, Callable[[Any, _Sizes], Any]] = {  # one step of check_transf
     "table": lambda cls, s: _table_length(_build_aligned(cls, s, False, 0.1)[0], s.D),
     "dropout": lambda cls, s: _dropout_in_the_wrong_place(_dropout_probe(cls, replace(s, N=1))),
     "extra dropout": lambda cls, s: _extra_dropout_probe(cls, replace(s, N=1)),
+    "modes": lambda cls, s: _transformer_modes(_build_aligned(cls, s, False, 0.1)[0], s),
     "shared": lambda cls, s: _shared_embeddings(cls, replace(s, N=1)),
     "gradient": lambda cls, s: _gradient_step(*_build_aligned(cls, s, True, 0.1), s),
 }
