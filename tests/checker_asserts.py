@@ -100,3 +100,30 @@ def hand_dropout(x: Any, p: float, training: bool, guard: bool = False) -> Any:
         return torch.zeros_like(x)
     keep = (torch.rand_like(x) > p).to(x.dtype)
     return keep * x / (1 - p)
+
+
+def structured_dropout(kind: str, p: float) -> Any:
+    """A dropout module with the right p and the 1 / (1 - p) rescale whose draws are wrong
+    (trial M): ``"batch"`` one (L, D) mask for every sequence, ``"token"`` one draw per
+    position (whole vectors dropped), ``"kept"`` a mask drawn once per shape and reused."""
+    import torch
+    from torch import nn
+
+    class StructuredDropout(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p, self.kept = p, {}
+
+        def forward(self, x: Any) -> Any:
+            if not self.training or self.p == 0:
+                return x
+            B, L, D = x.shape
+            if kind == "kept":
+                if x.shape not in self.kept:
+                    self.kept[x.shape] = torch.rand(B, L, D, device=x.device) >= self.p
+                keep = self.kept[x.shape]
+            else:
+                keep = torch.rand(*((L, D) if kind == "batch" else (B, L, 1)), device=x.device) >= self.p
+            return x * keep / (1 - self.p)
+
+    return StructuredDropout()

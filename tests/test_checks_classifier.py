@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
+from checker_asserts import assert_mistake, assert_not_implemented, assert_passes, structured_dropout
 
 from course_utils import TransformerClassifier, gelu, masked_mean_pool, padding_mask
 from course_utils.checks import check_gelu, check_masked_mean_pool, check_transformer_classifier, hint
@@ -356,6 +356,17 @@ CLASSIFIER_MISTAKES_K = [
     (dict(extra="scaled twice"), "embeddings scaled twice", "not sqrt(d_model)"),
     (dict(pool="pool pad 0"), "hard-coded pad id", "your mean pool treats id 0 as padding"),
 ]
+
+
+@pytest.mark.parametrize("kind, word", [("batch", "one mask for the batch"), ("token", "whole token vectors"),
+                                        ("kept", "the same entries are dropped at every call")])
+def test_transformer_classifier_dropout_draws_are_checked(kind, word):  # trial M: right p and scale, wrong draws
+    class Structured(TransformerClassifier):
+        def __init__(self, *args, dropout=0.0, **kwargs):
+            super().__init__(*args, dropout=dropout, **kwargs)
+            self.positional_encoding.dropout = structured_dropout(kind, dropout)
+
+    assert_mistake(check_transformer_classifier, Structured, "wrong dropout", word, repeat=SEEDS)
 
 
 @pytest.mark.parametrize("kw, mistake, word", CLASSIFIER_MISTAKES_K, ids=[m for _, m, _ in CLASSIFIER_MISTAKES_K])

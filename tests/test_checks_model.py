@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from checker_asserts import SEEDS as SEEDS_FIXED
-from checker_asserts import STABLE, assert_mistake, assert_passes, hand_dropout
+from checker_asserts import STABLE, assert_mistake, assert_passes, hand_dropout, structured_dropout
 from torch import nn
 
 import course_utils
@@ -460,6 +460,17 @@ class NotRescaled(nn.Module):
         return x * (torch.rand_like(x) >= self.p) if self.training else x
 
 
+def structured(kind):
+    """PositionalEncoding's dropout with the right p and scale but wrong draws (trial M)."""
+
+    class Structured(course_utils.Transformer):
+        def __init__(self, *args, dropout=0.1, **kwargs):
+            super().__init__(*args, dropout=dropout, **kwargs)
+            self.positional_encoding.dropout = structured_dropout(kind, dropout)
+
+    return type(f"Structured_{kind}", (Structured,), {})
+
+
 class AlphaDropoutTransformer(NotRescaledDropout):  # the wrong class of dropout: dropped entries are not 0
     def __init__(self, *args, dropout=0.1, **kwargs):
         super().__init__(*args, dropout=dropout, **kwargs)
@@ -587,6 +598,9 @@ TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names 
                                                    "remove the second one"], "extra dropout"),
     (NotRescaledDropout, "wrong dropout", ["the kept entries are not rescaled", "1 / (1 - p) = 2"], "extra dropout"),
     (AlphaDropoutTransformer, "wrong dropout", ["changed in another way than one dropout"], "extra dropout"),
+    (structured("batch"), "wrong dropout", ["one mask for the batch"], "extra dropout"),
+    (structured("token"), "wrong dropout", ["whole token vectors are dropped"], "extra dropout"),
+    (structured("kept"), "wrong dropout", ["the same entries are dropped at every call"], "extra dropout"),
     # trial k: modes, masks, the table in the wrong place
     (EvalInEncode, "mode not restored", ["call of encode", "in eval mode", "self.eval()"], "modes"),
     (TrainInForward, "mode not restored", ["after model.eval(), one call of forward", "in train mode"], "modes"),

@@ -418,7 +418,7 @@ def _training_probe(cls: Any, V: int, C: int, kwargs: dict[str, Any], tokens: Te
     runs = []
     try:
         with torch.no_grad():
-            for training in (False, False, True):
+            for training in (False, False, True, True):
                 model.train(training)
                 out = call_student(model, tokens.clone(), context=f"running forward ({case})")
                 runs.append((dict(seen), out))
@@ -426,12 +426,13 @@ def _training_probe(cls: Any, V: int, C: int, kwargs: dict[str, Any], tokens: Te
         for h in handles:
             h.remove()
         model.eval()
-    (clean, first), (_, again), (train, _) = runs
+    (clean, first), (_, again), (train, _), (train_again, _) = runs
     if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and \
             not equal(first, again):
         _fail_eval_dropout(case)
     where = f"training mode, dropout={_P}"
-    check_stack_input_dropout(train.get("x"), clean.get("x"), _P, "the embeddings", "the encoder", where)
+    check_stack_input_dropout(train.get("x"), clean.get("x"), _P, "the embeddings", "the encoder", where,
+                              train_again.get("x"))
     h, pooled = train.get("h"), train.get("pooled")
     if not (isinstance(h, Tensor) and isinstance(pooled, Tensor)):
         return

@@ -791,15 +791,37 @@ def check_modes_kept(model: nn.Module, forward: Callable[[], Any], what: str,
         model.eval()
 
 
-def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: str, where: str) -> None:
+def _dropout_structure(got: Tensor, kept: Tensor, again: Any, what: str, stack: str, where: str) -> None:
+    """A dropout with the right p and scale must still draw every entry on its own, at every
+    call: one mask for the whole batch, whole token vectors dropped, or the same entries dropped
+    at each call (a mask drawn once and kept) is "wrong dropout". With p = 0.5 and these sizes a
+    correct dropout matches any of these by chance with probability below 2^-16."""
+    dropped = isclose(got, torch.zeros_like(got), atol=1e-6) & ~isclose(kept, torch.zeros_like(kept), atol=1e-6)
+    B, L, D = got.shape  # dropped: (B, L, D)
+    how = None
+    if isinstance(again, Tensor) and again.shape == got.shape and equal(again, got):
+        how = "the same entries are dropped at every call (a mask drawn once and kept): draw a new one each time"
+    elif B > 1 and bool((dropped == dropped[:1]).all()):
+        how = "every sequence of the batch has the same entries dropped (one mask for the batch): draw one per entry"
+    elif bool((dropped == dropped[..., :1]).all()):
+        how = "whole token vectors are dropped (one draw per position, shape (B, L, 1)): draw one per entry"
+    if how:
+        fail(f"in {where}, {what}, (B, L, D) = ({B}, {L}, {D}), reach {stack} with the kept entries scaled right, "
+             f"but {how}. nn.Dropout(dropout) draws every entry independently at every call.", mistake="wrong dropout")
+
+
+def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: str, where: str,
+                              again: Any = None) -> None:
     """In training mode a stack's input must be its eval-mode input ``x + pe`` dropped out once:
-    every entry 0 or the eval-mode value times 1 / (1 - p). Dropped twice (kept entries times
-    1 / (1 - p)^2, or once before adding the table and once after), before adding the table,
-    with another p, not rescaled, or anything else ("wrong dropout") is named."""
+    every entry 0 or the eval-mode value times 1 / (1 - p), drawn entry by entry and anew at every
+    call (``again``: a second call's input). Dropped twice (kept entries times 1 / (1 - p)^2, or
+    once before adding the table and once after), before adding the table, with another p, not
+    rescaled, one mask for the batch, whole vectors or a kept mask ("wrong dropout") are named."""
     if not (isinstance(got, Tensor) and isinstance(kept, Tensor) and got.shape == kept.shape and got.dim() == 3):
         return
     scale = dropout_scale(got, kept, atol=1e-5)
     if scale is not None and abs(scale * (1 - p) - 1) < 1e-3:
+        _dropout_structure(got, kept, again, what, stack, where)
         return
     if scale is not None and abs(scale * (1 - p) ** 2 - 1) < 1e-3:
         fail(f"in {where}, {what} reach {stack} dropped twice (the kept entries are scaled by {scale:.3g} = "
@@ -859,13 +881,16 @@ def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
             call_student(model.eval(), src, tgt, src_mask, tgt_mask, context="running forward (eval mode)")
             clean = dict(seen)
             call_student(model.train(), src, tgt, src_mask, tgt_mask, context=f"running forward ({where})")
+            first = dict(seen)
+            call_student(model.train(), src, tgt, src_mask, tgt_mask, context=f"running forward ({where})")
     finally:
         for h in handles:
             h.remove()
         model.eval()
     for side, words in (("encoder", "source"), ("decoder", "target")):
-        check_stack_input_dropout(seen.get(side), clean.get(side), p, f"the {words} embeddings", f"the {side}", where)
-    memory, encoded = seen.get("memory"), seen.get("encoded")
+        check_stack_input_dropout(first.get(side), clean.get(side), p, f"the {words} embeddings", f"the {side}", where,
+                                  seen.get(side))
+    memory, encoded = first.get("memory"), first.get("encoded")
     if isinstance(memory, Tensor) and isinstance(encoded, Tensor) and memory.shape == encoded.shape:
         if not equal(memory, encoded) and dropout_scale(memory, encoded, atol=1e-5) is not None:
             fail(f"in {where}, the decoder gets a dropped-out copy of the encoder's output as its memory: the "
