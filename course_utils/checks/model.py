@@ -423,7 +423,8 @@ def _transformer_mistakes(part: str, has_src_mask: bool, has_tgt_mask: bool) -> 
 _STACKS = ("the encoder", "the decoder")
 _PE_DROP_WORDS = {
     "none": "gets no dropout after the positional table is added (pass the dropout argument on to "
-    "PositionalEncoding(d_model, max_len, dropout))",
+    "PositionalEncoding(d_model, max_len, dropout); a hand-written dropout that keeps with probability p "
+    "instead of 1 - p, a keep mask torch.rand(...) < p or F.dropout(x, 1 - p), looks the same here)",
     "before": "gets its dropout before the positional table is added (dropout(x) + pe); the contract applies "
     "it to the sum, dropout(x + pe), which PositionalEncoding does",
 }
