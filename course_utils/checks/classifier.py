@@ -72,13 +72,14 @@ def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
     x0 = x.clone()
     got = call_student(fn, x, context=f"calling gelu on {case}")
     check_unchanged(["x"], [x], [x0], case)
-    # float32's F.gelu is off by up to 1.2e-6 (the formula by 4.5e-7): the expected values come from float64
+    # float32's F.gelu is off by up to 1.2e-6 (the formula by 4.8e-7): the expected values come from float64,
+    # compared within 2e-6, so that F.gelu itself passes the values and is named by the forbidden-call check
     expected = F.gelu(x0.double()).to(x0.dtype)
     if isinstance(got, Tensor) and got.shape == expected.shape and isnan(got).any() and not isnan(x0).any():
         fail(f"your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
              "0.5 * x * (1 + torch.erf(x / math.sqrt(2))) is safe for every x.", mistake="NaN in the tails")
     mistakes = [(name, text, lambda f=f: f(x0)) for name, text, f in _GELU_MISTAKES]
-    expect_close("the result", got, expected, mistakes, atol=1e-6, rtol=1e-5, case=case)
+    expect_close("the result", got, expected, mistakes, atol=2e-6, rtol=1e-5, case=case)
     if got.dtype != x0.dtype:
         fail(f"your result ({case}) has dtype {got.dtype}, the input {x0.dtype}: keep the input's dtype (use "
              "math.sqrt(2) or a tensor created with dtype=x.dtype for the constant).", mistake="dtype not preserved")
