@@ -387,6 +387,10 @@ def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling:
              "to get the logits (B, num_classes).", mistake="classifier layer missing")
 
 
+def _same(a: Tensor, b: Tensor) -> bool:
+    return bool(((a == b) | (isnan(a) & isnan(b))).all())  # a NaN is no dropout
+
+
 def _fail_eval_dropout(case: str) -> None:
     fail(f"in eval mode, two calls of forward ({case}) give different logits: a dropout still acts after "
          "model.eval(). F.dropout(x, p, training=True) ignores the mode: pass training=self.training, or use an "
@@ -419,7 +423,7 @@ def _training_probe(cls: Any, V: int, C: int, kwargs: dict[str, Any], tokens: Te
     runs = []
     try:
         with torch.no_grad():
-            for training in (False, False, True, True):
+            for training in (False,) * 4 + (True, True):  # four eval calls: a few pooled entries can repeat
                 model.train(training)
                 out = call_student(model, tokens.clone(), context=f"running forward ({case})")
                 runs.append((dict(seen), out))
@@ -427,9 +431,9 @@ def _training_probe(cls: Any, V: int, C: int, kwargs: dict[str, Any], tokens: Te
         for h in handles:
             h.remove()
         model.eval()
-    (clean, first), (_, again), (train, _), (train_again, _) = runs
-    if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and \
-            not equal(first, again):
+    (clean, first), (train, _), (train_again, _) = runs[0], runs[-2], runs[-1]
+    if isinstance(first, Tensor) and any(isinstance(again, Tensor) and first.shape == again.shape
+                                         and not equal(first, again) for _, again in runs[1:-2]):
         _fail_eval_dropout(case)
     where = f"training mode, dropout={_P}"
     check_stack_input_dropout(train.get("x"), clean.get("x"), _P, "the embeddings", "the encoder", where,
@@ -490,8 +494,13 @@ def check_transformer_classifier(cls: Any) -> str:
             again, built = (None, None) if isinstance(got, Tensor) and got.shape == expected.shape and matches(
                 got, expected, atol=_ATOL) else _built_in_forward(model, lambda: call_student(
                     model, tokens, context=f"running forward again ({case})"))
+            for _ in range(4):  # a dropout on a few pooled entries can draw one pattern twice: draw again
+                if not (isinstance(got, Tensor) and isinstance(again, Tensor) and got.shape == again.shape
+                        and _same(got, again)):
+                    break
+                again = call_student(model, tokens, context=f"running forward again ({case})")
             if isinstance(got, Tensor) and isinstance(again, Tensor) and got.shape == again.shape and \
-                    not bool(((got == again) | (isnan(got) & isnan(again))).all()):  # a NaN is no dropout
+                    not _same(got, again):
                 if built:
                     fail(f"in eval mode, two calls of forward ({case}) give different logits: {built}. The "
                          "optimizer never sees such weights and training cannot change them. Build every layer "
