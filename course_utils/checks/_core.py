@@ -510,6 +510,12 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
                  f"(Colab) the result is on the wrong device or the code fails; {fix}.", mistake="wrong device")
 
 
+def _plain_tensors(module: nn.Module) -> dict[str, Tensor]:
+    """``{"self.part.name": tensor}``: the tensors (not 0-d) kept as plain attributes, not buffers."""
+    return {f"self.{name}.{key}".replace("self..", "self."): value for name, part in module.named_modules()
+            for key, value in vars(part).items() if isinstance(value, Tensor) and value.dim() > 0}
+
+
 def check_module_device(model: nn.Module, args: tuple[Any, ...], what: str, case: str, fix: str = _DEVICE_FIX) -> None:
     """:func:`check_input_device` for a module: the meta run calls a deep copy moved with
     ``.to("meta")`` (a plain tensor attribute, not a buffer, stays on the CPU and clashes), then
@@ -517,8 +523,7 @@ def check_module_device(model: nn.Module, args: tuple[Any, ...], what: str, case
     embedding indexed with a CPU tensor passes on meta), except those the meta run replaced with
     tensors on meta (a cache rebuilt when the input's device changes follows the device). Call it
     last, once the values are right."""
-    plain = {f"self.{name}.{key}".replace("self..", "self."): value for name, part in model.named_modules()
-             for key, value in vars(part).items() if isinstance(value, Tensor) and value.dim() > 0}
+    plain = _plain_tensors(model)
     if plain:  # a likely cause: say which attribute and how to register it
         fix = (f"{fix}. If forward uses `{next(iter(plain))}`: it is a plain tensor attribute, not a registered buffer, "
                "so .to(device) does not move it (and state_dict misses it); register it in __init__ with "
@@ -533,9 +538,7 @@ def check_module_device(model: nn.Module, args: tuple[Any, ...], what: str, case
             return module(*(a.to(device or a.device, copy=True) if isinstance(a, Tensor) else a for a in args))
 
     def host() -> tuple[Tensor, ...]:
-        rebuilt = {f"self.{name}.{key}".replace("self..", "self.") for name, part in (meta.named_modules() if meta
-                   is not None else ()) for key, value in vars(part).items()
-                   if isinstance(value, Tensor) and value.device.type == "meta"}
+        rebuilt = {n for n, t in (_plain_tensors(meta) if meta is not None else {}).items() if t.device.type == "meta"}
         return tuple(value for name, value in plain.items() if name not in rebuilt)
 
     check_input_device(None if meta is None else lambda: run(meta, "meta"), lambda: run(model, None), what, case, fix,
