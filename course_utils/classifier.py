@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._validate import check_rank, check_tensor
+from ._validate import check_nonempty, check_rank, check_tensor
 from .attention import padding_mask
 from .embeddings import TokenEmbedding
 from .encoder import Encoder
@@ -109,6 +109,7 @@ class TransformerClassifier(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         check_rank("tokens", tokens, 2, "(B, L) of token ids")
+        check_nonempty("tokens", tokens, 1, "L")  # no [CLS], nothing to pool
         mask = padding_mask(tokens, self.pad_id)  # (B, 1, L): every query may look at every real token
         h = self.encoder(self.positional_encoding(self.embedding(tokens)), mask)  # (B, L, D)
         pooled = h[:, 0] if self.pooling == "cls" else masked_mean_pool(h, mask[:, 0])  # (B, D)

@@ -23,13 +23,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_int, check_mask, check_min_rank, check_rank, is_int, is_number
+from ._validate import check_int, check_mask, check_min_rank, check_nonempty, check_rank, is_int, is_number
 from .attention import causal_mask
 from .decoding import KVCache, _attend, _eval_mode
 from .layers import FeedForward, LayerNorm
@@ -121,6 +122,7 @@ class GPT(nn.Module):
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
         self._check_tokens(tokens)
+        check_nonempty("tokens", tokens, 1, "L")  # nothing to predict from; LayerNorm would fail deep inside
         positions = torch.arange(tokens.size(1), device=tokens.device)  # (L,): 0, 1, ..., L - 1
         x = self.dropout(self.token_embedding(tokens) + self.position_embedding(positions))  # (B, L, D)
         for block in self.blocks:
@@ -142,12 +144,28 @@ def language_model_loss(logits: Tensor, tokens: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------- sampling
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if not is_number(temperature) or not temperature > 0:
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r} (for greedy decoding use argmax)")
+    if not is_number(temperature) or not 0 < temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r} (for greedy decoding use "
+                         "argmax; an infinite temperature divides every logit to 0 or NaN)")
     if top_k is not None and (not is_int(top_k) or top_k < 1):
         raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
     if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+
+
+def _check_logits(logits: Tensor) -> None:
+    """Logits the softmax can turn into a distribution: no NaN or +inf, and in every row at least
+    one token that is not -inf (else softmax gives NaN, and multinomial a cryptic error)."""
+    bad = torch.isnan(logits) | (logits == math.inf)  # (..., V)
+    if bool(bad.any()):
+        where = tuple(int(i) for i in torch.nonzero(bad)[0])
+        raise ValueError(f"logits must be finite or -inf, got {float(logits[where])} at index {where} (of shape "
+                         f"{tuple(logits.shape)}): a NaN or +inf logit leaves no distribution to sample from")
+    empty = (logits == -math.inf).all(dim=-1)  # (...,): rows where every token is removed
+    if bool(empty.any()):
+        row = tuple(int(i) for i in torch.nonzero(empty)[0])
+        raise ValueError(f"every logit of row {row} (of logits {tuple(logits.shape)}) is -inf: no token is left to "
+                         "sample (keep at least one token finite)")
 
 
 def next_token_probs(
@@ -169,6 +187,7 @@ def next_token_probs(
     """
     check_min_rank("logits", logits, 1, "(..., V)")
     _check_sampling(temperature, top_k, top_p)
+    _check_logits(logits)
     scaled = logits.float() / temperature  # (..., V)
     blocked = torch.finfo(scaled.dtype).min
     if top_k is not None and top_k < scaled.size(-1):
@@ -306,13 +325,61 @@ def gpt2_config(state_dict: Mapping[str, Tensor]) -> dict[str, int]:
     if layers != set(range(len(layers))):
         raise ValueError(f"GPT-2 blocks h.0 ... h.N-1 expected, got block indices {sorted(layers)}")
     vocab_size, d_model = sd["wte.weight"].shape
+    c_fc = sd.get("h.0.mlp.c_fc.weight")  # (D, d_ff); transposed (d_ff, D) is refused by the conversion
+    d_ff = 4 * int(d_model) if c_fc is None or c_fc.dim() != 2 else int(c_fc.shape[1 if c_fc.shape[0] == d_model else 0])
     return {
         "vocab_size": int(vocab_size),
         "d_model": int(d_model),
         "num_layers": len(layers),
-        "d_ff": int(sd["h.0.mlp.c_fc.weight"].shape[1]) if layers else 4 * int(d_model),
+        "d_ff": d_ff,
         "max_len": int(sd["wpe.weight"].shape[0]),
     }
+
+
+_GPT2_BUFFERS = ("attn.bias", "attn.masked_bias")  # causal-mask buffers of some versions: not weights
+
+
+def _gpt2_shapes(config: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    """Every tensor of a GPT-2 state dict (keys without ``transformer.``) with its shape; Conv1D
+    weights are ``(in, out)``."""
+    V, D, d_ff, T = config["vocab_size"], config["d_model"], config["d_ff"], config["max_len"]
+    shapes: dict[str, tuple[int, ...]] = {"wte.weight": (V, D), "wpe.weight": (T, D), "ln_f.weight": (D,),
+                                          "ln_f.bias": (D,)}
+    per_block = {"ln_1.weight": (D,), "ln_1.bias": (D,), "attn.c_attn.weight": (D, 3 * D), "attn.c_attn.bias": (3 * D,),
+                 "attn.c_proj.weight": (D, D), "attn.c_proj.bias": (D,), "ln_2.weight": (D,), "ln_2.bias": (D,),
+                 "mlp.c_fc.weight": (D, d_ff), "mlp.c_fc.bias": (d_ff,), "mlp.c_proj.weight": (d_ff, D),
+                 "mlp.c_proj.bias": (D,)}
+    for i in range(config["num_layers"]):
+        shapes.update({f"h.{i}.{k}": v for k, v in per_block.items()})
+    return shapes
+
+
+def _check_gpt2(sd: Mapping[str, Tensor], config: Mapping[str, int]) -> None:
+    """Every tensor present with GPT-2's shape, nothing unknown: a ValueError names what is wrong
+    (``load_state_dict`` would only list names, or a wrong orientation would load silently)."""
+    shapes = _gpt2_shapes(config)
+    n = config["num_layers"]
+    missing = [k for k in shapes if k not in sd]
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise ValueError(f"the GPT-2 state dict has blocks h.0 ... h.{n - 1} (num_layers = {n}, as gpt2_config "
+                         f"reads it) but lacks {len(missing)} tensor(s): {shown}")
+    known = set(shapes) | {"lm_head.weight"} | {f"h.{i}.{b}" for i in range(n) for b in _GPT2_BUFFERS}
+    unknown = sorted(k for k in sd if k not in known)
+    if unknown:
+        shown = ", ".join(unknown[:6]) + (f" and {len(unknown) - 6} more" if len(unknown) > 6 else "")
+        raise ValueError(f"the GPT-2 state dict holds {len(unknown)} tensor(s) that GPT-2 (num_layers = {n}) has no "
+                         f"place for: {shown}; remove them yourself if they are meant to be left out")
+    for key, shape in shapes.items():
+        got = tuple(sd[key].shape)
+        if got == shape:
+            continue
+        if len(shape) == 2 and got == shape[::-1]:
+            raise ValueError(f"{key} has shape {got}, the transpose of GPT-2's {shape}: GPT-2's Conv1D stores its "
+                             "weight as (in, out), nn.Linear's (out, in); pass GPT-2's own layout (this function "
+                             "transposes it)")
+        raise ValueError(f"{key} has shape {got}; GPT-2 with d_model = {config['d_model']}, d_ff = {config['d_ff']} "
+                         f"(read from wte and h.0.mlp.c_fc) needs {shape}")
 
 
 def convert_gpt2_state_dict(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -322,10 +389,13 @@ def convert_gpt2_state_dict(state_dict: Mapping[str, Tensor]) -> dict[str, Tenso
     ``c_attn`` ``(D, 3D)`` is split into ``w_q, w_k, w_v`` (its output columns are
     ``[q | k | v]``); ``lm_head.weight``, tied to ``wte``, is the token embedding (a checkpoint
     whose ``lm_head`` differs from ``wte`` is refused); the causal-mask buffers
-    (``attn.bias``, ``attn.masked_bias`` of older versions) are dropped.
+    (``attn.bias``, ``attn.masked_bias`` of older versions) are dropped. A ``ValueError``
+    names any missing tensor, any unknown key and any tensor of the wrong shape (a weight
+    already transposed to ``nn.Linear``'s layout included).
     """
     sd = _strip(state_dict)
     config = gpt2_config(sd)
+    _check_gpt2(sd, config)
     D = config["d_model"]
     if "lm_head.weight" in sd and not torch.equal(sd["lm_head.weight"], sd["wte.weight"]):
         raise ValueError("lm_head.weight differs from wte.weight: this GPT model keeps them tied (one matrix)")
@@ -398,6 +468,9 @@ def gpt_from_gpt2(state_dict: Mapping[str, Tensor], num_heads: int) -> GPT:
 def gpt_from_hf(hf_model: Any) -> GPT:
     """:func:`gpt_from_gpt2` of a Hugging Face ``GPT2LMHeadModel`` (its state dict and ``n_head``)."""
     config = hf_model.config
+    layers = gpt2_config(hf_model.state_dict())["num_layers"]
+    if getattr(config, "n_layer", layers) != layers:
+        raise ValueError(f"the model's config says n_layer = {config.n_layer}, its state dict holds {layers} blocks")
     if getattr(config, "activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
         raise ValueError(f"GPT uses GPT-2's tanh GELU; this model uses {config.activation_function!r}")
     if abs(getattr(config, "layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:

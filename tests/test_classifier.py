@@ -123,6 +123,10 @@ def test_classifier_cls_reads_position_0_and_rejects_bad_settings():
         TransformerClassifier(12, 3, pooling="max")
     with pytest.raises(ValueError, match="tokens must have 2 dimensions"):
         model(tokens[0])
+    for pooling in ("cls", "mean"):  # an empty sequence: the course's own error, not an IndexError from h[:, 0]
+        model.pooling = pooling
+        with pytest.raises(ValueError, match=r"tokens must hold at least one position \(L >= 1\), got shape \(2, 0\)"):
+            model(tokens[:, :0])
 
 
 def test_bag_of_words_cannot_see_word_order():

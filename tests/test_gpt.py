@@ -94,6 +94,12 @@ def test_gpt2_small_has_124m_parameters_on_the_meta_device():
         (lambda m: next_token_probs(torch.zeros(2, 5), top_p=1.5), ValueError, "top_p"),
         (lambda m: generate(m, torch.zeros(1, 0, dtype=torch.long), 3), ValueError, "at least one token"),
         (lambda m: generate(m, torch.zeros(1, 2, dtype=torch.long), -1), ValueError, "max_new_tokens"),
+        (lambda m: m(torch.zeros(2, 0, dtype=torch.long)), ValueError, "at least one position (L >= 1)"),
+        (lambda m: next_token_probs(torch.zeros(2, 5), temperature=math.inf), ValueError, "finite number > 0"),
+        (lambda m: next_token_probs(torch.full((2, 5), -math.inf)), ValueError, "every logit of row (0,)"),
+        (lambda m: next_token_probs(torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]])), ValueError, "row (1,)"),
+        (lambda m: next_token_probs(torch.tensor([0.0, math.nan, 1.0])), ValueError, "nan at index (1,)"),
+        (lambda m: next_token_probs(torch.tensor([0.0, math.inf])), ValueError, "finite or -inf"),
     ],
 )
 def test_bad_input_is_named(call, error, words):
@@ -167,6 +173,44 @@ def test_round_trip_through_gpt2_layout():
     untied = dict(exported, **{"lm_head.weight": torch.randn(13, 12)})
     with pytest.raises(ValueError, match="lm_head.weight differs"):
         convert_gpt2_state_dict(untied)
+
+
+def _gpt2_layout_with(change):
+    """small_gpt's weights in GPT-2's layout, changed by ``change(state_dict)``."""
+    sd = gpt2_state_dict(small_gpt())
+    change(sd)
+    return sd
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda sd: sd.pop("transformer.h.1.mlp.c_fc.bias"), ("lacks 1 tensor(s): h.1.mlp.c_fc.bias", "h.0 ... h.1")),
+    (lambda sd: sd.update({"transformer.h.0.mlp.c_fc.weight": sd["transformer.h.0.mlp.c_fc.weight"].t()}),
+     ("h.0.mlp.c_fc.weight has shape (20, 12), the transpose of GPT-2's (12, 20)", "Conv1D")),
+    (lambda sd: sd.update({"transformer.h.1.mlp.c_proj.weight": sd["transformer.h.1.mlp.c_proj.weight"].t()}),
+     ("h.1.mlp.c_proj.weight has shape (12, 20), the transpose of GPT-2's (20, 12)",)),
+    (lambda sd: sd.update({"transformer.h.0.attn.c_attn.weight": torch.zeros(12, 24)}),
+     ("h.0.attn.c_attn.weight has shape (12, 24)", "needs (12, 36)")),
+    (lambda sd: sd.update({"transformer.h.2.ln_1.weight": torch.ones(12)}),  # a third block, incomplete
+     ("h.0 ... h.2 (num_layers = 3", "lacks 11 tensor(s)")),
+    (lambda sd: sd.update({"transformer.h.0.attn.rotary.inv_freq": torch.ones(4)}),
+     ("has no place for: h.0.attn.rotary.inv_freq",)),
+    (lambda sd: sd.update({"score.weight": torch.ones(2, 12)}), ("has no place for: score.weight",)),
+])
+def test_gpt2_state_dict_is_validated(change, words):
+    sd = _gpt2_layout_with(change)
+    for load in (convert_gpt2_state_dict, lambda sd: gpt_from_gpt2(sd, num_heads=3)):
+        with pytest.raises(ValueError) as info:
+            load(sd)
+        for w in words:
+            assert w in str(info.value), (w, str(info.value))
+
+
+def test_gpt2_causal_mask_buffers_are_accepted():
+    sd = _gpt2_layout_with(lambda sd: sd.update({f"transformer.h.{i}.attn.{b}": torch.ones(1, 1, 10, 10)
+                                                 for i in range(2) for b in ("bias", "masked_bias")}))
+    tokens = torch.randint(0, 13, (2, 6))
+    with torch.no_grad():
+        assert torch.equal(gpt_from_gpt2(sd, num_heads=3)(tokens), small_gpt()(tokens))
 
 
 def _hf():
