@@ -88,6 +88,7 @@ GELU_MISTAKES = [
     (lambda x: x * (1 + torch.erf(x / ROOT2)), "missing 1/2", "1/2"),
     (lambda x: 0.5 * x * (1 + torch.erf(x)), "erf of x, not x / sqrt(2)", "x / sqrt(2)"),
     (lambda x: 0.5 * x * (1 + torch.erf(x * ROOT2)), "multiplied by sqrt(2)", "divide"),
+    (lambda x: 0.5 * x * (1 + torch.erf(x / 2)), "erf of x / 2, not x / sqrt(2)", "`erf(x / math.sqrt(2))`"),
     (lambda x: 0.5 * (1 + torch.erf(x / ROOT2)), "Phi(x) without the factor x", "x * Phi(x)"),
     (gelu_in_place, "input modified in place", "in place"),
     (gelu_float32, "dtype not preserved", "float64"),
@@ -176,6 +177,13 @@ POOL_MISTAKES = [
     (lambda x, mask: torch.stack([x[b][mask[b]].mean(0).detach() for b in range(x.size(0))]), "gradient blocked",
      "does not require grad"),
     (pool_mask_cpu, "wrong device", ".cpu()"),
+    (lambda x, mask: x.sum(dim=1) / mask.sum(dim=1, keepdim=True), "padding not zeroed", "zero the padding"),
+    (lambda x, mask: x.masked_fill(mask.unsqueeze(-1), 0.0).sum(1) / mask.sum(1, keepdim=True),
+     "masked_fill on the real tokens", "`x.masked_fill(~mask.unsqueeze(-1), 0)`"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).sqrt(), "divided by sqrt(count)",
+     "square root"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1), "count without keepdim",
+     "`mask.sum(dim=1, keepdim=True)`"),
 ]
 
 
@@ -270,6 +278,12 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         elif kind == "pool pad 0":  # trial k c27: the encoder's mask is right, the pool's pad id hard-coded
             w = (tokens != 0).unsqueeze(-1).to(h.dtype)
             pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
+        elif kind == "mean without cls":  # [CLS] left out of the mean
+            w = real[:, 1:].unsqueeze(-1).to(h.dtype)
+            pooled = (h[:, 1:] * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
+        elif kind == "own pool, (B, 1, L) mask, keys counted":  # the count over the last axis: (B, 1, 1)
+            m = padding_mask(tokens, self.pad_id)  # (B, 1, L)
+            pooled = (h * m.unsqueeze(-1)).sum(1) / m.sum(-1, keepdim=True) if self.pooling == "mean" else h[:, 0]
         elif kind == "own pool, (B, 1, L) mask":  # trial 08.3-w18b: a pool written for (B, L) given padding_mask's
             w = padding_mask(tokens, self.pad_id).unsqueeze(-1).to(h.dtype)
             pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
@@ -355,13 +369,15 @@ CLASSIFIER_MISTAKES = [
     (dict(layout="causal"), "causal mask in the encoder", "causal as well as padding"),
     (dict(dropout=True), "dropout ignores eval mode", "training=self.training"),
     (dict(pool="own pool, (B, 1, L) mask"), "mask broadcast wrongly", "(B, 1, L, 1)"),
+    (dict(pool="own pool, (B, 1, L) mask, keys counted"), "mask broadcast wrongly", "kept the position axis"),
+    (dict(pool="mean without cls"), "[CLS] left out of the mean", "[CLS] included"),
 ]
 
 
 # trial k: training mode (the check builds the model again with dropout=0.5), and two values mistakes
 CLASSIFIER_MISTAKES_K = [
     (dict(extra="pooled dropout"), "dropout in the wrong place", "dropped out (kept entries scaled by 1.11"),
-    (dict(extra="pooled dropout p"), "dropout in the wrong place", "between the pooling and self.classifier"),
+    (dict(extra="pooled dropout p"), "dropout in the wrong place", "between the pooling and `self.classifier`"),
     (dict(extra="embedding dropout"), "dropout applied twice", "once before adding the positional table"),
     (dict(extra="dropout before table"), "dropout before adding", "dropout(x) + pe"),
     (dict(extra="eval"), "mode not restored", "after model.train(), one call of forward"),

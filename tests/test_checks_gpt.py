@@ -1075,6 +1075,78 @@ def topp_ignored(logits, temperature=1.0, top_k=None, top_p=None):  # trial H np
     return gpt.next_token_probs(logits, temperature, top_k)
 
 
+def probs_hf_warper(logits, temperature=1.0, top_k=None, top_p=None):  # Hugging Face's TopPLogitsWarper, copied
+    scores = logits / temperature
+    if top_k is not None:
+        scores = scores.masked_fill(scores < torch.topk(scores, min(top_k, scores.size(-1)))[0][..., -1, None],
+                                    -float("inf"))
+    if top_p is not None:
+        sorted_logits, sorted_indices = torch.sort(scores, descending=False)
+        cumulative_probs = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        sorted_indices_to_remove = cumulative_probs <= (1 - top_p)
+        sorted_indices_to_remove[..., -1:] = 0
+        indices_to_remove = sorted_indices_to_remove.scatter(1, sorted_indices, sorted_indices_to_remove)
+        scores = scores.masked_fill(indices_to_remove, -float("inf"))
+    return scores.softmax(dim=-1)
+
+
+def _top_k_then(cut):
+    """A student whose top-k is ``cut(scaled, k)``; top-p from the reference."""
+    def probs(logits, temperature=1.0, top_k=None, top_p=None):
+        s = logits / temperature
+        if top_k is not None:
+            s = cut(s, min(top_k, s.size(-1)))
+        return gpt.next_token_probs(s, 1.0, None, top_p)
+    return probs
+
+
+def _nanogpt_cut(s, k):  # nanoGPT's generate: v[:, [-1]]
+    v, _ = torch.topk(s, k)
+    s[s < v[:, [-1]]] = -float("Inf")
+    return s
+
+
+def _llms_from_scratch_cut(s, k):  # LLMs-from-scratch's generate: top_logits[:, -1]
+    top_logits, _ = torch.topk(s, k)
+    min_val = top_logits[:, -1]
+    return torch.where(s < min_val, torch.tensor(float("-inf")), s)
+
+
+def _top_p_then(unsort):
+    """A student's top-p whose sorted decision goes back through ``unsort(remove_sorted, order)``."""
+    def probs(logits, temperature=1.0, top_k=None, top_p=None):
+        s = gpt.next_token_probs(logits, temperature, top_k).log()  # top-k done: removed tokens at -inf
+        if top_p is not None:
+            p, order = s.softmax(-1).sort(dim=-1, descending=True)
+            remove = unsort(p.cumsum(-1) - p >= top_p, order)
+            s = s.masked_fill(remove, float("-inf"))
+        return s.softmax(-1)
+    return probs
+
+
+def _one_long(remove_sorted, order):  # Hugging Face's shift by one, done twice: a token too many kept
+    remove_sorted = remove_sorted.clone()
+    remove_sorted[..., 1:] = remove_sorted[..., :-1].clone()
+    remove_sorted[..., 0] = False
+    return remove_sorted.scatter(-1, order, remove_sorted)
+
+
+PROBS_MISTAKES_1D = [  # other people's code that holds on (B, V) and not on (V,) or (B, L, V)
+    (probs_hf_warper, "2-D logits only", "`scatter(-1, ...)` for `scatter(1, ...)`"),
+    (_top_k_then(_nanogpt_cut), "2-D logits only", "nanoGPT's `v[:, [-1]]`"),
+    (_top_k_then(_llms_from_scratch_cut), "k-th value without its axis", "`kth = top_logits[..., -1:]`"),
+    (_top_p_then(lambda r, order: r), "top-p not mapped back", "scatter(-1, order, remove_sorted)"),
+    (_top_p_then(lambda r, order: r.gather(-1, order)), "top-p not mapped back", "`gather(-1, order)`"),
+    (_top_p_then(_one_long), "top-p keeps one token too many", "not by two"),
+]
+
+
+@pytest.mark.parametrize("fn, mistake, words", PROBS_MISTAKES_1D, ids=[m + str(i) for i, (_, m, _) in
+                                                                       enumerate(PROBS_MISTAKES_1D)])
+def test_next_token_probs_other_peoples_mistakes_named_over_20_draws(fn, mistake, words):
+    assert_mistake(check_next_token_probs, fn, mistake, words, repeat=20)
+
+
 PROBS_MISTAKES = [
     (temperature_after_softmax, "temperature after softmax", "before it"),
     (temperature_ignored, "temperature ignored", "no effect"),

@@ -18,6 +18,7 @@ mode the encoder's input one dropout of ``x + pe`` and the classifier's input th
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -49,9 +50,10 @@ def _distinct_sizes(low_high: list[tuple[int, int]]) -> list[int]:
 # ---------------------------------------------------------------- gelu
 _ERF = "0.5 * x * (1 + erf(x / sqrt(2)))"
 _GELU_MISTAKES: list[tuple[str, str, Callable[[Tensor], Tensor]]] = [  # (name, diagnosis, the mistake's GELU)
-    ("tanh approximation", "this is the tanh approximation of GELU (GPT-2's, F.gelu(x, approximate='tanh')); it "
-     f"differs from the exact GELU by up to about 5e-4. Write the exact form, as BERT's paper defines it: "
-     f"x * Phi(x) = {_ERF}.", lambda x: F.gelu(x, approximate="tanh")),
+    ("tanh approximation", "this is the tanh approximation of GELU (GPT-2's, `F.gelu(x, approximate='tanh')`; "
+     "Google's original BERT code used it too); it differs from the exact GELU by up to about 5e-4. Write the exact "
+     f"form, as BERT's paper defines it and this exercise asks: `x * Phi(x) = {_ERF}`.",
+     lambda x: F.gelu(x, approximate="tanh")),
     ("sigmoid approximation", f"this is the sigmoid approximation x * sigmoid(1.702 x); write the exact form {_ERF}.",
      lambda x: x * torch.sigmoid(1.702 * x)),
     ("SiLU instead of GELU", "this is SiLU (swish), x * sigmoid(x), a cousin of GELU. GELU weighs x by the normal "
@@ -63,6 +65,8 @@ _GELU_MISTAKES: list[tuple[str, str, Callable[[Tensor], Tensor]]] = [  # (name, 
      lambda x: 0.5 * x * (1 + torch.erf(x))),
     ("multiplied by sqrt(2)", "you took erf(x * sqrt(2)); divide instead: erf(x / sqrt(2)).",
      lambda x: 0.5 * x * (1 + torch.erf(x * math.sqrt(2)))),
+    ("erf of x / 2, not x / sqrt(2)", "you took `erf(x / 2)`; the normal distribution's Phi divides by the square "
+     "root of 2: `erf(x / math.sqrt(2))`.", lambda x: 0.5 * x * (1 + torch.erf(x / 2))),
     ("Phi(x) without the factor x", "you returned Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the probability alone; "
      "GELU multiplies it by x: x * Phi(x).", lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2)))),
 ]
@@ -125,6 +129,15 @@ def _pool_mistakes(x: Tensor, mask: Tensor) -> list[Mistake]:
          "function averages the real positions.", lambda: x[:, 0]),
         ("max instead of mean", "you took the maximum over the real positions; this function takes their mean.",
          lambda: x.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)),
+        ("padding not zeroed", "you divided by each row's number of real tokens, but summed every position, "
+         "padding included (`x.sum(dim=1)`): zero the padding before the sum, `(x * m).sum(dim=1)` with "
+         "`m = mask.unsqueeze(-1)`.", lambda: x.sum(dim=1) / m.sum(dim=1)),
+        ("masked_fill on the real tokens", "`masked_fill(mask, 0)` fills where the mask is True, and True marks the "
+         "real tokens: you zeroed them and summed the padding. Fill the padding instead: "
+         "`x.masked_fill(~mask.unsqueeze(-1), 0)`.", lambda: (x * (1 - m)).sum(dim=1) / m.sum(dim=1)),
+        ("divided by sqrt(count)", "you divided the sum by the square root of each row's number of real tokens "
+         "(sentence-transformers' `mean_sqrt_len` pooling); the mean divides by the number itself: "
+         "`m.sum(dim=1)`.", lambda: (x * m).sum(dim=1) / m.sum(dim=1).sqrt()),
     ]
 
 
@@ -179,6 +192,23 @@ def _pool_inputs(B: int, L: int, D: int, make_mask: Callable[[int, int], Tensor]
             return x, mask
 
 
+def _pool_crash(err: StudentError, B: int, L: int, D: int) -> None:
+    """A broadcast error between ``(B, L, D)`` and a mask or a count without its last axis
+    (B, L, D all differ): the sizes in the message tell which."""
+    sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", str(err.exc))
+    if not isinstance(err.exc, RuntimeError) or sizes is None:
+        return
+    pair, first = {int(sizes[1]), int(sizes[2])}, str(err.exc).splitlines()[0]
+    if pair == {D, B}:
+        fail(f"your code raised RuntimeError: {first}. The count `mask.sum(dim=1)` has shape (B,) = ({B},), which "
+             f"lines up with the last axis of the sum (B, D) = ({B}, {D}): keep its axis, "
+             "`mask.sum(dim=1, keepdim=True)`, shape (B, 1), which broadcasts over D.", mistake="count without keepdim")
+    if pair == {D, L}:
+        fail(f"your code raised RuntimeError: {first}. A (B, L) mask does not broadcast against x (B, L, D): give "
+             "it a last axis of size 1 first, `mask.unsqueeze(-1)`, shape (B, L, 1).",
+             mistake="mask not broadcast over D")
+
+
 @checker("masked_mean_pool")
 def check_masked_mean_pool(fn: Any) -> str:
     require_function(fn, "masked_mean_pool")
@@ -187,14 +217,12 @@ def check_masked_mean_pool(fn: Any) -> str:
     for make_mask, what in ((_scattered_mask, "padding anywhere"), (_trailing_mask, "padding at the end")):
         x, mask = _pool_inputs(B, L, D, make_mask)  # (B, L, D), (B, L)
         x0, mask0 = x.clone(), mask.clone()
-        case = f"x ({B}, {L}, {D}) with an exact 0 in a real vector, mask ({B}, {L}) with {what}"
+        # the exact 0: real data has zeros too, so counting non-zero entries is not counting the tokens
+        case = (f"x ({B}, {L}, {D}), one real token's vector holding an exact 0, mask ({B}, {L}) with {what}")
         try:
             got = call_student(fn, x, mask, context=f"calling masked_mean_pool({case})")
         except StudentError as err:
-            if isinstance(err.exc, RuntimeError) and "must match the size of tensor" in str(err.exc):
-                fail(f"your code raised RuntimeError: {str(err.exc).splitlines()[0]}. A (B, L) mask does not "
-                     "broadcast against x (B, L, D): give it a last axis of size 1 first, mask.unsqueeze(-1), shape "
-                     "(B, L, 1).", mistake="mask not broadcast over D")
+            _pool_crash(err, B, L, D)
             raise
         check_unchanged(["x", "mask"], [x, mask], [x0, mask0], case)
         _pool_shape(got, B, L, D, case)
@@ -233,8 +261,10 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
         "last real": lambda: h[torch.arange(h.size(0)), (tokens != ref.pad_id).sum(dim=1) - 1],
         "mean all": lambda: h.mean(dim=1), "sum": lambda: (h * real).sum(dim=1),
         "mean": lambda: (h * real).sum(dim=1) / real.sum(dim=1),  # (B, D)
+        "mean without [CLS]": lambda: (h * real)[:, 1:].sum(dim=1) / real[:, 1:].sum(dim=1),  # position 0 left out
         "mean of padding": lambda: (h * (1 - real)).sum(dim=1) / (1 - real).sum(dim=1),  # 0 / 0 on a full row
         "(B, 1, L) mask": lambda: (h * per_key).sum(dim=1) / per_key.sum(dim=1),  # (B, B, L, D) summed: (B, L, D)
+        "every position": lambda: h,  # (B, L, D): the classifier applied to each position
     }
     logits = ref.classifier(pools[pool or pooling]())  # (B, C)
     return {None: logits, "softmax": logits.softmax(dim=-1), "log_softmax": logits.log_softmax(dim=-1)}[post]
@@ -270,6 +300,9 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
              "number: use masked_mean_pool.", v(pool="sum")),
             ("pooling ignored", "with pooling='mean' your model took position 0 ([CLS]); read self.pooling and use "
              "the masked mean for 'mean'.", v(pool="cls")),
+            ("[CLS] left out of the mean", "with pooling='mean' you left position 0 ([CLS]) out of the mean; this "
+             "model's mean counts every real token, [CLS] included (as sentence-transformers' mean pooling does): "
+             "`masked_mean_pool(h, tokens != self.pad_id)`.", v(pool="mean without [CLS]")),
         ]
     out += [
         ("padding on the query axis", f"the mask you give the encoder has shape ({B}, {L}, 1) = (B, L, 1): it blocks "
@@ -373,15 +406,22 @@ def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling:
         return
     (B, L), shape = tokens.shape, tuple(got.shape)
     broadcast = lambda: _classifier_variant(ref, tokens, pooling, pool="(B, 1, L) mask")  # noqa: E731 - 0 / 0 at pads
-    if shape == (B, L, C) and not allclose(got.float(), broadcast(), atol=_ATOL, equal_nan=True):
-        fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C): one prediction per position. A "
-             "classifier gives one per sequence: pool the encoder's output to (B, D) first, then self.classifier.",
-             mistake="classified every position")
-    if shape == (B, L, C):
+    if shape == (B, L, C) and allclose(got.float(), broadcast(), atol=_ATOL, equal_nan=True):
         fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C), because the pooling got padding_mask's "
-             "(B, 1, L) mask: a pool that multiplies by mask.unsqueeze(-1) then broadcasts (B, 1, L, 1) against "
+             "(B, 1, L) mask: a pool that multiplies by `mask.unsqueeze(-1)` then broadcasts (B, 1, L, 1) against "
              "(B, L, D) into (B, B, L, D), and the sum over axis 1 leaves (B, L, D). Pool with the (B, L) mask "
-             "tokens != self.pad_id.", mistake="mask broadcast wrongly")
+             "`tokens != self.pad_id`.", mistake="mask broadcast wrongly")
+    if shape == (B, L, C) and allclose(got.float(), _classifier_variant(ref, tokens, pooling, pool="every position"),
+                                       atol=_ATOL, equal_nan=True):
+        fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C): one prediction per position. A "
+             "classifier gives one per sequence: pool the encoder's output to (B, D) first, then `self.classifier`.",
+             mistake="classified every position")
+    if shape == (B, L, C):  # neither: most likely another pool given the (B, 1, L) mask
+        fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C), one row per position, although they are "
+             "not the classifier applied to each position: the pooling kept the position axis. Most likely it got "
+             "padding_mask's (B, 1, L) mask, whose extra axis broadcasts against (B, L, D) instead of selecting "
+             "positions. Pool with the (B, L) mask `tokens != self.pad_id` (or `mask[:, 0]`), to (B, D).",
+             mistake="mask broadcast wrongly")
     if shape == (B, D):
         fail(f"your forward ({case}) returns shape ({B}, {D}) = (B, D), the pooled vectors: apply self.classifier "
              "to get the logits (B, num_classes).", mistake="classifier layer missing")
@@ -453,7 +493,8 @@ def _training_probe(cls: Any, V: int, C: int, kwargs: dict[str, Any], tokens: Te
          + (f": it is dropped out (kept entries scaled by {scale:.3g} = 1 / (1 - p), p = {1 - 1 / scale:.2g})"
             if scale is not None else "") + ". The given modules already drop where the model needs it (after the "
          "positional table, inside the encoder's layers): remove the extra dropout between the pooling and "
-         "self.classifier.", mistake="dropout in the wrong place")
+         "`self.classifier`. (Hugging Face's BertForSequenceClassification does drop its pooled output; this "
+         "exercise's model, with the modules it is given, does not.)", mistake="dropout in the wrong place")
 
 
 @checker("TransformerClassifier")

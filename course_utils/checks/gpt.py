@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -576,7 +577,10 @@ def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p:
             cum = sp.cumsum(-1)
             keep_sorted = (cum < top_p) if p_mode.startswith("strict") else (cum - sp < top_p)
             keep_sorted[..., 0] |= p_mode == "strict, top kept"  # the nucleus never empty: still one short
-            keep &= keep_sorted.scatter(-1, order, keep_sorted)
+            if p_mode == "one long":  # the token after the crossing one kept too
+                keep_sorted[..., 1:] |= keep_sorted[..., :-1].clone()
+            keep &= {"gather": lambda: keep_sorted.gather(-1, order), "sorted order": lambda: keep_sorted}.get(
+                p_mode, lambda: keep_sorted.scatter(-1, order, keep_sorted))()
     if zero_logit:
         return scaled.masked_fill(~keep, 0.0).softmax(-1)
     return scaled.softmax(-1) * keep if not renorm else scaled.masked_fill(~keep, -math.inf).softmax(dim)
@@ -626,8 +630,21 @@ def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) ->
              "most likely tokens whose total is >= p, so that token is kept (remove a token only when the tokens "
              "before it already add up to p).", dict(p_mode="strict, top kept")),
             ("top-p unsorted", "top-p adds up the probabilities in vocabulary order; sort them from the most to the "
-             "least likely first (sort(descending=True)), then map the decision back to the vocabulary order.",
+             "least likely first (`sort(descending=True)`), then map the decision back to the vocabulary order.",
              dict(p_mode="unsorted")),
+            ("top-p not mapped back", "top-p decides in sorted order, and that decision is applied to the logits "
+             "as if it were in vocabulary order: the i-th most likely token's verdict lands on token i. Map it back "
+             "with the sort's indices: `remove = remove_sorted.scatter(-1, order, remove_sorted)`.",
+             dict(p_mode="sorted order")),
+            ("top-p not mapped back", "top-p maps its sorted decision back with `gather(-1, order)`, which applies "
+             "the sort's permutation a second time instead of undoing it: `remove_sorted.gather(-1, order)[v]` is "
+             "the verdict of sorted position `order[v]`, not of token v. Undo it with scatter: "
+             "`remove_sorted.scatter(-1, order, remove_sorted)` (or `torch.empty_like(remove_sorted).scatter_(-1, "
+             "order, remove_sorted)`).", dict(p_mode="gather")),
+            ("top-p keeps one token too many", f"top_p={p} keeps the token after the one whose cumulative "
+             "probability crosses p: the nucleus is the smallest set of most likely tokens whose total is >= p, "
+             "so remove a token as soon as the tokens before it add up to p (`cumsum - probs >= top_p`; or, "
+             "Hugging Face's way, `cumsum > top_p` shifted right by one, not by two).", dict(p_mode="one long")),
         ]
         if T != 1:
             table.append(("top-p before temperature", "the nucleus is chosen from the probabilities *before* the "
@@ -682,16 +699,22 @@ def _all_mistakes_show(logits: Tensor, T: float, k: int | None, p: float | None)
 def check_next_token_probs(fn: Callable[..., Any]) -> str:
     require_function(fn, "next_token_probs")
     V = randint(9, 15)
-    settings = [(1.0, None, None), (0.6, None, None), (1.7, None, None), (1.0, randint(2, 4), None),
-                (0.8, randint(3, 5), None), (1.0, None, 0.7), (1.4, None, 0.8), (0.9, randint(4, 6), 0.75)]
-    for T, k, p in settings:
-        shape = (randint(2, 4), V) if (T, k, p) != (0.8, k, None) else (2, randint(2, 3), V)
+    # (T, top_k, top_p, rank): 2-D logits (B, V) first; then (V,), as the notebook calls it, and (B, L, V)
+    settings = [(1.0, None, None, 2), (0.6, None, None, 2), (1.7, None, None, 2), (1.0, randint(2, 4), None, 2),
+                (0.8, randint(3, 5), None, 3), (1.0, None, 0.7, 2), (1.4, None, 0.8, 2), (0.9, randint(4, 6), 0.75, 2),
+                (1.0, randint(2, 4), None, 1), (1.2, None, 0.75, 1), (1.0, None, 0.8, 3), (0.9, randint(3, 5), 0.8, 1)]
+    for T, k, p, rank in settings:
+        shape = {1: (V,), 2: (randint(2, 4), V), 3: (2, randint(2, 3), V)}[rank]
         logits = _good_logits(shape, T, k, p)
         original = logits.clone()
         kwargs = {a: b for a, b in (("temperature", T), ("top_k", k), ("top_p", p))
                   if b is not None and (a, b) != ("temperature", 1.0)}
         case = f"logits {describe_shape(logits)}, " + (", ".join(f"{a}={b}" for a, b in kwargs.items()) or "defaults")
-        got = call_student(fn, logits, context=f"calling next_token_probs ({case})", **kwargs)
+        try:
+            got = call_student(fn, logits, context=f"calling next_token_probs ({case})", **kwargs)
+        except StudentError as err:
+            _shape_crash(err, original, case)
+            raise
         check_unchanged(["logits"], [logits], [original], case)
         expected = next_token_probs(original, T, k, p)
         mistakes = _probs_mistakes(original, T, k, p)
@@ -711,6 +734,34 @@ def check_next_token_probs(fn: Callable[..., Any]) -> str:
         expect_close("probabilities", got, expected, mistakes, atol=1e-6, rtol=1e-4, case=case)
     _probs_robustness(fn, V)
     return "temperature, top-k, top-p and both together, several temperatures, any leading dims"
+
+
+def _shape_crash(err: StudentError, logits: Tensor, case: str) -> None:
+    """An IndexError or a shape RuntimeError on logits other than one row of (B, V): code that
+    indexes axis 1 (nanoGPT's ``v[:, [-1]]``, Hugging Face's ``scatter(1, ...)``) or keeps the
+    k-th value as ``(B,)`` (``top_logits[:, -1]``, right for one row only) named."""
+    exc, line = err.exc, (student_line(err.exc) or "").replace(" ", "")
+    shape_error = isinstance(exc, IndexError) or (isinstance(exc, RuntimeError) and any(
+        w in str(exc) for w in ("size of tensor", "out of bounds", "out of range", "shape", "dimension")))
+    if not shape_error or (logits.dim() == 2 and logits.size(0) == 1):
+        return
+    shown = f"{raised(exc, inline=True)}"
+    sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", str(exc))
+    # (B, V) against (B,): one value per row lined up with the vocabulary axis
+    per_row = logits.dim() == 2 and sizes is not None and {int(sizes[1]), int(sizes[2])} == set(logits.shape)
+    if re.search(r"\[:,-1\]", line) or per_row:
+        fail(f"your next_token_probs fails ({case}): {shown}. `top_logits[:, -1]` takes the k-th largest logit as "
+             "shape (B,), without its axis: against logits (B, V) it lines up with the vocabulary axis, so it is "
+             "right for one row only (B = 1) and an error or wrong numbers otherwise. Keep the axis and index the "
+             "last one: `kth = top_logits[..., -1:]`, shape (..., 1), which works for (V,), (B, V) and (B, L, V).",
+             mistake="k-th value without its axis")
+    fixes = ["`v[..., [-1]]` or `v[..., -1:]` for nanoGPT's `v[:, [-1]]`" if re.search(r"\[:,\[-1\]\]", line) else
+             "", "`scatter(-1, ...)` for `scatter(1, ...)`" if re.search(r"(scatter|gather)_?\(1,|dim=1", line) else ""]
+    fixes = [f for f in fixes if f]
+    fail(f"your next_token_probs fails ({case}): {shown}. It works on 2-D logits (B, V) only: it indexes axis 1, "
+         "which is the vocabulary only there. The notebook calls it on one row (V,) and generation may pass (B, L, "
+         "V): index the last axis, `dim=-1` and `[..., -1:]`" + (f" ({'; '.join(fixes)})" if fixes else "") + ".",
+         mistake="2-D logits only")
 
 
 def _softmax_axis(got: Any, logits: Tensor, T: float, k: int | None, p: float | None, case: str) -> None:
