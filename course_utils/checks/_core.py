@@ -178,6 +178,7 @@ def expect_close(what: str, got: Any, expected: Tensor, mistakes: Mapping[str, A
     or a zero-argument callable, computed only when ``got`` is wrong (one that raises is
     skipped). The first match is reported, else the shape, dtype or values that differ."""
     where = f" ({case})" if case else ""
+    has = "have" if what.endswith("s") and not what.endswith("ss") else "has"  # the logits have, the loss has
     if not isinstance(got, Tensor):
         fail(f"{what}{where} should be a torch.Tensor, but your code returned {describe_shape(got)}.")
     if _close(got, expected, atol, rtol):
@@ -191,20 +192,20 @@ def expect_close(what: str, got: Any, expected: Tensor, mistakes: Mapping[str, A
         if isinstance(value, Tensor) and _close(got, value, atol, rtol):
             fail(f"{what}{where}: {diagnosis}", mistake=name)
     if got.shape != expected.shape:
-        fail(f"{what}{where} has shape {describe_shape(got)}, expected {describe_shape(expected)}.",
+        fail(f"{what}{where} {has} shape {describe_shape(got)}, expected {describe_shape(expected)}.",
              mistake="wrong shape")
     if got.dtype != expected.dtype and (got.dtype == torch.bool) != (expected.dtype == torch.bool):
-        fail(f"{what}{where} has dtype {got.dtype}, expected {expected.dtype}.", mistake="wrong dtype")
+        fail(f"{what}{where} {has} dtype {got.dtype}, expected {expected.dtype}.", mistake="wrong dtype")
     if got.dtype == torch.bool or expected.dtype == torch.bool:
         wrong = int((got != expected).sum())
         fail(f"{what}{where}: {wrong} of {expected.numel()} entries are wrong.", mistake="values differ")
     diff = (got.detach().double() - expected.detach().double()).abs()
     if isnan(got).any():
-        fail(f"{what}{where} contain{'' if what.endswith('s') else 's'} NaN.", mistake="NaN")  # the logits contain
+        fail(f"{what}{where} contain{'' if has == 'have' else 's'} NaN.", mistake="NaN")  # the logits contain
     if got.dim() == 0:  # one number: no index to show
         fail(f"{what}{where} is {float(got):.5f}, expected {float(expected):.5f}.", mistake="values differ")
     idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
-    fail(f"{what}{where} has the right shape but the wrong values: the largest difference is {float(diff.max()):.3g} "
+    fail(f"{what}{where} {has} the right shape but the wrong values: the largest difference is {float(diff.max()):.3g} "
          f"at index {idx} (yours {float(got[idx]):.4f}, expected {float(expected[idx]):.4f}).",
          mistake="values differ")
 

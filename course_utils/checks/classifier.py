@@ -81,7 +81,7 @@ def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
     expected = F.gelu(x0.double()).to(x0.dtype)
     if isinstance(got, Tensor) and got.shape == expected.shape and isnan(got).any() and not isnan(x0).any():
         fail(f"your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
-             "0.5 * x * (1 + torch.erf(x / math.sqrt(2))) is safe for every x.", mistake="NaN in the tails")
+             "`0.5 * x * (1 + torch.erf(x / math.sqrt(2)))` is safe for every x.", mistake="NaN in the tails")
     mistakes = [(name, text, lambda f=f: f(x0)) for name, text, f in _GELU_MISTAKES]
     expect_close("the result", got, expected, mistakes, atol=2e-6, rtol=1e-5, case=case)
     if got.dtype != x0.dtype:
@@ -110,22 +110,22 @@ def _pool_mistakes(x: Tensor, mask: Tensor) -> list[Mistake]:
     L = x.size(1)
     first_n = torch.arange(L)[None, :] < mask.sum(dim=1)[:, None]  # (B, L): the first n positions, n real tokens
     return [
-        ("mean over padding", "you averaged over every position, padding included (x.mean(dim=1)): a review's "
+        ("mean over padding", "you averaged over every position, padding included (`x.mean(dim=1)`): a review's "
          "vector then depends on how much padding its batch needed. Sum x * mask over the positions and divide by "
          "each row's number of real tokens.", lambda: x.mean(dim=1)),
         ("sum instead of mean", "you summed the real positions but never divided by their number: divide by "
-         "mask.sum(dim=1) (each row's own count, keepdim so that it broadcasts over D).", lambda: (x * m).sum(dim=1)),
+         "`mask.sum(dim=1)` (each row's own count, keepdim so that it broadcasts over D).", lambda: (x * m).sum(dim=1)),
         ("divided by L", "the padding is left out of the sum but counted in the division: you divided by L (all "
-         "positions). Divide by each row's number of real tokens, mask.sum(dim=1, keepdim=True).",
+         "positions). Divide by each row's number of real tokens, `mask.sum(dim=1, keepdim=True)`.",
          lambda: (x * m).sum(dim=1) / L),
-        ("divided by the batch's token count", "you divided by mask.sum(), the real tokens of the whole batch; each "
-         "row needs its own count: mask.sum(dim=1, keepdim=True).", lambda: (x * m).sum(dim=1) / m.sum()),
+        ("divided by the batch's token count", "you divided by `mask.sum()`, the real tokens of the whole batch; each "
+         "row needs its own count: `mask.sum(dim=1, keepdim=True)`.", lambda: (x * m).sum(dim=1) / m.sum()),
         ("inverted mask", "you averaged over the padding and left out the real tokens: the mask is True on the real "
          "tokens (keep them), False on padding.", lambda: (x * (1 - m)).sum(dim=1) / (1 - m).sum(dim=1)),
         ("assumed trailing padding", "you averaged the first n positions of each row (n = its number of real "
          "tokens), which is right only when the padding is at the end. The mask may mark padding anywhere: weight "
          "every position by its own mask value.", lambda: (x * first_n.unsqueeze(-1)).sum(dim=1) / m.sum(dim=1)),
-        ("took the first position", "you returned the first position x[:, 0], which is [CLS] pooling; this "
+        ("took the first position", "you returned the first position `x[:, 0]`, which is [CLS] pooling; this "
          "function averages the real positions.", lambda: x[:, 0]),
         ("max instead of mean", "you took the maximum over the real positions; this function takes their mean.",
          lambda: x.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)),
@@ -282,22 +282,22 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
     query_axis, not_passed = (B, L, 1) in shapes, not encoder_masks or None in shapes
     if pooling == "cls":
         out = [
-            ("[CLS] from the wrong position", "you pooled the last position h[:, -1]; [CLS] is the first token of "
-             "every sequence, position 0: h[:, 0]. (In a padded row the last position is padding.)", v(pool="last")),
-            ("[CLS] from the wrong position", "you pooled position 1; [CLS] sits at position 0: h[:, 0].",
+            ("[CLS] from the wrong position", "you pooled the last position `h[:, -1]`; [CLS] is the first token of "
+             "every sequence, position 0: `h[:, 0]`. (In a padded row the last position is padding.)", v(pool="last")),
+            ("[CLS] from the wrong position", "you pooled position 1; [CLS] sits at position 0: `h[:, 0]`.",
              v(pool="second")),
             ("[CLS] from the wrong position", "you pooled each sequence's last real token; [CLS] is the first token, "
-             "position 0: h[:, 0].", v(pool="last real")),
+             "position 0: `h[:, 0]`.", v(pool="last real")),
             ("pooling ignored", "with pooling='cls' your model averaged the positions; read self.pooling and take "
              "h[:, 0] for 'cls', the masked mean for 'mean'.", v(pool="mean")),
         ]
     else:
         out = [
             ("mean over padding", "with pooling='mean' you averaged every position, padding included "
-             "(h.mean(dim=1)); average only the real tokens: masked_mean_pool(h, tokens != self.pad_id).",
+             "(`h.mean(dim=1)`); average only the real tokens: `masked_mean_pool(h, tokens != self.pad_id)`.",
              v(pool="mean all")),
             ("sum instead of mean", "with pooling='mean' you summed the real positions without dividing by their "
-             "number: use masked_mean_pool.", v(pool="sum")),
+             "number: use `masked_mean_pool`.", v(pool="sum")),
             ("pooling ignored", "with pooling='mean' your model took position 0 ([CLS]); read self.pooling and use "
              "the masked mean for 'mean'.", v(pool="cls")),
             ("[CLS] left out of the mean", "with pooling='mean' you left position 0 ([CLS]) out of the mean; this "
@@ -307,30 +307,30 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
     out += [
         ("padding on the query axis", f"the mask you give the encoder has shape ({B}, {L}, 1) = (B, L, 1): it blocks "
          "the padding as queries, not as keys, so every real token still attends to the padding. "
-         "padding_mask(tokens, self.pad_id) has shape (B, 1, L): the padding on the key axis.",
+         "`padding_mask(tokens, self.pad_id)` has shape (B, 1, L): the padding on the key axis.",
          v(encoder_mask="query axis") if query_axis else None),
         ("padding mask not passed", "the encoder ran without a mask, so every token attends to the padding too: "
-         "pass padding_mask(tokens, self.pad_id) (shape (B, 1, L)) to self.encoder.",
+         "pass `padding_mask(tokens, self.pad_id)` (shape (B, 1, L)) to `self.encoder`.",
          v(mask_pad=None) if not_passed else None),
         ("inverted mask", "your mask is True on the padding: the encoder attends only to the padding. True means "
-         "'may attend': padding_mask(tokens, self.pad_id), i.e. tokens != self.pad_id.", v(encoder_mask="inverted")),
+         "'may attend': `padding_mask(tokens, self.pad_id)`, i.e. `tokens != self.pad_id`.", v(encoder_mask="inverted")),
         ("causal mask in the encoder", "your encoder mask is causal as well as padding: each token sees only the "
          "tokens before it. The encoder reads the whole input at once (a decoder's habit does not belong here): "
-         "padding_mask(tokens, self.pad_id) only.", v(encoder_mask="causal")),
+         "`padding_mask(tokens, self.pad_id)` only.", v(encoder_mask="causal")),
         ("hard-coded pad id", "your masks treat id 0 as padding; this model's padding id is self.pad_id: "
-         "padding_mask(tokens, self.pad_id) and tokens != self.pad_id.", v(mask_pad=0)),
+         "`padding_mask(tokens, self.pad_id)` and `tokens != self.pad_id`.", v(mask_pad=0)),
         ("positional encoding missing", "the embeddings go into the encoder without self.positional_encoding: the "
          "encoder then cannot tell 'not good but bad' from 'bad but not good'. "
-         "x = self.positional_encoding(self.embedding(tokens)).", v(pe=0)),
+         "`x = self.positional_encoding(self.embedding(tokens))`.", v(pe=0)),
         ("positional encoding added twice", "the positional table is added twice (x + 2 pe): pass the embeddings "
          "through self.positional_encoding once, and through no second positional module.", v(pe=2)),
-        ("embeddings not scaled", "you called the inner nn.Embedding (self.embedding.embedding) and skipped "
-         "TokenEmbedding's scaling by sqrt(d_model): call self.embedding(tokens).", v(scale=0.0)),
+        ("embeddings not scaled", "you called the inner nn.Embedding (`self.embedding.embedding`) and skipped "
+         "TokenEmbedding's scaling by sqrt(d_model): call `self.embedding(tokens)`.", v(scale=0.0)),
         ("embeddings scaled twice", "the token embeddings are multiplied by d_model, not sqrt(d_model): "
          "TokenEmbedding already scales by sqrt(d_model), so do not multiply self.embedding(tokens) again.",
          v(scale=1.0)),
     ] + ([("hard-coded pad id", "your mean pool treats id 0 as padding (the encoder's mask is right): this model's "
-           "padding id is self.pad_id: masked_mean_pool(h, tokens != self.pad_id).", v(pool_pad=0))]
+           "padding id is `self.pad_id`: `masked_mean_pool(h, tokens != self.pad_id)`.", v(pool_pad=0))]
          if pooling == "mean" else [])
     return out + [
         ("returns probabilities", f"forward applies {post} to the logits. Return the raw logits: F.cross_entropy "
@@ -391,11 +391,11 @@ def _nan_in_mean(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling: 
         fail(f"the logits ({case}) contain NaN in the rows without padding (rows {full}): with pooling='mean' you "
              "averaged over the padding, not the real tokens (the mask is inverted: tokens == self.pad_id), so a "
              "row without padding divides 0 by a count of 0. The pool's mask is True on the real tokens: "
-             "masked_mean_pool(h, tokens != self.pad_id).", mistake="inverted mask")
+             "`masked_mean_pool(h, tokens != self.pad_id)`.", mistake="inverted mask")
     rows = ", ".join(str(int(i)) for i in torch.nonzero(isnan(got).any(dim=1)).flatten())
     fail(f"the logits ({case}) contain NaN in rows {rows}: with pooling='mean' this is most likely 0 / 0, a mean "
          "that counts no position in these rows (its mask is False everywhere there). Pool the real tokens: "
-         "masked_mean_pool(h, tokens != self.pad_id), whose count is at least 1.", mistake="NaN")
+         "`masked_mean_pool(h, tokens != self.pad_id)`, whose count is at least 1.", mistake="NaN")
 
 
 def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling: str, C: int, D: int,
@@ -423,7 +423,7 @@ def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling:
              "positions. Pool with the (B, L) mask `tokens != self.pad_id` (or `mask[:, 0]`), to (B, D).",
              mistake="mask broadcast wrongly")
     if shape == (B, D):
-        fail(f"your forward ({case}) returns shape ({B}, {D}) = (B, D), the pooled vectors: apply self.classifier "
+        fail(f"your forward ({case}) returns shape ({B}, {D}) = (B, D), the pooled vectors: apply `self.classifier` "
              "to get the logits (B, num_classes).", mistake="classifier layer missing")
 
 
@@ -433,8 +433,8 @@ def _same(a: Tensor, b: Tensor) -> bool:
 
 def _fail_eval_dropout(case: str) -> None:
     fail(f"in eval mode, two calls of forward ({case}) give different logits: a dropout still acts after "
-         "model.eval(). F.dropout(x, p, training=True) ignores the mode: pass training=self.training, or use an "
-         "nn.Dropout module (or no extra dropout at all: the given modules already have theirs).",
+         "model.eval(). F.dropout(x, p, training=True) ignores the mode: pass `training=self.training`, or use an "
+         "`nn.Dropout` module (or no extra dropout at all: the given modules already have theirs).",
          mistake="dropout ignores eval mode")
 
 

@@ -58,8 +58,8 @@ _BLOCK = Block("GPTBlock", ("self", "ff"), word={"self": "the masked self-attent
                short={"self": "self-attention", "ff": "feed-forward"},
                attn={"self": ("in", "in", "self_attn", "causal&mask")}, lost={})
 _EXACT_GELU = (
-    "the feed-forward uses the exact GELU (nn.GELU() or F.gelu(x)); GPT-2 uses its tanh approximation: "
-    'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh"), i.e. nn.GELU(approximate="tanh"). '
+    "the feed-forward uses the exact GELU (`nn.GELU()` or `F.gelu(x)`); GPT-2 uses its tanh approximation: "
+    '`FeedForward(d_model, d_ff, dropout, activation="gelu_tanh")`, i.e. `nn.GELU(approximate="tanh")`. '
     "The two differ by up to 5e-4, enough to break parity with GPT-2"
 )
 
@@ -80,20 +80,20 @@ def _activation(ref: GPTBlock, act: Callable[[Tensor], Tensor]) -> dict[str, Any
 
 
 def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mistake]:
-    form = "x = x + sublayer(norm(x))"
+    form = "`x = x + sublayer(norm(x))`"
     masked = [
         ("padding mask replaces causal", "when a mask is given, your block uses it instead of the causal mask, so "
-         "every position sees the later ones (the future leaks). Combine them: causal_mask(L) & mask.", "mask"),
-        ("mask ignored", "the `mask` argument has no effect: the block must attend with causal_mask(L) & mask, so "
+         "every position sees the later ones (the future leaks). Combine them: `causal_mask(L) & mask`.", "mask"),
+        ("mask ignored", "the `mask` argument has no effect: the block must attend with `causal_mask(L) & mask`, so "
          "that padding is blocked too.", "causal"),
         ("| instead of &", "the causal mask and `mask` are combined with | (or): a key is allowed if it is in the "
-         "past OR real, so with a mask every real later token leaks in. It must be both: causal_mask(L) & mask.",
+         "past OR real, so with a mask every real later token leaks in. It must be both: `causal_mask(L) & mask`.",
          "causal|mask"),
     ]
     table = [(name, text, {"attn": {"self": ("in", "in", "self_attn", given)}})
              for name, text, given in (masked if mask is not None else [])]
     table += [
-        ("post-norm", "your block normalises after the residual addition (post-norm, norm(x + sublayer(x))); a "
+        ("post-norm", "your block normalises after the residual addition (post-norm, `norm(x + sublayer(x))`); a "
          f"GPT block is pre-norm: {form}, the residual stream itself is never normalised.",
          {"place": {"self": "post", "ff": "post"}}),
         ("missing residual", f"there are no residual connections: {form}.", {"residual": {"self": None, "ff": None}}),
@@ -101,17 +101,17 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
          {"residual": {"self": None}}),
         ("missing residual", f"there is no residual connection around the feed-forward: {form}.",
          {"residual": {"ff": None}}),
-        ("residual stream normalised", "the residual stream itself is normalised (h = norm1(x); x = h + "
-         f"self_attn(h, ...)): the residual adds the input as it came, {form}, so x keeps flowing unnormalised.",
+        ("residual stream normalised", "the residual stream itself is normalised (`h = norm1(x); x = h + "
+         f"self_attn(h, ...)`): the residual adds the input as it came, {form}, so x keeps flowing unnormalised.",
          {"place": {"self": "stream", "ff": "stream"}}),
         ("norms swapped", "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the "
          "feed-forward.", {"norm_of": (1, 0)}),
         ("keys and values not normalised", "the self-attention normalises only its queries: the keys and values "
-         "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, h = norm1(x), and "
-         "the self-attention reads h three times: self_attn(h, h, h, mask).",
+         "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, `h = norm1(x)`, and "
+         "the self-attention reads h three times: `self_attn(h, h, h, mask)`.",
          {"attn": {"self": ("in", "x", "self_attn", "causal&mask")}}),
         ("ReLU instead of GELU", "the feed-forward uses ReLU; GPT-2 uses GELU (its tanh approximation): "
-         'FeedForward(d_model, d_ff, dropout, activation="gelu_tanh").', _activation(ref, F.relu)),
+         '`FeedForward(d_model, d_ff, dropout, activation="gelu_tanh")`.', _activation(ref, F.relu)),
         ("exact GELU", _EXACT_GELU + ".", _activation(ref, F.gelu)),
     ]
     return [(name, text, lambda mut=mut: _block_variant(ref, x, mask, mut)) for name, text, mut in table]
@@ -131,7 +131,7 @@ def _leak_test(model: nn.Module, x: Tensor, base: Tensor) -> None:
             i = int(torch.nonzero(moved > 1e-6)[0])
             fail(f"the future leaks: changing the input at position {j} changed the output at position {i} (by "
                  f"{float(moved[i]):.3g}), which comes before it. A GPT block must be causal by itself: attend with "
-                 "causal_mask(L) (True on and below the diagonal), combined with `mask` by & when one is given.",
+                 "`causal_mask(L)` (True on and below the diagonal), combined with `mask` by & when one is given.",
                  mistake="future leaking")
 
 
@@ -155,7 +155,7 @@ def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str) -> Any:
                  "writes into `a`, which must already have the result's full shape (B, L, L): the padding mask "
                  "(B, 1, L) and the causal mask (L, L) are smaller, and an .expand()ed view shares memory between "
                  "entries. And on the caller's mask it would change the caller's tensor, which every block gets. "
-                 "Combine into a new tensor: mask = causal & mask.", mistake="mask combined in place")
+                 "Combine into a new tensor: `mask = causal & mask`.", mistake="mask combined in place")
         raise
 
 
@@ -289,7 +289,7 @@ def _gpt_variant(ref: GPT, tokens: Tensor, mask: Tensor | None, *, positions: in
 def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake]:
     table: list[tuple[str, str, dict[str, Any]]] = [
         ("no position embedding", "the position embeddings are never added, so the model cannot tell positions "
-         "apart: x = token_embedding(tokens) + position_embedding(torch.arange(L, device=tokens.device)).",
+         "apart: `x = token_embedding(tokens) + position_embedding(torch.arange(L, device=tokens.device))`.",
          dict(positions=None)),
         ("positions start at 1", "the positions are numbered from 1; they start at 0: "
          "`position_embedding(torch.arange(L, device=tokens.device))` (and so fit max_len exactly).",
@@ -301,7 +301,7 @@ def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake
          "Transformer's TokenEmbedding does; GPT-2 adds the plain embedding to the position embedding, unscaled.",
          dict(scale=True)),
         ("missing final norm", "the final LayerNorm is missing: pre-norm blocks never normalise the residual "
-         "stream, so the model applies self.norm once after the last block, before lm_head.", dict(final_norm=False)),
+         "stream, so the model applies `self.norm` once after the last block, before `lm_head`.", dict(final_norm=False)),
         ("returns probabilities", "the model returns probabilities (a softmax over the vocabulary); it returns "
          "logits, the raw scores: the loss (cross_entropy) and the sampling apply the softmax themselves.",
          dict(output="probs")),
@@ -310,11 +310,11 @@ def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake
         ("one layer applied repeatedly", "the first block is applied num_layers times; loop over self.blocks so "
          "each is used once.", dict(blocks="first only")),
         ("layer outputs not chained", "every block gets the embeddings as input, so only the last block's output "
-         "is kept: feed each block's output to the next (x = block(x, mask)).", dict(blocks="unchained")),
+         "is kept: feed each block's output to the next (`x = block(x, mask)`).", dict(blocks="unchained")),
     ]
     if mask is not None:
         table.append(("mask not passed on", "the `mask` argument is not passed on to the blocks: call "
-                      "block(x, mask).", dict(pass_mask=False)))
+                      "`block(x, mask)`.", dict(pass_mask=False)))
     return [(name, text, lambda kw=kw: _gpt_variant(ref, tokens, mask, **kw)) for name, text, kw in table]
 
 
@@ -326,7 +326,7 @@ def _check_tying(model: nn.Module, V: int, D: int) -> None:
     weight = getattr(head, "weight", None)
     if getattr(head, "bias", None) is not None:
         fail("lm_head has a bias; GPT-2's output layer has none (and a tied layer shares only the matrix): "
-             "nn.Linear(d_model, vocab_size, bias=False).", mistake="output bias")
+             "`nn.Linear(d_model, vocab_size, bias=False)`.", mistake="output bias")
     if weight is emb.weight:
         return
     if isinstance(weight, Tensor) and weight.shape == emb.weight.shape[::-1] and equal(weight, emb.weight.t()):
@@ -337,9 +337,9 @@ def _check_tying(model: nn.Module, V: int, D: int) -> None:
     if isinstance(weight, Tensor) and weight.shape == emb.weight.shape and equal(weight, emb.weight):
         fail("lm_head.weight is a copy of token_embedding.weight, not the same tensor: the two start equal but are "
              "separate parameters (2 x V x D numbers), and the first optimizer step makes them differ. Share the "
-             "Parameter itself: self.lm_head.weight = self.token_embedding.weight.", mistake="tied by copying")
+             "Parameter itself: `self.lm_head.weight = self.token_embedding.weight`.", mistake="tied by copying")
     fail(f"lm_head is not tied to the token embedding: it has its own weight matrix ({describe_shape(weight)}). "
-         f"Share the Parameter: self.lm_head.weight = self.token_embedding.weight (one ({V}, {D}) matrix serves "
+         f"Share the Parameter: `self.lm_head.weight = self.token_embedding.weight` (one ({V}, {D}) matrix serves "
          f"both, saving {V * D:,} parameters here).", mistake="not tied")
 
 
@@ -347,14 +347,14 @@ def _check_blocks(model: nn.Module, N: int) -> None:
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList):
         got = "no attribute `blocks`" if blocks is None else f"`blocks` is a {type(blocks).__name__}"
-        fail(f"your GPT has {got}: keep the blocks in self.blocks = nn.ModuleList([...]).",
+        fail(f"your GPT has {got}: keep the blocks in `self.blocks = nn.ModuleList([...])`.",
              mistake="missing submodule")
     if len(blocks) != N:
         fail(f"GPT(num_layers={N}) built {len(blocks)} blocks; it should build num_layers of them.",
              mistake="wrong number of blocks")
     if len({id(b) for b in blocks}) < len(blocks):
         fail("your blocks are one and the same module used several times (they share their weights): build a new "
-             "GPTBlock for each, nn.ModuleList(GPTBlock(...) for _ in range(num_layers)).",
+             "GPTBlock for each, `nn.ModuleList(GPTBlock(...) for _ in range(num_layers))`.",
              mistake="blocks sharing one module")
 
 
@@ -591,7 +591,7 @@ def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) ->
     if T != 1:
         table += [
             ("temperature after softmax", "the temperature divides the probabilities after the softmax; it divides "
-             "the logits before it: softmax(logits / temperature).", dict(temp="after softmax")),
+             "the logits before it: `softmax(logits / temperature)`.", dict(temp="after softmax")),
             ("temperature after softmax", "the temperature is applied to the probabilities and then a second "
              "softmax; divide the logits by the temperature, then apply one softmax.", dict(temp="softmax twice")),
             ("temperature ignored", "the temperature has no effect: divide the logits by it before the softmax.",
@@ -866,7 +866,7 @@ def _generate_call(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: in
 def _check_watch(watch: _Watch, model: GPT, was_training: bool, case: str) -> None:
     if any(training for training, _, _ in watch.calls):
         fail(f"the model ran in training mode while sampling ({case}), so dropout changed its predictions: call "
-             "model.eval() before the loop (and model.train(was_training) after it).",
+             "`model.eval()` before the loop (and `model.train(was_training)` after it).",
              mistake="sampling in training mode")
     require_no_grad([grad for _, grad, _ in watch.calls], "generation", "generate", case)
     if model.training != was_training:
@@ -948,13 +948,13 @@ def check_generate(fn: Callable[..., Any]) -> str:
                  "top_k=top_k, top_p=top_p).", mistake="top_k not passed on")
     mistakes: list[Mistake] = [
         ("max_len off by one", "when the sequence is longer than max_len, generate feeds the model only its last "
-         "max_len - 1 tokens; the model reads max_len: out[:, -model.max_len:].",
+         "max_len - 1 tokens; the model reads max_len: `out[:, -model.max_len:]`.",
          lambda: _greedy(model, original, steps, crop="one short")),
         ("context cropped from the start", "when the sequence is longer than max_len, generate feeds the model its "
-         "*first* max_len tokens; feed it the last ones, out[:, -model.max_len:], which end with the newest token.",
+         "*first* max_len tokens; feed it the last ones, `out[:, -model.max_len:]`, which end with the newest token.",
          lambda: _greedy(model, original, steps, crop="start")),
         ("reads the first position", "the next token is drawn from the logits of the first position; use the last "
-         "one, logits[:, -1], the prediction that follows the newest token.",
+         "one, `logits[:, -1]`, the prediction that follows the newest token.",
          lambda: _greedy(model, original, steps, position=0)),
     ]
     if isinstance(got, Tensor) and got.dtype != expected.dtype and not got.is_floating_point():
@@ -1005,7 +1005,7 @@ def check_generate(fn: Callable[..., Any]) -> str:
              "torch.multinomial(next_token_probs(...), 1, generator=generator).", mistake="values differ")
     if isinstance(first, Tensor) and not equal(first, got):
         fail("two calls with generators seeded alike gave different tokens: the `generator` argument is not "
-             "used. Pass it to the sampling: torch.multinomial(probs, 1, generator=generator).",
+             "used. Pass it to the sampling: `torch.multinomial(probs, 1, generator=generator)`.",
              mistake="generator ignored")
     _restored_after_error(fn, model, original, steps)
     # all right so far: once more, with a tensor built without device= (or moved with .cpu()) watched
