@@ -347,6 +347,12 @@ class FeedForwardConv1D(Block):  # GPT-2's Conv1D habit, x @ W + b, on nn.Linear
         return self.activation(h @ ff.linear1.weight + ff.linear1.bias) @ ff.linear2.weight + ff.linear2.bias
 
 
+class Gpt2Mlp(Block):  # GPT-2's MLP: no dropout inside, one after c_proj (the block's dropout2)
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, 0.0, activation="gelu_tanh")
+
+
 BLOCK_MISTAKES = [
     (NoCausal, "future leaking", "the future leaks"),
     (UpperTriangle, "future leaking", "the future leaks"),
@@ -384,6 +390,7 @@ BLOCK_MISTAKES = [
     (RawKeysValues, "keys and values not normalised", "self_attn(h, h, h, mask)"),
     (StreamNormalised, "residual stream normalised", "keeps flowing unnormalised"),
     (FeedForwardConv1D, "Conv1D layout", "`linear(x)`"),
+    (Gpt2Mlp, "dropout not passed on", "GPT-2's own MLP drops once, after `c_proj`"),
     (MaskAndInPlace, "mask combined in place", "mask &= causal"),
     (CausalAndInPlace, "mask combined in place", "mask = causal & mask"),
     (ExpandedAndInPlace, "mask combined in place", "logical_and_"),
@@ -884,9 +891,23 @@ def test_gpt2_initialisation_passes_over_20_draws():  # rejected on 39 of 40 see
     (TiedTransposed, "tied but transposed", "no `.t()`"),
     (OptPositions, "positions offset by 2", "OPT"),
     (HeadConv1D, "Conv1D layout", "Conv1D"),
+    (NoLengthCheck, "max_len not checked", "from deep inside"),
+    (PositionsClamped, "max_len not checked", "runs without an error"),
+    (Gpt2InitOnAll, "wrong initialisation", "should be 0.02"),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_other_peoples_gpt_habits_named_over_20_draws(cls, mistake, words):
     assert_mistake(check_gpt, cls, mistake, words, repeat=20)
+
+
+@pytest.mark.parametrize("cls, mistake, words", [
+    (FeedForwardConv1D, "Conv1D layout", "`linear(x)`"),
+    (Gpt2Mlp, "dropout not passed on", "after `c_proj`"),
+], ids=lambda v: v.__name__ if isinstance(v, type) else None)
+def test_other_peoples_block_habits_named_over_20_draws(cls, mistake, words):
+    assert_mistake(check_gpt_block, cls, mistake, words, repeat=20)
+
+
+
 
 
 # ---------------------------------------------------------------- next_token_probs

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..gpt import GPT, GPTBlock, next_token_probs
-from ._core import (Mistake, StudentError, allclose, call_student, check_input_device, check_module_device,
+from ._core import (Failure, Mistake, StudentError, allclose, call_student, check_input_device, check_module_device,
                     check_state_unchanged, check_unchanged, checker, describe_shape, module_state, raised,
                     drawn_once, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints,
                     require_distinct_roles, require_function, require_module_class, require_no_grad, student_line)
@@ -254,7 +254,16 @@ def _block_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int) -> None:
         y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
     parts = {"self_attn": (y, y, y, causal), "feed_forward": (y,)}
     # a part that is only a container of the parameters (an nn.Module without forward) is not run on its own
-    check_part_dropout(model, ref, {n: a for n, a in parts.items() if _runnable(getattr(model, n, None))}, "GPTBlock")
+    try:
+        check_part_dropout(model, ref, {n: a for n, a in parts.items() if _runnable(getattr(model, n, None))},
+                           "GPTBlock")
+    except Failure as failure:
+        if failure.mistake == "dropout not passed on" and "`feed_forward`" in failure.message:
+            # a GPT-2 habit: its MLP has one dropout, after c_proj; the course's FeedForward drops its hidden layer too
+            raise Failure(failure.message + " (GPT-2's own MLP drops once, after `c_proj`, and nowhere inside; the "
+                          "course's FeedForward also drops its hidden layer, as the original Transformer's does, and "
+                          "this exercise's block uses it with the block's dropout.)", failure.mistake) from None
+        raise
     sublayer_dropout_rates(build(P_RATE), run, x, _BLOCK)
 
 
