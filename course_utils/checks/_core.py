@@ -608,8 +608,8 @@ def _verdict(exercise: str, exc: BaseException) -> tuple[str, str | None, str]:
                 f"`from course_utils import {stub[1]}`, then the cell that defines {exercise}, then this check again."
             )
         return "not implemented", "not implemented", (
-            f"[ ] {exercise}: not implemented yet. Replace `raise NotImplementedError()` with your code, run "
-            "that cell, then run this check again."
+            f"[ ] {exercise}: not implemented yet. Replace the lines `# YOUR CODE HERE` and "
+            "`raise NotImplementedError(...)` with your code, run that cell, then run this check again."
         )
     if isinstance(exc, SystemExit):
         return "error", None, (
@@ -695,7 +695,8 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
                 feedback = f"[OK] {exercise}: all checks passed" + (f" ({detail})." if detail else ".")
             except (_TimeUp, SystemExit, Exception) as exc:  # noqa: BLE001 - a checker never raises at a student
                 status, mistake, feedback = _verdict(exercise, exc)
-            if status != "passed" and isinstance(seed, int):
+            if status not in ("passed", "not implemented") and isinstance(seed, int):
+                # a stub's verdict does not depend on the inputs: no seed to replay
                 feedback += f"\n    (seed {seed}: {body.__name__}(..., seed={seed}) repeats these inputs)"
             if status != "passed" and exercise in HINTS:
                 feedback += f'\n    Stuck? Ask for a hint: hint("{exercise}").'
