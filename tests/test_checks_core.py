@@ -588,3 +588,23 @@ def test_the_cpu_run_watches_tensors_made_without_device(student, wrong):
             run()
     else:
         run()
+
+
+def test_no_message_speaks_of_the_contract():
+    """Students never see docs/course-contract.md: verdicts and hints say "the exercise's shape"
+    (every string in the checkers but the docstrings and the registry's meanings, which teachers read)."""
+    import ast
+    import pathlib
+
+    found = []
+    for path in sorted(pathlib.Path(checks.__file__).parent.glob("*.py")):
+        if path.name == "_mistakes.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                      and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        found += [f"{path.name}:{node.lineno}: {node.value[:60]!r}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                  and "contract" in node.value.lower()]
+    assert not found, found

@@ -732,8 +732,8 @@ def stack_structure(model: nn.Module, num_layers: int, norm_first: bool, spec: S
         why = ""
         if isinstance(layers, nn.Sequential):
             why = (" Looping over an nn.Sequential would run, but calling it, self.layers(x), hands each layer "
-                   "only x and never the mask; the contract keeps the layers in a ModuleList that forward loops over.")
-        fail(f"`layers` should be an nn.ModuleList (the contract: `layers: nn.ModuleList`), got "
+                   "only x and never the mask; the exercise keeps the layers in a ModuleList that forward loops over.")
+        fail(f"`layers` should be an nn.ModuleList (the exercise asks for `layers: nn.ModuleList`), got "
              f"{type(layers).__name__}.{why}", mistake="wrong container")
     if len(layers) != num_layers:
         fail(f"{what}(num_layers={num_layers}, ...) has {len(layers)} layers in `layers`, expected {num_layers}.",

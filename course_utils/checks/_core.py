@@ -359,9 +359,9 @@ def require_contract_parameters(obj: Any, exercise: str) -> None:
         missing = [n for n in names if n not in named]
         if missing:
             title, yours = f"{exercise}.{part}" if part else exercise, ", ".join(n for n in params if n != "self")
-            fail(f"your {title} has no parameter named `{missing[0]}` (yours: ({yours})); the contract's signature "
+            fail(f"your {title} has no parameter named `{missing[0]}` (yours: ({yours})); the exercise's signature "
                  f"is {title}{'(self, ' + shown[1:] if part else shown}. Callers pass `{missing[0]}=...` by keyword "
-                 "(later cells, the next exercises), which raises TypeError under another name: keep the contract's "
+                 "(later cells, the next exercises), which raises TypeError under another name: keep the exercise's "
                  "names (extra optional parameters are fine).", mistake="parameter renamed")
 
 

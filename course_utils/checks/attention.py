@@ -401,7 +401,7 @@ def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[A
     first, second = result
     shapes = tuple(t.shape if isinstance(t, Tensor) else None for t in result)
     if shapes == (ref_w.shape, ref_out.shape):
-        fail("the return order is swapped: you return (weights, output); the contract is `return output, weights`.",
+        fail("the return order is swapped: you return (weights, output); the exercise asks for `return output, weights`.",
              mistake="wrong return order")
     return first, second
 

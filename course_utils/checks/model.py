@@ -198,7 +198,7 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
                  "for every sequence cannot block each sequence's own padding. Combine the padding mask (B, 1, L) "
                  "with the causal mask (L, L) using &: broadcasting gives (B, L, L).", mistake="wrong shape")
         if got.dim() == 4 and got.size(1) == 1 and got.shape[2:] == (L, L) and got.size(0) == B:
-            fail(f"{what}: the mask has an extra head axis, {describe_shape(got)} = (B, 1, L, L); the contract's "
+            fail(f"{what}: the mask has an extra head axis, {describe_shape(got)} = (B, 1, L, L); the exercise's "
                  "shape is (B, L_tgt, L_tgt) (MultiHeadAttention adds the head axis itself).",
                  mistake="extra head axis")
         _named_by_shape(what, pattern, [
@@ -425,7 +425,7 @@ _PE_DROP_WORDS = {
     "none": "gets no dropout after the positional table is added (pass the dropout argument on to "
     "PositionalEncoding(d_model, max_len, dropout); a hand-written dropout that keeps with probability p "
     "instead of 1 - p, a keep mask torch.rand(...) < p or F.dropout(x, 1 - p), looks the same here)",
-    "before": "gets its dropout before the positional table is added (dropout(x) + pe); the contract applies "
+    "before": "gets its dropout before the positional table is added (dropout(x) + pe); the Transformer applies "
     "it to the sum, dropout(x + pe), which PositionalEncoding does",
 }
 
@@ -454,7 +454,7 @@ def _dropout_mistakes(part: str) -> list[tuple[str, str, dict[str, Any]]]:
 def _require_methods(model: nn.Module) -> None:
     for name, sig in (("encode", "encode(src, src_mask)"), ("decode", "decode(tgt, memory, tgt_mask, memory_mask)")):
         if not callable(getattr(model, name, None)):
-            fail(f"your Transformer has no method {sig}; the contract asks for encode and decode "
+            fail(f"your Transformer has no method {sig}; the exercise asks for encode and decode "
                  "(greedy decoding runs the encoder once and the decoder once per step).", mistake="missing method")
 
 
@@ -529,7 +529,7 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
             fail(f"{which} lack{'s' if one else ''} the final norm: with norm_first=True the stack must end with a "
                  "LayerNorm (the residual stream is never normalised otherwise). Build Encoder/Decoder with "
                  "norm_first passed on.", mistake="missing final norm")
-        fail(f"{which} ha{'s' if one else 've'} a final norm with norm_first=False: the contract has one only when "
+        fail(f"{which} ha{'s' if one else 've'} a final norm with norm_first=False: the Transformer has one only when "
              "norm_first=True (each post-norm layer already ends with a norm). Build it only `if norm_first`.",
              mistake="final norm in post-norm")
     theirs = Counter(tuple(p.shape) for _, p in model.named_parameters(remove_duplicate=False))
@@ -546,8 +546,8 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
         + ([f"it has fewer of shape {listed(lacking)}"] if lacking else [])
     )
     fail("your Transformer's parameters do not correspond to the reference's (built with the same arguments): "
-         + (said or "the same shapes, in an order that matches no arrangement of the contract's parts")
-         + ". The checker pairs them by position and shape, whatever their names, so keep to the contract's parts: "
+         + (said or "the same shapes, in an order that matches no arrangement of the exercise's parts")
+         + ". The checker pairs them by position and shape, whatever their names, so keep to the exercise's parts: "
          "two TokenEmbeddings, one PositionalEncoding (no parameters), the Encoder, the Decoder and "
          "nn.Linear(d_model, tgt_vocab_size).", mistake="parameters differ from the reference")
 
@@ -569,7 +569,7 @@ def _check_state(model: nn.Module, D: int) -> None:
                 fail(f"the positional table `{name}` is an nn.Parameter: it is fixed, not learned, so register it "
                      "with self.register_buffer('pe', table) (a buffer moves with .to(device) and is saved, but the "
                      "optimizer never sees it).", mistake="pe is a Parameter")
-            fail(f"`{name}` {tuple(p.shape)} is a learned positional table: the contract adds the fixed sinusoidal "
+            fail(f"`{name}` {tuple(p.shape)} is a learned positional table: the Transformer adds the fixed sinusoidal "
                  "table instead (PositionalEncoding, whose `pe` is a buffer, not a parameter).",
                  mistake="learned positions")
     if any(_is_table(b, table) for _, b in model.named_buffers()):
@@ -836,7 +836,7 @@ def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: s
     before = dropout_scale(got - table, kept - table, atol=1e-4)  # dropout(x) + pe
     if before is not None and abs(before * (1 - p) - 1) < 1e-3:
         fail(f"in {where}, {what} reach {stack} as dropout(x) + pe: the dropout acts before the positional table "
-             "is added. The contract applies it to the sum, dropout(x + pe), which PositionalEncoding does.",
+             "is added. The Transformer applies it to the sum, dropout(x + pe), which PositionalEncoding does.",
              mistake="dropout before adding")
     kept_out = ~isclose(got, torch.zeros_like(got), atol=1e-5)  # (B, L, D): what the outer dropout kept
     inner = (got * (1 - p) - table)[kept_out]  # dropout(x) before adding the table, on the kept entries
@@ -989,7 +989,7 @@ def _transformer_modes(model: nn.Module, s: _Sizes) -> None:
 
 def _dropout_in_the_wrong_place(unexplained: str | None) -> None:
     if unexplained:
-        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
+        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the Transformer has "
              "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
              "nowhere else.", mistake="dropout in the wrong place")
 
@@ -1172,7 +1172,7 @@ def _greedy_mistakes(
                     "with pad_id (eos_id only when pad_id is None).", fin(fill=eos)))
     if pad_id is None:
         out.append(("filled with 0 when pad_id is None", "finished sequences are filled with 0 although pad_id is "
-                    "None: the contract fills with eos_id when pad_id is None (fill = eos_id if pad_id is None "
+                    "None: the exercise fills with eos_id when pad_id is None (fill = eos_id if pad_id is None "
                     "else pad_id); 0 may well be a real token.", fin(fill=0)))
     return out + [
         ("keeps generating after eos", "a sequence keeps producing real tokens after its <eos>: once a sequence "

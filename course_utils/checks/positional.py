@@ -152,7 +152,7 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
             fail(f"the table ({case}) has the right shape, but {_columns_report(got, expected)}.",
                  mistake="values differ")
         if got.dtype != torch.float32:  # a float64 table makes PositionalEncoding return float64
-            fail(f"the table ({case}) has the right values but dtype {got.dtype}; the contract's table is float32 "
+            fail(f"the table ({case}) has the right values but dtype {got.dtype}; the exercise's table is float32 "
                  "(torch's default dtype). A float64 table stored as `pe` makes PositionalEncoding return float64, and "
                  "the next nn.Linear then fails with 'mat1 and mat2 must have the same dtype'. Build it with "
                  "torch.arange(max_len, dtype=torch.float32) (or .float() at the end).", mistake="wrong dtype")
@@ -293,7 +293,7 @@ def check_positional_encoding(cls: Any) -> str:
     pe = module.state_dict()["pe"]  # the right numbers, checked last: the buffer's own shape
     if tuple(pe.shape) != (M, D):
         fail(f"`pe` has shape {describe_shape(pe)}; for max_len={M}, d_model={D} it should be (max_len, d_model) = "
-             f"({M}, {D}), the contract's (its state_dict is loaded into other models). An extra axis is not needed: "
+             f"({M}, {D}), the exercise's shape (its state_dict is loaded into other models). An extra axis is not needed: "
              "pe[:L] broadcasts over the batch by itself.", mistake="wrong pe shape")
 
     # the dtype rule: float32 in, float32 out (a float64 `pe` is fine when forward converts it to
