@@ -95,6 +95,7 @@ MISTAKES: dict[str, str] = {
     "batch and positions swapped": "merge_heads mixes the batch and position axes (shows only when B == L)",
     "fill not negative enough": "a finite fill for blocked scores that allowed scores can fall below (e.g. -30)",
     "fill overflows half precision": "a fill (-1e9, float32's min) that float16/bfloat16 cannot hold",
+    "heads in reverse order": "head h gets the features of head H - 1 - h (the heads' order reversed)",
     "dtype not preserved": "the result is cast to another dtype than the input's",
     # positional encoding and embeddings (03)
     "sin and cos swapped": "sin and cos exchanged in the table",
@@ -111,6 +112,7 @@ MISTAKES: dict[str, str] = {
     "pe is a Parameter": "the positional table is a learned nn.Parameter instead of a buffer",
     "pe not a buffer": "the positional table is a plain attribute, not a registered buffer",
     "pe not persistent": "the positional buffer is not saved in the state_dict",
+    "table rebuilt in forward": "forward computes the positional table again instead of adding the `pe` buffer",
     "pe not sliced": "the whole table is added instead of its first L rows",
     "error message without values": "a ValueError whose message leaves out the values the exercise asks it to name",
     "sparse embedding": "nn.Embedding(..., sparse=True): Adam refuses its sparse gradients",
@@ -126,7 +128,8 @@ MISTAKES: dict[str, str] = {
     "scaled by d_model": "embeddings scaled by d_model instead of sqrt(d_model)",
     "embeddings not scaled": "token embeddings not multiplied by sqrt(d_model)",
     "embeddings scaled": "embeddings scaled where the contract does not scale them",
-    "embeddings scaled twice": "sqrt(d_model) applied on top of TokenEmbedding's own scaling",
+    "embeddings scaled twice": "sqrt(d_model) applied twice (on top of TokenEmbedding's own scaling, or to the "
+    "weights in __init__ and to the output in forward)",
     "missing embedding": "TokenEmbedding has no embedding submodule",
     "wrong embedding size": "the embedding table has the wrong size",
     "learned positions": "learned positions instead of the sinusoidal table",
