@@ -96,7 +96,7 @@ def test_make_src_mask_stub_errors_and_weird_returns():
 
     r = check_make_src_mask(make_src_mask)
     assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
-    assert "Replace `raise NotImplementedError()`" in r.feedback
+    assert "`raise NotImplementedError(...)`" in r.feedback
 
     def in_place(src, pad_id):
         src[src == pad_id] = -1
@@ -210,7 +210,7 @@ def test_make_tgt_mask_stub_and_weird_returns():
         raise NotImplementedError()
 
     r = check_make_tgt_mask(make_tgt_mask)
-    assert not r.passed and r.status == "not implemented" and "Replace `raise NotImplementedError()`" in r.feedback
+    assert not r.passed and r.status == "not implemented" and "`raise NotImplementedError(...)`" in r.feedback
     for weird in (lambda t, p: None, lambda t, p: [], lambda t, p: torch.ones(3), lambda t, p: "mask"):
         r = check_make_tgt_mask(weird)
         assert r.passed is False and r.feedback.startswith("[X]"), r.feedback
@@ -680,7 +680,7 @@ def test_transformer_stubs_and_weird_returns():
 
     r = check_transformer(Transformer)
     assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
-    assert "Replace `raise NotImplementedError()`" in r.feedback
+    assert "`raise NotImplementedError(...)`" in r.feedback
 
     for value in (None, (1, 2), 3.0, np.zeros((2, 3, 4), dtype=np.float32)):
         for base in (course_utils.Transformer, RenamedTransformer):
@@ -889,7 +889,7 @@ def test_greedy_decode_stub_errors_and_weird_returns():
 
     r = check_greedy_decode(greedy_decode, seed=SEEDS_FIXED[0])  # a shared draw: the catalogue's first seed
     assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
-    assert "Replace `raise NotImplementedError()`" in r.feedback
+    assert "`raise NotImplementedError(...)`" in r.feedback
 
     def crashes(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
         memory = model.encoder(src)
@@ -945,3 +945,19 @@ def _tgt_mask_from_lengths(tgt, pad_id):
                                        (check_make_tgt_mask, _tgt_mask_from_lengths)])
 def test_masks_from_lengths_are_named(check, fn):
     assert_mistake(check, fn, "assumed trailing padding", "padding at the start", "tokens != pad_id")
+
+
+def tgt_mask_folded(how):
+    """Issue 22: one (L, L) mask, the batch's padding folded with .all(0) or .any(0)."""
+
+    def make_tgt_mask(tgt, pad_id):
+        real = getattr(tgt != pad_id, how)(0)  # (L,)
+        return course_utils.causal_mask(tgt.size(1)) & real[None, :]  # (L, L)
+
+    return make_tgt_mask
+
+
+@pytest.mark.parametrize("how", ["all", "any"])
+def test_tgt_mask_folded_over_the_batch_is_named_on_20_seeds(how):
+    assert_mistake(check_make_tgt_mask, tgt_mask_folded(how), "padding folded over the batch", "has shape (",
+                   f".{how}(0)", "expected (B, L, L)", repeat=STABLE)

@@ -289,6 +289,10 @@ def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> li
                     "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, "
                     f"h = norm(x), and {W[k]} reads h three times: self_attn(h, h, h, mask).",
                     {"attn": {k: ("in", "x", *spec.attn[k][2:])}}))
+        out.append(("query not normalised", f"{W[k]} normalises its keys and values but not its queries: "
+                    "self_attn(x, h, h) reads the query from the un-normalised x. In pre-norm the sub-layer's "
+                    f"whole input is normalised once, h = norm(x), and {W[k]} reads h three times: "
+                    "self_attn(h, h, h, mask).", {"attn": {k: ("x", "in", *spec.attn[k][2:])}}))
     other = "post-norm" if norm_first else "pre-norm"
     out.append(("norm_first ignored", f"with norm_first={norm_first} your layer computes the {other} "
                 f"version. norm_first=False is post-norm, x = norm(x + sublayer(x)); norm_first=True is "

@@ -177,7 +177,28 @@ _PADDING_ONLY = ("the mask only blocks padding: nothing stops a position from lo
                  "Combine the padding mask with causal_mask(L) using &.")
 
 
-def _tgt_shape(tgt: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
+def _folded(fn: Callable[..., Any], tgt: Tensor, pad_id: int, square: Tensor) -> str | None:
+    """How an ``(L, L)`` target mask folded the batch's padding into one pattern (``.all(0)`` or
+    ``.any(0)`` of the padding), or None. Where no key is padding in every sequence, ``.any(0)``
+    gives the causal mask alone: the code is then run once more with the last key padding
+    in every sequence, so that the name does not depend on the draw."""
+    B, L = tgt.shape
+    causal = causal_mask(L)  # (L, L)
+    tries = [(tgt, square)]
+    if equal(square, causal):
+        probe = tgt.clone()
+        probe[:, -1] = pad_id  # (B, L): key L - 1 is padding in every sequence
+        again = _pattern(call_student(fn, probe, pad_id, context="building the mask once more"))
+        tries = [(probe, again.reshape(L, L))] if again.numel() == L * L else []
+    for t, got in tries:
+        folds = {how: getattr(padding_mask(t, pad_id), how)(0) for how in ("all", "any")}  # each (1, L)
+        hows = [how for how, fold in folds.items() if not equal(fold & causal, causal) and equal(got, fold & causal)]
+        if hows:  # both: these inputs cannot tell them apart
+            return "(tgt != pad_id)" + " or ".join(f".{how}(0)" for how in hows)
+    return None
+
+
+def _tgt_shape(tgt: Tensor, pad_id: int, what: str, fn: Callable[..., Any]) -> Callable[[Tensor], None]:
     """What a target mask of the wrong shape is. Without a batch axis it cannot hold each
     sequence's padding (what it is besides is said first); a head axis is extra; without a
     query axis it cannot be causal."""
@@ -188,6 +209,12 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
         pattern = _pattern(got)
         if got.numel() == L * L and got.dim() >= 2 and all(s == 1 for s in got.shape[:-2]):
             square = pattern.reshape(L, L)  # (L, L): the same for every sequence
+            how = _folded(fn, tgt, pad_id, square)
+            if how:
+                fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): the padding of "
+                     f"the whole batch is folded into one (L, L) pattern ({how}), so each sequence's own padding is "
+                     "not blocked. Keep the batch axis: padding_mask(tgt, pad_id) is (B, 1, L), and & with "
+                     "causal_mask(L), (L, L), broadcasts to (B, L, L).", mistake="padding folded over the batch")
             _named_by_shape(what, square, [
                 ("causal only", _CAUSAL_ONLY, causal),
                 *[(name, f"the causal part is wrong: {words} And it has no batch axis, so no sequence's padding is "
@@ -246,7 +273,7 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
         if "at the start" not in case and matches(got, pad.transpose(1, 2) & causal):  # trailing: as both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         what = f"the mask ({case})"
-        _check_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what),
+        _check_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what, fn),
                     f"Entry [b, i, j] is True when query i of row b may attend to key j: j <= i (not a later "
                     f"position) and token j is real (not pad_id = {pad_id}).",
                     lambda idx, tgt=tgt: f" (key token {int(tgt[idx[0], idx[2]])}"
