@@ -575,8 +575,8 @@ def check_encoder(cls: Any) -> str:
 
 # ---------------------------------------------------------------- hints
 register_hints("LayerNorm", [
-    "Each position is normalised on its own, over its D features (the last axis): subtract "
-    "the mean, divide by the standard deviation, then scale and shift.",
+    "Redo §1's four numbers by hand first. For x of shape (B, L, D), over which axis do the mean and "
+    "the variance run, and what shape must they keep so that x - mean still works?",
     "In __init__ store eps and create self.weight = nn.Parameter(torch.ones(d_model)) and "
     "self.bias = nn.Parameter(torch.zeros(d_model)).",
     "In forward take mean and var over dim=-1 with keepdim=True so they broadcast back over "

@@ -1613,7 +1613,8 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
 
 # ---------------------------------------------------------------- hints
 register_hints("make_src_mask", [
-    "The source mask marks which source tokens are real: True = may attend, False = padding.",
+    "The encoder reads the whole source, so its mask only has to hide the padding. You wrote a "
+    "function in notebook 01 that already marks the real tokens: which one?",
     "padding_mask from notebook 01 does exactly this: (src != pad_id) with a middle axis of size 1, "
     "shape (B, 1, L_src), so it broadcasts over the queries.",
 ])
