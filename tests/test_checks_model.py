@@ -739,7 +739,10 @@ def make_greedy(bug=None):
                 tgt_mask = tgt_mask.T if bug == "upper mask" else ~tgt_mask
             if bug == "encode every step":  # trial D w_encode_every_step
                 memory = model.encode(src, src_mask)
-            out = model.decode(ys, memory, tgt_mask, mask)
+            if bug == "last only":  # issue 22: the newest token alone, as if there were a cache
+                out = model.decode(ys[:, -1:], memory, None, mask)
+            else:
+                out = model.decode(ys, memory, tgt_mask, mask)
             if bug == "full forward":  # trial D w_full_forward: encoder and decoder at every step
                 nxt = model(src, ys, src_mask, tgt_mask)[:, -1].argmax(dim=-1)
             elif bug == "argmax positions":
@@ -748,6 +751,8 @@ def make_greedy(bug=None):
                 nxt = model.output_projection(out[:, -1]).argmax(dim=0)
             elif bug == "first position":
                 nxt = model.output_projection(out[:, 0]).argmax(dim=-1)
+            elif bug == "no projection":  # issue 22: the argmax over the D features
+                nxt = out[:, -1].argmax(dim=-1)
             else:
                 nxt = model.output_projection(out[:, -1]).argmax(dim=-1)
             if bug == "eos overwritten":  # trial D w_eos_replaced_by_pad: finished marked before the fill
@@ -757,6 +762,8 @@ def make_greedy(bug=None):
             ys = torch.cat([ys, nxt.unsqueeze(1)], dim=1)
             done = (nxt == eos_id) if bug == "not cumulative" else done | (nxt == eos_id)
             if bug == "first eos" and done.any():
+                break
+            if bug == "row 0 stop" and done[0]:  # issue 22: "4 columns, expected 9"
                 break
             if bug not in ("ignores eos", "to max_len") and done.all():
                 break
@@ -848,6 +855,10 @@ def modifies_src(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None
         (make_greedy("float"), "wrong dtype", ["torch.long", "right tokens"]),
         (modifies_src, "input modified in place", ["in place"]),
         (make_greedy("inverted causal"), "inverted mask", ["~causal_mask(T)", "True marks the future keys"]),
+        (make_greedy("last only"), "only the last token fed", ["ys[:, -1:]", "whole prefix"]),
+        (make_greedy("no projection"), "missing output projection", ["model.output_projection never did",
+                                                                     "argmax over the decoder's D features"]),
+        (make_greedy("row 0 stop"), "stops at the first eos", ["row 0", "finished.all()"]),
     ],
 )
 def test_greedy_decode_mistakes_are_named(fn, mistake, words):

@@ -1210,7 +1210,7 @@ def _greedy_mistakes(
         ("runs to max_len after all finished", "decoding goes on until max_len although every sequence had already "
          "produced <eos>: stop as soon as all of them have finished (T = 1 + the number of steps taken).",
          fin(stop="never")),
-        ("stops at the first eos", "decoding stops as soon as one sequence produces <eos>; stop only when every "
+        ("stops at the first eos", "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every "
          "sequence has finished (track a `finished` flag per sequence and test finished.all()).", fin(stop="any")),
         ("no causal mask", "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, "
          "as in training; without it the earlier positions see the later ones and the prediction changes.",
@@ -1389,9 +1389,15 @@ class _GreedyWatch:
         self.model = model
         self.grad: list[bool] = []
         self.training: set[str] = set()  # sub-modules that ran in train mode
-        self.encoder_calls = self.rows_encoded = 0
+        self.encoder_calls = self.rows_encoded = self.decoder_calls = self.projections = 0
+        self.fed: list[int] = []  # the length of the decoder's input at each call
         self.handles = [model.encoder.register_forward_pre_hook(self._hook(True), with_kwargs=True),
                         model.decoder.register_forward_pre_hook(self._hook(False), with_kwargs=True)]
+        if isinstance(getattr(model, "output_projection", None), nn.Module):
+            self.handles.append(model.output_projection.register_forward_pre_hook(self._projected))
+
+    def _projected(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        self.projections += 1
 
     def _hook(self, encoder: bool) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -1401,7 +1407,29 @@ class _GreedyWatch:
                 x = args[0] if args else kwargs.get("x")
                 self.encoder_calls += 1
                 self.rows_encoded += x.size(0) if isinstance(x, Tensor) and x.dim() == 3 else 0
+            else:
+                self.decoder_calls += 1
+                x = args[0] if args else kwargs.get("x")
+                self.fed.append(x.size(1) if isinstance(x, Tensor) and x.dim() == 3 else 0)
         return hook
+
+    def fail_if_one_token_fed(self, words: str) -> None:
+        """A loop that fed model.decoder one position at every step (a key/value cache, as in
+        notebook 07, calls the layers itself, never model.decoder)."""
+        if len(self.fed) >= 2 and set(self.fed) == {1}:
+            fail(f"while decoding ({words}) the decoder got one position at each of its {len(self.fed)} calls: "
+                 + _LAST_ONLY, mistake="only the last token fed")
+
+    def fail_if_unprojected(self, words: str) -> None:
+        """Wrong tokens (or an error) from a loop that decoded but never ran the output projection."""
+        if self.decoder_calls and not self.projections:
+            n = self.decoder_calls
+            fail(f"while decoding ({words}) model.decode ran {n} time{'s' * (n != 1)} but model.output_projection "
+                 "never did: the next token was taken as the argmax over the decoder's D features, which are not "
+                 "words (an id up to D - 1, which can even fall outside the vocabulary and fail in the next "
+                 "decode). model.decode returns (B, T, D) vectors; turn the last one into (B, V) logits first, "
+                 "model.output_projection(out[:, -1]), then take argmax(dim=-1) over the vocabulary.",
+                 mistake="missing output projection")
 
     def close(self) -> None:
         for h in self.handles:
@@ -1434,8 +1462,14 @@ def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
     require_no_grad(watch.grad, "decoding", "greedy_decode", words)
 
 
+_LAST_ONLY = ("the decoder is fed only the newest token, ys[:, -1:], at every step, so it predicts from one token "
+              "at position 0 and forgets the prefix (only a key/value cache may do that, and it keeps the earlier "
+              "keys and values). Feed the whole prefix, model.decode(ys, memory, causal_mask(T), src_mask), and "
+              "read its last position, out[:, -1].")
+
+
 def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int, eos_id: int, fill: int, M: int,
-                 eos_filled: bool = False, cumulative: bool = True, dim: int = -1) -> Tensor:
+                 eos_filled: bool = False, cumulative: bool = True, dim: int = -1, stop_row0: bool = False) -> Tensor:
     """Greedy decoding, filling as it goes, with a filling mistake or an argmax over ``dim``: the
     tokens after a fill depend on it (and the rows on each other with ``dim=0``), so the setup's
     un-filled trajectories cannot give them. Tried only once the tokens are wrong."""
@@ -1451,7 +1485,7 @@ def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int,
         if not eos_filled:
             finished = (finished | (nxt == eos_id)) if cumulative else nxt == eos_id
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, T + 1)
-        if bool(finished.all()):
+        if bool(finished[0] if stop_row0 else finished.all()):
             break
     return ys
 
@@ -1463,6 +1497,9 @@ _LAZY_GREEDY = [  # (name, diagnosis, _lazy_greedy's keywords)
     ("finished not cumulative", "`finished` is recomputed from the newest token only (finished = next_token == "
      "eos_id), so a sequence that has filled a pad counts as unfinished again and produces more tokens: keep it "
      "finished, finished = finished | (next_token == eos_id).", dict(cumulative=False)),
+    ("stops at the first eos", "decoding stops when row 0 has produced <eos> (a test of ys[0, -1] or "
+     "finished[0]), whatever the other rows: stop only when every sequence has finished, "
+     "`if finished.all(): break`.", dict(stop_row0=True)),
 ]
 
 
@@ -1552,6 +1589,24 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
              mistake="argmax over wrong axis")
 
 
+def _rows_reversed(fn: Callable[..., Any], setup: _GreedySetup) -> None:
+    """The batch of the case where every row ends before max_len, at different steps, in reverse
+    order: code that stops when row 0 ends (right when row 0 happens to end last) shows here."""
+    case, M = setup.cases[1], setup.max_len
+    rows = case.rows.flip(0)
+    src, mask = setup.src[rows], setup.src_mask[rows]
+    words = (f"{case.words}, the rows in reverse order: batch of {len(rows)}, max_len={M}, bos_id={setup.bos_id}, "
+             f"eos_id={case.eos_id}, pad_id={case.pad_id}")
+    setup.model.eval()
+    got = call_student(fn, setup.model, src, M, setup.bos_id, case.eos_id, context=f"decoding ({words})",
+                       src_mask=mask, pad_id=case.pad_id)
+    setup.model.eval()
+    expected = case.expected.flip(0)  # (B, T): the rows are independent, T the same
+    if isinstance(got, Tensor) and not _same(got.long(), expected):
+        _lazy_diagnosis(got, setup, replace(case, rows=rows, expected=expected), src, mask, words)
+        _token_diagnosis(got, expected, words, M)
+
+
 @checker("greedy_decode")
 def check_greedy_decode(fn: Callable[..., Any]) -> str:
     require_function(fn, "greedy_decode")
@@ -1571,6 +1626,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         except StudentError as err:
             model.eval()
             if not isinstance(err.exc, NotImplementedError):
+                watch.fail_if_unprojected(words)
                 _greedy_probe(fn, setup, case, err)
             raise
         finally:
@@ -1578,6 +1634,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         left_in = {m.training for m in model.modules()}  # the modes greedy_decode left behind
         model.eval()
         _watch_before_tokens(watch, words)
+        watch.fail_if_one_token_fed(words)  # even with the right tokens: a random model may ignore the prefix
         check_unchanged(["src", "src_mask"], [src, mask], [src0, mask0], words)
         if isinstance(got, Tensor) and got.dtype != torch.long:
             right = got.shape == case.expected.shape and bool(equal(got.long(), case.expected))
@@ -1589,6 +1646,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
             expect_close("the output", got, case.expected, case.mistakes, atol=0, rtol=0, case=words)
         except Failure as f:
             if f.mistake in ("values differ", "wrong shape"):
+                watch.fail_if_unprojected(words)
                 _lazy_diagnosis(got, setup, case, src, mask, words)
                 _token_diagnosis(got, case.expected, words, M)
             raise
@@ -1600,6 +1658,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
                  f"that decodes a few examples goes on {'without' if case.train else 'with'} dropout. Remember "
                  "`was_training = model.training` before model.eval() and end with model.train(was_training).",
                  mistake="mode not restored")
+    _rows_reversed(fn, setup)
     case = setup.cases[0]  # right tokens: now with the model's own tensors watched as another device's
     src, mask = setup.src[case.rows], setup.src_mask[case.rows]
     kwargs = {"src_mask": mask, **({"pad_id": case.pad_id} if case.pass_pad else {})}
