@@ -56,9 +56,14 @@ def check_mask(mask: object, scores_shape: torch.Size, what: str = "the attentio
     # plain Python, as torch.broadcast_shapes costs ~0.1 ms a call (twice per attention)
     fits = mask.dim() <= len(target) and all(m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target)))
     if not fits:
+        if len(target) == 4 and mask.dim() == 3:  # (B, 1 or L_q, L_k) against (B, H, L_q, L_k)
+            expected = ("; with scores (B, H, L_q, L_k) a 3-D mask lines up from the right, its first axis (B) "
+                        "against the head axis H, so (B, 1, L_k) is refused here: add the head axis first, "
+                        "mask.unsqueeze(1), giving (B, 1, 1, L_k) or (B, 1, L_q, L_k)")
+        else:
+            expected = "; expected a shape such as (L_q, L_k), (B, 1, L_k) or (B, L_q, L_k)"
         raise ValueError(
-            f"mask of shape {_shape(mask)} cannot be broadcast to {what} of shape "
-            f"{tuple(target)}; expected a shape such as (L_q, L_k), (B, 1, L_k) or (B, L_q, L_k)"
+            f"mask of shape {_shape(mask)} cannot be broadcast to {what} of shape {tuple(target)}{expected}"
         )
 
 

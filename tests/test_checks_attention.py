@@ -993,3 +993,22 @@ def test_query_scaled_first_passes_the_half_precision_cases():
     r = check_scaled_dot_product_attention(_query_scaled_first, seed=1400343121)
     assert r.passed, r.feedback
     assert_passes(check_scaled_dot_product_attention, _query_scaled_first, repeat=STABLE)
+
+
+def padding_from_lengths(tokens, pad_id):
+    """d2l's habit: a length per row (the first pad id), every position after it padding."""
+    L = tokens.size(1)
+    is_pad = tokens == pad_id
+    valid = torch.where(is_pad.any(1), is_pad.int().argmax(1), torch.full((tokens.size(0),), L))
+    return (torch.arange(L)[None, :] < valid[:, None]).unsqueeze(1)
+
+
+def padding_from_counts(tokens, pad_id):
+    n = (tokens != pad_id).sum(1)  # (B,): the real tokens taken as the first n
+    return (torch.arange(tokens.size(1))[None, :] < n[:, None]).unsqueeze(1)
+
+
+@pytest.mark.parametrize("fn", [padding_from_lengths, padding_from_counts], ids=["first pad", "count"])
+def test_padding_mask_from_lengths_is_named_on_20_seeds(fn):
+    assert_mistake(check_padding_mask, fn, "assumed trailing padding", "Padding is wherever the pad id is",
+                   "tokens != pad_id", repeat=STABLE)

@@ -1557,6 +1557,20 @@ class LayerRawKeys(Layer):  # W13: pre-norm self_attn(h, x, x)
         return x + self.dropout2(self.feed_forward(self.norm2(x)))
 
 
+class LayerRawQuery(Layer):  # issue 22: pre-norm self_attn(x, h, h)
+    def pre(self, x, mask):
+        h = self.norm1(x)
+        x = x + self.dropout1(self.self_attn(x, h, h, mask)[0])
+        return x + self.dropout2(self.feed_forward(self.norm2(x)))
+
+
+def test_pre_norm_query_from_raw_x_is_named_on_20_seeds():
+    from checker_asserts import STABLE
+
+    assert_mistake(check_encoder_layer, LayerRawQuery, "query not normalised", "self_attn(x, h, h)",
+                   "self_attn(h, h, h, mask)", repeat=STABLE)
+
+
 class StackMaskFirstOnly(Stack):  # W07
     def forward(self, x, mask=None):
         for i, layer in enumerate(self.layers):

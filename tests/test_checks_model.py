@@ -96,7 +96,7 @@ def test_make_src_mask_stub_errors_and_weird_returns():
 
     r = check_make_src_mask(make_src_mask)
     assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
-    assert "Replace `raise NotImplementedError()`" in r.feedback
+    assert "`raise NotImplementedError(...)`" in r.feedback
 
     def in_place(src, pad_id):
         src[src == pad_id] = -1
@@ -210,7 +210,7 @@ def test_make_tgt_mask_stub_and_weird_returns():
         raise NotImplementedError()
 
     r = check_make_tgt_mask(make_tgt_mask)
-    assert not r.passed and r.status == "not implemented" and "Replace `raise NotImplementedError()`" in r.feedback
+    assert not r.passed and r.status == "not implemented" and "`raise NotImplementedError(...)`" in r.feedback
     for weird in (lambda t, p: None, lambda t, p: [], lambda t, p: torch.ones(3), lambda t, p: "mask"):
         r = check_make_tgt_mask(weird)
         assert r.passed is False and r.feedback.startswith("[X]"), r.feedback
@@ -680,7 +680,7 @@ def test_transformer_stubs_and_weird_returns():
 
     r = check_transformer(Transformer)
     assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
-    assert "Replace `raise NotImplementedError()`" in r.feedback
+    assert "`raise NotImplementedError(...)`" in r.feedback
 
     for value in (None, (1, 2), 3.0, np.zeros((2, 3, 4), dtype=np.float32)):
         for base in (course_utils.Transformer, RenamedTransformer):
@@ -739,7 +739,10 @@ def make_greedy(bug=None):
                 tgt_mask = tgt_mask.T if bug == "upper mask" else ~tgt_mask
             if bug == "encode every step":  # trial D w_encode_every_step
                 memory = model.encode(src, src_mask)
-            out = model.decode(ys, memory, tgt_mask, mask)
+            if bug == "last only":  # issue 22: the newest token alone, as if there were a cache
+                out = model.decode(ys[:, -1:], memory, None, mask)
+            else:
+                out = model.decode(ys, memory, tgt_mask, mask)
             if bug == "full forward":  # trial D w_full_forward: encoder and decoder at every step
                 nxt = model(src, ys, src_mask, tgt_mask)[:, -1].argmax(dim=-1)
             elif bug == "argmax positions":
@@ -748,6 +751,8 @@ def make_greedy(bug=None):
                 nxt = model.output_projection(out[:, -1]).argmax(dim=0)
             elif bug == "first position":
                 nxt = model.output_projection(out[:, 0]).argmax(dim=-1)
+            elif bug == "no projection":  # issue 22: the argmax over the D features
+                nxt = out[:, -1].argmax(dim=-1)
             else:
                 nxt = model.output_projection(out[:, -1]).argmax(dim=-1)
             if bug == "eos overwritten":  # trial D w_eos_replaced_by_pad: finished marked before the fill
@@ -757,6 +762,8 @@ def make_greedy(bug=None):
             ys = torch.cat([ys, nxt.unsqueeze(1)], dim=1)
             done = (nxt == eos_id) if bug == "not cumulative" else done | (nxt == eos_id)
             if bug == "first eos" and done.any():
+                break
+            if bug == "row 0 stop" and done[0]:  # issue 22: "4 columns, expected 9"
                 break
             if bug not in ("ignores eos", "to max_len") and done.all():
                 break
@@ -848,6 +855,10 @@ def modifies_src(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None
         (make_greedy("float"), "wrong dtype", ["torch.long", "right tokens"]),
         (modifies_src, "input modified in place", ["in place"]),
         (make_greedy("inverted causal"), "inverted mask", ["~causal_mask(T)", "True marks the future keys"]),
+        (make_greedy("last only"), "only the last token fed", ["ys[:, -1:]", "whole prefix"]),
+        (make_greedy("no projection"), "missing output projection", ["model.output_projection never did",
+                                                                     "argmax over the decoder's D features"]),
+        (make_greedy("row 0 stop"), "stops at the first eos", ["row 0", "finished.all()"]),
     ],
 )
 def test_greedy_decode_mistakes_are_named(fn, mistake, words):
@@ -889,7 +900,7 @@ def test_greedy_decode_stub_errors_and_weird_returns():
 
     r = check_greedy_decode(greedy_decode, seed=SEEDS_FIXED[0])  # a shared draw: the catalogue's first seed
     assert not r.passed and r.status == "not implemented" and "not implemented yet" in r.feedback
-    assert "Replace `raise NotImplementedError()`" in r.feedback
+    assert "`raise NotImplementedError(...)`" in r.feedback
 
     def crashes(model, src, max_len, bos_id, eos_id, src_mask=None, pad_id=None):
         memory = model.encoder(src)
@@ -945,3 +956,19 @@ def _tgt_mask_from_lengths(tgt, pad_id):
                                        (check_make_tgt_mask, _tgt_mask_from_lengths)])
 def test_masks_from_lengths_are_named(check, fn):
     assert_mistake(check, fn, "assumed trailing padding", "padding at the start", "tokens != pad_id")
+
+
+def tgt_mask_folded(how):
+    """Issue 22: one (L, L) mask, the batch's padding folded with .all(0) or .any(0)."""
+
+    def make_tgt_mask(tgt, pad_id):
+        real = getattr(tgt != pad_id, how)(0)  # (L,)
+        return course_utils.causal_mask(tgt.size(1)) & real[None, :]  # (L, L)
+
+    return make_tgt_mask
+
+
+@pytest.mark.parametrize("how", ["all", "any"])
+def test_tgt_mask_folded_over_the_batch_is_named_on_20_seeds(how):
+    assert_mistake(check_make_tgt_mask, tgt_mask_folded(how), "padding folded over the batch", "has shape (",
+                   f".{how}(0)", "expected (B, L, L)", repeat=STABLE)

@@ -56,7 +56,28 @@ def split_loop(x, num_heads):
     return torch.stack([x[:, :, h * d_k : (h + 1) * d_k] for h in range(num_heads)], dim=1)
 
 
-@pytest.mark.parametrize("fn", [course_utils.split_heads, split_view_reshape, split_permute, split_unflatten, split_loop])
+def split_filled(x, num_heads, dtype="x"):
+    """Heads copied into a new tensor: in x's dtype (right) or in torch's default float32."""
+    B, L, D = x.shape
+    _divisible(D, num_heads)
+    d_k = D // num_heads
+    out = torch.zeros(B, num_heads, L, d_k, **({"dtype": x.dtype} if dtype == "x" else {}))
+    for h in range(num_heads):
+        out[:, h] = x[:, :, h * d_k : (h + 1) * d_k]
+    return out
+
+
+def split_reversed(x, num_heads):
+    _divisible(x.shape[-1], num_heads)
+    return torch.stack(list(reversed(x.chunk(num_heads, dim=-1))), dim=1)  # head 0 gets the last slice
+
+
+def merge_reversed(x):
+    return torch.cat(x.unbind(1)[::-1], dim=-1)
+
+
+@pytest.mark.parametrize("fn", [course_utils.split_heads, split_view_reshape, split_permute, split_unflatten, split_loop,
+                                split_filled])
 def test_split_heads_correct_variants_pass(fn):
     assert_passes(check_split_heads, fn)
 
@@ -131,6 +152,24 @@ def split_in_place(x, num_heads):
 )
 def test_split_heads_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_split_heads, fn, mistake, *words, repeat=STABLE if "error" in mistake or "check" in mistake else 3)
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (split_reversed, "heads in reverse order", ["reverse order", "head 0 first", "flip"]),
+    (lambda x, h: course_utils.split_heads(x, h).float(), "dtype not preserved",
+     ["in torch.float64) returns torch.float32", ".float()"]),
+    (lambda x, h: split_filled(x, h, dtype="default"), "dtype not preserved", ["returns torch.float32", "dtype=x.dtype"]),
+], ids=["reversed", "float()", "zeros without dtype"])
+def test_split_heads_issue22_mistakes_are_named_on_20_seeds(fn, mistake, words):
+    assert_mistake(check_split_heads, fn, mistake, *words, repeat=STABLE)
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (merge_reversed, "heads in reverse order", ["reverse order", "hold head H - 1 - h"]),
+    (lambda x: course_utils.merge_heads(x).float(), "dtype not preserved", ["in torch.float64) returns torch.float32"]),
+], ids=["reversed", "float()"])
+def test_merge_heads_reversed_and_cast_are_named_on_20_seeds(fn, mistake, words):
+    assert_mistake(check_merge_heads, fn, mistake, *words, repeat=STABLE)
 
 
 def test_split_heads_stub_error_and_weird_returns():

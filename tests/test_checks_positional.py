@@ -292,6 +292,8 @@ def make_pe(bug=None):
                 self.pe.mul_(1.5)
             if bug == "missing pe":
                 return self.dropout(x + self.encoding[:L])
+            if bug == "table rebuilt in forward":  # the text says the table is computed once
+                return self.dropout(x + course_utils.sinusoidal_positional_encoding(L, x.size(-1)).to(x.dtype))
             if bug == "x detached":
                 return self.dropout(x.detach() + pe[:L])
             return self.dropout(x + pe[:L])
@@ -350,10 +352,11 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("Parameter as buffer", "pe is a Parameter", ["holds an nn.Parameter", "register_buffer('pe', table)"]),
         ("pe.float()", "dtype not preserved", ["returns torch.float32 instead of torch.float16", ".float()"]),
         ("pe moved to the CPU", "wrong device", [".cpu()", "x + self.pe[:L]"]),
+        ("table rebuilt in forward", "table rebuilt in forward", ["computes the table again", "self.pe[:L]"]),
     ],
 )
 def test_positional_encoding_mistakes_are_named(bug, mistake, words):
-    new = ("hard-coded", "sqrt", "sequence-first", "frequencies")  # the families added last: 20 draws each
+    new = ("hard-coded", "sqrt", "sequence-first", "frequencies", "rebuilt")  # the families added last: 20 draws each
     assert_mistake(check_positional_encoding, make_pe(bug), mistake, *words,
                    repeat=STABLE if any(w in bug for w in new) else 3)
 
@@ -431,6 +434,23 @@ class PaddingIdxEmbedding(make_embedding(lambda e, d: e * math.sqrt(d))):
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
 
 
+class ScaledTwice(make_embedding(lambda e, d: e * math.sqrt(d))):
+    """Issue 22: the weights multiplied by sqrt(d_model) in __init__ and the output again in forward."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__(vocab_size, d_model)
+        with torch.no_grad():
+            self.embedding.weight.mul_(math.sqrt(d_model))
+
+
+class SmallInit(make_embedding(lambda e, d: e * math.sqrt(d))):
+    """Right: a smaller initialisation (normal with std d_model^-0.5, as tensor2tensor), scaled once."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__(vocab_size, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+
+
 class DataLookup(make_embedding(None)):
     def forward(self, tokens):
         return self.embedding.weight.data[tokens] * math.sqrt(self.d_model)  # right values, no gradient
@@ -445,6 +465,7 @@ class DataLookup(make_embedding(None)):
         make_embedding(lambda e, d: e / (1 / math.sqrt(d))),
         FunctionalEmbedding,
         PaddingIdxEmbedding,
+        SmallInit,
     ],
 )
 def test_token_embedding_correct_variants_pass(cls):
@@ -470,6 +491,11 @@ class ScaledInPlaceG(make_embedding(None)):
         with torch.no_grad():
             self.embedding.weight.mul_(math.sqrt(self.d_model))
         return self.embedding(tokens)
+
+
+def test_token_embedding_scaled_twice_is_named_on_20_seeds():
+    assert_mistake(check_token_embedding, ScaledTwice, "embeddings scaled twice", "__init__ also multiplies",
+                   "Scale once", repeat=STABLE)
 
 
 class NamedWrong(nn.Module):

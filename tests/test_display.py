@@ -59,10 +59,10 @@ CASES = [
      ["causal_mask"], ["causal_mask all checks passed (7 sizes, on CPU)."]),
     ("passed", "[OK] padding_mask: all checks passed.", GREEN, ["padding_mask"], ["padding_mask all checks passed."]),
     ("not implemented",
-     "[ ] LayerNorm: not implemented yet. Replace `raise NotImplementedError()` with your code, run that cell, "
-     "then run this check again.\n    Stuck? Ask for a hint: hint(\"LayerNorm\").", GREY,
-     ["LayerNorm", "raise NotImplementedError()", 'hint("LayerNorm")'],
-     ["LayerNorm not implemented yet. Replace raise", "with your code, run that cell"]),
+     "[ ] LayerNorm: not implemented yet. Replace the lines `# YOUR CODE HERE` and `raise NotImplementedError(...)` "
+     "with your code, run that cell, then run this check again.\n    Stuck? Ask for a hint: hint(\"LayerNorm\").",
+     GREY, ["LayerNorm", "# YOUR CODE HERE", "raise NotImplementedError(...)", 'hint("LayerNorm")'],
+     ["LayerNorm not implemented yet. Replace the lines", "with your code, run that cell"]),
     ("error",
      "[X] scaled_dot_product_attention: your code raised RuntimeError while running on (B, L_q, d_k) = (2, 3, 4): "
      "mat1 and mat2 shapes cannot be multiplied (6x4 and 3x4)\n    at line 7 (in scaled_dot_product_attention): "

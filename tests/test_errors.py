@@ -357,3 +357,11 @@ def test_feed_forward_checks_the_width():
 
     _raises(ValueError, FeedForward(8, 16), torch.randn(2, 3, 6), must_contain=("x", "d_model = 8", "(2, 3, 6)"))
     _raises(ValueError, FeedForward(8, 16, activation="gelu"), torch.randn(4, 6), must_contain=("d_model = 8", "(4, 6)"))
+
+
+def test_a_3d_mask_against_4d_scores_names_the_head_axis():
+    """(B, 1, L_k) is a right mask for (B, L_q, L_k) scores; against (B, H, L_q, L_k) the error
+    says why it is refused there (its B meets the head axis) and what to do."""
+    q = torch.randn(3, 2, 4, 5)  # (B, H, L, d_k), B != H
+    with pytest.raises(ValueError, match=r"against the head axis H, so \(B, 1, L_k\) is refused here.*unsqueeze\(1\)"):
+        scaled_dot_product_attention(q, q, q, torch.ones(3, 1, 4, dtype=torch.bool))

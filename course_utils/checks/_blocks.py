@@ -289,6 +289,10 @@ def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> li
                     "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, "
                     f"h = norm(x), and {W[k]} reads h three times: self_attn(h, h, h, mask).",
                     {"attn": {k: ("in", "x", *spec.attn[k][2:])}}))
+        out.append(("query not normalised", f"{W[k]} normalises its keys and values but not its queries: "
+                    "self_attn(x, h, h) reads the query from the un-normalised x. In pre-norm the sub-layer's "
+                    f"whole input is normalised once, h = norm(x), and {W[k]} reads h three times: "
+                    "self_attn(h, h, h, mask).", {"attn": {k: ("x", "in", *spec.attn[k][2:])}}))
     other = "post-norm" if norm_first else "pre-norm"
     out.append(("norm_first ignored", f"with norm_first={norm_first} your layer computes the {other} "
                 f"version. norm_first=False is post-norm, x = norm(x + sublayer(x)); norm_first=True is "
@@ -732,8 +736,8 @@ def stack_structure(model: nn.Module, num_layers: int, norm_first: bool, spec: S
         why = ""
         if isinstance(layers, nn.Sequential):
             why = (" Looping over an nn.Sequential would run, but calling it, self.layers(x), hands each layer "
-                   "only x and never the mask; the contract keeps the layers in a ModuleList that forward loops over.")
-        fail(f"`layers` should be an nn.ModuleList (the contract: `layers: nn.ModuleList`), got "
+                   "only x and never the mask; the exercise keeps the layers in a ModuleList that forward loops over.")
+        fail(f"`layers` should be an nn.ModuleList (the exercise asks for `layers: nn.ModuleList`), got "
              f"{type(layers).__name__}.{why}", mistake="wrong container")
     if len(layers) != num_layers:
         fail(f"{what}(num_layers={num_layers}, ...) has {len(layers)} layers in `layers`, expected {num_layers}.",

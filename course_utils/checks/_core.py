@@ -360,9 +360,9 @@ def require_contract_parameters(obj: Any, exercise: str) -> None:
         missing = [n for n in names if n not in named]
         if missing:
             title, yours = f"{exercise}.{part}" if part else exercise, ", ".join(n for n in params if n != "self")
-            fail(f"your {title} has no parameter named `{missing[0]}` (yours: ({yours})); the contract's signature "
+            fail(f"your {title} has no parameter named `{missing[0]}` (yours: ({yours})); the exercise's signature "
                  f"is {title}{'(self, ' + shown[1:] if part else shown}. Callers pass `{missing[0]}=...` by keyword "
-                 "(later cells, the next exercises), which raises TypeError under another name: keep the contract's "
+                 "(later cells, the next exercises), which raises TypeError under another name: keep the exercise's "
                  "names (extra optional parameters are fine).", mistake="parameter renamed")
 
 
@@ -609,8 +609,8 @@ def _verdict(exercise: str, exc: BaseException) -> tuple[str, str | None, str]:
                 f"`from course_utils import {stub[1]}`, then the cell that defines {exercise}, then this check again."
             )
         return "not implemented", "not implemented", (
-            f"[ ] {exercise}: not implemented yet. Replace `raise NotImplementedError()` with your code, run "
-            "that cell, then run this check again."
+            f"[ ] {exercise}: not implemented yet. Replace the lines `# YOUR CODE HERE` and "
+            "`raise NotImplementedError(...)` with your code, run that cell, then run this check again."
         )
     if isinstance(exc, SystemExit):
         return "error", None, (
@@ -696,7 +696,8 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
                 feedback = f"[OK] {exercise}: all checks passed" + (f" ({detail})." if detail else ".")
             except (_TimeUp, SystemExit, Exception) as exc:  # noqa: BLE001 - a checker never raises at a student
                 status, mistake, feedback = _verdict(exercise, exc)
-            if status != "passed" and isinstance(seed, int):
+            if status not in ("passed", "not implemented") and isinstance(seed, int):
+                # a stub's verdict does not depend on the inputs: no seed to replay
                 feedback += f"\n    (seed {seed}: {body.__name__}(..., seed={seed}) repeats these inputs)"
             if status != "passed" and exercise in HINTS:
                 feedback += f'\n    Stuck? Ask for a hint: hint("{exercise}").'

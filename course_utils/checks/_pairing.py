@@ -148,13 +148,13 @@ def structure_failure(what: str, student: nn.Module, missing: list[str], unexpec
             text += f" Instead it has {_some(unexpected)}: did you name a submodule differently?"
         fail(
             text + f" The checker copies its random weights into the reference by name, so use "
-            f"the contract's submodules: {contract}.",
+            f"the exercise's submodules: {contract}.",
             mistake="missing submodule",
         )
     if unexpected:
         fail(
             f"your {what} has parameters that the reference does not: {_some(unexpected)}. "
-            f"The contract's submodules are {contract}; keep to them (no extra learnable weights).",
+            f"The exercise's submodules are {contract}; keep to them (no extra learnable weights).",
             mistake="unexpected parameters",
         )
 

@@ -401,7 +401,7 @@ def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[A
     first, second = result
     shapes = tuple(t.shape if isinstance(t, Tensor) else None for t in result)
     if shapes == (ref_w.shape, ref_out.shape):
-        fail("the return order is swapped: you return (weights, output); the contract is `return output, weights`.",
+        fail("the return order is swapped: you return (weights, output); the exercise asks for `return output, weights`.",
              mistake="wrong return order")
     return first, second
 
@@ -606,6 +606,35 @@ def _padding_shape(B: int, L: int, what: str) -> Callable[[Tensor], None]:
     return diagnose
 
 
+def _padding_candidates(tokens: Tensor, pad_id: int) -> list[tuple[str, str, Tensor]]:
+    """The catalogued wrong padding masks of ``tokens``, each ``(name, message, mask (B, 1, L))``."""
+    B, L = tokens.shape
+    ref = _ref_padding_mask(tokens, pad_id)  # (B, 1, L)
+    candidates = [("inverted mask", "the mask is inverted: it is True at the padding. In this course True = may "
+                   "attend, so the mask is True at the real tokens (tokens != pad_id).", ~ref)]
+    zero_words = (f"the mask treats the token id 0 as padding, but pad_id is {pad_id} here: compare with the "
+                  "pad_id argument, not a hard-coded 0 (`tokens.bool()` also compares with 0).")
+    if pad_id != 0:
+        candidates += [("hard-coded pad id", zero_words, m.unsqueeze(1)) for m in (tokens != 0, tokens == 0)]
+        below = sorted(set(tokens[tokens < pad_id].tolist()))  # real ids, never empty (a real 0)
+        candidates.append(("ids below pad_id as padding", f"the real tokens with ids smaller than pad_id ({below}"
+                           ") are marked as padding too: `tokens > pad_id` assumes pad_id is the smallest id. "
+                           "Compare for inequality: tokens != pad_id.", (tokens > pad_id).unsqueeze(1)))
+    is_pad = tokens == pad_id  # (B, L)
+    first_pad = torch.where(is_pad.any(1), is_pad.int().argmax(1), L)  # (B,): a length, d2l's valid_len
+    n_real = (~is_pad).sum(1)  # (B,)
+    trailing = ("{} marked as padding, as if each row were its real tokens followed by padding (a mask built from "
+                "lengths, d2l's valid_len habit). Padding is wherever the pad id is, at the start or in the middle "
+                "too: compare the ids themselves, tokens != pad_id.").format
+    positions = torch.arange(L)  # (L,)
+    return candidates + [
+        ("assumed trailing padding", trailing("every position from the first pad id on is"),
+         (positions < first_pad[:, None]).unsqueeze(1)),
+        ("assumed trailing padding", trailing("the first n tokens of each row (n = its number of real tokens) are "
+                                              "taken as real and the rest is"), (positions < n_real[:, None]).unsqueeze(1)),
+    ]
+
+
 @checker("padding_mask")
 def check_padding_mask(fn: Callable[..., Any]) -> str:
     """Check ``fn(tokens (B, L), pad_id) -> BoolTensor (B, 1, L)``, True where tokens != pad_id."""
@@ -616,19 +645,17 @@ def check_padding_mask(fn: Callable[..., Any]) -> str:
         got = call_student(fn, given, pad_id)
         what = f"padding_mask(tokens of shape {describe_shape(tokens)}, pad_id={pad_id})"
         check_unchanged(["tokens"], [given], [tokens], what)
-        ref = _ref_padding_mask(tokens, pad_id)
-        candidates = [("inverted mask", "the mask is inverted: it is True at the padding. In this course True = may "
-                       "attend, so the mask is True at the real tokens (tokens != pad_id).", ~ref)]
-        zero_words = (f"the mask treats the token id 0 as padding, but pad_id is {pad_id} here: compare with the "
-                      "pad_id argument, not a hard-coded 0 (`tokens.bool()` also compares with 0).")
-        if pad_id != 0:
-            candidates += [("hard-coded pad id", zero_words, m.unsqueeze(1)) for m in (tokens != 0, tokens == 0)]
-            below = sorted(set(tokens[tokens < pad_id].tolist()))  # real ids, never empty (a real 0)
-            candidates.append(("ids below pad_id as padding", f"the real tokens with ids smaller than pad_id ({below}"
-                               ") are marked as padding too: `tokens > pad_id` assumes pad_id is the smallest id. "
-                               "Compare for inequality: tokens != pad_id.", (tokens > pad_id).unsqueeze(1)))
+        candidates = _padding_candidates(tokens, pad_id)
+        if len({n for n, _, c in candidates if isinstance(got, Tensor) and got.device == c.device
+                 and got.shape == c.shape and equal(got, c)}) > 1:
+            # two mistakes give this mask here: judge the rows reversed too (padding first), which tell them apart
+            flipped = tokens.flip(1)
+            again = call_student(fn, flipped.clone(), pad_id)
+            if isinstance(again, Tensor):
+                tokens, got, what = flipped, again, what.replace("tokens of", "the rows reversed, tokens of")
+                candidates = _padding_candidates(tokens, pad_id)
         B, L = tokens.shape
-        _check_mask(what, got, ref, candidates, _padding_shape(B, L, what),
+        _check_mask(what, got, _ref_padding_mask(tokens, pad_id), candidates, _padding_shape(B, L, what),
                     f"Entry [b, 0, j] is True when token j of row b is a real token (not pad_id = {pad_id}).",
                     lambda idx, tokens=tokens: f" (token {int(tokens[idx[0], idx[-1]])})")
     tokens, pad_id = cases[0]

@@ -175,7 +175,7 @@ def _ln_mistakes(x: Tensor, w: Tensor, b: Tensor, eps: float, default: bool) -> 
     out: list[Mistake] = [(name, text, lambda kw=kw: _ln(x, **{"w": w, "b": b, "eps": eps, **kw}))
                           for name, text, kw in _LN_MISTAKES]
     for other in (o for o in (1e-6, 1e-8, 1e-3, 1e-5) if o != eps):
-        text = (f"your default eps seems to be {other:g}; the contract (and nn.LayerNorm) uses eps=1e-5: "
+        text = (f"your default eps seems to be {other:g}; the exercise (and nn.LayerNorm) uses eps=1e-5: "
                 "def __init__(self, d_model, eps=1e-5)." if default else f"LayerNorm(d_model, eps={eps:.3g}) behaves "
                 f"as if eps were {other:g}: store the eps argument (self.eps = eps) and use it in forward.")
         out.append(("wrong default eps" if default else "eps ignored", text, lambda other=other: _ln(x, w, b, other)))
@@ -575,8 +575,8 @@ def check_encoder(cls: Any) -> str:
 
 # ---------------------------------------------------------------- hints
 register_hints("LayerNorm", [
-    "Each position is normalised on its own, over its D features (the last axis): subtract "
-    "the mean, divide by the standard deviation, then scale and shift.",
+    "Redo §1's four numbers by hand first. For x of shape (B, L, D), over which axis do the mean and "
+    "the variance run, and what shape must they keep so that x - mean still works?",
     "In __init__ store eps and create self.weight = nn.Parameter(torch.ones(d_model)) and "
     "self.bias = nn.Parameter(torch.zeros(d_model)).",
     "In forward take mean and var over dim=-1 with keepdim=True so they broadcast back over "

@@ -177,7 +177,28 @@ _PADDING_ONLY = ("the mask only blocks padding: nothing stops a position from lo
                  "Combine the padding mask with causal_mask(L) using &.")
 
 
-def _tgt_shape(tgt: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
+def _folded(fn: Callable[..., Any], tgt: Tensor, pad_id: int, square: Tensor) -> str | None:
+    """How an ``(L, L)`` target mask folded the batch's padding into one pattern (``.all(0)`` or
+    ``.any(0)`` of the padding), or None. Where no key is padding in every sequence, ``.any(0)``
+    gives the causal mask alone: the code is then run once more with the last key padding
+    in every sequence, so that the name does not depend on the draw."""
+    B, L = tgt.shape
+    causal = causal_mask(L)  # (L, L)
+    tries = [(tgt, square)]
+    if equal(square, causal):
+        probe = tgt.clone()
+        probe[:, -1] = pad_id  # (B, L): key L - 1 is padding in every sequence
+        again = _pattern(call_student(fn, probe, pad_id, context="building the mask once more"))
+        tries = [(probe, again.reshape(L, L))] if again.numel() == L * L else []
+    for t, got in tries:
+        folds = {how: getattr(padding_mask(t, pad_id), how)(0) for how in ("all", "any")}  # each (1, L)
+        hows = [how for how, fold in folds.items() if not equal(fold & causal, causal) and equal(got, fold & causal)]
+        if hows:  # both: these inputs cannot tell them apart
+            return "(tgt != pad_id)" + " or ".join(f".{how}(0)" for how in hows)
+    return None
+
+
+def _tgt_shape(tgt: Tensor, pad_id: int, what: str, fn: Callable[..., Any]) -> Callable[[Tensor], None]:
     """What a target mask of the wrong shape is. Without a batch axis it cannot hold each
     sequence's padding (what it is besides is said first); a head axis is extra; without a
     query axis it cannot be causal."""
@@ -188,6 +209,12 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
         pattern = _pattern(got)
         if got.numel() == L * L and got.dim() >= 2 and all(s == 1 for s in got.shape[:-2]):
             square = pattern.reshape(L, L)  # (L, L): the same for every sequence
+            how = _folded(fn, tgt, pad_id, square)
+            if how:
+                fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): the padding of "
+                     f"the whole batch is folded into one (L, L) pattern ({how}), so each sequence's own padding is "
+                     "not blocked. Keep the batch axis: padding_mask(tgt, pad_id) is (B, 1, L), and & with "
+                     "causal_mask(L), (L, L), broadcasts to (B, L, L).", mistake="padding folded over the batch")
             _named_by_shape(what, square, [
                 ("causal only", _CAUSAL_ONLY, causal),
                 *[(name, f"the causal part is wrong: {words} And it has no batch axis, so no sequence's padding is "
@@ -198,7 +225,7 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
                  "for every sequence cannot block each sequence's own padding. Combine the padding mask (B, 1, L) "
                  "with the causal mask (L, L) using &: broadcasting gives (B, L, L).", mistake="wrong shape")
         if got.dim() == 4 and got.size(1) == 1 and got.shape[2:] == (L, L) and got.size(0) == B:
-            fail(f"{what}: the mask has an extra head axis, {describe_shape(got)} = (B, 1, L, L); the contract's "
+            fail(f"{what}: the mask has an extra head axis, {describe_shape(got)} = (B, 1, L, L); the exercise's "
                  "shape is (B, L_tgt, L_tgt) (MultiHeadAttention adds the head axis itself).",
                  mistake="extra head axis")
         _named_by_shape(what, pattern, [
@@ -246,7 +273,7 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
         if "at the start" not in case and matches(got, pad.transpose(1, 2) & causal):  # trailing: as both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         what = f"the mask ({case})"
-        _check_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what),
+        _check_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what, fn),
                     f"Entry [b, i, j] is True when query i of row b may attend to key j: j <= i (not a later "
                     f"position) and token j is real (not pad_id = {pad_id}).",
                     lambda idx, tgt=tgt: f" (key token {int(tgt[idx[0], idx[2]])}"
@@ -425,7 +452,7 @@ _PE_DROP_WORDS = {
     "none": "gets no dropout after the positional table is added (pass the dropout argument on to "
     "PositionalEncoding(d_model, max_len, dropout); a hand-written dropout that keeps with probability p "
     "instead of 1 - p, a keep mask torch.rand(...) < p or F.dropout(x, 1 - p), looks the same here)",
-    "before": "gets its dropout before the positional table is added (dropout(x) + pe); the contract applies "
+    "before": "gets its dropout before the positional table is added (dropout(x) + pe); the Transformer applies "
     "it to the sum, dropout(x + pe), which PositionalEncoding does",
 }
 
@@ -454,7 +481,7 @@ def _dropout_mistakes(part: str) -> list[tuple[str, str, dict[str, Any]]]:
 def _require_methods(model: nn.Module) -> None:
     for name, sig in (("encode", "encode(src, src_mask)"), ("decode", "decode(tgt, memory, tgt_mask, memory_mask)")):
         if not callable(getattr(model, name, None)):
-            fail(f"your Transformer has no method {sig}; the contract asks for encode and decode "
+            fail(f"your Transformer has no method {sig}; the exercise asks for encode and decode "
                  "(greedy decoding runs the encoder once and the decoder once per step).", mistake="missing method")
 
 
@@ -529,7 +556,7 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
             fail(f"{which} lack{'s' if one else ''} the final norm: with norm_first=True the stack must end with a "
                  "LayerNorm (the residual stream is never normalised otherwise). Build Encoder/Decoder with "
                  "norm_first passed on.", mistake="missing final norm")
-        fail(f"{which} ha{'s' if one else 've'} a final norm with norm_first=False: the contract has one only when "
+        fail(f"{which} ha{'s' if one else 've'} a final norm with norm_first=False: the Transformer has one only when "
              "norm_first=True (each post-norm layer already ends with a norm). Build it only `if norm_first`.",
              mistake="final norm in post-norm")
     theirs = Counter(tuple(p.shape) for _, p in model.named_parameters(remove_duplicate=False))
@@ -546,8 +573,8 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
         + ([f"it has fewer of shape {listed(lacking)}"] if lacking else [])
     )
     fail("your Transformer's parameters do not correspond to the reference's (built with the same arguments): "
-         + (said or "the same shapes, in an order that matches no arrangement of the contract's parts")
-         + ". The checker pairs them by position and shape, whatever their names, so keep to the contract's parts: "
+         + (said or "the same shapes, in an order that matches no arrangement of the exercise's parts")
+         + ". The checker pairs them by position and shape, whatever their names, so keep to the exercise's parts: "
          "two TokenEmbeddings, one PositionalEncoding (no parameters), the Encoder, the Decoder and "
          "nn.Linear(d_model, tgt_vocab_size).", mistake="parameters differ from the reference")
 
@@ -569,7 +596,7 @@ def _check_state(model: nn.Module, D: int) -> None:
                 fail(f"the positional table `{name}` is an nn.Parameter: it is fixed, not learned, so register it "
                      "with self.register_buffer('pe', table) (a buffer moves with .to(device) and is saved, but the "
                      "optimizer never sees it).", mistake="pe is a Parameter")
-            fail(f"`{name}` {tuple(p.shape)} is a learned positional table: the contract adds the fixed sinusoidal "
+            fail(f"`{name}` {tuple(p.shape)} is a learned positional table: the Transformer adds the fixed sinusoidal "
                  "table instead (PositionalEncoding, whose `pe` is a buffer, not a parameter).",
                  mistake="learned positions")
     if any(_is_table(b, table) for _, b in model.named_buffers()):
@@ -836,7 +863,7 @@ def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: s
     before = dropout_scale(got - table, kept - table, atol=1e-4)  # dropout(x) + pe
     if before is not None and abs(before * (1 - p) - 1) < 1e-3:
         fail(f"in {where}, {what} reach {stack} as dropout(x) + pe: the dropout acts before the positional table "
-             "is added. The contract applies it to the sum, dropout(x + pe), which PositionalEncoding does.",
+             "is added. The Transformer applies it to the sum, dropout(x + pe), which PositionalEncoding does.",
              mistake="dropout before adding")
     kept_out = ~isclose(got, torch.zeros_like(got), atol=1e-5)  # (B, L, D): what the outer dropout kept
     inner = (got * (1 - p) - table)[kept_out]  # dropout(x) before adding the table, on the kept entries
@@ -989,7 +1016,7 @@ def _transformer_modes(model: nn.Module, s: _Sizes) -> None:
 
 def _dropout_in_the_wrong_place(unexplained: str | None) -> None:
     if unexplained:
-        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the contract has "
+        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the Transformer has "
              "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
              "nowhere else.", mistake="dropout in the wrong place")
 
@@ -1172,7 +1199,7 @@ def _greedy_mistakes(
                     "with pad_id (eos_id only when pad_id is None).", fin(fill=eos)))
     if pad_id is None:
         out.append(("filled with 0 when pad_id is None", "finished sequences are filled with 0 although pad_id is "
-                    "None: the contract fills with eos_id when pad_id is None (fill = eos_id if pad_id is None "
+                    "None: the exercise fills with eos_id when pad_id is None (fill = eos_id if pad_id is None "
                     "else pad_id); 0 may well be a real token.", fin(fill=0)))
     return out + [
         ("keeps generating after eos", "a sequence keeps producing real tokens after its <eos>: once a sequence "
@@ -1183,7 +1210,7 @@ def _greedy_mistakes(
         ("runs to max_len after all finished", "decoding goes on until max_len although every sequence had already "
          "produced <eos>: stop as soon as all of them have finished (T = 1 + the number of steps taken).",
          fin(stop="never")),
-        ("stops at the first eos", "decoding stops as soon as one sequence produces <eos>; stop only when every "
+        ("stops at the first eos", "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every "
          "sequence has finished (track a `finished` flag per sequence and test finished.all()).", fin(stop="any")),
         ("no causal mask", "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, "
          "as in training; without it the earlier positions see the later ones and the prediction changes.",
@@ -1362,9 +1389,15 @@ class _GreedyWatch:
         self.model = model
         self.grad: list[bool] = []
         self.training: set[str] = set()  # sub-modules that ran in train mode
-        self.encoder_calls = self.rows_encoded = 0
+        self.encoder_calls = self.rows_encoded = self.decoder_calls = self.projections = 0
+        self.fed: list[int] = []  # the length of the decoder's input at each call
         self.handles = [model.encoder.register_forward_pre_hook(self._hook(True), with_kwargs=True),
                         model.decoder.register_forward_pre_hook(self._hook(False), with_kwargs=True)]
+        if isinstance(getattr(model, "output_projection", None), nn.Module):
+            self.handles.append(model.output_projection.register_forward_pre_hook(self._projected))
+
+    def _projected(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        self.projections += 1
 
     def _hook(self, encoder: bool) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -1374,7 +1407,29 @@ class _GreedyWatch:
                 x = args[0] if args else kwargs.get("x")
                 self.encoder_calls += 1
                 self.rows_encoded += x.size(0) if isinstance(x, Tensor) and x.dim() == 3 else 0
+            else:
+                self.decoder_calls += 1
+                x = args[0] if args else kwargs.get("x")
+                self.fed.append(x.size(1) if isinstance(x, Tensor) and x.dim() == 3 else 0)
         return hook
+
+    def fail_if_one_token_fed(self, words: str) -> None:
+        """A loop that fed model.decoder one position at every step (a key/value cache, as in
+        notebook 07, calls the layers itself, never model.decoder)."""
+        if len(self.fed) >= 2 and set(self.fed) == {1}:
+            fail(f"while decoding ({words}) the decoder got one position at each of its {len(self.fed)} calls: "
+                 + _LAST_ONLY, mistake="only the last token fed")
+
+    def fail_if_unprojected(self, words: str) -> None:
+        """Wrong tokens (or an error) from a loop that decoded but never ran the output projection."""
+        if self.decoder_calls and not self.projections:
+            n = self.decoder_calls
+            fail(f"while decoding ({words}) model.decode ran {n} time{'s' * (n != 1)} but model.output_projection "
+                 "never did: the next token was taken as the argmax over the decoder's D features, which are not "
+                 "words (an id up to D - 1, which can even fall outside the vocabulary and fail in the next "
+                 "decode). model.decode returns (B, T, D) vectors; turn the last one into (B, V) logits first, "
+                 "model.output_projection(out[:, -1]), then take argmax(dim=-1) over the vocabulary.",
+                 mistake="missing output projection")
 
     def close(self) -> None:
         for h in self.handles:
@@ -1407,8 +1462,14 @@ def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
     require_no_grad(watch.grad, "decoding", "greedy_decode", words)
 
 
+_LAST_ONLY = ("the decoder is fed only the newest token, ys[:, -1:], at every step, so it predicts from one token "
+              "at position 0 and forgets the prefix (only a key/value cache may do that, and it keeps the earlier "
+              "keys and values). Feed the whole prefix, model.decode(ys, memory, causal_mask(T), src_mask), and "
+              "read its last position, out[:, -1].")
+
+
 def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int, eos_id: int, fill: int, M: int,
-                 eos_filled: bool = False, cumulative: bool = True, dim: int = -1) -> Tensor:
+                 eos_filled: bool = False, cumulative: bool = True, dim: int = -1, stop_row0: bool = False) -> Tensor:
     """Greedy decoding, filling as it goes, with a filling mistake or an argmax over ``dim``: the
     tokens after a fill depend on it (and the rows on each other with ``dim=0``), so the setup's
     un-filled trajectories cannot give them. Tried only once the tokens are wrong."""
@@ -1424,7 +1485,7 @@ def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int,
         if not eos_filled:
             finished = (finished | (nxt == eos_id)) if cumulative else nxt == eos_id
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, T + 1)
-        if bool(finished.all()):
+        if bool(finished[0] if stop_row0 else finished.all()):
             break
     return ys
 
@@ -1436,6 +1497,9 @@ _LAZY_GREEDY = [  # (name, diagnosis, _lazy_greedy's keywords)
     ("finished not cumulative", "`finished` is recomputed from the newest token only (finished = next_token == "
      "eos_id), so a sequence that has filled a pad counts as unfinished again and produces more tokens: keep it "
      "finished, finished = finished | (next_token == eos_id).", dict(cumulative=False)),
+    ("stops at the first eos", "decoding stops when row 0 has produced <eos> (a test of ys[0, -1] or "
+     "finished[0]), whatever the other rows: stop only when every sequence has finished, "
+     "`if finished.all(): break`.", dict(stop_row0=True)),
 ]
 
 
@@ -1525,6 +1589,24 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
              mistake="argmax over wrong axis")
 
 
+def _rows_reversed(fn: Callable[..., Any], setup: _GreedySetup) -> None:
+    """The batch of the case where every row ends before max_len, at different steps, in reverse
+    order: code that stops when row 0 ends (right when row 0 happens to end last) shows here."""
+    case, M = setup.cases[1], setup.max_len
+    rows = case.rows.flip(0)
+    src, mask = setup.src[rows], setup.src_mask[rows]
+    words = (f"{case.words}, the rows in reverse order: batch of {len(rows)}, max_len={M}, bos_id={setup.bos_id}, "
+             f"eos_id={case.eos_id}, pad_id={case.pad_id}")
+    setup.model.eval()
+    got = call_student(fn, setup.model, src, M, setup.bos_id, case.eos_id, context=f"decoding ({words})",
+                       src_mask=mask, pad_id=case.pad_id)
+    setup.model.eval()
+    expected = case.expected.flip(0)  # (B, T): the rows are independent, T the same
+    if isinstance(got, Tensor) and not _same(got.long(), expected):
+        _lazy_diagnosis(got, setup, replace(case, rows=rows, expected=expected), src, mask, words)
+        _token_diagnosis(got, expected, words, M)
+
+
 @checker("greedy_decode")
 def check_greedy_decode(fn: Callable[..., Any]) -> str:
     require_function(fn, "greedy_decode")
@@ -1544,6 +1626,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         except StudentError as err:
             model.eval()
             if not isinstance(err.exc, NotImplementedError):
+                watch.fail_if_unprojected(words)
                 _greedy_probe(fn, setup, case, err)
             raise
         finally:
@@ -1551,6 +1634,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         left_in = {m.training for m in model.modules()}  # the modes greedy_decode left behind
         model.eval()
         _watch_before_tokens(watch, words)
+        watch.fail_if_one_token_fed(words)  # even with the right tokens: a random model may ignore the prefix
         check_unchanged(["src", "src_mask"], [src, mask], [src0, mask0], words)
         if isinstance(got, Tensor) and got.dtype != torch.long:
             right = got.shape == case.expected.shape and bool(equal(got.long(), case.expected))
@@ -1562,6 +1646,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
             expect_close("the output", got, case.expected, case.mistakes, atol=0, rtol=0, case=words)
         except Failure as f:
             if f.mistake in ("values differ", "wrong shape"):
+                watch.fail_if_unprojected(words)
                 _lazy_diagnosis(got, setup, case, src, mask, words)
                 _token_diagnosis(got, case.expected, words, M)
             raise
@@ -1573,6 +1658,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
                  f"that decodes a few examples goes on {'without' if case.train else 'with'} dropout. Remember "
                  "`was_training = model.training` before model.eval() and end with model.train(was_training).",
                  mistake="mode not restored")
+    _rows_reversed(fn, setup)
     case = setup.cases[0]  # right tokens: now with the model's own tensors watched as another device's
     src, mask = setup.src[case.rows], setup.src_mask[case.rows]
     kwargs = {"src_mask": mask, **({"pad_id": case.pad_id} if case.pass_pad else {})}
@@ -1586,7 +1672,8 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
 
 # ---------------------------------------------------------------- hints
 register_hints("make_src_mask", [
-    "The source mask marks which source tokens are real: True = may attend, False = padding.",
+    "The encoder reads the whole source, so its mask only has to hide the padding. You wrote a "
+    "function in notebook 01 that already marks the real tokens: which one?",
     "padding_mask from notebook 01 does exactly this: (src != pad_id) with a middle axis of size 1, "
     "shape (B, 1, L_src), so it broadcasts over the queries.",
 ])

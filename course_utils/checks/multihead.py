@@ -74,6 +74,19 @@ def _expect_value_error(make: Callable[[int, int], Any], call: str, width: str) 
          f"first and raise a ValueError that names {width} and num_heads.", mistake="no divisibility check")
 
 
+def _check_dtype_kept(fn: Callable[..., Any], name: str, x: Tensor, *args: Any) -> None:
+    """Splitting and merging only move entries: a float64 input gives a float64 result."""
+    case = f"x of shape {describe_shape(x)} in torch.float64"
+    got, _ = _call_heads(fn, name, x, *args, case=case)
+    if isinstance(got, Tensor) and got.dtype != x.dtype:
+        fail(f"{name}({case}) returns {got.dtype}: the heads only move entries, so the result keeps x's dtype "
+             "(float16 and bfloat16 models call it too). Leave out the cast (.float()), or build new tensors with "
+             "dtype=x.dtype; view, reshape and transpose keep the dtype.", mistake="dtype not preserved")
+
+
+_REVERSED = ("the heads come out in reverse order: {h}. Head h is features h*d_k .. (h+1)*d_k - 1, head 0 first: "
+             "leave out the flip of the head axis (.flip(1), [::-1], reversed(...)).")
+
 # ---------------------------------------------------------------- split_heads
 _AXES = ("B", "L", "H", "d_k")
 
@@ -96,6 +109,8 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
             ("heads take strided features", "head h got every H-th feature (h, h + H, h + 2H, ...) instead of the "
              "contiguous slice h*d_k .. (h+1)*d_k - 1: split the last axis as (num_heads, d_k), not (d_k, "
              "num_heads).", lambda: x0.view(B, L, d_k, H).permute(0, 3, 1, 2)),
+            ("heads in reverse order", _REVERSED.format(h="head h holds features (H-1-h)*d_k .. (H-h)*d_k - 1"),
+             lambda: blocks.transpose(1, 2).flip(1)),
         ]
         mistakes += [
             ("transposed wrong axes", "the features are split correctly but the axes end up in the order ("
@@ -105,6 +120,7 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
         ]
         expect_close("split_heads(x, num_heads)", got, split_heads(x0, H), mistakes, case=case)
     gradient_probe(fn, split_heads, dict(x=x0, num_heads=H), what="split_heads", case=case)
+    _check_dtype_kept(fn, "split_heads", torch.randn(B, L, D, dtype=torch.float64), H)
     _expect_value_error(lambda D, H: fn(torch.randn(2, 3, D), H), "split_heads(x of shape (2, 3, {D}), {H})", "D")
     return "3 random shapes, compared value by value"  # the [OK] line stored in notebook 02
 
@@ -145,8 +161,11 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
                                         (2, "positions", f"(B, H, L * d_k) = ({B}, {H}, {L * d_k})"),
                                         (-1, "single features", f"(B, H, d_k * L) = ({B}, {H}, {d_k * L})"))
         ]
+        mistakes.append(("heads in reverse order", _REVERSED.format(h="columns h*d_k .. (h+1)*d_k - 1 hold head H - 1 - h"),
+                         lambda: x0.flip(1).transpose(1, 2).reshape(B, L, D)))
         expect_close("merge_heads(x)", got, merge_heads(x0), mistakes, case=case)
     gradient_probe(fn, merge_heads, dict(x=x0), what="merge_heads", case=case)
+    _check_dtype_kept(fn, "merge_heads", torch.randn(B, H, L, d_k, dtype=torch.float64))
     return "3 random shapes, contiguous and transposed inputs"
 
 

@@ -11,6 +11,7 @@ computed in other ways differ by a few ``1e-5``, every catalogued mistake by far
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import re
@@ -152,7 +153,7 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
             fail(f"the table ({case}) has the right shape, but {_columns_report(got, expected)}.",
                  mistake="values differ")
         if got.dtype != torch.float32:  # a float64 table makes PositionalEncoding return float64
-            fail(f"the table ({case}) has the right values but dtype {got.dtype}; the contract's table is float32 "
+            fail(f"the table ({case}) has the right values but dtype {got.dtype}; the exercise's table is float32 "
                  "(torch's default dtype). A float64 table stored as `pe` makes PositionalEncoding return float64, and "
                  "the next nn.Linear then fails with 'mat1 and mat2 must have the same dtype'. Build it with "
                  "torch.arange(max_len, dtype=torch.float32) (or .float() at the end).", mistake="wrong dtype")
@@ -242,6 +243,26 @@ def _check_dropout(cls: Any, D: int, M: int, p: float, table: Tensor) -> None:
     expect_close("output", got, y, case=case, atol=_ATOL)
 
 
+def _check_pe_used(module: nn.Module, table: Tensor, D: int, M: int) -> None:
+    """forward adds the buffer built once in __init__: another table loaded into `pe` (as
+    load_state_dict does) must change the output; a table rebuilt in every call would not."""
+    probe = copy.deepcopy(module)
+    with torch.no_grad():
+        probe.pe.add_(torch.randn(M, D).to(probe.pe.dtype))  # (M, D)
+    L = randint(2, M)
+    x = torch.randn(2, L, D)
+    case = f"x of shape (2, {L}, {D}), max_len={M}, another table loaded into `pe`"
+    with torch.no_grad():
+        got = _forward(probe, x.clone(), case, M)
+    expect_close("output", got, x + probe.pe[:L].to(x.dtype), [
+        ("table rebuilt in forward", "forward ignores the buffer `pe` and computes the table again at every call "
+         "(sinusoidal_positional_encoding(...) inside forward). The table is computed once, in __init__, and stored "
+         "with register_buffer('pe', table); forward only adds its first L rows: return self.dropout(x + "
+         "self.pe[:L]). A model that loads a state_dict (notebooks 06 and 07) then uses the loaded `pe`.",
+         x + table[:L]),
+    ], case=case, atol=_ATOL)
+
+
 @checker("PositionalEncoding")
 def check_positional_encoding(cls: Any) -> str:
     require_module_class(cls, "PositionalEncoding")
@@ -293,8 +314,9 @@ def check_positional_encoding(cls: Any) -> str:
     pe = module.state_dict()["pe"]  # the right numbers, checked last: the buffer's own shape
     if tuple(pe.shape) != (M, D):
         fail(f"`pe` has shape {describe_shape(pe)}; for max_len={M}, d_model={D} it should be (max_len, d_model) = "
-             f"({M}, {D}), the contract's (its state_dict is loaded into other models). An extra axis is not needed: "
+             f"({M}, {D}), the exercise's shape (its state_dict is loaded into other models). An extra axis is not needed: "
              "pe[:L] broadcasts over the batch by itself.", mistake="wrong pe shape")
+    _check_pe_used(module, table, D, M)
 
     # the dtype rule: float32 in, float32 out (a float64 `pe` is fine when forward converts it to
     # x's dtype); float16 in with a .half() module, float16 out (no .float() on the table)
@@ -381,6 +403,17 @@ def check_token_embedding(cls: Any) -> str:
     check_dtype_follows(lambda: call_student(cls, V, D, context="constructing TokenEmbedding"),
                         lambda m, dt: call_student(m, tokens0, context=f"running forward with a {dt} module"),
                         "TokenEmbedding", f"tokens of shape ({B}, {L})")
+    # as built (build_student randomises the weights): nn.Embedding starts at N(0, 1), weights already
+    # times sqrt(D) show as a std near sqrt(D) >= 2.2
+    fresh = call_student(cls, V, D, context=f"constructing TokenEmbedding({V}, {D})")
+    init_std = float(fresh.embedding.weight.detach().double().std())
+    if 0.7 < init_std / math.sqrt(D) < 1.4:  # forward scales (checked above), and so did __init__
+        fail(f"forward is right, but __init__ also multiplies the embedding weights by sqrt(d_model): with d_model="
+             f"{D} a fresh TokenEmbedding's weights have std {init_std:.2f}, about sqrt({D}) = {math.sqrt(D):.2f}, "
+             "where nn.Embedding starts at 1, so a new model's embeddings come out d_model times larger instead of "
+             "sqrt(d_model) (the check sets the weights itself, as loading a state_dict does, so only a fresh model "
+             "shows it). Scale once: leave nn.Embedding's weights as they are and multiply in forward, "
+             "self.embedding(tokens) * math.sqrt(self.d_model).", mistake="embeddings scaled twice")
     return "random embedding weights, 2 batches of token ids"
 
 
