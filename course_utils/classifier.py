@@ -12,8 +12,8 @@ linear layer turns that into one score (logit) per class ``(B, C)``. Two pooling
   must count neither in the sum nor in the number of positions, else a review's
   representation would depend on how long the longest review of its batch was.
 
-Also here: :func:`gelu` (BERT's feed-forward non-linearity, exact form), the bag-of-words
-baseline :class:`BagOfWords`, the training recipe :data:`CLASSIFIER_RECIPE`,
+Also here: :func:`gelu` (BERT's feed-forward non-linearity, exact form), the order-blind
+baselines :class:`BagOfWords` (linear, or with a hidden layer), the training recipe :data:`CLASSIFIER_RECIPE`,
 :func:`fit_classifier`, :func:`classifier_accuracy` and the shipped checkpoint
 (:func:`load_pretrained_classifier`).
 """
@@ -117,17 +117,24 @@ class TransformerClassifier(nn.Module):
 
 
 class BagOfWords(nn.Module):
-    """The baseline: the mean of the word embeddings (padding excluded), then a linear layer.
+    """The order-blind baselines: the mean of the token embeddings, then a classifier.
 
-    It sees which words occur and how often, never in which order. ``forward(tokens (B,
-    L)) -> (B, num_classes)``.
+    The mean runs over every non-pad token, ``[CLS]`` included (as :func:`masked_mean_pool`
+    with ``tokens != pad_id``). It sees which words occur and how often, never in which
+    order. ``d_hidden=0``: one linear layer on the mean (a linear function of the word
+    counts, divided by the length); ``d_hidden > 0``: a hidden layer of that width with
+    ReLU first, so it can compute non-linear functions of the counts (an XOR among them),
+    still blind to the order. ``forward(tokens (B, L)) -> (B, num_classes)``.
     """
 
-    def __init__(self, vocab_size: int, num_classes: int, d_model: int = 64, pad_id: int = 0):
+    def __init__(self, vocab_size: int, num_classes: int, d_model: int = 64, pad_id: int = 0, d_hidden: int = 0):
         super().__init__()
+        if not isinstance(d_hidden, int) or d_hidden < 0:
+            raise ValueError(f"d_hidden must be an int >= 0 (0: a linear classifier), got {d_hidden!r}")
         self.pad_id = pad_id
         self.embedding = nn.Embedding(vocab_size, d_model)
-        self.classifier = nn.Linear(d_model, num_classes)
+        hidden = [nn.Linear(d_model, d_hidden), nn.ReLU()] if d_hidden else []
+        self.classifier = nn.Sequential(*hidden, nn.Linear(d_hidden or d_model, num_classes))
 
     def forward(self, tokens: Tensor) -> Tensor:
         check_rank("tokens", tokens, 2, "(B, L) of token ids")

@@ -129,13 +129,30 @@ def test_classifier_cls_reads_position_0_and_rejects_bad_settings():
             model(tokens[:, :0])
 
 
-def test_bag_of_words_cannot_see_word_order():
+@pytest.mark.parametrize("d_hidden", [0, 16])  # the linear bag of words and the order-blind MLP
+def test_bag_of_words_cannot_see_word_order(d_hidden):
     torch.manual_seed(0)
-    bow = BagOfWords(len(reviews.ITOS), 2, d_model=8)
+    bow = BagOfWords(len(reviews.ITOS), 2, d_model=8, d_hidden=d_hidden)
     a, _ = reviews.collate_reviews([("the plot was good but the cast was not good", 0)])
     b, _ = reviews.collate_reviews([("the plot was not good but the cast was good", 1)])
     with torch.no_grad():
         assert torch.allclose(bow(a), bow(b), atol=1e-6)  # same words, opposite labels: one answer for both
+
+
+def test_bag_of_words_means_every_non_pad_token_cls_included():
+    torch.manual_seed(0)
+    tokens, _ = reviews.collate_reviews(reviews.load_reviews("train")[:4])  # (4, L), padded at the end
+    for d_hidden, layers in ((0, 1), (16, 3)):
+        bow = BagOfWords(len(reviews.ITOS), 2, d_model=8, d_hidden=d_hidden)
+        assert len(bow.classifier) == layers  # linear: one layer; MLP: Linear, ReLU, Linear
+        embedded = bow.embedding(tokens)  # (4, L, 8)
+        with torch.no_grad():
+            assert torch.allclose(bow(tokens), bow.classifier(masked_mean_pool(embedded, tokens != 0)), atol=1e-6)
+            without_cls = masked_mean_pool(embedded, (tokens != 0) & (tokens != reviews.CLS_ID))
+            assert not torch.allclose(bow(tokens), bow.classifier(without_cls), atol=1e-4)
+    for bad in (-1, 2.0):
+        with pytest.raises(ValueError, match="d_hidden must be an int >= 0"):
+            BagOfWords(12, 2, d_hidden=bad)
 
 
 def test_fit_classifier_learns_on_a_small_slice():
@@ -194,12 +211,16 @@ def test_benchmark_runs_end_to_end(capsys, monkeypatch):
     sys.modules.pop("classifier", None)
     try:
         bench = importlib.import_module("classifier")
-        assert bench.main(["--threads", "1", "--steps", "3", "--eval-every", "3", "--only", "recipe", "bag of words"]) == 0
+        assert bench.main(["--threads", "1", "--steps", "3", "--eval-every", "3", "--only", "recipe", "bag of words", "order-blind MLP",
+                           "--seeds", "0", "1"]) == 0
     finally:
         torch.set_num_threads(threads)
         sys.modules.pop("classifier", None)
     out = capsys.readouterr().out
-    assert "| recipe | 0 |" in out and "| bag of words | 0 |" in out and "| machine | |" in out
+    assert "| recipe | 0 |" in out and "| bag of words | 1 |" in out and "| order-blind MLP | 0 |" in out
+    assert "Over 2 seed(s) (0 1): min-max (median)" in out and "| machine | |" in out
+    summary = out[out.index("Over 2 seed(s)"):]
+    assert all(f"| {name} | " in summary for name in ("recipe", "bag of words", "order-blind MLP"))
 
 
 def test_bert_attention_mask_stays_on_the_mask_device():
