@@ -2,7 +2,7 @@
 
     python -m course_tools.grade PATH... [--timeout SECONDS] [--csv FILE] [--json FILE]
                                          [--jobs N] [--solutions DIR] [--assignment NAME]
-                                         [--sandbox]
+                                         [--sandbox | --no-sandbox] [--check-time-limit SECONDS]
 
 ``PATH`` is a student's notebook or a folder searched recursively for ``*.ipynb`` (files
 and folders whose name starts with ``.``, such as ``.ipynb_checkpoints``, and
@@ -60,10 +60,15 @@ whatever the students' results, 2 for a usage error, and 130 when interrupted.
 Isolation: every process a notebook starts is killed when its turn ends, detached ones
 too (on Linux the grader adopts orphans as a child subreaper and kills every
 descendant); the kernel's command line and environment hold no path of the
-submissions. ``--sandbox`` runs each kernel under ``bwrap`` (Debian's ``bubblewrap``):
-no network, its own process list, the submissions hidden, everything read-only but its
-own folder. Without it, students' code runs with your permissions, and only the audit
-hook (which determined code can get around) stands between it and your files.
+submissions. Each kernel imports its own read-only copy of the course package, hashed
+after its turn; the class's files, the solutions and the instructor's course are
+compared with their state at the start after each turn, put back, and the change laid
+on the notebook whose turn it was (:mod:`course_tools.guard`). Where ``bwrap``
+(Debian's ``bubblewrap``) works, each kernel runs in its sandbox unless
+``--no-sandbox``: no network, its own process list, the submissions and the course's
+files hidden, everything read-only but its own folder. Without it, students' code runs
+with your permissions, and only the audit hook and those hashes (which cover only the
+files named) stand between it and your files.
 """
 
 from __future__ import annotations
@@ -372,7 +377,7 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             # what a student added to a class (`torch.Tensor.__eq__ = ...` shadows the C method) or
             # to the course's modules; a module that appears in a package was imported, nobody's doing
             added = [n for n in now if n not in saved and (isinstance(owner, type) or label.startswith("course_utils"))
-                     and not isinstance(now[n], types.ModuleType)]
+                     and not isinstance(now[n], types.ModuleType) and n != "__warningregistry__"]
             for name in added:
                 changed.append(f"{label}.{name}")
                 try:
@@ -1464,10 +1469,13 @@ def grade_run(sub: Submission, plan: Plan, run: Run, course_nb: CourseNotebook) 
 
     notebook_flags: list[str] = []
     runtime: dict[str, list[str]] = {}
+    sources = {s.exercise: s.source for s in run.steps if s.kind == "exercise"}
     for i, messages in run.messages.items():
         for m in messages:
             for f in m.get("flags", []):
                 if f.get("exercise") in plan.exercise_cells:
+                    if f.get("line"):  # the kernel numbers the lines of the cell as IPython ran it
+                        f = {**f, "line": f["line"] + leading_blank_lines(sources.get(f["exercise"], ""))}
                     runtime.setdefault(f["exercise"], []).append(_flag_text(f))
                 else:
                     notebook_flags.append(_flag_text(f))
@@ -1562,6 +1570,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SYSTEM_REFUSALS = ("Read-only file system", "Permission denied", "Operation not permitted")
 
 
+def leading_blank_lines(source: str) -> int:
+    """How many blank lines open a cell: IPython drops them before it runs the cell, so its line
+    numbers are the cell's less these."""
+    lines = source.splitlines()
+    blank = next((i for i, line in enumerate(lines) if line.strip()), 0)
+    return blank
+
+
 def system_refusals(cell, source: str) -> list[str]:
     """A flag (with its line) for each error in an exercise cell's outputs that says the system
     refused a file operation: an attempt the sandbox (or the permissions) stopped."""
@@ -1574,7 +1590,7 @@ def system_refusals(cell, source: str) -> list[str]:
         if not any(t in text for t in SYSTEM_REFUSALS) or "grading: not allowed" in text:
             continue  # (the audit hook's own refusals are flagged where they happen)
         match = re.search(r"Cell In\[\d+\], line (\d+)", _ANSI.sub("", "\n".join(output.get("traceback", []))))
-        n = int(match.group(1)) if match else 0
+        n = int(match.group(1)) + leading_blank_lines(source) if match else 0
         code = lines[n - 1].strip() if 0 < n <= len(lines) else ""
         flags.append(_flag_text({"line": n, "code": code,
                                  "what": f"was stopped by the system: {_first_line(text)[:160]}"}))
