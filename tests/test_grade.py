@@ -811,7 +811,7 @@ def test_a_check_that_sleeps_is_stopped_by_the_checkers_time_limit_and_generator
         "padding": "def padding_mask(tokens, pad_id):\n    raise GeneratorExit\n",
     }), path)
     (vic,), _ = grade.grade_class([grade.Submission(path, "vic", NOTEBOOK)], SOLUTIONS, timeout=120,
-                                  check_time_limit=3)
+                                  sandbox=SANDBOX, check_time_limit=3)  # in the default mode
     causal, padding = vic.exercises
     assert vic.status == "ok", vic.problem
     assert (causal.verdict, causal.mistake) == (grade.ERROR, "time limit") and "within 3 s" in causal.feedback
