@@ -508,6 +508,9 @@ def test_writes_outside_its_folder_are_flagged_on_the_writer_not_the_victim(each
         assert re.search(r"line 5: was stopped by the system: RuntimeError: .*Read-only file system", text), text
     else:  # torch._C's function wrote: the grader's hashes found it, named her, and put it back
         assert "WROTE OUTSIDE ITS FOLDER" in text and f"changed {victim}" in text and f"changed {course}" in text
+        # named on the terminal too (after she and whoever ran beside her were graded again alone, if need be)
+        trudy_nb = each_mode["students"] / "trudy" / NOTEBOOK
+        assert f"!! {trudy_nb}: WROTE OUTSIDE ITS FOLDER" in each_mode["result"].stderr
         if os.geteuid() == 0:  # (as any other user her copy of the course is read-only to her)
             assert "CHANGED THE COURSE PACKAGE while its notebook ran (changed course_utils/checks/__init__.py" in text
     assert f"trudy: review: " in each_mode["result"].stdout or "trudy: causal_mask review: " in each_mode["result"].stdout
