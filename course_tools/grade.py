@@ -1760,7 +1760,7 @@ def grade_class(
             sub.data = sub.path.read_bytes()
     hidden = list(hidden) or [s.path for s in subs]
     course_files = [Path(solutions).resolve(), *(PACKAGE_ROOT / part for part in ("course_utils", "course_tools", "data"))]
-    guard = FileGuard([*hidden, *course_files])
+    guard = FileGuard([*hidden, *course_files], known={s.path: s.data for s in subs if s.data is not None})
     hidden = [*hidden, *course_files]  # in the sandbox the instructor's course is out of sight too
     grades: list[NotebookGrade | None] = [None] * len(subs)
     jobs_to_run = []

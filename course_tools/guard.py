@@ -117,12 +117,14 @@ class FileGuard:
     change since (see the module's docstring). A file's ``stat`` is compared first, so a check
     reads only files that were touched."""
 
-    def __init__(self, roots: Iterable[Path]):
+    def __init__(self, roots: Iterable[Path], known: dict[Path, bytes] | None = None):
+        """``known``: files' bytes already read (the submissions), kept once, not twice."""
         self.roots = sorted({Path(r).resolve() for r in roots if Path(r).exists()})
         self.saved: dict[Path, _Saved] = {}
         self.folders: set[Path] = set()
+        known = {Path(p).resolve(): data for p, data in (known or {}).items()}
         for path in self._walk():
-            self.saved[path] = self._save(path)
+            self.saved[path] = self._save(path, known.get(path))
         self.folders = set(self._folders())
 
     def _walk(self) -> Iterable[Path]:
@@ -139,9 +141,10 @@ class FileGuard:
     def _quick(st: os.stat_result) -> tuple:
         return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
-    def _save(self, path: Path) -> _Saved:
+    def _save(self, path: Path, known: bytes | None = None) -> _Saved:
         st = path.stat()
-        data = path.read_bytes() if st.st_size <= KEEP_BYTES else None
+        data = known if known is not None and len(known) == st.st_size else (
+            path.read_bytes() if st.st_size <= KEEP_BYTES else None)
         digest = hashlib.sha256(data).hexdigest() if data is not None else _digest(path)
         return _Saved(self._quick(st), digest, data, stat.S_IMODE(st.st_mode), (st.st_atime_ns, st.st_mtime_ns))
 
