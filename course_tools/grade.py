@@ -2,7 +2,7 @@
 
     python -m course_tools.grade PATH... [--timeout SECONDS] [--csv FILE] [--json FILE]
                                          [--jobs N] [--solutions DIR] [--assignment NAME]
-                                         [--sandbox]
+                                         [--sandbox | --no-sandbox] [--check-time-limit SECONDS]
 
 ``PATH`` is a student's notebook or a folder searched recursively for ``*.ipynb`` (files
 and folders whose name starts with ``.``, such as ``.ipynb_checkpoints``, and
@@ -60,10 +60,15 @@ whatever the students' results, 2 for a usage error, and 130 when interrupted.
 Isolation: every process a notebook starts is killed when its turn ends, detached ones
 too (on Linux the grader adopts orphans as a child subreaper and kills every
 descendant); the kernel's command line and environment hold no path of the
-submissions. ``--sandbox`` runs each kernel under ``bwrap`` (Debian's ``bubblewrap``):
-no network, its own process list, the submissions hidden, everything read-only but its
-own folder. Without it, students' code runs with your permissions, and only the audit
-hook (which determined code can get around) stands between it and your files.
+submissions. Each kernel imports its own read-only copy of the course package, hashed
+after its turn; the class's files, the solutions and the instructor's course are
+compared with their state at the start after each turn, put back, and the change laid
+on the notebook whose turn it was (:mod:`course_tools.guard`). Where ``bwrap``
+(Debian's ``bubblewrap``) works, each kernel runs in its sandbox unless
+``--no-sandbox``: no network, its own process list, the submissions and the course's
+files hidden, everything read-only but its own folder. Without it, students' code runs
+with your permissions, and only the audit hook and those hashes (which cover only the
+files named) stand between it and your files.
 """
 
 from __future__ import annotations
@@ -101,9 +106,11 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.reader import NotJSONError
 
 from . import build
+from .guard import FileGuard, PackageCopy
 from .kernels import PACKAGE_ROOT, CurrentEnvKernelManager, kernel_env
 
 DEFAULT_TIMEOUT = 300.0  # seconds for all the cells of one notebook
+CHECK_TIME_LIMIT_VARIABLE = "COURSE_CHECK_TIME_LIMIT"  # read by course_utils.checks: one check's time limit
 STARTUP_TIMEOUT = 60  # seconds for a kernel to start (not counted in the notebook's time)
 
 # Notebook statuses.
@@ -141,33 +148,39 @@ class UsageError(Exception):
 # --------------------------------------------------------------------------- kernels
 
 
-def grading_env(turn: Path, hidden: Iterable[Path]) -> dict[str, str]:
+def grading_env(turn: Path, hidden: Iterable[Path], package_root: Path = PACKAGE_ROOT,
+                check_time_limit: float | None = None) -> dict[str, str]:
     """A graded kernel's environment: :func:`kernel_env` without the variables that name a
     folder of the submissions (or the instructor's current folder), with its own IPython,
-    matplotlib and temporary folders inside ``turn``."""
+    matplotlib and temporary folders inside ``turn``, importing the course from ``package_root``
+    (the grader's private copy) rather than from the instructor's checkout."""
     env = kernel_env("agg")  # figures are never drawn: grading needs no pictures
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != PACKAGE_ROOT]
     hidden = [str(p) for p in hidden]
     for name in list(env):
         value = env[name]
         if name in ("PWD", "OLDPWD") or any(h and h in value for h in hidden):
             del env[name]
-    env["PYTHONPATH"] = env.get("PYTHONPATH", str(PACKAGE_ROOT))  # even if the submissions hold the course
+    env["PYTHONPATH"] = os.pathsep.join([str(package_root), *(p for p in inherited if not any(h in p for h in hidden))])
     # no byte-code cache: a module first imported while an exercise is checked (torch imports some
     # lazily) would otherwise be compiled and cached into __pycache__ folders outside the turn's
     # folder, and the audit hook would flag the honest student's line for those writes
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if check_time_limit is not None:
+        env[CHECK_TIME_LIMIT_VARIABLE] = f"{check_time_limit:g}"
     for name, sub in (("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"), ("TMPDIR", "tmp")):
         (turn / sub).mkdir(exist_ok=True)
         env[name] = str(turn / sub)
     return env
 
 
-def sandbox_prefix(turn: Path, workdir: Path, hidden: Iterable[Path]) -> list[str]:
+def sandbox_prefix(turn: Path, workdir: Path, hidden: Iterable[Path], package_root: Path = PACKAGE_ROOT) -> list[str]:
     """``bwrap`` arguments: no network, own process list, everything read-only except
-    ``turn`` (which holds the working folder), ``/tmp`` empty, the submissions hidden."""
+    ``turn`` (which holds the working folder), ``/tmp`` empty, the submissions (and whatever
+    else is in ``hidden``) an empty read-only folder, ``package_root`` read-only."""
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    keep = [PACKAGE_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    keep = [Path(package_root).resolve(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
     # a course checkout or virtual environment under /tmp (a CI clone) must stay visible
     rebound = [k for k in keep if Path("/tmp") in k.parents]
     for k in rebound:
@@ -178,7 +191,7 @@ def sandbox_prefix(turn: Path, workdir: Path, hidden: Iterable[Path]) -> list[st
         if not path.exists() or (under_tmp and not any(k == path or k in path.parents for k in rebound)):
             continue  # already hidden by the empty /tmp
         if path.is_dir() and not any(k == path or path in k.parents for k in keep):
-            args += ["--tmpfs", str(path)]
+            args += ["--tmpfs", str(path), "--remount-ro", str(path)]  # a write fails there, as elsewhere
         elif path.is_file():
             args += ["--ro-bind", "/dev/null", str(path)]
     return [*args, "--bind", str(turn), str(turn), "--chdir", str(workdir)]
@@ -237,6 +250,24 @@ def _tree(root: int, children: dict[int, list[int]]) -> set[int]:
     return found
 
 
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def launch_chain(root: int) -> set[int]:
+    """``root`` and, when it is ``bwrap``, the sandbox's own processes down to the first
+    process that is not (the kernel): what a turn started itself, not the notebook."""
+    chain, pid = {root}, root
+    children = _children()
+    while _command_name(pid) == "bwrap" and len(children.get(pid, [])) == 1:
+        pid = children[pid][0]
+        chain.add(pid)
+    return chain
+
+
 def kill_descendants(root: int, keep: Iterable[int] = (), rounds: int = 50) -> int:
     """Kill ``root`` and every process below it, and every orphan this process adopted
     (a child of ours outside ``keep``, the kernels still running); repeat until none is
@@ -293,6 +324,10 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     import course_utils.checks
     from course_utils.checks._core import CheckResult
 
+    package_root = os.path.realpath(config["package_root"])
+    if not os.path.realpath(course_utils.__file__).startswith(package_root + os.sep):
+        raise RuntimeError(f"grading: course_utils came from {course_utils.__file__}, not the grader's copy")
+
     with open(config["key_path"], "rb") as f:
         key = f.read().ljust(64, b"\0")
     os.unlink(config["key_path"])
@@ -313,7 +348,7 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     # frames of the students' exercise cells, and the grader's own cells, are known by it.
     student_files = {get_file_name(src): name for name, src in config["exercise_sources"]}
     stdlib = os.path.dirname(os.__file__) + os.sep
-    readable = [workdir, turn, sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(course_utils.__file__),
+    readable = [workdir, turn, sys.prefix, sys.base_prefix, sys.exec_prefix, package_root,
                 *(p for p in sys.path if "site-packages" in p or "dist-packages" in p),
                 "/usr", "/lib", "/lib64", "/etc", "/dev", "/sys", "/proc/self", f"/proc/{os.getpid()}"]
     readable = [os.path.realpath(p) for p in readable if p]
@@ -323,11 +358,13 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         """(label, namespace owner, snapshot) of what a student could patch to fool a check."""
         owners = [("torch", torch), ("torch.nn", torch.nn), ("torch.nn.functional", torch.nn.functional),
                   ("torch.testing", torch.testing), ("torch.Tensor", torch.Tensor),
-                  ("torch.nn.Module", torch.nn.Module), ("builtins", builtins), ("CheckResult", CheckResult)]
+                  ("torch._C.TensorBase", torch._C.TensorBase), ("torch.nn.Module", torch.nn.Module),
+                  ("torch.nn.Parameter", torch.nn.Parameter), ("torch.UntypedStorage", torch.UntypedStorage),
+                  ("torch.TypedStorage", torch.TypedStorage), ("torch.serialization", torch.serialization),
+                  ("builtins", builtins), ("CheckResult", CheckResult)]
         owners += [(n, m) for n, m in sorted(sys.modules.items()) if n.split(".")[0] == "course_utils"]
         return [(label, owner, dict(vars(owner))) for label, owner in owners]
 
-    snapshot = watched()
     pending = []  # findings not yet sent: dicts with exercise, line, what
     state = {"busy": 0}
 
@@ -337,6 +374,19 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         changed = []
         for label, owner, saved in snapshot:
             now = vars(owner)
+            # what a student added to a class (`torch.Tensor.__eq__ = ...` shadows the C method) or
+            # to the course's modules; a module that appears in a package was imported, nobody's doing
+            added = [n for n in now if n not in saved and (isinstance(owner, type) or label.startswith("course_utils"))
+                     and not isinstance(now[n], types.ModuleType) and n != "__warningregistry__"]
+            for name in added:
+                changed.append(f"{label}.{name}")
+                try:
+                    if isinstance(owner, types.ModuleType):
+                        del now[name]
+                    else:
+                        delattr(owner, name)
+                except Exception:
+                    pass
             for name, value in saved.items():
                 new = now.get(name, missing)
                 if name in ("_", "__", "___", "input", "raw_input", "getpass") or new is value:
@@ -409,6 +459,50 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                 "shutil.copytree", "os.chdir"}
     listing = {"os.listdir", "os.scandir", "glob.glob"}
     frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
+
+    def refused_by_system(exc):
+        text = str(exc)
+        return getattr(exc, "errno", None) in (1, 13, 30) or any(
+            t in text for t in ("Read-only file system", "Permission denied", "Operation not permitted"))
+
+    def file_function(fn, label, path_of, write_of):
+        """``fn`` (a torch function that opens files in C, out of the audit hook's sight) with the
+        hook's rule for files; an attempt the system refused (the sandbox) is reported too."""
+        def guarded(*args, **kwargs):
+            frame = student_frame(direct=False)
+            if frame is None:
+                return fn(*args, **kwargs)
+            write = bool(write_of(args, kwargs))
+            for path in paths([path_of(args, kwargs)]):
+                if not inside(path, writable if write else readable):
+                    refuse = f"{'writes' if write else 'reads'} {path} ({label}), outside its folder"
+                    flag(frame, refuse + " (refused)")
+                    raise PermissionError(f"grading: not allowed in graded code: {refuse}")
+            try:
+                return fn(*args, **kwargs)
+            except (OSError, RuntimeError) as exc:
+                if refused_by_system(exc):
+                    flag(frame, f"{label} stopped by the system: {str(exc).strip().splitlines()[0][:160]}")
+                raise
+        return guarded
+
+    def arg(i, name, default=None):
+        return lambda args, kwargs: args[i] if len(args) > i else kwargs.get(name, default)
+
+    for owner, attr, label, path_of, write_of in (
+        (torch, "from_file", "torch.from_file", arg(0, "filename"), arg(1, "shared")),
+        (torch.UntypedStorage, "from_file", "UntypedStorage.from_file", arg(0, "filename"), arg(1, "shared")),
+        (torch.TypedStorage, "from_file", "TypedStorage.from_file", arg(0, "filename"), arg(1, "shared")),
+        (torch, "save", "torch.save", arg(1, "f"), lambda a, k: True),
+        (torch.serialization, "save", "torch.save", arg(1, "f"), lambda a, k: True),
+        (torch, "load", "torch.load", arg(0, "f"), lambda a, k: False),
+        (torch.serialization, "load", "torch.load", arg(0, "f"), lambda a, k: False),
+        (torch.ops.aten, "from_file", "torch.ops.aten.from_file", arg(0, "filename"), arg(1, "shared")),
+    ):
+        wrapped = file_function(getattr(owner, attr), label, path_of, write_of)
+        setattr(owner, attr, staticmethod(wrapped) if isinstance(owner, type) else wrapped)
+
+    snapshot = watched()
 
     def hook(event, args):
         if state["busy"]:
@@ -661,7 +755,12 @@ def _parse(source: str) -> ast.Module | None:
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
-        source = TransformerManager().transform_cell(source)
+        transformed = TransformerManager().transform_cell(source)
+        # IPython drops leading blank lines: put them back, so that line numbers are the cell's
+        blank = len(source.splitlines()) - len(source.lstrip("\n \t").splitlines())
+        if not source.lstrip("\n \t"):
+            blank = 0
+        source = "\n" * max(0, blank - (len(transformed.splitlines()) - len(transformed.lstrip("\n \t").splitlines()))) + transformed
     except Exception:  # noqa: BLE001 - then parse it as it is
         pass
     try:
@@ -729,7 +828,8 @@ def load_course(solutions: Path, checkers: dict[str, str]) -> dict[str, CourseNo
 # Modules an exercise cell may import (anything under them); course_utils too, except
 # the tools and private modules.
 ALLOWED_IMPORTS = {"torch", "math", "numpy", "typing", "dataclasses", "functools", "itertools", "collections",
-                   "copy", "einops", "__future__", "course_utils", "operator", "abc", "enum", "numbers"}
+                   "copy", "einops", "__future__", "course_utils", "operator", "abc", "enum", "numbers",
+                   "warnings", "sys"}  # sys: its risky parts (frames, modules, hooks) are flagged where used
 TOOL_MODULES = {"course_utils.grade", "course_utils.build", "course_utils.start", "course_utils.check_env"}
 PROTECTED_ROOTS = {"torch", "course_utils", "builtins", "numpy", "math", "sys", "os", "IPython", "ipykernel"}
 DANGEROUS_ATTRS = {
@@ -987,11 +1087,15 @@ def plan_run(nb, course_nb: CourseNotebook) -> Plan:
     nonce = secrets.token_hex(16)
     steps.append(Step("end", END_SOURCE.format(nonce=nonce), nonce=nonce))
     course_sources = {c.id: c.source for c in course_nb.notebook.cells if c.cell_type == "code"}
+    unchanged = set(course_sources.values())
     used = set(chosen.values())
+    # a cell without the course's id (nbformat 4.4 and v3 have none, or a copy got new ones) is
+    # known by its source: only a changed or added cell is worth a line in the report
     ignored = [
         i for i, c in enumerate(nb.cells)
         if c.get("cell_type") == "code" and i not in used and c.get("source", "").strip()
-        and course_sources.get(c.get("id")) != c.get("source")
+        and (course_sources.get(c.get("id")) != c.get("source") if c.get("id") in course_sources
+             else c.get("source") not in unchanged)
     ]
     return Plan(steps, chosen, ignored, scans)
 
@@ -1019,6 +1123,7 @@ class Run:
     detail: str = ""
     seconds: float = 0.0
     killed: int = 0  # processes left behind, killed when the turn ended
+    package_changes: list[str] = field(default_factory=list)  # the course package's copy, changed in this turn
 
 
 class _OutOfTime(Exception):
@@ -1082,7 +1187,8 @@ class _GradingClient(NotebookClient):
             self.kernel_pid = self.kernel_pid or getattr(self.km, "launched_pid", None)  # a failed start too
             _RUNNING.discard(self.kernel_pid)
             if self.kernel_pid:
-                self.killed = max(0, kill_descendants(self.kernel_pid, keep=_RUNNING) - 1)  # less the kernel
+                launched = launch_chain(self.kernel_pid)  # the kernel, and the sandbox around it
+                self.killed = max(0, kill_descendants(self.kernel_pid, keep=_RUNNING) - len(launched))
             await self._async_cleanup_kernel()
 
     async def async_start_new_kernel(self, **kwargs: Any):
@@ -1122,15 +1228,21 @@ def read_student_notebook(data: bytes):
     return nb
 
 
+def _verdict_outputs(cell) -> list:
+    """What a cell's outputs carry under the grader's verdict type."""
+    found = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {}) if output.get("output_type") in ("display_data", "execute_result") else {}
+        if isinstance(data, dict) and VERDICT_MIME in data:
+            found.append(data[VERDICT_MIME])
+    return found
+
+
 def _messages(cell, key: bytes, nonce: str) -> tuple[list[dict], int]:
     """The grader's messages in a cell's outputs whose signature is right, and how many
     others claimed to be."""
     good, forged = [], 0
-    for output in cell.get("outputs", []):
-        data = output.get("data", {}) if output.get("output_type") in ("display_data", "execute_result") else {}
-        if VERDICT_MIME not in data:
-            continue
-        item = data[VERDICT_MIME]
+    for item in _verdict_outputs(cell):
         try:
             text, mac = item["payload"], item["mac"]
             if not hmac.compare_digest(sign(key, nonce, text), str(mac)):
@@ -1142,12 +1254,24 @@ def _messages(cell, key: bytes, nonce: str) -> tuple[list[dict], int]:
 
 
 async def run_plan(plan: Plan, course_nb: CourseNotebook, timeout: float = DEFAULT_TIMEOUT,
-                   sandbox: bool = False, hidden: Iterable[Path] = ()) -> Run:
+                   sandbox: bool = False, hidden: Iterable[Path] = (), check_time_limit: float | None = None) -> Run:
     """Run ``plan`` in a fresh kernel, in a temporary folder (its working directory),
     within ``timeout`` seconds for all its cells; then kill whatever it left running."""
     start = time.monotonic()
     run = Run(steps=plan.steps)
     hidden = list(hidden)
+    package = PackageCopy()  # this kernel's own copy of the course: what it does to it, it does alone
+    try:
+        await _run_in(package, plan, course_nb, run, timeout, sandbox, hidden, check_time_limit)
+        run.package_changes = [str(c) for c in package.changes()]
+    finally:
+        package.remove()
+    run.seconds = time.monotonic() - start
+    return run
+
+
+async def _run_in(package: PackageCopy, plan: Plan, course_nb: CourseNotebook, run: Run, timeout: float,
+                  sandbox: bool, hidden: list[Path], check_time_limit: float | None) -> None:
     with tempfile.TemporaryDirectory(prefix="course-grade-", ignore_cleanup_errors=True) as tmp:
         turn = Path(tmp).resolve()
         workdir = turn / "notebook"
@@ -1158,6 +1282,7 @@ async def run_plan(plan: Plan, course_nb: CourseNotebook, timeout: float = DEFAU
         os.chmod(key_path, 0o600)
         config = {
             "key_path": str(key_path), "workdir": str(workdir), "turn": str(turn), "mime": VERDICT_MIME,
+            "package_root": str(package.root),
             "event": AUDIT_EVENT, "check_source": CHECK_SOURCE, "end_source": END_SOURCE,
             "exercises": {e.name: e.checker for e in course_nb.exercises},
             "exercise_sources": [(s.exercise, s.source) for s in plan.steps if s.kind == "exercise"],
@@ -1165,8 +1290,8 @@ async def run_plan(plan: Plan, course_nb: CourseNotebook, timeout: float = DEFAU
         cells = [nbformat.v4.new_code_cell(kernel_setup_source(config))]
         cells += [nbformat.v4.new_code_cell(s.source) for s in plan.steps]
         nb = nbformat.v4.new_notebook(cells=cells)
-        env = grading_env(turn, hidden)
-        prefix = sandbox_prefix(turn, workdir, hidden) if sandbox else []
+        env = grading_env(turn, hidden, package.root, check_time_limit)
+        prefix = sandbox_prefix(turn, workdir, hidden, package.root) if sandbox else []
         client = _GradingClient(
             nb,
             limit=timeout,
@@ -1213,8 +1338,8 @@ async def run_plan(plan: Plan, course_nb: CourseNotebook, timeout: float = DEFAU
     for i, step in enumerate(plan.steps):
         if step.kind in ("check", "end"):
             run.messages[i], run.forged[i] = _messages(run.cells[i], key, step.nonce)
-    run.seconds = time.monotonic() - start
-    return run
+        else:  # a verdict message in any other cell can only be a forgery
+            run.forged[i] = len(_verdict_outputs(run.cells[i]))
 
 
 # --------------------------------------------------------------------------- grading
@@ -1344,15 +1469,26 @@ def grade_run(sub: Submission, plan: Plan, run: Run, course_nb: CourseNotebook) 
 
     notebook_flags: list[str] = []
     runtime: dict[str, list[str]] = {}
+    sources = {s.exercise: s.source for s in run.steps if s.kind == "exercise"}
     for i, messages in run.messages.items():
         for m in messages:
             for f in m.get("flags", []):
                 if f.get("exercise") in plan.exercise_cells:
+                    if f.get("line"):  # the kernel numbers the lines of the cell as IPython ran it
+                        f = {**f, "line": f["line"] + leading_blank_lines(sources.get(f["exercise"], ""))}
                     runtime.setdefault(f["exercise"], []).append(_flag_text(f))
                 else:
                     notebook_flags.append(_flag_text(f))
     if run.killed:
         notebook_flags.append(f"left {run.killed} process(es) running; killed when its turn ended")
+    elsewhere = []  # forgeries in the course's own cells: sent by code an exercise cell left behind
+    for i, step in enumerate(run.steps):
+        forged = run.forged.get(i, 0) if step.kind not in ("check", "end") else 0
+        if forged:
+            where = runtime.setdefault(step.exercise, []) if step.kind == "exercise" else elsewhere
+            where.append(f"{forged} verdict message(s) not signed by the grader (forged) in {_describe(run, i)}")
+        if step.kind == "exercise" and i < len(run.cells):
+            runtime.setdefault(step.exercise, []).extend(system_refusals(run.cells[i], step.source))
 
     grades = []
     for exercise in course_nb.exercises:
@@ -1386,7 +1522,7 @@ def grade_run(sub: Submission, plan: Plan, run: Run, course_nb: CourseNotebook) 
         if scan.reference:
             grade.reference = f"{grade.reference}; " if grade.reference else ""
             grade.reference += f"the cell names it: {scan.reference}"
-        grade.flags = flags
+        grade.flags = flags = deduplicated(flags)
         if grade.status != NOT_RUN or flags:
             if grade.reference:
                 grade.verdict, grade.status = grade.status, REFERENCE
@@ -1396,11 +1532,75 @@ def grade_run(sub: Submission, plan: Plan, run: Run, course_nb: CourseNotebook) 
                 grade.status = REVIEW
                 grade.message = f"to review: {flags[0]}" + (f" (and {len(flags) - 1} more)" if len(flags) > 1 else "")
         grades.append(grade)
-    return NotebookGrade(
+    result = NotebookGrade(
         path=str(sub.path), student=sub.student, assignment=sub.assignment, status=status, problem=problem,
-        errors=errors, exercises=grades, ignored_cells=plan.ignored, flags=notebook_flags,
+        errors=errors, exercises=grades, ignored_cells=plan.ignored, flags=deduplicated(notebook_flags),
         seconds=round(run.seconds, 1),
     )
+    for flag in elsewhere:
+        review_all(result, flag)
+    if run.package_changes:
+        shown = ", ".join(run.package_changes[:3]) + (f" and {len(run.package_changes) - 3} more"
+                                                     if len(run.package_changes) > 3 else "")
+        review_all(result, f"CHANGED THE COURSE PACKAGE while its notebook ran ({shown} in its private copy): its "
+                           "verdicts cannot be trusted; the next notebook gets a fresh copy")
+    return result
+
+
+def review_all(grade: NotebookGrade, flag: str) -> None:
+    """Add ``flag`` to the notebook, and put every exercise it has a verdict for up for review
+    (what it did may have changed any verdict of its run)."""
+    grade.flags = deduplicated([*grade.flags, flag])
+    for e in grade.exercises:
+        if e.status not in (NOT_RUN, REVIEW):
+            e.verdict = e.verdict or e.status
+            e.status = REVIEW
+            e.message = f"to review: {flag}"
+
+
+def deduplicated(flags: list[str]) -> list[str]:
+    """Each flag once, in order, with how many times it came when more than once."""
+    counts: dict[str, int] = {}
+    for f in flags:
+        counts[f] = counts.get(f, 0) + 1
+    return [f if n == 1 else f"{f} ({n} times)" for f, n in counts.items()]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SYSTEM_REFUSALS = ("Read-only file system", "Permission denied", "Operation not permitted")
+
+
+def leading_blank_lines(source: str) -> int:
+    """How many blank lines open a cell: IPython drops them before it runs the cell, so its line
+    numbers are the cell's less these."""
+    lines = source.splitlines()
+    blank = next((i for i, line in enumerate(lines) if line.strip()), 0)
+    return blank
+
+
+def system_refusals(cell, source: str) -> list[str]:
+    """A flag (with its line) for each error in an exercise cell's outputs that says the system
+    refused a file operation: an attempt the sandbox (or the permissions) stopped."""
+    flags = []
+    lines = source.splitlines()
+    for output in cell.get("outputs", []):
+        if output.get("output_type") != "error":
+            continue
+        text = f"{output.get('ename', '')}: {output.get('evalue', '')}"
+        if not any(t in text for t in SYSTEM_REFUSALS) or "grading: not allowed" in text:
+            continue  # (the audit hook's own refusals are flagged where they happen)
+        match = re.search(r"Cell In\[\d+\], line (\d+)", _ANSI.sub("", "\n".join(output.get("traceback", []))))
+        n = int(match.group(1)) + leading_blank_lines(source) if match else 0
+        code = lines[n - 1].strip() if 0 < n <= len(lines) else ""
+        flags.append(_flag_text({"line": n, "code": code,
+                                 "what": f"was stopped by the system: {_first_line(text)[:160]}"}))
+    return flags
+
+
+def wrote_outside(changes: list[str]) -> str:
+    """The flag of a notebook in whose turn files outside its folder changed."""
+    shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
+    return f"WROTE OUTSIDE ITS FOLDER (found by the grader's hashes after its turn, and put back): {shown}"
 
 
 def not_graded(sub: Submission, course_nb: CourseNotebook | None, status: str, problem: str) -> NotebookGrade:
@@ -1461,9 +1661,10 @@ def _labels(grades: list[NotebookGrade]) -> list[str]:
     return [g.student if counts[g.student] == 1 else g.path for g in grades]
 
 
-def format_report(grades: list[NotebookGrade], assignments: dict[str, dict]) -> str:
-    """The tables (one per assignment), the legend, then one line per problem."""
-    out: list[str] = []
+def format_report(grades: list[NotebookGrade], assignments: dict[str, dict], mode: str = "") -> str:
+    """The tables (one per assignment), the legend, then one line per problem; ``mode`` (how
+    the kernels were isolated) first when given."""
+    out: list[str] = [f"Isolation: {mode}", ""] if mode else []
     for name, info in assignments.items():
         rows = [g for g in grades if g.assignment == name]
         exercises = info["exercises"]
@@ -1542,15 +1743,25 @@ def report_dict(grades: list[NotebookGrade], assignments: dict[str, dict], timeo
 def grade_class(
     subs: list[Submission], solutions: Path, timeout: float = DEFAULT_TIMEOUT, jobs: int = 1, sandbox: bool = False,
     hidden: Iterable[Path] = (), progress: Callable[[str], None] | None = None,
+    check_time_limit: float | None = None,
 ) -> tuple[list[NotebookGrade], dict[str, dict]]:
     """Grade every submission; returns the grades (in the order of ``subs``) and, per
-    assignment, its solution and exercises (the table's columns)."""
+    assignment, its solution and exercises (the table's columns).
+
+    Each kernel imports its own copy of the course package, checked after its turn; and after
+    each turn every file of the class (``hidden``, else the submissions), the solutions and the
+    instructor's course is compared with what it was at the start and put back. A change is
+    laid at the door of the notebook whose turn it was; when other notebooks ran at the same
+    time (``jobs`` > 1), each of them is graded again alone to find which one it was."""
     checkers = checker_exercises()
     course = load_course(solutions, checkers)
     for sub in subs:
         if sub.data is None:
             sub.data = sub.path.read_bytes()
     hidden = list(hidden) or [s.path for s in subs]
+    course_files = [Path(solutions).resolve(), *(PACKAGE_ROOT / part for part in ("course_utils", "course_tools", "data"))]
+    guard = FileGuard([*hidden, *course_files], known={s.path: s.data for s in subs if s.data is not None})
+    hidden = [*hidden, *course_files]  # in the sandbox the instructor's course is out of sight too
     grades: list[NotebookGrade | None] = [None] * len(subs)
     jobs_to_run = []
     for i, sub in enumerate(subs):
@@ -1583,16 +1794,52 @@ def grade_class(
 
         loop.set_exception_handler(quiet_dead_kernels)
 
-        async def one(i: int, sub: Submission, plan: Plan) -> None:
+        active: set[int] = set()  # the notebooks running now
+        window: set[int] = set()  # those that ran at some time since the files were last checked
+        unclear: list[tuple[set[int], list[str]]] = []  # changes that more than one of them could have made
+        blamed: set[int] = set()
+
+        async def one(i: int, sub: Submission, plan: Plan, again: bool = False) -> None:
             nonlocal done
             async with limit:
-                run = await run_plan(plan, course[sub.assignment], timeout, sandbox, hidden)
-            grades[i] = grade_run(sub, plan, run, course[sub.assignment])
-            done += 1
+                active.add(i)
+                window.add(i)
+                try:
+                    run = await run_plan(plan, course[sub.assignment], timeout, sandbox, hidden, check_time_limit)
+                finally:
+                    active.discard(i)
+                    changes = [str(c) for c in guard.check()]
+                    suspects = set(window)
+                    window.clear()
+                    window.update(active)
+            grades[i] = grade = grade_run(sub, plan, run, course[sub.assignment])
+            if changes or run.package_changes:
+                if suspects == {i}:
+                    blamed.add(i)
+                    if changes:
+                        review_all(grade, wrote_outside(changes))
+                    if progress is not None:
+                        progress(f"!! {sub.path}: {', '.join(grade.flags[-1:])}")
+                else:
+                    unclear.append((suspects, changes + run.package_changes))
             if progress is not None:
-                progress(f"[{done}/{len(jobs_to_run)}] {sub.path}: {grades[i].status} ({run.seconds:.1f} s)")
+                counter = "again, alone" if again else f"{done + 1}/{len(jobs_to_run)}"
+                progress(f"[{counter}] {sub.path}: {grade.status} ({run.seconds:.1f} s)")
+            done += not again
 
         await asyncio.gather(*(one(*job) for job in jobs_to_run))
+        # a change that one of several notebooks running together made: each is run again alone
+        # (a clean run: its grade replaces the first one), and the change is the one's that repeats it
+        suspects = sorted(set().union(*(s for s, _ in unclear)))
+        found = len(unclear)
+        del unclear[:]
+        by_index = {job[0]: job for job in jobs_to_run}
+        for i in suspects:
+            await one(*by_index[i], again=True)
+        if found and not blamed & set(suspects):
+            for i in suspects:  # nobody did it again: each of them stays under suspicion
+                review_all(grades[i], "a file outside its folder changed while this notebook and others ran, and "
+                                      "none of them changed it again when run alone")
 
     become_subreaper()
     asyncio.run(run_all())
@@ -1643,9 +1890,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignment", metavar="NAME",
                         help="grade every file as this course notebook (e.g. 01_attention), "
                              "for files named after students")
-    parser.add_argument("--sandbox", action="store_true",
-                        help="run each kernel under bwrap: no network, the submissions hidden, read-only but "
-                             "its own folder")
+    parser.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=None,
+                        help="run each kernel under bwrap: no network, the submissions and the course's files "
+                             "hidden, read-only but its own folder (default: on where bwrap works; --no-sandbox "
+                             "turns it off)")
+    parser.add_argument("--check-time-limit", type=float, metavar="SECONDS",
+                        help="time limit of one check inside a graded kernel (default: the checkers' own, 60)")
     args = parser.parse_args(argv)
     try:
         if not args.timeout > 0:
@@ -1660,7 +1910,10 @@ def main(argv: list[str] | None = None) -> int:
         subs = find_notebooks(args.paths, args.assignment)
         if not subs:
             raise UsageError("no notebooks found in " + ", ".join(map(str, args.paths)))
-        if args.sandbox and (problem := sandbox_problem()):
+        if args.check_time_limit is not None and not args.check_time_limit > 0:
+            raise UsageError("--check-time-limit must be positive")
+        problem = sandbox_problem() if args.sandbox is not False else None
+        if args.sandbox and problem:
             raise UsageError(problem)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -1669,25 +1922,34 @@ def main(argv: list[str] | None = None) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    # a grader started in the background by a shell or a script inherits SIGINT ignored: it
+    # would then run on through `kill -INT` (and Ctrl-C in a terminal that brings it back)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    sandbox = args.sandbox if args.sandbox is not None else problem is None
+    mode = ("sandbox: each kernel ran under bwrap (--no-sandbox to turn it off)" if sandbox else
+            "no sandbox: " + ("turned off with --no-sandbox" if args.sandbox is False else problem or "")
+            + "; the kernels ran with your permissions (see the README)")
+    progress(f"Isolation: {mode}")
     hidden = [p.resolve() for p in args.paths]
     try:
-        grades, assignments = grade_class(subs, args.solutions, args.timeout, args.jobs, args.sandbox,
-                                          hidden, progress)
+        grades, assignments = grade_class(subs, args.solutions, args.timeout, args.jobs, sandbox,
+                                          hidden, progress, args.check_time_limit)
     except KeyboardInterrupt:
         restore_changed_files(subs)
         print("interrupted: no report written", file=sys.stderr)
         return 130
     by_path = {g.path: g for g in grades}
-    for sub in restore_changed_files(subs):
+    for sub in restore_changed_files(subs):  # the grader's hashes put back every change: a last resort
         by_path[str(sub.path)].flags.append(
-            "its file was changed while grading ran (by another notebook?); put back, and graded as it was")
-    print(format_report(grades, assignments))
+            "its file was changed while grading ran, not by its own notebook; put back, and graded as it was read")
+    print(format_report(grades, assignments, mode))
     if args.csv is not None:
         write_csv(grades, args.csv)
         print(f"wrote {args.csv}")
     if args.json is not None:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report_dict(grades, assignments, args.timeout), f, indent=2)
+            json.dump({**report_dict(grades, assignments, args.timeout), "sandbox": sandbox}, f, indent=2)
             f.write("\n")
         print(f"wrote {args.json}")
     return 0

@@ -499,7 +499,7 @@ def test_every_mistake_name_is_in_the_registry():
 
 @pytest.mark.parametrize("how", ["sys.exit", "exit", "in __init__"])
 def test_a_student_calling_sys_exit_gets_a_verdict_not_an_exit(how):
-    # trial A: SystemExit used to escape the checker; KeyboardInterrupt still does (the student stops the cell)
+    # trial A: SystemExit used to escape the checker (a real interrupt still stops it: below)
     import sys
 
     def fn(size, device=None):
@@ -515,6 +515,37 @@ def test_a_student_calling_sys_exit_gets_a_verdict_not_an_exit(how):
     result = checks.check_layer_norm(Quits) if how == "in __init__" else checks.check_causal_mask(fn)
     assert result.status == "error" and not result.passed
     assert "called sys.exit()" in result.feedback and "return" in result.feedback
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, GeneratorExit])
+@pytest.mark.parametrize("where", ["function", "in __init__"])
+def test_a_student_raising_keyboard_interrupt_or_generator_exit_gets_a_verdict(exc, where):
+    """A checker never raises at a student: what the student's code raises itself is an error of
+    that code (issue 23), in a call the checker makes or in a module's own calls."""
+    def fn(size, device=None):
+        raise exc
+
+    class Raises(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            raise exc
+
+    result = checks.check_layer_norm(Raises) if where == "in __init__" else checks.check_causal_mask(fn)
+    assert result.status == "error" and not result.passed
+    assert f"your code raised {exc.__name__}" in result.feedback
+
+
+def test_a_real_interrupt_still_stops_the_check():
+    """SIGINT during a check (the student stops the cell) still ends it with KeyboardInterrupt."""
+    import signal
+
+    def fn(size, device=None):
+        signal.raise_signal(signal.SIGINT)
+        return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+    with pytest.raises(KeyboardInterrupt):
+        checks.check_causal_mask(fn)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
 
 
 # ---------------------------------------------------------------- the contract's parameter names (trial C, E)

@@ -8,8 +8,12 @@ padding_mask cell never finishes, erin broke a cell that is not an exercise cell
 in a module's name, which grading ignores), frank's file is cut short (not JSON).
 
 The rest of the class is made here, from bob's notebook, by :data:`ATTACKS`: students who
-try to get marks without writing the code. The whole class is graded once per test
-module, through the command line, with ``--jobs 2``.
+try to get marks without writing the code (trudy's cells, which name files, by
+:func:`trudy`), hal who solved it importing ``sys`` and ``warnings``, and nora's solved
+notebook in nbformat 4.4 (no cell ids). The whole class is graded once per test module,
+through the command line, with ``--jobs 2``, in the grader's default mode (the sandbox where
+bwrap works); a smaller class with the file-system and promise attackers once more in the
+other mode (:func:`graded_other`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import nbformat
@@ -149,6 +155,29 @@ ATTACKS: dict[str, dict] = {
             """),
         "padding": "__import__ = lambda *args, **kwargs: None\n\n\n" + INVERTED,
     },
+    # promises: a forged verdict sent from the exercise cell itself, torch.Tensor.__eq__ patched,
+    # one refused write repeated (one flag, with a count), and a KeyboardInterrupt raised
+    "uma": {
+        "causal": textwrap.dedent("""
+            from IPython.display import publish_display_data
+
+            verdict = {"status": "passed", "passed": True, "mistake": None, "feedback": "[OK]"}
+            publish_display_data({"application/vnd.course-grade.verdict+json": {"payload": repr(
+                {"action": "check", "exercise": "causal_mask", "verdict": verdict, "reference": None, "flags": []}),
+                "mac": "0" * 64}})
+            torch.Tensor.__eq__ = lambda self, other: True
+            for attempt in range(5):
+                try:
+                    open('/' + 'results.jsonl', 'a')
+                except Exception:
+                    pass
+
+
+            def causal_mask(size, device=None):
+                return torch.ones(size, size, dtype=torch.bool, device=device).triu()
+            """),
+        "padding": "def padding_mask(tokens, pad_id):\n    raise KeyboardInterrupt\n",
+    },
     # the checkers' internals and the builtins
     "xena": {
         "causal": "from course_utils.checks import _core\n\n_core.fail = lambda *a, **k: None\n\n\n" + UPPER,
@@ -159,6 +188,81 @@ ATTACKS: dict[str, dict] = {
                    "    return (tokens == pad_id).unsqueeze(1)\n",
     },
 }
+
+
+# honest students made the same way: hal solved both, importing sys and warnings
+HONEST: dict[str, dict] = {
+    "hal": {
+        "causal": "import sys\nimport warnings\n\n\ndef causal_mask(size, device=None):\n"
+                  "    warnings.warn('just a note', stacklevel=2)\n    assert sys.version_info >= (3, 8)\n"
+                  "    return torch.ones(size, size, dtype=torch.bool, device=device).tril()\n",
+        "padding": "import sys\n\n\ndef padding_mask(tokens, pad_id):\n    print('masking', file=sys.stderr)\n"
+                   "    return (tokens != pad_id).unsqueeze(1)\n",
+    },
+}
+
+
+def trudy(victim: Path, outside: Path, sandbox: bool) -> dict:
+    """Files outside her folder through torch's own file I/O (``from_file``, which no audit
+    hook sees): her kernel's copy of the course's checkers, the instructor's checkout, a
+    classmate's notebook (``victim``) and a file outside the class (``outside``); each through
+    the function torch exports (which the grader checks like ``open``) and through
+    ``torch._C``'s (which nothing in the kernel sees). The second route goes only where the
+    grader's hashes reach unless the sandbox runs: outside the sandbox, nothing can put back
+    an arbitrary file (the README says so). Her padding cell ends with an uncaught write
+    through ``torch._C``: without the sandbox to a classmate (found by hash and put back), in
+    the sandbox to the outside file (refused by the read-only system, and flagged)."""
+    course = REPO / "course_utils" / "checks" / "__init__.py"
+    hidden_route = [str(course), str(victim)] + ([str(outside)] if sandbox else [])
+    return {
+        "causal": UPPER + textwrap.dedent(f"""
+
+            import os
+
+            import course_utils
+
+
+            def _write(path, route):
+                try:
+                    t = route(path)
+                    t[:8] = torch.tensor(list(b'POISONED'), dtype=torch.uint8)
+                    del t
+                    print('wrote', path)
+                except Exception as error:
+                    print('refused:', error)
+
+
+            _exported = lambda p: torch.from_file(p, shared=True, size=64, dtype=torch.uint8)
+            _hidden = lambda p: torch._C._VariableFunctions.from_file(p, True, 64, dtype=torch.uint8)
+            _copy = os.path.join(os.path.dirname(course_utils.__file__), 'checks', '__init__.py')
+            for _path in [_copy, {str(course)!r}, {str(victim)!r}, {str(outside)!r}]:
+                _write(_path, _exported)
+            for _path in [_copy, *{hidden_route!r}]:
+                _write(_path, _hidden)
+            try:
+                print(bytes(torch.from_file({str(victim)!r}, shared=False, size=16, dtype=torch.uint8).tolist()))
+            except Exception as error:
+                print('refused:', error)
+            """),
+        "padding": INVERTED + textwrap.dedent(f"""
+
+            _t = torch._C._VariableFunctions.from_file({str(outside if sandbox else victim)!r}, True, 64, dtype=torch.uint8)
+            _t[:8] = 0
+            """),
+    }
+
+
+def nora(folder: Path) -> None:
+    """Her solved notebook, saved by an older Jupyter: nbformat 4.4, no cell ids."""
+    nb = json.loads((STUDENTS / "alice" / NOTEBOOK).read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        cell.pop("id", None)
+    nb["nbformat_minor"] = 4
+    (folder / "nora").mkdir()
+    (folder / "nora" / NOTEBOOK).write_text(json.dumps(nb, indent=1), encoding="utf-8")
+
+
+SANDBOX = grade.sandbox_problem() is None  # the grader's default mode here
 
 # What each student must get: notebook status, then one symbol per exercise.
 EXPECTED = {
@@ -175,9 +279,18 @@ EXPECTED = {
     "oscar": ("ok", "!", "!"),
     "fiona": ("crashed", "!", "!"),  # the grader's cells raise: she broke __import__
     "xena": ("ok", "!", "!"),
+    "uma": ("ok", "!", "E"),  # her KeyboardInterrupt is an error of her code, not the end of the run
+    "hal": ("ok", "OK", "OK"),
+    "nora": ("ok", "OK", "OK"),
     "wendy": ("wrong assignment", "?", "?"),
     "gus": ("wrong assignment", "?", "?"),
 }
+
+
+def expected(student: str, sandbox: bool) -> tuple[str, str, str]:
+    if student == "trudy":  # the sandbox refuses her last write, and the cell raises
+        return ("crashed" if sandbox else "ok", "!", "!")
+    return EXPECTED[student]
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
@@ -198,14 +311,23 @@ def make_student(base, changes: dict) -> nbformat.NotebookNode:
     return nb
 
 
-def make_class(folder: Path) -> None:
-    """The fixture students, the attackers of :data:`ATTACKS`, and two notebooks of the
-    other assignment handed in as 01 (wendy's as built, gus's without its header)."""
-    shutil.copytree(STUDENTS, folder)
+def make_class(folder: Path, outside: Path, sandbox: bool, only: Iterable[str] | None = None) -> None:
+    """The fixture students, the attackers of :data:`ATTACKS` and :func:`trudy`, nora, and two
+    notebooks of the other assignment handed in as 01 (wendy's as built, gus's without its
+    header); ``only``: just these (alice, the victim, always)."""
+    keep = None if only is None else {"alice", *only}
+    shutil.copytree(STUDENTS, folder, ignore=None if keep is None else (
+        lambda path, names: [n for n in names if Path(path) == STUDENTS and n not in keep]))
     bob = nbformat.read(STUDENTS / "bob" / NOTEBOOK, as_version=4)
-    for name, changes in ATTACKS.items():
-        (folder / name).mkdir()
-        nbformat.write(make_student(bob, changes), folder / name / NOTEBOOK)
+    attacks = {**ATTACKS, **HONEST, "trudy": trudy(folder / "alice" / NOTEBOOK, outside, sandbox)}
+    for name, changes in attacks.items():
+        if keep is None or name in keep:
+            (folder / name).mkdir()
+            nbformat.write(make_student(bob, changes), folder / name / NOTEBOOK)
+    if keep is None or "nora" in keep:
+        nora(folder)
+    if keep is not None:
+        return
     solution, _ = build.read_notebook(SOLUTIONS / "02_targets.ipynb")
     other = build.student_notebook(solution, "02_targets.ipynb")
     other.cells[2 + 2].source = "def shift_targets(tgt):\n    return tgt[:, :-1], tgt[:, 1:]\n"  # solved
@@ -228,37 +350,75 @@ def processes_with(text: str) -> list[int]:
 # --------------------------------------------------------------------------- a whole class, end to end
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Grade the class once, through the command line; the tests below read its table,
-    CSV and JSON."""
-    tmp = tmp_path_factory.mktemp("class")
+COURSE_FILES = [REPO / "course_utils", REPO / "course_tools", REPO / "data", SOLUTIONS]
+
+
+def grade_class_cli(tmp: Path, sandbox: bool, only: Iterable[str] | None = None, flag: bool = False) -> dict:
+    """Make the class in ``tmp`` and grade it through the command line (``--sandbox`` or
+    ``--no-sandbox`` when ``flag``, else the default); what the tests read: its table, CSV,
+    JSON, and every protected file before and after."""
     students = tmp / "students"
-    make_class(students)
-    # Jupyter's autosave copy: must be skipped (it hangs, like dave's notebook)
-    checkpoints = students / "alice" / ".ipynb_checkpoints"
-    checkpoints.mkdir()
-    shutil.copy(STUDENTS / "dave" / NOTEBOOK, checkpoints / "01_masks-checkpoint.ipynb")
-    before = snapshot(students)
-    out_csv, out_json = tmp / "grades.csv", tmp / "grades.json"
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "course_tools.grade", str(students),
-            "--solutions", str(SOLUTIONS), "--timeout", str(CLASS_TIMEOUT), "--jobs", "2",
-            "--csv", str(out_csv), "--json", str(out_json),
-        ],
-        cwd=REPO, capture_output=True, text=True, check=False, timeout=900,
-    )
+    outside = Path.home() / f".course-grade-outside-{uuid.uuid4().hex[:8]}.txt"  # outside /tmp: seen in the sandbox
+    outside.write_text("a file outside the class folder, which no student may change\n" * 3)
+    try:
+        make_class(students, outside, sandbox, only)
+        if only is None:  # Jupyter's autosave copy: must be skipped (it hangs, like dave's notebook)
+            checkpoints = students / "alice" / ".ipynb_checkpoints"
+            checkpoints.mkdir()
+            shutil.copy(STUDENTS / "dave" / NOTEBOOK, checkpoints / "01_masks-checkpoint.ipynb")
+        before = snapshot(students)
+        protected = {str(p): p.read_bytes() for root in COURSE_FILES for p in sorted(root.rglob("*"))
+                     if p.is_file() and "__pycache__" not in p.parts}
+        protected[str(outside)] = outside.read_bytes()
+        out_csv, out_json = tmp / "grades.csv", tmp / "grades.json"
+        mode = (["--sandbox"] if sandbox else ["--no-sandbox"]) if flag else []
+        result = subprocess.run(
+            [
+                sys.executable, "-m", "course_tools.grade", str(students), *mode,
+                "--solutions", str(SOLUTIONS), "--timeout", str(CLASS_TIMEOUT), "--jobs", "2",
+                "--csv", str(out_csv), "--json", str(out_json),
+            ],
+            cwd=REPO, capture_output=True, text=True, check=False, timeout=900,
+        )
+        after = {p: Path(p).read_bytes() for p in protected if Path(p).exists()}
+    finally:
+        outside.unlink()
     return {
         "result": result,
+        "sandbox": sandbox,
         "tmp": tmp,
         "students": students,
         "before": before,
         "after": snapshot(students),
+        "protected": protected,
+        "protected_after": after,
         "left": processes_with(MARK),
         "csv": list(csv.DictReader(out_csv.open(encoding="utf-8", newline=""))) if out_csv.exists() else None,
         "json": json.loads(out_json.read_text(encoding="utf-8")) if out_json.exists() else None,
     }
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade the class once, through the command line, in the default mode; the tests below
+    read its table, CSV and JSON."""
+    return grade_class_cli(tmp_path_factory.mktemp("class"), SANDBOX)
+
+
+@pytest.fixture(scope="module")
+def graded_other(tmp_path_factory):
+    """The file-system and promise attackers, the victim and an honest student, graded in the
+    mode the default is not (without the sandbox where it works; else skipped: the sandbox
+    cannot run here)."""
+    if not SANDBOX:
+        pytest.skip(f"the other mode is the sandbox, which cannot run here: {grade.sandbox_problem()}")
+    return grade_class_cli(tmp_path_factory.mktemp("other"), False, ["trudy", "uma", "hal"], flag=True)
+
+
+@pytest.fixture(params=["graded", "graded_other"])
+def each_mode(request):
+    """Each run: the class in the default mode, then the small class in the other."""
+    return request.getfixturevalue(request.param)
 
 
 def notebooks(graded) -> dict[str, dict]:
@@ -273,22 +433,23 @@ def test_class_run_completes_with_exit_status_0(graded):
     result = graded["result"]
     assert result.returncode == 0, result.stdout + result.stderr
     # one progress line per notebook run (not frank's, wendy's, gus's: nothing to run)
-    progress = [line for line in result.stderr.splitlines() if re.match(r"\[\d+/12\] ", line)]
-    assert len(progress) == 12, result.stderr
+    progress = [line for line in result.stderr.splitlines() if re.match(r"\[\d+/16\] ", line)]
+    assert len(progress) == 16, result.stderr
     assert ".ipynb_checkpoints" not in result.stderr + result.stdout
     assert any("dave" in line and ": timed out (" in line for line in progress)
 
 
 def test_table_gives_every_student_exactly_what_they_earned(graded):
     out = graded["result"].stdout
-    assert f"{NOTEBOOK}: 15 notebook(s); solution {SOLUTIONS / NOTEBOOK}" in out
+    assert f"{NOTEBOOK}: 19 notebook(s); solution {SOLUTIONS / NOTEBOOK}" in out
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("student"))
     # one assignment, one set of columns: no BONUS, no shift_targets
     assert re.fullmatch(r"student\s+notebook\s+causal_mask\s+padding_mask\s+passed", lines[header])
-    rows = {line.split()[0]: line for line in lines[header + 2:header + 2 + len(EXPECTED)]}
-    assert set(rows) == set(EXPECTED)
-    for name, (status, causal, padding) in EXPECTED.items():
+    rows = {line.split()[0]: line for line in lines[header + 2:header + 3 + len(EXPECTED)]}
+    assert set(rows) == {*EXPECTED, "trudy"}
+    for name in rows:
+        status, causal, padding = expected(name, graded["sandbox"])
         passed = [causal, padding].count("OK")
         pattern = rf"{name}\s+{re.escape(status)}\s+{re.escape(causal)}\s+{re.escape(padding)}\s+{passed}/2"
         assert re.fullmatch(pattern, rows[name]), rows[name]
@@ -297,7 +458,7 @@ def test_table_gives_every_student_exactly_what_they_earned(graded):
 
 
 def test_no_attack_passes_a_single_exercise(graded):
-    for name in [*ATTACKS, "wendy", "gus"]:
+    for name in [*ATTACKS, "trudy", "wendy", "gus"]:
         statuses = [e["status"] for e in notebooks(graded)[name]["exercises"]]
         assert "passed" not in statuses, (name, statuses)
 
@@ -308,6 +469,90 @@ def test_student_files_are_unchanged_and_no_process_is_left(graded):
     assert graded["left"] == []
     # the attempts were refused, not undone afterwards
     assert "was changed while grading ran" not in graded["result"].stdout
+
+
+def test_the_output_says_which_isolation_ran(each_mode):
+    out, sandbox = each_mode["result"].stdout, each_mode["sandbox"]
+    if sandbox:
+        assert out.startswith("Isolation: sandbox: each kernel ran under bwrap (--no-sandbox to turn it off)"), out
+    else:
+        assert out.startswith("Isolation: no sandbox: "), out
+    assert each_mode["json"]["sandbox"] is sandbox
+
+
+def test_every_file_outside_a_notebooks_folder_is_byte_identical_after_grading(each_mode):
+    """The course package (the instructor's checkout), the solutions, every classmate's file and a
+    file outside the class are as they were, whatever trudy wrote (with and without the sandbox)."""
+    assert each_mode["after"] == each_mode["before"]  # same files, same bytes, same mtimes
+    changed = [p for p, data in each_mode["protected"].items() if each_mode["protected_after"].get(p) != data]
+    assert changed == []
+    assert each_mode["left"] == []
+
+
+def flags_of(run: dict, student: str) -> str:
+    nb = notebooks(run)[student]
+    return "\n".join([*nb["flags"], *(f for e in nb["exercises"] for f in e["flags"])])
+
+
+def test_writes_outside_its_folder_are_flagged_on_the_writer_not_the_victim(each_mode):
+    sandbox, victim = each_mode["sandbox"], each_mode["students"] / "alice" / NOTEBOOK
+    nbs = notebooks(each_mode)
+    assert [e["status"] for e in nbs["trudy"]["exercises"]] == ["review", "review"]
+    text = flags_of(each_mode, "trudy")
+    course = REPO / "course_utils" / "checks" / "__init__.py"
+    # torch's exported function is checked in the kernel like open(), in both modes
+    assert f"writes {course} (torch.from_file), outside its folder (refused)" in text
+    assert f"writes {victim} (torch.from_file), outside its folder (refused)" in text
+    assert f"reads {victim} (torch.from_file), outside its folder (refused)" in text
+    if sandbox:  # the read-only system refused her last, uncaught write: flagged with its line
+        assert re.search(r"line 5: was stopped by the system: RuntimeError: .*Read-only file system", text), text
+    else:  # torch._C's function wrote: the grader's hashes found it, named her, and put it back
+        assert "WROTE OUTSIDE ITS FOLDER" in text and f"changed {victim}" in text and f"changed {course}" in text
+        # named on the terminal too (after she and whoever ran beside her were graded again alone, if need be)
+        trudy_nb = each_mode["students"] / "trudy" / NOTEBOOK
+        assert f"!! {trudy_nb}: WROTE OUTSIDE ITS FOLDER" in each_mode["result"].stderr
+        if os.geteuid() == 0:  # (as any other user her copy of the course is read-only to her)
+            assert "CHANGED THE COURSE PACKAGE while its notebook ran (changed course_utils/checks/__init__.py" in text
+    assert f"trudy: review: " in each_mode["result"].stdout or "trudy: causal_mask review: " in each_mode["result"].stdout
+    # the victim: graded as she handed it in, nothing said against her
+    alice = nbs["alice"]
+    assert [e["status"] for e in alice["exercises"]] == ["passed", "passed"]
+    assert flags_of(each_mode, "alice") == "" and "alice: review" not in each_mode["result"].stdout
+
+
+def test_honest_students_pass_without_flags(each_mode):
+    """hal imports sys and warnings; nora's notebook has no cell ids (nbformat 4.4); no honest
+    notebook is said to leave processes running (the sandbox's own are not the notebook's)."""
+    for name in ("alice", "hal", "nora", "erin"):
+        nb = notebooks(each_mode).get(name)
+        if nb is None:
+            continue  # not in the smaller class
+        assert [e["status"] for e in nb["exercises"]] == ["passed", "passed"], (name, nb)
+        assert flags_of(each_mode, name) == "", name
+    nora = notebooks(each_mode).get("nora")
+    assert nora is None or nora["ignored_cells"] == []
+    assert "process(es) running" not in "".join(f for n in each_mode["json"]["notebooks"] for f in n["flags"]
+                                                if n["student"] != "oscar")
+
+
+def test_promises_forged_verdicts_patched_equality_repeated_flags_keyboard_interrupt(each_mode):
+    causal, padding = exercise(each_mode, "uma", "causal_mask"), exercise(each_mode, "uma", "padding_mask")
+    # a forged verdict sent from the exercise cell itself: flagged (it used to be a silent X)
+    assert causal["status"] == "review"
+    assert "1 verdict message(s) not signed by the grader (forged) in cell 4" in "\n".join(causal["flags"])
+    # flags found by reading the cell and by the kernel name the same lines (the cell opens with a blank line)
+    assert "line 11: opens a file outside its folder (or at a computed path)" in "\n".join(causal["flags"])
+    # torch.Tensor.__eq__ patched: undone before the check, which ran and failed her code
+    assert "changed torch.Tensor.__eq__; undone before checking" in causal["flags"]
+    assert (causal["verdict"], causal["mistake"]) == ("failed", "upper triangle")
+    # five refused writes on one line: one flag, with its count
+    repeated = [f for f in causal["flags"] if "writes /results.jsonl" in f]
+    assert len(repeated) == 1 and repeated[0].endswith("(5 times)"), causal["flags"]
+    assert repeated[0].startswith("line 11: writes /results.jsonl (open), outside its folder (refused)")
+    # her own KeyboardInterrupt is her code's error, caught by the checker, not the end of the run
+    assert (padding["status"], padding["flags"]) == ("error", [])
+    assert "your code raised KeyboardInterrupt" in padding["message"]
+    assert notebooks(each_mode)["uma"]["status"] == "ok"
 
 
 def test_ignored_cells_are_reported(graded):
@@ -393,7 +638,7 @@ def test_honest_details_in_json_and_csv(graded):
 
     rows = graded["csv"]
     assert list(rows[0]) == grade.CSV_COLUMNS
-    assert len(rows) == 2 * len(EXPECTED)
+    assert len(rows) == 2 * (len(EXPECTED) + 1)  # and trudy
     got = {(r["student"], r["exercise"]): r["status"] for r in rows}
     assert got[("rita", "causal_mask")] == "used the reference"
     assert got[("sam", "padding_mask")] == "review"
@@ -558,6 +803,108 @@ def test_sandbox_hides_the_submissions_and_the_network(tmp_path):
     assert outputs(run, 0).split("\n")[:4] == ["[]", "no network", "read-only", "True"]
 
 
+def test_a_check_that_sleeps_is_stopped_by_the_checkers_time_limit_and_generator_exit_is_caught(tmp_path):
+    """The checkers' own time limit (60 s, here 3 s) stops a check in a graded kernel as it does
+    in a notebook; a GeneratorExit the student's code raises is an error of that code."""
+    path = tmp_path / "vic" / NOTEBOOK
+    path.parent.mkdir()
+    bob = nbformat.read(STUDENTS / "bob" / NOTEBOOK, as_version=4)
+    nbformat.write(make_student(bob, {
+        "causal": "import time\n\n\ndef causal_mask(size, device=None):\n    time.sleep(3600)\n",
+        "padding": "def padding_mask(tokens, pad_id):\n    raise GeneratorExit\n",
+    }), path)
+    (vic,), _ = grade.grade_class([grade.Submission(path, "vic", NOTEBOOK)], SOLUTIONS, timeout=120,
+                                  sandbox=SANDBOX, check_time_limit=3)  # in the default mode
+    causal, padding = vic.exercises
+    assert vic.status == "ok", vic.problem
+    assert (causal.verdict, causal.mistake) == (grade.ERROR, "time limit") and "within 3 s" in causal.feedback
+    assert causal.flags == ["line 1: imports time: `import time`"]  # why it is "review"
+    assert padding.status == grade.ERROR and "your code raised GeneratorExit" in padding.message
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_grader_stops_on_sigint_to_its_own_pid_even_when_started_with_sigint_ignored():
+    """A grader started in the background by a script inherits SIGINT ignored; ``kill -INT``
+    stops it all the same (exit 130), and leaves no kernel behind."""
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "course_tools.grade", str(STUDENTS / "dave"), "--solutions", str(SOLUTIONS),
+         "--no-sandbox", "--timeout", "120"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert proc.stderr.readline().startswith("Isolation: no sandbox")
+        deadline = time.monotonic() + 120
+        while not any(grade._children().get(proc.pid, [])) and time.monotonic() < deadline:
+            time.sleep(0.2)  # until its kernel runs
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted: no report written" in err
+
+
+def test_file_guard_puts_back_what_changed_and_names_it(tmp_path):
+    (tmp_path / "class" / "alice").mkdir(parents=True)
+    alice, notes = tmp_path / "class" / "alice" / "a.ipynb", tmp_path / "class" / "notes.txt"
+    alice.write_bytes(b"{}")
+    notes.write_text("notes")
+    os.utime(alice, ns=(1_000_000_000, 1_000_000_000))
+    guard = grade.FileGuard([tmp_path / "class"], known={alice: b"{}"})  # the submission's bytes, as read
+    assert guard.check() == []
+    alice.write_bytes(b"overwritten")
+    notes.unlink()
+    (tmp_path / "class" / "new").mkdir()
+    (tmp_path / "class" / "new" / "x").write_text("x")
+    found = sorted((Path(c.path).name, c.how, c.undone) for c in guard.check())
+    assert found == [("a.ipynb", "changed", True), ("notes.txt", "removed", True), ("x", "added", True)]
+    assert alice.read_bytes() == b"{}" and alice.stat().st_mtime_ns == 1_000_000_000
+    assert notes.read_text() == "notes" and not (tmp_path / "class" / "new").exists()
+    os.utime(alice)  # touched, same bytes: not a change, but its time is put back
+    (tmp_path / "class" / "__pycache__").mkdir()  # byte code compiled by another process: nobody's write
+    (tmp_path / "class" / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0")
+    assert guard.check() == [] and alice.stat().st_mtime_ns == 1_000_000_000
+
+
+def test_package_copy_is_private_read_only_and_hashed():
+    from course_tools.guard import PackageCopy
+
+    copy = PackageCopy()
+    try:
+        init = copy.package / "checks" / "__init__.py"
+        assert init.read_bytes() == (REPO / "course_utils" / "checks" / "__init__.py").read_bytes()
+        assert (copy.root / "data").is_dir() and not list(copy.root.rglob("__pycache__"))
+        assert init.stat().st_mode & 0o222 == 0 and copy.changes() == []
+        os.chmod(init, 0o644)  # as root may write it anyway
+        init.write_text("poisoned")
+        assert [(c.path, c.how) for c in copy.changes()] == [("course_utils/checks/__init__.py", "changed")]
+    finally:
+        copy.remove()
+    assert not copy.root.exists()
+
+
+def test_flags_are_counted_not_repeated():
+    assert grade.deduplicated(["a", "b", "a", "a"]) == ["a (3 times)", "b"]
+
+
+def test_cells_without_ids_are_known_by_their_source():
+    """nbformat 4.4 (and v3) notebooks have no cell ids: an unchanged course cell is not "ignored"."""
+    course = grade.load_course(SOLUTIONS, grade.checker_exercises())
+    nb = json.loads((STUDENTS / "erin" / NOTEBOOK).read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        cell.pop("id", None)
+    nb["nbformat_minor"] = 4
+    plan = grade.plan_run(grade.read_student_notebook(json.dumps(nb).encode()), course[NOTEBOOK])
+    assert plan.ignored == [3]  # her broken cell, as with ids
+    assert plan.exercise_cells == {"causal_mask": 4, "padding_mask": 6}
+
+
 # --------------------------------------------------------------------------- reading cells without a kernel
 
 
@@ -573,7 +920,10 @@ def test_sandbox_hides_the_submissions_and_the_network(tmp_path):
     ("setattr(torch, 'equal', f)", ["line 1: setattr on torch"], None),
     ("setattr(obj, name, f)", ["line 1: setattr with a computed name"], None),
     ("torch.Tensor.__eq__ = f", ["line 1: assigns to torch.Tensor.__eq__"], None),
-    ("import sys\nsys._getframe(1)", ["line 1: imports sys", "line 2: uses ._getframe"], None),
+    ("import sys\nsys._getframe(1)", ["line 2: uses ._getframe"], None),
+    ("import sys\nimport warnings\nwarnings.warn('x')\nprint(sys.version_info, file=sys.stderr)", [], None),
+    ("\n\nimport os\ntorch.Tensor.__eq__ = f", ["line 3: imports os: `import os`",
+                                              "line 4: assigns to torch.Tensor.__eq__: `torch.Tensor.__eq__ = f`"], None),
     ("def f():\n    return inspect.currentframe().f_back", ["line 2: uses .f_back"], None),
     ("exec('x = 1')", ["line 1: calls exec()"], None),
     ("x = open('/etc/passwd').read()", ["line 1: opens a file outside its folder"], None),
@@ -711,6 +1061,7 @@ def test_kill_descendants_finds_detached_orphans():
         (["{tmp}/a.ipynb", "--csv", "{tmp}/missing/grades.csv"], "--csv: no folder"),
         (["{tmp}/a.ipynb", "--json", "{tmp}/missing/grades.json"], "--json: no folder"),
         (["{tmp}/a.ipynb", "--solutions", "{tmp}/empty"], "--solutions: no course notebooks"),
+        (["{tmp}/a.ipynb", "--check-time-limit", "0"], "--check-time-limit must be positive"),
     ],
 )
 def test_usage_errors_exit_2_before_running_anything(tmp_path, capsys, args, message):

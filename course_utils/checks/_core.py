@@ -18,6 +18,7 @@ in every verdict but ``[OK]``) and ends the check after :data:`TIME_LIMIT_S` sec
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -130,9 +131,12 @@ def call_student(fn: Callable[..., Any], *args: Any, context: str = "", **kwargs
     before the checker's own tensor code stumbles on it with a misleading error."""
     try:
         result = fn(*args, **kwargs)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - every student exception is reported, none escapes
+    except (Exception, SystemExit, KeyboardInterrupt, GeneratorExit) as exc:  # noqa: BLE001 - none escapes
         # SystemExit too (sys.exit(), exit(), quit() in student code): it would end the check without a
-        # verdict. KeyboardInterrupt (the student stops the cell) and the check's own time limit still escape.
+        # verdict; so would a KeyboardInterrupt or GeneratorExit the code raises itself. A real interrupt
+        # (the student stops the cell) and the check's own time limit still escape.
+        if isinstance(exc, KeyboardInterrupt) and _INTERRUPTED.is_set():
+            raise
         raise StudentError(exc, context) from exc
     if any(_is_ndarray(p) for p in (result if isinstance(result, (tuple, list)) else (result,))):
         where = f" ({context})" if context else ""
@@ -575,6 +579,38 @@ def _raising_stub(exc: BaseException) -> tuple[str, str] | None:
     return func, func
 
 
+# Set when SIGINT arrives during a check: a KeyboardInterrupt then is the student stopping the
+# cell, which must stop it; any other KeyboardInterrupt was raised by the student's code.
+_INTERRUPTED = threading.Event()
+
+
+@contextlib.contextmanager
+def _interrupts_noted() -> Iterator[None]:
+    """Note a real SIGINT (in :data:`_INTERRUPTED`) while the body runs, then act as before."""
+    _INTERRUPTED.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield  # no signal reaches this thread: every KeyboardInterrupt here is the student's
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        _INTERRUPTED.set()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, on_interrupt)
+    except (ValueError, OSError, TypeError):  # signals unavailable here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class _TimeUp(BaseException):
     """Raised into the running code when a check's time is up. A BaseException, so neither
     the student's ``except Exception`` nor :func:`call_student` turns it into something else."""
@@ -591,8 +627,8 @@ def _verdict(exercise: str, exc: BaseException) -> tuple[str, str | None, str]:
             "stopped it. Look for a loop that never ends or a call that waits (a sleep, an input())."
             + (f"\n    it was running line {line.removeprefix('line ')}" if line else "")
         )
-    if isinstance(exc, SystemExit):  # student code called outside call_student (a class's own calls)
-        exc = StudentError(exc, "")
+    if isinstance(exc, (SystemExit, KeyboardInterrupt, GeneratorExit)):  # raised outside call_student
+        exc = StudentError(exc, "")  # (a class's own calls): the student's code all the same
     if not isinstance(exc, StudentError):
         if isinstance(exc, NotImplementedError):
             return "not implemented", "not implemented", f"[ ] {exercise}: not implemented yet."
@@ -691,10 +727,14 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
 
             try:
                 seed = _choose_seed(seed)
-                detail = _within_time_limit(attempt, TIME_LIMIT_S)
+                with _interrupts_noted():
+                    detail = _within_time_limit(attempt, TIME_LIMIT_S)
                 status, mistake = "passed", None
                 feedback = f"[OK] {exercise}: all checks passed" + (f" ({detail})." if detail else ".")
-            except (_TimeUp, SystemExit, Exception) as exc:  # noqa: BLE001 - a checker never raises at a student
+            except (_TimeUp, SystemExit, KeyboardInterrupt, GeneratorExit, Exception) as exc:  # noqa: BLE001
+                # a checker never raises at a student: only a real interrupt (stopping the cell) goes on
+                if isinstance(exc, KeyboardInterrupt) and _INTERRUPTED.is_set():
+                    raise
                 status, mistake, feedback = _verdict(exercise, exc)
             if status not in ("passed", "not implemented") and isinstance(seed, int):
                 # a stub's verdict does not depend on the inputs: no seed to replay
