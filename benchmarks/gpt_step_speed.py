@@ -33,7 +33,9 @@ course / torch layer 1.03 (1.03), course / nanoGPT 1.14 (1.14): 61.3, 59.6 and 5
 2 threads 1.53 (1.56) and 1.27 (1.21), where each thread spends most of its time waiting for the
 other on the busy machine (673 ms of CPU per course step against 61 on one thread). Before
 ``course_utils.fastpaths``' path 4 (the fused causal attention) the course / torch layer ratio
-on 1 thread was 1.24 (a short run) and 1.15. The README's "Speed" section has the table.
+on 1 thread was 1.24 (a short run) and 1.15. A second run (``--steps 30 --threads 2 1``, load
+average 5.5-8): 1 thread 1.04 (1.06) and 1.15 (1.13); 2 threads 0.85 (0.95) and 1.25 (1.26): on
+this machine two threads give no stable figure. The README's "Speed" section has the table.
 """
 
 from __future__ import annotations
