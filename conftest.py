@@ -53,3 +53,9 @@ def pytest_collection_modifyitems(config, items):
     # sorted() is stable, and each file keeps its own order (nbval's cells must)
     order = sorted(files, key=lambda path: -SECONDS.get(path, 0.05 * len(files[path])))
     items[:] = [item for path in order for item in files[path]]
+
+
+# Nothing is downloaded under the tests: notebook 09's optional GPT-2 cell (and anything else
+# built on Hugging Face's hub) then looks only in the local cache, and the kernels nbval starts
+# inherit this.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -42,7 +42,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's course_utils
 
 from course_utils import PositionalEncoding, TokenEmbedding, Transformer, count_parameters  # noqa: E402
-from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
+from machine import add_timing_arguments, load_average, machine_table, profile_steps  # noqa: E402  (benchmarks/machine.py)
 from course_utils.data import PAD_ID, NumberWordsDataset, collate, load_split, source_vocab, target_vocab  # noqa: E402
 from course_utils.trainer import RECIPE, make_optimizer  # noqa: E402
 
@@ -160,19 +160,6 @@ def time_steps(step_ours, step_theirs, warmup: int, steps: int) -> tuple[list[fl
     return t_ours, t_theirs
 
 
-def profile(step_ours, step_theirs, steps: int) -> None:
-    from torch.profiler import ProfilerActivity, profile as torch_profile
-
-    for name, fn in (("course Transformer", step_ours), ("nn.Transformer", step_theirs)):
-        for _ in range(3):
-            fn()
-        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(steps):
-                fn()
-        print(f"\n### {name}: {steps} steps, torch.profiler, sorted by self CPU time\n")
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     model, fit = RECIPE["model"], RECIPE["fit"]  # defaults: notebook 07's model and batch size
@@ -183,11 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dropout", type=float, default=model["dropout"])
     parser.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=model["norm_first"])
     parser.add_argument("--batch-size", type=int, default=fit["batch_size"])
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=40, help="timed steps per model and thread count")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--profile", action="store_true", help="also print torch.profiler tables")
+    add_timing_arguments(parser)
     parser.add_argument(
         "--swap-layernorm", action="store_true", help="diagnosis: the course model with nn.LayerNorm in place of its own"
     )
@@ -222,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_table(args.threads, load_before, load_after))
     if args.profile:
         torch.set_num_threads(args.threads[0])
-        profile(step_ours, step_theirs, steps=10)
+        profile_steps({"course Transformer": step_ours, "nn.Transformer": step_theirs}, count=10)
     return 0
 
 

@@ -30,7 +30,7 @@ from .decoder import Decoder, DecoderLayer
 from .decoding import greedy_decode, greedy_decode_cached
 from .embeddings import TokenEmbedding
 from .encoder import Encoder, EncoderLayer
-from .gpt import GPT, GPTBlock, generate, next_token_probs
+from .gpt import GPT, GPTBlock, generate, load_gpt2_weights, next_token_probs
 from .inspect_attention import record_attention, stack_layers
 from .layers import FeedForward, LayerNorm
 from .model import Transformer, count_parameters, make_src_mask, make_tgt_mask
@@ -83,4 +83,5 @@ __all__ = [
     "GPT",
     "next_token_probs",
     "generate",
+    "load_gpt2_weights",
 ]

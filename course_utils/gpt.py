@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from . import fastpaths
 from ._validate import check_int, check_mask, check_min_rank, check_nonempty, check_rank, is_int, is_number
 from .attention import causal_mask
 from .decoding import KVCache, _attend, _eval_mode
@@ -65,7 +66,12 @@ class GPTBlock(nn.Module):
             check_mask(mask, torch.Size((B, L, L)), "(B, L, L)")
             causal = causal & mask  # (L, L) or (B, L, L)
         h = self.norm1(x)  # (B, L, D)
-        x = x + self.dropout1(self.self_attn(h, h, h, causal)[0])
+        fused = mask is None and type(self.self_attn) is MultiHeadAttention  # and see fastpaths, path 4
+        if fused and fastpaths.fused_attention_applies(self.self_attn, h):
+            attended = fastpaths.causal_self_attention(self.self_attn, h)  # the same output, faster on a CPU
+        else:
+            attended = self.self_attn(h, h, h, causal)[0]  # (B, L, D)
+        x = x + self.dropout1(attended)
         return x + self.dropout2(self.feed_forward(self.norm2(x)))  # (B, L, D)
 
 
@@ -451,6 +457,33 @@ def gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
     return out
 
 
+def load_gpt2_weights(model: nn.Module, state_dict: Mapping[str, Tensor]) -> None:
+    """Copy a GPT-2 checkpoint into ``model``, in place (notebook 09's last exercise).
+
+    ``state_dict`` has ``GPT2LMHeadModel.state_dict()``'s layout (``transformer.wte.weight``,
+    ``transformer.h.{i}.attn.c_attn.weight`` ``(D, 3D)``, ... ``lm_head.weight``); ``model`` is
+    a :class:`GPT` of the contract (its submodule names) with the checkpoint's sizes. Every
+    ``Conv1D`` weight is transposed, ``c_attn`` is split into ``w_q, w_k, w_v``, and the values
+    are copied into the model's own Parameters under ``torch.no_grad()``, so the output layer
+    stays tied (``lm_head.weight is token_embedding.weight``) and the model keeps training as
+    before. A parameter whose shape differs from the checkpoint's (a model with another
+    context, width or vocabulary) raises ``ValueError`` naming both shapes, before anything is
+    copied.
+    """
+    converted = convert_gpt2_state_dict(state_dict)  # our names, nn.Linear's (out, in)
+    params = dict(model.named_parameters())  # the tied head once, as token_embedding.weight
+    missing = [name for name in converted if name not in params]
+    if missing:
+        raise ValueError(f"the model has no parameter {missing[0]!r}: it must have the course GPT's submodule names")
+    for name, value in converted.items():
+        if params[name].shape != value.shape:
+            raise ValueError(f"{name} has shape {tuple(params[name].shape)} in the model but {tuple(value.shape)} in "
+                             "the checkpoint: build the model with the checkpoint's sizes")
+    with torch.no_grad():
+        for name, value in converted.items():
+            params[name].copy_(value)
+
+
 def gpt_from_gpt2(state_dict: Mapping[str, Tensor], num_heads: int) -> GPT:
     """A :class:`GPT` (eval mode, no dropout) holding a GPT-2 checkpoint's weights.
 
@@ -458,10 +491,7 @@ def gpt_from_gpt2(state_dict: Mapping[str, Tensor], num_heads: int) -> GPT:
     """
     config = gpt2_config(state_dict)
     model = GPT(num_heads=num_heads, dropout=0.0, **config)
-    missing, unexpected = model.load_state_dict(convert_gpt2_state_dict(state_dict), strict=False)
-    missing = [k for k in missing if k != "lm_head.weight"]  # tied: loaded as token_embedding.weight
-    if missing or unexpected:
-        raise ValueError(f"GPT-2 weights do not fit: missing {missing}, unexpected {unexpected}")
+    load_gpt2_weights(model, state_dict)
     return model.eval()
 
 
@@ -489,6 +519,7 @@ __all__ = [
     "empty_cache",
     "convert_gpt2_state_dict",
     "gpt2_state_dict",
+    "load_gpt2_weights",
     "gpt_from_gpt2",
     "gpt_from_hf",
     "gpt2_config",

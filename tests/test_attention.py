@@ -200,3 +200,37 @@ def test_softmax_last_axis_equals_torch_on_both_paths(monkeypatch, short_row, dt
         assert torch.isfinite(x_ours.grad).all()
         assert_close(x_ours.grad, x_torch.grad)
 
+
+
+def test_gpt_block_fused_attention_equals_the_solution_path(monkeypatch):
+    """fastpaths.causal_self_attention (GPTBlock without a mask, nothing reading the weights) gives
+    the explicit path's output and gradients (float32 and float64); a recorded, masked or
+    dropping attention still runs MultiHeadAttention itself."""
+    from course_utils import GPTBlock, record_attention
+
+    for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12)):
+        torch.manual_seed(0)
+        block = GPTBlock(24, 3, 40).to(dtype).train()
+        x = torch.randn(3, 11, 24, dtype=dtype)
+        results = []
+        for enabled in (True, False):
+            monkeypatch.setattr(fastpaths, "ENABLED", enabled)
+            block.zero_grad()
+            x_ = x.clone().requires_grad_(True)
+            y = block(x_)
+            y.backward(torch.ones_like(y))
+            results.append((y, x_.grad, *(p.grad for p in block.parameters())))
+        for fast, plain in zip(*results):
+            assert_close(fast, plain, atol=tol, rtol=tol)
+    monkeypatch.setattr(fastpaths, "ENABLED", True)
+    calls = []
+    block.self_attn.dropout.register_forward_hook(lambda *args: calls.append(1))
+    block(x)
+    assert calls == []  # the fused kernel: MultiHeadAttention not called
+    with record_attention(block) as maps:
+        block(x)
+    assert maps["self_attn"].shape == (3, 3, 11, 11) and len(calls) == 1
+    block(x, torch.ones(3, 1, 11, dtype=torch.bool))
+    block.self_attn.dropout.p = 0.1
+    block(x)
+    assert len(calls) == 3

@@ -59,3 +59,12 @@ def test_gpt_train_trains_and_samples(bench, capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| 1 | 3 |"))
     assert row.count("|") == 9 and "%" in row, row
+
+
+def test_gpt_step_speed_times_the_three_models(bench, capsys):
+    assert bench("gpt_step_speed").main(["--threads", "1", "--steps", "2", "--warmup", "1", "--batch-size", "2",
+                                         "--d-model", "16", "--d-ff", "32", "--layers", "1", "--context", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "parameters each" in out  # the same size in all three (asserted by the script)
+    rows = [line for line in out.splitlines() if line.startswith("| 1 |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["wall", "CPU"], out

@@ -54,6 +54,7 @@ REFERENCES = {
     "check_gpt": course_utils.GPT,
     "check_next_token_probs": course_utils.next_token_probs,
     "check_generate": course_utils.generate,
+    "check_load_gpt2_weights": course_utils.load_gpt2_weights,
 }
 
 
