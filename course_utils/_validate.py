@@ -158,6 +158,22 @@ def check_int(name: str, value: object, low: int | None = None) -> int:
     return value  # type: ignore[return-value]
 
 
+def check_vocab_ids(tokens: Tensor, vocab_size: int) -> None:
+    """Require ``tokens (B, L)`` of ``torch.long``/``torch.int`` ids in ``[0, vocab_size)``: what
+    ``nn.Embedding(vocab_size, D)`` can look up (an embedding's and a language model's input)."""
+    check_rank("tokens", tokens, 2, "(B, L) of token ids")
+    if tokens.dtype not in (torch.long, torch.int):
+        raise TypeError(f"tokens must be integer token ids (torch.long), got dtype {tokens.dtype}")
+    if tokens.numel() > 0:
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"token id {bad} is outside the vocabulary: ids must lie in "
+                f"[0, {vocab_size - 1}] (vocab_size = {vocab_size})"
+            )
+
+
 def check_token_ids(name: str, x: object, rank: int | None = 2, letters: str = "(B, L)") -> None:
     """Require a tensor of integer token ids (not float, complex or bool), of ``rank``
     dimensions when ``rank`` is given (``letters`` spells the shape)."""

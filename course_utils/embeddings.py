@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
-import torch
 from torch import Tensor, nn
 
-from ._validate import check_positive_int, check_rank
+from ._validate import check_positive_int, check_vocab_ids
 
 
 class TokenEmbedding(nn.Module):
@@ -27,15 +26,5 @@ class TokenEmbedding(nn.Module):
         self.embedding = nn.Embedding(self.vocab_size, self.d_model)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        check_rank("tokens", tokens, 2, "(B, L)")
-        if tokens.dtype not in (torch.long, torch.int):
-            raise TypeError(f"tokens must be integer token ids (torch.long), got dtype {tokens.dtype}")
-        if tokens.numel() > 0:
-            low, high = int(tokens.min()), int(tokens.max())
-            if low < 0 or high >= self.vocab_size:
-                bad = low if low < 0 else high
-                raise ValueError(
-                    f"token id {bad} is outside the vocabulary: ids must lie in "
-                    f"[0, {self.vocab_size - 1}] (vocab_size = {self.vocab_size})"
-                )
+        check_vocab_ids(tokens, self.vocab_size)
         return self.embedding(tokens) * math.sqrt(self.d_model)  # (B, L, D)

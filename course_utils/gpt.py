@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from . import fastpaths
-from ._validate import check_int, check_mask, check_min_rank, check_nonempty, check_rank, is_int, is_number
+from ._validate import check_int, check_mask, check_min_rank, check_nonempty, check_rank, check_vocab_ids, is_int, is_number
 from .attention import causal_mask
 from .decoding import KVCache, _attend, _eval_mode
 from .layers import FeedForward, LayerNorm
@@ -113,27 +113,39 @@ class GPT(nn.Module):
         # tie: one Parameter, two uses (set after the init, which would otherwise see it twice)
         self.lm_head.weight = self.token_embedding.weight
 
-    def _check_tokens(self, tokens: Tensor) -> None:
-        check_rank("tokens", tokens, 2, "(B, L) of token ids")
-        if tokens.dtype not in (torch.long, torch.int):
-            raise TypeError(f"tokens must be integer token ids (torch.long), got dtype {tokens.dtype}")
-        if tokens.size(1) > self.max_len:
-            raise ValueError(
-                f"tokens has length {tokens.size(1)}, more than the model's max_len = {self.max_len} "
-                "(it has no position embedding beyond that): crop the context to the last max_len tokens"
-            )
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            bad = int(tokens.min()) if int(tokens.min()) < 0 else int(tokens.max())
-            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.vocab_size - 1}]")
-
     def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
-        self._check_tokens(tokens)
+        check_vocab_ids(tokens, self.vocab_size)
+        _check_context(tokens, self.max_len)
         check_nonempty("tokens", tokens, 1, "L")  # nothing to predict from; LayerNorm would fail deep inside
         positions = torch.arange(tokens.size(1), device=tokens.device)  # (L,): 0, 1, ..., L - 1
         x = self.dropout(self.token_embedding(tokens) + self.position_embedding(positions))  # (B, L, D)
         for block in self.blocks:
             x = block(x, mask)  # (B, L, D)
         return self.lm_head(self.norm(x))  # (B, L, V)
+
+
+# ---------------------------------------------------------------- sizes read from the contract's parts
+#
+# The helpers below take any model with the contract's submodules (a student's GPT too), so
+# they read the sizes from those parts, not from attributes only the reference class has.
+
+
+def context_length(model: nn.Module) -> int:
+    """``max_len`` of a GPT: the number of rows of its ``position_embedding``."""
+    return model.position_embedding.weight.size(0)
+
+
+def vocabulary_size(model: nn.Module) -> int:
+    """``vocab_size`` of a GPT: the number of rows of its ``token_embedding``."""
+    return model.token_embedding.weight.size(0)
+
+
+def _check_context(tokens: Tensor, max_len: int) -> None:
+    if tokens.size(1) > max_len:
+        raise ValueError(
+            f"tokens has length {tokens.size(1)}, more than the model's max_len = {max_len} "
+            "(it has no position embedding beyond that): crop the context to the last max_len tokens"
+        )
 
 
 def language_model_loss(logits: Tensor, tokens: Tensor) -> Tensor:
@@ -246,27 +258,39 @@ def empty_cache(model: GPT, batch_size: int, capacity: int = 16) -> KVCache:
     return KVCache(keys, values)
 
 
+def output_logits(model: nn.Module, h: Tensor) -> Tensor:
+    """The output layer of ``model`` on ``h (..., D)``: ``model.lm_head(h)``, or, for a ``GPT``
+    without an ``lm_head`` module (the contract allows computing the tied head in ``forward``),
+    ``h @ token_embedding.weight.T``. ``(..., V)``."""
+    head = getattr(model, "lm_head", None)
+    return head(h) if head is not None else torch.nn.functional.linear(h, model.token_embedding.weight)
+
+
 def gpt_decode_step(model: GPT, token: Tensor, position: int, cache: KVCache) -> Tensor:
     """Feed one new position: ``token (B,)`` at ``position`` (``== cache.length``).
 
     Appends its keys and values to ``cache`` and returns its next-token logits ``(B, V)``:
     the same numbers, to float32 rounding, as ``model(prefix)[:, -1]`` on the whole prefix.
-    Call it in eval mode under ``torch.no_grad()``, as :func:`generate` does.
+    Call it in eval mode under ``torch.no_grad()``, as :func:`generate` does. It uses only the
+    contract's parts of ``model`` (embeddings, ``blocks`` with ``norm1``, ``self_attn``, ``norm2``,
+    ``feed_forward``, then ``norm`` and the tied output layer), so a student's ``GPT`` works too.
     """
     check_rank("token", token, 1, "(B,) of token ids")
     if cache.length != position:
         raise ValueError(f"the cache holds {cache.length} positions, so the next one is {cache.length}, not {position}")
-    if position >= model.max_len:
-        raise ValueError(f"position {position} is beyond the model's max_len = {model.max_len}")
+    max_len = context_length(model)
+    if position >= max_len:
+        raise ValueError(f"position {position} is beyond the model's max_len = {max_len}")
     pos = torch.tensor([position], device=token.device)  # (1,)
-    x = model.dropout(model.token_embedding(token.unsqueeze(1)) + model.position_embedding(pos))  # (B, 1, D)
+    # eval mode: every dropout is the identity, so none is applied (the contract names no block's dropout)
+    x = model.token_embedding(token.unsqueeze(1)) + model.position_embedding(pos)  # (B, 1, D)
     for i, block in enumerate(model.blocks):
         attn = block.self_attn
         h = block.norm1(x)  # (B, 1, D)
         k, v = cache.append(i, split_heads(attn.w_k(h), attn.num_heads), split_heads(attn.w_v(h), attn.num_heads))
-        x = x + block.dropout1(_attend(attn, h, k, v, None))  # no mask: the cache holds no future
-        x = x + block.dropout2(block.feed_forward(block.norm2(x)))  # (B, 1, D)
-    return model.lm_head(model.norm(x))[:, 0]  # (B, V)
+        x = x + _attend(attn, h, k, v, None)  # no mask: the cache holds no future
+        x = x + block.feed_forward(block.norm2(x))  # (B, 1, D)
+    return output_logits(model, model.norm(x))[:, 0]  # (B, V)
 
 
 @torch.no_grad()
@@ -295,10 +319,11 @@ def generate(
     check_int("max_new_tokens", max_new_tokens, low=0)
     if temperature != 0:
         _check_sampling(temperature, top_k, top_p)
+    max_len = context_length(model)
+    check_vocab_ids(tokens[:, -max_len:], vocabulary_size(model))
     with _eval_mode(model):
-        model._check_tokens(tokens[:, -model.max_len :])
         out = tokens
-        if use_cache and tokens.size(1) + max_new_tokens <= model.max_len:
+        if use_cache and tokens.size(1) + max_new_tokens <= max_len:
             cache = empty_cache(model, tokens.size(0), capacity=tokens.size(1) + max_new_tokens)
             for t in range(tokens.size(1)):  # the prompt, one position at a time
                 logits = gpt_decode_step(model, tokens[:, t], t, cache)  # (B, V)
@@ -309,7 +334,7 @@ def generate(
                     logits = gpt_decode_step(model, nxt, out.size(1) - 1, cache)
             return out
         for _ in range(max_new_tokens):
-            logits = model(out[:, -model.max_len :])[:, -1]  # (B, V): the last position only
+            logits = model(out[:, -max_len:])[:, -1]  # (B, V): the last position only
             nxt = sample_next_token(logits, temperature, top_k, top_p, generator)  # (B,)
             out = torch.cat([out, nxt[:, None]], dim=1)  # (B, T + 1)
         return out
@@ -517,6 +542,8 @@ __all__ = [
     "generate",
     "gpt_decode_step",
     "empty_cache",
+    "context_length",
+    "vocabulary_size",
     "convert_gpt2_state_dict",
     "gpt2_state_dict",
     "load_gpt2_weights",

@@ -1,5 +1,13 @@
-"""Tiny fables: the text notebook 09's language model learns to write.
+"""The texts of notebook 09: tiny Shakespeare (the corpus it trains on) and the fables.
 
+**Tiny Shakespeare** (:func:`load_shakespeare`): 1,115,394 characters of Shakespeare's plays
+(public domain; the selection char-rnn made, as nanoGPT's ``shakespeare_char`` uses it;
+provenance in ``data/README.md``). ``data/tinyshakespeare.txt`` holds it in the repository;
+the package ships the same bytes gzipped (``course_utils/texts/tinyshakespeare.txt.gz``, for a
+pip-installed package, as in Colab), and :func:`load_shakespeare` reads the first it finds.
+``tests/test_gpt.py`` checks that both hold the same text, whose SHA-256 is :data:`SHAKESPEARE_SHA256`.
+
+**The fables** (:func:`load_text`): a small, regular corpus the tests train on in seconds.
 A few thousand short stories in plain English, generated from templates with a fixed
 seed, so the course may ship and redistribute them (they were written for the course by
 this program)::
@@ -20,14 +28,16 @@ the same bytes everywhere. ``data/fables.txt`` holds it in the repository;
 package, as in Colab) generates the same text in memory. ``tests/test_gpt.py`` checks
 that both agree::
 
-    python -m course_utils.stories --write data/   # rewrite data/fables.txt
-    python -m course_utils.stories --check data/   # exit status 1 if it differs
+    python -m course_utils.stories --write data/   # rewrite data/fables.txt and the gzipped Shakespeare
+    python -m course_utils.stories --check data/   # exit status 1 if either differs
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gzip
+import hashlib
 import random
 import sys
 from collections.abc import Sequence
@@ -37,6 +47,9 @@ SEED = 0
 NUM_STORIES = 500
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 FILE_NAME = "fables.txt"
+SHAKESPEARE_FILE = "tinyshakespeare.txt"
+SHAKESPEARE_PACKED = Path(__file__).resolve().parent / "texts" / (SHAKESPEARE_FILE + ".gz")
+SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
 _HEROES = ["fox", "rabbit", "bear", "mouse", "duck", "cat", "dog", "hedgehog", "squirrel", "turtle", "goat", "pig"]
 _FRIENDS = ["owl", "frog", "deer", "bee", "crow", "lamb", "badger", "snail", "horse", "hen", "wolf", "otter"]
@@ -144,6 +157,26 @@ def load_text(data_dir: str | Path | None = None) -> str:
     return _generated(SEED)
 
 
+def load_shakespeare(data_dir: str | Path | None = None) -> str:
+    """Tiny Shakespeare: ``data/tinyshakespeare.txt`` when the repository is there, else the
+    package's gzipped copy (the same text). With ``data_dir``, that folder's file (it must exist)."""
+    path = Path(DATA_DIR if data_dir is None else data_dir) / SHAKESPEARE_FILE
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    if data_dir is not None:
+        raise FileNotFoundError(f"no {SHAKESPEARE_FILE} in {data_dir}")
+    return _unpacked()
+
+
+@functools.lru_cache(maxsize=1)
+def _unpacked() -> str:
+    return gzip.decompress(SHAKESPEARE_PACKED.read_bytes()).decode("utf-8")
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     group = parser.add_mutually_exclusive_group(required=True)
@@ -155,11 +188,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = Path(args.write) / FILE_NAME
         path.write_text(text, encoding="utf-8", newline="\n")
         print(f"wrote {path} ({len(text):,} characters)")
+        plain = (Path(args.write) / SHAKESPEARE_FILE).read_bytes()
+        SHAKESPEARE_PACKED.write_bytes(gzip.compress(plain, compresslevel=9, mtime=0))
+        print(f"wrote {SHAKESPEARE_PACKED} ({SHAKESPEARE_PACKED.stat().st_size:,} bytes) from {SHAKESPEARE_FILE}")
         return 0
     path = Path(args.check) / FILE_NAME
     same = path.is_file() and path.read_text(encoding="utf-8") == text
     print(f"{path}: {'up to date' if same else 'differs from the generator'}")
-    return 0 if same else 1
+    packed = sha256(_unpacked()) == SHAKESPEARE_SHA256 == sha256(load_shakespeare(args.check))
+    print(f"{SHAKESPEARE_PACKED.name}: {'the same text' if packed else 'differs'} as {SHAKESPEARE_FILE} (sha256)")
+    return 0 if same and packed else 1
 
 
 if __name__ == "__main__":

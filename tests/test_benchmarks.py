@@ -53,12 +53,13 @@ def test_train_recipe_trains_and_scores(bench, capsys):
     assert "|     3 |" in row, row
 
 
-def test_gpt_train_trains_and_samples(bench, capsys):
-    assert bench("gpt_train").main(["--threads", "1", "--set", "steps=3", "batch_size=4", "warmup=1", "d_model=16",
-                                    "num_layers=1", "d_ff=32", "max_len=16"]) == 0
+def test_gpt_train_trains_over_seeds(bench, capsys):
+    assert bench("gpt_train").main(["--threads", "1", "--seeds", "0", "1", "--set", "steps=3", "batch_size=4",
+                                    "warmup=1", "d_model=16", "num_layers=1", "d_ff=32", "max_len=16"]) == 0
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.startswith("| 1 | 3 |"))
-    assert row.count("|") == 9 and "%" in row, row
+    rows = [line for line in out.splitlines() if line.startswith(("| 1 | 0 | 3 |", "| 1 | 1 | 3 |"))]
+    assert len(rows) == 2 and all(row.count("|") == 8 for row in rows), out
+    assert "1 thread(s), 2 seeds, nats/char: mean" in out and "shipped checkpoint" in out
 
 
 def test_gpt_step_speed_times_the_three_models(bench, capsys):

@@ -13,11 +13,15 @@ import torch
 from torch import nn
 
 from course_utils import EncoderLayer, count_parameters
+from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask, record_attention
 from course_utils.gpt import (
     GPT,
     GPTBlock,
+    context_length,
     convert_gpt2_state_dict,
+    empty_cache,
     generate,
+    gpt_decode_step,
     gpt2_state_dict,
     gpt_from_gpt2,
     language_model_loss,
@@ -26,6 +30,7 @@ from course_utils.gpt import (
 )
 from course_utils.gpt_training import (
     CHECKPOINT,
+    FAST_RECIPE,
     GPT_RECIPE,
     CharTokenizer,
     evaluate_loss,
@@ -33,9 +38,11 @@ from course_utils.gpt_training import (
     load_pretrained_gpt,
     lr_at,
     prepare_data,
+    pretrained_gpt_info,
     split_text,
 )
-from course_utils.stories import DATA_DIR, FILE_NAME, generate_text, load_text
+from course_utils import stories
+from course_utils.stories import DATA_DIR, FILE_NAME, SHAKESPEARE_SHA256, generate_text, load_shakespeare, load_text
 
 
 def small_gpt(seed=0, **kwargs):
@@ -265,7 +272,7 @@ def test_tokenizer_split_and_schedule():
 
 
 def test_a_few_training_steps_lower_the_loss():
-    tok, train, valid = prepare_data()
+    tok, train, valid = prepare_data(load_text())  # the fables: a small corpus, quick to encode
     torch.manual_seed(0)
     model = GPT(len(tok), d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0, max_len=16)
     before = evaluate_loss(model, valid, batches=2)
@@ -276,14 +283,111 @@ def test_a_few_training_steps_lower_the_loss():
     assert model.lm_head.weight is model.token_embedding.weight  # still tied after training
 
 
-def test_shipped_checkpoint_loads_and_writes_fables():
+def test_shakespeare_ships_with_the_package_and_equals_the_data_file(monkeypatch, tmp_path):
+    plain = load_shakespeare()
+    assert (DATA_DIR / stories.SHAKESPEARE_FILE).read_text(encoding="utf-8") == plain
+    assert stories.sha256(plain) == SHAKESPEARE_SHA256 and len(plain) == 1_115_394
+    # as in a pip-installed package (Colab): no data/ folder beside the package, the gzipped copy
+    stories._unpacked.cache_clear()
+    monkeypatch.setattr(stories, "DATA_DIR", tmp_path / "absent")
+    assert load_shakespeare() == plain
+    with pytest.raises(FileNotFoundError, match="tinyshakespeare.txt"):
+        load_shakespeare(tmp_path)
+    assert stories.SHAKESPEARE_PACKED.stat().st_size < 500_000
+
+
+def test_the_recipes_train_the_same_gpt_on_shakespeare():
+    tok, train, valid = prepare_data()
+    assert len(tok) == 65 and train.numel() + valid.numel() == 1_115_394
+    assert {k: v for k, v in FAST_RECIPE["model"].items() if k != "max_len"} == {
+        k: v for k, v in GPT_RECIPE["model"].items() if k != "max_len"}
+
+
+def test_shipped_checkpoint_loads_and_writes_shakespeare():
     model, tok, history = load_pretrained_gpt()
-    assert CHECKPOINT.stat().st_size < 1_000_000
+    assert CHECKPOINT.stat().st_size < 2_000_000
     assert model.lm_head.weight is model.token_embedding.weight and not model.training
-    assert history["val_loss"][-1] < 1.0  # nats per character; ln V = 3.74 before training
+    info = pretrained_gpt_info()
+    assert history["val_loss"][-1] == pytest.approx(info["final_val_loss"], abs=1e-3)
+    assert info["final_val_loss"] < 1.75  # nats per character; ln V = 4.17 before training
     config = GPT_RECIPE["model"]
     assert (model.d_model, model.max_len, len(model.blocks)) == (config["d_model"], config["max_len"], config["num_layers"])
-    out = generate(model, torch.tensor([tok.encode("Once upon a time, there was a")]), 60, temperature=0)
-    words = tok.decode(out[0]).split()
-    known = set(load_text().split())
-    assert sum(w in known for w in words) >= 0.9 * len(words)
+    _, _, valid = prepare_data()
+    assert evaluate_loss(model, valid, batches=2) < 1.9
+    out = generate(model, torch.tensor([tok.encode("ROMEO:\n")]), 120, temperature=0)
+    words = [w.strip(".,;:!?'-").lower() for w in tok.decode(out[0]).split()]
+    known = {w.strip(".,;:!?'-").lower() for w in load_shakespeare().split()}
+    assert sum(w in known for w in words) >= 0.8 * len(words)
+
+
+# ---------------------------------------------------------------- a student's GPT, from the contract only
+class ContractBlock(nn.Module):
+    """A GPTBlock written from the contract alone: one dropout module, the mask built by hand."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation="gelu_tanh")
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        allowed = causal_mask(x.size(1), device=x.device)
+        if mask is not None:
+            allowed = allowed & mask
+        h = self.norm1(x)
+        x = x + self.drop(self.self_attn(h, h, h, allowed)[0])
+        return x + self.drop(self.feed_forward(self.norm2(x)))
+
+
+class ContractGPT(nn.Module):
+    """A GPT with the contract's submodules and nothing else: no vocab_size / max_len attributes."""
+
+    def __init__(self, vocab_size, d_model=768, num_heads=12, num_layers=12, d_ff=3072, dropout=0.1, max_len=1024):
+        super().__init__()
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.position_embedding = nn.Embedding(max_len, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList([ContractBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+        self.norm = LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.normal_(p, std=0.02)
+        self.lm_head.weight = self.token_embedding.weight
+
+    def forward(self, tokens, mask=None):
+        if tokens.size(1) > self.position_embedding.num_embeddings:
+            raise ValueError("too long for max_len")
+        x = self.token_embedding(tokens) + self.position_embedding.weight[: tokens.size(1)]
+        x = self.dropout(x)
+        for block in self.blocks:
+            x = block(x, mask)
+        return nn.functional.linear(self.norm(x), self.token_embedding.weight)  # the tied head, by hand
+
+
+def test_every_helper_takes_a_contract_only_gpt():
+    """generate (with and without the cache), gpt_decode_step, empty_cache, evaluate_loss,
+    fit_gpt, record_attention and the export use only the contract's parts of a GPT."""
+    torch.manual_seed(0)
+    model = ContractGPT(13, d_model=12, num_heads=3, num_layers=2, d_ff=20, dropout=0.1, max_len=10).train()
+    assert not hasattr(model, "max_len") and context_length(model) == 10
+    prompt = torch.randint(0, 13, (2, 3))
+    cached = generate(model, prompt, 7, temperature=0)
+    assert model.training  # the mode is restored
+    assert torch.equal(cached, generate(model, prompt, 7, temperature=0, use_cache=False))
+    assert generate(model, prompt, 12, top_k=3, generator=torch.Generator().manual_seed(0)).shape == (2, 15)
+    cache = empty_cache(model, 2, capacity=4)
+    with torch.no_grad():
+        model.eval()
+        logits = [gpt_decode_step(model, prompt[:, t], t, cache) for t in range(3)][-1]
+        torch.testing.assert_close(logits, model(prompt)[:, -1], atol=1e-5, rtol=1e-4)
+        with record_attention(model) as maps:
+            model(prompt)
+    assert maps["blocks.1.self_attn"].shape == (2, 3, 3, 3)
+    data = torch.randint(0, 13, (500,))
+    history = fit_gpt(model, data, data, steps=3, batch_size=4, warmup=1, eval_every=3)
+    assert len(history["train_loss"]) == 3 and evaluate_loss(model, data, batches=1) > 0
+    back = gpt_from_gpt2(gpt2_state_dict(model), num_heads=3)
+    with torch.no_grad():
+        torch.testing.assert_close(back(prompt), model(prompt), atol=1e-5, rtol=1e-4)

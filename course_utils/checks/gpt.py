@@ -1036,6 +1036,8 @@ register_hints("GPTBlock", [
     "returns (output, weights): keep [0].",
 ])
 register_hints("GPT", [
+    "Follow the formula above the exercise from left to right: what does each token get added to it "
+    "before the blocks, and what comes after the last block? The positions count from 0.",
     "forward: x = token_embedding(tokens) + position_embedding(positions) with positions = "
     "torch.arange(L, device=tokens.device); dropout; every block; the final norm; lm_head.",
     "Tie the output layer by sharing the Parameter itself: self.lm_head = nn.Linear(d_model, vocab_size, "
