@@ -1590,18 +1590,22 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
 
 
 def _rows_reversed(fn: Callable[..., Any], setup: _GreedySetup) -> None:
-    """The batch of the case where every row ends before max_len, at different steps, in reverse
-    order: code that stops when row 0 ends (right when row 0 happens to end last) shows here."""
+    """The batch of the case where every row ends before max_len, reordered so that the row that
+    ends first comes first: code that stops when row 0 ends (right when row 0 happens to end
+    last) shows here."""
     case, M = setup.cases[1], setup.max_len
-    rows = case.rows.flip(0)
+    order = (case.expected == case.eos_id).int().argmax(dim=1).argsort(stable=True)  # (B,): earliest end first
+    if bool((order == torch.arange(len(order))).all()):
+        order = order.roll(1)  # already first: the last-ending row goes to row 0 instead, whatever
+    rows = case.rows[order]
     src, mask = setup.src[rows], setup.src_mask[rows]
-    words = (f"{case.words}, the rows in reverse order: batch of {len(rows)}, max_len={M}, bos_id={setup.bos_id}, "
+    words = (f"{case.words}, the rows in another order: batch of {len(rows)}, max_len={M}, bos_id={setup.bos_id}, "
              f"eos_id={case.eos_id}, pad_id={case.pad_id}")
     setup.model.eval()
     got = call_student(fn, setup.model, src, M, setup.bos_id, case.eos_id, context=f"decoding ({words})",
                        src_mask=mask, pad_id=case.pad_id)
     setup.model.eval()
-    expected = case.expected.flip(0)  # (B, T): the rows are independent, T the same
+    expected = case.expected[order]  # (B, T): the rows are independent, T the same
     if isinstance(got, Tensor) and not _same(got.long(), expected):
         _lazy_diagnosis(got, setup, replace(case, rows=rows, expected=expected), src, mask, words)
         _token_diagnosis(got, expected, words, M)
