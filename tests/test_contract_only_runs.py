@@ -69,7 +69,7 @@ def train_step(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothin
 # A short run, short evaluation splits (decoding an untrained model runs every sequence to
 # max_len) and short demonstrations of section 2 and 5; the cells are otherwise the notebook's.
 SHORT_07 = dict(
-    settings={"TRAIN": "True", "TRAIN_STEPS": "30"},
+    settings={"TRAIN": "True", "TRAIN_STEPS": "10"},
     after={"nb07-005": 'splits = {name: pairs if name == "train" else pairs[:150] for name, pairs in splits.items()}'},
     shorten={"nb07-019": ("steps=150", "steps=20"), "nb07-040": ("range(60)", "range(20)")},
 )
@@ -90,13 +90,13 @@ def test_07_runs_with_contract_only_functions_and_with_each_exercise_a_stub_in_t
     lines = text_of(executed, f"{TRAINING_CELL_07}--contract")
     for name in EXERCISES_07:  # the test's functions passed their checks again and trained the model
         assert re.search(rf"^  {name} +yours", lines, re.M), lines
-    assert "30 steps in" in lines, lines
+    assert "10 steps in" in lines, lines
     assert_no_rejection(executed, "--contract")
     for name in EXERCISES_07:
         assert records[name]["stubbed"] == [name]
         lines = text_of(executed, f"{TRAINING_CELL_07}--{name}")
         assert re.search(rf"^  {name} +the reference: yours is not written yet", lines, re.M), lines
-        assert "30 steps in" in lines, lines
+        assert "10 steps in" in lines, lines
 
 
 # ---------------------------------------------------------------- notebook 08: the classifier
