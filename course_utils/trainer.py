@@ -50,8 +50,8 @@ from .training import (
 
 # What notebook 07 trains: `Transformer(len(src_vocab), len(tgt_vocab), **RECIPE["model"])`,
 # then `fit(model, train, valid, **RECIPE["fit"])`; fit's own defaults are RECIPE["fit"].
-# benchmarks/train_recipe.py measured it on the 2-core CPU (seed 0): 62 s of training on 2
-# threads, 84 s on 1, 99.87-99.93 % exact match on the test split. 2,000 steps because
+# benchmarks/train_recipe.py measured it on the 2-core CPU (seed 0): 60 s of training on 2
+# threads, 83 s on 1 (the README's table), 99.87-99.93 % exact match on the test split. 2,000 steps because
 # 1,300 steps were at the edge (3 of 7 seeds below 99 %), while 2,000 reached >= 99.87 % on
 # all 9 seeds tried. Plain shuffling: length buckets make steps 30 % faster, learning far slower.
 RECIPE: dict[str, dict[str, Any]] = {
@@ -671,30 +671,19 @@ def choose_functions(
     line per function says which one trains and why. Returns keyword arguments for
     :func:`fit`: ``fit(model, train, valid, **RECIPE["fit"], **choose_functions(...))``.
     """
-    from . import checks
-
     given = dict(shift_targets=shift_targets, masked_cross_entropy=masked_cross_entropy, noam_lr=noam_lr,
                  train_step=train_step)
     chosen: dict[str, Callable[..., Any] | None] = {}
     works: dict[str, bool] = {}  # the function given is the reference or passed its check
     lines = []
     for name in EXERCISES:
-        fn, why = _require_callable(name, given[name]), None
-        works[name] = fn is _REFERENCES[name]
-        if fn is None:
-            why = "none given"
-        elif works[name]:
-            why = "you imported it from course_utils"
-        elif name == "train_step" and "masked_cross_entropy" in _names_used(fn) and not works["masked_cross_entropy"]:
+        fn = _require_callable(name, given[name])
+        if name == "train_step" and fn is not None and fn is not _REFERENCES[name] \
+                and "masked_cross_entropy" in _names_used(fn) and not works["masked_cross_entropy"]:
             why = "yours calls masked_cross_entropy, and yours has not passed its check"
         else:
-            result = _quiet_check(getattr(checks, f"check_{name}"), fn)
-            works[name] = result.passed
-            if result.status == "not implemented":
-                why = "yours is not written yet"
-            elif not result.passed:
-                first = result.feedback.strip().split("\n")[0].split(f"{name}: ", 1)[-1]
-                why = f"yours has not passed its check: {first if len(first) < 90 else first[:87] + '...'}"
+            why = _why_not_yours(name, fn)
+        works[name] = why is None or fn is _REFERENCES[name]
         chosen[name] = None if why else fn
         lines.append(f"  {name:<21} " + (f"the reference: {why}" if why else "yours"))
     if chosen["train_step"] is not None and chosen["masked_cross_entropy"] is not None \
@@ -705,6 +694,49 @@ def choose_functions(
     if verbose:
         print("Training with:\n" + "\n".join(lines))
     return chosen
+
+
+def _why_not_yours(name: str, fn: Callable[..., Any] | None) -> str | None:
+    """``None`` when the student's ``fn`` for exercise ``name`` passes its checker (run
+    quietly); else why the reference replaces it, in a few words that are never cut."""
+    from . import checks
+
+    if fn is None:
+        return "none given"
+    if fn is _REFERENCES[name]:
+        return "you imported it from course_utils"
+    result = _quiet_check(getattr(checks, f"check_{name}"), fn)
+    if result.passed:
+        return None
+    if result.status == "not implemented":
+        return "yours is not written yet"
+    return f"yours has not passed its check: {_first_words(result, name)}"
+
+
+def _first_words(result: Any, name: str, limit: int = 100) -> str:
+    """The verdict's first line, whole when short; else cut at a word, with the mistake's name."""
+    first = result.feedback.strip().split("\n")[0].split(f"{name}: ", 1)[-1]
+    if len(first) <= limit:
+        return first
+    cut = first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:(")
+    return f"{cut} ... ({result.mistake}; its check cell says more)" if result.mistake else \
+        f"{cut} ... (its check cell says more)"
+
+
+def yours_or_reference(name: str, fn: Callable[..., Any] | None) -> Callable[..., Any]:
+    """The function a notebook 07 demonstration cell runs for exercise ``name``: the
+    student's ``fn`` when it passes its checker (checked again, quietly), else the
+    reference, with one printed line saying why (an unfinished exercise then does not stop
+    "Run All" at the first cell that uses it)."""
+    if name not in EXERCISES:
+        raise ValueError(f"name must be one of {EXERCISES}, got {name!r}")
+    if _require_callable(name, fn) is _REFERENCES[name]:
+        return fn  # imported from course_utils: nothing to say
+    why = _why_not_yours(name, fn)
+    if why is None:
+        return fn
+    print(f"{name}: this cell uses the reference ({why}); write yours and run its check to use it here")
+    return _REFERENCES[name]
 
 
 def _quiet_check(check: Callable[[Any], Any], fn: Callable[..., Any]) -> Any:

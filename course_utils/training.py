@@ -293,6 +293,7 @@ _TRAINER_NAMES = (
     "fit",
     "shifted_batch",
     "choose_functions",
+    "yours_or_reference",
     "EXERCISES",
     "make_optimizer",
 )

@@ -548,3 +548,52 @@ def test_fit_text_progress_ends_finished_on_stdout(capsys):
     assert "training: 100%" in out.split("\r")[-1] and "12/12" in out.split("\r")[-1]
     with pytest.raises(ValueError, match="progress"):
         T.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, progress="yes"))
+
+
+def per_sequence_mean_loss(logits, targets, pad_id, label_smoothing=0.0):
+    """A wrong masked_cross_entropy: each sequence's mean over its real tokens, then the batch mean."""
+    per_position = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none",
+                                   label_smoothing=label_smoothing)  # (B, L)
+    real = (targets != pad_id).float()  # (B, L)
+    return ((per_position * real).sum(dim=1) / real.sum(dim=1)).mean()
+
+
+def test_choose_functions_never_cuts_a_reason_inside_a_word(capsys, monkeypatch):
+    seen = []
+    quiet_check = TR._quiet_check
+    monkeypatch.setattr(TR, "_quiet_check", lambda check, fn: seen.append(quiet_check(check, fn)) or seen[-1])
+    mine = solution_functions()
+    T.choose_functions(mine["shift_targets"], per_sequence_mean_loss, mine["noam_lr"], None)
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  masked_cross_entropy"))
+    reason = line.split("yours has not passed its check: ", 1)[1]
+    result = next(r for r in seen if r.exercise == "masked_cross_entropy")
+    first = result.feedback.strip().split("\n")[0].split("masked_cross_entropy: ", 1)[-1]
+    assert result.mistake, result  # a named mistake, which a cut reason must carry
+    if len(first) <= 100:
+        assert reason == first
+    else:
+        kept, rest = reason.split(" ... (", 1)
+        assert first.startswith(kept) and first[len(kept)] in " ,;:(", (kept, first)  # between two words
+        assert rest == f"{result.mistake}; its check cell says more)"
+
+
+def test_yours_or_reference_keeps_what_passes_quietly(capsys):
+    mine = solution_functions()
+    for name in T.EXERCISES:
+        assert T.yours_or_reference(name, mine[name]) is mine[name]
+        assert T.yours_or_reference(name, getattr(T, name)) is getattr(T, name)  # imported: nothing to say
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("name", T.EXERCISES)
+def test_yours_or_reference_falls_back_on_a_stub_and_says_how_to_continue(name, capsys):
+    assert T.yours_or_reference(name, stub(name)) is getattr(T, name)
+    assert capsys.readouterr().out == (f"{name}: this cell uses the reference (yours is not written yet); "
+                                       "write yours and run its check to use it here\n")
+
+
+def test_yours_or_reference_falls_back_on_a_failed_check(capsys):
+    assert T.yours_or_reference("masked_cross_entropy", per_sequence_mean_loss) is T.masked_cross_entropy
+    assert "uses the reference (yours has not passed its check: " in capsys.readouterr().out
+    with pytest.raises(ValueError, match="name must be one of"):
+        T.yours_or_reference("fit", per_sequence_mean_loss)

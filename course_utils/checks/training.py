@@ -1101,11 +1101,14 @@ register_hints("masked_cross_entropy", [
     "label_smoothing=eps) computes the same number (.reshape, not .view: the targets may be a slice).",
 ])
 register_hints("noam_lr", [
-    "Write the paper's formula as it is: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+    "Read the formula as two curves joined by a min: one rises in proportion to step, the other falls like "
+    "1 / sqrt(step). Which one is smaller before the warm-up ends, and which after? In Python, x ** -0.5 is "
+    "1 / sqrt(x).",
     "Steps count from 1 here, so step ** -0.5 is fine. (LambdaLR counts from 0: add 1 where you build the "
     "scheduler, not in noam_lr.)",
     "Before the warm-up ends, step * warmup ** -1.5 is the smaller branch (linear growth); after, "
     "step ** -0.5 (decay). They meet at step = warmup: hence min, not max.",
+    "The whole formula: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
 ])
 register_hints("train_step", [
     "Follow the eight points of the exercise in order; the easiest to forget are the first two (train mode, "

@@ -1,0 +1,159 @@
+"""Run a solution notebook top to bottom in a Jupyter kernel with some cells changed.
+
+The harness behind tests/test_contract_only_runs.py (issue 22: "the student's model must work
+in every cell"). :func:`prepared` copies a notebook with
+
+* every exercise cell (one with ``### BEGIN SOLUTION``) whose top-level definitions the test
+  writes itself replaced by the test's code (``exercises``: name -> source), or by the
+  student notebook's stub (``stubs``: names whose exercise cell is left unwritten);
+* top-level settings such as ``TRAIN = False`` rewritten (``settings``: name -> source of
+  the new value), each of which must appear exactly once;
+* extra cells inserted after a cell (``after``: cell id -> source), e.g. to shorten the data;
+* one string of a cell replaced (``shorten``: cell id -> (old, new)), e.g. a demo's step count.
+
+:func:`one_kernel` chains several such notebooks into one, so that they run in one kernel
+(one start-up and one import of torch instead of one per variant).
+
+:func:`run` executes it with ``nbclient`` and fails with the cell's id, source and
+traceback at the first cell that raises.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def defined_names(source: str) -> list[str]:
+    """The functions and classes a cell defines at its top level."""
+    tree = ast.parse(source)
+    return [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+
+
+def exercise_cells(nb: nbformat.NotebookNode) -> dict[str, list[str]]:
+    """Cell id -> the names each exercise cell of a solution notebook defines."""
+    return {cell.id: defined_names(cell.source) for cell in nb.cells
+            if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source}
+
+
+def prepared(
+    notebook: str,
+    *,
+    exercises: dict[str, str] | None = None,
+    stubs: tuple[str, ...] = (),
+    settings: dict[str, str] | None = None,
+    after: dict[str, str] | None = None,
+    shorten: dict[str, tuple[str, str]] | None = None,
+) -> tuple[nbformat.NotebookNode, dict[str, list[str]]]:
+    """The solution notebook ``solutions/<notebook>`` changed as the module docstring says.
+
+    Returns the notebook and, for the record, ``{"replaced": [...], "stubbed": [...],
+    "kept": [...]}``: the exercise names written by the test, left as stubs, and kept as the
+    solution (an exercise the test has no code for, e.g. one added after it was written).
+    """
+    exercises, settings, after, shorten = exercises or {}, settings or {}, after or {}, shorten or {}
+    nb = nbformat.read(ROOT / "solutions" / notebook, as_version=4)
+    student = {c.id: c for c in nbformat.read(ROOT / "notebooks" / notebook, as_version=4).cells}
+    record: dict[str, list[str]] = {"replaced": [], "stubbed": [], "kept": []}
+    for cell_id, names in exercise_cells(nb).items():
+        cell = next(c for c in nb.cells if c.id == cell_id)
+        if set(names) & set(stubs):
+            cell.source = student[cell_id].source
+            assert "NotImplementedError" in cell.source, f"the student notebook's {cell_id} is no stub"
+            record["stubbed"] += names
+        elif names and all(name in exercises for name in names):
+            cell.source = "\n\n".join(exercises[name] for name in names)
+            record["replaced"] += names
+        else:
+            assert not set(names) & set(exercises), f"{cell_id} defines {names}: write all of them or none"
+            record["kept"] += names
+    missing = (set(exercises) - set(record["replaced"])) | (set(stubs) - set(record["stubbed"]))
+    assert not missing, f"no exercise cell of {notebook} defines {sorted(missing)}"
+    for name, value in settings.items():
+        pattern = re.compile(rf"^{re.escape(name)} = [^\n#]*", re.M)
+        hits = [c for c in nb.cells if c.cell_type == "code" and pattern.search(c.source)]
+        assert len(hits) == 1 and len(pattern.findall(hits[0].source)) == 1, (
+            f"{notebook}: expected one top-level line `{name} = ...`, found it in {len(hits)} cells")
+        hits[0].source = pattern.sub(f"{name} = {value}", hits[0].source)
+    for cell_id, (old, new) in shorten.items():  # a demonstration's length, e.g. its number of steps
+        cell = next(c for c in nb.cells if c.id == cell_id)
+        assert cell.source.count(old) == 1, f"{cell_id} has no single {old!r}"
+        cell.source = cell.source.replace(old, new)
+    for cell_id, source in after.items():
+        index = next(i for i, c in enumerate(nb.cells) if c.id == cell_id)
+        nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source, id=f"{cell_id}-test"))
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb, record
+
+
+def one_kernel(variants: dict[str, nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    """The cells of every variant in turn (ids suffixed ``--<tag>``), as one notebook: every
+    variant re-runs every cell, so each starts from its own definitions, as "Run All" does."""
+    chained = nbformat.v4.new_notebook(metadata=next(iter(variants.values())).metadata)
+    for tag, nb in variants.items():
+        for cell in nb.cells:
+            cell = copy.deepcopy(cell)
+            cell.id = f"{cell.id}--{tag}"
+            chained.cells.append(cell)
+    return chained
+
+
+def run(nb: nbformat.NotebookNode, timeout: int = 600) -> tuple[nbformat.NotebookNode, float]:
+    """Execute ``nb`` in a fresh kernel (cwd: ``solutions/``); return it and the seconds taken.
+    The first cell that raises fails the calling test with its id and traceback."""
+    from jupyter_client import KernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = copy.deepcopy(nb)
+    km = KernelManager(kernel_name="python3")
+    km.kernel_spec.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # this env's
+    client = NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT / "solutions")}})
+    start = time.perf_counter()
+    try:
+        client.execute()
+    except CellExecutionError as error:
+        failed = next((c for c in nb.cells if c.cell_type == "code"
+                       and any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
+        where = f"cell {failed.id}:\n{failed.source}\n" if failed is not None else ""
+        raise AssertionError(f"{where}{error}") from None
+    return nb, time.perf_counter() - start
+
+
+def slowest(nb: nbformat.NotebookNode, n: int = 5) -> str:
+    """The ``n`` slowest cells of an executed notebook, as ``id: seconds`` (nbclient's timing)."""
+    from datetime import datetime
+
+    def seconds(cell):
+        timing = cell.metadata.get("execution", {})
+        begin, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+        if not (begin and end):
+            return 0.0
+        parse = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00"))  # noqa: E731
+        return (parse(end) - parse(begin)).total_seconds()
+
+    cells = sorted((c for c in nb.cells if c.cell_type == "code"), key=seconds, reverse=True)[:n]
+    return ", ".join(f"{c.id}: {seconds(c):.1f} s" for c in cells)
+
+
+def text_of(nb: nbformat.NotebookNode, cell_id: str) -> str:
+    """The plain text a cell printed (streams and text/plain results)."""
+    cell = next(c for c in nb.cells if c.id == cell_id)
+    parts = []
+    for out in cell.outputs:
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif "data" in out:
+            parts.append(out.data.get("text/plain", ""))
+    return "".join(parts)

@@ -1,0 +1,268 @@
+"""Notebooks 07, 08 and 09 run top to bottom with the student's own code (issue 22).
+
+Each exercise cell is replaced by an answer written here from docs/course-contract.md alone,
+in another style than the reference (no reference class or function is imported for an
+exercise), and the notebook trains with ``TRAIN = True`` for a few ``TRAIN_STEPS``: every cell
+must succeed, and the checkers must accept these answers. Notebook 07 also runs with each
+exercise left as the student notebook's stub in turn: "Run All" must reach the end.
+
+Each test prints its seconds and slowest cells (``pytest -s``); the five runs of 07 share one
+kernel (tests/notebook_runs.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from notebook_runs import one_kernel, prepared, run, slowest, text_of
+
+pytest.importorskip("nbclient")
+
+# ---------------------------------------------------------------- notebook 07: four functions
+EXERCISES_07 = {
+    "shift_targets": '''
+def shift_targets(tgt):
+    n = tgt.shape[1]
+    return tgt.narrow(1, 0, n - 1), tgt.narrow(1, 1, n - 1)  # what the decoder reads, what it predicts
+''',
+    "masked_cross_entropy": '''
+import torch
+
+
+def masked_cross_entropy(logits, targets, pad_id, label_smoothing=0.0):
+    keep = targets.ne(pad_id)  # (B, L)
+    z = logits[keep]  # (N, V): the real positions only
+    t = targets[keep]  # (N,)
+    log_p = z - z.logsumexp(dim=-1, keepdim=True)  # (N, V)
+    nll = -log_p[torch.arange(t.numel()), t]  # (N,)
+    uniform = -log_p.sum(dim=-1) / z.shape[-1]  # (N,)
+    return ((1.0 - label_smoothing) * nll + label_smoothing * uniform).sum() / keep.sum()
+''',
+    "noam_lr": '''
+import math
+
+
+def noam_lr(step, d_model, warmup, factor=1.0):
+    rate = step / warmup ** 1.5 if step < warmup else 1.0 / math.sqrt(step)
+    return float(factor * rate / math.sqrt(d_model))
+''',
+    "train_step": '''
+import torch
+
+
+def train_step(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    model.train(True)
+    optimizer.zero_grad(set_to_none=True)
+    scores = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    loss = masked_cross_entropy(scores, batch.tgt_out, pad_id, label_smoothing)
+    loss.backward()
+    if clip_norm is not None:
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=clip_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return float(loss.detach())
+''',
+}
+# A short run, short evaluation splits (decoding an untrained model runs every sequence to
+# max_len) and short demonstrations of section 2 and 5; the cells are otherwise the notebook's.
+SHORT_07 = dict(
+    settings={"TRAIN": "True", "TRAIN_STEPS": "10"},
+    after={"nb07-005": 'splits = {name: pairs if name == "train" else pairs[:150] for name, pairs in splits.items()}'},
+    shorten={"nb07-019": ("steps=150", "steps=20"), "nb07-040": ("range(60)", "range(20)")},
+)
+TRAINING_CELL_07 = "nb07-045"
+
+
+def test_07_runs_with_contract_only_functions_and_with_each_exercise_a_stub_in_turn():
+    """One kernel runs the notebook five times: with the test's four functions, then with each
+    exercise left as the student notebook's stub ("Run All" must reach the end every time)."""
+    variants, records = {}, {}
+    variants["contract"], records["contract"] = prepared("07_training.ipynb", exercises=EXERCISES_07, **SHORT_07)
+    for name in EXERCISES_07:
+        variants[name], records[name] = prepared("07_training.ipynb", stubs=(name,), **SHORT_07)
+    executed, seconds = run(one_kernel(variants), timeout=900)
+    print(f"notebook 07, {len(variants)} runs in one kernel: {seconds:.0f} s; slowest cells {slowest(executed)}")
+
+    assert sorted(records["contract"]["replaced"]) == sorted(EXERCISES_07) and not records["contract"]["kept"]
+    lines = text_of(executed, f"{TRAINING_CELL_07}--contract")
+    for name in EXERCISES_07:  # the test's functions passed their checks again and trained the model
+        assert re.search(rf"^  {name} +yours", lines, re.M), lines
+    assert "10 steps in" in lines, lines
+    assert_no_rejection(executed, "--contract")
+    for name in EXERCISES_07:
+        assert records[name]["stubbed"] == [name]
+        lines = text_of(executed, f"{TRAINING_CELL_07}--{name}")
+        assert re.search(rf"^  {name} +the reference: yours is not written yet", lines, re.M), lines
+        assert "10 steps in" in lines, lines
+
+
+# ---------------------------------------------------------------- notebook 08: the classifier
+EXERCISES_08 = {
+    "masked_mean_pool": '''
+import torch
+
+
+def masked_mean_pool(x, mask):
+    if mask.dim() == 3:  # padding_mask's (B, 1, L)
+        mask = mask[:, 0, :]
+    weights = mask.to(x.dtype)  # (B, L)
+    return torch.einsum("bld,bl->bd", x, weights) / weights.sum(dim=1, keepdim=True)  # (B, D)
+''',
+    "gelu": '''
+import torch
+
+
+def gelu(x):
+    return x * (1.0 + torch.erf(x * 0.7071067811865476)) / 2.0
+''',
+    "TransformerClassifier": '''
+from torch import nn
+
+from course_utils import Encoder, PositionalEncoding, TokenEmbedding
+
+
+class TransformerClassifier(nn.Module):
+    def __init__(self, vocab_size, num_classes, d_model=64, num_heads=4, num_layers=2, d_ff=128, dropout=0.0,
+                 max_len=64, norm_first=False, activation="gelu", pooling="cls", pad_id=0):
+        super().__init__()
+        if pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
+        self.pooling, self.pad_id = pooling, pad_id
+        self.embedding = TokenEmbedding(vocab_size, d_model)
+        self.positional_encoding = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first, activation)
+        self.classifier = nn.Linear(d_model, num_classes)
+
+    def forward(self, tokens):
+        real = tokens != self.pad_id  # (B, L)
+        states = self.encoder(self.positional_encoding(self.embedding(tokens)), real[:, None, :])  # (B, L, D)
+        pooled = states[:, 0, :] if self.pooling == "cls" else masked_mean_pool(states, real)  # (B, D)
+        return self.classifier(pooled)  # (B, num_classes)
+''',
+}
+
+
+def test_08_runs_with_a_contract_only_classifier():
+    nb, record = prepared("08_encoder_classifier.ipynb", exercises=EXERCISES_08,
+                          settings={"TRAIN": "True", "TRAIN_STEPS": "20"})
+    executed, seconds = run(nb)
+    print(f"notebook 08 {record}: {seconds:.0f} s; slowest cells {slowest(executed)}")
+    assert sorted(record["replaced"]) == sorted(EXERCISES_08)
+    assert_no_rejection(executed)
+
+
+# ---------------------------------------------------------------- notebook 09: the GPT
+EXERCISES_09 = {
+    "GPTBlock": '''
+import torch
+from torch import nn
+
+from course_utils import FeedForward, LayerNorm, MultiHeadAttention
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.norm1 = LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.norm2 = LayerNorm(d_model)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation="gelu_tanh")
+        self.residual_dropout = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        L = x.shape[1]
+        allowed = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()  # (L, L)
+        if mask is not None:
+            allowed = mask & allowed  # (B, L, L)
+        y = self.norm1(x)
+        attended, _ = self.self_attn(y, y, y, allowed)
+        x = x + self.residual_dropout(attended)
+        return x + self.residual_dropout(self.feed_forward(self.norm2(x)))
+''',
+    "GPT": '''
+from torch import nn
+
+from course_utils import LayerNorm
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size, d_model=768, num_heads=12, num_layers=12, d_ff=3072, dropout=0.1,
+                 max_len=1024):
+        super().__init__()
+        self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.position_embedding = nn.Embedding(max_len, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList([GPTBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+        self.norm = LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.lm_head.weight = self.token_embedding.weight  # tied first, initialised once below
+        for parameter in self.parameters():
+            if parameter.dim() == 2:
+                nn.init.normal_(parameter, mean=0.0, std=0.02)
+
+    def forward(self, tokens, mask=None):
+        L = tokens.shape[1]
+        if L > self.max_len:
+            raise ValueError(f"tokens has {L} positions, more than max_len={self.max_len}")
+        x = self.dropout(self.token_embedding(tokens) + self.position_embedding.weight[:L])  # (B, L, D)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.lm_head(self.norm(x))  # (B, L, V)
+''',
+    "next_token_probs": '''
+import torch
+
+
+def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
+    z = logits / temperature  # (..., V)
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = z.sort(dim=-1, descending=True).values[..., top_k - 1:top_k]  # (..., 1)
+        z = torch.where(z >= kth, z, torch.full_like(z, float("-inf")))
+    if top_p is not None:
+        p_sorted, order = z.softmax(dim=-1).sort(dim=-1, descending=True)
+        drop_sorted = p_sorted.cumsum(dim=-1) - p_sorted >= top_p  # the nucleus is full before it
+        drop = drop_sorted.gather(-1, order.argsort(dim=-1))  # back to the vocabulary's order
+        z = z.masked_fill(drop, float("-inf"))
+    return z.softmax(dim=-1)
+''',
+    "generate": '''
+import torch
+
+
+def generate(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
+    mode = model.training
+    model.train(False)
+    try:
+        sequence = tokens
+        with torch.no_grad():
+            for _ in range(max_new_tokens):
+                window = sequence[:, max(0, sequence.shape[1] - model.max_len):]
+                last = model(window)[:, -1, :]  # (B, V)
+                probs = next_token_probs(last, temperature, top_k, top_p)
+                sequence = torch.cat((sequence, torch.multinomial(probs, 1, generator=generator)), dim=1)
+        return sequence
+    finally:
+        model.train(mode)
+''',
+}
+
+
+def test_09_runs_with_a_contract_only_gpt():
+    nb, record = prepared("09_gpt.ipynb", exercises=EXERCISES_09, settings={"TRAIN": "True", "TRAIN_STEPS": "20"})
+    executed, seconds = run(nb)
+    print(f"notebook 09 {record}: {seconds:.0f} s; slowest cells {slowest(executed)}")
+    assert sorted(record["replaced"]) == sorted(EXERCISES_09)
+    assert_no_rejection(executed)
+
+
+def assert_no_rejection(nb, tag=""):
+    """No checker in the run (cells whose id ends with ``tag``) said [X] (wrong) or [ ] (not
+    written) of the test's answers."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.id.endswith(tag) and re.search(r"\bcheck_\w+\(", cell.source):
+            text = text_of(nb, cell.id)
+            assert "[X]" not in text and "[ ]" not in text, f"{cell.id}: {text}"
