@@ -542,6 +542,7 @@ __all__ = [
     "generate",
     "gpt_decode_step",
     "empty_cache",
+    "output_logits",
     "context_length",
     "vocabulary_size",
     "convert_gpt2_state_dict",

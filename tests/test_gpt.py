@@ -391,3 +391,23 @@ def test_every_helper_takes_a_contract_only_gpt():
     back = gpt_from_gpt2(gpt2_state_dict(model), num_heads=3)
     with torch.no_grad():
         torch.testing.assert_close(back(prompt), model(prompt), atol=1e-5, rtol=1e-4)
+
+
+def test_decode_step_uses_the_tied_head_without_an_lm_head_module():
+    """check_gpt accepts a GPT whose forward computes the tied head itself (no lm_head module);
+    the cached decoder must give that model's logits too (output_logits)."""
+    from course_utils.gpt import empty_cache, gpt_decode_step, output_logits
+
+    torch.manual_seed(0)
+    model = GPT(11, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0, max_len=8).eval()
+    tokens = torch.randint(0, 11, (2, 5))  # (B, L)
+    with torch.no_grad():
+        expected = model(tokens)[:, -1]  # (B, V)
+        h = torch.randn(3, 16)  # (N, D)
+        with_head = output_logits(model, h)  # (N, V)
+        del model.lm_head  # the tie is now computed from token_embedding alone
+        torch.testing.assert_close(output_logits(model, h), with_head)
+        cache = empty_cache(model, 2, capacity=5)
+        for t in range(5):
+            logits = gpt_decode_step(model, tokens[:, t], t, cache)  # (B, V)
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
