@@ -282,7 +282,7 @@ _GPT_PARTS = {
 
 def _gpt_variant(ref: GPT, tokens: Tensor, mask: Tensor | None, *, positions: int | None = 0, scale: bool = False,
                  final_norm: bool = True, output: str = "logits", pass_mask: bool = True,
-                 blocks: str = "chained") -> Tensor:
+                 blocks: str = "chained", head: str = "linear") -> Tensor:
     L = tokens.size(1)
     x = ref.token_embedding(tokens) * (math.sqrt(ref.d_model) if scale else 1.0)  # (B, L, D)
     if positions is not None:  # None: no positions; else the first position's number
@@ -291,7 +291,8 @@ def _gpt_variant(ref: GPT, tokens: Tensor, mask: Tensor | None, *, positions: in
     for block in ref.blocks:
         block = ref.blocks[0] if blocks == "first only" else block
         h = block(x if blocks == "unchained" else h, mask if pass_mask else None)
-    logits = ref.lm_head(ref.norm(h) if final_norm else h)  # (B, L, V)
+    h = ref.norm(h) if final_norm else h  # (B, L, D)
+    logits = ref.lm_head(h) if head == "linear" else h @ ref.lm_head.weight  # (B, L, V); "Conv1D": needs V == D
     return {"logits": logits, "probs": logits.softmax(-1), "log_probs": logits.log_softmax(-1)}[output]
 
 
@@ -321,6 +322,11 @@ def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake
         ("layer outputs not chained", "every block gets the embeddings as input, so only the last block's output "
          "is kept: feed each block's output to the next (`x = block(x, mask)`).", dict(blocks="unchained")),
     ]
+    if ref.lm_head.weight.size(0) == ref.lm_head.weight.size(1):  # V == D: x @ lm_head.weight runs, wrong
+        table.append(("Conv1D layout", "your head multiplies by `lm_head.weight` as GPT-2's Conv1D stores it, (in, "
+                      "out); `nn.Linear` keeps (out, in) = (vocab_size, d_model), so `x @ lm_head.weight` multiplies "
+                      "by the transpose (it ran only because vocab_size equals d_model here). Call the layer, "
+                      "`self.lm_head(x)`, or write `x @ self.lm_head.weight.T`.", dict(head="Conv1D")))
     if mask is not None:
         table.append(("mask not passed on", "the `mask` argument is not passed on to the blocks: call "
                       "`block(x, mask)`.", dict(pass_mask=False)))
