@@ -16,6 +16,7 @@ notebook               module
 07 training            :mod:`course_utils.training`, :mod:`course_utils.trainer`, ``data``, ``pretrained``
 08 classifier          :mod:`course_utils.reviews`, :mod:`course_utils.classifier`
 09 decoder-only LM     :mod:`course_utils.gpt`, :mod:`course_utils.gpt_training`
+11 tokenization        :mod:`course_utils.tokenizer` (not imported here: ``import course_utils.tokenizer``)
 plots                  :mod:`course_utils.plotting`, :mod:`course_utils.inspect_attention`
 =====================  ==========================================================
 """

@@ -185,7 +185,7 @@ def test_pyproject_declares_the_package_and_its_bounds(project):
     reqs = {r.name: r.specifier for r in map(check_env.parse_requirement, project["dependencies"])}
     assert reqs == {
         "torch": ">=2.2", "numpy": "", "matplotlib": "", "tqdm": "",
-        "ipywidgets": ">=7.6",
+        "ipywidgets": ">=7.6", "regex": "",
     }
     assert set(project["optional-dependencies"]) == {"tools", "dev", "lab", "browser"}
 

@@ -1,0 +1,311 @@
+"""Tests for course_utils.tokenizer (notebook 11): byte-level BPE training against a slow
+trainer written here (a full recount per merge), the contract's tie-break, encoding and
+decoding (round trips, cut UTF-8), GPT-2's shipped files, exact ids of Hugging Face's
+GPT2TokenizerFast built offline from the same files, and the errors for bad input."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+
+import pytest
+import torch
+
+from course_utils import tokenizer as T
+from course_utils.stories import load_shakespeare
+from course_utils.tokenizer import (
+    ENDOFTEXT,
+    BPETokenizer,
+    bytes_to_unicode,
+    load_gpt2_tokenizer,
+    merge_pair,
+    parse_gpt2_merges,
+    pretokenize,
+    train_bpe,
+)
+
+# code, numbers, emoji (one with a zero-width joiner), accents (composed and combining),
+# repeated spaces, tabs, blank lines, contractions, CJK, and the special token in the middle
+HARD_STRINGS = [
+    "",
+    " ",
+    "   ",
+    "Hello, world!",
+    "  leading and trailing spaces   ",
+    "naïve café, déjà vu, Ångström, cafe\u0301 (combining accent)",
+    "emoji: 🚀🔥 👩‍💻 and flags 🇫🇷",
+    "def f(x):\n    return x ** 2  # squared\n\n\tprint(f(3))\n",
+    "numbers 3.14159, 1,000,000 and 2024-11-28; ½ ² ٣",
+    "I'm sure they'll say it's what we've done, HE'S DONE",
+    "汉字とかな、한국어",
+    f"before{ENDOFTEXT}after",
+    f"two {ENDOFTEXT}{ENDOFTEXT} in a row, then {ENDOFTEXT}  spaces",
+    "<|endoftext| almost special, <|end",
+    "\r\n windows \r\n line ends \x00 and a NUL",
+]
+
+PARITY_TEXT = (
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+    "def train(model, steps=1_000, lr=3e-4):\n"
+    "    for step in range(steps):   # the loop\n"
+    "        loss = model(x)[0].mean() ** 2\n"
+    "\tif step % 100 == 0: print(f'{step:>5d} {loss:.3f}')\n"
+    "Numbers: 3.14159, 1,234,567.89, 2024-11-28, 0xFF, 1e-10, ½ and ²\n"
+    "Emoji: 🚀 🔥🔥 👩‍💻 🇫🇷 😀!\n"
+    "Accents: naïve café, déjà vu, Ångström, São Paulo, Zürich, cafe\u0301\n"
+    "Repeated     spaces,\t\ttabs,   \n\n\n   and trailing spaces   \n"
+    f"They'll say it's done.{ENDOFTEXT}A new document begins  {ENDOFTEXT}\n"
+    "汉字 かな 한국어 Ελληνικά русский"
+)
+
+
+# ------------------------------------------------------------------ a slow trainer to compare
+
+
+def slow_train(text: str, vocab_size: int, special_tokens: list[str]):
+    """BPE as the textbook writes it: every occurrence of every piece kept, all pairs counted
+    again before each merge, merged with a loop written here, the contract's tie-break."""
+    parts = re.split("|".join(map(re.escape, special_tokens)), text) if special_tokens else [text]
+    words = [list(piece.encode("utf-8")) for part in parts for piece in pretokenize(part)]
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = []
+    for new_id in range(256, vocab_size - len(special_tokens)):
+        counts = {}
+        for word in words:
+            for pair in zip(word, word[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+        for index, word in enumerate(words):
+            out, i = [], 0
+            while i < len(word):
+                if tuple(word[i:i + 2]) == best:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            words[index] = out
+        vocab[new_id] = vocab[best[0]] + vocab[best[1]]
+        merges.append((vocab[best[0]], vocab[best[1]]))
+    return merges
+
+
+SMALL_TEXT = (
+    load_shakespeare()[:6000]
+    + f"{ENDOFTEXT}aaaa aaa aa a {ENDOFTEXT}  naïve café 🚀🚀 1234 12 1 'll 'll\n\n\n"
+)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    vocab, merges = train_bpe(SMALL_TEXT, 256 + 200 + 1, special_tokens=[ENDOFTEXT])
+    return vocab, merges, BPETokenizer(vocab, merges, special_tokens=[ENDOFTEXT])
+
+
+def test_the_trainer_learns_the_slow_trainers_merges(trained):
+    vocab, merges, _ = trained
+    assert merges == slow_train(SMALL_TEXT, 256 + 200 + 1, [ENDOFTEXT])
+    assert len(merges) == 200 and len(vocab) == 457
+    # ids: bytes, then the merges in order, then the special token
+    assert all(vocab[i] == bytes([i]) for i in range(256))
+    assert all(vocab[256 + i] == a + b for i, (a, b) in enumerate(merges))
+    assert vocab[456] == ENDOFTEXT.encode()
+    # the special token was never trained on: no merge holds any of its characters' pairs
+    assert not any(b"|" in a + b for a, b in merges)
+
+
+@pytest.mark.parametrize("text", [
+    "aaaaaaa aaaa aa aaa",          # overlapping pairs: aaa holds (a, a) twice, merged once
+    "ab cd ef gh ab cd",            # ties everywhere
+    "the cat sat on the mat. The hat! the\n\nthe  the",
+    "🚀🚀🚀 é é é ½½",              # multi-byte characters
+])
+def test_the_trainer_matches_the_slow_trainer_to_the_last_pair(text):
+    merges = train_bpe(text, 400)[1]
+    assert merges == slow_train(text, 400, [])
+    assert len(merges) < 400 - 256  # the text ran out of pairs: training stopped early
+
+
+def test_ties_go_to_the_greatest_pair_of_byte_strings():
+    # every pair occurs once: (b"e", b"f") is the greatest of (a,b), (" ",c), (c,d), (" ",e), (e,f)
+    assert train_bpe("ab cd ef", 257)[1] == [(b"e", b"f")]
+    # the count decides first: (" ", "a") twice beats (b"z", b"z") once
+    assert train_bpe(" a a zz", 257)[1] == [(b" ", b"a")]
+    # the first byte strings equal, the second decides
+    assert train_bpe("xa xb", 257)[1] == [(b"x", b"b")]
+
+
+def test_merges_never_cross_pre_tokens():
+    # pieces "b", " a", " b", ...: (b"b", b" ") occurs 3 times across pieces and would win
+    # the four-way tie of count 3; inside pieces only (" ", "b") and (" ", "a") exist
+    assert train_bpe("b a b a b a b", 400)[1] == [(b" ", b"b"), (b" ", b"a")]
+    merges = train_bpe(load_shakespeare()[:3000], 400)[1]
+    assert all(b" " not in (a + b).lstrip(b" ") for a, b in merges)
+
+
+def test_merge_pair_left_to_right_without_overlaps():
+    assert merge_pair([7, 7, 7], (7, 7), 9) == [9, 7]
+    assert merge_pair([7, 7, 7, 7], (7, 7), 9) == [9, 9]
+    assert merge_pair([1, 2, 3, 1, 2], (1, 2), 9) == [9, 3, 9]
+    assert merge_pair([b"a", b"b"], (b"a", b"b"), b"ab") == [b"ab"]
+    assert merge_pair([], (1, 2), 9) == []
+
+
+def test_count_pairs_counts_inside_pieces_with_their_frequency():
+    assert T.count_pairs({(1, 2, 1, 2): 3, (2, 1): 1, (5,): 10}) == {(1, 2): 6, (2, 1): 4}
+
+
+# ------------------------------------------------------------------ encoding and decoding
+
+
+def ordered_encode(text: str, vocab, merges) -> list[int]:
+    """Every merge applied in learned order to every piece, one after the other (slow)."""
+    id_of = {token: token_id for token_id, token in vocab.items()}
+    pairs = [(id_of[a], id_of[b]) for a, b in merges]
+    ids = []
+    for part in re.split(f"({re.escape(ENDOFTEXT)})", text):
+        if part == ENDOFTEXT:
+            ids.append(max(vocab))
+            continue
+        for piece in pretokenize(part):
+            word = list(piece.encode("utf-8"))
+            for rank, pair in enumerate(pairs):
+                word = merge_pair(word, pair, 256 + rank)
+            ids.extend(word)
+    return ids
+
+
+def test_encoding_applies_merges_in_learned_order(trained):
+    vocab, merges, tok = trained
+    text = load_shakespeare()[6000:7000] + HARD_STRINGS[5] + HARD_STRINGS[12]
+    assert tok.encode(text) == ordered_encode(text, vocab, merges)
+
+
+@pytest.mark.parametrize("text", HARD_STRINGS)
+def test_round_trip(trained, gpt2, text):
+    for tok in (trained[2], gpt2):
+        ids = tok.encode(text)
+        assert all(isinstance(i, int) for i in ids)
+        assert tok.decode(ids) == text
+    assert gpt2.decode(torch.tensor(gpt2.encode(text), dtype=torch.long)) == text
+
+
+def test_special_tokens_are_never_split(trained, gpt2):
+    _, _, tok = trained
+    assert tok.encode(f"a{ENDOFTEXT}b") == [ord("a"), 456, ord("b")]
+    assert gpt2.encode(f"{ENDOFTEXT}{ENDOFTEXT}") == [50256, 50256]
+    assert 50256 not in gpt2.encode("<|endoftext|"), "a near miss is ordinary text"
+
+
+def test_cut_and_invalid_utf8_decode_with_replacement(trained, gpt2):
+    _, _, tok = trained
+    e_acute = list("é".encode())  # [0xc3, 0xa9], two byte tokens
+    assert tok.decode(e_acute) == "é"
+    assert tok.decode(e_acute[:1]) == "\ufffd"
+    assert tok.decode([ord("a"), 0xff, ord("b")]) == "a\ufffdb"
+    assert tok.decode([0xa9, 0xc3]) == "\ufffd\ufffd"
+    # GPT-2 splits an emoji into tokens that are not characters on their own: decoding the
+    # tokens one by one breaks it, decoding the whole sequence does not
+    ids = gpt2.encode("🚀")
+    assert len(ids) > 1 and gpt2.decode(ids) == "🚀"
+    assert "".join(gpt2.decode([i]) for i in ids) != "🚀"
+    assert gpt2.decode(ids[:-1]).endswith("\ufffd")
+
+
+# ------------------------------------------------------------------ GPT-2's files
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return load_gpt2_tokenizer()
+
+
+def test_gpt2_files_are_shipped_and_equal_the_data_files(monkeypatch, tmp_path):
+    for name, digest in T.GPT2_SHA256.items():
+        plain = (T.DATA_DIR / name).read_bytes()
+        packed = T.PACKED_DIR / (name + ".gz")
+        assert hashlib.sha256(plain).hexdigest() == digest
+        assert gzip.decompress(packed.read_bytes()) == plain
+        assert packed.stat().st_size < 400_000
+    assert "Modified MIT License" in (T.PACKED_DIR / "gpt2_LICENSE.txt").read_text(encoding="utf-8")
+    from_data = T.load_gpt2_vocab_and_merges()
+    # as in a pip-installed package (Colab): no data/ folder, the gzipped copies
+    monkeypatch.setattr(T, "DATA_DIR", tmp_path / "absent")
+    assert T.load_gpt2_vocab_and_merges() == from_data
+    with pytest.raises(FileNotFoundError, match="gpt2_vocab.json"):
+        T.load_gpt2_vocab_and_merges(tmp_path)
+
+
+def test_gpt2_vocabulary_is_bytes_then_merges_then_endoftext(gpt2):
+    assert len(gpt2) == 50257 and len(gpt2.merges) == 50000
+    assert gpt2.special_tokens == {ENDOFTEXT: 50256}
+    assert gpt2.merges[0] == (b" ", b"t") and gpt2.vocab[256] == b" t"
+    assert all(gpt2.vocab[256 + i] == a + b for i, (a, b) in enumerate(gpt2.merges))
+    assert sorted(gpt2.vocab[i] for i in range(256)) == [bytes([b]) for b in range(256)]
+
+
+def test_bytes_to_unicode_is_one_to_one_and_printable():
+    table = bytes_to_unicode()
+    assert sorted(table) == list(range(256)) and len(set(table.values())) == 256
+    assert all(ch.isprintable() and not ch.isspace() for ch in table.values())
+    assert table[ord(" ")] == "Ġ" and table[ord("\n")] == "Ċ" and table[ord("A")] == "A"
+
+
+def test_ids_equal_hugging_faces_gpt2_tokenizer(gpt2, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    # Hugging Face skips a merges file's first line (its "#version" header): give it one
+    (tmp_path / "vocab.json").write_bytes((T.DATA_DIR / T.GPT2_VOCAB_FILE).read_bytes())
+    merges = (T.DATA_DIR / T.GPT2_MERGES_FILE).read_text(encoding="utf-8")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n" + merges, encoding="utf-8")
+    hf = transformers.GPT2TokenizerFast.from_pretrained(tmp_path)
+    ours = gpt2.encode(PARITY_TEXT)
+    assert ours == hf(PARITY_TEXT)["input_ids"]
+    assert ours.count(50256) == 2 and len(ours) > 200
+    for text in HARD_STRINGS:
+        assert gpt2.encode(text) == hf(text)["input_ids"], text
+    # our parser reads the file with the header too
+    assert parse_gpt2_merges("#version: 0.2\n" + merges) == gpt2.merges
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def _bad_input_cases():
+    vocab = {i: bytes([i]) for i in range(256)}
+    tok = BPETokenizer(vocab, [])
+    return [
+        (lambda: train_bpe(b"some text", 300), TypeError, r"train_bpe: text must be a str, got bytes"),
+        (lambda: train_bpe(None, 300), TypeError, r"text must be a str, got NoneType"),
+        (lambda: train_bpe("abc", 255), ValueError, r"vocab_size=255 .* expected vocab_size >= 256"),
+        (lambda: train_bpe("abc", 256, special_tokens=[ENDOFTEXT]), ValueError,
+         r"vocab_size=256 .* 1 special token.* expected vocab_size >= 257"),
+        (lambda: train_bpe("abc", 300.0), TypeError, r"vocab_size must be an int, got float 300.0"),
+        (lambda: train_bpe("abc", 300, special_tokens=ENDOFTEXT), TypeError,
+         r"special_tokens must be a list of str .* got str"),
+        (lambda: train_bpe("abc", 300, special_tokens=[""]), ValueError, r"non-empty str, got ''"),
+        (lambda: tok.encode(123), TypeError, r"encode: text must be a str, got int"),
+        (lambda: tok.encode(b"abc"), TypeError, r"got bytes \(decode bytes first"),
+        (lambda: tok.decode([5, 300]), ValueError, r"ids\[1\] = 300 is not in the vocabulary; expected an id from 0 to 255"),
+        (lambda: tok.decode([-1]), ValueError, r"ids\[0\] = -1 is not in the vocabulary"),
+        (lambda: tok.decode([1, "a"]), TypeError, r"ids\[1\] is str 'a'; expected an int token id"),
+        (lambda: tok.decode([1.0]), TypeError, r"ids\[0\] is float 1.0"),
+        (lambda: tok.decode("abc"), TypeError, r"ids must be a sequence of int token ids, got str"),
+        (lambda: parse_gpt2_merges("Ġ t\nh e x\n"), ValueError, r"line 2 is 'h e x'; expected two tokens"),
+        (lambda: parse_gpt2_merges("#version: 0.2\nĠ t\n\nh e"), ValueError, r"line 3 is ''"),
+        (lambda: parse_gpt2_merges("Ġ t\nhe\n"), ValueError, r"line 2 is 'he'"),
+        (lambda: parse_gpt2_merges("Ġ t\nh  e\n"), ValueError, r"line 2 is 'h  e'"),
+        (lambda: parse_gpt2_merges("a\u4e00 b"), ValueError, r"line 1: 'a\u4e00' has the character '\u4e00'"),
+        (lambda: BPETokenizer({i: bytes([i]) for i in range(255)}, []), ValueError, r"lacks 1 of the 256 single bytes"),
+        (lambda: BPETokenizer(vocab, [(b"a", b"b")]), ValueError, r"merges\[0\] = \(b'a', b'b'\): b'ab' is not in vocab"),
+        (lambda: BPETokenizer(vocab, [], special_tokens=[ENDOFTEXT]), ValueError, r"special token '<\|endoftext\|>' is not in vocab"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_bad_input_cases())))
+def test_bad_input_gets_a_clear_error(index):
+    call, error, message = _bad_input_cases()[index]
+    with pytest.raises(error, match=message):
+        call()
