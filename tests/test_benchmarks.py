@@ -69,3 +69,13 @@ def test_gpt_step_speed_times_the_three_models(bench, capsys):
     assert "parameters each" in out  # the same size in all three (asserted by the script)
     rows = [line for line in out.splitlines() if line.startswith("| 1 |")]
     assert [row.split("|")[2].strip() for row in rows] == ["wall", "CPU"], out
+
+
+def test_bpe_speed_trains_and_compares_encoders(bench, capsys):
+    pytest.importorskip("transformers")
+    assert bench("bpe_speed").main(["--merges", "20", "--chars", "20000", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| 0 |" in out and "| 20 |" in out  # one training repeat, 20 merges learned
+    assert "every encoder's ids identical: asserted" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| course,", "| Hugging Face"))]
+    assert len(rows) >= 4 and all(row.count("|") == 7 for row in rows), out
