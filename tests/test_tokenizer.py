@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import random
 import re
 
 import pytest
@@ -254,20 +255,44 @@ def test_bytes_to_unicode_is_one_to_one_and_printable():
     assert table[ord(" ")] == "Ġ" and table[ord("\n")] == "Ċ" and table[ord("A")] == "A"
 
 
-def test_ids_equal_hugging_faces_gpt2_tokenizer(gpt2, tmp_path):
+@pytest.fixture(scope="module")
+def hf_gpt2(tmp_path_factory):
+    """Hugging Face's GPT2TokenizerFast from the shipped files, offline."""
     transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("hf_gpt2")
+    (folder / "vocab.json").write_bytes((T.DATA_DIR / T.GPT2_VOCAB_FILE).read_bytes())
     # Hugging Face skips a merges file's first line (its "#version" header): give it one
-    (tmp_path / "vocab.json").write_bytes((T.DATA_DIR / T.GPT2_VOCAB_FILE).read_bytes())
     merges = (T.DATA_DIR / T.GPT2_MERGES_FILE).read_text(encoding="utf-8")
-    (tmp_path / "merges.txt").write_text("#version: 0.2\n" + merges, encoding="utf-8")
-    hf = transformers.GPT2TokenizerFast.from_pretrained(tmp_path)
+    (folder / "merges.txt").write_text("#version: 0.2\n" + merges, encoding="utf-8")
+    return transformers.GPT2TokenizerFast.from_pretrained(folder)
+
+
+def test_ids_equal_hugging_faces_gpt2_tokenizer(gpt2, hf_gpt2):
     ours = gpt2.encode(PARITY_TEXT)
-    assert ours == hf(PARITY_TEXT)["input_ids"]
+    assert ours == hf_gpt2(PARITY_TEXT)["input_ids"]
     assert ours.count(50256) == 2 and len(ours) > 200
     for text in HARD_STRINGS:
-        assert gpt2.encode(text) == hf(text)["input_ids"], text
+        assert gpt2.encode(text) == hf_gpt2(text)["input_ids"], text
     # our parser reads the file with the header too
+    merges = (T.DATA_DIR / T.GPT2_MERGES_FILE).read_text(encoding="utf-8")
     assert parse_gpt2_merges("#version: 0.2\n" + merges) == gpt2.merges
+
+
+# letters, digits and number signs, combining marks, emoji, CJK, and Unicode's odd spaces
+# (no-break, ideographic, line separator, NEL, zero-width), where two regex engines could differ
+FUZZ_POOL = list(
+    "aZé ñ1٣½²'sdlltvremS \t\n\r\x0b\x0c\u00a0\u1680\u2000\u2009\u200b\u2028\u2029\u202f\u205f"
+    "\u3000\u0085\u0301\u0300\u200d🚀👩汉字かな한ｱ.,;!?-_/\\\"()[]{}<>|#@$%^&*~`+="
+) + [ENDOFTEXT, "'re", "'ve", "'M", " 's", "  ", "\r\n"]
+
+
+def test_ids_equal_hugging_faces_on_random_strings(gpt2, hf_gpt2):
+    rng = random.Random(0)
+    for _ in range(500):
+        text = "".join(rng.choice(FUZZ_POOL) for _ in range(rng.randint(1, 30)))
+        ids = gpt2.encode(text)
+        assert ids == hf_gpt2(text)["input_ids"], text
+        assert gpt2.decode(ids) == text
 
 
 # ------------------------------------------------------------------ bad input
