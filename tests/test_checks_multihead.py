@@ -919,3 +919,76 @@ class UnregisteredTensor(course_utils.MultiHeadAttention):
 def test_part_left_out_of_to_dtype_is_named():
     assert_mistake(check_multi_head_attention, UnregisteredTensor, "dtype not preserved", "did not follow .to()",
                    "register_buffer")
+
+
+# ---------------------------------------------------------------- blind trial t0203: its correct variants pass
+def split_stack_of_pieces(x, num_heads):  # torch.stack of x.split(d_k)
+    B, L, D = x.shape
+    if D % num_heads:
+        raise ValueError(f"D={D} not divisible by num_heads={num_heads}")
+    return torch.stack(x.split(D // num_heads, dim=-1), dim=1)  # (B, H, L, d_k)
+
+
+def split_view_contiguous(x, num_heads):
+    B, L, D = x.shape
+    if D % num_heads:
+        raise ValueError(f"D={D} not divisible by {num_heads}")
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2).contiguous()
+
+
+def merge_flatten(x):
+    return x.transpose(1, 2).flatten(2)  # (B, L, H * d_k)
+
+
+class NanoGPTMHA(course_utils.MultiHeadAttention):
+    """Heads folded into the batch, (B * H, L, d_k), torch.bmm, a -1e9 fill."""
+
+    def forward(self, query, key, value, mask=None):
+        (B, L_q, D), L_k, H, d_k = query.shape, key.shape[1], self.num_heads, self.d_k
+
+        def heads(t, L):  # (B, L, D) -> (B * H, L, d_k)
+            return t.view(B, L, H, d_k).transpose(1, 2).reshape(B * H, L, d_k)
+
+        q, k, v = heads(self.w_q(query), L_q), heads(self.w_k(key), L_k), heads(self.w_v(value), L_k)
+        scores = torch.bmm(q, k.transpose(1, 2)).mul(d_k**-0.5).view(B, H, L_q, L_k)
+        if mask is not None:
+            scores = scores.masked_fill(~(mask if mask.dim() == 2 else mask.unsqueeze(1)), -1e9)
+        weights = scores.softmax(-1)  # (B, H, L_q, L_k)
+        context = torch.bmm(self.dropout(weights).view(B * H, L_q, L_k), v)  # (B * H, L_q, d_k)
+        return self.w_o(context.view(B, H, L_q, d_k).transpose(1, 2).reshape(B, L_q, D)), weights
+
+
+class AdditiveMaskMHA(course_utils.MultiHeadAttention):
+    """An additive float mask, finfo.min where blocked, and masked_fill_ on the fresh scores."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, in_place=False):
+        super().__init__(d_model, num_heads, dropout)
+        self.in_place = in_place
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (course_utils.split_heads(w(t), self.num_heads)
+                   for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))  # (B, H, L, d_k)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, L_q, L_k)
+        if mask is not None:
+            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            if self.in_place:
+                scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
+            else:
+                scores = scores + (~mask).to(scores.dtype) * torch.finfo(scores.dtype).min
+        weights = scores.softmax(-1)
+        return self.w_o(course_utils.merge_heads(self.dropout(weights) @ v)), weights
+
+
+class InPlaceFillMHA(AdditiveMaskMHA):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout, in_place=True)
+
+
+@pytest.mark.parametrize("check, student", [
+    (check_split_heads, split_stack_of_pieces), (check_split_heads, split_view_contiguous),
+    (check_merge_heads, merge_flatten), (check_multi_head_attention, NanoGPTMHA),
+    (check_multi_head_attention, AdditiveMaskMHA), (check_multi_head_attention, InPlaceFillMHA),
+], ids=["split: stack of pieces", "split: contiguous", "merge: flatten(2)", "MHA: nanoGPT (B * H) bmm",
+        "MHA: additive float mask", "MHA: masked_fill_ on the scores"])
+def test_trial_t0203_correct_variants_pass(check, student):
+    assert_passes(check, student)

@@ -635,3 +635,58 @@ def test_hints_registered(capsys):
         assert 2 <= len(HINTS[name]) <= 4
         hint(name, 2)
         assert f"Hint 2/{len(HINTS[name])} for {name}" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- blind trial t0203: its correct variants pass
+def pe_outer(max_len, d_model):  # torch.outer, slices filled into torch.empty
+    angle = torch.outer(torch.arange(max_len).float(), 1 / 10000 ** (torch.arange(d_model // 2) * 2 / d_model))
+    pe = torch.empty(max_len, d_model)
+    pe[:, ::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    return pe
+
+
+def pe_stack_float64(max_len, d_model):  # computed in float64, returned as float32
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    w = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return torch.stack((torch.sin(pos * w), torch.cos(pos * w)), dim=-1).reshape(max_len, d_model).float()
+
+
+class NarrowPE(course_utils.PositionalEncoding):
+    """pe.narrow, torch.add and a message in other words; F.dropout with self.training."""
+
+    def forward(self, x):
+        L = x.size(1)
+        if L > self.pe.size(0):
+            raise ValueError(f"L = {L} > max_len = {self.pe.size(0)}")
+        return F.dropout(torch.add(x, self.pe.narrow(0, 0, L)), self.dropout.p, self.training)
+
+
+class IndexEmbedding(nn.Module):
+    """weight[tokens] scaled by a tensor's sqrt, out of place."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.d_model = d_model
+        self.embedding = nn.Embedding(vocab_size, d_model)
+
+    def forward(self, tokens):
+        return self.embedding.weight[tokens].mul(torch.tensor(float(self.d_model)).sqrt())
+
+
+class InPlaceScaledOutput(IndexEmbedding):
+    """The looked-up vectors (a new tensor) scaled in place: the weights stay as they are."""
+
+    def forward(self, tokens):
+        e = self.embedding(tokens)
+        e.mul_(math.sqrt(self.d_model))
+        return e
+
+
+@pytest.mark.parametrize("check, student", [
+    (check_sinusoidal_positional_encoding, pe_outer), (check_sinusoidal_positional_encoding, pe_stack_float64),
+    (check_positional_encoding, NarrowPE), (check_token_embedding, IndexEmbedding),
+    (check_token_embedding, InPlaceScaledOutput),
+], ids=["table: outer", "table: float64 then float()", "PE: narrow + F.dropout", "embedding: weight[tokens]",
+        "embedding: mul_ on the output"])
+def test_trial_t0203_correct_variants_pass(check, student):
+    assert_passes(check, student)
