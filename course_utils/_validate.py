@@ -56,10 +56,12 @@ def check_mask(mask: object, scores_shape: torch.Size, what: str = "the attentio
     # plain Python, as torch.broadcast_shapes costs ~0.1 ms a call (twice per attention)
     fits = mask.dim() <= len(target) and all(m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target)))
     if not fits:
-        if len(target) == 4 and mask.dim() == 3:  # (B, 1 or L_q, L_k) against (B, H, L_q, L_k)
-            expected = ("; with scores (B, H, L_q, L_k) a 3-D mask lines up from the right, its first axis (B) "
-                        "against the head axis H, so (B, 1, L_k) is refused here: add the head axis first, "
-                        "mask.unsqueeze(1), giving (B, 1, 1, L_k) or (B, 1, L_q, L_k)")
+        if len(target) == 4:  # (B, H, L_q, L_k): multi-head scores
+            # one rule for every wrong shape, so the message never contradicts a caller's own diagnosis
+            expected = ("; against 4-D scores (B, H, L_q, L_k) a mask lines up from the right, each axis 1 or the "
+                        "scores' size, such as (L_q, L_k), (B, 1, 1, L_k), (B, 1, L_q, L_k) or (B, H, L_q, L_k). A 3-D "
+                        "mask (B, 1, L_k) or (B, L_q, L_k) gets the head axis with mask.unsqueeze(1); a 2-D mask "
+                        "(L_q, L_k) needs none")
         else:
             expected = "; expected a shape such as (L_q, L_k), (B, 1, L_k) or (B, L_q, L_k)"
         raise ValueError(

@@ -46,7 +46,7 @@ def split_permute(x, num_heads):
 
 def split_unflatten(x, num_heads):
     if x.size(-1) % num_heads:
-        raise ValueError("the last dim must be divisible by num_heads")
+        raise ValueError(f"last dim {x.size(-1)} must be divisible by num_heads={num_heads}")
     return x.unflatten(-1, (num_heads, -1)).transpose(1, 2).contiguous()
 
 
@@ -162,6 +162,50 @@ def test_split_heads_mistakes_are_named(fn, mistake, words):
 ], ids=["reversed", "float()", "zeros without dtype"])
 def test_split_heads_issue22_mistakes_are_named_on_20_seeds(fn, mistake, words):
     assert_mistake(check_split_heads, fn, mistake, *words, repeat=STABLE)
+
+
+def split_vague_error(x, num_heads):  # blind trial t0203: the prose asks for a clear message
+    B, L, D = x.shape
+    if D % num_heads:
+        raise ValueError("bad shape")
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)
+
+
+def split_in_place_no_change(x, num_heads):  # trial t0203: x.mul_(1.0) leaves the values as they were
+    B, L, D = x.shape
+    _divisible(D, num_heads)
+    x.mul_(1.0)
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)
+
+
+def split_error_sizes_in_words(x, num_heads):  # correct: the sizes named in another wording
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"cannot cut {x.shape[-1]} features into {num_heads} heads of equal width")
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+
+
+def test_split_heads_error_naming_the_sizes_in_other_words_passes():
+    assert_passes(check_split_heads, split_error_sizes_in_words)
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (split_vague_error, "error message without values", ["raised ValueError('bad shape')", "names both sizes",
+                                                           "num_heads = {num_heads}"]),
+    (split_in_place_no_change, "input modified in place", ["in-place operation", "`x.mul_(...)`",
+                                                           "Leave the inputs unchanged"]),
+], ids=["vague ValueError", "x.mul_(1.0)"])
+def test_split_heads_trial_t0203_mistakes_are_named_on_20_seeds(fn, mistake, words):
+    assert_mistake(check_split_heads, fn, mistake, *words, repeat=STABLE)
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (lambda x: x.transpose(2, 3).reshape(x.size(0), x.size(2), -1), "transposed wrong axes",
+     ["the axes were put in the order (B, H, d_k, L)", "x.transpose(2, 3)", "swap only axes 1 and 2"]),
+    (lambda x: x.permute(0, 3, 1, 2).reshape(x.size(0), x.size(2), -1), "transposed wrong axes",
+     ["the axes were put in the order (B, d_k, H, L)"]),
+], ids=["transpose(2, 3)", "permute(0, 3, 1, 2)"])
+def test_merge_heads_wrong_transpose_is_named_on_20_seeds(fn, mistake, words):
+    assert_mistake(check_merge_heads, fn, mistake, *words, repeat=STABLE)
 
 
 @pytest.mark.parametrize("fn, mistake, words", [
@@ -308,7 +352,9 @@ def make_mha(bug=None):
             if d_model % num_heads != 0 and bug != "no divisibility check":
                 if bug == "wrong error type":
                     raise AssertionError("d_model must be divisible by num_heads")
-                raise ValueError("d_model must be divisible by num_heads")
+                if bug == "error message without values":
+                    raise ValueError("bad shape")
+                raise ValueError(f"d_model must be divisible by num_heads, got {d_model} and {num_heads}")
             self.num_heads = num_heads
             self.d_k = d_model // num_heads
             self.w_q = nn.Linear(d_model, d_model, bias=bug != "no bias")
@@ -385,6 +431,8 @@ def make_mha(bug=None):
             if bug == "weights returned after dropout":
                 weights = dropped
             context = dropped @ v  # (B, H, L_q, d_k)
+            if bug == "heads in reverse order":  # trial t0203: the heads flipped before w_o
+                context = context.flip(1)
             if bug == "split without transpose":
                 merged = context.reshape(B, -1, D)
             else:
@@ -424,7 +472,7 @@ class EinsumMHA(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
         if d_model % num_heads:
-            raise ValueError("not divisible")
+            raise ValueError(f"{d_model=} not divisible by {num_heads=}")
         self.h, self.d_k, self.p = num_heads, d_model // num_heads, dropout
         self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
 
@@ -451,7 +499,7 @@ class LoopMHA(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
         if d_model % num_heads != 0:
-            raise ValueError("d_model % num_heads != 0")
+            raise ValueError(f"d_model % num_heads != 0 ({d_model} % {num_heads})")
         self.h, self.d_k, self.p = num_heads, d_model // num_heads, dropout
         self.w_q = nn.Linear(d_model, d_model)
         self.w_k = nn.Linear(d_model, d_model)
@@ -542,6 +590,8 @@ def test_mha_correct_variants_pass(cls):
         ("input modified in place", "input modified in place", ["`query` in place"]),
         ("no divisibility check", "no divisibility check", ["did not raise", "ValueError", "d_model % num_heads"]),
         ("wrong error type", "wrong error type", ["raised AssertionError", "ValueError"]),
+        ("error message without values", "error message without values", [
+            "raised ValueError('bad shape')", "names both sizes, d_model = ", "is not divisible by num_heads = {num_heads}"]),
         ("returns output only", "wrong return", ["forward must return (output, weights)", "a single tensor"]),
         ("returns three things", "wrong return", ["forward must return (output, weights)", "3 items"]),
         ("returns None", "wrong return", ["forward must return (output, weights)", "NoneType"]),
@@ -566,6 +616,45 @@ def test_mha_correct_variants_pass(cls):
 )
 def test_mha_mistakes_are_named(bug, mistake, words):
     assert_mistake(check_multi_head_attention, make_mha(bug), mistake, *words)
+
+
+def test_mha_heads_reversed_before_w_o_is_named_on_20_seeds():  # trial t0203
+    assert_mistake(check_multi_head_attention, make_mha("heads in reverse order"), "heads in reverse order",
+                   "the heads reach w_o in reverse order", "merge_heads(context)", repeat=STABLE)
+
+
+def torch_kernel_mha(fill):
+    """Trial t0203: the weights from the course's sdpa (returned), the output from PyTorch's
+    fused kernel, with the bool mask (``fill=False``) or the course's fill as an additive float
+    mask (``fill=True``, right: a fully blocked row then averages the values)."""
+
+    class TorchKernel(course_utils.MultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            H = self.num_heads
+            pairs = ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+            q, k, v = (course_utils.split_heads(w(t), H) for w, t in pairs)  # (B, H, L, d_k) each
+            if mask is not None and mask.dim() == 3:
+                mask = mask.unsqueeze(1)  # (B, 1, L_q or 1, L_k)
+            _, weights = course_utils.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L_q, L_k)
+            attn_mask = mask
+            if fill and mask is not None:
+                attn_mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(
+                    ~mask, torch.finfo(q.dtype).min)
+            p = self.dropout.p if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)  # (B, H, L_q, d_k)
+            return self.w_o(course_utils.merge_heads(out)), weights
+
+    return TorchKernel
+
+
+def test_mha_torch_kernel_with_a_bool_mask_is_named_on_20_seeds():
+    assert_mistake(check_multi_head_attention, torch_kernel_mha(fill=False), "fully blocked row not uniform",
+                   "F.scaled_dot_product_attention gives with a bool mask", "additive float mask",
+                   "torch.finfo(q.dtype).min", repeat=STABLE)
+
+
+def test_mha_torch_kernel_with_the_course_fill_passes():
+    assert_passes(check_multi_head_attention, torch_kernel_mha(fill=True))
 
 
 def test_mha_mask_without_head_axis_says_add_it_and_lists_no_wrong_expected_shape():
@@ -783,13 +872,30 @@ HEAD_AXIS = "add the head axis: mask.unsqueeze(1)"
     [
         (lambda m: m, [HEAD_AXIS]),  # W06: a 3-D mask not unsqueezed
         (lambda m: m.unsqueeze(1), ["A 2-D mask already broadcasts", "only a 3-D mask needs the head axis"]),  # W07
-        (lambda m: m.unsqueeze(0) if m.dim() == 3 else m, [HEAD_AXIS]),  # W23
+        (lambda m: m.unsqueeze(0) if m.dim() == 3 else m, [HEAD_AXIS, "mask.unsqueeze(0) puts the new axis in front "
+                                                          "of the batch"]),  # W23
         (lambda m: m.unsqueeze(-2) if m.dim() == 3 else m, [HEAD_AXIS]),  # W27
     ],
     ids=["3-D not unsqueezed", "2-D unsqueezed", "unsqueeze(0)", "unsqueeze(-2)"],
 )
 def test_mask_axis_mistakes_through_sdpa_are_named(prepare, words):
     assert_mistake(check_multi_head_attention, via_sdpa(prepare), "mask broadcast wrongly", *words)
+
+
+@pytest.mark.parametrize("prepare, passed_on", [
+    (lambda m: m.unsqueeze(1), "mask on as ("),  # a 2-D mask given a head axis
+    (lambda m: m.unsqueeze(0) if m.dim() == 3 else m, "mask on as (1, "),
+    (lambda m: m, None),  # a 3-D mask as it is
+], ids=["2-D unsqueezed", "unsqueeze(0)", "3-D not unsqueezed"])
+def test_mask_refused_by_sdpa_gets_one_diagnosis_on_20_seeds(prepare, passed_on):
+    """Trial t0203: the course's sdpa's own advice was quoted first and contradicted the
+    checker's; now only its first clause is quoted, and the shape passed on is named."""
+    for r in [check_multi_head_attention(via_sdpa(prepare), seed=s) for s in range(1000, 1000 + STABLE)]:
+        assert r.mistake == "mask broadcast wrongly", r.feedback
+        assert "raised ValueError in scaled_dot_product_attention: mask of shape" in r.feedback, r.feedback
+        assert "refused here" not in r.feedback and "expected a shape such as" not in r.feedback, r.feedback
+        assert "gets the head axis with" not in r.feedback, r.feedback  # the sdpa's own advice is not quoted
+        assert passed_on is None or passed_on in r.feedback, r.feedback
 
 
 def test_mask_axis_after_the_queries_through_sdpa_says_so():
@@ -813,3 +919,76 @@ class UnregisteredTensor(course_utils.MultiHeadAttention):
 def test_part_left_out_of_to_dtype_is_named():
     assert_mistake(check_multi_head_attention, UnregisteredTensor, "dtype not preserved", "did not follow .to()",
                    "register_buffer")
+
+
+# ---------------------------------------------------------------- blind trial t0203: its correct variants pass
+def split_stack_of_pieces(x, num_heads):  # torch.stack of x.split(d_k)
+    B, L, D = x.shape
+    if D % num_heads:
+        raise ValueError(f"D={D} not divisible by num_heads={num_heads}")
+    return torch.stack(x.split(D // num_heads, dim=-1), dim=1)  # (B, H, L, d_k)
+
+
+def split_view_contiguous(x, num_heads):
+    B, L, D = x.shape
+    if D % num_heads:
+        raise ValueError(f"D={D} not divisible by {num_heads}")
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2).contiguous()
+
+
+def merge_flatten(x):
+    return x.transpose(1, 2).flatten(2)  # (B, L, H * d_k)
+
+
+class NanoGPTMHA(course_utils.MultiHeadAttention):
+    """Heads folded into the batch, (B * H, L, d_k), torch.bmm, a -1e9 fill."""
+
+    def forward(self, query, key, value, mask=None):
+        (B, L_q, D), L_k, H, d_k = query.shape, key.shape[1], self.num_heads, self.d_k
+
+        def heads(t, L):  # (B, L, D) -> (B * H, L, d_k)
+            return t.view(B, L, H, d_k).transpose(1, 2).reshape(B * H, L, d_k)
+
+        q, k, v = heads(self.w_q(query), L_q), heads(self.w_k(key), L_k), heads(self.w_v(value), L_k)
+        scores = torch.bmm(q, k.transpose(1, 2)).mul(d_k**-0.5).view(B, H, L_q, L_k)
+        if mask is not None:
+            scores = scores.masked_fill(~(mask if mask.dim() == 2 else mask.unsqueeze(1)), -1e9)
+        weights = scores.softmax(-1)  # (B, H, L_q, L_k)
+        context = torch.bmm(self.dropout(weights).view(B * H, L_q, L_k), v)  # (B * H, L_q, d_k)
+        return self.w_o(context.view(B, H, L_q, d_k).transpose(1, 2).reshape(B, L_q, D)), weights
+
+
+class AdditiveMaskMHA(course_utils.MultiHeadAttention):
+    """An additive float mask, finfo.min where blocked, and masked_fill_ on the fresh scores."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, in_place=False):
+        super().__init__(d_model, num_heads, dropout)
+        self.in_place = in_place
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (course_utils.split_heads(w(t), self.num_heads)
+                   for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))  # (B, H, L, d_k)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, L_q, L_k)
+        if mask is not None:
+            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            if self.in_place:
+                scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
+            else:
+                scores = scores + (~mask).to(scores.dtype) * torch.finfo(scores.dtype).min
+        weights = scores.softmax(-1)
+        return self.w_o(course_utils.merge_heads(self.dropout(weights) @ v)), weights
+
+
+class InPlaceFillMHA(AdditiveMaskMHA):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout, in_place=True)
+
+
+@pytest.mark.parametrize("check, student", [
+    (check_split_heads, split_stack_of_pieces), (check_split_heads, split_view_contiguous),
+    (check_merge_heads, merge_flatten), (check_multi_head_attention, NanoGPTMHA),
+    (check_multi_head_attention, AdditiveMaskMHA), (check_multi_head_attention, InPlaceFillMHA),
+], ids=["split: stack of pieces", "split: contiguous", "merge: flatten(2)", "MHA: nanoGPT (B * H) bmm",
+        "MHA: additive float mask", "MHA: masked_fill_ on the scores"])
+def test_trial_t0203_correct_variants_pass(check, student):
+    assert_passes(check, student)

@@ -158,13 +158,57 @@ def test_every_table_convention_and_combination_is_named(conventions):
 
 
 def test_other_frequencies_say_which_columns_are_right():
-    # base 1000 instead of 10000: columns 0 and 1 (frequency 10000^0 = 1) are still right
+    # an uncatalogued base, 3000 instead of 10000: columns 0 and 1 (frequency 10000^0 = 1) are still right
     assert_mistake(
-        check_sinusoidal_positional_encoding, pe_variant(base=1000.0), "values differ",
+        check_sinusoidal_positional_encoding, pe_variant(base=3000.0), "values differ",
         # "columns 0-1 are right, ..." or, when the last column's tiny frequency is within tolerance on a
         # short table, "columns 0-1, 15 are right, ..." (seed 2425680612)
         "columns 0-1", "are right, columns 2-", "check the frequency", repeat=STABLE,
     )
+
+
+# ---- blind trial t0203: frequency slips and a float16 table, each named on 20 draws
+def pe_positive_exponent(max_len, d_model):  # the trial's: multiplies by 10000^(2i/d) in float32
+    pos = torch.arange(max_len)[:, None].float()
+    w = 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    return torch.stack([torch.sin(pos * w), torch.cos(pos * w)], -1).flatten(1)
+
+
+def pe_positive_exponent_exp(max_len, d_model):  # the exp form without its minus sign, filled by slices
+    pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+    div = torch.exp(torch.arange(0, d_model, 2).float() * (math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * div), torch.cos(pos * div)
+    return pe
+
+
+def pe_exponent_floored(max_len, d_model):  # the trial's: an integer exponent 2i // d_model = 0
+    pos = torch.arange(max_len)[:, None]
+    angle = torch.div(pos, 10000 ** (torch.arange(0, d_model, 2) // d_model), rounding_mode="floor").float()
+    return torch.stack([torch.sin(angle), torch.cos(angle)], -1).flatten(1)
+
+
+def pe_angle_floored(max_len, d_model):  # position // frequency on float tensors
+    pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+    angle = pos // 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+    return torch.stack([torch.sin(angle), torch.cos(angle)], -1).flatten(1)
+
+
+def pe_half(max_len, d_model):
+    return pe_pow(max_len, d_model).half()
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (pe_positive_exponent, "positive exponent", ["pos * 10000^(2i/d_model)", "instead of dividing it"]),
+    (pe_positive_exponent_exp, "positive exponent", ["mind the minus sign"]),
+    (pe_variant(base=1000.0), "wrong base", ["the base 1,000 instead of 10000"]),
+    (pe_variant(base=100000.0), "wrong base", ["the base 100,000 instead of 10000"]),
+    (pe_exponent_floored, "integer division", ["2i // d_model is 0 for every pair", "Divide exactly"]),
+    (pe_angle_floored, "integer division", ["rounds each angle down"]),
+    (pe_half, "wrong dtype", ["rounded to torch.float16", "leave out the .half()"]),
+], ids=["pow", "exp", "base 1000", "base 100000", "exponent floored", "angle floored", "half"])
+def test_sinusoidal_trial_t0203_mistakes_are_named_on_20_seeds(fn, mistake, words):
+    assert_mistake(check_sinusoidal_positional_encoding, fn, mistake, *words, repeat=STABLE)
 
 
 def pe_transposed(max_len, d_model):
@@ -275,6 +319,10 @@ def make_pe(bug=None):
                 return self.dropout(x * pe[:L])
             if bug == "dropout before adding":
                 return self.dropout(x) + pe[:L]
+            if bug == "dropout on the table only":  # trial t0203
+                return x + self.dropout(pe[:L])
+            if bug == "one row of pe added":  # trial t0203: pe[L], not pe[:L]
+                return self.dropout(x + pe[L])
             if bug == "dropout missing":
                 return x + pe[:L]
             if bug == "x scaled by sqrt(d_model)":
@@ -333,6 +381,8 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("pe not sliced", "pe not sliced", ["pe[:L]", "line"]),
         ("multiplied instead of added", "multiplied instead of added", ["multiplied"]),
         ("dropout before adding", "dropout before adding", ["before adding"]),
+        ("dropout on the table only", "dropout on the table only", ["x + dropout(pe[:L])", "dropout(x + pe[:L])"]),
+        ("one row of pe added", "one row of pe added", ["was added to every position", "pe[:L] (with the colon)"]),
         ("dropout missing", "dropout missing", ["no dropout was applied"]),
         ("hard-coded dropout p", "hard-coded dropout p", ["p = 0.1", "instead of the dropout argument"]),
         ("x scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["x is multiplied by sqrt(d_model)", "TokenEmbedding"]),
@@ -356,7 +406,8 @@ def test_positional_encoding_correct_variants_pass(cls):
     ],
 )
 def test_positional_encoding_mistakes_are_named(bug, mistake, words):
-    new = ("hard-coded", "sqrt", "sequence-first", "frequencies", "rebuilt")  # the families added last: 20 draws each
+    # the families added last: 20 draws each
+    new = ("hard-coded", "sqrt", "sequence-first", "frequencies", "rebuilt", "table only", "one row")
     assert_mistake(check_positional_encoding, make_pe(bug), mistake, *words,
                    repeat=STABLE if any(w in bug for w in new) else 3)
 
@@ -539,6 +590,26 @@ def test_token_embedding_mistakes_are_named(cls, mistake, words):
     assert_mistake(check_token_embedding, cls, mistake, *words)
 
 
+class VocabScaled(nn.Module):  # trial t0203: the square root of the vocabulary size
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.embedding = nn.Embedding(vocab_size, d_model)
+
+    def forward(self, tokens):
+        return self.embedding(tokens) * math.sqrt(self.vocab_size)
+
+
+@pytest.mark.parametrize("cls, mistake, words", [
+    (make_embedding(lambda e, d: e * int(math.sqrt(d))), "integer square root", ["int(math.sqrt(d_model))",
+                                                                                 "cuts off the fraction"]),
+    (make_embedding(lambda e, d: e * math.isqrt(d)), "integer square root", ["int(math.sqrt(d_model))"]),
+    (VocabScaled, "scaled by sqrt(vocab_size)", ["sqrt(vocab_size)", "instead of sqrt(d_model)"]),
+], ids=["int(math.sqrt)", "math.isqrt", "sqrt(vocab_size)"])
+def test_token_embedding_trial_t0203_mistakes_are_named_on_20_seeds(cls, mistake, words):
+    assert_mistake(check_token_embedding, cls, mistake, *words, repeat=STABLE)
+
+
 def test_token_embedding_stub_and_weird_return():
     class Stub(nn.Module):
         def __init__(self, vocab_size, d_model):
@@ -564,3 +635,58 @@ def test_hints_registered(capsys):
         assert 2 <= len(HINTS[name]) <= 4
         hint(name, 2)
         assert f"Hint 2/{len(HINTS[name])} for {name}" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- blind trial t0203: its correct variants pass
+def pe_outer(max_len, d_model):  # torch.outer, slices filled into torch.empty
+    angle = torch.outer(torch.arange(max_len).float(), 1 / 10000 ** (torch.arange(d_model // 2) * 2 / d_model))
+    pe = torch.empty(max_len, d_model)
+    pe[:, ::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    return pe
+
+
+def pe_stack_float64(max_len, d_model):  # computed in float64, returned as float32
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    w = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return torch.stack((torch.sin(pos * w), torch.cos(pos * w)), dim=-1).reshape(max_len, d_model).float()
+
+
+class NarrowPE(course_utils.PositionalEncoding):
+    """pe.narrow, torch.add and a message in other words; F.dropout with self.training."""
+
+    def forward(self, x):
+        L = x.size(1)
+        if L > self.pe.size(0):
+            raise ValueError(f"L = {L} > max_len = {self.pe.size(0)}")
+        return F.dropout(torch.add(x, self.pe.narrow(0, 0, L)), self.dropout.p, self.training)
+
+
+class IndexEmbedding(nn.Module):
+    """weight[tokens] scaled by a tensor's sqrt, out of place."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.d_model = d_model
+        self.embedding = nn.Embedding(vocab_size, d_model)
+
+    def forward(self, tokens):
+        return self.embedding.weight[tokens].mul(torch.tensor(float(self.d_model)).sqrt())
+
+
+class InPlaceScaledOutput(IndexEmbedding):
+    """The looked-up vectors (a new tensor) scaled in place: the weights stay as they are."""
+
+    def forward(self, tokens):
+        e = self.embedding(tokens)
+        e.mul_(math.sqrt(self.d_model))
+        return e
+
+
+@pytest.mark.parametrize("check, student", [
+    (check_sinusoidal_positional_encoding, pe_outer), (check_sinusoidal_positional_encoding, pe_stack_float64),
+    (check_positional_encoding, NarrowPE), (check_token_embedding, IndexEmbedding),
+    (check_token_embedding, InPlaceScaledOutput),
+], ids=["table: outer", "table: float64 then float()", "PE: narrow + F.dropout", "embedding: weight[tokens]",
+        "embedding: mul_ on the output"])
+def test_trial_t0203_correct_variants_pass(check, student):
+    assert_passes(check, student)

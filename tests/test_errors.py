@@ -359,9 +359,15 @@ def test_feed_forward_checks_the_width():
     _raises(ValueError, FeedForward(8, 16, activation="gelu"), torch.randn(4, 6), must_contain=("d_model = 8", "(4, 6)"))
 
 
-def test_a_3d_mask_against_4d_scores_names_the_head_axis():
-    """(B, 1, L_k) is a right mask for (B, L_q, L_k) scores; against (B, H, L_q, L_k) the error
-    says why it is refused there (its B meets the head axis) and what to do."""
+@pytest.mark.parametrize("shape", [(3, 1, 4), (1, 3, 1, 4), (3, 4, 1, 4), (4, 1, 4)],
+                         ids=["3-D, no head axis", "unsqueeze(0)", "unsqueeze(2)", "2-D unsqueezed"])
+def test_a_mask_against_4d_scores_lists_the_4d_shapes(shape):
+    """Against (B, H, L_q, L_k) scores every refused mask gets the same rule, in 4-D shapes
+    (trial t0203: 3-D shapes listed for a 4-D mask, advice that contradicted the checker's)."""
     q = torch.randn(3, 2, 4, 5)  # (B, H, L, d_k), B != H
-    with pytest.raises(ValueError, match=r"against the head axis H, so \(B, 1, L_k\) is refused here.*unsqueeze\(1\)"):
-        scaled_dot_product_attention(q, q, q, torch.ones(3, 1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError) as info:
+        scaled_dot_product_attention(q, q, q, torch.ones(shape, dtype=torch.bool))
+    message = str(info.value)
+    assert "(B, 1, 1, L_k), (B, 1, L_q, L_k) or (B, H, L_q, L_k)" in message
+    assert "3-D mask (B, 1, L_k) or (B, L_q, L_k) gets the head axis with mask.unsqueeze(1)" in message
+    assert "a 2-D mask (L_q, L_k) needs none" in message and "refused here" not in message

@@ -941,6 +941,11 @@ def gradient_probe(student: Callable[..., Any], reference: Callable[..., Any], i
         except StudentError as err:
             if "numpy" not in str(err.exc) and "requires grad" not in str(err.exc):
                 raise
+            if "in-place operation" in str(err.exc):  # x.mul_(...) on an input that requires grad
+                fail(f"with inputs that require grad, as in training{where}, your {what} raised "
+                     f"{raised(err.exc, inline=True)}: an in-place operation (`x.mul_(...)`, `x += ...`, `x[...] = "
+                     "...`) on an input that requires grad, which autograd refuses. Leave the inputs unchanged: use the "
+                     "out-of-place form (`x = x * 2`, `x = x + y`) on a new tensor.", mistake="input modified in place")
             fail(f"with inputs that require grad, as in training{where}, your {what} raised {raised(err.exc, inline=True)}: "
                  f"it leaves the autograd graph (numpy, `.item()`), so no gradient could flow back. Stay with torch "
                  "operations on the tensors themselves.", mistake="gradient blocked")

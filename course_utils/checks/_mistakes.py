@@ -101,6 +101,10 @@ MISTAKES: dict[str, str] = {
     # positional encoding and embeddings (03)
     "sin and cos swapped": "sin and cos exchanged in the table",
     "sin and cos concatenated": "sines and cosines in two halves instead of interleaved",
+    "positive exponent": "angles pos * 10000^(2i/d_model): the frequency multiplies the position instead of dividing it",
+    "wrong base": "the frequencies use another base than 10000 (e.g. 1000)",
+    "integer division": "an integer division (//, rounding_mode='floor') in the angles: an exponent 2i // d_model = 0 "
+    "or floored angles",
     "exponent i/d_model": "frequency exponent i/d_model instead of 2i/d_model",
     "exponent j/d_model": "frequency exponent from each column's own index",
     "exponent 2j/d_model": "frequency exponent 2j/d_model with j the column index",
@@ -136,6 +140,10 @@ MISTAKES: dict[str, str] = {
     "wrong embedding size": "the embedding table has the wrong size",
     "learned positions": "learned positions instead of the sinusoidal table",
     "dropout before adding": "positional dropout applied to x before adding the table",
+    "dropout on the table only": "positional dropout applied to pe[:L] alone, x + dropout(pe[:L])",
+    "one row of pe added": "pe[L] (one row, L itself) added to every position instead of the rows pe[:L]",
+    "integer square root": "embeddings scaled by int(math.sqrt(d_model)) instead of sqrt(d_model)",
+    "scaled by sqrt(vocab_size)": "embeddings scaled by sqrt(vocab_size) instead of sqrt(d_model)",
     "returns probabilities": "probabilities (softmax) returned instead of logits",
     "returns log-probabilities": "log-probabilities (log_softmax) returned instead of logits",
     "positional encoding missing": "no positional encoding is added",

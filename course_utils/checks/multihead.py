@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from ._core import (
     Mistake, StudentError, allclose, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
     check_unchanged, checker, describe_shape, module_state,
     dropout_pattern, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, fail_view_error, matches,
-    raised, randint, random_mask, register_hints, require_distinct_roles, require_module_class,
+    raised, randint, random_mask, register_hints, require_distinct_roles, require_module_class, student_line,
 )
 from ._pairing import build_student
 
@@ -64,7 +65,11 @@ def _expect_value_error(make: Callable[[int, int], Any], call: str, width: str) 
     call = call.format(D=D, H=H)
     try:
         make(D, H)
-    except ValueError:
+    except ValueError as exc:
+        if not all(re.search(rf"(?<!\d){n}(?!\d)", str(exc)) for n in (D, H)):
+            fail(f"{call} raised ValueError({str(exc)!r}): the exercise asks for a message that names both sizes, "
+                 f"{width} = {D} and num_heads = {H}, e.g. f\"{width} = {{{width}}} is not divisible by num_heads = "
+                 "{num_heads}\", so the caller sees what to change.", mistake="error message without values")
         return
     except Exception as exc:  # noqa: BLE001 - the student's exception, reported as a diagnosis
         fail(f"{call} raised {raised(exc, inline=True)}; the exercise asks for a ValueError: check {width} % "
@@ -126,6 +131,9 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
 
 
 # ---------------------------------------------------------------- merge_heads
+_MERGE_AXES = ("B", "H", "L", "d_k")
+
+
 @checker("merge_heads")
 def check_merge_heads(fn: Callable[..., Any]) -> str:
     for i in range(3):
@@ -163,6 +171,13 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
         ]
         mistakes.append(("heads in reverse order", _REVERSED.format(h="columns h*d_k .. (h+1)*d_k - 1 hold head H - 1 - h"),
                          lambda: x0.flip(1).transpose(1, 2).reshape(B, L, D)))
+        mistakes += [  # after the named orders above: x.transpose(2, 3) and other permutes, then flattened
+            ("transposed wrong axes", "the axes were put in the order (" + ", ".join(_MERGE_AXES[i] for i in perm)
+             + ") before flattening (as x.transpose(2, 3) or a permute does): swap only axes 1 and 2 (heads and "
+             "positions) to get (B, L, H, d_k), then flatten the last two axes.",
+             lambda perm=perm: x0.permute(perm).reshape(B, L, D))
+            for perm in itertools.permutations(range(4)) if perm not in ((0, 1, 2, 3), (0, 2, 1, 3), (0, 2, 3, 1))
+        ]
         expect_close("merge_heads(x)", got, merge_heads(x0), mistakes, case=case)
     gradient_probe(fn, merge_heads, dict(x=x0), what="merge_heads", case=case)
     _check_dtype_kept(fn, "merge_heads", torch.randn(B, H, L, d_k, dtype=torch.float64))
@@ -177,7 +192,8 @@ _INPUTS = ("query", "key", "value")
 def _mha_variant(lin: dict[str, tuple[Tensor, Tensor]], query: Tensor, key: Tensor, value: Tensor,
                  mask: Tensor | None, H: int, *, proj: tuple[int, int, int] = (0, 1, 2),
                  inputs: tuple[int, int, int] = (0, 1, 2), split_transpose: bool = True, merge_transpose: bool = True,
-                 scale: str = "sqrt(d_k)", mask_mode: str = "ok", use_w_o: bool = True) -> tuple[Tensor, Tensor] | None:
+                 scale: str = "sqrt(d_k)", mask_mode: str = "ok", use_w_o: bool = True,
+                 flip_heads: bool = False) -> tuple[Tensor, Tensor] | None:
     """Multi-head attention with (at most) one deliberate mistake (``proj``, ``inputs``: which
     projection and input each role takes); ``None`` if it cannot run on these shapes."""
     try:
@@ -202,6 +218,7 @@ def _mha_variant(lin: dict[str, tuple[Tensor, Tensor]], query: Tensor, key: Tens
             scores = scores.masked_fill(~m, torch.finfo(scores.dtype).min)
         weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
         context = weights @ v  # (B, H, L_q, d_k)
+        context = context.flip(1) if flip_heads else context  # the heads in reverse order before w_o
         # (B, L_q, D); without the transpose, the inverse of the bad split
         merged = (context.transpose(1, 2) if merge_transpose else context).reshape(B, context.size(2), D)
         output = F.linear(merged, *lin["w_o"]) if use_w_o else merged
@@ -218,6 +235,9 @@ _MHA_MISTAKES = [  # (name, diagnosis, keyword arguments of _mha_variant), in th
     ("split without transpose", _SPLIT_WORDS, dict(split_transpose=False)),
     ("missing output projection", "the output skips the final projection: after merging the heads back to (B, "
      "L_q, D), pass the result through self.w_o.", dict(use_w_o=False)),
+    ("heads in reverse order", "the heads reach w_o in reverse order: columns h*d_k .. (h+1)*d_k - 1 of the merged "
+     "heads hold head H - 1 - h. Merge the context in its own head order, merge_heads(context), without a flip of the "
+     "head axis (.flip(1), [::-1], reversed(...)).", dict(flip_heads=True)),
     ("no scaling", "the scores are not scaled: divide Q K^T by sqrt(d_k), the width of one head "
      "(scaled_dot_product_attention does it for you).", dict(scale="none")),
     ("scaled by sqrt(d_model)", "the scores are divided by sqrt(d_model); each head's dot products have only d_k = "
@@ -280,6 +300,41 @@ def _axis_after_queries(model: nn.Module, lin: dict[str, tuple[Tensor, Tensor]],
             and all(matches(got, ref) for got, ref in zip(result, wrong)))
 
 
+_SDPA_REFUSAL = re.compile(r"^mask of shape \(([\d, ]*)\) cannot be broadcast[^;]*")
+
+
+def _said(exc: BaseException) -> tuple[str, tuple[int, ...] | None]:
+    """How the error is quoted, and the shape of the mask the student passed on when the course's
+    sdpa refused it: only its first clause is quoted, the checker's diagnosis says the rest."""
+    refusal = _SDPA_REFUSAL.match(str(exc)) if isinstance(exc, ValueError) else None
+    if refusal is None:
+        return f"raised {raised(exc, inline=True)}", None
+    line = student_line(exc)
+    passed = tuple(int(n) for n in refusal.group(1).replace(" ", "").split(",") if n)
+    return (f"raised ValueError in scaled_dot_product_attention: {refusal.group(0)}"
+            + (f" (at {line})" if line else "")), passed
+
+
+def _mask_fix(mask: Tensor, passed: tuple[int, ...] | None) -> str:
+    """What to do with a ``mask`` (2-D or 3-D, as the caller gave it) that the student passed on as
+    ``passed`` (None: not known) to the (B, H, L_q, L_k) scores."""
+    shown = tuple(mask.shape)
+    became = f"Your code passed the {describe_shape(mask)} mask on as ({', '.join(map(str, passed))}). " if (
+        passed is not None and passed != shown) else ""
+    if mask.dim() == 2:
+        return (became + "A 2-D mask already broadcasts to the (B, H, L_q, L_k) scores as it is, (L_q, L_k); only a 3-D "
+                "mask needs the head axis (mask.unsqueeze(1) when mask.dim() == 3).")
+    head = f"add the head axis: mask.unsqueeze(1) makes it {_with_head_axis(mask)}, which broadcasts over the heads."
+    if passed is not None and passed == tuple(mask.unsqueeze(0).shape):
+        return (became + "mask.unsqueeze(0) puts the new axis in front of the batch, so the batch axis lines up with "
+                "the head axis H of the (B, H, L_q, L_k) scores. The head axis goes after the batch, so " + head)
+    if became:
+        return (became + "Against the (B, H, L_q, L_k) scores a mask lines up from the right, each axis 1 or the "
+                "scores' size, such as (B, 1, 1, L_k) or (B, 1, L_q, L_k), so " + head)
+    return ("The scores are (B, H, L_q, L_k), and a 3-D mask lines up with their last three axes (H, L_q, L_k), not "
+            "with the batch. Before masking, " + head)
+
+
 def _shape_error(exc: BaseException, mask: Tensor | None, case: str, after_self_attention: bool,
                  after_queries: Callable[[], bool]) -> None:
     """A shape error from torch (RuntimeError) or from the course's sdpa (ValueError, "mask ...
@@ -288,7 +343,7 @@ def _shape_error(exc: BaseException, mask: Tensor | None, case: str, after_self_
     shape_words = any(w in str(exc).lower() for w in _SHAPE_WORDS)
     if not isinstance(exc, (RuntimeError, ValueError)) or isinstance(exc, NotImplementedError) or not shape_words:
         return
-    said = f"raised {raised(exc, inline=True)}"
+    said, passed = _said(exc)
     if mask is not None and mask.dim() == 3 and mask.size(1) > 1 and after_queries():
         B, L_q, L_k = mask.shape
         fail(f"your forward works without a mask but {said} with a {describe_shape(mask)} mask ({case}).\n    The "
@@ -297,13 +352,8 @@ def _shape_error(exc: BaseException, mask: Tensor | None, case: str, after_self_
              f"axis: mask.unsqueeze(1) makes it {_with_head_axis(mask)}, which broadcasts over the heads.",
              mistake="mask broadcast wrongly")
     if mask is not None:
-        fix = (f"The scores are (B, H, L_q, L_k), and a 3-D mask lines up with their last three axes (H, L_q, L_k), "
-               "not with the batch. Before masking, add the head axis: mask.unsqueeze(1) makes it "
-               f"{_with_head_axis(mask)}, which broadcasts over the heads." if mask.dim() == 3 else
-               "A 2-D mask already broadcasts to the (B, H, L_q, L_k) scores as it is, (L_q, L_k); only a 3-D mask "
-               "needs the head axis (mask.unsqueeze(1) when mask.dim() == 3).")
-        fail(f"your forward works without a mask but {said} with a {describe_shape(mask)} mask ({case}).\n    {fix}",
-             mistake="mask broadcast wrongly")
+        fail(f"your forward works without a mask but {said} with a {describe_shape(mask)} mask ({case}).\n    "
+             f"{_mask_fix(mask, passed)}", mistake="mask broadcast wrongly")
     if after_self_attention:
         fail(f"your forward works for self-attention but {said} for cross-attention ({case}).\n    Queries come "
              "from `query` (length L_q), keys and values from `key` and `value` (length L_k): reshape each with its "
@@ -499,10 +549,30 @@ def _robustness_cases(model: nn.Module, ref: nn.Module, B: int, L_q: int, L_k: i
         atol = 1e-4 if note == _VERY_NEGATIVE else 1e-5
         # the weights line up with the mask given a head axis, the output with the mask as it is
         for what, got, expected, m in (("weights", w, ref_w, mask.unsqueeze(1)), ("output", out, ref_out, mask)):
+            if what == "output" and note != _VERY_NEGATIVE:
+                _zero_context_rows(got, expected, mask, ref.w_o.bias.detach(), case)
             if not matches(got, expected, atol=atol):
                 shape = tuple(expected.shape[:-1]) + (L_k,) if what == "weights" else tuple(mask.shape)
                 robustness_diagnosis(note, f"{what} ({case})", what, got, expected, m, shape)
                 expect_close(what, got, expected, case=case, atol=atol)
+
+
+def _zero_context_rows(out: Any, ref_out: Tensor, mask: Tensor, b_o: Tensor, case: str) -> None:
+    """Right everywhere but on the queries whose keys are all blocked, where the output is w_o's
+    bias alone (a zero context): what PyTorch's fused attention gives with a bool mask."""
+    blind = ~mask.any(-1)  # (B, L_q): queries that see no key
+    if not isinstance(out, Tensor) or out.shape != ref_out.shape or not bool(blind.any()):
+        return
+    n = int(blind.sum())
+    if matches(out[blind], b_o.expand(n, -1)) and matches(out[~blind], ref_out[~blind]):
+        fail(f"output ({case}): the rows of the queries whose keys are all blocked are w_o's bias alone, so their "
+             "context (before w_o) is all zeros; every other row is right. That is what torch's "
+             "F.scaled_dot_product_attention gives with a bool mask: its softmax gives such a row zero weights (and "
+             "so does nan_to_num after a -inf fill). This course's attention fills blocked scores with "
+             "torch.finfo(scores.dtype).min, so such a row gets uniform weights and its context is the mean of the "
+             "values (notebook 01), as the weights you return say. To keep PyTorch's kernel, pass it that fill as an "
+             "additive float mask: attn_mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)"
+             ".masked_fill(~mask, torch.finfo(q.dtype).min).", mistake="fully blocked row not uniform")
 
 
 @checker("MultiHeadAttention")
@@ -556,7 +626,9 @@ register_hints(
     [
         "Each head should see every position, but only its own slice of d_k = D // num_heads "
         "features. Start from x of shape (B, L, D).",
-        "Cut the last axis into (num_heads, d_k): x.view(B, L, num_heads, d_k) has shape (B, L, H, d_k).",
+        "First, if D % num_heads != 0, raise a ValueError whose message names both numbers, e.g. "
+        "f\"D = {D} is not divisible by num_heads = {num_heads}\". Then cut the last axis into (num_heads, d_k): "
+        "x.view(B, L, num_heads, d_k) has shape (B, L, H, d_k).",
         "Now move the head axis in front of the positions by swapping axes 1 and 2. (A direct "
         ".view(B, H, L, d_k) has the right shape but gives each head a block of positions.)",
     ],
@@ -574,7 +646,8 @@ register_hints(
 register_hints(
     "MultiHeadAttention",
     [
-        "In __init__: raise a ValueError unless d_model % num_heads == 0, store "
+        "In __init__: raise a ValueError unless d_model % num_heads == 0, with a message that names both "
+        "numbers (f\"d_model = {d_model} is not divisible by num_heads = {num_heads}\"), store "
         "d_k = d_model // num_heads, and create four nn.Linear(d_model, d_model): w_q, w_k, w_v, w_o.",
         "In forward: project query with w_q, key with w_k and value with w_v, then split each "
         "into heads with split_heads: (B, H, L, d_k).",

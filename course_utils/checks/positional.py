@@ -97,6 +97,48 @@ def _table_mistakes(max_len: int, d_model: int) -> list[Mistake]:
     return [m for _, m in sorted(out, key=lambda pair: pair[0])]  # single mistakes first
 
 
+def _interleaved(angle: Tensor) -> Tensor:
+    """(max_len, d_model/2) angles -> the (max_len, d_model) table, sin in even columns."""
+    return torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)
+
+
+_CONDITIONED = 50.0  # radians: larger angles computed in float32 are off by more than the tolerance
+
+
+def _frequency_mistakes(max_len: int, d_model: int, got: Any) -> list[Mistake]:
+    """Tables whose frequencies come from a slip in pos / 10000^(2i/d_model) (layout and first
+    position right). An angle pos * 10000^(2i/d_model) grows to ~1e5, where a float32 table is off
+    by far more than the tolerance from these float64 ones, so entries of angle over
+    ``_CONDITIONED`` take ``got``'s own value: the rest must match."""
+    pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
+
+    def conditioned(angle: Tensor) -> Tensor | None:  # angle: (max_len, d_model/2)
+        if not isinstance(got, Tensor) or tuple(got.shape) != (max_len, d_model) or not got.is_floating_point():
+            return None
+        well = (angle.abs() < _CONDITIONED).repeat_interleave(2, dim=1)  # (max_len, d_model)
+        return torch.where(well, _interleaved(angle), got.detach().double())
+
+    integer = ("the angles come from an integer division: {}. Divide exactly: pos / 10000 ** "
+               "(two_i / d_model) with float tensors (torch.arange(..., dtype=torch.float32)), no // and no "
+               "rounding_mode='floor'.").format
+    out: list[Mistake] = [
+        ("positive exponent", "the angles are pos * 10000^(2i/d_model): the frequency multiplies the position "
+         "instead of dividing it, so the pairs turn faster and faster instead of slower. The angle is pos / "
+         "10000^(2i/d_model), i.e. pos * 10000^(-2i/d_model) (mind the minus sign in the exp(-2i ln(10000) / "
+         "d_model) form).", lambda: conditioned(pos * 10000.0 ** (two_i / d_model))),
+        ("integer division", integer("the exponent 2i // d_model is 0 for every pair, so every pair turns at "
+         "frequency 1 like pair 0"), lambda: conditioned(pos.expand(max_len, d_model // 2))),
+        ("integer division", integer("pos // 10000^(2i/d_model) rounds each angle down to a whole number"),
+         lambda: conditioned(torch.floor(pos / 10000.0 ** (two_i / d_model)))),
+    ]
+    out += [("wrong base", f"the frequencies use the base {base:,} instead of 10000: the angle is pos / "
+             "10000^(2i/d_model) (the paper's base; a different one changes every pair but the first).",
+             lambda base=base: conditioned(pos / float(base) ** (two_i / d_model)))
+            for base in (1000, 100000)]  # base 100 is the exponent i/d_model, named above
+    return out
+
+
 def _ranges(columns: list[int]) -> str:
     """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"``."""
     spans: list[list[int]] = []
@@ -108,9 +150,9 @@ def _ranges(columns: list[int]) -> str:
     return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
-def _columns_report(table: Tensor, expected: Tensor) -> str:
+def _columns_report(table: Tensor, expected: Tensor, atol: float = _ATOL) -> str:
     """Which columns of a (max_len, d_model) table are right, in words."""
-    right = ((table.double() - expected.double()).abs().amax(dim=0) <= _ATOL).tolist()  # (d_model,)
+    right = ((table.double() - expected.double()).abs().amax(dim=0) <= atol).tolist()  # (d_model,)
     good, bad = ([j for j, ok in enumerate(right) if ok == want] for want in (True, False))
     head = f"columns {_ranges(good)} are right, columns {_ranges(bad)} are not" if good else "no column is right"
     return (f"{head} (column 2i is sin(pos / 10000^(2i/d_model)), column 2i+1 the cos of the same angle, pos = 0, "
@@ -141,17 +183,24 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
             fail(f"the table ({case}) has dtype {got.dtype}; it should be floating point (build it with float "
                  "positions, e.g. torch.arange(max_len, dtype=torch.float32)).", mistake="not floating point")
         expected = sinusoidal_positional_encoding(max_len, d_model)  # (max_len, d_model) float32
-        mistakes = _table_mistakes(max_len, d_model) + [
+        mistakes = _table_mistakes(max_len, d_model) + _frequency_mistakes(max_len, d_model, got) + [
             ("table transposed", f"your table has shape (d_model, max_len) = ({d_model}, {max_len}), the transpose "
              "of (max_len, d_model): rows are positions, columns are features.", expected.T)]
-        # values first (a wrong table is named even in float64), then the dtype: float32
+        # values first (a wrong table is named even in float64 or float16), then the dtype: float32
+        low = isinstance(got, Tensor) and got.dtype in (torch.float16, torch.bfloat16)
+        atol = 1e-2 if low else _ATOL  # float16 keeps ~3 significant digits, bfloat16 ~2
         try:
-            expect_close("the table", got, expected, mistakes, case=case, atol=_ATOL)
+            expect_close("the table", got, expected, mistakes, case=case, atol=atol)
         except Failure as f:
             if f.mistake != "values differ":
                 raise
-            fail(f"the table ({case}) has the right shape, but {_columns_report(got, expected)}.",
+            fail(f"the table ({case}) has the right shape, but {_columns_report(got, expected, atol)}.",
                  mistake="values differ")
+        if low:
+            fail(f"the table ({case}) has the right values, rounded to {got.dtype}: its dtype is {got.dtype}, "
+                 f"off from the float32 table by up to {float((got.double() - expected.double()).abs().max()):.1g}. "
+                 "The exercise's table is float32 (torch's default dtype): leave out the .half() (or .to(...)); a "
+                 "model run in half precision converts the buffer itself with model.half().", mistake="wrong dtype")
         if got.dtype != torch.float32:  # a float64 table makes PositionalEncoding return float64
             fail(f"the table ({case}) has the right values but dtype {got.dtype}; the exercise's table is float32 "
                  "(torch's default dtype). A float64 table stored as `pe` makes PositionalEncoding return float64, and "
@@ -232,6 +281,10 @@ def _check_dropout(cls: Any, D: int, M: int, p: float, table: Tensor) -> None:
         if dropout_scale(got - table[:L], x, atol=_ATOL) is not None:
             fail(f"dropout was applied to x before adding the encoding ({case}); the paper applies it to the sum: "
                  "dropout(x + pe[:L]).", mistake="dropout before adding")
+        if dropout_scale(got - x, table[:L].expand_as(x), atol=_ATOL) is not None:
+            fail(f"dropout was applied to the table only, x + dropout(pe[:L]) ({case}): the word vectors x are never "
+                 "dropped. The paper applies it to the sum of both: dropout(x + pe[:L]).",
+                 mistake="dropout on the table only")
         fail(f"in {case}, every entry should be either 0 (dropped) or (x + pe)/(1 - p) (kept); yours are not. Return "
              "dropout(x + pe[:L]).", mistake="values differ")
     dropped.eval()
@@ -304,6 +357,9 @@ def check_positional_encoding(cls: Any) -> str:
              f"slices with the batch size (B = {B}), the sequence-first convention of PyTorch's tutorial (x of shape "
              "(L, B, D), pe of shape (max_len, 1, D)). This course is batch first, x is (B, L, D): add pe[:x.size(1)], "
              "the first L rows, to every batch item.", lambda B=B, x0=x0: x0 + table[:B].unsqueeze(1)),
+            ("one row of pe added", f"row L = {L} of the table was added to every position: pe[L] (or "
+             "pe[x.size(1)]) indexes the single row L. Slice the first L rows, pe[:L] (with the colon), one row per "
+             "position.", lambda L=L, x0=x0: x0 + table[L] if L < M else None),
             ("wrong table", "your forward adds `pe` correctly, but the table stored in `pe` is not the sinusoidal "
              f"encoding{which} Fix sinusoidal_positional_encoding first (or build pe with the reference `from "
              "course_utils import sinusoidal_positional_encoding`).",
@@ -356,7 +412,8 @@ def check_token_embedding(cls: Any) -> str:
     require_module_class(cls, "TokenEmbedding")
     while True:
         V, D, B, L = randint(11, 40), randint(5, 24), randint(2, 4), randint(5, 10)
-        if len({V, D, B, L}) == 4:
+        # neither a square: int(math.sqrt(D)) would equal sqrt(D), sqrt(V) equal D or int(sqrt(D))
+        if len({V, D, B, L}) == 4 and all(math.isqrt(n) ** 2 != n for n in (V, D)):
             break
     module = build_student(cls, "TokenEmbedding", (V, D), {}, f"vocab_size={V}, d_model={D}")  # eval mode
     emb = getattr(module, "embedding", None)
@@ -396,6 +453,12 @@ def check_token_embedding(cls: Any) -> str:
              "sqrt(d_model).", lookup * D),
             ("divided by sqrt(d_model)", "the embeddings are divided by sqrt(d_model); multiply by it instead.",
              lookup / math.sqrt(D)),
+            ("integer square root", f"the embeddings are multiplied by int(math.sqrt(d_model)) = {math.isqrt(D)} "
+             f"instead of sqrt({D}) = {math.sqrt(D):.4f}: int() (or math.isqrt) cuts off the fraction. Multiply "
+             "by math.sqrt(self.d_model) itself.", lookup * math.isqrt(D)),
+            ("scaled by sqrt(vocab_size)", f"the embeddings are multiplied by sqrt(vocab_size) = sqrt({V}) instead of "
+             f"sqrt(d_model) = sqrt({D}): the scale is the square root of the vectors' width, d_model.",
+             lookup * math.sqrt(V)),
         ]
         expect_close("output", got, expected, mistakes, case=case)
     gradient_probe(module, ref, dict(tokens=tokens0), [("embedding.weight", emb.weight, ref.embedding.weight)],
