@@ -899,9 +899,133 @@ class StackNormalisesMemory(course_utils.Decoder):  # W18
     "check, cls, mistake, words",
     [
         (check_decoder_layer, OwnCausalWhenNone, "own causal mask", ["with tgt_mask=None", "builds its own causal"]),
-        (check_decoder, StackOwnCausal, "own causal mask", ["replaces the tgt_mask"]),
+        (check_decoder, StackOwnCausal, "own causal mask", ["with tgt_mask=None your Decoder still masks the future"]),
         (check_decoder, StackNormalisesMemory, "memory normalised", ["through the decoder's final norm"]),
     ],
 )
 def test_vague_trial_messages_are_named(check, cls, mistake, words):
     assert_mistake(check, cls, mistake, *words)  # deterministic structure: the file's fixed seeds and one fresh
+
+
+# ---------------------------------------------------------------- blind trial t0405 (notebook 05)
+class StackOwnCausalForGiven(course_utils.Decoder):  # a given tgt_mask replaced; None passed on
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        given = None if tgt_mask is None else course_utils.causal_mask(x.size(1))
+        return super().forward(x, memory, given, memory_mask)
+
+
+class BothMasksInverted(Layer):  # PyTorch's polarity (True = blocked) for both masks
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        inv = [None if m is None else ~m for m in (tgt_mask, memory_mask)]
+        return super().forward(x, memory, *inv)
+
+
+class CausalOnCross(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        L_tgt, L_src = x.size(1), memory.size(1)
+        if memory_mask is not None:
+            memory_mask = memory_mask & course_utils.causal_mask(max(L_tgt, L_src))[:L_tgt, :L_src]
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+class PreNormExtraNorm3(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        out = super().forward(x, memory, tgt_mask, memory_mask)
+        return self.norm3(out) if self.norm_first else out
+
+
+class OnlySelfAttention(Layer):  # a partly written layer
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+
+
+class PostNormOnTheStream(Layer):  # post-norm branch as h = norm(x); x = h + sublayer(h)
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            return super().forward(x, memory, tgt_mask, memory_mask)
+        h = self.norm1(x)
+        x = h + self.self_attn(h, h, h, tgt_mask)[0]
+        h = self.norm2(x)
+        x = h + self.cross_attn(h, memory, memory, memory_mask)[0]
+        h = self.norm3(x)
+        return h + self.feed_forward(h)
+
+
+class CrossAttentionWeights(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory, memory_mask)[1])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class KeyPaddingMaskKeyword(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.step(x, self.norm2, lambda y: self.cross_attn(y, memory, memory, key_padding_mask=memory_mask)[0])
+        return self.step(x, self.norm3, self.feed_forward)
+
+
+class StackReversed(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in reversed(self.layers):
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_decoder_layer, BothMasksInverted, "inverted mask", ["every mask is inverted", "True = may attend"]),
+        (check_decoder_layer, CausalOnCross, "causal mask on the cross-attention", ["memory_mask alone"]),
+        (check_decoder_layer, PreNormExtraNorm3, "extra norm at the layer end", ["norm_first=True", "norm3(x)"]),
+        (check_decoder_layer, OnlySelfAttention, "sub-layer skipped",
+         ["cross-attention and feed-forward results are never used"]),
+        (check_decoder_layer, PostNormOnTheStream, "residual stream normalised",
+         ["norm_first=False", "x = norm(x + sublayer(x))"]),
+        (check_decoder_layer, CrossAttentionWeights, "attention weights used", ["`...[1]`"]),
+        (check_decoder_layer, KeyPaddingMaskKeyword, "PyTorch attention keyword",
+         ["`key_padding_mask=`", "forward(query, key, value, mask=None)"]),
+        (check_decoder, StackReversed, "layers in reverse order", ["reversed(self.layers)"]),
+        (check_decoder, StackOwnCausalForGiven, "own causal mask", ["replaces the tgt_mask it is given"]),
+    ],
+)
+def test_trial_t0405_mistakes_named_on_20_seeds(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words, repeat=SEEDS)
+
+
+class LoopOverPairs(course_utils.DecoderLayer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        subs = [(self.norm1, lambda t: self.self_attn(t, t, t, tgt_mask)[0]),
+                (self.norm2, lambda t: self.cross_attn(t, memory, memory, memory_mask)[0]), (self.norm3, self.feed_forward)]
+        for norm, f in subs:
+            x = x + self.dropout1(f(norm(x))) if self.norm_first else norm(x + self.dropout1(f(x)))
+        return x
+
+
+class KeywordCalls(course_utils.DecoderLayer):  # PyTorch style: keyword arguments
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            q = self.norm1(x)
+            x = x + self.dropout1(self.self_attn(query=q, key=q, value=q, mask=tgt_mask)[0])
+            q = self.norm2(x)
+            x = x + self.dropout2(self.cross_attn(query=q, key=memory, value=memory, mask=memory_mask)[0])
+            return x + self.dropout3(self.feed_forward(self.norm3(x)))
+        x = self.norm1(x + self.dropout1(self.self_attn(query=x, key=x, value=x, mask=tgt_mask)[0]))
+        x = self.norm2(x + self.dropout2(self.cross_attn(query=x, key=memory, value=memory, mask=memory_mask)[0]))
+        return self.norm3(x + self.dropout3(self.feed_forward(x)))
+
+
+class StackIdentityNorm(course_utils.Decoder):  # nn.Identity in post-norm instead of None
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = functools.reduce(lambda t, layer: layer(t, memory, tgt_mask=tgt_mask, memory_mask=memory_mask), self.layers, x)
+        return self.norm(x)
+
+
+@pytest.mark.parametrize("check, cls", [(check_decoder_layer, LoopOverPairs), (check_decoder_layer, KeywordCalls),
+                                        (check_decoder, StackIdentityNorm)])
+def test_trial_t0405_correct_variants_pass(check, cls):
+    assert_passes(check, cls)

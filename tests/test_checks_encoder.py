@@ -1593,3 +1593,169 @@ class StackMaskFirstOnly(Stack):  # W07
 )
 def test_vague_trial_messages_are_named(check, cls, mistake, words):
     assert_mistake(check, cls, mistake, *words)  # deterministic structure: the file's fixed seeds and one fresh
+
+
+# ---------------------------------------------------------------- blind trial t0405 (notebook 04)
+class FFDropoutAlwaysOn(FeedForward):  # F.dropout(h, 0.1): training=True by default, on in eval mode too
+    def forward(self, x):
+        return self.linear2(F.dropout(torch.relu(self.linear1(x)), 0.1))
+
+
+class LayerPostNormOnTheStream(Layer):  # the post-norm branch written as h = norm(x); x = h + sublayer(h)
+    def post(self, x, mask):
+        h = self.norm1(x)
+        x = h + self.dropout1(attend(self, h, mask))
+        h = self.norm2(x)
+        return h + self.dropout2(self.feed_forward(h))
+
+
+class LayerPreNormExtraEndNorm(Layer):
+    def pre(self, x, mask):
+        return self.norm2(super().pre(x, mask))
+
+
+class LayerAttentionWeights(Layer):  # [1] for [0]: a raw shape error before
+    def post(self, x, mask):
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask)[1]))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+
+class LayerAttnMaskKeyword(Layer):  # nn.MultiheadAttention's habit: a raw TypeError before
+    def post(self, x, mask):
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, attn_mask=mask)[0]))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+
+class StackReversed(Stack):
+    def forward(self, x, mask=None):
+        for layer in reversed(self.layers):
+            x = layer(x, mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_feed_forward, FFDropoutAlwaysOn, "dropout ignores eval mode", ["training=self.training"]),
+        (check_encoder_layer, LayerPostNormOnTheStream, "residual stream normalised",
+         ["norm_first=False", "h = norm(x); x = h + sublayer(h)", "x = norm(x + sublayer(x))"]),
+        (check_encoder_layer, LayerPreNormExtraEndNorm, "extra norm at the layer end", ["norm_first=True", "norm2(x)"]),
+        (check_encoder_layer, LayerAttentionWeights, "attention weights used", ["`...[1]`", "self.self_attn(x, x, x, mask)[0]"]),
+        (check_encoder_layer, LayerAttnMaskKeyword, "PyTorch attention keyword",
+         ["`attn_mask=`", "forward(query, key, value, mask=None)", "True = may attend"]),
+        (check_encoder, StackReversed, "layers in reverse order", ["reversed(self.layers)"]),
+    ],
+)
+def test_trial_t0405_mistakes_named_on_20_seeds(check, cls, mistake, words):
+    from checker_asserts import STABLE
+
+    assert_mistake(check, cls, mistake, *words, repeat=STABLE)
+
+
+def test_post_norm_stream_gets_post_norm_advice():
+    r = check_encoder_layer(LayerPostNormOnTheStream)
+    assert "x = x + sublayer(norm(x))" not in r.feedback, r.feedback  # the pre-norm formula is the other branch's
+
+
+class LNNoKeepdim(LayerNorm):  # a plain shape error: no forbidden call was made
+    def forward(self, x):
+        mean, var = x.mean(-1), x.var(-1, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+def test_plain_runtime_error_is_not_labelled_forbidden_calls():
+    r = check_layer_norm(LNNoKeepdim)
+    assert r.status == "error" and "RuntimeError" in r.feedback, r.feedback
+    assert "forbidden" not in r.feedback and "while running forward (x of shape" in r.feedback, r.feedback
+
+
+class LNStub(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model)), eps
+
+    def forward(self, x):
+        raise NotImplementedError
+
+
+def _layer_with_norm(norm_cls):
+    class EncoderLayer(nn.Module):  # filled in, on top of a stubbed norm
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+            self.feed_forward = FeedForward(d_model, d_ff, dropout)
+            self.norm1, self.norm2, self.dropout = norm_cls(d_model), norm_cls(d_model), nn.Dropout(dropout)
+
+        def forward(self, x, mask=None):
+            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+            return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+    return EncoderLayer
+
+
+def test_stub_verdicts_name_the_unfinished_exercise():
+    r = check_layer_norm(LNStub)  # the class under test itself, under another name
+    assert r.status == "not implemented" and "LayerNorm: not implemented yet. Replace" in r.feedback, r.feedback
+    assert "import LNStub" not in r.feedback
+    named = type("LayerNorm", (LNStub,), {})
+    r = check_encoder_layer(_layer_with_norm(named))
+    assert r.status == "not implemented", r.feedback
+    assert ("[ ] EncoderLayer can't be checked yet: it uses your `LayerNorm`, which is still a stub" in r.feedback
+            and "`from course_utils import LayerNorm`" in r.feedback), r.feedback
+    r = check_encoder_layer(_layer_with_norm(LNStub))  # the stub under another name: the course's name
+    assert "your `LNStub`" in r.feedback and "`from course_utils import LayerNorm` and use LayerNorm in place of `LNStub`" in r.feedback, r.feedback
+
+
+# correct variants of the trial, in other people's styles
+class LayerSublayerHelper(EncoderLayer):  # the Annotated Transformer's helper, one shared dropout
+    def forward(self, x, mask=None):
+        def sublayer(x, f, norm):
+            return x + self.dropout1(f(norm(x))) if self.norm_first else norm(x + self.dropout1(f(x)))
+
+        x = sublayer(x, lambda t: self.self_attn(t, t, t, mask)[0], self.norm1)
+        return sublayer(x, self.feed_forward, self.norm2)
+
+
+class LayerKeywords(EncoderLayer):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            n = self.norm1(x)
+            out, _ = self.self_attn(query=n, key=n, value=n, mask=mask)
+            x = x + self.dropout1(out)
+            return x + self.dropout2(self.feed_forward(self.norm2(x)))
+        out, _ = self.self_attn(query=x, key=x, value=x, mask=mask)
+        x = self.norm1(x + self.dropout1(out))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+
+class StackReduce(Stack):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        layer = EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(num_layers))
+
+    def forward(self, x, mask=None):
+        x = functools.reduce(lambda t, layer: layer(t, mask), self.layers, x)
+        return x if self.norm is None else self.norm(x)
+
+
+class FFInPlaceReluOnOwnTensor(FeedForward):
+    def forward(self, x):
+        h = self.linear1(x)
+        torch.relu_(h)
+        return self.linear2(self.dropout(h))
+
+
+class LNVarMeanAddcmul(LayerNorm):
+    def forward(self, x):
+        var, mu = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+        return torch.addcmul(self.bias, (x - mu) / (var + self.eps).sqrt(), self.weight)
+
+
+@pytest.mark.parametrize(
+    "check, cls",
+    [(check_encoder_layer, LayerSublayerHelper), (check_encoder_layer, LayerKeywords), (check_encoder, StackReduce),
+     (check_feed_forward, FFInPlaceReluOnOwnTensor), (check_layer_norm, LNVarMeanAddcmul)],
+)
+def test_trial_t0405_correct_variants_pass(check, cls):
+    assert_passes(check, cls)

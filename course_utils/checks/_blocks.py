@@ -12,7 +12,8 @@ checkers compare a wrong output with every generated mutation and name the first
 Knobs of a mutation (absent = correct):
 
 ``order``      the sub-layers' order; ``norm_of``: which norm (0-based) each *position* uses
-``skip``       a sub-layer left out
+``skip``       a sub-layer left out (or a tuple of them)
+``end``        a norm (0-based) applied once more to the layer's output (pre-norm's extra norm)
 ``place``      {kind: "post" | "pre" | "branch" | "stream" | "none"}: where its norm goes
                (``branch``: ``x + norm(f(x))``; ``stream``: ``x = norm(x); x = x + f(x)``)
 ``residual``   {kind: None | "input"}: no residual, or the layer's input added back
@@ -42,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from ._core import (StudentError, call_student, checker, describe_shape, drawn_once, dropout_scale, equal, expect_close,
-                    fail, isnan, matches, require_module_class)
+                    fail, isnan, matches, raised, require_module_class, student_line)
 from ._pairing import build_student, load_reference
 
 Mutation = dict[str, Any]
@@ -96,9 +97,11 @@ def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, mas
     drop_at = {k: m.get("drop", {}).get(k, "out") for k in kinds}
     drop = drop or (lambda t: t)
 
+    skipped = m.get("skip", ())
+    skipped = (skipped,) if isinstance(skipped, str) else skipped
     h = raw = x  # (B, L, D): the stream, and the last sub-layer's own output
     for pos, k in enumerate(order):
-        if k == m.get("skip"):
+        if k in skipped:
             continue
         norm = norms[norm_of[pos]]
         src = {"stream": h, "input": x, "raw": raw}[m.get("source", {}).get(k, "stream")]
@@ -127,7 +130,7 @@ def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, mas
         if drop_at[k] == "sum":
             total = drop(total)
         h, raw = (norm(total) if place[k] == "post" else total), out
-    return h
+    return h if "end" not in m else norms[m["end"]](h)
 
 
 # ---------------------------------------------------------------- outputs shared between checks
@@ -189,6 +192,17 @@ def _form(norm_first: bool) -> str:
     return "x = x + sublayer(norm(x))" if norm_first else "x = norm(x + sublayer(x))"
 
 
+def _stream_words(norm_first: bool, before: str = "") -> str:
+    """The diagnosis of ``x = norm(x); x = x + sublayer(x)`` in the branch that made it."""
+    where = f" before {before}" if before else ""
+    if norm_first:
+        return (f"the residual stream itself was normalised{where} (x = norm(x); x = x + sublayer(x)): only the "
+                "sub-layer's input is normalised, x = x + sublayer(norm(x)), so x keeps flowing unnormalised.")
+    return (f"in post-norm (norm_first=False) your layer normalises x{where} first and adds the sub-layer's result "
+            "to the normalised x (h = norm(x); x = h + sublayer(h)): post-norm adds first and normalises the sum, "
+            "x = norm(x + sublayer(x)).")
+
+
 def _norm_words(spec: Block, norm_of: tuple[int, ...], order: tuple[str, ...]) -> str:
     return ", ".join(f"{spec.norm(i)} for {spec.word[k]}" for i, k in zip(norm_of, order))
 
@@ -231,6 +245,12 @@ def _mask_mistakes(spec: Block, present: set[str]) -> list[tuple[str, str, Mutat
             out.append(("inverted mask", f"{spec.word[k]} gets the inverted {right[k]} (~{right[k]}): in this course "
                         f"True = may attend, so pass {right[k]} as it is.",
                         {"attn": {k: (*spec.attn[k][:3], "~" + right[k])}}))
+    if len(attns) > 1 and all(right[k] in present for k in attns):  # PyTorch's polarity for every mask
+        inverted = ", ".join(f"~{right[k]}" for k in attns)
+        kept = " and ".join(right[k] for k in attns)
+        out.append(("inverted mask", f"every mask is inverted ({inverted}), PyTorch's polarity (in nn.Transformer "
+                    f"and nn.MultiheadAttention True = blocked): in this course True = may attend, so pass {kept} "
+                    "as they are.", {"attn": {k: (*spec.attn[k][:3], "~" + right[k]) for k in attns}}))
     return out
 
 
@@ -298,9 +318,13 @@ def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> li
                 f"version. norm_first=False is post-norm, x = norm(x + sublayer(x)); norm_first=True is "
                 "pre-norm, x = x + sublayer(norm(x)). Branch on self.norm_first.",
                 {"place": {k: "post" if norm_first else "pre" for k in kinds}}))
-    out.append(("residual stream normalised", "the residual stream itself was normalised (x = norm(x); "
-                "x = x + sublayer(x)): only the sub-layer's input is normalised, x = x + sublayer(norm(x)), "
-                "so x keeps flowing unnormalised.", {"place": {k: "stream" for k in kinds}}))
+    if norm_first:
+        for i in range(n):
+            out.append(("extra norm at the layer end", f"the layer ends with an extra norm ({spec.norm(i)}(x) after "
+                        "the last sub-layer): in pre-norm a layer returns the un-normalised stream, x = x + "
+                        "sublayer(norm(x)) for each sub-layer and nothing after it; the one final norm belongs to "
+                        f"the stack ({spec.what.removesuffix('Layer')}'s self.norm), after its last layer.", {"end": i}))
+    out.append(("residual stream normalised", f"{_stream_words(norm_first)}", {"place": {k: "stream" for k in kinds}}))
     out.append(("norm on the branch", f"the norms sit on the sub-layers' outputs, x = x + norm(sublayer(x)); "
                 f"they belong {'on the sub-layer input' if norm_first else 'after the residual add'}: {form}.",
                 {"place": {k: "branch" for k in kinds}}))
@@ -317,9 +341,7 @@ def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> li
              f"built with norm_first={norm_first}: every sub-layer follows {form}."),
             ("branch", "norm on the branch", f"the norm of {W[k]} sits on its output, x + norm(sublayer(x)); "
              f"it belongs {'on the sub-layer input' if norm_first else 'after the residual add'}: {form}."),
-            ("stream", "residual stream normalised", f"the residual stream itself is normalised before "
-             f"{W[k]} (x = norm(x); x = x + sublayer(x)): only the sub-layer's input is normalised, "
-             "x = x + sublayer(norm(x)), so x keeps flowing unnormalised."),
+            ("stream", "residual stream normalised", _stream_words(norm_first, W[k])),
             ("none", "norm missing", f"{W[k]}'s input is not normalised, or its result: {form}, with "
              f"{spec.norm(i)} for {W[k]}."),
         ):
@@ -339,6 +361,12 @@ def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> li
         rest = " and ".join(W[j] for j in kinds if j != k)
         out.append((spec.name("sub-layer skipped", k), f"the {S[k]} result is never used: the output "
                     f"only contains {rest}. Feed each block's output on to the next.", {"skip": k}))
+    for size in range(2, n):  # a partly written layer: only one sub-layer (or a few) done
+        for gone in itertools.combinations(kinds, size):
+            rest = " and ".join(W[j] for j in kinds if j not in gone)
+            out.append(("sub-layer skipped", f"the {' and '.join(S[j] for j in gone)} results are never used: "
+                        f"the output only contains {rest}. Every sub-layer's output feeds the next, {form}, "
+                        f"{', then '.join(W[j] for j in kinds)}.", {"skip": gone}))
     natural = tuple(range(n))
     for order in itertools.permutations(kinds):
         if order != kinds:
@@ -416,7 +444,8 @@ def check_dropout(call: Callable[[], Any], got: Any, expected: Tensor | None = N
     if isinstance(again, Tensor) and again.shape == got.shape and not equal(again, got):
         fail("the same input gave two different outputs in eval mode: some dropout still runs after "
              "model.eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
-             "training=self.training to F.dropout.", mistake="dropout ignores eval mode")
+             "training=self.training to F.dropout (its default, training=True, keeps it on in eval mode).",
+             mistake="dropout ignores eval mode")
 
 
 def _train(module: nn.Module, quiet: tuple[str, ...]) -> None:
@@ -523,6 +552,58 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
              mistake="wrong submodule")
 
 
+# ---------------------------------------------------------------- errors with a known cause
+# nn.MultiheadAttention's keywords: a PyTorch habit that the course's MultiHeadAttention refuses
+_TORCH_ATTENTION_KEYWORDS = ("attn_mask", "key_padding_mask", "need_weights", "is_causal", "average_attn_weights")
+
+
+def torch_keyword(exc: BaseException, what: str, case: str) -> None:
+    """Fail ("PyTorch attention keyword") when ``exc`` is the TypeError of an attention
+    called with one of nn.MultiheadAttention's keywords (``attn_mask=``); else nothing."""
+    text = str(exc)
+    used = next((k for k in _TORCH_ATTENTION_KEYWORDS if f"unexpected keyword argument '{k}'" in text), None)
+    if not isinstance(exc, TypeError) or used is None:
+        return
+    line = student_line(exc)
+    fail(f"your {what} calls an attention with `{used}=` ({case}), a keyword of PyTorch's nn.MultiheadAttention, "
+         "where True means *blocked*. The course's MultiHeadAttention has the signature forward(query, key, value, "
+         "mask=None), with True = may attend: pass the mask as it is, self.self_attn(x, x, x, mask)."
+         + (f"\n    at {line}" if line else ""), mistake="PyTorch attention keyword")
+
+
+class _OutputTwice(nn.Module):
+    """Stands in for an attention in :func:`weights_used`: ``(output, output)``, so that code
+    taking the weights (``[1]``) gets the output."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.inner(*args, **kwargs)
+        return (out[0], out[0]) if isinstance(out, (tuple, list)) and len(out) == 2 else out
+
+
+def weights_used(model: nn.Module, names: Any, run: Callable[[nn.Module], Any], expected: Tensor, what: str,
+                 exc: BaseException, case: str) -> None:
+    """After ``run(model)`` raised ``exc``: with every attention in ``names`` returning its
+    output in both places of its pair, a run that gives ``expected`` means the code took the
+    attention weights (``[1]``, ``(B, H, L_q, L_k)``) for the output. Else nothing."""
+    parts = {n: getattr(model, n, None) for n in names}
+    if not all(isinstance(p, nn.Module) for p in parts.values()):
+        return
+    with swapped(model, {n: _OutputTwice(p) for n, p in parts.items()}), torch.no_grad():
+        try:
+            got = _first(run(model))
+        except Exception:  # noqa: BLE001 - no verdict: the original error is reported
+            return
+    if isinstance(got, Tensor) and isinstance(expected, Tensor) and matches(got, expected, atol=1e-4):
+        fail(f"your {what} raised {raised(exc, inline=True)} ({case}): it takes an attention's weights, `...[1]` "
+             "of shape (B, H, L_q, L_k), where it needs the output, `[0]` of shape (B, L_q, D). MultiHeadAttention "
+             "returns the pair (output, weights): self.self_attn(x, x, x, mask)[0]. (With the weights replaced "
+             "by the output your layer gives the right numbers.)", mistake="attention weights used")
+
+
 # ---------------------------------------------------------------- the layer checks' shared steps
 def layer_dropout(spec: Block, build: Callable[[float], nn.Module], make_ref: Callable[[float], nn.Module],
                   parts: dict[str, str], draw: Callable[[], tuple[Tensor, Tensor | None, dict[str, Tensor | None]]],
@@ -610,14 +691,15 @@ class Stack:
 def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str, Tensor | None],
               mutation: Mutation | None = None) -> Tensor:
     """``ref`` (an Encoder or Decoder) on ``x`` with ``mutation``: ``layers`` ("first only",
-    "first repeated", "last only", "none"), ``masks`` (the names passed to every layer;
+    "first repeated", "last only", "none", "reversed"), ``masks`` (the names passed to every layer;
     ``"masks first only"``: to the first layer only), ``memory`` ("previous output": each
     layer's output is the next one's memory; "none"; "normed": through the final norm),
     ``final`` (None, "inside" the loop, or a norm module in post-norm), ``flip``
     (the layers' norm_first flipped)."""
     m = mutation or {}
     layers = list(ref.layers)
-    seq = {"first only": layers[:1], "first repeated": layers[:1] * len(layers), "last only": layers[-1:], "none": []}
+    seq = {"first only": layers[:1], "first repeated": layers[:1] * len(layers), "last only": layers[-1:], "none": [],
+           "reversed": layers[::-1]}
     seq = seq.get(m.get("layers", ""), layers)
     args = [masks.get(k) if k else None for k in m.get("masks", masks)]
     first_only = m.get("masks first only", False)  # later layers get no mask
@@ -703,6 +785,9 @@ def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: A
          {"layers": "first only"}),
         ("one layer applied repeatedly", "the first layer is applied num_layers times: use each layer "
          f"once, for layer in self.layers: {spec.call}.", {"layers": "first repeated"}),
+        ("layers in reverse order", "the layers run in reverse order (reversed(self.layers), or self.layers[::-1]): "
+         f"the stack's input goes through layer 0 first, then layer 1, ...: for layer in self.layers: {spec.call}.",
+         {"layers": "reversed"}),
         ("layers not applied", "the layers are never applied (or their results are thrown away): for layer in "
          f"self.layers: {spec.call}.", {"layers": "none"}),
     ]

@@ -563,9 +563,11 @@ def require_module_class(cls: Any, name: str) -> None:
 
 
 # ---------------------------------------------------------------- the decorator
-def _raising_stub(exc: BaseException) -> tuple[str, str] | None:
-    """``(qualified name, bare name)`` of the student's function that raised, e.g.
-    ``("LayerNorm.__init__", "LayerNorm")`` or ``("causal_mask", "causal_mask")``."""
+def _raising_stub(exc: BaseException, tested: Any = None) -> tuple[str, str, Any] | None:
+    """``(qualified name, bare name, class or function)`` of the student's function that
+    raised, e.g. ``("LayerNorm.__init__", "LayerNorm", LayerNorm)`` or ``("causal_mask",
+    "causal_mask", causal_mask)``; ``None`` when it is ``tested`` itself (the checked class
+    or function, whatever its name)."""
     tb, found = exc.__traceback__, None
     while tb is not None:
         if _is_student_frame(tb.tb_frame.f_code.co_filename):
@@ -575,8 +577,32 @@ def _raising_stub(exc: BaseException) -> tuple[str, str] | None:
         return None
     func, owner = found.f_code.co_name, found.f_locals.get("self")
     if isinstance(owner, nn.Module):
-        return f"{type(owner).__name__}.{func}", type(owner).__name__
-    return func, func
+        kind = type(owner)
+        return None if kind is tested else (f"{kind.__name__}.{func}", kind.__name__, kind)
+    return None if found.f_code is getattr(tested, "__code__", None) else (func, func, found.f_globals.get(func))
+
+
+def _reference_name(stub: Any, name: str) -> str | None:
+    """The course's reference for the student's ``stub`` (named ``name``): the export of that
+    name, else the one export whose parameters have the same names (``LN(d_model, eps)``:
+    ``LayerNorm``); ``None`` when none or several fit."""
+    import course_utils  # here: course_utils imports the checkers
+
+    if name in getattr(course_utils, "__all__", ()):
+        return name
+
+    def params(obj: Any) -> tuple[str, ...] | None:
+        try:
+            found = inspect.signature(obj.__init__ if isinstance(obj, type) else obj).parameters
+        except (TypeError, ValueError):
+            return None
+        return tuple(p for p in found if p not in ("self", "args", "kwargs"))
+
+    mine = params(stub)
+    fits = [n for n in getattr(course_utils, "__all__", ()) if isinstance(stub, type) == isinstance(
+        getattr(course_utils, n, None), type) and callable(getattr(course_utils, n, None))
+        and params(getattr(course_utils, n)) == mine]
+    return fits[0] if len(fits) == 1 and mine else None
 
 
 # Set when SIGINT arrives during a check: a KeyboardInterrupt then is the student stopping the
@@ -616,8 +642,9 @@ class _TimeUp(BaseException):
     the student's ``except Exception`` nor :func:`call_student` turns it into something else."""
 
 
-def _verdict(exercise: str, exc: BaseException) -> tuple[str, str | None, str]:
-    """``(status, mistake, feedback)`` of a check that ended with ``exc``."""
+def _verdict(exercise: str, exc: BaseException, tested: Any = None) -> tuple[str, str | None, str]:
+    """``(status, mistake, feedback)`` of a check that ended with ``exc``; ``tested``: the
+    checked class or function (a stub of its own is this exercise's, whatever its name)."""
     if isinstance(exc, Failure):
         return "failed", exc.mistake, f"[X] {exercise}: {exc.message}"
     if isinstance(exc, _TimeUp):
@@ -636,13 +663,20 @@ def _verdict(exercise: str, exc: BaseException) -> tuple[str, str | None, str]:
             f"[X] {exercise}: the check could not run your code: {type(exc).__name__}: {exc}" + _at(exc))
     context, exc = f" while {exc.context}" if exc.context else "", exc.exc
     if isinstance(exc, NotImplementedError):
-        stub = _raising_stub(exc)
+        stub = _raising_stub(exc, tested)
         if stub is not None and stub[1] not in (exercise, "<module>"):
             # an unfinished earlier exercise used inside this one: blame the right code
+            ref = _reference_name(stub[2], stub[1])
+            if ref is None:
+                use = f"import its reference from course_utils and use it in place of `{stub[1]}`"
+            elif ref == stub[1]:
+                use = f"run `from course_utils import {ref}`"
+            else:
+                use = f"run `from course_utils import {ref}` and use {ref} in place of `{stub[1]}`"
             return "not implemented", "not implemented", (
-                f"[ ] {exercise}: not implemented yet: it uses your `{stub[1]}`, and `{stub[0]}` still raises "
-                "NotImplementedError. Finish that exercise first, or continue with the reference: run "
-                f"`from course_utils import {stub[1]}`, then the cell that defines {exercise}, then this check again."
+                f"[ ] {exercise} can't be checked yet: it uses your `{stub[1]}`, which is still a stub (`{stub[0]}` "
+                f"raises NotImplementedError). Finish that exercise first, or continue with the reference: {use}, "
+                f"then run the cell that defines {exercise}, then this check again."
             )
         return "not implemented", "not implemented", (
             f"[ ] {exercise}: not implemented yet. Replace the lines `# YOUR CODE HERE` and "
@@ -735,7 +769,7 @@ def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[...
                 # a checker never raises at a student: only a real interrupt (stopping the cell) goes on
                 if isinstance(exc, KeyboardInterrupt) and _INTERRUPTED.is_set():
                     raise
-                status, mistake, feedback = _verdict(exercise, exc)
+                status, mistake, feedback = _verdict(exercise, exc, args[0] if args else None)
             if status not in ("passed", "not implemented") and isinstance(seed, int):
                 # a stub's verdict does not depend on the inputs: no seed to replay
                 feedback += f"\n    (seed {seed}: {body.__name__}(..., seed={seed}) repeats these inputs)"

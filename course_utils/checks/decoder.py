@@ -22,7 +22,7 @@ from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
 from ._blocks import (P_PROBE, Block, Stack, build_stack, check_dropout, check_stack_dropout, layer_dropout,
                       layer_stage, reference, remembered, run_block, run_stack, stack_mistakes, structural_mistakes,
-                      unused_final_norm)
+                      torch_keyword, unused_final_norm, weights_used)
 from ._core import (Mistake, StudentError, call_student, check_state_unchanged, check_unchanged, checker,
                     describe_shape, expect_close, fail, gradient_probe, matches, module_state, raised, randint,
                     register_hints, require_distinct_roles, require_module_class)
@@ -79,18 +79,26 @@ def _call(model: Callable[..., Any], x: Tensor, memory: Tensor, tgt_mask: Tensor
     return call_student(model, x, memory, tgt_mask, memory_mask, context=context)
 
 
+def _clones(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+
+
 def _run_case(model: nn.Module, what: str, args: tuple[Any, ...], case: str, outputs: Outputs,
               probe: Callable[[StudentError], None] | None, full: bool) -> None:
     """One forward on ``args`` (x, memory, tgt_mask, memory_mask): compare with the reference,
     name a catalogued mistake, or probe an error (``full``: also a second call, for dropout
     left on in eval mode)."""
-    originals = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+    originals = _clones(args)
     state, context = module_state(model), f"running forward ({case})"
     with torch.no_grad():
         expected, mistakes = outputs(*originals)  # (B, L_tgt, D)
         try:
             got = _call(model, *args, context=context)
         except StudentError as err:
+            if not isinstance(err.exc, NotImplementedError):
+                torch_keyword(err.exc, what, case)
+                weights_used(model, ("self_attn", "cross_attn"), lambda m: _call(m, *_clones(originals), context=context),
+                             expected, what, err.exc, case)
             if probe is not None and not isinstance(err.exc, NotImplementedError):
                 probe(err)
             raise
@@ -186,16 +194,29 @@ _BLOCK = Block(
 _OWN_CAUSAL = ("own causal mask", "with tgt_mask=None your layer still masks the future: it builds its own causal mask. "
                "Use the tgt_mask it is given (None = attend everywhere); the caller builds the causal mask.",
                {"attn": {"self": ("in", "in", "self_attn", "causal")}})  # trial C's W16
+_CROSS_CAUSAL = ("the cross-attention also gets a causal mask: the causal mask hides future *target* tokens, and only "
+                 "the masked self-attention reads target tokens; every target position may read the whole source "
+                 "sentence, so the cross-attention gets memory_mask alone: cross_attn(h, memory, memory, memory_mask).")
+
+
+def _cross_causal(memory_mask: Tensor | None) -> list[tuple[str, str, dict]]:
+    """The causal mask also on the cross-attention: alone, and with memory_mask when given."""
+    names = ["cross causal"] + (["memory_mask & cross causal"] if memory_mask is not None else [])
+    return [("causal mask on the cross-attention", _CROSS_CAUSAL, {"attn": {"cross": ("in", "memory", "cross_attn", n)}})
+            for n in names]
 
 
 def _layer_outputs(ref: DecoderLayer, norm_first: bool) -> Outputs:
     def outputs(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> tuple[Tensor, list]:
-        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask, "causal": causal_mask(x.size(1))}
+        L_tgt, L_src = x.size(1), memory.size(1)
+        rect = causal_mask(max(L_tgt, L_src))[:L_tgt, :L_src]  # (L_tgt, L_src): the causal mask cut to the source
+        masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask, "causal": causal_mask(L_tgt), "cross causal": rect,
+                 "memory_mask & cross causal": None if memory_mask is None else memory_mask & rect}
         present = {k for k in ("tgt_mask", "memory_mask") if masks[k] is not None}
         own = [] if tgt_mask is not None else [_OWN_CAUSAL]  # tgt_mask=None replaced by a causal mask
         outputs = remembered([("", "", lambda: ref(x, memory, tgt_mask, memory_mask))] + [  # the reference first
             (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut))
-            for name, text, mut in own + structural_mistakes(_BLOCK, norm_first, present)
+            for name, text, mut in own + structural_mistakes(_BLOCK, norm_first, present) + _cross_causal(memory_mask)
         ], "DecoderLayer", ref, x, memory, tgt_mask, memory_mask, norm_first)
         return outputs[0][2](), outputs[1:]
 
@@ -251,9 +272,10 @@ _check_layer_stage = layer_stage("DecoderLayer", _sizes, _layer_values, _layer_d
 # ---------------------------------------------------------------- Decoder
 _DECODER_PARTS = {"layers": "nn.ModuleList of num_layers DecoderLayer", "norm": "LayerNorm(d_model), only when norm_first=True"}
 _STACK = Stack("Decoder", "DecoderLayer", ("tgt_mask", "memory_mask"), "x = layer(x, memory, tgt_mask, memory_mask)")
-_OWN_CAUSAL_STACK = ("own causal mask", "your Decoder replaces the tgt_mask it is given with its own causal mask: pass "
-                     "tgt_mask on as it is (None = no mask); the caller builds it, causal and padding together.",
-                     {"masks": ("causal", "memory_mask")})  # trial C's W13: the stack overrides tgt_mask
+_OWN_CAUSAL_STACK = ("own causal mask", "{head}: pass tgt_mask on as it is (None = no mask); the caller builds it, causal "
+                     "and padding together.", {"masks": ("causal", "memory_mask")})  # trial C's W13: the stack overrides tgt_mask
+_OWN_CAUSAL_HEAD = {True: "with tgt_mask=None your Decoder still masks the future: it builds its own causal mask",
+                    False: "your Decoder replaces the tgt_mask it is given with its own causal mask"}
 
 
 def _decoder_outputs(ref: Decoder, model: nn.Module, norm_first: bool) -> Outputs:
@@ -262,9 +284,11 @@ def _decoder_outputs(ref: Decoder, model: nn.Module, norm_first: bool) -> Output
         present = {k for k, v in masks.items() if v is not None}
         with_causal = {**masks, "causal": causal_mask(x.size(1))}  # (L_tgt, L_tgt), only where a mutation names it
         generated = stack_mistakes(_STACK, norm_first, present, getattr(model, "norm", None), x.size(-1), True)
+        name, text, mut = _OWN_CAUSAL_STACK
+        own = (name, text.format(head=_OWN_CAUSAL_HEAD[tgt_mask is None]), mut)
         return ref(x, memory, tgt_mask, memory_mask), [
             (name, text, lambda mut=mut: run_stack(ref, x, memory, with_causal if "masks" in mut else masks, mut))
-            for name, text, mut in generated + [_OWN_CAUSAL_STACK]
+            for name, text, mut in generated + [own]
         ]
 
     return outputs
@@ -302,8 +326,8 @@ register_hints("DecoderLayer", [
     "output to the un-normalised x.",
 ])
 register_hints("Decoder", [
-    "Same structure as your Encoder: a stack of independent DecoderLayers in an nn.ModuleList "
-    "(a new DecoderLayer(...) for each layer), plus a final norm only when norm_first=True.",
+    "Put your Encoder next to it: what extra input does every DecoderLayer take, and is it the same for every "
+    "layer or does it change from one to the next? Which masks does each layer get?",
     "In forward, loop over self.layers and feed each layer's output to the next; every layer "
     "gets the same memory, tgt_mask and memory_mask.",
     "Create self.norm = LayerNorm(d_model) if norm_first else None, and at the end return "

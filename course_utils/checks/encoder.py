@@ -24,9 +24,10 @@ from torch import Tensor, nn
 from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
-from ._blocks import (P_PROBE, P_RATE, Block, Constant, FirstFeatures, Stack, build_stack, check_dropout_modes,
-                      check_dropout_rate, check_stack_dropout, layer_dropout, layer_stage, once, reference, remembered,
-                      run_block, run_stack, stack_mistakes, structural_mistakes, unused_final_norm)
+from ._blocks import (P_PROBE, P_RATE, Block, Constant, FirstFeatures, Stack, build_stack, check_dropout,
+                      check_dropout_modes, check_dropout_rate, check_stack_dropout, layer_dropout, layer_stage, once,
+                      reference, remembered, run_block, run_stack, stack_mistakes, structural_mistakes, torch_keyword,
+                      unused_final_norm, weights_used)
 from ._core import (Mistake, StudentError, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
                     check_unchanged, checker, describe_shape, expect_close, fail, gradient_probe, matches, module_state,
                     randint, register_hints, require_distinct_roles,
@@ -96,10 +97,18 @@ def _compare_without_and_with_mask(model: nn.Module, ref: nn.Module, x: Tensor, 
         x0 = x.clone()
         args = (x,) if m is None else (x, m)
         case = f"{settings}, " + ("no mask" if m is None else f"padding mask {describe_shape(m)}")
-        got = _forward(model, args, case, attention=True)
-        check_unchanged(["x", "mask"], args, [x0, m], case)
         with torch.no_grad():
             expected = once(lambda: ref(x0, m), type(ref).__name__, ref, x0, m)  # (B, L, D)
+        try:
+            got = _forward(model, args, case, attention=True)
+        except StudentError as err:  # the attention's weights taken for its output?
+            again = (x0.clone(),) + args[1:]
+            weights_used(model, ("self_attn",), lambda mod: _forward(mod, again, case), expected,
+                         type(ref).__name__, err.exc, case)
+            raise
+        check_unchanged(["x", "mask"], args, [x0, m], case)
+        with torch.no_grad():
+            check_dropout(lambda: _forward(model, (x0.clone(),) + args[1:], case), got, expected)
             expect_close("output", got, expected, mistakes_fn(x0, m), case=case, atol=_ATOL)
 
 
@@ -112,6 +121,8 @@ def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str, attention: b
             got = call_student(model, *args, context=f"running forward ({case})")
         except StudentError as err:
             exc = err.exc
+            if attention:
+                torch_keyword(exc, "code", case)
             if attention and isinstance(exc, (TypeError, AttributeError)) and "tuple" in str(exc):
                 line = student_line(exc)
                 fail(f"your forward raised {type(exc).__name__} ({case}): {str(exc).strip().splitlines()[0]}"
@@ -288,7 +299,8 @@ def check_layer_norm(cls: Any) -> str:
     model.eval()
     randomise_parameters(model)  # ones and zeros would hide a missing (or swapped) scale and shift
     x = _ln_inputs(B, L, D)
-    require_own_code(lambda: _forward(model, (x,), "forbidden calls"), _LN_BUILTINS, "LayerNorm", _LN_FORMULA)
+    case = f"x of shape {describe_shape(x)}, default eps, random weight and bias"
+    require_own_code(lambda: _forward(model, (x,), case), _LN_BUILTINS, "LayerNorm", _LN_FORMULA)
     for shape in ((B, L, D), (L, B, D)):
         case = f"x of shape {describe_shape(torch.empty(shape))}, default eps, random weight and bias"
         _ln_case(model, w, b, 1e-5, _ln_inputs(*shape), case, default=True)
@@ -404,6 +416,7 @@ def check_feed_forward(cls: Any) -> str:
         check_unchanged(["x"], [x], [x0], case)
         with torch.no_grad():
             expected = ref(x0)  # (B, L, D)
+            check_dropout(lambda: _forward(model, (x0.clone(),), case), got, expected)  # F.dropout(h, p) in eval mode
             norms = tuple(m for m in model.modules() if "norm" in type(m).__name__.lower())
             mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2, norms)
             expect_close("output", got, expected, mistakes, case=case)
@@ -585,7 +598,8 @@ register_hints("LayerNorm", [
     "multiply by self.weight and add self.bias.",
 ])
 register_hints("FeedForward", [
-    "The same small network runs at every position: widen D to d_ff, apply a non-linearity, narrow back to D.",
+    "Read FFN(x) = max(0, x W1 + b1) W2 + b2 from left to right: how many linear layers is that, what is the "
+    "size in the middle, and where does max(0, .) sit? Does one position ever look at another?",
     "In __init__: self.linear1 = nn.Linear(d_model, d_ff), self.linear2 = nn.Linear(d_ff, "
     "d_model), and nn.Dropout(dropout).",
     "The non-linearity is ReLU, between the two layers only; dropout goes on the hidden "
@@ -593,8 +607,9 @@ register_hints("FeedForward", [
     "return self.linear2(self.dropout(torch.relu(self.linear1(x)))).",
 ])
 register_hints("EncoderLayer", [
-    "Two sub-layers in this order: self-attention (queries, keys and values all from x), "
-    "then the feed-forward network. Each is wrapped in a residual connection and a norm.",
+    "Draw the layer as two boxes, each with an arrow that skips around it. Which box comes first, what do "
+    "its queries, keys and values read, and where does the norm sit: after the skip arrow rejoins "
+    "(norm_first=False) or before the box (norm_first=True)?",
     "In __init__ build self_attn = MultiHeadAttention(d_model, num_heads, dropout), "
     "feed_forward = FeedForward(d_model, d_ff, dropout), norm1 and norm2 = LayerNorm(d_model), "
     "and self.dropout1, self.dropout2 = nn.Dropout(dropout) for the two sub-layer outputs.",
@@ -606,8 +621,8 @@ register_hints("EncoderLayer", [
     "only the sub-layer's input is normalised, never x itself.",
 ])
 register_hints("Encoder", [
-    "The encoder is num_layers encoder layers applied one after the other, each reading the "
-    "previous one's output, with the same mask.",
+    "What does the second layer read: the encoder's input or the first layer's output? Which layers need "
+    "the mask? And what does a pre-norm layer leave un-normalised at the very end of the stack?",
     "Build a new EncoderLayer for each position and keep them in an nn.ModuleList (a plain "
     "list hides their parameters from PyTorch; [layer] * n shares one layer's weights).",
     "Pre-norm layers never normalise the residual stream, so with norm_first=True add a final "
