@@ -540,15 +540,19 @@ def _final_norms(ref: Transformer, enc: bool, dec: bool) -> Iterator[None]:
         ref.encoder.norm, ref.decoder.norm = saved
 
 
-# the parts whose first axis counts a vocabulary: (path, which vocabulary, the other, what that axis counts)
-_VOCABULARY_PARTS = (("src_embedding.embedding", "src", "tgt", "rows"), ("tgt_embedding.embedding", "tgt", "src", "rows"),
-                     ("output_projection", "tgt", "src", "outputs"))
+# the parts whose first axis counts a vocabulary: (path, which vocabulary, the other, what that axis counts,
+# the mistake of sizing it by the other)
+_VOCABULARY_PARTS = (
+    ("src_embedding.embedding", "src", "tgt", "rows", "src_embedding has tgt_vocab_size rows"),
+    ("tgt_embedding.embedding", "tgt", "src", "rows", "tgt_embedding has src_vocab_size rows"),
+    ("output_projection", "tgt", "src", "outputs", "output_projection has src_vocab_size outputs"),
+)
 
 
 def _vocabulary_sizes(model: nn.Module, ref: Transformer) -> None:
     """A part sized by the other vocabulary (the checker draws the two sizes different)."""
     sizes = {"src": ref.src_embedding.embedding.weight.size(0), "tgt": ref.output_projection.weight.size(0)}
-    for path, own, other, counts in _VOCABULARY_PARTS:
+    for path, own, other, counts, mistake in _VOCABULARY_PARTS:
         part: Any = model
         for attr in path.split("."):
             part = getattr(part, attr, None)
@@ -558,7 +562,7 @@ def _vocabulary_sizes(model: nn.Module, ref: Transformer) -> None:
             name = path.split(".")[0]
             fail(f"your {name} has {sizes[other]} {counts}, the {other}_vocab_size, where it needs {sizes[own]}, the "
                  f"{own}_vocab_size (this check draws the two vocabularies different): build it as "
-                 f"self.{_NAMED_PARTS[path]}.", mistake=f"{name} has {other}_vocab_size {counts}")
+                 f"self.{_NAMED_PARTS[path]}.", mistake=mistake)
 
 
 def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> None:
