@@ -100,7 +100,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.reader import NotJSONError
 
-from . import build
+from . import _hide_references, build
 from .kernels import PACKAGE_ROOT, CurrentEnvKernelManager, kernel_env
 
 DEFAULT_TIMEOUT = 300.0  # seconds for all the cells of one notebook
@@ -318,18 +318,29 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                 "/usr", "/lib", "/lib64", "/etc", "/dev", "/sys", "/proc/self", f"/proc/{os.getpid()}"]
     readable = [os.path.realpath(p) for p in readable if p]
     writable = [workdir, turn, "/dev/null"]
+    # the references of this notebook out of reach (course_tools/_hide_references.py): the
+    # checkers' copy of course_utils is kept here only; the kernel gets a public copy
+    hidden_event = event_name + "-hidden"
+    private, public, guards, sites, fetch_code = _public_course(
+        config["hidden"], hidden_event, config["guard_source"], config["skipped_modules"])
+    course_files = {get_file_name(src) for src in config["course_sources"]} - set(student_files)
+    others = {}  # id -> (object, label): the hidden names' guards and the real helpers
+    for label, (guard, real) in guards.items():
+        others[id(guard)] = (guard, f"{label} (hidden while grading)")
+        others[id(real)] = (real, label)
 
     def watched():
         """(label, namespace owner, snapshot) of what a student could patch to fool a check."""
         owners = [("torch", torch), ("torch.nn", torch.nn), ("torch.nn.functional", torch.nn.functional),
                   ("torch.testing", torch.testing), ("torch.Tensor", torch.Tensor),
                   ("torch.nn.Module", torch.nn.Module), ("builtins", builtins), ("CheckResult", CheckResult)]
-        owners += [(n, m) for n, m in sorted(sys.modules.items()) if n.split(".")[0] == "course_utils"]
+        owners += [(n, m) for n, m in sorted(private.items())]
+        owners += [(n, m) for n, m in sorted(public.items())]
         return [(label, owner, dict(vars(owner))) for label, owner in owners]
 
     snapshot = watched()
     pending = []  # findings not yet sent: dicts with exercise, line, what
-    state = {"busy": 0}
+    state = {"busy": 0, "checking": ""}
 
     def restore():
         """Put back what was saved; name the changes a student made (torch replaces a few of
@@ -410,6 +421,41 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     listing = {"os.listdir", "os.scandir", "glob.glob"}
     frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
 
+    hidden_seen = set()
+
+    def deliver(args):
+        """A guard asks for a hidden reference: handed over to the course's own cells only
+        (one on the stack, no student cell, no check running); anyone else is refused."""
+        if len(args) != 2 or type(args[0]) is not str or type(args[1]) is not list or args[0] not in guards:
+            return
+        label = args[0]
+        state["busy"] += 1
+        try:
+            asker = sys._getframe(2)  # deliver <- hook <- the guard's request
+        finally:
+            state["busy"] -= 1
+        if asker.f_code is fetch_code and not state["checking"]:
+            course = False
+            for frame in stack():
+                name = frame.f_code.co_filename
+                if name in student_files:
+                    course = False
+                    break
+                course = course or name in course_files
+            if course:
+                args[1].append(guards[label][1])
+                return
+        what = f"uses course_utils.{label}, the course's reference, hidden while grading (refused)"
+        frame = student_frame(direct=False)
+        key = (frame.f_code.co_filename, frame.f_lineno, label) if frame is not None else (state["checking"], label)
+        if key in hidden_seen:
+            return
+        hidden_seen.add(key)
+        if frame is not None:
+            flag(frame, what)
+        else:
+            pending.append({"exercise": state["checking"] or None, "line": None, "code": "", "what": what})
+
     def hook(event, args):
         if state["busy"]:
             return
@@ -417,6 +463,8 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             raise RuntimeError("grading: no other audit hook")
         if event == event_name:
             return request(args)
+        if event == hidden_event:
+            return deliver(args)
         state["busy"] += 1
         try:
             refuse = None
@@ -449,6 +497,10 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                 frame = student_frame(direct=True)
                 if frame is not None:
                     flag(frame, "starts a thread")
+            elif event in ("compile", "code.__new__") and len(args) > 1 and args[1] in course_files:
+                frame = student_frame(direct=False)  # code passed off as a course cell's
+                if frame is not None:
+                    refuse = f"{event} of code named as the course's cell {args[1]}"
             if refuse is not None:
                 flag(frame, refuse + " (refused)")
                 raise PermissionError(f"grading: not allowed in graded code: {refuse}")
@@ -460,7 +512,11 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         if obj is missing:
             return {"status": "undefined", "passed": False, "mistake": None,
                     "feedback": f"{name} is not defined (its cell did not define it)"}
-        result = checkers[name](obj)
+        state["checking"] = name
+        try:
+            result = checkers[name](obj)
+        finally:
+            state["checking"] = ""
         if type(result) is not CheckResult:
             return {"status": "error", "passed": False, "mistake": None, "feedback": "the checker gave no result"}
         out = {"status": result.status, "passed": result.passed is True, "mistake": result.mistake,
@@ -483,11 +539,18 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         message = {"action": action, "exercise": name}
         if action == "check":
             changed = restore()
+            own = shell.user_ns.get(name, missing)
+            if own is not missing:  # from now on the public copy's name is the student's own
+                for setter in sites.get(name, ()):
+                    setter(own)
+                for label, owner, saved in snapshot:
+                    if owner is public.get(label):
+                        saved.clear()
+                        saved.update(vars(owner))
             message["verdict"] = verdict_of(name)
             state["busy"] += 1
             try:
-                message["reference"] = _uses_reference(shell.user_ns.get(name, missing), name,
-                                                       references.get(name), student_files)
+                message["reference"] = _uses_reference(own, name, references.get(name), student_files, others)
             finally:
                 state["busy"] -= 1
             changed += [c + " (while being checked)" for c in restore()]
@@ -507,16 +570,20 @@ def _short(args) -> str:  # pragma: no cover - runs inside the graded kernel too
     return f" ({text})" if text else ""
 
 
-def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs inside the graded kernel too
+def _uses_reference(obj, name, ref, student_files, others=None):  # pragma: no cover - runs inside the graded kernel too
     """How ``obj``, a student's answer to exercise ``name``, uses ``ref``, the course's
     reference (``None``: it does not): it is ``ref`` (an alias), subclasses it, or a function
     or class of the student's (code from ``student_files``) holds or names it (a wrapper,
-    a closure, a default, ``functools.partial``, a method, a helper it calls)."""
+    a closure, a default, ``functools.partial``, a method, a helper it calls). ``others``:
+    ``{id: (object, label)}``, more objects that count as the reference (in a graded kernel,
+    the hidden names' guards and the reference's helpers)."""
     import functools
     import types
 
     if ref is None:
         return None
+    others = dict(others or {})
+    others[id(ref)] = (ref, name)
     missing = object()
     seen, todo, steps = set(), [(obj, "it is")], 0
     while todo and steps < 500:
@@ -525,11 +592,12 @@ def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs i
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if x is ref:
-            return f"{how} course_utils.{name}"
+        if id(x) in others and others[id(x)][0] is x:
+            return f"{how} course_utils.{others[id(x)][1]}"
         if isinstance(x, type):
-            if isinstance(ref, type) and issubclass(x, ref):
-                return f"it subclasses course_utils.{name}"
+            for base in x.__mro__[1:]:
+                if id(base) in others and others[id(base)][0] is base:
+                    return f"it subclasses course_utils.{others[id(base)][1]}"
             if getattr(x, "__module__", "").split(".")[0] in ("torch", "builtins", "course_utils"):
                 continue
             todo += [(v, "it uses") for v in vars(x).values()]
@@ -562,8 +630,11 @@ def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs i
                 v = x.__globals__.get(n, missing)
                 if isinstance(v, types.ModuleType):
                     # `course_utils.name` (or a submodule's): both names are in the code
-                    if v.__name__.split(".")[0] == "course_utils" and name in names and getattr(v, name, None) is ref:
-                        return f"it uses course_utils.{name}"
+                    if v.__name__.split(".")[0] == "course_utils":
+                        for attr in sorted(names):
+                            got = getattr(v, attr, None)
+                            if id(got) in others and others[id(got)][0] is got:
+                                return f"it uses course_utils.{others[id(got)][1]}"
                 elif v is not missing:
                     todo.append((v, "it calls"))
     return None
@@ -571,7 +642,8 @@ def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs i
 
 def kernel_setup_source(config: dict) -> str:
     """The first cell of a graded notebook: runs :func:`_kernel_side` with private globals."""
-    code = "\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in (_short, _uses_reference, _kernel_side))
+    code = "\n\n".join(textwrap.dedent(inspect.getsource(f))
+                       for f in (_short, _uses_reference, _hide_references._public_course, _kernel_side))
     code += f"\n\n_kernel_side({config!r})\n"
     return (
         "# Added by course_tools.grade: set up grading before any student code runs.\n"
@@ -1161,6 +1233,9 @@ async def run_plan(plan: Plan, course_nb: CourseNotebook, timeout: float = DEFAU
             "event": AUDIT_EVENT, "check_source": CHECK_SOURCE, "end_source": END_SOURCE,
             "exercises": {e.name: e.checker for e in course_nb.exercises},
             "exercise_sources": [(s.exercise, s.source) for s in plan.steps if s.kind == "exercise"],
+            "course_sources": [s.source for s in plan.steps if s.kind == "course"],
+            "hidden": _hide_references.hidden_names(e.name for e in course_nb.exercises),
+            "guard_source": _hide_references.GUARD_SOURCE, "skipped_modules": _hide_references.SKIPPED_MODULES,
         }
         cells = [nbformat.v4.new_code_cell(kernel_setup_source(config))]
         cells += [nbformat.v4.new_code_cell(s.source) for s in plan.steps]
