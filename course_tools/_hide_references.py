@@ -15,11 +15,13 @@ the references of the notebook being graded, and the helpers that compute them
   attributes, module-level tables, defaults, closures), by a *guard* of the same name;
 * a guard holds nothing: called, it asks the audit hook (an audit event) for the real
   object. The hook hands it over only to the course's own cells of the notebook (a
-  course cell on the stack, no student cell, no check running); a student's code gets
-  ``NotAvailableWhileGrading`` and the attempt is flagged with its line;
-* once an exercise has been checked, its name in the public copy becomes the student's
-  own definition: the course's later cells use the student's code, and a student's
-  answer that delegates to ``course_utils`` calls itself;
+  course cell on the stack, no student cell, no check running), and a helper also to the
+  course's other code that calls it (an earlier notebook's ``MultiHeadAttention`` uses
+  notebook 01's ``attention_weights``); a student's code gets ``NotAvailableWhileGrading``
+  and the attempt is flagged with its line;
+* once an exercise has been checked (with the guard in place, so that an answer which
+  delegates to ``course_utils`` meets it and is flagged), its name in the public copy
+  becomes the student's own definition: the course's later cells use the student's code;
 * ``course_utils.checks`` in the public copy is a stand-in whose ``check_*`` do nothing
   (the grader calls the real checkers itself): no checker, whose globals lead to the
   references, is reachable.
@@ -92,6 +94,11 @@ def guard_function(label, name, doc):
 class _Hidden(type):
     def __call__(cls, *args, **kwargs):
         return _fetch(cls._course_label)(*args, **kwargs)
+
+    def __getattr__(cls, name):  # GPT.forward, ...: the reference's too
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(_fetch(cls._course_label), name)
 
 
 def guard_class(label, name, doc):

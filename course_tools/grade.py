@@ -31,7 +31,9 @@ How a verdict travels
     from the check cell that asked for it. The same hook refuses, and reports, what
     graded code has no reason to do: start processes, send signals, load C libraries,
     walk frames or the garbage collector, trace, open the network, or read or write files
-    outside its own folder.
+    outside its own folder. The checkers' ``course_utils`` then leaves ``sys.modules``: the
+    notebook gets a public copy in which its own references and their helpers are guards
+    that only the course's own cells can get through (:mod:`._hide_references`).
 
 Per exercise
     ``passed``; ``failed`` (the checker's diagnosis); ``not attempted`` (the stub still
@@ -324,6 +326,8 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     private, public, guards, sites, fetch_code = _public_course(
         config["hidden"], hidden_event, config["guard_source"], config["skipped_modules"])
     course_files = {get_file_name(src) for src in config["course_sources"]} - set(student_files)
+    package = os.path.dirname(course_utils.__file__) + os.sep
+    helper_labels = {label for label in guards if label.rpartition(".")[2] not in config["hidden"]}
     others = {}  # id -> (object, label): the hidden names' guards and the real helpers
     for label, (guard, real) in guards.items():
         others[id(guard)] = (guard, f"{label} (hidden while grading)")
@@ -424,16 +428,23 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     hidden_seen = set()
 
     def deliver(args):
-        """A guard asks for a hidden reference: handed over to the course's own cells only
-        (one on the stack, no student cell, no check running); anyone else is refused."""
+        """A guard asks for a hidden reference: handed over to the course's own cells (one on
+        the stack, no student cell, no check running), and a helper to the course's other
+        code that calls it (``MultiHeadAttention`` computes its weights with notebook 01's
+        helper); anyone else is refused."""
         if len(args) != 2 or type(args[0]) is not str or type(args[1]) is not list or args[0] not in guards:
             return
         label = args[0]
         state["busy"] += 1
         try:
-            asker = sys._getframe(2)  # deliver <- hook <- the guard's request
+            asker = sys._getframe(2)  # deliver <- hook <- the guard's request <- the guard <- its caller
+            caller = asker.f_back.f_back if asker.f_back is not None else None
         finally:
             state["busy"] -= 1
+        if asker.f_code is fetch_code and label in helper_labels and caller is not None \
+                and caller.f_code.co_filename.startswith(package):
+            args[1].append(guards[label][1])
+            return
         if asker.f_code is fetch_code and not state["checking"]:
             course = False
             for frame in stack():
@@ -497,10 +508,11 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                 frame = student_frame(direct=True)
                 if frame is not None:
                     flag(frame, "starts a thread")
-            elif event in ("compile", "code.__new__") and len(args) > 1 and args[1] in course_files:
-                frame = student_frame(direct=False)  # code passed off as a course cell's
+            elif event in ("compile", "code.__new__") and len(args) > 1 and isinstance(args[1], str) and (
+                    args[1] in course_files or args[1].startswith(package)):
+                frame = student_frame(direct=False)  # code passed off as the course's
                 if frame is not None:
-                    refuse = f"{event} of code named as the course's cell {args[1]}"
+                    refuse = f"{event} of code named as the course's {args[1]}"
             if refuse is not None:
                 flag(frame, refuse + " (refused)")
                 raise PermissionError(f"grading: not allowed in graded code: {refuse}")
@@ -540,20 +552,20 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         if action == "check":
             changed = restore()
             own = shell.user_ns.get(name, missing)
-            if own is not missing:  # from now on the public copy's name is the student's own
-                for setter in sites.get(name, ()):
-                    setter(own)
-                for label, owner, saved in snapshot:
-                    if owner is public.get(label):
-                        saved.clear()
-                        saved.update(vars(owner))
-            message["verdict"] = verdict_of(name)
+            message["verdict"] = verdict_of(name)  # course_utils.<name> is still a guard: no way round
             state["busy"] += 1
             try:
                 message["reference"] = _uses_reference(own, name, references.get(name), student_files, others)
             finally:
                 state["busy"] -= 1
             changed += [c + " (while being checked)" for c in restore()]
+            if own is not missing:  # checked: for the course's later cells, course_utils.<name> is the student's
+                for setter in sites.get(name, ()):
+                    setter(own)
+                for label, owner, saved in snapshot:
+                    if owner is public.get(label):
+                        saved.clear()
+                        saved.update(vars(owner))
             for what in changed:
                 pending.append({"exercise": name, "line": None, "code": "",
                                 "what": f"changed {what}; undone before checking"})
@@ -594,6 +606,9 @@ def _uses_reference(obj, name, ref, student_files, others=None):  # pragma: no c
         seen.add(id(x))
         if id(x) in others and others[id(x)][0] is x:
             return f"{how} course_utils.{others[id(x)][1]}"
+        kind = type(x)  # an object the reference made (a course cell's model, say): its class is the reference
+        if id(kind) in others and others[id(kind)][0] is kind:
+            return f"{how} a course_utils.{others[id(kind)][1]} object"
         if isinstance(x, type):
             for base in x.__mro__[1:]:
                 if id(base) in others and others[id(base)][0] is base:
