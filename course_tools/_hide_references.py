@@ -18,7 +18,7 @@ the references of the notebook being graded, and the helpers that compute them
   course cell on the stack, no student cell, no check running), and a helper also to the
   course's other code that calls it (an earlier notebook's ``MultiHeadAttention`` uses
   notebook 01's ``attention_weights``); a student's code gets ``NotAvailableWhileGrading``
-  and the attempt is flagged with its line;
+  and the exercise is "used the reference", with the line that asked;
 * once an exercise has been checked (with the guard in place, so that an answer which
   delegates to ``course_utils`` meets it and is flagged), its name in the public copy
   becomes the student's own definition: the course's later cells use the student's code;

@@ -40,9 +40,9 @@ Per exercise
     raises NotImplementedError); ``error`` (the student's code raised inside the check);
     ``not run`` (no verdict: the notebook stopped first, or the exercise cell raised
     before defining the name); ``used the reference`` (the answer is the course's own
-    reference: the same object, an alias, a wrapper, a subclass, or the cell imports
-    that name from ``course_utils``; other references, such as earlier notebooks', are
-    allowed); ``review`` (the exercise cell does something graded code has no reason to
+    reference: the same object, an alias, a wrapper, a subclass, the cell imports that
+    name from ``course_utils``, or the code asked for the reference or a helper of it,
+    hidden while grading; other references, such as earlier notebooks', are allowed); ``review`` (the exercise cell does something graded code has no reason to
     do, named with its line; a human should look. A ``review`` is never counted as
     passed, whatever the checker said).
 
@@ -326,12 +326,16 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     private, public, guards, sites, fetch_code = _public_course(
         config["hidden"], hidden_event, config["guard_source"], config["skipped_modules"])
     course_files = {get_file_name(src) for src in config["course_sources"]} - set(student_files)
-    package = os.path.dirname(course_utils.__file__) + os.sep
+    package = os.path.realpath(os.path.dirname(course_utils.__file__)) + os.sep
     helper_labels = {label for label in guards if label.rpartition(".")[2] not in config["hidden"]}
+    # how a hidden name is shown: an exercise as course_utils exports it, a helper by its module
+    shown = {label: label.rpartition(".")[2] if label.rpartition(".")[2] in config["hidden"] else label
+             for label in guards}
     others = {}  # id -> (object, label): the hidden names' guards and the real helpers
     for label, (guard, real) in guards.items():
-        others[id(guard)] = (guard, f"{label} (hidden while grading)")
-        others[id(real)] = (real, label)
+        others[id(guard)] = (guard, f"{shown[label]} (hidden while grading)")
+        others[id(real)] = (real, shown[label])
+    hidden_hits = []  # refused requests of a student's code: dicts with exercise, line, code, what
 
     def watched():
         """(label, namespace owner, snapshot) of what a student could patch to fool a check."""
@@ -456,7 +460,7 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             if course:
                 args[1].append(guards[label][1])
                 return
-        what = f"uses course_utils.{label}, the course's reference, hidden while grading (refused)"
+        what = f"calls course_utils.{shown[label]} (hidden while grading, refused)"
         frame = student_frame(direct=False)
         key = (frame.f_code.co_filename, frame.f_lineno, label) if frame is not None else (state["checking"], label)
         if key in hidden_seen:
@@ -464,8 +468,11 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         hidden_seen.add(key)
         if frame is not None:
             flag(frame, what)
+            hidden_hits.append(pending.pop())  # used the reference (R), not a finding to review
+        elif state["checking"]:
+            hidden_hits.append({"exercise": state["checking"], "line": None, "code": "", "what": what})
         else:
-            pending.append({"exercise": state["checking"] or None, "line": None, "code": "", "what": what})
+            pending.append({"exercise": None, "line": None, "code": "", "what": what})
 
     def hook(event, args):
         if state["busy"]:
@@ -513,6 +520,13 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                 frame = student_frame(direct=False)  # code passed off as the course's
                 if frame is not None:
                     refuse = f"{event} of code named as the course's {args[1]}"
+            if refuse is None and event in ("open", "exec") and args:
+                # the course's code read or run again would be the hidden references anew
+                code = getattr(args[0], "co_filename", None) if event == "exec" else next(paths(args[:1]), None)
+                if isinstance(code, str) and code.startswith(package) and (event == "exec" or code.endswith((".py", ".pyc"))):
+                    frame = student_frame(direct=False)
+                    if frame is not None:
+                        refuse = f"reads or runs the course's code {code} ({event}): hidden while grading"
             if refuse is not None:
                 flag(frame, refuse + " (refused)")
                 raise PermissionError(f"grading: not allowed in graded code: {refuse}")
@@ -559,6 +573,12 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             finally:
                 state["busy"] -= 1
             changed += [c + " (while being checked)" for c in restore()]
+            hits = [h for h in hidden_hits if h["exercise"] == name]
+            hidden_hits[:] = [h for h in hidden_hits if h["exercise"] != name]
+            said = [message["reference"]] if message["reference"] else []
+            said += [(f"line {h['line']}: " if h["line"] else "") + h["what"] + (f": `{h['code']}`" if h["code"] else "")
+                     for h in hits]
+            message["reference"] = "; ".join(said) or None
             if own is not missing:  # checked: for the course's later cells, course_utils.<name> is the student's
                 for setter in sites.get(name, ()):
                     setter(own)
@@ -569,6 +589,9 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             for what in changed:
                 pending.append({"exercise": name, "line": None, "code": "",
                                 "what": f"changed {what}; undone before checking"})
+        if action == "end":  # a reference a student's code asked for after its exercise's check
+            pending.extend(hidden_hits)
+            hidden_hits.clear()
         message["flags"] = list(pending)
         pending.clear()
         text = repr(message)
@@ -1477,7 +1500,7 @@ def grade_run(sub: Submission, plan: Plan, run: Run, course_nb: CourseNotebook) 
             grade.reference = f"{grade.reference}; " if grade.reference else ""
             grade.reference += f"the cell names it: {scan.reference}"
         grade.flags = flags
-        if grade.status != NOT_RUN or flags:
+        if grade.status != NOT_RUN or flags or grade.reference:
             if grade.reference:
                 grade.verdict, grade.status = grade.status, REFERENCE
                 grade.message = f"answered with the course's reference ({grade.reference})"

@@ -324,7 +324,9 @@ def test_ignored_cells_are_reported(graded):
 
 def test_reference_answers_are_used_the_reference(graded):
     causal, padding = exercise(graded, "rita", "causal_mask"), exercise(graded, "rita", "padding_mask")
-    assert causal["verdict"] == padding["verdict"] == "passed"  # the reference passes, of course
+    # the reference is out of reach while grading: calling it raised inside the check
+    assert causal["verdict"] == padding["verdict"] == "error"
+    assert "calls course_utils.causal_mask (hidden while grading, refused)" in causal["reference"]
     assert "it is course_utils.causal_mask" in causal["reference"]
     assert "from course_utils import causal_mask as _theirs" in causal["reference"]
     assert "it uses course_utils.padding_mask" in padding["reference"]
