@@ -19,9 +19,10 @@ the references of the notebook being graded, and the helpers that compute them
   course's other code that calls it (an earlier notebook's ``MultiHeadAttention`` uses
   notebook 01's ``attention_weights``); a student's code gets ``NotAvailableWhileGrading``
   and the exercise is "used the reference", with the line that asked;
-* once an exercise has been checked (with the guard in place, so that an answer which
-  delegates to ``course_utils`` meets it and is flagged), its name in the public copy
-  becomes the student's own definition: the course's later cells use the student's code;
+* once an exercise has been checked (with the guard refusing, so that an answer which
+  delegates to ``course_utils`` meets it), its guard hands the student's code the
+  student's own definition (a later exercise may build on it); the course's cells still
+  get the reference (notebook 09's cells use ``generate``'s ``use_cache``);
 * ``course_utils.checks`` in the public copy is a stand-in whose ``check_*`` do nothing
   (the grader calls the real checkers itself): no checker, whose globals lead to the
   references, is reachable.
@@ -110,11 +111,10 @@ def _public_course(exercises, hidden_event, guard_source, skipped):  # pragma: n
     """Move the course package out of ``sys.modules`` and import a public copy with the
     references of ``exercises`` ({exercise: [helpers]}) replaced by guards.
 
-    Returns ``(private, public, guards, sites, fetch_code)``: the checkers' modules
-    ``{name: module}``; the public copy's; ``{label: (guard, real object)}`` for each hidden
-    name (``label``: ``module.name`` under course_utils); ``{exercise: [setter]}``, each
-    setter rebinding one place of the public copy where the exercise's guard is; and the
-    code object of the guards' request (the only code the hook answers). ``guard_source``
+    Returns ``(private, public, guards, fetch_code)``: the checkers' modules ``{name:
+    module}``; the public copy's; ``{label: (guard, real object)}`` for each hidden name
+    (``label``: ``module.name`` under course_utils); and the code object of the guards'
+    request (the only code the hook answers). ``guard_source``
     and ``skipped`` are :data:`GUARD_SOURCE` and :data:`SKIPPED_MODULES`."""
     import builtins
     import importlib
@@ -186,7 +186,7 @@ def _public_course(exercises, hidden_event, guard_source, skipped):  # pragma: n
     # the guards' own globals and builtins: public, and nothing of the set-up's in them
     namespace = {"__name__": "course_utils._hidden", "EVENT": hidden_event, "__builtins__": builtins}
     exec(compile(guard_source, "<course-grade-guards>", "exec"), namespace)  # noqa: S102
-    guards, sites = {}, {e: [] for e in exercises}
+    guards = {}
     targets = {}  # id(public object) -> label
     for label, (exercise, real) in labels.items():
         module, _, attr = label.rpartition(".")
@@ -198,9 +198,6 @@ def _public_course(exercises, hidden_event, guard_source, skipped):  # pragma: n
 
     def replace(label, setter):
         setter(guards[label][0])
-        exercise = labels[label][0]
-        if exercise is not None:
-            sites[exercise].append(setter)
 
     def dict_setter(d, k):
         return lambda v: d.__setitem__(k, v)
@@ -252,4 +249,4 @@ def _public_course(exercises, hidden_event, guard_source, skipped):  # pragma: n
     import gc
 
     gc.collect()  # the public copy's own references, now unbound, leave type.__subclasses__()
-    return private, public, guards, sites, namespace["_fetch"].__code__
+    return private, public, guards, namespace["_fetch"].__code__

@@ -33,7 +33,7 @@ How a verdict travels
     walk frames or the garbage collector, trace, open the network, or read or write files
     outside its own folder. The checkers' ``course_utils`` then leaves ``sys.modules``: the
     notebook gets a public copy in which its own references and their helpers are guards
-    that only the course's own cells can get through (:mod:`._hide_references`).
+    that only the course's own code gets through (:mod:`._hide_references`).
 
 Per exercise
     ``passed``; ``failed`` (the checker's diagnosis); ``not attempted`` (the stub still
@@ -323,7 +323,7 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     # the references of this notebook out of reach (course_tools/_hide_references.py): the
     # checkers' copy of course_utils is kept here only; the kernel gets a public copy
     hidden_event = event_name + "-hidden"
-    private, public, guards, sites, fetch_code = _public_course(
+    private, public, guards, fetch_code = _public_course(
         config["hidden"], hidden_event, config["guard_source"], config["skipped_modules"])
     course_files = {get_file_name(src) for src in config["course_sources"]} - set(student_files)
     package = os.path.realpath(os.path.dirname(course_utils.__file__)) + os.sep
@@ -336,6 +336,7 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         others[id(guard)] = (guard, f"{shown[label]} (hidden while grading)")
         others[id(real)] = (real, shown[label])
     hidden_hits = []  # refused requests of a student's code: dicts with exercise, line, code, what
+    checked = {}  # exercise label -> the student's own definition, once checked
 
     def watched():
         """(label, namespace owner, snapshot) of what a student could patch to fool a check."""
@@ -460,6 +461,9 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             if course:
                 args[1].append(guards[label][1])
                 return
+        if asker.f_code is fetch_code and label in checked:  # an exercise already checked: the student's own
+            args[1].append(checked[label])
+            return
         what = f"calls course_utils.{shown[label]} (hidden while grading, refused)"
         frame = student_frame(direct=False)
         key = (frame.f_code.co_filename, frame.f_lineno, label) if frame is not None else (state["checking"], label)
@@ -579,13 +583,9 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             said += [(f"line {h['line']}: " if h["line"] else "") + h["what"] + (f": `{h['code']}`" if h["code"] else "")
                      for h in hits]
             message["reference"] = "; ".join(said) or None
-            if own is not missing:  # checked: for the course's later cells, course_utils.<name> is the student's
-                for setter in sites.get(name, ()):
-                    setter(own)
-                for label, owner, saved in snapshot:
-                    if owner is public.get(label):
-                        saved.clear()
-                        saved.update(vars(owner))
+            if own is not missing:  # checked: course_utils.<name> is the student's own for the student's code
+                checked.update({label: own for label, (guard, _) in guards.items()
+                                if label.rpartition(".")[2] == name and own is not guard})
             for what in changed:
                 pending.append({"exercise": name, "line": None, "code": "",
                                 "what": f"changed {what}; undone before checking"})

@@ -113,20 +113,24 @@ def main(solutions: str, only: list[str], control: bool = False) -> dict:
         start = time.monotonic()
         exercises = [e.name for e in course_nb.exercises]
         before = dict(sys.modules)
-        private, public, guards, sites, _ = hide._public_course(
+        private, public, guards, _ = hide._public_course(
             {} if control else hide.hidden_names(exercises), "course-grade-hidden", hide.GUARD_SOURCE, hide.SKIPPED_MODULES)
         checks = private["course_utils.checks"]
         # the grader's hook, as graded code meets it: a helper only for the course's own code
         # that calls it, the exercises' references for nobody (no course cell runs here)
         helpers = {label for label in guards if label.rpartition(".")[2] not in exercises}
         package = str(Path(private["course_utils"].__file__).parent) + "/"
-        state["deliver"] = lambda label, box, caller: box.append(guards[label][1]) if (
-            label in helpers and caller is not None and caller.f_code.co_filename.startswith(package)) else None
+        solved = set()  # earlier exercises, answered by the student's own code (here: the reference)
+
+        def deliver(label, box, caller):
+            if (label in helpers and caller is not None and caller.f_code.co_filename.startswith(package)) \
+                    or label.rpartition(".")[2] in solved:
+                box.append(guards[label][1])
+
+        state["deliver"] = deliver
         tried = 0
         for i, exercise in enumerate(course_nb.exercises):
-            for earlier in course_nb.exercises[:i]:  # solved: the real reference
-                for setter in sites.get(earlier.name, ()):
-                    setter(getattr(private["course_utils"], earlier.name))
+            solved.update(e.name for e in course_nb.exercises[:i])
             is_class = isinstance(getattr(private["course_utils"], exercise.name), type)
             for label, candidate in candidates(public):
                 for answer in submissions(exercise.name, is_class, candidate):

@@ -3,7 +3,7 @@
 A fixture course notebook, made here from the course's own solution cells, has four
 exercises of notebooks 01, 08 and 09 (``scaled_dot_product_attention``,
 ``TransformerClassifier``, ``GPTBlock``, ``GPT``) and course cells that use those
-references before the exercises (they must get the real ones) and after (the student's).
+references before the exercises and after them (the course's cells get the real ones).
 An honest student must pass all four without a flag; students who reach the references
 through computed names, helpers, the reference class's ``forward`` or ``add_module`` must
 pass none, and each attempt is flagged (``R`` or ``!``) naming what it used. The class is
@@ -54,7 +54,7 @@ out, _ = course_utils.scaled_dot_product_attention(torch.ones(1, 2, 4), torch.on
 block = course_utils.GPTBlock(8, 2, 16)
 print("before:", tuple(w.shape), tuple(out.shape), tuple(block(torch.ones(1, 3, 8)).shape))
 """
-# ... and after them (the student's, once checked)
+# ... and after them
 AFTER = """\
 model = course_utils.GPT(11, 8, 2, 1, 16, max_len=6)
 print("after:", type(model).__module__, tuple(model(torch.zeros(1, 3, dtype=torch.long)).shape))
