@@ -227,7 +227,7 @@ def test_brute_force_no_callable_of_the_public_course_passes_any_exercise():
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["passed"] == []
-    assert len(report["tried"]) == 9 and all(n > 300 for n in report["tried"].values()), report["tried"]
+    assert len(report["tried"]) == 9 and all(n > 50 for n in report["tried"].values()), report["tried"]
 
 
 def test_brute_force_finds_the_references_when_nothing_is_hidden():
