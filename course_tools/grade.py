@@ -31,16 +31,18 @@ How a verdict travels
     from the check cell that asked for it. The same hook refuses, and reports, what
     graded code has no reason to do: start processes, send signals, load C libraries,
     walk frames or the garbage collector, trace, open the network, or read or write files
-    outside its own folder.
+    outside its own folder. The checkers' ``course_utils`` then leaves ``sys.modules``: the
+    notebook gets a public copy in which its own references and their helpers are guards
+    that only the course's own code gets through (:mod:`._hide_references`).
 
 Per exercise
     ``passed``; ``failed`` (the checker's diagnosis); ``not attempted`` (the stub still
     raises NotImplementedError); ``error`` (the student's code raised inside the check);
     ``not run`` (no verdict: the notebook stopped first, or the exercise cell raised
     before defining the name); ``used the reference`` (the answer is the course's own
-    reference: the same object, an alias, a wrapper, a subclass, or the cell imports
-    that name from ``course_utils``; other references, such as earlier notebooks', are
-    allowed); ``review`` (the exercise cell does something graded code has no reason to
+    reference: the same object, an alias, a wrapper, a subclass, the cell imports that
+    name from ``course_utils``, or the code asked for the reference or a helper of it,
+    hidden while grading; other references, such as earlier notebooks', are allowed); ``review`` (the exercise cell does something graded code has no reason to
     do, named with its line; a human should look. A ``review`` is never counted as
     passed, whatever the checker said).
 
@@ -105,7 +107,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.reader import NotJSONError
 
-from . import build
+from . import _hide_references, build
 from .guard import FileGuard, PackageCopy
 from .kernels import PACKAGE_ROOT, CurrentEnvKernelManager, kernel_env
 
@@ -353,6 +355,23 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                 "/usr", "/lib", "/lib64", "/etc", "/dev", "/sys", "/proc/self", f"/proc/{os.getpid()}"]
     readable = [os.path.realpath(p) for p in readable if p]
     writable = [workdir, turn, "/dev/null"]
+    # the references of this notebook out of reach (course_tools/_hide_references.py): the
+    # checkers' copy of course_utils is kept here only; the kernel gets a public copy
+    hidden_event = event_name + "-hidden"
+    private, public, guards, fetch_code = _public_course(
+        config["hidden"], hidden_event, config["guard_source"], config["skipped_modules"])
+    course_files = {get_file_name(src) for src in config["course_sources"]} - set(student_files)
+    package = os.path.realpath(os.path.dirname(course_utils.__file__)) + os.sep
+    helper_labels = {label for label in guards if label.rpartition(".")[2] not in config["hidden"]}
+    # how a hidden name is shown: an exercise as course_utils exports it, a helper by its module
+    shown = {label: label.rpartition(".")[2] if label.rpartition(".")[2] in config["hidden"] else label
+             for label in guards}
+    others = {}  # id -> (object, label): the hidden names' guards and the real helpers
+    for label, (guard, real) in guards.items():
+        others[id(guard)] = (guard, f"{shown[label]} (hidden while grading)")
+        others[id(real)] = (real, shown[label])
+    hidden_hits = []  # refused requests of a student's code: dicts with exercise, line, code, what
+    checked = {}  # exercise label -> the student's own definition, once checked
 
     def watched():
         """(label, namespace owner, snapshot) of what a student could patch to fool a check."""
@@ -362,11 +381,12 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                   ("torch.nn.Parameter", torch.nn.Parameter), ("torch.UntypedStorage", torch.UntypedStorage),
                   ("torch.TypedStorage", torch.TypedStorage), ("torch.serialization", torch.serialization),
                   ("builtins", builtins), ("CheckResult", CheckResult)]
-        owners += [(n, m) for n, m in sorted(sys.modules.items()) if n.split(".")[0] == "course_utils"]
+        owners += [(n, m) for n, m in sorted(private.items())]
+        owners += [(n, m) for n, m in sorted(public.items())]
         return [(label, owner, dict(vars(owner))) for label, owner in owners]
 
     pending = []  # findings not yet sent: dicts with exercise, line, what
-    state = {"busy": 0}
+    state = {"busy": 0, "checking": ""}
 
     def restore():
         """Put back what was saved; name the changes a student made (torch replaces a few of
@@ -504,6 +524,54 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
 
     snapshot = watched()
 
+    hidden_seen = set()
+
+    def deliver(args):
+        """A guard asks for a hidden reference: handed over to the course's own cells (one on
+        the stack, no student cell, no check running), and a helper to the course's other
+        code that calls it (``MultiHeadAttention`` computes its weights with notebook 01's
+        helper); anyone else is refused."""
+        if len(args) != 2 or type(args[0]) is not str or type(args[1]) is not list or args[0] not in guards:
+            return
+        label = args[0]
+        state["busy"] += 1
+        try:
+            asker = sys._getframe(2)  # deliver <- hook <- the guard's request <- the guard <- its caller
+            caller = asker.f_back.f_back if asker.f_back is not None else None
+        finally:
+            state["busy"] -= 1
+        if asker.f_code is fetch_code and label in helper_labels and caller is not None \
+                and caller.f_code.co_filename.startswith(package):
+            args[1].append(guards[label][1])
+            return
+        if asker.f_code is fetch_code and not state["checking"]:
+            course = False
+            for frame in stack():
+                name = frame.f_code.co_filename
+                if name in student_files:
+                    course = False
+                    break
+                course = course or name in course_files
+            if course:
+                args[1].append(guards[label][1])
+                return
+        if asker.f_code is fetch_code and label in checked:  # an exercise already checked: the student's own
+            args[1].append(checked[label])
+            return
+        what = f"calls course_utils.{shown[label]} (hidden while grading, refused)"
+        frame = student_frame(direct=False)
+        key = (frame.f_code.co_filename, frame.f_lineno, label) if frame is not None else (state["checking"], label)
+        if key in hidden_seen:
+            return
+        hidden_seen.add(key)
+        if frame is not None:
+            flag(frame, what)
+            hidden_hits.append(pending.pop())  # used the reference (R), not a finding to review
+        elif state["checking"]:
+            hidden_hits.append({"exercise": state["checking"], "line": None, "code": "", "what": what})
+        else:
+            pending.append({"exercise": None, "line": None, "code": "", "what": what})
+
     def hook(event, args):
         if state["busy"]:
             return
@@ -511,6 +579,8 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             raise RuntimeError("grading: no other audit hook")
         if event == event_name:
             return request(args)
+        if event == hidden_event:
+            return deliver(args)
         state["busy"] += 1
         try:
             refuse = None
@@ -543,6 +613,18 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                 frame = student_frame(direct=True)
                 if frame is not None:
                     flag(frame, "starts a thread")
+            elif event in ("compile", "code.__new__") and len(args) > 1 and isinstance(args[1], str) and (
+                    args[1] in course_files or args[1].startswith(package)):
+                frame = student_frame(direct=False)  # code passed off as the course's
+                if frame is not None:
+                    refuse = f"{event} of code named as the course's {args[1]}"
+            if refuse is None and event in ("open", "exec") and args:
+                # the course's code read or run again would be the hidden references anew
+                code = getattr(args[0], "co_filename", None) if event == "exec" else next(paths(args[:1]), None)
+                if isinstance(code, str) and code.startswith(package) and (event == "exec" or code.endswith((".py", ".pyc"))):
+                    frame = student_frame(direct=False)
+                    if frame is not None:
+                        refuse = f"reads or runs the course's code {code} ({event}): hidden while grading"
             if refuse is not None:
                 flag(frame, refuse + " (refused)")
                 raise PermissionError(f"grading: not allowed in graded code: {refuse}")
@@ -554,7 +636,11 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         if obj is missing:
             return {"status": "undefined", "passed": False, "mistake": None,
                     "feedback": f"{name} is not defined (its cell did not define it)"}
-        result = checkers[name](obj)
+        state["checking"] = name
+        try:
+            result = checkers[name](obj)
+        finally:
+            state["checking"] = ""
         if type(result) is not CheckResult:
             return {"status": "error", "passed": False, "mistake": None, "feedback": "the checker gave no result"}
         out = {"status": result.status, "passed": result.passed is True, "mistake": result.mistake,
@@ -577,17 +663,29 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         message = {"action": action, "exercise": name}
         if action == "check":
             changed = restore()
-            message["verdict"] = verdict_of(name)
+            own = shell.user_ns.get(name, missing)
+            message["verdict"] = verdict_of(name)  # course_utils.<name> is still a guard: no way round
             state["busy"] += 1
             try:
-                message["reference"] = _uses_reference(shell.user_ns.get(name, missing), name,
-                                                       references.get(name), student_files)
+                message["reference"] = _uses_reference(own, name, references.get(name), student_files, others)
             finally:
                 state["busy"] -= 1
             changed += [c + " (while being checked)" for c in restore()]
+            hits = [h for h in hidden_hits if h["exercise"] == name]
+            hidden_hits[:] = [h for h in hidden_hits if h["exercise"] != name]
+            said = [message["reference"]] if message["reference"] else []
+            said += [(f"line {h['line']}: " if h["line"] else "") + h["what"] + (f": `{h['code']}`" if h["code"] else "")
+                     for h in hits]
+            message["reference"] = "; ".join(said) or None
+            if own is not missing:  # checked: course_utils.<name> is the student's own for the student's code
+                checked.update({label: own for label, (guard, _) in guards.items()
+                                if label.rpartition(".")[2] == name and own is not guard})
             for what in changed:
                 pending.append({"exercise": name, "line": None, "code": "",
                                 "what": f"changed {what}; undone before checking"})
+        if action == "end":  # a reference a student's code asked for after its exercise's check
+            pending.extend(hidden_hits)
+            hidden_hits.clear()
         message["flags"] = list(pending)
         pending.clear()
         text = repr(message)
@@ -601,16 +699,20 @@ def _short(args) -> str:  # pragma: no cover - runs inside the graded kernel too
     return f" ({text})" if text else ""
 
 
-def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs inside the graded kernel too
+def _uses_reference(obj, name, ref, student_files, others=None):  # pragma: no cover - runs inside the graded kernel too
     """How ``obj``, a student's answer to exercise ``name``, uses ``ref``, the course's
     reference (``None``: it does not): it is ``ref`` (an alias), subclasses it, or a function
     or class of the student's (code from ``student_files``) holds or names it (a wrapper,
-    a closure, a default, ``functools.partial``, a method, a helper it calls)."""
+    a closure, a default, ``functools.partial``, a method, a helper it calls). ``others``:
+    ``{id: (object, label)}``, more objects that count as the reference (in a graded kernel,
+    the hidden names' guards and the reference's helpers)."""
     import functools
     import types
 
     if ref is None:
         return None
+    others = dict(others or {})
+    others[id(ref)] = (ref, name)
     missing = object()
     seen, todo, steps = set(), [(obj, "it is")], 0
     while todo and steps < 500:
@@ -619,11 +721,15 @@ def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs i
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if x is ref:
-            return f"{how} course_utils.{name}"
+        if id(x) in others and others[id(x)][0] is x:
+            return f"{how} course_utils.{others[id(x)][1]}"
+        kind = type(x)  # an object the reference made (a course cell's model, say): its class is the reference
+        if id(kind) in others and others[id(kind)][0] is kind:
+            return f"{how} a course_utils.{others[id(kind)][1]} object"
         if isinstance(x, type):
-            if isinstance(ref, type) and issubclass(x, ref):
-                return f"it subclasses course_utils.{name}"
+            for base in x.__mro__[1:]:
+                if id(base) in others and others[id(base)][0] is base:
+                    return f"it subclasses course_utils.{others[id(base)][1]}"
             if getattr(x, "__module__", "").split(".")[0] in ("torch", "builtins", "course_utils"):
                 continue
             todo += [(v, "it uses") for v in vars(x).values()]
@@ -656,8 +762,11 @@ def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs i
                 v = x.__globals__.get(n, missing)
                 if isinstance(v, types.ModuleType):
                     # `course_utils.name` (or a submodule's): both names are in the code
-                    if v.__name__.split(".")[0] == "course_utils" and name in names and getattr(v, name, None) is ref:
-                        return f"it uses course_utils.{name}"
+                    if v.__name__.split(".")[0] == "course_utils":
+                        for attr in sorted(names):
+                            got = getattr(v, attr, None)
+                            if id(got) in others and others[id(got)][0] is got:
+                                return f"it uses course_utils.{others[id(got)][1]}"
                 elif v is not missing:
                     todo.append((v, "it calls"))
     return None
@@ -665,7 +774,8 @@ def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs i
 
 def kernel_setup_source(config: dict) -> str:
     """The first cell of a graded notebook: runs :func:`_kernel_side` with private globals."""
-    code = "\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in (_short, _uses_reference, _kernel_side))
+    code = "\n\n".join(textwrap.dedent(inspect.getsource(f))
+                       for f in (_short, _uses_reference, _hide_references._public_course, _kernel_side))
     code += f"\n\n_kernel_side({config!r})\n"
     return (
         "# Added by course_tools.grade: set up grading before any student code runs.\n"
@@ -1286,6 +1396,9 @@ async def _run_in(package: PackageCopy, plan: Plan, course_nb: CourseNotebook, r
             "event": AUDIT_EVENT, "check_source": CHECK_SOURCE, "end_source": END_SOURCE,
             "exercises": {e.name: e.checker for e in course_nb.exercises},
             "exercise_sources": [(s.exercise, s.source) for s in plan.steps if s.kind == "exercise"],
+            "course_sources": [s.source for s in plan.steps if s.kind == "course"],
+            "hidden": _hide_references.hidden_names(e.name for e in course_nb.exercises),
+            "guard_source": _hide_references.GUARD_SOURCE, "skipped_modules": _hide_references.SKIPPED_MODULES,
         }
         cells = [nbformat.v4.new_code_cell(kernel_setup_source(config))]
         cells += [nbformat.v4.new_code_cell(s.source) for s in plan.steps]
@@ -1523,7 +1636,7 @@ def grade_run(sub: Submission, plan: Plan, run: Run, course_nb: CourseNotebook) 
             grade.reference = f"{grade.reference}; " if grade.reference else ""
             grade.reference += f"the cell names it: {scan.reference}"
         grade.flags = flags = deduplicated(flags)
-        if grade.status != NOT_RUN or flags:
+        if grade.status != NOT_RUN or flags or grade.reference:
             if grade.reference:
                 grade.verdict, grade.status = grade.status, REFERENCE
                 grade.message = f"answered with the course's reference ({grade.reference})"

@@ -569,7 +569,9 @@ def test_ignored_cells_are_reported(graded):
 
 def test_reference_answers_are_used_the_reference(graded):
     causal, padding = exercise(graded, "rita", "causal_mask"), exercise(graded, "rita", "padding_mask")
-    assert causal["verdict"] == padding["verdict"] == "passed"  # the reference passes, of course
+    # the reference is out of reach while grading: calling it raised inside the check
+    assert causal["verdict"] == padding["verdict"] == "error"
+    assert "calls course_utils.causal_mask (hidden while grading, refused)" in causal["reference"]
     assert "it is course_utils.causal_mask" in causal["reference"]
     assert "from course_utils import causal_mask as _theirs" in causal["reference"]
     assert "it uses course_utils.padding_mask" in padding["reference"]
@@ -589,10 +591,10 @@ def test_reference_answers_are_used_the_reference(graded):
                                         "not signed by the grader (forged)"]),
     ("fiona", "padding_mask", None, ["redefines __import__", "no verdict came back"]),
     ("xena", "causal_mask", "failed", ["imports course_utils.checks._core", "assigns to course_utils.checks._core.fail"]),
-    # patched while the checker runs: the verdict may be fooled, the grade is not
+    # patched while the checker runs: the verdict may be fooled, the grade is not (the checkers'
+    # module she patches is the graded kernel's stand-in: the real checkers are out of reach)
     ("xena", "padding_mask", "any", ["imports builtins", "assigns to builtins.print", "changed builtins.print",
-                                     "assigns to course_utils.checks._core._close",
-                                     "changed course_utils.checks._core._close (while being checked)"]),
+                                     "assigns to course_utils.checks._core._close"]),
 ])
 def test_each_attack_is_flagged_for_review_with_its_line(graded, student, name, verdict, flags):
     got = exercise(graded, student, name)
@@ -963,6 +965,10 @@ def test_scan_exercise_cell(source, flags, reference):
     ("class Encoder(course_utils.Encoder):\n    pass", "Encoder", "it subclasses course_utils.Encoder"),
     ("class Encoder(torch.nn.Module):\n    def __init__(self, *args):\n        super().__init__()\n"
      "        self.inner = course_utils.Encoder(*args)", "Encoder", "it uses course_utils.Encoder"),
+    # an object the reference made (a course cell's model): its class is the reference
+    ("_made = course_utils.Encoder(1, 8, 2, 16)\n\nclass Encoder(torch.nn.Module):\n"
+     "    def forward(self, x, mask=None):\n        return type(_made).forward(self, x, mask)", "Encoder",
+     "it calls a course_utils.Encoder object"),
     # the student's own code; an earlier notebook's reference inside it is allowed
     ("def causal_mask(n, device=None):\n    return torch.ones(n, n, dtype=torch.bool, device=device).tril()",
      "causal_mask", None),
