@@ -107,14 +107,155 @@ def guard_class(label, name, doc):
 '''
 
 
-def _public_course(exercises, hidden_event, guard_source, skipped):  # pragma: no cover - runs inside the graded kernel
+def _gate_objects(objects, gate_event, error):  # pragma: no cover - runs inside the graded kernel
+    """Make each hidden object inert by itself, wherever it is reachable from (a checker's
+    hook's ``__globals__``, ``nn.Module.__subclasses__()``, an instance's class...): the
+    code of each function, and of each method of each class, in ``objects`` (``[(label,
+    object, strict)]``) is swapped for a *gate*, which asks the audit hook (``gate_event``,
+    with its arguments) for the original code, kept only in the hook's closure, and raises
+    ``error`` when refused. The objects keep their identity, so every binding of them,
+    however made, is a gate.
+
+    Returns ``{id(gate code): (gate code, label, original function, strict, class or None,
+    family, object)}`` (``class``: the hidden class a method belongs to; ``family``: it and
+    its subclasses now, all the course's: a class a student derives from it later is not
+    one; ``object``: the hidden function or class, now a gate)."""
+    import inspect
+    import sys
+    import types
+
+    gates, done = {}, set()
+
+    def gate_code(fn, label):
+        n = len(fn.__code__.co_freevars)  # a function's code can only be swapped for one with as many
+        free = ", ".join(f"_v{i}" for i in range(n))
+        message = f"course_utils.{label} is not available while grading: the grader checks your own code"
+        lines = [f"def {fn.__name__}(*args, _grading_gate=None, **kwargs):",
+                 *(["    if False:", f"        ({free},)"] if n else []),
+                 "    audit, event, error = _grading_gate",
+                 "    box = []",
+                 "    audit(event, box, args)",
+                 "    if not box:",
+                 f"        raise error({message!r})",
+                 "    return box[0](*args, **kwargs)"]
+        if n:
+            lines = ["def _outer():", f"    {' = '.join(f'_v{i}' for i in range(n))} = None",
+                     *("    " + line for line in lines), f"    return {fn.__name__}"]
+        namespace = {"__builtins__": {}}
+        exec(compile("\n".join(lines) + "\n", f"<course-grade-gate {label}>", "exec"), namespace)  # noqa: S102
+        made = namespace["_outer"]() if n else namespace[fn.__name__]
+        return made.__code__
+
+    def gate(fn, label, strict, owner, family):
+        if not isinstance(fn, types.FunctionType) or id(fn) in done:
+            return
+        done.add(id(fn))
+        original = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        original.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
+        original.__qualname__ = fn.__qualname__
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            signature = None
+        code = gate_code(fn, label)
+        fn.__code__ = code
+        fn.__defaults__ = None
+        fn.__kwdefaults__ = {"_grading_gate": (sys.audit, gate_event, error)}
+        if signature is not None:
+            fn.__signature__ = signature
+        gates[id(code)] = (code, label, original, strict, owner, family, owner or fn)
+
+    def subclasses(cls):
+        found = [cls]
+        for sub in type.__subclasses__(cls):
+            found += [c for c in subclasses(sub) if c not in found]
+        return found
+
+    def copier(cls):
+        """A ``__setstate__`` of ``cls``'s own (the inherited one's work), so that a copy
+        (``copy.deepcopy``, pickle: no ``__init__``) passes a gate too."""
+        namespace = {"__builtins__": {"super": super}}
+        exec(compile("def make(cls):\n    def __setstate__(self, state):\n"  # noqa: S102
+                     "        return super(cls, self).__setstate__(state)\n    return __setstate__\n",
+                     "<course-grade-copier>", "exec"), namespace)
+        method = namespace["make"](cls)
+        method.__qualname__ = f"{cls.__qualname__}.__setstate__"
+        return method
+
+    for label, obj, strict in objects:
+        if isinstance(obj, type):
+            family = tuple(subclasses(obj))
+            if "__setstate__" not in vars(obj) and hasattr(obj, "__setstate__"):
+                obj.__setstate__ = copier(obj)
+                gate(obj.__setstate__, f"{label}.__setstate__", strict, obj, family)
+            for key, value in list(vars(obj).items()):
+                if isinstance(value, (staticmethod, classmethod)):
+                    value = value.__func__
+                parts = [value.fget, value.fset, value.fdel] if isinstance(value, property) else [value]
+                for part in parts:
+                    if isinstance(part, types.FunctionType) and str(part.__module__).startswith("course_utils"):
+                        gate(part, f"{label}.{key}", strict, obj, family)
+        else:
+            gate(obj, label, strict, None, ())
+    return gates
+
+
+def _gate_allows(frame, entry, args, student_files, course_files, package, gates, stdlib, made):  # pragma: no cover
+    """Whether a gate (``entry`` of :func:`_gate_objects`), asked from ``frame`` (its caller)
+    with ``args``, runs the original. Who asks is the first frame outward that is neither a
+    gate nor a library's (the standard library, site-packages, the grader's own
+    ``<course-grade...>`` code): the course's code (``course``; its checkers:
+    ``checks``), one of the notebook's course cells (``cell``), a student's exercise cell
+    (``student``) or anything else (``other``: refused). Allowed: the course's code, the
+    checkers or a course cell with no student cell anywhere on the stack; a helper
+    (``strict`` false) called by the course's code even with a student cell below (an
+    earlier notebook's ``MultiHeadAttention`` computes its weights with notebook 01's
+    helper); a method of an instance that was made or used where it was allowed (``made``:
+    ``{id: weak reference}``; a checker hands the student's ``generate`` a reference model).
+    Never a method of an instance of a class derived from the hidden class outside the
+    course (``class GPTBlock(<the reference>)``), whoever calls."""
+    _, _, original, strict, owner, family, _ = entry
+    if owner is not None and args and isinstance(args[0], owner) and not any(type(args[0]) is c for c in family):
+        return False  # a class derived from the reference outside the course: not the course's code
+    first, student = None, False
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name in student_files:
+            student = True
+            first = first or "student"
+            break
+        if first is None and id(frame.f_code) not in gates:
+            if name.startswith(package):
+                first = "checks" if name.startswith(package + "checks") else "course"
+            elif name in course_files:
+                first = "cell"
+            elif not (name.startswith(("<course-grade", "<frozen")) or name.startswith(stdlib) or "-packages" in name):
+                first = "other"
+        frame = frame.f_back
+    if first in ("course", "checks", "cell") and not student:
+        return True
+    if first == "course" and not strict:
+        return True
+    if owner is not None and args and original.__name__ not in ("__init__", "__new__"):
+        self = args[0]  # identity, not equality: a class's __eq__ and __hash__ are its own
+        ref = made.get(id(self))
+        return isinstance(self, owner) and ref is not None and ref() is self
+    return False
+
+
+def _public_course(exercises, hidden_event, guard_source, skipped, gate_event, later=()):  # pragma: no cover - runs inside the graded kernel
     """Move the course package out of ``sys.modules`` and import a public copy with the
     references of ``exercises`` ({exercise: [helpers]}) replaced by guards.
 
-    Returns ``(private, public, guards, fetch_code)``: the checkers' modules ``{name:
+    Returns ``(private, public, guards, fetch_code, gates)``: the checkers' modules ``{name:
     module}``; the public copy's; ``{label: (guard, real object)}`` for each hidden name
-    (``label``: ``module.name`` under course_utils); and the code object of the guards'
-    request (the only code the hook answers). ``guard_source``
+    (``label``: ``module.name`` under course_utils); the code object of the guards'
+    request (the only code the hook answers); and the gates of :func:`_gate_objects`: the
+    real objects (the checkers' and the public copy's) are themselves made inert, their
+    code asking the hook with ``gate_event``. ``later``: the exercises of later notebooks,
+    which the course's code may use like helpers (notebook 04's ``Encoder`` builds notebook
+    02's ``MultiHeadAttention``; in the course they are only later than what uses them in a
+    fixture). ``guard_source``
     and ``skipped`` are :data:`GUARD_SOURCE` and :data:`SKIPPED_MODULES`."""
     import builtins
     import importlib
@@ -188,9 +329,12 @@ def _public_course(exercises, hidden_event, guard_source, skipped):  # pragma: n
     exec(compile(guard_source, "<course-grade-guards>", "exec"), namespace)  # noqa: S102
     guards = {}
     targets = {}  # id(public object) -> label
+    inert = []  # (label, object, strict): the real objects and the public copy's, made gates themselves
     for label, (exercise, real) in labels.items():
         module, _, attr = label.rpartition(".")
         old = getattr(public[f"course_utils.{module}"], attr)
+        strict = exercise is not None and exercise not in later
+        inert += [(label, real, strict), (label, old, strict)]
         doc = f"course_utils.{label}: not available while grading."
         make = namespace["guard_class"] if isinstance(real, type) else namespace["guard_function"]
         guards[label] = (make(label, attr, doc), real)
@@ -246,7 +390,9 @@ def _public_course(exercises, hidden_event, guard_source, skipped):  # pragma: n
             if isinstance(value, types.FunctionType):
                 scan_function(value)
     del targets, classes
+    gates = _gate_objects(inert, gate_event, namespace["NotAvailableWhileGrading"])
+    del inert
     import gc
 
     gc.collect()  # the public copy's own references, now unbound, leave type.__subclasses__()
-    return private, public, guards, namespace["_fetch"].__code__
+    return private, public, guards, namespace["_fetch"].__code__, gates

@@ -32,8 +32,9 @@ How a verdict travels
     graded code has no reason to do: start processes, send signals, load C libraries,
     walk frames or the garbage collector, trace, open the network, or read or write files
     outside its own folder. The checkers' ``course_utils`` then leaves ``sys.modules``: the
-    notebook gets a public copy in which its own references and their helpers are guards
-    that only the course's own code gets through (:mod:`._hide_references`).
+    notebook gets a public copy in which its own references, every later notebook's, and
+    their helpers are guards that only the course's own code gets through, and the real
+    objects' own code is gated the same way (:mod:`._hide_references`).
 
 Per exercise
     ``passed``; ``failed`` (the checker's diagnosis); ``not attempted`` (the stub still
@@ -108,7 +109,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.reader import NotJSONError
 
 from . import _hide_references, build
-from .guard import FileGuard, PackageCopy
+from .guard import FileGuard, PackageCopy, remove_stale_copies
 from .kernels import PACKAGE_ROOT, CurrentEnvKernelManager, kernel_env
 
 DEFAULT_TIMEOUT = 300.0  # seconds for all the cells of one notebook
@@ -313,6 +314,7 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     import os
     import sys
     import types
+    import weakref
 
     import torch
     import torch.nn
@@ -350,6 +352,9 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     # frames of the students' exercise cells, and the grader's own cells, are known by it.
     student_files = {get_file_name(src): name for name, src in config["exercise_sources"]}
     stdlib = os.path.dirname(os.__file__) + os.sep
+    import linecache
+
+    linecache_file = linecache.__file__
     readable = [workdir, turn, sys.prefix, sys.base_prefix, sys.exec_prefix, package_root,
                 *(p for p in sys.path if "site-packages" in p or "dist-packages" in p),
                 "/usr", "/lib", "/lib64", "/etc", "/dev", "/sys", "/proc/self", f"/proc/{os.getpid()}"]
@@ -357,12 +362,15 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     writable = [workdir, turn, "/dev/null"]
     # the references of this notebook out of reach (course_tools/_hide_references.py): the
     # checkers' copy of course_utils is kept here only; the kernel gets a public copy
-    hidden_event = event_name + "-hidden"
-    private, public, guards, fetch_code = _public_course(
-        config["hidden"], hidden_event, config["guard_source"], config["skipped_modules"])
+    hidden_event, gate_event = event_name + "-hidden", event_name + "-gate"
+    private, public, guards, fetch_code, gates = _public_course(
+        config["hidden"], hidden_event, config["guard_source"], config["skipped_modules"], gate_event,
+        [e for e in config["hidden"] if e not in config["exercises"]])
+    made = {}  # id -> weak reference: instances of hidden classes made where that was allowed
     course_files = {get_file_name(src) for src in config["course_sources"]} - set(student_files)
     package = os.path.realpath(os.path.dirname(course_utils.__file__)) + os.sep
-    helper_labels = {label for label in guards if label.rpartition(".")[2] not in config["hidden"]}
+    # what the course's other code may call: the helpers, and later notebooks' references
+    helper_labels = {label for label in guards if label.rpartition(".")[2] not in config["exercises"]}
     # how a hidden name is shown: an exercise as course_utils exports it, a helper by its module
     shown = {label: label.rpartition(".")[2] if label.rpartition(".")[2] in config["hidden"] else label
              for label in guards}
@@ -370,6 +378,9 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     for label, (guard, real) in guards.items():
         others[id(guard)] = (guard, f"{shown[label]} (hidden while grading)")
         others[id(real)] = (real, shown[label])
+    for entry in gates.values():  # the public copy's own objects, gated: the reference as well
+        others.setdefault(id(entry[6]), (entry[6], shown.get(entry[1].rpartition(".")[0] if entry[4] else entry[1],
+                                                             entry[1])))
     hidden_hits = []  # refused requests of a student's code: dicts with exercise, line, code, what
     checked = {}  # exercise label -> the student's own definition, once checked
 
@@ -399,7 +410,9 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             added = [n for n in now if n not in saved and (isinstance(owner, type) or label.startswith("course_utils"))
                      and not isinstance(now[n], types.ModuleType) and n != "__warningregistry__"]
             for name in added:
-                changed.append(f"{label}.{name}")
+                code = getattr(now[name], "__code__", None)  # a library's addition (transformers adds
+                if not (code is not None and "-packages" in code.co_filename):  # nn.Module.smart_apply)
+                    changed.append(f"{label}.{name}")
                 try:
                     if isinstance(owner, types.ModuleType):
                         del now[name]
@@ -444,6 +457,16 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             if direct and not (name.startswith(stdlib) and "-packages" not in name) and name != "<course-grade>":
                 return None
         return None
+
+    def shown_by_linecache():
+        """Whether the standard library's linecache, not a student's code, opens a file."""
+        for frame in stack():
+            name = frame.f_code.co_filename
+            if name in student_files:
+                return False
+            if name == linecache_file:
+                return True
+        return False
 
     def flag(frame, what):
         name = frame.f_code.co_filename
@@ -558,7 +581,40 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         if asker.f_code is fetch_code and label in checked:  # an exercise already checked: the student's own
             args[1].append(checked[label])
             return
-        what = f"calls course_utils.{shown[label]} (hidden while grading, refused)"
+        refused(label, shown[label])
+
+    def gate(args):
+        """A hidden object's own code asks to run (:func:`_gate_allows` says who may)."""
+        if len(args) != 2 or type(args[0]) is not list or type(args[1]) is not tuple:
+            return
+        state["busy"] += 1
+        try:
+            asker = sys._getframe(2)  # gate <- hook <- the gated function
+            entry = gates.get(id(asker.f_code))
+            if entry is None or entry[0] is not asker.f_code:
+                return
+            allowed = _gate_allows(asker.f_back, entry, args[1], student_files, course_files, package, gates,
+                                   stdlib, made)
+            # an instance the course's code made or used (a checker's copy of a reference model):
+            # its methods may then run for the student's code it is handed to
+            if allowed and args[1] and entry[4] is not None and isinstance(args[1][0], entry[4]):
+                try:
+                    made[id(args[1][0])] = weakref.ref(args[1][0])
+                except TypeError:
+                    pass
+        finally:
+            state["busy"] -= 1
+        if allowed:
+            args[0].append(entry[2])
+            return
+        label = entry[1]
+        exercise = next((e for e in config["hidden"] if label == e or label.startswith(e + ".")
+                         or f".{e}." in f".{label}."), None)
+        refused(label, label if exercise is None else label[label.index(exercise):])
+
+    def refused(label, name):
+        """Report a hidden object a student's code asked for: used the reference (R)."""
+        what = f"calls course_utils.{name} (hidden while grading, refused)"
         frame = student_frame(direct=False)
         key = (frame.f_code.co_filename, frame.f_lineno, label) if frame is not None else (state["checking"], label)
         if key in hidden_seen:
@@ -581,6 +637,8 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             return request(args)
         if event == hidden_event:
             return deliver(args)
+        if event == gate_event:
+            return gate(args)
         state["busy"] += 1
         try:
             refuse = None
@@ -623,7 +681,9 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                 code = getattr(args[0], "co_filename", None) if event == "exec" else next(paths(args[:1]), None)
                 if isinstance(code, str) and code.startswith(package) and (event == "exec" or code.endswith((".py", ".pyc"))):
                     frame = student_frame(direct=False)
-                    if frame is not None:
+                    # linecache reads source lines to show a warning or a traceback (a
+                    # student's `warnings.warn` during a check names the checker's line)
+                    if frame is not None and not (event == "open" and shown_by_linecache()):
                         refuse = f"reads or runs the course's code {code} ({event}): hidden while grading"
             if refuse is not None:
                 flag(frame, refuse + " (refused)")
@@ -775,7 +835,8 @@ def _uses_reference(obj, name, ref, student_files, others=None):  # pragma: no c
 def kernel_setup_source(config: dict) -> str:
     """The first cell of a graded notebook: runs :func:`_kernel_side` with private globals."""
     code = "\n\n".join(textwrap.dedent(inspect.getsource(f))
-                       for f in (_short, _uses_reference, _hide_references._public_course, _kernel_side))
+                       for f in (_short, _uses_reference, _hide_references._gate_objects, _hide_references._gate_allows,
+                                 _hide_references._public_course, _kernel_side))
     code += f"\n\n_kernel_side({config!r})\n"
     return (
         "# Added by course_tools.grade: set up grading before any student code runs.\n"
@@ -813,6 +874,10 @@ class CourseNotebook:
     exercises: list[Exercise]
     check_cells: set[str]  # ids of the course's cells that only call checkers
     aliases: dict[str, str]  # names its cells import: {name: dotted module or object}
+    # the exercises of the notebooks after this one: their references compute this one's
+    # answers too (notebook 02's MultiHeadAttention with identity projections is notebook
+    # 01's attention), so they are hidden while it is graded
+    later: list[str] = field(default_factory=list)
 
 
 def checker_exercises() -> dict[str, str]:
@@ -930,6 +995,9 @@ def load_course(solutions: Path, checkers: dict[str, str]) -> dict[str, CourseNo
                 aliases.update(import_aliases(tree))
         check_cells = {c.id for c in student.cells if c.cell_type == "code" and _only_checks(c.source, checkers)}
         course[path.name] = CourseNotebook(path.name, student, exercises, check_cells, aliases)
+    names = list(course)
+    for i, name in enumerate(names):
+        course[name].later = _unique(e.name for n in names[i + 1:] for e in course[n].exercises)
     return course
 
 
@@ -939,7 +1007,8 @@ def load_course(solutions: Path, checkers: dict[str, str]) -> dict[str, CourseNo
 # the tools and private modules.
 ALLOWED_IMPORTS = {"torch", "math", "numpy", "typing", "dataclasses", "functools", "itertools", "collections",
                    "copy", "einops", "__future__", "course_utils", "operator", "abc", "enum", "numbers",
-                   "warnings", "sys"}  # sys: its risky parts (frames, modules, hooks) are flagged where used
+                   "warnings", "sys", "time"}  # sys: its risky parts (frames, modules, hooks) are flagged where used;
+# time: a check that sleeps is stopped by the checkers' time limit
 TOOL_MODULES = {"course_utils.grade", "course_utils.build", "course_utils.start", "course_utils.check_env"}
 PROTECTED_ROOTS = {"torch", "course_utils", "builtins", "numpy", "math", "sys", "os", "IPython", "ipykernel"}
 DANGEROUS_ATTRS = {
@@ -1397,7 +1466,7 @@ async def _run_in(package: PackageCopy, plan: Plan, course_nb: CourseNotebook, r
             "exercises": {e.name: e.checker for e in course_nb.exercises},
             "exercise_sources": [(s.exercise, s.source) for s in plan.steps if s.kind == "exercise"],
             "course_sources": [s.source for s in plan.steps if s.kind == "course"],
-            "hidden": _hide_references.hidden_names(e.name for e in course_nb.exercises),
+            "hidden": _hide_references.hidden_names([*(e.name for e in course_nb.exercises), *course_nb.later]),
             "guard_source": _hide_references.GUARD_SOURCE, "skipped_modules": _hide_references.SKIPPED_MODULES,
         }
         cells = [nbformat.v4.new_code_cell(kernel_setup_source(config))]
@@ -1868,6 +1937,7 @@ def grade_class(
     time (``jobs`` > 1), each of them is graded again alone to find which one it was."""
     checkers = checker_exercises()
     course = load_course(solutions, checkers)
+    remove_stale_copies()  # a grader killed (SIGKILL) before it could remove its kernels' copies
     for sub in subs:
         if sub.data is None:
             sub.data = sub.path.read_bytes()

@@ -4,11 +4,17 @@ A fixture course notebook, made here from the course's own solution cells, has f
 exercises of notebooks 01, 08 and 09 (``scaled_dot_product_attention``,
 ``TransformerClassifier``, ``GPTBlock``, ``GPT``) and course cells that use those
 references before the exercises and after them (the course's cells get the real ones).
-An honest student must pass all four without a flag; students who reach the references
-through computed names, helpers, the reference class's ``forward`` or ``add_module`` must
-pass none, and each attempt is flagged (``R`` or ``!``) naming what it used. The class is
-graded through the command line, with and without ``--sandbox``. A brute-force test
-delegates every exercise of the course to every callable the public ``course_utils`` has.
+An honest student must pass all four without a flag; students who
+reach the references through computed names, helpers, the reference class's ``forward``,
+``add_module``, a checker's hook's ``__globals__``,
+``nn.Module.__subclasses__()``, the garbage collector, ``functools.partial`` or a copy of a
+course cell's model must pass none, and each attempt is flagged (``R`` or ``!``) naming
+what it used. The class is graded through the command line, with and without
+``--sandbox``. A brute-force test delegates every exercise of the course to a fixed
+sample of the callables a graded kernel reaches (benchmarks/hidden_brute_force.py runs
+them all). A later notebook's reference is hidden too: a notebook 01 whose attention is
+notebook 02's ``MultiHeadAttention`` with identity projections, and whose padding mask is
+notebook 06's ``make_src_mask``, is graded against the course's own solutions.
 """
 
 from __future__ import annotations
@@ -130,6 +136,62 @@ ATTACKS = {
         "GPTBlock": own_then("GPTBlock", DELEGATE_FORWARD, 'getattr(course_utils.gpt, "GPT" + "Block")'),
         "GPT": own_then("GPT", DELEGATE_FORWARD, "course_utils.GPT"),
     },
+    # reached, not named: a partial, a checker's hook's __globals__, nn.Module.__subclasses__()
+    "reach": {
+        "scaled_dot_product_attention": "scaled_dot_product_attention = functools.partial(\n"
+                                        "    vars(course_utils.attention)['scaled_dot_product_attention'])\n",
+        "TransformerClassifier": own_then("TransformerClassifier", textwrap.dedent("""\
+            class {name}(_Mine):
+                def forward(self, *args, **kwargs):
+                    hooks = [*nn.modules.module._global_parameter_registration_hooks.values(),
+                             *nn.modules.module._global_forward_pre_hooks.values()]
+                    for m in self.modules():
+                        hooks += [*m._forward_pre_hooks.values(), *m._forward_hooks.values()]
+                    for hook in hooks:  # a checker's hook: its module's globals hold the reference
+                        found = getattr(hook, "__globals__", {{}}).get("{name}")
+                        if found is not None:
+                            return found.forward(self, *args, **kwargs)
+                    return super().forward(*args, **kwargs)
+            """), ""),
+        "GPTBlock": textwrap.dedent("""\
+            def _course_class(name):
+                todo = [nn.Module]
+                while todo:
+                    cls = todo.pop()
+                    if cls.__name__ == name and cls.__module__ == "course_utils.gpt":
+                        return cls
+                    todo += cls.__subclasses__()
+
+
+            class GPTBlock(_course_class("GPTBlock")):
+                pass
+            """),
+        "GPT": "_found = [nn.Module]\nwhile _found[-1].__name__ != 'GPT' or _found[-1].__module__ != 'course_utils.gpt':\n"
+               "    _found += _found.pop().__subclasses__()\n\n" + ADOPT.format(name="GPT", expr="_found[-1]"),
+    },
+    # the garbage collector; the reference as a partial; a copy of a course cell's model; its class's forward
+    "reach2": {
+        "scaled_dot_product_attention": "import gc\n\nscaled_dot_product_attention = next(\n"
+                                        "    o for o in gc.get_objects() if getattr(o, '__name__', '') == "
+                                        "'scaled_dot_product_attention' and getattr(o, '__module__', '') == "
+                                        "'course_utils.attention')\n",
+        "TransformerClassifier": "_found = [nn.Module]\nwhile _found[-1].__name__ != 'TransformerClassifier':\n"
+                                 "    _found += _found.pop().__subclasses__()\n"
+                                 "TransformerClassifier = functools.partial(_found[-1])\n",
+        "GPTBlock": textwrap.dedent("""\
+            import copy
+
+
+            class GPTBlock(nn.Module):
+                def __init__(self, *args, **kwargs):
+                    super().__init__()
+                    self.inner = copy.deepcopy(block)
+
+                def forward(self, x, *args, **kwargs):
+                    return self.inner(x, *args, **kwargs)
+            """),
+        "GPT": own_then("GPT", DELEGATE_FORWARD, "type(block)"),
+    },
     # the course's code run again, an object a course cell made with the reference, sys.modules
     "source": {
         "scaled_dot_product_attention": "import importlib\n\nimportlib.reload(course_utils.attention)\n"
@@ -219,24 +281,94 @@ def test_no_attack_on_the_reference_passes_and_each_is_flagged(graded, student):
         assert f"{student}: {e['exercise']} " in graded["_out"]
 
 
-def test_brute_force_no_callable_of_the_public_course_passes_any_exercise():
-    """Every exercise of notebooks 01-09, delegated to every callable the public copy has."""
-    script = REPO / "tests" / "hidden_brute_force.py"
-    result = subprocess.run([sys.executable, str(script), str(REPO / "solutions")], cwd=REPO, capture_output=True,
-                            text=True, check=False, timeout=3000)
+# what the reaching attacks met: the reference's own code refused them (the path was real)
+REACHED = {
+    ("reach", "scaled_dot_product_attention"): "course_utils.scaled_dot_product_attention",
+    ("reach", "TransformerClassifier"): "course_utils.TransformerClassifier.forward (hidden while grading, refused)",
+    ("reach", "GPTBlock"): "course_utils.GPTBlock.__init__ (hidden while grading, refused)",
+    ("reach", "GPT"): "course_utils.GPT.__init__ (hidden while grading, refused)",
+    ("reach2", "scaled_dot_product_attention"): "gc.get_objects",
+    ("reach2", "TransformerClassifier"): "course_utils.TransformerClassifier",
+    ("reach2", "GPTBlock"): "course_utils.GPTBlock.__setstate__ (hidden while grading, refused)",
+    ("reach2", "GPT"): "course_utils.GPTBlock",
+}
+
+
+@pytest.mark.parametrize(("student", "name"), list(REACHED))
+def test_a_reached_reference_refuses_to_run_for_the_student(graded, student, name):
+    e = next(e for e in graded[student]["exercises"] if e["exercise"] == name)
+    said = " ".join([e["reference"] or "", *e["flags"]])
+    assert REACHED[student, name] in said, (student, e)
+
+
+BRUTE_FORCE = REPO / "benchmarks" / "hidden_brute_force.py"
+SAMPLE = "40"  # candidates an exercise: all that name a hidden object, then a fixed spread of the others
+# the notebooks whose checks are quick (a function, classes, a later notebook's classes):
+# 06, 07 and 09's checks decode or train, minutes for a sample (see the script)
+BRUTE_FORCE_NOTEBOOKS = ("01", "04", "08")
+
+
+def brute_force(*args: str) -> dict:
+    result = subprocess.run([sys.executable, str(BRUTE_FORCE), str(REPO / "solutions"), "--sample", SAMPLE, *args],
+                            cwd=REPO, capture_output=True, text=True, check=False, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_brute_force_no_callable_within_reach_passes_any_exercise():
+    """Every exercise of notebooks 01, 04 and 08, delegated to a fixed sample of the
+    callables a graded kernel reaches (the public copy, the checkers' modules, nn.Module's
+    subclasses): none is counted as passed. The full run: benchmarks/hidden_brute_force.py."""
+    report = brute_force(*BRUTE_FORCE_NOTEBOOKS)
     assert report["passed"] == []
-    assert len(report["tried"]) == 9 and all(n > 50 for n in report["tried"].values()), report["tried"]
+    assert len(report["tried"]) == 3 and all(n > 200 for n in report["tried"].values()), report["tried"]
 
 
 def test_brute_force_finds_the_references_when_nothing_is_hidden():
-    """The control: with nothing hidden, the same harness finds the references (so it can)."""
-    script = REPO / "tests" / "hidden_brute_force.py"
-    result = subprocess.run([sys.executable, str(script), str(REPO / "solutions"), "--control", "01", "09"],
-                            cwd=REPO, capture_output=True, text=True, check=False, timeout=3000)
-    assert result.returncode == 0, result.stderr[-3000:]
-    passed = json.loads(result.stdout.splitlines()[-1])["passed"]
+    """The control: with nothing hidden, the same harness and sample find the references
+    (so it can), a later notebook's included (06's make_src_mask is 01's padding_mask)."""
+    passed = brute_force("--control", "01")["passed"]
     for name in ("scaled_dot_product_attention <- course_utils.scaled_dot_product_attention (",
-                 "GPT <- course_utils.GPT (", "GPTBlock <- course_utils.GPTBlock (", "generate <- course_utils.generate ("):
+                 "padding_mask <- course_utils.make_src_mask ("):
         assert any(name in p for p in passed), (name, passed)
+
+
+LATER = {  # notebook 01's answers computed by later notebooks' references
+    "scaled_dot_product_attention": textwrap.dedent("""\
+        import course_utils
+
+
+        def scaled_dot_product_attention(query, key, value, mask=None):
+            D = query.shape[-1]
+            mha = course_utils.MultiHeadAttention(D, 1, dropout=0.0).eval()
+            with torch.no_grad():
+                for linear in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
+                    linear.weight.copy_(torch.eye(D))
+                    linear.bias.zero_()
+            out, w = mha(query, key, value, None if mask is None else mask.unsqueeze(1))
+            return out, w[:, 0]
+        """),
+    "padding_mask": "import course_utils\n\n\ndef padding_mask(tokens, pad_id):\n"
+                    "    return course_utils.make_src_mask(tokens, pad_id)\n",
+}
+
+
+def test_a_later_notebooks_reference_is_hidden_too(tmp_path):
+    """Grading notebook 01 (plain: the sandbox runs the same hook), MultiHeadAttention (02)
+    and make_src_mask (06) are out of reach: both answers are R, naming what they asked for."""
+    course = grade.load_course(REPO / "solutions", grade.checker_exercises())["01_attention.ipynb"]
+    cells = {e.cell_id: LATER[e.name] for e in course.exercises if e.name in LATER}
+    nb = nbformat.from_dict(json.loads(json.dumps(course.notebook)))
+    for cell in nb.cells:
+        cell.source = cells.get(cell.get("id"), cell.source)
+    (tmp_path / "students" / "lena").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "students" / "lena" / "01_attention.ipynb")
+    out = tmp_path / "grades.json"
+    result = subprocess.run([sys.executable, "-m", "course_tools.grade", str(tmp_path / "students"), "--solutions",
+                             str(REPO / "solutions"), "--no-sandbox", "--json", str(out)],
+                            cwd=REPO, capture_output=True, text=True, check=False, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    got = {e["exercise"]: e for e in json.loads(out.read_text(encoding="utf-8"))["notebooks"][0]["exercises"]}
+    for name, asked in (("scaled_dot_product_attention", "MultiHeadAttention"), ("padding_mask", "make_src_mask")):
+        assert got[name]["status"] == "used the reference", got[name]
+        assert f"calls course_utils.{asked} (hidden while grading, refused)" in got[name]["reference"], got[name]
