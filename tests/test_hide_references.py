@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 
 import nbformat
@@ -219,7 +220,7 @@ def course_solution() -> nbformat.NotebookNode:
                                                                           "language": "python"}})
 
 
-def make_class(folder: Path) -> Path:
+def make_class(folder: Path, students: Iterable[str] | None = None) -> Path:
     """The fixture course's solutions (returned) and the students: hana (honest: the
     solutions) and the attackers of :data:`ATTACKS`."""
     solutions = folder / "solutions"
@@ -228,6 +229,8 @@ def make_class(folder: Path) -> Path:
     nbformat.write(solution, solutions / NOTEBOOK)
     student = build.student_notebook(solution, NOTEBOOK)
     for name, changes in {"hana": {}, **ATTACKS}.items():
+        if students is not None and name not in students:
+            continue
         nb = nbformat.from_dict(json.loads(json.dumps(student)))
         for cell in nb.cells:
             exercise = cell.get("id", "").removeprefix("ex-")
@@ -251,6 +254,7 @@ def run_grader(folder: Path, *options: str) -> dict:
     return {n["student"]: n for n in json.loads(out.read_text(encoding="utf-8"))["notebooks"]} | {"_out": result.stdout}
 
 
+SANDBOX_STUDENTS = ("hana", "attr", "reach", "reach2")
 SANDBOX = [pytest.param(False, id="plain"), pytest.param(True, id="sandbox", marks=pytest.mark.skipif(
     shutil.which("bwrap") is None or grade.sandbox_problem() is not None, reason="bwrap cannot run here"))]
 
@@ -258,7 +262,9 @@ SANDBOX = [pytest.param(False, id="plain"), pytest.param(True, id="sandbox", mar
 @pytest.fixture(scope="module", params=SANDBOX)
 def graded(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp("refs")
-    make_class(folder)
+    # under --sandbox (the same hook, in bwrap) the students who reach the real objects only:
+    # the suite's time is shared
+    make_class(folder, SANDBOX_STUDENTS if request.param else None)
     return run_grader(folder, *(["--sandbox"] if request.param else []))
 
 
@@ -274,6 +280,8 @@ def test_honest_student_passes_every_exercise_and_the_course_cells_run(graded):
 
 @pytest.mark.parametrize("student", list(ATTACKS))
 def test_no_attack_on_the_reference_passes_and_each_is_flagged(graded, student):
+    if student not in graded:
+        pytest.skip(f"{student} is graded without --sandbox only")
     for e in graded[student]["exercises"]:
         assert e["status"] in ("used the reference", "review"), (student, e)
         said = " ".join([e["reference"] or "", *e["flags"]])
@@ -296,6 +304,8 @@ REACHED = {
 
 @pytest.mark.parametrize(("student", "name"), list(REACHED))
 def test_a_reached_reference_refuses_to_run_for_the_student(graded, student, name):
+    if student not in graded:
+        pytest.skip(f"{student} is graded without --sandbox only")
     e = next(e for e in graded[student]["exercises"] if e["exercise"] == name)
     said = " ".join([e["reference"] or "", *e["flags"]])
     assert REACHED[student, name] in said, (student, e)
