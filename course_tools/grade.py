@@ -31,16 +31,19 @@ How a verdict travels
     from the check cell that asked for it. The same hook refuses, and reports, what
     graded code has no reason to do: start processes, send signals, load C libraries,
     walk frames or the garbage collector, trace, open the network, or read or write files
-    outside its own folder.
+    outside its own folder. The checkers' ``course_utils`` then leaves ``sys.modules``: the
+    notebook gets a public copy in which its own references, every later notebook's, and
+    their helpers are guards that only the course's own code gets through, and the real
+    objects' own code is gated the same way (:mod:`._hide_references`).
 
 Per exercise
     ``passed``; ``failed`` (the checker's diagnosis); ``not attempted`` (the stub still
     raises NotImplementedError); ``error`` (the student's code raised inside the check);
     ``not run`` (no verdict: the notebook stopped first, or the exercise cell raised
     before defining the name); ``used the reference`` (the answer is the course's own
-    reference: the same object, an alias, a wrapper, a subclass, or the cell imports
-    that name from ``course_utils``; other references, such as earlier notebooks', are
-    allowed); ``review`` (the exercise cell does something graded code has no reason to
+    reference: the same object, an alias, a wrapper, a subclass, the cell imports that
+    name from ``course_utils``, or the code asked for the reference or a helper of it,
+    hidden while grading; other references, such as earlier notebooks', are allowed); ``review`` (the exercise cell does something graded code has no reason to
     do, named with its line; a human should look. A ``review`` is never counted as
     passed, whatever the checker said).
 
@@ -105,8 +108,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.reader import NotJSONError
 
-from . import build
-from .guard import FileGuard, PackageCopy
+from . import _hide_references, build
+from .guard import FileGuard, PackageCopy, remove_stale_copies
 from .kernels import PACKAGE_ROOT, CurrentEnvKernelManager, kernel_env
 
 DEFAULT_TIMEOUT = 300.0  # seconds for all the cells of one notebook
@@ -311,6 +314,7 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     import os
     import sys
     import types
+    import weakref
 
     import torch
     import torch.nn
@@ -348,11 +352,37 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     # frames of the students' exercise cells, and the grader's own cells, are known by it.
     student_files = {get_file_name(src): name for name, src in config["exercise_sources"]}
     stdlib = os.path.dirname(os.__file__) + os.sep
+    import linecache
+
+    linecache_file = linecache.__file__
     readable = [workdir, turn, sys.prefix, sys.base_prefix, sys.exec_prefix, package_root,
                 *(p for p in sys.path if "site-packages" in p or "dist-packages" in p),
                 "/usr", "/lib", "/lib64", "/etc", "/dev", "/sys", "/proc/self", f"/proc/{os.getpid()}"]
     readable = [os.path.realpath(p) for p in readable if p]
     writable = [workdir, turn, "/dev/null"]
+    # the references of this notebook out of reach (course_tools/_hide_references.py): the
+    # checkers' copy of course_utils is kept here only; the kernel gets a public copy
+    hidden_event, gate_event = event_name + "-hidden", event_name + "-gate"
+    private, public, guards, fetch_code, gates = _public_course(
+        config["hidden"], hidden_event, config["guard_source"], config["skipped_modules"], gate_event,
+        [e for e in config["hidden"] if e not in config["exercises"]])
+    made = {}  # id -> weak reference: instances of hidden classes made where that was allowed
+    course_files = {get_file_name(src) for src in config["course_sources"]} - set(student_files)
+    package = os.path.realpath(os.path.dirname(course_utils.__file__)) + os.sep
+    # what the course's other code may call: the helpers, and later notebooks' references
+    helper_labels = {label for label in guards if label.rpartition(".")[2] not in config["exercises"]}
+    # how a hidden name is shown: an exercise as course_utils exports it, a helper by its module
+    shown = {label: label.rpartition(".")[2] if label.rpartition(".")[2] in config["hidden"] else label
+             for label in guards}
+    others = {}  # id -> (object, label): the hidden names' guards and the real helpers
+    for label, (guard, real) in guards.items():
+        others[id(guard)] = (guard, f"{shown[label]} (hidden while grading)")
+        others[id(real)] = (real, shown[label])
+    for entry in gates.values():  # the public copy's own objects, gated: the reference as well
+        others.setdefault(id(entry[6]), (entry[6], shown.get(entry[1].rpartition(".")[0] if entry[4] else entry[1],
+                                                             entry[1])))
+    hidden_hits = []  # refused requests of a student's code: dicts with exercise, line, code, what
+    checked = {}  # exercise label -> the student's own definition, once checked
 
     def watched():
         """(label, namespace owner, snapshot) of what a student could patch to fool a check."""
@@ -362,11 +392,12 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                   ("torch.nn.Parameter", torch.nn.Parameter), ("torch.UntypedStorage", torch.UntypedStorage),
                   ("torch.TypedStorage", torch.TypedStorage), ("torch.serialization", torch.serialization),
                   ("builtins", builtins), ("CheckResult", CheckResult)]
-        owners += [(n, m) for n, m in sorted(sys.modules.items()) if n.split(".")[0] == "course_utils"]
+        owners += [(n, m) for n, m in sorted(private.items())]
+        owners += [(n, m) for n, m in sorted(public.items())]
         return [(label, owner, dict(vars(owner))) for label, owner in owners]
 
     pending = []  # findings not yet sent: dicts with exercise, line, what
-    state = {"busy": 0}
+    state = {"busy": 0, "checking": ""}
 
     def restore():
         """Put back what was saved; name the changes a student made (torch replaces a few of
@@ -379,7 +410,9 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             added = [n for n in now if n not in saved and (isinstance(owner, type) or label.startswith("course_utils"))
                      and not isinstance(now[n], types.ModuleType) and n != "__warningregistry__"]
             for name in added:
-                changed.append(f"{label}.{name}")
+                code = getattr(now[name], "__code__", None)  # a library's addition (transformers adds
+                if not (code is not None and "-packages" in code.co_filename):  # nn.Module.smart_apply)
+                    changed.append(f"{label}.{name}")
                 try:
                     if isinstance(owner, types.ModuleType):
                         del now[name]
@@ -424,6 +457,16 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             if direct and not (name.startswith(stdlib) and "-packages" not in name) and name != "<course-grade>":
                 return None
         return None
+
+    def shown_by_linecache():
+        """Whether the standard library's linecache, not a student's code, opens a file."""
+        for frame in stack():
+            name = frame.f_code.co_filename
+            if name in student_files:
+                return False
+            if name == linecache_file:
+                return True
+        return False
 
     def flag(frame, what):
         name = frame.f_code.co_filename
@@ -504,6 +547,87 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
 
     snapshot = watched()
 
+    hidden_seen = set()
+
+    def deliver(args):
+        """A guard asks for a hidden reference: handed over to the course's own cells (one on
+        the stack, no student cell, no check running), and a helper to the course's other
+        code that calls it (``MultiHeadAttention`` computes its weights with notebook 01's
+        helper); anyone else is refused."""
+        if len(args) != 2 or type(args[0]) is not str or type(args[1]) is not list or args[0] not in guards:
+            return
+        label = args[0]
+        state["busy"] += 1
+        try:
+            asker = sys._getframe(2)  # deliver <- hook <- the guard's request <- the guard <- its caller
+            caller = asker.f_back.f_back if asker.f_back is not None else None
+        finally:
+            state["busy"] -= 1
+        if asker.f_code is fetch_code and label in helper_labels and caller is not None \
+                and caller.f_code.co_filename.startswith(package):
+            args[1].append(guards[label][1])
+            return
+        if asker.f_code is fetch_code and not state["checking"]:
+            course = False
+            for frame in stack():
+                name = frame.f_code.co_filename
+                if name in student_files:
+                    course = False
+                    break
+                course = course or name in course_files
+            if course:
+                args[1].append(guards[label][1])
+                return
+        if asker.f_code is fetch_code and label in checked:  # an exercise already checked: the student's own
+            args[1].append(checked[label])
+            return
+        refused(label, shown[label])
+
+    def gate(args):
+        """A hidden object's own code asks to run (:func:`_gate_allows` says who may)."""
+        if len(args) != 2 or type(args[0]) is not list or type(args[1]) is not tuple:
+            return
+        state["busy"] += 1
+        try:
+            asker = sys._getframe(2)  # gate <- hook <- the gated function
+            entry = gates.get(id(asker.f_code))
+            if entry is None or entry[0] is not asker.f_code:
+                return
+            allowed = _gate_allows(asker.f_back, entry, args[1], student_files, course_files, package, gates,
+                                   stdlib, made)
+            # an instance the course's code made or used (a checker's copy of a reference model):
+            # its methods may then run for the student's code it is handed to
+            if allowed and args[1] and entry[4] is not None and isinstance(args[1][0], entry[4]):
+                try:
+                    made[id(args[1][0])] = weakref.ref(args[1][0])
+                except TypeError:
+                    pass
+        finally:
+            state["busy"] -= 1
+        if allowed:
+            args[0].append(entry[2])
+            return
+        label = entry[1]
+        exercise = next((e for e in config["hidden"] if label == e or label.startswith(e + ".")
+                         or f".{e}." in f".{label}."), None)
+        refused(label, label if exercise is None else label[label.index(exercise):])
+
+    def refused(label, name):
+        """Report a hidden object a student's code asked for: used the reference (R)."""
+        what = f"calls course_utils.{name} (hidden while grading, refused)"
+        frame = student_frame(direct=False)
+        key = (frame.f_code.co_filename, frame.f_lineno, label) if frame is not None else (state["checking"], label)
+        if key in hidden_seen:
+            return
+        hidden_seen.add(key)
+        if frame is not None:
+            flag(frame, what)
+            hidden_hits.append(pending.pop())  # used the reference (R), not a finding to review
+        elif state["checking"]:
+            hidden_hits.append({"exercise": state["checking"], "line": None, "code": "", "what": what})
+        else:
+            pending.append({"exercise": None, "line": None, "code": "", "what": what})
+
     def hook(event, args):
         if state["busy"]:
             return
@@ -511,6 +635,10 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             raise RuntimeError("grading: no other audit hook")
         if event == event_name:
             return request(args)
+        if event == hidden_event:
+            return deliver(args)
+        if event == gate_event:
+            return gate(args)
         state["busy"] += 1
         try:
             refuse = None
@@ -543,6 +671,20 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
                 frame = student_frame(direct=True)
                 if frame is not None:
                     flag(frame, "starts a thread")
+            elif event in ("compile", "code.__new__") and len(args) > 1 and isinstance(args[1], str) and (
+                    args[1] in course_files or args[1].startswith(package)):
+                frame = student_frame(direct=False)  # code passed off as the course's
+                if frame is not None:
+                    refuse = f"{event} of code named as the course's {args[1]}"
+            if refuse is None and event in ("open", "exec") and args:
+                # the course's code read or run again would be the hidden references anew
+                code = getattr(args[0], "co_filename", None) if event == "exec" else next(paths(args[:1]), None)
+                if isinstance(code, str) and code.startswith(package) and (event == "exec" or code.endswith((".py", ".pyc"))):
+                    frame = student_frame(direct=False)
+                    # linecache reads source lines to show a warning or a traceback (a
+                    # student's `warnings.warn` during a check names the checker's line)
+                    if frame is not None and not (event == "open" and shown_by_linecache()):
+                        refuse = f"reads or runs the course's code {code} ({event}): hidden while grading"
             if refuse is not None:
                 flag(frame, refuse + " (refused)")
                 raise PermissionError(f"grading: not allowed in graded code: {refuse}")
@@ -554,7 +696,11 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         if obj is missing:
             return {"status": "undefined", "passed": False, "mistake": None,
                     "feedback": f"{name} is not defined (its cell did not define it)"}
-        result = checkers[name](obj)
+        state["checking"] = name
+        try:
+            result = checkers[name](obj)
+        finally:
+            state["checking"] = ""
         if type(result) is not CheckResult:
             return {"status": "error", "passed": False, "mistake": None, "feedback": "the checker gave no result"}
         out = {"status": result.status, "passed": result.passed is True, "mistake": result.mistake,
@@ -577,17 +723,29 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
         message = {"action": action, "exercise": name}
         if action == "check":
             changed = restore()
-            message["verdict"] = verdict_of(name)
+            own = shell.user_ns.get(name, missing)
+            message["verdict"] = verdict_of(name)  # course_utils.<name> is still a guard: no way round
             state["busy"] += 1
             try:
-                message["reference"] = _uses_reference(shell.user_ns.get(name, missing), name,
-                                                       references.get(name), student_files)
+                message["reference"] = _uses_reference(own, name, references.get(name), student_files, others)
             finally:
                 state["busy"] -= 1
             changed += [c + " (while being checked)" for c in restore()]
+            hits = [h for h in hidden_hits if h["exercise"] == name]
+            hidden_hits[:] = [h for h in hidden_hits if h["exercise"] != name]
+            said = [message["reference"]] if message["reference"] else []
+            said += [(f"line {h['line']}: " if h["line"] else "") + h["what"] + (f": `{h['code']}`" if h["code"] else "")
+                     for h in hits]
+            message["reference"] = "; ".join(said) or None
+            if own is not missing:  # checked: course_utils.<name> is the student's own for the student's code
+                checked.update({label: own for label, (guard, _) in guards.items()
+                                if label.rpartition(".")[2] == name and own is not guard})
             for what in changed:
                 pending.append({"exercise": name, "line": None, "code": "",
                                 "what": f"changed {what}; undone before checking"})
+        if action == "end":  # a reference a student's code asked for after its exercise's check
+            pending.extend(hidden_hits)
+            hidden_hits.clear()
         message["flags"] = list(pending)
         pending.clear()
         text = repr(message)
@@ -601,16 +759,20 @@ def _short(args) -> str:  # pragma: no cover - runs inside the graded kernel too
     return f" ({text})" if text else ""
 
 
-def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs inside the graded kernel too
+def _uses_reference(obj, name, ref, student_files, others=None):  # pragma: no cover - runs inside the graded kernel too
     """How ``obj``, a student's answer to exercise ``name``, uses ``ref``, the course's
     reference (``None``: it does not): it is ``ref`` (an alias), subclasses it, or a function
     or class of the student's (code from ``student_files``) holds or names it (a wrapper,
-    a closure, a default, ``functools.partial``, a method, a helper it calls)."""
+    a closure, a default, ``functools.partial``, a method, a helper it calls). ``others``:
+    ``{id: (object, label)}``, more objects that count as the reference (in a graded kernel,
+    the hidden names' guards and the reference's helpers)."""
     import functools
     import types
 
     if ref is None:
         return None
+    others = dict(others or {})
+    others[id(ref)] = (ref, name)
     missing = object()
     seen, todo, steps = set(), [(obj, "it is")], 0
     while todo and steps < 500:
@@ -619,11 +781,15 @@ def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs i
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if x is ref:
-            return f"{how} course_utils.{name}"
+        if id(x) in others and others[id(x)][0] is x:
+            return f"{how} course_utils.{others[id(x)][1]}"
+        kind = type(x)  # an object the reference made (a course cell's model, say): its class is the reference
+        if id(kind) in others and others[id(kind)][0] is kind:
+            return f"{how} a course_utils.{others[id(kind)][1]} object"
         if isinstance(x, type):
-            if isinstance(ref, type) and issubclass(x, ref):
-                return f"it subclasses course_utils.{name}"
+            for base in x.__mro__[1:]:
+                if id(base) in others and others[id(base)][0] is base:
+                    return f"it subclasses course_utils.{others[id(base)][1]}"
             if getattr(x, "__module__", "").split(".")[0] in ("torch", "builtins", "course_utils"):
                 continue
             todo += [(v, "it uses") for v in vars(x).values()]
@@ -656,8 +822,11 @@ def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs i
                 v = x.__globals__.get(n, missing)
                 if isinstance(v, types.ModuleType):
                     # `course_utils.name` (or a submodule's): both names are in the code
-                    if v.__name__.split(".")[0] == "course_utils" and name in names and getattr(v, name, None) is ref:
-                        return f"it uses course_utils.{name}"
+                    if v.__name__.split(".")[0] == "course_utils":
+                        for attr in sorted(names):
+                            got = getattr(v, attr, None)
+                            if id(got) in others and others[id(got)][0] is got:
+                                return f"it uses course_utils.{others[id(got)][1]}"
                 elif v is not missing:
                     todo.append((v, "it calls"))
     return None
@@ -665,7 +834,9 @@ def _uses_reference(obj, name, ref, student_files):  # pragma: no cover - runs i
 
 def kernel_setup_source(config: dict) -> str:
     """The first cell of a graded notebook: runs :func:`_kernel_side` with private globals."""
-    code = "\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in (_short, _uses_reference, _kernel_side))
+    code = "\n\n".join(textwrap.dedent(inspect.getsource(f))
+                       for f in (_short, _uses_reference, _hide_references._gate_objects, _hide_references._gate_allows,
+                                 _hide_references._public_course, _kernel_side))
     code += f"\n\n_kernel_side({config!r})\n"
     return (
         "# Added by course_tools.grade: set up grading before any student code runs.\n"
@@ -703,6 +874,10 @@ class CourseNotebook:
     exercises: list[Exercise]
     check_cells: set[str]  # ids of the course's cells that only call checkers
     aliases: dict[str, str]  # names its cells import: {name: dotted module or object}
+    # the exercises of the notebooks after this one: their references compute this one's
+    # answers too (notebook 02's MultiHeadAttention with identity projections is notebook
+    # 01's attention), so they are hidden while it is graded
+    later: list[str] = field(default_factory=list)
 
 
 def checker_exercises() -> dict[str, str]:
@@ -820,6 +995,9 @@ def load_course(solutions: Path, checkers: dict[str, str]) -> dict[str, CourseNo
                 aliases.update(import_aliases(tree))
         check_cells = {c.id for c in student.cells if c.cell_type == "code" and _only_checks(c.source, checkers)}
         course[path.name] = CourseNotebook(path.name, student, exercises, check_cells, aliases)
+    names = list(course)
+    for i, name in enumerate(names):
+        course[name].later = _unique(e.name for n in names[i + 1:] for e in course[n].exercises)
     return course
 
 
@@ -829,7 +1007,8 @@ def load_course(solutions: Path, checkers: dict[str, str]) -> dict[str, CourseNo
 # the tools and private modules.
 ALLOWED_IMPORTS = {"torch", "math", "numpy", "typing", "dataclasses", "functools", "itertools", "collections",
                    "copy", "einops", "__future__", "course_utils", "operator", "abc", "enum", "numbers",
-                   "warnings", "sys"}  # sys: its risky parts (frames, modules, hooks) are flagged where used
+                   "warnings", "sys", "time"}  # sys: its risky parts (frames, modules, hooks) are flagged where used;
+# time: a check that sleeps is stopped by the checkers' time limit
 TOOL_MODULES = {"course_utils.grade", "course_utils.build", "course_utils.start", "course_utils.check_env"}
 PROTECTED_ROOTS = {"torch", "course_utils", "builtins", "numpy", "math", "sys", "os", "IPython", "ipykernel"}
 DANGEROUS_ATTRS = {
@@ -1286,6 +1465,9 @@ async def _run_in(package: PackageCopy, plan: Plan, course_nb: CourseNotebook, r
             "event": AUDIT_EVENT, "check_source": CHECK_SOURCE, "end_source": END_SOURCE,
             "exercises": {e.name: e.checker for e in course_nb.exercises},
             "exercise_sources": [(s.exercise, s.source) for s in plan.steps if s.kind == "exercise"],
+            "course_sources": [s.source for s in plan.steps if s.kind == "course"],
+            "hidden": _hide_references.hidden_names([*(e.name for e in course_nb.exercises), *course_nb.later]),
+            "guard_source": _hide_references.GUARD_SOURCE, "skipped_modules": _hide_references.SKIPPED_MODULES,
         }
         cells = [nbformat.v4.new_code_cell(kernel_setup_source(config))]
         cells += [nbformat.v4.new_code_cell(s.source) for s in plan.steps]
@@ -1523,7 +1705,7 @@ def grade_run(sub: Submission, plan: Plan, run: Run, course_nb: CourseNotebook) 
             grade.reference = f"{grade.reference}; " if grade.reference else ""
             grade.reference += f"the cell names it: {scan.reference}"
         grade.flags = flags = deduplicated(flags)
-        if grade.status != NOT_RUN or flags:
+        if grade.status != NOT_RUN or flags or grade.reference:
             if grade.reference:
                 grade.verdict, grade.status = grade.status, REFERENCE
                 grade.message = f"answered with the course's reference ({grade.reference})"
@@ -1755,6 +1937,7 @@ def grade_class(
     time (``jobs`` > 1), each of them is graded again alone to find which one it was."""
     checkers = checker_exercises()
     course = load_course(solutions, checkers)
+    remove_stale_copies()  # a grader killed (SIGKILL) before it could remove its kernels' copies
     for sub in subs:
         if sub.data is None:
             sub.data = sub.path.read_bytes()

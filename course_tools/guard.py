@@ -63,12 +63,40 @@ class Change:
         return f"{self.how} {self.path}" + ("" if self.undone else " (could not be put back)")
 
 
+COPY_PREFIX = "course-grade-package-"
+
+
+def remove_stale_copies(folder: Path | None = None) -> list[Path]:
+    """Remove the package copies (``course-grade-package-<pid>-*`` in ``folder``, the
+    temporary folder by default) of graders that are gone (killed before they could remove
+    them); only this user's, and never one whose process still runs. Returns those removed."""
+    folder = Path(folder or tempfile.gettempdir())
+    removed = []
+    for path in folder.glob(f"{COPY_PREFIX}*-*"):
+        pid = path.name[len(COPY_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or path.is_symlink() or not path.is_dir() or path.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+            continue  # its grader still runs (or the PID is another process's now): left alone
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        copy = PackageCopy.__new__(PackageCopy)
+        copy.root = path
+        copy.remove()
+        removed.append(path)
+    return removed
+
+
 class PackageCopy:
     """A private, read-only copy of the course package for one kernel (see the module's docstring).
     ``root`` goes first on the kernel's ``PYTHONPATH``; :meth:`changes` after its turn."""
 
     def __init__(self, source: Path = PACKAGE_ROOT):
-        self.root = Path(tempfile.mkdtemp(prefix="course-grade-package-")).resolve()
+        # the grader's PID in the name: a copy whose grader is gone is removed by the next one
+        self.root = Path(tempfile.mkdtemp(prefix=f"{COPY_PREFIX}{os.getpid()}-")).resolve()
         for part in PACKAGE_PARTS:
             if (source / part).is_dir():
                 shutil.copytree(source / part, self.root / part, symlinks=False,

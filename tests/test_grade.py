@@ -569,7 +569,9 @@ def test_ignored_cells_are_reported(graded):
 
 def test_reference_answers_are_used_the_reference(graded):
     causal, padding = exercise(graded, "rita", "causal_mask"), exercise(graded, "rita", "padding_mask")
-    assert causal["verdict"] == padding["verdict"] == "passed"  # the reference passes, of course
+    # the reference is out of reach while grading: calling it raised inside the check
+    assert causal["verdict"] == padding["verdict"] == "error"
+    assert "calls course_utils.causal_mask (hidden while grading, refused)" in causal["reference"]
     assert "it is course_utils.causal_mask" in causal["reference"]
     assert "from course_utils import causal_mask as _theirs" in causal["reference"]
     assert "it uses course_utils.padding_mask" in padding["reference"]
@@ -589,10 +591,10 @@ def test_reference_answers_are_used_the_reference(graded):
                                         "not signed by the grader (forged)"]),
     ("fiona", "padding_mask", None, ["redefines __import__", "no verdict came back"]),
     ("xena", "causal_mask", "failed", ["imports course_utils.checks._core", "assigns to course_utils.checks._core.fail"]),
-    # patched while the checker runs: the verdict may be fooled, the grade is not
+    # patched while the checker runs: the verdict may be fooled, the grade is not (the checkers'
+    # module she patches is the graded kernel's stand-in: the real checkers are out of reach)
     ("xena", "padding_mask", "any", ["imports builtins", "assigns to builtins.print", "changed builtins.print",
-                                     "assigns to course_utils.checks._core._close",
-                                     "changed course_utils.checks._core._close (while being checked)"]),
+                                     "assigns to course_utils.checks._core._close"]),
 ])
 def test_each_attack_is_flagged_for_review_with_its_line(graded, student, name, verdict, flags):
     got = exercise(graded, student, name)
@@ -817,8 +819,9 @@ def test_a_check_that_sleeps_is_stopped_by_the_checkers_time_limit_and_generator
                                   sandbox=SANDBOX, check_time_limit=3)  # in the default mode
     causal, padding = vic.exercises
     assert vic.status == "ok", vic.problem
-    assert (causal.verdict, causal.mistake) == (grade.ERROR, "time limit") and "within 3 s" in causal.feedback
-    assert causal.flags == ["line 1: imports time: `import time`"]  # why it is "review"
+    # `import time` is no reason to review: the status is the checker's own verdict
+    assert (causal.status, causal.mistake) == (grade.ERROR, "time limit") and "within 3 s" in causal.feedback
+    assert causal.flags == []
     assert padding.status == grade.ERROR and "your code raised GeneratorExit" in padding.message
 
 
@@ -963,6 +966,10 @@ def test_scan_exercise_cell(source, flags, reference):
     ("class Encoder(course_utils.Encoder):\n    pass", "Encoder", "it subclasses course_utils.Encoder"),
     ("class Encoder(torch.nn.Module):\n    def __init__(self, *args):\n        super().__init__()\n"
      "        self.inner = course_utils.Encoder(*args)", "Encoder", "it uses course_utils.Encoder"),
+    # an object the reference made (a course cell's model): its class is the reference
+    ("_made = course_utils.Encoder(1, 8, 2, 16)\n\nclass Encoder(torch.nn.Module):\n"
+     "    def forward(self, x, mask=None):\n        return type(_made).forward(self, x, mask)", "Encoder",
+     "it calls a course_utils.Encoder object"),
     # the student's own code; an earlier notebook's reference inside it is allowed
     ("def causal_mask(n, device=None):\n    return torch.ones(n, n, dtype=torch.bool, device=device).tril()",
      "causal_mask", None),
@@ -1103,3 +1110,21 @@ def test_report_labels_students_who_share_a_name_by_path(tmp_path):
     rows = list(csv.DictReader((tmp_path / "g.csv").open(encoding="utf-8", newline="")))
     assert [(r["status"], r["flags"], r["ignored_cells"]) for r in rows] == [
         ("passed", "", "7"), ("used the reference", "", "7"), ("review", "line 1: x", "7"), ("not attempted", "", "7")]
+
+
+def test_stale_package_copies_of_a_killed_grader_are_removed_and_live_ones_kept(tmp_path):
+    """A grader killed with SIGKILL leaves its kernels' package copies; the next one removes
+    those whose grader is gone, and never one whose grader still runs."""
+    from course_tools import guard
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    stale, live = tmp_path / f"course-grade-package-{gone}-abc", tmp_path / f"course-grade-package-{os.getpid()}-abc"
+    for folder in (stale, live, tmp_path / "course-grade-package-old"):  # the last: no PID, left alone
+        (folder / "course_utils").mkdir(parents=True)
+        (folder / "course_utils" / "x.py").write_text("x = 1\n")
+        os.chmod(folder / "course_utils", 0o555)
+    assert guard.remove_stale_copies(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and (tmp_path / "course-grade-package-old").exists()
+    for folder in (live, tmp_path / "course-grade-package-old"):
+        os.chmod(folder / "course_utils", 0o755)
