@@ -202,7 +202,7 @@ HONEST: dict[str, dict] = {
 }
 
 
-def trudy(victim: Path, outside: Path, sandbox: bool) -> dict:
+def trudy(victim: Path, outside: Path, sandbox: bool, checkout: Path) -> dict:
     """Files outside her folder through torch's own file I/O (``from_file``, which no audit
     hook sees): her kernel's copy of the course's checkers, the instructor's checkout, a
     classmate's notebook (``victim``) and a file outside the class (``outside``); each through
@@ -211,8 +211,9 @@ def trudy(victim: Path, outside: Path, sandbox: bool) -> dict:
     grader's hashes reach unless the sandbox runs: outside the sandbox, nothing can put back
     an arbitrary file (the README says so). Her padding cell ends with an uncaught write
     through ``torch._C``: without the sandbox to a classmate (found by hash and put back), in
-    the sandbox to the outside file (refused by the read-only system, and flagged)."""
-    course = REPO / "course_utils" / "checks" / "__init__.py"
+    the sandbox to the outside file (refused by the read-only system, and flagged). ``checkout``:
+    the course the grader runs from, a copy of this one (see :func:`copy_checkout`)."""
+    course = checkout / "course_utils" / "checks" / "__init__.py"
     hidden_route = [str(course), str(victim)] + ([str(outside)] if sandbox else [])
     return {
         "causal": UPPER + textwrap.dedent(f"""
@@ -311,7 +312,7 @@ def make_student(base, changes: dict) -> nbformat.NotebookNode:
     return nb
 
 
-def make_class(folder: Path, outside: Path, sandbox: bool, only: Iterable[str] | None = None) -> None:
+def make_class(folder: Path, outside: Path, sandbox: bool, checkout: Path, only: Iterable[str] | None = None) -> None:
     """The fixture students, the attackers of :data:`ATTACKS` and :func:`trudy`, nora, and two
     notebooks of the other assignment handed in as 01 (wendy's as built, gus's without its
     header); ``only``: just these (alice, the victim, always)."""
@@ -319,7 +320,7 @@ def make_class(folder: Path, outside: Path, sandbox: bool, only: Iterable[str] |
     shutil.copytree(STUDENTS, folder, ignore=None if keep is None else (
         lambda path, names: [n for n in names if Path(path) == STUDENTS and n not in keep]))
     bob = nbformat.read(STUDENTS / "bob" / NOTEBOOK, as_version=4)
-    attacks = {**ATTACKS, **HONEST, "trudy": trudy(folder / "alice" / NOTEBOOK, outside, sandbox)}
+    attacks = {**ATTACKS, **HONEST, "trudy": trudy(folder / "alice" / NOTEBOOK, outside, sandbox, checkout)}
     for name, changes in attacks.items():
         if keep is None or name in keep:
             (folder / name).mkdir()
@@ -351,23 +352,34 @@ def processes_with(text: str) -> list[int]:
 
 
 COURSE_FILES = [REPO / "course_utils", REPO / "course_tools", REPO / "data", SOLUTIONS]
+COURSE_PARTS = ("course_utils", "course_tools", "data")
+
+
+def copy_checkout(folder: Path) -> Path:
+    """A copy of the course's code and data for the grader to run from: trudy's writes reach the
+    checkout the grader runs from (until it puts them back, after her turn), and in this one
+    they would break every test that imports the checkers meanwhile (xdist runs them beside)."""
+    for part in COURSE_PARTS:
+        shutil.copytree(REPO / part, folder / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
 
 
 def grade_class_cli(tmp: Path, sandbox: bool, only: Iterable[str] | None = None, flag: bool = False) -> dict:
     """Make the class in ``tmp`` and grade it through the command line (``--sandbox`` or
     ``--no-sandbox`` when ``flag``, else the default); what the tests read: its table, CSV,
     JSON, and every protected file before and after."""
-    students = tmp / "students"
+    students, checkout = tmp / "students", copy_checkout(tmp / "checkout")
     outside = Path.home() / f".course-grade-outside-{uuid.uuid4().hex[:8]}.txt"  # outside /tmp: seen in the sandbox
     outside.write_text("a file outside the class folder, which no student may change\n" * 3)
     try:
-        make_class(students, outside, sandbox, only)
+        make_class(students, outside, sandbox, checkout, only)
         if only is None:  # Jupyter's autosave copy: must be skipped (it hangs, like dave's notebook)
             checkpoints = students / "alice" / ".ipynb_checkpoints"
             checkpoints.mkdir()
             shutil.copy(STUDENTS / "dave" / NOTEBOOK, checkpoints / "01_masks-checkpoint.ipynb")
         before = snapshot(students)
-        protected = {str(p): p.read_bytes() for root in COURSE_FILES for p in sorted(root.rglob("*"))
+        protected = {str(p): p.read_bytes() for root in [*COURSE_FILES, *(checkout / part for part in COURSE_PARTS)]
+                     for p in sorted(root.rglob("*"))
                      if p.is_file() and "__pycache__" not in p.parts}
         protected[str(outside)] = outside.read_bytes()
         out_csv, out_json = tmp / "grades.csv", tmp / "grades.json"
@@ -378,7 +390,7 @@ def grade_class_cli(tmp: Path, sandbox: bool, only: Iterable[str] | None = None,
                 "--solutions", str(SOLUTIONS), "--timeout", str(CLASS_TIMEOUT), "--jobs", "2",
                 "--csv", str(out_csv), "--json", str(out_json),
             ],
-            cwd=REPO, capture_output=True, text=True, check=False, timeout=900,
+            cwd=checkout, capture_output=True, text=True, check=False, timeout=900,
         )
         after = {p: Path(p).read_bytes() for p in protected if Path(p).exists()}
     finally:
@@ -388,6 +400,7 @@ def grade_class_cli(tmp: Path, sandbox: bool, only: Iterable[str] | None = None,
         "sandbox": sandbox,
         "tmp": tmp,
         "students": students,
+        "checkout": checkout,
         "before": before,
         "after": snapshot(students),
         "protected": protected,
@@ -499,7 +512,7 @@ def test_writes_outside_its_folder_are_flagged_on_the_writer_not_the_victim(each
     nbs = notebooks(each_mode)
     assert [e["status"] for e in nbs["trudy"]["exercises"]] == ["review", "review"]
     text = flags_of(each_mode, "trudy")
-    course = REPO / "course_utils" / "checks" / "__init__.py"
+    course = each_mode["checkout"] / "course_utils" / "checks" / "__init__.py"
     # torch's exported function is checked in the kernel like open(), in both modes
     assert f"writes {course} (torch.from_file), outside its folder (refused)" in text
     assert f"writes {victim} (torch.from_file), outside its folder (refused)" in text
