@@ -172,6 +172,7 @@ MISTAKES: dict[str, str] = {
     "wrong activation": "another activation than the one asked for",
     "attention output not unpacked": "MultiHeadAttention's (output, weights) pair used as a tensor",
     "attention weights used": "a layer takes the attention's weights ([1]) where it needs the output ([0])",
+    "PyTorch MultiheadAttention": "PyTorch's nn.MultiheadAttention in place of the course's MultiHeadAttention",
     "PyTorch attention keyword": "an attention called with nn.MultiheadAttention's keywords (attn_mask=, key_padding_mask=)",
     "extra norm at the layer end": "a pre-norm layer normalises its output once more after the last sub-layer",
     "causal mask on the cross-attention": "the causal mask also reaches the decoder's cross-attention",
