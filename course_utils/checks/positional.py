@@ -536,16 +536,18 @@ register_hints(
         "In __init__, compute the table once with sinusoidal_positional_encoding(max_len, d_model) "
         "and keep the dropout as nn.Dropout(dropout).",
         "The table is never trained but must be saved in state_dict and follow .to(device): store it "
-        "with self.register_buffer('pe', table), not as nn.Parameter or a plain attribute.",
-        "In forward, x is (B, L, D): raise a ValueError if L > max_len, then add the first L rows of "
-        "the table (they broadcast over the batch) and apply the dropout to the sum: "
-        "return self.dropout(x + self.pe[:L]).",
+        "with self.register_buffer('pe', table), not as nn.Parameter or a plain attribute. The call "
+        "itself creates self.pe (it returns None: do not assign its result).",
+        "In forward, x is (B, L, D), so L = x.size(1) (not x.size(-1), which is d_model): raise a "
+        "ValueError if L > max_len, then add the first L rows of the table (they broadcast over the "
+        "batch) and apply the dropout to the sum: return self.dropout(x + self.pe[:L]).",
     ],
 )
 register_hints(
     "TokenEmbedding",
     [
-        "In __init__, create self.embedding = nn.Embedding(vocab_size, d_model) and remember d_model.",
+        "In __init__, create self.embedding = nn.Embedding(vocab_size, d_model), with no other argument "
+        "(no padding_idx, no max_norm), and remember d_model.",
         "In forward, self.embedding(tokens) turns the (B, L) ids into (B, L, d_model) vectors.",
         "The paper (section 3.4) multiplies the looked-up vectors by sqrt(d_model): one "
         "multiplication of the (B, L, d_model) result, after the lookup.",
