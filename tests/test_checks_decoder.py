@@ -334,7 +334,7 @@ class InPlace(course_utils.DecoderLayer):
 @pytest.mark.parametrize(
     "cls, mistake, words",
     [
-        (TorchAttention, "missing submodule", ["`self_attn` lacks", "w_q.weight"]),
+        (TorchAttention, "PyTorch MultiheadAttention", ["`self_attn`", "from course_utils import MultiHeadAttention"]),
         (RenamedFF, "missing submodule", ["there is no submodule `feed_forward`", "ffn.linear1.weight"]),
         (ExtraScale, "unexpected parameters", ["`scale`"]),
         (SizesMixedUp, "wrong parameter shape", ["feed_forward.linear1.weight"]),
@@ -1029,3 +1029,71 @@ class StackIdentityNorm(course_utils.Decoder):  # nn.Identity in post-norm inste
                                         (check_decoder, StackIdentityNorm)])
 def test_trial_t0405_correct_variants_pass(check, cls):
     assert_passes(check, cls)
+
+
+# ---------------------------------------------------------------- trial r0305 (second blind trial of 03 and 05)
+class CrossReadsLayerInput(Layer):  # the student's own layer: cross-attention reads x, not the stream
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        h = self.step(x, self.norm1, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        h = self.norm2(h + self.cross_attn(x, memory, memory, memory_mask)[0])
+        return self.step(h, self.norm3, self.feed_forward)
+
+
+class OwnWrongLayerDecoder(course_utils.Decoder):  # a right stack around the student's wrong layer
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(CrossReadsLayerInput(d_model, num_heads, d_ff, dropout, norm_first)
+                                    for _ in range(num_layers))
+
+
+class TupleNotUnpacked(Layer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, tgt_mask)))
+        x = self.norm2(x + self.dropout2(self.cross_attn(x, memory, memory, memory_mask)))
+        return self.norm3(x + self.dropout3(self.feed_forward(x)))
+
+
+class TorchMultiheadBoth(nn.Module):  # PyTorch habit: nn.MultiheadAttention for both attentions
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d_model, num_heads, dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, num_heads, dropout, batch_first=True)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (course_utils.LayerNorm(d_model) for _ in range(3))
+        self.dropout, self.norm_first = nn.Dropout(dropout), norm_first
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, attn_mask=None if tgt_mask is None else ~tgt_mask)[0]))
+        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory)[0]))
+        return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+class GeluFeedForward(course_utils.DecoderLayer):  # GPT habit
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation="gelu")
+
+
+class TorchMultiheadDecoder(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(TorchMultiheadBoth(d_model, num_heads, d_ff, dropout, norm_first)
+                                    for _ in range(num_layers))
+
+
+@pytest.mark.parametrize(
+    "check, cls, mistake, words",
+    [
+        (check_decoder, OwnWrongLayerDecoder, "wrong submodule",
+         ["your CrossReadsLayerInput may be the cause", "check_decoder_layer(CrossReadsLayerInput)", "`layers[0]`"]),
+        (check_decoder_layer, TupleNotUnpacked, "attention output not unpacked",
+         ["must be Tensor, not tuple", "(output, weights)", "[0]"]),
+        (check_decoder_layer, TorchMultiheadBoth, "PyTorch MultiheadAttention",
+         ["nn.MultiheadAttention", "from course_utils import MultiHeadAttention"]),
+        (check_decoder, TorchMultiheadDecoder, "PyTorch MultiheadAttention",
+         ["`layers.0.self_attn`", "from course_utils import MultiHeadAttention"]),
+        (check_decoder_layer, GeluFeedForward, "wrong activation", ["GELU", "ReLU", "activation='gelu'"]),
+    ],
+)
+def test_trial_r0305_mistakes_named_on_20_seeds(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words, repeat=SEEDS)

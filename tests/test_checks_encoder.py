@@ -822,7 +822,7 @@ class ResidualDetached(Layer):
         (NotUnpacked, "attention output not unpacked", ["(output, weights)", "[0]"]),
         (AddsInPlace, "input modified in place", ["in place"]),
         (LayerOwnNames, "missing submodule", ["self_attn, feed_forward, norm1, norm2", "`attn`"]),
-        (TorchAttentionLayer, "missing submodule", ["self_attn.w_q.weight", "in_proj_weight"]),
+        (TorchAttentionLayer, "PyTorch MultiheadAttention", ["nn.MultiheadAttention", "from course_utils import MultiHeadAttention"]),
         (LayerWithUnbiasedNorms, "wrong submodule", ["`norm1`", "LNUnbiased", "check_layer_norm(LNUnbiased)"]),
         (LayerOneHead, "wrong submodule", ["num_heads=1", "pass num_heads on"]),
         (LayerNoDropout, "dropout missing", ["no dropout is applied"]),

@@ -470,19 +470,11 @@ def make_embedding(scale):
 class FunctionalEmbedding(nn.Module):
     def __init__(self, vocab_size, d_model):
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
+        self.embedding = nn.Embedding(vocab_size, d_model)
         self.scale = torch.tensor(float(d_model)).sqrt()
 
     def forward(self, tokens):
         return F.embedding(tokens, self.embedding.weight) * self.scale
-
-
-class PaddingIdxEmbedding(make_embedding(lambda e, d: e * math.sqrt(d))):
-    """padding_idx=0: row 0 gets no gradient, the student's choice (the checker leaves that row out)."""
-
-    def __init__(self, vocab_size, d_model):
-        super().__init__(vocab_size, d_model)
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=0)
 
 
 class ScaledTwice(make_embedding(lambda e, d: e * math.sqrt(d))):
@@ -515,7 +507,6 @@ class DataLookup(make_embedding(None)):
         make_embedding(lambda e, d: e * d**0.5),
         make_embedding(lambda e, d: e / (1 / math.sqrt(d))),
         FunctionalEmbedding,
-        PaddingIdxEmbedding,
         SmallInit,
     ],
 )
@@ -690,3 +681,63 @@ class InPlaceScaledOutput(IndexEmbedding):
         "embedding: mul_ on the output"])
 def test_trial_t0203_correct_variants_pass(check, student):
     assert_passes(check, student)
+
+
+# ---------------------------------------------------------------- trial r0305 (second blind trial of 03)
+def _exp_form_table(log_of_base):
+    """The exp form exp(-2i * log_of_base / d_model) of the frequencies, interleaved sin/cos."""
+
+    def table(max_len, d_model):
+        freq = torch.exp(-torch.arange(0, d_model, 2).float() * log_of_base / d_model)  # (d_model/2,)
+        angle = torch.arange(max_len).float()[:, None] * freq  # (max_len, d_model/2)
+        return torch.stack([angle.sin(), angle.cos()], -1).flatten(1)
+
+    return table
+
+
+class AssignsRegisterBuffer(course_utils.PositionalEncoding):
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__(d_model, max_len, dropout)
+        self.pe = self.register_buffer("pe", course_utils.sinusoidal_positional_encoding(max_len, d_model))
+
+
+class LengthFromLastAxis(course_utils.PositionalEncoding):
+    def forward(self, x):
+        L = x.size(-1)
+        if L > self.max_len:
+            raise ValueError(f"L={L} > max_len={self.max_len}")
+        return self.dropout(x + self.pe[:L])
+
+
+class RowsFromOne(course_utils.PositionalEncoding):
+    def forward(self, x):
+        L = x.size(1)
+        if L > self.max_len:
+            raise ValueError(f"L={L} > max_len={self.max_len}")
+        return self.dropout(x + self.pe[1:L + 1])
+
+
+def _embedding_with(**options):
+    class OptionEmbedding(course_utils.TokenEmbedding):
+        def __init__(self, vocab_size, d_model):
+            super().__init__(vocab_size, d_model)
+            self.embedding = nn.Embedding(vocab_size, d_model, **options)
+
+    return OptionEmbedding
+
+
+@pytest.mark.parametrize("check, student, mistake, words", [
+    (check_sinusoidal_positional_encoding, _exp_form_table(1.0), "ln 10000 forgotten",
+     ["exp(-2i / d_model)", "math.log(10000.0)"]),
+    (check_sinusoidal_positional_encoding, _exp_form_table(math.log10(10000)), "log10 instead of ln",
+     ["log10(10000) = 4", "natural log"]),
+    (check_positional_encoding, AssignsRegisterBuffer, "register_buffer result assigned",
+     ["register_buffer returns None", "without assigning"]),
+    (check_positional_encoding, LengthFromLastAxis, "length from the wrong axis", ["x.size(-1)", "x.size(1)"]),
+    (check_positional_encoding, RowsFromOne, "positions start at 1", ["pe[1:L+1]", "pe[:L]"]),
+    (check_token_embedding, _embedding_with(padding_idx=0), "padding_idx set",
+     ["padding_idx=0", "never trains", "plain nn.Embedding(vocab_size, d_model)"]),
+    (check_token_embedding, _embedding_with(max_norm=1.0), "max_norm set", ["max_norm=1", "in place"]),
+], ids=["exp(-2i/d)", "log10", "self.pe = register_buffer", "x.size(-1)", "pe[1:L+1]", "padding_idx", "max_norm"])
+def test_trial_r0305_mistakes_named_on_20_seeds(check, student, mistake, words):
+    assert_mistake(check, student, mistake, *words, repeat=STABLE)

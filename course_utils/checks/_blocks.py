@@ -571,6 +571,70 @@ def torch_keyword(exc: BaseException, what: str, case: str) -> None:
          + (f"\n    at {line}" if line else ""), mistake="PyTorch attention keyword")
 
 
+def attention_error(exc: BaseException, what: str, case: str) -> None:
+    """Fail when ``exc`` has a known attention cause: one of nn.MultiheadAttention's keywords
+    (:func:`torch_keyword`), or the ``(output, weights)`` pair used as a tensor (``"attention
+    output not unpacked"``: dropout(), ``+`` or a norm given a tuple); else nothing."""
+    torch_keyword(exc, what, case)
+    if isinstance(exc, (TypeError, AttributeError)) and "tuple" in str(exc):
+        line = student_line(exc)
+        fail(f"your {what} raised {type(exc).__name__} ({case}): {str(exc).strip().splitlines()[0]}"
+             + (f"\n    at {line}" if line else "")
+             + "\n    MultiHeadAttention returns a pair (output, weights): take the output, "
+             "`self.self_attn(x, x, x, mask)[0]`, before the dropout and the residual add.",
+             mistake="attention output not unpacked")
+
+
+# activations other than the paper's ReLU that a FeedForward may hold as its `activation`
+_OTHER_ACTIVATIONS = (nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.ELU, nn.LeakyReLU, nn.Mish)
+
+
+def course_parts(model: nn.Module, what: str) -> None:
+    """A layer (or a stack of them) built from the course's parts: PyTorch's
+    nn.MultiheadAttention in place of course_utils' MultiHeadAttention is named (its
+    parameters and call differ), and so is a FeedForward built with another activation
+    than ReLU (``activation='gelu'``: BERT's and GPT's, not the paper's)."""
+    for name, m in model.named_modules():
+        if isinstance(m, nn.MultiheadAttention):
+            fail(f"your {what}'s `{name}` is PyTorch's nn.MultiheadAttention. The course's layers use the "
+                 "MultiHeadAttention you wrote in notebook 02, as course_utils gives it: `from course_utils import "
+                 "MultiHeadAttention`, MultiHeadAttention(d_model, num_heads, dropout), batch first, called as "
+                 "self_attn(query, key, value, mask) with True = may attend; the check copies its parameters "
+                 "(w_q, w_k, w_v, w_o) by name.", mistake="PyTorch MultiheadAttention")
+        act = getattr(m, "activation", None)
+        if name.rsplit(".", 1)[-1] == "feed_forward" and isinstance(act, _OTHER_ACTIVATIONS):
+            fail(f"your {what}'s `{name}` uses {type(act).__name__} between its two linear layers (built with "
+                 "activation='gelu'?): the paper's (and this exercise's) feed-forward uses ReLU, the default: "
+                 "FeedForward(d_model, d_ff, dropout). GELU belongs to BERT (notebook 08) and GPT (notebook 09).",
+                 mistake="wrong activation")
+
+
+def verify_part(path: str, part: nn.Module, ref_part: nn.Module, args: tuple[Any, ...], what: str, check: str,
+                atol: float = 1e-4) -> None:
+    """A sub-module of the student's own class must give the reference's numbers on its own
+    (same parameters), so that a bug in it is not blamed on the layer or stack using it;
+    ``check`` is the checker that tests that class ("fix it first")."""
+    if type(part) is type(ref_part):
+        return
+    kind = type(ref_part).__name__
+    context = f"running your {what}'s `{path}` ({type(part).__name__}) on its own"
+    with torch.no_grad():
+        expected = ref_part(*args)
+        try:
+            got = call_student(part, *args, context=context)
+        except StudentError as err:
+            attention_error(err.exc, f"{type(part).__name__} (your {what}'s `{path}`)", context)
+            raise
+    if isinstance(expected, tuple):  # attention: compare the output, not the weights
+        expected = expected[0]
+        got = got[0] if isinstance(got, (tuple, list)) and len(got) > 0 else got
+    if not matches(got, expected, atol=atol):
+        fail(f"your {what}'s `{path}` is your own class {type(part).__name__}, and it does not give the "
+             f"same numbers as course_utils.{kind} with the same parameters: your {type(part).__name__} may be the "
+             f"cause. Run {check}({type(part).__name__}) first and fix what it reports, or build the {what} from "
+             f"the reference: `from course_utils import {kind}`.", mistake="wrong submodule")
+
+
 class _OutputTwice(nn.Module):
     """Stands in for an attention in :func:`weights_used`: ``(output, output)``, so that code
     taking the weights (``[1]``) gets the output."""
@@ -801,6 +865,7 @@ def build_stack(cls: Any, spec: Stack, ref_cls: type, sizes: tuple[int, int, int
     model = build_student(cls, spec.what, sizes, dict(dropout=p, norm_first=norm_first),
                           f"{shown}, dropout={p}, norm_first={norm_first}")
     stack_structure(model, sizes[0], norm_first, spec)
+    course_parts(model, spec.what)
     ref = reference(ref_cls, *sizes, p, norm_first).eval()
     return model, ref, load_reference(model, ref, spec.what, parts, () if norm_first else ("norm.",))
 

@@ -20,9 +20,9 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
-from ._blocks import (P_PROBE, Block, Stack, build_stack, check_dropout, check_stack_dropout, layer_dropout,
-                      layer_stage, reference, remembered, run_block, run_stack, stack_mistakes, structural_mistakes,
-                      torch_keyword, unused_final_norm, weights_used)
+from ._blocks import (P_PROBE, Block, Stack, attention_error, build_stack, check_dropout, check_stack_dropout,
+                      course_parts, layer_dropout, layer_stage, reference, remembered, run_block, run_stack,
+                      stack_mistakes, structural_mistakes, unused_final_norm, verify_part, weights_used)
 from ._core import (Mistake, StudentError, call_student, check_state_unchanged, check_unchanged, checker,
                     describe_shape, expect_close, fail, gradient_probe, matches, module_state, raised, randint,
                     register_hints, require_distinct_roles, require_module_class)
@@ -96,7 +96,7 @@ def _run_case(model: nn.Module, what: str, args: tuple[Any, ...], case: str, out
             got = _call(model, *args, context=context)
         except StudentError as err:
             if not isinstance(err.exc, NotImplementedError):
-                torch_keyword(err.exc, what, case)
+                attention_error(err.exc, what, case)
                 weights_used(model, ("self_attn", "cross_attn"), lambda m: _call(m, *_clones(originals), context=context),
                              expected, what, err.exc, case)
             if probe is not None and not isinstance(err.exc, NotImplementedError):
@@ -225,7 +225,9 @@ def _layer_outputs(ref: DecoderLayer, norm_first: bool) -> Outputs:
 
 def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool) -> nn.Module:
     shown = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={norm_first}"
-    return build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=p, norm_first=norm_first), shown)
+    model = build_student(cls, "DecoderLayer", (D, H, d_ff), dict(dropout=p, norm_first=norm_first), shown)
+    course_parts(model, "DecoderLayer")
+    return model
 
 
 def _layer_values(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_ff: int, norm_first: bool,
@@ -294,6 +296,19 @@ def _decoder_outputs(ref: Decoder, model: nn.Module, norm_first: bool) -> Output
     return outputs
 
 
+def _verify_layers(model: nn.Module, ref: Decoder, sizes: tuple[int, ...]) -> None:
+    """The student's own DecoderLayer class, layer by layer, against the reference's layer with
+    the same parameters (without masks, then with causal + padding masks): a wrong layer is
+    named as the cause before the Decoder's own output is judged."""
+    B, L_tgt, L_src, D = sizes[:4]
+    x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
+    for kind in ("none", "padded"):
+        tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, kind)
+        for i, (layer, ref_layer) in enumerate(zip(model.layers, ref.layers)):
+            verify_part(f"layers[{i}]", layer, ref_layer, (x, memory, tgt_mask, memory_mask), "Decoder",
+                        "check_decoder_layer")
+
+
 @checker("Decoder")
 def check_decoder(cls: Any) -> str:
     require_module_class(cls, "Decoder")
@@ -303,6 +318,7 @@ def check_decoder(cls: Any) -> str:
     for norm_first in (False, True):
         model, ref, params = build_stack(cls, _STACK, Decoder, (N, D, H, d_ff), 0.1, norm_first, _DECODER_PARTS)
         nf = f"norm_first={norm_first}, num_layers={N}"
+        _verify_layers(model, ref, sizes)
         _run_mask_cases(model, "Decoder", nf, sizes, _decoder_outputs(ref, model, norm_first))
         unused_final_norm(model, norm_first, "Decoder")
         _gradient_case(model, ref, params, "Decoder", nf, sizes)

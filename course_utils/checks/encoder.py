@@ -24,10 +24,10 @@ from torch import Tensor, nn
 from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
-from ._blocks import (P_PROBE, P_RATE, Block, Constant, FirstFeatures, Stack, build_stack, check_dropout,
-                      check_dropout_modes, check_dropout_rate, check_stack_dropout, layer_dropout, layer_stage, once,
-                      reference, remembered, run_block, run_stack, stack_mistakes, structural_mistakes, torch_keyword,
-                      unused_final_norm, weights_used)
+from ._blocks import (P_PROBE, P_RATE, Block, Constant, FirstFeatures, Stack, attention_error, build_stack,
+                      check_dropout, check_dropout_modes, check_dropout_rate, check_stack_dropout, course_parts,
+                      layer_dropout, layer_stage, once, reference, remembered, run_block, run_stack, stack_mistakes,
+                      structural_mistakes, unused_final_norm, verify_part, weights_used)
 from ._core import (Mistake, StudentError, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
                     check_unchanged, checker, describe_shape, expect_close, fail, gradient_probe, matches, module_state,
                     randint, register_hints, require_distinct_roles,
@@ -70,22 +70,7 @@ def _names(items: list[str], limit: int = 6) -> str:
 
 
 def _verify_part(path: str, part: nn.Module, ref_part: nn.Module, args: tuple[Any, ...], what: str) -> None:
-    """A sub-module of the student's own class must give the reference's numbers on its
-    own (same parameters), so that a bug in it is not blamed on the layer using it."""
-    if type(part) is type(ref_part):
-        return
-    kind = type(ref_part).__name__
-    with torch.no_grad():
-        expected = ref_part(*args)
-        got = call_student(part, *args, context=f"running your {what}'s `{path}` ({type(part).__name__}) on its own")
-    if isinstance(expected, tuple):  # attention: compare the output, not the weights
-        expected = expected[0]
-        got = got[0] if isinstance(got, (tuple, list)) and len(got) > 0 else got
-    if not matches(got, expected, atol=_ATOL):
-        fail(f"your {what}'s `{path}` is your own class {type(part).__name__}, and it does not give the "
-             f"same numbers as course_utils.{kind} with the same parameters. Fix it first "
-             f"({_CHECK_OF.get(type(ref_part), 'its checker')}({type(part).__name__})), or build the "
-             f"{what} from the reference: `from course_utils import {kind}`.", mistake="wrong submodule")
+    verify_part(path, part, ref_part, args, what, _CHECK_OF.get(type(ref_part), "its checker"), atol=_ATOL)
 
 
 def _compare_without_and_with_mask(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor, settings: str,
@@ -122,14 +107,7 @@ def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str, attention: b
         except StudentError as err:
             exc = err.exc
             if attention:
-                torch_keyword(exc, "code", case)
-            if attention and isinstance(exc, (TypeError, AttributeError)) and "tuple" in str(exc):
-                line = student_line(exc)
-                fail(f"your forward raised {type(exc).__name__} ({case}): {str(exc).strip().splitlines()[0]}"
-                     + (f"\n    at {line}" if line else "")
-                     + "\n    MultiHeadAttention returns a pair (output, weights): take the output, "
-                     "`self.self_attn(x, x, x, mask)[0]`, before adding it to the residual.",
-                     mistake="attention output not unpacked")
+                attention_error(exc, "code", case)
             raise
     check_state_unchanged(model, state, case)
     return got
@@ -487,6 +465,7 @@ def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool
     model = call_student(cls, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing EncoderLayer({args})")
     if not isinstance(model, nn.Module):
         fail("EncoderLayer should subclass nn.Module.", mistake="not a class")
+    course_parts(model, "EncoderLayer")
     missing = [n for n in _LAYER_WORDS if not isinstance(getattr(model, n, None), nn.Module)]
     if missing:
         children = [n for n, _ in model.named_children()]

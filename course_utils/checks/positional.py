@@ -132,6 +132,17 @@ def _frequency_mistakes(max_len: int, d_model: int, got: Any) -> list[Mistake]:
         ("integer division", integer("pos // 10000^(2i/d_model) rounds each angle down to a whole number"),
          lambda: conditioned(torch.floor(pos / 10000.0 ** (two_i / d_model)))),
     ]
+    ln = math.log(10000.0)
+    exp_form = ("the frequencies are exp(-2i{} / d_model): in the exp form the exponent needs the natural log of the "
+                "base, exp(-2i * math.log(10000.0) / d_model) = 10000^(-2i/d_model){}").format
+    out += [
+        ("ln 10000 forgotten", exp_form("", ", so without the factor ln(10000) = 9.21 the pairs turn almost as fast "
+         "as pair 0 (the base becomes e = 2.718 instead of 10000)."),
+         lambda: conditioned(pos * torch.exp(-two_i / d_model))),
+        ("log10 instead of ln", exp_form(" * log10(10000)", f": math.log10(10000) = 4 is not ln(10000) = {ln:.2f} "
+         "(the base becomes e^4 = 54.6 instead of 10000). Use math.log, the natural log."),
+         lambda: conditioned(pos * torch.exp(-two_i * 4.0 / d_model))),
+    ]
     out += [("wrong base", f"the frequencies use the base {base:,} instead of 10000: the angle is pos / "
              "10000^(2i/d_model) (the paper's base; a different one changes every pair but the first).",
              lambda base=base: conditioned(pos / float(base) ** (two_i / d_model)))
@@ -215,6 +226,11 @@ def _check_pe_buffer(module: nn.Module, max_len: int, d_model: int) -> Tensor:
     if "pe" in dict(module.named_parameters()):
         fail("`pe` is an nn.Parameter, so it is listed in parameters() and an optimizer would train it. The encoding "
              "is fixed: store it with self.register_buffer('pe', table).", mistake="pe is a Parameter")
+    if "pe" in module._buffers and module._buffers["pe"] is None:  # self.pe = self.register_buffer('pe', t)
+        fail("`pe` is registered as a buffer but holds None: register_buffer returns None, so self.pe = "
+             "self.register_buffer('pe', table) first stores the table and then overwrites it with None. Call it "
+             "without assigning: self.register_buffer('pe', table) alone creates self.pe.",
+             mistake="register_buffer result assigned")
     if "pe" not in dict(module.named_buffers()):
         if isinstance(getattr(module, "pe", None), Tensor):
             fail("`self.pe` is a plain tensor attribute: it is missing from state_dict (not saved with the model) and "
@@ -248,8 +264,17 @@ def _forward(module: nn.Module, x: Tensor, case: str, max_len: int) -> Any:
                  "sequence as long as the table fits (it uses every row): raise only when L > max_len (check `L > "
                  "self.max_len`, not `>=`).", mistake="length check off by one")
         sizes = re.search(r"tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", msg)
+        D = x.size(-1)
+        wrong_axis = (f"the length was read from the last axis, x.size(-1) = d_model = {D}, not from the sequence "
+                      f"axis: x is (B, L, D), so L = x.size(1) = {L} ({case}). Your code raised {raised(exc)}\n    "
+                      "Slice the table with L = x.size(1): pe[:L].")
+        if isinstance(exc, ValueError) and L < max_len < D:
+            fail(f"your forward raised ValueError for L = {L} < max_len = {max_len}: {wrong_axis}",
+                 mistake="length from the wrong axis")
         if isinstance(exc, RuntimeError) and "must match the size" in msg:
             failed = f"adding the encoding to x failed ({case}): your code raised {raised(exc)}\n    "
+            if sizes and tuple(map(int, sizes.groups())) == (L, D):
+                fail(f"adding the encoding to x failed: {wrong_axis}", mistake="length from the wrong axis")
             if sizes and B in map(int, sizes.groups()):
                 fail(failed + f"The table was sliced with the batch size B = {B}: pe[:x.size(0)] is the sequence-first "
                      "convention (x of shape (L, B, D), as in PyTorch's tutorial). This course is batch first, x is "
@@ -360,6 +385,9 @@ def check_positional_encoding(cls: Any) -> str:
             ("one row of pe added", f"row L = {L} of the table was added to every position: pe[L] (or "
              "pe[x.size(1)]) indexes the single row L. Slice the first L rows, pe[:L] (with the colon), one row per "
              "position.", lambda L=L, x0=x0: x0 + table[L] if L < M else None),
+            ("positions start at 1", "rows 1 to L of the table were added, pe[1:L+1]: positions count from 0, so "
+             "the first token gets row 0 (sin 0 = 0, cos 0 = 1). Add the first L rows: pe[:L].",
+             lambda L=L, x0=x0: x0 + table[1:L + 1] if L < M else None),
             ("wrong table", "your forward adds `pe` correctly, but the table stored in `pe` is not the sinusoidal "
              f"encoding{which} Fix sinusoidal_positional_encoding first (or build pe with the reference `from "
              "course_utils import sinusoidal_positional_encoding`).",
@@ -427,6 +455,15 @@ def check_token_embedding(cls: Any) -> str:
         fail("`embedding` is built with sparse=True: its gradient is then a sparse tensor, which torch.optim.Adam "
              "(the optimiser of notebooks 06 and 07) refuses. Use the default dense nn.Embedding(vocab_size, "
              "d_model).", mistake="sparse embedding")
+    plain = "The exercise asks for a plain nn.Embedding(vocab_size, d_model), with no other argument."
+    if emb.padding_idx is not None:
+        fail(f"`embedding` is built with padding_idx={emb.padding_idx}: row {emb.padding_idx} then starts at zero "
+             "and never trains (it gets no gradient), whatever that token is. " + plain + " Padding is handled by "
+             "the attention masks (notebook 04), not by the embedding.", mistake="padding_idx set")
+    if emb.max_norm is not None:
+        fail(f"`embedding` is built with max_norm={emb.max_norm:g}: every lookup then rescales the looked-up rows "
+             f"of the weight in place to norm at most {emb.max_norm:g}, so the weights change at each forward call "
+             "and the vectors' sizes are capped (the paper caps nothing). " + plain, mistake="max_norm set")
     ref = TokenEmbedding(V, D).eval()
     with torch.no_grad():
         emb.weight.copy_(torch.randn(V, D))  # random, not the default init
@@ -499,16 +536,18 @@ register_hints(
         "In __init__, compute the table once with sinusoidal_positional_encoding(max_len, d_model) "
         "and keep the dropout as nn.Dropout(dropout).",
         "The table is never trained but must be saved in state_dict and follow .to(device): store it "
-        "with self.register_buffer('pe', table), not as nn.Parameter or a plain attribute.",
-        "In forward, x is (B, L, D): raise a ValueError if L > max_len, then add the first L rows of "
-        "the table (they broadcast over the batch) and apply the dropout to the sum: "
-        "return self.dropout(x + self.pe[:L]).",
+        "with self.register_buffer('pe', table), not as nn.Parameter or a plain attribute. The call "
+        "itself creates self.pe (it returns None: do not assign its result).",
+        "In forward, x is (B, L, D), so L = x.size(1) (not x.size(-1), which is d_model): raise a "
+        "ValueError if L > max_len, then add the first L rows of the table (they broadcast over the "
+        "batch) and apply the dropout to the sum: return self.dropout(x + self.pe[:L]).",
     ],
 )
 register_hints(
     "TokenEmbedding",
     [
-        "In __init__, create self.embedding = nn.Embedding(vocab_size, d_model) and remember d_model.",
+        "In __init__, create self.embedding = nn.Embedding(vocab_size, d_model), with no other argument "
+        "(no padding_idx, no max_norm), and remember d_model.",
         "In forward, self.embedding(tokens) turns the (B, L) ids into (B, L, d_model) vectors.",
         "The paper (section 3.4) multiplies the looked-up vectors by sqrt(d_model): one "
         "multiplication of the (B, L, d_model) result, after the lookup.",
