@@ -347,6 +347,28 @@ class FeedForwardConv1D(Block):  # GPT-2's Conv1D habit, x @ W + b, on nn.Linear
         return self.activation(h @ ff.linear1.weight + ff.linear1.bias) @ ff.linear2.weight + ff.linear2.bias
 
 
+class PairNotUnpacked(Block):  # trial 0809: `[0]` forgotten, the (output, weights) pair handed to dropout1
+    def forward(self, x, mask=None):
+        self.device = x.device
+        h = self.norm1(x)
+        x = x + self.dropout1(self.self_attn(h, h, h, self.attn_mask(x.size(1), mask)))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
+class PairAdded(Block):  # the same without the dropout: `x + pair`
+    def forward(self, x, mask=None):
+        self.device = x.device
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, self.attn_mask(x.size(1), mask))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
+class ParallelBlock(Block):  # trial 0809: GPT-J's parallel block, the feed-forward reads x
+    def forward(self, x, mask=None):
+        attended = self.dropout1(self.attend(self.norm1(x), mask))
+        return x + attended + self.dropout2(self.feed(self.norm2(x)))
+
+
 class Gpt2Mlp(Block):  # GPT-2's MLP: no dropout inside, one after c_proj (the block's dropout2)
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout)
@@ -908,9 +930,12 @@ def test_head_conv1d_named_when_vocab_size_equals_d_model():
 @pytest.mark.parametrize("cls, mistake, words", [
     (FeedForwardConv1D, "Conv1D layout", "`linear(x)`"),
     (Gpt2Mlp, "dropout not passed on", "after `c_proj`"),
+    (PairNotUnpacked, "attention pair not unpacked", ("must be Tensor, not tuple", "Keep the output, `[0]`")),
+    (PairAdded, "attention pair not unpacked", ("'Tensor' and 'tuple'", "(output, weights)")),
+    (ParallelBlock, "parallel block", "GPT-J"),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_other_peoples_block_habits_named_over_20_draws(cls, mistake, words):
-    assert_mistake(check_gpt_block, cls, mistake, words, repeat=20)
+    assert_mistake(check_gpt_block, cls, mistake, *(words if isinstance(words, tuple) else (words,)), repeat=20)
 
 
 

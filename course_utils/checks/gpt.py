@@ -32,7 +32,7 @@ from ._core import (Failure, Mistake, StudentError, allclose, call_student, chec
                     drawn_once, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints,
                     require_distinct_roles, require_function, require_module_class, require_no_grad, student_line)
 from ._blocks import (P_PROBE, P_RATE, Block, Spy, check_dropout, check_dropout_modes, check_dropout_rate,
-                      check_part_dropout, dropout_mistakes, run_block, sublayer_dropout_rates, zeros)
+                      check_part_dropout, dropout_mistakes, run_block, sublayer_dropout_rates, swapped, zeros)
 from ._pairing import build_student, copy_parameters, match_parameters, named, randomise_parameters, structure_failure
 from .decoder import trailing_padding, tuple_return
 
@@ -167,6 +167,45 @@ def _conv1d_habit(error: str, line: str) -> bool:
         and not any(t in code for t in (".weight.T", ".weight.t()", ".weight.transpose", ".weight.mT"))
 
 
+class _OutputOnly(nn.Module):
+    """Stands in for an attention in :func:`_pair_not_unpacked`: the output alone, not ``(output, weights)``."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.inner(*args, **kwargs)
+        return out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
+
+
+def _pair_not_unpacked(model: nn.Module, args: tuple[Tensor, ...], expected: Tensor, err: StudentError,
+                       case: str) -> None:
+    """After the student's forward raised: with every attention returning its output alone, a run that gives
+    ``expected`` means the code used the pair ``(output, weights)`` as the output (``[0]`` forgotten)."""
+    names = [n for n, m in model.named_children() if "Attention" in type(m).__name__]
+    if not isinstance(err.exc, TypeError) or "tuple" not in str(err.exc) or not names:
+        return
+    with swapped(model, {n: _OutputOnly(getattr(model, n)) for n in names}), torch.no_grad():
+        try:
+            got = model(*(a.clone() for a in args))
+        except Exception:  # noqa: BLE001 - no verdict: the original error is reported
+            return
+    if isinstance(got, Tensor) and matches(got, expected, atol=1e-4):
+        fail(f"your GPTBlock raised {raised(err.exc, inline=True)} ({case}): self.self_attn returns a pair, "
+             "(output, weights), and your code used the pair where the output belongs. Keep the output, `[0]`: "
+             "`x = x + self.dropout1(self.self_attn(h, h, h, mask)[0])`. (With the output taken, your block gives "
+             "the right numbers.)", mistake="attention pair not unpacked")
+
+
+def _parallel_block(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> Tensor:
+    """GPT-J's parallel block: both sub-layers read ``x``, ``x + attn(norm1(x)) + ff(norm2(x))``."""
+    causal = causal_mask(x.size(1), device=x.device)
+    h = ref.norm1(x)  # (B, L, D)
+    attended = ref.self_attn(h, h, h, causal if mask is None else causal & mask)[0]  # (B, L, D)
+    return x + attended + ref.feed_forward(ref.norm2(x))
+
+
 def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | None, case: str) -> None:
     """One case; without a mask the leak test runs first (before the values, which would only say
     "differ" for a missing causal mask)."""
@@ -174,14 +213,23 @@ def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | N
     originals, state = tuple(a.clone() for a in args), module_state(model)
     with torch.no_grad():
         expected = ref(x, mask)  # (B, L, D)
-        got = _forward(model, args, case)
+        try:
+            got = _forward(model, args, case)
+        except StudentError as err:
+            _pair_not_unpacked(model, originals, expected, err, case)
+            raise
         check_unchanged(["x", "mask"], args, originals, case)
         check_state_unchanged(model, state, case)
         tuple_return(got, "GPTBlock")
         check_dropout(lambda: call_student(model, *originals, context=f"running forward ({case})"), got, expected)
         if mask is None and isinstance(got, Tensor) and got.shape == x.shape:
             _leak_test(model, originals[0], got)
-        expect_close("output", got, expected, _block_mistakes(ref, originals[0], mask), atol=1e-5, case=case)
+        parallel = ("parallel block", "the feed-forward reads the block's input x, not the residual stream after "
+                    "the self-attention: `x + attn(norm1(x)) + ff(norm2(x))` is the parallel block of GPT-J and "
+                    "PaLM. GPT-2's sub-layers run one after the other: first `x = x + attn(norm1(x))`, then "
+                    "`x = x + ff(norm2(x))` on that new x.", lambda: _parallel_block(ref, originals[0], mask))
+        expect_close("output", got, expected, [*_block_mistakes(ref, originals[0], mask), parallel], atol=1e-5,
+                     case=case)
 
 
 def _exact_gelu_probe(model: nn.Module, ref: GPTBlock, B: int, L: int, D: int) -> None:
