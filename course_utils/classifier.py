@@ -254,11 +254,17 @@ def fit_classifier(
 
 # ---------------------------------------------------------------- the shipped checkpoint
 def load_pretrained_classifier(path: str | Path | None = None) -> tuple[TransformerClassifier, dict[str, Any]]:
-    """``(model in eval mode, meta)`` from the checkpoint trained with :data:`CLASSIFIER_RECIPE`."""
+    """``(model in eval mode, meta)`` from the checkpoint trained with :data:`CLASSIFIER_RECIPE`.
+
+    The file ships with the package. Instructors rewrite it from a repository checkout with
+    ``python benchmarks/classifier.py --write``; the error message names only what a student
+    (Colab, or the package without the repository) can do.
+    """
     path = CHECKPOINT if path is None else Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"no classifier checkpoint at {path}; write it with `python benchmarks/classifier.py --write`"
+            f"no classifier checkpoint at {path}. It ships with the course package: reinstall the "
+            "package to get it back, or set TRAIN = True in notebook 08 to train the classifier there instead"
         )
     state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict) or state.get("format") != FORMAT:

@@ -109,6 +109,18 @@ class NormsSwapped(Block):
         return x + self.feed(self.norm1(x))
 
 
+class Norm1Twice(Block):  # norm2 built but never used: both sub-layers read norm1(x)
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(self.norm1(x), mask))
+        return x + self.dropout2(self.feed(self.norm1(x)))
+
+
+class Norm2Twice(Block):
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(self.norm2(x), mask))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
 class ReluFeedForward(Block):
     activation = staticmethod(F.relu)
 
@@ -513,6 +525,8 @@ def test_gpt_block_stub_and_instance():
 
 def test_gpt_block_verdicts_are_stable_over_20_draws():
     assert_mistake(check_gpt_block, ExactGelu, "exact GELU", repeat=20)  # the subtlest: 5e-4 apart
+    assert_mistake(check_gpt_block, Norm1Twice, "same norm twice", "norm2(x)", "norm2 never", repeat=20)
+    assert_mistake(check_gpt_block, Norm2Twice, "same norm twice", "norm1(x)", "norm1 never", repeat=20)
     assert_passes(check_gpt_block, SdpaBlock, repeat=20)
 
 
@@ -997,6 +1011,26 @@ def temperature_multiplied(logits, temperature=1.0, top_k=None, top_p=None):
     return gpt.next_token_probs(logits * temperature, 1.0, top_k, top_p)
 
 
+def topk_exactly_k(logits, temperature=1.0, top_k=None, top_p=None):
+    """Keeps exactly k tokens, ties broken by torch.topk's order (the reference keeps every tie). The
+    checker's logits have no near-ties, so this is accepted on every draw, as the contract says."""
+    s = logits / temperature
+    if top_k is not None:
+        idx = s.topk(min(top_k, s.size(-1)), dim=-1).indices  # (..., k)
+        keep = torch.zeros_like(s, dtype=torch.bool).scatter(-1, idx, True)
+        s = s.masked_fill(~keep, float("-inf"))
+    return gpt.next_token_probs(s, 1.0, None, top_p)
+
+
+def temperature_twice(logits, temperature=1.0, top_k=None, top_p=None):  # divided here and again inside
+    return gpt.next_token_probs(logits / temperature, temperature, top_k, top_p)
+
+
+def temperature_squared(logits, temperature=1.0, top_k=None, top_p=None):
+    s = logits / temperature ** 2
+    return gpt.next_token_probs(s, 1.0, top_k, top_p)
+
+
 def topk_k_plus_one(logits, temperature=1.0, top_k=None, top_p=None):
     return gpt.next_token_probs(logits, temperature, None if top_k is None else top_k + 1, top_p)
 
@@ -1252,11 +1286,21 @@ def test_next_token_probs_verdicts_are_stable_over_20_draws():
     assert_not_implemented(check_next_token_probs, probs_stub)
 
 
+def test_next_token_probs_top_k_keeping_exactly_k_passes_over_20_draws():
+    assert_passes(check_next_token_probs, topk_exactly_k, repeat=20)
+
+
+@pytest.mark.parametrize("fn", [temperature_twice, temperature_squared])
+def test_next_token_probs_temperature_twice_named_over_20_draws(fn):
+    assert_mistake(check_next_token_probs, fn, "temperature applied twice", "twice", "logits / temperature",
+                   repeat=20)
+
+
 # ---------------------------------------------------------------- generate
 def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
                    *, mode="eval", grad=False, crop="end", position=-1, sampler="multinomial", keep_prompt=True,
                    use_temperature=True, use_generator=True, restore=True, use_top_p=True, early_return=False,
-                   top_k_passed="in order", finally_=True, new_token="tensor"):
+                   top_k_passed="in order", finally_=True, new_token="tensor", divide_first=False):
     """A student's generate; the keyword-only flags switch on one mistake each. ``top_k_passed``:
     "in order", "left out", "swapped" (with top_p), "temperature last" (logits, top_k, top_p, temperature).
     ``new_token``: "tensor" (as drawn), "item" (torch.tensor of .item() values: on the CPU), "item on device"
@@ -1275,6 +1319,8 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
                 context = {"end": out[:, -model.max_len:], "none": out, "start": out[:, : model.max_len],
                            "one short": out[:, -(model.max_len - 1):]}[crop]
                 logits = model(context)[:, position]  # (B, V)
+                if divide_first:  # the temperature applied here and again by next_token_probs
+                    logits = logits / temperature
                 t = temperature if use_temperature else 1.0
                 args = {"in order": (t, top_k, top_p), "left out": (t, None, top_p), "swapped": (t, top_p, top_k),
                         "temperature last": (top_k, top_p, t) if top_k is not None else (t, top_k, top_p)}[top_k_passed]
@@ -1335,6 +1381,11 @@ GENERATE_MISTAKES = [
 @pytest.mark.parametrize("flags, mistake, words", GENERATE_MISTAKES, ids=[m for _, m, _ in GENERATE_MISTAKES])
 def test_generate_mistakes_are_named(flags, mistake, words):
     assert_mistake(check_generate, variant(**flags), mistake, words, repeat=2)
+
+
+def test_generate_temperature_twice_named_over_20_draws():
+    assert_mistake(check_generate, variant(divide_first=True), "temperature applied twice", "0.25", "once",
+                   repeat=20)
 
 
 @pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf"),

@@ -45,6 +45,10 @@ def loader(transpose=True, order=("q", "k", "v"), biases=True, norms=True, wpe="
                 attn, ff = block.self_attn, block.feed_forward
                 w, b = sd[p + "attn.c_attn.weight"], sd[p + "attn.c_attn.bias"]  # (D, 3D), (3D,)
                 parts = dict(zip("qkv", w.split(D, dim=1))), dict(zip("qkv", b.split(D)))
+                if split == "interleaved":  # every third column: w[:, 0::3], w[:, 1::3], w[:, 2::3]
+                    parts = dict(zip("qkv", (w[:, i::3] for i in range(3)))), dict(zip("qkv", (b[i::3] for i in range(3))))
+                elif split == "reshape (D, D, 3)":  # the same columns, by a reshape with the 3 last
+                    parts = dict(zip("qkv", w.reshape(D, D, 3).unbind(-1))), dict(zip("qkv", b.reshape(D, 3).unbind(-1)))
                 pairs = [(getattr(attn, f"w_{name}"), parts[0][letter], parts[1][letter])
                          for name, letter in zip("qkv", order)]
                 if not split:
@@ -150,6 +154,8 @@ MISTAKES = [
     ("k, q, v", loader(order=("k", "q", "v")), "c_attn split in the wrong order", ("[q | k | v]",)),
     ("q, v, k", loader(order=("q", "v", "k")), "c_attn split in the wrong order", ("[q | k | v]",)),
     ("c_attn whole", loader(split=False), "c_attn not split", ("split",)),
+    ("c_attn interleaved", loader(split="interleaved"), "c_attn split interleaved", ("0::3", "[q | k | v]")),
+    ("c_attn as (D, D, 3)", loader(split="reshape (D, D, 3)"), "c_attn split interleaved", ("(D, D, 3)", "split(D")),
     ("new Parameters", untied_by_parameters, "head untied by loading", ("copy_", "same tensor")),
     ("assign=True", untied_by_assign, "head untied by loading", ("assign=True",)),
     ("wpe cropped to max_len", loader(wpe="to max_len"), "position table cut", ("max_len=", "ValueError")),

@@ -106,6 +106,12 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
          {"place": {"self": "stream", "ff": "stream"}}),
         ("norms swapped", "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the "
          "feed-forward.", {"norm_of": (1, 0)}),
+        ("same norm twice", "norm1 is used before both sub-layers and norm2 never, so the self-attention and the "
+         "feed-forward both read norm1(x): the feed-forward reads its own norm, `x = x + feed_forward(norm2(x))` "
+         "(each norm learns its own scale).", {"norm_of": (0, 0)}),
+        ("same norm twice", "norm2 is used before both sub-layers and norm1 never, so the self-attention and the "
+         "feed-forward both read norm2(x): the self-attention reads its own norm, `x = x + self_attn(norm1(x), "
+         "...)` (each norm learns its own scale).", {"norm_of": (1, 1)}),
         ("keys and values not normalised", "the self-attention normalises only its queries: the keys and values "
          "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, `h = norm1(x)`, and "
          "the self-attention reads h three times: `self_attn(h, h, h, mask)`.",
@@ -624,7 +630,7 @@ def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p:
     if temp in ("after softmax", "softmax twice"):
         probs = logits.softmax(-1) / temperature
         return probs if temp == "after softmax" else probs.softmax(-1)
-    scaled = logits / {"ok": temperature, "ignored": 1.0, "multiplied": 1 / temperature}[temp]
+    scaled = logits / {"ok": temperature, "ignored": 1.0, "multiplied": 1 / temperature, "twice": temperature ** 2}[temp]
     keep = torch.ones_like(scaled, dtype=torch.bool)
     if top_k is not None and (top_k < logits.size(-1) or k_shift):
         k = min(top_k + k_shift, scaled.size(-1))
@@ -661,6 +667,9 @@ def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) ->
              dict(temp="ignored")),
             ("temperature multiplied", "the logits are multiplied by the temperature; divide them: a temperature "
              "below 1 must sharpen the distribution, above 1 flatten it.", dict(temp="multiplied")),
+            ("temperature applied twice", "the logits are divided by the temperature twice (`logits / T / T`, or "
+             "by `T ** 2`): divide them once, `softmax(logits / temperature)`, and only there (not again in "
+             "`generate` before calling next_token_probs).", dict(temp="twice")),
         ]
     if k is not None:
         table += [
@@ -1063,6 +1072,11 @@ def check_generate(fn: Callable[..., Any]) -> str:
         if 0.5 * float((freq - logits.softmax(-1)).abs().sum()) < tv:
             fail(f"with temperature={T} the draws follow the distribution at temperature 1: pass the "
                  "temperature on to next_token_probs.", mistake="temperature ignored")
+        if 0.5 * float((freq - next_token_probs(logits, T * T)).abs().sum()) < tv:
+            fail(f"with temperature={T} the draws follow the distribution at temperature {T * T:g} = {T}²: the "
+                 "temperature is applied twice (the logits divided by it before next_token_probs, which divides "
+                 "again). Divide once: pass the raw logits and the temperature to next_token_probs.",
+                 mistake="temperature applied twice")
         fail(f"the frequencies of {n} draws differ from next_token_probs(logits, temperature={T}) by a total "
              f"variation of {tv:.2f} (a correct sampler gives less than 0.05): sample with "
              "torch.multinomial(next_token_probs(...), 1, generator=generator).", mistake="values differ")

@@ -196,6 +196,14 @@ def _diagnose(name: str, got: Tensor, expected: dict[str, Tensor], before: Tenso
              "wrongly. Transpose every Conv1D weight on the way in: w.t().", mistake="Conv1D weight not transposed")
     block, _, rest = name.rpartition(".self_attn.")
     if block and rest[:3] in ("w_q", "w_k", "w_v") and rest[3:] in (".weight", ".bias"):
+        # c_attn's outputs rebuilt in GPT-2's order, (3D, D) or (3D,): an interleaved split takes every third row
+        fused = torch.cat([expected[f"{block}.self_attn.{w}{rest[3:]}"] for w in ("w_q", "w_k", "w_v")])
+        if any(_same(got, fused[i::3]) or (got.dim() == 2 and _same(got, fused[i::3].t())) for i in range(3)):
+            fail(f"{where} holds every third output of c_attn: the split is interleaved (w[:, 0::3], or c_attn "
+                 f"reshaped as (D, D, 3)). c_attn's {3 * D} outputs are three consecutive blocks of D, [q | k | v]: "
+                 "w_q takes columns 0 .. D-1, w_k columns D .. 2D-1, w_v the last D: q, k, v = weight.split(D, "
+                 "dim=1) (or a reshape to (D, 3, D)), each transposed, and bias.split(D).",
+                 mistake="c_attn split interleaved")
         for other in ("w_q", "w_k", "w_v"):
             theirs = expected[f"{block}.self_attn.{other}{rest[3:]}"]
             if other != rest[:3] and (_same(got, theirs) or (got.dim() == 2 and _same(got, theirs.t()))):
