@@ -1300,7 +1300,8 @@ def test_next_token_probs_temperature_twice_named_over_20_draws(fn):
 def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
                    *, mode="eval", grad=False, crop="end", position=-1, sampler="multinomial", keep_prompt=True,
                    use_temperature=True, use_generator=True, restore=True, use_top_p=True, early_return=False,
-                   top_k_passed="in order", finally_=True, new_token="tensor", divide_first=False):
+                   top_k_passed="in order", finally_=True, new_token="tensor", divide_first=False,
+                   softmax_first=False):
     """A student's generate; the keyword-only flags switch on one mistake each. ``top_k_passed``:
     "in order", "left out", "swapped" (with top_p), "temperature last" (logits, top_k, top_p, temperature).
     ``new_token``: "tensor" (as drawn), "item" (torch.tensor of .item() values: on the CPU), "item on device"
@@ -1321,6 +1322,8 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
                 logits = model(context)[:, position]  # (B, V)
                 if divide_first:  # the temperature applied here and again by next_token_probs
                     logits = logits / temperature
+                if softmax_first:  # trial 0809: probabilities handed to next_token_probs as logits
+                    logits = logits.softmax(dim=-1)
                 t = temperature if use_temperature else 1.0
                 args = {"in order": (t, top_k, top_p), "left out": (t, None, top_p), "swapped": (t, top_p, top_k),
                         "temperature last": (top_k, top_p, t) if top_k is not None else (t, top_k, top_p)}[top_k_passed]
@@ -1386,6 +1389,11 @@ def test_generate_mistakes_are_named(flags, mistake, words):
 def test_generate_temperature_twice_named_over_20_draws():
     assert_mistake(check_generate, variant(divide_first=True), "temperature applied twice", "0.25", "once",
                    repeat=20)
+
+
+def test_generate_softmax_before_next_token_probs_named_over_20_draws():  # trial 0809: was "temperature ignored"
+    assert_mistake(check_generate, variant(softmax_first=True), "softmax before next_token_probs",
+                   "next_token_probs(softmax(logits), temperature=0.5)", "raw last-position logits", repeat=20)
 
 
 @pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf"),

@@ -291,6 +291,7 @@ MISTAKES: dict[str, str] = {
     "no position embedding": "no position embedding added",
     "temperature after softmax": "temperature applied after the softmax",
     "temperature ignored": "temperature has no effect",
+    "softmax before next_token_probs": "generate passes probabilities (a softmax) to next_token_probs, which expects logits",
     "temperature multiplied": "logits multiplied by the temperature instead of divided",
     "temperature applied twice": "the logits divided by the temperature twice (logits / T / T, or by T ** 2)",
     "top-k keeps k+1": "top-k keeps one token too many",

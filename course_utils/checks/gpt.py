@@ -1069,14 +1069,24 @@ def check_generate(fn: Callable[..., Any]) -> str:
         fail("all draws gave the same token: generate takes the argmax instead of sampling. Draw from the "
              "distribution: torch.multinomial(probs, 1, generator=generator).", mistake="greedy instead of sampling")
     if tv > 0.05:
-        if 0.5 * float((freq - logits.softmax(-1)).abs().sum()) < tv:
-            fail(f"with temperature={T} the draws follow the distribution at temperature 1: pass the "
-                 "temperature on to next_token_probs.", mistake="temperature ignored")
-        if 0.5 * float((freq - next_token_probs(logits, T * T)).abs().sum()) < tv:
-            fail(f"with temperature={T} the draws follow the distribution at temperature {T * T:g} = {T}²: the "
-                 "temperature is applied twice (the logits divided by it before next_token_probs, which divides "
-                 "again). Divide once: pass the raw logits and the temperature to next_token_probs.",
-                 mistake="temperature applied twice")
+        known = [  # (name, diagnosis, the distribution the draws follow with that mistake)
+            ("temperature ignored", f"with temperature={T} the draws follow the distribution at temperature 1: pass "
+             "the temperature on to next_token_probs.", logits.softmax(-1)),
+            ("temperature applied twice", f"with temperature={T} the draws follow the distribution at temperature "
+             f"{T * T:g} = {T}²: the temperature is applied twice (the logits divided by it before "
+             "next_token_probs, which divides again). Divide once: pass the raw logits and the temperature to "
+             "next_token_probs.", next_token_probs(logits, T * T)),
+            ("softmax before next_token_probs", f"with temperature={T} the draws follow "
+             f"next_token_probs(softmax(logits), temperature={T}): generate hands next_token_probs probabilities "
+             "where it expects logits, and next_token_probs applies its own softmax on top, which flattens the "
+             "distribution towards uniform. Pass the model's raw last-position logits: "
+             "next_token_probs(model(context)[:, -1], temperature, top_k, top_p).",
+             next_token_probs(logits.softmax(-1), T)),
+        ]
+        gaps = [0.5 * float((freq - dist).abs().sum()) for _, _, dist in known]
+        best = min(range(len(known)), key=gaps.__getitem__)
+        if gaps[best] < tv:  # nearer a catalogued mistake's distribution than the right one: the nearest
+            fail(known[best][1], mistake=known[best][0])
         fail(f"the frequencies of {n} draws differ from next_token_probs(logits, temperature={T}) by a total "
              f"variation of {tv:.2f} (a correct sampler gives less than 0.05): sample with "
              "torch.multinomial(next_token_probs(...), 1, generator=generator).", mistake="values differ")
