@@ -198,7 +198,8 @@ def _report(history: dict[str, Any], step: int, steps: int) -> None:
     per_step = history["train_seconds"] / step
     validation = f", validation loss {history['val_loss'][-1]:.3f}" if history["eval_steps"][-1:] == [step] else ""
     left = per_step * (steps - step)
-    time_left = "done" if step == steps else f"about {left:.0f} s left" if left < 120 else f"about {left / 60:.0f} min left"
+    time_left = ("done" if step == steps else f"about {left:.0f} s left" if left < 120
+                 else f"about {left / 60:.0f} min left")
     print(f"step {step:>5}: train loss {history['train_loss'][-1]:.3f}{validation}, {per_step:.2f} s per step, "
           f"{time_left}", flush=True)
 

@@ -9,6 +9,7 @@ each verdict is asserted over SEEDS calls: a diagnosis that depends on luck woul
 from __future__ import annotations
 
 import math
+from math import erf
 
 import pytest
 import torch
@@ -99,6 +100,7 @@ GELU_MISTAKES = [
     (lambda x: 0.5 * x * (1 + torch.tanh(2 / math.pi * (x + 0.044715 * x**3))),
      "tanh approximation, wrong constant", "2 / pi where it has sqrt(2 / pi)"),
     (lambda x: x / 2 * (1 + math.erf(x / math.sqrt(2))), "math function on a tensor", "`torch.erf`"),
+    (lambda x: x / 2 * (1 + erf(x / math.sqrt(2))), "math function on a tensor", "`torch.erf`"),  # from math import erf
     (lambda x: (0.5 * x * (1 + torch.erf(x / ROOT2))).detach(), "gradient blocked", "does not require grad"),
     (gelu_loop, "gradient blocked", ".tolist()"),
     (lambda x: 0.5 * x * (1 + torch.erf(x.detach() / ROOT2)), "gradient differs", "gradient of `x`"),

@@ -89,10 +89,12 @@ def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
         got = call_student(fn, x, context=f"calling gelu on {case}")
     except StudentError as err:  # math.erf (or math.exp...) on a tensor of several numbers
         line = student_line(err.exc) or ""
-        if "only one element tensors can be converted" in str(err.exc) and re.search(r"\bmath\.\w+\(", line):
+        math_call = re.search(r"\bmath\.\w+\(|(?<![\w.])erf\(", line)  # math.erf(...), or erf(...) imported
+        if "only one element tensors can be converted" in str(err.exc) and math_call:
             fail(f"your code raised {type(err.exc).__name__} calling gelu on {case}: {err.exc}, at {line}. "
                  "`math` functions take one Python number; x is a tensor of many: use the element-wise torch "
-                 "function (`torch.erf` for math.erf; math.sqrt(2), a constant, is fine).", mistake="math function on a tensor")
+                 "function (`torch.erf` for math.erf; math.sqrt(2), a constant, is fine).",
+                 mistake="math function on a tensor")
         raise
     check_unchanged(["x"], [x], [x0], case)
     # float32's F.gelu is off by up to 1.2e-6 (the formula by 4.8e-7): the expected values come from float64,
