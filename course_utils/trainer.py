@@ -678,11 +678,13 @@ def choose_functions(
     lines = []
     for name in EXERCISES:
         fn = _require_callable(name, given[name])
+        why = _why_not_yours(name, fn)
         if name == "train_step" and fn is not None and fn is not _REFERENCES[name] \
                 and "masked_cross_entropy" in _names_used(fn) and not works["masked_cross_entropy"]:
-            why = "yours calls masked_cross_entropy, and yours has not passed its check"
-        else:
-            why = _why_not_yours(name, fn)
+            # its own verdict too, when it failed (an unwritten loss it calls reads as "not written")
+            why = "yours calls your masked_cross_entropy, which has not passed its check" \
+                if why is None or why in _UNWRITTEN else \
+                f"{why}; and it calls your masked_cross_entropy, which has not passed its check either"
         works[name] = why is None or fn is _REFERENCES[name]
         chosen[name] = None if why else fn
         lines.append(f"  {name:<21} " + (f"the reference: {why}" if why else "yours"))
@@ -696,31 +698,42 @@ def choose_functions(
     return chosen
 
 
+# the reasons of a function that is not written: "write yours" (a written one that fails: "fix yours")
+_UNWRITTEN = ("none given", "yours is not written yet")
+
+
 def _why_not_yours(name: str, fn: Callable[..., Any] | None) -> str | None:
     """``None`` when the student's ``fn`` for exercise ``name`` passes its checker (run
     quietly); else why the reference replaces it, in a few words that are never cut."""
     from . import checks
 
     if fn is None:
-        return "none given"
+        return _UNWRITTEN[0]
     if fn is _REFERENCES[name]:
         return "you imported it from course_utils"
     result = _quiet_check(getattr(checks, f"check_{name}"), fn)
     if result.passed:
         return None
     if result.status == "not implemented":
-        return "yours is not written yet"
-    return f"yours has not passed its check: {_first_words(result, name)}"
+        return _UNWRITTEN[1]
+    return f"yours has not passed its check: {_what_failed(result, name)}; its check cell says more"
 
 
-def _first_words(result: Any, name: str, limit: int = 100) -> str:
-    """The verdict's first line, whole when short; else cut at a word, with the mistake's name."""
+def _what_failed(result: Any, name: str, limit: int = 100) -> str:
+    """The mistake's short name when the checker named one; else the verdict's first line,
+    whole when short, else cut at a word outside any parentheses (they stay balanced)."""
+    if result.mistake:
+        return result.mistake
     first = result.feedback.strip().split("\n")[0].split(f"{name}: ", 1)[-1]
     if len(first) <= limit:
         return first
-    cut = first[:limit].rsplit(" ", 1)[0].rstrip(" ,;:(")
-    return f"{cut} ... ({result.mistake}; its check cell says more)" if result.mistake else \
-        f"{cut} ... (its check cell says more)"
+    depth, cut = 0, 0
+    for i, ch in enumerate(first[: limit + 1]):
+        depth += (ch == "(") - (ch == ")")
+        if ch == " " and depth == 0:
+            cut = i
+    kept = first[:cut].rstrip(" ,;:")
+    return f"{kept} ..." if kept else "its verdict is long"
 
 
 def yours_or_reference(name: str, fn: Callable[..., Any] | None) -> Callable[..., Any]:
@@ -735,7 +748,8 @@ def yours_or_reference(name: str, fn: Callable[..., Any] | None) -> Callable[...
     why = _why_not_yours(name, fn)
     if why is None:
         return fn
-    print(f"{name}: this cell uses the reference ({why}); write yours and run its check to use it here")
+    todo = "write" if why in _UNWRITTEN else "fix"
+    print(f"{name}: this cell uses the reference ({why}); {todo} yours and run its check to use it here")
     return _REFERENCES[name]
 
 

@@ -279,8 +279,10 @@ class RenamedTransformer(nn.Module):
         self.output_projection = nn.Linear(d_model, src_vocab_size if bug == "vocabularies swapped" else tgt_vocab_size)
         self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, p_layers, norm_first)
         self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, p_layers, norm_first)
-        self.src_embedding = TokenEmbedding(src_vocab_size, d_model)
-        self.tgt_embedding = TokenEmbedding(tgt_vocab_size, d_model)
+        self.src_embedding = TokenEmbedding(tgt_vocab_size if bug == "src vocabulary from tgt" else src_vocab_size,
+                                            d_model)
+        self.tgt_embedding = TokenEmbedding(src_vocab_size if bug == "tgt vocabulary from src" else tgt_vocab_size,
+                                            d_model)  # the trial's 06 answer: src_vocab_size
         self.positional_encoding = PositionalEncoding(d_model, max_len, p_pe)
         self.pos_tgt = PositionalEncoding(d_model, max_len, p_pe)
         self.drop = nn.Dropout(dropout)
@@ -647,8 +649,12 @@ TRANSFORMER_FAMILIES = [  # (class, mistake, words, the check's step that names 
     (renamed("no final norm in the decoder"), "missing final norm", ["the decoder lacks the final norm"], "build"),
     (renamed("extra linear"), "parameters differ from the reference",
      ["more parameter tensors than", "by position and shape"], "build"),
-    (renamed("vocabularies swapped"), "parameters differ from the reference", ["such as `output_projection.bias`"],
-     "build"),
+    (renamed("vocabularies swapped"), "output_projection has src_vocab_size outputs",
+     ["the src_vocab_size", "nn.Linear(d_model, tgt_vocab_size)"], "build"),
+    (renamed("tgt vocabulary from src"), "tgt_embedding has src_vocab_size rows",
+     ["the src_vocab_size", "TokenEmbedding(tgt_vocab_size, d_model)"], "build"),
+    (renamed("src vocabulary from tgt"), "src_embedding has tgt_vocab_size rows",
+     ["the tgt_vocab_size", "TokenEmbedding(src_vocab_size, d_model)"], "build"),
     (renamed("no xavier"), "no Xavier initialisation", ["xavier_uniform_", "p.dim() > 1"], "build"),
     (renamed("zero vectors"), "norm scales not ones", ["not all ones", "every logit starts the same"], "build"),
     (renamed("vectors of ones"), "norm shifts not zeros", ["not all zeros", "p.dim() > 1"], "build"),

@@ -465,6 +465,54 @@ def test_noam_lr_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_noam_lr, fn, mistake, *words)
 
 
+def test_the_trial_0607_answers_are_named_on_every_draw():
+    """The blind trial of notebook 07 (wrong07.py): verdicts that were generic are named, on
+    every draw; its correct answers written another way pass."""
+    def eos_as_pad(tgt):  # strips <eos> (2) from the decoder input, pad 0
+        tgt_in = tgt[:, :-1].clone()
+        tgt_in[tgt_in == 2] = 0
+        return tgt_in, tgt[:, 1:]
+
+    def log_softmax_over(dim):  # the trial's ce8 (dim=1)
+        def loss(logits, targets, pad_id, label_smoothing=0.0):
+            real = targets != pad_id
+            logp = logits.log_softmax(dim)[real]  # (N, V): normalised over another axis, then selected
+            nll = -logp.gather(-1, targets[real][:, None])[:, 0]
+            return ((1 - label_smoothing) * nll - label_smoothing * logp.mean(-1)).mean()
+        return loss
+
+    cases = [
+        (check_shift_targets, eos_as_pad, "<eos> replaced by pad in tgt_in", ["<eos>", "tgt[:, :-1]"]),
+        (check_shift_targets, lambda t: (t[:, :-1], t[:, 1:].clone().roll(1, 1)), "rolled with torch.roll",
+         ["torch.roll", "no roll"]),
+        (check_shift_targets, lambda t: (t[:, :-1].roll(-1, 1), t[:, 1:]), "rolled with torch.roll", ["torch.roll"]),
+        (check_masked_cross_entropy, log_softmax_over(1), "log-softmax over the wrong axis",
+         ["axis 1 (the positions)", "dim=-1"]),
+        (check_masked_cross_entropy, log_softmax_over(0), "log-softmax over the wrong axis", ["axis 0 (the batch)"]),
+        (check_noam_lr, lambda s, d, w, factor=1.0: factor * d ** -0.5 * min(s ** -0.5, s * (1 / (w * int(w ** 0.5)))),
+         "warmup^1.5 with an integer square root", ["int(warmup ** 0.5)", "warmup ** -1.5"]),
+        (check_noam_lr, lambda s, d, w, factor=1.0: factor * d ** -0.5 * min(s ** -0.5, s * w ** -3 / 2),
+         "warmup ** -3 / 2", ["(warmup ** -3) / 2", "warmup ** -1.5"]),
+    ]
+    for check, fn, mistake, words in cases:
+        assert_mistake(check, fn, mistake, *words, repeat=SEEDS)
+
+    def noam_piecewise(step, d_model, warmup, factor=1.0):
+        if step < warmup:
+            return factor * step / (warmup ** 1.5 * d_model ** 0.5)
+        return factor / math.sqrt(d_model * step)
+
+    def ce_one_hot(logits, targets, pad_id, label_smoothing=0.0):
+        logp = torch.log_softmax(logits, -1)  # (B, L, V)
+        V = logits.size(-1)
+        q = F.one_hot(targets, V).to(logp.dtype) * (1 - label_smoothing) + label_smoothing / V  # (B, L, V)
+        return -(q * logp).sum(-1)[targets != pad_id].mean()
+
+    assert_passes(check_noam_lr, noam_piecewise)
+    assert_passes(check_masked_cross_entropy, ce_one_hot)
+    assert_passes(check_shift_targets, lambda t: (t[..., :-1].contiguous(), t[..., 1:].contiguous()))
+
+
 @pytest.mark.parametrize("weird", [lambda *a, **k: None, lambda *a, **k: "fast", lambda *a, **k: [0.1]])
 def test_noam_lr_weird_returns_fail_without_raising(weird):
     r = check_noam_lr(weird)

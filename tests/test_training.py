@@ -531,8 +531,41 @@ def test_choose_functions_falls_back_on_a_failed_check_and_on_what_depends_on_it
                                 mine["noam_lr"], mine["train_step"])
     out = capsys.readouterr().out
     assert chosen["masked_cross_entropy"] is None and chosen["train_step"] is None
-    assert re.search(r"^  train_step +the reference: yours calls masked_cross_entropy, and yours has not passed",
-                     out, re.M), out
+    assert re.search(r"^  train_step +the reference: yours calls your masked_cross_entropy, which has not passed "
+                     r"its check$", out, re.M), out
+
+
+def test_choose_functions_reports_train_steps_own_failure_and_the_loss_it_calls(capsys):
+    """The trial's train_step (`if clip_norm:`) calling a masked_cross_entropy that failed:
+    the line names train_step's own mistake as well as the loss."""
+    mine = solution_functions()
+
+    namespace = {"nn": nn}  # the student's notebook: train_step finds masked_cross_entropy there
+    exec(inspect.cleandoc("""
+        def train_step(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+            model.train()
+            optimizer.zero_grad()
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+            loss = masked_cross_entropy(logits, batch.tgt_out, pad_id, label_smoothing)
+            loss.backward()
+            if clip_norm:  # the mistake: 0.0 is a bound too
+                nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            return loss.item()
+        """), namespace)
+    train_step = namespace["train_step"]
+    namespace["masked_cross_entropy"] = mine["masked_cross_entropy"]  # a loss that passes: the step's mistake alone
+    T.choose_functions(mine["shift_targets"], mine["masked_cross_entropy"], mine["noam_lr"], train_step)
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  train_step"))
+    assert line.endswith("the reference: yours has not passed its check: clip_norm 0 not clipped; its check cell "
+                         "says more"), line
+    namespace["masked_cross_entropy"] = per_sequence_mean_loss  # both fail (the step's check meets the loss first)
+    T.choose_functions(mine["shift_targets"], per_sequence_mean_loss, mine["noam_lr"], train_step)
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  train_step"))
+    assert re.search(r"the reference: yours has not passed its check: [^;()]+; its check cell says more; and it calls "
+                     r"your masked_cross_entropy, which has not passed its check either$", line), line
 
 
 def test_choose_functions_names_the_imported_reference(capsys):
@@ -558,23 +591,29 @@ def per_sequence_mean_loss(logits, targets, pad_id, label_smoothing=0.0):
     return ((per_position * real).sum(dim=1) / real.sum(dim=1)).mean()
 
 
-def test_choose_functions_never_cuts_a_reason_inside_a_word(capsys, monkeypatch):
-    seen = []
-    quiet_check = TR._quiet_check
-    monkeypatch.setattr(TR, "_quiet_check", lambda check, fn: seen.append(quiet_check(check, fn)) or seen[-1])
+def test_choose_functions_gives_a_named_mistake_by_its_name(capsys):
     mine = solution_functions()
     T.choose_functions(mine["shift_targets"], per_sequence_mean_loss, mine["noam_lr"], None)
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  masked_cross_entropy"))
-    reason = line.split("yours has not passed its check: ", 1)[1]
-    result = next(r for r in seen if r.exercise == "masked_cross_entropy")
-    first = result.feedback.strip().split("\n")[0].split("masked_cross_entropy: ", 1)[-1]
-    assert result.mistake, result  # a named mistake, which a cut reason must carry
-    if len(first) <= 100:
-        assert reason == first
-    else:
-        kept, rest = reason.split(" ... (", 1)
-        assert first.startswith(kept) and first[len(kept)] in " ,;:(", (kept, first)  # between two words
-        assert rest == f"{result.mistake}; its check cell says more)"
+    assert line.endswith("the reference: yours has not passed its check: mean of per-sequence means; its check cell "
+                         "says more"), line
+
+
+@pytest.mark.parametrize("first, expected", [
+    ("short (2, 3) verdict", "short (2, 3) verdict"),
+    # cut at the last word outside parentheses: they stay balanced, no word is cut
+    ("tgt_out (tgt of shape (3, 8)) has the right shape but the wrong values: the largest difference is 17 at "
+     "index (1, 0) (yours 0, expected 17)",
+     "tgt_out (tgt of shape (3, 8)) has the right shape but the wrong values: the largest difference is 17 ..."),
+    ("your code raised TypeError while calling f(logits (4, 6, 10), targets (4, 6), pad_id=0, label_smoothing=0.1): "
+     "unexpected keyword", "your code raised TypeError while calling ..."),
+    ("(" + "x " * 80 + ")", "its verdict is long"),
+])
+def test_an_unnamed_verdict_is_cut_outside_parentheses(first, expected):
+    from course_utils.checks._core import CheckResult
+
+    result = CheckResult("shift_targets", False, f"[X] shift_targets: {first}\n    (seed 1: ...)")
+    assert TR._what_failed(result, "shift_targets") == expected
 
 
 def test_yours_or_reference_keeps_what_passes_quietly(capsys):
@@ -594,6 +633,13 @@ def test_yours_or_reference_falls_back_on_a_stub_and_says_how_to_continue(name, 
 
 def test_yours_or_reference_falls_back_on_a_failed_check(capsys):
     assert T.yours_or_reference("masked_cross_entropy", per_sequence_mean_loss) is T.masked_cross_entropy
-    assert "uses the reference (yours has not passed its check: " in capsys.readouterr().out
+    assert capsys.readouterr().out == (
+        "masked_cross_entropy: this cell uses the reference (yours has not passed its check: mean of per-sequence "
+        "means; its check cell says more); fix yours and run its check to use it here\n")
+    # the trial's exchanged slices: the line is whole, its parentheses balanced
+    assert T.yours_or_reference("shift_targets", lambda tgt: (tgt[:, 1:], tgt[:, :-1])) is T.shift_targets
+    assert capsys.readouterr().out == (
+        "shift_targets: this cell uses the reference (yours has not passed its check: shifted the wrong way; its "
+        "check cell says more); fix yours and run its check to use it here\n")
     with pytest.raises(ValueError, match="name must be one of"):
         T.yours_or_reference("fit", per_sequence_mean_loss)

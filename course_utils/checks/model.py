@@ -540,6 +540,31 @@ def _final_norms(ref: Transformer, enc: bool, dec: bool) -> Iterator[None]:
         ref.encoder.norm, ref.decoder.norm = saved
 
 
+# the parts whose first axis counts a vocabulary: (path, which vocabulary, the other, what that axis counts,
+# the mistake of sizing it by the other)
+_VOCABULARY_PARTS = (
+    ("src_embedding.embedding", "src", "tgt", "rows", "src_embedding has tgt_vocab_size rows"),
+    ("tgt_embedding.embedding", "tgt", "src", "rows", "tgt_embedding has src_vocab_size rows"),
+    ("output_projection", "tgt", "src", "outputs", "output_projection has src_vocab_size outputs"),
+)
+
+
+def _vocabulary_sizes(model: nn.Module, ref: Transformer) -> None:
+    """A part sized by the other vocabulary (the checker draws the two sizes different)."""
+    sizes = {"src": ref.src_embedding.embedding.weight.size(0), "tgt": ref.output_projection.weight.size(0)}
+    for path, own, other, counts, mistake in _VOCABULARY_PARTS:
+        part: Any = model
+        for attr in path.split("."):
+            part = getattr(part, attr, None)
+        weight = getattr(part, "weight", None)
+        if isinstance(weight, Tensor) and weight.dim() == 2 and weight.size(0) == sizes[other] \
+                and weight.size(1) == ref.d_model:
+            name = path.split(".")[0]
+            fail(f"your {name} has {sizes[other]} {counts}, the {other}_vocab_size, where it needs {sizes[own]}, the "
+                 f"{own}_vocab_size (this check draws the two vocabularies different): build it as "
+                 f"self.{_NAMED_PARTS[path]}.", mistake=mistake)
+
+
 def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> None:
     for enc, dec in ((True, True), (True, False), (False, True)):
         with _final_norms(ref, enc, dec):
@@ -559,6 +584,7 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
         fail(f"{which} ha{'s' if one else 've'} a final norm with norm_first=False: the Transformer has one only when "
              "norm_first=True (each post-norm layer already ends with a norm). Build it only `if norm_first`.",
              mistake="final norm in post-norm")
+    _vocabulary_sizes(model, ref)
     theirs = Counter(tuple(p.shape) for _, p in model.named_parameters(remove_duplicate=False))
     ours = Counter(tuple(p.shape) for p in ref.parameters())
     extra, lacking = theirs - ours, ours - theirs

@@ -125,6 +125,15 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
             *[([(t, t)], "the same slice twice", f"tgt_in and tgt_out are the same slice, {both}: each position is "
                f"asked for the very token it reads, {copy}")
               for t, both in ((exp_in, "tgt[:, :-1]"), (exp_out, "tgt[:, 1:]"))],
+            ([(exp_in.masked_fill(exp_in == 2, 0), exp_out)], "<eos> replaced by pad in tgt_in",  # <eos> 2, pad 0
+             "your tgt_in has <pad> where tgt has <eos> (the <eos> of a shorter target, which tgt[:, :-1] keeps), "
+             "as code that strips <eos> from the decoder's input does (Hugging Face's habit). The loss would not "
+             "notice (the target there is <pad>), but collate, the mask made from tgt_in and this exercise take "
+             "the slices unchanged: tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], with no replacing."),
+            ([(exp_in, exp_out.roll(k, 1)) for k in (1, -1)] + [(exp_in.roll(k, 1), exp_out) for k in (1, -1)],
+             "rolled with torch.roll", "one of the two is rolled by one place (torch.roll wraps the token that "
+             "falls off one end around to the other): the slices themselves are the shift. tgt_in = tgt[:, :-1], "
+             "tgt_out = tgt[:, 1:], with no roll."),
             ([(exp_in, tgt0), (tgt0, exp_out), (tgt0[:, 1:], tgt0), (tgt0, tgt0[:, :-1])], "only one side shifted",
              f"only one of the two is shifted: tgt_in has shape {describe_shape(got_in)} and tgt_out "
              f"{describe_shape(got_out)}. Both must have L_tgt - 1 = {L - 1} columns: tgt_in = tgt[:, :-1] and "
@@ -151,6 +160,14 @@ def _smoothed_ce(logits: Tensor, targets: Tensor, pad_id: int, q_fn: Callable[[T
     if kl:
         per = per + (q * q.clamp_min(1e-30).log()).sum(-1)  # minus the entropy of q
     return per[t != pad_id].mean()
+
+
+def _log_probs_loss(logp: Tensor, targets: Tensor, pad_id: int, eps: float) -> Tensor:
+    """The smoothed cross-entropy computed from given log-probabilities ``(B, L, V)``, over the
+    non-pad tokens: (1 - eps) * nll + eps * mean of -log p."""
+    nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+    per = (1 - eps) * nll - eps * logp.mean(-1)  # (B, L)
+    return per[targets != pad_id].mean()
 
 
 def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: float) -> list[Mistake]:
@@ -201,6 +218,10 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
         ("double softmax", "your logits go through a softmax before the cross-entropy, which applies (log-)softmax "
          "itself: a double softmax squashes the loss and its gradients. Pass the raw logits.",
          lambda: per_token(logits.softmax(-1))[real].mean()),
+        *[("log-softmax over the wrong axis", f"your log_softmax runs over axis {dim} ({what}), not over the "
+           f"vocabulary: each position's probabilities must sum to 1 over its V words, log_softmax(dim=-1).",
+           lambda dim=dim: _log_probs_loss(logits.log_softmax(dim), targets, pad_id, eps))
+          for dim, what in ((1, "the positions"), (0, "the batch"))],
         ("no log-softmax", "you used F.nll_loss on the raw logits: nll_loss expects log-probabilities. Use "
          "F.cross_entropy (which applies log_softmax itself) or apply log_softmax first.",
          lambda: (-logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1))[real].mean()),
@@ -422,6 +443,13 @@ def _noam_variants(d_model: int, warmup: int, factor: float) -> list[tuple[str, 
         ("warmup^1.5 instead of warmup^-1.5",
          "the warm-up branch multiplies by warmup ** 1.5; it is step * warmup ** -1.5.",
          lambda s: base(s, w=warmup ** 1.5)),
+        ("warmup^1.5 with an integer square root", "your warm-up branch divides by warmup * int(warmup ** 0.5): "
+         "the square root is cut to an integer (int(...), // or math.isqrt), so the slope is wrong whenever warmup "
+         "is not a perfect square. Use the float power: step * warmup ** -1.5.",
+         lambda s: base(s, w=1 / (warmup * math.isqrt(warmup)))),
+        ("warmup ** -3 / 2", "your warm-up branch computes warmup ** -3 / 2, which Python reads as (warmup ** -3) / 2: "
+         "** binds tighter than /. Write warmup ** -1.5 (or warmup ** (-3 / 2)).",
+         lambda s: base(s, w=warmup ** -3 / 2)),
     ]
     if factor != 1.0:
         out.append(("factor ignored", f"the factor argument (here {factor}) is not applied: multiply the rate by it.",
@@ -435,6 +463,7 @@ def check_noam_lr(fn: Callable[..., Any]) -> str:
     for pass_factor in (False, True):
         d_model = [32, 64, 96, 128, 256, 512][randint(0, 5)]
         warmup = randint(20, 4000)
+        warmup += math.isqrt(warmup) ** 2 == warmup  # not a perfect square: an integer square root shows
         factor = [0.5, 2.0, 1.5][randint(0, 2)] if pass_factor else 1.0
         steps = sorted({1, 2, warmup // 2, warmup - 1, warmup, warmup + 1, 3 * warmup, 10 * warmup + randint(1, 9)})
         expected = [noam_lr(s, d_model, warmup, factor) for s in steps]
