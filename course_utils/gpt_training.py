@@ -135,12 +135,18 @@ def fit_gpt(
     seed: int = 0,
     eval_every: int = 100,
     progress: bool = False,
+    interruptible: bool = False,
 ) -> dict[str, Any]:
     """Train ``model`` on random windows of ``train (N,)`` (token ids) for ``steps`` steps.
 
     Returns ``{"train_loss": [...], "val_loss": [...], "eval_steps": [...], "train_seconds": s}``:
     the loss of every step, the validation loss every ``eval_every`` steps and at the end
-    (when ``valid`` is given), and the time spent in training steps only.
+    (when ``valid`` is given), and the time spent in training steps only. ``progress``: print
+    the loss, the seconds per step and an estimate of the time left after the first
+    :data:`FIRST_REPORT` steps and at every validation. ``interruptible``: a
+    ``KeyboardInterrupt`` (Jupyter's Kernel -> Interrupt) ends training early instead of
+    raising: the model keeps what it learned, a line says so, the validation loss is taken
+    once more, and ``history["interrupted_at"]`` holds the last step done.
     """
     g = torch.Generator().manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -149,28 +155,53 @@ def fit_gpt(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr
     )
     history: dict[str, Any] = {"train_loss": [], "val_loss": [], "eval_steps": [], "train_seconds": 0.0}
-    for step in range(1, steps + 1):
-        start = time.perf_counter()
-        model.train()
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, steps, lr, warmup)
-        windows = random_windows(train, batch_size, context_length(model), g)  # (B, L + 1)
-        loss = _loss(model, windows)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        optimizer.step()
-        history["train_seconds"] += time.perf_counter() - start
-        history["train_loss"].append(loss.item())
-        if valid is not None and (step % eval_every == 0 or step == steps):
+    try:
+        for step in range(1, steps + 1):
+            start = time.perf_counter()
+            model.train()
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, steps, lr, warmup)
+            windows = random_windows(train, batch_size, context_length(model), g)  # (B, L + 1)
+            loss = _loss(model, windows)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            optimizer.step()
+            history["train_seconds"] += time.perf_counter() - start
+            history["train_loss"].append(loss.item())
+            evaluate = valid is not None and (step % eval_every == 0 or step == steps)
+            if evaluate:
+                history["val_loss"].append(evaluate_loss(model, valid))
+                history["eval_steps"].append(step)
+            if progress and (evaluate or step == min(FIRST_REPORT, steps)):
+                _report(history, step, steps)
+    except KeyboardInterrupt:
+        if not interruptible:
+            raise
+        done = len(history["train_loss"])  # steps whose update is complete
+        history["interrupted_at"] = done
+        print(f"training interrupted at step {done} of {steps}: the model keeps what it learned in those steps",
+              flush=True)
+        if valid is not None and history["eval_steps"][-1:] != [done]:
             history["val_loss"].append(evaluate_loss(model, valid))
-            history["eval_steps"].append(step)
-            if progress:
-                print(f"step {step:>5}: train loss {history['train_loss'][-1]:.3f}, "
-                      f"validation loss {history['val_loss'][-1]:.3f}", flush=True)
+            history["eval_steps"].append(done)
     model.eval()
     return history
+
+
+FIRST_REPORT = 20  # fit_gpt's first progress line: enough steps for a fair time per step
+
+
+def _report(history: dict[str, Any], step: int, steps: int) -> None:
+    """One progress line of :func:`fit_gpt`: losses, seconds per step, time left at that pace."""
+    per_step = history["train_seconds"] / step
+    validation = f", validation loss {history['val_loss'][-1]:.3f}" if history["eval_steps"][-1:] == [step] else ""
+    left = per_step * (steps - step)
+    time_left = ("done" if step == steps else f"about {left:.0f} s left" if left < 120
+                 else f"about {left / 60:.0f} min left")
+    print(f"step {step:>5}: train loss {history['train_loss'][-1]:.3f}{validation}, {per_step:.2f} s per step, "
+          f"{time_left}", flush=True)
 
 
 def prepare_data(text: str | None = None) -> tuple[CharTokenizer, Tensor, Tensor]:

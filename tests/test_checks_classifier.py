@@ -9,6 +9,7 @@ each verdict is asserted over SEEDS calls: a diagnosis that depends on luck woul
 from __future__ import annotations
 
 import math
+from math import erf
 
 import pytest
 import torch
@@ -93,6 +94,13 @@ GELU_MISTAKES = [
     (gelu_in_place, "input modified in place", "in place"),
     (gelu_float32, "dtype not preserved", "float64"),
     (gelu_overflowing, "NaN in the tails", "NaN"),
+    # trial 0809
+    (lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.04715 * x**3))),
+     "tanh approximation, wrong constant", "0.04715 where it has 0.044715"),
+    (lambda x: 0.5 * x * (1 + torch.tanh(2 / math.pi * (x + 0.044715 * x**3))),
+     "tanh approximation, wrong constant", "2 / pi where it has sqrt(2 / pi)"),
+    (lambda x: x / 2 * (1 + math.erf(x / math.sqrt(2))), "math function on a tensor", "`torch.erf`"),
+    (lambda x: x / 2 * (1 + erf(x / math.sqrt(2))), "math function on a tensor", "`torch.erf`"),  # from math import erf
     (lambda x: (0.5 * x * (1 + torch.erf(x / ROOT2))).detach(), "gradient blocked", "does not require grad"),
     (gelu_loop, "gradient blocked", ".tolist()"),
     (lambda x: 0.5 * x * (1 + torch.erf(x.detach() / ROOT2)), "gradient differs", "gradient of `x`"),
@@ -159,6 +167,12 @@ def pool_max(x, mask):
     return x.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(dim=1).values
 
 
+def pool_without_first(x, mask):
+    mask = mask.clone()
+    mask[:, 0] = False
+    return (x * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+
+
 POOL_MISTAKES = [
     (lambda x, mask: x.mean(dim=1), "mean over padding", "padding included"),
     (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1), "sum instead of mean", "never divided"),
@@ -184,6 +198,11 @@ POOL_MISTAKES = [
      "square root"),
     (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1), "count without keepdim",
      "`mask.sum(dim=1, keepdim=True)`"),
+    # trial 0809: [CLS] left out (two ways), floor division
+    (lambda x, mask: (x[:, 1:] * mask[:, 1:, None]).sum(1) / mask[:, 1:].sum(1, keepdim=True),
+     "[CLS] left out of the mean", "position 0 included"),
+    (pool_without_first, "[CLS] left out of the mean", "`mask[:, 0] = False`"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(1) // mask.sum(1, keepdim=True), "integer division", "`//`"),
 ]
 
 
@@ -244,6 +263,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         pad = {"pad": self.pad_id, "zero": 0, None: None}[mask]
         emb = self.embedding(tokens) if scale else self.embedding.embedding(tokens)
         emb = emb * math.sqrt(emb.size(-1)) if extra == "scaled twice" else emb
+        emb = emb * math.sqrt(64) if extra == "scaled by sqrt(64)" else emb  # trial 0809: a hard-coded d_model
         x = F.dropout(emb, p, self.training) if extra in ("embedding dropout", "dropout before table") else emb
         for _ in range(pe):  # pe: how many times the table is added
             x = x + self.positional_encoding.pe[: x.size(1)] if extra == "dropout before table" else \
@@ -383,6 +403,7 @@ CLASSIFIER_MISTAKES_K = [
     (dict(extra="eval"), "mode not restored", "after model.train(), one call of forward"),
     (dict(extra="train"), "mode not restored", "self.train()"),
     (dict(extra="scaled twice"), "embeddings scaled twice", "not sqrt(d_model)"),
+    (dict(extra="scaled by sqrt(64)"), "embeddings scaled twice", "an extra 8 (= sqrt(64))"),
     (dict(pool="pool pad 0"), "hard-coded pad id", "your mean pool treats id 0 as padding"),
 ]
 

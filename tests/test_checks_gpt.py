@@ -359,6 +359,28 @@ class FeedForwardConv1D(Block):  # GPT-2's Conv1D habit, x @ W + b, on nn.Linear
         return self.activation(h @ ff.linear1.weight + ff.linear1.bias) @ ff.linear2.weight + ff.linear2.bias
 
 
+class PairNotUnpacked(Block):  # trial 0809: `[0]` forgotten, the (output, weights) pair handed to dropout1
+    def forward(self, x, mask=None):
+        self.device = x.device
+        h = self.norm1(x)
+        x = x + self.dropout1(self.self_attn(h, h, h, self.attn_mask(x.size(1), mask)))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
+class PairAdded(Block):  # the same without the dropout: `x + pair`
+    def forward(self, x, mask=None):
+        self.device = x.device
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, self.attn_mask(x.size(1), mask))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
+class ParallelBlock(Block):  # trial 0809: GPT-J's parallel block, the feed-forward reads x
+    def forward(self, x, mask=None):
+        attended = self.dropout1(self.attend(self.norm1(x), mask))
+        return x + attended + self.dropout2(self.feed(self.norm2(x)))
+
+
 class Gpt2Mlp(Block):  # GPT-2's MLP: no dropout inside, one after c_proj (the block's dropout2)
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout)
@@ -922,9 +944,12 @@ def test_head_conv1d_named_when_vocab_size_equals_d_model():
 @pytest.mark.parametrize("cls, mistake, words", [
     (FeedForwardConv1D, "Conv1D layout", "`linear(x)`"),
     (Gpt2Mlp, "dropout not passed on", "after `c_proj`"),
+    (PairNotUnpacked, "attention pair not unpacked", ("must be Tensor, not tuple", "Keep the output, `[0]`")),
+    (PairAdded, "attention pair not unpacked", ("'Tensor' and 'tuple'", "(output, weights)")),
+    (ParallelBlock, "parallel block", "GPT-J"),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_other_peoples_block_habits_named_over_20_draws(cls, mistake, words):
-    assert_mistake(check_gpt_block, cls, mistake, words, repeat=20)
+    assert_mistake(check_gpt_block, cls, mistake, *(words if isinstance(words, tuple) else (words,)), repeat=20)
 
 
 
@@ -1275,7 +1300,8 @@ def test_next_token_probs_temperature_twice_named_over_20_draws(fn):
 def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
                    *, mode="eval", grad=False, crop="end", position=-1, sampler="multinomial", keep_prompt=True,
                    use_temperature=True, use_generator=True, restore=True, use_top_p=True, early_return=False,
-                   top_k_passed="in order", finally_=True, new_token="tensor", divide_first=False):
+                   top_k_passed="in order", finally_=True, new_token="tensor", divide_first=False,
+                   softmax_first=False):
     """A student's generate; the keyword-only flags switch on one mistake each. ``top_k_passed``:
     "in order", "left out", "swapped" (with top_p), "temperature last" (logits, top_k, top_p, temperature).
     ``new_token``: "tensor" (as drawn), "item" (torch.tensor of .item() values: on the CPU), "item on device"
@@ -1296,6 +1322,8 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
                 logits = model(context)[:, position]  # (B, V)
                 if divide_first:  # the temperature applied here and again by next_token_probs
                     logits = logits / temperature
+                if softmax_first:  # trial 0809: probabilities handed to next_token_probs as logits
+                    logits = logits.softmax(dim=-1)
                 t = temperature if use_temperature else 1.0
                 args = {"in order": (t, top_k, top_p), "left out": (t, None, top_p), "swapped": (t, top_p, top_k),
                         "temperature last": (top_k, top_p, t) if top_k is not None else (t, top_k, top_p)}[top_k_passed]
@@ -1361,6 +1389,11 @@ def test_generate_mistakes_are_named(flags, mistake, words):
 def test_generate_temperature_twice_named_over_20_draws():
     assert_mistake(check_generate, variant(divide_first=True), "temperature applied twice", "0.25", "once",
                    repeat=20)
+
+
+def test_generate_softmax_before_next_token_probs_named_over_20_draws():  # trial 0809: was "temperature ignored"
+    assert_mistake(check_generate, variant(softmax_first=True), "softmax before next_token_probs",
+                   "next_token_probs(softmax(logits), temperature=0.5)", "raw last-position logits", repeat=20)
 
 
 @pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf"),

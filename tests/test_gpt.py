@@ -7,6 +7,7 @@ loader, nothing downloaded) needs `transformers`; without it those tests skip.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -281,6 +282,50 @@ def test_a_few_training_steps_lower_the_loss():
     assert history["eval_steps"] == [20, 40] and len(history["train_loss"]) == 40
     assert evaluate_loss(model, valid, batches=2) < before - 0.5
     assert model.lm_head.weight is model.token_embedding.weight  # still tied after training
+
+
+def _tiny_run():
+    tok, train, valid = prepare_data(load_text())
+    torch.manual_seed(0)
+    model = GPT(len(tok), d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0, max_len=16)
+    return model, train, valid
+
+
+def test_fit_gpt_progress_reports_time_per_step_and_time_left(capsys):
+    model, train, valid = _tiny_run()
+    fit_gpt(model, train, valid, steps=45, batch_size=4, warmup=1, eval_every=40, progress=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["step    20", "step    40", "step    45"]
+    assert "validation loss" not in lines[0] and "validation loss" in lines[1]
+    assert all(" s per step, " in line for line in lines)
+    assert re.search(r"about \d+ s left$", lines[0]) and lines[-1].endswith("done")
+
+
+def test_fit_gpt_interrupted_keeps_the_model_trained_so_far(capsys):
+    """Kernel -> Interrupt in the notebook: a KeyboardInterrupt from inside a step ends training, the
+    history holds the steps done and a final validation loss, and the model is left in eval mode."""
+    model, train, valid = _tiny_run()
+    calls = []
+
+    def interrupt(module, args):
+        if module.training:  # a training step, not a validation batch
+            calls.append(1)
+            if len(calls) == 6:
+                raise KeyboardInterrupt
+
+    handle = model.register_forward_pre_hook(interrupt)
+    before = model.token_embedding.weight.detach().clone()
+    history = fit_gpt(model, train, valid, steps=50, batch_size=4, warmup=1, eval_every=3, interruptible=True)
+    handle.remove()
+    assert history["interrupted_at"] == 5 and len(history["train_loss"]) == 5
+    assert history["eval_steps"] == [3, 5] and len(history["val_loss"]) == 2
+    assert not model.training and not torch.equal(model.token_embedding.weight, before)
+    assert "training interrupted at step 5 of 50" in capsys.readouterr().out
+    handle = model.register_forward_pre_hook(interrupt)  # not interruptible (the default): raises
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        fit_gpt(model, train, valid, steps=50, batch_size=4, warmup=1, eval_every=3)
+    handle.remove()
 
 
 def test_shakespeare_ships_with_the_package_and_equals_the_data_file(monkeypatch, tmp_path):

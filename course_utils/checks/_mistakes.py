@@ -103,8 +103,8 @@ MISTAKES: dict[str, str] = {
     "sin and cos concatenated": "sines and cosines in two halves instead of interleaved",
     "positive exponent": "angles pos * 10000^(2i/d_model): the frequency multiplies the position instead of dividing it",
     "wrong base": "the frequencies use another base than 10000 (e.g. 1000)",
-    "integer division": "an integer division (//, rounding_mode='floor') in the angles: an exponent 2i // d_model = 0 "
-    "or floored angles",
+    "integer division": "an integer division (//, rounding_mode='floor') where a true one belongs: in the angles "
+    "(an exponent 2i // d_model = 0, floored angles), or the pooled sum // the count",
     "exponent i/d_model": "frequency exponent i/d_model instead of 2i/d_model",
     "exponent j/d_model": "frequency exponent from each column's own index",
     "exponent 2j/d_model": "frequency exponent 2j/d_model with j the column index",
@@ -236,6 +236,8 @@ MISTAKES: dict[str, str] = {
     "only the first layer applied": "only the first layer is applied",
     "layers not applied": "the layers are never applied",
     "post-norm": "the GPT block normalises after the residual add",
+    "attention pair not unpacked": "the attention's (output, weights) pair used as its output ([0] forgotten)",
+    "parallel block": "the feed-forward reads the block's input x, not the stream after the attention (GPT-J's block)",
     "exact GELU": "exact GELU instead of GPT-2's tanh approximation",
     "ReLU instead of GELU": "ReLU where GELU is asked for",
     # dropout
@@ -299,6 +301,7 @@ MISTAKES: dict[str, str] = {
     "no position embedding": "no position embedding added",
     "temperature after softmax": "temperature applied after the softmax",
     "temperature ignored": "temperature has no effect",
+    "softmax before next_token_probs": "generate passes probabilities (a softmax) to next_token_probs, which expects logits",
     "temperature multiplied": "logits multiplied by the temperature instead of divided",
     "temperature applied twice": "the logits divided by the temperature twice (logits / T / T, or by T ** 2)",
     "top-k keeps k+1": "top-k keeps one token too many",
@@ -426,6 +429,8 @@ MISTAKES: dict[str, str] = {
     "erf of x / 2, not x / sqrt(2)": "erf(x / 2) instead of erf(x / sqrt(2))",
     "Phi(x) without the factor x": "Phi(x) returned without the factor x",
     "NaN in the tails": "GELU gives NaN for large |x|",
+    "tanh approximation, wrong constant": "GELU's tanh approximation with a wrong constant (0.04715, 2 / pi)",
+    "math function on a tensor": "math.erf (a function of one Python number) called on a tensor: torch.erf",
     "mean over padding": "the pooled mean includes padding",
     "sum instead of mean": "a sum instead of a mean",
     "padding not zeroed": "the pooled sum includes the padding, divided by the real count",

@@ -30,7 +30,7 @@ from ..attention import causal_mask, padding_mask
 from ..classifier import TransformerClassifier
 from ._core import (Mistake, StudentError, allclose, call_student, check_input_device, check_unchanged, checker,
                     dropout_scale, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints, require_function,
-                    require_module_class, require_own_code)
+                    require_module_class, require_own_code, student_line)
 from ._pairing import load_reference, randomise_parameters
 from .model import check_modes_kept, check_stack_input_dropout
 
@@ -49,6 +49,11 @@ def _distinct_sizes(low_high: list[tuple[int, int]]) -> list[int]:
 
 # ---------------------------------------------------------------- gelu
 _ERF = "0.5 * x * (1 + erf(x / sqrt(2)))"
+def _tanh_gelu(x: Tensor, scale: float, cubic: float) -> Tensor:
+    """The tanh approximation ``0.5 x (1 + tanh(scale (x + cubic x^3)))``: right with ``sqrt(2 / pi)``, 0.044715."""
+    return 0.5 * x * (1 + torch.tanh(scale * (x + cubic * x**3)))
+
+
 _GELU_MISTAKES: list[tuple[str, str, Callable[[Tensor], Tensor]]] = [  # (name, diagnosis, the mistake's GELU)
     ("tanh approximation", "this is the tanh approximation of GELU (GPT-2's, `F.gelu(x, approximate='tanh')`; "
      "Google's original BERT code used it too); it differs from the exact GELU by up to about 5e-4. Write the exact "
@@ -69,12 +74,28 @@ _GELU_MISTAKES: list[tuple[str, str, Callable[[Tensor], Tensor]]] = [  # (name, 
      "root of 2: `erf(x / math.sqrt(2))`.", lambda x: 0.5 * x * (1 + torch.erf(x / 2))),
     ("Phi(x) without the factor x", "you returned Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the probability alone; "
      "GELU multiplies it by x: x * Phi(x).", lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2)))),
+    ("tanh approximation, wrong constant", "this is the tanh approximation of GELU with 0.04715 where it has "
+     "0.044715, `tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))`; the exercise asks for the exact form anyway: "
+     f"`{_ERF}`.", lambda x: _tanh_gelu(x, math.sqrt(2 / math.pi), 0.04715)),
+    ("tanh approximation, wrong constant", "this is the tanh approximation of GELU with 2 / pi where it has "
+     "sqrt(2 / pi), `tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))`; the exercise asks for the exact form "
+     f"anyway: `{_ERF}`.", lambda x: _tanh_gelu(x, 2 / math.pi, 0.044715)),
 ]
 
 
 def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
     x0 = x.clone()
-    got = call_student(fn, x, context=f"calling gelu on {case}")
+    try:
+        got = call_student(fn, x, context=f"calling gelu on {case}")
+    except StudentError as err:  # math.erf (or math.exp...) on a tensor of several numbers
+        line = student_line(err.exc) or ""
+        math_call = re.search(r"\bmath\.\w+\(|(?<![\w.])erf\(", line)  # math.erf(...), or erf(...) imported
+        if "only one element tensors can be converted" in str(err.exc) and math_call:
+            fail(f"your code raised {type(err.exc).__name__} calling gelu on {case}: {err.exc}, at {line}. "
+                 "`math` functions take one Python number; x is a tensor of many: use the element-wise torch "
+                 "function (`torch.erf` for math.erf; math.sqrt(2), a constant, is fine).",
+                 mistake="math function on a tensor")
+        raise
     check_unchanged(["x"], [x], [x0], case)
     # float32's F.gelu is off by up to 1.2e-6 (the formula by 4.8e-7): the expected values come from float64,
     # compared within 2e-6, so that F.gelu itself passes the values and is named by the forbidden-call check
@@ -138,6 +159,13 @@ def _pool_mistakes(x: Tensor, mask: Tensor) -> list[Mistake]:
         ("divided by sqrt(count)", "you divided the sum by the square root of each row's number of real tokens "
          "(sentence-transformers' `mean_sqrt_len` pooling); the mean divides by the number itself: "
          "`m.sum(dim=1)`.", lambda: (x * m).sum(dim=1) / m.sum(dim=1).sqrt()),
+        ("[CLS] left out of the mean", "you left position 0 out of the mean (`x[:, 1:]`, or `mask[:, 0] = False`): "
+         "masked_mean_pool averages every position the mask marks True, position 0 included; it cannot know "
+         "which token is [CLS], and this course's mean pooling counts [CLS] as a real token.",
+         lambda: (x * m)[:, 1:].sum(dim=1) / m[:, 1:].sum(dim=1)),
+        ("integer division", "you divided with `//`, floor division: every mean is rounded down to a whole "
+         "number. Divide with `/`: `(x * m).sum(dim=1) / m.sum(dim=1)`.",
+         lambda: torch.div((x * m).sum(dim=1), m.sum(dim=1), rounding_mode="floor")),
     ]
 
 
@@ -180,6 +208,8 @@ def _pool_inputs(B: int, L: int, D: int, make_mask: Callable[[int, int], Tensor]
     while True:
         x = 2.0 * torch.randn(B, L, D) + torch.randn(1, L, 1)  # (B, L, D): positions differ on average
         mask = make_mask(B, L)  # (B, L)
+        if not bool(mask[:, 1:].any(dim=1).all()):  # a row whose only real token is position 0: a mean
+            continue  # without it divides 0 by 0, and such code is then told by its NaN, not named
         real = torch.nonzero(mask)  # (n, 2): (row, position) of the real tokens
         x[real[0, 0], real[0, 1], 0] = 0.0  # an exact 0 in a real vector: counting non-zeros is wrong
         m = mask.unsqueeze(-1).float()  # (B, L, 1)
@@ -270,11 +300,28 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
     return {None: logits, "softmax": logits.softmax(dim=-1), "log_softmax": logits.log_softmax(dim=-1)}[post]
 
 
+def _embedding_factor(ref: TransformerClassifier, tokens: Tensor, encoder_inputs: list[Any]) -> float | None:
+    """``c`` when the student's encoder got ``c * self.embedding(tokens) + pe`` with ``c`` not 1 (an extra
+    scaling, ``* math.sqrt(64)`` with a hard-coded size too), else None."""
+    x = encoder_inputs[0] if encoder_inputs else None
+    e = ref.embedding(tokens).double()  # (B, L, D): already times sqrt(d_model)
+    if not isinstance(x, Tensor) or x.shape != e.shape:
+        return None
+    pe = ref.positional_encoding(torch.zeros_like(e).float()).double()  # (B, L, D): the table (eval, no dropout)
+    c = float(((x.double() - pe) * e).sum() / (e * e).sum())  # least squares
+    if c <= 0 or abs(c - 1) < 1e-3 or not allclose(x.double(), c * e + pe, atol=1e-4):
+        return None
+    return c
+
+
 def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: str,
-                         encoder_masks: list[Any]) -> list[Mistake]:
-    """``encoder_masks``: the masks the student's encoder was called with (empty: not seen)."""
+                         encoder_masks: list[Any], encoder_inputs: list[Any]) -> list[Mistake]:
+    """``encoder_masks``, ``encoder_inputs``: the masks and inputs the student's encoder was called with
+    (empty: not seen)."""
     def v(**kw: Any) -> Callable[[], Tensor]:
         return lambda: _classifier_variant(ref, tokens, pooling, **kw)
+
+    D, c = ref.embedding.d_model, _embedding_factor(ref, tokens, encoder_inputs)
 
     B, L = tokens.shape
     # with one layer, a (B, L, 1) mask gives what no mask gives: the mask the encoder got tells them apart
@@ -329,14 +376,22 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
         ("embeddings scaled twice", "the token embeddings are multiplied by d_model, not sqrt(d_model): "
          "TokenEmbedding already scales by sqrt(d_model), so do not multiply self.embedding(tokens) again.",
          v(scale=1.0)),
-    ] + ([("hard-coded pad id", "your mean pool treats id 0 as padding (the encoder's mask is right): this model's "
+    ] + ([("embeddings scaled twice", f"the token embeddings are multiplied by an extra {c:.4g} (= sqrt({c * c:.4g})) "
+           f"on top of TokenEmbedding's own sqrt(d_model) scaling (this model's d_model is {D}): "
+           "self.embedding(tokens) is already scaled, so do not multiply it again.",
+           v(scale=0.5 + math.log(c) / math.log(D)))] if c is not None and c > 1 else []
+         ) + ([("hard-coded pad id", "your mean pool treats id 0 as padding (the encoder's mask is right): this model's "
            "padding id is `self.pad_id`: `masked_mean_pool(h, tokens != self.pad_id)`.", v(pool_pad=0))]
          if pooling == "mean" else [])
     return out + [
-        ("returns probabilities", f"forward applies {post} to the logits. Return the raw logits: F.cross_entropy "
+        ("returns probabilities", "forward applies softmax to the logits. Return the raw logits: F.cross_entropy "
          "applies log_softmax itself, and a softmax before it squashes the scores into [0, 1], which flattens the "
-         "loss and slows learning (the argmax, and so the accuracy, would not show it).", v(post=post))
-        for post in ("softmax", "log_softmax")
+         "loss and slows learning (the argmax, and so the accuracy, would not show it).", v(post="softmax")),
+        ("returns probabilities", "forward applies log_softmax to the logits, so it returns log-probabilities, not "
+         "the raw logits that TransformerClassifier returns. Training would not notice (F.cross_entropy applies log_softmax itself, "
+         "and log_softmax of log-probabilities changes nothing), nor the argmax, but code that treats the output "
+         "as logits would: a temperature, or F.softmax for the probabilities, or a loss that does not normalise "
+         "(F.binary_cross_entropy_with_logits). Return `self.classifier(pooled)`.", v(post="log_softmax")),
     ]
 
 
@@ -520,9 +575,13 @@ def check_transformer_classifier(cls: Any) -> str:
         tokens0 = tokens.clone()
         case = f"{settings_text}, tokens ({B}, {L}) with padding"
         encoder_masks: list[Any] = []  # what the student's encoder is called with
-        seen = model.encoder.register_forward_pre_hook(
-            lambda _, args, kw: encoder_masks.append(kw.get("mask", args[1] if len(args) > 1 else None)),
-            with_kwargs=True) if isinstance(getattr(model, "encoder", None), nn.Module) else None
+        encoder_inputs: list[Any] = []
+
+        def record(_: nn.Module, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+            encoder_masks.append(kw.get("mask", args[1] if len(args) > 1 else None))
+            encoder_inputs.append(kw.get("x", args[0] if args else None))
+        seen = model.encoder.register_forward_pre_hook(record, with_kwargs=True) \
+            if isinstance(getattr(model, "encoder", None), nn.Module) else None
         with torch.no_grad():
             try:
                 got = call_student(model, tokens, context=f"running forward ({case})")
@@ -550,7 +609,8 @@ def check_transformer_classifier(cls: Any) -> str:
                 _fail_eval_dropout(case)
             _logits_shape(got, ref, tokens0, pooling, C, H * d_k, case)
             _nan_in_mean(got, ref, tokens0, pooling, case)
-            expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling, encoder_masks),
+            expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling, encoder_masks,
+                                                                      encoder_inputs),
                          atol=_ATOL, case=case)
         gradient_probe(model, ref, dict(tokens=tokens0), params, what="TransformerClassifier", case=case)
         _training_probe(cls, V, C, kwargs, tokens0, settings_text)

@@ -32,7 +32,7 @@ from ._core import (Failure, Mistake, StudentError, allclose, call_student, chec
                     drawn_once, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints,
                     require_distinct_roles, require_function, require_module_class, require_no_grad, student_line)
 from ._blocks import (P_PROBE, P_RATE, Block, Spy, check_dropout, check_dropout_modes, check_dropout_rate,
-                      check_part_dropout, dropout_mistakes, run_block, sublayer_dropout_rates, zeros)
+                      check_part_dropout, dropout_mistakes, run_block, sublayer_dropout_rates, swapped, zeros)
 from ._pairing import build_student, copy_parameters, match_parameters, named, randomise_parameters, structure_failure
 from .decoder import trailing_padding, tuple_return
 
@@ -173,6 +173,45 @@ def _conv1d_habit(error: str, line: str) -> bool:
         and not any(t in code for t in (".weight.T", ".weight.t()", ".weight.transpose", ".weight.mT"))
 
 
+class _OutputOnly(nn.Module):
+    """Stands in for an attention in :func:`_pair_not_unpacked`: the output alone, not ``(output, weights)``."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.inner(*args, **kwargs)
+        return out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
+
+
+def _pair_not_unpacked(model: nn.Module, args: tuple[Tensor, ...], expected: Tensor, err: StudentError,
+                       case: str) -> None:
+    """After the student's forward raised: with every attention returning its output alone, a run that gives
+    ``expected`` means the code used the pair ``(output, weights)`` as the output (``[0]`` forgotten)."""
+    names = [n for n, m in model.named_children() if "Attention" in type(m).__name__]
+    if not isinstance(err.exc, TypeError) or "tuple" not in str(err.exc) or not names:
+        return
+    with swapped(model, {n: _OutputOnly(getattr(model, n)) for n in names}), torch.no_grad():
+        try:
+            got = model(*(a.clone() for a in args))
+        except Exception:  # noqa: BLE001 - no verdict: the original error is reported
+            return
+    if isinstance(got, Tensor) and matches(got, expected, atol=1e-4):
+        fail(f"your GPTBlock raised {raised(err.exc, inline=True)} ({case}): self.self_attn returns a pair, "
+             "(output, weights), and your code used the pair where the output belongs. Keep the output, `[0]`: "
+             "`x = x + self.dropout1(self.self_attn(h, h, h, mask)[0])`. (With the output taken, your block gives "
+             "the right numbers.)", mistake="attention pair not unpacked")
+
+
+def _parallel_block(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> Tensor:
+    """GPT-J's parallel block: both sub-layers read ``x``, ``x + attn(norm1(x)) + ff(norm2(x))``."""
+    causal = causal_mask(x.size(1), device=x.device)
+    h = ref.norm1(x)  # (B, L, D)
+    attended = ref.self_attn(h, h, h, causal if mask is None else causal & mask)[0]  # (B, L, D)
+    return x + attended + ref.feed_forward(ref.norm2(x))
+
+
 def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | None, case: str) -> None:
     """One case; without a mask the leak test runs first (before the values, which would only say
     "differ" for a missing causal mask)."""
@@ -180,14 +219,23 @@ def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | N
     originals, state = tuple(a.clone() for a in args), module_state(model)
     with torch.no_grad():
         expected = ref(x, mask)  # (B, L, D)
-        got = _forward(model, args, case)
+        try:
+            got = _forward(model, args, case)
+        except StudentError as err:
+            _pair_not_unpacked(model, originals, expected, err, case)
+            raise
         check_unchanged(["x", "mask"], args, originals, case)
         check_state_unchanged(model, state, case)
         tuple_return(got, "GPTBlock")
         check_dropout(lambda: call_student(model, *originals, context=f"running forward ({case})"), got, expected)
         if mask is None and isinstance(got, Tensor) and got.shape == x.shape:
             _leak_test(model, originals[0], got)
-        expect_close("output", got, expected, _block_mistakes(ref, originals[0], mask), atol=1e-5, case=case)
+        parallel = ("parallel block", "the feed-forward reads the block's input x, not the residual stream after "
+                    "the self-attention: `x + attn(norm1(x)) + ff(norm2(x))` is the parallel block of GPT-J and "
+                    "PaLM. GPT-2's sub-layers run one after the other: first `x = x + attn(norm1(x))`, then "
+                    "`x = x + ff(norm2(x))` on that new x.", lambda: _parallel_block(ref, originals[0], mask))
+        expect_close("output", got, expected, [*_block_mistakes(ref, originals[0], mask), parallel], atol=1e-5,
+                     case=case)
 
 
 def _exact_gelu_probe(model: nn.Module, ref: GPTBlock, B: int, L: int, D: int) -> None:
@@ -1021,14 +1069,24 @@ def check_generate(fn: Callable[..., Any]) -> str:
         fail("all draws gave the same token: generate takes the argmax instead of sampling. Draw from the "
              "distribution: torch.multinomial(probs, 1, generator=generator).", mistake="greedy instead of sampling")
     if tv > 0.05:
-        if 0.5 * float((freq - logits.softmax(-1)).abs().sum()) < tv:
-            fail(f"with temperature={T} the draws follow the distribution at temperature 1: pass the "
-                 "temperature on to next_token_probs.", mistake="temperature ignored")
-        if 0.5 * float((freq - next_token_probs(logits, T * T)).abs().sum()) < tv:
-            fail(f"with temperature={T} the draws follow the distribution at temperature {T * T:g} = {T}²: the "
-                 "temperature is applied twice (the logits divided by it before next_token_probs, which divides "
-                 "again). Divide once: pass the raw logits and the temperature to next_token_probs.",
-                 mistake="temperature applied twice")
+        known = [  # (name, diagnosis, the distribution the draws follow with that mistake)
+            ("temperature ignored", f"with temperature={T} the draws follow the distribution at temperature 1: pass "
+             "the temperature on to next_token_probs.", logits.softmax(-1)),
+            ("temperature applied twice", f"with temperature={T} the draws follow the distribution at temperature "
+             f"{T * T:g} = {T}²: the temperature is applied twice (the logits divided by it before "
+             "next_token_probs, which divides again). Divide once: pass the raw logits and the temperature to "
+             "next_token_probs.", next_token_probs(logits, T * T)),
+            ("softmax before next_token_probs", f"with temperature={T} the draws follow "
+             f"next_token_probs(softmax(logits), temperature={T}): generate hands next_token_probs probabilities "
+             "where it expects logits, and next_token_probs applies its own softmax on top, which flattens the "
+             "distribution towards uniform. Pass the model's raw last-position logits: "
+             "next_token_probs(model(context)[:, -1], temperature, top_k, top_p).",
+             next_token_probs(logits.softmax(-1), T)),
+        ]
+        gaps = [0.5 * float((freq - dist).abs().sum()) for _, _, dist in known]
+        best = min(range(len(known)), key=gaps.__getitem__)
+        if gaps[best] < tv:  # nearer a catalogued mistake's distribution than the right one: the nearest
+            fail(known[best][1], mistake=known[best][0])
         fail(f"the frequencies of {n} draws differ from next_token_probs(logits, temperature={T}) by a total "
              f"variation of {tv:.2f} (a correct sampler gives less than 0.05): sample with "
              "torch.multinomial(next_token_probs(...), 1, generator=generator).", mistake="values differ")

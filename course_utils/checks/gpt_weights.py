@@ -265,8 +265,9 @@ def _shorter_context(fn: Callable[..., Any], source: _Source, V: int, D: int, H:
         return  # the whole table went in (a .data assignment resizes it): nothing of the checkpoint is lost
     fail(f"given a model with max_len={P - 2} and a checkpoint with {P} positions, your function loaded it without "
          f"a word, keeping the first {P - 2} rows of the position table: the model silently differs from the "
-         "checkpoint. Refuse instead: when a shape differs, raise ValueError naming the parameter and both shapes "
-         "(and build the model with the checkpoint's sizes).", mistake="position table cut")
+         "checkpoint. Copy the whole table, `param.copy_(sd['transformer.wpe.weight'])`, without slicing it to the "
+         "model's size: copy_ raises when the shapes differ, which is what we want (a ValueError of your own naming "
+         "the parameter and both shapes does as well).", mistake="position table cut")
 
 
 @checker("load_gpt2_weights")
