@@ -944,8 +944,8 @@ def test_head_conv1d_named_when_vocab_size_equals_d_model():
 @pytest.mark.parametrize("cls, mistake, words", [
     (FeedForwardConv1D, "Conv1D layout", "`linear(x)`"),
     (Gpt2Mlp, "dropout not passed on", "after `c_proj`"),
-    (PairNotUnpacked, "attention pair not unpacked", ("must be Tensor, not tuple", "Keep the output, `[0]`")),
-    (PairAdded, "attention pair not unpacked", ("'Tensor' and 'tuple'", "(output, weights)")),
+    (PairNotUnpacked, "attention output not unpacked", ("must be Tensor, not tuple", "Keep the output, `[0]`")),
+    (PairAdded, "attention output not unpacked", ("'Tensor' and 'tuple'", "(output, weights)")),
     (ParallelBlock, "parallel block", "GPT-J"),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_other_peoples_block_habits_named_over_20_draws(cls, mistake, words):

@@ -236,7 +236,6 @@ MISTAKES: dict[str, str] = {
     "only the first layer applied": "only the first layer is applied",
     "layers not applied": "the layers are never applied",
     "post-norm": "the GPT block normalises after the residual add",
-    "attention pair not unpacked": "the attention's (output, weights) pair used as its output ([0] forgotten)",
     "parallel block": "the feed-forward reads the block's input x, not the stream after the attention (GPT-J's block)",
     "exact GELU": "exact GELU instead of GPT-2's tanh approximation",
     "ReLU instead of GELU": "ReLU where GELU is asked for",

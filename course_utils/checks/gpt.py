@@ -201,7 +201,7 @@ def _pair_not_unpacked(model: nn.Module, args: tuple[Tensor, ...], expected: Ten
         fail(f"your GPTBlock raised {raised(err.exc, inline=True)} ({case}): self.self_attn returns a pair, "
              "(output, weights), and your code used the pair where the output belongs. Keep the output, `[0]`: "
              "`x = x + self.dropout1(self.self_attn(h, h, h, mask)[0])`. (With the output taken, your block gives "
-             "the right numbers.)", mistake="attention pair not unpacked")
+             "the right numbers.)", mistake="attention output not unpacked")
 
 
 def _parallel_block(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> Tensor:
