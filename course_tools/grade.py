@@ -171,7 +171,10 @@ def grading_env(turn: Path, hidden: Iterable[Path], package_root: Path = PACKAGE
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if check_time_limit is not None:
         env[CHECK_TIME_LIMIT_VARIABLE] = f"{check_time_limit:g}"
-    for name, sub in (("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"), ("TMPDIR", "tmp")):
+    # torch's compiler, imported lazily, makes its cache folder (/tmp/torchinductor_<user>) on first
+    # use: flagged once on an honest student's line (a full suite's run, under load) before it lived here
+    for name, sub in (("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"), ("TMPDIR", "tmp"),
+                      ("TORCHINDUCTOR_CACHE_DIR", "torchinductor")):
         (turn / sub).mkdir(exist_ok=True)
         env[name] = str(turn / sub)
     return env
