@@ -136,6 +136,7 @@ def fit_gpt(
     eval_every: int = 100,
     progress: bool = False,
     interruptible: bool = False,
+    max_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` on random windows of ``train (N,)`` (token ids) for ``steps`` steps.
 
@@ -146,17 +147,26 @@ def fit_gpt(
     :data:`FIRST_REPORT` steps and at every validation. ``interruptible``: a
     ``KeyboardInterrupt`` (Jupyter's Kernel -> Interrupt) ends training early instead of
     raising: the model keeps what it learned, a line says so, the validation loss is taken
-    once more, and ``history["interrupted_at"]`` holds the last step done.
+    once more, and ``history["interrupted_at"]`` holds the last step done. ``max_seconds``: a
+    time budget (wall clock, validations included). After :data:`FIRST_REPORT` steps and at
+    every validation, if ``steps`` would not fit at the pace so far, the run is shortened to
+    the steps that fit (at least ``FIRST_REPORT + 1``), a line says so, and the learning-rate
+    schedule decays over the new length; ``history["steps"]`` holds the steps planned last.
     """
+    if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and max_seconds > 0):
+        raise ValueError(f"max_seconds should be a positive number of seconds or None; got {max_seconds!r}")
     g = torch.Generator().manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr
     )
-    history: dict[str, Any] = {"train_loss": [], "val_loss": [], "eval_steps": [], "train_seconds": 0.0}
+    history: dict[str, Any] = {"train_loss": [], "val_loss": [], "eval_steps": [], "train_seconds": 0.0,
+                               "steps": steps}
+    began, step = time.perf_counter(), 0
     try:
-        for step in range(1, steps + 1):
+        while step < steps:
+            step += 1
             start = time.perf_counter()
             model.train()
             for group in optimizer.param_groups:
@@ -174,6 +184,8 @@ def fit_gpt(
             if evaluate:
                 history["val_loss"].append(evaluate_loss(model, valid))
                 history["eval_steps"].append(step)
+            if max_seconds is not None and (evaluate or step == FIRST_REPORT):
+                steps = _fit_budget(history, step, steps, time.perf_counter() - began, max_seconds)
             if progress and (evaluate or step == min(FIRST_REPORT, steps)):
                 _report(history, step, steps)
     except KeyboardInterrupt:
@@ -191,6 +203,19 @@ def fit_gpt(
 
 
 FIRST_REPORT = 20  # fit_gpt's first progress line: enough steps for a fair time per step
+
+
+def _fit_budget(history: dict[str, Any], step: int, steps: int, elapsed: float, max_seconds: float) -> int:
+    """The steps :func:`fit_gpt` plans after ``step`` steps in ``elapsed`` seconds: ``steps`` if
+    they fit in ``max_seconds`` at this pace, else as many as fit (and a line saying so)."""
+    fit = max(step, FIRST_REPORT + 1, int(max_seconds / (elapsed / step)))
+    if fit >= steps:
+        return steps
+    print(f"at {elapsed / step:.2f} s per step, {steps} steps would take about {steps * elapsed / step / 60:.0f} "
+          f"min: training {fit} steps instead, to stay within {max_seconds:g} s (fewer steps: a higher loss)",
+          flush=True)
+    history["steps"] = fit
+    return fit
 
 
 def _report(history: dict[str, Any], step: int, steps: int) -> None:

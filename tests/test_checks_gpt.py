@@ -827,7 +827,7 @@ GPT_MISTAKES = [
     (PositionsClamped, "max_len not checked", "runs without an error"),
     (TiedTransposed, "tied but transposed", "no `.t()`"),
     (OptPositions, "positions offset by 2", "OPT"),
-    (HeadConv1D, "Conv1D layout", "`x @ linear.weight.T + linear.bias`"),
+    (HeadConv1D, "Conv1D layout", "GPT-2's Conv1D"),
     (Gpt2InitOnAll, "wrong initialisation", "GPT-2 draws its residual projections"),
 ]
 

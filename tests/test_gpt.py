@@ -456,3 +456,24 @@ def test_decode_step_uses_the_tied_head_without_an_lm_head_module():
         for t in range(5):
             logits = gpt_decode_step(model, tokens[:, t], t, cache)  # (B, V)
     torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_fit_gpt_shortens_a_run_that_would_not_fit_its_time_budget(capsys, monkeypatch):
+    """``max_seconds``: on a clock where every step takes 2 s, 50 steps do not fit in 60 s; after
+    the first report the run is cut to the steps that fit, the schedule ends there (its last
+    step validates), and a line says so. Without a budget, or with room, nothing changes."""
+    from types import SimpleNamespace
+
+    import course_utils.gpt_training as gpt_training
+
+    ticks = iter(range(10**6))  # perf_counter advances 1 s a call (two calls a step)
+    monkeypatch.setattr(gpt_training, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    model, train, valid = _tiny_run()
+    history = fit_gpt(model, train, valid, steps=50, batch_size=4, warmup=1, eval_every=10, max_seconds=60)
+    done = len(history["train_loss"])
+    assert 20 < done < 50 and history["steps"] == done and history["eval_steps"][-1] == done
+    assert f"training {done} steps instead, to stay within 60 s" in capsys.readouterr().out
+    roomy = fit_gpt(model, train, valid, steps=30, batch_size=4, warmup=1, eval_every=10, max_seconds=10**6)
+    assert len(roomy["train_loss"]) == 30 and roomy["steps"] == 30 and "instead" not in capsys.readouterr().out
+    with pytest.raises(ValueError, match="max_seconds"):
+        fit_gpt(model, train, valid, steps=5, max_seconds=0)
