@@ -133,8 +133,22 @@ def pool_loop(x, mask):
 
 
 def pool_bmm(x, mask):
-    w = mask.float() / mask.sum(dim=1, keepdim=True)  # (B, L) weights summing to 1
+    w = mask.to(x.dtype) / mask.sum(dim=1, keepdim=True)  # (B, L) weights summing to 1
     return torch.bmm(w.unsqueeze(1), x).squeeze(1)
+
+
+def pool_bmm_float_weights(x, mask):  # right for a float32 x; bmm raises on a float64 one
+    w = mask.float() / mask.sum(dim=1, keepdim=True)  # (B, L)
+    return torch.bmm(w.unsqueeze(1), x).squeeze(1)
+
+
+def pool_count_double(x, mask):  # trial r08: [OK] once, then nn.Linear failed on its float64 vectors
+    return (x * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).double()
+
+
+def pool_double_input(x, mask):  # float64 work, the result back in x's dtype: right
+    x64 = x.double()
+    return ((x64 * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)).to(x.dtype)
 
 
 def pool_to_device(x, mask):  # a no-op .to(x.device), a clamp built with new_tensor: both stay on x's device
@@ -148,7 +162,7 @@ def pool_mask_cpu(x, mask):  # trial I: right on the CPU, a device clash on a GP
 
 
 @pytest.mark.parametrize("fn", [masked_mean_pool, pool_masked_sum, pool_einsum, pool_masked_fill, pool_loop, pool_bmm,
-                                pool_to_device])
+                                pool_to_device, pool_double_input])
 def test_masked_mean_pool_correct_variants_pass(fn):
     assert_passes(check_masked_mean_pool, fn, repeat=SEEDS)
 
@@ -203,6 +217,11 @@ POOL_MISTAKES = [
      "[CLS] left out of the mean", "position 0 included"),
     (pool_without_first, "[CLS] left out of the mean", "`mask[:, 0] = False`"),
     (lambda x, mask: (x * mask.unsqueeze(-1)).sum(1) // mask.sum(1, keepdim=True), "integer division", "`//`"),
+    # trial r08: a float64 result of a float32 x (and a float32 one of a float64 x) fails the next nn.Linear
+    (pool_count_double, "dtype not preserved", "`mask.sum(dim=1, keepdim=True).to(x.dtype)`"),
+    (lambda x, mask: ((x * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)).float(), "dtype not preserved",
+     "float64"),
+    (pool_bmm_float_weights, "dtype not preserved", "`mask.unsqueeze(-1).to(x.dtype)`"),
 ]
 
 

@@ -4,8 +4,8 @@ and ``TransformerClassifier``.
 ``gelu`` is compared with ``F.gelu`` (exact, erf form) at ``atol=1e-6`` on random values, on a
 row from -100 to 100 (the tails, where a careless formula overflows) and in float64 (the
 dtype must follow). ``masked_mean_pool`` gets ``x (B, L, D)`` (sizes all different) and a
-``(B, L)`` mask with padding anywhere, then trailing. ``TransformerClassifier`` (the student
-writes ``forward``) is built for both poolings (post-norm GELU, pre-norm ReLU) with a non-zero
+``(B, L)`` mask with padding anywhere, then trailing, then a float64 ``x`` (the result's dtype
+is ``x``'s). ``TransformerClassifier`` (the student writes ``forward``) is built for both poolings (post-norm GELU, pre-norm ReLU) with a non-zero
 ``pad_id`` and real tokens of id 0, every parameter randomised and copied by name into
 :class:`course_utils.classifier.TransformerClassifier`; a forward pre-hook records the mask the
 encoder gets. A wrong result is compared with the reference computed with each catalogued
@@ -243,27 +243,44 @@ def _pool_crash(err: StudentError, B: int, L: int, D: int) -> None:
 def check_masked_mean_pool(fn: Any) -> str:
     require_function(fn, "masked_mean_pool")
     B, L, D = _distinct_sizes([(3, 5), (6, 9), (2, 8)])
-    # padding anywhere first: every row has a pad there, so an inverted mask gives numbers, not 0 / 0
-    for make_mask, what in ((_scattered_mask, "padding anywhere"), (_trailing_mask, "padding at the end")):
+    # padding anywhere first: every row has a pad there, so an inverted mask gives numbers, not 0 / 0;
+    # float64 last: the result's dtype is x's (a float64 result of a float32 x fails the next nn.Linear)
+    for make_mask, what, dtype in ((_scattered_mask, "padding anywhere", torch.float32),
+                                   (_trailing_mask, "padding at the end", torch.float32),
+                                   (_scattered_mask, "padding anywhere", torch.float64)):
         x, mask = _pool_inputs(B, L, D, make_mask)  # (B, L, D), (B, L)
+        x = x.to(dtype)
         x0, mask0 = x.clone(), mask.clone()
         # the exact 0: real data has zeros too, so counting non-zero entries is not counting the tokens
-        case = (f"x ({B}, {L}, {D}), one real token's vector holding an exact 0, mask ({B}, {L}) with {what}")
+        case = (f"x ({B}, {L}, {D}) in {dtype}, one real token's vector holding an exact 0, mask ({B}, {L}) "
+                f"with {what}")
         try:
             got = call_student(fn, x, mask, context=f"calling masked_mean_pool({case})")
         except StudentError as err:
             _pool_crash(err, B, L, D)
+            if dtype != torch.float32 and ("dtype" in str(err.exc) or "scalar type" in str(err.exc)):
+                fail(f"your code ({case}) raised {type(err.exc).__name__}: {str(err.exc).splitlines()[0]}. "
+                     "Part of it has a fixed dtype (`.float()`, `.double()`): build the weights in x's dtype, "
+                     "`mask.unsqueeze(-1).to(x.dtype)`.", mistake="dtype not preserved")
             raise
         check_unchanged(["x", "mask"], [x, mask], [x0, mask0], case)
         _pool_shape(got, B, L, D, case)
-        m = mask0.unsqueeze(-1).float()  # (B, L, 1)
+        if isinstance(got, Tensor) and got.is_floating_point() and got.dtype != x0.dtype:
+            fail(f"your result ({case}) has dtype {got.dtype}, x {x0.dtype}: a cast (`.double()`, `.float()`) "
+                 "changed it, and the next layer (`self.classifier`, an nn.Linear) then fails with 'mat1 and mat2 "
+                 "must have the same dtype'. Keep the count in x's dtype: `mask.sum(dim=1, keepdim=True).to(x.dtype)`, "
+                 "or weights `mask.unsqueeze(-1).to(x.dtype)`.", mistake="dtype not preserved")
+        m = mask0.unsqueeze(-1).to(dtype)  # (B, L, 1)
         expected = (x0 * m).sum(dim=1) / m.sum(dim=1)  # (B, D)
         expect_close("the pooled vectors", got, expected, _pool_mistakes(x0, mask0), case=case)
-    gradient_probe(fn, lambda x, mask: (x * m).sum(dim=1) / m.sum(dim=1), dict(x=x0, mask=mask0),
-                   what="masked_mean_pool", case=case)
-    check_input_device(lambda: fn(x0.to("meta"), mask0.to("meta")), lambda: fn(x0.clone(), mask0.clone()),
-                       "your masked_mean_pool", case)
-    return "padding at the end and anywhere, rows of different lengths"
+        if dtype == torch.float32:
+            x32, mask32, case32 = x0, mask0, case
+    m = mask32.unsqueeze(-1).float()  # (B, L, 1)
+    gradient_probe(fn, lambda x, mask: (x * m).sum(dim=1) / m.sum(dim=1), dict(x=x32, mask=mask32),
+                   what="masked_mean_pool", case=case32)
+    check_input_device(lambda: fn(x32.to("meta"), mask32.to("meta")), lambda: fn(x32.clone(), mask32.clone()),
+                       "your masked_mean_pool", case32)
+    return "padding at the end and anywhere, rows of different lengths, float32 and float64"
 
 
 # ---------------------------------------------------------------- TransformerClassifier
