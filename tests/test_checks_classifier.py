@@ -273,7 +273,8 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
     (self.classifier's weight re-initialised in forward); ``extra`` (trial k): "pooled dropout" (p=0.1),
     "pooled dropout p" (the model's p), "embedding dropout" (before the table, as well as after),
     "dropout before table" (dropout(x) + pe),
-    "eval" or "train" (self.eval() / self.train() in forward), "scaled twice"."""
+    "eval" or "train" (self.eval() / self.train() in forward), "scaled twice", "scaled after pe"
+    ((x + pe) times sqrt(d_model)), "tanh pooler" (tanh on the pooled vector)."""
 
     def forward(self, tokens):
         p = self.positional_encoding.dropout.p
@@ -287,6 +288,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         for _ in range(pe):  # pe: how many times the table is added
             x = x + self.positional_encoding.pe[: x.size(1)] if extra == "dropout before table" else \
                 self.positional_encoding(x)
+        x = x * math.sqrt(x.size(-1)) if extra == "scaled after pe" else x  # trial r08: (emb + pe) scaled again
         m = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
         m = {"padding": lambda: m, "query axis": lambda: (tokens != pad).unsqueeze(-1), "inverted": lambda: ~m,
              "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()}[layout]()
@@ -332,6 +334,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
             pooled = F.dropout(pooled, 0.1, training=True)
         if extra in ("pooled dropout", "pooled dropout p"):
             pooled = F.dropout(pooled, 0.1 if extra == "pooled dropout" else p, training=self.training)
+        pooled = torch.tanh(pooled) if extra == "tanh pooler" else pooled  # trial r08: BERT's pooler habit
         if shape == "pooled":
             return pooled
         if post == "pooled detached":
@@ -423,6 +426,8 @@ CLASSIFIER_MISTAKES_K = [
     (dict(extra="train"), "mode not restored", "self.train()"),
     (dict(extra="scaled twice"), "embeddings scaled twice", "not sqrt(d_model)"),
     (dict(extra="scaled by sqrt(64)"), "embeddings scaled twice", "an extra 8 (= sqrt(64))"),
+    (dict(extra="scaled after pe"), "embeddings scaled twice", "after the positional encoding"),
+    (dict(extra="tanh pooler"), "BERT pooler", "single linear layer"),
     (dict(pool="pool pad 0"), "hard-coded pad id", "your mean pool treats id 0 as padding"),
 ]
 

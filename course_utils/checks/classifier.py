@@ -286,15 +286,19 @@ def check_masked_mean_pool(fn: Any) -> str:
 # ---------------------------------------------------------------- TransformerClassifier
 def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str, *, pool: str | None = None,
                         mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: int = 1,
-                        scale: float = 0.5, pool_pad: int | None = None, post: str | None = None) -> Tensor:
+                        scale: float = 0.5, pool_pad: int | None = None, post: str | None = None,
+                        scale_after_pe: bool = False, pooler: bool = False) -> Tensor:
     """The reference's logits with at most one deliberate mistake; the defaults are correct. ``pool``: the
     pooling done (default ``pooling``'s own); ``mask_pad``: the pad id the masks are built from (``"pad"``:
     the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``scale``: the embeddings times
-    ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head."""
+    ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head;
+    ``scale_after_pe``: ``x + pe`` times ``sqrt(d_model)`` again; ``pooler``: tanh on the pooled vector."""
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
     x = ref.embedding.embedding(tokens) * ref.embedding.d_model ** scale  # (B, L, D)
     for _ in range(pe):  # pe: how many times the table is added
         x = ref.positional_encoding(x)
+    if scale_after_pe:
+        x = x * math.sqrt(ref.embedding.d_model)  # (B, L, D)
     mask = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
     if mask is not None:
         mask = {"padding": mask, "query axis": mask.transpose(1, 2), "inverted": ~mask,  # (B, L, 1) for the query axis
@@ -313,7 +317,8 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
         "(B, 1, L) mask": lambda: (h * per_key).sum(dim=1) / per_key.sum(dim=1),  # (B, B, L, D) summed: (B, L, D)
         "every position": lambda: h,  # (B, L, D): the classifier applied to each position
     }
-    logits = ref.classifier(pools[pool or pooling]())  # (B, C)
+    pooled = pools[pool or pooling]()  # (B, D)
+    logits = ref.classifier(torch.tanh(pooled) if pooler else pooled)  # (B, C)
     return {None: logits, "softmax": logits.softmax(dim=-1), "log_softmax": logits.log_softmax(dim=-1)}[post]
 
 
@@ -393,6 +398,13 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
         ("embeddings scaled twice", "the token embeddings are multiplied by d_model, not sqrt(d_model): "
          "TokenEmbedding already scales by sqrt(d_model), so do not multiply self.embedding(tokens) again.",
          v(scale=1.0)),
+        ("embeddings scaled twice", "the sum `x + pe` is multiplied by sqrt(d_model) after the positional "
+         "encoding: TokenEmbedding already scales the embeddings by sqrt(d_model), and the positional table is "
+         "added once, unscaled: `self.positional_encoding(self.embedding(tokens))`, nothing more.",
+         v(scale_after_pe=True)),
+        ("BERT pooler", "you put a tanh on the pooled vector before self.classifier: that is BERT's pooler (a dense "
+         "layer with tanh on [CLS], used by BERT's next-sentence head); this exercise's head is the single linear "
+         "layer self.classifier on the pooled vector: `self.classifier(pooled)`.", v(pooler=True)),
     ] + ([("embeddings scaled twice", f"the token embeddings are multiplied by an extra {c:.4g} (= sqrt({c * c:.4g})) "
            f"on top of TokenEmbedding's own sqrt(d_model) scaling (this model's d_model is {D}): "
            "self.embedding(tokens) is already scaled, so do not multiply it again.",
