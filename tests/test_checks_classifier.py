@@ -133,8 +133,22 @@ def pool_loop(x, mask):
 
 
 def pool_bmm(x, mask):
-    w = mask.float() / mask.sum(dim=1, keepdim=True)  # (B, L) weights summing to 1
+    w = mask.to(x.dtype) / mask.sum(dim=1, keepdim=True)  # (B, L) weights summing to 1
     return torch.bmm(w.unsqueeze(1), x).squeeze(1)
+
+
+def pool_bmm_float_weights(x, mask):  # right for a float32 x; bmm raises on a float64 one
+    w = mask.float() / mask.sum(dim=1, keepdim=True)  # (B, L)
+    return torch.bmm(w.unsqueeze(1), x).squeeze(1)
+
+
+def pool_count_double(x, mask):  # trial r08: [OK] once, then nn.Linear failed on its float64 vectors
+    return (x * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).double()
+
+
+def pool_double_input(x, mask):  # float64 work, the result back in x's dtype: right
+    x64 = x.double()
+    return ((x64 * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)).to(x.dtype)
 
 
 def pool_to_device(x, mask):  # a no-op .to(x.device), a clamp built with new_tensor: both stay on x's device
@@ -148,7 +162,7 @@ def pool_mask_cpu(x, mask):  # trial I: right on the CPU, a device clash on a GP
 
 
 @pytest.mark.parametrize("fn", [masked_mean_pool, pool_masked_sum, pool_einsum, pool_masked_fill, pool_loop, pool_bmm,
-                                pool_to_device])
+                                pool_to_device, pool_double_input])
 def test_masked_mean_pool_correct_variants_pass(fn):
     assert_passes(check_masked_mean_pool, fn, repeat=SEEDS)
 
@@ -203,6 +217,11 @@ POOL_MISTAKES = [
      "[CLS] left out of the mean", "position 0 included"),
     (pool_without_first, "[CLS] left out of the mean", "`mask[:, 0] = False`"),
     (lambda x, mask: (x * mask.unsqueeze(-1)).sum(1) // mask.sum(1, keepdim=True), "integer division", "`//`"),
+    # trial r08: a float64 result of a float32 x (and a float32 one of a float64 x) fails the next nn.Linear
+    (pool_count_double, "dtype not preserved", "`mask.sum(dim=1, keepdim=True).to(x.dtype)`"),
+    (lambda x, mask: ((x * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)).float(), "dtype not preserved",
+     "float64"),
+    (pool_bmm_float_weights, "dtype not preserved", "`mask.unsqueeze(-1).to(x.dtype)`"),
 ]
 
 
@@ -254,7 +273,8 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
     (self.classifier's weight re-initialised in forward); ``extra`` (trial k): "pooled dropout" (p=0.1),
     "pooled dropout p" (the model's p), "embedding dropout" (before the table, as well as after),
     "dropout before table" (dropout(x) + pe),
-    "eval" or "train" (self.eval() / self.train() in forward), "scaled twice"."""
+    "eval" or "train" (self.eval() / self.train() in forward), "scaled twice", "scaled after pe"
+    ((x + pe) times sqrt(d_model)), "tanh pooler" (tanh on the pooled vector)."""
 
     def forward(self, tokens):
         p = self.positional_encoding.dropout.p
@@ -268,6 +288,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         for _ in range(pe):  # pe: how many times the table is added
             x = x + self.positional_encoding.pe[: x.size(1)] if extra == "dropout before table" else \
                 self.positional_encoding(x)
+        x = x * math.sqrt(x.size(-1)) if extra == "scaled after pe" else x  # trial r08: (emb + pe) scaled again
         m = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
         m = {"padding": lambda: m, "query axis": lambda: (tokens != pad).unsqueeze(-1), "inverted": lambda: ~m,
              "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()}[layout]()
@@ -313,6 +334,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
             pooled = F.dropout(pooled, 0.1, training=True)
         if extra in ("pooled dropout", "pooled dropout p"):
             pooled = F.dropout(pooled, 0.1 if extra == "pooled dropout" else p, training=self.training)
+        pooled = torch.tanh(pooled) if extra == "tanh pooler" else pooled  # trial r08: BERT's pooler habit
         if shape == "pooled":
             return pooled
         if post == "pooled detached":
@@ -404,6 +426,8 @@ CLASSIFIER_MISTAKES_K = [
     (dict(extra="train"), "mode not restored", "self.train()"),
     (dict(extra="scaled twice"), "embeddings scaled twice", "not sqrt(d_model)"),
     (dict(extra="scaled by sqrt(64)"), "embeddings scaled twice", "an extra 8 (= sqrt(64))"),
+    (dict(extra="scaled after pe"), "embeddings scaled twice", "after the positional encoding"),
+    (dict(extra="tanh pooler"), "BERT pooler", "single linear layer"),
     (dict(pool="pool pad 0"), "hard-coded pad id", "your mean pool treats id 0 as padding"),
 ]
 

@@ -151,6 +151,7 @@ MISTAKES: dict[str, str] = {
     "integer square root": "embeddings scaled by int(math.sqrt(d_model)) instead of sqrt(d_model)",
     "scaled by sqrt(vocab_size)": "embeddings scaled by sqrt(vocab_size) instead of sqrt(d_model)",
     "returns probabilities": "probabilities (softmax) returned instead of logits",
+    "BERT pooler": "a tanh (BERT's pooler) on the pooled vector before the single linear head",
     "returns log-probabilities": "log-probabilities (log_softmax) returned instead of logits",
     "positional encoding missing": "no positional encoding is added",
     "positional encoding added twice": "the positional table added twice (two positional modules, or one called twice)",

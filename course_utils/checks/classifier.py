@@ -4,8 +4,8 @@ and ``TransformerClassifier``.
 ``gelu`` is compared with ``F.gelu`` (exact, erf form) at ``atol=1e-6`` on random values, on a
 row from -100 to 100 (the tails, where a careless formula overflows) and in float64 (the
 dtype must follow). ``masked_mean_pool`` gets ``x (B, L, D)`` (sizes all different) and a
-``(B, L)`` mask with padding anywhere, then trailing. ``TransformerClassifier`` (the student
-writes ``forward``) is built for both poolings (post-norm GELU, pre-norm ReLU) with a non-zero
+``(B, L)`` mask with padding anywhere, then trailing, then a float64 ``x`` (the result's dtype
+is ``x``'s). ``TransformerClassifier`` (the student writes ``forward``) is built for both poolings (post-norm GELU, pre-norm ReLU) with a non-zero
 ``pad_id`` and real tokens of id 0, every parameter randomised and copied by name into
 :class:`course_utils.classifier.TransformerClassifier`; a forward pre-hook records the mask the
 encoder gets. A wrong result is compared with the reference computed with each catalogued
@@ -243,41 +243,62 @@ def _pool_crash(err: StudentError, B: int, L: int, D: int) -> None:
 def check_masked_mean_pool(fn: Any) -> str:
     require_function(fn, "masked_mean_pool")
     B, L, D = _distinct_sizes([(3, 5), (6, 9), (2, 8)])
-    # padding anywhere first: every row has a pad there, so an inverted mask gives numbers, not 0 / 0
-    for make_mask, what in ((_scattered_mask, "padding anywhere"), (_trailing_mask, "padding at the end")):
+    # padding anywhere first: every row has a pad there, so an inverted mask gives numbers, not 0 / 0;
+    # float64 last: the result's dtype is x's (a float64 result of a float32 x fails the next nn.Linear)
+    for make_mask, what, dtype in ((_scattered_mask, "padding anywhere", torch.float32),
+                                   (_trailing_mask, "padding at the end", torch.float32),
+                                   (_scattered_mask, "padding anywhere", torch.float64)):
         x, mask = _pool_inputs(B, L, D, make_mask)  # (B, L, D), (B, L)
+        x = x.to(dtype)
         x0, mask0 = x.clone(), mask.clone()
         # the exact 0: real data has zeros too, so counting non-zero entries is not counting the tokens
-        case = (f"x ({B}, {L}, {D}), one real token's vector holding an exact 0, mask ({B}, {L}) with {what}")
+        case = (f"x ({B}, {L}, {D}) in {dtype}, one real token's vector holding an exact 0, mask ({B}, {L}) "
+                f"with {what}")
         try:
             got = call_student(fn, x, mask, context=f"calling masked_mean_pool({case})")
         except StudentError as err:
             _pool_crash(err, B, L, D)
+            if dtype != torch.float32 and ("dtype" in str(err.exc) or "scalar type" in str(err.exc)):
+                fail(f"your code ({case}) raised {type(err.exc).__name__}: {str(err.exc).splitlines()[0]}. "
+                     "Part of it has a fixed dtype (`.float()`, `.double()`): build the weights in x's dtype, "
+                     "`mask.unsqueeze(-1).to(x.dtype)`.", mistake="dtype not preserved")
             raise
         check_unchanged(["x", "mask"], [x, mask], [x0, mask0], case)
         _pool_shape(got, B, L, D, case)
-        m = mask0.unsqueeze(-1).float()  # (B, L, 1)
+        if isinstance(got, Tensor) and got.is_floating_point() and got.dtype != x0.dtype:
+            fail(f"your result ({case}) has dtype {got.dtype}, x {x0.dtype}: a cast (`.double()`, `.float()`) "
+                 "changed it, and the next layer (`self.classifier`, an nn.Linear) then fails with 'mat1 and mat2 "
+                 "must have the same dtype'. Keep the count in x's dtype: `mask.sum(dim=1, keepdim=True).to(x.dtype)`, "
+                 "or weights `mask.unsqueeze(-1).to(x.dtype)`.", mistake="dtype not preserved")
+        m = mask0.unsqueeze(-1).to(dtype)  # (B, L, 1)
         expected = (x0 * m).sum(dim=1) / m.sum(dim=1)  # (B, D)
         expect_close("the pooled vectors", got, expected, _pool_mistakes(x0, mask0), case=case)
-    gradient_probe(fn, lambda x, mask: (x * m).sum(dim=1) / m.sum(dim=1), dict(x=x0, mask=mask0),
-                   what="masked_mean_pool", case=case)
-    check_input_device(lambda: fn(x0.to("meta"), mask0.to("meta")), lambda: fn(x0.clone(), mask0.clone()),
-                       "your masked_mean_pool", case)
-    return "padding at the end and anywhere, rows of different lengths"
+        if dtype == torch.float32:
+            x32, mask32, case32 = x0, mask0, case
+    m = mask32.unsqueeze(-1).float()  # (B, L, 1)
+    gradient_probe(fn, lambda x, mask: (x * m).sum(dim=1) / m.sum(dim=1), dict(x=x32, mask=mask32),
+                   what="masked_mean_pool", case=case32)
+    check_input_device(lambda: fn(x32.to("meta"), mask32.to("meta")), lambda: fn(x32.clone(), mask32.clone()),
+                       "your masked_mean_pool", case32)
+    return "padding at the end and anywhere, rows of different lengths, float32 and float64"
 
 
 # ---------------------------------------------------------------- TransformerClassifier
 def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str, *, pool: str | None = None,
                         mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: int = 1,
-                        scale: float = 0.5, pool_pad: int | None = None, post: str | None = None) -> Tensor:
+                        scale: float = 0.5, pool_pad: int | None = None, post: str | None = None,
+                        scale_after_pe: bool = False, pooler: bool = False) -> Tensor:
     """The reference's logits with at most one deliberate mistake; the defaults are correct. ``pool``: the
     pooling done (default ``pooling``'s own); ``mask_pad``: the pad id the masks are built from (``"pad"``:
     the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``scale``: the embeddings times
-    ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head."""
+    ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head;
+    ``scale_after_pe``: ``x + pe`` times ``sqrt(d_model)`` again; ``pooler``: tanh on the pooled vector."""
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
     x = ref.embedding.embedding(tokens) * ref.embedding.d_model ** scale  # (B, L, D)
     for _ in range(pe):  # pe: how many times the table is added
         x = ref.positional_encoding(x)
+    if scale_after_pe:
+        x = x * math.sqrt(ref.embedding.d_model)  # (B, L, D)
     mask = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
     if mask is not None:
         mask = {"padding": mask, "query axis": mask.transpose(1, 2), "inverted": ~mask,  # (B, L, 1) for the query axis
@@ -296,7 +317,8 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
         "(B, 1, L) mask": lambda: (h * per_key).sum(dim=1) / per_key.sum(dim=1),  # (B, B, L, D) summed: (B, L, D)
         "every position": lambda: h,  # (B, L, D): the classifier applied to each position
     }
-    logits = ref.classifier(pools[pool or pooling]())  # (B, C)
+    pooled = pools[pool or pooling]()  # (B, D)
+    logits = ref.classifier(torch.tanh(pooled) if pooler else pooled)  # (B, C)
     return {None: logits, "softmax": logits.softmax(dim=-1), "log_softmax": logits.log_softmax(dim=-1)}[post]
 
 
@@ -376,6 +398,13 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
         ("embeddings scaled twice", "the token embeddings are multiplied by d_model, not sqrt(d_model): "
          "TokenEmbedding already scales by sqrt(d_model), so do not multiply self.embedding(tokens) again.",
          v(scale=1.0)),
+        ("embeddings scaled twice", "the sum `x + pe` is multiplied by sqrt(d_model) after the positional "
+         "encoding: TokenEmbedding already scales the embeddings by sqrt(d_model), and the positional table is "
+         "added once, unscaled: `self.positional_encoding(self.embedding(tokens))`, nothing more.",
+         v(scale_after_pe=True)),
+        ("BERT pooler", "you put a tanh on the pooled vector before self.classifier: that is BERT's pooler (a dense "
+         "layer with tanh on [CLS], used by BERT's next-sentence head); this exercise's head is the single linear "
+         "layer self.classifier on the pooled vector: `self.classifier(pooled)`.", v(pooler=True)),
     ] + ([("embeddings scaled twice", f"the token embeddings are multiplied by an extra {c:.4g} (= sqrt({c * c:.4g})) "
            f"on top of TokenEmbedding's own sqrt(d_model) scaling (this model's d_model is {D}): "
            "self.embedding(tokens) is already scaled, so do not multiply it again.",
