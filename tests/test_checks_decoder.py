@@ -1097,3 +1097,44 @@ class TorchMultiheadDecoder(course_utils.Decoder):
 )
 def test_trial_r0305_mistakes_named_on_20_seeds(check, cls, mistake, words):
     assert_mistake(check, cls, mistake, *words, repeat=SEEDS)
+
+
+# ---------------------------------------------------------------- trial q0305 (third blind trial of 05)
+class DropoutAfterLastNorm(course_utils.DecoderLayer):
+    """Post-norm with the feed-forward's dropout moved after norm3: dropout(norm3(h2 + ff(h2)))."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            return super().forward(x, memory, tgt_mask, memory_mask)
+        h1 = self.norm1(x + self.dropout1(self.self_attn(x, x, x, tgt_mask)[0]))  # (B, L, D)
+        h2 = self.norm2(h1 + self.dropout2(self.cross_attn(h1, memory, memory, memory_mask)[0]))  # (B, L, D)
+        return self.dropout3(self.norm3(h2 + self.feed_forward(h2)))
+
+
+class TgtMaskFirstLayerOnly(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, tgt_mask if i == 0 else None, memory_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class OneLayerShort(course_utils.Decoder):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        del self.layers[-1]
+
+
+@pytest.mark.parametrize("check, cls, mistake, words", [
+    (check_decoder_layer, DropoutAfterLastNorm, "dropout after the norm", ["dropout(norm(x + sublayer(x)))",
+                                                                             "norm(x + dropout(sublayer(x)))"]),
+    (check_decoder, TgtMaskFirstLayerOnly, "masks not passed on", ["only the first layer gets tgt_mask"]),
+], ids=["dropout(norm3(...))", "tgt_mask to layer 0 only"])
+def test_trial_q0305_mistakes_named_on_20_seeds(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words, repeat=20)
+
+
+def test_trial_q0305_layer_count_in_good_grammar():
+    assert_mistake(check_decoder, OneLayerShort, "wrong number of layers", "in `layers`, expected", repeat=20)
+    feedbacks = [check_decoder(OneLayerShort, seed=seed).feedback for seed in range(20)]
+    assert not any(" 1 layers " in f for f in feedbacks), feedbacks
+    assert any(" has 1 layer in " in f for f in feedbacks), feedbacks  # the singular was drawn

@@ -741,3 +741,46 @@ def _embedding_with(**options):
 ], ids=["exp(-2i/d)", "log10", "self.pe = register_buffer", "x.size(-1)", "pe[1:L+1]", "padding_idx", "max_norm"])
 def test_trial_r0305_mistakes_named_on_20_seeds(check, student, mistake, words):
     assert_mistake(check, student, mistake, *words, repeat=STABLE)
+
+
+# ---------------------------------------------------------------- trial q0305 (third blind trial of 03)
+class OneHotFloatEmbedding(course_utils.TokenEmbedding):
+    """The one-hot product §7 teaches, cast with .float(): breaks once the module is float16."""
+
+    def forward(self, tokens):
+        one_hot = F.one_hot(tokens, self.embedding.num_embeddings).float()  # (B, L, V)
+        return one_hot @ self.embedding.weight * math.sqrt(self.d_model)  # (B, L, D)
+
+
+class OneHotWeightDtypeEmbedding(course_utils.TokenEmbedding):
+    """The same product in the weight's dtype, as the exercise text says: right."""
+
+    def forward(self, tokens):
+        one_hot = F.one_hot(tokens, self.embedding.num_embeddings).to(self.embedding.weight.dtype)  # (B, L, V)
+        return one_hot @ self.embedding.weight * math.sqrt(self.d_model)  # (B, L, D)
+
+
+def test_trial_q0305_one_hot_in_weight_dtype_passes():
+    assert_passes(check_token_embedding, OneHotWeightDtypeEmbedding)
+
+
+def test_trial_q0305_one_hot_float_names_the_weight_dtype_on_20_seeds():
+    # the input is integer token ids: "the input's dtype" would be wrong advice
+    assert_mistake(check_token_embedding, OneHotFloatEmbedding, "dtype not preserved", "torch.float16",
+                   "the weight's dtype (.to(self.embedding.weight.dtype))", repeat=STABLE)
+    r = check_token_embedding(OneHotFloatEmbedding, seed=1)
+    assert "the input's dtype" not in r.feedback, r.feedback
+
+
+def pe_rounded_angles(max_len, d_model):  # trial q0305: pos * omega rounded with .round()
+    pos = torch.arange(max_len).unsqueeze(1).float()  # (max_len, 1)
+    omega = 10000 ** (-torch.arange(0, d_model, 2).float() / d_model)  # (d_model/2,)
+    angle = (pos * omega).round()  # (max_len, d_model/2)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    return pe
+
+
+def test_trial_q0305_rounded_angles_are_named_on_20_seeds():
+    assert_mistake(check_sinusoidal_positional_encoding, pe_rounded_angles, "angles rounded", ".round()",
+                   "leave the rounding out", repeat=STABLE)

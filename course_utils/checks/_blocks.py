@@ -130,6 +130,8 @@ def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, mas
         if drop_at[k] == "sum":
             total = drop(total)
         h, raw = (norm(total) if place[k] == "post" else total), out
+        if drop_at[k] == "after":  # dropout(norm(x + sublayer(x))): the normalised stream dropped
+            h = drop(h)
     return h if "end" not in m else norms[m["end"]](h)
 
 
@@ -412,6 +414,12 @@ def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Muta
     ):
         out.append((name, text, {"drop": dict.fromkeys(kinds, where)}))
         out += [(name, text, {"drop": {k: where}}) for k in kinds]
+    if not norm_first:  # in pre-norm nothing follows the add: that is the residual stream's case above
+        text = ("dropout is applied after the layer norm, to the whole normalised stream (dropout(norm(x + "
+                f"sublayer(x)))), instead of to the sub-layer's output before the add: {right}.")
+        # the last sub-layer only: after an earlier one the next sub-layer's input, the residual stream, is dropped
+        out += [("dropout after the norm", text, {"drop": drop}) for drop in (dict.fromkeys(kinds, "after"),
+                                                                              {kinds[-1]: "after"})]
     return out
 
 
@@ -756,7 +764,7 @@ def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str,
               mutation: Mutation | None = None) -> Tensor:
     """``ref`` (an Encoder or Decoder) on ``x`` with ``mutation``: ``layers`` ("first only",
     "first repeated", "last only", "none", "reversed"), ``masks`` (the names passed to every layer;
-    ``"masks first only"``: to the first layer only), ``memory`` ("previous output": each
+    ``"masks first only"``: True, or the names of the masks that only the first layer gets), ``memory`` ("previous output": each
     layer's output is the next one's memory; "none"; "normed": through the final norm),
     ``final`` (None, "inside" the loop, or a norm module in post-norm), ``flip``
     (the layers' norm_first flipped)."""
@@ -765,15 +773,16 @@ def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str,
     seq = {"first only": layers[:1], "first repeated": layers[:1] * len(layers), "last only": layers[-1:], "none": [],
            "reversed": layers[::-1]}
     seq = seq.get(m.get("layers", ""), layers)
-    args = [masks.get(k) if k else None for k in m.get("masks", masks)]
-    first_only = m.get("masks first only", False)  # later layers get no mask
+    names = list(m.get("masks", masks))  # the mask each layer argument gets (None: no mask)
+    args = [masks.get(k) if k else None for k in names]
+    first_only = m.get("masks first only", ())  # True, or the masks that later layers do not get
     flip = m.get("flip", False)
     for layer in layers:
         layer.norm_first ^= flip
     try:
         h = x
         for i, layer in enumerate(seq):
-            given = [None] * len(args) if first_only and i else args
+            given = [None if i and (first_only is True or k in first_only) else a for k, a in zip(names, args)]
             if memory is None:
                 h = layer(h, *given)  # (B, L, D)
             else:
@@ -830,6 +839,10 @@ def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: A
         out.append((spec.name("masks not passed on"), f"only the first layer gets {which}: every later layer runs "
                     f"without {'it' if len(present) == 1 else 'them'}. Pass the masks to every layer: {spec.call}.",
                     {"masks first only": True}))
+        if len(present) > 1:  # one mask only to the first layer, the other to every layer
+            out += [(spec.name("masks not passed on"), f"only the first layer gets {k}: every later layer runs without "
+                     f"it. Pass the masks to every layer: {spec.call}.", {"masks first only": (k,)})
+                    for k in spec.masks if k in present]
     if memory and norm_first:
         out.append(("memory normalised", "the encoder output `memory` goes through the decoder's final norm before "
                     "the layers read it: the final norm belongs after the last layer, on x only; memory goes to "
@@ -890,7 +903,8 @@ def stack_structure(model: nn.Module, num_layers: int, norm_first: bool, spec: S
         fail(f"`layers` should be an nn.ModuleList (the exercise asks for `layers: nn.ModuleList`), got "
              f"{type(layers).__name__}.{why}", mistake="wrong container")
     if len(layers) != num_layers:
-        fail(f"{what}(num_layers={num_layers}, ...) has {len(layers)} layers in `layers`, expected {num_layers}.",
+        fail(f"{what}(num_layers={num_layers}, ...) has {len(layers)} layer{'' if len(layers) == 1 else 's'} in "
+             f"`layers`, expected {num_layers}.",
              mistake="wrong number of layers")
     if len({id(layer) for layer in layers}) < len(layers):
         fail(f"the same {layer_cls} object appears several times in `layers` (e.g. [layer] * {num_layers}, or "

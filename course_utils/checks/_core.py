@@ -373,11 +373,13 @@ def require_contract_parameters(obj: Any, exercise: str) -> None:
 def check_dtype_follows(
     build: Callable[[], nn.Module], call: Callable[[nn.Module, torch.dtype], Any], what: str, case: str,
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16),
+    follow: str = "the input's dtype (.to(x.dtype))",
 ) -> None:
     """The dtype rule (the contract's "Dtype rule"): for each of ``dtypes``, ``build()``'s
     fresh module (eval mode; as built for float32, else ``.to(dtype)``) run by ``call(module,
     dtype)`` on inputs of that dtype returns floating tensors of that dtype only, else
-    "dtype not preserved", naming the dtype got."""
+    "dtype not preserved", naming the dtype got. ``follow`` says whose dtype new tensors
+    take (a module fed integer ids: its weight's, not the input's)."""
     for dtype in dtypes:
         module = build().eval()
         module = module if dtype == torch.float32 else module.to(dtype)
@@ -391,14 +393,14 @@ def check_dtype_follows(
                      "not follow .to(): a layer or tensor kept outside the module's registered parameters and buffers "
                      "(a plain attribute tensor, a Python list or dict of layers), or a tensor created in forward in a "
                      "fixed dtype. Register sub-modules as attributes (or nn.ModuleList), tables with register_buffer, "
-                     "and create new tensors in the input's dtype.", mistake="dtype not preserved")
+                     f"and create new tensors (and casts: not .float()) in {follow}.", mistake="dtype not preserved")
         for got in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(got, Tensor) and got.is_floating_point() and got.dtype != dtype:
                 cause = {
                     torch.float64: "a float64 tensor reached the result (a table or constant built in float64, "
                     "or .double()); build tables in float32 (or convert them, .to(x.dtype))",
                     torch.float32: "something casts to float32 (.float()) or adds a float32 tensor to "
-                    f"the {dtype} input; convert it to the input's dtype (.to(x.dtype)) or leave the cast out",
+                    f"the {dtype} input; convert it to {follow} or leave the cast out",
                 }.get(got.dtype, "remove the cast")
                 fail(f"your {what}, {'as built' if dtype == torch.float32 else f'converted with .to({dtype})'} "
                      f"({case}, any floating input in {dtype} too), returns {got.dtype} instead of {dtype}: {cause}. "

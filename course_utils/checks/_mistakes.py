@@ -105,6 +105,7 @@ MISTAKES: dict[str, str] = {
     "wrong base": "the frequencies use another base than 10000 (e.g. 1000)",
     "integer division": "an integer division (//, rounding_mode='floor') where a true one belongs: in the angles "
     "(an exponent 2i // d_model = 0, floored angles), or the pooled sum // the count",
+    "angles rounded": "the angles pos / 10000^(2i/d_model) rounded to whole numbers (.round())",
     "exponent i/d_model": "frequency exponent i/d_model instead of 2i/d_model",
     "exponent j/d_model": "frequency exponent from each column's own index",
     "exponent 2j/d_model": "frequency exponent 2j/d_model with j the column index",
@@ -243,6 +244,7 @@ MISTAKES: dict[str, str] = {
     # dropout
     "dropout missing": "no dropout where the contract puts one",
     "dropout in the wrong place": "dropout acts somewhere other than the contract says",
+    "dropout after the norm": "post-norm dropout(norm(x + sublayer(x))): the normalised stream dropped",
     "dropout on the residual stream": "dropout reaches the residual stream, not only the sub-layer output",
     "dropout on the sub-layer input": "dropout on a sub-layer's input (query, key, value, norm input)",
     "hard-coded dropout p": "a fixed p instead of the dropout argument",

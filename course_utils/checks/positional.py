@@ -113,11 +113,16 @@ def _frequency_mistakes(max_len: int, d_model: int, got: Any) -> list[Mistake]:
     pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
 
-    def conditioned(angle: Tensor) -> Tensor | None:  # angle: (max_len, d_model/2)
+    def conditioned(angle: Tensor, unsure: Tensor | None = None) -> Tensor | None:  # angle: (max_len, d_model/2)
         if not isinstance(got, Tensor) or tuple(got.shape) != (max_len, d_model) or not got.is_floating_point():
             return None
-        well = (angle.abs() < _CONDITIONED).repeat_interleave(2, dim=1)  # (max_len, d_model)
+        well = angle.abs() < _CONDITIONED  # (max_len, d_model/2)
+        well = (well if unsure is None else well & ~unsure).repeat_interleave(2, dim=1)  # (max_len, d_model)
         return torch.where(well, _interleaved(angle), got.detach().double())
+
+    def rounded(angle: Tensor) -> Tensor | None:  # angle: (max_len, d_model/2)
+        # an angle within float32's error of a half rounds either way: got's own value there
+        return conditioned(angle.round(), unsure=((angle - angle.floor()) - 0.5).abs() < 1e-4)
 
     integer = ("the angles come from an integer division: {}. Divide exactly: pos / 10000 ** "
                "(two_i / d_model) with float tensors (torch.arange(..., dtype=torch.float32)), no // and no "
@@ -131,6 +136,9 @@ def _frequency_mistakes(max_len: int, d_model: int, got: Any) -> list[Mistake]:
          "frequency 1 like pair 0"), lambda: conditioned(pos.expand(max_len, d_model // 2))),
         ("integer division", integer("pos // 10000^(2i/d_model) rounds each angle down to a whole number"),
          lambda: conditioned(torch.floor(pos / 10000.0 ** (two_i / d_model)))),
+        ("angles rounded", "the angles are rounded to whole numbers (.round()), so the slow pairs stand still "
+         "and then jump by a whole radian. Take sin and cos of the exact angle pos / 10000^(2i/d_model): leave "
+         "the rounding out.", lambda: rounded(pos / 10000.0 ** (two_i / d_model))),
     ]
     ln = math.log(10000.0)
     exp_form = ("the frequencies are exp(-2i{} / d_model): in the exp form the exponent needs the natural log of the "
@@ -502,7 +510,8 @@ def check_token_embedding(cls: Any) -> str:
                    what="TokenEmbedding", case=case)
     check_dtype_follows(lambda: call_student(cls, V, D, context="constructing TokenEmbedding"),
                         lambda m, dt: call_student(m, tokens0, context=f"running forward with a {dt} module"),
-                        "TokenEmbedding", f"tokens of shape ({B}, {L})")
+                        "TokenEmbedding", f"tokens of shape ({B}, {L})",
+                        follow="the weight's dtype (.to(self.embedding.weight.dtype)), as the input is integer token ids")
     # as built (build_student randomises the weights): nn.Embedding starts at N(0, 1), weights already
     # times sqrt(D) show as a std near sqrt(D) >= 2.2
     fresh = call_student(cls, V, D, context=f"constructing TokenEmbedding({V}, {D})")
