@@ -1022,7 +1022,7 @@ class StackOfBrokenLayers(Stack):
         (SharedAttention, "layers shared", ["share a parameter", "self_attn"]),
         (PythonList, "layers not registered", ["plain Python list", "nn.ModuleList"]),
         (SequentialLayers, "wrong container", ["nn.ModuleList", "Sequential"]),
-        (OneLayerShort, "wrong number of layers", ["layers in `layers`"]),
+        (OneLayerShort, "wrong number of layers", ["in `layers`, expected"]),
         (NoFinalNormAtAll, "missing final norm", ["final LayerNorm", "self.norm"]),
         (FinalNormNotApplied, "missing final norm", ["final norm", "norm_first=True"]),
         (FinalNormAlways, "final norm in post-norm", ["norm_first=False"]),
