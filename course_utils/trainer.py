@@ -671,6 +671,8 @@ def choose_functions(
     line per function says which one trains and why. Returns keyword arguments for
     :func:`fit`: ``fit(model, train, valid, **RECIPE["fit"], **choose_functions(...))``.
     """
+    from .checks.training import names_used
+
     given = dict(shift_targets=shift_targets, masked_cross_entropy=masked_cross_entropy, noam_lr=noam_lr,
                  train_step=train_step)
     chosen: dict[str, Callable[..., Any] | None] = {}
@@ -680,7 +682,7 @@ def choose_functions(
         fn = _require_callable(name, given[name])
         why = _why_not_yours(name, fn)
         if name == "train_step" and fn is not None and fn is not _REFERENCES[name] \
-                and "masked_cross_entropy" in _names_used(fn) and not works["masked_cross_entropy"]:
+                and "masked_cross_entropy" in names_used(fn) and not works["masked_cross_entropy"]:
             # its own verdict too, when it failed (an unwritten loss it calls reads as "not written")
             why = "yours calls your masked_cross_entropy, which has not passed its check" \
                 if why is None or why in _UNWRITTEN else \
@@ -689,7 +691,7 @@ def choose_functions(
         chosen[name] = None if why else fn
         lines.append(f"  {name:<21} " + (f"the reference: {why}" if why else "yours"))
     if chosen["train_step"] is not None and chosen["masked_cross_entropy"] is not None \
-            and "masked_cross_entropy" not in _names_used(chosen["train_step"]):
+            and "masked_cross_entropy" not in names_used(chosen["train_step"]):
         lines[1] += " (but your train_step does not call it)"
     # yours or the reference: the recipe's linear schedule calls neither, so say so in both cases
     lines[2] += ' (used with schedule="noam" only; the recipe decays linearly)'
@@ -763,18 +765,6 @@ def _quiet_check(check: Callable[[Any], Any], fn: Callable[..., Any]) -> Any:
 
     with contextlib.redirect_stdout(io.StringIO()), mock.patch.object(CheckResult, "show", lambda self: None):
         return check(fn)
-
-
-def _names_used(fn: Callable[..., Any]) -> set[str]:
-    """Global names a function's code (nested functions included) refers to."""
-    code = getattr(fn, "__code__", None)
-    names: set[str] = set()
-    stack = [code] if code is not None else []
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
-    return names
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0) -> torch.optim.Adam:

@@ -819,6 +819,111 @@ def test_train_step_trial_k_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_train_step, fn, mistake, *words, repeat=STEP_SEEDS)
 
 
+# trial r07: a right train_step that calls the student's own masked_cross_entropy (the trial's
+# exact code); the loss, not train_step, is blamed when it fails its own check
+TRIAL_STEP = """
+def train_step(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    model.train()
+    for p in model.parameters():
+        p.grad = None
+    out = model(src=batch.src, tgt=batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
+    loss = masked_cross_entropy(out, batch.tgt_out, pad_id, label_smoothing=label_smoothing)
+    loss.backward()
+    if clip_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip_norm)
+    optimizer.step()
+    if scheduler:
+        scheduler.step()
+    return loss.item()
+"""
+TRIAL_LOSSES = {
+    "no mask": """
+def masked_cross_entropy(logits, targets, pad_id, label_smoothing=0.0):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), label_smoothing=label_smoothing)
+""",
+    "right": """
+def masked_cross_entropy(logits, targets, pad_id, label_smoothing=0.0):
+    keep = targets != pad_id                      # (B, L)
+    logp = logits.log_softmax(dim=-1)[keep]       # (N, V)
+    c = targets[keep]                             # (N,)
+    V = logp.size(-1)
+    q = torch.full_like(logp, label_smoothing / V)
+    q[torch.arange(len(c)), c] += 1 - label_smoothing
+    return -torch.einsum("nv,nv->n", q, logp).mean()
+""",
+    "stub": """
+def masked_cross_entropy(logits, targets, pad_id, label_smoothing=0.0):
+    raise NotImplementedError("x")
+""",
+}
+
+
+TRIAL_SMOOTHING = [  # trial r07's exact code
+    ("""
+def masked_cross_entropy(logits, targets, pad_id, label_smoothing=0.0):
+    keep = targets != pad_id; lp = logits.log_softmax(-1)[keep]; c = targets[keep]
+    nll = -lp.gather(-1, c[:, None]).squeeze(-1)
+    sm = -torch.cat([lp[:, :pad_id], lp[:, pad_id+1:]], 1).mean(-1)
+    return ((1-label_smoothing)*nll + label_smoothing*sm).mean()
+""", "smoothing without the padding class", ["V - 1 words other than <pad>"]),
+    ("""
+def masked_cross_entropy(logits, targets, pad_id, label_smoothing=0.0):
+    keep = targets != pad_id; lp = logits.log_softmax(-1)[keep]; c = targets[keep]
+    nll = -lp.gather(-1, c[:, None]).squeeze(-1)
+    return ((1-label_smoothing)*nll + label_smoothing*(-lp.exp().mean(-1))).mean()
+""", "smoothing term on probabilities", ["not the log-probabilities", "1 / V"]),
+    ("""
+def masked_cross_entropy(logits, targets, pad_id, label_smoothing=0.0):
+    l = F.cross_entropy(logits.transpose(1,2), targets, ignore_index=pad_id, reduction='none')
+    return (1-label_smoothing)*l[targets!=pad_id].mean()
+""", "smoothing term missing", ["(1 - eps) * nll only"]),
+]
+
+
+@pytest.mark.parametrize("code, mistake, words", TRIAL_SMOOTHING)
+def test_trial_r07_smoothing_mistakes_are_named(code, mistake, words):
+    ns = {"torch": torch, "F": F}
+    exec(code, ns)
+    assert_mistake(check_masked_cross_entropy, ns["masked_cross_entropy"], mistake, *words, repeat=20)
+
+
+def trial_step(loss: str, step: str = TRIAL_STEP):
+    """The trial's train_step defined in a notebook-like namespace next to one of its losses."""
+    ns = {"torch": torch, "nn": nn, "F": F}
+    exec(TRIAL_LOSSES[loss] + step, ns)
+    return ns["train_step"]
+
+
+def test_a_right_train_step_calling_a_failing_loss_blames_the_loss():
+    assert_mistake(check_train_step, trial_step("no mask"), "calls a failing loss",
+                   "it calls your masked_cross_entropy, which has not passed its check (padding counted)",
+                   "from course_utils import masked_cross_entropy", repeat=STEP_SEEDS)
+    assert "pass pad_id on" not in check_train_step(trial_step("no mask")).feedback
+
+
+def test_a_train_step_calling_a_right_or_unwritten_loss_keeps_its_verdict():
+    assert_passes(check_train_step, trial_step("right"), repeat=STEP_SEEDS[::SEEDS - 1])
+    r = check_train_step(trial_step("stub"))
+    assert r.status == "not implemented" and "which is still a stub" in r.feedback, r.feedback
+    # a wrong train_step calling a right loss is blamed for its own mistake
+    no_train = trial_step("right", TRIAL_STEP.replace("    model.train()\n", ""))
+    assert_mistake(check_train_step, no_train, "model in eval mode", "model.train()", repeat=2)
+
+
+def test_a_forward_inside_no_grad_is_named():
+    # trial r07's code: the forward pass wrapped in torch.no_grad(); backward() raises
+    no_grad = TRIAL_STEP.replace("    out = model(", "    with torch.no_grad():\n        out = model(")
+    assert_mistake(check_train_step, trial_step("right", no_grad), "detached from the graph", "torch.no_grad()",
+                   "no graph", repeat=STEP_SEEDS)
+
+
+def test_model_train_after_the_forward_is_too_late():
+    # trial r07's code: model.train() moved to just before loss.backward()
+    late = TRIAL_STEP.replace("    model.train()\n", "").replace("    loss.backward()", "    model.train()\n    loss.backward()")
+    assert_mistake(check_train_step, trial_step("right", late), "model.train() too late", "too late",
+                   "before the forward pass", repeat=STEP_SEEDS)
+
+
 def test_a_scheduler_stepped_only_when_clipping_is_not_stepped():
     # the scheduler's step count names it, whatever the draw: the first seed and the session's random one
     # (it runs through four cases: on every seed it would cost 2.5 s)

@@ -277,6 +277,11 @@ def _smoothing_weight_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps
     def q(correct: float, others: float) -> Callable[[Tensor], Tensor]:
         return lambda t: others + (correct - others) * F.one_hot(t, V).float()  # (N, V)
 
+    def without_pad(t: Tensor) -> Tensor:  # (N, V): eps / (V - 1) on every word but <pad>
+        out = q(1 - eps + eps / (V - 1), eps / (V - 1))(t)
+        out[:, pad_id] = 0.0
+        return out
+
     def smoothing_over_all() -> Tensor:
         logp = logits.log_softmax(-1)  # (B, L, V)
         nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
@@ -294,6 +299,20 @@ def _smoothing_weight_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps
         ("nll not weighted by 1 - eps", "the nll term is not multiplied by (1 - eps): the smoothed loss is (1 - eps) * "
          "nll + eps * (-log_probs.mean(dim=-1)), the cross-entropy against (1 - eps) * one_hot + eps / V.",
          lambda: _smoothed_ce(logits, targets, pad_id, q(1 + eps / V, eps / V))),
+        # trial r07's three: eps over the V - 1 words other than <pad> (the smoothing term's mean
+        # leaves the pad column out), the term on probabilities (their mean is always 1 / V), no term
+        ("smoothing without the padding class", "your smoothing term averages -log p over the V - 1 words other "
+         "than <pad>. The convention here is F.cross_entropy's: eps spread over all V classes, <pad> included, "
+         "the term eps * (-log_probs.mean(dim=-1)) over the whole last axis.",
+         lambda: _smoothed_ce(logits, targets, pad_id, without_pad)),
+        ("smoothing term on probabilities", "your smoothing term averages the probabilities, not the "
+         "log-probabilities: the mean of softmax over the V words is always 1 / V, so the term is a constant and "
+         "does nothing. Use eps * (-log_probs.mean(dim=-1)), log_probs = logits.log_softmax(dim=-1).",
+         lambda: (1 - eps) * _smoothed_ce(logits, targets, pad_id, q(1.0, 0.0)) - eps / V),
+        ("smoothing term missing", "the loss is (1 - eps) * nll only: the smoothing term eps * "
+         "(-log_probs.mean(dim=-1)) is missing. The smoothed loss is (1 - eps) * nll + eps * "
+         "(-log_probs.mean(dim=-1)), the cross-entropy against (1 - eps) * one_hot + eps / V.",
+         lambda: (1 - eps) * _smoothed_ce(logits, targets, pad_id, q(1.0, 0.0))),
         ("smoothing on the correct class only", "the share eps / V goes to the correct word only ((1 - eps + eps / V) "
          "* nll, the other words get nothing): the reference spreads eps / V over every one of the V words, the "
          "correct one included, so the loss is (1 - eps) * nll + eps * (-log_probs.mean(dim=-1)).",
@@ -691,6 +710,11 @@ def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None
         fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0] if text else ''} with scheduler=None: "
              "the scheduler is optional. Step it only when there is one: `if scheduler is not None: "
              "scheduler.step()`.", mistake="scheduler None not handled")
+    if isinstance(exc, RuntimeError) and "does not require grad and does not have a grad_fn" in text:
+        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]}: the loss has no graph to backpropagate "
+             "through, so the forward pass ran inside torch.no_grad() (or the logits were detached). Training needs "
+             "the graph: call model(...) and compute the loss outside any torch.no_grad() block (no_grad is for "
+             "evaluation).", mistake="detached from the graph")
     B, L = batch.tgt.shape
     L_src = batch.src.size(1)
     for mask, scores in ((batch.tgt_mask, (B, L_src, L_src)), (batch.src_mask, (B, L - 1, L - 1))):
@@ -843,6 +867,11 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
             # the case of a model that arrives in eval mode is there for this mistake: tried first
             if not setup.train_mode and math.isclose(value, _simulate(setup, frozenset({"eval mode"}), i + 1)[i][0],
                                                      rel_tol=1e-5, abs_tol=1e-6):
+                if training:  # it ends in train mode: switched on after the forward pass
+                    fail(f"model.train() comes too late ({call}): the forward pass ran in eval mode, dropout off, and "
+                         "only then was the model switched to train mode. The model may arrive in eval mode (after "
+                         "an evaluation): call model.train() first, before the forward pass.",
+                         mistake="model.train() too late")
                 fail(f"the model stays in eval mode ({call}): dropout is off during training. The model may arrive "
                      "in eval mode (after an evaluation): call model.train() at the start of train_step.",
                      mistake="model in eval mode")
@@ -1092,9 +1121,55 @@ _STEP_CASES = [  # (the draw's arguments, pass the options, words); "pad": a non
 ]
 
 
+def names_used(fn: Callable[..., Any]) -> set[str]:
+    """Global names a function's code (nested functions included) refers to."""
+    code = getattr(fn, "__code__", None)
+    names: set[str] = set()
+    stack = [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return names
+
+
+def _blame_the_loss(fn: Callable[..., Any]) -> None:
+    """A train_step that failed and calls the student's own masked_cross_entropy: when that
+    one fails its own check, the wrong loss is its fault, whatever train_step does."""
+    loss = getattr(fn, "__globals__", {}).get("masked_cross_entropy")
+    if "masked_cross_entropy" not in names_used(fn) or not callable(loss) or loss is masked_cross_entropy:
+        return
+    try:
+        with torch.random.fork_rng(devices=[]):  # the body, not the checker: no verdict shown, no second timer
+            check_masked_cross_entropy.__wrapped__(loss)
+        return
+    except Failure as f:
+        why = f.mistake or "its check fails"
+    except StudentError as err:
+        if isinstance(err.exc, NotImplementedError):
+            return  # a stub: the verdict of train_step says so already
+        why = f"it raises {type(err.exc).__name__}"
+    except Exception:  # noqa: BLE001 - the loss's own check could not run: train_step's verdict stands
+        return
+    fail(f"it calls your masked_cross_entropy, which has not passed its check ({why}): the loss it gets is wrong, "
+         "so this check cannot tell whether train_step itself is right. Fix masked_cross_entropy first (its check "
+         "cell says more), or continue with the reference: run `from course_utils import masked_cross_entropy`, "
+         "then the cell that defines train_step, then this check again.", mistake="calls a failing loss")
+
+
 @checker("train_step")
 def check_train_step(fn: Callable[..., Any]) -> str:
     require_function(fn, "train_step")
+    try:
+        _check_each_case(fn)
+    except (Failure, StudentError):
+        _blame_the_loss(fn)
+        raise
+    return ("loss, parameters and scheduler after two steps; zero_grad, clipping, scheduler, train mode, "
+            "scheduler=None")
+
+
+def _check_each_case(fn: Callable[..., Any]) -> None:
     for n, (draw, pass_options, words) in enumerate(_STEP_CASES):
         # a draw's setup is shared with the checks that start from the same random state: the student's
         # calls run on copies, and the simulations cached on it are the same for all
@@ -1107,8 +1182,6 @@ def check_train_step(fn: Callable[..., Any]) -> str:
             if f.mistake == "no update" and n == 0:
                 _graph_cut(fn, setup, words)
             raise
-    return ("loss, parameters and scheduler after two steps; zero_grad, clipping, scheduler, train mode, "
-            "scheduler=None")
 
 
 # ---------------------------------------------------------------- hints
