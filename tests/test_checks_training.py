@@ -887,6 +887,18 @@ def test_trial_r07_smoothing_mistakes_are_named(code, mistake, words):
     assert_mistake(check_masked_cross_entropy, ns["masked_cross_entropy"], mistake, *words, repeat=20)
 
 
+@pytest.mark.parametrize("code, mistake, words", [  # trial r07's exact code
+    ("def shift_targets(tgt):\n    out = tgt[:, 1:].clone(); out[out == 0] = -100\n    return tgt[:, :-1], out",
+     "padding labels set to -100", ["-100", "tgt_out = tgt[:, 1:]"]),
+    ("import torch\ndef shift_targets(tgt):\n    prev = torch.roll(tgt, 1, dims=1); prev[:, 0] = 1\n"
+     "    return prev[:, :-1], tgt[:, :-1]", "start token prepended again", ["prev_output_tokens", "<bos>"]),
+])
+def test_trial_r07_shift_mistakes_are_named(code, mistake, words):
+    ns = {}
+    exec(code, ns)
+    assert_mistake(check_shift_targets, ns["shift_targets"], mistake, *words, repeat=20)
+
+
 def trial_step(loss: str, step: str = TRIAL_STEP):
     """The trial's train_step defined in a notebook-like namespace next to one of its losses."""
     ns = {"torch": torch, "nn": nn, "F": F}

@@ -417,6 +417,8 @@ MISTAKES: dict[str, str] = {
     "calls a failing loss": "train_step calls the student's masked_cross_entropy, which fails its own check",
     "smoothing term on probabilities": "the smoothing term averages softmax probabilities (a constant 1 / V), not log-probabilities",
     "smoothing term missing": "the smoothed loss is (1 - eps) * nll only, without the eps * smoothing term",
+    "padding labels set to -100": "shift_targets writes Hugging Face's -100 labels where tgt_out has <pad>",
+    "start token prepended again": "tgt_in built as fairseq's prev_output_tokens (tgt rolled right, a start token in front), tgt_out = tgt[:, :-1]",
     "loss passed to scheduler.step": "scheduler.step(loss) gives LambdaLR the loss as its epoch",
     "clipping scales up": "manual clipping rescales gradients that are already below clip_norm",
     "backward on the summed loss": "backward() on the summed loss: gradients N tokens times too large",

@@ -130,6 +130,16 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
              "as code that strips <eos> from the decoder's input does (Hugging Face's habit). The loss would not "
              "notice (the target there is <pad>), but collate, the mask made from tgt_in and this exercise take "
              "the slices unchanged: tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], with no replacing."),
+            ([(exp_in, exp_out.masked_fill(exp_out == 0, -100))], "padding labels set to -100",  # pad 0
+             "your tgt_out has -100 where tgt has <pad> (Hugging Face's labels, the default ignore_index of "
+             "F.cross_entropy). Here the padding stays pad_id in tgt_out and the loss is told which id to ignore "
+             "(masked_cross_entropy's pad_id): tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], with no replacing."),
+            # fairseq's prev_output_tokens: tgt rolled right with a start token in front, whatever that token
+            ([(torch.cat([got_in[:, :1], tgt0[:, :-2]], 1), exp_in)] if got_in.shape == exp_in.shape else [],
+             "start token prepended again", "your tgt_in is tgt moved one place to the right with a start token in "
+             "front (fairseq's prev_output_tokens, torch.roll) and your tgt_out is tgt[:, :-1]. Here tgt already "
+             "starts with <bos>: nothing is added, the two slices are the shift: tgt_in = tgt[:, :-1], "
+             "tgt_out = tgt[:, 1:]."),
             ([(exp_in, exp_out.roll(k, 1)) for k in (1, -1)] + [(exp_in.roll(k, 1), exp_out) for k in (1, -1)],
              "rolled with torch.roll", "one of the two is rolled by one place (torch.roll wraps the token that "
              "falls off one end around to the other): the slices themselves are the shift. tgt_in = tgt[:, :-1], "
