@@ -153,8 +153,10 @@ def fit_gpt(
     the steps that fit (at least ``FIRST_REPORT + 1``), a line says so, and the learning-rate
     schedule decays over the new length; ``history["steps"]`` holds the steps planned last.
     """
-    if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and max_seconds > 0):
-        raise ValueError(f"max_seconds should be a positive number of seconds or None; got {max_seconds!r}")
+    if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))):
+        raise TypeError(f"max_seconds should be a number of seconds or None; got {type(max_seconds).__name__}")
+    if max_seconds is not None and not max_seconds > 0:
+        raise ValueError(f"max_seconds should be a positive number of seconds; got {max_seconds!r}")
     g = torch.Generator().manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
