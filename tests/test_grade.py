@@ -351,8 +351,8 @@ def processes_with(text: str) -> list[int]:
 # --------------------------------------------------------------------------- a whole class, end to end
 
 
-COURSE_FILES = [REPO / "course_utils", REPO / "course_tools", REPO / "data", SOLUTIONS]
 COURSE_PARTS = ("course_utils", "course_tools", "data")
+COURSE_FILES = [*(REPO / part for part in COURSE_PARTS), SOLUTIONS]
 
 
 def copy_checkout(folder: Path) -> Path:
