@@ -210,8 +210,12 @@ def _pool_inputs(B: int, L: int, D: int, make_mask: Callable[[int, int], Tensor]
         mask = make_mask(B, L)  # (B, L)
         if not bool(mask[:, 1:].any(dim=1).all()):  # a row whose only real token is position 0: a mean
             continue  # without it divides 0 by 0, and such code is then told by its NaN, not named
-        real = torch.nonzero(mask)  # (n, 2): (row, position) of the real tokens
-        x[real[0, 0], real[0, 1], 0] = 0.0  # an exact 0 in a real vector: counting non-zeros is wrong
+        # an exact 0 in a real vector, in a row of 2+ real tokens: counting non-zeros is then wrong, and
+        # gives a number (a row of one real token would give 0 / 0, told by its NaN, not by the values)
+        real = torch.nonzero(mask & (mask.sum(dim=1, keepdim=True) >= 2))  # (n, 2): (row, position)
+        if len(real) == 0:
+            continue
+        x[real[0, 0], real[0, 1], 0] = 0.0
         m = mask.unsqueeze(-1).float()  # (B, L, 1)
         same = "assumed trailing padding" if make_mask is _trailing_mask else None
         pools = torch.stack([(x * m).sum(dim=1) / m.sum(dim=1),
