@@ -872,6 +872,21 @@ def test_greedy_decode_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_greedy_decode, fn, mistake, *words, repeat=STABLE, shared_sweep=True)
 
 
+def test_greedy_decode_no_projection_named_when_its_tokens_equal_a_mistakes():
+    # seed 1184183166: the argmax over D features gave eos_id at once in every row, exactly the tokens of
+    # decoding without src_mask (CI's random draw found it); the watch that saw no projection decides
+    assert_mistake(check_greedy_decode, make_greedy("no projection"), "missing output projection",
+                   "model.output_projection never did", repeat=(1184183166,))
+
+
+@pytest.mark.parametrize("bug", ["row 0 stop", "first eos"])
+def test_greedy_decode_early_stop_not_taken_for_max_len_minus_one(bug):
+    # seed 3280387012 put a row ending at step max_len - 1 in the batch where one never ends: stopping there
+    # gave max_len columns, as decoding max_len - 1 steps does; no such row is chosen now
+    assert_mistake(check_greedy_decode, make_greedy(bug), "stops at the first eos", "finished.all()",
+                   repeat=(3280387012, 3668876855))
+
+
 @pytest.mark.parametrize(
     "fn, mistake, words",
     [
