@@ -97,7 +97,7 @@ MISTAKES: dict[str, str] = {
     "fill not negative enough": "a finite fill for blocked scores that allowed scores can fall below (e.g. -30)",
     "fill overflows half precision": "a fill (-1e9, float32's min) that float16/bfloat16 cannot hold",
     "heads in reverse order": "head h gets the features of head H - 1 - h (the heads' order reversed)",
-    "dtype not preserved": "the result is cast to another dtype than the input's",
+    "dtype not preserved": "the result is cast to another dtype than the one it must follow (the input's, or the weight's for integer ids)",
     # positional encoding and embeddings (03)
     "sin and cos swapped": "sin and cos exchanged in the table",
     "sin and cos concatenated": "sines and cosines in two halves instead of interleaved",
