@@ -335,6 +335,18 @@ class FeedForwardStreamNormalised(Block):  # the same half on the feed-forward's
         return x + self.dropout2(self.feed(x))
 
 
+class FeedForwardUnnormalised(Block):  # trial r09: the feed-forward reads x, norm2 never used
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(self.norm1(x), mask))
+        return x + self.dropout2(self.feed(x))
+
+
+class AttentionUnnormalised(Block):  # the same on the self-attention's side
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(x, mask))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
 class MaskAndInPlace(Block):  # helper n2: `mask &= causal` on the caller's (B, 1, L) mask
     def attn_mask(self, L, mask):
         causal = causal_mask(L, device=self.device)
@@ -978,6 +990,8 @@ def test_head_conv1d_named_when_vocab_size_equals_d_model():
     (ParallelBlock, "parallel block", "GPT-J"),
     (AttentionStreamNormalised, "residual stream normalised", ("before the self-attention", "as the feed-forward does")),
     (FeedForwardStreamNormalised, "residual stream normalised", ("before the feed-forward", "x = x + feed_forward(norm2(x))")),
+    (FeedForwardUnnormalised, "norm missing", ("feed-forward reads x itself", "feed_forward(norm2(x))")),
+    (AttentionUnnormalised, "norm missing", ("self-attention reads x itself", "h = norm1(x)")),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_other_peoples_block_habits_named_over_20_draws(cls, mistake, words):
     assert_mistake(check_gpt_block, cls, mistake, *(words if isinstance(words, tuple) else (words,)), repeat=20)

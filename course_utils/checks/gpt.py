@@ -112,6 +112,10 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
         ("residual stream normalised", "the residual stream is normalised before the feed-forward (`x = norm2(x); "
          "x = x + feed_forward(x)`), so the residual adds the normed x: normalise only the sub-layer's input, "
          f"`x = x + feed_forward(norm2(x))`, as the self-attention does: {form}.", {"place": {"ff": "stream"}}),
+        ("norm missing", "the self-attention reads x itself, not normalised: pre-norm normalises each sub-layer's "
+         f"input, `h = norm1(x); x = x + self_attn(h, h, h, mask)[0]`: {form}.", {"place": {"self": "none"}}),
+        ("norm missing", "the feed-forward reads x itself, not normalised (norm2 is never used): pre-norm normalises "
+         f"each sub-layer's input, `x = x + feed_forward(norm2(x))`: {form}.", {"place": {"ff": "none"}}),
         ("norms swapped", "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the "
          "feed-forward.", {"norm_of": (1, 0)}),
         ("same norm twice", "norm1 is used before both sub-layers and norm2 never, so the self-attention and the "
