@@ -321,6 +321,32 @@ class StreamNormalised(Block):  # trial L: h = norm1(x); x = h + attn(h): the re
         return h + self.dropout2(self.feed(h))
 
 
+class AttentionStreamNormalised(Block):  # trial r09: x = ln(x); x = x + attn(x), then a right feed-forward
+    def forward(self, x, mask=None):
+        x = self.norm1(x)
+        x = x + self.dropout1(self.attend(x, mask))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
+class FeedForwardStreamNormalised(Block):  # the same half on the feed-forward's side
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(self.norm1(x), mask))
+        x = self.norm2(x)
+        return x + self.dropout2(self.feed(x))
+
+
+class FeedForwardUnnormalised(Block):  # trial r09: the feed-forward reads x, norm2 never used
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(self.norm1(x), mask))
+        return x + self.dropout2(self.feed(x))
+
+
+class AttentionUnnormalised(Block):  # the same on the self-attention's side
+    def forward(self, x, mask=None):
+        x = x + self.dropout1(self.attend(x, mask))
+        return x + self.dropout2(self.feed(self.norm2(x)))
+
+
 class MaskAndInPlace(Block):  # helper n2: `mask &= causal` on the caller's (B, 1, L) mask
     def attn_mask(self, L, mask):
         causal = causal_mask(L, device=self.device)
@@ -746,6 +772,19 @@ class NanoGptAssert(Model):  # nanoGPT: assert t <= self.config.block_size
         return self.token_embedding(tokens) + self.position_embedding(torch.arange(tokens.size(1)))
 
 
+class LengthCheckOffByOne(Model):  # trial r09: `if L >= max_len: raise`, refusing L == max_len
+    def embed(self, tokens):
+        if tokens.size(1) >= self.max_len:
+            raise ValueError(f"sequence of {tokens.size(1)} tokens is longer than max_len={self.max_len}")
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(tokens.size(1)))
+
+
+class AssertOffByOne(Model):  # nanoGPT's assert, with `<` for `<=`
+    def embed(self, tokens):
+        assert tokens.size(1) < self.max_len, "sequence too long"
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(tokens.size(1)))
+
+
 class NoLengthCheck(Model):  # the position table's IndexError is the only error
     def embed(self, tokens):
         return self.token_embedding(tokens) + self.position_embedding(torch.arange(tokens.size(1)))
@@ -930,6 +969,8 @@ def test_gpt2_initialisation_passes_over_20_draws():  # rejected on 39 of 40 see
     (NoLengthCheck, "max_len not checked", "from deep inside"),
     (PositionsClamped, "max_len not checked", "runs without an error"),
     (Gpt2InitOnAll, "wrong initialisation", "should be 0.02"),
+    (LengthCheckOffByOne, "length check off by one", "refuse only L > max_len"),
+    (AssertOffByOne, "length check off by one", "`>`, not `>=`"),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_other_peoples_gpt_habits_named_over_20_draws(cls, mistake, words):
     assert_mistake(check_gpt, cls, mistake, words, repeat=20)
@@ -947,6 +988,10 @@ def test_head_conv1d_named_when_vocab_size_equals_d_model():
     (PairNotUnpacked, "attention output not unpacked", ("must be Tensor, not tuple", "Keep the output, `[0]`")),
     (PairAdded, "attention output not unpacked", ("'Tensor' and 'tuple'", "(output, weights)")),
     (ParallelBlock, "parallel block", "GPT-J"),
+    (AttentionStreamNormalised, "residual stream normalised", ("before the self-attention", "as the feed-forward does")),
+    (FeedForwardStreamNormalised, "residual stream normalised", ("before the feed-forward", "x = x + feed_forward(norm2(x))")),
+    (FeedForwardUnnormalised, "norm missing", ("feed-forward reads x itself", "feed_forward(norm2(x))")),
+    (AttentionUnnormalised, "norm missing", ("self-attention reads x itself", "h = norm1(x)")),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_other_peoples_block_habits_named_over_20_draws(cls, mistake, words):
     assert_mistake(check_gpt_block, cls, mistake, *(words if isinstance(words, tuple) else (words,)), repeat=20)

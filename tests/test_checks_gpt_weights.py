@@ -73,6 +73,34 @@ def loader(transpose=True, order=("q", "k", "v"), biases=True, norms=True, wpe="
     return load_gpt2_weights
 
 
+def wrong_split(how):
+    """The notebook's loader with c_attn split another way (trial r09): `q, k, v = ...` unpacked, as students write."""
+    splits = {
+        "rows": lambda w, b, D: (w.split(D, dim=0), b.split(D)),  # (D, 3D) along its D rows: one piece
+        "transposed first": lambda w, b, D: (w.t().split(D, dim=1), b.split(D)),  # (3D, D) along its D columns
+        "chunk rows": lambda w, b, D: (w.chunk(3, dim=0), b.chunk(3)),  # three pieces of D/3 rows
+        "pieces of 3": lambda w, b, D: (w.split(3, dim=1)[:3], b.split(3)[:3]),  # the width for the number
+        "bias along dim 1": lambda w, b, D: (w.split(D, dim=1), b.split(D, dim=1)),  # a (3D,) bias has no dim 1
+    }
+
+    def load_gpt2_weights(model, state_dict):
+        D = model.token_embedding.weight.size(1)
+        with torch.no_grad():
+            model.token_embedding.weight.copy_(state_dict["transformer.wte.weight"])
+            model.position_embedding.weight.copy_(state_dict["transformer.wpe.weight"])
+            for i, block in enumerate(model.blocks):
+                p, attn = f"transformer.h.{i}.", block.self_attn
+                weights, biases = splits[how](state_dict[p + "attn.c_attn.weight"], state_dict[p + "attn.c_attn.bias"], D)
+                w_q, w_k, w_v = weights
+                b_q, b_k, b_v = biases
+                for linear, w, b in ((attn.w_q, w_q, b_q), (attn.w_k, w_k, b_k), (attn.w_v, w_v, b_v)):
+                    linear.weight.copy_(w.t())
+                    linear.bias.copy_(b)
+        loader()(model, state_dict)  # the rest, as the notebook's loader does it
+
+    return load_gpt2_weights
+
+
 def converted(state_dict, transpose=True):
     """GPT-2's state dict under the course's names (the conversion students write for load_state_dict)."""
     sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
@@ -170,6 +198,8 @@ MISTAKES = [
     ("keys without prefix", loader(prefix=""), "wrong key name", ("'transformer.wte.weight'",)),
     ("pop from the caller's dict", pops_the_head, "input modified in place", ("no pop",)),
     ("returns a new model", returns_a_new_model, "nothing copied", ("in place",)),
+    *((f"c_attn split: {how}", wrong_split(how), "c_attn split wrongly", ("qkv.split(D, dim=-1)",))
+      for how in ("rows", "transposed first", "chunk rows", "pieces of 3", "bias along dim 1")),
 ]
 
 

@@ -333,6 +333,7 @@ MISTAKES: dict[str, str] = {
     # GPT-2's weights (09, load_gpt2_weights)
     "Conv1D weight not transposed": "a GPT-2 Conv1D weight (in, out) copied into nn.Linear's (out, in) without .t()",
     "c_attn not split": "the fused c_attn (D, 3D) or its bias copied whole instead of split into w_q, w_k, w_v",
+    "c_attn split wrongly": "the fused c_attn split along the wrong axis or into pieces of the wrong size (not qkv.split(D, dim=-1))",
     "c_attn split in the wrong order": "w_q, w_k, w_v take c_attn's [q | k | v] blocks in another order",
     "c_attn split interleaved": "w_q, w_k, w_v take every third column of c_attn (w[:, 0::3], a (D, D, 3) reshape) instead of three consecutive blocks",
     "head untied by loading": "the loader replaced a Parameter, so lm_head.weight is no longer token_embedding.weight",

@@ -104,6 +104,18 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
         ("residual stream normalised", "the residual stream itself is normalised (`h = norm1(x); x = h + "
          f"self_attn(h, ...)`): the residual adds the input as it came, {form}, so x keeps flowing unnormalised.",
          {"place": {"self": "stream", "ff": "stream"}}),
+        # half of it (trial r09): one sub-layer pre-norm, the other adds its result to the normed x
+        ("residual stream normalised", "the residual stream is normalised before the self-attention (`x = "
+         "norm1(x); x = x + self_attn(x, ...)`), so the residual adds the normed x: normalise only the "
+         f"sub-layer's input, `h = norm1(x); x = x + self_attn(h, h, h, mask)[0]`, as the feed-forward does: {form}.",
+         {"place": {"self": "stream"}}),
+        ("residual stream normalised", "the residual stream is normalised before the feed-forward (`x = norm2(x); "
+         "x = x + feed_forward(x)`), so the residual adds the normed x: normalise only the sub-layer's input, "
+         f"`x = x + feed_forward(norm2(x))`, as the self-attention does: {form}.", {"place": {"ff": "stream"}}),
+        ("norm missing", "the self-attention reads x itself, not normalised: pre-norm normalises each sub-layer's "
+         f"input, `h = norm1(x); x = x + self_attn(h, h, h, mask)[0]`: {form}.", {"place": {"self": "none"}}),
+        ("norm missing", "the feed-forward reads x itself, not normalised (norm2 is never used): pre-norm normalises "
+         f"each sub-layer's input, `x = x + feed_forward(norm2(x))`: {form}.", {"place": {"ff": "none"}}),
         ("norms swapped", "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the "
          "feed-forward.", {"norm_of": (1, 0)}),
         ("same norm twice", "norm1 is used before both sub-layers and norm2 never, so the self-attention and the "
@@ -517,7 +529,12 @@ def check_gpt(cls: Any) -> str:
         state = module_state(model)
         with torch.no_grad():
             expected = ref(tokens, mask)  # (B, L, V)
-            got = _forward(model, args, case)
+            try:
+                got = _forward(model, args, case)
+            except StudentError as err:
+                if length == max_len:  # the shorter case ran: a guard of the student's own refuses L == max_len
+                    _max_len_refused(err, case, max_len)
+                raise
             check_state_unchanged(model, state, case)
             if isinstance(got, (tuple, list)):
                 fail(f"GPT should return one tensor, the logits (B, L, V) = ({B}, {length}, {V}); yours returned a "
@@ -533,6 +550,18 @@ def check_gpt(cls: Any) -> str:
                         "torch.arange(L, device=tokens.device)")
     # the notebook stores this line (nbval): change it together with solutions/09
     return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"
+
+
+def _max_len_refused(err: StudentError, case: str, max_len: int) -> None:
+    """A sequence of exactly ``max_len`` tokens refused by the student's own ``raise`` or
+    ``assert`` (``L >= max_len``: off by one), after the shorter case ran."""
+    line = student_line(err.exc) or ""
+    if isinstance(err.exc, (ValueError, AssertionError)) or re.search(r"\b(raise|assert)\b", line):
+        fail(f"a sequence of exactly max_len = {max_len} tokens ({case}) is refused: {raised(err.exc, inline=True)}. "
+             f"The position table has max_len rows, positions 0 .. {max_len - 1}, so a sequence of exactly max_len "
+             "tokens is allowed (generation feeds the model the last max_len tokens); refuse only L > max_len: "
+             "`if tokens.size(1) > self.max_len: raise ValueError(...)` (`>`, not `>=`).",
+             mistake="length check off by one")
 
 
 def _too_long(model: nn.Module, V: int, B: int, max_len: int) -> None:

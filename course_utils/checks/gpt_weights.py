@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from ..gpt import GPT, convert_gpt2_state_dict, generate, gpt2_state_dict
 from ._core import (StudentError, call_student, checker, describe_shape, expect_close, fail, matches, randint, raised,
-                    register_hints, require_function)
+                    register_hints, require_function, student_line)
 from ._pairing import randomise_parameters
 
 __all__ = ["check_load_gpt2_weights"]
@@ -122,20 +122,43 @@ def _call(fn: Callable[..., Any], model: nn.Module, state: dict[str, Tensor], ca
                  + ". Its keys are transformer.wte.weight, transformer.wpe.weight, transformer.h.{i}.ln_1.weight, "
                  "transformer.h.{i}.attn.c_attn.weight, ..., transformer.ln_f.bias, lm_head.weight: "
                  "print(list(state_dict)) shows them all.", mistake="wrong key name")
+        _split_wrongly(exc, text, D)
         if isinstance(exc, RuntimeError) and ("size" in text or "shape" in text):
             sizes = {int(n) for n in re.findall(r"\d+", text)}
             if 3 * D in sizes:
-                fail(f"your function copies the fused c_attn whole into one projection: "
-                     f"{raised(exc, inline=True)}. c_attn's weight ({D}, {3 * D}) holds three (in, out) blocks side "
-                     f"by side, [W_q | W_k | W_v], and its bias ({3 * D},) the three biases: split both into three "
-                     f"along the output axis (weight.split(D, dim=1), bias.split(D)) and transpose each weight.",
-                     mistake="c_attn not split")
+                fail(f"your function copies c_attn with all its {3 * D} outputs into one projection (not split, or "
+                     f"split along the wrong axis): {raised(exc, inline=True)}. c_attn's weight ({D}, {3 * D}) holds "
+                     f"three (in, out) blocks side by side, [W_q | W_k | W_v], and its bias ({3 * D},) the three "
+                     f"biases: split both into three along the output axis (weight.split(D, dim=1), bias.split(D)) "
+                     "and transpose each weight.", mistake="c_attn not split")
             if {D, d_ff} <= sizes:
                 fail(f"a shape mismatch between GPT-2's weight and your model's: {raised(exc, inline=True)}. GPT-2's "
                      "Conv1D layers store their weight as (in, out) and compute x @ W + b; nn.Linear stores (out, in) "
                      "and computes x @ W.T + b: transpose every Conv1D weight on the way in, w.t() (c_fc is "
                      f"({D}, {d_ff}), linear1.weight ({d_ff}, {D})).", mistake="Conv1D weight not transposed")
         raise
+
+
+def _split_wrongly(exc: BaseException, text: str, D: int) -> None:
+    """c_attn split along the wrong axis or into pieces of the wrong size (trial r09): fewer or more
+    than three pieces (``w.split(D, dim=0)`` on ``(D, 3D)``, ``w.t().split(D, dim=1)``), a bias split
+    along an axis it lacks, or pieces that do not fit ``(D, D)`` (``w.chunk(3, dim=0)``, ``w.split(3,
+    dim=1)``): their sizes, ``D`` against a third of ``D`` or 3, show in the copy's error."""
+    line = student_line(exc) or ""
+    splitting = any(word in line for word in ("split", "chunk", "unbind", "c_attn"))
+    pieces = {len(c) for c in torch.arange(D).chunk(3)} | {3}  # the sizes of a wrong axis's or width's pieces
+    pair = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", text)
+    sizes = {int(pair[1]), int(pair[2])} if pair else set()
+    unpacks = ": for " not in line and not line.startswith("for ")  # a loop's own tuples: not this
+    if not ((isinstance(exc, ValueError) and unpacks and re.search(r"values to unpack \(expected 3\b", text))
+            or (isinstance(exc, IndexError) and (splitting or "range of [-1, 0]" in text))  # the 1-D bias, dim=1
+            or (isinstance(exc, RuntimeError) and D in sizes and len(sizes) == 2 and sizes - {D} <= pieces)):
+        return
+    fail(f"c_attn was split along the wrong axis or into pieces of the wrong size: {raised(exc, inline=True)}. "
+         f"Its weight is ({D}, {3 * D}), GPT-2's (in, out), and its bias ({3 * D},): the three blocks [W_q | W_k | "
+         "W_v] lie side by side along the last axis, D outputs each. Split there into pieces of D: `q, k, v = "
+         "qkv.split(D, dim=-1)` for the weight (dim=-1 is its dim=1) and for the bias, then transpose each weight "
+         "(`q.t()`).", mistake="c_attn split wrongly")
 
 
 def _gpt2_name(name: str) -> str:
