@@ -501,6 +501,28 @@ def test_choose_functions_keeps_what_passes_and_says_so(capsys):
     assert "[OK]" not in out  # the checks ran quietly
 
 
+def test_choose_functions_runs_with_the_graders_stand_in_checks(monkeypatch, capsys):
+    """A graded kernel's course_utils.checks is a plain module whose check_* do nothing (the grader
+    checks): notebook 07's cell that calls choose_functions crashed there when it imported a checker's
+    submodule (ModuleNotFoundError: 'course_utils.checks' is not a package)."""
+    import sys
+    import types
+
+    import course_utils
+
+    class NotChecked:
+        passed, status, mistake, feedback = False, "not checked", None, "[ ] checked by the grader"
+
+    stand_in = types.ModuleType("course_utils.checks")
+    for name in T.EXERCISES:
+        setattr(stand_in, f"check_{name}", lambda *args, **kwargs: NotChecked())
+    monkeypatch.setitem(sys.modules, "course_utils.checks", stand_in)
+    monkeypatch.setattr(course_utils, "checks", stand_in, raising=False)
+    chosen = T.choose_functions(**solution_functions())
+    assert chosen == dict.fromkeys(T.EXERCISES)  # not passed: the reference trains
+    assert capsys.readouterr().out.startswith("Training with:\n")
+
+
 def test_choose_functions_falls_back_on_stubs_with_the_reason(capsys):
     chosen = T.choose_functions(**{name: stub(name) for name in T.EXERCISES})
     out = capsys.readouterr().out

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from ..data import collate
 from ..model import Transformer, make_tgt_mask
+from ..trainer import names_used
 from ..training import masked_cross_entropy, noam_lr
 from ._core import (
     equal, isfinite, Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, drawn_once,
@@ -1129,18 +1130,6 @@ _STEP_CASES = [  # (the draw's arguments, pass the options, words); "pad": a non
     (dict(pad_id="pad", eps=0.0, use_scheduler=True, dropout=0.0, train_mode=True, clip=0.0), True,
      "clip_norm=0.0 (the gradients scaled to norm 0: no update), pad_id={s.pad_id}"),
 ]
-
-
-def names_used(fn: Callable[..., Any]) -> set[str]:
-    """Global names a function's code (nested functions included) refers to."""
-    code = getattr(fn, "__code__", None)
-    names: set[str] = set()
-    stack = [code] if code is not None else []
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
-    return names
 
 
 def _blame_the_loss(fn: Callable[..., Any]) -> None:
