@@ -356,7 +356,7 @@ def command_lab(args: list[str], app: str = "jupyterlab") -> int:
     # Students work on copies in my_work/ (git-ignored), so `git pull` never conflicts with
     # their answers: copy the notebooks that are not there yet, never overwrite one that is,
     # and say which copies a course update made outdated (--write-new: put the newer
-    # version beside them). See course_utils/start.py.
+    # version beside them). See course_tools/start.py.
     start_args = [str(WORK), "--rerun-hint", "python3 course.py lab --write-new"]
     if "--write-new" in args:
         args = [a for a in args if a != "--write-new"]

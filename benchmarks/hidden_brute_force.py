@@ -1,6 +1,6 @@
 """Delegate every exercise of the course to every callable a graded kernel still reaches;
 print, as JSON, what the grader would have counted as passed (nothing, if the hidden
-references of course_tools/_hide_references.py are out of reach). A check of the grader
+references of course_tools/grade/hide_references.py are out of reach). A check of the grader
 (issue 23), not a speed benchmark; tests/test_hide_references.py runs a fixed sample of it
 (``--sample``); the full run is too slow for the suite.
 
@@ -14,7 +14,7 @@ references of course_tools/_hide_references.py are out of reach). A check of the
 For each graded notebook it builds the kernel's public copy of ``course_utils`` as the
 grader's set-up does (the notebook's references and every later notebook's hidden: guards
 in the public copy, and the real objects' own code gated), without the kernel: an audit
-hook answers the guards and the gates with the grader's own rules (``_gate_allows``),
+hook answers the guards and the gates with the grader's own rules (``gate_allows``),
 the answers' code counting as a student's exercise cell. The candidates are every
 callable of the course a student's code can reach: the public modules' globals, their
 tables and the classes' methods; the checkers' modules (a checker's hook hands its
@@ -25,7 +25,7 @@ real checker: a function exercise answered by ``lambda *a, **k: candidate(*a, **
 class exercise by each class candidate itself, by a subclass of it, and by a module that
 builds the candidate and adopts its children (``add_module``) with ``forward`` delegating
 to the candidate's. An answer counts as passed when the checker passes it and the
-grader's second line (``grade._uses_reference``) does not see the reference in it.
+grader's second line (``grade.uses_reference``) does not see the reference in it.
 
 Measured on the shared 2-core machine (nice 10), 2026-11-28, nothing counted as passed:
 the full run of 01-05, 7,212 answers in 45 s; ``--sample 40`` of 06-09, 1,662 answers in
@@ -150,7 +150,7 @@ def main(solutions: str, only: list[str], control: bool = False, sample: int | N
 
     import course_utils.checks  # noqa: F401 - the checkers' copy, as the grader's set-up imports it
 
-    from course_tools import _hide_references as hide
+    from course_tools.grade import hide_references as hide
     from course_tools import grade
 
     namespace: dict = {}
@@ -181,7 +181,7 @@ def main(solutions: str, only: list[str], control: bool = False, sample: int | N
             importlib.import_module("course_utils.checks")
         exercises = [e.name for e in course_nb.exercises]
         hidden = {} if control else hide.hidden_names([*exercises, *course_nb.later])
-        private, public, guards, _, gates = hide._public_course(
+        private, public, guards, _, gates = hide.public_course(
             hidden, "course-grade-hidden", hide.GUARD_SOURCE, hide.SKIPPED_MODULES, "course-grade-gate",
             course_nb.later)
         checks = private["course_utils.checks"]
@@ -203,7 +203,7 @@ def main(solutions: str, only: list[str], control: bool = False, sample: int | N
 
         def gate(asker, box, called):
             entry = gates.get(id(asker.f_code))
-            if entry is not None and entry[0] is asker.f_code and hide._gate_allows(
+            if entry is not None and entry[0] is asker.f_code and hide.gate_allows(
                     asker.f_back, entry, called, {STUDENT}, set(), package, gates, stdlib, made):
                 if called and entry[4] is not None and isinstance(called[0], entry[4]):
                     with contextlib.suppress(TypeError):
@@ -229,7 +229,7 @@ def main(solutions: str, only: list[str], control: bool = False, sample: int | N
                     if time.monotonic() - began > 5:
                         print(f"slow: {exercise.name} <- {label}: {time.monotonic() - began:.0f} s", file=sys.stderr,
                               flush=True)
-                    if result.passed is True and (control or grade._uses_reference(
+                    if result.passed is True and (control or grade.uses_reference(
                             answer, exercise.name, references[exercise.name], {STUDENT}, others) is None):
                         report["passed"].append(f"{filename} {exercise.name} <- {label} ({answer!r:.60})")
         state["deliver"] = state["gate"] = None

@@ -343,8 +343,9 @@ def test_installed_package_has_every_file(fresh_venv, package):
         p.relative_to(source).as_posix() for p in source.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     )
-    # subpackages too: the checkers, and a forwarder of a tool's old name
-    expected = {"course_utils": {"__init__.py", "checks/__init__.py", "build/__main__.py"}, "course_tools": {"__init__.py"}}
+    # subpackages too: the checkers, and the grader's stages
+    expected = {"course_utils": {"__init__.py", "checks/__init__.py"},
+                "course_tools": {"__init__.py", "grade/__init__.py", "grade/kernel_side.py"}}
     assert expected[package] <= set(wanted)
     missing = [name for name in wanted if not (installed / name).is_file()]
     assert missing == [], "not installed by pip (package-data in pyproject.toml?): " + ", ".join(missing)

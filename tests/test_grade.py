@@ -948,8 +948,8 @@ def test_cells_without_ids_are_known_by_their_source():
     ("!ls ..", ["line 1: runs an IPython magic or shell command"], None),
     ("from course_utils.checks import _core", ["line 1: imports course_utils.checks._core"], None),
     ("import course_tools.grade", ["line 1: imports course_tools.grade"], None),
-    ("from course_utils import grade", ["line 1: imports course_utils.grade (the course's tools)"], None),
-    ("import course_utils.build", ["line 1: imports course_utils.build (the course's tools"], None),
+    ("from course_tools import grade", ["line 1: imports course_tools"], None),
+    ("import course_utils._validate", ["line 1: imports course_utils._validate (the course's internals)"], None),
     ("course_utils.checks._core.HINTS = {}", ["line 1: assigns to course_utils.checks._core.HINTS"], None),
     ("__builtins__['len'] = f", ["line 1: assigns to builtins"], None),
     ("def f(x):\n    self.w = x\n    x.y = 1", [], None),  # attributes of its own objects

@@ -1,4 +1,4 @@
-"""The graded notebook's references out of reach (course_tools/_hide_references.py, issue 23).
+"""The graded notebook's references out of reach (course_tools/grade/hide_references.py, issue 23).
 
 A fixture course notebook, made here from the course's own solution cells, has four
 exercises of notebooks 01, 08 and 09 (``scaled_dot_product_attention``,

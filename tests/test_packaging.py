@@ -201,7 +201,7 @@ def test_tools_extra_declares_what_the_tools_import_and_dev_includes_it(project)
     assert tools <= dev
     assert tools == {"nbformat", "nbclient", "jupyter-client", "ipykernel", "traitlets"}
     imported = set()
-    for path in (ROOT / "course_tools").glob("*.py"):
+    for path in (ROOT / "course_tools").rglob("*.py"):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.Import):
                 imported |= {alias.name.split(".")[0] for alias in node.names}

@@ -1,4 +1,5 @@
-"""The graded notebook's references out of reach, by construction (used by :mod:`.grade`).
+"""Stage: the references hidden. The graded notebook's references out of reach, by construction
+(used by :mod:`.kernel_side` and :mod:`.run`).
 
 Detecting a reference by reading a student's code is a race the grader loses
 (``getattr(course_utils, "scaled_dot_" + "product_attention")``, ``operator.attrgetter``,
@@ -28,8 +29,9 @@ the references of the notebook being graded, and the helpers that compute them
   references, is reachable.
 
 Earlier notebooks' references stay in the public copy, as the notebooks teach. The
-kernel-side functions below are sent to the kernel as source (see
-``grade.kernel_setup_source``); they run there with the set-up's private globals.
+kernel-side functions below (:func:`gate_objects`, :func:`gate_allows`, :func:`public_course`)
+are sent to the kernel as source (see :func:`.kernel_side.kernel_setup_source`); they run there
+with the set-up's private globals.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "generate": ("gpt.gpt_decode_step", "gpt.sample_next_token"),
 }
 
-# Public modules never imported (the tools' forwarders) and the checkers (a stand-in).
-SKIPPED_MODULES = ("grade", "build", "start", "check_env", "checks")
+# Modules of course_utils the public copy does not import: the checkers (a stand-in takes their place).
+SKIPPED_MODULES = ("checks",)
 
 
 def hidden_names(exercises: Iterable[str]) -> dict[str, list[str]]:
@@ -107,7 +109,7 @@ def guard_class(label, name, doc):
 '''
 
 
-def _gate_objects(objects, gate_event, error):  # pragma: no cover - runs inside the graded kernel
+def gate_objects(objects, gate_event, error):  # pragma: no cover - runs inside the graded kernel
     """Make each hidden object inert by itself, wherever it is reachable from (a checker's
     hook's ``__globals__``, ``nn.Module.__subclasses__()``, an instance's class...): the
     code of each function, and of each method of each class, in ``objects`` (``[(label,
@@ -200,8 +202,8 @@ def _gate_objects(objects, gate_event, error):  # pragma: no cover - runs inside
     return gates
 
 
-def _gate_allows(frame, entry, args, student_files, course_files, package, gates, stdlib, made):  # pragma: no cover
-    """Whether a gate (``entry`` of :func:`_gate_objects`), asked from ``frame`` (its caller)
+def gate_allows(frame, entry, args, student_files, course_files, package, gates, stdlib, made):  # pragma: no cover
+    """Whether a gate (``entry`` of :func:`gate_objects`), asked from ``frame`` (its caller)
     with ``args``, runs the original. Who asks is the first frame outward that is neither a
     gate nor a library's (the standard library, site-packages, the grader's own
     ``<course-grade...>`` code): the course's code (``course``; its checkers:
@@ -243,14 +245,14 @@ def _gate_allows(frame, entry, args, student_files, course_files, package, gates
     return False
 
 
-def _public_course(exercises, hidden_event, guard_source, skipped, gate_event, later=()):  # pragma: no cover - runs inside the graded kernel
+def public_course(exercises, hidden_event, guard_source, skipped, gate_event, later=()):  # pragma: no cover - runs inside the graded kernel
     """Move the course package out of ``sys.modules`` and import a public copy with the
     references of ``exercises`` ({exercise: [helpers]}) replaced by guards.
 
     Returns ``(private, public, guards, fetch_code, gates)``: the checkers' modules ``{name:
     module}``; the public copy's; ``{label: (guard, real object)}`` for each hidden name
     (``label``: ``module.name`` under course_utils); the code object of the guards'
-    request (the only code the hook answers); and the gates of :func:`_gate_objects`: the
+    request (the only code the hook answers); and the gates of :func:`gate_objects`: the
     real objects (the checkers' and the public copy's) are themselves made inert, their
     code asking the hook with ``gate_event``. ``later``: the exercises of later notebooks,
     which the course's code may use like helpers (notebook 04's ``Encoder`` builds notebook
@@ -390,7 +392,7 @@ def _public_course(exercises, hidden_event, guard_source, skipped, gate_event, l
             if isinstance(value, types.FunctionType):
                 scan_function(value)
     del targets, classes
-    gates = _gate_objects(inert, gate_event, namespace["NotAvailableWhileGrading"])
+    gates = gate_objects(inert, gate_event, namespace["NotAvailableWhileGrading"])
     del inert
     import gc
 

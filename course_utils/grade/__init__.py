@@ -1,5 +1,0 @@
-"""Moved to :mod:`course_tools.grade`; this forwarder goes in the next release."""
-
-from course_tools import _moved
-
-__getattr__ = _moved.module_getattr("grade")
