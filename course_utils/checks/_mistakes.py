@@ -30,6 +30,12 @@ MISTAKES: dict[str, str] = {
     "gradient differs": "an input or parameter gets another gradient than the reference's (a detached branch or factor)",
     "backward fails": "backpropagating through the code raises (an in-place op on a tensor autograd saved)",
     "parameter renamed": "a parameter of the contract's signature has another name (callers pass it by keyword)",
+    "residual from an earlier sub-layer": "a sub-layer's residual adds an older stream (h1), not the previous block's output",
+    "sub-layers in parallel": "the sub-layers all read the layer input and their outputs are summed (GPT-J's parallel block)",
+    "mask head axis added": "a layer unsqueezes its mask to (B, 1, L_q, L_k) before MultiHeadAttention, which adds the head axis itself",
+    "final norm before the layers": "a pre-norm stack's final norm applied to its input, before the first layer",
+    "layer arguments swapped": "a stack builds its layers with d_ff where num_heads goes (positional arguments out of order)",
+    "parameters in wrong order": "the contract's parameter names in another order (callers also pass them by position)",
     # masks
     "inverted mask": "True and False swapped (True must mean: may attend)",
     "not a bool mask": "the mask is a float or int tensor, not torch.bool",

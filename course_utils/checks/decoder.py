@@ -46,10 +46,19 @@ def trailing_padding(B: int, L: int) -> Tensor:
 
 
 def tuple_return(got: Any, what: str) -> None:
+    """A layer or a stack returns one tensor: the fix named after what the tuple holds (an
+    attention's ``(B, H, L_q, L_k)`` weights: the pair of a MultiHeadAttention call)."""
     if isinstance(got, (tuple, list)):
         inner = ", ".join(describe_shape(t) for t in got[:3])
-        fail(f"{what} should return one tensor (B, L_tgt, D); yours returned a {type(got).__name__} "
-             f"({inner}). MultiHeadAttention returns (output, weights): keep only the output, [0].",
+        if not what.endswith(("Layer", "Block")):  # a stack calls no attention itself
+            fix = (f"return the last layer's output alone, `return x` (after self.norm when there is one): your {what} "
+                   "calls its layers, never a MultiHeadAttention, so there is no pair to keep")
+        elif any(isinstance(t, Tensor) and t.dim() == 4 for t in got):
+            fix = ("the (B, H, L_q, L_k) in it is an attention's weights: MultiHeadAttention returns (output, "
+                   "weights); keep only the output, [0], and return the layer's x alone")
+        else:
+            fix = "return the output tensor alone, `return x`, not a pair"
+        fail(f"{what} should return one tensor (B, L_tgt, D); yours returned a {type(got).__name__} ({inner}): {fix}.",
              mistake="wrong return")
 
 
