@@ -340,8 +340,9 @@ def check_decoder(cls: Any) -> str:
 
 # ---------------------------------------------------------------- hints
 register_hints("DecoderLayer", [
-    "Start from your EncoderLayer: same residual + layer-norm pattern, with one more sub-layer "
-    "in the middle, so three sub-layers (self_attn, cross_attn, feed_forward) and three norms.",
+    "It is notebook 04's encoder layer with one more sub-layer in the middle: the same residual + "
+    "layer-norm wrapping around each of three sub-layers (self_attn, cross_attn, feed_forward), each with "
+    "its own norm. Which one reads `memory`, and which mask does each attention get?",
     "The order is: masked self-attention on x, then cross-attention, then the feed-forward. "
     "Post-norm (norm_first=False): x = norm_i(x + sublayer(x)); pre-norm: x = x + sublayer(norm_i(x)).",
     "Cross-attention: the queries come from the decoder's x, the keys and values from the "

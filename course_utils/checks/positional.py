@@ -618,8 +618,8 @@ register_hints(
         "2i = 0, 2, 4, ..., d_model-2: torch.arange(0, d_model, 2).",
         "The angle for position pos and pair i is pos / 10000^(2i/d_model); broadcasting the column "
         "against the row gives all angles at once, shape (max_len, d_model/2).",
-        "Start from a zero table pe of shape (max_len, d_model); even columns get sin of the angles and "
-        "odd columns cos of the same angles: pe[:, 0::2] = torch.sin(angle), pe[:, 1::2] = torch.cos(angle).",
+        "Start from a zero table pe of shape (max_len, d_model) and fill it with slices: the even columns "
+        "(pe[:, 0::2]) get the sin of the angles, the odd columns the cos of the same angles.",
     ],
 )
 register_hints(
@@ -631,8 +631,8 @@ register_hints(
         "with self.register_buffer('pe', table), not as nn.Parameter or a plain attribute. The call "
         "itself creates self.pe (it returns None: do not assign its result).",
         "In forward, x is (B, L, D), so L = x.size(1) (not x.size(-1), which is d_model): raise a "
-        "ValueError if L > max_len, then add the first L rows of the table (they broadcast over the "
-        "batch) and apply the dropout to the sum: return self.dropout(x + self.pe[:L]).",
+        "ValueError if L > max_len, then add the table's first L rows (an (L, D) slice broadcasts over "
+        "the batch) and apply the dropout to the sum, not to the table alone.",
     ],
 )
 register_hints(
