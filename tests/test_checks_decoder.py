@@ -1138,3 +1138,139 @@ def test_trial_q0305_layer_count_in_good_grammar():
     feedbacks = [check_decoder(OneLayerShort, seed=seed).feedback for seed in range(20)]
     assert not any(" 1 layers " in f for f in feedbacks), feedbacks
     assert any(" has 1 layer in " in f for f in feedbacks), feedbacks  # the singular was drawn
+
+
+# ---------------------------------------------------------------- blind trial s3_05 (this session's 05 trial)
+class PostNormNormalisesMemory(Layer):  # cross_attn(x, norm2(memory), norm2(memory)) in post-norm
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            return super().forward(x, memory, tgt_mask, memory_mask)
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        m = self.norm2(memory)
+        x = self.norm2(x + self.cross_attn(x, m, m, memory_mask)[0])
+        return self.norm3(x + self.feed_forward(x))
+
+
+class MaskParametersReordered(course_utils.DecoderLayer):  # the body right, the signature's masks swapped
+    def forward(self, x, memory, memory_mask=None, tgt_mask=None):
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+class FeedForwardResidualFromH1(Layer):  # norm3(h1 + ff(h2))
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            return super().forward(x, memory, tgt_mask, memory_mask)
+        h1 = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])  # (B, L, D)
+        h2 = self.norm2(h1 + self.cross_attn(h1, memory, memory, memory_mask)[0])  # (B, L, D)
+        return self.norm3(h1 + self.feed_forward(h2))
+
+
+class ParallelSublayers(Layer):  # GPT-J's parallel block, pre-norm
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, tgt_mask, memory_mask)
+        h1, h2, h3 = self.norm1(x), self.norm2(x), self.norm3(x)
+        return (x + self.self_attn(h1, h1, h1, tgt_mask)[0] + self.cross_attn(h2, memory, memory, memory_mask)[0]
+                + self.feed_forward(h3))
+
+
+class MaskHeadAxisAdded(course_utils.DecoderLayer):  # the Annotated Transformer's mask.unsqueeze(1)
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, memory, None if tgt_mask is None else tgt_mask.unsqueeze(1),
+                               None if memory_mask is None else memory_mask.unsqueeze(1))
+
+
+class DecoderReturnsPair(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, memory, tgt_mask, memory_mask), None
+
+
+class FinalNormBeforeLoop(course_utils.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm is not None:
+            x = self.norm(x)
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x
+
+
+class LayerArgumentsSwapped(course_utils.Decoder):  # DecoderLayer(d_model, d_ff, num_heads, ...)
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(1, d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(course_utils.DecoderLayer(d_model, d_ff, num_heads, dropout, norm_first)
+                                    for _ in range(num_layers))
+
+
+@pytest.mark.parametrize("check, cls, mistake, words", [
+    (check_decoder_layer, PostNormNormalisesMemory, "memory normalised",
+     ["in post-norm", "x = norm2(x + cross_attn(x, memory, memory, memory_mask))"]),
+    (check_decoder_layer, MaskParametersReordered, "parameters in wrong order",
+     ["(x, memory, memory_mask, tgt_mask)", "forward(self, x, memory, tgt_mask=None, memory_mask=None)"]),
+    (check_decoder_layer, FeedForwardResidualFromH1, "residual from an earlier sub-layer",
+     ["the feed-forward adds its result to the stream after the masked self-attention"]),
+    (check_decoder_layer, ParallelSublayers, "sub-layers in parallel", ["GPT-J", "one after the other"]),
+    (check_decoder_layer, MaskHeadAxisAdded, "mask head axis added", ["adds the head axis itself", ".unsqueeze(1)"]),
+    (check_decoder, DecoderReturnsPair, "wrong return", ["return the last layer's output alone", "no pair to keep"]),
+    (check_decoder, FinalNormBeforeLoop, "final norm before the layers", ["before the loop", "after the last layer"]),
+    (check_decoder, LayerArgumentsSwapped, "layer arguments swapped",
+     ["passes d_ff where num_heads goes", "DecoderLayer(d_model=d_model, num_heads=num_heads"]),
+], ids=["post-norm memory normed", "forward(x, memory, memory_mask, tgt_mask)", "norm3(h1 + ff(h2))",
+        "parallel sub-layers", "mask.unsqueeze(1)", "Decoder returns (x, None)", "final norm before the loop",
+        "DecoderLayer(d_model, d_ff, num_heads)"])
+def test_trial_s3_05_mistakes_named_on_20_seeds(check, cls, mistake, words):
+    assert_mistake(check, cls, mistake, *words, repeat=SEEDS)
+
+
+def test_trial_s3_05_pre_norm_memory_advice_stays_pre_norm():
+    assert_mistake(check_decoder_layer, StackNormalisesMemoryLayer, "memory normalised",
+                   "cross_attn(norm2(x), memory, memory, memory_mask)", repeat=SEEDS)
+
+
+class StackNormalisesMemoryLayer(Layer):  # pre-norm: cross_attn(norm2(x), norm2(memory), norm2(memory))
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, tgt_mask, memory_mask)
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, tgt_mask)[0]
+        h, m = self.norm2(x), self.norm2(memory)
+        x = x + self.cross_attn(h, m, m, memory_mask)[0]
+        return x + self.feed_forward(self.norm3(x))
+
+
+class TrialLoopLayer(nn.Module):  # the tester's correct variant: (sub-layer, norm) pairs in a loop of lambdas
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (course_utils.LayerNorm(d_model) for _ in range(3))
+        self.drop, self.norm_first = nn.Dropout(dropout), norm_first
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        subs = [(lambda h: self.self_attn(h, h, h, tgt_mask)[0], self.norm1),
+                (lambda h: self.cross_attn(h, memory, memory, memory_mask)[0], self.norm2),
+                (self.feed_forward, self.norm3)]
+        for f, norm in subs:
+            x = x + self.drop(f(norm(x))) if self.norm_first else norm(x + self.drop(f(x)))
+        return x
+
+
+class TrialTorchNormsLayer(course_utils.DecoderLayer):  # nn.LayerNorm in place of the course's
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+
+
+class TrialTruthyNormDecoder(course_utils.Decoder):  # `if self.norm:` and the final norm copied into x
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        if self.norm:
+            x.copy_(self.norm(x))
+        return x
+
+
+@pytest.mark.parametrize("check, cls", [(check_decoder_layer, TrialLoopLayer), (check_decoder_layer, TrialTorchNormsLayer),
+                                        (check_decoder, TrialTruthyNormDecoder)])
+def test_trial_s3_05_correct_variants_pass(check, cls):
+    assert_passes(check, cls)

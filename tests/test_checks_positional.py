@@ -784,3 +784,122 @@ def pe_rounded_angles(max_len, d_model):  # trial q0305: pos * omega rounded wit
 def test_trial_q0305_rounded_angles_are_named_on_20_seeds():
     assert_mistake(check_sinusoidal_positional_encoding, pe_rounded_angles, "angles rounded", ".round()",
                    "leave the rounding out", repeat=STABLE)
+
+
+# ---------------------------------------------------------------- blind trial s3_03 (this session's 03 trial)
+def _s3_table(angle_of):  # the tester's layout (sin even, cos odd) around a slipped angle
+    def table(max_len, d_model):
+        pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
+        two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (d_model/2,)
+        angle = angle_of(pos, two_i, max_len, d_model)  # (max_len, d_model/2)
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
+        return pe
+    return table
+
+
+def _paper(pos, two_i, max_len, d_model):
+    return pos * 10000 ** (-two_i / d_model)
+
+
+def pe_sin_in_every_column(max_len, d_model):
+    pe = _s3_table(_paper)(max_len, d_model)
+    pe[:, 1::2] = pe[:, 0::2]
+    return pe
+
+
+def pe_float16_angles(max_len, d_model):  # the angles computed in float16, the table float32
+    pos = torch.arange(max_len).half()[:, None]  # (max_len, 1)
+    w = (10000 ** (-torch.arange(0, d_model, 2).float() / d_model)).half()  # (d_model/2,)
+    angle = (pos * w).float()  # (max_len, d_model/2)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    return pe
+
+
+S3_TABLES = [
+    ("frequencies reversed", _s3_table(lambda p, t, M, d: _paper(p, t, M, d).flip(1)), ["pair 0 turns slowest"]),
+    ("d_model hard-coded", _s3_table(lambda p, t, M, d: p * 10000 ** (-t / 512)), ["divides by 512"]),
+    ("linear frequencies", _s3_table(lambda p, t, M, d: p * (1 - t / d)), ["equal steps", "geometric"]),
+    ("exponent reaches 1", _s3_table(lambda p, t, M, d: p * 10000 ** (-torch.linspace(0, 1, d // 2))),
+     ["torch.linspace(0, 1, d_model // 2)", "torch.arange(0, d_model, 2) / d_model"]),
+    ("positions divided by max_len", _s3_table(lambda p, t, M, d: _paper(p / M, t, M, d)), ["pos / max_len"]),
+    ("angles in degrees", _s3_table(lambda p, t, M, d: torch.deg2rad(_paper(p, t, M, d))), ["already in radians"]),
+    ("sin in every column", pe_sin_in_every_column, ["pe[:, 1::2] = torch.cos(angle)"]),
+    ("low precision", pe_float16_angles, ["float16 or bfloat16", "dtype=torch.float32"]),
+]
+
+
+@pytest.mark.parametrize("mistake, fn, words", S3_TABLES, ids=[m for m, _, _ in S3_TABLES])
+def test_trial_s3_03_table_mistakes_named_on_20_seeds(mistake, fn, words):
+    assert_mistake(check_sinusoidal_positional_encoding, fn, mistake, *words, repeat=STABLE)
+
+
+def test_columns_report_counts_whole_pairs_in_good_grammar():
+    from course_utils.checks.positional import _columns_report
+
+    table = course_utils.sinusoidal_positional_encoding(10, 8)  # (10, 8)
+    wrong = table.clone()
+    wrong[:, 2:] += 1  # pairs 1-3 wrong
+    assert _columns_report(wrong, table).startswith("columns 0-1 are right, columns 2-7 are not")
+    wrong = table.clone()
+    wrong[:, 1:] += 1  # column 0 right alone: no whole pair
+    assert _columns_report(wrong, table).startswith("no sin/cos pair of columns is right")
+    wrong = course_utils.sinusoidal_positional_encoding(10, 4)
+    wrong[:, 2:] += 1
+    assert _columns_report(wrong, course_utils.sinusoidal_positional_encoding(10, 4)).startswith(
+        "columns 0-1 are right, columns 2-3 are not")
+    wrong = torch.zeros(3, 2)
+    assert _columns_report(torch.zeros(3, 2), wrong).startswith("columns 0-1 are right")
+
+
+class PETableArgumentsSwapped(course_utils.PositionalEncoding):
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__(d_model, max_len, dropout)
+        self.pe = course_utils.sinusoidal_positional_encoding(d_model, max_len)  # (d_model, max_len): swapped
+
+
+class PELastRowEverywhere(course_utils.PositionalEncoding):
+    def forward(self, x):
+        L = x.size(1)
+        if L > self.pe.size(0):
+            raise ValueError(f"sequence length L = {L} is longer than max_len = {self.pe.size(0)}")
+        return self.dropout(x + self.pe[L - 1])
+
+
+class PEFirstBatchItemOnly(course_utils.PositionalEncoding):
+    def forward(self, x):
+        L = x.size(1)
+        if L > self.pe.size(0):
+            raise ValueError(f"sequence length L = {L} is longer than max_len = {self.pe.size(0)}")
+        out = x.clone()
+        out[0] = out[0] + self.pe[:L]
+        return self.dropout(out)
+
+
+class PEBatchMean(course_utils.PositionalEncoding):
+    def forward(self, x):
+        return super().forward(x).mean(0, keepdim=True).expand_as(x)
+
+
+class TokenEmbeddingSqrtL(course_utils.TokenEmbedding):
+    def forward(self, tokens):
+        return self.embedding(tokens) * math.sqrt(tokens.size(1))
+
+
+class TokenEmbeddingTimes8(course_utils.TokenEmbedding):  # sqrt(64), d_k's habit
+    def forward(self, tokens):
+        return self.embedding(tokens) * 8.0
+
+
+@pytest.mark.parametrize("check, student, mistake, words", [
+    (check_positional_encoding, PETableArgumentsSwapped, "table arguments swapped",
+     ["the two arguments are swapped", "sinusoidal_positional_encoding(max_len, d_model)"]),
+    (check_positional_encoding, PELastRowEverywhere, "one row of pe added", ["pe[L - 1]", "pe[:L]"]),
+    (check_positional_encoding, PEFirstBatchItemOnly, "encoding added to one batch item", ["only batch item 0"]),
+    (check_positional_encoding, PEBatchMean, "batch mixed", ["mean over the batch"]),
+    (check_token_embedding, TokenEmbeddingSqrtL, "scaled by sqrt(L)", ["sequence length", "self.d_model"]),
+    (check_token_embedding, TokenEmbeddingTimes8, "wrong scale factor", ["the same number, 8,", "math.sqrt(self.d_model)"]),
+], ids=["pe (d_model, max_len)", "pe[L-1]", "batch item 0 only", "batch mean", "sqrt(L)", "times 8"])
+def test_trial_s3_03_mistakes_named_on_20_seeds(check, student, mistake, words):
+    assert_mistake(check, student, mistake, *words, repeat=STABLE)

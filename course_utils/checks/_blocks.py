@@ -16,7 +16,8 @@ Knobs of a mutation (absent = correct):
 ``end``        a norm (0-based) applied once more to the layer's output (pre-norm's extra norm)
 ``place``      {kind: "post" | "pre" | "branch" | "stream" | "none"}: where its norm goes
                (``branch``: ``x + norm(f(x))``; ``stream``: ``x = norm(x); x = x + f(x)``)
-``residual``   {kind: None | "input"}: no residual, or the layer's input added back
+``residual``   {kind: None | "input" | j}: no residual, the layer's input added back, or
+               the stream after the first ``j`` sub-layers (an earlier stream than the last)
 ``source``     {kind: "input" | "raw"}: the sub-layer reads the layer's input, or the
                previous sub-layer's raw output, instead of the stream
 ``attn``       {kind: (query, key/value, module, mask)}: an attention's inputs
@@ -35,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,6 +102,7 @@ def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, mas
     skipped = m.get("skip", ())
     skipped = (skipped,) if isinstance(skipped, str) else skipped
     h = raw = x  # (B, L, D): the stream, and the last sub-layer's own output
+    streams = [x]  # the stream after each sub-layer: streams[j] after the first j
     for pos, k in enumerate(order):
         if k in skipped:
             continue
@@ -126,12 +129,14 @@ def run_block(ref: nn.Module, spec: Block, x: Tensor, memory: Tensor | None, mas
         if drop_at[k] == "out":
             out = drop(out)
         residual = m.get("residual", {}).get(k, "stream")
-        total = out if residual is None else {"stream": h, "input": x}[residual] + out  # (B, L, D)
+        base = streams[residual] if isinstance(residual, int) else {"stream": h, "input": x}.get(residual)
+        total = out if residual is None else base + out  # (B, L, D)
         if drop_at[k] == "sum":
             total = drop(total)
         h, raw = (norm(total) if place[k] == "post" else total), out
         if drop_at[k] == "after":  # dropout(norm(x + sublayer(x))): the normalised stream dropped
             h = drop(h)
+        streams.append(h)
     return h if "end" not in m else norms[m["end"]](h)
 
 
@@ -297,8 +302,11 @@ def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> li
              "memory_mask)."),
             (("in", "normed memory"), "memory normalised",
              "the encoder output `memory` goes through the layer's norm before the cross-attention: "
-             "normalise only the decoder's stream x (in pre-norm the encoder already ends with its own "
-             "final norm): cross_attn(norm2(x), memory, memory, ...)."),
+             + ("normalise only the decoder's stream x (in pre-norm the encoder already ends with its own "
+                "final norm): cross_attn(norm2(x), memory, memory, memory_mask)." if norm_first else
+                "in post-norm the cross-attention reads x and memory as they are (memory already comes out of "
+                "the encoder's last norm) and norm2 normalises the sum afterwards: x = norm2(x + "
+                "cross_attn(x, memory, memory, memory_mask)).")),
         ):
             out.append((name, text, {"attn": {"cross": (*attn, module, mask)}}))
         for k, other in (("cross", "self"), ("self", "cross")):
@@ -360,9 +368,24 @@ def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> li
                  f"without its residual{'' if norm_first else ' and norm'}: {form}, one sub-layer after "
                  "the other.", {"source": {k: "raw"}}),
             ]
+        for j in range(1, i):  # an earlier stream than the previous block's output
+            out.append(("residual from an earlier sub-layer", f"{W[k]} adds its result to the stream after "
+                        f"{W[kinds[j - 1]]} instead of the {S[prev]} block's output: the residual is the stream "
+                        f"{W[k]} reads, the one after {W[prev]}, {form}.", {"residual": {k: j}}))
         rest = " and ".join(W[j] for j in kinds if j != k)
         out.append((spec.name("sub-layer skipped", k), f"the {S[k]} result is never used: the output "
                     f"only contains {rest}. Feed each block's output on to the next.", {"skip": k}))
+    if n > 2:  # GPT-J's parallel block: every sub-layer reads the layer input (pre-norm: their outputs summed)
+        later = " and ".join(W[k] for k in kinds[1:])
+        if norm_first:
+            calls = " + ".join(f"{spec.attn[k][2] if k != 'ff' else 'feed_forward'}({spec.norm(i)}(x)"
+                               f"{', ...' if k != 'ff' else ''})" for i, k in enumerate(kinds))
+            how = f"the sub-layers run in parallel, each on the layer's input x (x + {calls}, GPT-J's parallel block)"
+        else:
+            how = f"{later} read the layer's input x, as if the sub-layers ran in parallel"
+        out.append(("sub-layers in parallel", f"{how}: here they run one after the other, each reading the stream "
+                    f"the one before it left, {form}: {', then '.join(W[k] for k in kinds)}.",
+                    {"source": {k: "input" for k in kinds[1:]}}))
     for size in range(2, n):  # a partly written layer: only one sub-layer (or a few) done
         for gone in itertools.combinations(kinds, size):
             rest = " and ".join(W[j] for j in kinds if j not in gone)
@@ -584,6 +607,15 @@ def attention_error(exc: BaseException, what: str, case: str) -> None:
     (:func:`torch_keyword`), or the ``(output, weights)`` pair used as a tensor (``"attention
     output not unpacked"``: dropout(), ``+`` or a norm given a tuple); else nothing."""
     torch_keyword(exc, what, case)
+    added = re.search(r"mask of shape \((\d+), 1, (\d+), (\d+)\) cannot be broadcast", str(exc))
+    if isinstance(exc, ValueError) and added:  # the Annotated Transformer's mask.unsqueeze(1)
+        line = student_line(exc)
+        fail(f"your {what} raised ValueError ({case}): {str(exc).strip().splitlines()[0]}"
+             + (f"\n    at {line}" if line else "")
+             + f"\n    The mask got a head axis, ({added[1]}, 1, {added[2]}, {added[3]}): MultiHeadAttention adds the "
+             "head axis itself, so pass the mask as your layer received it, (B, L_q, L_k) or (B, 1, L_k), without "
+             ".unsqueeze(1) (the Annotated Transformer's habit, whose attention does not add it).",
+             mistake="mask head axis added")
     if isinstance(exc, (TypeError, AttributeError)) and "tuple" in str(exc):
         line = student_line(exc)
         fail(f"your {what} raised {type(exc).__name__} ({case}): {str(exc).strip().splitlines()[0]}"
@@ -766,7 +798,7 @@ def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str,
     "first repeated", "last only", "none", "reversed"), ``masks`` (the names passed to every layer;
     ``"masks first only"``: True, or the names of the masks that only the first layer gets), ``memory`` ("previous output": each
     layer's output is the next one's memory; "none"; "normed": through the final norm),
-    ``final`` (None, "inside" the loop, or a norm module in post-norm), ``flip``
+    ``final`` (None, "inside" the loop, "before" it, or a norm module in post-norm), ``flip``
     (the layers' norm_first flipped)."""
     m = mutation or {}
     layers = list(ref.layers)
@@ -780,7 +812,7 @@ def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str,
     for layer in layers:
         layer.norm_first ^= flip
     try:
-        h = x
+        h = ref.norm(x) if m.get("final") == "before" else x  # (B, L, D)
         for i, layer in enumerate(seq):
             given = [None if i and (first_only is True or k in first_only) else a for k, a in zip(names, args)]
             if memory is None:
@@ -797,7 +829,7 @@ def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str,
     final = m.get("final", "ref")
     if final == "ref":
         return ref.norm(h) if ref.norm is not None else h
-    return h if final in (None, "inside") else final(h)
+    return h if final in (None, "inside", "before") else final(h)
 
 
 def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int,
@@ -826,6 +858,9 @@ def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: A
              "normalised): return self.norm(x).", {"final": None}),
             ("final norm inside the loop", "the final norm is applied after every layer; apply it once, after "
              "the loop.", {"final": "inside"}),
+            ("final norm before the layers", "the final norm is applied to the input, before the loop: in pre-norm "
+             "each layer normalises its own sub-layers' inputs, and the stack's one final norm comes after the last "
+             "layer: for layer in self.layers: ...; then return self.norm(x).", {"final": "before"}),
             ("norm_first not passed on", f"your layers compute post-norm although the {spec.what} was built with "
              f"norm_first=True: pass norm_first on to every {spec.layer}.", {"flip": True}),
         ]
@@ -875,12 +910,30 @@ def build_stack(cls: Any, spec: Stack, ref_cls: type, sizes: tuple[int, int, int
     """The student's stack ``cls(num_layers, d_model, num_heads, d_ff)`` with random parameters,
     its structure checked (:func:`stack_structure`), the reference with its parameters, the pairs."""
     shown = ", ".join(f"{n}={v}" for n, v in zip(("num_layers", "d_model", "num_heads", "d_ff"), sizes))
-    model = build_student(cls, spec.what, sizes, dict(dropout=p, norm_first=norm_first),
-                          f"{shown}, dropout={p}, norm_first={norm_first}")
+    try:
+        model = build_student(cls, spec.what, sizes, dict(dropout=p, norm_first=norm_first),
+                              f"{shown}, dropout={p}, norm_first={norm_first}")
+    except StudentError as err:
+        _layer_arguments_swapped(err.exc, spec, sizes)
+        raise
     stack_structure(model, sizes[0], norm_first, spec)
     course_parts(model, spec.what)
     ref = reference(ref_cls, *sizes, p, norm_first).eval()
     return model, ref, load_reference(model, ref, spec.what, parts, () if norm_first else ("norm.",))
+
+
+def _layer_arguments_swapped(exc: BaseException, spec: Stack, sizes: tuple[int, int, int, int]) -> None:
+    """A stack that builds its layers as ``Layer(d_model, d_ff, num_heads, ...)``: the
+    attention then refuses ``num_heads = d_ff`` (the sizes make ``d_model % d_ff != 0``)."""
+    D, H, d_ff = sizes[1:]
+    if isinstance(exc, ValueError) and re.search(rf"num_heads = {d_ff}(?!\d)", str(exc)) and d_ff != H:
+        layer = spec.layer
+        fail(f"building {spec.what}(num_layers={sizes[0]}, d_model={D}, num_heads={H}, d_ff={d_ff}, ...) raised "
+             f"ValueError: {str(exc).strip().splitlines()[0]}\n    The attention got num_heads = {d_ff}, the value "
+             f"of d_ff: your {spec.what} passes d_ff where num_heads goes when it builds each {layer}. {layer} takes "
+             f"(d_model, num_heads, d_ff, dropout, norm_first) in that order; keywords make "
+             f"the call safe: {layer}(d_model=d_model, num_heads=num_heads, d_ff=d_ff, dropout=dropout, "
+             "norm_first=norm_first).", mistake="layer arguments swapped")
 
 
 def stack_structure(model: nn.Module, num_layers: int, norm_first: bool, spec: Stack) -> nn.ModuleList:

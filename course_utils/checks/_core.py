@@ -368,6 +368,13 @@ def require_contract_parameters(obj: Any, exercise: str) -> None:
                  f"is {title}{'(self, ' + shown[1:] if part else shown}. Callers pass `{missing[0]}=...` by keyword "
                  "(later cells, the next exercises), which raises TypeError under another name: keep the exercise's "
                  "names (extra optional parameters are fine).", mistake="parameter renamed")
+        positional = [n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD and n in names]
+        if positional != [n for n in names if n in positional]:  # the names right, their order not
+            title, yours = f"{exercise}.{part}" if part else exercise, ", ".join(n for n in params if n != "self")
+            fail(f"your {title} takes its parameters in another order (yours: ({yours})); the exercise's signature "
+                 f"is {title}{'(self, ' + shown[1:] if part else shown}. Callers also pass them by position, so "
+                 f"with your order `{positional[0]}` receives what is meant for `{[n for n in names if n in positional][0]}`: "
+                 "keep the exercise's order (the body can stay as it is).", mistake="parameters in wrong order")
 
 
 def check_dtype_follows(

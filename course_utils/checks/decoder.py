@@ -46,10 +46,19 @@ def trailing_padding(B: int, L: int) -> Tensor:
 
 
 def tuple_return(got: Any, what: str) -> None:
+    """A layer or a stack returns one tensor: the fix named after what the tuple holds (an
+    attention's ``(B, H, L_q, L_k)`` weights: the pair of a MultiHeadAttention call)."""
     if isinstance(got, (tuple, list)):
         inner = ", ".join(describe_shape(t) for t in got[:3])
-        fail(f"{what} should return one tensor (B, L_tgt, D); yours returned a {type(got).__name__} "
-             f"({inner}). MultiHeadAttention returns (output, weights): keep only the output, [0].",
+        if not what.endswith(("Layer", "Block")):  # a stack calls no attention itself
+            fix = (f"return the last layer's output alone, `return x` (after self.norm when there is one): your {what} "
+                   "calls its layers, never a MultiHeadAttention, so there is no pair to keep")
+        elif any(isinstance(t, Tensor) and t.dim() == 4 for t in got):
+            fix = ("the (B, H, L_q, L_k) in it is an attention's weights: MultiHeadAttention returns (output, "
+                   "weights); keep only the output, [0], and return the layer's x alone")
+        else:
+            fix = "return the output tensor alone, `return x`, not a pair"
+        fail(f"{what} should return one tensor (B, L_tgt, D); yours returned a {type(got).__name__} ({inner}): {fix}.",
              mistake="wrong return")
 
 
@@ -331,8 +340,9 @@ def check_decoder(cls: Any) -> str:
 
 # ---------------------------------------------------------------- hints
 register_hints("DecoderLayer", [
-    "Start from your EncoderLayer: same residual + layer-norm pattern, with one more sub-layer "
-    "in the middle, so three sub-layers (self_attn, cross_attn, feed_forward) and three norms.",
+    "It is notebook 04's encoder layer with one more sub-layer in the middle: the same residual + "
+    "layer-norm wrapping around each of three sub-layers (self_attn, cross_attn, feed_forward), each with "
+    "its own norm. Which one reads `memory`, and which mask does each attention get?",
     "The order is: masked self-attention on x, then cross-attention, then the feed-forward. "
     "Post-norm (norm_first=False): x = norm_i(x + sublayer(x)); pre-norm: x = x + sublayer(norm_i(x)).",
     "Cross-attention: the queries come from the decoder's x, the keys and values from the "

@@ -155,6 +155,31 @@ def _frequency_mistakes(max_len: int, d_model: int, got: Any) -> list[Mistake]:
              "10000^(2i/d_model) (the paper's base; a different one changes every pair but the first).",
              lambda base=base: conditioned(pos / float(base) ** (two_i / d_model)))
             for base in (1000, 100000)]  # base 100 is the exponent i/d_model, named above
+    right = pos / 10000.0 ** (two_i / d_model)  # (max_len, d_model/2)
+    pairs = d_model // 2
+    out += [
+        ("frequencies reversed", "the pairs' frequencies run the wrong way: pair 0 turns slowest and the last pair "
+         "fastest. Pair i (columns 2i and 2i+1) turns at 1 / 10000^(2i/d_model): pair 0 fastest (angle = pos), each "
+         "next pair slower.", lambda: conditioned(right.flip(1))),
+        ("d_model hard-coded", f"the exponent divides by 512, the paper's d_model, not by this table's d_model = "
+         f"{d_model}: the angle is pos / 10000^(2i/d_model) with the d_model argument.",
+         lambda: conditioned(pos / 10000.0 ** (two_i / 512))),
+        ("linear frequencies", "the frequencies fall in equal steps (1 - 2i/d_model, a straight line) instead of "
+         "by the same factor from pair to pair: the angle is pos / 10000^(2i/d_model), frequencies from 1 down to "
+         "about 1/10000 on a geometric scale.", lambda: conditioned(pos * (1 - two_i / d_model))),
+        ("exponent reaches 1", f"the exponents run from 0 to exactly 1 (torch.linspace(0, 1, d_model // 2)), so the "
+         f"last pair turns at 1/10000; they are 2i/d_model = 0, 2/{d_model}, ..., {d_model - 2}/{d_model}, which "
+         "stop one step short of 1: torch.arange(0, d_model, 2) / d_model.",
+         lambda: conditioned(pos / 10000.0 ** torch.linspace(0, 1, pairs, dtype=torch.float64))),
+        ("positions divided by max_len", f"the positions are divided by max_len (pos / max_len, from 0 to almost 1): "
+         "the angle uses the position itself, pos / 10000^(2i/d_model), so that a token's encoding does not depend "
+         "on how long the table is.", lambda: conditioned(right / max_len)),
+        ("angles in degrees", "the angles are converted from degrees to radians (times pi/180, torch.deg2rad or "
+         "math.radians): pos / 10000^(2i/d_model) is already in radians, the unit torch.sin and torch.cos take.",
+         lambda: conditioned(right * math.pi / 180)),
+        ("sin in every column", "the odd columns hold sin too: column 2i+1 is the cos of the same angle as column "
+         "2i, pe[:, 1::2] = torch.cos(angle).", lambda: torch.stack((right.sin(), right.sin()), dim=-1).flatten(1)),
+    ]
     return out
 
 
@@ -170,12 +195,34 @@ def _ranges(columns: list[int]) -> str:
 
 
 def _columns_report(table: Tensor, expected: Tensor, atol: float = _ATOL) -> str:
-    """Which columns of a (max_len, d_model) table are right, in words."""
+    """Which columns of a (max_len, d_model) table are right, in words: whole sin/cos pairs
+    only (a lone column near 0 or 1 agrees by chance, as the cos of a pair that barely turns)."""
     right = ((table.double() - expected.double()).abs().amax(dim=0) <= atol).tolist()  # (d_model,)
+    pair_ok = [right[j] and right[j + 1] for j in range(0, len(right) - 1, 2)]  # (d_model/2,)
+    right = [pair_ok[j // 2] if j // 2 < len(pair_ok) else False for j in range(len(right))]
     good, bad = ([j for j, ok in enumerate(right) if ok == want] for want in (True, False))
-    head = f"columns {_ranges(good)} are right, columns {_ranges(bad)} are not" if good else "no column is right"
+
+    def columns(js: list[int]) -> str:
+        return f"column {js[0]} is" if len(js) == 1 else f"columns {_ranges(js)} are"
+
+    head = f"{columns(good)} right, {columns(bad)} not" if good else "no sin/cos pair of columns is right"
     return (f"{head} (column 2i is sin(pos / 10000^(2i/d_model)), column 2i+1 the cos of the same angle, pos = 0, "
             "1, ...): check the frequency and the function of the wrong ones")
+
+
+def _low_precision(got: Tensor, expected: Tensor, case: str) -> None:
+    """A float32 table a little off everywhere it is off (at most ~0.1, far less than any wrong
+    formula, far more than float32's rounding): part of it was computed in float16 or bfloat16."""
+    diff = (got.detach().double() - expected.double()).abs()  # (max_len, d_model)
+    worst = float(diff.max())
+    if not (worst < 0.15 and float(diff.mean()) < 0.02):
+        return
+    r, c = divmod(int(diff.argmax()), diff.size(1))
+    fail(f"the table ({case}) is close to the right one but off by up to {worst:.2g} (row {r}, column {c}), far less "
+         "than a wrong formula would give and far more than float32's rounding (about 1e-6): part of the "
+         "computation ran in low precision (float16 or bfloat16: a .half(), dtype=torch.float16 in an arange, or "
+         "autocast), and the angles, up to max_len radians, lost digits before sin and cos. Compute positions, "
+         "frequencies and angles in float32: torch.arange(max_len, dtype=torch.float32).", mistake="low precision")
 
 
 def _name_table_mistake(table: Tensor, max_len: int, d_model: int) -> str | None:
@@ -190,7 +237,9 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
     for _ in range(3):
         while True:
             max_len, d_model = randint(7, 40), 2 * randint(3, 12)
-            if max_len not in (d_model, d_model // 2):  # either would let a wrongly shaped column fill broadcast
+            # max_len = d_model or d_model // 2 would let a wrongly shaped column fill broadcast; at d_model = 10
+            # exponents from linspace(0, 1) give exactly the base 100,000's table (4/(d - 2) = 5/d)
+            if max_len not in (d_model, d_model // 2) and d_model != 10:
                 break
         case = f"max_len={max_len}, d_model={d_model}"
         got = call_student(fn, max_len, d_model, context=f"calling sinusoidal_positional_encoding({case})")
@@ -213,6 +262,7 @@ def check_sinusoidal_positional_encoding(fn: Callable[..., Any]) -> str:
         except Failure as f:
             if f.mistake != "values differ":
                 raise
+            _low_precision(got, expected, case)
             fail(f"the table ({case}) has the right shape, but {_columns_report(got, expected, atol)}.",
                  mistake="values differ")
         if low:
@@ -255,6 +305,14 @@ def _check_pe_buffer(module: nn.Module, max_len: int, d_model: int) -> Tensor:
              mistake="pe is a Parameter")
     pe = module.state_dict()["pe"]
     if pe.numel() != max_len * d_model or pe.size(-1) != d_model:
+        swapped = tuple(pe.shape) == (d_model, max_len) and matches(
+            pe.detach().double(), sinusoidal_positional_encoding(d_model, max_len).double(), atol=_ATOL)
+        if swapped:  # sinusoidal_positional_encoding(d_model, max_len): a table d_model rows long, max_len wide
+            fail(f"`pe` has shape {describe_shape(pe)}; for max_len={max_len}, d_model={d_model} it should be (max_len, "
+                 f"d_model) = ({max_len}, {d_model}). It is the table sinusoidal_positional_encoding({d_model}, "
+                 f"{max_len}): the two arguments are swapped (a table of {d_model} positions, {max_len} features "
+                 "wide, not its transpose). The function takes (max_len, d_model): "
+                 "sinusoidal_positional_encoding(max_len, d_model).", mistake="table arguments swapped")
         fail(f"`pe` has shape {describe_shape(pe)}; for max_len={max_len}, d_model={d_model} it should be (max_len, "
              f"d_model) = ({max_len}, {d_model}).", mistake="wrong pe shape")
     return pe.detach().reshape(max_len, d_model)
@@ -353,7 +411,7 @@ def _check_pe_used(module: nn.Module, table: Tensor, D: int, M: int) -> None:
 def check_positional_encoding(cls: Any) -> str:
     require_module_class(cls, "PositionalEncoding")
     while True:  # B, each L and D all different
-        D, M = 2 * randint(3, 12), randint(15, 40)
+        D, M = 2 * randint(3, 12), 2 * randint(8, 20)  # M even too: a table built (d_model, max_len) still builds
         lengths = [randint(2, M // 2), randint(M // 2 + 1, M - 1), M]
         if D not in lengths:
             break
@@ -393,6 +451,15 @@ def check_positional_encoding(cls: Any) -> str:
             ("one row of pe added", f"row L = {L} of the table was added to every position: pe[L] (or "
              "pe[x.size(1)]) indexes the single row L. Slice the first L rows, pe[:L] (with the colon), one row per "
              "position.", lambda L=L, x0=x0: x0 + table[L] if L < M else None),
+            ("one row of pe added", f"row L - 1 = {L - 1} of the table, the last position's, was added to every "
+             "position: pe[L - 1] (or pe[:L][-1]) is one row. Slice the first L rows, pe[:L], one row per position.",
+             lambda L=L, x0=x0: x0 + table[L - 1]),
+            ("encoding added to one batch item", "only batch item 0 got the encoding; the other sequences came out "
+             "unchanged (out[0] += pe[:L]). Every sequence needs it: x + pe[:L] broadcasts the (L, D) rows over "
+             "the batch axis by itself.", lambda L=L, x0=x0: torch.cat((x0[:1] + table[:L], x0[1:]))),
+            ("batch mixed", "every sequence's output is the mean over the batch (a .mean(0) or a sum over dim 0): "
+             "the sequences are independent, each one gets its own x + pe[:L]; nothing mixes batch items.",
+             lambda L=L, x0=x0: (x0 + table[:L]).mean(0, keepdim=True).expand_as(x0)),
             ("positions start at 1", "rows 1 to L of the table were added, pe[1:L+1]: positions count from 0, so "
              "the first token gets row 0 (sin 0 = 0, cos 0 = 1). Add the first L rows: pe[:L].",
              lambda L=L, x0=x0: x0 + table[1:L + 1] if L < M else None),
@@ -448,8 +515,8 @@ def check_token_embedding(cls: Any) -> str:
     require_module_class(cls, "TokenEmbedding")
     while True:
         V, D, B, L = randint(11, 40), randint(5, 24), randint(2, 4), randint(5, 10)
-        # neither a square: int(math.sqrt(D)) would equal sqrt(D), sqrt(V) equal D or int(sqrt(D))
-        if len({V, D, B, L}) == 4 and all(math.isqrt(n) ** 2 != n for n in (V, D)):
+        # none a square: int(math.sqrt(D)) would equal sqrt(D), sqrt(V) or sqrt(L) equal D or int(sqrt(D))
+        if len({V, D, B, L}) == 4 and all(math.isqrt(n) ** 2 != n for n in (V, D, L)):
             break
     module = build_student(cls, "TokenEmbedding", (V, D), {}, f"vocab_size={V}, d_model={D}")  # eval mode
     emb = getattr(module, "embedding", None)
@@ -504,6 +571,11 @@ def check_token_embedding(cls: Any) -> str:
             ("scaled by sqrt(vocab_size)", f"the embeddings are multiplied by sqrt(vocab_size) = sqrt({V}) instead of "
              f"sqrt(d_model) = sqrt({D}): the scale is the square root of the vectors' width, d_model.",
              lookup * math.sqrt(V)),
+            ("scaled by sqrt(L)", f"the embeddings are multiplied by sqrt(L) = sqrt({L}), the square root of the "
+             f"sequence length (tokens.size(1) or tokens.size(-1)), instead of sqrt(d_model) = sqrt({D}): the scale "
+             "is the square root of the vectors' width, self.d_model, the same for every sequence.",
+             lookup * math.sqrt(L)),
+            _constant_scale(got, lookup, D),
         ]
         expect_close("output", got, expected, mistakes, case=case)
     gradient_probe(module, ref, dict(tokens=tokens0), [("embedding.weight", emb.weight, ref.embedding.weight)],
@@ -526,6 +598,17 @@ def check_token_embedding(cls: Any) -> str:
     return "random embedding weights, 2 batches of token ids"
 
 
+def _constant_scale(got: Any, lookup: Tensor, D: int) -> Mistake:
+    """The looked-up vectors times one number other than sqrt(d_model) (a hard-coded 8, ...):
+    the factor found, named against sqrt(d_model)."""
+    c = None
+    if isinstance(got, Tensor) and got.shape == lookup.shape and got.is_floating_point():
+        c = float((got.detach().double() * lookup.double()).sum() / lookup.double().pow(2).sum())
+    return ("wrong scale factor", f"every embedding is multiplied by the same number, {c or 0:.4g}, instead of "
+            f"sqrt(d_model) = sqrt({D}) = {math.sqrt(D):.4g} (a hard-coded number fits only one d_model): multiply by "
+            "math.sqrt(self.d_model), with the d_model the module was built with.", None if c is None else lookup * c)
+
+
 # ---------------------------------------------------------------- hints
 register_hints(
     "sinusoidal_positional_encoding",
@@ -535,8 +618,8 @@ register_hints(
         "2i = 0, 2, 4, ..., d_model-2: torch.arange(0, d_model, 2).",
         "The angle for position pos and pair i is pos / 10000^(2i/d_model); broadcasting the column "
         "against the row gives all angles at once, shape (max_len, d_model/2).",
-        "Start from a zero table pe of shape (max_len, d_model); even columns get sin of the angles and "
-        "odd columns cos of the same angles: pe[:, 0::2] = torch.sin(angle), pe[:, 1::2] = torch.cos(angle).",
+        "Start from a zero table pe of shape (max_len, d_model) and fill it with slices: the even columns "
+        "(pe[:, 0::2]) get the sin of the angles, the odd columns the cos of the same angles.",
     ],
 )
 register_hints(
@@ -548,8 +631,8 @@ register_hints(
         "with self.register_buffer('pe', table), not as nn.Parameter or a plain attribute. The call "
         "itself creates self.pe (it returns None: do not assign its result).",
         "In forward, x is (B, L, D), so L = x.size(1) (not x.size(-1), which is d_model): raise a "
-        "ValueError if L > max_len, then add the first L rows of the table (they broadcast over the "
-        "batch) and apply the dropout to the sum: return self.dropout(x + self.pe[:L]).",
+        "ValueError if L > max_len, then add the table's first L rows (an (L, D) slice broadcasts over "
+        "the batch) and apply the dropout to the sum, not to the table alone.",
     ],
 )
 register_hints(
