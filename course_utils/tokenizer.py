@@ -333,27 +333,41 @@ class BPETokenizer:
         return out
 
     def decode(self, ids: Iterable[int]) -> str:
-        """The text of ``ids`` (ints, or anything ``operator.index`` accepts, such as a 1-D
-        tensor's elements): the tokens' bytes joined, then decoded once with
-        ``errors="replace"`` (invalid or cut UTF-8 becomes ``"\\ufffd"``)."""
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-            raise TypeError(f"decode: ids must be a sequence of int token ids, got {type(ids).__name__}")
-        parts = []
-        for position, token in enumerate(ids):
-            try:
-                token_id = operator.index(token)
-            except TypeError:
-                raise TypeError(
-                    f"decode: ids[{position}] is {type(token).__name__} {token!r}; expected an int token id"
-                ) from None
-            piece = self.vocab.get(token_id)
-            if piece is None:
-                raise ValueError(
-                    f"decode: ids[{position}] = {token_id} is not in the vocabulary; expected an id "
-                    f"from {min(self.vocab)} to {max(self.vocab)} ({len(self.vocab)} tokens)"
-                )
-            parts.append(piece)
-        return b"".join(parts).decode("utf-8", errors="replace")
+        """The text of ``ids``: :func:`bpe_decode` with this vocabulary."""
+        return bpe_decode(ids, self.vocab)
+
+
+def bpe_encode(text: str, vocab: Mapping[int, bytes], merges: Sequence[tuple[bytes, bytes]],
+               special_tokens: Sequence[str] = ()) -> list[int]:
+    """Notebook 11's encoding exercise as one function: ``BPETokenizer(vocab, merges,
+    special_tokens).encode(text)`` (build the tokenizer once to encode many texts)."""
+    return BPETokenizer(vocab, merges, special_tokens).encode(text)
+
+
+def bpe_decode(ids: Iterable[int], vocab: Mapping[int, bytes]) -> str:
+    """The text of ``ids`` (ints, or anything ``operator.index`` accepts, such as a 1-D
+    tensor's elements) under ``vocab`` ``{id: bytes}``: the tokens' bytes joined, then decoded
+    once with ``errors="replace"`` (invalid or cut UTF-8 becomes ``"\\ufffd"``)."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise TypeError(f"decode: ids must be a sequence of int token ids, got {type(ids).__name__}")
+    if not isinstance(vocab, Mapping):
+        raise TypeError(f"decode: vocab must be a dict {{id: bytes}}, got {type(vocab).__name__}")
+    parts = []
+    for position, token in enumerate(ids):
+        try:
+            token_id = operator.index(token)
+        except TypeError:
+            raise TypeError(
+                f"decode: ids[{position}] is {type(token).__name__} {token!r}; expected an int token id"
+            ) from None
+        piece = vocab.get(token_id)
+        if piece is None:
+            raise ValueError(
+                f"decode: ids[{position}] = {token_id} is not in the vocabulary; expected an id "
+                f"from {min(vocab, default=0)} to {max(vocab, default=-1)} ({len(vocab)} tokens)"
+            )
+        parts.append(piece)
+    return b"".join(parts).decode("utf-8", errors="replace")
 
 
 # ------------------------------------------------------------------ GPT-2's files
