@@ -146,6 +146,8 @@ def count_pairs(words: Mapping[Sequence[int], int]) -> Counter:
     """``{piece (token ids): how often it occurs}`` -> ``Counter({(a, b): count})``: every
     adjacent pair inside every piece, counted as often as the piece occurs. Pairs never span
     two pieces. Overlapping pairs all count: ``(7, 7, 7)`` holds ``(7, 7)`` twice."""
+    if not isinstance(words, Mapping):
+        raise TypeError(f"count_pairs: words must be a dict {{piece (tuple of ids): count}}, got {type(words).__name__}")
     counts: Counter = Counter()
     for word, freq in words.items():
         for pair in zip(word, word[1:]):
@@ -157,6 +159,8 @@ def merge_pair(ids: Sequence[Hashable], pair: _Pair, new_id: Hashable) -> list:
     """Every occurrence of ``pair`` in ``ids`` replaced by ``new_id``, scanning left to right
     without overlaps: ``merge_pair([7, 7, 7], (7, 7), 9) == [9, 7]``. Works on ids and on
     byte strings alike."""
+    if not (isinstance(pair, Sequence) and len(pair) == 2):
+        raise ValueError(f"merge_pair: pair must be two tokens (a, b), got {pair!r}")
     a, b = pair
     out = []
     i, n = 0, len(ids)
@@ -450,7 +454,7 @@ def parse_gpt2_merges(text: str) -> list[tuple[bytes, bytes]]:
     return merges
 
 
-def _read_gpt2_file(name: str, data_dir: str | Path | None) -> str:
+def read_gpt2_file(name: str, data_dir: str | Path | None = None) -> str:
     """``data/<name>`` when the repository is there, else the package's gzipped copy."""
     path = Path(DATA_DIR if data_dir is None else data_dir) / name
     if path.is_file():
@@ -464,8 +468,8 @@ def load_gpt2_vocab_and_merges(data_dir: str | Path | None = None) -> tuple[dict
     """GPT-2's vocabulary (50,257 tokens, ``<|endoftext|>`` = 50256) and its 50,000 merges, as
     :func:`train_bpe` returns them: from ``data/`` when the repository is there, else from
     the package's copy; with ``data_dir``, that folder's two files (they must exist)."""
-    vocab = parse_gpt2_vocab(_read_gpt2_file(GPT2_VOCAB_FILE, data_dir))
-    merges = parse_gpt2_merges(_read_gpt2_file(GPT2_MERGES_FILE, data_dir))
+    vocab = parse_gpt2_vocab(read_gpt2_file(GPT2_VOCAB_FILE, data_dir))
+    merges = parse_gpt2_merges(read_gpt2_file(GPT2_MERGES_FILE, data_dir))
     return vocab, merges
 
 
@@ -491,7 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             packed.write_bytes(gzip.compress((Path(args.write) / name).read_bytes(), compresslevel=9, mtime=0))
             print(f"wrote {packed} ({packed.stat().st_size:,} bytes)")
             continue
-        plain = hashlib.sha256(_read_gpt2_file(name, args.check).encode("utf-8")).hexdigest()
+        plain = hashlib.sha256(read_gpt2_file(name, args.check).encode("utf-8")).hexdigest()
         copy = hashlib.sha256(gzip.decompress(packed.read_bytes())).hexdigest()
         ok = plain == copy == digest
         same &= ok
