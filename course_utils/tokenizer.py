@@ -27,6 +27,7 @@ The reference for the notebook's tokenization exercises, in plain Python (no tor
   decodes them once, with ``errors="replace"``: a token may hold half of a multi-byte
   character, so decoding token by token would break characters that span two tokens, and
   an id sequence that is not valid UTF-8 gives ``"\\ufffd"`` instead of an exception.
+  The notebook's two exercises are these as functions, :func:`bpe_encode` and :func:`bpe_decode`.
 * **GPT-2's files** (:func:`load_gpt2_tokenizer`): ``gpt2_vocab.json`` and ``gpt2_merges.txt``
   (provenance in ``data/README.md``; the package ships them gzipped in ``texts/`` for Colab)
   write every byte string with :func:`bytes_to_unicode`'s table; once converted back to bytes
