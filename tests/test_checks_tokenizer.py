@@ -80,23 +80,6 @@ def pairs_mutating(words):
     return counts
 
 
-@pytest.mark.parametrize("student", [pairs_counter, pairs_get, pairs_pairwise])
-def test_count_pairs_accepts_correct_variants(student):
-    assert_passes(check_count_pairs, student, repeat=STABLE)
-
-
-@pytest.mark.parametrize("student, mistake", [
-    (pairs_across, "across pre-token boundaries"),
-    (pairs_across_once, "across pre-token boundaries"),
-    (pairs_unweighted, "piece counts ignored"),
-    (pairs_no_overlap, "overlapping pairs counted once"),
-    (pairs_set, "pair counted once per piece"),
-    (pairs_mutating, "input modified in place"),
-])
-def test_count_pairs_names_the_mistake(student, mistake):
-    assert_mistake(check_count_pairs, student, mistake, repeat=STABLE)
-
-
 # ---------------------------------------------------------------- merge_pair
 def merge_while(ids, pair, new_id):
     out, i = [], 0
@@ -181,23 +164,6 @@ def merge_in_place(ids, pair, new_id):
 
 def merge_no_return(ids, pair, new_id):
     merge_while(ids, pair, new_id)
-
-
-@pytest.mark.parametrize("student", [merge_while, merge_recursive, merge_skip_flag])
-def test_merge_pair_accepts_correct_variants(student):
-    assert_passes(check_merge_pair, student, repeat=STABLE)
-
-
-@pytest.mark.parametrize("student, mistake, words", [
-    (merge_first_only, "only the first occurrence merged", ("every occurrence",)),
-    (merge_right_to_left, "merged right to left", ("left to right",)),
-    (merge_step_one, "second token of the pair kept", ("i += 2",)),
-    (merge_marks_overlaps, "overlapping pairs merged twice", ("overlapping",)),
-    (merge_in_place, "input modified in place", ("new",)),
-    (merge_no_return, "wrong return", ("return",)),
-])
-def test_merge_pair_names_the_mistake(student, mistake, words):
-    assert_mistake(check_merge_pair, student, mistake, *words, repeat=STABLE)
 
 
 # ---------------------------------------------------------------- train_bpe
@@ -319,30 +285,6 @@ def train_merges_as_ids(text, vocab_size, special_tokens=()):
     return vocab, [(ids[a], ids[b]) for a, b in merges]
 
 
-@pytest.mark.parametrize("student", [trainer(), train_heap, train_recursive])
-def test_train_bpe_accepts_correct_variants(student):
-    assert_passes(check_train_bpe, student, repeat=STABLE)
-
-
-@pytest.mark.parametrize("options, mistake", [
-    (dict(split="none"), "across pre-token boundaries"),
-    (dict(split="whitespace"), "leading space dropped"),
-    (dict(specials_out=False), "special tokens trained on"),
-    (dict(weighted=False), "piece counts ignored"),
-    (dict(tie="ids"), "ties broken differently"),
-    (dict(tie="first"), "ties broken differently"),
-    (dict(n_merges="vocab_size"), "wrong number of merges"),
-    (dict(add_specials=False), "special tokens not added"),
-    (dict(specials_first=True), "wrong special token ids"),
-], ids=lambda x: str(x) if isinstance(x, str) else ",".join(f"{k}={v}" for k, v in x.items()))
-def test_train_bpe_names_the_mistake(options, mistake):
-    assert_mistake(check_train_bpe, trainer(**options), mistake, repeat=STABLE)
-
-
-def test_train_bpe_names_merges_given_as_ids():
-    assert_mistake(check_train_bpe, train_merges_as_ids, "wrong return", "byte strings", repeat=STABLE)
-
-
 def test_an_endless_merge_loop_is_stopped_with_a_message(monkeypatch):
     monkeypatch.setattr(C, "CALL_LIMIT_S", 0.15)  # the checker's own limit is 10 s per call
     assert_mistake(check_train_bpe, trainer(stop=False), "no stop when pairs run out", "no pair is left",
@@ -429,22 +371,6 @@ def encode_leftmost(text, vocab, merges, special_tokens=()):  # the first known 
 
 
 # merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
-@pytest.mark.parametrize("student", [encoder(), encode_merges_in_order, encoder(first_only=True)])
-def test_bpe_encode_accepts_correct_variants(student):
-    assert_passes(check_bpe_encode, student, repeat=STABLE)
-
-
-@pytest.mark.parametrize("student, mistake", [
-    (encoder(order="frequency"), "merges in frequency order"),
-    (encode_leftmost, "merges in text order"),
-    (encoder(specials_out=False), "special tokens split"),
-    (encoder(split="none"), "across pre-token boundaries"),
-    (encoder(split="whitespace"), "leading space dropped"),
-    (encoder(byte_ids=True), "byte values as ids"),
-])
-def test_bpe_encode_names_the_mistake(student, mistake):
-    assert_mistake(check_bpe_encode, student, mistake, repeat=STABLE)
-
 
 # ---------------------------------------------------------------- bpe_decode
 def decode_join(ids, vocab):
@@ -482,23 +408,6 @@ def decode_to_bytes(ids, vocab):
     return b"".join(vocab[i] for i in ids)
 
 
-@pytest.mark.parametrize("student", [decode_join, decode_bytearray])
-def test_bpe_decode_accepts_correct_variants(student):
-    assert_passes(check_bpe_decode, student, repeat=STABLE)
-
-
-@pytest.mark.parametrize("student, mistake", [
-    (decode_per_token, "decoded token by token"),
-    (decode_per_token_strict, "decoded token by token"),
-    (decode_strict, "invalid bytes raise"),
-    (decode_ignore, "invalid bytes dropped"),
-    (decode_byte_values, "byte values as ids"),
-    (decode_to_bytes, "wrong return"),
-])
-def test_bpe_decode_names_the_mistake(student, mistake):
-    assert_mistake(check_bpe_decode, student, mistake, repeat=STABLE)
-
-
 @pytest.mark.parametrize("check", [check_count_pairs, check_merge_pair, check_train_bpe, check_bpe_encode,
                                    check_bpe_decode])
 def test_a_stub_is_not_implemented(check):
@@ -506,3 +415,65 @@ def test_a_stub_is_not_implemented(check):
         raise NotImplementedError
 
     assert_not_implemented(check, stub)
+
+
+# ---------------------------------------------------------------- the tables: right variants pass, each mistake named
+CORRECT = [
+    (check_count_pairs, pairs_counter), (check_count_pairs, pairs_get), (check_count_pairs, pairs_pairwise),
+    (check_merge_pair, merge_while), (check_merge_pair, merge_recursive), (check_merge_pair, merge_skip_flag),
+    (check_train_bpe, trainer()), (check_train_bpe, train_heap), (check_train_bpe, train_recursive),
+    # merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
+    (check_bpe_encode, encoder()), (check_bpe_encode, encode_merges_in_order), (check_bpe_encode, encoder(first_only=True)),
+    (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
+]
+
+MISTAKES = [  # (check, student, mistake name, words the verdict must say)
+    (check_count_pairs, pairs_across, "across pre-token boundaries", ()),
+    (check_count_pairs, pairs_across_once, "across pre-token boundaries", ()),
+    (check_count_pairs, pairs_unweighted, "piece counts ignored", ()),
+    (check_count_pairs, pairs_no_overlap, "overlapping pairs counted once", ()),
+    (check_count_pairs, pairs_set, "pair counted once per piece", ()),
+    (check_count_pairs, pairs_mutating, "input modified in place", ()),
+    (check_merge_pair, merge_first_only, "only the first occurrence merged", ("every occurrence",)),
+    (check_merge_pair, merge_right_to_left, "merged right to left", ("left to right",)),
+    (check_merge_pair, merge_step_one, "second token of the pair kept", ("i += 2",)),
+    (check_merge_pair, merge_marks_overlaps, "overlapping pairs merged twice", ("overlapping",)),
+    (check_merge_pair, merge_in_place, "input modified in place", ("new",)),
+    (check_merge_pair, merge_no_return, "wrong return", ("return",)),
+    (check_train_bpe, trainer(split="none"), "across pre-token boundaries", ()),
+    (check_train_bpe, trainer(split="whitespace"), "leading space dropped", ()),
+    (check_train_bpe, trainer(specials_out=False), "special tokens trained on", ()),
+    (check_train_bpe, trainer(weighted=False), "piece counts ignored", ()),
+    (check_train_bpe, trainer(tie="ids"), "ties broken differently", ()),
+    (check_train_bpe, trainer(tie="first"), "ties broken differently", ()),
+    (check_train_bpe, trainer(n_merges="vocab_size"), "wrong number of merges", ()),
+    (check_train_bpe, trainer(add_specials=False), "special tokens not added", ()),
+    (check_train_bpe, trainer(specials_first=True), "wrong special token ids", ()),
+    (check_train_bpe, train_merges_as_ids, "wrong return", ("byte strings",)),
+    (check_bpe_encode, encoder(order="frequency"), "merges in frequency order", ()),
+    (check_bpe_encode, encode_leftmost, "merges in text order", ()),
+    (check_bpe_encode, encoder(specials_out=False), "special tokens split", ()),
+    (check_bpe_encode, encoder(split="none"), "across pre-token boundaries", ()),
+    (check_bpe_encode, encoder(split="whitespace"), "leading space dropped", ()),
+    (check_bpe_encode, encoder(byte_ids=True), "byte values as ids", ()),
+    (check_bpe_decode, decode_per_token, "decoded token by token", ()),
+    (check_bpe_decode, decode_per_token_strict, "decoded token by token", ()),
+    (check_bpe_decode, decode_strict, "invalid bytes raise", ()),
+    (check_bpe_decode, decode_ignore, "invalid bytes dropped", ()),
+    (check_bpe_decode, decode_byte_values, "byte values as ids", ()),
+    (check_bpe_decode, decode_to_bytes, "wrong return", ()),
+]
+
+
+def _label(case):
+    return f"{case[0].__name__[6:]}-{case[1].__qualname__.split('.')[0]}" + (f"-{case[2]}" if len(case) > 2 else "")
+
+
+@pytest.mark.parametrize("check, student", CORRECT, ids=[_label(c) + f"-{i}" for i, c in enumerate(CORRECT)])
+def test_correct_variants_pass_on_every_seed(check, student):
+    assert_passes(check, student, repeat=STABLE)
+
+
+@pytest.mark.parametrize("check, student, mistake, words", MISTAKES, ids=[_label(c) + f"-{i}" for i, c in enumerate(MISTAKES)])
+def test_each_mistake_is_named_on_every_seed(check, student, mistake, words):
+    assert_mistake(check, student, mistake, *words, repeat=STABLE)
