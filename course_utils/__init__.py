@@ -16,7 +16,7 @@ notebook               module
 07 training            :mod:`course_utils.training`, :mod:`course_utils.trainer`, ``data``, ``pretrained``
 08 classifier          :mod:`course_utils.reviews`, :mod:`course_utils.classifier`
 09 decoder-only LM     :mod:`course_utils.gpt`, :mod:`course_utils.gpt_training`
-11 tokenization        :mod:`course_utils.tokenizer` (not imported here: ``import course_utils.tokenizer``)
+11 tokenization        :mod:`course_utils.tokenizer`
 plots                  :mod:`course_utils.plotting`, :mod:`course_utils.inspect_attention`
 =====================  ==========================================================
 """
@@ -37,6 +37,7 @@ from .layers import FeedForward, LayerNorm
 from .model import Transformer, count_parameters, make_src_mask, make_tgt_mask
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 from .positional import PositionalEncoding, sinusoidal_positional_encoding
+from .tokenizer import bpe_decode, bpe_encode, count_pairs, merge_pair, train_bpe
 from .training import masked_cross_entropy, noam_lr, shift_targets, train_step
 
 __all__ = [
@@ -85,4 +86,10 @@ __all__ = [
     "next_token_probs",
     "generate",
     "load_gpt2_weights",
+    # 11
+    "count_pairs",
+    "merge_pair",
+    "train_bpe",
+    "bpe_encode",
+    "bpe_decode",
 ]

@@ -27,6 +27,7 @@ The reference for the notebook's tokenization exercises, in plain Python (no tor
   decodes them once, with ``errors="replace"``: a token may hold half of a multi-byte
   character, so decoding token by token would break characters that span two tokens, and
   an id sequence that is not valid UTF-8 gives ``"\\ufffd"`` instead of an exception.
+  The notebook's two exercises are these as functions, :func:`bpe_encode` and :func:`bpe_decode`.
 * **GPT-2's files** (:func:`load_gpt2_tokenizer`): ``gpt2_vocab.json`` and ``gpt2_merges.txt``
   (provenance in ``data/README.md``; the package ships them gzipped in ``texts/`` for Colab)
   write every byte string with :func:`bytes_to_unicode`'s table; once converted back to bytes
@@ -146,6 +147,8 @@ def count_pairs(words: Mapping[Sequence[int], int]) -> Counter:
     """``{piece (token ids): how often it occurs}`` -> ``Counter({(a, b): count})``: every
     adjacent pair inside every piece, counted as often as the piece occurs. Pairs never span
     two pieces. Overlapping pairs all count: ``(7, 7, 7)`` holds ``(7, 7)`` twice."""
+    if not isinstance(words, Mapping):
+        raise TypeError(f"count_pairs: words must be a dict {{piece (tuple of ids): count}}, got {type(words).__name__}")
     counts: Counter = Counter()
     for word, freq in words.items():
         for pair in zip(word, word[1:]):
@@ -157,6 +160,8 @@ def merge_pair(ids: Sequence[Hashable], pair: _Pair, new_id: Hashable) -> list:
     """Every occurrence of ``pair`` in ``ids`` replaced by ``new_id``, scanning left to right
     without overlaps: ``merge_pair([7, 7, 7], (7, 7), 9) == [9, 7]``. Works on ids and on
     byte strings alike."""
+    if not (isinstance(pair, Sequence) and len(pair) == 2):
+        raise ValueError(f"merge_pair: pair must be two tokens (a, b), got {pair!r}")
     a, b = pair
     out = []
     i, n = 0, len(ids)
@@ -333,27 +338,41 @@ class BPETokenizer:
         return out
 
     def decode(self, ids: Iterable[int]) -> str:
-        """The text of ``ids`` (ints, or anything ``operator.index`` accepts, such as a 1-D
-        tensor's elements): the tokens' bytes joined, then decoded once with
-        ``errors="replace"`` (invalid or cut UTF-8 becomes ``"\\ufffd"``)."""
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-            raise TypeError(f"decode: ids must be a sequence of int token ids, got {type(ids).__name__}")
-        parts = []
-        for position, token in enumerate(ids):
-            try:
-                token_id = operator.index(token)
-            except TypeError:
-                raise TypeError(
-                    f"decode: ids[{position}] is {type(token).__name__} {token!r}; expected an int token id"
-                ) from None
-            piece = self.vocab.get(token_id)
-            if piece is None:
-                raise ValueError(
-                    f"decode: ids[{position}] = {token_id} is not in the vocabulary; expected an id "
-                    f"from {min(self.vocab)} to {max(self.vocab)} ({len(self.vocab)} tokens)"
-                )
-            parts.append(piece)
-        return b"".join(parts).decode("utf-8", errors="replace")
+        """The text of ``ids``: :func:`bpe_decode` with this vocabulary."""
+        return bpe_decode(ids, self.vocab)
+
+
+def bpe_encode(text: str, vocab: Mapping[int, bytes], merges: Sequence[tuple[bytes, bytes]],
+               special_tokens: Sequence[str] = ()) -> list[int]:
+    """Notebook 11's encoding exercise as one function: ``BPETokenizer(vocab, merges,
+    special_tokens).encode(text)`` (build the tokenizer once to encode many texts)."""
+    return BPETokenizer(vocab, merges, special_tokens).encode(text)
+
+
+def bpe_decode(ids: Iterable[int], vocab: Mapping[int, bytes]) -> str:
+    """The text of ``ids`` (ints, or anything ``operator.index`` accepts, such as a 1-D
+    tensor's elements) under ``vocab`` ``{id: bytes}``: the tokens' bytes joined, then decoded
+    once with ``errors="replace"`` (invalid or cut UTF-8 becomes ``"\\ufffd"``)."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise TypeError(f"decode: ids must be a sequence of int token ids, got {type(ids).__name__}")
+    if not isinstance(vocab, Mapping):
+        raise TypeError(f"decode: vocab must be a dict {{id: bytes}}, got {type(vocab).__name__}")
+    parts = []
+    for position, token in enumerate(ids):
+        try:
+            token_id = operator.index(token)
+        except TypeError:
+            raise TypeError(
+                f"decode: ids[{position}] is {type(token).__name__} {token!r}; expected an int token id"
+            ) from None
+        piece = vocab.get(token_id)
+        if piece is None:
+            raise ValueError(
+                f"decode: ids[{position}] = {token_id} is not in the vocabulary; expected an id "
+                f"from {min(vocab, default=0)} to {max(vocab, default=-1)} ({len(vocab)} tokens)"
+            )
+        parts.append(piece)
+    return b"".join(parts).decode("utf-8", errors="replace")
 
 
 # ------------------------------------------------------------------ GPT-2's files
@@ -436,7 +455,7 @@ def parse_gpt2_merges(text: str) -> list[tuple[bytes, bytes]]:
     return merges
 
 
-def _read_gpt2_file(name: str, data_dir: str | Path | None) -> str:
+def read_gpt2_file(name: str, data_dir: str | Path | None = None) -> str:
     """``data/<name>`` when the repository is there, else the package's gzipped copy."""
     path = Path(DATA_DIR if data_dir is None else data_dir) / name
     if path.is_file():
@@ -450,8 +469,8 @@ def load_gpt2_vocab_and_merges(data_dir: str | Path | None = None) -> tuple[dict
     """GPT-2's vocabulary (50,257 tokens, ``<|endoftext|>`` = 50256) and its 50,000 merges, as
     :func:`train_bpe` returns them: from ``data/`` when the repository is there, else from
     the package's copy; with ``data_dir``, that folder's two files (they must exist)."""
-    vocab = parse_gpt2_vocab(_read_gpt2_file(GPT2_VOCAB_FILE, data_dir))
-    merges = parse_gpt2_merges(_read_gpt2_file(GPT2_MERGES_FILE, data_dir))
+    vocab = parse_gpt2_vocab(read_gpt2_file(GPT2_VOCAB_FILE, data_dir))
+    merges = parse_gpt2_merges(read_gpt2_file(GPT2_MERGES_FILE, data_dir))
     return vocab, merges
 
 
@@ -477,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             packed.write_bytes(gzip.compress((Path(args.write) / name).read_bytes(), compresslevel=9, mtime=0))
             print(f"wrote {packed} ({packed.stat().st_size:,} bytes)")
             continue
-        plain = hashlib.sha256(_read_gpt2_file(name, args.check).encode("utf-8")).hexdigest()
+        plain = hashlib.sha256(read_gpt2_file(name, args.check).encode("utf-8")).hexdigest()
         copy = hashlib.sha256(gzip.decompress(packed.read_bytes())).hexdigest()
         ok = plain == copy == digest
         same &= ok

@@ -79,3 +79,10 @@ def test_bpe_speed_trains_and_compares_encoders(bench, capsys):
     assert "every encoder's ids identical: asserted" in out
     rows = [line for line in out.splitlines() if line.startswith(("| course,", "| Hugging Face"))]
     assert len(rows) >= 4 and all(row.count("|") == 7 for row in rows), out
+
+
+def test_bpe_vs_chars_trains_both_models(bench, capsys):
+    assert bench("bpe_vs_chars").main(["--seeds", "0", "--steps", "2", "--vocab", "280", "--chars", "20000"]) == 0
+    out = capsys.readouterr().out
+    assert "chars seed 0: loss" in out and "  bpe seed 0: loss" in out, out
+    assert out.count("nats/char mean") == 2 and "characters per token" in out, out

@@ -55,6 +55,11 @@ REFERENCES = {
     "check_next_token_probs": course_utils.next_token_probs,
     "check_generate": course_utils.generate,
     "check_load_gpt2_weights": course_utils.load_gpt2_weights,
+    "check_count_pairs": course_utils.count_pairs,
+    "check_merge_pair": course_utils.merge_pair,
+    "check_train_bpe": course_utils.train_bpe,
+    "check_bpe_encode": course_utils.bpe_encode,
+    "check_bpe_decode": course_utils.bpe_decode,
 }
 
 

@@ -49,7 +49,7 @@ def test_every_argument_of_an_exercise_is_in_its_row(name):
         if parameter.default is inspect.Parameter.empty:
             assert re.search(rf"\b{parameter.name}\b", row), f"{name}: the contract's row lacks `{parameter.name}`"
             continue
-        written = re.search(rf"\b{parameter.name}=([^,)`;]+)", row)  # the first: the signature's
+        written = re.search(rf"\b{parameter.name}=(\(\)|[^,)`;]+)", row)  # the first: the signature's; () whole
         assert written, f"{name}: the contract's row lacks `{parameter.name}={parameter.default!r}`"
         assert ast.literal_eval(written.group(1)) == parameter.default, (
             f"{name}: the contract says {written.group(0)}, the code's default is {parameter.default!r}")

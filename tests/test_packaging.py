@@ -390,6 +390,12 @@ CONTRACT = {  # notebook -> name -> parameters (name, default or inspect.Paramet
         "next_token_probs": "logits, temperature=1.0, top_k=None, top_p=None",
         "generate": "model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None, "
         "use_cache=True",
+    },    "11": {
+        "count_pairs": "words",
+        "merge_pair": "ids, pair, new_id",
+        "train_bpe": "text, vocab_size, special_tokens=()",
+        "bpe_encode": "text, vocab, merges, special_tokens=()",
+        "bpe_decode": "ids, vocab",
     },
 }
 CONTRACT_NAMES = [

@@ -326,6 +326,12 @@ def _bad_input_cases():
         (lambda: BPETokenizer({i: bytes([i]) for i in range(255)}, []), ValueError, r"lacks 1 of the 256 single bytes"),
         (lambda: BPETokenizer(vocab, [(b"a", b"b")]), ValueError, r"merges\[0\] = \(b'a', b'b'\): b'ab' is not in vocab"),
         (lambda: BPETokenizer(vocab, [], special_tokens=[ENDOFTEXT]), ValueError, r"special token '<\|endoftext\|>' is not in vocab"),
+        # notebook 11's exercises as functions
+        (lambda: T.bpe_encode(["abc"], vocab, []), TypeError, r"encode: text must be a str, got list"),
+        (lambda: T.bpe_decode([3, 256], vocab), ValueError, r"ids\[1\] = 256 is not in the vocabulary; expected an id from 0 to 255"),
+        (lambda: T.bpe_decode([3], list(vocab.values())), TypeError, r"vocab must be a dict \{id: bytes\}, got list"),
+        (lambda: T.count_pairs([(1, 2)]), TypeError, r"count_pairs: words must be a dict .* got list"),
+        (lambda: merge_pair([1, 2], (1, 2, 3), 9), ValueError, r"pair must be two tokens \(a, b\), got \(1, 2, 3\)"),
     ]
 
 

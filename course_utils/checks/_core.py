@@ -755,6 +755,18 @@ def _within_time_limit(fn: Callable[[], Any], limit: float) -> Any:
     return box["value"]
 
 
+def call_student_within(seconds: float, fn: Callable[..., Any], *args: Any, context: str = "", on_timeout: str = "",
+                        mistake: str = "time limit", **kwargs: Any) -> Any:
+    """:func:`call_student` under a time limit of its own (inside the check's): a call still
+    running after ``seconds`` is stopped and the check fails with ``on_timeout`` as the
+    verdict, naming ``mistake`` (a merge loop that never ends is told apart from a slow one)."""
+    try:
+        return _within_time_limit(lambda: call_student(fn, *args, context=context, **kwargs), seconds)
+    except _TimeUp as exc:
+        line = student_line(exc)
+        fail(on_timeout + (f"\n    it was running line {line.removeprefix('line ')}" if line else ""), mistake=mistake)
+
+
 def checker(exercise: str) -> Callable[[Callable[..., str | None]], Callable[..., CheckResult]]:
     """Turn a checker body into a function that shows its verdict and never raises."""
 

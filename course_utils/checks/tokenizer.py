@@ -1,0 +1,651 @@
+"""Checkers for notebook 11's exercises (byte-level BPE): ``count_pairs``, ``merge_pair``,
+``train_bpe``, ``bpe_encode`` and ``bpe_decode`` (references in :mod:`course_utils.tokenizer`).
+
+Each draws small random texts (a few syllables, spaces, punctuation, accents, emoji, the special
+token ``<|endoftext|>``) and fixed cases that tell the catalogued mistakes apart on every draw
+(an overlapping run ``a a a``, ties between pairs, a piece whose learned order differs from its
+pair frequencies, a character cut between two tokens). A wrong answer is compared with the
+reference run *with* each mistake (a table of variants of one plain trainer and one plain
+encoder below) and, for the training loop, with the reference's own counts at the first merge
+that differs: equal counts mean the tie was broken another way. Every call of the student's code
+runs under a time limit of its own (:data:`CALL_LIMIT_S`), so an endless merge loop ends the
+check with a message saying which call did not finish. The mistake names are those of
+``_mistakes.MISTAKES``; tests/test_checks_tokenizer.py pins each one on 20 seeds.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..tokenizer import ENDOFTEXT, BPETokenizer, bpe_decode, count_pairs, merge_pair, pretokenize, split_special_tokens, train_bpe
+from ._core import StudentError, call_student_within, checker, fail, randint, raised, register_hints, require_function
+
+__all__ = ["check_count_pairs", "check_merge_pair", "check_train_bpe", "check_bpe_encode", "check_bpe_decode"]
+
+CALL_LIMIT_S = 10.0  # seconds one call of the student's code may take on these small inputs
+
+_SYLLABLES = ["the", "th", "e", "a", "an", "at", "ta", "aa", "aaa", "é", "ée", "🚀", "no", "on", "o", "n", "ab"]
+_GLUE = [" ", " ", " ", "  ", ", ", ". ", "!", "\n", " 12", "'s "]
+
+
+def _text(words: int, special: bool = True) -> str:
+    """A random text of ``words`` syllable groups, the special token once or twice if asked."""
+    parts = []
+    for _ in range(words):
+        parts.append("".join(_SYLLABLES[randint(0, len(_SYLLABLES) - 1)] for _ in range(randint(1, 3))))
+        parts.append(_GLUE[randint(0, len(_GLUE) - 1)])
+        if special and randint(0, 14) == 0:
+            parts.append(ENDOFTEXT)
+    return "".join(parts)
+
+
+def _show(x: Any, limit: int = 12) -> str:
+    items = list(x)
+    return repr(items[:limit])[:-1] + (", ...]" if len(items) > limit else "]")
+
+
+def _run(fn: Callable[..., Any], *args: Any, name: str, what: str, mistake: str = "time limit", why: str = "") -> Any:
+    return call_student_within(
+        CALL_LIMIT_S, fn, *args, context=f"calling {name}({what})",
+        on_timeout=(f"your {name}({what}) did not finish within {CALL_LIMIT_S:g} s, on an input this small: "
+                    + (why or "look for a loop that never ends (a while loop whose condition never changes).")),
+        mistake=mistake)
+
+
+# ---------------------------------------------------------------- count_pairs
+def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
+    """What count_pairs returns with each catalogued mistake."""
+    across: Counter = Counter()
+    flat = [t for word, freq in words.items() for _ in range(freq) for t in word]
+    across.update(zip(flat, flat[1:]))
+    once: Counter = Counter()
+    for word in words:
+        once.update(zip(word, word[1:]))
+    no_overlap: Counter = Counter()
+    per_piece: Counter = Counter()
+    for word, freq in words.items():
+        i = 0
+        while i < len(word) - 1:
+            no_overlap[word[i], word[i + 1]] += freq
+            i += 2 if word[i] == word[i + 1] else 1  # a run a a a counted as one (a, a)
+        for pair in set(zip(word, word[1:])):
+            per_piece[pair] += freq
+    return [
+        ("across pre-token boundaries", "you count pairs across two pieces too (the last token of one piece with the "
+         "first of the next). Pieces are separate: count inside each piece only, `for pair in zip(word, word[1:])`.",
+         dict(across)),
+        ("piece counts ignored", "each piece is counted once, but `words` maps each piece to how often it occurs in "
+         "the text: add `freq`, not 1, for each pair (`counts[pair] += freq`).", dict(once)),
+        ("overlapping pairs counted once", "a run like (7, 7, 7) holds the pair (7, 7) twice, at positions 0 and 1 "
+         "(overlapping); count every position, `zip(word, word[1:])`, without skipping after a match.", dict(no_overlap)),
+        ("pair counted once per piece", "a pair that occurs twice in one piece is counted once (a set of the piece's "
+         "pairs?): count it at every position where it occurs.", dict(per_piece)),
+    ]
+
+
+def _as_counts(got: Any, what: str) -> dict:
+    if not isinstance(got, Mapping):
+        fail(f"{what} should return a dict (or Counter) {{(a, b): count}}, got {type(got).__name__}.", mistake="wrong return")
+    out = {}
+    for key, value in got.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            fail(f"{what}'s keys should be pairs (a, b) of adjacent tokens, got the key {key!r}.", mistake="wrong return")
+        if isinstance(value, bool) or not isinstance(value, int):
+            fail(f"{what}'s counts should be ints, got {value!r} for {key!r}.", mistake="wrong return")
+        if value:
+            out[key] = value  # a zero left in a Counter after subtracting is not a pair
+    return out
+
+
+def _count_cases() -> list[dict[tuple, int]]:
+    a, b, c, d = (randint(0, 9), randint(10, 19), randint(20, 29), randint(256, 300))
+    fixed = {(a, a, a): randint(2, 4), (b, c): 1, (c, b, b, d): randint(2, 5), (d,): 3, (a, b, a, b): 1}
+    cases = [fixed]
+    for _ in range(3):
+        alphabet = [a, b, c, d]
+        words: dict[tuple, int] = {}
+        for _ in range(randint(3, 8)):
+            words[tuple(alphabet[randint(0, 3)] for _ in range(randint(1, 7)))] = randint(1, 6)
+        cases.append(words)
+    return cases + [{}]
+
+
+@checker("count_pairs")
+def check_count_pairs(count_pairs_fn):
+    require_function(count_pairs_fn, "count_pairs")
+    for words in _count_cases():
+        before = copy.deepcopy(words)
+        got = _as_counts(_run(count_pairs_fn, words, name="count_pairs", what=f"{len(words)} pieces"), "count_pairs")
+        if words != before:
+            fail("count_pairs changed its input `words`; read it, do not modify it (the training loop still needs it).",
+                 mistake="input modified in place")
+        expected = dict(count_pairs(words))
+        if got == expected:
+            continue
+        case = f"words = {words!r}"
+        for name, diagnosis, variant in _pairs_variants(words):
+            if got == variant:
+                fail(f"{diagnosis}\n    {case}\n    you: {got!r}\n    expected: {expected!r}", mistake=name)
+        extra = [p for p in got if p not in expected]
+        ends, starts = {w[-1] for w in words if w}, {w[0] for w in words if w}
+        if extra and all(p[0] in ends and p[1] in starts for p in extra):
+            fail(f"{_pairs_variants(words)[0][1]}\n    {case}\n    pairs no piece holds: {extra!r}",
+                 mistake="across pre-token boundaries")
+        wrong = sorted((p for p in set(got) | set(expected) if got.get(p) != expected.get(p)), key=repr)
+        fail(f"the counts differ for {len(wrong)} pair(s), e.g. {wrong[0]!r}: you {got.get(wrong[0], 0)}, expected "
+             f"{expected.get(wrong[0], 0)}.\n    {case}", mistake="values differ")
+    return "pieces with repeats, overlapping runs and counts above 1"
+
+
+register_hints("count_pairs", [
+    "Loop over `words.items()`: each item is a piece (a tuple of ids) and how often it occurs.",
+    "`zip(word, word[1:])` gives every adjacent pair of one piece, overlapping ones included.",
+    "counts = Counter() (or a dict with .get(pair, 0)); for each pair of each piece, counts[pair] += freq.",
+])
+
+
+# ---------------------------------------------------------------- merge_pair
+def _merge_variants(ids: list, pair: tuple, new_id: Any) -> list[tuple[str, str, list]]:
+    a, b = pair
+    first = list(ids)
+    for i in range(len(ids) - 1):
+        if ids[i] == a and ids[i + 1] == b:
+            first = [*ids[:i], new_id, *ids[i + 2:]]
+            break
+    backwards, i = [], len(ids) - 1
+    while i >= 0:
+        if i > 0 and ids[i - 1] == a and ids[i] == b:
+            backwards.insert(0, new_id)
+            i -= 2
+        else:
+            backwards.insert(0, ids[i])
+            i -= 1
+    kept, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i] == a and ids[i + 1] == b:
+            kept.append(new_id)
+        else:
+            kept.append(ids[i])
+        i += 1  # the bug: 1, not 2, after a merge
+    return [
+        ("only the first occurrence merged", "only the first occurrence of the pair is replaced; every occurrence "
+         "must be: keep scanning to the end of the list after a merge.", first),
+        ("merged right to left", "you scan from the right: in a run a a a the pair (a, a) then merges at the end, "
+         "[a, new]; the merge scans left to right, [new, a].", backwards),
+        ("second token of the pair kept", "after a merge the scan moves on by one position instead of two, so the "
+         "pair's second token is read again (kept, or merged once more): i += 2 after writing new_id.", kept),
+    ]
+
+
+def _merge_cases() -> list[tuple[list, tuple, int]]:
+    a, b, x = randint(0, 9), randint(10, 19), randint(20, 29)
+    new = randint(256, 400)
+    cases = [([a, a, a], (a, a), new), ([x, a, b, x, a, b], (a, b), new), ([a, b], (a, b), new),
+             ([b, a], (a, b), new), ([], (a, b), new), ([a], (a, b), new), ([a, a, a, a, a], (a, a), new),
+             ([b, a, b, a, b], (b, a), new)]
+    for _ in range(3):
+        ids = [(a, b, x)[randint(0, 2)] for _ in range(randint(5, 16))]
+        i = randint(0, len(ids) - 2)
+        cases.append((ids, (ids[i], ids[i + 1]), new))
+    return cases
+
+
+def _overlapping(ids: list, pair: tuple) -> bool:
+    a, b = pair
+    return a == b and any(ids[i:i + 3] == [a, a, a] for i in range(len(ids) - 2))
+
+
+@checker("merge_pair")
+def check_merge_pair(merge_pair_fn):
+    require_function(merge_pair_fn, "merge_pair")
+    results = []
+    for ids, pair, new_id in _merge_cases():
+        given = list(ids)
+        got = _run(merge_pair_fn, given, pair, new_id, name="merge_pair", what=f"{_show(ids)}, {pair}, {new_id}")
+        if given != ids:
+            fail(f"merge_pair changed the list it was given ({_show(ids)} became {_show(given)}); build and return a new "
+                 "list: the training loop still needs the old one (to subtract its pairs' counts).",
+                 mistake="input modified in place")
+        if not isinstance(got, (list, tuple)):
+            fail(f"merge_pair should return a list of ids, got {type(got).__name__} (for merge_pair({_show(ids)}, "
+                 f"{pair}, {new_id})). Did you forget `return`?", mistake="wrong return")
+        results.append((ids, pair, new_id, list(got)))
+    wrong = [r for r in results if r[3] != merge_pair(r[0], r[1], r[2])]
+    if not wrong:
+        return f"{len(results)} lists, overlapping runs and empty ones included"
+    ids, pair, new_id, got = wrong[0]
+    case = (f"merge_pair({_show(ids)}, {pair}, {new_id}) returned {_show(got)}, expected "
+            f"{_show(merge_pair(ids, pair, new_id))}")
+    for index, (name, diagnosis, _) in enumerate(_merge_variants(ids, pair, new_id)):
+        if all(g == _merge_variants(i, p, n)[index][2] for i, p, n, g in results):
+            fail(f"{diagnosis}\n    {case}", mistake=name)
+    if all(_overlapping(i, p) for i, p, _, _ in wrong):
+        fail("the pair is merged twice in an overlapping run: in a a a the pair (a, a) occurs at positions 0 and 1, "
+             "but once the first two tokens are merged the second pair no longer exists. Scan left to right and, after "
+             f"a merge, skip both tokens (i += 2).\n    {case}", mistake="overlapping pairs merged twice")
+    fail(f"{case}.", mistake="values differ")
+
+
+register_hints("merge_pair", [
+    "Walk through `ids` with an index i and build a new list `out`.",
+    "At each i: if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair, append new_id and move i by 2; otherwise "
+    "append ids[i] and move i by 1.",
+    "A while loop, not a for loop: the step is 2 after a merge. merge_pair([7, 7, 7], (7, 7), 9) == [9, 7].",
+])
+
+
+# ---------------------------------------------------------------- train_bpe: one plain trainer and its variants
+def _pieces(text: str, specials: Sequence[str], split: str = "gpt2", specials_out: bool = True) -> list[bytes]:
+    chunks = split_special_tokens(text, specials) if specials_out else [text]
+    chunks = [c for c in chunks if c not in specials] if specials_out else chunks
+    if split == "none":
+        return [c.encode() for c in chunks]
+    if split == "whitespace":
+        return [w.encode() for c in chunks for w in c.split()]
+    return [p.encode() for c in chunks for p in pretokenize(c)]
+
+
+def _best(vocab: dict, counts: dict, tie: str) -> tuple:
+    """The pair to merge: the most frequent, ties broken the contract's way (``"bytes"``) or
+    another catalogued way."""
+    if tie == "first":
+        return max(counts, key=counts.get)  # the first counted of the most frequent
+    top = max(counts.values())
+    tied = [p for p in counts if counts[p] == top]
+    if tie == "ids":
+        return max(tied)
+    key = lambda p: (vocab[p[0]], vocab[p[1]])  # noqa: E731
+    return min(tied, key=key) if tie == "smallest" else max(tied, key=key)
+
+
+def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str = "gpt2", specials_out: bool = True,
+                 weighted: bool = True, tie: str = "bytes") -> list[tuple[bytes, bytes]]:
+    """The textbook trainer (a full recount per merge), with the variants the mistakes need."""
+    pieces = _pieces(text, specials, split, specials_out)
+    if not weighted:
+        pieces = list(dict.fromkeys(pieces))
+    words = [list(p) for p in pieces]
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = []
+    for new_id in range(256, vocab_size - len(specials)):
+        counts: dict = {}
+        for word in words:
+            for pair in zip(word, word[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = _best(vocab, counts, tie)
+        words = [merge_pair(w, best, new_id) for w in words]
+        vocab[new_id] = vocab[best[0]] + vocab[best[1]]
+        merges.append((vocab[best[0]], vocab[best[1]]))
+    return merges
+
+
+_TRAIN_VARIANTS = [
+    ("across pre-token boundaries", dict(split="none"), "your merges cross the pieces of GPT-2's pre-tokenization: "
+     "cut each part of the text with pretokenize(...) and count pairs inside each piece only, never across two."),
+    ("leading space dropped", dict(split="whitespace"), "your pieces lose their spaces (text.split()?): GPT-2's pieces "
+     "keep the space before a word (' world'), so merges such as (b' ', b'w') exist; use pretokenize(...)."),
+    ("special tokens trained on", dict(specials_out=False), "the special tokens' characters were trained on: cut "
+     "them out first with split_special_tokens(text, special_tokens) and skip the special pieces."),
+    ("piece counts ignored", dict(weighted=False), "each distinct piece counts once: weight its pairs by how "
+     "often the piece occurs in the text."),
+    ("ties broken differently", dict(tie="ids"), "ties are broken by comparing the token ids (a, b); the exercise "
+     "compares their byte strings: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
+    ("ties broken differently", dict(tie="first"), "ties go to the pair counted first (max(counts, key=counts.get)); "
+     "the exercise gives them to the greatest pair of byte strings: key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])."),
+    ("ties broken differently", dict(tie="smallest"), "ties go to the smallest pair of byte strings; the exercise "
+     "gives them to the greatest: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
+]
+
+
+def _counts_before(text: str, specials: Sequence[str], merges: list) -> Counter:
+    """Pair counts (of byte strings) of the reference's pieces after ``merges``."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    for a, b in merges:
+        vocab[len(vocab)] = a + b
+    tok = BPETokenizer(vocab, merges)
+    counts: Counter = Counter()
+    for piece in _pieces(text, specials):
+        parts = [vocab[i] for i in tok.encode(piece.decode())]
+        counts.update(zip(parts, parts[1:]))
+    return counts
+
+
+def _train_cases() -> list[tuple[str, int, list[str]]]:
+    text = _text(randint(25, 40))
+    return [
+        ("ab cd ef", 256 + 1, []),  # three ties of count 1: (b"e", b"f") is the greatest pair
+        ("xa xb ya yb " * randint(2, 3) + "zz", 256 + 3, []),  # ties between pairs of merged tokens
+        (text, 256 + randint(10, 20) + 1, [ENDOFTEXT]),
+        (_text(randint(25, 40), special=False), 256 + randint(10, 20), []),
+    ]
+
+
+def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
+    """Fixed texts on which each variant's merges differ from the reference's."""
+    return [
+        ("b a b a b a b" + ENDOFTEXT + "|||||> <|", 256 + 4 + 1, [ENDOFTEXT]),  # across; the specials' characters
+        ("the cat the hat the mat a a a a a a" + " ta" * 3, 256 + 8, []),  # spaces; weights (a repeated piece)
+        ("ab ab ab cd cd cd", 256 + 3, []),
+    ]
+
+
+def _as_training(got: Any) -> tuple[dict, list]:
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        fail(f"train_bpe should return (vocab, merges), got {type(got).__name__}"
+             + (f" of length {len(got)}" if isinstance(got, (tuple, list)) else "") + ".", mistake="wrong return")
+    vocab, merges = got
+    if not isinstance(vocab, Mapping) or not all(isinstance(k, int) and isinstance(v, bytes) for k, v in vocab.items()):
+        fail("train_bpe's vocab should be a dict {id (int): token (bytes)}, such as {104: b'h', 256: b'th'}.",
+             mistake="wrong return")
+    merges = list(merges) if isinstance(merges, (list, tuple)) else merges
+    if not isinstance(merges, list) or not all(isinstance(m, (tuple, list)) and len(m) == 2 for m in merges):
+        fail("train_bpe's merges should be a list of pairs, such as [(b't', b'h'), ...].", mistake="wrong return")
+    if merges and not all(isinstance(x, bytes) for m in merges for x in m):
+        fail(f"train_bpe's merges should be pairs of byte strings (vocab[a], vocab[b]), such as (b't', b'h'), not ids "
+             f"or text: got {merges[0]!r} first.", mistake="wrong return")
+    return dict(vocab), [tuple(m) for m in merges]
+
+
+def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list, expected: list) -> None:
+    case = f"train_bpe({text[:60]!r}{'...' if len(text) > 60 else ''}, vocab_size={vocab_size}, special_tokens={specials})"
+    n_expected = vocab_size - 256 - len(specials)
+    if got != expected and expected == got[:len(expected)] and len(expected) == n_expected:
+        fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and the "
+             f"{len(specials)} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) "
+             f"merges.\n    {case}", mistake="wrong number of merges")
+    if got == expected[:len(got)]:
+        fail(f"you learned {len(got)} merges, expected {len(expected)}: vocab_size counts every token; stop when "
+             f"the vocabulary has vocab_size tokens, special tokens included (or when no pair is left).\n    {case}",
+             mistake="wrong number of merges")
+    for name, options, diagnosis in _TRAIN_VARIANTS:
+        if got == _plain_train(text, vocab_size, specials, **options):
+            fail(f"{diagnosis}\n    {case}", mistake=name)
+    k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), None)
+    if k is None:
+        fail(f"you learned {len(got)} merges, expected {len(expected)}.\n    {case}", mistake="wrong number of merges")
+    counts = _counts_before(text, specials, expected[:k])
+    mine, ref = got[k], expected[k]
+    where = f"merge {k} (the first that differs): you merged {mine!r}, expected {ref!r}"
+    if counts.get(mine, 0) == counts[ref]:
+        fail(f"{where}; both pairs occur {counts[ref]} times at that point: a tie. Among the most frequent pairs the "
+             "greatest pair of byte strings wins: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])).\n"
+             f"    {case}", mistake="ties broken differently")
+    fail(f"{where}; at that point {mine!r} occurs {counts.get(mine, 0)} times inside the pieces and {ref!r} "
+         f"{counts[ref]} times.\n    {case}", mistake="values differ")
+
+
+def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str) -> None:
+    expected = {i: bytes([i]) for i in range(256)}
+    for a, b in merges:
+        expected[len(expected)] = a + b
+    for token in specials:
+        expected[len(expected)] = token.encode()
+    if vocab == expected:
+        return
+    for token in specials:
+        if token.encode() not in vocab.values():
+            fail(f"the special token {token!r} is not in your vocab: add it after the merges, as its UTF-8 bytes "
+                 f"(vocab[len(vocab)] = token.encode('utf-8')).\n    {case}", mistake="special tokens not added")
+    if any(vocab.get(i) != expected[i] for i in range(256)):
+        fail(f"your vocab's ids 0-255 should be the single bytes, vocab[i] == bytes([i]).\n    {case}",
+             mistake="values differ")
+    wrong = [i for i in expected if vocab.get(i) != expected[i]]
+    if sorted(vocab.values()) == sorted(expected.values()):  # the right tokens under other ids
+        ids = {v: k for k, v in vocab.items()}
+        fail(f"the special tokens should come last, after the merged tokens (ids {len(expected) - len(specials)} "
+             f"onward); yours have the ids {[ids[t.encode()] for t in specials]}.\n    {case}",
+             mistake="wrong special token ids")
+    i = wrong[0] if wrong else max(set(vocab) - set(expected))
+    fail(f"vocab[{i}] is {vocab.get(i)!r}, expected {expected.get(i)!r}: merge k makes id 256 + k, whose bytes are "
+         f"the pair's two byte strings joined.\n    {case}", mistake="values differ")
+
+
+@checker("train_bpe")
+def check_train_bpe(train_bpe_fn):
+    require_function(train_bpe_fn, "train_bpe")
+    cases = _train_cases() + _train_variants_differ()
+    for text, vocab_size, specials in cases:
+        what = f"{text[:30]!r}..., {vocab_size}, {specials}"
+        got = _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe", what=what))
+        vocab, merges = got
+        expected = train_bpe(text, vocab_size, specials)[1]
+        if merges != expected:
+            _diagnose_merges(text, vocab_size, list(specials), merges, expected)
+        _check_vocab(vocab, merges, list(specials), f"train_bpe({text[:40]!r}..., {vocab_size}, {specials})")
+    # a text that runs out of pairs before vocab_size: the loop must stop
+    text = "ab " * randint(2, 4)
+    got = _run(train_bpe_fn, text, 400, [], name="train_bpe", what=f"{text!r}, 400, []",
+               mistake="no stop when pairs run out",
+               why="this text has only 2 merges to learn before every piece is one token; stop the loop when no "
+                   "pair is left (if not counts: break).")
+    vocab, merges = _as_training(got)
+    if merges != train_bpe(text, 400)[1]:
+        fail(f"train_bpe({text!r}, 400) learned {merges!r}, expected {train_bpe(text, 400)[1]!r}: when no pair is left "
+             "(every piece is one token), stop: there is nothing more to merge.", mistake="no stop when pairs run out")
+    return f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special tokens"
+
+
+register_hints("train_bpe", [
+    "Cut the text around the special tokens (split_special_tokens), drop the special pieces, pre-tokenize the rest "
+    "(pretokenize) and count the pieces: words = Counter of tuple(piece.encode('utf-8')).",
+    "Start from vocab = {i: bytes([i]) for i in range(256)}. Loop for new_id in range(256, vocab_size - "
+    "len(special_tokens)): counts = count_pairs(words); stop if it is empty; pick the best pair; merge it in every "
+    "piece with merge_pair; record vocab[new_id] and the merge as (vocab[a], vocab[b]).",
+    "The best pair: max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])). After the loop, add each special "
+    "token: vocab[len(vocab)] = token.encode('utf-8').",
+])
+
+
+# ---------------------------------------------------------------- bpe_encode: one plain encoder and its variants
+def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str], order: str = "rank",
+                  split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False) -> list[int]:
+    ids_of = {v: k for k, v in sorted(vocab.items(), reverse=True)}
+    ranks = {tuple(m): r for r, m in reversed(list(enumerate(merges)))}
+    out: list[int] = []
+    chunks = split_special_tokens(text, specials) if specials_out else [text]
+    for chunk in chunks:
+        if specials_out and chunk in specials:
+            out.append(ids_of[chunk.encode()])
+            continue
+        if split == "none":
+            pieces = [chunk]
+        elif split == "whitespace":
+            pieces = chunk.split()
+        else:
+            pieces = pretokenize(chunk)
+        for piece in pieces:
+            parts = [bytes([b]) for b in piece.encode()]
+            while len(parts) > 1:
+                pairs = [p for p in zip(parts, parts[1:]) if p in ranks]
+                if not pairs:
+                    break
+                if order == "rank":
+                    best = min(pairs, key=ranks.get)
+                elif order == "frequency":
+                    best = max(pairs, key=lambda p: (pairs.count(p), -ranks[p]))
+                else:  # "leftmost": the first learned pair found, left to right
+                    best = pairs[0]
+                parts = merge_pair(parts, best, best[0] + best[1])
+            out.extend(p[0] if byte_ids and len(p) == 1 else ids_of[p] for p in parts)
+    return out
+
+
+_ENCODE_VARIANTS = [
+    ("merges in frequency order", dict(order="frequency"), "you apply the pair that is most frequent in the piece; "
+     "merges apply in the order they were learned: at each step the adjacent pair with the lowest rank (its index in "
+     "merges) goes first, however often it occurs here."),
+    ("merges in text order", dict(order="leftmost"), "you merge the first known pair from the left; merges apply in "
+     "the order they were learned: at each step the adjacent pair with the lowest rank (its index in merges)."),
+    ("special tokens split", dict(specials_out=False), "the special token was encoded as ordinary text (split into "
+     "pieces); cut the text around the special tokens first (split_special_tokens) and give each one its own id."),
+    ("across pre-token boundaries", dict(split="none"), "merges cross pieces: pre-tokenize each part of the text "
+     "(pretokenize) and encode each piece on its own, as the merges were learned."),
+    ("leading space dropped", dict(split="whitespace"), "the spaces are lost (text.split()?): GPT-2's pieces keep the "
+     "space before a word (' world'); use pretokenize(...), whose pieces join back to the text."),
+    ("byte values as ids", dict(byte_ids=True), "a single byte's id is not its value: look every token's id up in "
+     "the vocabulary (GPT-2's vocabulary gives b'!' the id 0)."),
+]
+
+
+def _permuted(vocab: dict) -> dict:
+    """``vocab`` with the 256 byte tokens' ids shuffled (as in GPT-2's files)."""
+    order = torch.randperm(256).tolist()
+    out = {order[i]: vocab[i] for i in range(256)}
+    out.update({i: v for i, v in vocab.items() if i >= 256})
+    return out
+
+
+def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
+    corpus = _text(randint(40, 60))
+    vocab, merges = train_bpe(corpus, 256 + randint(20, 35) + 1, [ENDOFTEXT])
+    shuffled = _permuted(vocab)
+    # learned order against frequency and text order: bc was learned first, ab occurs more often
+    # x! is a merge no piece of GPT-2's pattern holds (a letter, then punctuation): only code that merges across
+    # pieces makes it
+    small = {i: bytes([i]) for i in range(256)} | {256: b"bc", 257: b"ab", 258: b"abab", 259: b" a", 260: b"x!"}
+    small_merges = [(b"b", b"c"), (b"a", b"b"), (b"ab", b"ab"), (b" ", b"a"), (b"x", b"!")]
+    return [
+        ("abcabab abab x!ab", small, small_merges, []),
+        (_text(randint(10, 20)) + ENDOFTEXT + " the  end", vocab, merges, [ENDOFTEXT]),
+        (_text(randint(10, 20)) + " " + ENDOFTEXT + "an", shuffled, merges, [ENDOFTEXT]),
+        (" a" * 3 + "  ab " + ENDOFTEXT, small | {261: ENDOFTEXT.encode()}, small_merges, [ENDOFTEXT]),
+    ]
+
+
+@checker("bpe_encode")
+def check_bpe_encode(bpe_encode_fn):
+    require_function(bpe_encode_fn, "bpe_encode")
+    cases = _encode_cases()
+    for text, vocab, merges, specials in cases:
+        case = f"bpe_encode({text[:50]!r}{'...' if len(text) > 50 else ''}, vocab, merges, {specials})"
+        got = _run(bpe_encode_fn, text, dict(vocab), list(merges), list(specials), name="bpe_encode",
+                   what=f"{text[:30]!r}..., vocab, merges, {specials}")
+        if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in got):
+            fail(f"bpe_encode should return a list of int ids, got {type(got).__name__}"
+                 + (f" holding {type(next(iter(got), None)).__name__}" if isinstance(got, (list, tuple)) else "")
+                 + f".\n    {case}", mistake="wrong return")
+        got = list(got)
+        expected = BPETokenizer(vocab, merges, specials).encode(text)
+        if got == expected:
+            continue
+        for name, options, diagnosis in _ENCODE_VARIANTS:
+            try:
+                variant = _plain_encode(text, vocab, merges, specials, **options)
+            except KeyError:
+                continue
+            if got == variant:
+                fail(f"{diagnosis}\n    {case}\n    you: {_show(got)}\n    expected: {_show(expected)}", mistake=name)
+        unknown = [i for i in got if i not in vocab]
+        if unknown:
+            fail(f"your ids include {unknown[0]}, which is not in the vocabulary.\n    {case}", mistake="values differ")
+        back = bpe_decode(got, vocab)
+        if back != text:
+            fail(f"your ids decode to {back[:60]!r}, not the text: every byte of the text must be in exactly one "
+                 f"token.\n    {case}", mistake="values differ")
+        k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
+        fail(f"your ids decode back to the text but differ from position {k}: you {_show(got[k:k + 6])}, expected "
+             f"{_show(expected[k:k + 6])}.\n    {case}", mistake="values differ")
+    return f"{len(cases)} texts, learned order against frequency, special tokens, byte ids shuffled as in GPT-2's vocabulary"
+
+
+register_hints("bpe_encode", [
+    "Build two lookups once: ids_of = {token_bytes: id for id, token_bytes in vocab.items()} and "
+    "rank = {pair: index for index, pair in enumerate(merges)}.",
+    "Cut the text around the special tokens (split_special_tokens): a special piece is one id. Pre-tokenize the "
+    "rest (pretokenize); encode each piece on its own, starting from its single bytes [bytes([b]) for b in piece.encode()].",
+    "In a piece, repeat: among the adjacent pairs, take the one with the lowest rank (min(..., key=lambda p: "
+    "rank.get(p, inf))); stop if none is in rank; else merge it everywhere (merge_pair(parts, pair, pair[0] + "
+    "pair[1])). Then map each part to its id with ids_of.",
+])
+
+
+# ---------------------------------------------------------------- bpe_decode
+def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
+    def per_token(errors: str) -> str:
+        return "".join(vocab[i].decode("utf-8", errors=errors) for i in ids)
+
+    return [
+        ("decoded token by token", "you decode each token on its own: a character whose UTF-8 bytes are split between "
+         "two tokens (é is b'\\xc3\\xa9') then breaks. Join all the tokens' bytes first (b''.join(...)), then decode "
+         "once.", lambda: per_token("replace")),
+        ("invalid bytes dropped", "invalid UTF-8 is dropped (errors='ignore'): a model can produce such ids, and the "
+         "text should show where, with '\\ufffd': decode with errors='replace'.",
+         lambda: b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore")),
+        ("decoded token by token", "you decode each token on its own (dropping what does not decode): a character split "
+         "between two tokens is lost. Join all the bytes first, then decode once with errors='replace'.",
+         lambda: per_token("ignore")),
+        ("byte values as ids", "you turned ids into bytes directly (bytes(ids)?): an id is not a byte value; look each "
+         "id up in vocab.", lambda: bytes(ids).decode("utf-8", errors="replace")),
+    ]
+
+
+def _decode_cases() -> list[tuple[list, dict, str]]:
+    corpus = _text(randint(30, 50))
+    vocab, merges = train_bpe(corpus, 256 + randint(15, 30) + 1, [ENDOFTEXT])
+    tok = BPETokenizer(vocab, merges, [ENDOFTEXT])
+    shuffled = _permuted(vocab)
+    ids_in = {v: k for k, v in shuffled.items()}
+    text = _text(randint(8, 15))
+    split_char = list("é🚀".encode())  # a character cut across tokens: every byte its own token
+    # the ids below 256 first: code that takes ids for byte values passes these two and is named on the third
+    return [
+        (split_char, vocab, "'é🚀' one byte per token"),
+        ([0x80, *list(b"ok"), 0xF0, 0x9F], vocab, "invalid UTF-8: a lone continuation byte, then a cut emoji"),
+        ([ids_in[bytes([b])] for b in "aé 🚀".encode()], shuffled, "byte ids shuffled, as in GPT-2's vocabulary"),
+        (tok.encode(text), vocab, "a text's ids"),
+        (tok.encode(text + ENDOFTEXT + "é"), vocab, "a special token"),
+        ([], vocab, "no ids"),
+    ]
+
+
+@checker("bpe_decode")
+def check_bpe_decode(bpe_decode_fn):
+    require_function(bpe_decode_fn, "bpe_decode")
+    cases = _decode_cases()
+    for ids, vocab, label in cases:
+        case = f"bpe_decode({_show(ids)}, vocab) ({label})"
+        expected = bpe_decode(ids, vocab)
+        try:
+            got = _run(bpe_decode_fn, list(ids), dict(vocab), name="bpe_decode", what=f"{_show(ids, 6)}, vocab")
+        except StudentError as err:
+            if isinstance(err.exc, UnicodeDecodeError):
+                try:
+                    b"".join(vocab[i] for i in ids).decode("utf-8")
+                except UnicodeDecodeError:
+                    fail(f"your code raised {raised(err.exc)}\n    These bytes are not valid UTF-8 (a model can produce "
+                         "any ids): decode with errors='replace', which shows '\\ufffd' where they break.\n    "
+                         f"{case}", mistake="invalid bytes raise")
+                fail(f"your code raised {raised(err.exc)}\n    Together the bytes are valid UTF-8: you decode each token "
+                     "on its own, and a character split between two tokens breaks. Join the bytes first (b''.join), "
+                     f"then decode once.\n    {case}", mistake="decoded token by token")
+            raise
+        if isinstance(got, (bytes, bytearray)):
+            fail(f"bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace')).\n    {case}",
+                 mistake="wrong return")
+        if not isinstance(got, str):
+            fail(f"bpe_decode should return a str, got {type(got).__name__}.\n    {case}", mistake="wrong return")
+        if got == expected:
+            continue
+        for name, diagnosis, variant in _decode_variants(ids, vocab):
+            try:
+                value = variant()
+            except (KeyError, ValueError):
+                continue
+            if got == value:
+                fail(f"{diagnosis}\n    {case}\n    you: {got[:60]!r}\n    expected: {expected[:60]!r}", mistake=name)
+        fail(f"{case} returned {got[:60]!r}, expected {expected[:60]!r}.", mistake="values differ")
+    return f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special token, shuffled byte ids"
+
+
+register_hints("bpe_decode", [
+    "Each id's token is vocab[id], a byte string; the text is all of them joined.",
+    "Join first, decode once: b''.join(vocab[i] for i in ids). A character may be split across two tokens.",
+    "Then .decode('utf-8', errors='replace'): bytes that are not valid UTF-8 become '\\ufffd' instead of an error.",
+])

@@ -1,0 +1,479 @@
+"""Checkers of notebook 11 (byte-level BPE): correct variants in several styles pass, each
+realistic mistake is named on 20 seeds, an endless merge loop is stopped with a message."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter, defaultdict
+
+import pytest
+from checker_asserts import STABLE, assert_mistake, assert_not_implemented, assert_passes
+
+import course_utils.checks.tokenizer as C
+from course_utils.checks import check_bpe_decode, check_bpe_encode, check_count_pairs, check_merge_pair, check_train_bpe
+from course_utils.tokenizer import pretokenize, split_special_tokens
+
+
+# ---------------------------------------------------------------- count_pairs
+def pairs_counter(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return counts
+
+
+def pairs_get(words):  # a plain dict, indices, pairwise: same counts
+    counts = {}
+    for word, freq in words.items():
+        for i in range(len(word) - 1):
+            counts[word[i], word[i + 1]] = counts.get((word[i], word[i + 1]), 0) + freq
+    return counts
+
+
+def pairs_pairwise(words):
+    counts = defaultdict(int)
+    for word, freq in words.items():
+        for pair in itertools.pairwise(word):
+            counts[pair] += freq
+    return counts
+
+
+def pairs_across(words):
+    flat = [t for word, freq in words.items() for _ in range(freq) for t in word]
+    return Counter(zip(flat, flat[1:]))
+
+
+def pairs_across_once(words):  # each piece once, joined: across boundaries, frequencies applied afterwards
+    counts = Counter()
+    flat = [t for word in words for t in word]
+    counts.update(zip(flat, flat[1:]))
+    return counts
+
+
+def pairs_unweighted(words):
+    return Counter(p for word in words for p in zip(word, word[1:]))
+
+
+def pairs_no_overlap(words):
+    counts = Counter()
+    for word, freq in words.items():
+        i = 0
+        while i < len(word) - 1:
+            counts[word[i], word[i + 1]] += freq
+            i += 2 if word[i] == word[i + 1] else 1
+    return counts
+
+
+def pairs_set(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in set(zip(word, word[1:])):
+            counts[pair] += freq
+    return counts
+
+
+def pairs_mutating(words):
+    counts = pairs_counter(words)
+    words.clear()
+    return counts
+
+
+# ---------------------------------------------------------------- merge_pair
+def merge_while(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def merge_recursive(ids, pair, new_id):
+    if len(ids) < 2:
+        return list(ids)
+    if (ids[0], ids[1]) == pair:
+        return [new_id, *merge_recursive(ids[2:], pair, new_id)]
+    return [ids[0], *merge_recursive(ids[1:], pair, new_id)]
+
+
+def merge_skip_flag(ids, pair, new_id):  # a for loop with a flag, returning a tuple
+    out, skip = [], False
+    for i, token in enumerate(ids):
+        if skip:
+            skip = False
+            continue
+        if i + 1 < len(ids) and token == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            skip = True
+        else:
+            out.append(token)
+    return tuple(out)
+
+
+def merge_first_only(ids, pair, new_id):
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return ids[:i] + [new_id] + ids[i + 2:]
+    return list(ids)
+
+
+def merge_right_to_left(ids, pair, new_id):
+    out, i = [], len(ids) - 1
+    while i >= 0:
+        if i > 0 and (ids[i - 1], ids[i]) == pair:
+            out.append(new_id)
+            i -= 2
+        else:
+            out.append(ids[i])
+            i -= 1
+    return out[::-1]
+
+
+def merge_step_one(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+        else:
+            out.append(ids[i])
+        i += 1
+    return out
+
+
+def merge_marks_overlaps(ids, pair, new_id):  # both overlapping matches marked on the original list
+    out = list(ids)
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            out[i], out[i + 1] = new_id, None
+    return [t for t in out if t is not None]
+
+
+def merge_in_place(ids, pair, new_id):
+    i = 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            ids[i:i + 2] = [new_id]
+        i += 1
+    return ids
+
+
+def merge_no_return(ids, pair, new_id):
+    merge_while(ids, pair, new_id)
+
+
+# ---------------------------------------------------------------- train_bpe
+def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merges=None, specials_first=False,
+            add_specials=True, stop=True):
+    """A slow textbook trainer in one student's style, with one mistake or none."""
+    def train_bpe(text, vocab_size, special_tokens=()):
+        chunks = split_special_tokens(text, special_tokens) if specials_out else [text]
+        chunks = [c for c in chunks if c not in special_tokens] if specials_out else chunks
+        if split == "none":
+            pieces = chunks
+        elif split == "whitespace":
+            pieces = [w for c in chunks for w in c.split()]
+        else:
+            pieces = [p for c in chunks for p in pretokenize(c)]
+        words = Counter(tuple(p.encode("utf-8")) for p in pieces)
+        if not weighted:
+            words = Counter(dict.fromkeys(words, 1))
+        vocab = {i: bytes([i]) for i in range(256)}
+        if specials_first:
+            for token in special_tokens:
+                vocab[len(vocab)] = token.encode("utf-8")
+        merges = []
+        target = vocab_size if n_merges == "vocab_size" else vocab_size - len(special_tokens)
+        while len(vocab) - (len(special_tokens) if specials_first else 0) < target:
+            counts = Counter()
+            for word, freq in words.items():
+                for pair in zip(word, word[1:]):
+                    counts[pair] += freq
+            if not counts:
+                if stop:
+                    break
+                continue
+            if tie == "first":
+                best = max(counts, key=counts.get)
+            elif tie == "ids":
+                best = max(counts, key=lambda p: (counts[p], p))
+            else:
+                best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+            new_id = len(vocab)
+            words = Counter({tuple(merge_pair_ref(w, best, new_id)): f for w, f in words.items()})
+            vocab[new_id] = vocab[best[0]] + vocab[best[1]]
+            merges.append((vocab[best[0]], vocab[best[1]]))
+        if add_specials and not specials_first:
+            for token in special_tokens:
+                vocab[len(vocab)] = token.encode("utf-8")
+        return vocab, merges
+
+    return train_bpe
+
+
+def merge_pair_ref(ids, pair, new_id):
+    return merge_while(ids, pair, new_id)
+
+
+def train_heap(text, vocab_size, special_tokens=()):
+    """Another style: a heap of (-count, -bytes) with lazy deletion (stale entries skipped)."""
+    words = Counter()
+    for chunk in split_special_tokens(text, list(special_tokens)):
+        if chunk not in special_tokens:
+            words.update(tuple(p.encode()) for p in pretokenize(chunk))
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = []
+    for new_id in range(256, vocab_size - len(special_tokens)):
+        counts = Counter()
+        for word, freq in words.items():
+            for pair in zip(word, word[1:]):
+                counts[pair] += freq
+        if not counts:
+            break
+
+        class Desc:  # greatest bytes first in a min-heap
+            def __init__(self, pair):
+                self.key = (vocab[pair[0]], vocab[pair[1]])
+
+            def __lt__(self, other):
+                return self.key > other.key
+
+        heap = [(-c, Desc(p), p) for p, c in counts.items()]
+        heapq.heapify(heap)
+        best = heapq.heappop(heap)[2]
+        words = Counter({tuple(merge_while(list(w), best, new_id)): f for w, f in words.items()})
+        vocab[new_id] = vocab[best[0]] + vocab[best[1]]
+        merges.append((vocab[best[0]], vocab[best[1]]))
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode()
+    return vocab, merges
+
+
+def train_recursive(text, vocab_size, special_tokens=()):
+    """A recursive loop (one merge per call), pieces kept as a plain list of every occurrence."""
+    words = [list(p.encode()) for c in split_special_tokens(text, special_tokens) if c not in special_tokens
+             for p in pretokenize(c)]
+
+    def step(words, vocab, merges):
+        if len(vocab) + len(special_tokens) >= vocab_size:
+            return vocab, merges
+        counts = {}
+        for w in words:
+            for pair in zip(w, w[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            return vocab, merges
+        top = max(counts.values())
+        best = sorted((p for p in counts if counts[p] == top), key=lambda p: (vocab[p[0]], vocab[p[1]]))[-1]
+        new_id = len(vocab)
+        vocab = {**vocab, new_id: vocab[best[0]] + vocab[best[1]]}
+        return step([merge_while(w, best, new_id) for w in words], vocab, merges + [(vocab[best[0]], vocab[best[1]])])
+
+    vocab, merges = step(words, {i: bytes([i]) for i in range(256)}, [])
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode()
+    return vocab, merges
+
+
+def train_merges_as_ids(text, vocab_size, special_tokens=()):
+    vocab, merges = trainer()(text, vocab_size, special_tokens)
+    ids = {v: k for k, v in vocab.items()}
+    return vocab, [(ids[a], ids[b]) for a, b in merges]
+
+
+def test_an_endless_merge_loop_is_stopped_with_a_message(monkeypatch):
+    monkeypatch.setattr(C, "CALL_LIMIT_S", 0.15)  # the checker's own limit is 10 s per call
+    assert_mistake(check_train_bpe, trainer(stop=False), "no stop when pairs run out", "no pair is left",
+                   "did not finish within 0.15 s", repeat=STABLE)
+
+
+def test_a_hanging_encoder_is_stopped(monkeypatch):
+    monkeypatch.setattr(C, "CALL_LIMIT_S", 0.3)
+
+    def bpe_encode(text, vocab, merges, special_tokens=()):
+        while True:
+            pass
+
+    assert_mistake(check_bpe_encode, bpe_encode, "time limit", "did not finish within 0.3 s", "while True", repeat=3)
+
+
+# ---------------------------------------------------------------- bpe_encode
+def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False):
+    def bpe_encode(text, vocab, merges, special_tokens=()):
+        ids_of = {v: k for k, v in vocab.items()}
+        rank = {pair: r for r, pair in enumerate(merges)}
+        out = []
+        chunks = split_special_tokens(text, special_tokens) if specials_out else [text]
+        for chunk in chunks:
+            if specials_out and chunk in special_tokens:
+                out.append(ids_of[chunk.encode()])
+                continue
+            pieces = {"gpt2": pretokenize, "none": lambda c: [c], "whitespace": str.split}[split](chunk)
+            for piece in pieces:
+                parts = [bytes([b]) for b in piece.encode()]
+                while len(parts) > 1:
+                    pairs = [p for p in zip(parts, parts[1:]) if p in rank]
+                    if not pairs:
+                        break
+                    if order == "rank":
+                        best = min(pairs, key=rank.get)
+                    else:
+                        best = max(pairs, key=lambda p: (pairs.count(p), -rank[p]))
+                    if first_only:
+                        i = list(zip(parts, parts[1:])).index(best)
+                        parts = parts[:i] + [best[0] + best[1]] + parts[i + 2:]
+                    else:
+                        parts = merge_while(parts, best, best[0] + best[1])
+                out.extend(p[0] if byte_ids and len(p) == 1 else ids_of[p] for p in parts)
+        return out
+
+    return bpe_encode
+
+
+def encode_merges_in_order(text, vocab, merges, special_tokens=()):
+    """Every merge in learned order over each piece, one pass per merge (slow, correct)."""
+    ids_of = {v: k for k, v in vocab.items()}
+    out = []
+    for chunk in split_special_tokens(text, special_tokens):
+        if chunk in special_tokens:
+            out.append(ids_of[chunk.encode()])
+            continue
+        for piece in pretokenize(chunk):
+            parts = [bytes([b]) for b in piece.encode()]
+            for a, b in merges:
+                parts = merge_while(parts, (a, b), a + b)
+            out += [ids_of[p] for p in parts]
+    return out
+
+
+def encode_leftmost(text, vocab, merges, special_tokens=()):  # the first known pair from the left
+    ids_of = {v: k for k, v in vocab.items()}
+    known = set(merges)
+    out = []
+    for chunk in split_special_tokens(text, special_tokens):
+        if chunk in special_tokens:
+            out.append(ids_of[chunk.encode()])
+            continue
+        for piece in pretokenize(chunk):
+            parts = [bytes([b]) for b in piece.encode()]
+            while True:
+                found = [i for i in range(len(parts) - 1) if (parts[i], parts[i + 1]) in known]
+                if not found:
+                    break
+                i = found[0]
+                parts[i:i + 2] = [parts[i] + parts[i + 1]]
+            out += [ids_of[p] for p in parts]
+    return out
+
+
+# merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
+
+# ---------------------------------------------------------------- bpe_decode
+def decode_join(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def decode_bytearray(ids, vocab):
+    buffer = bytearray()
+    for i in ids:
+        buffer += vocab[int(i)]
+    return bytes(buffer).decode(errors="replace")
+
+
+def decode_per_token(ids, vocab):
+    return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
+
+
+def decode_per_token_strict(ids, vocab):
+    return "".join(vocab[i].decode("utf-8") for i in ids)
+
+
+def decode_strict(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8")
+
+
+def decode_ignore(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore")
+
+
+def decode_byte_values(ids, vocab):
+    return bytes(ids).decode("utf-8", errors="replace")
+
+
+def decode_to_bytes(ids, vocab):
+    return b"".join(vocab[i] for i in ids)
+
+
+@pytest.mark.parametrize("check", [check_count_pairs, check_merge_pair, check_train_bpe, check_bpe_encode,
+                                   check_bpe_decode])
+def test_a_stub_is_not_implemented(check):
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    assert_not_implemented(check, stub)
+
+
+# ---------------------------------------------------------------- the tables: right variants pass, each mistake named
+CORRECT = [
+    (check_count_pairs, pairs_counter), (check_count_pairs, pairs_get), (check_count_pairs, pairs_pairwise),
+    (check_merge_pair, merge_while), (check_merge_pair, merge_recursive), (check_merge_pair, merge_skip_flag),
+    (check_train_bpe, trainer()), (check_train_bpe, train_heap), (check_train_bpe, train_recursive),
+    # merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
+    (check_bpe_encode, encoder()), (check_bpe_encode, encode_merges_in_order), (check_bpe_encode, encoder(first_only=True)),
+    (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
+]
+
+MISTAKES = [  # (check, student, mistake name, words the verdict must say)
+    (check_count_pairs, pairs_across, "across pre-token boundaries", ()),
+    (check_count_pairs, pairs_across_once, "across pre-token boundaries", ()),
+    (check_count_pairs, pairs_unweighted, "piece counts ignored", ()),
+    (check_count_pairs, pairs_no_overlap, "overlapping pairs counted once", ()),
+    (check_count_pairs, pairs_set, "pair counted once per piece", ()),
+    (check_count_pairs, pairs_mutating, "input modified in place", ()),
+    (check_merge_pair, merge_first_only, "only the first occurrence merged", ("every occurrence",)),
+    (check_merge_pair, merge_right_to_left, "merged right to left", ("left to right",)),
+    (check_merge_pair, merge_step_one, "second token of the pair kept", ("i += 2",)),
+    (check_merge_pair, merge_marks_overlaps, "overlapping pairs merged twice", ("overlapping",)),
+    (check_merge_pair, merge_in_place, "input modified in place", ("new",)),
+    (check_merge_pair, merge_no_return, "wrong return", ("return",)),
+    (check_train_bpe, trainer(split="none"), "across pre-token boundaries", ()),
+    (check_train_bpe, trainer(split="whitespace"), "leading space dropped", ()),
+    (check_train_bpe, trainer(specials_out=False), "special tokens trained on", ()),
+    (check_train_bpe, trainer(weighted=False), "piece counts ignored", ()),
+    (check_train_bpe, trainer(tie="ids"), "ties broken differently", ()),
+    (check_train_bpe, trainer(tie="first"), "ties broken differently", ()),
+    (check_train_bpe, trainer(n_merges="vocab_size"), "wrong number of merges", ()),
+    (check_train_bpe, trainer(add_specials=False), "special tokens not added", ()),
+    (check_train_bpe, trainer(specials_first=True), "wrong special token ids", ()),
+    (check_train_bpe, train_merges_as_ids, "wrong return", ("byte strings",)),
+    (check_bpe_encode, encoder(order="frequency"), "merges in frequency order", ()),
+    (check_bpe_encode, encode_leftmost, "merges in text order", ()),
+    (check_bpe_encode, encoder(specials_out=False), "special tokens split", ()),
+    (check_bpe_encode, encoder(split="none"), "across pre-token boundaries", ()),
+    (check_bpe_encode, encoder(split="whitespace"), "leading space dropped", ()),
+    (check_bpe_encode, encoder(byte_ids=True), "byte values as ids", ()),
+    (check_bpe_decode, decode_per_token, "decoded token by token", ()),
+    (check_bpe_decode, decode_per_token_strict, "decoded token by token", ()),
+    (check_bpe_decode, decode_strict, "invalid bytes raise", ()),
+    (check_bpe_decode, decode_ignore, "invalid bytes dropped", ()),
+    (check_bpe_decode, decode_byte_values, "byte values as ids", ()),
+    (check_bpe_decode, decode_to_bytes, "wrong return", ()),
+]
+
+
+def _label(case):
+    return f"{case[0].__name__[6:]}-{case[1].__qualname__.split('.')[0]}" + (f"-{case[2]}" if len(case) > 2 else "")
+
+
+@pytest.mark.parametrize("check, student", CORRECT, ids=[_label(c) + f"-{i}" for i, c in enumerate(CORRECT)])
+def test_correct_variants_pass_on_every_seed(check, student):
+    assert_passes(check, student, repeat=STABLE)
+
+
+@pytest.mark.parametrize("check, student, mistake, words", MISTAKES, ids=[_label(c) + f"-{i}" for i, c in enumerate(MISTAKES)])
+def test_each_mistake_is_named_on_every_seed(check, student, mistake, words):
+    assert_mistake(check, student, mistake, *words, repeat=STABLE)
