@@ -69,3 +69,11 @@ def test_a_method_finds_its_class_hints(capsys, monkeypatch):
     hint(TransformerClassifier.forward, 1)  # the method itself: its __qualname__
     assert capsys.readouterr().out == by_class
     assert by_class.startswith("Hint 1/")
+
+
+def test_a_function_defined_inside_another_is_found_by_its_own_name(capsys):
+    def gelu(x):  # __qualname__ "test_....<locals>.gelu"
+        return x
+
+    hint(gelu, 1)
+    assert capsys.readouterr().out.startswith("Hint 1/")

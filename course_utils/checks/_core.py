@@ -807,7 +807,7 @@ def hint(exercise: str, level: int | None = None) -> None:
     method by its class's hints: ``hint("TransformerClassifier.forward")``."""
     name = getattr(exercise, "__qualname__", exercise.__name__) if callable(exercise) else str(exercise)
     if name not in HINTS and "." in name:  # "TransformerClassifier.forward": the class is the exercise
-        name = name.split(".")[0]
+        name = name.split(".")[0] if name.split(".")[0] in HINTS else name.split(".")[-1]
     if name not in HINTS:  # the other spelling: "multi_head_attention", "multiheadattention"
         folded = name.replace("_", "").replace(" ", "").lower()
         found = [known for known in HINTS if known.replace("_", "").lower() == folded]
