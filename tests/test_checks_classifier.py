@@ -313,7 +313,8 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         x = x * math.sqrt(x.size(-1)) if extra == "scaled after pe" else x  # trial r08: (emb + pe) scaled again
         m = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
         m = {"padding": lambda: m, "query axis": lambda: (tokens != pad).unsqueeze(-1), "inverted": lambda: ~m,
-             "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()}[layout]()
+             "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril(),
+             "4-D": lambda: m[:, :, None]}[layout]()  # trial s3_08: (B, 1, 1, L), Hugging Face's extended mask
         h = self.encoder(x, src_key_padding_mask=~m[:, 0]) if extra == "torch keyword" else self.encoder(x, m)
         real = tokens != (self.pad_id if pad is None else pad)
         kind = self.pooling if pool == "own" else pool
@@ -475,6 +476,7 @@ CLASSIFIER_MISTAKES_K = [
     (dict(extra="x + pe(x)"), "embeddings added twice", "already returns x + pe"),
     (dict(pool="divided by L"), "divided by L", "you divided by L"),
     (dict(extra="torch keyword"), "PyTorch encoder keyword", "`src_key_padding_mask=`"),
+    (dict(layout="4-D"), "extra head axis", "(B, 1, 1, L)"),
 ]
 
 

@@ -588,6 +588,16 @@ def _encoder_keyword(exc: BaseException, case: str) -> None:
         "`self.encoder(x, padding_mask(tokens, self.pad_id))`."), "PyTorch encoder keyword")
 
 
+def _mask_with_head_axis(exc: BaseException, B: int, L: int, case: str) -> None:
+    """Fail ("extra head axis") when the encoder refused a 4-D ``(B, 1, 1, L)`` mask (Hugging Face's
+    extended attention mask, ``mask[:, None, None, :]``); else nothing."""
+    if isinstance(exc, ValueError) and f"mask of shape ({B}, 1, 1, {L})" in str(exc):
+        fail(f"your forward ({case}) gives self.encoder a mask of shape ({B}, 1, 1, {L}) = (B, 1, 1, L), with a head "
+             "axis (Hugging Face's extended attention mask, `mask[:, None, None, :]`). The course's attention adds "
+             "the head axis itself: pass the (B, 1, L) mask, `padding_mask(tokens, self.pad_id)`.",
+             mistake="extra head axis")
+
+
 def _batch_of_one(model: nn.Module, ref: TransformerClassifier, tokens: Tensor, C: int, settings: str) -> None:
     """A batch of one review (row 1, padded): the logits are ``(1, C)`` (a ``.squeeze()`` gives ``(C,)``)."""
     one = tokens[1:2].clone()  # (1, L)
@@ -707,6 +717,7 @@ def check_transformer_classifier(cls: Any) -> str:
                 got = call_student(model, tokens, context=f"running forward ({case})")
             except StudentError as err:
                 _encoder_keyword(err.exc, case)
+                _mask_with_head_axis(err.exc, B, L, case)
                 raise
             finally:
                 if seen is not None:
