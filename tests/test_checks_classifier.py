@@ -110,6 +110,8 @@ GELU_MISTAKES = [
     (lambda x: 0.5 * x * (1 + torch.erf(x.detach() / ROOT2)), "gradient differs", "gradient of `x`"),
     # trial s3_08: torch.tensor([2.0]) has shape (1,): a 0-dim x comes back as (1,)
     (lambda x: x * 0.5 * (1 + torch.erf(x / torch.tensor([2.0]).sqrt())), "constant of shape (1,)", "`math.sqrt(2)`"),
+    (lambda x: 0.5 * x * torch.erf(x / ROOT2), "1 + erf missing", "the 1 inside the bracket"),
+    (lambda x: 0.5 * x * (1 - torch.erf(x / ROOT2)), "1 - erf", "gate reversed"),
 ]
 
 
@@ -314,7 +316,8 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         m = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
         m = {"padding": lambda: m, "query axis": lambda: (tokens != pad).unsqueeze(-1), "inverted": lambda: ~m,
              "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril(),
-             "4-D": lambda: m[:, :, None]}[layout]()  # trial s3_08: (B, 1, 1, L), Hugging Face's extended mask
+             "4-D": lambda: m[:, :, None], "(B, L)": lambda: m[:, 0],  # trial s3_08: (B, 1, 1, L), HF's habit
+             "float": lambda: m.float()}[layout]()
         h = self.encoder(x, src_key_padding_mask=~m[:, 0]) if extra == "torch keyword" else self.encoder(x, m)
         real = tokens != (self.pad_id if pad is None else pad)
         kind = self.pooling if pool == "own" else pool
@@ -342,6 +345,10 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         elif kind == "pool pad 0":  # trial k c27: the encoder's mask is right, the pool's pad id hard-coded
             w = (tokens != 0).unsqueeze(-1).to(h.dtype)
             pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
+        elif kind == "batch row":  # trial s3_08: h[0], the first review's (L, D)
+            pooled = h[0] if self.pooling == "cls" else masked_mean_pool(h, real)
+        elif kind == "kept axis":  # trial s3_08: h[:, :1], (B, 1, D)
+            pooled = h[:, :1] if self.pooling == "cls" else masked_mean_pool(h, real)
         elif kind == "divided by L":  # trial s3_08: the padding zeroed, then .mean(1)
             pooled = h.masked_fill(~real.unsqueeze(-1), 0.0).mean(1) if self.pooling == "mean" else h[:, 0]
         elif kind == "mean without cls":  # [CLS] left out of the mean
@@ -360,6 +367,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         if extra in ("pooled dropout", "pooled dropout p"):
             pooled = F.dropout(pooled, 0.1 if extra == "pooled dropout" else p, training=self.training)
         pooled = torch.tanh(pooled) if extra == "tanh pooler" else pooled  # trial r08: BERT's pooler habit
+        pooled = F.relu(pooled) if extra == "relu pooled" else pooled  # trial s3_08
         if shape == "pooled":
             return pooled
         if post == "pooled detached":
@@ -370,7 +378,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
             nn.init.normal_(self.classifier.weight)
         logits = self.classifier(pooled)
         logits = logits.squeeze() if extra == "squeeze" else logits  # trial s3_08: (C,) when B = 1
-        return {None: logits, "pooled detached": logits, "softmax": logits.softmax(-1),
+        return {None: logits, "pooled detached": logits, "softmax": logits.softmax(-1), "argmax": logits.argmax(-1),
                 "log_softmax": F.log_softmax(logits, dim=-1)}[post]
 
     return type("StudentClassifier", (TransformerClassifier,), {"forward": forward})
@@ -477,6 +485,12 @@ CLASSIFIER_MISTAKES_K = [
     (dict(pool="divided by L"), "divided by L", "you divided by L"),
     (dict(extra="torch keyword"), "PyTorch encoder keyword", "`src_key_padding_mask=`"),
     (dict(layout="4-D"), "extra head axis", "(B, 1, 1, L)"),
+    (dict(layout="(B, L)"), "missing query axis", "(B, 1, L)"),
+    (dict(layout="float"), "not a bool mask", "torch.bool"),
+    (dict(pool="kept axis"), "kept the pooled axis", "`h[:, :1]`"),
+    (dict(pool="batch row"), "[CLS] from the wrong position", "`h[0]`"),
+    (dict(post="argmax"), "returns class ids", "argmax"),
+    (dict(extra="relu pooled"), "activation on the pooled vector", "ReLU on the pooled vector"),
 ]
 
 

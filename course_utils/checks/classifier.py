@@ -73,6 +73,11 @@ _GELU_MISTAKES: list[tuple[str, str, Callable[[Tensor], Tensor]]] = [  # (name, 
      lambda x: 0.5 * x * (1 + torch.erf(x * math.sqrt(2)))),
     ("erf of x / 2, not x / sqrt(2)", "you took `erf(x / 2)`; the normal distribution's Phi divides by the square "
      "root of 2: `erf(x / math.sqrt(2))`.", lambda x: 0.5 * x * (1 + torch.erf(x / 2))),
+    ("1 + erf missing", "you wrote `0.5 * x * erf(x / sqrt(2))`: the 1 inside the bracket is missing. Phi(x) = "
+     "0.5 * (1 + erf(x / sqrt(2))) goes from 0 to 1; erf alone goes from -1 to 1.",
+     lambda x: 0.5 * x * torch.erf(x / math.sqrt(2))),
+    ("1 - erf", "you wrote `1 - erf(...)`: that is 2 * (1 - Phi(x)), the gate reversed (it opens for negative x). "
+     f"Add the erf: `{_ERF}`.", lambda x: 0.5 * x * (1 - torch.erf(x / math.sqrt(2)))),
     ("Phi(x) without the factor x", "you returned Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the probability alone; "
      "GELU multiplies it by x: x * Phi(x).", lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2)))),
     ("tanh approximation, wrong constant", "this is the tanh approximation of GELU with 0.04715 where it has "
@@ -308,13 +313,13 @@ def check_masked_mean_pool(fn: Any) -> str:
 def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str, *, pool: str | None = None,
                         mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: int = 1,
                         scale: float = 0.5, pool_pad: int | None = None, post: str | None = None,
-                        scale_after_pe: bool = False, pooler: bool = False, x_plus_pe_of_x: bool = False,
+                        scale_after_pe: bool = False, pooler: bool | str = False, x_plus_pe_of_x: bool = False,
                         pool_with: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
     """The reference's logits with at most one deliberate mistake; the defaults are correct. ``pool``: the
     pooling done (default ``pooling``'s own); ``mask_pad``: the pad id the masks are built from (``"pad"``:
     the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``scale``: the embeddings times
     ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head;
-    ``scale_after_pe``: ``x + pe`` times ``sqrt(d_model)`` again; ``pooler``: tanh on the pooled vector;
+    ``scale_after_pe``: ``x + pe`` times ``sqrt(d_model)`` again; ``pooler``: tanh (True) or ``"relu"`` on the pooled vector;
     ``x_plus_pe_of_x``: ``x + positional_encoding(x)`` (the embeddings twice); ``pool_with``: a mean pool
     ``(h, mask (B, L)) -> (B, D)`` in place of the right one."""
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
@@ -342,7 +347,7 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
         "every position": lambda: h,  # (B, L, D): the classifier applied to each position
     }
     pooled = pool_with(h, tokens != ref.pad_id) if pool_with else pools[pool or pooling]()  # (B, D)
-    logits = ref.classifier(torch.tanh(pooled) if pooler else pooled)  # (B, C)
+    logits = ref.classifier({False: pooled, True: torch.tanh(pooled), "relu": F.relu(pooled)}[pooler])  # (B, C)
     return {None: logits, "softmax": logits.softmax(dim=-1), "log_softmax": logits.log_softmax(dim=-1)}[post]
 
 
@@ -464,6 +469,9 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
          "encoding: TokenEmbedding already scales the embeddings by sqrt(d_model), and the positional table is "
          "added once, unscaled: `self.positional_encoding(self.embedding(tokens))`, nothing more.",
          v(scale_after_pe=True)),
+        ("activation on the pooled vector", "you put a ReLU on the pooled vector before self.classifier: the "
+         "encoder's output goes to the head as it is (its last step is a LayerNorm, or a residual sum in "
+         "pre-norm): `self.classifier(pooled)`.", v(pooler="relu")),
         ("BERT pooler", "you put a tanh on the pooled vector before self.classifier: that is BERT's pooler (a dense "
          "layer with tanh on [CLS], used by BERT's next-sentence head); this exercise's head is the single linear "
          "layer self.classifier on the pooled vector: `self.classifier(pooled)`.", v(pooler=True)),
@@ -568,6 +576,18 @@ def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling:
              "padding_mask's (B, 1, L) mask, whose extra axis broadcasts against (B, L, D) instead of selecting "
              "positions. Pool with the (B, L) mask `tokens != self.pad_id` (or `mask[:, 0]`), to (B, D).",
              mistake="mask broadcast wrongly")
+    if shape == (B,) and not got.is_floating_point():
+        fail(f"your forward ({case}) returns shape ({B},) of {got.dtype}: class ids (an argmax), not logits. "
+             "Return the scores, `self.classifier(pooled)`, shape (B, num_classes): F.cross_entropy needs them, and "
+             "the argmax is taken outside the model when a prediction is wanted.", mistake="returns class ids")
+    if shape == (L, C):
+        fail(f"your logits ({case}) have shape ({L}, {C}) = (L, C): `h[0]` is the first review's vectors at every "
+             "position, not position 0 of every review. [CLS] is position 0 of each row: `h[:, 0]`, (B, D).",
+             mistake="[CLS] from the wrong position")
+    if shape == (B, 1, C):
+        fail(f"your logits ({case}) have shape ({B}, 1, {C}) = (B, 1, C): the pooled position axis was kept "
+             "(`h[:, :1]`, or a sum with keepdim=True). Pool to (B, D): `h[:, 0]` for 'cls', "
+             "`masked_mean_pool(h, tokens != self.pad_id)` for 'mean'.", mistake="kept the pooled axis")
     if shape == (B, D):
         fail(f"your forward ({case}) returns shape ({B}, {D}) = (B, D), the pooled vectors: apply `self.classifier` "
              "to get the logits (B, num_classes).", mistake="classifier layer missing")
@@ -588,14 +608,25 @@ def _encoder_keyword(exc: BaseException, case: str) -> None:
         "`self.encoder(x, padding_mask(tokens, self.pad_id))`."), "PyTorch encoder keyword")
 
 
-def _mask_with_head_axis(exc: BaseException, B: int, L: int, case: str) -> None:
-    """Fail ("extra head axis") when the encoder refused a 4-D ``(B, 1, 1, L)`` mask (Hugging Face's
-    extended attention mask, ``mask[:, None, None, :]``); else nothing."""
-    if isinstance(exc, ValueError) and f"mask of shape ({B}, 1, 1, {L})" in str(exc):
-        fail(f"your forward ({case}) gives self.encoder a mask of shape ({B}, 1, 1, {L}) = (B, 1, 1, L), with a head "
-             "axis (Hugging Face's extended attention mask, `mask[:, None, None, :]`). The course's attention adds "
-             "the head axis itself: pass the (B, 1, L) mask, `padding_mask(tokens, self.pad_id)`.",
-             mistake="extra head axis")
+def _encoder_mask_refused(exc: BaseException, B: int, L: int, case: str) -> None:
+    """Fail with the mistake's name when the encoder refused the mask: ``(B, L)`` without the query axis
+    ("missing query axis"), ``(B, 1, 1, L)`` with a head axis (Hugging Face's extended attention mask:
+    "extra head axis"), a float 1/0 mask (Hugging Face's ``attention_mask``: "not a bool mask"); else nothing."""
+    text, fix = str(exc), "pass the (B, 1, L) bool mask `padding_mask(tokens, self.pad_id)`."
+    refused = {
+        f"mask of shape ({B}, {L}) cannot": ("missing query axis", f"a mask of shape ({B}, {L}) = (B, L): the "
+                                             "course's attention needs the query axis, (B, 1, L): " + fix),
+        f"mask of shape ({B}, 1, 1, {L}) cannot": ("extra head axis", f"a mask of shape ({B}, 1, 1, {L}) = (B, 1, 1, "
+                                                   "L), with a head axis (Hugging Face's extended attention mask, "
+                                                   "`mask[:, None, None, :]`); the course's attention adds the head "
+                                                   "axis itself: " + fix),
+        "mask must have dtype torch.bool": ("not a bool mask", "a float or int mask (Hugging Face's 1/0 "
+                                            "`attention_mask` habit); the course's masks are torch.bool, True = may "
+                                            "attend: " + fix),
+    }
+    found = next((named for words, named in refused.items() if words in text), None)
+    if isinstance(exc, (ValueError, TypeError)) and found is not None:
+        fail(f"your forward ({case}) gives self.encoder {found[1]}", mistake=found[0])
 
 
 def _batch_of_one(model: nn.Module, ref: TransformerClassifier, tokens: Tensor, C: int, settings: str) -> None:
@@ -717,7 +748,7 @@ def check_transformer_classifier(cls: Any) -> str:
                 got = call_student(model, tokens, context=f"running forward ({case})")
             except StudentError as err:
                 _encoder_keyword(err.exc, case)
-                _mask_with_head_axis(err.exc, B, L, case)
+                _encoder_mask_refused(err.exc, B, L, case)
                 raise
             finally:
                 if seen is not None:
