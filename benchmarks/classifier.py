@@ -47,7 +47,11 @@ checkpoint (same torch, same VM type, one thread; its curves are in the checkpoi
 the Transformers' validation curves part within the first 300 steps (the bag of words' run is
 identical, 48.25 %), so rounding differences in the encoder (processor or code) act like
 another seed. Then the CPU time was 22-24 ms per step, now 11-12 ms: CPU time too depends on the
-load. Not yet measured: 2 threads on an idle machine, more seeds.
+load. Wall time is another matter on a shared machine: the checkpoint's run took 143-435 s
+of wall time per model (its meta) for 22-24 ms of CPU per step, and ``--only recipe --threads 1
+--seeds 0`` on 2026-11-28 at a load average of 7.7-8.6 took 71.0 s of wall time for 11.5 ms of
+CPU per step (17 s; validation 100 % from step 800, test 100 %): the wall time was 4 to 12
+times the CPU time. Not yet measured: 2 threads on an idle machine, more seeds.
 
 ``--write`` saves the recipe's model (seed 0) to
 ``course_utils/pretrained/review_classifier.pt`` with every model's history and scores in

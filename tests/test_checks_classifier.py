@@ -40,7 +40,11 @@ def gelu_loop(x):
     return torch.tensor(flat, dtype=x.dtype).reshape(x.shape)
 
 
-@pytest.mark.parametrize("fn", [gelu, gelu_erfc, gelu_normal_cdf])
+def gelu_0dim_constant(x):  # trial s3_08: a 0-dim tensor constant keeps a 0-dim x's shape
+    return 0.5 * x * (1 + torch.erf(x / torch.sqrt(torch.tensor(2.0))))
+
+
+@pytest.mark.parametrize("fn", [gelu, gelu_erfc, gelu_normal_cdf, gelu_0dim_constant])
 def test_gelu_correct_variants_pass(fn):
     assert_passes(check_gelu, fn, repeat=SEEDS)
 
@@ -104,6 +108,10 @@ GELU_MISTAKES = [
     (lambda x: (0.5 * x * (1 + torch.erf(x / ROOT2))).detach(), "gradient blocked", "does not require grad"),
     (gelu_loop, "gradient blocked", ".tolist()"),
     (lambda x: 0.5 * x * (1 + torch.erf(x.detach() / ROOT2)), "gradient differs", "gradient of `x`"),
+    # trial s3_08: torch.tensor([2.0]) has shape (1,): a 0-dim x comes back as (1,)
+    (lambda x: x * 0.5 * (1 + torch.erf(x / torch.tensor([2.0]).sqrt())), "constant of shape (1,)", "`math.sqrt(2)`"),
+    (lambda x: 0.5 * x * torch.erf(x / ROOT2), "1 + erf missing", "the 1 inside the bracket"),
+    (lambda x: 0.5 * x * (1 - torch.erf(x / ROOT2)), "1 - erf", "gate reversed"),
 ]
 
 
@@ -161,8 +169,17 @@ def pool_mask_cpu(x, mask):  # trial I: right on the CPU, a device clash on a GP
     return (x * m).sum(dim=1) / m.sum(dim=1)
 
 
+def pool_clamped(x, mask):  # sentence-transformers' mean pooling: a clamp that changes nothing here
+    m = mask.unsqueeze(-1).expand(x.size()).to(x.dtype)
+    return torch.sum(x * m, 1) / torch.clamp(m.sum(1), min=1e-9)
+
+
+def pool_nanmean(x, mask):
+    return torch.where(mask.unsqueeze(-1), x, float("nan")).nanmean(1)
+
+
 @pytest.mark.parametrize("fn", [masked_mean_pool, pool_masked_sum, pool_einsum, pool_masked_fill, pool_loop, pool_bmm,
-                                pool_to_device, pool_double_input])
+                                pool_to_device, pool_double_input, pool_clamped, pool_nanmean])
 def test_masked_mean_pool_correct_variants_pass(fn):
     assert_passes(check_masked_mean_pool, fn, repeat=SEEDS)
 
@@ -222,6 +239,11 @@ POOL_MISTAKES = [
     (lambda x, mask: ((x * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)).float(), "dtype not preserved",
      "float64"),
     (pool_bmm_float_weights, "dtype not preserved", "`mask.unsqueeze(-1).to(x.dtype)`"),
+    # trial s3_08: the mask's index flattens the batch; a "+ 1" guard in the count
+    (lambda x, mask: x[mask].mean(0).expand(x.shape[0], -1), "mean over the whole batch", "`x[mask].mean(0)`"),
+    (lambda x, mask: x[mask].mean(0), "mean over the whole batch", "(D,)"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(1) / (mask.sum(1, keepdim=True) + 1), "count plus one",
+     "`.clamp(min=1)`"),
 ]
 
 
@@ -274,7 +296,9 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
     "pooled dropout p" (the model's p), "embedding dropout" (before the table, as well as after),
     "dropout before table" (dropout(x) + pe),
     "eval" or "train" (self.eval() / self.train() in forward), "scaled twice", "scaled after pe"
-    ((x + pe) times sqrt(d_model)), "tanh pooler" (tanh on the pooled vector)."""
+    ((x + pe) times sqrt(d_model)), "tanh pooler" (tanh on the pooled vector); trial s3_08: "squeeze"
+    (.squeeze() on the logits), "x + pe(x)" (x + self.positional_encoding(x)), "torch keyword"
+    (self.encoder(x, src_key_padding_mask=...))."""
 
     def forward(self, tokens):
         p = self.positional_encoding.dropout.p
@@ -287,12 +311,14 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         x = F.dropout(emb, p, self.training) if extra in ("embedding dropout", "dropout before table") else emb
         for _ in range(pe):  # pe: how many times the table is added
             x = x + self.positional_encoding.pe[: x.size(1)] if extra == "dropout before table" else \
-                self.positional_encoding(x)
+                x + self.positional_encoding(x) if extra == "x + pe(x)" else self.positional_encoding(x)
         x = x * math.sqrt(x.size(-1)) if extra == "scaled after pe" else x  # trial r08: (emb + pe) scaled again
         m = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
         m = {"padding": lambda: m, "query axis": lambda: (tokens != pad).unsqueeze(-1), "inverted": lambda: ~m,
-             "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()}[layout]()
-        h = self.encoder(x, m)
+             "causal": lambda: m & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril(),
+             "4-D": lambda: m[:, :, None], "(B, L)": lambda: m[:, 0],  # trial s3_08: (B, 1, 1, L), HF's habit
+             "float": lambda: m.float()}[layout]()
+        h = self.encoder(x, src_key_padding_mask=~m[:, 0]) if extra == "torch keyword" else self.encoder(x, m)
         real = tokens != (self.pad_id if pad is None else pad)
         kind = self.pooling if pool == "own" else pool
         if shape == "every position":
@@ -319,6 +345,12 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         elif kind == "pool pad 0":  # trial k c27: the encoder's mask is right, the pool's pad id hard-coded
             w = (tokens != 0).unsqueeze(-1).to(h.dtype)
             pooled = (h * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
+        elif kind == "batch row":  # trial s3_08: h[0], the first review's (L, D)
+            pooled = h[0] if self.pooling == "cls" else masked_mean_pool(h, real)
+        elif kind == "kept axis":  # trial s3_08: h[:, :1], (B, 1, D)
+            pooled = h[:, :1] if self.pooling == "cls" else masked_mean_pool(h, real)
+        elif kind == "divided by L":  # trial s3_08: the padding zeroed, then .mean(1)
+            pooled = h.masked_fill(~real.unsqueeze(-1), 0.0).mean(1) if self.pooling == "mean" else h[:, 0]
         elif kind == "mean without cls":  # [CLS] left out of the mean
             w = real[:, 1:].unsqueeze(-1).to(h.dtype)
             pooled = (h[:, 1:] * w).sum(1) / w.sum(1) if self.pooling == "mean" else h[:, 0]
@@ -335,6 +367,7 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         if extra in ("pooled dropout", "pooled dropout p"):
             pooled = F.dropout(pooled, 0.1 if extra == "pooled dropout" else p, training=self.training)
         pooled = torch.tanh(pooled) if extra == "tanh pooler" else pooled  # trial r08: BERT's pooler habit
+        pooled = F.relu(pooled) if extra == "relu pooled" else pooled  # trial s3_08
         if shape == "pooled":
             return pooled
         if post == "pooled detached":
@@ -344,15 +377,32 @@ def classifier_forward(pool="own", mask="pad", pe=1, scale=True, post=None, shap
         if head == "re-drawn":
             nn.init.normal_(self.classifier.weight)
         logits = self.classifier(pooled)
-        return {None: logits, "pooled detached": logits, "softmax": logits.softmax(-1),
+        logits = logits.squeeze() if extra == "squeeze" else logits  # trial s3_08: (C,) when B = 1
+        return {None: logits, "pooled detached": logits, "softmax": logits.softmax(-1), "argmax": logits.argmax(-1),
                 "log_softmax": F.log_softmax(logits, dim=-1)}[post]
 
     return type("StudentClassifier", (TransformerClassifier,), {"forward": forward})
 
 
+class ClsSelect(TransformerClassifier):  # trial s3_08: .ne, a (B, 1, L) mask by unsqueeze(-2), a dict of poolings
+    def forward(self, tokens):
+        keep = tokens.ne(self.pad_id)
+        h = self.encoder(self.positional_encoding(self.embedding(tokens)), keep.unsqueeze(-2))
+        pooled = {"cls": lambda: h.select(1, 0), "mean": lambda: masked_mean_pool(h, keep)}[self.pooling]()
+        return self.classifier(pooled)
+
+
+class ClsSquareMask(TransformerClassifier):  # trial s3_08: a (B, L, L) mask, padding blocked as queries too
+    def forward(self, tokens):
+        keep = tokens != self.pad_id
+        h = self.encoder(self.positional_encoding(self.embedding(tokens)), keep[:, None, :] & keep[:, :, None])
+        return self.classifier(h[:, 0] if self.pooling == "cls" else masked_mean_pool(h, keep))
+
+
 @pytest.mark.parametrize("cls", [TransformerClassifier, ClsEverywhere, ClsOwnPool, classifier_forward(),
-                                 classifier_forward(pool="ones_like weights")],
-                         ids=["reference", "classify-then-pool", "own-pool", "written-out", "ones_like weights"])
+                                 classifier_forward(pool="ones_like weights"), ClsSelect, ClsSquareMask],
+                         ids=["reference", "classify-then-pool", "own-pool", "written-out", "ones_like weights",
+                              "select", "square mask"])
 def test_transformer_classifier_correct_variants_pass(cls):
     assert_passes(check_transformer_classifier, cls, repeat=SEEDS)
 
@@ -429,6 +479,18 @@ CLASSIFIER_MISTAKES_K = [
     (dict(extra="scaled after pe"), "embeddings scaled twice", "after the positional encoding"),
     (dict(extra="tanh pooler"), "BERT pooler", "single linear layer"),
     (dict(pool="pool pad 0"), "hard-coded pad id", "your mean pool treats id 0 as padding"),
+    # trial s3_08: [OK] for .squeeze() (no batch of one was tried); x + positional_encoding(x) told as a scaling
+    (dict(extra="squeeze"), "batch axis squeezed", "`.squeeze(1)`"),
+    (dict(extra="x + pe(x)"), "embeddings added twice", "already returns x + pe"),
+    (dict(pool="divided by L"), "divided by L", "you divided by L"),
+    (dict(extra="torch keyword"), "PyTorch encoder keyword", "`src_key_padding_mask=`"),
+    (dict(layout="4-D"), "extra head axis", "(B, 1, 1, L)"),
+    (dict(layout="(B, L)"), "missing query axis", "(B, 1, L)"),
+    (dict(layout="float"), "not a bool mask", "torch.bool"),
+    (dict(pool="kept axis"), "kept the pooled axis", "`h[:, :1]`"),
+    (dict(pool="batch row"), "[CLS] from the wrong position", "`h[0]`"),
+    (dict(post="argmax"), "returns class ids", "argmax"),
+    (dict(extra="relu pooled"), "activation on the pooled vector", "ReLU on the pooled vector"),
 ]
 
 
@@ -529,3 +591,30 @@ def test_masked_mean_pool_counting_nonzero_entries_fails_over_200_seeds():
 @pytest.mark.parametrize("fn", [F.gelu, lambda x: torch.nn.GELU()(x), lambda x: torch.nn.functional.gelu(x, approximate="none")])
 def test_gelu_calling_torch_gelu_is_named(fn):  # trial 08.2-w01, w10, w14
     assert_mistake(check_gelu, fn, "forbidden call", "formula")
+
+
+# trial s3_08: forward right, the student's own masked_mean_pool (the exercise before) divides by L: the
+# verdict names the mistake and points back to that exercise; written as in a notebook, the pool a global
+_OWN_POOL_NOTEBOOK = """
+def masked_mean_pool(x, mask):
+    m = mask.unsqueeze(-1).to(x.dtype)
+    return (x * m).sum(1) / x.shape[1]
+
+class StudentClassifier(TransformerClassifier):
+    def forward(self, tokens):
+        mask = padding_mask(tokens, self.pad_id)
+        h = self.encoder(self.positional_encoding(self.embedding(tokens)), mask)
+        return self.classifier(h[:, 0] if self.pooling == "cls" else masked_mean_pool(h, tokens != self.pad_id))
+"""
+
+
+def test_transformer_classifier_points_to_the_students_own_pool():
+    space = {"__name__": "__main__", "TransformerClassifier": TransformerClassifier, "padding_mask": padding_mask}
+    exec(_OWN_POOL_NOTEBOOK, space)  # noqa: S102 - a notebook's cells, in their own namespace
+    assert_mistake(check_transformer_classifier, space["StudentClassifier"], "divided by L", "you divided by L",
+                   "`check_masked_mean_pool(masked_mean_pool)`", repeat=SEEDS)
+
+
+def test_transformer_classifier_with_the_course_pool_is_not_sent_to_the_pool_exercise():
+    r = check_transformer_classifier(classifier_forward(pool="divided by L"), seed=1000)
+    assert r.mistake == "divided by L" and "check_masked_mean_pool" not in r.feedback, r.feedback

@@ -55,3 +55,25 @@ def test_the_last_hint_says_the_reference_shows_in_a_graded_copy(capsys):
 def test_a_name_like_no_exercise_still_gets_the_list(capsys):
     hint("multi_head")
     assert "No hints for 'multi_head'" in capsys.readouterr().out
+
+
+def test_a_method_finds_its_class_hints(capsys, monkeypatch):
+    # trial s3_08: notebook 08 lists the exercise as `TransformerClassifier.forward`
+    from course_utils import TransformerClassifier
+
+    monkeypatch.setattr(_core, "_HINT_LEVEL", {})
+    hint("TransformerClassifier", 1)
+    by_class = capsys.readouterr().out
+    hint("TransformerClassifier.forward", 1)
+    assert capsys.readouterr().out == by_class
+    hint(TransformerClassifier.forward, 1)  # the method itself: its __qualname__
+    assert capsys.readouterr().out == by_class
+    assert by_class.startswith("Hint 1/")
+
+
+def test_a_function_defined_inside_another_is_found_by_its_own_name(capsys):
+    def gelu(x):  # __qualname__ "test_....<locals>.gelu"
+        return x
+
+    hint(gelu, 1)
+    assert capsys.readouterr().out.startswith("Hint 1/")

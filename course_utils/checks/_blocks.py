@@ -588,18 +588,23 @@ def check_part_dropout(model: nn.Module, ref: nn.Module, args: dict[str, tuple[T
 _TORCH_ATTENTION_KEYWORDS = ("attn_mask", "key_padding_mask", "need_weights", "is_causal", "average_attn_weights")
 
 
+def fail_on_keyword(exc: BaseException, keywords: tuple[str, ...], say: Callable[[str], str], mistake: str) -> None:
+    """Fail with ``say(keyword)`` and the student's line, as ``mistake``, when ``exc`` is the TypeError of
+    a call given one of ``keywords`` that the callee does not take (PyTorch's habits); else nothing."""
+    used = next((k for k in keywords if f"unexpected keyword argument '{k}'" in str(exc)), None)
+    if isinstance(exc, TypeError) and used is not None:
+        line = student_line(exc)
+        fail(say(used) + (f"\n    at {line}" if line else ""), mistake=mistake)
+
+
 def torch_keyword(exc: BaseException, what: str, case: str) -> None:
     """Fail ("PyTorch attention keyword") when ``exc`` is the TypeError of an attention
     called with one of nn.MultiheadAttention's keywords (``attn_mask=``); else nothing."""
-    text = str(exc)
-    used = next((k for k in _TORCH_ATTENTION_KEYWORDS if f"unexpected keyword argument '{k}'" in text), None)
-    if not isinstance(exc, TypeError) or used is None:
-        return
-    line = student_line(exc)
-    fail(f"your {what} calls an attention with `{used}=` ({case}), a keyword of PyTorch's nn.MultiheadAttention, "
-         "where True means *blocked*. The course's MultiHeadAttention has the signature forward(query, key, value, "
-         "mask=None), with True = may attend: pass the mask as it is, self.self_attn(x, x, x, mask)."
-         + (f"\n    at {line}" if line else ""), mistake="PyTorch attention keyword")
+    fail_on_keyword(exc, _TORCH_ATTENTION_KEYWORDS, lambda used: (
+        f"your {what} calls an attention with `{used}=` ({case}), a keyword of PyTorch's nn.MultiheadAttention, "
+        "where True means *blocked*. The course's MultiHeadAttention has the signature forward(query, key, value, "
+        "mask=None), with True = may attend: pass the mask as it is, self.self_attn(x, x, x, mask)."),
+        "PyTorch attention keyword")
 
 
 def attention_error(exc: BaseException, what: str, case: str) -> None:

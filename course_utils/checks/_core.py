@@ -822,8 +822,11 @@ def register_hints(exercise: str, hints: list[str]) -> None:
 def hint(exercise: str, level: int | None = None) -> None:
     """Print hints for an exercise: ``hint("causal_mask")`` prints the first, then the next
     each time you call it again; ``hint("causal_mask", 2)`` prints the second. A class
-    can be named either way: ``hint("MultiHeadAttention")`` or ``hint("multi_head_attention")``."""
-    name = exercise.__name__ if callable(exercise) else str(exercise)
+    can be named either way: ``hint("MultiHeadAttention")`` or ``hint("multi_head_attention")``, and a
+    method by its class's hints: ``hint("TransformerClassifier.forward")``."""
+    name = getattr(exercise, "__qualname__", exercise.__name__) if callable(exercise) else str(exercise)
+    if name not in HINTS and "." in name:  # "TransformerClassifier.forward": the class is the exercise
+        name = name.split(".")[0] if name.split(".")[0] in HINTS else name.split(".")[-1]
     if name not in HINTS:  # the other spelling: "multi_head_attention", "multiheadattention"
         folded = name.replace("_", "").replace(" ", "").lower()
         found = [known for known in HINTS if known.replace("_", "").lower() == folded]

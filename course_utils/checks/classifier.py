@@ -2,15 +2,15 @@
 and ``TransformerClassifier``.
 
 ``gelu`` is compared with ``F.gelu`` (exact, erf form) at ``atol=1e-6`` on random values, on a
-row from -100 to 100 (the tails, where a careless formula overflows) and in float64 (the
-dtype must follow). ``masked_mean_pool`` gets ``x (B, L, D)`` (sizes all different) and a
+row from -100 to 100 (the tails, where a careless formula overflows), in float64 (the
+dtype must follow) and on a 0-dim ``x`` (the shape must follow). ``masked_mean_pool`` gets ``x (B, L, D)`` (sizes all different) and a
 ``(B, L)`` mask with padding anywhere, then trailing, then a float64 ``x`` (the result's dtype
 is ``x``'s). ``TransformerClassifier`` (the student writes ``forward``) is built for both poolings (post-norm GELU, pre-norm ReLU) with a non-zero
 ``pad_id`` and real tokens of id 0, every parameter randomised and copied by name into
 :class:`course_utils.classifier.TransformerClassifier`; a forward pre-hook records the mask the
 encoder gets. A wrong result is compared with the reference computed with each catalogued
 mistake; the names are those of ``_mistakes.MISTAKES``, pinned by tests/test_checks_classifier.py.
-Then, built again with ``dropout=0.5``: the modes kept, eval mode deterministic, and in training
+Right logits are followed by a batch of one review (a ``.squeeze()`` drops its batch axis). Then, built again with ``dropout=0.5``: the modes kept, eval mode deterministic, and in training
 mode the encoder's input one dropout of ``x + pe`` and the classifier's input the pooled output
 (hooks; the checks shared with ``check_transformer``).
 """
@@ -31,6 +31,7 @@ from ..classifier import TransformerClassifier
 from ._core import (Mistake, StudentError, allclose, call_student, check_input_device, check_unchanged, checker,
                     dropout_scale, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints, require_function,
                     require_module_class, require_own_code, student_line)
+from ._blocks import fail_on_keyword
 from ._pairing import load_reference, randomise_parameters
 from .model import check_modes_kept, check_stack_input_dropout
 
@@ -72,6 +73,11 @@ _GELU_MISTAKES: list[tuple[str, str, Callable[[Tensor], Tensor]]] = [  # (name, 
      lambda x: 0.5 * x * (1 + torch.erf(x * math.sqrt(2)))),
     ("erf of x / 2, not x / sqrt(2)", "you took `erf(x / 2)`; the normal distribution's Phi divides by the square "
      "root of 2: `erf(x / math.sqrt(2))`.", lambda x: 0.5 * x * (1 + torch.erf(x / 2))),
+    ("1 + erf missing", "you wrote `0.5 * x * erf(x / sqrt(2))`: the 1 inside the bracket is missing. Phi(x) = "
+     "0.5 * (1 + erf(x / sqrt(2))) goes from 0 to 1; erf alone goes from -1 to 1.",
+     lambda x: 0.5 * x * torch.erf(x / math.sqrt(2))),
+    ("1 - erf", "you wrote `1 - erf(...)`: that is 2 * (1 - Phi(x)), the gate reversed (it opens for negative x). "
+     f"Add the erf: `{_ERF}`.", lambda x: 0.5 * x * (1 - torch.erf(x / math.sqrt(2)))),
     ("Phi(x) without the factor x", "you returned Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the probability alone; "
      "GELU multiplies it by x: x * Phi(x).", lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2)))),
     ("tanh approximation, wrong constant", "this is the tanh approximation of GELU with 0.04715 where it has "
@@ -100,6 +106,11 @@ def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
     # float32's F.gelu is off by up to 1.2e-6 (the formula by 4.8e-7): the expected values come from float64,
     # compared within 2e-6, so that F.gelu itself passes the values and is named by the forbidden-call check
     expected = F.gelu(x0.double()).to(x0.dtype)
+    if x0.dim() == 0 and isinstance(got, Tensor) and tuple(got.shape) == (1,):
+        fail(f"your result ({case}) has shape (1,), where F.gelu keeps the input's shape (): a constant written "
+             "as a tensor of one element, `torch.tensor([2.0])`, has shape (1,), and x broadcast against it takes "
+             "that axis. Write the constant as a Python number, `math.sqrt(2)` (or a 0-dim "
+             "`torch.tensor(2.0, dtype=x.dtype)`).", mistake="constant of shape (1,)")
     if isinstance(got, Tensor) and got.shape == expected.shape and isnan(got).any() and not isnan(x0).any():
         fail(f"your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
              "`0.5 * x * (1 + torch.erf(x / math.sqrt(2)))` is safe for every x.", mistake="NaN in the tails")
@@ -118,6 +129,7 @@ def check_gelu(fn: Any) -> str:
     _gelu_case(fn, tails, "x from -100 to 100")
     _gelu_case(fn, 3.0 * torch.randn(B, L, D), f"x of shape ({B}, {L}, {D})")
     _gelu_case(fn, 2.0 * torch.randn(D, B, dtype=torch.float64), f"a float64 x of shape ({D}, {B})")
+    _gelu_case(fn, torch.randn(()), "a 0-dim x, one number of shape ()")  # a constant torch.tensor([c]) shows
     gradient_probe(fn, F.gelu, dict(x=3.0 * torch.randn(B, L, D)), what="gelu", case=f"x of shape ({B}, {L}, {D})")
     # the exercise writes GELU from its formula: F.gelu / nn.GELU (or an alias) is not the exercise
     require_own_code(lambda: call_student(fn, torch.randn(3, 4), context="calling gelu"), {"gelu"}, "gelu",
@@ -166,6 +178,13 @@ def _pool_mistakes(x: Tensor, mask: Tensor) -> list[Mistake]:
         ("integer division", "you divided with `//`, floor division: every mean is rounded down to a whole "
          "number. Divide with `/`: `(x * m).sum(dim=1) / m.sum(dim=1)`.",
          lambda: torch.div((x * m).sum(dim=1), m.sum(dim=1), rounding_mode="floor")),
+        ("mean over the whole batch", "every row got the same vector, the mean of all the real tokens of the "
+         "batch (`x[mask].mean(0)`: indexing with the mask flattens the rows together). Each row needs its own "
+         "mean: `(x * m).sum(dim=1) / m.sum(dim=1)` with `m = mask.unsqueeze(-1)`.",
+         lambda: x[mask].mean(dim=0).expand(x.size(0), -1)),
+        ("count plus one", "you divided by each row's count plus 1 (`mask.sum(...) + 1`, a guard against dividing "
+         "by 0?), which shrinks every mean. Divide by the count itself: every row has a real token; a guard that "
+         "changes nothing then is `.clamp(min=1)`.", lambda: (x * m).sum(dim=1) / (m.sum(dim=1) + 1)),
     ]
 
 
@@ -175,6 +194,9 @@ def _pool_shape(got: Any, B: int, L: int, D: int, case: str) -> None:
                  "over the positions, axis 1, to get one D-vector per sequence (B, D)."),
         (L, D): ("wrong axis", f"({L}, {D}) = (L, D): you averaged over the batch axis (0). Average over the "
                  "positions, axis 1: (B, D)."),
+        (D,): ("mean over the whole batch", f"({D},) = (D,): one vector for the whole batch (`x[mask].mean(0)`: "
+               "indexing with the mask flattens the rows together). Each row needs its own mean, (B, D): "
+               "`(x * m).sum(dim=1) / m.sum(dim=1)` with `m = mask.unsqueeze(-1)`."),
         (B, 1, D): ("kept the pooled axis", f"({B}, 1, {D}): the pooled axis was kept (keepdim=True in the sum). "
                     "Return (B, D): sum with dim=1 and no keepdim (keep it only in the count, which must broadcast)."),
     }
@@ -291,16 +313,19 @@ def check_masked_mean_pool(fn: Any) -> str:
 def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str, *, pool: str | None = None,
                         mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: int = 1,
                         scale: float = 0.5, pool_pad: int | None = None, post: str | None = None,
-                        scale_after_pe: bool = False, pooler: bool = False) -> Tensor:
+                        scale_after_pe: bool = False, pooler: bool | str = False, x_plus_pe_of_x: bool = False,
+                        pool_with: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
     """The reference's logits with at most one deliberate mistake; the defaults are correct. ``pool``: the
     pooling done (default ``pooling``'s own); ``mask_pad``: the pad id the masks are built from (``"pad"``:
     the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``scale``: the embeddings times
     ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head;
-    ``scale_after_pe``: ``x + pe`` times ``sqrt(d_model)`` again; ``pooler``: tanh on the pooled vector."""
+    ``scale_after_pe``: ``x + pe`` times ``sqrt(d_model)`` again; ``pooler``: tanh (True) or ``"relu"`` on the pooled vector;
+    ``x_plus_pe_of_x``: ``x + positional_encoding(x)`` (the embeddings twice); ``pool_with``: a mean pool
+    ``(h, mask (B, L)) -> (B, D)`` in place of the right one."""
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
     x = ref.embedding.embedding(tokens) * ref.embedding.d_model ** scale  # (B, L, D)
     for _ in range(pe):  # pe: how many times the table is added
-        x = ref.positional_encoding(x)
+        x = x + ref.positional_encoding(x) if x_plus_pe_of_x else ref.positional_encoding(x)
     if scale_after_pe:
         x = x * math.sqrt(ref.embedding.d_model)  # (B, L, D)
     mask = padding_mask(tokens, pad) if pad is not None else None  # (B, 1, L)
@@ -321,8 +346,8 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
         "(B, 1, L) mask": lambda: (h * per_key).sum(dim=1) / per_key.sum(dim=1),  # (B, B, L, D) summed: (B, L, D)
         "every position": lambda: h,  # (B, L, D): the classifier applied to each position
     }
-    pooled = pools[pool or pooling]()  # (B, D)
-    logits = ref.classifier(torch.tanh(pooled) if pooler else pooled)  # (B, C)
+    pooled = pool_with(h, tokens != ref.pad_id) if pool_with else pools[pool or pooling]()  # (B, D)
+    logits = ref.classifier({False: pooled, True: torch.tanh(pooled), "relu": F.relu(pooled)}[pooler])  # (B, C)
     return {None: logits, "softmax": logits.softmax(dim=-1), "log_softmax": logits.log_softmax(dim=-1)}[post]
 
 
@@ -340,12 +365,39 @@ def _embedding_factor(ref: TransformerClassifier, tokens: Tensor, encoder_inputs
     return c
 
 
+def _calls_own_pool(cls: Any) -> bool:
+    """True when ``cls.forward`` (or a function of its module it calls, or a lambda inside it) reads a global
+    ``masked_mean_pool`` that is not the course's: the student's own, from the exercise before."""
+    fn = getattr(getattr(cls, "forward", None), "__func__", getattr(cls, "forward", None))
+    space = getattr(fn, "__globals__", None)
+    if not isinstance(space, dict) or not hasattr(fn, "__code__"):
+        return False
+    codes, names = [fn.__code__], set()
+    while codes:
+        code = codes.pop()
+        names |= set(code.co_names)
+        codes += [c for c in code.co_consts if hasattr(c, "co_names")]  # lambdas, comprehensions
+    helpers = [space[n].__code__ for n in names if n != "masked_mean_pool" and hasattr(space.get(n), "__code__")]
+    names |= {n for code in helpers for n in code.co_names}  # one level down: a pool(self, h, tokens) helper
+    own = space.get("masked_mean_pool")
+    return "masked_mean_pool" in names and callable(own) and \
+        not str(getattr(own, "__module__", "")).startswith("course_utils")
+
+
+_OWN_POOL = (" Your forward calls your own `masked_mean_pool`, the exercise before: if that is where it happens, "
+             "`check_masked_mean_pool(masked_mean_pool)` names it; fix it there, run its cell, then the cell of "
+             "TransformerClassifier.")
+
+
 def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: str,
-                         encoder_masks: list[Any], encoder_inputs: list[Any]) -> list[Mistake]:
+                         encoder_masks: list[Any], encoder_inputs: list[Any], own_pool: bool = False) -> list[Mistake]:
     """``encoder_masks``, ``encoder_inputs``: the masks and inputs the student's encoder was called with
-    (empty: not seen)."""
+    (empty: not seen); ``own_pool``: forward calls the student's masked_mean_pool (said in the mean pool's
+    verdicts)."""
     def v(**kw: Any) -> Callable[[], Tensor]:
         return lambda: _classifier_variant(ref, tokens, pooling, **kw)
+
+    own = _OWN_POOL if own_pool else ""
 
     D, c = ref.embedding.d_model, _embedding_factor(ref, tokens, encoder_inputs)
 
@@ -367,16 +419,24 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
     else:
         out = [
             ("mean over padding", "with pooling='mean' you averaged every position, padding included "
-             "(`h.mean(dim=1)`); average only the real tokens: `masked_mean_pool(h, tokens != self.pad_id)`.",
+             "(`h.mean(dim=1)`); average only the real tokens: `masked_mean_pool(h, tokens != self.pad_id)`." + own,
              v(pool="mean all")),
             ("sum instead of mean", "with pooling='mean' you summed the real positions without dividing by their "
-             "number: use `masked_mean_pool`.", v(pool="sum")),
+             "number: use `masked_mean_pool`." + own, v(pool="sum")),
             ("pooling ignored", "with pooling='mean' your model took position 0 ([CLS]); read self.pooling and use "
              "the masked mean for 'mean'.", v(pool="cls")),
             ("[CLS] left out of the mean", "with pooling='mean' you left position 0 ([CLS]) out of the mean; this "
              "model's mean counts every real token, [CLS] included (as sentence-transformers' mean pooling does): "
-             "`masked_mean_pool(h, tokens != self.pad_id)`.", v(pool="mean without [CLS]")),
+             "`masked_mean_pool(h, tokens != self.pad_id)`." + own, v(pool="mean without [CLS]")),
         ]
+        # the rest of masked_mean_pool's catalogue, on h and `tokens != pad_id` (the first position and the
+        # inverted mask are told above and by their NaN; trailing padding is right on these tokens)
+        told = {name for name, _, _ in out} | {"took the first position", "inverted mask", "assumed trailing padding"}
+        out += [(name, f"with pooling='mean' your mean of h over the real tokens is wrong (below, x is h and mask is "
+                 f"`tokens != self.pad_id`): {text}" + own,
+                 v(pool_with=lambda h, real, name=name: dict((n, c) for n, _, c in _pool_mistakes(h, real))[name]()))
+                for name, text, _ in _pool_mistakes(torch.zeros(1, 2, 1), torch.ones(1, 2, dtype=torch.bool))
+                if name not in told]
     out += [
         ("padding on the query axis", f"the mask you give the encoder has shape ({B}, {L}, 1) = (B, L, 1): it blocks "
          "the padding as queries, not as keys, so every real token still attends to the padding. "
@@ -397,6 +457,9 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
          "`x = self.positional_encoding(self.embedding(tokens))`.", v(pe=0)),
         ("positional encoding added twice", "the positional table is added twice (x + 2 pe): pass the embeddings "
          "through self.positional_encoding once, and through no second positional module.", v(pe=2)),
+        ("embeddings added twice", "the encoder got 2 x + pe: self.positional_encoding(x) already returns x + pe "
+         "(the embeddings with the table added), so `x + self.positional_encoding(x)` counts the embeddings twice. "
+         "Write `x = self.positional_encoding(x)`.", v(x_plus_pe_of_x=True)),
         ("embeddings not scaled", "you called the inner nn.Embedding (`self.embedding.embedding`) and skipped "
          "TokenEmbedding's scaling by sqrt(d_model): call `self.embedding(tokens)`.", v(scale=0.0)),
         ("embeddings scaled twice", "the token embeddings are multiplied by d_model, not sqrt(d_model): "
@@ -406,6 +469,9 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
          "encoding: TokenEmbedding already scales the embeddings by sqrt(d_model), and the positional table is "
          "added once, unscaled: `self.positional_encoding(self.embedding(tokens))`, nothing more.",
          v(scale_after_pe=True)),
+        ("activation on the pooled vector", "you put a ReLU on the pooled vector before self.classifier: the "
+         "encoder's output goes to the head as it is (its last step is a LayerNorm, or a residual sum in "
+         "pre-norm): `self.classifier(pooled)`.", v(pooler="relu")),
         ("BERT pooler", "you put a tanh on the pooled vector before self.classifier: that is BERT's pooler (a dense "
          "layer with tanh on [CLS], used by BERT's next-sentence head); this exercise's head is the single linear "
          "layer self.classifier on the pooled vector: `self.classifier(pooled)`.", v(pooler=True)),
@@ -510,9 +576,71 @@ def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling:
              "padding_mask's (B, 1, L) mask, whose extra axis broadcasts against (B, L, D) instead of selecting "
              "positions. Pool with the (B, L) mask `tokens != self.pad_id` (or `mask[:, 0]`), to (B, D).",
              mistake="mask broadcast wrongly")
+    if shape == (B,) and not got.is_floating_point():
+        fail(f"your forward ({case}) returns shape ({B},) of {got.dtype}: class ids (an argmax), not logits. "
+             "Return the scores, `self.classifier(pooled)`, shape (B, num_classes): F.cross_entropy needs them, and "
+             "the argmax is taken outside the model when a prediction is wanted.", mistake="returns class ids")
+    if shape == (L, C):
+        fail(f"your logits ({case}) have shape ({L}, {C}) = (L, C): `h[0]` is the first review's vectors at every "
+             "position, not position 0 of every review. [CLS] is position 0 of each row: `h[:, 0]`, (B, D).",
+             mistake="[CLS] from the wrong position")
+    if shape == (B, 1, C):
+        fail(f"your logits ({case}) have shape ({B}, 1, {C}) = (B, 1, C): the pooled position axis was kept "
+             "(`h[:, :1]`, or a sum with keepdim=True). Pool to (B, D): `h[:, 0]` for 'cls', "
+             "`masked_mean_pool(h, tokens != self.pad_id)` for 'mean'.", mistake="kept the pooled axis")
     if shape == (B, D):
         fail(f"your forward ({case}) returns shape ({B}, {D}) = (B, D), the pooled vectors: apply `self.classifier` "
              "to get the logits (B, num_classes).", mistake="classifier layer missing")
+
+
+# nn.TransformerEncoder's (and Hugging Face's) keywords for the mask: the course's Encoder takes forward(x, mask)
+_TORCH_ENCODER_KEYWORDS = ("src_key_padding_mask", "src_mask", "attention_mask", "key_padding_mask", "attn_mask",
+                           "is_causal", "mask_check")
+
+
+def _encoder_keyword(exc: BaseException, case: str) -> None:
+    """Fail ("PyTorch encoder keyword") when ``exc`` is the TypeError of the encoder called with one of
+    PyTorch's keywords (``src_key_padding_mask=``); else nothing."""
+    fail_on_keyword(exc, _TORCH_ENCODER_KEYWORDS, lambda used: (
+        f"your forward ({case}) calls self.encoder with `{used}=`, a keyword of PyTorch's nn.TransformerEncoder "
+        "(whose padding mask is (B, L) and True on the padding). self.encoder is the course's Encoder: "
+        "forward(x, mask=None), with the mask True on the real tokens (may attend), shape (B, 1, L): "
+        "`self.encoder(x, padding_mask(tokens, self.pad_id))`."), "PyTorch encoder keyword")
+
+
+def _encoder_mask_refused(exc: BaseException, B: int, L: int, case: str) -> None:
+    """Fail with the mistake's name when the encoder refused the mask: ``(B, L)`` without the query axis
+    ("missing query axis"), ``(B, 1, 1, L)`` with a head axis (Hugging Face's extended attention mask:
+    "extra head axis"), a float 1/0 mask (Hugging Face's ``attention_mask``: "not a bool mask"); else nothing."""
+    text, fix = str(exc), "pass the (B, 1, L) bool mask `padding_mask(tokens, self.pad_id)`."
+    refused = {
+        f"mask of shape ({B}, {L}) cannot": ("missing query axis", f"a mask of shape ({B}, {L}) = (B, L): the "
+                                             "course's attention needs the query axis, (B, 1, L): " + fix),
+        f"mask of shape ({B}, 1, 1, {L}) cannot": ("extra head axis", f"a mask of shape ({B}, 1, 1, {L}) = (B, 1, 1, "
+                                                   "L), with a head axis (Hugging Face's extended attention mask, "
+                                                   "`mask[:, None, None, :]`); the course's attention adds the head "
+                                                   "axis itself: " + fix),
+        "mask must have dtype torch.bool": ("not a bool mask", "a float or int mask (Hugging Face's 1/0 "
+                                            "`attention_mask` habit); the course's masks are torch.bool, True = may "
+                                            "attend: " + fix),
+    }
+    found = next((named for words, named in refused.items() if words in text), None)
+    if isinstance(exc, (ValueError, TypeError)) and found is not None:
+        fail(f"your forward ({case}) gives self.encoder {found[1]}", mistake=found[0])
+
+
+def _batch_of_one(model: nn.Module, ref: TransformerClassifier, tokens: Tensor, C: int, settings: str) -> None:
+    """A batch of one review (row 1, padded): the logits are ``(1, C)`` (a ``.squeeze()`` gives ``(C,)``)."""
+    one = tokens[1:2].clone()  # (1, L)
+    case = f"{settings}, a batch of one review, tokens {tuple(one.shape)} with padding"
+    got = call_student(model, one, context=f"running forward ({case})")
+    if isinstance(got, Tensor) and tuple(got.shape) == (C,):
+        fail(f"your logits ({case}) have shape ({C},), expected (1, {C}) = (B, num_classes): a `.squeeze()` drops "
+             "every axis of size 1, and with B = 1 that is the batch axis, so `logits.argmax(dim=-1)` then gives "
+             "one number where code expects one per review (and cross_entropy reads the classes as a batch). "
+             "Return `self.classifier(pooled)` as it is; to drop one axis, name it: `.squeeze(1)`.",
+             mistake="batch axis squeezed")
+    expect_close("the logits", got, ref(one), atol=_ATOL, case=case)
 
 
 def _same(a: Tensor, b: Tensor) -> bool:
@@ -618,6 +746,10 @@ def check_transformer_classifier(cls: Any) -> str:
         with torch.no_grad():
             try:
                 got = call_student(model, tokens, context=f"running forward ({case})")
+            except StudentError as err:
+                _encoder_keyword(err.exc, case)
+                _encoder_mask_refused(err.exc, B, L, case)
+                raise
             finally:
                 if seen is not None:
                     seen.remove()
@@ -643,8 +775,9 @@ def check_transformer_classifier(cls: Any) -> str:
             _logits_shape(got, ref, tokens0, pooling, C, H * d_k, case)
             _nan_in_mean(got, ref, tokens0, pooling, case)
             expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling, encoder_masks,
-                                                                      encoder_inputs),
+                                                                      encoder_inputs, _calls_own_pool(cls)),
                          atol=_ATOL, case=case)
+            _batch_of_one(model, ref, tokens0, C, settings_text)
         gradient_probe(model, ref, dict(tokens=tokens0), params, what="TransformerClassifier", case=case)
         _training_probe(cls, V, C, kwargs, tokens0, settings_text)
         with torch.no_grad():  # right so far: once more, with a tensor built without device= watched
