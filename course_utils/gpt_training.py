@@ -149,10 +149,11 @@ def fit_gpt(
     raising: the model keeps what it learned, a line says so, the validation loss is taken
     once more, and ``history["interrupted_at"]`` holds the last step done. ``max_seconds``: a
     time budget (wall clock, validations included). Every :data:`FIRST_REPORT` steps, at
-    every validation and at the planned last step, the run is planned again at the pace so far: as many steps as fit in the
-    budget, never more than ``steps`` (at least ``FIRST_REPORT + 1``), so a run cut short by a
-    slow start grows back when the pace improves; a line says so when the plan changes by 10 %
-    or more, and the learning-rate schedule decays over the planned length;
+    every validation and at the planned last step, the run is planned again at the pace so
+    far: as many steps as fit in the budget, never more than ``steps`` (at least
+    ``FIRST_REPORT + 1``), so a run cut short by a slow start grows back when the pace
+    improves; a line says so when the plan changes by 10 % or more, and the learning-rate
+    schedule decays over the planned length;
     ``history["steps"]`` holds the steps planned last.
     """
     if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))):
@@ -236,8 +237,8 @@ def _report(history: dict[str, Any], step: int, steps: int) -> None:
     left = per_step * (steps - step)
     time_left = ("done" if step == steps else f"about {left:.0f} s left" if left < 120
                  else f"about {left / 60:.0f} min left")
-    print(f"step {step:>5} of {steps}: train loss {history['train_loss'][-1]:.3f}{validation}, {per_step:.2f} s per step, "
-          f"{time_left}", flush=True)
+    print(f"step {step:>5} of {steps}: train loss {history['train_loss'][-1]:.3f}{validation}, "
+          f"{per_step:.2f} s per step, {time_left}", flush=True)
 
 
 def prepare_data(text: str | None = None) -> tuple[CharTokenizer, Tensor, Tensor]:

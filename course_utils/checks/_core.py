@@ -510,7 +510,8 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
         return
     for got in out if isinstance(out, (tuple, list)) else (out,):
         if isinstance(got, Tensor) and id(got) in watch.marked:
-            made = ", ".join(watch.factories) + " here" if watch.factories else "torch.zeros, torch.full, torch.tensor, ..."
+            made = (", ".join(watch.factories) + " here" if watch.factories
+                    else "torch.zeros, torch.full, torch.tensor, ...")
             how = f"builds the result from a tensor created without device= ({made})"
             if watch.to_python:
                 how = ("moves a tensor to the CPU (.cpu() or .to('cpu')) and builds the result from it"

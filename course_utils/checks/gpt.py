@@ -1126,7 +1126,8 @@ def check_generate(fn: Callable[..., Any]) -> str:
                        "the prompt's device: a tensor you create for the draw needs device= (Gumbel noise: "
                        "`torch.rand(probs.shape, generator=generator, device=probs.device)`, the generator on that "
                        "device too); torch.cat([tokens, torch.multinomial(probs, 1, generator=generator)], dim=1) "
-                       "stays there; a tensor built from .item() values, or moved with .cpu(), needs .to(tokens.device)")
+                       "stays there; a tensor built from .item() values, or moved with .cpu(), needs "
+                       ".to(tokens.device)")
     return "eval mode restored, no gradients, context cropped to max_len, last position, draws follow the distribution"
 
 
