@@ -1302,6 +1302,11 @@ def test_next_token_probs_extreme_logits_are_named(fn):
     assert_mistake(check_next_token_probs, fn, "not numerically stable", "NaN", "softmax")
 
 
+def test_next_token_probs_top_k_2_keeping_one_says_token():  # trial s3_09: "kept only 1 tokens"
+    assert_mistake(check_next_token_probs, topk_strict, "top-k keeps k-1", "top_k=2 kept only 1 token:",
+                   repeat=(1001, 1004))
+
+
 def test_next_token_probs_top_k_above_v_fails():
     r = check_next_token_probs(probs_topk_unclamped)
     assert not r.passed and "top_k=" in r.feedback and "> V=" in r.feedback, r.feedback
