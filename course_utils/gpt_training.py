@@ -148,10 +148,13 @@ def fit_gpt(
     ``KeyboardInterrupt`` (Jupyter's Kernel -> Interrupt) ends training early instead of
     raising: the model keeps what it learned, a line says so, the validation loss is taken
     once more, and ``history["interrupted_at"]`` holds the last step done. ``max_seconds``: a
-    time budget (wall clock, validations included). After :data:`FIRST_REPORT` steps and at
-    every validation, if ``steps`` would not fit at the pace so far, the run is shortened to
-    the steps that fit (at least ``FIRST_REPORT + 1``), a line says so, and the learning-rate
-    schedule decays over the new length; ``history["steps"]`` holds the steps planned last.
+    time budget (wall clock, validations included). Every :data:`FIRST_REPORT` steps, at
+    every validation and at the planned last step, the run is planned again at the pace so
+    far: as many steps as fit in the budget, never more than ``steps`` (at least
+    ``FIRST_REPORT + 1``), so a run cut short by a slow start grows back when the pace
+    improves; a line says so when the plan changes by 10 % or more, and the learning-rate
+    schedule decays over the planned length;
+    ``history["steps"]`` holds the steps planned last.
     """
     if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))):
         raise TypeError(f"max_seconds should be a number of seconds or None; got {type(max_seconds).__name__}")
@@ -165,7 +168,7 @@ def fit_gpt(
     )
     history: dict[str, Any] = {"train_loss": [], "val_loss": [], "eval_steps": [], "train_seconds": 0.0,
                                "steps": steps}
-    began, step = time.perf_counter(), 0
+    began, step, requested = time.perf_counter(), 0, steps
     try:
         while step < steps:
             step += 1
@@ -182,12 +185,12 @@ def fit_gpt(
             optimizer.step()
             history["train_seconds"] += time.perf_counter() - start
             history["train_loss"].append(loss.item())
+            if max_seconds is not None and (step % FIRST_REPORT == 0 or step % eval_every == 0 or step == steps):
+                steps = _fit_budget(history, step, steps, requested, time.perf_counter() - began, max_seconds)
             evaluate = valid is not None and (step % eval_every == 0 or step == steps)
             if evaluate:
                 history["val_loss"].append(evaluate_loss(model, valid))
                 history["eval_steps"].append(step)
-            if max_seconds is not None and (evaluate or step == FIRST_REPORT):
-                steps = _fit_budget(history, step, steps, time.perf_counter() - began, max_seconds)
             if progress and (evaluate or step == min(FIRST_REPORT, steps)):
                 _report(history, step, steps)
     except KeyboardInterrupt:
@@ -207,15 +210,22 @@ def fit_gpt(
 FIRST_REPORT = 20  # fit_gpt's first progress line: enough steps for a fair time per step
 
 
-def _fit_budget(history: dict[str, Any], step: int, steps: int, elapsed: float, max_seconds: float) -> int:
-    """The steps :func:`fit_gpt` plans after ``step`` steps in ``elapsed`` seconds: ``steps`` if
-    they fit in ``max_seconds`` at this pace, else as many as fit (and a line saying so)."""
-    fit = max(step, FIRST_REPORT + 1, int(max_seconds / (elapsed / step)))
-    if fit >= steps:
+def _fit_budget(history: dict[str, Any], step: int, steps: int, requested: int, elapsed: float,
+                max_seconds: float) -> int:
+    """The steps :func:`fit_gpt` plans after ``step`` steps in ``elapsed`` seconds, ``steps``
+    planned so far: as many as fit in ``max_seconds`` at this pace, at most ``requested`` (a
+    line says so when that changes the plan by 10 % or more)."""
+    fit = min(requested, max(step, FIRST_REPORT + 1, int(max_seconds / (elapsed / step))))
+    if abs(fit - steps) >= 0.1 * steps:
+        if fit == requested:
+            print(f"at {elapsed / step:.2f} s per step, all {requested} steps fit in {max_seconds:g} s again: "
+                  f"training {fit} steps", flush=True)
+        else:
+            print(f"at {elapsed / step:.2f} s per step, {requested} steps would take about "
+                  f"{requested * elapsed / step / 60:.0f} min: training {fit} steps instead, to stay within "
+                  f"{max_seconds:g} s (fewer steps: a higher loss)", flush=True)
+    elif fit == steps:
         return steps
-    print(f"at {elapsed / step:.2f} s per step, {steps} steps would take about {steps * elapsed / step / 60:.0f} "
-          f"min: training {fit} steps instead, to stay within {max_seconds:g} s (fewer steps: a higher loss)",
-          flush=True)
     history["steps"] = fit
     return fit
 
@@ -227,8 +237,8 @@ def _report(history: dict[str, Any], step: int, steps: int) -> None:
     left = per_step * (steps - step)
     time_left = ("done" if step == steps else f"about {left:.0f} s left" if left < 120
                  else f"about {left / 60:.0f} min left")
-    print(f"step {step:>5}: train loss {history['train_loss'][-1]:.3f}{validation}, {per_step:.2f} s per step, "
-          f"{time_left}", flush=True)
+    print(f"step {step:>5} of {steps}: train loss {history['train_loss'][-1]:.3f}{validation}, "
+          f"{per_step:.2f} s per step, {time_left}", flush=True)
 
 
 def prepare_data(text: str | None = None) -> tuple[CharTokenizer, Tensor, Tensor]:

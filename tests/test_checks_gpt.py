@@ -57,6 +57,23 @@ class UpperTriangle(Block):  # torch.triu instead of torch.tril
         return m if mask is None else m & mask
 
 
+class InvertedCausal(Block):  # trial s3_09 b_invmask: ~causal_mask, strictly above the diagonal
+    def attn_mask(self, L, mask):
+        m = ~causal_mask(L, device=self.device)
+        return m if mask is None else m & mask
+
+
+class NormAtEnd(Block):  # trial s3_09 b_lnfinal_in_block: norm2 on the block's output as well
+    end_norm = "norm2"
+
+    def forward(self, x, mask=None):
+        return getattr(self, self.end_norm)(super().forward(x, mask))
+
+
+class Norm1AtEnd(NormAtEnd):
+    end_norm = "norm1"
+
+
 class OffByOneDiagonal(Block):  # each position also sees the next one
     def attn_mask(self, L, mask):
         m = torch.ones(L, L, dtype=torch.bool).tril(diagonal=1)
@@ -415,7 +432,7 @@ class Gpt2Mlp(Block):  # GPT-2's MLP: no dropout inside, one after c_proj (the b
 
 BLOCK_MISTAKES = [
     (NoCausal, "future leaking", "the future leaks"),
-    (UpperTriangle, "future leaking", "the future leaks"),
+    (UpperTriangle, "upper triangle", "the future leaks"),
     (OffByOneDiagonal, "future leaking", "the future leaks"),
     (MaskReplacesCausal, "padding mask replaces causal", "causal_mask(L) & mask"),
     (MaskIgnored, "mask ignored", "no effect"),
@@ -747,6 +764,14 @@ class EmbeddingDroppedTwice(Model):  # p = 1 zeroes once or twice alike
         return self.dropout(super().embed(tokens))
 
 
+class DropoutAfterFinalNorm(Model):  # trial s3_09 g_nopos_dropout_after_norm: self.lm_head(self.dropout(self.norm(x)))
+    def forward(self, tokens, mask=None):
+        x = self.dropout(self.embed(tokens))
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.lm_head(self.dropout(self.norm(x)))
+
+
 class ReturnsLossToo(Model):  # trial 09.2-o01: (logits, None) as Hugging Face models return
     def forward(self, tokens, mask=None):
         return super().forward(tokens, mask), None
@@ -971,9 +996,15 @@ def test_gpt2_initialisation_passes_over_20_draws():  # rejected on 39 of 40 see
     (Gpt2InitOnAll, "wrong initialisation", "should be 0.02"),
     (LengthCheckOffByOne, "length check off by one", "refuse only L > max_len"),
     (AssertOffByOne, "length check off by one", "`>`, not `>=`"),
+    (DropoutAfterFinalNorm, "dropout after the final norm", "`self.lm_head(self.norm(x))`"),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_other_peoples_gpt_habits_named_over_20_draws(cls, mistake, words):
     assert_mistake(check_gpt, cls, mistake, words, repeat=20)
+
+
+def test_gpt_dropout_case_says_the_blocks_are_in_eval_mode_once():  # trial s3_09: the header said it twice
+    r = check_gpt(DropoutAfterFinalNorm, seed=1000)
+    assert r.feedback.count("in eval mode") == 1 and "only your GPT's own dropout acts" in r.feedback, r.feedback
 
 
 def test_head_conv1d_named_when_vocab_size_equals_d_model():
@@ -992,6 +1023,12 @@ def test_head_conv1d_named_when_vocab_size_equals_d_model():
     (FeedForwardStreamNormalised, "residual stream normalised", ("before the feed-forward", "x = x + feed_forward(norm2(x))")),
     (FeedForwardUnnormalised, "norm missing", ("feed-forward reads x itself", "feed_forward(norm2(x))")),
     (AttentionUnnormalised, "norm missing", ("self-attention reads x itself", "h = norm1(x)")),
+    (UpperTriangle, "upper triangle", ("`triu`", "no change moved an output after it", "lower triangle")),
+    (InvertedCausal, "upper triangle", ("`~causal_mask(L)`", "lower triangle")),
+    (NoCausal, "future leaking", ("the future leaks", "causal by itself")),  # not told as the upper triangle
+    (OffByOneDiagonal, "future leaking", ("the future leaks", "causal by itself")),
+    (NormAtEnd, "extra norm at the layer end", ("norm2(x) after the feed-forward's residual", "GPT's self.norm")),
+    (Norm1AtEnd, "extra norm at the layer end", "norm1(x) after the feed-forward's residual"),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else None)
 def test_other_peoples_block_habits_named_over_20_draws(cls, mistake, words):
     assert_mistake(check_gpt_block, cls, mistake, *(words if isinstance(words, tuple) else (words,)), repeat=20)
@@ -1310,6 +1347,11 @@ def test_next_token_probs_extreme_logits_are_named(fn):
     assert_mistake(check_next_token_probs, fn, "not numerically stable", "NaN", "softmax")
 
 
+def test_next_token_probs_top_k_2_keeping_one_says_token():  # trial s3_09: "kept only 1 tokens"
+    assert_mistake(check_next_token_probs, topk_strict, "top-k keeps k-1", "top_k=2 kept only 1 token:",
+                   repeat=(1001, 1004))
+
+
 def test_next_token_probs_top_k_above_v_fails():
     r = check_next_token_probs(probs_topk_unclamped)
     assert not r.passed and "top_k=" in r.feedback and "> V=" in r.feedback, r.feedback
@@ -1377,6 +1419,10 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
                     nxt = torch.multinomial(probs, 1, generator=generator if use_generator else None)
                 elif sampler == "argmax":
                     nxt = probs.argmax(-1, keepdim=True)
+                elif sampler in ("gumbel", "gumbel without device"):  # trial s3_09 ge_gumbel: argmax(log p + Gumbel)
+                    device = probs.device if sampler == "gumbel" else None
+                    u = torch.rand(probs.shape, generator=generator, device=device)  # (B, V)
+                    nxt = (probs.log() - (-u.clamp_min(1e-20).log()).log()).argmax(-1, keepdim=True)
                 else:  # inverse CDF with the generator's uniform numbers: correct, other draws
                     u = torch.rand(probs.size(0), 1, generator=generator).to(probs.device)  # a CPU generator
                     nxt = (probs.cumsum(-1) < u).sum(-1, keepdim=True).clamp(max=probs.size(-1) - 1)
@@ -1436,14 +1482,20 @@ def test_generate_temperature_twice_named_over_20_draws():
                    repeat=20)
 
 
+def test_generate_gumbel_noise_without_device_named_over_20_draws():  # trial s3_09: the fix said multinomial
+    assert_mistake(check_generate, variant(sampler="gumbel without device"), "wrong device", "torch.rand here",
+                   "device=probs.device", repeat=20)
+
+
 def test_generate_softmax_before_next_token_probs_named_over_20_draws():  # trial 0809: was "temperature ignored"
     assert_mistake(check_generate, variant(softmax_first=True), "softmax before next_token_probs",
                    "next_token_probs(softmax(logits), temperature=0.5)", "raw last-position logits", repeat=20)
 
 
 @pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf"),
-                                variant(new_token="item on device"), variant(new_token="cpu and back")],
-                         ids=["reference", "plain loop", "inverse cdf", "item on device", "cpu and back"])
+                                variant(new_token="item on device"), variant(new_token="cpu and back"),
+                                variant(sampler="gumbel")],
+                         ids=["reference", "plain loop", "inverse cdf", "item on device", "cpu and back", "gumbel"])
 def test_generate_correct_variants_pass(fn):
     assert_passes(check_generate, fn, repeat=2)
 

@@ -295,7 +295,7 @@ def test_fit_gpt_progress_reports_time_per_step_and_time_left(capsys):
     model, train, valid = _tiny_run()
     fit_gpt(model, train, valid, steps=45, batch_size=4, warmup=1, eval_every=40, progress=True)
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["step    20", "step    40", "step    45"]
+    assert [line.split(":")[0] for line in lines] == ["step    20 of 45", "step    40 of 45", "step    45 of 45"]
     assert "validation loss" not in lines[0] and "validation loss" in lines[1]
     assert all(" s per step, " in line for line in lines)
     assert re.search(r"about \d+ s left$", lines[0]) and lines[-1].endswith("done")
@@ -472,8 +472,37 @@ def test_fit_gpt_shortens_a_run_that_would_not_fit_its_time_budget(capsys, monke
     history = fit_gpt(model, train, valid, steps=50, batch_size=4, warmup=1, eval_every=10, max_seconds=60)
     done = len(history["train_loss"])
     assert 20 < done < 50 and history["steps"] == done and history["eval_steps"][-1] == done
-    assert f"training {done} steps instead, to stay within 60 s" in capsys.readouterr().out
+    assert re.search(r"training \d+ steps instead, to stay within 60 s", capsys.readouterr().out)
     roomy = fit_gpt(model, train, valid, steps=30, batch_size=4, warmup=1, eval_every=10, max_seconds=10**6)
     assert len(roomy["train_loss"]) == 30 and roomy["steps"] == 30 and "instead" not in capsys.readouterr().out
     with pytest.raises(ValueError, match="max_seconds"):
         fit_gpt(model, train, valid, steps=5, max_seconds=0)
+
+
+def test_fit_gpt_plans_again_and_uses_its_budget_when_the_pace_improves(capsys, monkeypatch):
+    """A slow start (5 s per clock call for the first 20 steps, then 0.5 s) first cuts 300 steps
+    in a 400 s budget to about 40; planned again every 20 steps at the pace so far, the run grows
+    back and ends close to the budget instead of leaving most of it unused (issue 22: a shared
+    CPU's slow first steps cut a run to 79 steps that finished in 179 s of 240)."""
+    from types import SimpleNamespace
+
+    import course_utils.gpt_training as gpt_training
+
+    def clock():
+        now, calls = 0.0, 0
+        while True:
+            calls += 1
+            now += 5.0 if calls <= 41 else 0.5  # two calls a step: slow for the first 20 steps
+            yield now
+
+    ticks = clock()
+    monkeypatch.setattr(gpt_training, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    model, train, valid = _tiny_run()
+    history = fit_gpt(model, train, valid, steps=300, batch_size=4, warmup=1, eval_every=100, max_seconds=400)
+    out = capsys.readouterr().out
+    first = int(re.search(r"training (\d+) steps instead", out).group(1))
+    done = len(history["train_loss"])
+    assert first < 50 < 150 < done < 300 and history["steps"] == done and history["eval_steps"][-1] == done
+    used = next(ticks) - 5.0  # the clock when the run ended, less the reading at its start
+    assert 0.8 * 400 < used < 1.1 * 400, used
+    assert out.count("instead") >= 2  # the growing plan is announced

@@ -545,7 +545,7 @@ def check_dropout_modes(model: nn.Module, ref: nn.Module, run: Any, what: str, t
         _train(ref, quiet)
         case = f"{setting}training mode, dropout={P_PROBE}"
         if quiet:
-            case += f" ({', '.join(quiet)} in eval mode, so only the layer's own dropout acts)"
+            case += f" ({', '.join(quiet)} in eval mode, so only your {what}'s own dropout acts)"
         got = _train_twice(run, model, what, case)
         with torch.no_grad():
             expect_close("output", got, expected_train, train_mistakes(), case=case, atol=atol)

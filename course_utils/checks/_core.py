@@ -445,6 +445,7 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
         super().__init__()
         self.marked: dict[int, Tensor] = {}  # id -> tensor, kept alive so the ids stay unique
         self.to_python: list[str] = []  # .tolist(), .item(), .numpy() or .cpu() called
+        self.factories: list[str] = []  # the factories called without device=, by name (torch.rand, ...)
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -455,6 +456,8 @@ class _HostWatch(torch.overrides.TorchFunctionMode):
         if func in _FACTORIES:  # torch.as_tensor(t) stays where t is
             data = args[0] if args and isinstance(args[0], Tensor) else None
             mark = kwargs.get("device") is None and (data is None or id(data) in self.marked)
+            if mark and data is None and f"torch.{name}" not in self.factories:
+                self.factories.append(f"torch.{name}")
         elif name == "cpu" or (name == "to" and any(  # .to("cpu") spelled out; .to(x.device) is a torch.device
                 isinstance(a, str) and a.startswith("cpu") for a in (*args[1:], kwargs.get("device")))):
             mark = True
@@ -514,7 +517,9 @@ def check_input_device(on_meta: Callable[[], Any] | None, on_cpu: Callable[[], A
         return
     for got in out if isinstance(out, (tuple, list)) else (out,):
         if isinstance(got, Tensor) and id(got) in watch.marked:
-            how = "builds the result from a tensor created without device= (torch.zeros, torch.full, torch.tensor, ...)"
+            made = (", ".join(watch.factories) + " here" if watch.factories
+                    else "torch.zeros, torch.full, torch.tensor, ...")
+            how = f"builds the result from a tensor created without device= ({made})"
             if watch.to_python:
                 how = ("moves a tensor to the CPU (.cpu() or .to('cpu')) and builds the result from it"
                        if "cpu" in watch.to_python

@@ -263,6 +263,7 @@ MISTAKES: dict[str, str] = {
     # dropout
     "dropout missing": "no dropout where the contract puts one",
     "dropout in the wrong place": "dropout acts somewhere other than the contract says",
+    "dropout after the final norm": "a dropout between the model's final norm and its output layer (GPT-2 has none)",
     "dropout after the norm": "post-norm dropout(norm(x + sublayer(x))): the normalised stream dropped",
     "dropout on the residual stream": "dropout reaches the residual stream, not only the sub-layer output",
     "dropout on the sub-layer input": "dropout on a sub-layer's input (query, key, value, norm input)",

@@ -128,6 +128,10 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
          "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, `h = norm1(x)`, and "
          "the self-attention reads h three times: `self_attn(h, h, h, mask)`.",
          {"attn": {"self": ("in", "x", "self_attn", "causal&mask")}}),
+        *(("extra norm at the layer end", f"the block ends with an extra norm ({norm}(x) after the feed-forward's "
+           f"residual): a pre-norm block returns the un-normalised stream, {form} for each sub-layer and nothing "
+           "after it; the one final norm belongs to the model (GPT's self.norm, after the last block).", {"end": i})
+          for i, norm in enumerate(("norm1", "norm2"))),
         ("ReLU instead of GELU", "the feed-forward uses ReLU; GPT-2 uses GELU (its tanh approximation): "
          '`FeedForward(d_model, d_ff, dropout, activation="gelu_tanh")`.', _activation(ref, F.relu)),
         ("exact GELU", _EXACT_GELU + ".", _activation(ref, F.gelu)),
@@ -136,8 +140,11 @@ def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mista
 
 
 def _leak_test(model: nn.Module, x: Tensor, base: Tensor) -> None:
-    """Change the input at one position ``j``: outputs before ``j`` (``base``: for ``x``) must not move at all."""
+    """Change the input at one position ``j``: outputs before ``j`` (``base``: for ``x``) must not
+    move at all. A mask that faces the future (``triu``, ``~causal``) is told apart from none at
+    all: there the later outputs never move either."""
     B, L, D = x.shape
+    leak, later_moved = None, False
     for j in range(1, L):
         changed = x.clone()
         changed[:, j] = torch.randn(B, D)
@@ -145,12 +152,26 @@ def _leak_test(model: nn.Module, x: Tensor, base: Tensor) -> None:
         if not isinstance(out, Tensor) or out.shape != base.shape:
             return
         moved = (out[:, :j] - base[:, :j]).abs().amax(dim=(0, 2))  # (j,)
-        if bool((moved > 1e-6).any()):
+        # the last output is left out: under ~causal_mask its row allows no key at all, and what
+        # attention does with an empty row (uniform weights, NaN) is no sign of anything
+        later_moved |= bool(((out[:, j + 1:-1] - base[:, j + 1:-1]).abs() > 1e-6).any())
+        if leak is None and bool((moved > 1e-6).any()):
             i = int(torch.nonzero(moved > 1e-6)[0])
-            fail(f"the future leaks: changing the input at position {j} changed the output at position {i} (by "
-                 f"{float(moved[i]):.3g}), which comes before it. A GPT block must be causal by itself: attend with "
-                 "`causal_mask(L)` (True on and below the diagonal), combined with `mask` by & when one is given.",
-                 mistake="future leaking")
+            leak = (j, i, float(moved[i]))
+    if leak is None:
+        return
+    j, i, by = leak
+    said = (f"the future leaks: changing the input at position {j} changed the output at position {i} (by {by:.3g}), "
+            "which comes before it")
+    if not later_moved:
+        fail(f"{said}, and (the last position aside) no change moved an output after it: your mask is the upper "
+             "triangle (`triu`, "
+             "`causal_mask(L).T` or `~causal_mask(L)`), so each position sees the later ones and not the earlier. "
+             "The causal mask is the lower triangle, True on and below the diagonal: `causal_mask(L)` (or "
+             "`torch.ones(L, L, dtype=torch.bool).tril()`), combined with `mask` by & when one is given.",
+             mistake="upper triangle")
+    fail(f"{said}. A GPT block must be causal by itself: attend with `causal_mask(L)` (True on and below the "
+         "diagonal), combined with `mask` by & when one is given.", mistake="future leaking")
 
 
 def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str) -> Any:
@@ -621,8 +642,12 @@ def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: i
             ("dropout before adding", "the dropout is applied to the token embeddings before the position "
              "embeddings are added; it goes on their sum: x = self.dropout(token_embedding(tokens) + "
              "position_embedding(positions)).", lambda: quiet_blocks(pos.expand_as(emb))),
+            ("dropout after the final norm", "the final norm's output (or the logits) goes through a dropout: "
+             "GPT-2 drops only the embeddings' sum and, inside each block, each sub-layer's output; the final "
+             "norm feeds the output layer as it is: `self.lm_head(self.norm(x))`.",
+             lambda: torch.zeros_like(quiet_blocks(emb + pos))),  # dropout = 1 - 1e-12 zeroes it all
         ],
-        quiet=("blocks",), atol=1e-5, setting="blocks in eval mode, ",
+        quiet=("blocks",), atol=1e-5,
     )  # fmt: skip
     # 0 < p < 1 (p = 1 cannot tell one dropout from two); Spy(False) is an identity that takes the mask too
     rated, rated_ref = _gpt_pair(cls, V, D, H, N, d_ff, P_RATE, max_len)
@@ -704,8 +729,8 @@ def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) ->
         table += [
             ("top-k keeps k+1", f"top_k={k} kept {k + 1} tokens: keep exactly the k largest logits "
              "(logits.topk(k).values[..., -1:] is the k-th largest; remove what is below it).", dict(k_shift=1)),
-            ("top-k keeps k-1", f"top_k={k} kept only {k - 1} tokens: the k-th largest logit must be kept too "
-             "(remove logits < the k-th largest, not <=).", dict(k_shift=-1)),
+            ("top-k keeps k-1", f"top_k={k} kept only {k - 1} token{'s' if k - 1 != 1 else ''}: the k-th largest "
+             "logit must be kept too (remove logits < the k-th largest, not <=).", dict(k_shift=-1)),
             ("top-k keeps the smallest", "top-k keeps the k *smallest* logits; keep the k largest.",
              dict(k_largest=False)),
         ]
@@ -1127,8 +1152,10 @@ def check_generate(fn: Callable[..., Any]) -> str:
     # all right so far: once more, with a tensor built without device= (or moved with .cpu()) watched
     check_input_device(None, lambda: fn(model, original.clone(), steps, top_k=1), "your generate",
                        f"prompt {describe_shape(original)}, max_new_tokens={steps}, top_k=1", "keep the new token on "
-                       "the prompt's device: torch.cat([tokens, torch.multinomial(probs, 1, generator=generator)], "
-                       "dim=1) stays there; a tensor built from .item() values, or moved with .cpu(), needs "
+                       "the prompt's device: a tensor you create for the draw needs device= (Gumbel noise: "
+                       "`torch.rand(probs.shape, generator=generator, device=probs.device)`, the generator on that "
+                       "device too); torch.cat([tokens, torch.multinomial(probs, 1, generator=generator)], dim=1) "
+                       "stays there; a tensor built from .item() values, or moved with .cpu(), needs "
                        ".to(tokens.device)")
     return "eval mode restored, no gradients, context cropped to max_len, last position, draws follow the distribution"
 
