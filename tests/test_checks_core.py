@@ -55,6 +55,11 @@ REFERENCES = {
     "check_next_token_probs": course_utils.next_token_probs,
     "check_generate": course_utils.generate,
     "check_load_gpt2_weights": course_utils.load_gpt2_weights,
+    "check_rms_norm": course_utils.RMSNorm,
+    "check_rotary_tables": course_utils.rotary_tables,
+    "check_apply_rotary": course_utils.apply_rotary,
+    "check_swiglu": course_utils.SwiGLU,
+    "check_grouped_query_attention": course_utils.GroupedQueryAttention,
 }
 
 
