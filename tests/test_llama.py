@@ -197,3 +197,20 @@ def test_conversion_names_keys_with_no_place():
         convert_llama_state_dict(sd)
     tied = convert_llama_state_dict({"model.embed_tokens.weight": torch.ones(4, 2)})
     assert tied["lm_head.weight"] is tied["token_embedding.weight"]
+
+
+def test_shipped_checkpoint_loads_and_generates_alike_with_and_without_the_cache():
+    from course_utils.gpt_training import evaluate_loss, prepare_data
+    from course_utils.llama_training import CHECKPOINT, LLAMA_RECIPE, load_pretrained_llama, pretrained_llama_info
+
+    model, tok, history = load_pretrained_llama()
+    assert CHECKPOINT.stat().st_size < 2_000_000 and not model.training
+    info = pretrained_llama_info()
+    assert info["config"] == {"vocab_size": len(tok), **LLAMA_RECIPE["model"]}
+    assert history["val_loss"][-1] == pytest.approx(info["final_val_loss"], abs=1e-3)
+    assert info["final_val_loss"] < 2.0  # nats per character; ln V = 4.17 before training
+    _, _, valid = prepare_data()
+    assert evaluate_loss(model, valid, batches=2) < 2.1
+    prompt = torch.tensor([tok.encode("ROMEO:\n")])
+    assert torch.equal(generate(model, prompt, 40, temperature=0), generate(model, prompt, 40, temperature=0,
+                                                                             use_cache=False))
