@@ -54,8 +54,8 @@ class RMSNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
         check_int("d_model", d_model, low=1)
-        if not is_number(eps) or not eps > 0:
-            raise ValueError(f"eps must be a number > 0, got {eps!r}")
+        if not is_number(eps) or not eps >= 0:
+            raise ValueError(f"eps must be a number >= 0, got {eps!r}")
         self.eps = float(eps)
         self.weight = nn.Parameter(torch.ones(d_model))
 

@@ -21,9 +21,8 @@ from typing import Any
 
 import torch
 
-from .gpt_training import CharTokenizer, fit_gpt, prepare_data
+from .gpt_training import CharTokenizer, fit_gpt, prepare_data, read_checkpoint, write_checkpoint
 from .llama import Llama
-from .stories import load_shakespeare
 
 CHECKPOINT = Path(__file__).resolve().parent / "pretrained" / "shakespeare_llama.pt"
 FORMAT = 1
@@ -55,29 +54,17 @@ def train_llama(recipe: dict[str, dict[str, Any]] | None = None, threads: int | 
 def save_llama(model: Llama, tokenizer: CharTokenizer, history: dict[str, Any], meta: dict[str, Any],
                path: str | Path = CHECKPOINT) -> Path:
     """Weights in float16 (float32 again on loading), with the config, the characters and the record."""
-    state = {k: v.half() for k, v in model.state_dict().items()}
     config = {"vocab_size": model.vocab_size, **LLAMA_RECIPE["model"]}
-    torch.save({"format": FORMAT, "config": config, "state_dict": state, "itos": tokenizer.itos,
-                "history": history, "meta": meta}, path)
-    return Path(path)
+    return write_checkpoint(path, FORMAT, config, model.state_dict(), tokenizer, history, meta)
 
 
-def _read(path: str | Path | None = None) -> dict[str, Any]:
-    path = CHECKPOINT if path is None else Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}; write it with `python -m course_utils.llama_training --write`")
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a format-{FORMAT} shakespeare_llama checkpoint")
-    return state
+def _read(path: str | Path | None = None) -> tuple[dict[str, Any], CharTokenizer]:
+    return read_checkpoint(CHECKPOINT if path is None else path, FORMAT, "course_utils.llama_training")
 
 
 def load_pretrained_llama(path: str | Path | None = None) -> tuple[Llama, CharTokenizer, dict[str, Any]]:
     """``(model in eval mode, tokenizer, history)`` of the shipped Shakespeare Llama."""
-    state = _read(path)
-    tokenizer = CharTokenizer(load_shakespeare())
-    if tokenizer.itos != list(state["itos"]):
-        raise ValueError("the checkpoint's characters differ from tiny Shakespeare's: retrain it")
+    state, tokenizer = _read(path)
     model = Llama(**state["config"])
     model.load_state_dict({k: v.float() for k, v in state["state_dict"].items()})
     return model.eval(), tokenizer, dict(state["history"])
@@ -85,7 +72,7 @@ def load_pretrained_llama(path: str | Path | None = None) -> tuple[Llama, CharTo
 
 def pretrained_llama_info(path: str | Path | None = None) -> dict[str, Any]:
     """The checkpoint's config and record (recipe, threads, torch, seconds, final loss)."""
-    state = _read(path)
+    state, _ = _read(path)
     return {"config": dict(state["config"]), **dict(state["meta"])}
 
 
