@@ -53,6 +53,8 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "train_step": ("training._train_step",),
     # 09: one cached decoding step of a GPT, and the sampler generate draws with
     "generate": ("gpt.gpt_decode_step", "gpt.sample_next_token"),
+    # 10: half of apply_rotary's formula (x * cos + rotate_half(x) * sin)
+    "apply_rotary": ("llama.rotate_half",),
 }
 
 # Public modules never imported (the tools' forwarders) and the checkers (a stand-in).
