@@ -44,6 +44,7 @@ together are best. Notebook 10 quotes this table and says what it does not show.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -132,10 +133,13 @@ def cpu_pace(change: str, vocab_size: int, size: dict, fit: dict, train: Tensor,
     return (time.process_time() - start) / probe
 
 
+_data = functools.lru_cache(maxsize=1)(prepare_data)  # the same text for every run of one process: encoded once
+
+
 def run_one(change: str, seed: int, budget: float, threads: int, size: dict, fit: dict) -> dict:
     """Train ``change`` from ``seed`` for the steps that fit ``budget`` CPU seconds at its own pace."""
     torch.set_num_threads(threads)
-    tokenizer, train, valid = prepare_data()
+    tokenizer, train, valid = _data()
     pace = cpu_pace(change, len(tokenizer), size, fit, train)
     steps = max(fit["warmup"] + 1, int(budget / pace))
     torch.manual_seed(seed)
