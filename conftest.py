@@ -43,6 +43,7 @@ SECONDS = {
     "tests/test_checks_gpt_weights.py": 30,
     "solutions/07_training.ipynb": 27,
     "solutions/09_gpt.ipynb": 20,
+    "solutions/10_modern_decoder.ipynb": 15,
     "solutions/11_tokenization.ipynb": 12,
     "tests/test_attention_explorer.py": 20,
     "tests/test_notebook06_own_model.py": 20,

@@ -16,6 +16,7 @@ notebook               module
 07 training            :mod:`course_utils.training`, :mod:`course_utils.trainer`, ``data``, ``pretrained``
 08 classifier          :mod:`course_utils.reviews`, :mod:`course_utils.classifier`
 09 decoder-only LM     :mod:`course_utils.gpt`, :mod:`course_utils.gpt_training`
+10 modern decoder      :mod:`course_utils.llama`, :mod:`course_utils.llama_weights`
 11 tokenization        :mod:`course_utils.tokenizer`
 plots                  :mod:`course_utils.plotting`, :mod:`course_utils.inspect_attention`
 =====================  ==========================================================
@@ -34,6 +35,7 @@ from .encoder import Encoder, EncoderLayer
 from .gpt import GPT, GPTBlock, generate, load_gpt2_weights, next_token_probs
 from .inspect_attention import record_attention, stack_layers
 from .layers import FeedForward, LayerNorm
+from .llama import GroupedQueryAttention, Llama, LlamaBlock, RMSNorm, SwiGLU, apply_rotary, rotary_tables
 from .model import Transformer, count_parameters, make_src_mask, make_tgt_mask
 from .multihead import MultiHeadAttention, merge_heads, split_heads
 from .positional import PositionalEncoding, sinusoidal_positional_encoding
@@ -86,6 +88,14 @@ __all__ = [
     "next_token_probs",
     "generate",
     "load_gpt2_weights",
+    # 10
+    "RMSNorm",
+    "rotary_tables",
+    "apply_rotary",
+    "SwiGLU",
+    "GroupedQueryAttention",
+    "LlamaBlock",
+    "Llama",
     # 11
     "count_pairs",
     "merge_pair",

@@ -131,8 +131,11 @@ class GPT(nn.Module):
 
 
 def context_length(model: nn.Module) -> int:
-    """``max_len`` of a GPT: the number of rows of its ``position_embedding``."""
-    return model.position_embedding.weight.size(0)
+    """``max_len`` of a GPT: the number of rows of its ``position_embedding``; a model without
+    a position table (notebook 10's :class:`~course_utils.llama.Llama`, rotary positions) gives
+    its ``max_len``."""
+    table = getattr(model, "position_embedding", None)
+    return table.weight.size(0) if table is not None else int(model.max_len)
 
 
 def vocabulary_size(model: nn.Module) -> int:
@@ -247,11 +250,14 @@ def sample_next_token(
 
 
 def empty_cache(model: GPT, batch_size: int, capacity: int = 16) -> KVCache:
-    """A :class:`~course_utils.decoding.KVCache` with no positions, one entry per block."""
+    """A :class:`~course_utils.decoding.KVCache` with no positions, one entry per block
+    (``n_kv_heads`` heads where the attention has fewer key/value heads than query heads,
+    notebook 10's grouped-query attention)."""
     keys, values = [], []
     for block in model.blocks:
         attn = block.self_attn
-        shape = (batch_size, attn.num_heads, capacity, attn.d_k)  # (B, H, capacity, d_k)
+        heads = getattr(attn, "n_kv_heads", attn.num_heads)
+        shape = (batch_size, heads, capacity, attn.d_k)  # (B, H_kv, capacity, d_k)
         weight = attn.w_k.weight
         keys.append(torch.zeros(shape, dtype=weight.dtype, device=weight.device))
         values.append(torch.zeros(shape, dtype=weight.dtype, device=weight.device))
@@ -303,6 +309,8 @@ def generate(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    *,
+    decode_step: Any = None,
 ) -> Tensor:
     """Continue ``tokens (B, L0)`` by ``max_new_tokens`` sampled tokens: ``(B, L0 + max_new_tokens)``.
 
@@ -311,7 +319,8 @@ def generate(
     makes the draws repeatable). Runs in eval mode (no dropout) and puts the model back in
     the mode it was in. With ``use_cache`` (and ``L0 + max_new_tokens <= max_len``) each step
     feeds only the new token (:func:`gpt_decode_step`); otherwise each step re-runs the
-    model on the last ``max_len`` tokens. Both give the same tokens.
+    model on the last ``max_len`` tokens. Both give the same tokens. ``decode_step`` (default
+    :func:`gpt_decode_step`) feeds one cached position; notebook 10's model passes its own.
     """
     check_rank("tokens", tokens, 2, "(B, L0) of token ids")
     if tokens.size(1) < 1:
@@ -320,18 +329,19 @@ def generate(
     if temperature != 0:
         _check_sampling(temperature, top_k, top_p)
     max_len = context_length(model)
+    step = gpt_decode_step if decode_step is None else decode_step
     check_vocab_ids(tokens[:, -max_len:], vocabulary_size(model))
     with _eval_mode(model):
         out = tokens
         if use_cache and tokens.size(1) + max_new_tokens <= max_len:
             cache = empty_cache(model, tokens.size(0), capacity=tokens.size(1) + max_new_tokens)
             for t in range(tokens.size(1)):  # the prompt, one position at a time
-                logits = gpt_decode_step(model, tokens[:, t], t, cache)  # (B, V)
+                logits = step(model, tokens[:, t], t, cache)  # (B, V)
             for _ in range(max_new_tokens):
                 nxt = sample_next_token(logits, temperature, top_k, top_p, generator)  # (B,)
                 out = torch.cat([out, nxt[:, None]], dim=1)  # (B, T + 1)
                 if out.size(1) < tokens.size(1) + max_new_tokens:
-                    logits = gpt_decode_step(model, nxt, out.size(1) - 1, cache)
+                    logits = step(model, nxt, out.size(1) - 1, cache)
             return out
         for _ in range(max_new_tokens):
             logits = model(out[:, -max_len:])[:, -1]  # (B, V): the last position only

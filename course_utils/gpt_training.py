@@ -266,29 +266,42 @@ def train_recipe(recipe: dict[str, dict[str, Any]] | None = None, threads: int |
 def save_checkpoint(model: GPT, tokenizer: CharTokenizer, history: dict[str, Any], meta: dict[str, Any],
                     path: str | Path = CHECKPOINT) -> Path:
     """Weights in float16 (half the size; float32 again on loading), without the tied copy."""
-    state = {k: v.half() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
     config = {"vocab_size": vocabulary_size(model), **GPT_RECIPE["model"]}
-    torch.save({"format": FORMAT, "config": config, "state_dict": state, "itos": tokenizer.itos,
-                "history": history, "meta": meta}, path)
+    return write_checkpoint(path, FORMAT, config, state, tokenizer, history, meta)
+
+
+def write_checkpoint(path: str | Path, format: int, config: dict[str, Any], state_dict: dict[str, Any],
+                     tokenizer: CharTokenizer, history: dict[str, Any], meta: dict[str, Any]) -> Path:
+    """A shipped Shakespeare checkpoint (notebooks 09 and 10): the weights in float16, the model's
+    config, the characters, the training history and the run's record."""
+    torch.save({"format": format, "config": config, "state_dict": {k: v.half() for k, v in state_dict.items()},
+                "itos": tokenizer.itos, "history": history, "meta": meta}, path)
     return Path(path)
 
 
-def _read(path: str | Path | None = None) -> dict[str, Any]:
-    path = CHECKPOINT if path is None else Path(path)
+def read_checkpoint(path: str | Path, format: int, module: str) -> tuple[dict[str, Any], CharTokenizer]:
+    """``(the checkpoint's dict, tiny Shakespeare's tokenizer)`` of a file :func:`write_checkpoint`
+    wrote; ``module`` is the one whose ``--write`` retrains it (named in the errors)."""
+    path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}; write it with `python -m course_utils.gpt_training --write`")
+        raise FileNotFoundError(f"no checkpoint at {path}; write it with `python -m {module} --write`")
     state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a format-{FORMAT} shakespeare_gpt checkpoint")
-    return state
+    if not isinstance(state, dict) or state.get("format") != format:
+        raise ValueError(f"{path} is not a format-{format} checkpoint of {module}")
+    tokenizer = CharTokenizer(load_shakespeare())
+    if tokenizer.itos != list(state["itos"]):
+        raise ValueError("the checkpoint's characters differ from tiny Shakespeare's: retrain it")
+    return state, tokenizer
+
+
+def _read(path: str | Path | None = None) -> tuple[dict[str, Any], CharTokenizer]:
+    return read_checkpoint(CHECKPOINT if path is None else path, FORMAT, "course_utils.gpt_training")
 
 
 def load_pretrained_gpt(path: str | Path | None = None) -> tuple[GPT, CharTokenizer, dict[str, Any]]:
     """``(model in eval mode, tokenizer, history)`` of the shipped Shakespeare model."""
-    state = _read(path)
-    tokenizer = CharTokenizer(load_shakespeare())
-    if tokenizer.itos != list(state["itos"]):
-        raise ValueError("the checkpoint's characters differ from tiny Shakespeare's: retrain it")
+    state, tokenizer = _read(path)
     model = GPT(**state["config"])
     weights = {k: v.float() for k, v in state["state_dict"].items()}
     weights["lm_head.weight"] = weights["token_embedding.weight"]
@@ -304,7 +317,7 @@ def checkpoint_meta(history: dict[str, Any], threads: int) -> dict[str, Any]:
 
 
 def pretrained_gpt_info(path: str | Path | None = None) -> dict[str, Any]:
-    state = _read(path)
+    state, _ = _read(path)
     return {"config": dict(state["config"]), **dict(state["meta"])}
 
 

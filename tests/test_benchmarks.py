@@ -81,6 +81,16 @@ def test_bpe_speed_trains_and_compares_encoders(bench, capsys):
     assert len(rows) >= 4 and all(row.count("|") == 7 for row in rows), out
 
 
+def test_modern_ablation_trains_each_variant_for_the_same_cpu_budget(bench, capsys):
+    args = ["--budget", "0.1", "--seeds", "0", "--variants", "gpt2", "rope", "llama",
+            "--set", "d_model=16", "num_layers=1", "max_len=16", "batch_size=4", "warmup=1"]
+    assert bench("modern_ablation").main(args) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("| gpt2 | 0 |", "| rope | 0 |", "| llama | 0 |"))]
+    assert len(rows) == 3 and all(row.count("|") == 8 for row in rows), out
+    assert "budget 0.1 CPU s per run" in out and "val loss min-max" in out
+
+
 def test_bpe_vs_chars_trains_both_models(bench, capsys):
     assert bench("bpe_vs_chars").main(["--seeds", "0", "--steps", "2", "--vocab", "280", "--chars", "20000"]) == 0
     out = capsys.readouterr().out

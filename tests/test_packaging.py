@@ -389,8 +389,16 @@ CONTRACT = {  # notebook -> name -> parameters (name, default or inspect.Paramet
         "GPT": "vocab_size, d_model=768, num_heads=12, num_layers=12, d_ff=3072, dropout=0.1, max_len=1024",
         "next_token_probs": "logits, temperature=1.0, top_k=None, top_p=None",
         "generate": "model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None, "
-        "use_cache=True",
-    },    "11": {
+        "use_cache=True, decode_step=None",
+    },
+    "10": {
+        "RMSNorm": "d_model, eps=1e-06",
+        "rotary_tables": "d_k, max_len, base=10000.0, device=None",
+        "apply_rotary": "x, cos, sin, offset=0",
+        "SwiGLU": "d_model, d_ff",
+        "GroupedQueryAttention": "d_model, num_heads, n_kv_heads=None, bias=False",
+    },
+    "11": {
         "count_pairs": "words",
         "merge_pair": "ids, pair, new_id",
         "train_bpe": "text, vocab_size, special_tokens=()",

@@ -55,6 +55,8 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "train_step": ("training._train_step",),
     # 09: one cached decoding step of a GPT, and the sampler generate draws with
     "generate": ("gpt.gpt_decode_step", "gpt.sample_next_token"),
+    # 10: half of apply_rotary's formula (x * cos + rotate_half(x) * sin)
+    "apply_rotary": ("llama.rotate_half",),
     # 11: the tokenizer class encodes and decodes as the two function exercises do
     "bpe_encode": ("tokenizer.BPETokenizer",),
     "bpe_decode": ("tokenizer.BPETokenizer",),

@@ -6,7 +6,7 @@ and never raises. ``hint(name)`` prints hints. See :mod:`._core` for the machine
 the course contract for the promises. One module per notebook: 01 :mod:`.attention`,
 02 :mod:`.multihead`, 03 :mod:`.positional`, 04 :mod:`.encoder`, 05 :mod:`.decoder`,
 06 :mod:`.model`, 07 :mod:`.training`, 08 :mod:`.classifier`, 09 :mod:`.gpt` and
-:mod:`.gpt_weights` (GPT-2's checkpoint, the notebook's last exercise), 11 :mod:`.tokenizer`.
+:mod:`.gpt_weights` (GPT-2's checkpoint, the notebook's last exercise), 10 :mod:`.llama`, 11 :mod:`.tokenizer`.
 """
 
 from ._core import CheckResult, hint
@@ -20,9 +20,11 @@ from .training import *  # noqa: F403
 from .classifier import *  # noqa: F403
 from .gpt import *  # noqa: F403
 from .gpt_weights import *  # noqa: F403
+from .llama import *  # noqa: F403
 from .tokenizer import *  # noqa: F403
 from . import attention, multihead, positional, encoder, decoder, model, training, classifier  # imported above
-from . import gpt, gpt_weights, tokenizer  # imported above
+from . import gpt, gpt_weights, llama, tokenizer  # imported above
 
-_NOTEBOOKS = (attention, multihead, positional, encoder, decoder, model, training, classifier, gpt, gpt_weights, tokenizer)
+_NOTEBOOKS = (attention, multihead, positional, encoder, decoder, model, training, classifier, gpt, gpt_weights, llama,
+              tokenizer)
 __all__ = ["CheckResult", "hint", *(name for module in _NOTEBOOKS for name in module.__all__)]

@@ -1,0 +1,483 @@
+"""Checkers for notebook 10 (a modern, Llama-style decoder): ``RMSNorm``, ``rotary_tables``,
+``apply_rotary``, ``SwiGLU`` and ``GroupedQueryAttention``.
+
+Each runs the student's code on random inputs of awkward sizes (``B != L != d_k``, rows with a
+large mean, an offset for the cache's case) and compares with :mod:`course_utils.llama`. A wrong
+result is compared with the reference computed with each catalogued mistake (RMSNorm with the mean
+subtracted, ``eps`` outside the root, the wrong axis; rotary tables or rotation in Meta's pairs
+layout, positions from 1, the offset ignored, values rotated; SwiGLU's gate on the wrong branch,
+GELU; GQA's ``repeat`` instead of ``repeat_interleave``); the names are those of
+``_mistakes.MISTAKES``, pinned over 20 seeds by tests/test_checks_llama.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..llama import GroupedQueryAttention, rotary_tables
+from ._core import (Mistake, StudentError, allclose, call_student, check_unchanged, checker, describe_shape, equal, expect_close,
+                    fail, gradient_probe, randint, register_hints, require_function, require_module_class,
+                    require_own_code)
+from ._pairing import randomise_parameters
+
+__all__ = ["check_rms_norm", "check_rotary_tables", "check_apply_rotary", "check_swiglu",
+           "check_grouped_query_attention"]
+
+_PAIRS = ("this is Meta's *pairs* layout, which rotates features (2i, 2i+1) together. The course (and Hugging "
+          "Face's `rotate_half`, so that LlamaForCausalLM weights copy as they are) uses the *halves* layout: "
+          "feature i turns with feature i + d_k/2. Both are the same model once the rows of w_q and w_k are "
+          "permuted, but not the same numbers: write the halves layout")
+
+
+def _forward(model: Callable[..., Any], args: tuple[Any, ...], case: str) -> Any:
+    return call_student(model, *args, context=f"calling it on {case}")
+
+
+def _param(model: nn.Module, name: str, shape: tuple[int, ...], what: str) -> Tensor:
+    p = dict(model.named_parameters()).get(name)
+    if p is None:
+        yours = ", ".join(n for n, _ in model.named_parameters()) or "none"
+        fail(f"{what} needs a parameter `{name}` of shape {shape} (yours: {yours}).", mistake="missing submodule")
+    if tuple(p.shape) != shape:
+        fail(f"`{name}` of {what} has shape {describe_shape(p)}, expected {shape}.", mistake="wrong parameter shape")
+    return p
+
+
+# ---------------------------------------------------------------- RMSNorm
+def _rms(x: Tensor, w: Tensor, eps: float, dim: int | tuple[int, ...] = -1) -> Tensor:
+    return x / torch.sqrt(x.pow(2).mean(dim=dim, keepdim=True) + eps) * w
+
+
+def _rms_mistakes(x: Tensor, w: Tensor, eps: float, default_eps: bool) -> list[Mistake]:
+    ms = x.pow(2).mean(-1, keepdim=True)  # (..., 1)
+    centred = x - x.mean(-1, keepdim=True)
+    out: list[Mistake] = [
+        ("mean subtracted", "you subtracted the mean first: that is LayerNorm (without its bias). RMSNorm divides "
+         "x itself by its root mean square, sqrt(mean(x ** 2) + eps): no mean, which is what makes it cheaper.",
+         lambda: centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * w),
+        ("mean subtracted", "you divided by the standard deviation (x.var / x.std subtract the mean); RMSNorm divides "
+         "by the root mean square of x itself: torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps).",
+         lambda: x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps) * w),
+        ("eps outside the square root", "you added eps after the square root, x / (sqrt(mean(x ** 2)) + eps); it goes "
+         "inside: x / sqrt(mean(x ** 2) + eps).", lambda: x / (ms.sqrt() + eps) * w),
+        ("no square root", "you divided by mean(x ** 2) + eps, the mean *square*; divide by its square root.",
+         lambda: x / (ms + eps) * w),
+        ("no learnable scale and shift", "the learned scale `weight` is not applied: multiply by self.weight at the end.",
+         lambda: x / torch.sqrt(ms + eps)),
+    ]
+    for dim, where in ((-2, "the positions (dim=-2)"), (0, "the batch (dim=0)"), (tuple(range(x.dim())), "every axis")):
+        out.append(("normalised over the wrong axis", f"you took the mean over {where}; RMSNorm normalises each "
+                    "vector on its own: the mean over the features, the last axis (dim=-1, keepdim=True).",
+                    lambda dim=dim: _rms(x, w, eps, dim)))
+    if not default_eps:
+        out.append(("eps ignored", "the eps passed to the constructor is not used (a fixed eps?): store "
+                    "it, self.eps = eps, and use it.", lambda: _rms(x, w, 1e-6)))
+    return out
+
+
+def _rms_case(model: nn.Module, w: Tensor, eps: float, x: Tensor, case: str, default_eps: bool) -> None:
+    x0 = x.clone()
+    got = _forward(model, (x,), case)
+    check_unchanged(["x"], [x], [x0], case)
+    expected = _rms(x0, w.detach(), eps)
+    expect_close("the output", got, expected, _rms_mistakes(x0, w.detach(), eps, default_eps), atol=1e-5,
+                 rtol=1e-4, case=case)
+
+
+def _rms_inputs(*shape: int, scale: float = 1.0) -> Tensor:
+    """Rows with a clear mean (so that a subtracted mean shows) and varied scales."""
+    x = torch.randn(*shape) + 2.0 * torch.randn(*shape[:-1], 1)  # (..., D): a different mean per row
+    return scale * x * torch.empty(*shape[:-1], 1).uniform_(0.5, 2.0)
+
+
+@checker("RMSNorm")
+def check_rms_norm(cls: Any) -> str:
+    require_module_class(cls, "RMSNorm")
+    B, L, D = randint(2, 3), randint(4, 6), randint(7, 12)
+    model = call_student(cls, D, context=f"constructing RMSNorm(d_model={D})")
+    if not isinstance(model, nn.Module):
+        fail("RMSNorm should subclass nn.Module.", mistake="not a class")
+    w = _param(model, "weight", (D,), "RMSNorm")
+    extra = [n for n, _ in model.named_parameters() if n != "weight"]
+    if extra:
+        fail(f"RMSNorm has one parameter, `weight` (D,); yours also has {', '.join(extra)}. No bias: RMSNorm only "
+             "rescales.", mistake="unexpected parameters")
+    if not equal(w.detach(), torch.ones(D)):
+        fail("`weight` should start at ones (the identity scale), as LayerNorm's does.", mistake="wrong initial values")
+    model.eval()
+    randomise_parameters(model)
+    x = _rms_inputs(B, L, D)
+    case = f"x of shape ({B}, {L}, {D}), default eps"
+    require_own_code(lambda: _forward(model, (x,), case), {"rms_norm"}, "RMSNorm",
+                     "from its formula, x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight")
+    _rms_case(model, w, 1e-6, x, case, default_eps=True)
+    _rms_case(model, w, 1e-6, _rms_inputs(L, D), f"x of shape ({L}, {D}), default eps", default_eps=True)
+    eps = round(float(torch.empty(()).uniform_(0.2, 0.5)), 2)
+    model = call_student(cls, D, eps, context=f"constructing RMSNorm(d_model={D}, eps={eps})")
+    w = _param(model, "weight", (D,), "RMSNorm")
+    model.eval()
+    randomise_parameters(model)
+    _rms_case(model, w, eps, _rms_inputs(B, L, D, scale=0.3), f"x of shape ({B}, {L}, {D}) with small values, "
+              f"eps={eps}", default_eps=False)
+    ref_w = nn.Parameter(w.detach().clone())
+    gradient_probe(model, lambda x: _rms(x, ref_w, eps), dict(x=_rms_inputs(B, L, D)), [("weight", w, ref_w)],
+                   what="RMSNorm", case=f"x of shape ({B}, {L}, {D})")
+    return "default and large eps, rows with a large mean, random weight; same as torch.nn.RMSNorm"
+
+
+# ---------------------------------------------------------------- rotary tables
+def _angles(d_k: int, positions: Tensor, base: float, two: float = 2.0, sign: float = -1.0) -> Tensor:
+    inv = base ** (sign * two * torch.arange(d_k // 2, dtype=torch.float64) / d_k)  # (d_k/2,)
+    return positions.double()[:, None] * inv  # (L, d_k/2)
+
+
+def _halves(a: Tensor) -> Tensor:
+    return torch.cat([a, a], dim=-1)  # (L, d_k): [theta | theta]
+
+
+def _table_mistakes(d_k: int, max_len: int, base: float, which: str) -> list[Mistake]:
+    trig = torch.cos if which == "cos" else torch.sin
+    other = torch.sin if which == "cos" else torch.cos
+    pos = torch.arange(max_len)
+    right = _angles(d_k, pos, base)
+    return [
+        ("pairs layout", f"{_PAIRS}: each row is [theta_0, ..., theta_(d/2-1), theta_0, ..., theta_(d/2-1)] "
+         "(torch.cat([angles, angles], dim=-1)), not each angle twice in a row (repeat_interleave).",
+         lambda: trig(right.repeat_interleave(2, dim=-1)).float()),
+        ("positions from 1", "your rows start at position 1; the first token is position 0 (row 0 is cos = 1, "
+         "sin = 0: no rotation). torch.arange(max_len) starts at 0.",
+         lambda: trig(_halves(_angles(d_k, pos + 1, base))).float()),
+        ("frequencies without the factor 2", "your frequencies are base ** (-i / d_k); they are "
+         "base ** (-2i / d_k) for i = 0 .. d_k/2 - 1 (torch.arange(0, d_k, 2) / d_k).",
+         lambda: trig(_halves(_angles(d_k, pos, base, two=1.0))).float()),
+        ("base ignored", "the base passed in is not used (10000 written in?): theta_i = base ** (-2i / d_k) with "
+         "the base argument.", lambda: trig(_halves(_angles(d_k, pos, 10000.0))).float()),
+        ("sin and cos swapped", "your cos table holds the sines and your sin table the cosines: return (cos, sin) "
+         "in that order.", lambda: other(_halves(right)).float()),
+    ]
+
+
+def _sign_flipped(table: Any, trig: Callable[[Tensor], Tensor], d_k: int, base: float, which: str, case: str) -> None:
+    """Frequencies ``base ** (+2i / d_k)`` give angles of thousands of radians, which float32 holds only to about
+    1e-3: compared on rows 0 and 1 only, within 2e-3 (a right table differs there by far more)."""
+    if not isinstance(table, Tensor) or table.dim() != 2 or table.size(0) < 2 or table.size(1) != d_k:
+        return
+    right = trig(_halves(_angles(d_k, torch.arange(2), base)))  # (2, d_k), float64
+    if allclose(table[:2].double(), right, atol=1e-5):
+        return
+    flipped = trig(_halves(_angles(d_k, torch.arange(2), base, sign=1.0)))  # (2, d_k)
+    if allclose(table[:2].double(), flipped, atol=2e-3):
+        fail(f"the {which} table ({case}): your frequencies grow with i (base ** (+2i / d_k)); they shrink: "
+             "theta_i = base ** (-2i / d_k) = 1 / base ** (2i / d_k).", mistake="frequency exponent sign flipped")
+
+
+@checker("rotary_tables")
+def check_rotary_tables(fn: Any) -> str:
+    require_function(fn, "rotary_tables")
+    d_k, max_len = 2 * randint(3, 6), randint(9, 17)
+    for base in (10000.0, float(randint(20, 300))):
+        case = f"rotary_tables(d_k={d_k}, max_len={max_len}, base={base})"
+        got = call_student(fn, d_k, max_len, base=base, context=f"calling {case}")
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            fail(f"{case} should return two tables (cos, sin); got {describe_shape(got)}.", mistake="wrong return")
+        right = _halves(_angles(d_k, torch.arange(max_len), base))  # (max_len, d_k)
+        for which, table, trig in (("cos", got[0], torch.cos), ("sin", got[1], torch.sin)):
+            if isinstance(table, Tensor) and tuple(table.shape) == (max_len, d_k // 2):
+                fail(f"your {which} table ({case}) has shape {describe_shape(table)}: one column per frequency. "
+                     f"The course's tables are (max_len, d_k) = ({max_len}, {d_k}), the d_k/2 angles written twice "
+                     "([theta | theta], torch.cat([angles, angles], dim=-1)), so that apply_rotary multiplies "
+                     "them with x feature by feature.", mistake="half-width tables")
+            _sign_flipped(table, trig, d_k, base, which, case)
+            mistakes = _table_mistakes(d_k, max_len, base, which)
+            if base == 10000.0:
+                mistakes = [m for m in mistakes if m[0] != "base ignored"]
+            expect_close(f"the {which} table", table, trig(right).float(), mistakes, atol=1e-5, rtol=1e-4, case=case)
+    return "random even d_k and max_len, the default base and another; halves layout, positions from 0"
+
+
+# ---------------------------------------------------------------- apply_rotary
+def _rot(x: Tensor, cos: Tensor, sin: Tensor, start: int, turn: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    L = x.size(-2)
+    half = turn or (lambda t: torch.cat([-t[..., t.size(-1) // 2:], t[..., : t.size(-1) // 2]], dim=-1))
+    return x * cos[start : start + L] + half(x) * sin[start : start + L]
+
+
+def _pairs_turn(t: Tensor) -> Tensor:
+    """(x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...): the 90-degree turn of Meta's pairs."""
+    even, odd = t[..., 0::2], t[..., 1::2]
+    return torch.stack([-odd, even], dim=-1).flatten(-2)
+
+
+def _meta(x: Tensor, start: int, base: float = 10000.0) -> Tensor:
+    """Meta's pairs layout with Meta's frequencies: pair (2i, 2i+1) turned by m * theta_i."""
+    L, d = x.shape[-2:]
+    a = _angles(d, torch.arange(start, start + L), base).to(x.dtype).repeat_interleave(2, dim=-1)  # (L, d_k)
+    return x * a.cos() + _pairs_turn(x) * a.sin()
+
+
+def _rotary_mistakes(x: Tensor, cos: Tensor, sin: Tensor, offset: int) -> list[Mistake]:
+    out: list[Mistake] = [
+        ("pairs layout", f"{_PAIRS}: rotate_half(x) = torch.cat([-x2, x1], dim=-1) with x1, x2 the two halves of "
+         "the last axis.", lambda: _meta(x, offset)),
+        ("pairs layout", f"{_PAIRS}: you turned the pairs (2i, 2i+1) with the halves layout's tables; "
+         "rotate_half(x) = torch.cat([-x2, x1], dim=-1) with x1, x2 the two halves of the last axis.",
+         lambda: _rot(x, cos, sin, offset, _pairs_turn)),
+        ("positions from 1", "you rotated the tokens one position too far (positions from 1): the token at "
+         "position p uses row p of the tables, rows offset .. offset + L - 1.",
+         lambda: _rot(x, cos, sin, offset + 1)),
+        ("rotation the wrong way", "you turned by -angle: rotate_half is [-x2 | x1] (the minus on the second "
+         "half, moved to the front), and the sine term is added: x * cos + rotate_half(x) * sin.",
+         lambda: _rot(x, cos, -sin, offset)),
+        ("rotate_half without the minus", "your rotate_half swaps the halves without negating: it must be "
+         "torch.cat([-x2, x1], dim=-1) (a quarter turn, not a reflection).",
+         lambda: _rot(x, cos, sin, offset, lambda t: torch.cat([t[..., t.size(-1) // 2:], t[..., : t.size(-1) // 2]], -1))),
+        ("sin and cos swapped", "you multiplied x by the sines and rotate_half(x) by the cosines: "
+         "x * cos + rotate_half(x) * sin.", lambda: _rot(x, sin, cos, offset)),
+    ]
+    if offset > 0:
+        out.insert(0, ("rotary offset ignored", f"with offset = {offset} your rotation starts at position 0: the "
+                       "offset is not used. With a key/value cache the new token sits at position offset (not 0), "
+                       "and its query and key must turn by that position's angle: rows offset .. offset + L - 1 of "
+                       "the tables.", lambda: _rot(x, cos, sin, 0)))
+    return out
+
+
+def _rotary_case(fn: Any, x: Tensor, cos: Tensor, sin: Tensor, offset: int | None, case: str) -> None:
+    x0, c0, s0 = x.clone(), cos.clone(), sin.clone()
+    kwargs = {} if offset is None else {"offset": offset}
+    got = call_student(fn, x, cos, sin, context=f"calling apply_rotary on {case}", **kwargs)
+    check_unchanged(["x", "cos", "sin"], [x, cos, sin], [x0, c0, s0], case)
+    start = offset or 0
+    expect_close("the result", got, _rot(x0, c0, s0, start), _rotary_mistakes(x0, c0, s0, start), atol=1e-5,
+                 rtol=1e-4, case=case)
+
+
+@checker("apply_rotary")
+def check_apply_rotary(fn: Any) -> str:
+    require_function(fn, "apply_rotary")
+    B, H, L, d_k = randint(2, 3), randint(2, 4), randint(5, 9), 2 * randint(3, 6)
+    offset = randint(3, 12)
+    cos, sin = rotary_tables(d_k, L + offset + randint(1, 5))
+    _rotary_case(fn, torch.randn(B, H, L, d_k), cos, sin, None, f"x of shape ({B}, {H}, {L}, {d_k}), offset left "
+                 "at its default")
+    _rotary_case(fn, torch.randn(B, L, d_k), cos, sin, 0, f"x of shape ({B}, {L}, {d_k}), offset=0")
+    _rotary_case(fn, torch.randn(B, H, L, d_k), cos, sin, offset, f"x of shape ({B}, {H}, {L}, {d_k}), "
+                 f"offset={offset}")
+    _rotary_case(fn, torch.randn(B, H, 1, d_k), cos, sin, offset, f"one new token x of shape ({B}, {H}, 1, {d_k}) "
+                 f"at offset={offset} (the key/value cache's case)")
+    q, k = torch.randn(d_k), torch.randn(d_k)  # the property the rotation exists for, on the student's code
+    try:
+        scores = [float(call_student(fn, q[None], cos, sin, offset=m) @ call_student(fn, k[None], cos, sin, offset=n).T)
+                  for m, n in ((4, 1), (offset + 4, offset + 1))]
+    except StudentError:
+        scores = None
+    if scores is not None and abs(scores[0] - scores[1]) > 1e-4 * (1 + abs(scores[0])):
+        fail(f"<R(m) q, R(n) k> should depend on m - n only; yours gives {scores[0]:.4f} for (4, 1) and "
+             f"{scores[1]:.4f} for ({offset + 4}, {offset + 1}).", mistake="values differ")
+    gradient_probe(lambda x: fn(x, cos, sin), lambda x: _rot(x, cos, sin, 0), dict(x=torch.randn(B, H, L, d_k)),
+                   what="apply_rotary", case=f"x of shape ({B}, {H}, {L}, {d_k})")
+    return "3-D and 4-D inputs, offsets 0 and > 0, one cached token; <R(m) q, R(n) k> depends on m - n only"
+
+
+# ---------------------------------------------------------------- SwiGLU
+def _swiglu_mistakes(x: Tensor, w1: Tensor, w2: Tensor, w3: Tensor) -> list[Mistake]:
+    a, b = x @ w1.T, x @ w3.T  # (..., d_ff) each: the gate's and the value's pre-activations
+    return [
+        ("gate on the wrong branch", "SiLU is applied to w3(x) and w1(x) is the plain branch; the gate is w1: "
+         "w2(silu(w1(x)) * w3(x)).", lambda: (F.silu(b) * a) @ w2.T),
+        ("GELU instead of SiLU", "this is GEGLU (GELU on the gate); SwiGLU's gate uses SiLU (swish), "
+         "F.silu(h) = h * sigmoid(h).", lambda: (F.gelu(a) * b) @ w2.T),
+        ("GELU instead of SiLU", "this is GEGLU with the tanh GELU; SwiGLU's gate uses SiLU, "
+         "F.silu(h) = h * sigmoid(h).", lambda: (F.gelu(a, approximate="tanh") * b) @ w2.T),
+        ("sigmoid gate", "the gate is sigmoid(w1(x)) (the original GLU); SwiGLU uses silu(w1(x)) = "
+         "w1(x) * sigmoid(w1(x)).", lambda: (torch.sigmoid(a) * b) @ w2.T),
+        ("ReLU instead of SiLU", "this is ReGLU (ReLU on the gate); SwiGLU uses SiLU.",
+         lambda: (F.relu(a) * b) @ w2.T),
+        ("gate missing", "w3(x) is not used: SwiGLU multiplies the activated gate by a second projection, "
+         "w2(silu(w1(x)) * w3(x)).", lambda: F.silu(a) @ w2.T),
+        ("SiLU on both branches", "SiLU is applied to both branches; only the gate w1(x) goes through it: "
+         "w2(silu(w1(x)) * w3(x)).", lambda: (F.silu(a) * F.silu(b)) @ w2.T),
+        ("SiLU after the product", "SiLU is applied after the product; it gates w1(x) alone: "
+         "w2(silu(w1(x)) * w3(x)).", lambda: F.silu(a * b) @ w2.T),
+    ]
+
+
+def _linear(model: nn.Module, name: str, i: int, o: int, what: str) -> Tensor:
+    m = getattr(model, name, None)
+    if not isinstance(m, nn.Linear):
+        yours = ", ".join(n for n, _ in model.named_children()) or "none"
+        fail(f"{what} needs `{name}` = nn.Linear({i}, {o}, bias=False) (yours: {yours}).",
+             mistake="missing submodule" if m is None else "wrong submodule")
+    if tuple(m.weight.shape) != (o, i):
+        fail(f"`{name}` of {what} maps {m.in_features} -> {m.out_features} features; it should map {i} -> {o}.",
+             mistake="wrong submodule")
+    if m.bias is not None:
+        fail(f"`{name}` has a bias; Llama's layers have none: nn.Linear(..., bias=False).", mistake="bias in a layer")
+    return m.weight
+
+
+@checker("SwiGLU")
+def check_swiglu(cls: Any) -> str:
+    require_module_class(cls, "SwiGLU")
+    B, L, D = randint(2, 3), randint(4, 6), randint(7, 11)
+    d_ff = D + randint(5, 9)  # not D: w2 and w3 mixed up shows in the shapes
+    model = call_student(cls, D, d_ff, context=f"constructing SwiGLU(d_model={D}, d_ff={d_ff})")
+    if not isinstance(model, nn.Module):
+        fail("SwiGLU should subclass nn.Module.", mistake="not a class")
+    w1, w2, w3 = (_linear(model, n, i, o, "SwiGLU") for n, i, o in (("w1", D, d_ff), ("w2", d_ff, D), ("w3", D, d_ff)))
+    model.eval()
+    randomise_parameters(model)
+    for shape in ((B, L, D), (L, D)):
+        x = 2 * torch.randn(*shape)
+        case = f"x of shape {describe_shape(x)}"
+        x0 = x.clone()
+        got = _forward(model, (x,), case)
+        check_unchanged(["x"], [x], [x0], case)
+        ws = [w.detach() for w in (w1, w2, w3)]
+        expect_close("the output", got, (F.silu(x0 @ ws[0].T) * (x0 @ ws[2].T)) @ ws[1].T,
+                     _swiglu_mistakes(x0, *ws), atol=1e-5, rtol=1e-4, case=case)
+    refs = [nn.Parameter(w.detach().clone()) for w in (w1, w2, w3)]
+    gradient_probe(model, lambda x: (F.silu(x @ refs[0].T) * (x @ refs[2].T)) @ refs[1].T,
+                   dict(x=torch.randn(B, L, D)), list(zip(("w1.weight", "w2.weight", "w3.weight"), (w1, w2, w3), refs)),
+                   what="SwiGLU", case=f"x of shape ({B}, {L}, {D})")
+    return "3-D and 2-D inputs, random weights, d_ff != d_model"
+
+
+# ---------------------------------------------------------------- grouped-query attention
+def _gqa(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, *,
+         interleave: bool = True, rotate: str = "qk", causal: bool = True, scale: bool = True) -> Tensor:
+    """The reference attention with one thing changed (the catalogued mistakes)."""
+    H, H_kv, d_k = ref.num_heads, ref.n_kv_heads, ref.d_k
+    B, L, D = x.shape
+    q = ref.w_q(x).view(B, L, H, d_k).transpose(1, 2)  # (B, H, L, d_k)
+    k = ref.w_k(x).view(B, L, H_kv, d_k).transpose(1, 2)  # (B, H_kv, L, d_k)
+    v = ref.w_v(x).view(B, L, H_kv, d_k).transpose(1, 2)  # (B, H_kv, L, d_k)
+    q = _rot(q, cos, sin, 0) if "q" in rotate else q
+    k = _rot(k, cos, sin, 0) if "k" in rotate else k
+    v = _rot(v, cos, sin, 0) if "v" in rotate else v
+    g = H // H_kv
+    k, v = ((t.repeat_interleave(g, dim=1) if interleave else t.repeat(1, g, 1, 1)) for t in (k, v))  # (B, H, L, d_k)
+    allowed = torch.ones(L, L, dtype=torch.bool).tril() if causal else torch.ones(L, L, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask
+    scores = q @ k.transpose(-2, -1) / (d_k**0.5 if scale else 1.0)  # (B, H, L, L)
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+    return ref.w_o((weights @ v).transpose(1, 2).reshape(B, L, D))  # (B, L, D)
+
+
+def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> list[Mistake]:
+    def run(**kw: Any) -> Callable[[], Tensor]:
+        return lambda: _gqa(ref, x, cos, sin, mask, **kw)
+
+    return [
+        ("repeat instead of repeat_interleave", "the key/value heads go to the wrong query heads: `k.repeat(1, g, "
+         "1, 1)` gives query head h the group h % n_kv_heads (heads 0, 1, 0, 1, ...). Key/value head j serves the "
+         "consecutive query heads j * g .. (j + 1) * g - 1: k.repeat_interleave(g, dim=1).", run(interleave=False)),
+        ("rotary on values", "you rotated the values too; RoPE turns queries and keys only (their dot product is "
+         "what should depend on the relative position), never the values.", run(rotate="qkv")),
+        ("rotary on queries or keys only", "only the keys are rotated: rotate the queries as well (q and k both "
+         "with apply_rotary).", run(rotate="k")),
+        ("rotary on queries or keys only", "only the queries are rotated: rotate the keys as well (q and k both "
+         "with apply_rotary).", run(rotate="q")),
+        ("rotary not applied", "queries and keys are not rotated: without RoPE this model has no idea of "
+         "position. Apply apply_rotary(q, cos, sin) and apply_rotary(k, cos, sin) after splitting the heads.",
+         run(rotate="")),
+        ("no causal mask", "every position attends to the future too: build causal_mask(L) (and `&` the mask "
+         "argument).", run(causal=False)),
+        ("no scaling", "the scores are not divided by sqrt(d_k).", run(scale=False)),
+    ]
+
+
+def _gqa_linears(model: nn.Module, D: int, kv: int) -> None:
+    if isinstance(getattr(model, "w_k", None), nn.Linear) and model.w_k.out_features == D and kv != D:
+        fail(f"w_k maps {D} -> {D}: one key head per query head (multi-head attention). In grouped-query attention "
+             f"w_k and w_v map d_model -> n_kv_heads * d_k = {kv}: fewer key/value heads, each shared by a group.",
+             mistake="key/value projections not grouped")
+    for name, o in (("w_q", D), ("w_k", kv), ("w_v", kv), ("w_o", D)):
+        _linear(model, name, D, o, "GroupedQueryAttention")
+
+
+@checker("GroupedQueryAttention")
+def check_grouped_query_attention(cls: Any) -> str:
+    require_module_class(cls, "GroupedQueryAttention")
+    H_kv, g, d_k = randint(2, 3), randint(2, 3), 2 * randint(2, 4)  # H_kv, g >= 2: repeat and interleave differ
+    H, B, L = H_kv * g, randint(2, 3), randint(5, 8)
+    D = H * d_k
+    shown = f"d_model={D}, num_heads={H}, n_kv_heads={H_kv}"
+    model = call_student(cls, D, H, H_kv, context=f"constructing GroupedQueryAttention({shown})")
+    if not isinstance(model, nn.Module):
+        fail("GroupedQueryAttention should subclass nn.Module.", mistake="not a class")
+    _gqa_linears(model, D, H_kv * d_k)
+    model.eval()
+    randomise_parameters(model)
+    ref = GroupedQueryAttention(D, H, H_kv).eval()
+    ref.load_state_dict(model.state_dict(), strict=False)
+    cos, sin = rotary_tables(d_k, L + 3)
+    padded = torch.ones(B, 1, 1, L, dtype=torch.bool)  # (B, 1, 1, L): keys of the last positions blocked
+    padded[0, ..., L - 2 :] = False
+    for mask in (None, padded):
+        x = torch.randn(B, L, D)
+        case = f"x of shape ({B}, {L}, {D}), {shown}" + (", a padding mask (B, 1, 1, L)" if mask is not None else "")
+        x0 = x.clone()
+        args = (x, cos, sin) if mask is None else (x, cos, sin, mask)
+        got = _forward(model, args, case)
+        check_unchanged(["x"], [x], [x0], case)
+        with torch.no_grad():
+            expected = _gqa(ref, x0, cos, sin, mask)
+            expect_close("the output", got, expected, _gqa_mistakes(ref, x0, cos, sin, mask), atol=1e-4, rtol=1e-4,
+                         case=case)
+    bad = (6, 4)
+    try:
+        cls(bad[0] * 2, bad[0], bad[1])
+    except ValueError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - named, never raised at the student
+        fail(f"GroupedQueryAttention(d_model=12, num_heads=6, n_kv_heads=4) raised {type(exc).__name__}: {exc}; "
+             "n_kv_heads must divide num_heads, and the course's error for it is a ValueError that says so.",
+             mistake="wrong error type")
+    else:
+        fail("GroupedQueryAttention(d_model=12, num_heads=6, n_kv_heads=4) was built: 4 key/value heads cannot "
+             "share 6 query heads in equal groups. Raise a ValueError when num_heads % n_kv_heads != 0.",
+             mistake="n_kv_heads not checked")
+    return "4 to 9 query heads in groups of 2 or 3, with and without a padding mask, rotated queries and keys"
+
+
+# ---------------------------------------------------------------- hints
+register_hints("RMSNorm", [
+    "Like LayerNorm, but without the mean: divide each vector by its root mean square over the features, then "
+    "multiply by a learned scale (self.weight = nn.Parameter(torch.ones(d_model))). No bias.",
+    "rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps), shape (..., 1); eps goes inside the root.",
+    "Check on a hand example: x = [3, 4] has mean square 12.5, so the output is x / sqrt(12.5) = [0.8485, 1.1314] "
+    "(with weight ones and eps 0); torch.nn.RMSNorm gives the same.",
+])
+register_hints("rotary_tables", [
+    "theta_i = base ** (-2i / d_k) for i = 0 .. d_k/2 - 1: torch.arange(0, d_k, 2) / d_k gives the exponents.",
+    "The angles are the outer product of the positions 0 .. max_len - 1 and the frequencies: shape (max_len, d_k/2).",
+    "Write each angle row twice side by side, torch.cat([angles, angles], dim=-1), (max_len, d_k), and return "
+    "(angles.cos(), angles.sin()). Row 0 must be cos = 1, sin = 0.",
+])
+register_hints("apply_rotary", [
+    "The halves layout turns feature i together with feature i + d_k/2: split the last axis in two halves x1, x2.",
+    "rotate_half(x) = torch.cat([-x2, x1], dim=-1); the rotation is x * cos + rotate_half(x) * sin, with the "
+    "table rows of the tokens' positions.",
+    "The tokens of x sit at positions offset .. offset + L - 1 (L = x.size(-2)): slice cos[offset:offset + L] and "
+    "sin the same way; (L, d_k) broadcasts over the leading axes.",
+])
+register_hints("SwiGLU", [
+    "Three nn.Linear layers without bias: w1 and w3 map d_model -> d_ff, w2 maps d_ff -> d_model.",
+    "w1 is the gate, through SiLU (F.silu); w3 is the value it multiplies, element by element.",
+    "The order: project with w1 and w3, activate the w1 branch only, multiply the two element-wise, project "
+    "back with w2. With F.gelu or torch.sigmoid in place of F.silu it is another GLU variant, not SwiGLU.",
+])
+register_hints("GroupedQueryAttention", [
+    "w_k and w_v map d_model -> n_kv_heads * d_k (fewer heads than the queries); split them with "
+    "split_heads(..., n_kv_heads). Raise ValueError when n_kv_heads does not divide num_heads.",
+    "Rotate q and k (not v) with apply_rotary(t, cos, sin, offset), then give each query head its group's keys "
+    "and values: k.repeat_interleave(num_heads // n_kv_heads, dim=1) (not .repeat, which cycles the groups).",
+    "Then it is notebook 02's attention: causal_mask(L) & mask, softmax(q k^T / sqrt(d_k)) v, merge_heads, w_o.",
+])

@@ -1,0 +1,99 @@
+"""Training notebook 10's Llama-style model on tiny Shakespeare, and its shipped checkpoint.
+
+The data, the loop and the loss are notebook 09's (:mod:`course_utils.gpt_training`: the
+character tokenizer, the held-out last 10 % of the lines, :func:`~course_utils.gpt_training.fit_gpt`
+and :func:`~course_utils.gpt_training.evaluate_loss`), so the two models are compared on the same
+footing. :data:`LLAMA_RECIPE` is notebook 09's ``FAST_RECIPE`` with the modern block (width 128,
+4 heads, here 2 key/value heads, 4 blocks, a context of 64 characters, 900 steps); the notebook
+trains it with ``TRAIN = True`` within a time budget, and :func:`load_pretrained_llama` loads its
+full run, ``course_utils/pretrained/shakespeare_llama.pt`` (``python -m course_utils.llama_training
+--write`` retrains it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .gpt_training import CharTokenizer, fit_gpt, prepare_data, read_checkpoint, write_checkpoint
+from .llama import Llama
+
+CHECKPOINT = Path(__file__).resolve().parent / "pretrained" / "shakespeare_llama.pt"
+FORMAT = 1
+
+# notebook 09's FAST_RECIPE with the modern block: d_ff = swiglu_hidden_width(128, multiple_of=32) = 352
+# (three matrices of 128 x 352 hold about the parameters of notebook 09's two of 128 x 512), 2 key/value
+# heads for the 4 query heads. The shipped checkpoint is this recipe's full run; TRAIN = True in the
+# notebook trains the same recipe within a time budget (fewer steps when they would not fit).
+LLAMA_RECIPE: dict[str, dict[str, Any]] = {
+    "model": dict(d_model=128, num_heads=4, n_kv_heads=2, num_layers=4, d_ff=352, max_len=64),
+    "fit": dict(steps=900, batch_size=32, lr=3e-3, warmup=50, weight_decay=0.1, clip_norm=1.0, seed=0,
+                eval_every=150),
+}
+
+
+def train_llama(recipe: dict[str, dict[str, Any]] | None = None, threads: int | None = None,
+                max_seconds: float | None = None, progress: bool = False) -> tuple[Llama, CharTokenizer, dict[str, Any]]:
+    """Train ``recipe`` (default :data:`LLAMA_RECIPE`) from its seed: ``(model, tokenizer, history)``."""
+    recipe = LLAMA_RECIPE if recipe is None else recipe
+    if threads is not None:
+        torch.set_num_threads(threads)
+    tokenizer, train, valid = prepare_data()
+    torch.manual_seed(recipe["fit"]["seed"])
+    model = Llama(len(tokenizer), **recipe["model"])
+    history = fit_gpt(model, train, valid, progress=progress, max_seconds=max_seconds, **recipe["fit"])
+    return model, tokenizer, history
+
+
+def save_llama(model: Llama, tokenizer: CharTokenizer, history: dict[str, Any], meta: dict[str, Any],
+               path: str | Path = CHECKPOINT) -> Path:
+    """Weights in float16 (float32 again on loading), with the config, the characters and the record."""
+    config = {"vocab_size": model.vocab_size, **LLAMA_RECIPE["model"]}
+    return write_checkpoint(path, FORMAT, config, model.state_dict(), tokenizer, history, meta)
+
+
+def _read(path: str | Path | None = None) -> tuple[dict[str, Any], CharTokenizer]:
+    return read_checkpoint(CHECKPOINT if path is None else path, FORMAT, "course_utils.llama_training")
+
+
+def load_pretrained_llama(path: str | Path | None = None) -> tuple[Llama, CharTokenizer, dict[str, Any]]:
+    """``(model in eval mode, tokenizer, history)`` of the shipped Shakespeare Llama."""
+    state, tokenizer = _read(path)
+    model = Llama(**state["config"])
+    model.load_state_dict({k: v.float() for k, v in state["state_dict"].items()})
+    return model.eval(), tokenizer, dict(state["history"])
+
+
+def pretrained_llama_info(path: str | Path | None = None) -> dict[str, Any]:
+    """The checkpoint's config and record (recipe, threads, torch, seconds, final loss)."""
+    state, _ = _read(path)
+    return {"config": dict(state["config"]), **dict(state["meta"])}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="train and save notebook 10's Shakespeare Llama")
+    parser.add_argument("--write", action="store_true", help=f"train LLAMA_RECIPE and write {CHECKPOINT.name}")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-seconds", type=float, default=None, help="a time budget (fewer steps if needed)")
+    args = parser.parse_args(argv)
+    if not args.write:
+        parser.print_help()
+        return 0
+    start = time.perf_counter()
+    model, tokenizer, history = train_llama(threads=args.threads, max_seconds=args.max_seconds, progress=True)
+    meta = {"recipe": LLAMA_RECIPE, "threads": args.threads, "torch": str(torch.__version__),
+            "steps": history["steps"], "train_seconds": round(history["train_seconds"], 1),
+            "wall_seconds": round(time.perf_counter() - start, 1), "final_val_loss": round(history["val_loss"][-1], 4)}
+    path = save_llama(model, tokenizer, history, meta)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB): {meta}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""Tests for the notebook 10 checkers (course_utils/checks/llama.py).
+
+Every catalogued mistake is a small, real piece of student code; the checker must fail it, say
+why and name the mistake, on STABLE draws (19 fixed seeds and the session's random one). Correct
+code written in other ways (einsum, rsqrt, complex numbers, tables computed on the fly, expand
+instead of repeat_interleave, torch's attention) must pass on as many draws.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checker_asserts import SEEDS, STABLE, assert_family, assert_not_implemented, assert_passes
+from torch import nn
+
+from course_utils import GroupedQueryAttention, RMSNorm, SwiGLU, apply_rotary, causal_mask, rotary_tables
+from course_utils.checks import (check_apply_rotary, check_grouped_query_attention, check_rms_norm,
+                                 check_rotary_tables, check_swiglu, hint)
+from course_utils.checks._core import HINTS
+
+DRAWS = SEEDS[:STABLE]
+
+
+# ================================================================ RMSNorm
+def rms_norm(kind: str = "ok", default_eps: float = 1e-6) -> type:
+    class StudentRMSNorm(nn.Module):
+        def __init__(self, d_model, eps=default_eps):
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(d_model))
+
+        def forward(self, x):
+            eps = 1e-6 if kind == "eps ignored" else self.eps
+            if kind == "rsqrt":
+                return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * self.weight
+            if kind == "einsum":
+                ms = torch.einsum("...d,...d->...", x, x)[..., None] / x.size(-1)
+                return self.weight * x / (ms + eps) ** 0.5
+            if kind == "norm":  # the 2-norm divided by sqrt(D)
+                return x / torch.sqrt(x.norm(dim=-1, keepdim=True) ** 2 / x.size(-1) + eps) * self.weight
+            if kind == "float32":  # Hugging Face's: in float32, then back
+                h = x.float()
+                h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+                return self.weight * h.to(x.dtype)
+            if kind == "mean subtracted":
+                c = x - x.mean(-1, keepdim=True)
+                return c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + eps) * self.weight
+            if kind == "std":
+                return x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * self.weight
+            if kind == "eps outside":
+                return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * self.weight
+            if kind == "no sqrt":
+                return x / (x.pow(2).mean(-1, keepdim=True) + eps) * self.weight
+            if kind == "no weight":
+                return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+            if kind == "dim=1":
+                return x / torch.sqrt(x.pow(2).mean(1, keepdim=True) + eps) * self.weight
+            if kind == "torch":
+                return F.rms_norm(x, (x.size(-1),), self.weight, eps)
+            return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * self.weight
+
+    return StudentRMSNorm
+
+
+@pytest.mark.parametrize("student", [RMSNorm, rms_norm(), rms_norm("rsqrt"), rms_norm("einsum"), rms_norm("norm"),
+                                     rms_norm("float32"), rms_norm(default_eps=1e-5)])
+def test_rms_norm_correct_variants_pass(student):
+    assert_passes(check_rms_norm, student, repeat=DRAWS)
+
+
+def test_rms_norm_mistakes_are_named():
+    members = [
+        ("mean subtracted", rms_norm("mean subtracted"), "mean subtracted", ("LayerNorm",)),
+        ("std", rms_norm("std"), "mean subtracted", ("standard deviation",)),
+        ("eps outside", rms_norm("eps outside"), "eps outside the square root", ("inside",)),
+        ("no sqrt", rms_norm("no sqrt"), "no square root", ("square root",)),
+        ("no weight", rms_norm("no weight"), "no learnable scale and shift", ("self.weight",)),
+        ("eps ignored", rms_norm("eps ignored"), "eps ignored", ("self.eps = eps",)),
+        ("dim=1", rms_norm("dim=1"), "normalised over the wrong axis", ("last axis",)),
+        ("torch", rms_norm("torch"), "forbidden call", ("rms_norm",)),
+    ]
+    assert_family([(label, check_rms_norm, s, m, w) for label, s, m, w in members])
+
+
+# ================================================================ rotary_tables
+def tables(kind: str = "ok"):
+    def rotary_tables(d_k, max_len, base=10000.0, device=None):
+        i = torch.arange(0, d_k, 2, dtype=torch.float32)
+        theta = (10000.0 if kind == "base ignored" else base) ** (-(i / 2 if kind == "no 2" else i) / d_k)
+        if kind == "sign":
+            theta = 1 / theta
+        pos = torch.arange(max_len, dtype=torch.float32) + (1 if kind == "from 1" else 0)
+        angles = torch.outer(pos, theta)  # (max_len, d_k/2)
+        if kind == "half":
+            return angles.cos(), angles.sin()
+        if kind == "pairs":
+            angles = angles.repeat_interleave(2, dim=-1)
+        elif kind == "einsum":  # on the fly, in float64, another spelling
+            angles = torch.einsum("m,f->mf", pos.double(), theta.double()).repeat(1, 2).float()
+        else:
+            angles = torch.cat([angles, angles], dim=-1)
+        if kind == "swapped":
+            return angles.sin(), angles.cos()
+        return angles.cos(), angles.sin()
+
+    return rotary_tables
+
+
+@pytest.mark.parametrize("student", [rotary_tables, tables(), tables("einsum")])
+def test_rotary_tables_correct_variants_pass(student):
+    assert_passes(check_rotary_tables, student, repeat=DRAWS)
+
+
+def test_rotary_tables_mistakes_are_named():
+    members = [
+        ("pairs", tables("pairs"), "pairs layout", ("Meta's", "halves")),
+        ("from 1", tables("from 1"), "positions from 1", ("position 0",)),
+        ("no 2", tables("no 2"), "frequencies without the factor 2", ("-2i / d_k",)),
+        ("sign", tables("sign"), "frequency exponent sign flipped", ("grow",)),
+        ("base ignored", tables("base ignored"), "base ignored", ("base argument",)),
+        ("swapped", tables("swapped"), "sin and cos swapped", ("(cos, sin)",)),
+        ("half", tables("half"), "half-width tables", ("[theta | theta]",)),
+    ]
+    assert_family([(label, check_rotary_tables, s, m, w) for label, s, m, w in members])
+
+
+# ================================================================ apply_rotary
+def rotary(kind: str = "ok"):
+    def apply_rotary(x, cos, sin, offset=0):
+        L, d = x.shape[-2:]
+        start = {"from 1": offset + 1, "offset ignored": 0}.get(kind, offset)
+        c, s = cos[start : start + L], sin[start : start + L]
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        if kind == "complex":  # x1 + i x2 times e^(i angle)
+            z = torch.complex(x1, x2) * torch.polar(torch.ones_like(c[:, : d // 2]), torch.atan2(s, c)[:, : d // 2])
+            return torch.cat([z.real, z.imag], dim=-1)
+        if kind == "on the fly":  # its own angles, not the tables passed in
+            theta = 10000.0 ** (-torch.arange(0, d, 2).double() / d)
+            a = torch.outer(torch.arange(offset, offset + L).double(), theta).float()
+            ca, sa = a.cos(), a.sin()
+            return torch.cat([x1 * ca - x2 * sa, x1 * sa + x2 * ca], dim=-1)
+        if kind == "pairs":  # Meta's: (2i, 2i+1) as complex numbers
+            theta = 10000.0 ** (-torch.arange(0, d, 2).float() / d)
+            a = torch.outer(torch.arange(offset, offset + L).float(), theta)
+            z = torch.view_as_complex(x.reshape(*x.shape[:-1], d // 2, 2).contiguous()) * torch.polar(torch.ones_like(a), a)
+            return torch.view_as_real(z).flatten(-2)
+        if kind == "pairs with the tables":
+            turned = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
+            return x * c + turned * s
+        if kind == "wrong way":
+            return x * c + torch.cat([x2, -x1], dim=-1) * s
+        if kind == "no minus":
+            return x * c + torch.cat([x2, x1], dim=-1) * s
+        if kind == "swapped":
+            return x * s + torch.cat([-x2, x1], dim=-1) * c
+        return x * c + torch.cat([-x2, x1], dim=-1) * s
+
+    return apply_rotary
+
+
+@pytest.mark.parametrize("student", [apply_rotary, rotary(), rotary("complex"), rotary("on the fly")])
+def test_apply_rotary_correct_variants_pass(student):
+    assert_passes(check_apply_rotary, student, repeat=DRAWS)
+
+
+def test_apply_rotary_mistakes_are_named():
+    members = [
+        ("pairs", rotary("pairs"), "pairs layout", ("Meta's", "rotate_half")),
+        ("pairs with the tables", rotary("pairs with the tables"), "pairs layout", ("Meta's",)),
+        ("from 1", rotary("from 1"), "positions from 1", ("row p",)),
+        ("offset ignored", rotary("offset ignored"), "rotary offset ignored", ("position 0", "cache")),
+        ("wrong way", rotary("wrong way"), "rotation the wrong way", ("-angle",)),
+        ("no minus", rotary("no minus"), "rotate_half without the minus", ("negating",)),
+        ("swapped", rotary("swapped"), "sin and cos swapped", ("x * cos + rotate_half(x) * sin",)),
+    ]
+    assert_family([(label, check_apply_rotary, s, m, w) for label, s, m, w in members])
+
+
+# ================================================================ SwiGLU
+def swiglu(kind: str = "ok", bias: bool = False) -> type:
+    class StudentSwiGLU(nn.Module):
+        def __init__(self, d_model, d_ff):
+            super().__init__()
+            self.w1 = nn.Linear(d_model, d_ff, bias=bias)
+            self.w2 = nn.Linear(d_ff, d_model, bias=bias)
+            self.w3 = nn.Linear(d_model, d_ff, bias=bias)
+
+        def forward(self, x):
+            a, b = self.w1(x), self.w3(x)
+            act = {"gelu": F.gelu, "relu": F.relu, "sigmoid": torch.sigmoid}.get(kind)
+            if kind == "hand":  # silu written out
+                return self.w2(a * torch.sigmoid(a) * b)
+            if kind == "einsum":
+                return torch.einsum("...f,df->...d", F.silu(a) * b, self.w2.weight)
+            if act is not None:
+                return self.w2(act(a) * b)
+            if kind == "wrong branch":
+                return self.w2(a * F.silu(b))
+            if kind == "no gate":
+                return self.w2(F.silu(a))
+            if kind == "both":
+                return self.w2(F.silu(a) * F.silu(b))
+            if kind == "after":
+                return self.w2(F.silu(a * b))
+            return self.w2(F.silu(a) * b)
+
+    return StudentSwiGLU
+
+
+@pytest.mark.parametrize("student", [SwiGLU, swiglu(), swiglu("hand"), swiglu("einsum")])
+def test_swiglu_correct_variants_pass(student):
+    assert_passes(check_swiglu, student, repeat=DRAWS)
+
+
+def test_swiglu_mistakes_are_named():
+    members = [
+        ("wrong branch", swiglu("wrong branch"), "gate on the wrong branch", ("w1",)),
+        ("gelu", swiglu("gelu"), "GELU instead of SiLU", ("GEGLU",)),
+        ("relu", swiglu("relu"), "ReLU instead of SiLU", ("ReGLU",)),
+        ("sigmoid", swiglu("sigmoid"), "sigmoid gate", ("GLU",)),
+        ("no gate", swiglu("no gate"), "gate missing", ("w3(x)",)),
+        ("both", swiglu("both"), "SiLU on both branches", ("both",)),
+        ("after", swiglu("after"), "SiLU after the product", ("after the product",)),
+        ("bias", swiglu(bias=True), "bias in a layer", ("bias=False",)),
+    ]
+    assert_family([(label, check_swiglu, s, m, w) for label, s, m, w in members])
+
+
+# ================================================================ GroupedQueryAttention
+def gqa(kind: str = "ok", check_heads: bool = True) -> type:
+    class StudentGQA(nn.Module):
+        def __init__(self, d_model, num_heads, n_kv_heads=None):
+            super().__init__()
+            n_kv_heads = n_kv_heads or num_heads
+            if check_heads and num_heads % n_kv_heads:
+                raise (AssertionError if kind == "assert" else ValueError)("n_kv_heads must divide num_heads")
+            self.num_heads, self.n_kv_heads, self.d_k = num_heads, n_kv_heads, d_model // num_heads
+            kv = d_model if kind == "mha" else n_kv_heads * self.d_k
+            self.w_q = nn.Linear(d_model, d_model, bias=False)
+            self.w_k = nn.Linear(d_model, kv, bias=False)
+            self.w_v = nn.Linear(d_model, kv, bias=False)
+            self.w_o = nn.Linear(d_model, d_model, bias=False)
+
+        def forward(self, x, cos=None, sin=None, mask=None, offset=0):
+            B, L, D = x.shape
+            H, Hk, d = self.num_heads, self.n_kv_heads, self.d_k
+            q = self.w_q(x).view(B, L, H, d).transpose(1, 2)
+            k = self.w_k(x).view(B, L, Hk, d).transpose(1, 2)
+            v = self.w_v(x).view(B, L, Hk, d).transpose(1, 2)
+            if kind != "no rope":
+                if kind != "keys only":
+                    q = apply_rotary(q, cos, sin, offset)
+                if kind != "queries only":
+                    k = apply_rotary(k, cos, sin, offset)
+                if kind == "values":
+                    v = apply_rotary(v, cos, sin, offset)
+            g = H // Hk
+            allowed = causal_mask(L) if kind != "no causal" else torch.ones(L, L, dtype=torch.bool)
+            if mask is not None:
+                allowed = allowed & mask
+            if kind == "sdpa":  # torch's own grouped attention
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+                return self.w_o(out.transpose(1, 2).reshape(B, L, D))
+            if kind == "expand":  # Hugging Face's repeat_kv
+                k = k[:, :, None].expand(B, Hk, g, L, d).reshape(B, H, L, d)
+                v = v[:, :, None].expand(B, Hk, g, L, d).reshape(B, H, L, d)
+            elif kind == "repeat":
+                k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
+            elif kind == "einsum":  # no copy: the query heads grouped as (Hk, g)
+                qg = q.view(B, Hk, g, L, d)
+                scores = torch.einsum("bkgqd,bkld->bkgql", qg, k) / math.sqrt(d)
+                scores = scores.masked_fill(~allowed.unsqueeze(-3), float("-inf"))  # (B, Hk, g, L, L)
+                out = torch.einsum("bkgql,bkld->bkgqd", scores.softmax(-1), v).reshape(B, H, L, d)
+                return self.w_o(out.transpose(1, 2).reshape(B, L, D))
+            else:
+                k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+            scores = q @ k.transpose(-2, -1) / (1.0 if kind == "no scaling" else math.sqrt(d))
+            weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+            return self.w_o((weights @ v).transpose(1, 2).reshape(B, L, D))
+
+    return StudentGQA
+
+
+def _has_enable_gqa() -> bool:
+    try:
+        F.scaled_dot_product_attention(torch.zeros(1, 2, 1, 2), torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2),
+                                       enable_gqa=True)
+    except TypeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("student", [GroupedQueryAttention, gqa(), gqa("expand"), gqa("einsum"),
+                                     pytest.param(gqa("sdpa"), marks=pytest.mark.skipif(
+                                         not _has_enable_gqa(), reason="this torch has no enable_gqa"))])
+def test_grouped_query_attention_correct_variants_pass(student):
+    assert_passes(check_grouped_query_attention, student, repeat=DRAWS)
+
+
+def test_grouped_query_attention_mistakes_are_named():
+    members = [
+        ("repeat", gqa("repeat"), "repeat instead of repeat_interleave", ("repeat_interleave", "h % n_kv_heads")),
+        ("values", gqa("values"), "rotary on values", ("never the values",)),
+        ("keys only", gqa("keys only"), "rotary on queries or keys only", ("queries",)),
+        ("queries only", gqa("queries only"), "rotary on queries or keys only", ("keys",)),
+        ("no rope", gqa("no rope"), "rotary not applied", ("apply_rotary",)),
+        ("no causal", gqa("no causal"), "no causal mask", ("causal_mask",)),
+        ("no scaling", gqa("no scaling"), "no scaling", ("sqrt(d_k)",)),
+        ("mha", gqa("mha"), "key/value projections not grouped", ("n_kv_heads * d_k",)),
+        ("unchecked", gqa(check_heads=False), "n_kv_heads not checked", ("ValueError",)),
+        ("assert", gqa("assert"), "wrong error type", ("AssertionError",)),
+    ]
+    assert_family([(label, check_grouped_query_attention, s, m, w) for label, s, m, w in members])
+
+
+# ================================================================ stubs and hints
+@pytest.mark.parametrize("check, name", [(check_rms_norm, "RMSNorm"), (check_rotary_tables, "rotary_tables"),
+                                         (check_apply_rotary, "apply_rotary"), (check_swiglu, "SwiGLU"),
+                                         (check_grouped_query_attention, "GroupedQueryAttention")])
+def test_stubs_read_not_implemented_and_hints_exist(check, name, capsys):
+    if name[0].isupper():
+        class Stub(nn.Module):
+            def __init__(self, *args, **kwargs):
+                raise NotImplementedError
+
+        student = Stub
+    else:
+        def student(*args, **kwargs):
+            raise NotImplementedError
+
+    assert_not_implemented(check, student)
+    assert len(HINTS[name]) >= 3
+    hint(name)
+    assert f"Hint 1/{len(HINTS[name])} for {name}" in capsys.readouterr().out
