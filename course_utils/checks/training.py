@@ -1168,7 +1168,8 @@ def _graph_cut(fn: Callable[..., Any], setup: _StepSetup, words: str) -> None:
 
     handle = model.output_projection.register_forward_hook(watch)
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # as in _run_student: no PyTorch warning inside the verdict
             call_student(fn, model.train(), setup.batches[0], optimizer, scheduler=scheduler, pad_id=setup.pad_id,
                          label_smoothing=setup.eps, clip_norm=setup.clip)
     except StudentError:
