@@ -531,7 +531,10 @@ def step_reference_like(model, batch, optimizer, scheduler=None, pad_id=0, label
         model.train()
     if "zero_grad" not in forget and "zero_grad at the end" not in forget:
         optimizer.zero_grad()
-    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    if "whole tgt" in forget:  # trial s3_07: the decoder reads all of tgt, its last position dropped
+        logits = model(batch.src, batch.tgt, batch.src_mask, make_tgt_mask(batch.tgt, pad_id))[:, :-1]
+    else:
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
     V = logits.size(-1)
     if loss_fn is None:
         loss = F.cross_entropy(logits.reshape(-1, V), batch.tgt_out.reshape(-1), ignore_index=pad_id,
@@ -970,6 +973,88 @@ def test_train_step_stub_and_non_function():
     assert_stub(check_train_step)
     r = check_train_step(nn.Linear)
     assert not r.passed and r.mistake == "not a function"
+
+
+# ---------------------------------------------------------------- trial s3_07 (reports/r07.md)
+def shift_bos_twice(tgt):  # a start token put in front of tgt, which already starts with <bos>
+    bos = torch.full((tgt.size(0), 1), 1)  # (B, 1)
+    return torch.cat([bos, tgt[:, :-1]], 1)[:, :-1], tgt[:, 1:]
+
+
+def ce_inverted_selection(logits, targets, pad_id, label_smoothing=0.0):
+    per = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none", label_smoothing=label_smoothing)
+    return per[targets == pad_id].mean()  # (B, L) -> the pad positions' mean
+
+
+def ce_in_place_max(logits, targets, pad_id, label_smoothing=0.0):
+    logits -= logits.max(-1, keepdim=True).values  # "for stability"
+    return ce_transpose(logits, targets, pad_id, label_smoothing)
+
+
+def noam(step, d_model, warmup, factor=1.0, *, f_decay=1.0, f_rise=1.0, rise=lambda s, w: s * w ** -1.5):
+    """The formula with the trial's mistakes as switches."""
+    return d_model ** -0.5 * min(f_decay * step ** -0.5, f_rise * rise(step, warmup))
+
+
+@pytest.mark.parametrize("check, fn, mistake, words", [
+    (check_shift_targets, lambda t: (t[:, :-1].tolist(), t[:, 1:].tolist()), "not a tensor",
+     ["a tuple of lists", "no .tolist()"]),
+    (check_shift_targets, shift_bos_twice, "start token prepended again", ["<bos> twice", "Add nothing"]),
+    (check_shift_targets, lambda t: (t[:, :-1].float(), t[:, 1:].float()), "dtype not preserved",
+     ["tgt_in and tgt_out have the right ids but dtype torch.float32", "torch.int64"]),
+    (check_shift_targets, lambda t: (t[:, :-1], t[:, 1:].float()), "dtype not preserved",
+     ["tgt_out has the right ids"]),
+    (check_masked_cross_entropy, ce_inverted_selection, "only the padding counted",
+     ["padding positions only", "targets != pad_id"]),
+    (check_masked_cross_entropy, ce_in_place_max, "input modified in place",
+     ["in place", "x = logits - logits.max"]),
+    (check_noam_lr, lambda s, d, w, factor=1.0: factor * noam(max(s - 1, 1), d, w), "step - 1",
+     ["step k - 1", "use it as it is"]),
+    (check_noam_lr, lambda s, d, w, factor=1.0: factor * noam(s, d, w, rise=lambda s, w: s / w),
+     "warmup^-1 instead of warmup^-1.5", ["step / warmup", "warmup ** -1.5"]),
+    (check_noam_lr, lambda s, d, w, factor=1.0: factor * noam(s, d, w, rise=lambda s, w: s // w ** 1.5),
+     "integer division", ["// (floor division)", "step * warmup ** -1.5"]),
+    (check_noam_lr, lambda s, d, w, factor=1.0: noam(s, d, w, f_decay=factor), "factor on one branch only",
+     ["one branch", "multiplies the whole rate"]),
+    (check_noam_lr, lambda s, d, w, factor=1.0: noam(s, d, w, f_rise=factor), "factor on one branch only",
+     ["one branch"]),
+])
+def test_the_trial_s3_07_answers_are_named_on_every_draw(check, fn, mistake, words):
+    assert_mistake(check, fn, mistake, *words, repeat=SEEDS)
+
+
+def step_loss_after_update(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothing=0.0, clip_norm=1.0):
+    T.train_step(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm)
+    with torch.no_grad():
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        return T.masked_cross_entropy(logits, batch.tgt_out, pad_id, label_smoothing).item()
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    # The Annotated Transformer's normalisation: the summed loss over the sentences
+    (forgetting(loss_fn=lambda lg, b, pad, eps: F.cross_entropy(lg.reshape(-1, lg.size(-1)), b.tgt_out.reshape(-1),
+                                                                ignore_index=pad, label_smoothing=eps,
+                                                                reduction="sum") / b.src.size(0)),
+     "divided by the batch size", ["divided by the batch size B", "Annotated"]),
+    (step_loss_after_update, "loss after the update returned", ["after optimizer.step()"]),
+    # right without dropout (its loss is the reference's): the case with dropout names it
+    (forgetting("whole tgt"), "decoder fed the whole tgt", ["logits[:, :-1]", "dropout masks", "batch.tgt_in"]),
+])
+def test_the_trial_s3_07_train_steps_are_named_on_every_draw(fn, mistake, words):
+    assert_mistake(check_train_step, fn, mistake, *words, repeat=STEP_SEEDS)
+
+
+def test_the_trial_s3_07_messages_are_clean():
+    """No raw error and no PyTorch warning inside a verdict; ids shown as ids, not 13.0000."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = check_train_step(step_num_tokens)  # returns float(loss) of a tensor that requires grad
+    assert r.passed, r.feedback
+    assert not [w for w in caught if "scalar" in str(w.message)], [str(w.message) for w in caught]
+    r = check_shift_targets(lambda t: (t[:, :-1] + (t[:, :-1] > 3), t[:, 1:]))  # no catalogued mistake
+    assert r.mistake == "values differ" and ".0000" not in r.feedback and "(yours " in r.feedback, r.feedback
 
 
 # ---------------------------------------------------------------- hints

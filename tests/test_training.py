@@ -453,6 +453,28 @@ def test_fit_with_the_solutions_functions_gives_the_reference_model(schedule, lr
         assert torch.equal(a, b), name  # exactly: the same model, not a close one
 
 
+def test_the_notebooks_fit_in_brief_takes_fits_steps():
+    """Notebook 07 shows fit's loop in brief (cell nb07-042b) and says it ends with fit's weights:
+    with dropout, label smoothing, clipping and three epochs, exactly."""
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "solutions" / "07_training.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.get("id") == "nb07-042b")
+    namespace = {"torch": torch, "NumberWordsDataset": D.NumberWordsDataset, "collate": D.collate,
+                 "PAD_ID": D.PAD_ID, "src_vocab": D.source_vocab(), "tgt_vocab": D.target_vocab(),
+                 **{name: getattr(T, name) for name in ("make_optimizer", "warmup_schedule", "epoch_batches",
+                                                        "shifted_batch", "shift_targets", "train_step")}}
+    exec(source, namespace)  # noqa: S102 - the course's own cell
+    pairs = D.load_split("train")[:64]  # 4 batches an epoch: 3 epochs
+    settings = {key: value for key, value in FEW.items() if key != "progress"}
+    reference, brief = tiny_model(dropout=0.1), tiny_model(dropout=0.1)
+    history = T.fit(reference, pairs, None, **settings, progress=False)
+    losses = namespace["fit_in_brief"](brief, pairs, **settings)
+    assert losses == history["train_loss"]
+    for (name, a), b in zip(reference.state_dict().items(), brief.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
 def test_fit_uses_each_function_it_is_given():
     calls = {name: 0 for name in T.EXERCISES}
 

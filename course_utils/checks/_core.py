@@ -209,8 +209,12 @@ def expect_close(what: str, got: Any, expected: Tensor, mistakes: Mapping[str, A
     if got.dim() == 0:  # one number: no index to show
         fail(f"{what}{where} is {float(got):.5f}, expected {float(expected):.5f}.", mistake="values differ")
     idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
+
+    def shown(t: Tensor) -> str:  # ids as ids (13), not 13.0000
+        return str(int(t[idx])) if not (t.is_floating_point() or t.is_complex()) else f"{float(t[idx]):.4f}"
+
     fail(f"{what}{where} {has} the right shape but the wrong values: the largest difference is {float(diff.max()):.3g} "
-         f"at index {idx} (yours {float(got[idx]):.4f}, expected {float(expected[idx]):.4f}).",
+         f"at index {idx} (yours {shown(got)}, expected {shown(expected)}).",
          mistake="values differ")
 
 

@@ -97,8 +97,14 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
         case = f"tgt of shape ({B}, {L})"
         got = call_student(fn, tgt, context=f"calling shift_targets({case})")
         check_unchanged(["tgt"], [tgt], [tgt0], case)
-        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(isinstance(t, Tensor) for t in got):
-            what = describe_shape(got) if isinstance(got, Tensor) else type(got).__name__
+        if isinstance(got, (tuple, list)) and len(got) == 2 and not all(isinstance(t, Tensor) for t in got):
+            kinds = " and ".join(dict.fromkeys(f"{type(t).__name__}s" for t in got))  # lists, ints
+            fail(f"shift_targets returned a {type(got).__name__} of {kinds}, not of tensors ({case}): return the "
+                 "slices themselves, tgt[:, :-1] and tgt[:, 1:] (no .tolist() or .numpy()): the model and the loss "
+                 "take tensors.", mistake="not a tensor")
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            what = f"one tensor of shape {describe_shape(got)}" if isinstance(got, Tensor) else (
+                f"a {type(got).__name__} of {len(got)}" if isinstance(got, (tuple, list)) else type(got).__name__)
             fail(f"shift_targets should return two tensors, (tgt_in, tgt_out); yours returned {what}. "
                  "End with `return tgt_in, tgt_out`.", mistake="wrong return")
         got_in, got_out = got
@@ -108,12 +114,17 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
             return a.shape == b.shape and bool(equal(a.long(), b))
 
         if same(got_in, exp_in) and same(got_out, exp_out):
-            if got_in.dtype != tgt0.dtype or got_out.dtype != tgt0.dtype:
-                fail(f"the result ({case}) has dtype {got_in.dtype}/{got_out.dtype}: keep the ids' dtype "
-                     f"{tgt0.dtype} (slicing does).", mistake="wrong return")
+            cast = [(n, t.dtype) for n, t in (("tgt_in", got_in), ("tgt_out", got_out)) if t.dtype != tgt0.dtype]
+            if cast:
+                which = " and ".join(n for n, _ in cast)
+                fail(f"your {which} {'have' if len(cast) == 2 else 'has'} the right ids but dtype {cast[0][1]} "
+                     f"({case}); tgt is {tgt0.dtype}. Leave out the cast (.float(), .to(...)): slicing keeps the "
+                     "dtype, and nn.Embedding and the loss need integer ids.", mistake="dtype not preserved")
             continue
         copy = ("so the model learns to copy its input (the training loss falls near zero) and greedy decoding, "
                 "which has no answer to copy, fails. The decoder reads tgt[:, :-1] and predicts tgt[:, 1:].")
+        # (B, L - 1): the student's start token, then tgt moved right (only when tgt_in has that shape)
+        prepended = torch.cat([got_in[:, :1], tgt0[:, :-2]], 1) if got_in.shape == exp_in.shape else None
         shapes = [  # (tgt_in, tgt_out) pairs of a mistake, its name, its words
             ([(tgt0, tgt0)], "not shifted", "tgt_in and tgt_out are both the whole tgt: the targets are not shifted. "
              f"At each position the decoder would read the very token it must predict there, {copy}"),
@@ -135,12 +146,17 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
              "your tgt_out has -100 where tgt has <pad> (Hugging Face's labels, the default ignore_index of "
              "F.cross_entropy). Here the padding stays pad_id in tgt_out and the loss is told which id to ignore "
              "(masked_cross_entropy's pad_id): tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], with no replacing."),
-            # fairseq's prev_output_tokens: tgt rolled right with a start token in front, whatever that token
-            ([(torch.cat([got_in[:, :1], tgt0[:, :-2]], 1), exp_in)] if got_in.shape == exp_in.shape else [],
+            # fairseq's prev_output_tokens: tgt rolled right with a start token in front, whatever that token,
+            # tgt_out then tgt[:, :-1] (fairseq) or tgt[:, 1:] (the start token added on top of the shift)
+            ([(prepended, exp_in)] if prepended is not None else [],
              "start token prepended again", "your tgt_in is tgt moved one place to the right with a start token in "
              "front (fairseq's prev_output_tokens, torch.roll) and your tgt_out is tgt[:, :-1]. Here tgt already "
              "starts with <bos>: nothing is added, the two slices are the shift: tgt_in = tgt[:, :-1], "
              "tgt_out = tgt[:, 1:]."),
+            ([(prepended, exp_out)] if prepended is not None else [],
+             "start token prepended again", "your tgt_in starts with <bos> twice: a start token is put in front of "
+             "tgt, which already begins with <bos> (collate put it there), so every token comes one place late. "
+             "Add nothing: tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:]."),
             ([(exp_in, exp_out.roll(k, 1)) for k in (1, -1)] + [(exp_in.roll(k, 1), exp_out) for k in (1, -1)],
              "rolled with torch.roll", "one of the two is rolled by one place (torch.roll wraps the token that "
              "falls off one end around to the other): the slices themselves are the shift. tgt_in = tgt[:, :-1], "
@@ -209,6 +225,10 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
          "losses are summed and divided by the number of real tokens. Leave them out of both: select the real "
          "positions (per_position[targets != pad_id]) and take their mean.",
          lambda: per_token().sum() / real.sum()),
+        ("only the padding counted", "your loss is the mean over the padding positions only, the real tokens left "
+         "out: the selection is inverted (targets == pad_id keeps the padding). Keep the real tokens: "
+         "per_position[targets != pad_id].mean().",
+         lambda: per_token()[~real].mean()),
         ("padding counted", "the padding positions are counted: you averaged over every position, pad tokens included. "
          "Ignore the targets equal to pad_id (F.cross_entropy(..., ignore_index=pad_id), or mask them out and divide "
          "by the number of real tokens).",
@@ -353,6 +373,12 @@ def _cross_entropy_error(err: StudentError) -> None:
     exc = err.exc
     text = str(exc)
     _view_error(exc)
+    if isinstance(exc, RuntimeError) and "leaf Variable that requires grad" in text:
+        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0].rstrip('.')}: it changes the logits in place "
+             "(logits -= ..., logits.sub_(...)). Autograd refuses that on a tensor whose gradient it needs, and the "
+             "caller still needs its logits: build a new tensor, x = logits - logits.max(dim=-1, "
+             "keepdim=True).values, or leave the max to log_softmax, which subtracts it itself.",
+             mistake="input modified in place")
     if isinstance(exc, (RuntimeError, ValueError)) and (
         "Expected target size" in text or "only batches of spatial targets" in text
     ):
@@ -470,6 +496,16 @@ def _noam_variants(d_model: int, warmup: int, factor: float) -> list[tuple[str, 
          "counted from 1 here (step = 1 is the first update). If LambdaLR calls it, do the + 1 where you build the "
          "scheduler (lambda k: noam_lr(k + 1, ...)), not inside noam_lr.",
          lambda s: base(s + 1)),
+        ("step - 1", "your function gives at step k the paper's rate of step k - 1 (the step counted from 0 inside "
+         "noam_lr, with step 1 kept away from 0): step is already counted from 1 here (step = 1 is the first "
+         "update), so use it as it is: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+         lambda s: base(max(s - 1, 1))),
+        ("warmup^-1 instead of warmup^-1.5", "the warm-up branch is step / warmup (warmup ** -1); it is "
+         "step * warmup ** -1.5, so that both branches meet at step = warmup (where step ** -0.5 = warmup ** -0.5).",
+         lambda s: base(s, w=1 / warmup)),
+        ("integer division", "your warm-up branch uses // (floor division): step // warmup ** 1.5 is 0 for every "
+         "step of the warm-up, so the rate is 0 there. Use true division or the power: step * warmup ** -1.5.",
+         lambda s: factor * d_model ** -0.5 * min(s ** -0.5, s // warmup ** 1.5)),
         ("warmup^1.5 instead of warmup^-1.5",
          "the warm-up branch multiplies by warmup ** 1.5; it is step * warmup ** -1.5.",
          lambda s: base(s, w=warmup ** 1.5)),
@@ -484,6 +520,13 @@ def _noam_variants(d_model: int, warmup: int, factor: float) -> list[tuple[str, 
     if factor != 1.0:
         out.append(("factor ignored", f"the factor argument (here {factor}) is not applied: multiply the rate by it.",
                     lambda s: base(s, f=1.0)))
+        one_branch = (f"the factor (here {factor}) multiplies one branch inside the min only, so it changes the rate "
+                      "on one side of the warm-up and moves the point where the branches meet. It multiplies the "
+                      "whole rate: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).")
+        out += [("factor on one branch only", one_branch,
+                 lambda s: d_model ** -0.5 * min(factor * s ** -0.5, s * warmup ** -1.5)),
+                ("factor on one branch only", one_branch,
+                 lambda s: d_model ** -0.5 * min(s ** -0.5, factor * s * warmup ** -1.5))]
     return out
 
 
@@ -572,14 +615,20 @@ def _fresh(setup: _StepSetup, leftover: bool = True) -> tuple[nn.Module, torch.o
 def _variant_loss(model: nn.Module, batch: Any, pad_id: int, eps: float, flags: frozenset[str]) -> Tensor:
     shifts = {"copy": ("tgt", "tgt"), "vs tgt_in": ("tgt_in", "tgt_in"), "wrong way": ("tgt_out", "tgt_in")}
     read, target = next((shifts[f] for f in flags if f in shifts), ("tgt_in", "tgt_out"))
+    if "whole tgt" in flags:  # the decoder reads all of batch.tgt; its last position's logits are dropped below
+        read = "tgt"
     tgt_in, tgt_out = getattr(batch, read), getattr(batch, target)
-    # "copy": the decoder reads batch.tgt, for which batch.tgt_mask is one token too short
-    tgt_mask = None if "no tgt mask" in flags else make_tgt_mask(tgt_in, pad_id) if "copy" in flags else batch.tgt_mask
+    # "copy", "whole tgt": the decoder reads batch.tgt, for which batch.tgt_mask is one token too short
+    tgt_mask = None if "no tgt mask" in flags else make_tgt_mask(tgt_in, pad_id) if read == "tgt" else batch.tgt_mask
     src_mask = None if "no src mask" in flags else batch.src_mask
     if "masks swapped" in flags:  # runs only when L_src = L_tgt - 1; else the model raises
         src_mask, tgt_mask = tgt_mask, src_mask
     logits = model(batch.src, tgt_in, src_mask, tgt_mask)  # (B, L, V)
+    if "whole tgt" in flags:
+        logits = logits[:, :-1]  # (B, L_tgt - 1, V)
     V, e = logits.size(-1), 0.0 if "no smoothing" in flags else eps
+    if "sum / B" in flags:  # The Annotated Transformer's normalisation: the summed loss over the sentences
+        return masked_cross_entropy(logits, tgt_out, pad_id, e) * (tgt_out != pad_id).sum() / tgt_out.size(0)
     if "shifted twice" in flags:  # logits[:, :-1] against tgt_out[:, 1:]: the token two steps ahead
         logits, tgt_out = logits[:, :-1], tgt_out[:, 1:]
     if "targets transposed" in flags:  # (B, L) targets flattened as (L, B): another position's token
@@ -626,6 +675,9 @@ def _simulate(setup: _StepSetup, flags: frozenset[str], calls: int = 2) -> list[
                 optimizer.step()
             if scheduler is not None and "scheduler before" not in flags and "no scheduler" not in flags:
                 scheduler.step()
+            if "loss after the update" in flags:  # the loss computed again, with the updated parameters
+                with torch.no_grad():
+                    loss = _variant_loss(model, batch, setup.pad_id, setup.eps, flags)
             results.append((float(loss.detach()), _flat(model)))
     setup.cache[key] = results
     return results
@@ -676,6 +728,21 @@ _LOSS_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
     ("label smoothing not passed",
      "label_smoothing is not passed on to the loss: your loss is the one without smoothing.",
      frozenset({"no smoothing"})),
+    ("divided by the batch size", "your loss is the sum of the token losses divided by the batch size B (The "
+     "Annotated Transformer's normalisation, by sentences): it grows with the sentences' lengths, and so does every "
+     "update. Here the loss is the mean over the real target tokens (masked_cross_entropy, or the sum divided by "
+     "their count): backpropagate that and return it.",
+     frozenset({"sum / B"})),
+    ("loss after the update returned", "the parameters are updated right, but the loss you return is computed "
+     "again after optimizer.step(), with the new parameters: return the loss the update was computed from "
+     "(loss.item() of the forward pass before backward), the number the training curve is made of.",
+     frozenset({"loss after the update"})),
+    ("decoder fed the whole tgt", "the decoder reads the whole batch.tgt and you keep logits[:, :-1]. Without "
+     "dropout that gives the same loss (the causal mask hides the last token from the others), but the decoder "
+     "computes one position for nothing and, with dropout on, draws its dropout masks over L_tgt positions "
+     "instead of L_tgt - 1, so the step is not the one asked for. Feed the shifted input with its mask, as the "
+     "exercise says: model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
+     frozenset({"whole tgt"})),
 ]
 
 _UPDATE_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
@@ -811,7 +878,11 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
             with torch.random.fork_rng(devices=[]):
                 torch.default_generator.manual_seed(setup.seed + i)  # the CPU's: torch.manual_seed costs ms
                 # boxed, so that a numpy loss reaches _as_loss (a float is due, not a tensor)
-                with _BackwardWatch() if i == 0 else nullcontext() as watch:  # one call tells the dtype; each costs ms
+                # warnings.catch_warnings: PyTorch's own warnings about the student's calls (float(loss) on a
+                # tensor that requires grad, the scheduler stepped first) would print inside the verdict; the
+                # verdict names what matters
+                with _BackwardWatch() if i == 0 else nullcontext() as watch, warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
                     loss = call_student(lambda *a, **k: [SimpleNamespace(value=fn(*a, **k))], model, batch, optimizer,
                                         context=f"calling train_step ({words})", **kwargs)[0].value
         except StudentError as err:
@@ -886,6 +957,8 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
                 fail(f"the model stays in eval mode ({call}): dropout is off during training. The model may arrive "
                      "in eval mode (after an evaluation): call model.train() at the start of train_step.",
                      mistake="model in eval mode")
+            near = []  # (distance, name, diagnosis) of the variants within tolerance: two may be (whole tgt
+            # with dropout and no tgt_mask differ by 2e-6 on some draws); the nearest is the student's
             for name, diagnosis, flags in _LOSS_MISTAKES:
                 if "no smoothing" in flags and setup.eps == 0 or "pad zero" in flags and setup.pad_id == 0:
                     continue
@@ -894,7 +967,10 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
                 except Exception:  # noqa: BLE001 - a variant that cannot run is not this mistake
                     continue
                 if math.isclose(value, candidate, rel_tol=1e-5, abs_tol=1e-6):
-                    fail(f"{diagnosis} ({call})", mistake=name)
+                    near.append((abs(value - candidate), name, diagnosis))
+            if near:
+                _, name, diagnosis = min(near, key=lambda m: m[0])
+                fail(f"{diagnosis} ({call})", mistake=name)
             fail(f"the returned loss ({call}) is {value:.5f}, expected {exp_loss:.5f}: the mean cross-entropy of "
                  "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask) against batch.tgt_out, pad "
                  "tokens ignored, with label_smoothing.", mistake="values differ")
@@ -1093,7 +1169,8 @@ def _graph_cut(fn: Callable[..., Any], setup: _StepSetup, words: str) -> None:
 
     handle = model.output_projection.register_forward_hook(watch)
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # as in _run_student: no PyTorch warning inside the verdict
             call_student(fn, model.train(), setup.batches[0], optimizer, scheduler=scheduler, pad_id=setup.pad_id,
                          label_smoothing=setup.eps, clip_norm=setup.clip)
     except StudentError:
