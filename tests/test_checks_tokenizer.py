@@ -600,3 +600,13 @@ def test_correct_variants_pass_on_every_seed(check, student):
 @pytest.mark.parametrize("check, student, mistake, words", MISTAKES, ids=[_label(c) + f"-{i}" for i, c in enumerate(MISTAKES)])
 def test_each_mistake_is_named_on_every_seed(check, student, mistake, words):
     assert_mistake(check, student, mistake, *words, repeat=STABLE)
+
+
+@pytest.mark.parametrize("check, name", [(check_count_pairs, "count_pairs"), (check_merge_pair, "merge_pair"),
+                                         (check_train_bpe, "train_bpe"), (check_bpe_encode, "bpe_encode"),
+                                         (check_bpe_decode, "bpe_decode")])
+def test_the_reference_passes_and_is_said_to_be_the_reference(check, name):
+    import course_utils
+
+    result = check(getattr(course_utils, name))
+    assert result.passed and "the course's reference" in result.feedback, result.feedback

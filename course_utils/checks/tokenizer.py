@@ -49,6 +49,13 @@ def _show(x: Any, limit: int = 12) -> str:
     return repr(items[:limit])[:-1] + (", ...]" if len(items) > limit else "]")
 
 
+def _passed(fn: Any, detail: str) -> str:
+    """The [OK] detail, saying so when ``fn`` is the course's reference (imported from course_utils)."""
+    if str(getattr(fn, "__module__", "")).startswith("course_utils.") and not isinstance(fn, type):
+        return f"{detail}; this is the course's reference from course_utils, not your own code"
+    return detail
+
+
 def _run(fn: Callable[..., Any], *args: Any, name: str, what: str, mistake: str = "time limit", why: str = "") -> Any:
     return call_student_within(
         CALL_LIMIT_S, fn, *args, context=f"calling {name}({what})",
@@ -150,7 +157,7 @@ def check_count_pairs(count_pairs_fn):
         wrong = sorted((p for p in set(got) | set(expected) if got.get(p) != expected.get(p)), key=repr)
         fail(f"the counts differ for {len(wrong)} pair(s), e.g. {wrong[0]!r}: you {got.get(wrong[0], 0)}, expected "
              f"{expected.get(wrong[0], 0)}.\n    {case}", mistake="values differ")
-    return "pieces with repeats, overlapping runs and counts above 1"
+    return _passed(count_pairs_fn, "pieces with repeats, overlapping runs and counts above 1")
 
 
 register_hints("count_pairs", [
@@ -244,7 +251,7 @@ def check_merge_pair(merge_pair_fn):
         results.append((ids, pair, new_id, list(got)))
     wrong = [r for r in results if r[3] != merge_pair(r[0], r[1], r[2])]
     if not wrong:
-        return f"{len(results)} lists, overlapping runs and empty ones included"
+        return _passed(merge_pair_fn, f"{len(results)} lists, overlapping runs and empty ones included")
     ids, pair, new_id, got = wrong[0]
     case = (f"merge_pair({_show(ids)}, {pair}, {new_id}) returned {_show(got)}, expected "
             f"{_show(merge_pair(ids, pair, new_id))}")
@@ -479,7 +486,7 @@ def check_train_bpe(train_bpe_fn):
     if merges != train_bpe(text, 400)[1]:
         fail(f"train_bpe({text!r}, 400) learned {merges!r}, expected {train_bpe(text, 400)[1]!r}: when no pair is left "
              "(every piece is one token), stop: there is nothing more to merge.", mistake="no stop when pairs run out")
-    return f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special tokens"
+    return _passed(train_bpe_fn, f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special tokens")
 
 
 register_hints("train_bpe", [
@@ -624,7 +631,8 @@ def check_bpe_encode(bpe_encode_fn):
         results.append((case, list(got), BPETokenizer(vocab, merges, specials).encode(text)))
     wrong = [k for k, (_, got, expected) in enumerate(results) if got != expected]
     if not wrong:
-        return f"{len(cases)} texts, learned order against frequency, special tokens, byte ids shuffled as in GPT-2's vocabulary"
+        return _passed(bpe_encode_fn, f"{len(cases)} texts, learned order against frequency, special tokens, byte ids "
+                       "shuffled as in GPT-2's vocabulary")
 
     def variant(k: int, options: dict) -> list[int] | None:
         text, vocab, merges, specials = cases[k]
@@ -775,7 +783,8 @@ def check_bpe_decode(bpe_decode_fn):
             if got == value:
                 fail(f"{diagnosis}\n    {case}\n    {_around(got, expected)}", mistake=name)
         fail(f"{case}: {_around(got, expected)}", mistake="values differ")
-    return f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special token, shuffled byte ids"
+    return _passed(bpe_decode_fn, f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special "
+                   "token, shuffled byte ids")
 
 
 register_hints("bpe_decode", [
