@@ -3,6 +3,7 @@ realistic mistake is named on 20 seeds, an endless merge loop is stopped with a 
 
 from __future__ import annotations
 
+import codecs
 import heapq
 import itertools
 from collections import Counter, defaultdict
@@ -74,6 +75,22 @@ def pairs_set(words):
     return counts
 
 
+def pairs_strided(words):  # positions 0-1, 2-3, ... only
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word[::2], word[1::2]):
+            counts[pair] += freq
+    return counts
+
+
+def pairs_short_range(words):  # range(len(word) - 2): the last pair missed
+    counts = {}
+    for word, freq in words.items():
+        for i in range(len(word) - 2):
+            counts[word[i], word[i + 1]] = counts.get((word[i], word[i + 1]), 0) + freq
+    return counts
+
+
 def pairs_mutating(words):
     counts = pairs_counter(words)
     words.clear()
@@ -91,6 +108,32 @@ def merge_while(ids, pair, new_id):
             out.append(ids[i])
             i += 1
     return out
+
+
+def merge_drop_last(ids, pair, new_id):  # the loop stops one short: an unmerged last token is lost
+    out, skip = [], False
+    for i in range(len(ids) - 1):
+        if skip:
+            skip = False
+        elif (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            skip = True
+        else:
+            out.append(ids[i])
+    return out
+
+
+def merge_compare(halves):
+    """pair[0] twice (a typo), or pair[0] alone, compared where (pair[0], pair[1]) should be."""
+    def merge_pair(ids, pair, new_id):
+        out, i = [], 0
+        while i < len(ids):
+            hit = i + 1 < len(ids) and ids[i] == pair[0] and (halves == "first" or ids[i + 1] == pair[0])
+            out.append(new_id if hit else ids[i])
+            i += 2 if hit else 1
+        return out
+
+    return merge_pair
 
 
 def merge_recursive(ids, pair, new_id):
@@ -168,7 +211,7 @@ def merge_no_return(ids, pair, new_id):
 
 # ---------------------------------------------------------------- train_bpe
 def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merges=None, specials_first=False,
-            add_specials=True, stop=True):
+            add_specials=True, stop=True, id_gap=0, apply=True):
     """A slow textbook trainer in one student's style, with one mistake or none."""
     def train_bpe(text, vocab_size, special_tokens=()):
         chunks = split_special_tokens(text, special_tokens) if specials_out else [text]
@@ -201,15 +244,21 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
                 best = max(counts, key=counts.get)
             elif tie == "ids":
                 best = max(counts, key=lambda p: (counts[p], p))
+            elif tie == "joined":
+                best = max(counts, key=lambda p: (counts[p], vocab[p[0]] + vocab[p[1]]))
+            elif tie == "text":
+                best = max(counts, key=lambda p: (counts[p], vocab[p[0]].decode("utf-8", "replace"),
+                                                  vocab[p[1]].decode("utf-8", "replace")))
             else:
                 best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
-            new_id = len(vocab)
-            words = Counter({tuple(merge_pair_ref(w, best, new_id)): f for w, f in words.items()})
+            new_id = len(vocab) + id_gap
+            if apply:
+                words = Counter({tuple(merge_pair_ref(w, best, new_id)): f for w, f in words.items()})
             vocab[new_id] = vocab[best[0]] + vocab[best[1]]
             merges.append((vocab[best[0]], vocab[best[1]]))
         if add_specials and not specials_first:
             for token in special_tokens:
-                vocab[len(vocab)] = token.encode("utf-8")
+                vocab[len(vocab) + id_gap] = token.encode("utf-8")
         return vocab, merges
 
     return train_bpe
@@ -321,6 +370,8 @@ def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byt
                         break
                     if order == "rank":
                         best = min(pairs, key=rank.get)
+                    elif order == "latest":
+                        best = max(pairs, key=rank.get)
                     else:
                         best = max(pairs, key=lambda p: (pairs.count(p), -rank[p]))
                     if first_only:
@@ -334,40 +385,73 @@ def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byt
     return bpe_encode
 
 
-def encode_merges_in_order(text, vocab, merges, special_tokens=()):
+def piece_encoder(encode_piece):
+    """An encoder that cuts out the special tokens, pre-tokenizes, and encodes each piece's bytes with
+    ``encode_piece(data, ids_of, merges) -> list of token bytes`` (one student's style per piece rule)."""
+    def bpe_encode(text, vocab, merges, special_tokens=()):
+        ids_of = {v: k for k, v in vocab.items()}
+        out = []
+        for chunk in split_special_tokens(text, special_tokens):
+            if chunk in special_tokens:
+                out.append(ids_of[chunk.encode()])
+                continue
+            for piece in pretokenize(chunk):
+                out += [ids_of[p] for p in encode_piece(piece.encode(), ids_of, merges)]
+        return out
+
+    return bpe_encode
+
+
+@piece_encoder
+def encode_merges_in_order(data, ids_of, merges):
     """Every merge in learned order over each piece, one pass per merge (slow, correct)."""
-    ids_of = {v: k for k, v in vocab.items()}
-    out = []
-    for chunk in split_special_tokens(text, special_tokens):
-        if chunk in special_tokens:
-            out.append(ids_of[chunk.encode()])
-            continue
-        for piece in pretokenize(chunk):
-            parts = [bytes([b]) for b in piece.encode()]
-            for a, b in merges:
-                parts = merge_while(parts, (a, b), a + b)
-            out += [ids_of[p] for p in parts]
-    return out
+    parts = [bytes([b]) for b in data]
+    for a, b in merges:
+        parts = merge_while(parts, (a, b), a + b)
+    return parts
 
 
-def encode_leftmost(text, vocab, merges, special_tokens=()):  # the first known pair from the left
-    ids_of = {v: k for k, v in vocab.items()}
-    known = set(merges)
-    out = []
-    for chunk in split_special_tokens(text, special_tokens):
-        if chunk in special_tokens:
-            out.append(ids_of[chunk.encode()])
-            continue
-        for piece in pretokenize(chunk):
-            parts = [bytes([b]) for b in piece.encode()]
-            while True:
-                found = [i for i in range(len(parts) - 1) if (parts[i], parts[i + 1]) in known]
-                if not found:
-                    break
-                i = found[0]
-                parts[i:i + 2] = [parts[i] + parts[i + 1]]
-            out += [ids_of[p] for p in parts]
-    return out
+def merge_at_found(pick):
+    """Merge at one position while ``pick(parts, found)`` names one among the known pairs' positions."""
+    def encode_piece(data, ids_of, merges):
+        known = set(merges)
+        parts = [bytes([b]) for b in data]
+        while True:
+            found = [i for i in range(len(parts) - 1) if (parts[i], parts[i + 1]) in known]
+            if not found:
+                return parts
+            i = pick(parts, found, ids_of)
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+
+    return piece_encoder(encode_piece)
+
+
+encode_leftmost = merge_at_found(lambda parts, found, ids_of: found[0])  # the first known pair from the left
+# tiktoken's way: a pair's rank is its joined token's id; right for a vocabulary whose ids follow its merges
+encode_joined_id = merge_at_found(lambda parts, found, ids_of: min(found, key=lambda i: ids_of[parts[i] + parts[i + 1]]))
+
+
+@piece_encoder
+def encode_longest(data, ids_of, merges):  # WordPiece's greedy longest match
+    parts = []
+    while data:
+        size = max(j for j in range(1, len(data) + 1) if data[:j] in ids_of)
+        parts.append(data[:size])
+        data = data[size:]
+    return parts
+
+
+@piece_encoder
+def encode_one_pass(data, ids_of, merges):  # one greedy pass, never repeated
+    known, parts, joined = set(merges), [], False
+    for b in data:
+        if parts and not joined and (parts[-1], bytes([b])) in known:
+            parts[-1] += bytes([b])
+            joined = True  # the next byte may not join this token
+        else:
+            parts.append(bytes([b]))
+            joined = False
+    return parts
 
 
 # merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
@@ -382,6 +466,28 @@ def decode_bytearray(ids, vocab):
     for i in ids:
         buffer += vocab[int(i)]
     return bytes(buffer).decode(errors="replace")
+
+
+def decode_incremental(ids, vocab):
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return "".join(decoder.decode(vocab[i]) for i in ids) + decoder.decode(b"", final=True)
+
+
+def decode_strip(ids, vocab):
+    return decode_join(ids, vocab).strip()
+
+
+def decode_skip_specials(ids, vocab):  # Hugging Face's skip_special_tokens=True
+    return b"".join(vocab[i] for i in ids if not (vocab[i].startswith(b"<|") and vocab[i].endswith(b"|>"))).decode(
+        "utf-8", errors="replace")
+
+
+def decode_latin1(ids, vocab):
+    return "".join(vocab[i].decode("latin-1") for i in ids)
+
+
+def decode_backslash(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="backslashreplace")
 
 
 def decode_per_token(ids, vocab):
@@ -425,6 +531,7 @@ CORRECT = [
     # merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
     (check_bpe_encode, encoder()), (check_bpe_encode, encode_merges_in_order), (check_bpe_encode, encoder(first_only=True)),
     (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
+    (check_bpe_encode, encode_joined_id), (check_bpe_decode, decode_incremental),
 ]
 
 MISTAKES = [  # (check, student, mistake name, words the verdict must say)
@@ -434,6 +541,11 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_count_pairs, pairs_no_overlap, "overlapping pairs counted once", ()),
     (check_count_pairs, pairs_set, "pair counted once per piece", ()),
     (check_count_pairs, pairs_mutating, "input modified in place", ()),
+    (check_count_pairs, pairs_strided, "every other pair skipped", ()),
+    (check_count_pairs, pairs_short_range, "last pair skipped", ()),
+    (check_merge_pair, merge_drop_last, "last token dropped", ()),
+    (check_merge_pair, merge_compare("first twice"), "pair compared wrongly", ("pair[1]",)),
+    (check_merge_pair, merge_compare("first"), "pair compared wrongly", ("pair[1]",)),
     (check_merge_pair, merge_first_only, "only the first occurrence merged", ("every occurrence",)),
     (check_merge_pair, merge_right_to_left, "merged right to left", ("left to right",)),
     (check_merge_pair, merge_step_one, "second token of the pair kept", ("i += 2",)),
@@ -446,12 +558,19 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, trainer(weighted=False), "piece counts ignored", ()),
     (check_train_bpe, trainer(tie="ids"), "ties broken differently", ()),
     (check_train_bpe, trainer(tie="first"), "ties broken differently", ()),
+    (check_train_bpe, trainer(tie="joined"), "ties broken differently", ("joined",)),
+    (check_train_bpe, trainer(tie="text"), "ties broken differently", ("decoded",)),
+    (check_train_bpe, trainer(id_gap=1), "merged ids not from 256", ("id 256",)),
+    (check_train_bpe, trainer(apply=False), "merge not applied", ()),
     (check_train_bpe, trainer(n_merges="vocab_size"), "wrong number of merges", ()),
     (check_train_bpe, trainer(add_specials=False), "special tokens not added", ()),
     (check_train_bpe, trainer(specials_first=True), "wrong special token ids", ()),
     (check_train_bpe, train_merges_as_ids, "wrong return", ("byte strings",)),
     (check_bpe_encode, encoder(order="frequency"), "merges in frequency order", ()),
     (check_bpe_encode, encode_leftmost, "merges in text order", ()),
+    (check_bpe_encode, encoder(order="latest"), "merges in reverse order", ("latest",)),
+    (check_bpe_encode, encode_longest, "longest vocabulary match", ()),
+    (check_bpe_encode, encode_one_pass, "merges in one pass", ()),
     (check_bpe_encode, encoder(specials_out=False), "special tokens split", ()),
     (check_bpe_encode, encoder(split="none"), "across pre-token boundaries", ()),
     (check_bpe_encode, encoder(split="whitespace"), "leading space dropped", ()),
@@ -462,6 +581,10 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_decode, decode_ignore, "invalid bytes dropped", ()),
     (check_bpe_decode, decode_byte_values, "byte values as ids", ()),
     (check_bpe_decode, decode_to_bytes, "wrong return", ()),
+    (check_bpe_decode, decode_strip, "whitespace stripped", ()),
+    (check_bpe_decode, decode_skip_specials, "special tokens dropped", ("<|endoftext|>",)),
+    (check_bpe_decode, decode_latin1, "not decoded as UTF-8", ()),
+    (check_bpe_decode, decode_backslash, "invalid bytes escaped", ()),
 ]
 
 
@@ -477,3 +600,13 @@ def test_correct_variants_pass_on_every_seed(check, student):
 @pytest.mark.parametrize("check, student, mistake, words", MISTAKES, ids=[_label(c) + f"-{i}" for i, c in enumerate(MISTAKES)])
 def test_each_mistake_is_named_on_every_seed(check, student, mistake, words):
     assert_mistake(check, student, mistake, *words, repeat=STABLE)
+
+
+@pytest.mark.parametrize("check, name", [(check_count_pairs, "count_pairs"), (check_merge_pair, "merge_pair"),
+                                         (check_train_bpe, "train_bpe"), (check_bpe_encode, "bpe_encode"),
+                                         (check_bpe_decode, "bpe_decode")])
+def test_the_reference_passes_and_is_said_to_be_the_reference(check, name):
+    import course_utils
+
+    result = check(getattr(course_utils, name))
+    assert result.passed and "the course's reference" in result.feedback, result.feedback

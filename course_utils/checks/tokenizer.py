@@ -49,6 +49,13 @@ def _show(x: Any, limit: int = 12) -> str:
     return repr(items[:limit])[:-1] + (", ...]" if len(items) > limit else "]")
 
 
+def _passed(fn: Any, detail: str) -> str:
+    """The [OK] detail, saying so when ``fn`` is the course's reference (imported from course_utils)."""
+    if str(getattr(fn, "__module__", "")).startswith("course_utils.") and not isinstance(fn, type):
+        return f"{detail}; this is the course's reference from course_utils, not your own code"
+    return detail
+
+
 def _run(fn: Callable[..., Any], *args: Any, name: str, what: str, mistake: str = "time limit", why: str = "") -> Any:
     return call_student_within(
         CALL_LIMIT_S, fn, *args, context=f"calling {name}({what})",
@@ -75,6 +82,13 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
             i += 2 if word[i] == word[i + 1] else 1  # a run a a a counted as one (a, a)
         for pair in set(zip(word, word[1:])):
             per_piece[pair] += freq
+    strided: Counter = Counter()
+    short: Counter = Counter()
+    for word, freq in words.items():
+        for pair in zip(word[::2], word[1::2]):
+            strided[pair] += freq
+        for i in range(len(word) - 2):
+            short[word[i], word[i + 1]] += freq
     return [
         ("across pre-token boundaries", "you count pairs across two pieces too (the last token of one piece with the "
          "first of the next). Pieces are separate: count inside each piece only, `for pair in zip(word, word[1:])`.",
@@ -85,6 +99,10 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
          "(overlapping); count every position, `zip(word, word[1:])`, without skipping after a match.", dict(no_overlap)),
         ("pair counted once per piece", "a pair that occurs twice in one piece is counted once (a set of the piece's "
          "pairs?): count it at every position where it occurs.", dict(per_piece)),
+        ("every other pair skipped", "you count the pairs at positions 0-1, 2-3, ... only (zip(word[::2], word[1::2])?): "
+         "the pair at 1-2 is a pair too. Count every adjacent pair, `zip(word, word[1:])`.", dict(strided)),
+        ("last pair skipped", "the last pair of each piece is missing (range(len(word) - 2)?): a piece of n tokens has "
+         "n - 1 pairs, at i = 0 ... n - 2, so the range is range(len(word) - 1).", dict(short)),
     ]
 
 
@@ -139,7 +157,7 @@ def check_count_pairs(count_pairs_fn):
         wrong = sorted((p for p in set(got) | set(expected) if got.get(p) != expected.get(p)), key=repr)
         fail(f"the counts differ for {len(wrong)} pair(s), e.g. {wrong[0]!r}: you {got.get(wrong[0], 0)}, expected "
              f"{expected.get(wrong[0], 0)}.\n    {case}", mistake="values differ")
-    return "pieces with repeats, overlapping runs and counts above 1"
+    return _passed(count_pairs_fn, "pieces with repeats, overlapping runs and counts above 1")
 
 
 register_hints("count_pairs", [
@@ -172,6 +190,13 @@ def _merge_variants(ids: list, pair: tuple, new_id: Any) -> list[tuple[str, str,
         else:
             kept.append(ids[i])
         i += 1  # the bug: 1, not 2, after a merge
+
+    merged = merge_pair(ids, pair, new_id)
+    head_only, i = [], 0  # merged wherever ids[i] == a, whatever follows
+    while i < len(ids):
+        head_only.append(new_id if i + 1 < len(ids) and ids[i] == a else ids[i])
+        i += 2 if head_only[-1] == new_id else 1
+
     return [
         ("only the first occurrence merged", "only the first occurrence of the pair is replaced; every occurrence "
          "must be: keep scanning to the end of the list after a merge.", first),
@@ -179,6 +204,14 @@ def _merge_variants(ids: list, pair: tuple, new_id: Any) -> list[tuple[str, str,
          "[a, new]; the merge scans left to right, [new, a].", backwards),
         ("second token of the pair kept", "after a merge the scan moves on by one position instead of two, so the "
          "pair's second token is read again (kept, or merged once more): i += 2 after writing new_id.", kept),
+        ("last token dropped", "the last token is lost when it is not merged (while i < len(ids) - 1?): loop to the "
+         "end, while i < len(ids), and test i + 1 < len(ids) before reading ids[i + 1].",
+         merged if merged[-1:] == [new_id] else merged[:-1]),  # new_id is no input id: the last pair was merged
+        ("pair compared wrongly", "you compare the tokens with the wrong halves of the pair (pair[0] twice, or only "
+         "ids[i] == pair[0]): merge where ids[i] == pair[0] and ids[i + 1] == pair[1].",
+         merge_pair(ids, (a, a), new_id)),
+        ("pair compared wrongly", "you test only ids[i] == pair[0]: the next token must be pair[1] too, "
+         "ids[i] == pair[0] and ids[i + 1] == pair[1].", head_only),
     ]
 
 
@@ -187,7 +220,7 @@ def _merge_cases() -> list[tuple[list, tuple, int]]:
     new = randint(256, 400)
     cases = [([a, a, a], (a, a), new), ([x, a, b, x, a, b], (a, b), new), ([a, b], (a, b), new),
              ([b, a], (a, b), new), ([], (a, b), new), ([a], (a, b), new), ([a, a, a, a, a], (a, a), new),
-             ([b, a, b, a, b], (b, a), new)]
+             ([b, a, b, a, b], (b, a), new), ([a, x, a, b, a], (a, b), new)]  # pair[0] before another token
     for _ in range(3):
         ids = [(a, b, x)[randint(0, 2)] for _ in range(randint(5, 16))]
         i = randint(0, len(ids) - 2)
@@ -209,7 +242,8 @@ def check_merge_pair(merge_pair_fn):
         got = _run(merge_pair_fn, given, pair, new_id, name="merge_pair", what=f"{_show(ids)}, {pair}, {new_id}")
         if given != ids:
             fail(f"merge_pair changed the list it was given ({_show(ids)} became {_show(given)}); build and return a new "
-                 "list: the training loop still needs the old one (to subtract its pairs' counts).",
+                 "list: the caller may still need the old one (your training loop builds the new pieces from the old "
+                 "ones, and a trainer that updates its counts subtracts the old pieces' pairs).",
                  mistake="input modified in place")
         if not isinstance(got, (list, tuple)):
             fail(f"merge_pair should return a list of ids, got {type(got).__name__} (for merge_pair({_show(ids)}, "
@@ -217,7 +251,7 @@ def check_merge_pair(merge_pair_fn):
         results.append((ids, pair, new_id, list(got)))
     wrong = [r for r in results if r[3] != merge_pair(r[0], r[1], r[2])]
     if not wrong:
-        return f"{len(results)} lists, overlapping runs and empty ones included"
+        return _passed(merge_pair_fn, f"{len(results)} lists, overlapping runs and empty ones included")
     ids, pair, new_id, got = wrong[0]
     case = (f"merge_pair({_show(ids)}, {pair}, {new_id}) returned {_show(got)}, expected "
             f"{_show(merge_pair(ids, pair, new_id))}")
@@ -259,12 +293,16 @@ def _best(vocab: dict, counts: dict, tie: str) -> tuple:
     tied = [p for p in counts if counts[p] == top]
     if tie == "ids":
         return max(tied)
+    if tie == "joined":  # the two byte strings joined: (b"a", b"bz") beats (b"ab", b"a")
+        return max(tied, key=lambda p: vocab[p[0]] + vocab[p[1]])
+    if tie == "text":  # decoded: every cut character is the same '\ufffd', so the first counted wins among those
+        return max(tied, key=lambda p: tuple(vocab[x].decode("utf-8", errors="replace") for x in p))
     key = lambda p: (vocab[p[0]], vocab[p[1]])  # noqa: E731
     return min(tied, key=key) if tie == "smallest" else max(tied, key=key)
 
 
 def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str = "gpt2", specials_out: bool = True,
-                 weighted: bool = True, tie: str = "bytes") -> list[tuple[bytes, bytes]]:
+                 weighted: bool = True, tie: str = "bytes", apply: bool = True) -> list[tuple[bytes, bytes]]:
     """The textbook trainer (a full recount per merge), with the variants the mistakes need."""
     pieces = _pieces(text, specials, split, specials_out)
     if not weighted:
@@ -280,7 +318,7 @@ def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str
         if not counts:
             break
         best = _best(vocab, counts, tie)
-        words = [merge_pair(w, best, new_id) for w in words]
+        words = [merge_pair(w, best, new_id) for w in words] if apply else words
         vocab[new_id] = vocab[best[0]] + vocab[best[1]]
         merges.append((vocab[best[0]], vocab[best[1]]))
     return merges
@@ -295,10 +333,21 @@ _TRAIN_VARIANTS = [
      "them out first with split_special_tokens(text, special_tokens) and skip the special pieces."),
     ("piece counts ignored", dict(weighted=False), "each distinct piece counts once: weight its pairs by how "
      "often the piece occurs in the text."),
+    ("merge not applied", dict(apply=False), "each merge is recorded but the pieces are not rewritten: after "
+     "picking the best pair, replace it in every piece (merge_pair with the new id), so that the next count sees the "
+     "merged token."),
     ("ties broken differently", dict(tie="ids"), "ties are broken by comparing the token ids (a, b); the exercise "
      "compares their byte strings: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
     ("ties broken differently", dict(tie="first"), "ties go to the pair counted first (max(counts, key=counts.get)); "
      "the exercise gives them to the greatest pair of byte strings: key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])."),
+    ("ties broken differently", dict(tie="joined"), "ties are broken by the two byte strings joined "
+     "(vocab[a] + vocab[b]); the exercise compares the pair: first byte strings, then second ones. They differ when "
+     "the first token of one pair is a prefix of the other's: (b'ab', b'a') beats (b'a', b'bz') as a pair, but "
+     "b'aba' < b'abz' joined. Use max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
+    ("ties broken differently", dict(tie="text"), "ties are broken by the tokens decoded to text; the exercise "
+     "compares their byte strings. A token holding part of a character (the first bytes of an emoji) decodes to "
+     "'\ufffd' like every other part, so those ties are left to chance: compare bytes, key=lambda p: (counts[p], "
+     "vocab[p[0]], vocab[p[1]])."),
     ("ties broken differently", dict(tie="smallest"), "ties go to the smallest pair of byte strings; the exercise "
      "gives them to the greatest: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
 ]
@@ -333,6 +382,8 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         ("b a b a b a b" + ENDOFTEXT + "|||||> <|", 256 + 4 + 1, [ENDOFTEXT]),  # across; the specials' characters
         ("the cat the hat the mat a a a a a a" + " ta" * 3, 256 + 8, []),  # spaces; weights (a repeated piece)
         ("ab ab ab cd cd cd", 256 + 3, []),
+        ("aaza az abzb bbbz zzab zazz", 256 + 6, []),  # (b'a', b'bz') against (b'ab', b'a'): joined bytes
+        ("🚀🔥 🚀🔥 😀😁 😀😁 é è é è", 256 + 5, []),  # ties among cut characters: joined bytes, decoded text
     ]
 
 
@@ -399,6 +450,12 @@ def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str) -> N
     wrong = [i for i in expected if vocab.get(i) != expected[i]]
     if sorted(vocab.values()) == sorted(expected.values()):  # the right tokens under other ids
         ids = {v: k for k, v in vocab.items()}
+        if merges and ids.get(merges[0][0] + merges[0][1]) != 256 and all(ids[t.encode()] > ids.get(a + b, -1)
+                                                                       for t in specials for a, b in merges):
+            fail(f"your first merged token {merges[0][0] + merges[0][1]!r} has the id "
+                 f"{ids.get(merges[0][0] + merges[0][1])}; the first merged token must get id 256, the first free id "
+                 "after the 256 single bytes (0-255), and merge k the id 256 + k, with no gap.\n    " + case,
+                 mistake="merged ids not from 256")
         fail(f"the special tokens should come last, after the merged tokens (ids {len(expected) - len(specials)} "
              f"onward); yours have the ids {[ids[t.encode()] for t in specials]}.\n    {case}",
              mistake="wrong special token ids")
@@ -429,7 +486,7 @@ def check_train_bpe(train_bpe_fn):
     if merges != train_bpe(text, 400)[1]:
         fail(f"train_bpe({text!r}, 400) learned {merges!r}, expected {train_bpe(text, 400)[1]!r}: when no pair is left "
              "(every piece is one token), stop: there is nothing more to merge.", mistake="no stop when pairs run out")
-    return f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special tokens"
+    return _passed(train_bpe_fn, f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special tokens")
 
 
 register_hints("train_bpe", [
@@ -462,16 +519,38 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
             pieces = pretokenize(chunk)
         for piece in pieces:
             parts = [bytes([b]) for b in piece.encode()]
-            while len(parts) > 1:
+            if order == "longest":  # WordPiece's habit: the longest token of the vocabulary, left to right
+                data, parts = piece.encode(), []
+                while data:
+                    j = next(j for j in range(len(data), 0, -1) if data[:j] in ids_of)
+                    parts.append(data[:j])
+                    data = data[j:]
+            if order == "one pass":  # one left-to-right pass, merging any learned pair met, never repeated
+                merged, i = [], 0
+                while i < len(parts):
+                    if i + 1 < len(parts) and (parts[i], parts[i + 1]) in ranks:
+                        merged.append(parts[i] + parts[i + 1])
+                        i += 2
+                    else:
+                        merged.append(parts[i])
+                        i += 1
+                parts = merged
+            while order not in ("longest", "one pass") and len(parts) > 1:
                 pairs = [p for p in zip(parts, parts[1:]) if p in ranks]
                 if not pairs:
                     break
                 if order == "rank":
                     best = min(pairs, key=ranks.get)
+                elif order == "latest":
+                    best = max(pairs, key=ranks.get)
                 elif order == "frequency":
                     best = max(pairs, key=lambda p: (pairs.count(p), -ranks[p]))
-                else:  # "leftmost": the first learned pair found, left to right
+                else:  # "leftmost": the first learned pair found, left to right (merged there only, or everywhere)
                     best = pairs[0]
+                if order == "leftmost once":
+                    i = next(i for i in range(len(parts) - 1) if (parts[i], parts[i + 1]) in ranks)
+                    parts = [*parts[:i], parts[i] + parts[i + 1], *parts[i + 2:]]
+                    continue
                 parts = merge_pair(parts, best, best[0] + best[1])
             out.extend(p[0] if byte_ids and len(p) == 1 else ids_of[p] for p in parts)
     return out
@@ -481,8 +560,18 @@ _ENCODE_VARIANTS = [
     ("merges in frequency order", dict(order="frequency"), "you apply the pair that is most frequent in the piece; "
      "merges apply in the order they were learned: at each step the adjacent pair with the lowest rank (its index in "
      "merges) goes first, however often it occurs here."),
-    ("merges in text order", dict(order="leftmost"), "you merge the first known pair from the left; merges apply in "
-     "the order they were learned: at each step the adjacent pair with the lowest rank (its index in merges)."),
+    ("merges in reverse order", dict(order="latest"), "you apply the latest learned merge first (the highest rank, "
+     "max(...)); merges apply in the order they were learned: at each step the adjacent pair with the lowest rank "
+     "(its index in merges) goes first, min(pairs, key=lambda p: rank.get(p, inf))."),
+    ("longest vocabulary match", dict(order="longest"), "you cut the piece into the longest tokens of the vocabulary "
+     "from the left (WordPiece's way); BPE replays the merges instead: at each step the adjacent pair with the lowest "
+     "rank (its index in merges) is merged, which can give other tokens than the longest match."),
+    ("merges in one pass", dict(order="one pass"), "you make one left-to-right pass, merging each learned pair you "
+     "meet, and stop: BPE repeats until no learned pair is left, and at each step merges the adjacent pair with the "
+     "lowest rank (its index in merges), so merged tokens can merge again (ab + ab -> abab)."),
+    *[("merges in text order", dict(order=order), "you merge the first known pair from the left; merges apply in "
+       "the order they were learned: at each step the adjacent pair with the lowest rank (its index in merges).")
+      for order in ("leftmost", "leftmost once")],
     ("special tokens split", dict(specials_out=False), "the special token was encoded as ordinary text (split into "
      "pieces); cut the text around the special tokens first (split_special_tokens) and give each one its own id."),
     ("across pre-token boundaries", dict(split="none"), "merges cross pieces: pre-tokenize each part of the text "
@@ -511,7 +600,14 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
     # pieces makes it
     small = {i: bytes([i]) for i in range(256)} | {256: b"bc", 257: b"ab", 258: b"abab", 259: b" a", 260: b"x!"}
     small_merges = [(b"b", b"c"), (b"a", b"b"), (b"ab", b"ab"), (b" ", b"a"), (b"x", b"!")]
+    # two cases for the merge order alone: the latest merge first gives [a, bc] on 'abc' (the learned order
+    # [ab, c]); the longest vocabulary match gives [abc, d] on 'abcd' (the learned order [ab, cd]). Ids follow the
+    # merges, so an encoder that ranks a pair by its joined token's id (tiktoken's way) passes both
+    two = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"bc"}
+    four = {i: bytes([i]) for i in range(256)} | {256: b"cd", 257: b"ab", 258: b"bc", 259: b"abc"}
     return [
+        ("abc", two, [(b"a", b"b"), (b"b", b"c")], []),
+        ("abcd", four, [(b"c", b"d"), (b"a", b"b"), (b"b", b"c"), (b"a", b"bc")], []),
         ("abcabab abab x!ab", small, small_merges, []),
         (_text(randint(10, 20)) + ENDOFTEXT + " the  end", vocab, merges, [ENDOFTEXT]),
         (_text(randint(10, 20)) + " " + ENDOFTEXT + "an", shuffled, merges, [ENDOFTEXT]),
@@ -523,6 +619,7 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
 def check_bpe_encode(bpe_encode_fn):
     require_function(bpe_encode_fn, "bpe_encode")
     cases = _encode_cases()
+    results = []
     for text, vocab, merges, specials in cases:
         case = f"bpe_encode({text[:50]!r}{'...' if len(text) > 50 else ''}, vocab, merges, {specials})"
         got = _run(bpe_encode_fn, text, dict(vocab), list(merges), list(specials), name="bpe_encode",
@@ -531,28 +628,46 @@ def check_bpe_encode(bpe_encode_fn):
             fail(f"bpe_encode should return a list of int ids, got {type(got).__name__}"
                  + (f" holding {type(next(iter(got), None)).__name__}" if isinstance(got, (list, tuple)) else "")
                  + f".\n    {case}", mistake="wrong return")
-        got = list(got)
-        expected = BPETokenizer(vocab, merges, specials).encode(text)
-        if got == expected:
-            continue
-        for name, options, diagnosis in _ENCODE_VARIANTS:
-            try:
-                variant = _plain_encode(text, vocab, merges, specials, **options)
-            except KeyError:
-                continue
-            if got == variant:
-                fail(f"{diagnosis}\n    {case}\n    you: {_show(got)}\n    expected: {_show(expected)}", mistake=name)
-        unknown = [i for i in got if i not in vocab]
-        if unknown:
-            fail(f"your ids include {unknown[0]}, which is not in the vocabulary.\n    {case}", mistake="values differ")
-        back = bpe_decode(got, vocab)
-        if back != text:
-            fail(f"your ids decode to {back[:60]!r}, not the text: every byte of the text must be in exactly one "
-                 f"token.\n    {case}", mistake="values differ")
-        k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
-        fail(f"your ids decode back to the text but differ from position {k}: you {_show(got[k:k + 6])}, expected "
-             f"{_show(expected[k:k + 6])}.\n    {case}", mistake="values differ")
-    return f"{len(cases)} texts, learned order against frequency, special tokens, byte ids shuffled as in GPT-2's vocabulary"
+        results.append((case, list(got), BPETokenizer(vocab, merges, specials).encode(text)))
+    wrong = [k for k, (_, got, expected) in enumerate(results) if got != expected]
+    if not wrong:
+        return _passed(bpe_encode_fn, f"{len(cases)} texts, learned order against frequency, special tokens, byte ids "
+                       "shuffled as in GPT-2's vocabulary")
+
+    def variant(k: int, options: dict) -> list[int] | None:
+        text, vocab, merges, specials = cases[k]
+        try:
+            return _plain_encode(text, vocab, merges, specials, **options)
+        except KeyError:
+            return None
+
+    case, got, expected = results[wrong[0]]
+    shown = f"\n    {case}\n    you: {_show(got)}\n    expected: {_show(expected)}"
+    # a variant that gives every result names the mistake; else the first that gives the first wrong one
+    for name, options, diagnosis in _ENCODE_VARIANTS:
+        if variant(wrong[0], options) == got and all(variant(k, options) in (None, results[k][1])
+                                                     for k in range(len(cases))):
+            fail(diagnosis + shown, mistake=name)
+    # else the first that gives the first wrong one and is not ruled out by a text the student encodes right
+    right = [k for k in range(len(cases)) if k not in wrong]
+    for name, options, diagnosis in _ENCODE_VARIANTS:
+        if variant(wrong[0], options) == got and all(variant(k, options) in (None, results[k][1]) for k in right):
+            fail(diagnosis + shown, mistake=name)
+    text, vocab = cases[wrong[0]][:2]
+    unknown = [i for i in got if i not in vocab]
+    if unknown:
+        fail(f"your ids include {unknown[0]}, which is not in the vocabulary.\n    {case}", mistake="values differ")
+    back = bpe_decode(got, vocab)
+    if back != text and back.replace(" ", "") == text.replace(" ", ""):
+        fail(f"your ids decode to {back[:60]!r}: spaces are lost. GPT-2's pieces keep the space before a word "
+             f"(' world'); encode each piece of pretokenize(...) as it is, without stripping it.\n    {case}",
+             mistake="leading space dropped")
+    if back != text:
+        fail(f"your ids decode to {back[:60]!r}, not the text: every byte of the text must be in exactly one "
+             f"token.\n    {case}", mistake="values differ")
+    k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
+    fail(f"your ids decode back to the text but differ from position {k}: you {_show(got[k:k + 6])}, expected "
+         f"{_show(expected[k:k + 6])}.\n    {case}", mistake="values differ")
 
 
 register_hints("bpe_encode", [
@@ -583,7 +698,33 @@ def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
          lambda: per_token("ignore")),
         ("byte values as ids", "you turned ids into bytes directly (bytes(ids)?): an id is not a byte value; look each "
          "id up in vocab.", lambda: bytes(ids).decode("utf-8", errors="replace")),
+        ("not decoded as UTF-8", "the bytes are decoded with another encoding than UTF-8 (latin-1?): é is the two "
+         "bytes b'\\xc3\\xa9' in UTF-8; .decode('utf-8', errors='replace') on all the bytes joined.",
+         lambda: b"".join(vocab[i] for i in ids).decode("latin-1")),
+        ("invalid bytes escaped", "invalid UTF-8 is written as escapes ('\\x80', errors='backslashreplace'); the "
+         "exercise shows it as one '\\ufffd' per break, as a model's output shows: errors='replace'.",
+         lambda: b"".join(vocab[i] for i in ids).decode("utf-8", errors="backslashreplace")),
+        ("whitespace stripped", "the spaces or newlines at the start or end are gone (.strip()?): decoding gives back "
+         "every byte of the tokens, spaces included, so that decode(encode(text)) == text.",
+         lambda: bpe_decode(ids, vocab).strip()),
+        ("special tokens dropped", "the special token is missing (skipped, as Hugging Face's skip_special_tokens=True "
+         "does): bpe_decode gives back every token, the special ones as their text ('<|endoftext|>').",
+         lambda: b"".join(vocab[i] for i in ids if vocab[i] not in _SPECIAL_BYTES).decode("utf-8", errors="replace")),
     ]
+
+
+_SPECIAL_BYTES = {ENDOFTEXT.encode()}
+
+
+def _around(got: str, expected: str, width: int = 50) -> str:
+    """The two strings around their first difference, cut with '…' where they go on."""
+    k = next((i for i, (x, y) in enumerate(zip(got, expected)) if x != y), min(len(got), len(expected)))
+    start = max(0, k - width // 2)
+
+    def cut(x: str) -> str:
+        return ("…" if start else "") + repr(x[start:start + width]) + ("…" if len(x) > start + width else "")
+
+    return f"first difference at character {k}:\n    you:      {cut(got)}\n    expected: {cut(expected)}"
 
 
 def _decode_cases() -> list[tuple[list, dict, str]]:
@@ -601,6 +742,7 @@ def _decode_cases() -> list[tuple[list, dict, str]]:
         ([ids_in[bytes([b])] for b in "aé 🚀".encode()], shuffled, "byte ids shuffled, as in GPT-2's vocabulary"),
         (tok.encode(text), vocab, "a text's ids"),
         (tok.encode(text + ENDOFTEXT + "é"), vocab, "a special token"),
+        (tok.encode(" \n" + text + "  "), vocab, "spaces at both ends"),
         ([], vocab, "no ids"),
     ]
 
@@ -639,9 +781,10 @@ def check_bpe_decode(bpe_decode_fn):
             except (KeyError, ValueError):
                 continue
             if got == value:
-                fail(f"{diagnosis}\n    {case}\n    you: {got[:60]!r}\n    expected: {expected[:60]!r}", mistake=name)
-        fail(f"{case} returned {got[:60]!r}, expected {expected[:60]!r}.", mistake="values differ")
-    return f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special token, shuffled byte ids"
+                fail(f"{diagnosis}\n    {case}\n    {_around(got, expected)}", mistake=name)
+        fail(f"{case}: {_around(got, expected)}", mistake="values differ")
+    return _passed(bpe_decode_fn, f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special "
+                   "token, shuffled byte ids")
 
 
 register_hints("bpe_decode", [
