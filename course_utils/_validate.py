@@ -9,7 +9,8 @@ surface from deep inside torch.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -185,3 +186,17 @@ def check_token_ids(name: str, x: object, rank: int | None = 2, letters: str = "
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {x.dtype}")
     if rank is not None and x.dim() != rank:
         raise ValueError(f"{name} must have shape {letters} of token ids, got shape {_shape(x)}")
+
+
+def names_used(fn: Callable[..., Any]) -> set[str]:
+    """Global names a function's code (nested functions included) refers to. Here, not in the
+    checkers: the trainer's ``choose_functions`` uses it too, and a graded kernel's
+    ``course_utils.checks`` is a stand-in without them."""
+    code = getattr(fn, "__code__", None)
+    names: set[str] = set()
+    stack = [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    return names

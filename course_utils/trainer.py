@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from . import data as _data
-from ._validate import check_int, is_number
+from ._validate import check_int, is_number, names_used
 from .data import Batch, NumberWordsDataset, Vocab, collate
 from .decoding import _eval_mode, greedy_decode_cached
 from .model import make_src_mask, make_tgt_mask
@@ -696,19 +696,6 @@ def choose_functions(
     if verbose:
         print("Training with:\n" + "\n".join(lines))
     return chosen
-
-
-def names_used(fn: Callable[..., Any]) -> set[str]:
-    """Global names a function's code (nested functions included) refers to. Here, not in the
-    checkers: a graded kernel's ``course_utils.checks`` is a stand-in without them."""
-    code = getattr(fn, "__code__", None)
-    names: set[str] = set()
-    stack = [code] if code is not None else []
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names)
-        stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
-    return names
 
 
 # the reasons of a function that is not written: "write yours" (a written one that fails: "fix yours")

@@ -903,3 +903,9 @@ class TokenEmbeddingTimes8(course_utils.TokenEmbedding):  # sqrt(64), d_k's habi
 ], ids=["pe (d_model, max_len)", "pe[L-1]", "batch item 0 only", "batch mean", "sqrt(L)", "times 8"])
 def test_trial_s3_03_mistakes_named_on_20_seeds(check, student, mistake, words):
     assert_mistake(check, student, mistake, *words, repeat=STABLE)
+
+
+def test_times_8_named_where_the_draw_once_had_d_model_8():
+    # seed 1362871798 drew d_model = 8, where a hard-coded 8 is exactly "times d_model" (CI-like full run found it)
+    assert_mistake(check_token_embedding, TokenEmbeddingTimes8, "wrong scale factor", "the same number, 8,",
+                   repeat=(1362871798, *range(7000, 7060)))

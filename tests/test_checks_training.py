@@ -937,6 +937,9 @@ def test_model_train_after_the_forward_is_too_late():
     late = TRIAL_STEP.replace("    model.train()\n", "").replace("    loss.backward()", "    model.train()\n    loss.backward()")
     assert_mistake(check_train_step, trial_step("right", late), "model.train() too late", "too late",
                    "before the forward pass", repeat=STEP_SEEDS)
+    # seed 3307056382: the loss came out the same in eval and train mode, and only the update told it
+    assert_mistake(check_train_step, trial_step("right", late), "model.train() too late", "too late",
+                   "before the forward pass", repeat=(3307056382,))
 
 
 def test_a_scheduler_stepped_only_when_clipping_is_not_stepped():

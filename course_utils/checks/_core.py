@@ -608,24 +608,36 @@ def _raising_stub(exc: BaseException, tested: Any = None) -> tuple[str, str, Any
 def _reference_name(stub: Any, name: str) -> str | None:
     """The course's reference for the student's ``stub`` (named ``name``): the export of that
     name, else the one export whose parameters have the same names (``LN(d_model, eps)``:
-    ``LayerNorm``); ``None`` when none or several fit."""
+    ``LayerNorm``), and where several have them, the one with the same defaults too
+    (``eps=1e-5``: ``LayerNorm``, not ``RMSNorm``); ``None`` when none or several fit."""
     import course_utils  # here: course_utils imports the checkers
 
     if name in getattr(course_utils, "__all__", ()):
         return name
 
-    def params(obj: Any) -> tuple[str, ...] | None:
+    def params(obj: Any) -> tuple[tuple[str, Any], ...] | None:
         try:
             found = inspect.signature(obj.__init__ if isinstance(obj, type) else obj).parameters
         except (TypeError, ValueError):
             return None
-        return tuple(p for p in found if p not in ("self", "args", "kwargs"))
+        return tuple((n, p.default) for n, p in found.items() if n not in ("self", "args", "kwargs"))
 
     mine = params(stub)
-    fits = [n for n in getattr(course_utils, "__all__", ()) if isinstance(stub, type) == isinstance(
-        getattr(course_utils, n, None), type) and callable(getattr(course_utils, n, None))
-        and params(getattr(course_utils, n)) == mine]
-    return fits[0] if len(fits) == 1 and mine else None
+    if not mine:
+        return None
+    exports = [getattr(course_utils, n, None) for n in getattr(course_utils, "__all__", ())]
+    same_kind = [(n, params(e)) for n, e in zip(getattr(course_utils, "__all__", ()), exports)
+                 if isinstance(stub, type) == isinstance(e, type) and callable(e)]
+    fits = [n for n, theirs in same_kind if theirs is not None and [k for k, _ in theirs] == [k for k, _ in mine]]
+    if len(fits) > 1:
+        def same(theirs: tuple[tuple[str, Any], ...]) -> bool:
+            try:  # a default may be anything the student wrote (a tensor's == is not a bool)
+                return all(a is b or bool(a == b) for (_, a), (_, b) in zip(theirs, mine))
+            except Exception:  # noqa: BLE001
+                return False
+
+        fits = [n for n, theirs in same_kind if n in fits and same(theirs)]
+    return fits[0] if len(fits) == 1 else None
 
 
 # Set when SIGINT arrives during a check: a KeyboardInterrupt then is the student stopping the

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 
 from ..data import collate
 from ..model import Transformer, make_tgt_mask
-from ..trainer import names_used
+from .._validate import names_used
 from ..training import masked_cross_entropy, noam_lr
 from ._core import (
     equal, isfinite, Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, drawn_once,
@@ -986,6 +986,11 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
                      mistake="dtype not preserved")
             continue
         if not setup.train_mode and like("eval mode"):
+            if training:  # the loss told nothing on this draw (eval and train mode gave the same): the update does
+                fail(f"model.train() comes too late ({call}): the update was computed in eval mode, dropout off, and "
+                     "only then was the model switched to train mode. The model may arrive in eval mode (after "
+                     "an evaluation): call model.train() first, before the forward pass.",
+                     mistake="model.train() too late")
             fail(f"the update was computed in eval mode ({call}): call model.train() at the start of train_step "
                  "(before the forward pass), since an evaluation may have switched dropout off.",
                  mistake="model in eval mode")
