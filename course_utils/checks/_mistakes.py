@@ -165,7 +165,7 @@ MISTAKES: dict[str, str] = {
     "no learnable scale and shift": "LayerNorm lacks its weight or bias",
     "weight and bias swapped": "LayerNorm's weight and bias exchanged",
     "mean not subtracted": "LayerNorm does not subtract the mean",
-    "wrong default eps": "LayerNorm's default eps is not 1e-5",
+    "wrong default eps": "the default eps is not the contract's (LayerNorm 1e-5, RMSNorm 1e-6)",
     "eps ignored": "the eps argument is not used",
     "missing parameter": "a contract parameter is missing",
     "not a parameter": "a learnable tensor is not an nn.Parameter",
@@ -486,4 +486,6 @@ MISTAKES: dict[str, str] = {
     "rotary not applied": "queries and keys not rotated",
     "key/value projections not grouped": "GQA's w_k/w_v map to d_model (one head per query head), not n_kv_heads * d_k",
     "n_kv_heads not checked": "an n_kv_heads that does not divide num_heads is accepted",
+    "n_kv_heads default not handled": "GQA built with n_kv_heads=None (the default: num_heads) fails or misbehaves",
+    "contract attribute missing": "a module lacks an attribute the contract names (or stores it under another name)",
 }

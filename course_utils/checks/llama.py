@@ -34,6 +34,19 @@ _PAIRS = ("this is Meta's *pairs* layout, which rotates features (2i, 2i+1) toge
           "permuted, but not the same numbers: write the halves layout")
 
 
+# other codes' names for the contract's (Hugging Face's Llama, LLMs-from-scratch, nn.RMSNorm-like `scale`)
+_OTHER_NAMES = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2", "fc1": "w1", "fc2": "w3", "fc3": "w2",
+                "q_proj": "w_q", "k_proj": "w_k", "v_proj": "w_v", "o_proj": "w_o", "W_query": "w_q",
+                "W_key": "w_k", "W_value": "w_v", "out_proj": "w_o", "scale": "weight", "gamma": "weight"}
+
+
+def _renames(names: list[str]) -> str:
+    """' Rename: gate_proj -> w1, ...' for the names another code uses, else ''."""
+    pairs = [f"{n} -> {_OTHER_NAMES[n]}" for n in names if n in _OTHER_NAMES]
+    return (" Rename them to the course's names (the checker, the model and the weight mapping read those): "
+            + ", ".join(pairs) + ".") if pairs else ""
+
+
 def _forward(model: Callable[..., Any], args: tuple[Any, ...], case: str) -> Any:
     return call_student(model, *args, context=f"calling it on {case}")
 
@@ -41,8 +54,9 @@ def _forward(model: Callable[..., Any], args: tuple[Any, ...], case: str) -> Any
 def _param(model: nn.Module, name: str, shape: tuple[int, ...], what: str) -> Tensor:
     p = dict(model.named_parameters()).get(name)
     if p is None:
-        yours = ", ".join(n for n, _ in model.named_parameters()) or "none"
-        fail(f"{what} needs a parameter `{name}` of shape {shape} (yours: {yours}).", mistake="missing submodule")
+        names = [n for n, _ in model.named_parameters()]
+        fail(f"{what} needs a parameter `{name}` of shape {shape} (yours: {', '.join(names) or 'none'})."
+             + _renames(names), mistake="missing submodule")
     if tuple(p.shape) != shape:
         fail(f"`{name}` of {what} has shape {describe_shape(p)}, expected {shape}.", mistake="wrong parameter shape")
     return p
@@ -77,6 +91,11 @@ def _rms_mistakes(x: Tensor, w: Tensor, eps: float, default_eps: bool) -> list[M
     if not default_eps:
         out.append(("eps ignored", "the eps passed to the constructor is not used (a fixed eps?): store "
                     "it, self.eps = eps, and use it.", lambda: _rms(x, w, 1e-6)))
+    else:  # rows of tiny values (mean square about 1e-6) make the default's value show
+        for other in (1e-5, 1e-8, 0.0, 1e-12):
+            out.append(("wrong default eps", f"your default eps behaves as {other:g}; the exercise (Llama's "
+                        "RMSNorm) uses eps=1e-6: def __init__(self, d_model, eps=1e-6), stored as self.eps and "
+                        "used in forward (not a number written there).", lambda other=other: _rms(x, w, other)))
     return out
 
 
@@ -117,6 +136,8 @@ def check_rms_norm(cls: Any) -> str:
                      "from its formula, x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight")
     _rms_case(model, w, 1e-6, x, case, default_eps=True)
     _rms_case(model, w, 1e-6, _rms_inputs(L, D), f"x of shape ({L}, {D}), default eps", default_eps=True)
+    _rms_case(model, w, 1e-6, _rms_inputs(B, L, D, scale=1e-3), f"x of shape ({B}, {L}, {D}) with tiny values "
+              "(about 1e-3), default eps", default_eps=True)
     eps = round(float(torch.empty(()).uniform_(0.2, 0.5)), 2)
     model = call_student(cls, D, eps, context=f"constructing RMSNorm(d_model={D}, eps={eps})")
     w = _param(model, "weight", (D,), "RMSNorm")
@@ -197,7 +218,35 @@ def check_rotary_tables(fn: Any) -> str:
             if base == 10000.0:
                 mistakes = [m for m in mistakes if m[0] != "base ignored"]
             expect_close(f"the {which} table", table, trig(right).float(), mistakes, atol=1e-5, rtol=1e-4, case=case)
-    return "random even d_k and max_len, the default base and another; halves layout, positions from 0"
+            if table.dtype != torch.float32:  # float64 tables turn apply_rotary's queries and keys into float64
+                fail(f"the {which} table ({case}) has the right values but dtype {table.dtype}; the tables are float32 "
+                     "(torch's default dtype): apply_rotary multiplies float32 queries and keys by them, and a "
+                     f"{table.dtype} table makes the result {table.dtype} too. Compute in float64 if you like, then "
+                     "return cos.float(), sin.float().", mistake="wrong dtype")
+    _rotary_device(fn, d_k, max_len)
+    return ("random even d_k and max_len, the default base and another; halves layout, positions from 0; float32, "
+            "on the device asked for")
+
+
+def _rotary_device(fn: Any, d_k: int, max_len: int) -> None:
+    """``device=`` is honoured: PyTorch's "meta" device exists on every machine, so an ignored device shows
+    without a GPU; code that cannot run there (a rare way of building the tables) is not the student's mistake."""
+    call = f"rotary_tables({d_k}, {max_len}, device='meta')"
+    try:
+        got = fn(d_k, max_len, device="meta")
+    except TypeError as exc:
+        if "device" in str(exc):
+            fail(f"{call} raised TypeError: {exc}. The signature is rotary_tables(d_k, max_len, base=10000.0, "
+                 "device=None): the model builds its tables on its own device.", mistake="no device parameter")
+        return
+    except Exception:  # noqa: BLE001 - see the docstring
+        return
+    tables = got if isinstance(got, (tuple, list)) else ()
+    wrong = [t.device for t in tables if isinstance(t, Tensor) and t.device.type != "meta"]
+    if wrong:
+        fail(f"{call} returned tables on {wrong[0]}: the `device` argument is ignored. Create the positions and "
+             "frequencies on it (torch.arange(..., device=device)), so that the tables land where the queries "
+             "are (the GPU on Colab).", mistake="device ignored")
 
 
 # ---------------------------------------------------------------- apply_rotary
@@ -310,9 +359,9 @@ def _swiglu_mistakes(x: Tensor, w1: Tensor, w2: Tensor, w3: Tensor) -> list[Mist
 def _linear(model: nn.Module, name: str, i: int, o: int, what: str) -> Tensor:
     m = getattr(model, name, None)
     if not isinstance(m, nn.Linear):
-        yours = ", ".join(n for n, _ in model.named_children()) or "none"
-        fail(f"{what} needs `{name}` = nn.Linear({i}, {o}, bias=False) (yours: {yours}).",
-             mistake="missing submodule" if m is None else "wrong submodule")
+        children = [n for n, _ in model.named_children()]
+        fail(f"{what} needs `{name}` = nn.Linear({i}, {o}, bias=False) (yours: {', '.join(children) or 'none'})."
+             + _renames(children), mistake="missing submodule" if m is None else "wrong submodule")
     if tuple(m.weight.shape) != (o, i):
         fail(f"`{name}` of {what} maps {m.in_features} -> {m.out_features} features; it should map {i} -> {o}.",
              mistake="wrong submodule")
@@ -375,9 +424,12 @@ def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tenso
         return lambda: _gqa(ref, x, cos, sin, mask, **kw)
 
     return [
-        ("repeat instead of repeat_interleave", "the key/value heads go to the wrong query heads: `k.repeat(1, g, "
-         "1, 1)` gives query head h the group h % n_kv_heads (heads 0, 1, 0, 1, ...). Key/value head j serves the "
-         "consecutive query heads j * g .. (j + 1) * g - 1: k.repeat_interleave(g, dim=1).", run(interleave=False)),
+        ("repeat instead of repeat_interleave", "the key/value heads go to the wrong query heads: in your code "
+         "query head h reads key/value head h % n_kv_heads (heads 0, 1, 0, 1, ...: what `k.repeat(1, g, 1, 1)` "
+         "does, or grouping the queries with .view(B, g, n_kv_heads, ...)); it must read key/value head h // g "
+         "(g = num_heads // n_kv_heads), so that head j serves the consecutive query heads j * g .. (j + 1) * g - "
+         "1: k.repeat_interleave(g, dim=1), or q.view(B, n_kv_heads, g, ...) when you group the queries.",
+         run(interleave=False)),
         ("rotary on values", "you rotated the values too; RoPE turns queries and keys only (their dot product is "
          "what should depend on the relative position), never the values.", run(rotate="qkv")),
         ("rotary on queries or keys only", "only the keys are rotated: rotate the queries as well (q and k both "
@@ -402,6 +454,40 @@ def _gqa_linears(model: nn.Module, D: int, kv: int) -> None:
         _linear(model, name, D, o, "GroupedQueryAttention")
 
 
+def _gqa_attributes(model: nn.Module, shown: str, expected: dict[str, int]) -> None:
+    """The contract's attributes (the model's cache and Llama read them by these names)."""
+    for name, value in expected.items():
+        got = getattr(model, name, None)
+        if got != value:
+            near = [n for n in vars(model) if not n.startswith("_") and n != name and vars(model)[n] == value]
+            also = f" (yours has `{near[0]}` = {value}: rename it)" if near else ""
+            fail(f"GroupedQueryAttention({shown}) should store self.{name} = {value}; yours has "
+                 f"{'no such attribute' if got is None else f'{got!r}'}{also}. The contract names num_heads, "
+                 "n_kv_heads and d_k: the key/value cache and the Llama model read them.",
+                 mistake="contract attribute missing")
+
+
+def _gqa_compare(model: nn.Module, shape: tuple[int, int, int], H: int, H_kv: int, cos: Tensor, sin: Tensor,
+                 masks: tuple[Tensor | None, ...], shown: str) -> None:
+    """Forward on ``x`` of ``shape`` (with each mask) against the reference holding the model's weights."""
+    B, L, D = shape
+    model.eval()
+    randomise_parameters(model)
+    ref = GroupedQueryAttention(D, H, H_kv).eval()
+    ref.load_state_dict(model.state_dict(), strict=False)
+    for mask in masks:
+        x = torch.randn(B, L, D)
+        case = f"x of shape ({B}, {L}, {D}), {shown}" + (", a padding mask (B, 1, 1, L)" if mask is not None else "")
+        x0 = x.clone()
+        args = (x, cos, sin) if mask is None else (x, cos, sin, mask)
+        got = _forward(model, args, case)
+        check_unchanged(["x"], [x], [x0], case)
+        with torch.no_grad():
+            expected = _gqa(ref, x0, cos, sin, mask)
+            mistakes = _gqa_mistakes(ref, x0, cos, sin, mask) if H_kv < H else []
+            expect_close("the output", got, expected, mistakes, atol=1e-4, rtol=1e-4, case=case)
+
+
 @checker("GroupedQueryAttention")
 def check_grouped_query_attention(cls: Any) -> str:
     require_module_class(cls, "GroupedQueryAttention")
@@ -413,24 +499,21 @@ def check_grouped_query_attention(cls: Any) -> str:
     if not isinstance(model, nn.Module):
         fail("GroupedQueryAttention should subclass nn.Module.", mistake="not a class")
     _gqa_linears(model, D, H_kv * d_k)
-    model.eval()
-    randomise_parameters(model)
-    ref = GroupedQueryAttention(D, H, H_kv).eval()
-    ref.load_state_dict(model.state_dict(), strict=False)
+    _gqa_attributes(model, shown, dict(num_heads=H, n_kv_heads=H_kv, d_k=d_k))
     cos, sin = rotary_tables(d_k, L + 3)
     padded = torch.ones(B, 1, 1, L, dtype=torch.bool)  # (B, 1, 1, L): keys of the last positions blocked
     padded[0, ..., L - 2 :] = False
-    for mask in (None, padded):
-        x = torch.randn(B, L, D)
-        case = f"x of shape ({B}, {L}, {D}), {shown}" + (", a padding mask (B, 1, 1, L)" if mask is not None else "")
-        x0 = x.clone()
-        args = (x, cos, sin) if mask is None else (x, cos, sin, mask)
-        got = _forward(model, args, case)
-        check_unchanged(["x"], [x], [x0], case)
-        with torch.no_grad():
-            expected = _gqa(ref, x0, cos, sin, mask)
-            expect_close("the output", got, expected, _gqa_mistakes(ref, x0, cos, sin, mask), atol=1e-4, rtol=1e-4,
-                         case=case)
+    _gqa_compare(model, (B, L, D), H, H_kv, cos, sin, (None, padded), shown)
+    shown = f"d_model={D}, num_heads={H}, n_kv_heads left at its default (None)"
+    try:
+        model = cls(D, H)
+    except Exception as exc:  # noqa: BLE001 - named, never raised at the student
+        fail(f"GroupedQueryAttention({shown}) raised {type(exc).__name__}: {exc}. The default n_kv_heads=None "
+             "means one key/value head per query head (plain multi-head attention): start __init__ with "
+             "`if n_kv_heads is None: n_kv_heads = num_heads`.", mistake="n_kv_heads default not handled")
+    _gqa_linears(model, D, D)
+    _gqa_attributes(model, shown, dict(num_heads=H, n_kv_heads=H, d_k=d_k))
+    _gqa_compare(model, (B, L, D), H, H, cos, sin, (None,), shown)
     bad = (6, 4)
     try:
         cls(bad[0] * 2, bad[0], bad[1])
