@@ -487,5 +487,10 @@ MISTAKES: dict[str, str] = {
     "key/value projections not grouped": "GQA's w_k/w_v map to d_model (one head per query head), not n_kv_heads * d_k",
     "n_kv_heads not checked": "an n_kv_heads that does not divide num_heads is accepted",
     "n_kv_heads default not handled": "GQA built with n_kv_heads=None (the default: num_heads) fails or misbehaves",
-    "contract attribute missing": "a module lacks an attribute the contract names (or stores it under another name)",
+    "mean absolute value": "RMSNorm divides by mean(|x|) instead of the root mean square",
+    "scale (1 + weight)": "RMSNorm scaled by (1 + weight), Gemma's convention, instead of weight",
+    "sum instead of product": "SwiGLU adds the gate and the value branch instead of multiplying them",
+    "rotary tables not sliced": "the whole (max_len, d_k) cos/sin tables used instead of the rows of the L positions",
+    "rotary on (B, L, H, d_k)": "RoPE applied before the heads axis moved: heads turned by their index, not positions",
+    "attribute missing or renamed": "a module lacks an attribute the contract names (or stores it under another name)",
 }

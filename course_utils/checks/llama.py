@@ -77,6 +77,19 @@ def _rms_mistakes(x: Tensor, w: Tensor, eps: float, default_eps: bool) -> list[M
         ("mean subtracted", "you divided by the standard deviation (x.var / x.std subtract the mean); RMSNorm divides "
          "by the root mean square of x itself: torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps).",
          lambda: x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps) * w),
+        ("mean subtracted", "you divided by the standard deviation (x.var and x.std subtract the mean, and by default "
+         "divide by D - 1); RMSNorm divides by the root mean square of x itself: "
+         "torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps).",
+         lambda: x / torch.sqrt(x.var(-1, keepdim=True) + eps) * w),
+        ("sum instead of mean", "you divided by sqrt(sum(x ** 2) + eps): the *sum* of squares grows with D, so your "
+         "output is sqrt(D) times too small. RMSNorm takes the mean: x.pow(2).mean(-1, keepdim=True).",
+         lambda: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w),
+        ("mean absolute value", "you divided by mean(|x|), the mean absolute value; RMSNorm divides by the root mean "
+         "square, torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps).",
+         lambda: x / (x.abs().mean(-1, keepdim=True) + eps) * w),
+        ("scale (1 + weight)", "you multiplied by (1 + weight), Gemma's convention (its weight starts at zeros); "
+         "Llama's RMSNorm, and this exercise, multiply by weight itself, which starts at ones.",
+         lambda: _rms(x, 1 + w, eps)),
         ("eps outside the square root", "you added eps after the square root, x / (sqrt(mean(x ** 2)) + eps); it goes "
          "inside: x / sqrt(mean(x ** 2) + eps).", lambda: x / (ms.sqrt() + eps) * w),
         ("no square root", "you divided by mean(x ** 2) + eps, the mean *square*; divide by its square root.",
@@ -299,7 +312,15 @@ def _rotary_mistakes(x: Tensor, cos: Tensor, sin: Tensor, offset: int) -> list[M
 def _rotary_case(fn: Any, x: Tensor, cos: Tensor, sin: Tensor, offset: int | None, case: str) -> None:
     x0, c0, s0 = x.clone(), cos.clone(), sin.clone()
     kwargs = {} if offset is None else {"offset": offset}
-    got = call_student(fn, x, cos, sin, context=f"calling apply_rotary on {case}", **kwargs)
+    try:
+        got = call_student(fn, x, cos, sin, context=f"calling apply_rotary on {case}", **kwargs)
+    except StudentError as err:  # x (L rows) times the whole (max_len, d_k) table: torch names max_len
+        if isinstance(err.exc, RuntimeError) and f"({cos.size(0)})" in str(err.exc) and cos.size(0) != x.size(-2):
+            fail(f"your code raised RuntimeError on {case}: {err.exc}. The cos and sin passed in are the whole "
+                 f"tables, ({cos.size(0)}, {cos.size(1)}) here, while x has L = {x.size(-2)} positions: slice the "
+                 "tables to the L positions, from offset: cos[offset:offset + L] and sin the same way "
+                 "(L = x.size(-2)).", mistake="rotary tables not sliced")
+        raise
     check_unchanged(["x", "cos", "sin"], [x, cos, sin], [x0, c0, s0], case)
     start = offset or 0
     expect_close("the result", got, _rot(x0, c0, s0, start), _rotary_mistakes(x0, c0, s0, start), atol=1e-5,
@@ -353,6 +374,8 @@ def _swiglu_mistakes(x: Tensor, w1: Tensor, w2: Tensor, w3: Tensor) -> list[Mist
          "w2(silu(w1(x)) * w3(x)).", lambda: (F.silu(a) * F.silu(b)) @ w2.T),
         ("SiLU after the product", "SiLU is applied after the product; it gates w1(x) alone: "
          "w2(silu(w1(x)) * w3(x)).", lambda: F.silu(a * b) @ w2.T),
+        ("sum instead of product", "you added the two branches; the gate multiplies: w2(silu(w1(x)) * w3(x)), "
+         "element by element.", lambda: (F.silu(a) + b) @ w2.T),
     ]
 
 
@@ -399,23 +422,35 @@ def check_swiglu(cls: Any) -> str:
 
 # ---------------------------------------------------------------- grouped-query attention
 def _gqa(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, *,
-         interleave: bool = True, rotate: str = "qk", causal: bool = True, scale: bool = True) -> Tensor:
-    """The reference attention with one thing changed (the catalogued mistakes)."""
+         interleave: str = "kv", rotate: str = "qk", causal: bool = True, scale: bool = True,
+         heads_first: bool = True, use_mask: str = "and") -> Tensor:
+    """The reference attention with one thing changed (the catalogued mistakes): ``interleave`` names the tensors
+    spread with repeat_interleave (the others with .repeat), ``heads_first=False`` rotates (B, L, H, d_k) before
+    the transpose, ``use_mask`` is "and", "ignored", "added" (the bool mask added to the scores) or "inverted"."""
     H, H_kv, d_k = ref.num_heads, ref.n_kv_heads, ref.d_k
     B, L, D = x.shape
-    q = ref.w_q(x).view(B, L, H, d_k).transpose(1, 2)  # (B, H, L, d_k)
-    k = ref.w_k(x).view(B, L, H_kv, d_k).transpose(1, 2)  # (B, H_kv, L, d_k)
+    q = ref.w_q(x).view(B, L, H, d_k)  # (B, L, H, d_k)
+    k = ref.w_k(x).view(B, L, H_kv, d_k)  # (B, L, H_kv, d_k)
     v = ref.w_v(x).view(B, L, H_kv, d_k).transpose(1, 2)  # (B, H_kv, L, d_k)
+    if heads_first:
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, L, d_k), (B, H_kv, L, d_k)
     q = _rot(q, cos, sin, 0) if "q" in rotate else q
     k = _rot(k, cos, sin, 0) if "k" in rotate else k
     v = _rot(v, cos, sin, 0) if "v" in rotate else v
+    if not heads_first:
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
     g = H // H_kv
-    k, v = ((t.repeat_interleave(g, dim=1) if interleave else t.repeat(1, g, 1, 1)) for t in (k, v))  # (B, H, L, d_k)
+    k, v = ((t.repeat_interleave(g, dim=1) if name in interleave else t.repeat(1, g, 1, 1))
+            for name, t in (("k", k), ("v", v)))  # (B, H, L, d_k)
     allowed = torch.ones(L, L, dtype=torch.bool).tril() if causal else torch.ones(L, L, dtype=torch.bool)
-    if mask is not None:
+    if mask is not None and use_mask in ("and", "inverted"):
         allowed = allowed & mask
     scores = q @ k.transpose(-2, -1) / (d_k**0.5 if scale else 1.0)  # (B, H, L, L)
-    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+    if use_mask == "inverted":  # a fully blocked row is NaN; students zero it with nan_to_num
+        weights = scores.masked_fill(allowed, float("-inf")).softmax(-1).nan_to_num()
+    else:
+        weights = scores.masked_fill(~allowed, float("-inf"))
+        weights = (weights + mask if mask is not None and use_mask == "added" else weights).softmax(-1)
     return ref.w_o((weights @ v).transpose(1, 2).reshape(B, L, D))  # (B, L, D)
 
 
@@ -429,7 +464,17 @@ def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tenso
          "does, or grouping the queries with .view(B, g, n_kv_heads, ...)); it must read key/value head h // g "
          "(g = num_heads // n_kv_heads), so that head j serves the consecutive query heads j * g .. (j + 1) * g - "
          "1: k.repeat_interleave(g, dim=1), or q.view(B, n_kv_heads, g, ...) when you group the queries.",
-         run(interleave=False)),
+         run(interleave="")),
+        ("repeat instead of repeat_interleave", "the keys and the values are spread differently: one with "
+         "repeat_interleave, the other with .repeat, so query head h reads the keys of head h // g but the values of "
+         "head h % n_kv_heads. Spread both with repeat_interleave(g, dim=1).", run(interleave="k")),
+        ("repeat instead of repeat_interleave", "the keys and the values are spread differently: one with "
+         "repeat_interleave, the other with .repeat, so query head h reads the values of head h // g but the keys of "
+         "head h % n_kv_heads. Spread both with repeat_interleave(g, dim=1).", run(interleave="v")),
+        ("rotary on (B, L, H, d_k)", "you rotated q and k while they were (B, L, H, d_k), before .transpose(1, 2): "
+         "apply_rotary reads the positions from the second-to-last axis, so it turned each head by its head "
+         "number instead of each token by its position. Rotate after the transpose, on (B, H, L, d_k) "
+         "(split_heads gives that layout).", run(heads_first=False)),
         ("rotary on values", "you rotated the values too; RoPE turns queries and keys only (their dot product is "
          "what should depend on the relative position), never the values.", run(rotate="qkv")),
         ("rotary on queries or keys only", "only the keys are rotated: rotate the queries as well (q and k both "
@@ -442,7 +487,16 @@ def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tenso
         ("no causal mask", "every position attends to the future too: build causal_mask(L) (and `&` the mask "
          "argument).", run(causal=False)),
         ("no scaling", "the scores are not divided by sqrt(d_k).", run(scale=False)),
-    ]
+        ("inverted mask", "your mask blocks the allowed positions and lets the blocked ones through: True means may "
+         "attend, so fill the scores where the mask is False: scores.masked_fill(~allowed, float('-inf')).",
+         run(use_mask="inverted")),
+    ] + ([] if mask is None else [
+        ("mask ignored", "the padding mask argument has no effect: combine it with the causal mask, "
+         "causal_mask(L) & mask, before filling the scores.", run(use_mask="ignored")),
+        ("additive float mask", "you added the mask to the scores (Hugging Face's masks are additive 0 / -inf "
+         "floats); the course's mask is bool, True = may attend: scores.masked_fill(~(causal_mask(L) & mask), "
+         "float('-inf')).", run(use_mask="added")),
+    ])
 
 
 def _gqa_linears(model: nn.Module, D: int, kv: int) -> None:
@@ -455,16 +509,19 @@ def _gqa_linears(model: nn.Module, D: int, kv: int) -> None:
 
 
 def _gqa_attributes(model: nn.Module, shown: str, expected: dict[str, int]) -> None:
-    """The contract's attributes (the model's cache and Llama read them by these names)."""
+    """The attributes the exercise names (the model's cache and Llama read them by these names)."""
     for name, value in expected.items():
         got = getattr(model, name, None)
-        if got != value:
-            near = [n for n in vars(model) if not n.startswith("_") and n != name and vars(model)[n] == value]
+        if not (type(got) is int and got == value):  # a tensor or None compared with == would not be a bool
+            near = [n for n, v in vars(model).items() if not n.startswith("_") and n != name and type(v) is int
+                    and v == value]
             also = f" (yours has `{near[0]}` = {value}: rename it)" if near else ""
-            fail(f"GroupedQueryAttention({shown}) should store self.{name} = {value}; yours has "
-                 f"{'no such attribute' if got is None else f'{got!r}'}{also}. The contract names num_heads, "
-                 "n_kv_heads and d_k: the key/value cache and the Llama model read them.",
-                 mistake="contract attribute missing")
+            what = ("no such attribute" if got is None
+                    else describe_shape(got) if isinstance(got, Tensor) else repr(got))
+            fail(f"GroupedQueryAttention({shown}) should store self.{name} = {value} (an int); yours has "
+                 f"{what}{also}. The exercise names num_heads, n_kv_heads and d_k: the key/value cache and the "
+                 "Llama model read them.",
+                 mistake="attribute missing or renamed")
 
 
 def _gqa_compare(model: nn.Module, shape: tuple[int, int, int], H: int, H_kv: int, cos: Tensor, sin: Tensor,
@@ -500,7 +557,7 @@ def check_grouped_query_attention(cls: Any) -> str:
         fail("GroupedQueryAttention should subclass nn.Module.", mistake="not a class")
     _gqa_linears(model, D, H_kv * d_k)
     _gqa_attributes(model, shown, dict(num_heads=H, n_kv_heads=H_kv, d_k=d_k))
-    cos, sin = rotary_tables(d_k, L + 3)
+    cos, sin = rotary_tables(d_k, L + H + 3)  # longer than both L and H: (B, L, H, d_k) code runs too
     padded = torch.ones(B, 1, 1, L, dtype=torch.bool)  # (B, 1, 1, L): keys of the last positions blocked
     padded[0, ..., L - 2 :] = False
     _gqa_compare(model, (B, L, D), H, H_kv, cos, sin, (None, padded), shown)
