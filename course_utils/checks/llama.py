@@ -597,7 +597,8 @@ register_hints("RMSNorm", [
 ])
 register_hints("rotary_tables", [
     "theta_i = base ** (-2i / d_k) for i = 0 .. d_k/2 - 1: torch.arange(0, d_k, 2) / d_k gives the exponents.",
-    "The angles are the outer product of the positions 0 .. max_len - 1 and the frequencies: shape (max_len, d_k/2).",
+    "The angles are the outer product of the positions 0 .. max_len - 1 and the frequencies: shape (max_len, d_k/2). "
+    "Create both with device=device, in float32 (or convert at the end).",
     "Write each angle row twice side by side, torch.cat([angles, angles], dim=-1), (max_len, d_k), and return "
     "(angles.cos(), angles.sin()). Row 0 must be cos = 1, sin = 0.",
 ])
@@ -616,7 +617,8 @@ register_hints("SwiGLU", [
 ])
 register_hints("GroupedQueryAttention", [
     "w_k and w_v map d_model -> n_kv_heads * d_k (fewer heads than the queries); split them with "
-    "split_heads(..., n_kv_heads). Raise ValueError when n_kv_heads does not divide num_heads.",
+    "split_heads(..., n_kv_heads). n_kv_heads=None means num_heads (set it before any arithmetic), stored as "
+    "self.n_kv_heads; raise ValueError when n_kv_heads does not divide num_heads.",
     "Rotate q and k (not v) with apply_rotary(t, cos, sin, offset), then give each query head its group's keys "
     "and values: k.repeat_interleave(num_heads // n_kv_heads, dim=1) (not .repeat, which cycles the groups).",
     "Then it is notebook 02's attention: causal_mask(L) & mask, softmax(q k^T / sqrt(d_k)) v, merge_heads, w_o.",
