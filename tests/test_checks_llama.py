@@ -56,6 +56,14 @@ def rms_norm(kind: str = "ok", default_eps: float = 1e-6) -> type:
                 return x / (x.pow(2).mean(-1, keepdim=True) + eps) * self.weight
             if kind == "no weight":
                 return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+            if kind == "unbiased std":
+                return x / torch.sqrt(x.var(-1, keepdim=True) + eps) * self.weight
+            if kind == "sum":
+                return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * self.weight
+            if kind == "abs":
+                return x / (x.abs().mean(-1, keepdim=True) + eps) * self.weight
+            if kind == "gemma":
+                return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1 + self.weight)
             if kind == "dim=1":
                 return x / torch.sqrt(x.pow(2).mean(1, keepdim=True) + eps) * self.weight
             if kind == "torch":
@@ -66,7 +74,7 @@ def rms_norm(kind: str = "ok", default_eps: float = 1e-6) -> type:
 
 
 @pytest.mark.parametrize("student", [RMSNorm, rms_norm(), rms_norm("rsqrt"), rms_norm("einsum"), rms_norm("norm"),
-                                     rms_norm("float32"), rms_norm(default_eps=1e-5)])
+                                     rms_norm("float32")])
 def test_rms_norm_correct_variants_pass(student):
     assert_passes(check_rms_norm, student, repeat=DRAWS)
 
@@ -79,6 +87,12 @@ def test_rms_norm_mistakes_are_named():
         ("no sqrt", rms_norm("no sqrt"), "no square root", ("square root",)),
         ("no weight", rms_norm("no weight"), "no learnable scale and shift", ("self.weight",)),
         ("eps ignored", rms_norm("eps ignored"), "eps ignored", ("self.eps = eps",)),
+        ("unbiased std", rms_norm("unbiased std"), "mean subtracted", ("D - 1",)),
+        ("sum", rms_norm("sum"), "sum instead of mean", ("sqrt(D)",)),
+        ("abs", rms_norm("abs"), "mean absolute value", ("mean(|x|)",)),
+        ("gemma", rms_norm("gemma"), "scale (1 + weight)", ("Gemma",)),
+        ("default 1e-5", rms_norm(default_eps=1e-5), "wrong default eps", ("eps=1e-6",)),
+        ("default 1e-8", rms_norm(default_eps=1e-8), "wrong default eps", ("eps=1e-6",)),
         ("dim=1", rms_norm("dim=1"), "normalised over the wrong axis", ("last axis",)),
         ("torch", rms_norm("torch"), "forbidden call", ("rms_norm",)),
     ]
@@ -88,11 +102,12 @@ def test_rms_norm_mistakes_are_named():
 # ================================================================ rotary_tables
 def tables(kind: str = "ok"):
     def rotary_tables(d_k, max_len, base=10000.0, device=None):
-        i = torch.arange(0, d_k, 2, dtype=torch.float32)
+        device = None if kind == "device ignored" else device
+        i = torch.arange(0, d_k, 2, dtype=torch.float32, device=device)
         theta = (10000.0 if kind == "base ignored" else base) ** (-(i / 2 if kind == "no 2" else i) / d_k)
         if kind == "sign":
             theta = 1 / theta
-        pos = torch.arange(max_len, dtype=torch.float32) + (1 if kind == "from 1" else 0)
+        pos = torch.arange(max_len, dtype=torch.float32, device=device) + (1 if kind == "from 1" else 0)
         angles = torch.outer(pos, theta)  # (max_len, d_k/2)
         if kind == "half":
             return angles.cos(), angles.sin()
@@ -100,6 +115,8 @@ def tables(kind: str = "ok"):
             angles = angles.repeat_interleave(2, dim=-1)
         elif kind == "einsum":  # on the fly, in float64, another spelling
             angles = torch.einsum("m,f->mf", pos.double(), theta.double()).repeat(1, 2).float()
+        elif kind == "float64":  # right values, left in float64
+            angles = torch.outer(pos.double(), theta.double()).repeat(1, 2)
         else:
             angles = torch.cat([angles, angles], dim=-1)
         if kind == "swapped":
@@ -123,6 +140,8 @@ def test_rotary_tables_mistakes_are_named():
         ("base ignored", tables("base ignored"), "base ignored", ("base argument",)),
         ("swapped", tables("swapped"), "sin and cos swapped", ("(cos, sin)",)),
         ("half", tables("half"), "half-width tables", ("[theta | theta]",)),
+        ("float64", tables("float64"), "wrong dtype", ("float32",)),
+        ("device ignored", tables("device ignored"), "device ignored", ("device=device",)),
     ]
     assert_family([(label, check_rotary_tables, s, m, w) for label, s, m, w in members])
 
@@ -132,7 +151,7 @@ def rotary(kind: str = "ok"):
     def apply_rotary(x, cos, sin, offset=0):
         L, d = x.shape[-2:]
         start = {"from 1": offset + 1, "offset ignored": 0}.get(kind, offset)
-        c, s = cos[start : start + L], sin[start : start + L]
+        c, s = (cos, sin) if kind == "not sliced" else (cos[start : start + L], sin[start : start + L])
         x1, x2 = x[..., : d // 2], x[..., d // 2 :]
         if kind == "complex":  # x1 + i x2 times e^(i angle)
             z = torch.complex(x1, x2) * torch.polar(torch.ones_like(c[:, : d // 2]), torch.atan2(s, c)[:, : d // 2])
@@ -175,6 +194,7 @@ def test_apply_rotary_mistakes_are_named():
         ("wrong way", rotary("wrong way"), "rotation the wrong way", ("-angle",)),
         ("no minus", rotary("no minus"), "rotate_half without the minus", ("negating",)),
         ("swapped", rotary("swapped"), "sin and cos swapped", ("x * cos + rotate_half(x) * sin",)),
+        ("not sliced", rotary("not sliced"), "rotary tables not sliced", ("cos[offset:offset + L]",)),
     ]
     assert_family([(label, check_apply_rotary, s, m, w) for label, s, m, w in members])
 
@@ -187,6 +207,9 @@ def swiglu(kind: str = "ok", bias: bool = False) -> type:
             self.w1 = nn.Linear(d_model, d_ff, bias=bias)
             self.w2 = nn.Linear(d_ff, d_model, bias=bias)
             self.w3 = nn.Linear(d_model, d_ff, bias=bias)
+            if kind == "hf names":  # Hugging Face's Llama names them gate_proj, down_proj, up_proj
+                self.gate_proj, self.down_proj, self.up_proj = self.w1, self.w2, self.w3
+                del self.w1, self.w2, self.w3
 
         def forward(self, x):
             a, b = self.w1(x), self.w3(x)
@@ -203,6 +226,8 @@ def swiglu(kind: str = "ok", bias: bool = False) -> type:
                 return self.w2(F.silu(a))
             if kind == "both":
                 return self.w2(F.silu(a) * F.silu(b))
+            if kind == "sum":
+                return self.w2(F.silu(a) + b)
             if kind == "after":
                 return self.w2(F.silu(a * b))
             return self.w2(F.silu(a) * b)
@@ -224,7 +249,9 @@ def test_swiglu_mistakes_are_named():
         ("no gate", swiglu("no gate"), "gate missing", ("w3(x)",)),
         ("both", swiglu("both"), "SiLU on both branches", ("both",)),
         ("after", swiglu("after"), "SiLU after the product", ("after the product",)),
+        ("sum", swiglu("sum"), "sum instead of product", ("element by element",)),
         ("bias", swiglu(bias=True), "bias in a layer", ("bias=False",)),
+        ("hf names", swiglu("hf names"), "missing submodule", ("gate_proj -> w1", "up_proj -> w3", "down_proj -> w2")),
     ]
     assert_family([(label, check_swiglu, s, m, w) for label, s, m, w in members])
 
@@ -234,10 +261,14 @@ def gqa(kind: str = "ok", check_heads: bool = True) -> type:
     class StudentGQA(nn.Module):
         def __init__(self, d_model, num_heads, n_kv_heads=None):
             super().__init__()
-            n_kv_heads = n_kv_heads or num_heads
+            if kind != "None crashes":  # num_heads % None raises TypeError
+                n_kv_heads = n_kv_heads or num_heads
             if check_heads and num_heads % n_kv_heads:
                 raise (AssertionError if kind == "assert" else ValueError)("n_kv_heads must divide num_heads")
             self.num_heads, self.n_kv_heads, self.d_k = num_heads, n_kv_heads, d_model // num_heads
+            if kind == "renamed":  # Hugging Face's name for it
+                self.num_kv_heads = n_kv_heads
+                del self.n_kv_heads
             kv = d_model if kind == "mha" else n_kv_heads * self.d_k
             self.w_q = nn.Linear(d_model, d_model, bias=False)
             self.w_k = nn.Linear(d_model, kv, bias=False)
@@ -246,11 +277,14 @@ def gqa(kind: str = "ok", check_heads: bool = True) -> type:
 
         def forward(self, x, cos=None, sin=None, mask=None, offset=0):
             B, L, D = x.shape
-            H, Hk, d = self.num_heads, self.n_kv_heads, self.d_k
+            H, Hk, d = self.num_heads, getattr(self, "n_kv_heads", None) or self.num_kv_heads, self.d_k
             q = self.w_q(x).view(B, L, H, d).transpose(1, 2)
             k = self.w_k(x).view(B, L, Hk, d).transpose(1, 2)
             v = self.w_v(x).view(B, L, Hk, d).transpose(1, 2)
-            if kind != "no rope":
+            if kind == "rotate (B, L, H, d)":  # Meta's code keeps this layout; the course's apply_rotary does not
+                q = apply_rotary(q.transpose(1, 2), cos, sin, offset).transpose(1, 2)
+                k = apply_rotary(k.transpose(1, 2), cos, sin, offset).transpose(1, 2)
+            elif kind != "no rope":
                 if kind != "keys only":
                     q = apply_rotary(q, cos, sin, offset)
                 if kind != "queries only":
@@ -259,7 +293,7 @@ def gqa(kind: str = "ok", check_heads: bool = True) -> type:
                     v = apply_rotary(v, cos, sin, offset)
             g = H // Hk
             allowed = causal_mask(L) if kind != "no causal" else torch.ones(L, L, dtype=torch.bool)
-            if mask is not None:
+            if mask is not None and kind not in ("mask ignored", "mask added"):
                 allowed = allowed & mask
             if kind == "sdpa":  # torch's own grouped attention
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
@@ -269,16 +303,24 @@ def gqa(kind: str = "ok", check_heads: bool = True) -> type:
                 v = v[:, :, None].expand(B, Hk, g, L, d).reshape(B, H, L, d)
             elif kind == "repeat":
                 k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
-            elif kind == "einsum":  # no copy: the query heads grouped as (Hk, g)
-                qg = q.view(B, Hk, g, L, d)
+            elif kind == "values repeated":
+                k, v = k.repeat_interleave(g, dim=1), v.repeat(1, g, 1, 1)
+            elif kind in ("einsum", "view groups"):  # no copy: the query heads grouped as (Hk, g)
+                # "view groups" groups them as (g, Hk): query head h then reads key/value head h % Hk
+                qg = q.view(B, g, Hk, L, d).transpose(1, 2) if kind == "view groups" else q.view(B, Hk, g, L, d)
                 scores = torch.einsum("bkgqd,bkld->bkgql", qg, k) / math.sqrt(d)
                 scores = scores.masked_fill(~allowed.unsqueeze(-3), float("-inf"))  # (B, Hk, g, L, L)
-                out = torch.einsum("bkgql,bkld->bkgqd", scores.softmax(-1), v).reshape(B, H, L, d)
+                out = torch.einsum("bkgql,bkld->bkgqd", scores.softmax(-1), v)  # (B, Hk, g, L, d)
+                out = (out.transpose(1, 2) if kind == "view groups" else out).reshape(B, H, L, d)
                 return self.w_o(out.transpose(1, 2).reshape(B, L, D))
             else:
                 k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
             scores = q @ k.transpose(-2, -1) / (1.0 if kind == "no scaling" else math.sqrt(d))
-            weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+            if kind == "inverted":
+                weights = scores.masked_fill(allowed, float("-inf")).softmax(-1).nan_to_num()
+            else:
+                scores = scores.masked_fill(~allowed, float("-inf"))
+                weights = (scores + mask if kind == "mask added" and mask is not None else scores).softmax(-1)
             return self.w_o((weights @ v).transpose(1, 2).reshape(B, L, D))
 
     return StudentGQA
@@ -303,12 +345,20 @@ def test_grouped_query_attention_correct_variants_pass(student):
 def test_grouped_query_attention_mistakes_are_named():
     members = [
         ("repeat", gqa("repeat"), "repeat instead of repeat_interleave", ("repeat_interleave", "h % n_kv_heads")),
+        ("view groups", gqa("view groups"), "repeat instead of repeat_interleave", ("h // g", ".view(B, g")),
+        ("None crashes", gqa("None crashes"), "n_kv_heads default not handled", ("n_kv_heads = num_heads",)),
+        ("renamed", gqa("renamed"), "attribute missing or renamed", ("self.n_kv_heads", "num_kv_heads")),
         ("values", gqa("values"), "rotary on values", ("never the values",)),
         ("keys only", gqa("keys only"), "rotary on queries or keys only", ("queries",)),
         ("queries only", gqa("queries only"), "rotary on queries or keys only", ("keys",)),
         ("no rope", gqa("no rope"), "rotary not applied", ("apply_rotary",)),
         ("no causal", gqa("no causal"), "no causal mask", ("causal_mask",)),
         ("no scaling", gqa("no scaling"), "no scaling", ("sqrt(d_k)",)),
+        ("values repeated", gqa("values repeated"), "repeat instead of repeat_interleave", ("values of head h % ",)),
+        ("rotate (B, L, H, d)", gqa("rotate (B, L, H, d)"), "rotary on (B, L, H, d_k)", ("before .transpose(1, 2)",)),
+        ("inverted", gqa("inverted"), "inverted mask", ("True means may attend",)),
+        ("mask ignored", gqa("mask ignored"), "mask ignored", ("causal_mask(L) & mask",)),
+        ("mask added", gqa("mask added"), "additive float mask", ("bool",)),
         ("mha", gqa("mha"), "key/value projections not grouped", ("n_kv_heads * d_k",)),
         ("unchecked", gqa(check_heads=False), "n_kv_heads not checked", ("ValueError",)),
         ("assert", gqa("assert"), "wrong error type", ("AssertionError",)),

@@ -184,7 +184,7 @@ MISTAKES: dict[str, str] = {
     "no learnable scale and shift": "LayerNorm lacks its weight or bias",
     "weight and bias swapped": "LayerNorm's weight and bias exchanged",
     "mean not subtracted": "LayerNorm does not subtract the mean",
-    "wrong default eps": "LayerNorm's default eps is not 1e-5",
+    "wrong default eps": "the default eps is not the contract's (LayerNorm 1e-5, RMSNorm 1e-6)",
     "eps ignored": "the eps argument is not used",
     "missing parameter": "a contract parameter is missing",
     "not a parameter": "a learnable tensor is not an nn.Parameter",
@@ -560,4 +560,12 @@ MISTAKES: dict[str, str] = {
     "decoded token by token": "each token decoded on its own: a character split between two tokens breaks",
     "invalid bytes raise": "decoding invalid UTF-8 raises instead of giving '\\ufffd' (errors='replace')",
     "invalid bytes dropped": "invalid UTF-8 silently dropped (errors='ignore') instead of shown as '\\ufffd'",
+    # notebook 10 (trial s3_10)
+    "n_kv_heads default not handled": "GQA built with n_kv_heads=None (the default: num_heads) fails or misbehaves",
+    "mean absolute value": "RMSNorm divides by mean(|x|) instead of the root mean square",
+    "scale (1 + weight)": "RMSNorm scaled by (1 + weight), Gemma's convention, instead of weight",
+    "sum instead of product": "SwiGLU adds the gate and the value branch instead of multiplying them",
+    "rotary tables not sliced": "the whole (max_len, d_k) cos/sin tables used instead of the rows of the L positions",
+    "rotary on (B, L, H, d_k)": "RoPE applied before the heads axis moved: heads turned by their index, not positions",
+    "attribute missing or renamed": "a module lacks an attribute the contract names (or stores it under another name)",
 }

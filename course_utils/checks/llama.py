@@ -34,6 +34,19 @@ _PAIRS = ("this is Meta's *pairs* layout, which rotates features (2i, 2i+1) toge
           "permuted, but not the same numbers: write the halves layout")
 
 
+# other codes' names for the contract's (Hugging Face's Llama, LLMs-from-scratch, nn.RMSNorm-like `scale`)
+_OTHER_NAMES = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2", "fc1": "w1", "fc2": "w3", "fc3": "w2",
+                "q_proj": "w_q", "k_proj": "w_k", "v_proj": "w_v", "o_proj": "w_o", "W_query": "w_q",
+                "W_key": "w_k", "W_value": "w_v", "out_proj": "w_o", "scale": "weight", "gamma": "weight"}
+
+
+def _renames(names: list[str]) -> str:
+    """' Rename: gate_proj -> w1, ...' for the names another code uses, else ''."""
+    pairs = [f"{n} -> {_OTHER_NAMES[n]}" for n in names if n in _OTHER_NAMES]
+    return (" Rename them to the course's names (the checker, the model and the weight mapping read those): "
+            + ", ".join(pairs) + ".") if pairs else ""
+
+
 def _forward(model: Callable[..., Any], args: tuple[Any, ...], case: str) -> Any:
     return call_student(model, *args, context=f"calling it on {case}")
 
@@ -41,8 +54,9 @@ def _forward(model: Callable[..., Any], args: tuple[Any, ...], case: str) -> Any
 def _param(model: nn.Module, name: str, shape: tuple[int, ...], what: str) -> Tensor:
     p = dict(model.named_parameters()).get(name)
     if p is None:
-        yours = ", ".join(n for n, _ in model.named_parameters()) or "none"
-        fail(f"{what} needs a parameter `{name}` of shape {shape} (yours: {yours}).", mistake="missing submodule")
+        names = [n for n, _ in model.named_parameters()]
+        fail(f"{what} needs a parameter `{name}` of shape {shape} (yours: {', '.join(names) or 'none'})."
+             + _renames(names), mistake="missing submodule")
     if tuple(p.shape) != shape:
         fail(f"`{name}` of {what} has shape {describe_shape(p)}, expected {shape}.", mistake="wrong parameter shape")
     return p
@@ -63,6 +77,19 @@ def _rms_mistakes(x: Tensor, w: Tensor, eps: float, default_eps: bool) -> list[M
         ("mean subtracted", "you divided by the standard deviation (x.var / x.std subtract the mean); RMSNorm divides "
          "by the root mean square of x itself: torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps).",
          lambda: x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps) * w),
+        ("mean subtracted", "you divided by the standard deviation (x.var and x.std subtract the mean, and by default "
+         "divide by D - 1); RMSNorm divides by the root mean square of x itself: "
+         "torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps).",
+         lambda: x / torch.sqrt(x.var(-1, keepdim=True) + eps) * w),
+        ("sum instead of mean", "you divided by sqrt(sum(x ** 2) + eps): the *sum* of squares grows with D, so your "
+         "output is sqrt(D) times too small. RMSNorm takes the mean: x.pow(2).mean(-1, keepdim=True).",
+         lambda: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w),
+        ("mean absolute value", "you divided by mean(|x|), the mean absolute value; RMSNorm divides by the root mean "
+         "square, torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps).",
+         lambda: x / (x.abs().mean(-1, keepdim=True) + eps) * w),
+        ("scale (1 + weight)", "you multiplied by (1 + weight), Gemma's convention (its weight starts at zeros); "
+         "Llama's RMSNorm, and this exercise, multiply by weight itself, which starts at ones.",
+         lambda: _rms(x, 1 + w, eps)),
         ("eps outside the square root", "you added eps after the square root, x / (sqrt(mean(x ** 2)) + eps); it goes "
          "inside: x / sqrt(mean(x ** 2) + eps).", lambda: x / (ms.sqrt() + eps) * w),
         ("no square root", "you divided by mean(x ** 2) + eps, the mean *square*; divide by its square root.",
@@ -77,6 +104,11 @@ def _rms_mistakes(x: Tensor, w: Tensor, eps: float, default_eps: bool) -> list[M
     if not default_eps:
         out.append(("eps ignored", "the eps passed to the constructor is not used (a fixed eps?): store "
                     "it, self.eps = eps, and use it.", lambda: _rms(x, w, 1e-6)))
+    else:  # rows of tiny values (mean square about 1e-6) make the default's value show
+        for other in (1e-5, 1e-8, 0.0, 1e-12):
+            out.append(("wrong default eps", f"your default eps behaves as {other:g}; the exercise (Llama's "
+                        "RMSNorm) uses eps=1e-6: def __init__(self, d_model, eps=1e-6), stored as self.eps and "
+                        "used in forward (not a number written there).", lambda other=other: _rms(x, w, other)))
     return out
 
 
@@ -117,6 +149,8 @@ def check_rms_norm(cls: Any) -> str:
                      "from its formula, x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight")
     _rms_case(model, w, 1e-6, x, case, default_eps=True)
     _rms_case(model, w, 1e-6, _rms_inputs(L, D), f"x of shape ({L}, {D}), default eps", default_eps=True)
+    _rms_case(model, w, 1e-6, _rms_inputs(B, L, D, scale=1e-3), f"x of shape ({B}, {L}, {D}) with tiny values "
+              "(about 1e-3), default eps", default_eps=True)
     eps = round(float(torch.empty(()).uniform_(0.2, 0.5)), 2)
     model = call_student(cls, D, eps, context=f"constructing RMSNorm(d_model={D}, eps={eps})")
     w = _param(model, "weight", (D,), "RMSNorm")
@@ -197,7 +231,35 @@ def check_rotary_tables(fn: Any) -> str:
             if base == 10000.0:
                 mistakes = [m for m in mistakes if m[0] != "base ignored"]
             expect_close(f"the {which} table", table, trig(right).float(), mistakes, atol=1e-5, rtol=1e-4, case=case)
-    return "random even d_k and max_len, the default base and another; halves layout, positions from 0"
+            if table.dtype != torch.float32:  # float64 tables turn apply_rotary's queries and keys into float64
+                fail(f"the {which} table ({case}) has the right values but dtype {table.dtype}; the tables are float32 "
+                     "(torch's default dtype): apply_rotary multiplies float32 queries and keys by them, and a "
+                     f"{table.dtype} table makes the result {table.dtype} too. Compute in float64 if you like, then "
+                     "return cos.float(), sin.float().", mistake="wrong dtype")
+    _rotary_device(fn, d_k, max_len)
+    return ("random even d_k and max_len, the default base and another; halves layout, positions from 0; float32, "
+            "on the device asked for")
+
+
+def _rotary_device(fn: Any, d_k: int, max_len: int) -> None:
+    """``device=`` is honoured: PyTorch's "meta" device exists on every machine, so an ignored device shows
+    without a GPU; code that cannot run there (a rare way of building the tables) is not the student's mistake."""
+    call = f"rotary_tables({d_k}, {max_len}, device='meta')"
+    try:
+        got = fn(d_k, max_len, device="meta")
+    except TypeError as exc:
+        if "device" in str(exc):
+            fail(f"{call} raised TypeError: {exc}. The signature is rotary_tables(d_k, max_len, base=10000.0, "
+                 "device=None): the model builds its tables on its own device.", mistake="no device parameter")
+        return
+    except Exception:  # noqa: BLE001 - see the docstring
+        return
+    tables = got if isinstance(got, (tuple, list)) else ()
+    wrong = [t.device for t in tables if isinstance(t, Tensor) and t.device.type != "meta"]
+    if wrong:
+        fail(f"{call} returned tables on {wrong[0]}: the `device` argument is ignored. Create the positions and "
+             "frequencies on it (torch.arange(..., device=device)), so that the tables land where the queries "
+             "are (the GPU on Colab).", mistake="device ignored")
 
 
 # ---------------------------------------------------------------- apply_rotary
@@ -250,7 +312,15 @@ def _rotary_mistakes(x: Tensor, cos: Tensor, sin: Tensor, offset: int) -> list[M
 def _rotary_case(fn: Any, x: Tensor, cos: Tensor, sin: Tensor, offset: int | None, case: str) -> None:
     x0, c0, s0 = x.clone(), cos.clone(), sin.clone()
     kwargs = {} if offset is None else {"offset": offset}
-    got = call_student(fn, x, cos, sin, context=f"calling apply_rotary on {case}", **kwargs)
+    try:
+        got = call_student(fn, x, cos, sin, context=f"calling apply_rotary on {case}", **kwargs)
+    except StudentError as err:  # x (L rows) times the whole (max_len, d_k) table: torch names max_len
+        if isinstance(err.exc, RuntimeError) and f"({cos.size(0)})" in str(err.exc) and cos.size(0) != x.size(-2):
+            fail(f"your code raised RuntimeError on {case}: {err.exc}. The cos and sin passed in are the whole "
+                 f"tables, ({cos.size(0)}, {cos.size(1)}) here, while x has L = {x.size(-2)} positions: slice the "
+                 "tables to the L positions, from offset: cos[offset:offset + L] and sin the same way "
+                 "(L = x.size(-2)).", mistake="rotary tables not sliced")
+        raise
     check_unchanged(["x", "cos", "sin"], [x, cos, sin], [x0, c0, s0], case)
     start = offset or 0
     expect_close("the result", got, _rot(x0, c0, s0, start), _rotary_mistakes(x0, c0, s0, start), atol=1e-5,
@@ -304,15 +374,17 @@ def _swiglu_mistakes(x: Tensor, w1: Tensor, w2: Tensor, w3: Tensor) -> list[Mist
          "w2(silu(w1(x)) * w3(x)).", lambda: (F.silu(a) * F.silu(b)) @ w2.T),
         ("SiLU after the product", "SiLU is applied after the product; it gates w1(x) alone: "
          "w2(silu(w1(x)) * w3(x)).", lambda: F.silu(a * b) @ w2.T),
+        ("sum instead of product", "you added the two branches; the gate multiplies: w2(silu(w1(x)) * w3(x)), "
+         "element by element.", lambda: (F.silu(a) + b) @ w2.T),
     ]
 
 
 def _linear(model: nn.Module, name: str, i: int, o: int, what: str) -> Tensor:
     m = getattr(model, name, None)
     if not isinstance(m, nn.Linear):
-        yours = ", ".join(n for n, _ in model.named_children()) or "none"
-        fail(f"{what} needs `{name}` = nn.Linear({i}, {o}, bias=False) (yours: {yours}).",
-             mistake="missing submodule" if m is None else "wrong submodule")
+        children = [n for n, _ in model.named_children()]
+        fail(f"{what} needs `{name}` = nn.Linear({i}, {o}, bias=False) (yours: {', '.join(children) or 'none'})."
+             + _renames(children), mistake="missing submodule" if m is None else "wrong submodule")
     if tuple(m.weight.shape) != (o, i):
         fail(f"`{name}` of {what} maps {m.in_features} -> {m.out_features} features; it should map {i} -> {o}.",
              mistake="wrong submodule")
@@ -350,23 +422,35 @@ def check_swiglu(cls: Any) -> str:
 
 # ---------------------------------------------------------------- grouped-query attention
 def _gqa(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, *,
-         interleave: bool = True, rotate: str = "qk", causal: bool = True, scale: bool = True) -> Tensor:
-    """The reference attention with one thing changed (the catalogued mistakes)."""
+         interleave: str = "kv", rotate: str = "qk", causal: bool = True, scale: bool = True,
+         heads_first: bool = True, use_mask: str = "and") -> Tensor:
+    """The reference attention with one thing changed (the catalogued mistakes): ``interleave`` names the tensors
+    spread with repeat_interleave (the others with .repeat), ``heads_first=False`` rotates (B, L, H, d_k) before
+    the transpose, ``use_mask`` is "and", "ignored", "added" (the bool mask added to the scores) or "inverted"."""
     H, H_kv, d_k = ref.num_heads, ref.n_kv_heads, ref.d_k
     B, L, D = x.shape
-    q = ref.w_q(x).view(B, L, H, d_k).transpose(1, 2)  # (B, H, L, d_k)
-    k = ref.w_k(x).view(B, L, H_kv, d_k).transpose(1, 2)  # (B, H_kv, L, d_k)
+    q = ref.w_q(x).view(B, L, H, d_k)  # (B, L, H, d_k)
+    k = ref.w_k(x).view(B, L, H_kv, d_k)  # (B, L, H_kv, d_k)
     v = ref.w_v(x).view(B, L, H_kv, d_k).transpose(1, 2)  # (B, H_kv, L, d_k)
+    if heads_first:
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, L, d_k), (B, H_kv, L, d_k)
     q = _rot(q, cos, sin, 0) if "q" in rotate else q
     k = _rot(k, cos, sin, 0) if "k" in rotate else k
     v = _rot(v, cos, sin, 0) if "v" in rotate else v
+    if not heads_first:
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
     g = H // H_kv
-    k, v = ((t.repeat_interleave(g, dim=1) if interleave else t.repeat(1, g, 1, 1)) for t in (k, v))  # (B, H, L, d_k)
+    k, v = ((t.repeat_interleave(g, dim=1) if name in interleave else t.repeat(1, g, 1, 1))
+            for name, t in (("k", k), ("v", v)))  # (B, H, L, d_k)
     allowed = torch.ones(L, L, dtype=torch.bool).tril() if causal else torch.ones(L, L, dtype=torch.bool)
-    if mask is not None:
+    if mask is not None and use_mask in ("and", "inverted"):
         allowed = allowed & mask
     scores = q @ k.transpose(-2, -1) / (d_k**0.5 if scale else 1.0)  # (B, H, L, L)
-    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+    if use_mask == "inverted":  # a fully blocked row is NaN; students zero it with nan_to_num
+        weights = scores.masked_fill(allowed, float("-inf")).softmax(-1).nan_to_num()
+    else:
+        weights = scores.masked_fill(~allowed, float("-inf"))
+        weights = (weights + mask if mask is not None and use_mask == "added" else weights).softmax(-1)
     return ref.w_o((weights @ v).transpose(1, 2).reshape(B, L, D))  # (B, L, D)
 
 
@@ -375,9 +459,22 @@ def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tenso
         return lambda: _gqa(ref, x, cos, sin, mask, **kw)
 
     return [
-        ("repeat instead of repeat_interleave", "the key/value heads go to the wrong query heads: `k.repeat(1, g, "
-         "1, 1)` gives query head h the group h % n_kv_heads (heads 0, 1, 0, 1, ...). Key/value head j serves the "
-         "consecutive query heads j * g .. (j + 1) * g - 1: k.repeat_interleave(g, dim=1).", run(interleave=False)),
+        ("repeat instead of repeat_interleave", "the key/value heads go to the wrong query heads: in your code "
+         "query head h reads key/value head h % n_kv_heads (heads 0, 1, 0, 1, ...: what `k.repeat(1, g, 1, 1)` "
+         "does, or grouping the queries with .view(B, g, n_kv_heads, ...)); it must read key/value head h // g "
+         "(g = num_heads // n_kv_heads), so that head j serves the consecutive query heads j * g .. (j + 1) * g - "
+         "1: k.repeat_interleave(g, dim=1), or q.view(B, n_kv_heads, g, ...) when you group the queries.",
+         run(interleave="")),
+        ("repeat instead of repeat_interleave", "the keys and the values are spread differently: one with "
+         "repeat_interleave, the other with .repeat, so query head h reads the keys of head h // g but the values of "
+         "head h % n_kv_heads. Spread both with repeat_interleave(g, dim=1).", run(interleave="k")),
+        ("repeat instead of repeat_interleave", "the keys and the values are spread differently: one with "
+         "repeat_interleave, the other with .repeat, so query head h reads the values of head h // g but the keys of "
+         "head h % n_kv_heads. Spread both with repeat_interleave(g, dim=1).", run(interleave="v")),
+        ("rotary on (B, L, H, d_k)", "you rotated q and k while they were (B, L, H, d_k), before .transpose(1, 2): "
+         "apply_rotary reads the positions from the second-to-last axis, so it turned each head by its head "
+         "number instead of each token by its position. Rotate after the transpose, on (B, H, L, d_k) "
+         "(split_heads gives that layout).", run(heads_first=False)),
         ("rotary on values", "you rotated the values too; RoPE turns queries and keys only (their dot product is "
          "what should depend on the relative position), never the values.", run(rotate="qkv")),
         ("rotary on queries or keys only", "only the keys are rotated: rotate the queries as well (q and k both "
@@ -390,7 +487,16 @@ def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tenso
         ("no causal mask", "every position attends to the future too: build causal_mask(L) (and `&` the mask "
          "argument).", run(causal=False)),
         ("no scaling", "the scores are not divided by sqrt(d_k).", run(scale=False)),
-    ]
+        ("inverted mask", "your mask blocks the allowed positions and lets the blocked ones through: True means may "
+         "attend, so fill the scores where the mask is False: scores.masked_fill(~allowed, float('-inf')).",
+         run(use_mask="inverted")),
+    ] + ([] if mask is None else [
+        ("mask ignored", "the padding mask argument has no effect: combine it with the causal mask, "
+         "causal_mask(L) & mask, before filling the scores.", run(use_mask="ignored")),
+        ("additive float mask", "you added the mask to the scores (Hugging Face's masks are additive 0 / -inf "
+         "floats); the course's mask is bool, True = may attend: scores.masked_fill(~(causal_mask(L) & mask), "
+         "float('-inf')).", run(use_mask="added")),
+    ])
 
 
 def _gqa_linears(model: nn.Module, D: int, kv: int) -> None:
@@ -400,6 +506,43 @@ def _gqa_linears(model: nn.Module, D: int, kv: int) -> None:
              mistake="key/value projections not grouped")
     for name, o in (("w_q", D), ("w_k", kv), ("w_v", kv), ("w_o", D)):
         _linear(model, name, D, o, "GroupedQueryAttention")
+
+
+def _gqa_attributes(model: nn.Module, shown: str, expected: dict[str, int]) -> None:
+    """The attributes the exercise names (the model's cache and Llama read them by these names)."""
+    for name, value in expected.items():
+        got = getattr(model, name, None)
+        if not (type(got) is int and got == value):  # a tensor or None compared with == would not be a bool
+            near = [n for n, v in vars(model).items() if not n.startswith("_") and n != name and type(v) is int
+                    and v == value]
+            also = f" (yours has `{near[0]}` = {value}: rename it)" if near else ""
+            what = ("no such attribute" if got is None
+                    else describe_shape(got) if isinstance(got, Tensor) else repr(got))
+            fail(f"GroupedQueryAttention({shown}) should store self.{name} = {value} (an int); yours has "
+                 f"{what}{also}. The exercise names num_heads, n_kv_heads and d_k: the key/value cache and the "
+                 "Llama model read them.",
+                 mistake="attribute missing or renamed")
+
+
+def _gqa_compare(model: nn.Module, shape: tuple[int, int, int], H: int, H_kv: int, cos: Tensor, sin: Tensor,
+                 masks: tuple[Tensor | None, ...], shown: str) -> None:
+    """Forward on ``x`` of ``shape`` (with each mask) against the reference holding the model's weights."""
+    B, L, D = shape
+    model.eval()
+    randomise_parameters(model)
+    ref = GroupedQueryAttention(D, H, H_kv).eval()
+    ref.load_state_dict(model.state_dict(), strict=False)
+    for mask in masks:
+        x = torch.randn(B, L, D)
+        case = f"x of shape ({B}, {L}, {D}), {shown}" + (", a padding mask (B, 1, 1, L)" if mask is not None else "")
+        x0 = x.clone()
+        args = (x, cos, sin) if mask is None else (x, cos, sin, mask)
+        got = _forward(model, args, case)
+        check_unchanged(["x"], [x], [x0], case)
+        with torch.no_grad():
+            expected = _gqa(ref, x0, cos, sin, mask)
+            mistakes = _gqa_mistakes(ref, x0, cos, sin, mask) if H_kv < H else []
+            expect_close("the output", got, expected, mistakes, atol=1e-4, rtol=1e-4, case=case)
 
 
 @checker("GroupedQueryAttention")
@@ -413,24 +556,21 @@ def check_grouped_query_attention(cls: Any) -> str:
     if not isinstance(model, nn.Module):
         fail("GroupedQueryAttention should subclass nn.Module.", mistake="not a class")
     _gqa_linears(model, D, H_kv * d_k)
-    model.eval()
-    randomise_parameters(model)
-    ref = GroupedQueryAttention(D, H, H_kv).eval()
-    ref.load_state_dict(model.state_dict(), strict=False)
-    cos, sin = rotary_tables(d_k, L + 3)
+    _gqa_attributes(model, shown, dict(num_heads=H, n_kv_heads=H_kv, d_k=d_k))
+    cos, sin = rotary_tables(d_k, L + H + 3)  # longer than both L and H: (B, L, H, d_k) code runs too
     padded = torch.ones(B, 1, 1, L, dtype=torch.bool)  # (B, 1, 1, L): keys of the last positions blocked
     padded[0, ..., L - 2 :] = False
-    for mask in (None, padded):
-        x = torch.randn(B, L, D)
-        case = f"x of shape ({B}, {L}, {D}), {shown}" + (", a padding mask (B, 1, 1, L)" if mask is not None else "")
-        x0 = x.clone()
-        args = (x, cos, sin) if mask is None else (x, cos, sin, mask)
-        got = _forward(model, args, case)
-        check_unchanged(["x"], [x], [x0], case)
-        with torch.no_grad():
-            expected = _gqa(ref, x0, cos, sin, mask)
-            expect_close("the output", got, expected, _gqa_mistakes(ref, x0, cos, sin, mask), atol=1e-4, rtol=1e-4,
-                         case=case)
+    _gqa_compare(model, (B, L, D), H, H_kv, cos, sin, (None, padded), shown)
+    shown = f"d_model={D}, num_heads={H}, n_kv_heads left at its default (None)"
+    try:
+        model = cls(D, H)
+    except Exception as exc:  # noqa: BLE001 - named, never raised at the student
+        fail(f"GroupedQueryAttention({shown}) raised {type(exc).__name__}: {exc}. The default n_kv_heads=None "
+             "means one key/value head per query head (plain multi-head attention): start __init__ with "
+             "`if n_kv_heads is None: n_kv_heads = num_heads`.", mistake="n_kv_heads default not handled")
+    _gqa_linears(model, D, D)
+    _gqa_attributes(model, shown, dict(num_heads=H, n_kv_heads=H, d_k=d_k))
+    _gqa_compare(model, (B, L, D), H, H, cos, sin, (None,), shown)
     bad = (6, 4)
     try:
         cls(bad[0] * 2, bad[0], bad[1])
@@ -457,7 +597,8 @@ register_hints("RMSNorm", [
 ])
 register_hints("rotary_tables", [
     "theta_i = base ** (-2i / d_k) for i = 0 .. d_k/2 - 1: torch.arange(0, d_k, 2) / d_k gives the exponents.",
-    "The angles are the outer product of the positions 0 .. max_len - 1 and the frequencies: shape (max_len, d_k/2).",
+    "The angles are the outer product of the positions 0 .. max_len - 1 and the frequencies: shape (max_len, d_k/2). "
+    "Create both with device=device, in float32 (or convert at the end).",
     "Write each angle row twice side by side, torch.cat([angles, angles], dim=-1), (max_len, d_k), and return "
     "(angles.cos(), angles.sin()). Row 0 must be cos = 1, sin = 0.",
 ])
@@ -476,7 +617,8 @@ register_hints("SwiGLU", [
 ])
 register_hints("GroupedQueryAttention", [
     "w_k and w_v map d_model -> n_kv_heads * d_k (fewer heads than the queries); split them with "
-    "split_heads(..., n_kv_heads). Raise ValueError when n_kv_heads does not divide num_heads.",
+    "split_heads(..., n_kv_heads). n_kv_heads=None means num_heads (set it before any arithmetic), stored as "
+    "self.n_kv_heads; raise ValueError when n_kv_heads does not divide num_heads.",
     "Rotate q and k (not v) with apply_rotary(t, cos, sin, offset), then give each query head its group's keys "
     "and values: k.repeat_interleave(num_heads // n_kv_heads, dim=1) (not .repeat, which cycles the groups).",
     "Then it is notebook 02's attention: causal_mask(L) & mask, softmax(q k^T / sqrt(d_k)) v, merge_heads, w_o.",
