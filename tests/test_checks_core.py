@@ -6,6 +6,7 @@ compared by nbval, and the checkers draw fresh random inputs each call)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -651,3 +652,15 @@ def test_no_message_speaks_of_the_contract():
                   if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
                   and "contract" in node.value.lower()]
     assert not found, found
+
+
+def test_the_registry_names_each_mistake_once():
+    """Two branches that each add a mistake of the same name would leave one description silently
+    overwritten by the other (a dict literal keeps the last): one entry per name."""
+    import ast
+
+    source = Path(_core.__file__).with_name("_mistakes.py").read_text()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+            assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})

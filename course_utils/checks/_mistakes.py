@@ -118,7 +118,7 @@ MISTAKES: dict[str, str] = {
     "sin in every column": "the sinusoid's odd columns hold sin instead of cos",
     "low precision": "values off by float16/bfloat16 rounding: part of the computation ran in low precision",
     "integer division": "an integer division (//, rounding_mode='floor') where a true one belongs: in the angles "
-    "(an exponent 2i // d_model = 0, floored angles), or the pooled sum // the count",
+    "(an exponent 2i // d_model = 0, floored angles), the pooled sum // the count, or noam_lr's warm-up (a rate of 0)",
     "angles rounded": "the angles pos / 10000^(2i/d_model) rounded to whole numbers (.round())",
     "exponent i/d_model": "frequency exponent i/d_model instead of 2i/d_model",
     "exponent j/d_model": "frequency exponent from each column's own index",
@@ -408,7 +408,6 @@ MISTAKES: dict[str, str] = {
     "max instead of min": "max instead of min of the two terms",
     "step - 1": "noam_lr gives at step k the rate of step k - 1 (step 1 guarded from 0)",
     "warmup^-1 instead of warmup^-1.5": "the warm-up branch is step / warmup",
-    "integer division": "// (floor division) where the formula divides: the warm-up rate is 0",
     "factor on one branch only": "the factor multiplies one branch inside the min, not the whole rate",
     "steps counted from 0": "the first step is 0 (division by zero)",
     "division by zero at step 1": "the schedule divides by zero at step 1",
