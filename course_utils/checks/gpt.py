@@ -805,12 +805,35 @@ def _all_mistakes_show(logits: Tensor, T: float, k: int | None, p: float | None)
     right one, and every mistake that shows differs from the others (so the diagnosis names the
     right one). With both filters, only "top-p before top-k" is required: with a small nucleus,
     top-k with k - 1 or k + 1 gives the right answer, and the top-k settings catch those."""
-    expected = next_token_probs(logits, T, k, p)
-    seen: list[tuple[str, Tensor]] = []
-    for name, _, candidate in _probs_mistakes(logits, T, k, p):
-        value = candidate()
-        if bool(isnan(value).any()):
+    expected = next_token_probs(logits, T, k, p).double()  # (..., V)
+    shown = [(name, value) for name, _, candidate in _probs_mistakes(logits, T, k, p)
+             if not bool(isnan(value := candidate()).any())]
+    if not shown:
+        return True
+    if any(not isinstance(v, Tensor) or v.shape != expected.shape for _, v in shown):
+        return _all_mistakes_show_one_by_one(shown, expected, k, p)
+    # every comparison at once (this runs for hundreds of draws per check): matches(a, b) for a, b in
+    # (M, M) and against the expected, |a - b| <= atol + rtol * |b| elementwise, as allclose
+    values = torch.stack([v.double() for _, v in shown])  # (M, ..., V)
+    close_expected = ((values - expected).abs() <= 1e-3 + 1e-2 * expected.abs()).flatten(1).all(-1)  # (M,)
+    close = ((values[:, None] - values[None]).abs() <= 1e-3 + 1e-2 * values[None].abs()).flatten(2).all(-1)  # (M, M)
+    seen: list[int] = []
+    for i, (name, _) in enumerate(shown):
+        if bool(close_expected[i]):
+            if k is None or p is None or name == "top-p before top-k":
+                return False
             continue
+        if any(shown[j][0] != name and bool(close[i, j]) for j in seen):
+            return False
+        seen.append(i)
+    return True
+
+
+def _all_mistakes_show_one_by_one(shown: list[tuple[str, Any]], expected: Tensor, k: int | None,
+                                  p: float | None) -> bool:
+    """:func:`_all_mistakes_show` pair by pair, where the candidates' shapes differ."""
+    seen: list[tuple[str, Any]] = []
+    for name, value in shown:
         if matches(value, expected, atol=1e-3, rtol=1e-2):
             if k is None or p is None or name == "top-p before top-k":
                 return False
