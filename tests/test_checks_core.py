@@ -664,3 +664,17 @@ def test_the_registry_names_each_mistake_once():
         if isinstance(node, ast.Dict):
             keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
             assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})
+
+
+@pytest.mark.parametrize("shape", [(2, 3), ()])
+def test_wrong_values_with_gradients_show_no_torch_warning(shape):
+    """A module's output carries requires_grad: reading its numbers for the message must not put
+    PyTorch's "Converting a tensor with requires_grad=True to a scalar" warning in the verdict."""
+    import warnings
+
+    got = torch.ones(shape, requires_grad=True) * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(_core.Failure) as failed:
+            expect_close("the output", got, torch.ones(shape))
+    assert failed.value.mistake == "values differ"

@@ -207,10 +207,12 @@ def expect_close(what: str, got: Any, expected: Tensor, mistakes: Mapping[str, A
     if isnan(got).any():
         fail(f"{what}{where} contain{'' if has == 'have' else 's'} NaN.", mistake="NaN")  # the logits contain
     if got.dim() == 0:  # one number: no index to show
-        fail(f"{what}{where} is {float(got):.5f}, expected {float(expected):.5f}.", mistake="values differ")
+        fail(f"{what}{where} is {float(got.detach()):.5f}, expected {float(expected.detach()):.5f}.",
+             mistake="values differ")
     idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
 
-    def shown(t: Tensor) -> str:  # ids as ids (13), not 13.0000
+    def shown(t: Tensor) -> str:  # ids as ids (13), not 13.0000; detached: no requires_grad warning in the verdict
+        t = t.detach()
         return str(int(t[idx])) if not (t.is_floating_point() or t.is_complex()) else f"{float(t[idx]):.4f}"
 
     fail(f"{what}{where} {has} the right shape but the wrong values: the largest difference is {float(diff.max()):.3g} "
