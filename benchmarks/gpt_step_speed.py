@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import add_timing_arguments, load_average, machine_table, profile_steps  # noqa: E402
 
 from course_utils import count_parameters  # noqa: E402
-from course_utils.gpt import GPT  # noqa: E402
+from course_utils.gpt import GPT, init_gpt2_weights  # noqa: E402
 from course_utils.gpt_training import GPT_RECIPE, prepare_data, random_windows  # noqa: E402
 
 
@@ -77,11 +77,7 @@ class _Wrapping(nn.Module):
         self.lm_head = nn.Linear(D, V, bias=False)
 
     def _init_and_tie(self) -> None:
-        for name, p in self.named_parameters():  # as course_utils.GPT: GPT-2's initialisation
-            if p.dim() >= 2:
-                nn.init.normal_(p, std=0.02)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        init_gpt2_weights(self)  # as course_utils.GPT
         self.lm_head.weight = self.token_embedding.weight
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -57,6 +57,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from course_utils.gpt import init_gpt2_weights  # noqa: E402
 from course_utils.gpt_training import evaluate_loss, fit_gpt, prepare_data  # noqa: E402
 from course_utils.layers import FeedForward, LayerNorm  # noqa: E402
 from course_utils.llama import GroupedQueryAttention, Llama, RMSNorm, SwiGLU, rotary_tables, swiglu_hidden_width  # noqa: E402
@@ -101,11 +102,7 @@ class Variant(nn.Module):
                   kv) for _ in range(num_layers))
         self.norm = norm(D)
         self.lm_head = nn.Linear(D, vocab_size, bias=False)
-        for name, p in self.named_parameters():
-            if p.dim() >= 2:
-                nn.init.normal_(p, std=0.02)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        init_gpt2_weights(self)
         self.lm_head.weight = self.token_embedding.weight  # tied, as GPT-2's
 
     def forward(self, tokens: Tensor) -> Tensor:

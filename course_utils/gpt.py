@@ -75,6 +75,17 @@ class GPTBlock(nn.Module):
         return x + self.dropout2(self.feed_forward(self.norm2(x)))  # (B, L, D)
 
 
+def init_gpt2_weights(model: nn.Module) -> None:
+    """GPT-2's initialisation, in place: every weight matrix (and embedding table) from
+    N(0, 0.02), every bias 0; norms keep their ones. Call it before tying two weights (it
+    would see the tied Parameter twice)."""
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            nn.init.normal_(p, std=0.02)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+
+
 class GPT(nn.Module):
     """A GPT-2-style language model: ``forward(tokens (B, L), mask=None) -> logits (B, L, V)``.
 
@@ -105,11 +116,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(GPTBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers))
         self.norm = LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
-        for name, p in self.named_parameters():
-            if p.dim() >= 2:
-                nn.init.normal_(p, std=0.02)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        init_gpt2_weights(self)
         # tie: one Parameter, two uses (set after the init, which would otherwise see it twice)
         self.lm_head.weight = self.token_embedding.weight
 

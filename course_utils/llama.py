@@ -38,7 +38,7 @@ from torch.nn import functional as F
 from ._validate import check_int, check_rank, check_vocab_ids, is_number
 from .attention import causal_mask
 from .decoding import KVCache
-from .gpt import empty_cache
+from .gpt import empty_cache, init_gpt2_weights
 from .gpt import generate as _generate_with
 from .multihead import merge_heads, split_heads
 
@@ -269,9 +269,7 @@ class Llama(nn.Module):
         self.blocks = nn.ModuleList(LlamaBlock(d_model, num_heads, d_ff, n_kv_heads, eps) for _ in range(num_layers))
         self.norm = RMSNorm(d_model, eps)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
-        for p in self.parameters():
-            if p.dim() >= 2:
-                nn.init.normal_(p, std=0.02)
+        init_gpt2_weights(self)  # no biases here, and the norms keep their ones
         if tie_weights:
             self.lm_head.weight = self.token_embedding.weight
         cos, sin = rotary_tables(d_model // num_heads, max_len, rope_base)
