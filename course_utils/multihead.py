@@ -28,7 +28,8 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
         raise ValueError(
             f"the last dimension of x (D = {D}) must be divisible by num_heads = {num_heads}"
         )
-    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)  # (B, H, L, d_k)
+    d_k = D // num_heads
+    return x.view(B, L, num_heads, d_k).transpose(1, 2)  # (B, H, L, d_k)
 
 
 def merge_heads(x: Tensor) -> Tensor:
