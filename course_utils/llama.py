@@ -18,7 +18,10 @@ Qwen, Gemma) makes:
 SwiGLU; :class:`Llama` adds the token embedding, a final RMSNorm and an untied output layer.
 No biases anywhere, no dropout. :func:`llama_decode_step` / :func:`generate` decode with the
 key/value cache of notebook 07 (which stores only the ``n_kv_heads`` heads: GQA's memory
-saving), rotating each new token at its true position.
+saving), rotating each new token at its true position. :class:`Llama` also takes its parts
+(``block``, ``norm``, ``rotary_tables``, ``apply_rotary``) from outside under the same weight
+names: notebook 10 builds it from the student's exercises, and the cached decoding calls those
+through the names alone (:func:`project_qkv`, :func:`attend_groups`).
 
 **Rotary layout.** Two conventions exist. Meta's reference code rotates the pairs of
 features ``(2i, 2i+1)``; Hugging Face's ``rotate_half`` rotates feature ``i`` with feature
