@@ -18,7 +18,10 @@ Qwen, Gemma) makes:
 SwiGLU; :class:`Llama` adds the token embedding, a final RMSNorm and an untied output layer.
 No biases anywhere, no dropout. :func:`llama_decode_step` / :func:`generate` decode with the
 key/value cache of notebook 07 (which stores only the ``n_kv_heads`` heads: GQA's memory
-saving), rotating each new token at its true position.
+saving), rotating each new token at its true position. :class:`Llama` also takes its parts
+(``block``, ``norm``, ``rotary_tables``, ``apply_rotary``) from outside under the same weight
+names: notebook 10 builds it from the student's exercises, and the cached decoding calls those
+through the names alone (:func:`project_qkv`, :func:`attend_groups`).
 
 **Rotary layout.** Two conventions exist. Meta's reference code rotates the pairs of
 features ``(2i, 2i+1)``; Hugging Face's ``rotate_half`` rotates feature ``i`` with feature
@@ -30,6 +33,8 @@ Frequency ``i`` (``i = 0 .. d_k/2 - 1``) is ``base ** (-2i / d_k)``; the tables 
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -173,6 +178,30 @@ def _check_heads(d_model: int, num_heads: int, n_kv_heads: int) -> None:
                          f"{[n for n in range(1, num_heads + 1) if num_heads % n == 0]})")
 
 
+def project_qkv(attn: nn.Module, x: Tensor, cos: Tensor | None, sin: Tensor | None, offset: int = 0,
+                rotate: Callable[..., Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """``q (B, H, L, d_k)``, ``k, v (B, H_kv, L, d_k)`` of ``x (B, L, D)`` through ``attn``'s ``w_q``, ``w_k``,
+    ``w_v`` (any module with the exercise's names: ``num_heads``, ``n_kv_heads``), q and k rotated by
+    ``rotate`` (default :func:`apply_rotary`) as positions ``offset ..``; ``cos=None``: not rotated."""
+    q = split_heads(attn.w_q(x), attn.num_heads)  # (B, H, L, d_k)
+    k = split_heads(attn.w_k(x), attn.n_kv_heads)  # (B, H_kv, L, d_k)
+    v = split_heads(attn.w_v(x), attn.n_kv_heads)  # (B, H_kv, L, d_k)
+    if cos is not None:
+        rotate = apply_rotary if rotate is None else rotate
+        q, k = rotate(q, cos, sin, offset=offset), rotate(k, cos, sin, offset=offset)
+    return q, k, v
+
+
+def attend_groups(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """Attention of ``q (B, H, L_q, d_k)`` over ``k, v (B, H_kv, L_k, d_k)``, each key/value head shared by
+    its group (:func:`repeat_kv_heads`), then ``attn.w_o``: ``(B, L_q, D)``."""
+    n_rep = attn.num_heads // attn.n_kv_heads
+    k, v = repeat_kv_heads(k, n_rep), repeat_kv_heads(v, n_rep)  # (B, H, L_k, d_k)
+    # notebook 01's softmax(q k^T / sqrt(d_k)) v: torch's kernel, the same numbers, faster
+    context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L_q, d_k)
+    return attn.w_o(merge_heads(context))  # (B, L_q, D)
+
+
 class GroupedQueryAttention(nn.Module):
     """Causal self-attention with ``num_heads`` query heads and ``n_kv_heads`` key/value heads.
 
@@ -198,20 +227,11 @@ class GroupedQueryAttention(nn.Module):
 
     def project(self, x: Tensor, cos: Tensor | None, sin: Tensor | None, offset: int = 0) -> tuple[Tensor, Tensor, Tensor]:
         """``q (B, H, L, d_k)``, ``k, v (B, H_kv, L, d_k)`` of ``x (B, L, D)``, q and k rotated."""
-        q = split_heads(self.w_q(x), self.num_heads)  # (B, H, L, d_k)
-        k = split_heads(self.w_k(x), self.n_kv_heads)  # (B, H_kv, L, d_k)
-        v = split_heads(self.w_v(x), self.n_kv_heads)  # (B, H_kv, L, d_k)
-        if cos is not None:
-            q, k = apply_rotary(q, cos, sin, offset), apply_rotary(k, cos, sin, offset)
-        return q, k, v
+        return project_qkv(self, x, cos, sin, offset)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """Attention of ``q (B, H, L_q, d_k)`` over ``k, v (B, H_kv, L_k, d_k)``: ``(B, L_q, D)``."""
-        n_rep = self.num_heads // self.n_kv_heads
-        k, v = repeat_kv_heads(k, n_rep), repeat_kv_heads(v, n_rep)  # (B, H, L_k, d_k)
-        # notebook 01's softmax(q k^T / sqrt(d_k)) v: torch's kernel, the same numbers, faster
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L_q, d_k)
-        return self.w_o(merge_heads(context))  # (B, L_q, D)
+        return attend_groups(self, q, k, v, mask)
 
     def forward(self, x: Tensor, cos: Tensor | None = None, sin: Tensor | None = None,
                 mask: Tensor | None = None, offset: int = 0) -> Tensor:
@@ -224,6 +244,9 @@ class GroupedQueryAttention(nn.Module):
 
 
 # ---------------------------------------------------------------- the block and the model
+_REFERENCE_TABLES, _REFERENCE_ROTATION = rotary_tables, apply_rotary  # Llama's defaults (its arguments shadow them)
+
+
 class LlamaBlock(nn.Module):
     """``x = x + self_attn(norm1(x))`` then ``x = x + feed_forward(norm2(x))``.
 
@@ -253,12 +276,27 @@ class Llama(nn.Module):
     ``d_ff`` defaults to :func:`swiglu_hidden_width` ``(d_model, multiple_of)``;
     ``n_kv_heads`` to ``num_heads``. Weights start normal with standard deviation 0.02, norms
     at ones.
+
+    The parts are notebook 10's exercises, the course's by default; a notebook passes its own
+    (the state dict's names stay these): ``block(d_model, num_heads, d_ff, n_kv_heads, eps)`` with
+    ``norm1``, ``self_attn`` (``w_q, w_k, w_v, w_o``, ``num_heads``, ``n_kv_heads``, ``d_k``),
+    ``norm2``, ``feed_forward`` and ``forward(x, cos, sin, mask=None)``; ``norm(d_model, eps)``,
+    the final norm; ``rotary_tables(d_k, max_len, base)``, the tables; ``apply_rotary(x, cos,
+    sin, offset=...)``, kept as ``model.apply_rotary``: the rotation :func:`llama_decode_step`
+    applies to each cached token (the blocks rotate with their own).
     """
 
     def __init__(self, vocab_size: int, d_model: int = 512, num_heads: int = 8, num_layers: int = 8,
                  d_ff: int | None = None, n_kv_heads: int | None = None, max_len: int = 2048,
-                 rope_base: float = 10000.0, eps: float = 1e-6, multiple_of: int = 256, tie_weights: bool = False):
+                 rope_base: float = 10000.0, eps: float = 1e-6, multiple_of: int = 256, tie_weights: bool = False,
+                 *, block: Callable[..., nn.Module] | None = None, norm: Callable[..., nn.Module] | None = None,
+                 rotary_tables: Callable[..., tuple[Tensor, Tensor]] | None = None,
+                 apply_rotary: Callable[..., Tensor] | None = None):
         super().__init__()
+        block = LlamaBlock if block is None else block
+        norm = RMSNorm if norm is None else norm
+        tables = _REFERENCE_TABLES if rotary_tables is None else rotary_tables
+        self.apply_rotary = _REFERENCE_ROTATION if apply_rotary is None else apply_rotary
         check_int("vocab_size", vocab_size, low=1)
         check_int("d_model", d_model, low=1)
         n_kv_heads = num_heads if n_kv_heads is None else n_kv_heads
@@ -266,13 +304,13 @@ class Llama(nn.Module):
         d_ff = swiglu_hidden_width(d_model, multiple_of) if d_ff is None else d_ff
         self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, check_int("max_len", max_len, low=1)
         self.token_embedding = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList(LlamaBlock(d_model, num_heads, d_ff, n_kv_heads, eps) for _ in range(num_layers))
-        self.norm = RMSNorm(d_model, eps)
+        self.blocks = nn.ModuleList(block(d_model, num_heads, d_ff, n_kv_heads, eps) for _ in range(num_layers))
+        self.norm = norm(d_model, eps)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         init_gpt2_weights(self)  # no biases here, and the norms keep their ones
         if tie_weights:
             self.lm_head.weight = self.token_embedding.weight
-        cos, sin = rotary_tables(d_model // num_heads, max_len, rope_base)
+        cos, sin = tables(d_model // num_heads, max_len, rope_base)
         self.register_buffer("rope_cos", cos, persistent=False)  # (max_len, d_k)
         self.register_buffer("rope_sin", sin, persistent=False)  # (max_len, d_k)
 
@@ -294,8 +332,13 @@ def llama_decode_step(model: Llama, token: Tensor, position: int, cache: KVCache
 
     Per block, the new token's query and key are rotated at ``position`` (its true place in
     the sequence, not 0), the key and value (``n_kv_heads`` heads) appended to ``cache``, and
-    the query attends to every cached position (no mask: the cache holds no future).
+    the query attends to every cached position (no mask: the cache holds no future). It reads
+    only the contract's names (``norm1``, ``self_attn.w_q`` ... ``w_o``, ``num_heads``,
+    ``n_kv_heads``, ``norm2``, ``feed_forward``) and rotates with ``model.apply_rotary``, so a
+    model built from a student's parts decodes with the student's projections, norms,
+    feed-forward and rotation; the attention over the cache is :func:`attend_groups`.
     """
+    rotate = getattr(model, "apply_rotary", None)
     check_int("position", position, low=0)
     if position >= model.max_len:
         raise ValueError(f"position {position} is past the model's max_len = {model.max_len} (its rotary tables "
@@ -305,9 +348,10 @@ def llama_decode_step(model: Llama, token: Tensor, position: int, cache: KVCache
     x = model.token_embedding(token.unsqueeze(1))  # (B, 1, D)
     for i, block in enumerate(model.blocks):
         attn = block.self_attn
-        q, k, v = attn.project(block.norm1(x), model.rope_cos, model.rope_sin, position)  # q (B, H, 1, d_k)
+        h = block.norm1(x)  # (B, 1, D)
+        q, k, v = project_qkv(attn, h, model.rope_cos, model.rope_sin, position, rotate)  # q (B, H, 1, d_k)
         k, v = cache.append(i, k, v)  # (B, H_kv, T + 1, d_k) each
-        x = x + attn.attend(q, k, v, None)  # (B, 1, D)
+        x = x + attend_groups(attn, q, k, v, None)  # (B, 1, D)
         x = x + block.feed_forward(block.norm2(x))  # (B, 1, D)
     return model.lm_head(model.norm(x))[:, 0]  # (B, V)
 
@@ -346,6 +390,8 @@ __all__ = [
     "swiglu_hidden_width",
     "SwiGLU",
     "repeat_kv_heads",
+    "project_qkv",
+    "attend_groups",
     "GroupedQueryAttention",
     "LlamaBlock",
     "Llama",

@@ -62,11 +62,23 @@ def _read(path: str | Path | None = None) -> tuple[dict[str, Any], CharTokenizer
     return read_checkpoint(CHECKPOINT if path is None else path, FORMAT, "course_utils.llama_training")
 
 
-def load_pretrained_llama(path: str | Path | None = None) -> tuple[Llama, CharTokenizer, dict[str, Any]]:
-    """``(model in eval mode, tokenizer, history)`` of the shipped Shakespeare Llama."""
+def load_pretrained_llama(path: str | Path | None = None, **parts: Any) -> tuple[Llama, CharTokenizer, dict[str, Any]]:
+    """``(model in eval mode, tokenizer, history)`` of the shipped Shakespeare Llama.
+
+    ``parts`` (``block``, ``norm``, ``rotary_tables``, ``apply_rotary``: see :class:`Llama`) build
+    the model from other pieces, a notebook's own; the weights load by the contract's names, so
+    their parameters must carry them (a part's own buffers, a stored ``eps`` say, keep their
+    values). A ``ValueError`` names the weights that do not fit.
+    """
     state, tokenizer = _read(path)
-    model = Llama(**state["config"])
-    model.load_state_dict({k: v.float() for k, v in state["state_dict"].items()})
+    model = Llama(**state["config"], **parts)
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in state["state_dict"].items()}, strict=False)
+    buffers = {name for name, _ in model.named_buffers()}
+    missing = [name for name in missing if name not in buffers]
+    if missing or unexpected:
+        raise ValueError(f"the shipped weights do not fit this model: it lacks {missing[:4]} and has no place for "
+                         f"{unexpected[:4]}. Its parameters must have the exercises' names (blocks.0.norm1.weight, "
+                         "blocks.0.self_attn.w_q.weight, blocks.0.feed_forward.w1.weight, ...)")
     return model.eval(), tokenizer, dict(state["history"])
 
 

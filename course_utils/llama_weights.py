@@ -93,11 +93,12 @@ def _rope_base(config: Any) -> float:
     return float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
 
 
-def llama_from_hf(hf_model: Any) -> Llama:
+def llama_from_hf(hf_model: Any, **parts: Any) -> Llama:
     """A :class:`~course_utils.llama.Llama` (eval mode) with a Hugging Face ``LlamaForCausalLM``'s
     config and weights. Refuses (``ValueError``) what the course model does not have: biases,
     another activation than SiLU, a head width other than ``hidden_size / num_heads``, scaled
-    rotary positions."""
+    rotary positions. ``parts`` (``block``, ``norm``, ``rotary_tables``, ``apply_rotary``) build
+    the ``Llama`` from other pieces (a notebook's own), filled by the same names."""
     c = hf_model.config
     if getattr(c, "hidden_act", "silu") != "silu":
         raise ValueError(f"the course's SwiGLU uses SiLU; this model uses {c.hidden_act!r}")
@@ -111,7 +112,7 @@ def llama_from_hf(hf_model: Any) -> Llama:
                   num_layers=c.num_hidden_layers, d_ff=c.intermediate_size,
                   n_kv_heads=getattr(c, "num_key_value_heads", None) or c.num_attention_heads,
                   max_len=c.max_position_embeddings, rope_base=_rope_base(c), eps=c.rms_norm_eps,
-                  tie_weights=bool(getattr(c, "tie_word_embeddings", False)))
+                  tie_weights=bool(getattr(c, "tie_word_embeddings", False)), **parts)
     weights = convert_llama_state_dict(hf_model.state_dict())
     params = dict(model.named_parameters(remove_duplicate=False))
     missing = sorted(set(params) - set(weights))

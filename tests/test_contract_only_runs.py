@@ -1,4 +1,4 @@
-"""Notebooks 07, 08 and 09 run top to bottom with the student's own code (issue 22).
+"""Notebooks 07, 08, 09 and 10 run top to bottom with the student's own code (issue 22).
 
 Each exercise cell is replaced by an answer written here from docs/course-contract.md alone,
 in another style than the reference (no reference class or function is imported for an
@@ -286,3 +286,130 @@ def assert_no_rejection(nb, tag=""):
         if cell.cell_type == "code" and cell.id.endswith(tag) and re.search(r"\bcheck_\w+\(", cell.source):
             text = text_of(nb, cell.id)
             assert "[X]" not in text and "[ ]" not in text, f"{cell.id}: {text}"
+
+
+# ---------------------------------------------------------------- notebook 10: the modern decoder
+EXERCISES_10 = {
+    "RMSNorm": '''
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.register_buffer("eps", torch.tensor(float(eps)))  # a buffer: in the state dict, not in the checkpoint
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps)
+''',
+    "rotary_tables": '''
+import torch
+
+
+def rotary_tables(d_k, max_len, base=10000.0, device=None):
+    freqs = 1.0 / base ** (torch.arange(d_k // 2, dtype=torch.float64, device=device) * 2 / d_k)  # (d_k/2,)
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64, device=device), freqs).repeat(1, 2)  # (max_len, d_k)
+    return angles.cos().float(), angles.sin().float()
+''',
+    "apply_rotary": '''
+import torch
+
+
+def apply_rotary(x, cos, sin, offset=0):
+    L, half = x.shape[-2], x.shape[-1] // 2
+    turn = torch.complex(cos[offset:offset + L, :half], sin[offset:offset + L, :half])  # (L, d_k/2): e^(i m theta)
+    z = torch.complex(x[..., :half].float(), x[..., half:].float()) * turn  # feature i + i * feature i + d_k/2
+    return torch.cat([z.real, z.imag], dim=-1).to(x.dtype)
+''',
+    "SwiGLU": '''
+import torch
+from torch import nn
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.w3 = nn.Linear(d_model, d_ff, bias=False)  # registered in another order than the reference's
+        self.w1 = nn.Linear(d_model, d_ff, bias=False)
+        self.w2 = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x):
+        gate = self.w1(x)
+        return self.w2(gate * torch.sigmoid(gate) * self.w3(x))
+''',
+    "GroupedQueryAttention": '''
+import torch
+from torch import nn
+
+
+class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model, num_heads, n_kv_heads=None):
+        super().__init__()
+        if n_kv_heads is None:
+            n_kv_heads = num_heads
+        if num_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads={n_kv_heads} does not divide num_heads={num_heads}")
+        self.num_heads, self.n_kv_heads, self.d_k = num_heads, n_kv_heads, d_model // num_heads
+        self.group, self.scale = num_heads // n_kv_heads, (d_model // num_heads) ** -0.5
+        self.w_q = nn.Linear(d_model, d_model, bias=False)
+        self.w_k = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
+        self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
+        self.w_o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, cos, sin, mask=None):
+        B, L, _ = x.shape
+        H, H_kv, g, d = self.num_heads, self.n_kv_heads, self.group, self.d_k
+        q = apply_rotary(self.w_q(x).view(B, L, H, d).transpose(1, 2), cos, sin)  # (B, H, L, d)
+        k = apply_rotary(self.w_k(x).view(B, L, H_kv, d).transpose(1, 2), cos, sin)  # (B, H_kv, L, d)
+        v = self.w_v(x).view(B, L, H_kv, d).transpose(1, 2)  # (B, H_kv, L, d)
+        q = q.reshape(B, H_kv, g, L, d)  # query heads grouped under their key/value head, no repeat
+        scores = torch.einsum("bkgqd,bksd->bkgqs", q, k).reshape(B, H, L, L) * self.scale
+        allowed = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+        if mask is not None:
+            allowed = allowed & mask
+        weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1).reshape(B, H_kv, g, L, L)
+        out = torch.einsum("bkgqs,bksd->bkgqd", weights, v).reshape(B, H, L, d)
+        return self.w_o(out.transpose(1, 2).reshape(B, L, H * d))
+''',
+}
+
+
+SHORT_10 = {"n10-train": ('**LLAMA_RECIPE["fit"])', '**dict(LLAMA_RECIPE["fit"], steps=2))')}  # 2 steps: the cells run
+
+
+def test_10_runs_with_contract_only_pieces_and_with_apply_rotary_a_stub():
+    """One kernel runs 10 twice: with the test's five pieces, trained for 2 steps (TRAIN = True),
+    generating with the cache and holding
+    Hugging Face's weights; then with the shipped weights loaded into the test's pieces but
+    apply_rotary left as its stub (the test's attention calls it, so the reference stands in for
+    both; the test's RMSNorm keeps eps in a buffer the checkpoint does not have). The student
+    notebook run (test_student_notebooks.py) covers every exercise a stub at once."""
+    variants, records = {}, {}
+    variants["contract"], records["contract"] = prepared("10_modern_decoder.ipynb", exercises=EXERCISES_10,
+                                                         settings={"TRAIN": "True"}, shorten=SHORT_10)
+    others = {name: code for name, code in EXERCISES_10.items() if name != "apply_rotary"}
+    variants["stub"], records["stub"] = prepared("10_modern_decoder.ipynb", exercises=others, stubs=("apply_rotary",))
+    executed, seconds = run(one_kernel(variants), timeout=900)
+    print(f"notebook 10 {records}: {seconds:.0f} s; slowest cells {slowest(executed)}")
+    assert sorted(records["contract"]["replaced"]) == sorted(EXERCISES_10) and not records["contract"]["kept"]
+    assert_no_rejection(executed, "--contract")
+    assert "the pieces, assembled, compute the course's LlamaBlock: True" in text_of(executed, "n10-block-demo--contract")
+    trained = text_of(executed, "n10-train--contract")
+    assert re.search(r"^trained in \d+ s$", trained, re.M) and "after 2 steps" in trained, trained
+    assert "stands in" not in trained, trained
+    generated = text_of(executed, "n10-generate--contract")
+    assert "same tokens with and without the cache: True" in generated, generated
+    hf = text_of(executed, "n10-hf-demo--contract")
+    assert "pieces: the same logits: True | the same 20 greedy tokens: True" in hf or "not installed" in hf, hf
+
+    assert records["stub"]["stubbed"] == ["apply_rotary"]
+    block = text_of(executed, "n10-block-demo--stub")
+    assert block.count("apply_rotary is not written yet") == 2, block  # its own probe and the attention's
+    assert "course's apply_rotary for now" in block and "course's GroupedQueryAttention for now" in block, block
+    assert "compute the course's LlamaBlock: True" in block, block
+    loaded = text_of(executed, "n10-train--stub")
+    assert "stands in for what is not written yet: apply_rotary, GroupedQueryAttention" in loaded, loaded
+    assert "validation loss 1.68" in loaded, loaded  # the shipped weights, in the test's norms and SwiGLU
+    assert "same tokens with and without the cache: True" in text_of(executed, "n10-generate--stub")

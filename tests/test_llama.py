@@ -214,3 +214,53 @@ def test_shipped_checkpoint_loads_and_generates_alike_with_and_without_the_cache
     prompt = torch.tensor([tok.encode("ROMEO:\n")])
     assert torch.equal(generate(model, prompt, 40, temperature=0), generate(model, prompt, 40, temperature=0,
                                                                              use_cache=False))
+
+
+def test_parts_build_the_same_model_and_the_cache_rotates_with_the_models_apply_rotary():
+    """Llama(..., block=, norm=, rotary_tables=, apply_rotary=): a notebook's own pieces, under the
+    same state-dict names. A norm keeping eps in a buffer (not in the checkpoint) still loads the
+    shipped weights; the cache rotates every new token with the model's apply_rotary at its true
+    position; a renamed parameter is a ValueError naming it."""
+    from torch import nn
+
+    from course_utils.llama import LlamaBlock
+    from course_utils.llama_training import load_pretrained_llama
+
+    class BufferNorm(RMSNorm):
+        def __init__(self, d_model, eps=1e-6):
+            super().__init__(d_model, eps)
+            self.register_buffer("eps_buffer", torch.tensor(eps))
+
+    offsets = []
+
+    def rotation(x, cos, sin, offset=0):
+        offsets.append((x.size(-2), offset))
+        return apply_rotary(x, cos, sin, offset)
+
+    def block(d_model, num_heads, d_ff, n_kv_heads, eps):
+        made = LlamaBlock(d_model, num_heads, d_ff, n_kv_heads)
+        made.norm1, made.norm2 = BufferNorm(d_model, eps), BufferNorm(d_model, eps)
+        return made
+
+    ours, tok, _ = load_pretrained_llama(block=block, norm=BufferNorm, rotary_tables=rotary_tables, apply_rotary=rotation)
+    reference, _, _ = load_pretrained_llama()
+    assert "blocks.0.norm1.eps_buffer" in ours.state_dict() and ours.apply_rotary is rotation
+    tokens = torch.randint(0, len(tok), (2, 30), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), reference(tokens))
+    prompt = torch.tensor([tok.encode("ROMEO:\n")])  # (1, 7)
+    cached = generate(ours, prompt, 10, temperature=0)
+    assert torch.equal(cached, generate(reference, prompt, 10, temperature=0, use_cache=False))
+    layers, steps = len(ours.blocks), prompt.size(1) + 10 - 1  # q and k rotated per block and fed position
+    assert offsets == [(1, t) for t in range(steps) for _ in range(layers) for _ in "qk"]
+
+    class Renamed(nn.Module):
+        def __init__(self, d_model, eps=1e-6):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(d_model))
+
+        def forward(self, x):
+            return x * self.scale
+
+    with pytest.raises(ValueError, match=r"lacks \['norm.scale'\] and has no place for \['norm.weight'\]"):
+        load_pretrained_llama(norm=Renamed)
