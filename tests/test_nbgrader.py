@@ -145,6 +145,18 @@ class _Subclass(course_utils.MultiHeadAttention):
     pass
 
 
+def _cell(helper_returns: str):
+    """``causal_mask`` calling a helper of another cell, both compiled as ipykernel compiles a
+    notebook's cells (the helpers the reference test follows are the notebook's own)."""
+    from ipykernel.compiler import get_file_name
+
+    namespace = {"course_utils": course_utils, "torch": torch}
+    for source in (f"def helper(size, device=None):\n    return {helper_returns}\n",
+                   "def causal_mask(size, device=None):\n    return helper(size, device)\n"):
+        exec(compile(source, get_file_name(source), "exec"), namespace)
+    return namespace["causal_mask"]
+
+
 @pytest.mark.parametrize("checker, answer, problem", [
     ("check_causal_mask", _noisy, None),
     ("check_causal_mask", _stub, "verdict is 'not implemented'"),
@@ -153,12 +165,16 @@ class _Subclass(course_utils.MultiHeadAttention):
     ("check_causal_mask", course_utils.causal_mask, "it is course_utils.causal_mask"),
     ("check_causal_mask", _wrapper, "uses course_utils.causal_mask"),
     ("check_multi_head_attention", _Subclass, "subclasses course_utils.MultiHeadAttention"),
-], ids=["passed", "not-implemented", "failed", "error", "reference", "wrapper", "subclass"])
+    ("check_causal_mask", _cell("torch.ones(size, size, dtype=torch.bool, device=device).tril()"), None),
+    ("check_causal_mask", _cell("course_utils.causal_mask(size, device)"), "it uses course_utils.causal_mask"),
+], ids=["passed", "not-implemented", "failed", "error", "reference", "wrapper", "subclass", "own-helper",
+        "helper-reference"])
 def test_the_test_cell_raises_exactly_when_the_verdict_is_not_passed(checker, answer, problem, capsys):
     if problem is None:
         course_nbgrader.assert_passed(checker, answer)
         out = capsys.readouterr()
-        assert "building a mask" in out.out and out.err == ""  # nbgrader scores stderr output as a failure
+        assert "[OK] causal_mask" in out.out and out.err == ""  # nbgrader scores stderr output as a failure
+        assert ("building a mask" in out.out) == (answer is _noisy)
     else:
         with pytest.raises(AssertionError, match=problem):
             course_nbgrader.assert_passed(checker, answer)
