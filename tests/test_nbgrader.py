@@ -55,7 +55,7 @@ def graded(tmp_path_factory):
     source = {c.id: c for c in nbformat.read(course / "source" / NAME / f"{NAME}.ipynb", as_version=4).cells}
     solved = copy.deepcopy(release)
     for cell in solved.cells:
-        if cell.metadata["nbgrader"]["solution"]:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
             cell.source = source[cell.id].source
     for student, nb in (("solved", solved), ("untouched", release)):
         path = course / "submitted" / student / NAME / f"{NAME}.ipynb"
@@ -76,15 +76,18 @@ def test_generate_assignment_gives_the_student_notebooks_exercise_cells(graded):
     release = nbformat.read(course / "release" / NAME / f"{NAME}.ipynb", as_version=4)
     student = {c.id: c for c in nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells}
     assert [c.id for c in release.cells] == list(student)
-    answers = [c for c in release.cells if c.metadata["nbgrader"]["solution"]]
+    meta = {c.id: c.metadata.get("nbgrader", {}) for c in release.cells}
+    answers = [c for c in release.cells if meta[c.id].get("solution")]
     assert [c.metadata["nbgrader"]["grade_id"] for c in answers] == EXERCISES
     for cell in answers:
         assert cell.source == student[cell.id].source and "raise NotImplementedError(" in cell.source
-    tests = [c for c in release.cells if c.metadata["nbgrader"]["grade"]]
-    assert {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in tests} == POINTS
-    # every other cell, prose and code, is the student notebook's, read-only
+    tests = [c for c in release.cells if meta[c.id].get("grade")]
+    assert {meta[c.id]["grade_id"]: meta[c.id]["points"] for c in tests} == POINTS
+    # every other cell is the student notebook's: prose read-only, the course's code as it is
     others = [c for c in release.cells if c not in answers and c not in tests]
-    assert all(c.metadata["nbgrader"]["locked"] and c.source == student[c.id].source for c in others)
+    assert all(c.source == student[c.id].source for c in others)
+    assert all(meta[c.id]["locked"] for c in others if c.cell_type == "markdown")
+    assert all(meta[c.id] == {} and c.metadata.get("editable", True) for c in others if c.cell_type == "code")
     assert not any(c.get("outputs") for c in release.cells)
 
 
@@ -97,7 +100,8 @@ def test_autograde_gives_the_solutions_full_points_and_the_untouched_notebook_ze
 
 def test_every_notebook_gets_valid_metadata_one_test_per_exercise_and_prose_read_only():
     """Without running nbgrader: every solution laid out in memory passes nbgrader's own
-    metadata validator, with one autograded answer and one test cell (1 point) per exercise."""
+    metadata validator, with one autograded answer and one test cell (1 point) per exercise,
+    prose read-only and the course's other code cells ordinary cells."""
     validator = pytest.importorskip("nbgrader.nbgraderformat", reason="nbgrader is not installed").MetadataValidator()
     from course_tools import build
     from course_tools.grade import checker_exercises, load_course
@@ -108,13 +112,13 @@ def test_every_notebook_gets_valid_metadata_one_test_per_exercise_and_prose_read
         solution, _ = build.read_notebook(ROOT / "solutions" / name)
         nb = course_nbgrader.nbgrader_notebook(solution, course_nb)
         validator.validate_nb(nb)
-        meta = [c.metadata["nbgrader"] for c in nb.cells]
+        meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
         exercises = [e.name for e in course_nb.exercises]
-        assert [m["grade_id"] for m in meta if m["solution"]] == exercises, name
-        assert [(m["grade_id"], m["points"]) for m in meta if m["grade"]] == [
-            (e.checker, 1.0) for e in course_nb.exercises], name
-        assert all(m["locked"] for m in meta if not m["solution"]), name
+        assert [m["grade_id"] for m in meta if m.get("solution")] == exercises, name
+        assert [(m["grade_id"], m["points"], m["locked"]) for m in meta if m.get("grade")] == [
+            (e.checker, 1.0, True) for e in course_nb.exercises], name
         assert all(m["locked"] and not m["grade"] for c, m in zip(nb.cells, meta) if c.cell_type == "markdown")
+        assert sum(m == {} for m in meta) == sum(c.cell_type == "code" for c in nb.cells) - 2 * len(exercises)
 
 
 # --------------------------------------------------------------------------- the test cell's rule

@@ -23,8 +23,9 @@ added to a solution needs no metadata to be kept in step by hand.
   nbgrader scores a test cell by whether it raised, and a checker never raises (its verdict
   is a value, which nbgrader would even take as full points), so the test raises unless the
   verdict is passed;
-* every other cell, prose and the course's code: read-only (``locked``), so ``autograde``
-  runs the course's own version of it, as the course's grader does.
+* prose (markdown): read-only (``locked``); the course's other code cells stay ordinary cells,
+  which students may change as the prose invites them to (``TRAIN = False`` in 07), and which
+  ``autograde`` runs as the student left them.
 """
 
 from __future__ import annotations
@@ -110,8 +111,10 @@ def nbgrader_notebook(solution, course_nb, points: dict[str, float] | None = Non
             # an answer no checker grades (a markdown answer): nbgrader's manually graded answer
             meta = _metadata(solution=True, grade=cell.cell_type == "markdown", grade_id=f"answer-{cell.id}",
                              **({"points": default_points} if cell.cell_type == "markdown" else {}))
-        else:
+        elif cell.cell_type == "markdown":
             meta = _metadata(locked=True, grade_id=f"cell-{cell.id}")
+        else:
+            continue
         cell.metadata["nbgrader"] = meta
     return nb
 
