@@ -101,17 +101,25 @@ def test_autograde_gives_the_solutions_full_points_and_the_untouched_notebook_ze
 def test_every_notebook_gets_valid_metadata_one_test_per_exercise_and_prose_read_only():
     """Without running nbgrader: every solution laid out in memory passes nbgrader's own
     metadata validator, with one autograded answer and one test cell (1 point) per exercise,
-    prose read-only and the course's other code cells ordinary cells."""
+    prose read-only and the course's other code cells ordinary cells; the configured
+    ClearSolutions turns its answers into the cells of notebooks/."""
     validator = pytest.importorskip("nbgrader.nbgraderformat", reason="nbgrader is not installed").MetadataValidator()
+    from nbgrader.preprocessors import ClearSolutions
+
     from course_tools import build
     from course_tools.grade import checker_exercises, load_course
 
+    [clear] = [p for p in course_nbgrader.generate_assignment_preprocessors() if issubclass(p, ClearSolutions)]
     course = load_course(ROOT / "solutions", checker_exercises())
     assert len(course) == 11
     for name, course_nb in course.items():
         solution, _ = build.read_notebook(ROOT / "solutions" / name)
         nb = course_nbgrader.nbgrader_notebook(solution, course_nb)
         validator.validate_nb(nb)
+        released, _ = clear().preprocess(copy.deepcopy(nb), {})
+        student = {c.id: c.source for c in nbformat.read(ROOT / "notebooks" / name, as_version=4).cells}
+        assert {c.id: c.source for c in released.cells if c.id not in course_nb.check_cells} == {
+            i: source for i, source in student.items() if i not in course_nb.check_cells}, name
         meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
         exercises = [e.name for e in course_nb.exercises]
         assert [m["grade_id"] for m in meta if m.get("solution")] == exercises, name
