@@ -20,9 +20,9 @@ added to a solution needs no metadata to be kept in step by hand.
   ``notebooks/`` (:func:`generate_assignment_preprocessors`, which ``nbgrader_config.py`` uses);
 * a cell that only calls checkers: an autograder test (``grade``, locked) worth ``--points``
   per exercise (default 1), whose source becomes :func:`assert_passed` of the same checker:
-  nbgrader scores a test cell by whether it raised, and a checker never raises (its verdict
-  is a value, which nbgrader would even take as full points), so the test raises unless the
-  verdict is passed;
+  nbgrader gives a test cell full points unless it raises or writes to stderr, and a checker
+  does neither (its verdict is a value it shows), so the test raises unless the verdict is
+  passed;
 * prose (markdown): read-only (``locked``); the course's other code cells stay ordinary cells,
   which students may change as the prose invites them to (``TRAIN = False`` in 07), and which
   ``autograde`` runs as the student left them.
