@@ -1,10 +1,12 @@
-"""course_tools: the instructor's and set-up tools of the course (not imported by notebooks).
+"""course_tools: the instructor's and set-up tools of the course (not imported by the course's
+notebooks; the test cells of its nbgrader version import ``course_tools.nbgrader``).
 
 =====================  ==========================================================
 command                does
 =====================  ==========================================================
 ``python -m course_tools.build``      solutions/ -> notebooks/ (student versions)
 ``python -m course_tools.grade``      grade a folder of student notebooks
+``python -m course_tools.nbgrader``   lay out the course as an nbgrader course
 ``python -m course_tools.start``      copy the notebooks into my_work/ (``course.py lab``)
 ``python -m course_tools.check_env``  does this environment have what the course needs?
 =====================  ==========================================================
