@@ -5,6 +5,8 @@ command                does
 =====================  ==========================================================
 ``python -m course_tools.build``      solutions/ -> notebooks/ (student versions)
 ``python -m course_tools.grade``      grade a folder of student notebooks
+``python -m course_tools.gradescope`` a notebook's Gradescope autograder (a zip)
+``python -m course_tools.classroom``  a notebook's GitHub Classroom assignment template
 ``python -m course_tools.start``      copy the notebooks into my_work/ (``course.py lab``)
 ``python -m course_tools.check_env``  does this environment have what the course needs?
 =====================  ==========================================================

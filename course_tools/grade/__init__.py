@@ -3,6 +3,8 @@
     python -m course_tools.grade PATH... [--timeout SECONDS] [--csv FILE] [--json FILE]
                                          [--jobs N] [--solutions DIR] [--assignment NAME]
                                          [--sandbox | --no-sandbox] [--check-time-limit SECONDS]
+                                         [--gradescope FILE] [--points [EXERCISE=]POINTS ...]
+                                         [--require-pass EXERCISE ...] [--cache DIR]
 
 ``PATH`` is a student's notebook or a folder searched recursively for ``*.ipynb`` (files
 and folders whose name starts with ``.``, such as ``.ipynb_checkpoints``, and
@@ -59,6 +61,13 @@ exercises, symbols explained below it), then one line per problem, flag and igno
 cell. ``--csv FILE``: one row per student x exercise; ``--json FILE``: everything.
 ``--jobs N`` runs N notebooks at a time. The exit status is 0 when the run completed,
 whatever the students' results, 2 for a usage error, and 130 when interrupted.
+
+Platforms: ``--gradescope FILE`` writes Gradescope's results for one submission (one test per
+exercise worth ``--points``, default 1; an ``R`` or ``!`` exercise scores 0 and its test is
+hidden from the student, see docs/instructors/gradescope.md); ``--require-pass EXERCISE``
+makes the exit status 1 unless that exercise passed (GitHub Classroom's command grader, see
+docs/instructors/github-classroom.md); ``--cache DIR`` reuses a run's grades when the same
+notebooks, solutions and options come again.
 
 Isolation: every process a notebook starts is killed when its turn ends, detached ones
 too (on Linux the grader adopts orphans as a child subreaper and kills every
