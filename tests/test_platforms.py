@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from course_tools import classroom, gradescope
+from course_tools.grade import ExerciseGrade, NotebookGrade, cli, report_dict
 from course_utils import __version__ as COURSE_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +86,8 @@ def submission_from_student(changes: dict[str, str]) -> nbformat.NotebookNode:
     return nb
 
 
-# the reference imported (R); a verdict forged from the exercise cell (!); a cell that raises
+# the reference imported (R); a verdict forged from the exercise cell (!); an exercise cell that
+# raises before it defines its function
 FORGED = {
     "causal_mask": "from course_utils import causal_mask\n",
     "scaled_dot_product_attention": (
@@ -97,7 +99,7 @@ FORGED = {
         "def scaled_dot_product_attention(query, key, value, mask=None):\n"
         "    weights = torch.softmax(query @ key.transpose(-2, -1), dim=-1)  # unscaled\n"
         "    return weights @ value, weights\n"),
-    "padding_mask": "def padding_mask(tokens, pad_id):\n    return (tokens != pad_id).unsqueeze(1)\n\n\n1 / 0\n",
+    "padding_mask": "1 / 0\n\n\ndef padding_mask(tokens, pad_id):\n    return (tokens != pad_id).unsqueeze(1)\n",
 }
 
 
@@ -205,14 +207,16 @@ def test_forgeries_are_held_and_hidden_from_the_student_and_the_crash_is_named(a
     for name, what in (("causal_mask", "Used the course's reference"), ("scaled_dot_product_attention", "forged")):
         assert tests[name]["visibility"] == "hidden" and tests[name]["score"] == 0, tests[name]
         assert tests[name]["output"].startswith("FOR THE INSTRUCTOR") and what in tests[name]["output"], tests[name]
-    assert tests["padding_mask"]["status"] == "passed" and tests["padding_mask"]["visibility"] == "visible"
-    assert results["score"] == 1
+    padding = tests["padding_mask"]
+    assert padding["visibility"] == "visible" and padding["output"].startswith("Not graded") and \
+        "ZeroDivisionError" in padding["output"], padding
+    assert results["score"] == 0
     seen = student_sees(results)
     assert "2 exercise(s) are held for your instructor" in seen
     assert "crashed" in seen and "ZeroDivisionError" in seen  # the crash, named for the student
     for secret in ("reference", "forged", "review", "FOR THE INSTRUCTOR"):
         assert secret not in seen, secret
-    assert re.search(r"submission\s+crashed\s+!\s+R\s+OK\s+1/3", output)  # the flags, in instructors' stdout
+    assert re.search(r"submission\s+crashed\s+!\s+R\s+\?\s+0/3", output)  # the flags, in instructors' stdout
 
 
 def test_no_notebook_or_no_python_gives_a_result_that_says_so(autograded):
@@ -222,6 +226,18 @@ def test_no_notebook_or_no_python_gives_a_result_that_says_so(autograded):
     results, _ = autograded["no python"]
     assert results["score"] == 0 and results["tests"] == []
     assert "could not grade this submission" in results["output"] and "status 127" in results["output"]
+
+
+def test_grades_kept_by_cache_come_back_as_they_were(tmp_path):
+    exercise = ExerciseGrade("causal_mask", "review", "to review: line 1", "[X] causal_mask: ...", "upper", 3,
+                             "failed", None, ["line 1: assigns torch.allclose"])
+    grade = NotebookGrade("a/01_attention.ipynb", "a", "01_attention.ipynb", "crashed", "cell 3 raised", [
+        {"cell": 3, "exception": "ValueError"}], [exercise], [5], ["left 1 process(es) running"], 2.5)
+    assignments = {"01_attention.ipynb": {"solution": "solutions/01_attention.ipynb", "exercises": ["causal_mask"]}}
+    (tmp_path / "kept.json").write_text(json.dumps(report_dict([grade], assignments, 300)))
+    assert cli.read_cache(tmp_path / "kept.json") == ([grade], assignments)
+    (tmp_path / "broken.json").write_text('{"notebooks": [{"path": 1}]}')
+    assert cli.read_cache(tmp_path / "broken.json") is None and cli.read_cache(tmp_path / "none.json") is None
 
 
 def test_bad_points_and_names_are_usage_errors(tmp_path, capsys):

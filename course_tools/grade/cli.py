@@ -103,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     hidden = [p.resolve() for p in args.paths]
     start = time.monotonic()
     cached = args.cache / f"{cache_key(subs, args, sandbox)}.json" if args.cache is not None else None
-    if cached is not None and cached.is_file():
-        grades, assignments = from_report_dict(json.loads(cached.read_text(encoding="utf-8")))
+    reused = read_cache(cached) if cached is not None else None
+    if reused is not None:
+        grades, assignments = reused
         progress(f"reused the grades in {cached} (the same notebooks, solutions and options)")
     else:
         try:
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     for sub in restore_changed_files(subs):  # the grader's hashes put back every change: a last resort
         by_path[str(sub.path)].flags.append(
             "its file was changed while grading ran, not by its own notebook; put back, and graded as it was read")
-    if cached is not None and not cached.is_file():
+    if cached is not None and reused is None:  # (over whatever a graded notebook may have put there)
         cached.write_text(json.dumps(report_dict(grades, assignments, args.timeout)), encoding="utf-8")
     print(format_report(grades, assignments, mode))
     if args.csv is not None:
@@ -163,6 +164,14 @@ def cache_key(subs, args, sandbox: bool) -> str:
         digest.update(path.name.encode() + hashlib.sha256(path.read_bytes()).digest())
     digest.update(repr((args.timeout, args.check_time_limit, sandbox)).encode())
     return digest.hexdigest()[:32]
+
+
+def read_cache(path: Path):
+    """The grades and assignments kept in ``path`` (``--cache``); None when there are none."""
+    try:
+        return from_report_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def parse_points(specs: list[str]) -> tuple[float, dict[str, float]]:
