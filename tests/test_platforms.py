@@ -149,7 +149,15 @@ def autograded(bundle) -> dict[str, tuple[dict, str]]:
         "none": autograde(bundle, {"01_attention.py": b"print('not a notebook')\n"}),
         "no python": autograde(bundle, {"01_attention.ipynb": SOLUTION.read_bytes()},
                                python=str(bundle / "no-such-python")),
+        "grader stops": grader_stops(bundle),
     }
+
+
+def grader_stops(root: Path) -> tuple[dict, str]:
+    """What run_autograder's Python part writes when the grader exits without a result (here a
+    "Python" that only exits with status 1 runs it)."""
+    assert gradescope.autograde(root, python="false") == 1
+    return json.loads((root / "results" / "results.json").read_text(encoding="utf-8")), ""
 
 
 def test_the_bundle_holds_the_scripts_and_its_own_course(bundle):
@@ -219,13 +227,17 @@ def test_forgeries_are_held_and_hidden_from_the_student_and_the_crash_is_named(a
     assert re.search(r"submission\s+crashed\s+!\s+R\s+\?\s+0/3", output)  # the flags, in instructors' stdout
 
 
-def test_no_notebook_or_no_python_gives_a_result_that_says_so(autograded):
+def test_no_notebook_no_python_or_no_grader_gives_a_result_that_says_so(autograded):
     results, _ = autograded["none"]
     assert results["score"] == 0 and "no notebook (.ipynb) in the submission" in results["output"]
     assert [(t["name"], t["max_score"]) for t in results["tests"]] == list(POINTS.items())
     results, _ = autograded["no python"]
     assert results["score"] == 0 and results["tests"] == []
     assert "could not grade this submission" in results["output"] and "status 127" in results["output"]
+    results, _ = autograded["grader stops"]
+    assert results["score"] == 0 and "the grader stopped (status 1) before writing a result" in results["output"]
+    assert [(t["name"], t["max_score"], t["visibility"]) for t in results["tests"]] == [
+        (name, points, "visible") for name, points in POINTS.items()]
 
 
 def test_grades_kept_by_cache_come_back_as_they_were(tmp_path):
