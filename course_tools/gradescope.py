@@ -62,7 +62,12 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update
 # bubblewrap: the grader's sandbox, used where the container allows it (else the grader says so)
 apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubblewrap
-python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "the course needs Python 3.10 or later; this image has " + sys.version.split()[0] + ": choose a newer base image")'
+python3 - <<'PY'
+import sys
+
+if sys.version_info < (3, 10):
+    sys.exit(f"the course needs Python 3.10 or later, this image has {sys.version.split()[0]}: choose a newer base image")
+PY
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install --no-cache-dir --upgrade pip
 "$VENV/bin/python" -m pip install --no-cache-dir "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
@@ -210,7 +215,8 @@ def autograde(root: Path, python: str = sys.executable) -> int:
     if len(chosen) != 1:
         listed = ", ".join(str(p.relative_to(root / "submission")) for p in found[:5])
         why = (f"no notebook (.ipynb) in the submission; upload your {assignment}" if not found else
-               f"{len(found)} notebooks in the submission ({listed}) and not one named {assignment}; upload only that one")
+               f"{len(found)} notebooks in the submission ({listed}) and not one named {assignment}; "
+               "upload only that one")
         print(why)
         _write(results, failed_result(config, why))
         return 0

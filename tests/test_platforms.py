@@ -181,7 +181,7 @@ def test_setup_pins_python_torch_and_the_bundles_course(bundle):
     assert f'COURSE_VERSION="{COURSE_VERSION}"' in setup
     assert '-e "$SOURCE/course[tools]"' in setup  # the bundle's own copy, nothing fetched
     assert "git clone" not in setup and "git+" not in setup
-    assert "python3 python3-venv" in setup and "sys.version_info >= (3, 10)" in setup
+    assert "python3 python3-venv" in setup and "sys.version_info < (3, 10)" in setup
     assert 'assert torch.__version__.split("+")[0] == torch_version' in setup
 
 

@@ -122,8 +122,6 @@ def from_report_dict(report: dict) -> tuple[list[NotebookGrade], dict[str, dict]
     return grades, assignments
 
 
-
-
 # Gradescope shows instructors every test and students only those not "hidden" (its autograder
 # specification); a student who has a hidden test does not see the total either, which suits a
 # submission held for review. The grader's own report goes to run_autograder's stdout, which
@@ -188,18 +186,16 @@ def gradescope_results(grades: list[NotebookGrade], points: dict[str, float], de
         "output": "\n".join(summary),
         "stdout_visibility": "hidden",
         "tests": tests,
-        "extra_data": {"course": str(PACKAGE_ROOT), "notebooks": [{"path": g.path, "assignment": g.assignment, "status": g.status,
-                                      "exercises": {e.exercise: e.status for e in g.exercises}} for g in grades]},
+        "extra_data": {  # stored by Gradescope, not shown: which copy of the course graded, and each status
+            "course": str(PACKAGE_ROOT),
+            "notebooks": [{"path": g.path, "assignment": g.assignment, "status": g.status,
+                           "exercises": {e.exercise: e.status for e in g.exercises}} for g in grades],
+        },
     }
 
 
 def unpassed(grades: list[NotebookGrade], exercises: list[str]) -> list[str]:
     """For each of ``exercises`` not passed in a graded notebook that has it, why (one line
     each); empty when all passed."""
-    found = []
-    for name in exercises:
-        mine = [e for g in grades for e in g.exercises if e.exercise == name]
-        for e in mine:
-            if e.status != PASSED:
-                found.append(f"{name}: {e.status}: {e.message}")
-    return found
+    return [f"{name}: {e.status}: {e.message}" for name in exercises for g in grades for e in g.exercises
+            if e.exercise == name and e.status != PASSED]
