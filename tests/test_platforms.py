@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from course_tools import classroom, gradescope
-from course_tools.grade import ExerciseGrade, NotebookGrade, cli, report_dict
+from course_tools.grade import ExerciseGrade, NotebookGrade, cli, gradescope_results, report_dict
 from course_utils import __version__ as COURSE_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
@@ -250,6 +250,29 @@ def test_grades_kept_by_cache_come_back_as_they_were(tmp_path):
     assert cli.read_cache(tmp_path / "kept.json") == ([grade], assignments)
     (tmp_path / "broken.json").write_text('{"notebooks": [{"path": 1}]}')
     assert cli.read_cache(tmp_path / "broken.json") is None and cli.read_cache(tmp_path / "none.json") is None
+
+
+def test_gradescope_results_of_several_notebooks_name_them_and_say_what_was_ignored():
+    def grade(path, statuses, **kw):
+        return NotebookGrade(path, "ann", "01_attention.ipynb", "ok", None, [],
+                             [ExerciseGrade(name, status, verdict="passed" if status == "review" else None,
+                                            flags=["line 2: assigns torch.allclose"] if status == "review" else [])
+                              for name, status in statuses.items()], **kw)
+
+    results = gradescope_results(
+        [grade("a/one.ipynb", {"causal_mask": "passed", "padding_mask": "failed"}, ignored_cells=[4, 9]),
+         grade("a/two.ipynb", {"causal_mask": "review"}, flags=["left 1 process(es) running"])],
+        {"causal_mask": 3.0}, default_points=0.5)
+    check_results(results)
+    assert [(t["name"], t["score"], t["max_score"], t["visibility"]) for t in results["tests"]] == [
+        ("one.ipynb: causal_mask", 3, 3, "visible"), ("one.ipynb: padding_mask", 0, 0.5, "visible"),
+        ("two.ipynb: causal_mask", 0, 3, "hidden")]
+    held = results["tests"][2]["output"]
+    assert "checker's own verdict: passed" in held and "Review: line 2: assigns torch.allclose" in held
+    assert "Review: left 1 process(es) running" in held
+    seen = student_sees(results)
+    assert "2 cell(s) you changed or added are not exercise cells and were not run (cells 4, 9)" in seen
+    assert "1 exercise(s) are held" in seen and "torch.allclose" not in seen and "process" not in seen
 
 
 def test_bad_points_and_names_are_usage_errors(tmp_path, capsys):

@@ -115,7 +115,8 @@ from .kernel_side import ipykernel_file_name, kernel_setup_source, sign, uses_re
 from .pipeline import find_notebooks, grade_class, read_student_notebook, restore_changed_files, student_name
 from .plan import (CHECK_CALL, HEADER_LINK, CourseNotebook, Exercise, Plan, Step, check_calls, checker_exercises,
                    header_assignment, load_course, plan_run, recognise, solution_exercises, which_assignment)
-from .report import CSV_COLUMNS, LEGEND, format_report, report_dict, write_csv
+from .report import (CSV_COLUMNS, LEGEND, format_report, from_report_dict, gradescope_results, report_dict,
+                     unpassed, write_csv)
 from .run import RUNNING, GradingClient, Run, run_plan
 from .sandbox import (CHECK_TIME_LIMIT_VARIABLE, PR_SET_CHILD_SUBREAPER, become_subreaper, child_processes,
                       grading_env, kill_descendants, launch_chain, sandbox_prefix, sandbox_problem)

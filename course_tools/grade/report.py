@@ -160,6 +160,10 @@ def gradescope_results(grades: list[NotebookGrade], points: dict[str, float], de
         name = g.assignment or Path(g.path).name
         if g.status != OK:
             notes.append(f"{name}: {g.status}: {g.problem}")
+        if g.ignored_cells:
+            cells = ", ".join(map(str, g.ignored_cells))
+            notes.append(f"{name}: {len(g.ignored_cells)} cell(s) you changed or added are not exercise cells and were "
+                         f"not run (cells {cells}): keep helper code inside the exercise cells.")
         for e in g.exercises:
             worth = float(points.get(e.exercise, default_points))
             passed = e.status == PASSED
