@@ -1082,6 +1082,10 @@ def test_kill_descendants_finds_detached_orphans():
         (["{tmp}/a.ipynb", "--json", "{tmp}/missing/grades.json"], "--json: no folder"),
         (["{tmp}/a.ipynb", "--solutions", "{tmp}/empty"], "--solutions: no course notebooks"),
         (["{tmp}/a.ipynb", "--check-time-limit", "0"], "--check-time-limit must be positive"),
+        (["{tmp}/a.ipynb", "--gradescope", "{tmp}/missing/results.json"], "--gradescope: no folder"),
+        (["{tmp}/a.ipynb", "--points", "causal_mask=two"], "--points: expected [EXERCISE=]POINTS"),
+        (["{tmp}/a.ipynb", "--points", "-1"], "--points: expected [EXERCISE=]POINTS"),
+        (["{tmp}/a.ipynb", "--cache", "{tmp}/a.ipynb/grades"], "--cache: cannot make the folder"),
     ],
 )
 def test_usage_errors_exit_2_before_running_anything(tmp_path, capsys, args, message):

@@ -3,6 +3,8 @@
     python -m course_tools.grade PATH... [--timeout SECONDS] [--csv FILE] [--json FILE]
                                          [--jobs N] [--solutions DIR] [--assignment NAME]
                                          [--sandbox | --no-sandbox] [--check-time-limit SECONDS]
+                                         [--gradescope FILE] [--points [EXERCISE=]POINTS ...]
+                                         [--require-pass EXERCISE ...] [--cache DIR]
 
 ``PATH`` is a student's notebook or a folder searched recursively for ``*.ipynb`` (files
 and folders whose name starts with ``.``, such as ``.ipynb_checkpoints``, and
@@ -60,6 +62,13 @@ cell. ``--csv FILE``: one row per student x exercise; ``--json FILE``: everythin
 ``--jobs N`` runs N notebooks at a time. The exit status is 0 when the run completed,
 whatever the students' results, 2 for a usage error, and 130 when interrupted.
 
+Platforms: ``--gradescope FILE`` writes Gradescope's results for one submission (one test per
+exercise worth ``--points``, default 1; an ``R`` or ``!`` exercise scores 0 and its test is
+hidden from the student, see docs/instructors/gradescope.md); ``--require-pass EXERCISE``
+makes the exit status 1 unless that exercise passed (GitHub Classroom's command grader, see
+docs/instructors/github-classroom.md); ``--cache DIR`` reuses a run's grades when the same
+notebooks, solutions and options come again.
+
 Isolation: every process a notebook starts is killed when its turn ends, detached ones
 too (on Linux the grader adopts orphans as a child subreaper and kills every
 descendant); the kernel's command line and environment hold no path of the
@@ -106,7 +115,8 @@ from .kernel_side import ipykernel_file_name, kernel_setup_source, sign, uses_re
 from .pipeline import find_notebooks, grade_class, read_student_notebook, restore_changed_files, student_name
 from .plan import (CHECK_CALL, HEADER_LINK, CourseNotebook, Exercise, Plan, Step, check_calls, checker_exercises,
                    header_assignment, load_course, plan_run, recognise, solution_exercises, which_assignment)
-from .report import CSV_COLUMNS, LEGEND, format_report, report_dict, write_csv
+from .report import (CSV_COLUMNS, LEGEND, format_report, from_report_dict, gradescope_results, report_dict,
+                     unpassed, write_csv)
 from .run import RUNNING, GradingClient, Run, run_plan
 from .sandbox import (CHECK_TIME_LIMIT_VARIABLE, PR_SET_CHILD_SUBREAPER, become_subreaper, child_processes,
                       grading_env, kill_descendants, launch_chain, sandbox_prefix, sandbox_problem)

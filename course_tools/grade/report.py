@@ -1,7 +1,8 @@
 """Stage: the report. One table per assignment (students x the assignment's official exercises,
 symbols explained below it), then one line per problem, flag and ignored cell
 (:func:`format_report`); one CSV row per student x exercise (:func:`write_csv`); everything as
-a dict for JSON (:func:`report_dict`)."""
+a dict for JSON (:func:`report_dict`); one submission in Gradescope's results format
+(:func:`gradescope_results`); whether named exercises passed (:func:`unpassed`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import csv
 from dataclasses import asdict
 from pathlib import Path
 
-from .common import ERROR, FAILED, INVALID, NOT_RUN, NOTEBOOK_STATUSES, REFERENCE, REVIEW, SYMBOLS, WRONG
-from .verdicts import NotebookGrade
+from ..kernels import PACKAGE_ROOT
+from .common import (ERROR, FAILED, INVALID, NOT_ATTEMPTED, NOT_RUN, NOTEBOOK_STATUSES, OK, PASSED, REFERENCE, REVIEW,
+                     SYMBOLS, WRONG)
+from .verdicts import ExerciseGrade, NotebookGrade
 
 LEGEND = (
     "OK passed, X failed, - not attempted (the stub still raises NotImplementedError), "
@@ -108,3 +111,95 @@ def report_dict(grades: list[NotebookGrade], assignments: dict[str, dict], timeo
     }
 
 
+def from_report_dict(report: dict) -> tuple[list[NotebookGrade], dict[str, dict]]:
+    """The grades and assignments that :func:`report_dict` wrote (``--cache``)."""
+    grades = []
+    for d in report["notebooks"]:
+        fields = {k: v for k, v in d.items() if k not in ("passed", "total")}
+        fields["exercises"] = [ExerciseGrade(**e) for e in fields["exercises"]]
+        grades.append(NotebookGrade(**fields))
+    assignments = {a["assignment"]: {k: v for k, v in a.items() if k != "assignment"} for a in report["assignments"]}
+    return grades, assignments
+
+
+# Gradescope shows instructors every test and students only those not "hidden" (its autograder
+# specification); a student who has a hidden test does not see the total either, which suits a
+# submission held for review. The grader's own report goes to run_autograder's stdout, which
+# Gradescope shows only to instructors ("stdout_visibility" hidden).
+HELD = (REFERENCE, REVIEW)
+
+
+def _gradescope_output(e, g: NotebookGrade) -> str:
+    """A test's text: the checker's feedback for the student; for a held exercise (R or !),
+    everything the instructor needs (the test is hidden from the student)."""
+    if e.status in HELD:
+        lines = [f"FOR THE INSTRUCTOR (this test is hidden from the student): {e.status}.",
+                 f"The checker's own verdict: {e.verdict or 'none'}."]
+        if e.reference:
+            lines.append(f"Used the course's reference: {e.reference}")
+        lines += [f"Review: {f}" for f in e.flags + [f for f in g.flags if f not in e.flags]]
+        return "\n".join(lines + (["", e.feedback] if e.feedback else []))
+    if e.status == NOT_ATTEMPTED:
+        return "Not attempted: the exercise cell still raises NotImplementedError."
+    if e.status == NOT_RUN:
+        return f"Not graded: {e.message}"
+    if e.status == ERROR:
+        return f"Your code raised an error inside the check: {e.message}" + (f"\n\n{e.feedback}" if e.feedback else "")
+    return e.feedback or e.message
+
+
+def gradescope_results(grades: list[NotebookGrade], points: dict[str, float], default_points: float = 1.0,
+                       seconds: float = 0.0) -> dict:
+    """One submission (``grades``: its notebooks, normally one) in Gradescope's autograder
+    results format: one test per exercise worth ``points.get(exercise, default_points)``, its
+    output the checker's feedback. An exercise that used the reference (R) or is up for review
+    (!) scores 0, and its test, which says why, is hidden from the student."""
+    tests, notes, held = [], [], 0
+    for g in grades:
+        prefix = f"{Path(g.path).name}: " if len(grades) > 1 else ""
+        name = g.assignment or Path(g.path).name
+        if g.status != OK:
+            notes.append(f"{name}: {g.status}: {g.problem}")
+        if g.ignored_cells:
+            cells = ", ".join(map(str, g.ignored_cells))
+            notes.append(f"{name}: {len(g.ignored_cells)} cell(s) you changed or added are not exercise cells and were "
+                         f"not run (cells {cells}): keep helper code inside the exercise cells.")
+        for e in g.exercises:
+            worth = float(points.get(e.exercise, default_points))
+            passed = e.status == PASSED
+            held += e.status in HELD
+            tests.append({
+                "name": f"{prefix}{e.exercise}", "number": str(len(tests) + 1),
+                "score": worth if passed else 0.0, "max_score": worth,
+                "status": "passed" if passed else "failed",
+                "output": _gradescope_output(e, g),
+                "visibility": "hidden" if e.status in HELD else "visible",
+            })
+    score = sum(t["score"] for t in tests)
+    total = sum(t["max_score"] for t in tests)
+    summary = [f"{sum(t['status'] == 'passed' for t in tests)} of {len(tests)} exercise(s) passed "
+               f"({score:g}/{total:g} points). Only your exercise cells were graded: the course's notebook "
+               "was run with them in place, and the course's checkers called on each."]
+    if held:
+        summary.append(f"{held} exercise(s) are held for your instructor to look at; they score 0 unless your "
+                       "instructor decides otherwise.")
+    summary += notes
+    return {
+        "score": score,
+        "execution_time": round(seconds),
+        "output": "\n".join(summary),
+        "stdout_visibility": "hidden",
+        "tests": tests,
+        "extra_data": {  # stored by Gradescope, not shown: which copy of the course graded, and each status
+            "course": str(PACKAGE_ROOT),
+            "notebooks": [{"path": g.path, "assignment": g.assignment, "status": g.status,
+                           "exercises": {e.exercise: e.status for e in g.exercises}} for g in grades],
+        },
+    }
+
+
+def unpassed(grades: list[NotebookGrade], exercises: list[str]) -> list[str]:
+    """For each of ``exercises`` not passed in a graded notebook that has it, why (one line
+    each); empty when all passed."""
+    return [f"{name}: {e.status}: {e.message}" for name in exercises for g in grades for e in g.exercises
+            if e.exercise == name and e.status != PASSED]
