@@ -4,13 +4,13 @@ notebooks; the test cells of its nbgrader version import ``course_tools.nbgrader
 =====================================  ==========================================================
 command                                does
 =====================================  ==========================================================
-``python -m course_tools.build``      solutions/ -> notebooks/ (student versions)
-``python -m course_tools.grade``      grade a folder of student notebooks
-``python -m course_tools.nbgrader``   lay out the course as an nbgrader course
-``python -m course_tools.gradescope`` a notebook's Gradescope autograder (a zip)
-``python -m course_tools.classroom``  a notebook's GitHub Classroom assignment template
-``python -m course_tools.start``      copy the notebooks into my_work/ (``course.py lab``)
-``python -m course_tools.check_env``  does this environment have what the course needs?
+``python -m course_tools.build``       solutions/ -> notebooks/ (student versions)
+``python -m course_tools.grade``       grade a folder of student notebooks
+``python -m course_tools.nbgrader``    lay out the course as an nbgrader course
+``python -m course_tools.gradescope``  a notebook's Gradescope autograder (a zip)
+``python -m course_tools.classroom``   a notebook's GitHub Classroom assignment template
+``python -m course_tools.start``       copy the notebooks into my_work/ (``course.py lab``)
+``python -m course_tools.check_env``   does this environment have what the course needs?
 =====================================  ==========================================================
 
 They need packages the notebooks do not (``nbformat``, ``nbclient``, ``jupyter_client``,
