@@ -6,8 +6,10 @@ token ``<|endoftext|>``) and fixed cases that tell the catalogued mistakes apart
 (an overlapping run ``a a a``, ties between pairs, a piece whose learned order differs from its
 pair frequencies, a character cut between two tokens). A wrong answer is compared with the
 reference run *with* each mistake (a table of variants of one plain trainer and one plain
-encoder below) and, for the training loop, with the reference's own counts at the first merge
-that differs: equal counts mean the tie was broken another way. Every call of the student's code
+encoder below) and, for the training loop, replayed on the reference's pieces: a merge that was
+not a most frequent pair there (after the student's own earlier merges) means the pair counts
+differ; only when every merge was one are equal counts at the first merge that differs a tie
+broken another way. Every call of the student's code
 runs under a time limit of its own (:data:`CALL_LIMIT_S`), so an endless merge loop ends the
 check with a message saying which call did not finish. The mistake names are those of
 ``_mistakes.MISTAKES``; tests/test_checks_tokenizer.py pins each one on 20 seeds.
