@@ -91,6 +91,14 @@ def pairs_short_range(words):  # range(len(word) - 2): the last pair missed
     return counts
 
 
+def pairs_wraparound(words):  # range(len(word)) with word[i - 1]: i = 0 pairs the last token with the first
+    counts = Counter()
+    for word, freq in words.items():
+        for i in range(len(word)):
+            counts[word[i - 1], word[i]] += freq
+    return counts
+
+
 def pairs_mutating(words):
     counts = pairs_counter(words)
     words.clear()
@@ -205,17 +213,38 @@ def merge_in_place(ids, pair, new_id):
     return ids
 
 
+def merge_as_text(ids, pair, new_id):  # trial s4_11: the pair replaced in the ids written out
+    text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return [int(x) for x in text.split()]
+
+
+def merge_list_slice(ids, pair, new_id):  # ids[i:i + 2] == pair: a list against a tuple, never equal (here the
+    return merge_while(ids, list(pair), new_id)  # same test turned round: a tuple against a list)
+
+
+def merge_reversed(ids, pair, new_id):
+    return merge_while(ids, (pair[1], pair[0]), new_id)
+
+
 def merge_no_return(ids, pair, new_id):
     merge_while(ids, pair, new_id)
 
 
 # ---------------------------------------------------------------- train_bpe
 def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merges=None, specials_first=False,
-            add_specials=True, stop=True, id_gap=0, apply=True):
-    """A slow textbook trainer in one student's style, with one mistake or none."""
+            add_specials=True, stop=True, id_gap=0, apply=True, counting="all", merge=None):
+    """A slow textbook trainer in one student's style, with one mistake or none (``specials_out`` a
+    string: each special token replaced by it; ``merge`` another merge_pair)."""
     def train_bpe(text, vocab_size, special_tokens=()):
-        chunks = split_special_tokens(text, special_tokens) if specials_out else [text]
-        chunks = [c for c in chunks if c not in special_tokens] if specials_out else chunks
+        if isinstance(specials_out, str):
+            for token in special_tokens:
+                text = text.replace(token, specials_out)
+            chunks = [text]
+        else:
+            chunks = split_special_tokens(text, special_tokens) if specials_out else [text]
+            chunks = [c for c in chunks if c not in special_tokens] if specials_out else chunks
+        if split == "collapsed":  # trial s4_11: " ".join(text.split()) before pre-tokenizing
+            chunks = [" ".join(c.split()) for c in chunks]
         if split == "none":
             pieces = chunks
         elif split == "whitespace":
@@ -232,10 +261,8 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
         merges = []
         target = vocab_size if n_merges == "vocab_size" else vocab_size - len(special_tokens)
         while len(vocab) - (len(special_tokens) if specials_first else 0) < target:
-            counts = Counter()
-            for word, freq in words.items():
-                for pair in zip(word, word[1:]):
-                    counts[pair] += freq
+            counts = {"all": pairs_counter, "set": pairs_set, "no overlap": pairs_no_overlap,
+                      "by length": pairs_by_length}[counting](words)
             if not counts:
                 if stop:
                     break
@@ -253,7 +280,7 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
                 best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
             new_id = len(vocab) + id_gap
             if apply:
-                words = Counter({tuple(merge_pair_ref(w, best, new_id)): f for w, f in words.items()})
+                words = Counter({tuple((merge or merge_pair_ref)(list(w), best, new_id)): f for w, f in words.items()})
             vocab[new_id] = vocab[best[0]] + vocab[best[1]]
             merges.append((vocab[best[0]], vocab[best[1]]))
         if add_specials and not specials_first:
@@ -262,6 +289,14 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
         return vocab, merges
 
     return train_bpe
+
+
+def pairs_by_length(words):  # a count of its own kind (weighted by the piece's length): no catalogued mistake
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq * len(word)
+    return counts
 
 
 def merge_pair_ref(ids, pair, new_id):
@@ -385,6 +420,10 @@ def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byt
     return bpe_encode
 
 
+def encode_hard_coded(text, vocab, merges, special_tokens=()):  # trial s4_11: the argument ignored
+    return encoder()(text, vocab, merges, ["<|endoftext|>"])
+
+
 def piece_encoder(encode_piece):
     """An encoder that cuts out the special tokens, pre-tokenizes, and encodes each piece's bytes with
     ``encode_piece(data, ids_of, merges) -> list of token bytes`` (one student's style per piece rule)."""
@@ -477,6 +516,22 @@ def decode_strip(ids, vocab):
     return decode_join(ids, vocab).strip()
 
 
+def decode_lstrip(ids, vocab):
+    return decode_join(ids, vocab).lstrip()
+
+
+def decode_space_join(ids, vocab):  # trial s4_11
+    return " ".join(vocab[i].decode("utf-8", "replace") for i in ids)
+
+
+def decode_surrogates(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="surrogateescape")
+
+
+def decode_chr(ids, vocab):  # ids taken for code points
+    return "".join(chr(i) for i in ids)
+
+
 def decode_skip_specials(ids, vocab):  # Hugging Face's skip_special_tokens=True
     return b"".join(vocab[i] for i in ids if not (vocab[i].startswith(b"<|") and vocab[i].endswith(b"|>"))).decode(
         "utf-8", errors="replace")
@@ -541,6 +596,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_count_pairs, pairs_no_overlap, "overlapping pairs counted once", ()),
     (check_count_pairs, pairs_set, "pair counted once per piece", ()),
     (check_count_pairs, pairs_mutating, "input modified in place", ()),
+    (check_count_pairs, pairs_wraparound, "wrap-around pair counted", ("word[-1]",)),
     (check_count_pairs, pairs_strided, "every other pair skipped", ()),
     (check_count_pairs, pairs_short_range, "last pair skipped", ()),
     (check_merge_pair, merge_drop_last, "last token dropped", ()),
@@ -552,6 +608,9 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_merge_pair, merge_marks_overlaps, "overlapping pairs merged twice", ("overlapping",)),
     (check_merge_pair, merge_in_place, "input modified in place", ("new",)),
     (check_merge_pair, merge_no_return, "wrong return", ("return",)),
+    (check_merge_pair, merge_as_text, "ids joined as a string", ("'11 2' holds '1 2'",)),
+    (check_merge_pair, merge_list_slice, "pair never matched", ("tuple",)),
+    (check_merge_pair, merge_reversed, "pair reversed", ("backwards",)),
     (check_train_bpe, trainer(split="none"), "across pre-token boundaries", ()),
     (check_train_bpe, trainer(split="whitespace"), "leading space dropped", ()),
     (check_train_bpe, trainer(specials_out=False), "special tokens trained on", ()),
@@ -566,6 +625,15 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, trainer(add_specials=False), "special tokens not added", ()),
     (check_train_bpe, trainer(specials_first=True), "wrong special token ids", ()),
     (check_train_bpe, train_merges_as_ids, "wrong return", ("byte strings",)),
+    # trial s4_11: these three passed before
+    (check_train_bpe, trainer(specials_out=" "), "special tokens replaced by a space", ("split_special_tokens",)),
+    (check_train_bpe, trainer(merge=merge_as_text), "ids joined as a string", ("No token has the id",)),
+    (check_train_bpe, trainer(specials_out=""), "documents glued together", ("split_special_tokens",)),
+    # and these were called a tie
+    (check_train_bpe, trainer(counting="set"), "pair counted once per piece", ()),
+    (check_train_bpe, trainer(counting="no overlap"), "overlapping pairs counted once", ()),
+    (check_train_bpe, trainer(split="collapsed"), "whitespace collapsed", ()),
+    (check_train_bpe, trainer(counting="by length"), "values differ", ("your pair counts differ",)),
     (check_bpe_encode, encoder(order="frequency"), "merges in frequency order", ()),
     (check_bpe_encode, encode_leftmost, "merges in text order", ()),
     (check_bpe_encode, encoder(order="latest"), "merges in reverse order", ("latest",)),
@@ -575,6 +643,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encoder(split="none"), "across pre-token boundaries", ()),
     (check_bpe_encode, encoder(split="whitespace"), "leading space dropped", ()),
     (check_bpe_encode, encoder(byte_ids=True), "byte values as ids", ()),
+    (check_bpe_encode, encode_hard_coded, "special tokens hard-coded", ("special_tokens=()",)),
     (check_bpe_decode, decode_per_token, "decoded token by token", ()),
     (check_bpe_decode, decode_per_token_strict, "decoded token by token", ()),
     (check_bpe_decode, decode_strict, "invalid bytes raise", ()),
@@ -585,6 +654,10 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_decode, decode_skip_specials, "special tokens dropped", ("<|endoftext|>",)),
     (check_bpe_decode, decode_latin1, "not decoded as UTF-8", ()),
     (check_bpe_decode, decode_backslash, "invalid bytes escaped", ()),
+    (check_bpe_decode, decode_surrogates, "invalid bytes escaped", ("surrogateescape",)),
+    (check_bpe_decode, decode_lstrip, "whitespace stripped", (".lstrip()",)),
+    (check_bpe_decode, decode_space_join, "tokens joined with spaces", ()),
+    (check_bpe_decode, decode_chr, "ids as characters", ("chr(id)",)),
 ]
 
 

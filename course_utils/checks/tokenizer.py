@@ -6,8 +6,10 @@ token ``<|endoftext|>``) and fixed cases that tell the catalogued mistakes apart
 (an overlapping run ``a a a``, ties between pairs, a piece whose learned order differs from its
 pair frequencies, a character cut between two tokens). A wrong answer is compared with the
 reference run *with* each mistake (a table of variants of one plain trainer and one plain
-encoder below) and, for the training loop, with the reference's own counts at the first merge
-that differs: equal counts mean the tie was broken another way. Every call of the student's code
+encoder below) and, for the training loop, replayed on the reference's pieces: a merge that was
+not a most frequent pair there (after the student's own earlier merges) means the pair counts
+differ; only when every merge was one are equal counts at the first merge that differs a tie
+broken another way. Every call of the student's code
 runs under a time limit of its own (:data:`CALL_LIMIT_S`), so an endless merge loop ends the
 check with a message saying which call did not finish. The mistake names are those of
 ``_mistakes.MISTAKES``; tests/test_checks_tokenizer.py pins each one on 20 seeds.
@@ -23,7 +25,7 @@ from typing import Any
 import torch
 
 from ..tokenizer import ENDOFTEXT, BPETokenizer, bpe_decode, count_pairs, merge_pair, pretokenize, split_special_tokens, train_bpe
-from ._core import StudentError, call_student_within, checker, fail, randint, raised, register_hints, require_function
+from ._core import Failure, StudentError, call_student_within, checker, fail, randint, raised, register_hints, require_function
 
 __all__ = ["check_count_pairs", "check_merge_pair", "check_train_bpe", "check_bpe_encode", "check_bpe_decode"]
 
@@ -84,7 +86,10 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
             per_piece[pair] += freq
     strided: Counter = Counter()
     short: Counter = Counter()
+    wrapped: Counter = Counter()
     for word, freq in words.items():
+        for i in range(len(word)):  # i = 0 pairs the last token with the first: (word[-1], word[0])
+            wrapped[word[i - 1], word[i]] += freq
         for pair in zip(word[::2], word[1::2]):
             strided[pair] += freq
         for i in range(len(word) - 2):
@@ -93,6 +98,9 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
         ("across pre-token boundaries", "you count pairs across two pieces too (the last token of one piece with the "
          "first of the next). Pieces are separate: count inside each piece only, `for pair in zip(word, word[1:])`.",
          dict(across)),
+        ("wrap-around pair counted", "you count a pair made of a piece's last and first tokens ((word[i - 1], "
+         "word[i]) for i in range(len(word))? At i = 0, word[-1] is the piece's last token; a one-token piece is "
+         "paired with itself): a piece of n tokens has n - 1 pairs, `zip(word, word[1:])`.", dict(wrapped)),
         ("piece counts ignored", "each piece is counted once, but `words` maps each piece to how often it occurs in "
          "the text: add `freq`, not 1, for each pair (`counts[pair] += freq`).", dict(once)),
         ("overlapping pairs counted once", "a run like (7, 7, 7) holds the pair (7, 7) twice, at positions 0 and 1 "
@@ -197,9 +205,18 @@ def _merge_variants(ids: list, pair: tuple, new_id: Any) -> list[tuple[str, str,
         head_only.append(new_id if i + 1 < len(ids) and ids[i] == a else ids[i])
         i += 2 if head_only[-1] == new_id else 1
 
+    as_text = " ".join(map(str, ids)).replace(f"{a} {b}", str(new_id))  # ids written out: '11 2' holds '1 2'
     return [
         ("only the first occurrence merged", "only the first occurrence of the pair is replaced; every occurrence "
          "must be: keep scanning to the end of the list after a merge.", first),
+        ("ids joined as a string", "you replace the pair in the ids written out as text (' '.join(map(str, ids))"
+         ".replace(...)?): ids of several digits collide as text, '11 2' holds '1 2', so [11, 2] with the pair (1, 2) "
+         "gives a number that is no id. Compare the ids themselves: walk the list, (ids[i], ids[i + 1]) == pair.",
+         [int(x) for x in as_text.split()]),
+        ("pair never matched", "nothing was merged: the test never holds (ids[i:i + 2] == pair compares a list with a "
+         "tuple, which are never equal): compare (ids[i], ids[i + 1]) == pair, or list(pair).", list(ids)),
+        ("pair reversed", "you merge (pair[1], pair[0]), the pair read backwards: merge where ids[i] == pair[0] and "
+         "ids[i + 1] == pair[1].", merge_pair(ids, (b, a), new_id)),
         ("merged right to left", "you scan from the right: in a run a a a the pair (a, a) then merges at the end, "
          "[a, new]; the merge scans left to right, [new, a].", backwards),
         ("second token of the pair kept", "after a merge the scan moves on by one position instead of two, so the "
@@ -220,7 +237,8 @@ def _merge_cases() -> list[tuple[list, tuple, int]]:
     new = randint(256, 400)
     cases = [([a, a, a], (a, a), new), ([x, a, b, x, a, b], (a, b), new), ([a, b], (a, b), new),
              ([b, a], (a, b), new), ([], (a, b), new), ([a], (a, b), new), ([a, a, a, a, a], (a, a), new),
-             ([b, a, b, a, b], (b, a), new), ([a, x, a, b, a], (a, b), new)]  # pair[0] before another token
+             ([b, a, b, a, b], (b, a), new), ([a, x, a, b, a], (a, b), new),  # pair[0] before another token
+             ([10 + a, b, a, b, b, b * 10 + 1], (a, b), new)]  # ids that collide as text: '1a b' holds 'a b'
     for _ in range(3):
         ids = [(a, b, x)[randint(0, 2)] for _ in range(randint(5, 16))]
         i = randint(0, len(ids) - 2)
@@ -274,13 +292,21 @@ register_hints("merge_pair", [
 
 
 # ---------------------------------------------------------------- train_bpe: one plain trainer and its variants
-def _pieces(text: str, specials: Sequence[str], split: str = "gpt2", specials_out: bool = True) -> list[bytes]:
-    chunks = split_special_tokens(text, specials) if specials_out else [text]
-    chunks = [c for c in chunks if c not in specials] if specials_out else chunks
+def _pieces(text: str, specials: Sequence[str], split: str = "gpt2", specials_out: bool | str = True) -> list[bytes]:
+    """The pieces a trainer counts; ``specials_out`` a string: each special token replaced by it in the text."""
+    if isinstance(specials_out, str):
+        for token in specials:
+            text = text.replace(token, specials_out)
+        chunks = [text]
+    else:
+        chunks = split_special_tokens(text, specials) if specials_out else [text]
+        chunks = [c for c in chunks if c not in specials] if specials_out else chunks
     if split == "none":
         return [c.encode() for c in chunks]
     if split == "whitespace":
         return [w.encode() for c in chunks for w in c.split()]
+    if split == "collapsed":  # " ".join(text.split()): runs of spaces and newlines become one space
+        chunks = [" ".join(c.split()) for c in chunks]
     return [p.encode() for c in chunks for p in pretokenize(c)]
 
 
@@ -301,24 +327,41 @@ def _best(vocab: dict, counts: dict, tie: str) -> tuple:
     return min(tied, key=key) if tie == "smallest" else max(tied, key=key)
 
 
-def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str = "gpt2", specials_out: bool = True,
-                 weighted: bool = True, tie: str = "bytes", apply: bool = True) -> list[tuple[bytes, bytes]]:
+def _piece_pairs(word: list, counting: str) -> list[tuple]:
+    """The pairs of one piece, every one (``"all"``), each once (``"set"``) or overlaps skipped (``"no overlap"``)."""
+    pairs = list(zip(word, word[1:]))
+    if counting == "set":
+        return list(dict.fromkeys(pairs))
+    if counting == "no overlap":  # a pair of equal tokens skips the next position: a a a counts (a, a) once
+        kept, i = [], 0
+        while i < len(pairs):
+            kept.append(pairs[i])
+            i += 2 if word[i] == word[i + 1] else 1
+        return kept
+    return pairs
+
+
+def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str = "gpt2",
+                 specials_out: bool | str = True, weighted: bool = True, tie: str = "bytes", apply: bool = True,
+                 counting: str = "all") -> list[tuple[bytes, bytes]]:
     """The textbook trainer (a full recount per merge), with the variants the mistakes need."""
-    pieces = _pieces(text, specials, split, specials_out)
+    # each distinct piece once with its count, in the order of first occurrence (the order pairs are first counted
+    # in, which tie="first" reads); merging keeps distinct pieces distinct
+    words = Counter(tuple(p) for p in _pieces(text, specials, split, specials_out) if len(p) > 1)  # 1 byte: no pair
     if not weighted:
-        pieces = list(dict.fromkeys(pieces))
-    words = [list(p) for p in pieces]
+        words = Counter(dict.fromkeys(words, 1))
     vocab = {i: bytes([i]) for i in range(256)}
     merges = []
     for new_id in range(256, vocab_size - len(specials)):
         counts: dict = {}
-        for word in words:
-            for pair in zip(word, word[1:]):
-                counts[pair] = counts.get(pair, 0) + 1
+        for word, freq in words.items():
+            for pair in zip(word, word[1:]) if counting == "all" else _piece_pairs(list(word), counting):
+                counts[pair] = counts.get(pair, 0) + freq
         if not counts:
             break
         best = _best(vocab, counts, tie)
-        words = [merge_pair(w, best, new_id) for w in words] if apply else words
+        if apply:
+            words = Counter({(tuple(merge_pair(w, best, new_id)) if best[0] in w else w): f for w, f in words.items()})
         vocab[new_id] = vocab[best[0]] + vocab[best[1]]
         merges.append((vocab[best[0]], vocab[best[1]]))
     return merges
@@ -331,8 +374,21 @@ _TRAIN_VARIANTS = [
      "keep the space before a word (' world'), so merges such as (b' ', b'w') exist; use pretokenize(...)."),
     ("special tokens trained on", dict(specials_out=False), "the special tokens' characters were trained on: cut "
      "them out first with split_special_tokens(text, special_tokens) and skip the special pieces."),
+    ("special tokens replaced by a space", dict(specials_out=" "), "each special token is replaced by a space "
+     "(text.replace(token, ' ')?): the space then joins the next word ('Hello' becomes ' Hello') and makes pairs the "
+     "text does not hold. Split the text at the special tokens (split_special_tokens) and train on the parts."),
+    ("documents glued together", dict(specials_out=""), "the special tokens are deleted from the text "
+     "(text.replace(token, '')?), which glues the texts on both sides together ('ab<|endoftext|>cd' becomes 'abcd', "
+     "one piece). Split the text at the special tokens (split_special_tokens) and train on the parts."),
+    ("whitespace collapsed", dict(split="collapsed"), "runs of spaces and newlines become one space "
+     "(' '.join(text.split())?): the pieces GPT-2's pattern makes of '  ' or '\\n' are lost. Pre-tokenize the text "
+     "as it is, pretokenize(part)."),
     ("piece counts ignored", dict(weighted=False), "each distinct piece counts once: weight its pairs by how "
      "often the piece occurs in the text."),
+    ("pair counted once per piece", dict(counting="set"), "your pair counts count a pair once per piece (a set of "
+     "the piece's pairs?): a pair that occurs twice in one piece counts twice, `for pair in zip(word, word[1:])`."),
+    ("overlapping pairs counted once", dict(counting="no overlap"), "your pair counts skip overlapping pairs: a run "
+     "a a a holds the pair (a, a) twice, at positions 0 and 1; count every position, `zip(word, word[1:])`."),
     ("merge not applied", dict(apply=False), "each merge is recorded but the pieces are not rewritten: after "
      "picking the best pair, replace it in every piece (merge_pair with the new id), so that the next count sees the "
      "merged token."),
@@ -384,6 +440,10 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         ("ab ab ab cd cd cd", 256 + 3, []),
         ("aaza az abzb bbbz zzab zazz", 256 + 6, []),  # (b'a', b'bz') against (b'ab', b'a'): joined bytes
         ("🚀🔥 🚀🔥 😀😁 😀😁 é è é è", 256 + 5, []),  # ties among cut characters: joined bytes, decoded text
+        # the special token replaced by a space or deleted: ' cd' or 'ab.ab' and 'dab' are pieces
+        ("ab." + ENDOFTEXT + "ab cd" + ENDOFTEXT + "ab", 256 + 3 + 1, [ENDOFTEXT]),
+        # ' \n' (ids 32 10) merged first: as text '32 10' is in ' e' ('32 101'); collapsed spaces lose ' \n'
+        ("a \n \n ed " * 3 + "aaaa abab abab", 256 + 4, []),  # and counts per piece: aaaa, abab
     ]
 
 
@@ -404,8 +464,32 @@ def _as_training(got: Any) -> tuple[dict, list]:
     return dict(vocab), [tuple(m) for m in merges]
 
 
-def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list, expected: list) -> None:
-    case = f"train_bpe({text[:60]!r}{'...' if len(text) > 60 else ''}, vocab_size={vocab_size}, special_tokens={specials})"
+def _train_case(text: str, vocab_size: int, specials: list[str]) -> str:
+    return f"train_bpe({text[:60]!r}{'...' if len(text) > 60 else ''}, vocab_size={vocab_size}, special_tokens={specials})"
+
+
+def _not_most_frequent(text: str, specials: list[str], got: list, expected: list) -> tuple | None:
+    """The first of the student's merges (from the first that differs from ``expected``) that is not a most
+    frequent pair of the reference's pieces with the student's earlier merges applied:
+    ``(j, pair, its count, a most frequent pair, its count)``; None if every one is."""
+    k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), len(got))
+    for j in range(k, len(got)):
+        try:
+            own = _counts_before(text, specials, got[:j])
+        except (KeyError, ValueError):  # merges that do not build on each other: no state to recount
+            return None
+        top = max(own.values(), default=0)
+        if own.get(got[j], 0) < top:
+            return j, got[j], own.get(got[j], 0), max(p for p in own if own[p] == top), top
+    return None
+
+
+def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list, expected: list,
+                     others: Sequence[tuple[str, int, list[str]]] = (),
+                     theirs: Callable[[str, int, list[str]], list | None] = lambda *case: None) -> None:
+    """Name the mistake behind ``got`` (the student's merges on this case). Where several variants give
+    ``got``, the student's merges on the ``others`` cases (``theirs``, None if unknown) pick one."""
+    case = _train_case(text, vocab_size, specials)
     n_expected = vocab_size - 256 - len(specials)
     if got != expected and expected == got[:len(expected)] and len(expected) == n_expected:
         fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and the "
@@ -415,15 +499,37 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
         fail(f"you learned {len(got)} merges, expected {len(expected)}: vocab_size counts every token; stop when "
              f"the vocabulary has vocab_size tokens, special tokens included (or when no pair is left).\n    {case}",
              mistake="wrong number of merges")
-    for name, options, diagnosis in _TRAIN_VARIANTS:
-        if got == _plain_train(text, vocab_size, specials, **options):
-            fail(f"{diagnosis}\n    {case}", mistake=name)
+    matches = [v for v in _TRAIN_VARIANTS if got == _plain_train(text, vocab_size, specials, **v[1])]
+    for other in others:
+        if len({name for name, _, _ in matches}) < 2:
+            break
+        merges = theirs(*other)
+        kept = [v for v in matches if merges is None or merges == _plain_train(*other, **v[1])]
+        matches = kept or matches
+    if matches:
+        name, _, diagnosis = matches[0]
+        fail(f"{diagnosis}\n    {case}", mistake=name)
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), None)
     if k is None:
         fail(f"you learned {len(got)} merges, expected {len(expected)}.\n    {case}", mistake="wrong number of merges")
     counts = _counts_before(text, specials, expected[:k])
     mine, ref = got[k], expected[k]
     where = f"merge {k} (the first that differs): you merged {mine!r}, expected {ref!r}"
+    # a tie only if each of the student's merges was a most frequent pair of the pieces as their own merges left them,
+    # here and in the other cases
+    found = _not_most_frequent(text, specials, got, expected)
+    for other in others if found is None and counts.get(mine, 0) == counts[ref] else ():
+        merges = theirs(*other)
+        found = merges and _not_most_frequent(other[0], other[2], merges, train_bpe(*other)[1])
+        if found:
+            case = _train_case(*other)
+            break
+    if found:
+        j, pair, n, top, n_top = found
+        fail(f"your pair counts differ from the text's: at your merge {j} you merged {pair!r}, which occurs {n} times "
+             f"inside the pieces at that point (after your own merges), while {top!r} occurs {n_top} times. Count "
+             "every adjacent pair of every piece, times the piece's count: a set of pairs per piece, skipped "
+             f"overlapping pairs or pieces cut another way all change the counts.\n    {case}", mistake="values differ")
     if counts.get(mine, 0) == counts[ref]:
         fail(f"{where}; both pairs occur {counts[ref]} times at that point: a tie. Among the most frequent pairs the "
              "greatest pair of byte strings wins: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])).\n"
@@ -464,17 +570,41 @@ def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str) -> N
          f"the pair's two byte strings joined.\n    {case}", mistake="values differ")
 
 
+def _their_merges(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, specials: list[str]) -> list | None:
+    """The student's merges on another case, or None where their code fails on it."""
+    try:
+        return _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe", what=text[:30]))[1]
+    except (StudentError, Failure):
+        return None
+
+
+def _fail_made_up_id(err: StudentError, vocab_size: int) -> None:
+    """A KeyError on an id no token has, whose digits hold a merged token's id: ids merged as text."""
+    key = err.exc.args[0] if isinstance(err.exc, KeyError) and err.exc.args else None
+    if isinstance(key, int) and not isinstance(key, bool) and key >= vocab_size and any(
+            str(key).startswith(str(i)) or str(key).endswith(str(i)) for i in range(256, vocab_size)):
+        fail(f"your code raised {raised(err.exc)}\n    No token has the id {key}: your merges made it. If merge_pair "
+             "replaces the pair in the ids written out as text (' '.join(map(str, ids)).replace(...)), ids of several "
+             "digits collide: for example '32 101' holds '32 10', and merging (32, 10) into 256 gives '2561'. Compare the ids "
+             "themselves: (ids[i], ids[i + 1]) == pair.", mistake="ids joined as a string")
+
+
 @checker("train_bpe")
 def check_train_bpe(train_bpe_fn):
     require_function(train_bpe_fn, "train_bpe")
     cases = _train_cases() + _train_variants_differ()
     for text, vocab_size, specials in cases:
         what = f"{text[:30]!r}..., {vocab_size}, {specials}"
-        got = _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe", what=what))
+        try:
+            got = _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe", what=what))
+        except StudentError as err:
+            _fail_made_up_id(err, vocab_size)
+            raise
         vocab, merges = got
         expected = train_bpe(text, vocab_size, specials)[1]
         if merges != expected:
-            _diagnose_merges(text, vocab_size, list(specials), merges, expected)
+            _diagnose_merges(text, vocab_size, list(specials), merges, expected, cases,
+                             lambda *other: _their_merges(train_bpe_fn, *other))
         _check_vocab(vocab, merges, list(specials), f"train_bpe({text[:40]!r}..., {vocab_size}, {specials})")
     # a text that runs out of pairs before vocab_size: the loop must stop
     text = "ab " * randint(2, 4)
@@ -502,7 +632,9 @@ register_hints("train_bpe", [
 
 # ---------------------------------------------------------------- bpe_encode: one plain encoder and its variants
 def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str], order: str = "rank",
-                  split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False) -> list[int]:
+                  split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False,
+                  hard_coded: bool = False) -> list[int]:
+    specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
     ids_of = {v: k for k, v in sorted(vocab.items(), reverse=True)}
     ranks = {tuple(m): r for r, m in reversed(list(enumerate(merges)))}
     out: list[int] = []
@@ -574,6 +706,10 @@ _ENCODE_VARIANTS = [
       for order in ("leftmost", "leftmost once")],
     ("special tokens split", dict(specials_out=False), "the special token was encoded as ordinary text (split into "
      "pieces); cut the text around the special tokens first (split_special_tokens) and give each one its own id."),
+    ("special tokens hard-coded", dict(hard_coded=True), "'<|endoftext|>' became one id although special_tokens is "
+     "empty: a text is special only when the special_tokens argument names it (a hard-coded '<|endoftext|>'?). Cut "
+     "the text at the tokens of the argument, split_special_tokens(text, special_tokens); with special_tokens=() "
+     "'<|endoftext|>' is ordinary text, encoded as its pieces."),
     ("across pre-token boundaries", dict(split="none"), "merges cross pieces: pre-tokenize each part of the text "
      "(pretokenize) and encode each piece on its own, as the merges were learned."),
     ("leading space dropped", dict(split="whitespace"), "the spaces are lost (text.split()?): GPT-2's pieces keep the "
@@ -612,6 +748,8 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
         (_text(randint(10, 20)) + ENDOFTEXT + " the  end", vocab, merges, [ENDOFTEXT]),
         (_text(randint(10, 20)) + " " + ENDOFTEXT + "an", shuffled, merges, [ENDOFTEXT]),
         (" a" * 3 + "  ab " + ENDOFTEXT, small | {261: ENDOFTEXT.encode()}, small_merges, [ENDOFTEXT]),
+        # no special tokens asked for: '<|endoftext|>' (in the vocabulary) is ordinary text here
+        (_text(randint(4, 8), special=False) + ENDOFTEXT + "the end", vocab, merges, []),
     ]
 
 
@@ -642,7 +780,9 @@ def check_bpe_encode(bpe_encode_fn):
             return None
 
     case, got, expected = results[wrong[0]]
-    shown = f"\n    {case}\n    you: {_show(got)}\n    expected: {_show(expected)}"
+    k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
+    at = f" (from position {k}, the first that differs)" if k else ""
+    shown = f"\n    {case}\n    you{at}: {_show(got[k:])}\n    expected: {_show(expected[k:])}"
     # a variant that gives every result names the mistake; else the first that gives the first wrong one
     for name, options, diagnosis in _ENCODE_VARIANTS:
         if variant(wrong[0], options) == got and all(variant(k, options) in (None, results[k][1])
@@ -665,7 +805,6 @@ def check_bpe_encode(bpe_encode_fn):
     if back != text:
         fail(f"your ids decode to {back[:60]!r}, not the text: every byte of the text must be in exactly one "
              f"token.\n    {case}", mistake="values differ")
-    k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
     fail(f"your ids decode back to the text but differ from position {k}: you {_show(got[k:k + 6])}, expected "
          f"{_show(expected[k:k + 6])}.\n    {case}", mistake="values differ")
 
@@ -704,9 +843,22 @@ def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
         ("invalid bytes escaped", "invalid UTF-8 is written as escapes ('\\x80', errors='backslashreplace'); the "
          "exercise shows it as one '\\ufffd' per break, as a model's output shows: errors='replace'.",
          lambda: b"".join(vocab[i] for i in ids).decode("utf-8", errors="backslashreplace")),
-        ("whitespace stripped", "the spaces or newlines at the start or end are gone (.strip()?): decoding gives back "
-         "every byte of the tokens, spaces included, so that decode(encode(text)) == text.",
-         lambda: bpe_decode(ids, vocab).strip()),
+        *[("whitespace stripped", f"the spaces or newlines at the {where} are gone (.{strip}()?): decoding gives "
+           "back every byte of the tokens, spaces included, so that decode(encode(text)) == text.",
+           lambda strip=strip: getattr(bpe_decode(ids, vocab), strip)())
+          for strip, where in (("strip", "start or end"), ("lstrip", "start"), ("rstrip", "end"))],
+        ("tokens joined with spaces", "you put a space between the tokens (' '.join(...)?): the spaces of the text are "
+         "inside the tokens already (' world'); join the tokens' bytes with nothing between them, b''.join(...), then "
+         "decode once.", lambda: " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids)),
+        ("tokens joined with spaces", "you put a space between the tokens (b' '.join(...)?): the spaces of the text "
+         "are inside the tokens already (' world'); join with nothing between them, b''.join(...).",
+         lambda: b" ".join(vocab[i] for i in ids).decode("utf-8", errors="replace")),
+        ("invalid bytes escaped", "invalid UTF-8 is kept as lone surrogates (errors='surrogateescape'): such a string "
+         "cannot be printed or written as UTF-8; show each break as '\\ufffd', errors='replace'.",
+         lambda: b"".join(vocab[i] for i in ids).decode("utf-8", errors="surrogateescape")),
+        ("ids as characters", "you turn each id into a character (chr(id)?): an id is neither a character nor a "
+         "byte; look each id up in vocab (vocab[id] is a byte string), join the bytes, decode them once as UTF-8.",
+         lambda: "".join(chr(i) for i in ids)),
         ("special tokens dropped", "the special token is missing (skipped, as Hugging Face's skip_special_tokens=True "
          "does): bpe_decode gives back every token, the special ones as their text ('<|endoftext|>').",
          lambda: b"".join(vocab[i] for i in ids if vocab[i] not in _SPECIAL_BYTES).decode("utf-8", errors="replace")),
@@ -751,9 +903,9 @@ def _decode_cases() -> list[tuple[list, dict, str]]:
 def check_bpe_decode(bpe_decode_fn):
     require_function(bpe_decode_fn, "bpe_decode")
     cases = _decode_cases()
+    results = []
     for ids, vocab, label in cases:
         case = f"bpe_decode({_show(ids)}, vocab) ({label})"
-        expected = bpe_decode(ids, vocab)
         try:
             got = _run(bpe_decode_fn, list(ids), dict(vocab), name="bpe_decode", what=f"{_show(ids, 6)}, vocab")
         except StudentError as err:
@@ -767,24 +919,40 @@ def check_bpe_decode(bpe_decode_fn):
                 fail(f"your code raised {raised(err.exc)}\n    Together the bytes are valid UTF-8: you decode each token "
                      "on its own, and a character split between two tokens breaks. Join the bytes first (b''.join), "
                      f"then decode once.\n    {case}", mistake="decoded token by token")
+            if any(r[1] != r[2] for r in results):
+                break  # a wrong result before the error: named below (bytes(ids) raises only on ids above 255)
             raise
         if isinstance(got, (bytes, bytearray)):
             fail(f"bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace')).\n    {case}",
                  mistake="wrong return")
         if not isinstance(got, str):
             fail(f"bpe_decode should return a str, got {type(got).__name__}.\n    {case}", mistake="wrong return")
-        if got == expected:
-            continue
-        for name, diagnosis, variant in _decode_variants(ids, vocab):
-            try:
-                value = variant()
-            except (KeyError, ValueError):
-                continue
-            if got == value:
-                fail(f"{diagnosis}\n    {case}\n    {_around(got, expected)}", mistake=name)
-        fail(f"{case}: {_around(got, expected)}", mistake="values differ")
-    return _passed(bpe_decode_fn, f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special "
-                   "token, shuffled byte ids")
+        results.append((case, got, bpe_decode(ids, vocab), ids, vocab))
+    wrong = [r for r in results if r[1] != r[2]]
+    if not wrong:
+        return _passed(bpe_decode_fn, f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special "
+                       "token, shuffled byte ids")
+    results = [(case, got, expected, [_value(v) for _, _, v in _decode_variants(ids, vocab)])
+               for case, got, expected, ids, vocab in results]
+    case, got, expected, values = next(r for r in results if r[1] != r[2])
+    variants = _decode_variants([], {})
+    # a variant that gives every result names the mistake (chr(id) and latin-1 agree on byte ids); else the first
+    # that gives the first wrong one
+    for v, (name, diagnosis, _) in enumerate(variants):
+        if values[v] == got and all(r[3][v] in (None, r[1]) for r in results):
+            fail(f"{diagnosis}\n    {case}\n    {_around(got, expected)}", mistake=name)
+    for v, (name, diagnosis, _) in enumerate(variants):
+        if values[v] == got:
+            fail(f"{diagnosis}\n    {case}\n    {_around(got, expected)}", mistake=name)
+    fail(f"{case}: {_around(got, expected)}", mistake="values differ")
+
+
+def _value(variant: Callable[[], str]) -> str | None:
+    """A variant's string, or None where it cannot run on these ids."""
+    try:
+        return variant()
+    except (KeyError, ValueError):
+        return None
 
 
 register_hints("bpe_decode", [
