@@ -71,7 +71,7 @@ def train_step(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothin
 SHORT_07 = dict(
     settings={"TRAIN": "True", "TRAIN_STEPS": "10"},
     after={"nb07-005": 'splits = {name: pairs if name == "train" else pairs[:150] for name, pairs in splits.items()}'},
-    shorten={"nb07-019": ("steps=150", "steps=20"), "nb07-040": ("range(60)", "range(20)")},
+    shorten={"nb07-019": ("steps=150", "steps=5"), "nb07-040": ("range(60)", "range(20)")},
 )
 TRAINING_CELL_07 = "nb07-045"
 
