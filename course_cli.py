@@ -29,8 +29,10 @@ MIN_PIP_FOR_EDITABLE = (21, 3)  # PEP 660 editable installs from pyproject.toml
 
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
-# Which pyproject extras each command needs.
-EXTRAS = {"lab": ("lab",), "notebook": ("lab",), "test": ("dev", "browser"), "setup": ("dev", "browser", "lab")}
+# The pyproject extras .venv gets, whichever command runs first: installing them all at once
+# (lab's JupyterLab, test's runners) means `lab` after `test` (or any other order) installs
+# nothing more until pyproject.toml changes, as the README promises.
+EXTRAS = ("browser", "dev", "lab")
 
 
 def say(message: str) -> None:
@@ -271,15 +273,22 @@ def install_torch() -> None:
     pip_install([spec, "--index-url", index] if index else [spec], spec + (f" from {index}" if index else ""))
 
 
-def ensure_installed(extras: tuple[str, ...]) -> None:
+def stamp_is_current(stamp: dict) -> bool:
+    """Whether ``.venv``'s stamp says every extra of :data:`EXTRAS` was installed for this
+    pyproject.toml and this PyTorch request (then no command needs pip)."""
+    return stamp.get("hash") == stamp_hash() and set(EXTRAS) <= set(stamp.get("extras", []))
+
+
+def ensure_installed() -> None:
     if not PYPROJECT.exists():
         fail(f"{PYPROJECT} not found: run this script from a copy of the course repository.")
     info = ensure_venv()
 
     stamp = read_stamp()
-    wanted = set(extras)
-    problem = venv_problem(info)
-    if stamp.get("hash") == stamp_hash() and wanted <= set(stamp.get("extras", [])):
+    # extras an older stamp lists stay listed (pip would not remove them anyway)
+    all_extras = sorted(set(EXTRAS) | set(stamp.get("extras", [])))
+    if stamp_is_current(stamp):
+        problem = venv_problem(info)
         if problem is None:
             say(f"{VENV.name}/ is up to date (pyproject.toml unchanged): skipping pip")
             return
@@ -294,8 +303,6 @@ def ensure_installed(extras: tuple[str, ...]) -> None:
     else:
         install_torch()
 
-    # Keep the extras installed earlier so `lab` after `test` does not drop anything.
-    all_extras = sorted(wanted | set(stamp.get("extras", [])))
     extras_text = ",".join(all_extras)
     pip_install(["-e", f".[{extras_text}]"], f"the course package with [{extras_text}]")
     problem = venv_problem(probe_venv())
@@ -346,13 +353,39 @@ def run_in_venv(cmd: list[str], env: dict | None = None, server: bool = False) -
 def command_setup(args: list[str]) -> int:
     if args:
         fail(f"'setup' takes no arguments (got {' '.join(args)})", 2)
-    ensure_installed(EXTRAS["setup"])
+    ensure_installed()
     say(f"ready: {venv_python()}")
     return 0
 
 
+# Defaults for the JupyterLab (and Notebook 7) that `lab`/`notebook` start: no "Would you like
+# to get notified about official Jupyter news?" greeting (the course runs offline), no update
+# check. Written as an override of the defaults in .venv's own JupyterLab folder, which both
+# apps read ({sys.prefix}/share/jupyter/lab/settings/overrides.d/): the student's own settings
+# (~/.jupyter) are untouched and still win, e.g. when they turn the news on.
+LAB_DEFAULTS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+
+
+def lab_settings_dir(venv: Path) -> Path:
+    """Where the JupyterLab installed in ``venv`` reads its default-setting overrides."""
+    return venv / "share" / "jupyter" / "lab" / "settings"
+
+
+def write_lab_defaults(settings_dir: Path) -> None:
+    """Put :data:`LAB_DEFAULTS` in ``settings_dir/overrides.d/`` (this course's own file)."""
+    path = settings_dir / "overrides.d" / "transformer-course.json"
+    text = json.dumps(LAB_DEFAULTS, indent=1, sort_keys=True) + "\n"
+    try:
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    except OSError as error:  # only a greeting is at stake: say so and go on
+        say(f"could not write {path} ({error}); JupyterLab may ask about its news")
+
+
 def command_lab(args: list[str], app: str = "jupyterlab") -> int:
-    ensure_installed(EXTRAS["lab"])
+    ensure_installed()
+    write_lab_defaults(lab_settings_dir(VENV))
     # Students work on copies in my_work/ (git-ignored), so `git pull` never conflicts with
     # their answers: copy the notebooks that are not there yet, never overwrite one that is,
     # and say which copies a course update made outdated (--write-new: put the newer
@@ -379,7 +412,7 @@ def command_notebook(args: list[str]) -> int:
 
 
 def command_test(args: list[str]) -> int:
-    ensure_installed(EXTRAS["test"])
+    ensure_installed()
     env = caching_env()
     # Never open a window during tests. Not "Agg": nbval's kernels inherit this variable,
     # and under Agg `plt.show()` displays nothing, so every figure stored in solutions/
@@ -392,6 +425,9 @@ def command_test(args: list[str]) -> int:
         # in order), longest files first (conftest.py orders them); the unit tests pin torch
         # to one thread, so two workers use both cores
         args = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", "--no-loadscope-reorder", *args]
+    # a skipped test's one-line reason (e.g. "no Chromium with chromedriver") in the summary,
+    # with pytest's default failures and errors; a -r of the user's own comes later and wins
+    args = ["-rfEs", *args]
     say("running python -m pytest " + " ".join(args))
     start = time.monotonic()
     code = run_in_venv(["-m", "pytest", *args], env=env)

@@ -124,6 +124,9 @@ def write_new_file(path: Path, data: bytes) -> bool:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        # mkstemp makes the file private (0o600); a copy gets the mode any new file gets
+        # (usually 0o644), as open() would give it
+        os.chmod(tmp, 0o666 & ~_umask())
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -133,6 +136,13 @@ def write_new_file(path: Path, data: bytes) -> bool:
         return True
     finally:
         os.unlink(tmp)
+
+
+def _umask() -> int:
+    """This process's umask (read by setting it, then putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _write_exclusive(path: Path, data: bytes) -> bool:

@@ -19,6 +19,7 @@ from torch import nn
 from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask
 from course_utils import gpt
 from course_utils.checks import check_generate, check_gpt, check_gpt_block, check_next_token_probs, hint
+from course_utils.checks import gpt as gpt_checks
 from course_utils.checks._core import HINTS
 
 NEG = torch.finfo(torch.float32).min
@@ -1038,6 +1039,31 @@ def test_other_peoples_block_habits_named_over_20_draws(cls, mistake, words):
 
 
 # ---------------------------------------------------------------- next_token_probs
+@pytest.fixture(autouse=True, scope="module")
+def shared_logits_searches():
+    """check_next_token_probs spends nearly all its time choosing its logits (_good_logits: random
+    draws until every catalogued mistake shows), a function of the shape, the setting and torch's
+    generator alone, and many tests here replay the same seeds (SEEDS) for different students.
+    Each search is done once: its logits and the generator's state after it are kept under the
+    generator's state before it, and a repeat returns a copy of those logits with that state
+    restored, so every check sees, bit for bit, the inputs and the random numbers it saw before."""
+    real = gpt_checks._good_logits
+    done: dict = {}
+
+    def once(shape, T, k, p):
+        key = (tuple(shape), T, k, p, torch.get_rng_state().numpy().tobytes())
+        if key not in done:
+            logits = real(shape, T, k, p)
+            done[key] = (logits.clone(), torch.get_rng_state())
+        logits, state = done[key]
+        torch.set_rng_state(state)
+        return logits.clone()  # the student's code may write into it (a mistake the check names)
+
+    gpt_checks._good_logits = once
+    yield
+    gpt_checks._good_logits = real
+
+
 def _filter(scaled, keep):
     return scaled.masked_fill(~keep, float("-inf")).softmax(-1)
 

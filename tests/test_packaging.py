@@ -7,6 +7,7 @@ import ast
 import importlib
 import importlib.util
 import inspect
+import json
 import re
 import shutil
 import subprocess
@@ -524,20 +525,39 @@ def fake_course(tmp_path, monkeypatch):
     return course
 
 
-def test_stamp_skips_pip_until_pyproject_changes(fake_course):
+ALL = ["-e", ".[browser,dev,lab]"]  # what every command installs: the union of the extras
+
+
+@pytest.mark.parametrize("order", [("setup", "lab"), ("test", "lab"), ("lab", "test"), ("notebook", "setup", "test")])
+def test_any_order_of_commands_installs_once_until_pyproject_changes(fake_course, monkeypatch, order):
+    """`lab` after `test` (or any other order) must not run pip again: every command installs
+    every extra the first time, and the stamp then skips pip for all of them."""
     course = fake_course
-    course.ensure_installed(("dev",))
-    assert course.installs == [["-e", ".[dev]"]]  # torch 2.13 is there already: not reinstalled
-    course.ensure_installed(("dev",))
-    assert len(course.installs) == 1  # stamp matches: no pip at all
-    course.ensure_installed(("lab",))  # a new extra: keep the old one too
-    assert course.installs[-1] == ["-e", ".[dev,lab]"]
-    course.ensure_installed(("lab",))
-    course.ensure_installed(("dev",))
-    assert len(course.installs) == 2
+    runs = []
+    monkeypatch.setattr(course, "run_in_venv", lambda cmd, env=None, server=False: runs.append(cmd) or 0)
+    for command in order:
+        assert course.main([command]) == 0
+    assert course.installs == [ALL]  # torch 2.13 is there already: not reinstalled
+    assert runs  # the commands ran after the install (or its skip)
     course.PYPROJECT.write_text(course.PYPROJECT.read_text() + "\n# changed\n")
-    course.ensure_installed(("dev",))
-    assert course.installs[-1] == ["-e", ".[dev,lab]"]
+    course.ensure_installed()
+    assert course.installs == [ALL, ALL]
+
+
+def test_stamp_decides_when_pip_runs(fake_course):
+    course = fake_course
+    assert not course.stamp_is_current(course.read_stamp())  # no stamp yet
+    course.ensure_installed()
+    stamp = course.read_stamp()
+    assert stamp["extras"] == ["browser", "dev", "lab"] and course.stamp_is_current(stamp)
+    # a stamp written before every command installed the union (e.g. after `test` alone)
+    assert not course.stamp_is_current({**stamp, "extras": ["browser", "dev"]})
+    course.STAMP.write_text(json.dumps({**stamp, "extras": ["dev", "tools"]}))
+    course.ensure_installed()
+    assert course.installs[-1] == ["-e", ".[browser,dev,lab,tools]"]  # older extras are kept
+    assert len(course.installs) == 2
+    course.ensure_installed()
+    assert len(course.installs) == 2  # stamp matches: no pip at all
 
 
 def test_torch_is_installed_when_missing_or_too_old(fake_course, monkeypatch):
@@ -545,15 +565,15 @@ def test_torch_is_installed_when_missing_or_too_old(fake_course, monkeypatch):
     course.probe["torch"] = "2.1.2"
     monkeypatch.setenv("TORCH_SPEC", "torch==2.5.1")
     monkeypatch.setenv("TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
-    course.ensure_installed(("dev",))
+    course.ensure_installed()
     assert course.installs == [
         ["torch==2.5.1", "--index-url", "https://download.pytorch.org/whl/cpu"],
-        ["-e", ".[dev]"],
+        ALL,
     ]
     course.probe["torch"] = None
     monkeypatch.delenv("TORCH_SPEC")
     monkeypatch.delenv("TORCH_INDEX_URL")  # a different torch request invalidates the stamp
-    course.ensure_installed(("dev",))
+    course.ensure_installed()
     # Linux, no nvidia-smi: the CPU build by default
     assert course.installs[2] == ["torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu"]
 
@@ -656,7 +676,7 @@ def test_ready_only_when_torch_and_the_course_package_import(fake_course, change
     """A matching stamp is not enough: torch removed from .venv (or the course package gone
     or installed from another clone) means pip runs again."""
     course = fake_course
-    course.ensure_installed(("dev",))
+    course.ensure_installed()
     assert len(course.installs) == 1
     course.probe.update(change)
 
@@ -665,11 +685,11 @@ def test_ready_only_when_torch_and_the_course_package_import(fake_course, change
         course.probe.update(torch="2.13.0", course=str(course.ROOT))
 
     course.pip_install = repairing_pip
-    course.ensure_installed(("dev",))
+    course.ensure_installed()
     out = capsys.readouterr().out
     assert f"needs repair: {problem}" in out
     assert "skipping pip" not in out.split("needs repair")[1]
-    assert course.installs[-1] == ["-e", ".[dev]"]
+    assert course.installs[-1] == ALL
     if change.get("torch", "x") is None:
         assert course.installs[-2][0] == "torch==2.13.0"
 
@@ -678,7 +698,7 @@ def test_install_that_still_does_not_import_fails_clearly(fake_course, capsys):
     course = fake_course
     course.probe["course"] = None  # and pip does not fix it
     with pytest.raises(SystemExit):
-        course.ensure_installed(("dev",))
+        course.ensure_installed()
     err = capsys.readouterr().err
     assert "after installing, the course package (course_utils) does not import" in err
     assert "Delete .venv/" in err
@@ -804,7 +824,7 @@ from pathlib import Path
 spec = importlib.util.spec_from_file_location("course_script", sys.argv[1])
 course = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(course)
-course.ensure_installed = lambda extras: None
+course.ensure_installed = lambda: None
 course.venv_python = lambda: Path(sys.executable)
 course.WORK = Path(sys.argv[2])
 raise SystemExit(course.main(sys.argv[3:]))
@@ -858,7 +878,7 @@ def test_ctrl_c_ends_with_one_clear_line(tmp_path, command, module, fake, last_l
 def test_ctrl_c_during_setup_is_one_line_not_a_traceback(monkeypatch, capsys):
     course = _load_course_module()
 
-    def interrupted(extras):
+    def interrupted():
         raise KeyboardInterrupt
 
     monkeypatch.setattr(course, "ensure_installed", interrupted)
@@ -885,10 +905,11 @@ def test_tests_may_cache_byte_code_even_where_the_environment_forbids_it(monkeyp
     course = _load_course_module()
     runs = []
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    monkeypatch.setattr(course, "ensure_installed", lambda extras: None)
+    monkeypatch.setattr(course, "ensure_installed", lambda: None)
     monkeypatch.setattr(course, "run_in_venv", lambda cmd, env=None, server=False: runs.append((cmd, env)) or 0)
     assert course.main(["test", "-k", "nothing"]) == 0
     ((cmd, env),) = runs
     assert cmd[:2] == ["-m", "pytest"] and cmd[-2:] == ["-k", "nothing"], cmd
+    assert "-rfEs" in cmd  # skips are listed with their reasons (failures and errors as by default)
     assert "PYTHONDONTWRITEBYTECODE" not in env
     assert env["MPLBACKEND"] == "module://matplotlib_inline.backend_inline"

@@ -387,7 +387,7 @@ def _course_module():
 def test_course_py_lab_copies_into_my_work_then_opens_it(monkeypatch, tmp_path):
     course = _course_module()
     calls = []
-    monkeypatch.setattr(course, "ensure_installed", lambda extras: calls.append(("install", extras)))
+    monkeypatch.setattr(course, "ensure_installed", lambda: calls.append("install"))
     monkeypatch.setattr(course, "WORK", tmp_path / "my_work")
 
     def fake_run(cmd, env=None, server=False):
@@ -398,7 +398,7 @@ def test_course_py_lab_copies_into_my_work_then_opens_it(monkeypatch, tmp_path):
 
     monkeypatch.setattr(course, "run_in_venv", fake_run)
     assert course.main(["lab", "--write-new", "--port", "8899"]) == 0
-    assert calls[0] == ("install", course.EXTRAS["lab"])
+    assert calls[0] == "install"
     start_call, lab_call = calls[1], calls[2]
     assert start_call[:3] == ("-m", "course_tools.start", str(tmp_path / "my_work"))
     assert "--write-new" in start_call and "--write-new" not in lab_call
@@ -406,16 +406,51 @@ def test_course_py_lab_copies_into_my_work_then_opens_it(monkeypatch, tmp_path):
     assert "--port" in lab_call and "8899" in lab_call
     calls.clear()
     assert course.main(["notebook", "--port", "8898"]) == 0  # Jupyter Notebook 7, same copies
-    assert calls[0] == ("install", course.EXTRAS["notebook"]) and course.EXTRAS["notebook"] == ("lab",)
+    assert calls[0] == "install"
     assert calls[2][:3] == ("-m", "notebook", str(tmp_path / "my_work"))
     assert sorted(p.name for p in (tmp_path / "my_work").glob("*.ipynb")) == sorted(
         p.name for p in (ROOT / "notebooks").glob("*.ipynb")
     )
 
 
+def test_course_py_lab_turns_off_jupyters_news_question_for_its_own_jupyter(monkeypatch, tmp_path):
+    """`lab` and `notebook` set fetchNews to "false" (no "Would you like to get notified about
+    official Jupyter news?") as a default of .venv's JupyterLab, where both apps read it; the
+    student's own settings folder is not written to."""
+    settings_utils = pytest.importorskip("jupyterlab_server.settings_utils")
+    from jupyterlab.commands import get_app_dir
+
+    course = _course_module()
+    monkeypatch.delenv("JUPYTERLAB_DIR", raising=False)
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "home-config"))  # the student's own
+    # the folder course.py writes to, for a .venv, is the one this environment's apps read:
+    # JupyterLab's and Notebook 7's app_settings_dir default to <get_app_dir()>/settings
+    # (constructing the two apps here would cost seconds of imports)
+    assert course.lab_settings_dir(Path(sys.prefix)).resolve() == (Path(get_app_dir()) / "settings").resolve()
+
+    venv = tmp_path / ".venv"
+    monkeypatch.setattr(course, "VENV", venv)
+    monkeypatch.setattr(course, "WORK", tmp_path / "my_work")
+    monkeypatch.setattr(course, "ensure_installed", lambda: None)
+    monkeypatch.setattr(course, "run_in_venv", lambda cmd, env=None, server=False: 0)
+    for command in ("lab", "notebook", "lab"):  # rerun: the same file, no error
+        assert course.main([command]) == 0
+    settings = course.lab_settings_dir(venv)
+    overrides, error = settings_utils._get_overrides(str(settings))  # as JupyterLab's server reads them
+    assert not error
+    plugin = "@jupyterlab/apputils-extension:notification"
+    assert overrides[plugin] == {"fetchNews": "false", "checkForUpdates": False}
+    # the values are ones the setting's schema allows ("false" is "Never"; "none" asks)
+    schema = json.loads((Path(sys.prefix) / "share/jupyter/lab/schemas" / plugin.replace(":", "/")).with_suffix(".json")
+                        .read_text(encoding="utf-8"))
+    assert {"const": "false", "title": "Never"} in schema["properties"]["fetchNews"]["oneOf"]
+    assert schema["properties"]["checkForUpdates"]["type"] == "boolean"
+    assert not (tmp_path / "home-config").exists()
+
+
 def test_course_py_lab_stops_when_the_copy_fails(monkeypatch, tmp_path):
     course = _course_module()
-    monkeypatch.setattr(course, "ensure_installed", lambda extras: None)
+    monkeypatch.setattr(course, "ensure_installed", lambda: None)
     calls = []
     monkeypatch.setattr(course, "run_in_venv", lambda cmd, env=None, server=False: calls.append(cmd) or 2)
     with pytest.raises(SystemExit):
@@ -479,6 +514,30 @@ def test_new_files_appear_whole_and_are_never_replaced(tmp_path, monkeypatch):
     assert start.write_new_file(tmp_path / "b.ipynb", b"other") is False
     assert (tmp_path / "b.ipynb").read_bytes() == b"b"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ipynb", "b.ipynb"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077], ids=["022", "002", "077"])
+def test_copies_get_the_mode_any_new_file_gets(course, umask):
+    """A copy is as readable as the course's own files (0o644 under the usual umask), not
+    private as a temporary file is (0o600): the mode comes from the umask, as open() gives it."""
+    import os
+
+    source, work = course
+    old = os.umask(umask)
+    try:
+        start.start(source, work)
+        (source / "02_b.ipynb").write_bytes(make_notebook("y = 2\n"))  # a course update
+        start.start(source, work, write_new=True)
+        (work / "plain.txt").write_text("")  # what open() makes under this umask
+    finally:
+        os.umask(old)
+    expected = 0o666 & ~umask
+    assert (work / "plain.txt").stat().st_mode & 0o777 == expected
+    files = sorted(work.glob("*.ipynb"))
+    assert any(".new" in p.name for p in files) and len(files) >= 3, files
+    for path in [*files, work / MANIFEST_NAME]:
+        assert path.stat().st_mode & 0o777 == expected, (path.name, oct(path.stat().st_mode))
 
 
 def test_two_runs_at_once_never_read_a_half_written_copy(course):
