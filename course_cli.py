@@ -30,7 +30,8 @@ MIN_PIP_FOR_EDITABLE = (21, 3)  # PEP 660 editable installs from pyproject.toml
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 # Which pyproject extras each command needs.
-EXTRAS = {"lab": ("lab",), "notebook": ("lab",), "test": ("dev", "browser"), "setup": ("dev", "browser", "lab")}
+EXTRAS = {"lab": ("lab",), "notebook": ("lab",), "test": ("dev", "browser", "site"),
+          "setup": ("dev", "browser", "lab", "site"), "site": ("site",)}
 
 
 def say(message: str) -> None:
@@ -402,7 +403,14 @@ def command_test(args: list[str]) -> int:
     return code
 
 
-COMMANDS = {"lab": command_lab, "notebook": command_notebook, "test": command_test, "setup": command_setup}
+def command_site(args: list[str]) -> int:
+    ensure_installed(EXTRAS["site"])
+    # the saved notebooks as a static website in build/site/ (git-ignored); nothing is re-run
+    return run_in_venv(["-m", "course_tools.site", *args])
+
+
+COMMANDS = {"lab": command_lab, "notebook": command_notebook, "test": command_test, "setup": command_setup,
+            "site": command_site}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -414,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
             "--write-new puts newer versions beside them) and open JupyterLab there; "
             "notebook: the same in Jupyter Notebook 7; "
             "test: run the test suite (extra arguments go to pytest); "
+            "site: build the course as a static website in build/site/ (open its index.html); "
             "setup: install only."
         ),
         epilog=(
@@ -424,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=sorted(COMMANDS), help="what to do")
     parser.add_argument(
-        "args", nargs=argparse.REMAINDER, help="passed on to jupyter lab or pytest"
+        "args", nargs=argparse.REMAINDER, help="passed on to jupyter lab, pytest or course_tools.site"
     )
     ns = parser.parse_args(argv)
     try:
