@@ -37,6 +37,9 @@ SECONDS = {
     "tests/test_contract_only_runs.py": 90,
     "tests/test_browser.py": 65,
     "tests/test_colab_install.py": 60,
+    # builds the website once (a Sphinx subprocess): 60-90 s on the shared machine at load
+    # average 10, about 40 s of it the build; scaled as above
+    "tests/test_site.py": 35,
     "tests/test_checks_gpt.py": 50,  # the exactly-k top-k test alone: about 50 CPU-s (shared machine)
     "tests/test_checks_model.py": 45,
     "tests/test_build.py": 30,
