@@ -259,3 +259,20 @@ def test_search_finds_a_notebook(served, site_browser):
     found = _wait("search results", lambda: site_browser.execute_script(
         "return Array.from(document.querySelectorAll('#search-results ul.search li a')).map(a => a.getAttribute('href'))"))
     assert any("notebooks/01_attention.html" in href for href in found), found
+
+
+# ------------------------------------------------------------------ the README's first screen
+
+
+def test_readme_first_screen_says_where_students_and_instructors_start_and_the_guide_is_a_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_screen = "\n".join(readme.splitlines()[:25])
+    for needed in ("**Students:**", "**Instructors:**", "(docs/instructors/index.md)",
+                   "python3 course.py lab", "python3 course.py test", "python3 course.py site"):
+        assert needed in first_screen, needed
+    # the guide lives on its own page; the README's instructor section is a summary with links
+    section = readme.split("## Using the course as an instructor", 1)[1].split("\n## ", 1)[0]
+    assert len(section.strip().splitlines()) < 30 and "(docs/instructors/index.md)" in section
+    guide = (ROOT / "docs" / "instructors" / "index.md").read_text(encoding="utf-8")
+    for heading in ("## Grade a class", "## The course as a website", "## Add an exercise", "## Release for Colab"):
+        assert heading in guide, heading
