@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import posixpath
 import re
 import shutil
 import subprocess
@@ -56,9 +57,9 @@ myst_heading_anchors = 3  # README links such as (#installing-pytorch)
 nb_ipywidgets_js = {{}}  # widget JavaScript would come from a CDN: show the text instead
 nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
 mathjax_path = "mathjax/MathJax.js?config={MATHJAX_CONFIG}"  # under _static: no CDN
-# MathJax 2: typeset the math Sphinx marks (class "math"; \\( \\) and \\[ \\] inside), also in
-# the notebook sections MyST-NB marks tex2jax_ignore (so that a $ in an output stays a $)
-# the package ships MathJax's STIX web fonts only (not its TeX fonts): use them, as Jupyter does
+# MathJax 2 typesets what Sphinx marks as math (class "math"), also inside the notebook sections
+# that MyST-NB marks tex2jax_ignore (so that a $ in an output stays a $); the package ships
+# MathJax's STIX web fonts only, not its TeX fonts: use them, as Jupyter does
 mathjax2_config = {{"tex2jax": {{"processClass": "math|tex2jax_process", "processEscapes": False}},
                     "HTML-CSS": {{"availableFonts": [], "webFont": "STIX-Web", "imageFont": None}}}}
 myst_update_mathjax = False  # MyST's own setting is MathJax 3's
@@ -99,6 +100,8 @@ def _rewrite_links(text: str, source: Path, pages: dict[Path, str]) -> str:
             return match.group(0)
         path, _, anchor = target.partition("#")
         resolved = (source.parent / path).resolve()
+        if not resolved.is_relative_to(ROOT):
+            return match.group(0)
         if resolved in pages:
             relative = _relative(pages[resolved], pages[source.resolve()])
             new = relative + (f"#{anchor}" if anchor else "")
@@ -111,8 +114,6 @@ def _rewrite_links(text: str, source: Path, pages: dict[Path, str]) -> str:
 
 def _relative(target: str, start: str) -> str:
     """``target`` relative to the folder of ``start`` (both paths in the sources, posix)."""
-    import posixpath
-
     return posixpath.relpath(target, posixpath.dirname(start) or ".")
 
 
@@ -127,15 +128,18 @@ def notebook_page(solution: Path, student: Path) -> nbformat.NotebookNode:
              "start from.*")
     cells = []
     for cell in nb.cells:
-        if build._has_tag(cell, build.HEADER_TAG) or build._has_tag(cell, build.SETUP_TAG):
+        if {build.HEADER_TAG, build.SETUP_TAG} & set(cell.get("metadata", {}).get("tags", [])):
             continue  # the badge is an image from the internet; the set-up cell is for Colab
         theirs = student_cells.get(cell.get("id"))
         if theirs is not None and theirs.source != cell.source:
             cell.source = theirs.source
         cells.append(cell)
-    title = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("# "))
-    first, _, rest = cells[title].source.partition("\n")
-    cells[title].source = f"{first}\n\n{links}\n{rest}"
+    title = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("# ")), None)
+    if title is None:  # no title: the links first
+        cells.insert(0, nbformat.v4.new_markdown_cell(links))
+    else:  # the links under the title
+        first, _, rest = cells[title].source.partition("\n")
+        cells[title].source = f"{first}\n\n{links}\n{rest}"
     nb.cells = cells
     return nb
 
@@ -143,6 +147,9 @@ def notebook_page(solution: Path, student: Path) -> nbformat.NotebookNode:
 def stage(src: Path) -> list[str]:
     """Write the Sphinx sources into ``src``; returns the notebook pages' names, in order."""
     if src.exists():
+        conf = src / "conf.py"
+        if not (conf.is_file() and conf.read_text(encoding="utf-8").startswith(CONF.splitlines()[0])):
+            raise RuntimeError(f"{src} exists and was not written by this tool: not deleting it")
         shutil.rmtree(src)
     (src / "notebooks").mkdir(parents=True)
     (src / STUDENT_DIR).mkdir()
@@ -165,15 +172,13 @@ def stage(src: Path) -> list[str]:
         nbformat.write(notebook_page(solution, student), src / "notebooks" / solution.name)
         names.append(f"notebooks/{solution.stem}")
 
-    guides = [n for n in (p.relative_to(ROOT).as_posix() for p in docs) if n.startswith("docs/instructors/")]
+    # navigation: the notebooks, then the instructor's guide and the other pages of
+    # docs/instructors/, then every other page of docs/ (the contract)
     guide = "docs/instructors/index.md"
-    others = [n for n in (p.relative_to(ROOT).as_posix() for p in docs) if n not in guides]
+    rest = sorted((n for n in pages.values() if n.startswith("docs/")),
+                  key=lambda n: (n != guide, not n.startswith("docs/instructors/"), n))
     _append_toctree(src / "index.md", "Notebooks", names)
-    _append_toctree(src / "index.md", "Instructors and reference",
-                    [n[:-3] for n in ([guide] if guide in guides else []) + others])
-    if guide in guides:
-        _append_toctree(src / guide, "More for instructors",
-                        [Path(n).stem for n in guides if n != guide])
+    _append_toctree(src / "index.md", "Instructors and reference", [n.removesuffix(".md") for n in rest])
     return names
 
 
