@@ -2,7 +2,8 @@
 module, offline: no network namespace where ``unshare -rn`` works, proxies to a closed port
 otherwise.
 
-Statically, on every page: each notebook has its page (its figures, the exercise as the student
+Statically, on every page: each notebook has its page (its figures, its formulas marked for MathJax
+and none left as $...$, the exercise as the student
 notebook has it, no answer, a Colab link and the student notebook to download), the README,
 the contract and the instructor's guide are pages, the navigation is in notebook order, no
 internal link or anchor is broken and nothing is loaded from another host. In a real headless
@@ -28,7 +29,7 @@ from urllib.parse import unquote, urlsplit
 
 import nbformat
 import pytest
-from test_browser import _missing, _wait, chrome
+from test_browser import _formulas, _missing, _wait, chrome
 
 from course_tools import build
 
@@ -131,6 +132,14 @@ def test_every_notebook_has_its_page(site, pages, solution):
     exercises, mentions = _stubs(student)
     assert exercises > 0 and text.count("YOUR CODE HERE") == mentions
     assert "BEGIN SOLUTION" not in text
+    # every formula of the prose became math for MathJax (the browser test typesets a few pages),
+    # and none is left as $...$ outside code
+    source = page.read_text(encoding="utf-8")
+    formulas = sum(_formulas(c.source) for c in nb.cells if c.cell_type == "markdown")
+    assert source.count('class="math notranslate nohighlight"') >= formulas
+    prose = re.sub(r'<(pre|code|script|style)\b.*?</\1>|<(span|div) class="math notranslate nohighlight">.*?</\2>',
+                   "", source, flags=re.S)
+    assert re.findall(r"\$[^$\n<>]+\$", html.unescape(re.sub(r"<[^>]+>", "", prose))) == []
     # every figure the solution stored
     pngs = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert sum(src.startswith("../_images/") for src in pages[page].loads) == pngs
