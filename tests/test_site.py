@@ -2,11 +2,11 @@
 module, offline: no network namespace where ``unshare -rn`` works, proxies to a closed port
 otherwise.
 
-Statically, on every page: each notebook has its page (its figures, its formulas marked for MathJax
-and none left as $...$, the exercise as the student
-notebook has it, no answer, a Colab link and the student notebook to download), the README,
-the contract and the instructor's guide are pages, the navigation is in notebook order, no
-internal link or anchor is broken and nothing is loaded from another host. In a real headless
+Statically, on every page: each notebook has its page (its figures, its formulas marked for
+MathJax and none left as $...$, the exercise as the student notebook has it, no answer, a Colab
+link and the student notebook to download), the README, the contract and the instructor's guide
+are pages, the navigation is in notebook order, no internal link or anchor is broken and nothing
+is loaded from another host. In a real headless
 Chromium (tests/test_browser.py's, skipped with its one-line reason where it is missing): on
 a few pages every formula is typeset by the site's own MathJax and every image loads, and the
 search finds a notebook.
