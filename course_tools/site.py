@@ -18,7 +18,8 @@ Offline: nothing is fetched at build time or when a page is viewed. Math is type
 browser by MathJax 2.7, copied into the site from the ``jupyter-server-mathjax`` package (the
 MathJax that Jupyter's own tools serve offline; 3 MB to install) instead of Sphinx's default
 CDN copy; the notebooks' Colab badge (an image on Google's server) becomes a plain link;
-ipywidgets outputs show their text, since their JavaScript would come from a CDN.
+an ipywidgets output is left out (it needs a kernel, and JavaScript from a CDN): notebook 07's
+attention explorer shows its figure, as it does before anyone moves a slider.
 
 Everything is written into a git-ignored folder: ``build/site/`` (open ``index.html``), with
 the Sphinx sources it was made from in ``build/site-src/``.
@@ -54,8 +55,7 @@ exclude_patterns = ["{STUDENT_DIR}", "_doctrees", "**.ipynb_checkpoints"]
 nb_execution_mode = "off"  # the pages show the outputs saved in solutions/
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3  # README links such as (#installing-pytorch)
-nb_ipywidgets_js = {{}}  # widget JavaScript would come from a CDN: show the text instead
-nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
+nb_ipywidgets_js = {{}}  # widget JavaScript would come from a CDN (the pages drop widgets)
 mathjax_path = "mathjax/MathJax.js?config={MATHJAX_CONFIG}"  # under _static: no CDN
 # MathJax 2 typesets what Sphinx marks as math (class "math"), also inside the notebook sections
 # that MyST-NB marks tex2jax_ignore (so that a $ in an output stays a $); the package ships
@@ -79,6 +79,7 @@ html_static_path = ["_static"]
 # own fonts are as good for a copy nobody sees, and no request fails.
 CUSTOM_CSS = ".MJX_Assistive_MathML, .MJX_Assistive_MathML * { font-family: inherit !important; }\n"
 
+WIDGET = "application/vnd.jupyter.widget-view+json"
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")  # a markdown link's target
 
 
@@ -130,6 +131,8 @@ def notebook_page(solution: Path, student: Path) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if {build.HEADER_TAG, build.SETUP_TAG} & set(cell.get("metadata", {}).get("tags", [])):
             continue  # the badge is an image from the internet; the set-up cell is for Colab
+        if cell.cell_type == "code":  # a widget needs a kernel (and JavaScript from a CDN)
+            cell.outputs = [o for o in cell.outputs if WIDGET not in o.get("data", {})]
         theirs = student_cells.get(cell.get("id"))
         if theirs is not None and theirs.source != cell.source:
             cell.source = theirs.source
@@ -141,6 +144,7 @@ def notebook_page(solution: Path, student: Path) -> nbformat.NotebookNode:
         first, _, rest = cells[title].source.partition("\n")
         cells[title].source = f"{first}\n\n{links}\n{rest}"
     nb.cells = cells
+    nb.metadata.pop("widgets", None)
     return nb
 
 

@@ -140,6 +140,8 @@ def test_every_notebook_has_its_page(site, pages, solution):
     prose = re.sub(r'<(pre|code|script|style)\b.*?</\1>|<(span|div) class="math notranslate nohighlight">.*?</\2>',
                    "", source, flags=re.S)
     assert re.findall(r"\$[^$\n<>]+\$", html.unescape(re.sub(r"<[^>]+>", "", prose))) == []
+    # no widget (it needs a kernel and JavaScript from a CDN), nor its text or stored state
+    assert "application/vnd.jupyter.widget" not in source and "VBox(children" not in text
     # every figure the solution stored
     pngs = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert sum(src.startswith("../_images/") for src in pages[page].loads) == pngs
