@@ -200,6 +200,10 @@ def build_site(out: Path = DEFAULT_OUT, quiet: bool = False) -> Path:
     out = Path(out).resolve()
     src = out.with_name(out.name + "-src")
     mathjax = _mathjax_dir()
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / ".buildinfo").is_file():  # what Sphinx writes into every site
+            raise RuntimeError(f"{out} is not empty and holds no site built before: choose another --out")
+        shutil.rmtree(out)  # a page whose notebook is gone goes too
     stage(src)
     warnings = src / "warnings.txt"
     command = [sys.executable, "-m", "sphinx", "-b", "html", "-E", "--keep-going",

@@ -32,6 +32,7 @@ import pytest
 from test_browser import _formulas, _missing, _wait, chrome
 
 from course_tools import build
+from course_tools import site as site_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = build.notebook_files(ROOT / "solutions")
@@ -312,3 +313,16 @@ def test_course_py_site_installs_the_site_extra_and_runs_the_builder(monkeypatch
     assert course.main(["site", "--out", "elsewhere"]) == 7  # the builder's exit status
     assert calls == [("install", ("site",)), ("-m", "course_tools.site", "--out", "elsewhere")]
     assert "site" in course.EXTRAS["test"] and "site" in course.EXTRAS["setup"]
+
+
+def test_the_builder_never_deletes_a_folder_it_did_not_build(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep")
+    with pytest.raises(RuntimeError, match="not empty and holds no site"):
+        site_tool.build_site(tmp_path)
+    assert (tmp_path / "mine.txt").read_text() == "keep"
+    sources = tmp_path / "out-src"  # where the sources of --out tmp_path/out would go
+    sources.mkdir()
+    (sources / "conf.py").write_text("# someone else's\n")
+    with pytest.raises(RuntimeError, match="not written by this tool"):
+        site_tool.build_site(tmp_path / "out")
+    assert (sources / "conf.py").read_text() == "# someone else's\n"
