@@ -45,6 +45,9 @@ SECONDS = {
     "tests/test_platforms.py": 40,
     # one layout of notebook 01, generate_assignment and one autograde of two students: about 37 CPU-s
     "tests/test_nbgrader.py": 35,
+    # builds the website once (a Sphinx subprocess): 60-90 s on the shared machine at load
+    # average 10, about 40 s of it the build; scaled as above
+    "tests/test_site.py": 35,
     "tests/test_checks_model.py": 45,
     "tests/test_build.py": 30,
     "tests/test_checks_gpt_weights.py": 30,

@@ -4,6 +4,7 @@
     python3 course.py lab       # set up .venv, copy the notebooks into my_work/, open JupyterLab there
     python3 course.py notebook  # the same, in Jupyter Notebook 7 instead of JupyterLab
     python3 course.py test      # set up .venv, then run the whole test suite (pytest)
+    python3 course.py site      # set up .venv, build the course as a website in build/site/
     python3 course.py setup     # set up .venv only
 
 Standard library only; any Python >= 3.10 on Linux, macOS or Windows. The virtual

@@ -32,7 +32,7 @@ CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 # The pyproject extras .venv gets, whichever command runs first: installing them all at once
 # (lab's JupyterLab, test's runners) means `lab` after `test` (or any other order) installs
 # nothing more until pyproject.toml changes, as the README promises.
-EXTRAS = ("browser", "dev", "lab")
+EXTRAS = ("browser", "dev", "lab", "site")
 
 
 def say(message: str) -> None:
@@ -438,7 +438,14 @@ def command_test(args: list[str]) -> int:
     return code
 
 
-COMMANDS = {"lab": command_lab, "notebook": command_notebook, "test": command_test, "setup": command_setup}
+def command_site(args: list[str]) -> int:
+    ensure_installed()
+    # the saved notebooks as a static website in build/site/ (git-ignored); nothing is re-run
+    return run_in_venv(["-m", "course_tools.site", *args])
+
+
+COMMANDS = {"lab": command_lab, "notebook": command_notebook, "test": command_test, "setup": command_setup,
+            "site": command_site}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -450,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             "--write-new puts newer versions beside them) and open JupyterLab there; "
             "notebook: the same in Jupyter Notebook 7; "
             "test: run the test suite (extra arguments go to pytest); "
+            "site: build the course as a static website in build/site/ (open its index.html); "
             "setup: install only."
         ),
         epilog=(
@@ -460,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=sorted(COMMANDS), help="what to do")
     parser.add_argument(
-        "args", nargs=argparse.REMAINDER, help="passed on to jupyter lab or pytest"
+        "args", nargs=argparse.REMAINDER, help="passed on to jupyter lab, pytest or course_tools.site"
     )
     ns = parser.parse_args(argv)
     try:

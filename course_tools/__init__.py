@@ -11,10 +11,12 @@ command                                does
 ``python -m course_tools.classroom``   a notebook's GitHub Classroom assignment template
 ``python -m course_tools.start``       copy the notebooks into my_work/ (``course.py lab``)
 ``python -m course_tools.check_env``   does this environment have what the course needs?
+``python -m course_tools.site``        the course as a static website (``course.py site``)
 =====================================  ==========================================================
 
 They need packages the notebooks do not (``nbformat``, ``nbclient``, ``jupyter_client``,
 ``ipykernel``, ``traitlets``: the ``tools`` extra of ``pyproject.toml``); ``start`` and
 ``check_env`` need only the standard library, so that they run before anything else is
-installed (``check_env`` reports a missing torch instead of needing it).
+installed (``check_env`` reports a missing torch instead of needing it). ``site`` needs the
+``site`` extra besides (Sphinx, MyST-NB, jupyter-server-mathjax).
 """

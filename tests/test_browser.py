@@ -14,6 +14,7 @@ Skipped, with a one-line reason, where Chromium, its driver or selenium is missi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -148,9 +149,9 @@ def lab(tmp_path_factory):
         log.close()
 
 
-@pytest.fixture(scope="module")
-def browser(lab):
-    """One page of JupyterLab for the whole module; each test opens its notebook in it."""
+@contextlib.contextmanager
+def chrome():
+    """A headless Chromium driven by selenium (tests/test_site.py uses it too)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -162,13 +163,20 @@ def browser(lab):
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
     driver.set_script_timeout(TIMEOUT)
     try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    """One page of JupyterLab for the whole module; each test opens its notebook in it."""
+    with chrome() as driver:
         url, token, _ = lab
         driver.get(f"{url}/lab?token={token}")
         _wait("JupyterLab to load", lambda: driver.execute_script(
             "return !!(window.jupyterapp && window.jupyterapp.shell && document.querySelector('#jp-main-statusbar'))"))
         yield driver
-    finally:
-        driver.quit()
 
 
 def _open(browser, path: str) -> None:

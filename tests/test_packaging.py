@@ -188,7 +188,7 @@ def test_pyproject_declares_the_package_and_its_bounds(project):
         "torch": ">=2.2", "numpy": "", "matplotlib": "", "tqdm": "",
         "ipywidgets": ">=7.6", "regex": "",
     }
-    assert set(project["optional-dependencies"]) == {"tools", "dev", "lab", "browser"}
+    assert set(project["optional-dependencies"]) == {"tools", "dev", "lab", "browser", "site"}
 
 
 def test_tools_extra_declares_what_the_tools_import_and_dev_includes_it(project):

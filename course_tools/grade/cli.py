@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     sandbox = args.sandbox if args.sandbox is not None else problem is None
     mode = ("sandbox: each kernel ran under bwrap (--no-sandbox to turn it off)" if sandbox else
             "no sandbox: " + ("turned off with --no-sandbox" if args.sandbox is False else problem or "")
-            + "; the kernels ran with your permissions (see the README)")
+            + "; the kernels ran with your permissions (see docs/instructors/index.md)")
     progress(f"Isolation: {mode}")
     hidden = [p.resolve() for p in args.paths]
     start = time.monotonic()
