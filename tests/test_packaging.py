@@ -525,7 +525,7 @@ def fake_course(tmp_path, monkeypatch):
     return course
 
 
-ALL = ["-e", ".[browser,dev,lab]"]  # what every command installs: the union of the extras
+ALL = ["-e", ".[browser,dev,lab,site]"]  # what every command installs: the union of the extras
 
 
 @pytest.mark.parametrize("order", [("setup", "lab"), ("test", "lab"), ("lab", "test"), ("notebook", "setup", "test")])
@@ -549,12 +549,12 @@ def test_stamp_decides_when_pip_runs(fake_course):
     assert not course.stamp_is_current(course.read_stamp())  # no stamp yet
     course.ensure_installed()
     stamp = course.read_stamp()
-    assert stamp["extras"] == ["browser", "dev", "lab"] and course.stamp_is_current(stamp)
+    assert stamp["extras"] == ["browser", "dev", "lab", "site"] and course.stamp_is_current(stamp)
     # a stamp written before every command installed the union (e.g. after `test` alone)
     assert not course.stamp_is_current({**stamp, "extras": ["browser", "dev"]})
     course.STAMP.write_text(json.dumps({**stamp, "extras": ["dev", "tools"]}))
     course.ensure_installed()
-    assert course.installs[-1] == ["-e", ".[browser,dev,lab,tools]"]  # older extras are kept
+    assert course.installs[-1] == ["-e", ".[browser,dev,lab,site,tools]"]  # older extras are kept
     assert len(course.installs) == 2
     course.ensure_installed()
     assert len(course.installs) == 2  # stamp matches: no pip at all

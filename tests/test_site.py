@@ -300,19 +300,19 @@ def test_readme_first_screen_says_where_students_and_instructors_start_and_the_g
 
 
 def test_course_py_site_installs_the_site_extra_and_runs_the_builder(monkeypatch):
-    """``python3 course.py site ARGS``: the site extra (test installs it too), then
-    ``python -m course_tools.site ARGS`` in .venv (the real build is the fixture above)."""
+    """``python3 course.py site ARGS``: every extra, the site's included (one install for every
+    command), then ``python -m course_tools.site ARGS`` in .venv (the real build is the fixture above)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("course_cli_site", ROOT / "course_cli.py")
     course = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(course)
     calls = []
-    monkeypatch.setattr(course, "ensure_installed", lambda extras: calls.append(("install", extras)))
+    monkeypatch.setattr(course, "ensure_installed", lambda: calls.append("install"))
     monkeypatch.setattr(course, "run_in_venv", lambda cmd, env=None, server=False: calls.append(tuple(cmd)) or 7)
     assert course.main(["site", "--out", "elsewhere"]) == 7  # the builder's exit status
-    assert calls == [("install", ("site",)), ("-m", "course_tools.site", "--out", "elsewhere")]
-    assert "site" in course.EXTRAS["test"] and "site" in course.EXTRAS["setup"]
+    assert calls == ["install", ("-m", "course_tools.site", "--out", "elsewhere")]
+    assert "site" in course.EXTRAS
 
 
 def test_the_builder_never_deletes_a_folder_it_did_not_build(tmp_path):
