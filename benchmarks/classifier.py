@@ -72,10 +72,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import load_average, machine_table  # noqa: E402
 
-from course_utils.classifier import (  # noqa: E402
+from course_utils.classifier import TransformerClassifier  # noqa: E402
+from course_utils.classifier_training import (  # noqa: E402
     CLASSIFIER_RECIPE,
     BagOfWords,
-    TransformerClassifier,
     classifier_accuracy,
     fit_classifier,
     save_classifier,

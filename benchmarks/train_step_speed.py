@@ -1,7 +1,7 @@
 """One training step: the course's Transformer vs one built on ``nn.Transformer`` (notebook 07).
 
 Both models have the same size, by default notebook 07's (``RECIPE["model"]`` of
-``course_utils.trainer``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256,
+``course_utils.translator_training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256,
 no dropout, post-norm; flags change any of these), and the same wrapping:
 ``course_utils.TokenEmbedding`` for source and target, ``course_utils.PositionalEncoding``
 and an ``nn.Linear`` output layer. Only the encoder-decoder stack differs:
@@ -14,7 +14,7 @@ parameters (asserted).
 A step is: forward on one batch of training pairs (64 by default, the recipe's batch
 size; ``collate`` of the numbers-to-words training split), masked cross-entropy
 (``ignore_index=<pad>``), ``zero_grad``, backward, and the recipe's Adam
-(``course_utils.trainer.make_optimizer``). The masks are built once, outside the timed
+(``course_utils.translator_training.make_optimizer``). The masks are built once, outside the timed
 step (they come with the batch): ours from ``collate`` (``True`` = may attend), torch's
 converted to its polarity (``True`` = blocked). Both models train on the same batch in
 the same process; after a warm-up the steps are timed in pairs, the order inside a pair
@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 from course_utils import PositionalEncoding, TokenEmbedding, Transformer, count_parameters  # noqa: E402
 from machine import add_timing_arguments, load_average, machine_table, profile_steps  # noqa: E402  (benchmarks/machine.py)
 from course_utils.data import PAD_ID, NumberWordsDataset, collate, load_split, source_vocab, target_vocab  # noqa: E402
-from course_utils.trainer import RECIPE, make_optimizer  # noqa: E402
+from course_utils.translator_training import RECIPE, make_optimizer  # noqa: E402
 
 
 class TorchTransformer(nn.Module):

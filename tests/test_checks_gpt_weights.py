@@ -238,7 +238,7 @@ def test_stub_and_wrong_arguments():
 
 def test_the_reference_refuses_a_model_of_other_sizes():
     source = course_utils.GPT(20, 12, 3, 2, 24, 0.0, 10)
-    from course_utils.gpt import gpt2_state_dict
+    from course_utils.gpt_weights import gpt2_state_dict
 
     state = gpt2_state_dict(source)
     model = course_utils.GPT(20, 12, 3, 2, 24, 0.0, 8)

@@ -14,12 +14,11 @@ import torch.nn.functional as F
 
 from course_utils import EncoderLayer, TransformerClassifier, gelu, masked_mean_pool, padding_mask
 from course_utils import reviews
-from course_utils.classifier import (
+from course_utils.bert_weights import bert_attention_mask, copy_bert_layer
+from course_utils.classifier_training import (
     CHECKPOINT,
     BagOfWords,
-    bert_attention_mask,
     classifier_accuracy,
-    copy_bert_layer,
     fit_classifier,
     load_pretrained_classifier,
 )

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import causal_mask
-from ..gpt import GPT, GPTBlock, next_token_probs
+from ..generation import next_token_probs
+from ..gpt import GPT, GPTBlock
 from ._core import (Failure, Mistake, StudentError, allclose, call_student, check_input_device, check_module_device,
                     check_state_unchanged, check_unchanged, checker, describe_shape, module_state, raised,
                     drawn_once, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints,

@@ -52,7 +52,7 @@ from ._core import (
     randint, register_hints,
     require_function, require_distinct_roles, require_module_class, require_no_grad,
 )
-from .attention import _causal_candidates, _check_mask, _padding_shape
+from .attention import causal_mask_candidates, compare_mask, padding_shape_diagnosis
 from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
 from ._blocks import P_PROBE, check_dropout
 from .decoder import trailing_padding
@@ -113,7 +113,7 @@ def _padding_mistakes(tokens: Tensor, pad_id: int) -> list[Mistake]:
 
 # ---------------------------------------------------------------- make_src_mask
 def _pattern(got: Tensor) -> Tensor:
-    """The True/False pattern of a mask of any dtype (``!= 0``), as ``_check_mask`` reads it."""
+    """The True/False pattern of a mask of any dtype (``!= 0``), as ``compare_mask`` reads it."""
     return got if got.dtype == torch.bool else got != 0
 
 
@@ -151,7 +151,7 @@ def _src_shape(src: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
                  f"{L}): the source mask has a query axis of size 1, which broadcasts over whatever queries read "
                  "the source: the encoder's L_src and the decoder's cross-attention's L_tgt. Build it from the "
                  "keys only: (src != pad_id).unsqueeze(1).", mistake="wrong shape")
-        _padding_shape(B, L, what)(got)  # the same words as check_padding_mask
+        padding_shape_diagnosis(B, L, what)(got)  # the same words as check_padding_mask
 
     return diagnose
 
@@ -163,7 +163,7 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
         expected = padding_mask(src, pad_id)  # (B, 1, L)
         mistakes = [(name, f"your mask {words}", wrong) for name, words, wrong in _padding_mistakes(src, pad_id)]
         what = f"the mask ({case})"
-        _check_mask(what, got, expected, mistakes, _src_shape(src, pad_id, what),
+        compare_mask(what, got, expected, mistakes, _src_shape(src, pad_id, what),
                     f"Entry [b, 0, j] is True when token j of row b is a real token (not pad_id = {pad_id}).",
                     lambda idx, src=src: f" (token {int(src[idx[0], idx[-1]])})")
     check_input_device(lambda: fn(src.to("meta"), pad_id), lambda: fn(src.clone(), pad_id), "your make_src_mask", case)
@@ -219,7 +219,7 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str, fn: Callable[..., Any]) -> C
                 ("causal only", _CAUSAL_ONLY, causal),
                 *[(name, f"the causal part is wrong: {words} And it has no batch axis, so no sequence's padding is "
                    "blocked: combine it with padding_mask(tgt, pad_id) using &.", wrong)
-                  for name, words, wrong in _causal_candidates(L)],
+                  for name, words, wrong in causal_mask_candidates(L)],
             ])
             fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): one (L, L) pattern "
                  "for every sequence cannot block each sequence's own padding. Combine the padding mask (B, 1, L) "
@@ -257,7 +257,7 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
             ("padding only", _PADDING_ONLY, pad.expand(B, L, L)),
             # the causal part wrong (causal_mask's own words), the padding part right
             *[(name, f"the causal part is wrong: {words}", pad & wrong)
-              for name, words, wrong in _causal_candidates(L)],
+              for name, words, wrong in causal_mask_candidates(L)],
             ("diagonal shifted", "the causal part is tril(1): each position also sees the next token, the one it "
              "has to predict. Query i may attend to keys 0..i: torch.tril with the default diagonal=0.",
              pad & ones.tril(1)),
@@ -273,7 +273,7 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
         if "at the start" not in case and matches(got, pad.transpose(1, 2) & causal):  # trailing: as both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         what = f"the mask ({case})"
-        _check_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what, fn),
+        compare_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what, fn),
                     f"Entry [b, i, j] is True when query i of row b may attend to key j: j <= i (not a later "
                     f"position) and token j is real (not pad_id = {pad_id}).",
                     lambda idx, tgt=tgt: f" (key token {int(tgt[idx[0], idx[2]])}"

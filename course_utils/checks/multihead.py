@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
-from .attention import _VERY_NEGATIVE, _very_negative, require_tuple, robustness_diagnosis, sqrt_of_number
+from .attention import VERY_NEGATIVE_NOTE, very_negative_inputs, require_tuple, robustness_diagnosis, sqrt_of_number
 from ._core import (
     Mistake, StudentError, allclose, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
     check_unchanged, checker, describe_shape, module_state,
@@ -534,9 +534,9 @@ def _robustness_cases(model: nn.Module, ref: nn.Module, B: int, L_q: int, L_k: i
     mask = random_mask(B, L_q, L_k)  # (B, L_q, L_k)
     mask[:, 0] = False  # query 0 sees no key
     blocked = (*(torch.randn(B, n, D) for n in (L_q, L_k, L_k)), mask, "its first query row blocks every key")
-    very_negative = (*_very_negative(B, L_q, L_k, D // H, D, width=D), random_mask(B, L_q, L_k), _VERY_NEGATIVE)
+    very_negative = (*very_negative_inputs(B, L_q, L_k, D // H, D, width=D), random_mask(B, L_q, L_k), VERY_NEGATIVE_NOTE)
     for query, key, value, mask, note in (blocked, very_negative):
-        if note == _VERY_NEGATIVE:
+        if note == VERY_NEGATIVE_NOTE:
             with torch.no_grad():
                 for module in (model, ref):
                     for n in ("w_q", "w_k"):
@@ -546,10 +546,10 @@ def _robustness_cases(model: nn.Module, ref: nn.Module, B: int, L_q: int, L_k: i
         with torch.no_grad():
             ref_out, ref_w = ref(query, key, value, mask)  # (B, L_q, D), (B, H, L_q, L_k)
             out, w = _pair(call_student(model, query, key, value, mask, context=f"running forward ({case})"), case)
-        atol = 1e-4 if note == _VERY_NEGATIVE else 1e-5
+        atol = 1e-4 if note == VERY_NEGATIVE_NOTE else 1e-5
         # the weights line up with the mask given a head axis, the output with the mask as it is
         for what, got, expected, m in (("weights", w, ref_w, mask.unsqueeze(1)), ("output", out, ref_out, mask)):
-            if what == "output" and note != _VERY_NEGATIVE:
+            if what == "output" and note != VERY_NEGATIVE_NOTE:
                 _zero_context_rows(got, expected, mask, ref.w_o.bias.detach(), case)
             if not matches(got, expected, atol=atol):
                 shape = tuple(expected.shape[:-1]) + (L_k,) if what == "weights" else tuple(mask.shape)
