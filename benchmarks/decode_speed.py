@@ -7,7 +7,7 @@ of earlier steps cached), checks that both give exactly the same tokens, and pri
 wall time of each and the speed-up as a markdown table.
 
 Nothing is trained. By default the model has notebook 07's size (``RECIPE["model"]`` of
-``course_utils.training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256)
+``course_utils.translator_training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256)
 with random weights, and the output bias of ``<eos>`` is set to -1e4 so that no sequence
 ever ends early: every sentence is decoded for the full ``max_len = 20`` steps (19 words
 + ``<eos>`` is the longest target), the case the cache is built for. ``--pretrained``

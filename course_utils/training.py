@@ -12,10 +12,11 @@ cell writes it plus the input checks that name a wrong argument:
 * :func:`train_step` - one optimisation step on a :class:`~course_utils.data.Batch`
   (exercise ``train_step``).
 
-These are the pieces every training loop of the course uses. The translator's own run
-(``fit``, ``History``, ``evaluate``, ``predict``, ``mistakes``, ``RECIPE``) is
-:mod:`course_utils.translator_training`; which of the student's four functions it trains
-with (``choose_functions``, ``yours_or_reference``) is :mod:`course_utils.student_functions`.
+The translator's training run calls these (the student's own where they pass their checks,
+else these references). The run itself (``fit``, ``History``, ``evaluate``, ``predict``,
+``mistakes``, ``RECIPE``) is :mod:`course_utils.translator_training`; which of the student's
+four functions it trains with (``choose_functions``, ``yours_or_reference``) is
+:mod:`course_utils.student_functions`.
 
 Learning-rate schedules
 -----------------------

@@ -259,6 +259,18 @@ def test_no_module_imports_a_private_name_of_another():
     assert [str(f) for f in private if enforced(f.module)] == []
 
 
+def test_the_readme_layout_names_every_course_utils_module():
+    """The README's project layout has a line for each module and folder of course_utils: where a
+    newcomer looks first."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("course_utils/         "):readme.index("course_tools/         ")]
+    listed = {line.split()[0] for line in layout.splitlines()[1:] if line.startswith("  ") and line[2] != " "}
+    package = ROOT / "course_utils"
+    present = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+    present |= {p.name + "/" for p in package.iterdir() if p.is_dir() and not p.name.startswith("__")}
+    assert sorted(present - listed) == [] and sorted(listed - present) == []
+
+
 if __name__ == "__main__":  # every finding
     graph, private = import_graph()
     for component in cycles(graph):
