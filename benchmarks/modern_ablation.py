@@ -143,7 +143,7 @@ def run_one(change: str, seed: int, budget: float, threads: int, size: dict, fit
     model = build(change, len(tokenizer), size)
     params = sum(p.numel() for p in model.parameters())
     cpu, wall = time.process_time(), time.perf_counter()
-    history = fit_gpt(model, train, None, seed=seed, **dict(fit, steps=steps))
+    fit_gpt(model, train, None, seed=seed, **dict(fit, steps=steps))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     return {"variant": change, "seed": seed, "params": params, "steps": steps, "ms_per_step": 1000 * cpu / steps,
             "cpu_s": cpu, "wall_s": wall, "val_loss": evaluate_loss(model, valid, batches=32)}

@@ -41,7 +41,8 @@ def bert_attention_mask(mask: Tensor) -> Tensor:
     """The course's boolean mask ``(B, 1, L)`` (``True`` = may attend) as BERT's additive
     float mask ``(B, 1, 1, L)``: 0 where attending is allowed, a huge negative number where not."""
     blocked = torch.finfo(torch.float32).min
-    return torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill(~mask, blocked).unsqueeze(1)  # (B, 1, 1, L)
+    additive = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill(~mask, blocked)  # (B, 1, L)
+    return additive.unsqueeze(1)  # (B, 1, 1, L)
 
 
 __all__ = ["BERT_LAYER_NAMES", "copy_bert_layer", "bert_attention_mask"]

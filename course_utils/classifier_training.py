@@ -108,7 +108,8 @@ def fit_classifier(
         rows = order[position:position + batch_size]
         position += batch_size
         batch = tokens[rows]  # (B, L)
-        batch = batch[:, : int((batch != pad_id).sum(dim=1).max())]  # drop the all-padding columns (padding is at the end)
+        # drop the all-padding columns (padding is at the end)
+        batch = batch[:, : int((batch != pad_id).sum(dim=1).max())]
         loss = F.cross_entropy(model(batch), labels[rows])  # logits (B, C): cross_entropy does the softmax
         optimizer.zero_grad()
         loss.backward()

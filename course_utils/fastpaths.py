@@ -120,4 +120,13 @@ def single_query_context(weights: Tensor, v: Tensor) -> Tensor:
     return (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (..., 1, d_k)
 
 
-__all__ = ["ENABLED", "applies", "SHORT_ROW", "softmax_last_axis", "layer_norm", "fused_attention_applies", "causal_self_attention", "single_query_context"]
+__all__ = [
+    "ENABLED",
+    "applies",
+    "SHORT_ROW",
+    "softmax_last_axis",
+    "layer_norm",
+    "fused_attention_applies",
+    "causal_self_attention",
+    "single_query_context",
+]

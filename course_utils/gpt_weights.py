@@ -72,7 +72,8 @@ def gpt2_config(state_dict: Mapping[str, Tensor]) -> dict[str, int]:
         raise ValueError(f"GPT-2 blocks h.0 ... h.N-1 expected, got block indices {sorted(layers)}")
     vocab_size, d_model = sd["wte.weight"].shape
     c_fc = sd.get("h.0.mlp.c_fc.weight")  # (D, d_ff); transposed (d_ff, D) is refused by the conversion
-    d_ff = 4 * int(d_model) if c_fc is None or c_fc.dim() != 2 else int(c_fc.shape[1 if c_fc.shape[0] == d_model else 0])
+    d_ff = (4 * int(d_model) if c_fc is None or c_fc.dim() != 2
+            else int(c_fc.shape[1 if c_fc.shape[0] == d_model else 0]))
     return {
         "vocab_size": int(vocab_size),
         "d_model": int(d_model),

@@ -197,7 +197,9 @@ class GroupedQueryAttention(nn.Module):
         self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
 
-    def project(self, x: Tensor, cos: Tensor | None, sin: Tensor | None, offset: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    def project(
+        self, x: Tensor, cos: Tensor | None, sin: Tensor | None, offset: int = 0
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """``q (B, H, L, d_k)``, ``k, v (B, H_kv, L, d_k)`` of ``x (B, L, D)``, q and k rotated."""
         q = split_heads(self.w_q(x), self.num_heads)  # (B, H, L, d_k)
         k = split_heads(self.w_k(x), self.n_kv_heads)  # (B, H_kv, L, d_k)

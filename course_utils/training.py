@@ -235,7 +235,9 @@ def train_step(
        no clipping) *before* the update;
     6. ``optimizer.step()``, then ``scheduler.step()`` when a scheduler is given.
     """
-    return train_step_with_loss(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm, masked_cross_entropy)
+    return train_step_with_loss(
+        model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm, masked_cross_entropy
+    )
 
 
 def train_step_with_loss(

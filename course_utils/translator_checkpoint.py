@@ -71,7 +71,8 @@ def _read(path: str | Path | None = None) -> dict[str, Any]:
     path = CHECKPOINT if path is None else Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"no pretrained checkpoint at {path}; write it with `python -m course_utils.translator_checkpoint --write`, "
+            f"no pretrained checkpoint at {path}; write it with "
+            "`python -m course_utils.translator_checkpoint --write`, "
             "or reinstall the course package (the file ships with it)"
         )
     state = torch.load(path, map_location="cpu", weights_only=True)

@@ -279,7 +279,9 @@ class History(dict):
         return h
 
 
-def epoch_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator, bucket: int = 0) -> list[list[int]]:
+def epoch_batches(
+    lengths: Sequence[int], batch_size: int, generator: torch.Generator, bucket: int = 0
+) -> list[list[int]]:
     """One epoch's batches of example indices, drawn from ``generator`` only.
 
     A random permutation of the examples, cut into full batches (the last partial batch
@@ -380,7 +382,8 @@ def fit(
             notebook keeps in its finished state; ``False``: none.
         train_step, shift_targets, masked_cross_entropy, noam_lr: the four exercises of
             notebook 07, to train with the student's own (``None``: the reference; see
-            :func:`~course_utils.student_functions.choose_functions`). ``train_step`` is called like :func:`~course_utils.training.train_step`;
+            :func:`~course_utils.student_functions.choose_functions`). ``train_step`` is called like
+            :func:`~course_utils.training.train_step`;
             ``shift_targets`` makes every batch's ``tgt_in``/``tgt_out`` (and with them
             ``tgt_mask``); ``masked_cross_entropy`` is the loss of the reference step (a
             student's ``train_step`` calls the loss it calls); ``noam_lr`` is the formula
@@ -492,7 +495,8 @@ def _student_step(
     the batches' own ``tgt_in``/``tgt_out``, which is the reference's shift)."""
     step_fn = check_optional_function("train_step", train_step)
     shift_fn = check_optional_function("shift_targets", shift_targets)
-    loss_fn = check_optional_function("masked_cross_entropy", masked_cross_entropy) or REFERENCES["masked_cross_entropy"]
+    loss_fn = (check_optional_function("masked_cross_entropy", masked_cross_entropy)
+               or REFERENCES["masked_cross_entropy"])
     if step_fn is None:
         def step_fn(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm):  # noqa: ANN001
             return train_step_with_loss(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm, loss_fn)
@@ -624,7 +628,9 @@ def _train_loop(
     run.save()
 
 
-def shifted_batch(batch: Batch, shift_targets: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int = _data.PAD_ID) -> Batch:
+def shifted_batch(
+    batch: Batch, shift_targets: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int = _data.PAD_ID
+) -> Batch:
     """``batch`` with ``tgt_in``, ``tgt_out`` (and from them ``tgt_mask``, ``num_tokens``)
     made by ``shift_targets(batch.tgt)`` instead of by :func:`~course_utils.data.collate`."""
     tgt_in, tgt_out = shift_targets(batch.tgt)  # (B, L_tgt - 1) each
@@ -653,7 +659,9 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0) -> to
 
 
 @torch.no_grad()
-def _teacher_forced_loss(model: nn.Module, dataset: NumberWordsDataset, label_smoothing: float, batch_size: int) -> float:
+def _teacher_forced_loss(
+    model: nn.Module, dataset: NumberWordsDataset, label_smoothing: float, batch_size: int
+) -> float:
     """The loss on ``dataset`` with teacher forcing, mean over all its target tokens."""
     device = _model_device(model)
     total, count = 0.0, 0
