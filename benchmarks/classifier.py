@@ -56,7 +56,7 @@ times the CPU time. Not yet measured: 2 threads on an idle machine, more seeds.
 ``--write`` saves the recipe's model (seed 0) to
 ``course_utils/pretrained/review_classifier.pt`` with every model's history and scores in
 its ``meta`` (notebook 08 shows them when it does not train).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

@@ -39,6 +39,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's course_utils
 
+from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
+
 from course_utils import Transformer  # noqa: E402
 from course_utils.data import (  # noqa: E402
     BOS_ID,
@@ -54,7 +56,6 @@ from course_utils.data import (  # noqa: E402
 from course_utils.decoding import greedy_decode, greedy_decode_cached  # noqa: E402
 from course_utils.translator_checkpoint import load_pretrained, pretrained_info  # noqa: E402
 from course_utils.translator_training import RECIPE  # noqa: E402
-from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
 
 
 def build_model(args: argparse.Namespace) -> Transformer:
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sentences", type=int, help="decode only the first N test sources (quick runs)")
     weights = parser.add_mutually_exclusive_group()
-    weights.add_argument("--pretrained", action="store_true", help="notebook 07's trained translator (course_utils.translator_checkpoint)")
+    weights.add_argument("--pretrained", action="store_true", help="notebook 07's trained translator (course_utils.translator_checkpoint)")  # noqa: E501
     weights.add_argument("--checkpoint", help="state_dict of a trained Transformer of the size given by the flags")
     args = parser.parse_args(argv)
 
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch_size, threads, *_, times in rows:
         print(
             f"batch {batch_size}, threads {threads}, every repeat: full prefix "
-            f"{', '.join(f'{t:.2f}' for t in times['naive'])} s; KV cache {', '.join(f'{t:.2f}' for t in times['cached'])} s"
+            f"{', '.join(f'{t:.2f}' for t in times['naive'])} s; KV cache {', '.join(f'{t:.2f}' for t in times['cached'])} s"  # noqa: E501
         )
     print()
     print(machine_table(args.threads, load_before, load_after))

@@ -54,7 +54,7 @@ An undertrained model's errors are almost all 7- to 9-digit numbers written with
 separators: it has not yet learnt to count the digits (the source has no end token), so
 it reads "53978566" as "five hundred thirty nine million ...". When that clicks varies
 from seed to seed; more steps, not a bigger model, made it reliable.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from .embeddings import TokenEmbedding
 from .encoder import Encoder
 from .positional import PositionalEncoding
 
+
 def gelu(x: Tensor) -> Tensor:
     r"""Gaussian error linear unit, exact form: ``x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2)))``.
 

@@ -23,7 +23,6 @@ from torch import Tensor, nn
 
 from .gpt import GPT
 
-
 # ---------------------------------------------------------------- the names, one table for both ways
 # (our tensor, GPT-2's tensor without "transformer.", a Conv1D weight); "{i}": every block's index.
 # GPT-2 stores its linear layers as Conv1D modules, whose weight is (in, out) (y = x @ W + b), the

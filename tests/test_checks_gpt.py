@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
 from torch import nn
 
-from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask
-from course_utils import generation, gpt
+from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask, generation, gpt
 from course_utils.checks import check_generate, check_gpt, check_gpt_block, check_next_token_probs, hint
 from course_utils.checks._core import HINTS
 
@@ -487,7 +486,7 @@ class EncoderLayerBlock(nn.Module):
         from course_utils import EncoderLayer
 
         layer = EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first=True, activation="gelu_tanh")
-        self.norm1, self.self_attn, self.norm2, self.feed_forward = layer.norm1, layer.self_attn, layer.norm2, layer.feed_forward
+        self.norm1, self.self_attn, self.norm2, self.feed_forward = layer.norm1, layer.self_attn, layer.norm2, layer.feed_forward  # noqa: E501
         self.layer = layer
 
     def forward(self, x, mask=None):
@@ -628,7 +627,7 @@ class NoPositions(Model):
 class PositionsFromOne(Model):
     def embed(self, tokens):
         L = tokens.size(1)
-        return self.token_embedding(tokens) + self.position_embedding(torch.arange(1, L + 1).clamp(max=self.max_len - 1))
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(1, L + 1).clamp(max=self.max_len - 1))  # noqa: E501
 
 
 class Scaled(Model):
@@ -1019,8 +1018,8 @@ def test_head_conv1d_named_when_vocab_size_equals_d_model():
     (PairNotUnpacked, "attention output not unpacked", ("must be Tensor, not tuple", "Keep the output, `[0]`")),
     (PairAdded, "attention output not unpacked", ("'Tensor' and 'tuple'", "(output, weights)")),
     (ParallelBlock, "parallel block", "GPT-J"),
-    (AttentionStreamNormalised, "residual stream normalised", ("before the self-attention", "as the feed-forward does")),
-    (FeedForwardStreamNormalised, "residual stream normalised", ("before the feed-forward", "x = x + feed_forward(norm2(x))")),
+    (AttentionStreamNormalised, "residual stream normalised", ("before the self-attention", "as the feed-forward does")),  # noqa: E501
+    (FeedForwardStreamNormalised, "residual stream normalised", ("before the feed-forward", "x = x + feed_forward(norm2(x))")),  # noqa: E501
     (FeedForwardUnnormalised, "norm missing", ("feed-forward reads x itself", "feed_forward(norm2(x))")),
     (AttentionUnnormalised, "norm missing", ("self-attention reads x itself", "h = norm1(x)")),
     (UpperTriangle, "upper triangle", ("`triu`", "no change moved an output after it", "lower triangle")),

@@ -13,26 +13,33 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import EncoderLayer, count_parameters
-from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask, record_attention
+from course_utils import (
+    EncoderLayer,
+    FeedForward,
+    LayerNorm,
+    MultiHeadAttention,
+    causal_mask,
+    count_parameters,
+    record_attention,
+    stories,
+)
 from course_utils.generation import empty_cache, generate, gpt_decode_step, next_token_probs, sample_next_token
 from course_utils.gpt import GPT, GPTBlock, context_length
-from course_utils.gpt_weights import convert_gpt2_state_dict, gpt2_state_dict, gpt_from_gpt2
 from course_utils.gpt_training import (
-    language_model_loss,
     CHECKPOINT,
     FAST_RECIPE,
     GPT_RECIPE,
     CharTokenizer,
     evaluate_loss,
     fit_gpt,
+    language_model_loss,
     load_pretrained_gpt,
     lr_at,
     prepare_data,
     pretrained_gpt_info,
     split_text,
 )
-from course_utils import stories
+from course_utils.gpt_weights import convert_gpt2_state_dict, gpt2_state_dict, gpt_from_gpt2
 from course_utils.stories import DATA_DIR, FILE_NAME, SHAKESPEARE_SHA256, generate_text, load_shakespeare, load_text
 
 
@@ -346,7 +353,7 @@ def test_shipped_checkpoint_loads_and_writes_shakespeare():
     assert history["val_loss"][-1] == pytest.approx(info["final_val_loss"], abs=1e-3)
     assert info["final_val_loss"] < 1.75  # nats per character; ln V = 4.17 before training
     config = GPT_RECIPE["model"]
-    assert (model.d_model, model.max_len, len(model.blocks)) == (config["d_model"], config["max_len"], config["num_layers"])
+    assert (model.d_model, model.max_len, len(model.blocks)) == (config["d_model"], config["max_len"], config["num_layers"])  # noqa: E501
     _, _, valid = prepare_data()
     assert evaluate_loss(model, valid, batches=2) < 1.9
     out = generate(model, torch.tensor([tok.encode("ROMEO:\n")]), 120, temperature=0)

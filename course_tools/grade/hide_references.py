@@ -250,7 +250,7 @@ def gate_allows(frame, entry, args, student_files, course_files, package, gates,
     return False
 
 
-def public_course(exercises, hidden_event, guard_source, skipped, gate_event, later=()):  # pragma: no cover - runs inside the graded kernel
+def public_course(exercises, hidden_event, guard_source, skipped, gate_event, later=()):  # pragma: no cover - runs inside the graded kernel  # noqa: E501
     """Move the course package out of ``sys.modules`` and import a public copy with the
     references of ``exercises`` ({exercise: [helpers]}) replaced by guards.
 

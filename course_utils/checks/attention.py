@@ -25,8 +25,23 @@ from ..attention import causal_mask as _ref_causal_mask
 from ..attention import padding_mask as _ref_padding_mask
 from ..attention import scaled_dot_product_attention as _ref_attention
 from ._core import (
-    StudentError, equal, isfinite, call_student, check_input_device, check_unchanged, checker, describe_shape,
-    expect_close, fail, gradient_probe, matches, raised, randint, random_mask, register_hints, require_function,
+    StudentError,
+    call_student,
+    check_input_device,
+    check_unchanged,
+    checker,
+    describe_shape,
+    equal,
+    expect_close,
+    fail,
+    gradient_probe,
+    isfinite,
+    matches,
+    raised,
+    randint,
+    random_mask,
+    register_hints,
+    require_function,
     student_line,
 )
 
@@ -178,12 +193,12 @@ def _attention_cases() -> list[_Case]:
 VERY_NEGATIVE_NOTE = "every score about -150 after scaling"
 
 
-def very_negative_inputs(B: int, L_q: int, L_k: int, d_k: int, d_v: int, width: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def very_negative_inputs(B: int, L_q: int, L_k: int, d_k: int, d_v: int, width: int | None = None) -> tuple[Tensor, Tensor, Tensor]:  # noqa: E501
     """Queries and keys pointing in opposite directions: every score near -150. ``width``:
     their features, ``d_k`` unless heads of ``d_k`` each share them (multi-head attention)."""
     width = width or d_k
     q = 1 + 0.05 * torch.randn(B, L_q, width)  # (B, L_q, width)
-    k = -(1 + 0.05 * torch.randn(B, L_k, width)) * (150 / math.sqrt(d_k))  # (B, L_k, width): q.k / sqrt(d_k) ~ -150 per head
+    k = -(1 + 0.05 * torch.randn(B, L_k, width)) * (150 / math.sqrt(d_k))  # (B, L_k, width): q.k / sqrt(d_k) ~ -150 per head  # noqa: E501
     return q, k, torch.randn(B, L_k, d_v)
 
 
@@ -361,7 +376,7 @@ def robustness_diagnosis(
             f"{on}: the rows of the queries whose keys are all blocked are NaN (a padding query, say). "
             "That is what a fill with float('-inf') gives: softmax(-inf, ..., -inf) = 0 / 0 = NaN there, and one NaN "
             "spreads through every later layer and into the loss. Fill with the most negative finite "
-            "number, torch.finfo(scores.dtype).min (not -1e9, which float16 cannot hold): such a row then gets uniform weights, "
+            "number, torch.finfo(scores.dtype).min (not -1e9, which float16 cannot hold): such a row then gets uniform weights, "  # noqa: E501
             "finite, and the loss ignores it anyway.",
             mistake="filled with -inf",
         )
@@ -401,7 +416,7 @@ def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[A
     first, second = result
     shapes = tuple(t.shape if isinstance(t, Tensor) else None for t in result)
     if shapes == (ref_w.shape, ref_out.shape):
-        fail("the return order is swapped: you return (weights, output); the exercise asks for `return output, weights`.",
+        fail("the return order is swapped: you return (weights, output); the exercise asks for `return output, weights`.",  # noqa: E501
              mistake="wrong return order")
     return first, second
 
@@ -631,7 +646,7 @@ def _padding_candidates(tokens: Tensor, pad_id: int) -> list[tuple[str, str, Ten
         ("assumed trailing padding", trailing("every position from the first pad id on is"),
          (positions < first_pad[:, None]).unsqueeze(1)),
         ("assumed trailing padding", trailing("the first n tokens of each row (n = its number of real tokens) are "
-                                              "taken as real and the rest is"), (positions < n_real[:, None]).unsqueeze(1)),
+                                              "taken as real and the rest is"), (positions < n_real[:, None]).unsqueeze(1)),  # noqa: E501
     ]
 
 

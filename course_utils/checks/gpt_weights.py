@@ -28,8 +28,20 @@ from torch import Tensor, nn
 from ..generation import generate
 from ..gpt import GPT
 from ..gpt_weights import convert_gpt2_state_dict, gpt2_state_dict
-from ._core import (StudentError, call_student, checker, describe_shape, expect_close, fail, matches, randint, raised,
-                    register_hints, require_function, student_line)
+from ._core import (
+    StudentError,
+    call_student,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    matches,
+    raised,
+    randint,
+    register_hints,
+    require_function,
+    student_line,
+)
 from ._pairing import randomise_parameters
 
 __all__ = ["check_load_gpt2_weights"]

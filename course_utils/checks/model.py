@@ -46,15 +46,35 @@ from ..decoding import greedy_decode
 from ..layers import LayerNorm
 from ..model import Transformer
 from ..positional import sinusoidal_positional_encoding
-from ._core import (
-    dropout_scale, equal, allclose, Failure, Mistake, StudentError, call_student, check_input_device, drawn_once,
-    check_unchanged, checker, describe_shape, expect_close, fail, fail_fixed_p, gradient_probe, isclose, matches,
-    randint, register_hints,
-    require_function, require_distinct_roles, require_module_class, require_no_grad,
-)
-from .attention import causal_mask_candidates, compare_mask, padding_shape_diagnosis
-from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
 from ._blocks import P_PROBE, check_dropout
+from ._core import (
+    Failure,
+    Mistake,
+    StudentError,
+    allclose,
+    call_student,
+    check_input_device,
+    check_unchanged,
+    checker,
+    describe_shape,
+    drawn_once,
+    dropout_scale,
+    equal,
+    expect_close,
+    fail,
+    fail_fixed_p,
+    gradient_probe,
+    isclose,
+    matches,
+    randint,
+    register_hints,
+    require_distinct_roles,
+    require_function,
+    require_module_class,
+    require_no_grad,
+)
+from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
+from .attention import causal_mask_candidates, compare_mask, padding_shape_diagnosis
 from .decoder import trailing_padding
 
 __all__ = ["check_transformer", "check_make_src_mask", "check_make_tgt_mask", "check_greedy_decode"]
@@ -591,7 +611,7 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
     alien = [f"`{n}`" for n, p in model.named_parameters() if not ours[tuple(p.shape)]]  # shapes the reference lacks
 
     def listed(counts: Counter) -> str:
-        return ", ".join(f"{k} x {shape}" for shape, k in list(counts.items())[:4]) + (" ..." if len(counts) > 4 else "")
+        return ", ".join(f"{k} x {shape}" for shape, k in list(counts.items())[:4]) + (" ..." if len(counts) > 4 else "")  # noqa: E501
 
     said = "; ".join(
         ([f"it has more parameter tensors than the reference of shape {listed(extra)}"] if extra else [])
@@ -677,7 +697,7 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     _require_methods(model)
     _require_parts(model)
     ref = Transformer(s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
-    require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding
+    require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding  # noqa: E501
     _check_state(model, s.D)
     pairs = pair_parameters(model, ref, by_structure=True)
     if pairs is None:
@@ -705,7 +725,7 @@ def _compare_parts(model: nn.Module, ref: Transformer, inputs: tuple[Tensor, ...
     case = f"{where}, encode(src, src_mask), src {describe_shape(src)}"
     got = _student_call("encode", model.encode, (src, src_mask), ["src", "src_mask"], case)
     memory = _transformer_variant(ref, *inputs, part="memory")  # (B, L_src, D)
-    variants = [(n, d, lambda kw=kw: _transformer_variant(ref, *inputs, part="memory", **kw)) for n, d, kw in mistakes("memory")]
+    variants = [(n, d, lambda kw=kw: _transformer_variant(ref, *inputs, part="memory", **kw)) for n, d, kw in mistakes("memory")]  # noqa: E501
     expect_close("memory", got, memory, variants, case=case, atol=1e-4)
     case = f"{where}, decode(tgt, memory, tgt_mask, src_mask), tgt {describe_shape(tgt)}"
     args = (tgt, memory, tgt_mask, src_mask)
@@ -768,8 +788,8 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
     with torch.no_grad():
         first = call_student(model, *inputs, context=f"running forward ({where})")
         again = call_student(model, *inputs, context=f"running forward ({where})")
-        if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):
-            fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != P_PROBE]
+        if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):  # noqa: E501
+            fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != P_PROBE]  # noqa: E501
             fail(f"two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, "
                  "so the output would be the same each time; some dropout uses its own p instead of the dropout "
                  "argument" + (f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
@@ -1144,7 +1164,7 @@ def _greedy_raw(
     margins = []
     for _ in range(steps):
         T = ys.size(1)
-        tgt_mask = {True: causal_mask(T), False: None, "inverted": ~causal_mask(T), "upper": causal_mask(T).T}[causal]  # (T, T)
+        tgt_mask = {True: causal_mask(T), False: None, "inverted": ~causal_mask(T), "upper": causal_mask(T).T}[causal]  # (T, T)  # noqa: E501
         out = model.decode(ys, memory, tgt_mask, mask)  # (B, T, D)
         if argmax == "positions":  # argmax over the positions of (B, T, V), then the last column
             nxt = model.output_projection(out).argmax(dim=1)[:, -1]  # (B,)
@@ -1236,7 +1256,7 @@ def _greedy_mistakes(
         ("runs to max_len after all finished", "decoding goes on until max_len although every sequence had already "
          "produced <eos>: stop as soon as all of them have finished (T = 1 + the number of steps taken).",
          fin(stop="never")),
-        ("stops at the first eos", "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every "
+        ("stops at the first eos", "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every "  # noqa: E501
          "sequence has finished (track a `finished` flag per sequence and test finished.all()).", fin(stop="any")),
         ("no causal mask", "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, "
          "as in training; without it the earlier positions see the later ones and the prediction changes.",
@@ -1398,7 +1418,7 @@ def _greedy_cases(
     for c in cases:
         fill = c.eos_id if c.pad_id is None else c.pad_id
         with torch.no_grad():
-            c.expected = greedy_decode(model, src[c.rows], M, bos_id, eos_id, src_mask=src_mask[c.rows], pad_id=c.pad_id)
+            c.expected = greedy_decode(model, src[c.rows], M, bos_id, eos_id, src_mask=src_mask[c.rows], pad_id=c.pad_id)  # noqa: E501
         model.eval()
         if not _same(c.expected, _finish(raws["ok"][c.rows], eos_id, fill, M)):
             return None  # the smaller batch changed a close call: pick other rows
@@ -1604,7 +1624,7 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
     fill = case.eos_id if case.pad_id is None else case.pad_id
     try:
         with torch.no_grad():
-            got = fn(model, src.clone(), setup.max_len, setup.bos_id, case.eos_id, src_mask=mask.clone(), pad_id=case.pad_id)
+            got = fn(model, src.clone(), setup.max_len, setup.bos_id, case.eos_id, src_mask=mask.clone(), pad_id=case.pad_id)  # noqa: E501
             ys = _lazy_greedy(model.eval(), src, mask, setup.bos_id, case.eos_id, fill, setup.max_len, dim=0)
     except Exception:  # noqa: BLE001 - the probe only adds a diagnosis
         model.eval()
