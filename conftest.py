@@ -5,7 +5,7 @@ Notebook 07 (nbval).
 
 Notebook 07 trains its translator for real when a student runs it (`TRAIN = True`, about
 two minutes on one core). Its executed solution is checked against the shipped
-checkpoint instead, which the same recipe run wrote (`python -m course_utils.pretrained
+checkpoint instead, which the same recipe run wrote (`python -m course_utils.translator_checkpoint
 --write`) and which gives every stored output below the training cell (the training cell
 itself is not compared). Set COURSE_TRAIN_IN_TESTS=1 to train for real under the tests too.
 """

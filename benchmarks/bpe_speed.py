@@ -87,7 +87,7 @@ def hf_gpt2_backend():
     from transformers import GPT2TokenizerFast
 
     with tempfile.TemporaryDirectory() as folder:
-        vocab, merges = ((T.DATA_DIR / name).read_text(encoding="utf-8") for name in (T.GPT2_VOCAB_FILE, T.GPT2_MERGES_FILE))
+        vocab, merges = ((T.DATA_DIR / name).read_text(encoding="utf-8") for name in (T.GPT2_VOCAB_FILE, T.GPT2_MERGES_FILE))  # noqa: E501
         (Path(folder) / "vocab.json").write_text(vocab, encoding="utf-8")
         # Hugging Face skips a merges file's first line (its "#version" header)
         (Path(folder) / "merges.txt").write_text("#version: 0.2\n" + merges, encoding="utf-8")
@@ -153,16 +153,16 @@ def main(argv: list[str] | None = None) -> int:
           f"(every encoder's ids identical: asserted), 1 thread, median of {args.repeats}\n")
     print("| encoder | wall (s) | CPU (s) | MB/s (wall) | MB/s (CPU) | speed / HF `encode` (CPU) |")
     print("|---|---:|---:|---:|---:|---:|")
-    medians = {name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t)) for name, t in times.items()}
+    medians = {name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t)) for name, t in times.items()}  # noqa: E501
     hf_cpu = next(cpu for name, (_, cpu) in medians.items() if name.startswith("Hugging Face `encode`"))
     for name, (wall, cpu) in medians.items():
         cpu = max(cpu, 1e-9)
-        print(f"| {name} | {wall:.4f} | {cpu:.4f} | {megabytes / wall:.2f} | {megabytes / cpu:.2f} | {hf_cpu / cpu:.2f} |")
+        print(f"| {name} | {wall:.4f} | {cpu:.4f} | {megabytes / wall:.2f} | {megabytes / cpu:.2f} | {hf_cpu / cpu:.2f} |")  # noqa: E501
 
     print("\n| machine | |\n|---|---|")
     for key, value in [("CPU", cpu_model()), ("cores (os.cpu_count)", os.cpu_count()),
-                       ("threads", "1 (torch.set_num_threads(1), RAYON_NUM_THREADS=" + os.environ["RAYON_NUM_THREADS"] + ")"),
-                       ("Python", sys.version.split()[0]), ("tokenizers", _tokenizers_version()), ("load average before", load_before),
+                       ("threads", "1 (torch.set_num_threads(1), RAYON_NUM_THREADS=" + os.environ["RAYON_NUM_THREADS"] + ")"),  # noqa: E501
+                       ("Python", sys.version.split()[0]), ("tokenizers", _tokenizers_version()), ("load average before", load_before),  # noqa: E501
                        ("load average after", load_average())]:
         print(f"| {key} | {value} |")
     return 0

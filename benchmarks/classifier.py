@@ -56,7 +56,7 @@ times the CPU time. Not yet measured: 2 threads on an idle machine, more seeds.
 ``--write`` saves the recipe's model (seed 0) to
 ``course_utils/pretrained/review_classifier.pt`` with every model's history and scores in
 its ``meta`` (notebook 08 shows them when it does not train).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -72,10 +72,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import load_average, machine_table  # noqa: E402
 
-from course_utils.classifier import (  # noqa: E402
+from course_utils.classifier import TransformerClassifier  # noqa: E402
+from course_utils.classifier_training import (  # noqa: E402
     CLASSIFIER_RECIPE,
     BagOfWords,
-    TransformerClassifier,
     classifier_accuracy,
     fit_classifier,
     save_classifier,

@@ -7,11 +7,11 @@ of earlier steps cached), checks that both give exactly the same tokens, and pri
 wall time of each and the speed-up as a markdown table.
 
 Nothing is trained. By default the model has notebook 07's size (``RECIPE["model"]`` of
-``course_utils.training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256)
+``course_utils.translator_training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256)
 with random weights, and the output bias of ``<eos>`` is set to -1e4 so that no sequence
 ever ends early: every sentence is decoded for the full ``max_len = 20`` steps (19 words
 + ``<eos>`` is the longest target), the case the cache is built for. ``--pretrained``
-decodes with the trained translator of notebook 07 instead (``course_utils.pretrained``,
+decodes with the trained translator of notebook 07 instead (``course_utils.translator_checkpoint``,
 nothing rigged): each batch stops at its longest sentence, which shrinks both times and
 the speed-up. ``--checkpoint PATH`` takes any ``state_dict`` of a ``Transformer`` of the
 size given by the flags.
@@ -19,7 +19,7 @@ size given by the flags.
 Timing: each repeat decodes the whole test set with both functions, their order
 alternating between repeats (interleaved), after one untimed warm-up batch; the table
 gives the median over repeats, for batches of 500 sentences (as
-``course_utils.trainer.evaluate`` decodes) and for the whole test split in one batch.
+``course_utils.translator_training.evaluate`` decodes) and for the whole test split in one batch.
 Run from the repository root (about 4 minutes)::
 
     .venv/bin/python benchmarks/decode_speed.py                # 1 and 2 threads, 7 repeats
@@ -39,6 +39,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's course_utils
 
+from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
+
 from course_utils import Transformer  # noqa: E402
 from course_utils.data import (  # noqa: E402
     BOS_ID,
@@ -52,9 +54,8 @@ from course_utils.data import (  # noqa: E402
     target_vocab,
 )
 from course_utils.decoding import greedy_decode, greedy_decode_cached  # noqa: E402
-from course_utils.pretrained import load_pretrained, pretrained_info  # noqa: E402
-from course_utils.trainer import RECIPE  # noqa: E402
-from machine import load_average, machine_table  # noqa: E402  (benchmarks/machine.py)
+from course_utils.translator_checkpoint import load_pretrained, pretrained_info  # noqa: E402
+from course_utils.translator_training import RECIPE  # noqa: E402
 
 
 def build_model(args: argparse.Namespace) -> Transformer:
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=model["norm_first"])
     parser.add_argument(
         "--batch-size", type=int, nargs="+", default=[500, 3000],
-        help="sentences per call: 500 as course_utils.trainer.evaluate, 3000 the whole test split at once",
+        help="sentences per call: 500 as course_utils.translator_training.evaluate, 3000 the whole test split at once",
     )  # fmt: skip
     parser.add_argument("--max-len", type=int, default=MAX_TARGET_WORDS + 1)
     parser.add_argument("--repeats", type=int, default=7)
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sentences", type=int, help="decode only the first N test sources (quick runs)")
     weights = parser.add_mutually_exclusive_group()
-    weights.add_argument("--pretrained", action="store_true", help="notebook 07's trained translator (course_utils.pretrained)")
+    weights.add_argument("--pretrained", action="store_true", help="notebook 07's trained translator (course_utils.translator_checkpoint)")  # noqa: E501
     weights.add_argument("--checkpoint", help="state_dict of a trained Transformer of the size given by the flags")
     args = parser.parse_args(argv)
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     load_after = load_average()
 
     if args.pretrained:
-        weights = "notebook 07's pretrained translator (course_utils.pretrained)"
+        weights = "notebook 07's pretrained translator (course_utils.translator_checkpoint)"
     elif args.checkpoint:
         weights = f"checkpoint {args.checkpoint}"
     else:
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch_size, threads, *_, times in rows:
         print(
             f"batch {batch_size}, threads {threads}, every repeat: full prefix "
-            f"{', '.join(f'{t:.2f}' for t in times['naive'])} s; KV cache {', '.join(f'{t:.2f}' for t in times['cached'])} s"
+            f"{', '.join(f'{t:.2f}' for t in times['naive'])} s; KV cache {', '.join(f'{t:.2f}' for t in times['cached'])} s"  # noqa: E501
         )
     print()
     print(machine_table(args.threads, load_before, load_after))

@@ -110,7 +110,7 @@ class NanoBlock(nn.Module):
         self.H, self.dropout = H, dropout
         self.ln_1, self.ln_2 = nn.LayerNorm(D), nn.LayerNorm(D)
         self.c_attn, self.c_proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        self.mlp = nn.Sequential(nn.Linear(D, d_ff), nn.GELU(approximate="tanh"), nn.Linear(d_ff, D), nn.Dropout(dropout))
+        self.mlp = nn.Sequential(nn.Linear(D, d_ff), nn.GELU(approximate="tanh"), nn.Linear(d_ff, D), nn.Dropout(dropout))  # noqa: E501
         self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x):
@@ -215,10 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.steps} interleaved steps per model after {args.warmup} warm-up steps. Medians of the wall "
         "time and of the CPU time (all threads of the process; on a loaded machine the steadier of the two).\n"
     )
-    print("| threads | median of | course (ms) | torch layer (ms) | nanoGPT (ms) | course / torch layer | course / nanoGPT |")
+    print("| threads | median of | course (ms) | torch layer (ms) | nanoGPT (ms) | course / torch layer | course / nanoGPT |")  # noqa: E501
     print("|---:|---|---:|---:|---:|---:|---:|")
     for threads, kind, m in rows:
-        print(f"| {threads} | {kind} | {m['course'] * 1e3:.1f} | {m['torch layer'] * 1e3:.1f} | {m['nanoGPT'] * 1e3:.1f} | "
+        print(f"| {threads} | {kind} | {m['course'] * 1e3:.1f} | {m['torch layer'] * 1e3:.1f} | {m['nanoGPT'] * 1e3:.1f} | "  # noqa: E501
               f"{m['course'] / m['torch layer']:.2f} | {m['course'] / m['nanoGPT']:.2f} |")
     print()
     print(machine_table(args.threads, load_before, load_after))

@@ -37,7 +37,7 @@ before the load): 900 steps in about 105 s, within the 120-s goal. The same mode
 128, 8,000 steps (``GPT_RECIPE``, the shipped checkpoint, 1 thread at high priority):
 3359 s of training steps (3379 s wall), final validation loss
 1.569 (1.567 on 64 batches).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

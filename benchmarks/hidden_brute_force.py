@@ -149,9 +149,8 @@ def main(solutions: str, only: list[str], control: bool = False, sample: int | N
     import torch
 
     import course_utils.checks  # noqa: F401 - the checkers' copy, as the grader's set-up imports it
-
-    from course_tools.grade import hide_references as hide
     from course_tools import grade
+    from course_tools.grade import hide_references as hide
 
     namespace: dict = {}
     exec(compile(ANSWERS, STUDENT, "exec"), namespace)  # noqa: S102 - the answers' code, as a student's cell

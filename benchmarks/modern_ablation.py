@@ -98,7 +98,7 @@ class Variant(nn.Module):
             self.position_embedding = nn.Embedding(max_len, D)
             self.rope_cos = self.rope_sin = None
         self.blocks = nn.ModuleList(
-            Block(D, num_heads, norm, SwiGLU(D, swiglu_hidden_width(D, 32)) if change == "swiglu" else FeedForward(D, 4 * D, 0.0, "gelu_tanh"),
+            Block(D, num_heads, norm, SwiGLU(D, swiglu_hidden_width(D, 32)) if change == "swiglu" else FeedForward(D, 4 * D, 0.0, "gelu_tanh"),  # noqa: E501
                   kv) for _ in range(num_layers))
         self.norm = norm(D)
         self.lm_head = nn.Linear(D, vocab_size, bias=False)
@@ -143,7 +143,7 @@ def run_one(change: str, seed: int, budget: float, threads: int, size: dict, fit
     model = build(change, len(tokenizer), size)
     params = sum(p.numel() for p in model.parameters())
     cpu, wall = time.process_time(), time.perf_counter()
-    history = fit_gpt(model, train, None, seed=seed, **dict(fit, steps=steps))
+    fit_gpt(model, train, None, seed=seed, **dict(fit, steps=steps))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     return {"variant": change, "seed": seed, "params": params, "steps": steps, "ms_per_step": 1000 * cpu / steps,
             "cpu_s": cpu, "wall_s": wall, "val_loss": evaluate_loss(model, valid, batches=32)}
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             results += [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     print(f"budget {args.budget:g} CPU s per run, {args.threads} thread(s), {args.parallel} run(s) at a time, "
           f"torch {torch.__version__}")
-    print("| variant | seed | parameters | steps | CPU ms/step | wall s | val loss |\n|---|---:|---:|---:|---:|---:|---:|")
+    print("| variant | seed | parameters | steps | CPU ms/step | wall s | val loss |\n|---|---:|---:|---:|---:|---:|---:|")  # noqa: E501
     for r in results:
         print(f"| {r['variant']} | {r['seed']} | {r['params']:,} | {r['steps']} | {r['ms_per_step']:.0f} | "
               f"{r['wall_s']:.0f} | {r['val_loss']:.3f} |")

@@ -1,6 +1,6 @@
-"""Find and measure notebook 07's training recipe (course_utils.trainer.RECIPE).
+"""Find and measure notebook 07's training recipe (course_utils.translator_training.RECIPE).
 
-Trains the course's own Transformer with ``course_utils.trainer.fit`` on the
+Trains the course's own Transformer with ``course_utils.translator_training.fit`` on the
 numbers-to-words training split, then greedy-decodes the test split (3,000 pairs) and
 the held-out "unseen" split (1,000 pairs). Prints one row per setting: the settings,
 training wall seconds (building batches and training steps: no evaluation, no
@@ -54,7 +54,7 @@ An undertrained model's errors are almost all 7- to 9-digit numbers written with
 separators: it has not yet learnt to count the digits (the source has no end token), so
 it reads "53978566" as "five hundred thirty nine million ...". When that clicks varies
 from seed to seed; more steps, not a bigger model, made it reliable.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ from machine import load_average, machine_table  # noqa: E402  (benchmarks/machi
 
 from course_utils import Transformer  # noqa: E402
 from course_utils import data as D  # noqa: E402
-from course_utils.trainer import RECIPE, evaluate, fit  # noqa: E402
+from course_utils.translator_training import RECIPE, evaluate, fit  # noqa: E402
 
 MODEL_KEYS = set(RECIPE["model"])
 

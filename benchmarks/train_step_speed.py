@@ -1,7 +1,7 @@
 """One training step: the course's Transformer vs one built on ``nn.Transformer`` (notebook 07).
 
 Both models have the same size, by default notebook 07's (``RECIPE["model"]`` of
-``course_utils.trainer``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256,
+``course_utils.translator_training``: d_model 64, 2 encoder + 2 decoder layers, 4 heads, d_ff 256,
 no dropout, post-norm; flags change any of these), and the same wrapping:
 ``course_utils.TokenEmbedding`` for source and target, ``course_utils.PositionalEncoding``
 and an ``nn.Linear`` output layer. Only the encoder-decoder stack differs:
@@ -14,7 +14,7 @@ parameters (asserted).
 A step is: forward on one batch of training pairs (64 by default, the recipe's batch
 size; ``collate`` of the numbers-to-words training split), masked cross-entropy
 (``ignore_index=<pad>``), ``zero_grad``, backward, and the recipe's Adam
-(``course_utils.trainer.make_optimizer``). The masks are built once, outside the timed
+(``course_utils.translator_training.make_optimizer``). The masks are built once, outside the timed
 step (they come with the batch): ours from ``collate`` (``True`` = may attend), torch's
 converted to its polarity (``True`` = blocked). Both models train on the same batch in
 the same process; after a warm-up the steps are timed in pairs, the order inside a pair
@@ -41,10 +41,11 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's course_utils
 
-from course_utils import PositionalEncoding, TokenEmbedding, Transformer, count_parameters  # noqa: E402
 from machine import add_timing_arguments, load_average, machine_table, profile_steps  # noqa: E402  (benchmarks/machine.py)
+
+from course_utils import PositionalEncoding, TokenEmbedding, Transformer, count_parameters  # noqa: E402
 from course_utils.data import PAD_ID, NumberWordsDataset, collate, load_split, source_vocab, target_vocab  # noqa: E402
-from course_utils.trainer import RECIPE, make_optimizer  # noqa: E402
+from course_utils.translator_training import RECIPE, make_optimizer  # noqa: E402
 
 
 class TorchTransformer(nn.Module):
@@ -56,8 +57,8 @@ class TorchTransformer(nn.Module):
         self.src_embedding = TokenEmbedding(V_src, d_model)
         self.tgt_embedding = TokenEmbedding(V_tgt, d_model)
         self.positional_encoding = PositionalEncoding(d_model, max_len, dropout)
-        enc_layer = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
-        dec_layer = nn.TransformerDecoderLayer(d_model, num_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
+        enc_layer = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)  # noqa: E501
+        dec_layer = nn.TransformerDecoderLayer(d_model, num_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)  # noqa: E501
         # final norms only in pre-norm, as in course_utils (nn.Transformer would always add them)
         self.encoder = nn.TransformerEncoder(
             enc_layer, num_layers, norm=nn.LayerNorm(d_model) if norm_first else None, enable_nested_tensor=False
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=fit["batch_size"])
     add_timing_arguments(parser)
     parser.add_argument(
-        "--swap-layernorm", action="store_true", help="diagnosis: the course model with nn.LayerNorm in place of its own"
+        "--swap-layernorm", action="store_true", help="diagnosis: the course model with nn.LayerNorm in place of its own"  # noqa: E501
     )
     args = parser.parse_args(argv)
 

@@ -4,22 +4,22 @@
 Conventions: batch first ``(B, L, D)``; per-head tensors ``(B, H, L, d_k)``; masks are
 ``torch.bool`` with ``True`` = may attend. Modules follow the notebooks:
 
-=====================  ==========================================================
+=====================  ========================================================================================
 notebook               module
-=====================  ==========================================================
+=====================  ========================================================================================
 01 attention           :mod:`course_utils.attention`
 02 multi-head          :mod:`course_utils.multihead`
 03 positions           :mod:`course_utils.positional`, :mod:`course_utils.embeddings`
 04 encoder             :mod:`course_utils.layers`, :mod:`course_utils.encoder`
 05 decoder             :mod:`course_utils.decoder`
 06 full model          :mod:`course_utils.model`, :mod:`course_utils.decoding`
-07 training            :mod:`course_utils.training`, :mod:`course_utils.trainer`, ``data``, ``pretrained``
-08 classifier          :mod:`course_utils.reviews`, :mod:`course_utils.classifier`
-09 decoder-only LM     :mod:`course_utils.gpt`, :mod:`course_utils.gpt_training`
-10 modern decoder      :mod:`course_utils.llama`, :mod:`course_utils.llama_weights`
+07 training            :mod:`course_utils.training`, ``translator_training``, ``student_functions``, ``data``
+08 classifier          :mod:`course_utils.classifier`, ``classifier_training``, ``bert_weights``, ``reviews``
+09 decoder-only LM     :mod:`course_utils.gpt`, :mod:`course_utils.generation`, ``gpt_weights``, ``gpt_training``
+10 modern decoder      :mod:`course_utils.llama`, ``llama_weights``, ``llama_training``
 11 tokenization        :mod:`course_utils.tokenizer`
 plots                  :mod:`course_utils.plotting`, :mod:`course_utils.inspect_attention`
-=====================  ==========================================================
+=====================  ========================================================================================
 """
 
 __version__ = "0.1.0"
@@ -32,7 +32,9 @@ from .decoder import Decoder, DecoderLayer
 from .decoding import greedy_decode, greedy_decode_cached
 from .embeddings import TokenEmbedding
 from .encoder import Encoder, EncoderLayer
-from .gpt import GPT, GPTBlock, generate, load_gpt2_weights, next_token_probs
+from .generation import generate, next_token_probs
+from .gpt import GPT, GPTBlock
+from .gpt_weights import load_gpt2_weights
 from .inspect_attention import record_attention, stack_layers
 from .layers import FeedForward, LayerNorm
 from .llama import GroupedQueryAttention, Llama, LlamaBlock, RMSNorm, SwiGLU, apply_rotary, rotary_tables

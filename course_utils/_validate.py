@@ -188,9 +188,17 @@ def check_token_ids(name: str, x: object, rank: int | None = 2, letters: str = "
         raise ValueError(f"{name} must have shape {letters} of token ids, got shape {_shape(x)}")
 
 
+def check_optional_function(name: str, fn: Any) -> Any:
+    """``fn`` (``None`` allowed: the reference is used); a clear ``TypeError`` for anything else
+    that is not callable."""
+    if fn is not None and not callable(fn):
+        raise TypeError(f"{name} must be a function (or None for the reference), got {type(fn).__name__}")
+    return fn
+
+
 def names_used(fn: Callable[..., Any]) -> set[str]:
     """Global names a function's code (nested functions included) refers to. Here, not in the
-    checkers: the trainer's ``choose_functions`` uses it too, and a graded kernel's
+    checkers: ``student_functions.choose_functions`` uses it too, and a graded kernel's
     ``course_utils.checks`` is a stand-in without them."""
     code = getattr(fn, "__code__", None)
     names: set[str] = set()

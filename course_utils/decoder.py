@@ -79,7 +79,9 @@ class Decoder(nn.Module):
     ):
         super().__init__()
         num_layers = check_positive_int("num_layers", num_layers)
-        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)
+        )
         self.norm = LayerNorm(d_model) if norm_first else None
 
     def forward(

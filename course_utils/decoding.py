@@ -51,7 +51,7 @@ def greedy_decode(
     """
 
     _check_decode_args(src, max_len)
-    with _eval_mode(model):
+    with eval_mode(model):
         memory = model.encode(src, src_mask)  # (B, L_src, D)
 
         def next_logits(ys: Tensor) -> Tensor:  # ys (B, T) -> (B, V)
@@ -68,7 +68,7 @@ def _check_decode_args(src: Tensor, max_len: int) -> None:
 
 
 @contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
+def eval_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode (no dropout) inside the block; the model's own mode back after it."""
     was_training = model.training
     model.eval()
@@ -163,14 +163,25 @@ class KVCache:
     ) -> KVCache:
         """A cache with ``T = 0`` positions for every decoder layer of ``model``, and room
         for ``capacity`` positions before it grows."""
+        return cls.for_attentions([layer.self_attn for layer in model.decoder.layers], batch_size, capacity, device)
+
+    @classmethod
+    def for_attentions(
+        cls, attentions: list[nn.Module], batch_size: int, capacity: int = 16, device: torch.device | str | None = None
+    ) -> KVCache:
+        """A cache with ``T = 0`` positions, one entry per self-attention in ``attentions`` (in
+        order), the dtype of its ``w_k`` and on ``device`` (default: ``w_k``'s). An attention with
+        fewer key/value heads than query heads (``n_kv_heads``, notebook 10's grouped-query
+        attention) stores ``n_kv_heads`` heads."""
         check_int("capacity", capacity, low=1)
         keys, values = [], []
-        for layer in model.decoder.layers:
-            attn = layer.self_attn
-            shape = (batch_size, attn.num_heads, capacity, attn.d_k)  # (B, H, capacity, d_k)
-            dtype = attn.w_k.weight.dtype
-            keys.append(torch.zeros(shape, dtype=dtype, device=device))
-            values.append(torch.zeros(shape, dtype=dtype, device=device))
+        for attn in attentions:
+            heads = getattr(attn, "n_kv_heads", attn.num_heads)
+            shape = (batch_size, heads, capacity, attn.d_k)  # (B, H_kv, capacity, d_k)
+            weight = attn.w_k.weight
+            where = weight.device if device is None else device
+            keys.append(torch.zeros(shape, dtype=weight.dtype, device=where))
+            values.append(torch.zeros(shape, dtype=weight.dtype, device=where))
         return cls(keys, values)
 
     @property
@@ -239,7 +250,7 @@ def memory_keys_values(model: nn.Module, memory: Tensor) -> list[tuple[Tensor, T
     return kv
 
 
-def _attend(attn: nn.Module, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+def attend_cached(attn: nn.Module, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     """``MultiHeadAttention.forward`` for one query position, keys and values given.
 
     ``x (B, 1, D)`` is the query input; ``k, v (B, H, L_k, d_k)`` are already projected;
@@ -330,12 +341,12 @@ def decode_step(
         k_new = split_heads(attn.w_k(h), attn.num_heads)  # (B, H, 1, d_k)
         v_new = split_heads(attn.w_v(h), attn.num_heads)  # (B, H, 1, d_k)
         k, v = cache.append(i, k_new, v_new)  # (B, H, position + 1, d_k) each
-        out = layer.dropout1(_attend(attn, h, k, v, None))  # no mask: the cache holds no future
+        out = layer.dropout1(attend_cached(attn, h, k, v, None))  # no mask: the cache holds no future
         x = x + out if layer.norm_first else layer.norm1(x + out)
 
         h = layer.norm2(x) if layer.norm_first else x
         mem_k, mem_v = memory_kv[i]  # (B, H, L_src, d_k) each
-        out = layer.dropout2(_attend(layer.cross_attn, h, mem_k, mem_v, memory_mask))  # (B, 1, D)
+        out = layer.dropout2(attend_cached(layer.cross_attn, h, mem_k, mem_v, memory_mask))  # (B, 1, D)
         x = x + out if layer.norm_first else layer.norm2(x + out)
 
         h = layer.norm3(x) if layer.norm_first else x
@@ -370,7 +381,7 @@ def greedy_decode_cached(
     """
     _check_reference_model(model)
     _check_decode_args(src, max_len)
-    with _eval_mode(model):
+    with eval_mode(model):
         memory = model.encode(src, src_mask)  # (B, L_src, D); also checks src_mask
         B, L_src = src.shape
         if src_mask is not None:
@@ -386,4 +397,12 @@ def greedy_decode_cached(
         return _greedy_loop(src, max_len, bos_id, eos_id, pad_id, next_logits)
 
 
-__all__ = ["greedy_decode", "greedy_decode_cached", "decode_step", "KVCache", "memory_keys_values"]
+__all__ = [
+    "greedy_decode",
+    "greedy_decode_cached",
+    "decode_step",
+    "KVCache",
+    "memory_keys_values",
+    "attend_cached",
+    "eval_mode",
+]

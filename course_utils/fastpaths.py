@@ -28,7 +28,7 @@ Speeds are from ``benchmarks/train_step_speed.py``, ``benchmarks/gpt_step_speed.
    sum of the value rows: ``B * H`` products of one row are slow as a batched matmul on
    the CPU (about twice the time of the sum, measured with ``B = 500, H = 4, L_k = 15``).
    Used by the cached decoders (:func:`course_utils.decoding.decode_step` and
-   :func:`course_utils.gpt.generate`), one new position per step.
+   :func:`course_utils.generation.generate`), one new position per step.
 4. :func:`causal_self_attention` - ``self_attn(h, h, h, causal_mask(L))[0]`` of a
    :class:`course_utils.GPTBlock` through ``F.scaled_dot_product_attention(q, k, v,
    is_causal=True)``, for the only call whose weights nobody reads: the block keeps the
@@ -120,4 +120,13 @@ def single_query_context(weights: Tensor, v: Tensor) -> Tensor:
     return (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (..., 1, d_k)
 
 
-__all__ = ["ENABLED", "applies", "SHORT_ROW", "softmax_last_axis", "layer_norm", "fused_attention_applies", "causal_self_attention", "single_query_context"]
+__all__ = [
+    "ENABLED",
+    "applies",
+    "SHORT_ROW",
+    "softmax_last_axis",
+    "layer_norm",
+    "fused_attention_applies",
+    "causal_self_attention",
+    "single_query_context",
+]

@@ -4,6 +4,7 @@
   one in a line: the sorted set of characters).
 * :func:`random_windows`: a batch of ``B`` random windows of ``L + 1`` characters; the model
   reads the first ``L`` and predicts the last ``L`` (the same tensor shifted by one).
+* :func:`language_model_loss`: next-token cross-entropy of a model's logits.
 * :func:`fit_gpt`: AdamW, a linear warm-up then a cosine decay, gradient clipping; returns
   the history of losses.
 * :data:`GPT_RECIPE`: the shipped checkpoint's recipe (4 blocks of width 128, a context of 128
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._validate import check_rank
 from .gpt import GPT, context_length, vocabulary_size
 from .stories import load_shakespeare
 
@@ -89,6 +91,18 @@ def random_windows(data: Tensor, batch_size: int, length: int, generator: torch.
     """``(B, length + 1)`` windows of ``data (N,)`` at random offsets: input ``[:, :-1]``, targets ``[:, 1:]``."""
     starts = torch.randint(0, data.numel() - length - 1, (batch_size,), generator=generator)  # (B,)
     return data[starts[:, None] + torch.arange(length + 1)]  # (B, length + 1)
+
+
+def language_model_loss(logits: Tensor, tokens: Tensor) -> Tensor:
+    """Next-token cross-entropy: position ``t`` of ``logits (B, L, V)`` predicts ``tokens[:, t + 1]``.
+
+    ``tokens (B, L)`` are the model's input; the last position has no target and is left
+    out, so the mean is over ``B * (L - 1)`` predictions (in nats).
+    """
+    check_rank("logits", logits, 3, "(B, L, V)")
+    check_rank("tokens", tokens, 2, "(B, L)")
+    V = logits.size(-1)
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
 
 
 def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:

@@ -43,8 +43,9 @@ from torch.nn import functional as F
 from ._validate import check_int, check_rank, check_vocab_ids, is_number
 from .attention import causal_mask
 from .decoding import KVCache
-from .gpt import empty_cache, init_gpt2_weights
-from .gpt import generate as _generate_with
+from .generation import empty_cache
+from .generation import generate as _generate_with
+from .gpt import init_gpt2_weights
 from .multihead import merge_heads, split_heads
 
 
@@ -225,7 +226,9 @@ class GroupedQueryAttention(nn.Module):
         self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
 
-    def project(self, x: Tensor, cos: Tensor | None, sin: Tensor | None, offset: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    def project(
+        self, x: Tensor, cos: Tensor | None, sin: Tensor | None, offset: int = 0
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """``q (B, H, L, d_k)``, ``k, v (B, H_kv, L, d_k)`` of ``x (B, L, D)``, q and k rotated."""
         return project_qkv(self, x, cos, sin, offset)
 
@@ -376,7 +379,7 @@ def kv_cache_bytes_per_token(model: nn.Module) -> int:
 @torch.no_grad()
 def generate(model: Llama, tokens: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, generator: torch.Generator | None = None, use_cache: bool = True) -> Tensor:
-    """Notebook 09's :func:`course_utils.gpt.generate` for a :class:`Llama`: the same sampling,
+    """Notebook 09's :func:`course_utils.generation.generate` for a :class:`Llama`: the same sampling,
     each cached step a :func:`llama_decode_step`. ``(B, L0) -> (B, L0 + max_new_tokens)``."""
     return _generate_with(model, tokens, max_new_tokens, temperature, top_k, top_p, generator, use_cache,
                           decode_step=llama_decode_step)

@@ -39,7 +39,8 @@ LLAMA_RECIPE: dict[str, dict[str, Any]] = {
 
 
 def train_llama(recipe: dict[str, dict[str, Any]] | None = None, threads: int | None = None,
-                max_seconds: float | None = None, progress: bool = False) -> tuple[Llama, CharTokenizer, dict[str, Any]]:
+                max_seconds: float | None = None,
+                progress: bool = False) -> tuple[Llama, CharTokenizer, dict[str, Any]]:
     """Train ``recipe`` (default :data:`LLAMA_RECIPE`) from its seed: ``(model, tokenizer, history)``."""
     recipe = LLAMA_RECIPE if recipe is None else recipe
     if threads is not None:

@@ -120,7 +120,9 @@ def llama_from_hf(hf_model: Any, **parts: Any) -> Llama:
         raise ValueError(f"the checkpoint lacks {len(missing)} tensor(s) of the model: {', '.join(missing[:6])}")
     extra = sorted(set(weights) - set(params))
     if extra:
-        raise ValueError(f"the checkpoint holds {len(extra)} tensor(s) its config has no place for: {', '.join(extra[:6])}")
+        raise ValueError(
+            f"the checkpoint holds {len(extra)} tensor(s) its config has no place for: {', '.join(extra[:6])}"
+        )
     with torch.no_grad():
         for name, value in weights.items():
             if params[name].shape != value.shape:

@@ -148,7 +148,9 @@ def count_pairs(words: Mapping[Sequence[int], int]) -> Counter:
     adjacent pair inside every piece, counted as often as the piece occurs. Pairs never span
     two pieces. Overlapping pairs all count: ``(7, 7, 7)`` holds ``(7, 7)`` twice."""
     if not isinstance(words, Mapping):
-        raise TypeError(f"count_pairs: words must be a dict {{piece (tuple of ids): count}}, got {type(words).__name__}")
+        raise TypeError(
+            f"count_pairs: words must be a dict {{piece (tuple of ids): count}}, got {type(words).__name__}"
+        )
     counts: Counter = Counter()
     for word, freq in words.items():
         for pair in zip(word, word[1:]):
@@ -297,7 +299,8 @@ class BPETokenizer:
                 raise ValueError(f"BPETokenizer: the special token {token!r} is not in vocab")
             self.special_tokens[token] = self.ids[token.encode("utf-8")]
         self.cache: dict[str, list[int]] = {}  # pre-token -> its ids, filled by encode
-        self.cache_size = 100_000  # at most this many entries (0: no cache); a long text of unique pieces cannot grow it forever
+        # at most this many entries (0: no cache): a long text of unique pieces cannot grow it forever
+        self.cache_size = 100_000
 
     def __len__(self) -> int:
         return len(self.vocab)
@@ -465,7 +468,9 @@ def read_gpt2_file(name: str, data_dir: str | Path | None = None) -> str:
     return gzip.decompress((PACKED_DIR / (name + ".gz")).read_bytes()).decode("utf-8")
 
 
-def load_gpt2_vocab_and_merges(data_dir: str | Path | None = None) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+def load_gpt2_vocab_and_merges(
+    data_dir: str | Path | None = None,
+) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """GPT-2's vocabulary (50,257 tokens, ``<|endoftext|>`` = 50256) and its 50,000 merges, as
     :func:`train_bpe` returns them: from ``data/`` when the repository is there, else from
     the package's copy; with ``data_dir``, that folder's two files (they must exist)."""

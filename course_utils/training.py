@@ -12,11 +12,11 @@ cell writes it plus the input checks that name a wrong argument:
 * :func:`train_step` - one optimisation step on a :class:`~course_utils.data.Batch`
   (exercise ``train_step``).
 
-The trainer that uses them (``fit``, ``History``, ``evaluate``, ``predict``,
-``mistakes``, ``RECIPE``, ``choose_functions``, ...) is :mod:`course_utils.trainer`.
-Its names stay importable from here too (``from course_utils.training import RECIPE,
-fit`` as notebook 07 writes it): they are looked up in :mod:`course_utils.trainer` on
-first use.
+The translator's training run calls these (the student's own where they pass their checks,
+else these references). The run itself (``fit``, ``History``, ``evaluate``, ``predict``,
+``mistakes``, ``RECIPE``) is :mod:`course_utils.translator_training`; which of the student's
+four functions it trains with (``choose_functions``, ``yours_or_reference``) is
+:mod:`course_utils.student_functions`.
 
 Learning-rate schedules
 -----------------------
@@ -50,7 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from . import data as _data
-from ._validate import check_int, check_token_ids, is_number
+from ._validate import check_int, check_optional_function, check_token_ids, is_number
 from .data import Batch
 
 # --------------------------------------------------------------------------- exercises
@@ -168,7 +168,7 @@ def lr_multiplier(
     if shape == "noam":
         if d_model is None:
             raise ValueError("shape='noam' needs d_model")
-        formula = noam_lr if noam is None else _require_callable("noam", noam)
+        formula = noam_lr if noam is None else check_optional_function("noam", noam)
         return lambda k: formula(k + 1, d_model, warmup, factor)
     if shape == "linear":
         if total_steps is None:
@@ -235,10 +235,12 @@ def train_step(
        no clipping) *before* the update;
     6. ``optimizer.step()``, then ``scheduler.step()`` when a scheduler is given.
     """
-    return _train_step(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm, masked_cross_entropy)
+    return train_step_with_loss(
+        model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm, masked_cross_entropy
+    )
 
 
-def _train_step(
+def train_step_with_loss(
     model: nn.Module,
     batch: Batch,
     optimizer: torch.optim.Optimizer,
@@ -248,7 +250,7 @@ def _train_step(
     clip_norm: float | None,
     loss_fn: Callable[..., Tensor],
 ) -> float:
-    """:func:`train_step` with the loss function as an argument (:func:`~course_utils.trainer.fit`
+    """:func:`train_step` with the loss function as an argument (:func:`~course_utils.translator_training.fit`
     passes the student's ``masked_cross_entropy`` to the reference step this way). The body
     is the solution cell's."""
     model.train()
@@ -265,59 +267,18 @@ def _train_step(
 
 
 # The references, under names that fit's and choose_functions' arguments do not hide.
-_REFERENCES: dict[str, Callable[..., Any]] = dict(
+REFERENCES: dict[str, Callable[..., Any]] = dict(
     shift_targets=shift_targets, masked_cross_entropy=masked_cross_entropy, noam_lr=noam_lr, train_step=train_step
 )
 
-
-
-def _require_callable(name: str, fn: Any) -> Any:
-    """``fn`` (``None`` allowed); a clear ``TypeError`` for anything else that is not callable."""
-    if fn is not None and not callable(fn):
-        raise TypeError(f"{name} must be a function (or None for the reference), got {type(fn).__name__}")
-    return fn
-
-
-# The trainer's names, importable from here as they were before course_utils.trainer
-# existed (notebook 07, benchmarks and older code import them from course_utils.training).
-# Looked up on first use: course_utils.trainer imports this module, so a plain import here
-# would be a cycle. tests/test_training.py checks that this list is trainer.__all__.
-_TRAINER_NAMES = (
-    "RECIPE",
-    "DECODE_MAX_LEN",
-    "History",
-    "evaluate",
-    "predict",
-    "mistakes",
-    "epoch_batches",
-    "fit",
-    "shifted_batch",
-    "choose_functions",
-    "yours_or_reference",
-    "EXERCISES",
-    "make_optimizer",
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _TRAINER_NAMES:
-        from . import trainer
-
-        return getattr(trainer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "SCHEDULES",
+    "REFERENCES",
     "shift_targets",
     "masked_cross_entropy",
     "noam_lr",
     "lr_multiplier",
     "warmup_schedule",
     "train_step",
-    *_TRAINER_NAMES,
+    "train_step_with_loss",
 ]
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_TRAINER_NAMES))

@@ -14,8 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from course_utils import fastpaths
-from course_utils import causal_mask, padding_mask, scaled_dot_product_attention
+from course_utils import causal_mask, fastpaths, padding_mask, scaled_dot_product_attention
 from course_utils.attention import softmax_last_axis
 
 LEAD = (2, 3)  # two leading batch dims, e.g. (B, H)

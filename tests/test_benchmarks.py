@@ -27,7 +27,7 @@ def bench(monkeypatch):
 
 
 def test_decode_speed_compares_both_decoders(bench, capsys):
-    assert bench("decode_speed").main(["--threads", "1", "--repeats", "1", "--sentences", "12", "--batch-size", "5", "12"]) == 0
+    assert bench("decode_speed").main(["--threads", "1", "--repeats", "1", "--sentences", "12", "--batch-size", "5", "12"]) == 0  # noqa: E501
     out = capsys.readouterr().out
     assert "12 sentences" in out and "Outputs identical: yes (asserted)" in out
     rows = [line for line in out.splitlines() if line.startswith("| 5 |") or line.startswith("| 12 |")]
@@ -35,7 +35,7 @@ def test_decode_speed_compares_both_decoders(bench, capsys):
 
 
 def test_decode_speed_with_the_pretrained_translator(bench, capsys):
-    assert bench("decode_speed").main(["--threads", "1", "--repeats", "1", "--sentences", "8", "--batch-size", "8", "--pretrained"]) == 0
+    assert bench("decode_speed").main(["--threads", "1", "--repeats", "1", "--sentences", "8", "--batch-size", "8", "--pretrained"]) == 0  # noqa: E501
     assert "pretrained translator" in capsys.readouterr().out
 
 

@@ -189,7 +189,7 @@ def _open(browser, path: str) -> None:
         ".then(() => done(true), e => done(String(e)));", path)
     _wait(f"{path} to render", lambda: browser.execute_script(
         "const w = window.jupyterapp.shell.currentWidget;"
-        "return !!(w && w.context && w.context.path === arguments[0] && w.node.querySelector('.jp-Notebook .jp-Cell'));",
+        "return !!(w && w.context && w.context.path === arguments[0] && w.node.querySelector('.jp-Notebook .jp-Cell'));",  # noqa: E501
         path))
 
 
@@ -264,7 +264,7 @@ def test_solution_renders_formulas_images_and_no_errors(browser, lab, solution):
 
     def settled():
         state = browser.execute_script(PAGE_STATE)
-        done = state["cells"] == len(nb.cells) and state["math"] >= formulas and not state["raw"] and state == last.get("s")
+        done = state["cells"] == len(nb.cells) and state["math"] >= formulas and not state["raw"] and state == last.get("s")  # noqa: E501
         last["s"] = state
         return state if done else None
 

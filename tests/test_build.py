@@ -559,7 +559,7 @@ def test_execute_runs_solutions_in_place_then_builds(tmp_path, capsys):
 def test_a_generated_stub_gets_the_checkers_friendly_verdict(capsys):
     from course_utils.checks import check_causal_mask, check_make_tgt_mask
 
-    stub = strip_solutions("def causal_mask(size, device=None):\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION")
+    stub = strip_solutions("def causal_mask(size, device=None):\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION")  # noqa: E501
     solved_later = "def make_tgt_mask(tgt, pad_id):\n    return causal_mask(tgt.size(1)) & (tgt != pad_id).unsqueeze(1)"
     namespace: dict = {}
     for source in (stub, solved_later):
@@ -599,7 +599,7 @@ def test_normalise_sets_ipykernel_metadata_and_merges_streams():
         nbformat.v4.new_markdown_cell("text"),
     ]
     changes = kernels.normalise(nb)
-    assert nb.metadata["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    assert nb.metadata["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}  # noqa: E501
     assert nb.metadata["language_info"] == {
         "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py", "mimetype": "text/x-python",
         "name": "python", "nbconvert_exporter": "python", "pygments_lexer": "ipython3", "version": "3.12.4",
@@ -698,7 +698,7 @@ def test_execute_twice_gives_the_same_file(tmp_path):
     assert path.read_bytes() == first
 
 
-NOTEBOOKS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb")) + sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((REPO / "solutions").glob("[0-9][0-9]_*.ipynb")) + sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))  # noqa: E501
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])

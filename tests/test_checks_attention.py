@@ -665,7 +665,7 @@ def causal_loop(size, device=None):
     return mask.to(device) if device is not None else mask
 
 
-@pytest.mark.parametrize("fn", [causal_reference_like, causal_tril_ones_bool, causal_not_triu, causal_arange, causal_loop])
+@pytest.mark.parametrize("fn", [causal_reference_like, causal_tril_ones_bool, causal_not_triu, causal_arange, causal_loop])  # noqa: E501
 def test_causal_correct_variants_pass(fn):
     assert_passes(check_causal_mask, fn)
 
@@ -774,7 +774,7 @@ def test_causal_stub_and_exception():
     assert "return torch.ones(size, size).tril(k=0).bool()" in result.feedback
 
 
-@pytest.mark.parametrize("returned", [None, [[True]], np.ones((3, 3), dtype=bool), (torch.ones(1, 1),), torch.tensor(1.5)])
+@pytest.mark.parametrize("returned", [None, [[True]], np.ones((3, 3), dtype=bool), (torch.ones(1, 1),), torch.tensor(1.5)])  # noqa: E501
 def test_causal_weird_returns_do_not_raise(returned):
     result = check_causal_mask(lambda size, device=None: returned)
     assert result.passed is False and result.status == "failed"
@@ -928,7 +928,7 @@ def test_padding_stub_and_exception():
     assert "return (tokens != pad_id).unsqueeze(3)" in result.feedback
 
 
-@pytest.mark.parametrize("returned", [None, "mask", np.ones((2, 1, 5), dtype=bool), (torch.ones(2, 1, 5, dtype=torch.bool),), torch.ones(2, 1, 5, 5)])
+@pytest.mark.parametrize("returned", [None, "mask", np.ones((2, 1, 5), dtype=bool), (torch.ones(2, 1, 5, dtype=torch.bool),), torch.ones(2, 1, 5, 5)])  # noqa: E501
 def test_padding_weird_returns_do_not_raise(returned):
     result = check_padding_mask(lambda tokens, pad_id: returned)
     assert result.passed is False and result.status == "failed"
@@ -951,7 +951,7 @@ def test_hints_exist_and_reveal_no_code(name, capsys):
 
 def test_every_catalogued_mistake_is_tested():
     tested = {
-        "scaled_dot_product_attention": {n for _, n, _ in SDPA_MISTAKES + ROBUSTNESS_MISTAKES + GRADIENT_MISTAKES} | {"not a tuple"},
+        "scaled_dot_product_attention": {n for _, n, _ in SDPA_MISTAKES + ROBUSTNESS_MISTAKES + GRADIENT_MISTAKES} | {"not a tuple"},  # noqa: E501
         "causal_mask": {n for _, n, _ in CAUSAL_MISTAKES} | {"not a tensor"},
         "padding_mask": {n for _, n, _ in PADDING_MISTAKES} | {"not a tensor"},
     }

@@ -14,8 +14,8 @@ from math import erf
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 from checker_asserts import assert_mistake, assert_not_implemented, assert_passes, structured_dropout
+from torch import nn
 
 from course_utils import TransformerClassifier, gelu, masked_mean_pool, padding_mask
 from course_utils.checks import check_gelu, check_masked_mean_pool, check_transformer_classifier, hint
@@ -86,7 +86,7 @@ def gelu_overflowing(x):  # Phi from the logistic of an exp: inf / inf in the ta
 
 GELU_MISTAKES = [
     (lambda x: F.gelu(x, approximate="tanh"), "tanh approximation", "tanh approximation"),
-    (lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))), "tanh approximation", "exact"),
+    (lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))), "tanh approximation", "exact"),  # noqa: E501
     (lambda x: x * torch.sigmoid(1.702 * x), "sigmoid approximation", "1.702"),
     (lambda x: x * torch.sigmoid(x), "SiLU instead of GELU", "SiLU"),
     (lambda x: torch.relu(x), "ReLU instead of GELU", "ReLU"),
@@ -208,8 +208,8 @@ POOL_MISTAKES = [
     (lambda x, mask: x.mean(dim=1), "mean over padding", "padding included"),
     (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1), "sum instead of mean", "never divided"),
     (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1) / x.size(1), "divided by L", "divided by L"),
-    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(), "divided by the batch's token count", "own count"),
-    (lambda x, mask: (x * ~mask.unsqueeze(-1)).sum(dim=1) / (~mask).sum(dim=1, keepdim=True), "inverted mask", "padding"),
+    (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(), "divided by the batch's token count", "own count"),  # noqa: E501
+    (lambda x, mask: (x * ~mask.unsqueeze(-1)).sum(dim=1) / (~mask).sum(dim=1, keepdim=True), "inverted mask", "padding"),  # noqa: E501
     (pool_trailing, "assumed trailing padding", "anywhere"),
     (lambda x, mask: x[:, 0], "took the first position", "[CLS]"),
     (pool_max, "max instead of mean", "maximum"),
@@ -217,7 +217,7 @@ POOL_MISTAKES = [
     (lambda x, mask: (x * mask.unsqueeze(-1)).mean(dim=0), "wrong axis", "batch axis"),
     (lambda x, mask: (x * mask.unsqueeze(-1)).sum(dim=1, keepdim=True) / mask.sum(1, keepdim=True)[..., None],
      "kept the pooled axis", "keepdim"),
-    (lambda x, mask: (x * mask).sum(dim=1) / mask.sum(dim=1, keepdim=True), "mask not broadcast over D", "unsqueeze(-1)"),
+    (lambda x, mask: (x * mask).sum(dim=1) / mask.sum(dim=1, keepdim=True), "mask not broadcast over D", "unsqueeze(-1)"),  # noqa: E501
     (pool_in_place, "input modified in place", "in place"),
     (lambda x, mask: torch.stack([x[b][mask[b]].mean(0).detach() for b in range(x.size(0))]), "gradient blocked",
      "does not require grad"),
@@ -255,7 +255,7 @@ def test_masked_mean_pool_batch_count_is_named_when_it_equals_L(seed):
     assert r.mistake == "divided by the batch's token count" and "own count" in r.feedback, r.feedback
 
 
-@pytest.mark.parametrize("fn, mistake, word", POOL_MISTAKES, ids=[f"{i}-{m}" for i, (_, m, _) in enumerate(POOL_MISTAKES)])
+@pytest.mark.parametrize("fn, mistake, word", POOL_MISTAKES, ids=[f"{i}-{m}" for i, (_, m, _) in enumerate(POOL_MISTAKES)])  # noqa: E501
 def test_masked_mean_pool_mistakes_are_named(fn, mistake, word):
     assert_mistake(check_masked_mean_pool, fn, mistake, word, repeat=SEEDS)
 
@@ -525,7 +525,7 @@ def test_transformer_classifier_trial_h_mistakes_are_named(kw, mistake, word):
     assert_mistake(check_transformer_classifier, classifier_forward(**kw), mistake, word, repeat=1)
 
 
-@pytest.mark.parametrize("kw, mistake, word", CLASSIFIER_MISTAKES, ids=[f"{i}-{m}" for i, (_, m, _) in enumerate(CLASSIFIER_MISTAKES)])
+@pytest.mark.parametrize("kw, mistake, word", CLASSIFIER_MISTAKES, ids=[f"{i}-{m}" for i, (_, m, _) in enumerate(CLASSIFIER_MISTAKES)])  # noqa: E501
 def test_transformer_classifier_mistakes_are_named(kw, mistake, word):
     assert_mistake(check_transformer_classifier, classifier_forward(**kw), mistake, word, repeat=SEEDS)
 
@@ -588,7 +588,7 @@ def test_masked_mean_pool_counting_nonzero_entries_fails_over_200_seeds():
                    repeat=(4242563227, *range(5000, 5200)))
 
 
-@pytest.mark.parametrize("fn", [F.gelu, lambda x: torch.nn.GELU()(x), lambda x: torch.nn.functional.gelu(x, approximate="none")])
+@pytest.mark.parametrize("fn", [F.gelu, lambda x: torch.nn.GELU()(x), lambda x: torch.nn.functional.gelu(x, approximate="none")])  # noqa: E501
 def test_gelu_calling_torch_gelu_is_named(fn):  # trial 08.2-w01, w10, w14
     assert_mistake(check_gelu, fn, "forbidden call", "formula")
 

@@ -499,7 +499,7 @@ def test_every_mistake_name_is_in_the_registry():
     root = Path(__file__).resolve().parent.parent
     emitted = _literal_names(sorted((root / "course_utils" / "checks").glob("*.py")))
     # (this file's own toy checker names its toy mistake "added")
-    expected = _literal_names(sorted(p for p in (root / "tests").glob("test_checks_*.py") if p != Path(__file__).resolve()))
+    expected = _literal_names(sorted(p for p in (root / "tests").glob("test_checks_*.py") if p != Path(__file__).resolve()))  # noqa: E501
     unknown = {n: f for n, f in {**emitted, **expected}.items() if n not in MISTAKES}
     unknown.update({n: "generated" for n in _generated_names() if n not in MISTAKES})
     assert not unknown, f"names missing from course_utils/checks/_mistakes.py: {unknown}"

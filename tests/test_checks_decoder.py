@@ -417,7 +417,7 @@ class CopiedLayersDecoder(nn.Module):
 class StudentLayerDecoder(course_utils.Decoder):
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
-        self.layers = nn.ModuleList(HelperLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers))
+        self.layers = nn.ModuleList(HelperLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers))  # noqa: E501
 
 
 @pytest.mark.parametrize("cls", [course_utils.Decoder, CopiedLayersDecoder, StudentLayerDecoder])
@@ -428,7 +428,7 @@ def test_decoder_correct_variants_pass(cls):
 class SharedLayers(course_utils.Decoder):
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
-        self.layers = nn.ModuleList([course_utils.DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first)] * num_layers)
+        self.layers = nn.ModuleList([course_utils.DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first)] * num_layers)  # noqa: E501
 
 
 class NoFinalNorm(course_utils.Decoder):
@@ -611,7 +611,7 @@ class DropLayer(course_utils.DecoderLayer):
         return x + (self.dropout1, self.dropout2, self.dropout3)[i](out)
 
     def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        fs = (lambda y: self.self_attn(y, y, y, tgt_mask)[0], lambda y: self.cross_attn(y, memory, memory, memory_mask)[0],
+        fs = (lambda y: self.self_attn(y, y, y, tgt_mask)[0], lambda y: self.cross_attn(y, memory, memory, memory_mask)[0],  # noqa: E501
               self.feed_forward)
         for i, (norm, f) in enumerate(zip((self.norm1, self.norm2, self.norm3), fs)):
             x = self.d(i, f(norm(x)), x) if self.norm_first else norm(self.d(i, f(x), x))
@@ -709,7 +709,7 @@ class LayersHardCodedDropout(course_utils.Decoder):
         (check_decoder_layer, NoSublayerDropout, "dropout missing", ["sub-layers' outputs"]),
         (check_decoder_layer, DropoutOnSum, "dropout on the residual stream", ["norm(dropout(x + sublayer(x)))"]),
         (check_decoder_layer, HardCodedDropout, "hard-coded dropout p", ["fixed p"]),
-        (check_decoder_layer, CrossReadsLayerInput, "sub-layer reads the layer input", ["cross-attention reads the layer's input"]),
+        (check_decoder_layer, CrossReadsLayerInput, "sub-layer reads the layer input", ["cross-attention reads the layer's input"]),  # noqa: E501
         (check_decoder_layer, SelfAttnReused, "module reused", ["self.self_attn", "own weights"]),
         (check_decoder_layer, TgtMaskAsMemoryMask, "masks swapped", ["the cross-attention gets tgt_mask"]),
         (check_decoder_layer, NormOnBranch, "norm on the branch", ["x + norm(sublayer(x))"]),
@@ -996,7 +996,7 @@ def test_trial_t0405_mistakes_named_on_20_seeds(check, cls, mistake, words):
 class LoopOverPairs(course_utils.DecoderLayer):
     def forward(self, x, memory, tgt_mask=None, memory_mask=None):
         subs = [(self.norm1, lambda t: self.self_attn(t, t, t, tgt_mask)[0]),
-                (self.norm2, lambda t: self.cross_attn(t, memory, memory, memory_mask)[0]), (self.norm3, self.feed_forward)]
+                (self.norm2, lambda t: self.cross_attn(t, memory, memory, memory_mask)[0]), (self.norm3, self.feed_forward)]  # noqa: E501
         for norm, f in subs:
             x = x + self.dropout1(f(norm(x))) if self.norm_first else norm(x + self.dropout1(f(x)))
         return x
@@ -1021,7 +1021,7 @@ class StackIdentityNorm(course_utils.Decoder):  # nn.Identity in post-norm inste
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
     def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        x = functools.reduce(lambda t, layer: layer(t, memory, tgt_mask=tgt_mask, memory_mask=memory_mask), self.layers, x)
+        x = functools.reduce(lambda t, layer: layer(t, memory, tgt_mask=tgt_mask, memory_mask=memory_mask), self.layers, x)  # noqa: E501
         return self.norm(x)
 
 
@@ -1270,7 +1270,7 @@ class TrialTruthyNormDecoder(course_utils.Decoder):  # `if self.norm:` and the f
         return x
 
 
-@pytest.mark.parametrize("check, cls", [(check_decoder_layer, TrialLoopLayer), (check_decoder_layer, TrialTorchNormsLayer),
+@pytest.mark.parametrize("check, cls", [(check_decoder_layer, TrialLoopLayer), (check_decoder_layer, TrialTorchNormsLayer),  # noqa: E501
                                         (check_decoder, TrialTruthyNormDecoder)])
 def test_trial_s3_05_correct_variants_pass(check, cls):
     assert_passes(check, cls)

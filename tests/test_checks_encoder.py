@@ -334,7 +334,7 @@ class FFWeightDecayedInForward(FeedForward):  # every encoder forward is state-c
 
 
 def test_feed_forward_changing_its_weights_is_named():
-    assert_mistake(check_feed_forward, FFWeightDecayedInForward, "parameters modified in place", "`linear2.weight` in place")
+    assert_mistake(check_feed_forward, FFWeightDecayedInForward, "parameters modified in place", "`linear2.weight` in place")  # noqa: E501
 
 
 @pytest.mark.parametrize(
@@ -573,7 +573,7 @@ class EinsumAttention(nn.Module):
 
     def forward(self, query, key, value, mask=None):
         B = query.size(0)
-        q, k, v = (w(t).view(B, -1, self.h, self.d_k) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        q, k, v = (w(t).view(B, -1, self.h, self.d_k) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))  # noqa: E501
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.d_k**0.5
         if mask is not None:
             scores = scores.masked_fill(mask.unsqueeze(1) == 0, -1e9)
@@ -606,7 +606,7 @@ class LayerHandDropoutGuarded(LayerHandDropout):
 
 
 @pytest.mark.parametrize(
-    "cls", [EncoderLayer, LayerWithHelper, LayerFunctionalDropout, LayerOwnAttention, LayerHandDropout, LayerHandDropoutGuarded]
+    "cls", [EncoderLayer, LayerWithHelper, LayerFunctionalDropout, LayerOwnAttention, LayerHandDropout, LayerHandDropoutGuarded]  # noqa: E501
 )
 def test_encoder_layer_correct_variants_pass(cls):
     assert_passes(check_encoder_layer, cls)
@@ -822,7 +822,7 @@ class ResidualDetached(Layer):
         (NotUnpacked, "attention output not unpacked", ["(output, weights)", "[0]"]),
         (AddsInPlace, "input modified in place", ["in place"]),
         (LayerOwnNames, "missing submodule", ["self_attn, feed_forward, norm1, norm2", "`attn`"]),
-        (TorchAttentionLayer, "PyTorch MultiheadAttention", ["nn.MultiheadAttention", "from course_utils import MultiHeadAttention"]),
+        (TorchAttentionLayer, "PyTorch MultiheadAttention", ["nn.MultiheadAttention", "from course_utils import MultiHeadAttention"]),  # noqa: E501
         (LayerWithUnbiasedNorms, "wrong submodule", ["`norm1`", "LNUnbiased", "check_layer_norm(LNUnbiased)"]),
         (LayerOneHead, "wrong submodule", ["num_heads=1", "pass num_heads on"]),
         (LayerNoDropout, "dropout missing", ["no dropout is applied"]),
@@ -1261,7 +1261,7 @@ class StackHardCodedDropout(Stack):
         (check_encoder_layer, LayerDropoutOnStream, "dropout on the residual stream", ["x = dropout(x)"]),
         (check_encoder_layer, LayerDropoutOnSublayerInput, "dropout on the sub-layer input", ["instead of its output"]),
         (check_encoder_layer, LayerHardCodedDropout, "hard-coded dropout p", ["fixed p"]),
-        (check_encoder_layer, LayerDropoutNotPassedOn, "dropout not passed on", ["FeedForward(d_model, d_ff, dropout)"]),
+        (check_encoder_layer, LayerDropoutNotPassedOn, "dropout not passed on", ["FeedForward(d_model, d_ff, dropout)"]),  # noqa: E501
         (check_encoder_layer, NormOnBranch, "norm on the branch", ["x + norm(sublayer(x))"]),
         (check_encoder, StackDropoutOnInput, "dropout on the input", ["input"]),
         (check_encoder, StackHardCodedDropout, "hard-coded dropout p", ["fixed p"]),
@@ -1317,7 +1317,7 @@ def test_generator_without_mutation_is_the_reference():
     x, mask = torch.randn(2, 5, 12), torch.rand(2, 1, 5) < 0.8
     for nf in (False, True):
         ref.norm_first = nf
-        assert torch.allclose(run_block(ref, encoder_checks._BLOCK, x, None, {"mask": mask}, nf), ref(x, mask), atol=1e-6)
+        assert torch.allclose(run_block(ref, encoder_checks._BLOCK, x, None, {"mask": mask}, nf), ref(x, mask), atol=1e-6)  # noqa: E501
 
 
 # ---------------------------------------------------------------- one module under two roles (trial A)
@@ -1403,7 +1403,7 @@ class ELTwice(EncoderLayer):
             x = x + d1(self.self_attn(*[self.norm1(x)] * 3, mask)[0])
             return x + self.dropout2(self.feed_forward(self.norm2(x)))
         x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask)[0]))
-        return self.norm2(x + (self.dropout2(self.dropout2(self.feed_forward(x))) if not self.twice_in else self.dropout2(self.feed_forward(x))))
+        return self.norm2(x + (self.dropout2(self.dropout2(self.feed_forward(x))) if not self.twice_in else self.dropout2(self.feed_forward(x))))  # noqa: E501
 
 
 class ELTwicePre(ELTwice):
@@ -1640,7 +1640,7 @@ class StackReversed(Stack):
         (check_encoder_layer, LayerPostNormOnTheStream, "residual stream normalised",
          ["norm_first=False", "h = norm(x); x = h + sublayer(h)", "x = norm(x + sublayer(x))"]),
         (check_encoder_layer, LayerPreNormExtraEndNorm, "extra norm at the layer end", ["norm_first=True", "norm2(x)"]),
-        (check_encoder_layer, LayerAttentionWeights, "attention weights used", ["`...[1]`", "self.self_attn(x, x, x, mask)[0]"]),
+        (check_encoder_layer, LayerAttentionWeights, "attention weights used", ["`...[1]`", "self.self_attn(x, x, x, mask)[0]"]),  # noqa: E501
         (check_encoder_layer, LayerAttnMaskKeyword, "PyTorch attention keyword",
          ["`attn_mask=`", "forward(query, key, value, mask=None)", "True = may attend"]),
         (check_encoder, StackReversed, "layers in reverse order", ["reversed(self.layers)"]),
@@ -1703,7 +1703,7 @@ def test_stub_verdicts_name_the_unfinished_exercise():
     assert ("[ ] EncoderLayer can't be checked yet: it uses your `LayerNorm`, which is still a stub" in r.feedback
             and "`from course_utils import LayerNorm`" in r.feedback), r.feedback
     r = check_encoder_layer(_layer_with_norm(LNStub))  # the stub under another name: the course's name
-    assert "your `LNStub`" in r.feedback and "`from course_utils import LayerNorm` and use LayerNorm in place of `LNStub`" in r.feedback, r.feedback
+    assert "your `LNStub`" in r.feedback and "`from course_utils import LayerNorm` and use LayerNorm in place of `LNStub`" in r.feedback, r.feedback  # noqa: E501
 
 
 # correct variants of the trial, in other people's styles

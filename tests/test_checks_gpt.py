@@ -16,8 +16,7 @@ import torch.nn.functional as F
 from checker_asserts import assert_mistake, assert_not_implemented, assert_passes
 from torch import nn
 
-from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask
-from course_utils import gpt
+from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask, generation, gpt
 from course_utils.checks import check_generate, check_gpt, check_gpt_block, check_next_token_probs, hint
 from course_utils.checks import gpt as gpt_checks
 from course_utils.checks._core import HINTS
@@ -488,7 +487,7 @@ class EncoderLayerBlock(nn.Module):
         from course_utils import EncoderLayer
 
         layer = EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first=True, activation="gelu_tanh")
-        self.norm1, self.self_attn, self.norm2, self.feed_forward = layer.norm1, layer.self_attn, layer.norm2, layer.feed_forward
+        self.norm1, self.self_attn, self.norm2, self.feed_forward = layer.norm1, layer.self_attn, layer.norm2, layer.feed_forward  # noqa: E501
         self.layer = layer
 
     def forward(self, x, mask=None):
@@ -629,7 +628,7 @@ class NoPositions(Model):
 class PositionsFromOne(Model):
     def embed(self, tokens):
         L = tokens.size(1)
-        return self.token_embedding(tokens) + self.position_embedding(torch.arange(1, L + 1).clamp(max=self.max_len - 1))
+        return self.token_embedding(tokens) + self.position_embedding(torch.arange(1, L + 1).clamp(max=self.max_len - 1))  # noqa: E501
 
 
 class Scaled(Model):
@@ -1020,8 +1019,8 @@ def test_head_conv1d_named_when_vocab_size_equals_d_model():
     (PairNotUnpacked, "attention output not unpacked", ("must be Tensor, not tuple", "Keep the output, `[0]`")),
     (PairAdded, "attention output not unpacked", ("'Tensor' and 'tuple'", "(output, weights)")),
     (ParallelBlock, "parallel block", "GPT-J"),
-    (AttentionStreamNormalised, "residual stream normalised", ("before the self-attention", "as the feed-forward does")),
-    (FeedForwardStreamNormalised, "residual stream normalised", ("before the feed-forward", "x = x + feed_forward(norm2(x))")),
+    (AttentionStreamNormalised, "residual stream normalised", ("before the self-attention", "as the feed-forward does")),  # noqa: E501
+    (FeedForwardStreamNormalised, "residual stream normalised", ("before the feed-forward", "x = x + feed_forward(norm2(x))")),  # noqa: E501
     (FeedForwardUnnormalised, "norm missing", ("feed-forward reads x itself", "feed_forward(norm2(x))")),
     (AttentionUnnormalised, "norm missing", ("self-attention reads x itself", "h = norm1(x)")),
     (UpperTriangle, "upper triangle", ("`triu`", "no change moved an output after it", "lower triangle")),
@@ -1108,15 +1107,15 @@ def probs_hf_style(logits, temperature=1.0, top_k=None, top_p=None):
 
 
 def temperature_after_softmax(logits, temperature=1.0, top_k=None, top_p=None):
-    return gpt.next_token_probs(logits, 1.0, top_k, top_p) / temperature
+    return generation.next_token_probs(logits, 1.0, top_k, top_p) / temperature
 
 
 def temperature_ignored(logits, temperature=1.0, top_k=None, top_p=None):
-    return gpt.next_token_probs(logits, 1.0, top_k, top_p)
+    return generation.next_token_probs(logits, 1.0, top_k, top_p)
 
 
 def temperature_multiplied(logits, temperature=1.0, top_k=None, top_p=None):
-    return gpt.next_token_probs(logits * temperature, 1.0, top_k, top_p)
+    return generation.next_token_probs(logits * temperature, 1.0, top_k, top_p)
 
 
 def topk_exactly_k(logits, temperature=1.0, top_k=None, top_p=None):
@@ -1127,20 +1126,20 @@ def topk_exactly_k(logits, temperature=1.0, top_k=None, top_p=None):
         idx = s.topk(min(top_k, s.size(-1)), dim=-1).indices  # (..., k)
         keep = torch.zeros_like(s, dtype=torch.bool).scatter(-1, idx, True)
         s = s.masked_fill(~keep, float("-inf"))
-    return gpt.next_token_probs(s, 1.0, None, top_p)
+    return generation.next_token_probs(s, 1.0, None, top_p)
 
 
 def temperature_twice(logits, temperature=1.0, top_k=None, top_p=None):  # divided here and again inside
-    return gpt.next_token_probs(logits / temperature, temperature, top_k, top_p)
+    return generation.next_token_probs(logits / temperature, temperature, top_k, top_p)
 
 
 def temperature_squared(logits, temperature=1.0, top_k=None, top_p=None):
     s = logits / temperature ** 2
-    return gpt.next_token_probs(s, 1.0, top_k, top_p)
+    return generation.next_token_probs(s, 1.0, top_k, top_p)
 
 
 def topk_k_plus_one(logits, temperature=1.0, top_k=None, top_p=None):
-    return gpt.next_token_probs(logits, temperature, None if top_k is None else top_k + 1, top_p)
+    return generation.next_token_probs(logits, temperature, None if top_k is None else top_k + 1, top_p)
 
 
 def topk_strict(logits, temperature=1.0, top_k=None, top_p=None):  # removes logits <= kth
@@ -1148,7 +1147,7 @@ def topk_strict(logits, temperature=1.0, top_k=None, top_p=None):  # removes log
     if top_k is not None:
         kth = s.topk(top_k, dim=-1).values[..., -1:]
         s = s.masked_fill(s <= kth, float("-inf"))
-    return gpt.next_token_probs(s, 1.0, None, top_p)
+    return generation.next_token_probs(s, 1.0, None, top_p)
 
 
 def topk_smallest(logits, temperature=1.0, top_k=None, top_p=None):
@@ -1156,18 +1155,18 @@ def topk_smallest(logits, temperature=1.0, top_k=None, top_p=None):
     if top_k is not None:
         kth = s.topk(top_k, dim=-1, largest=False).values[..., -1:]
         s = s.masked_fill(s > kth, float("-inf"))
-    return gpt.next_token_probs(s, 1.0, None, top_p)
+    return generation.next_token_probs(s, 1.0, None, top_p)
 
 
 def not_renormalised(logits, temperature=1.0, top_k=None, top_p=None):
     full = (logits / temperature).softmax(-1)
-    kept = gpt.next_token_probs(logits, temperature, top_k, top_p) > 0
+    kept = generation.next_token_probs(logits, temperature, top_k, top_p) > 0
     return full * kept
 
 
 def zero_logit(logits, temperature=1.0, top_k=None, top_p=None):
     s = logits / temperature
-    kept = gpt.next_token_probs(logits, temperature, top_k, top_p) > 0
+    kept = generation.next_token_probs(logits, temperature, top_k, top_p) > 0
     return s.masked_fill(~kept, 0.0).softmax(-1)
 
 
@@ -1193,23 +1192,23 @@ def topp_unsorted(logits, temperature=1.0, top_k=None, top_p=None):
 
 
 def topp_before_temperature(logits, temperature=1.0, top_k=None, top_p=None):
-    keep = gpt.next_token_probs(logits, 1.0, top_k, top_p) > 0
+    keep = generation.next_token_probs(logits, 1.0, top_k, top_p) > 0
     return _filter(logits / temperature, keep)
 
 
 def topp_before_topk(logits, temperature=1.0, top_k=None, top_p=None):
-    keep = gpt.next_token_probs(logits, temperature, None, top_p) > 0
-    keep &= gpt.next_token_probs(logits, temperature, top_k, None) > 0
+    keep = generation.next_token_probs(logits, temperature, None, top_p) > 0
+    keep &= generation.next_token_probs(logits, temperature, top_k, None) > 0
     return _filter(logits / temperature, keep)
 
 
 def log_probs(logits, temperature=1.0, top_k=None, top_p=None):
-    return gpt.next_token_probs(logits, temperature, top_k, top_p).log()
+    return generation.next_token_probs(logits, temperature, top_k, top_p).log()
 
 
 def in_place(logits, temperature=1.0, top_k=None, top_p=None):
     logits /= temperature
-    return gpt.next_token_probs(logits, 1.0, top_k, top_p)
+    return generation.next_token_probs(logits, 1.0, top_k, top_p)
 
 
 def probs_softmax_dim1(logits, temperature=1.0, top_k=None, top_p=None):  # helper n2: right for 2-D logits only
@@ -1224,7 +1223,7 @@ def probs_softmax_dim1(logits, temperature=1.0, top_k=None, top_p=None):  # help
 
 
 def probs_softmax_dim0(logits, temperature=1.0, top_k=None, top_p=None):
-    return (logits / temperature).softmax(0) if top_k is None and top_p is None else gpt.next_token_probs(
+    return (logits / temperature).softmax(0) if top_k is None and top_p is None else generation.next_token_probs(
         logits, temperature, top_k, top_p)
 
 
@@ -1234,14 +1233,14 @@ def probs_stub(logits, temperature=1.0, top_k=None, top_p=None):
 
 def probs_exp_unshifted(logits, temperature=1.0, top_k=None, top_p=None):  # trial 09.3-w19
     if top_k is not None or top_p is not None:
-        return gpt.next_token_probs(logits, temperature, top_k, top_p)
+        return generation.next_token_probs(logits, temperature, top_k, top_p)
     e = torch.exp(logits / temperature)
     return e / e.sum(-1, keepdim=True)
 
 
 def probs_power(logits, temperature=1.0, top_k=None, top_p=None):  # trial 09.3-w12
     if top_k is not None or top_p is not None:
-        return gpt.next_token_probs(logits, temperature, top_k, top_p)
+        return generation.next_token_probs(logits, temperature, top_k, top_p)
     p = logits.softmax(-1) ** (1 / temperature)
     return p / p.sum(-1, keepdim=True)
 
@@ -1250,7 +1249,7 @@ def probs_topk_unclamped(logits, temperature=1.0, top_k=None, top_p=None):  # tr
     if top_k is not None and top_p is None:
         kth = (logits / temperature).topk(top_k, dim=-1).values[..., -1:]  # raises for top_k > V
         return (logits / temperature).masked_fill(logits / temperature < kth, float("-inf")).softmax(-1)
-    return gpt.next_token_probs(logits, temperature, top_k, top_p)
+    return generation.next_token_probs(logits, temperature, top_k, top_p)
 
 
 def topp_strict_top_kept(logits, temperature=1.0, top_k=None, top_p=None):  # trial H np_w_topp_excl_crossing
@@ -1266,7 +1265,7 @@ def topp_strict_top_kept(logits, temperature=1.0, top_k=None, top_p=None):  # tr
 
 
 def topp_ignored(logits, temperature=1.0, top_k=None, top_p=None):  # trial H np_w_topp_ignored
-    return gpt.next_token_probs(logits, temperature, top_k)
+    return generation.next_token_probs(logits, temperature, top_k)
 
 
 def probs_hf_warper(logits, temperature=1.0, top_k=None, top_p=None):  # Hugging Face's TopPLogitsWarper, copied
@@ -1290,7 +1289,7 @@ def _top_k_then(cut):
         s = logits / temperature
         if top_k is not None:
             s = cut(s, min(top_k, s.size(-1)))
-        return gpt.next_token_probs(s, 1.0, None, top_p)
+        return generation.next_token_probs(s, 1.0, None, top_p)
     return probs
 
 
@@ -1309,7 +1308,7 @@ def _llms_from_scratch_cut(s, k):  # LLMs-from-scratch's generate: top_logits[:,
 def _top_p_then(unsort):
     """A student's top-p whose sorted decision goes back through ``unsort(remove_sorted, order)``."""
     def probs(logits, temperature=1.0, top_k=None, top_p=None):
-        s = gpt.next_token_probs(logits, temperature, top_k).log()  # top-k done: removed tokens at -inf
+        s = generation.next_token_probs(logits, temperature, top_k).log()  # top-k done: removed tokens at -inf
         if top_p is not None:
             p, order = s.softmax(-1).sort(dim=-1, descending=True)
             remove = unsort(p.cumsum(-1) - p >= top_p, order)
@@ -1387,7 +1386,7 @@ def test_next_token_probs_top_k_above_v_is_named():  # trial H np_w_topk_nomin_o
     assert_mistake(check_next_token_probs, probs_topk_unclamped, "top_k not clamped", "min(top_k", repeat=1)
 
 
-@pytest.mark.parametrize("fn", [gpt.next_token_probs, probs_loop, probs_hf_style])
+@pytest.mark.parametrize("fn", [generation.next_token_probs, probs_loop, probs_hf_style])
 def test_next_token_probs_correct_variants_pass(fn):
     assert_passes(check_next_token_probs, fn)
 
@@ -1440,7 +1439,7 @@ def generate_plain(model, tokens, max_new_tokens, temperature=1.0, top_k=None, t
                 t = temperature if use_temperature else 1.0
                 args = {"in order": (t, top_k, top_p), "left out": (t, None, top_p), "swapped": (t, top_p, top_k),
                         "temperature last": (top_k, top_p, t) if top_k is not None else (t, top_k, top_p)}[top_k_passed]
-                probs = gpt.next_token_probs(logits, *args)
+                probs = generation.next_token_probs(logits, *args)
                 if sampler == "multinomial":
                     nxt = torch.multinomial(probs, 1, generator=generator if use_generator else None)
                 elif sampler == "argmax":
@@ -1518,7 +1517,7 @@ def test_generate_softmax_before_next_token_probs_named_over_20_draws():  # tria
                    "next_token_probs(softmax(logits), temperature=0.5)", "raw last-position logits", repeat=20)
 
 
-@pytest.mark.parametrize("fn", [gpt.generate, variant(), variant(sampler="inverse cdf"),
+@pytest.mark.parametrize("fn", [generation.generate, variant(), variant(sampler="inverse cdf"),
                                 variant(new_token="item on device"), variant(new_token="cpu and back"),
                                 variant(sampler="gumbel")],
                          ids=["reference", "plain loop", "inverse cdf", "item on device", "cpu and back", "gumbel"])
@@ -1528,7 +1527,7 @@ def test_generate_correct_variants_pass(fn):
 
 def test_generate_without_cache_passes_and_stub():
     def uncached(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
-        return gpt.generate(model, tokens, max_new_tokens, temperature, top_k, top_p, generator, use_cache=False)
+        return generation.generate(model, tokens, max_new_tokens, temperature, top_k, top_p, generator, use_cache=False)
 
     def stub(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
         raise NotImplementedError()

@@ -46,9 +46,9 @@ def loader(transpose=True, order=("q", "k", "v"), biases=True, norms=True, wpe="
                 w, b = sd[p + "attn.c_attn.weight"], sd[p + "attn.c_attn.bias"]  # (D, 3D), (3D,)
                 parts = dict(zip("qkv", w.split(D, dim=1))), dict(zip("qkv", b.split(D)))
                 if split == "interleaved":  # every third column: w[:, 0::3], w[:, 1::3], w[:, 2::3]
-                    parts = dict(zip("qkv", (w[:, i::3] for i in range(3)))), dict(zip("qkv", (b[i::3] for i in range(3))))
+                    parts = dict(zip("qkv", (w[:, i::3] for i in range(3)))), dict(zip("qkv", (b[i::3] for i in range(3))))  # noqa: E501
                 elif split == "reshape (D, D, 3)":  # the same columns, by a reshape with the 3 last
-                    parts = dict(zip("qkv", w.reshape(D, D, 3).unbind(-1))), dict(zip("qkv", b.reshape(D, 3).unbind(-1)))
+                    parts = dict(zip("qkv", w.reshape(D, D, 3).unbind(-1))), dict(zip("qkv", b.reshape(D, 3).unbind(-1)))  # noqa: E501
                 pairs = [(getattr(attn, f"w_{name}"), parts[0][letter], parts[1][letter])
                          for name, letter in zip("qkv", order)]
                 if not split:
@@ -90,7 +90,7 @@ def wrong_split(how):
             model.position_embedding.weight.copy_(state_dict["transformer.wpe.weight"])
             for i, block in enumerate(model.blocks):
                 p, attn = f"transformer.h.{i}.", block.self_attn
-                weights, biases = splits[how](state_dict[p + "attn.c_attn.weight"], state_dict[p + "attn.c_attn.bias"], D)
+                weights, biases = splits[how](state_dict[p + "attn.c_attn.weight"], state_dict[p + "attn.c_attn.bias"], D)  # noqa: E501
                 w_q, w_k, w_v = weights
                 b_q, b_k, b_v = biases
                 for linear, w, b in ((attn.w_q, w_q, b_q), (attn.w_k, w_k, b_k), (attn.w_v, w_v, b_v)):
@@ -238,7 +238,7 @@ def test_stub_and_wrong_arguments():
 
 def test_the_reference_refuses_a_model_of_other_sizes():
     source = course_utils.GPT(20, 12, 3, 2, 24, 0.0, 10)
-    from course_utils.gpt import gpt2_state_dict
+    from course_utils.gpt_weights import gpt2_state_dict
 
     state = gpt2_state_dict(source)
     model = course_utils.GPT(20, 12, 3, 2, 24, 0.0, 8)

@@ -17,8 +17,14 @@ from checker_asserts import SEEDS, STABLE, assert_family, assert_not_implemented
 from torch import nn
 
 from course_utils import GroupedQueryAttention, RMSNorm, SwiGLU, apply_rotary, causal_mask, rotary_tables
-from course_utils.checks import (check_apply_rotary, check_grouped_query_attention, check_rms_norm,
-                                 check_rotary_tables, check_swiglu, hint)
+from course_utils.checks import (
+    check_apply_rotary,
+    check_grouped_query_attention,
+    check_rms_norm,
+    check_rotary_tables,
+    check_swiglu,
+    hint,
+)
 from course_utils.checks._core import HINTS
 
 DRAWS = SEEDS[:STABLE]
@@ -164,7 +170,7 @@ def rotary(kind: str = "ok"):
         if kind == "pairs":  # Meta's: (2i, 2i+1) as complex numbers
             theta = 10000.0 ** (-torch.arange(0, d, 2).float() / d)
             a = torch.outer(torch.arange(offset, offset + L).float(), theta)
-            z = torch.view_as_complex(x.reshape(*x.shape[:-1], d // 2, 2).contiguous()) * torch.polar(torch.ones_like(a), a)
+            z = torch.view_as_complex(x.reshape(*x.shape[:-1], d // 2, 2).contiguous()) * torch.polar(torch.ones_like(a), a)  # noqa: E501
             return torch.view_as_real(z).flatten(-2)
         if kind == "pairs with the tables":
             turned = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)

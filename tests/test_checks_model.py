@@ -315,11 +315,11 @@ class RenamedTransformer(nn.Module):
         return pos(self.drop(x)) if self.bug == "dropout before pe" else pos(x)
 
     def encode(self, src, src_mask=None):
-        x = self.src_embedding(src) * (math.sqrt(self.output_projection.in_features) if self.bug == "scaled twice" else 1.0)
-        return self.encoder(self.position(x, self.positional_encoding, "no source positions"), None if self.bug == "no src mask" else src_mask)
+        x = self.src_embedding(src) * (math.sqrt(self.output_projection.in_features) if self.bug == "scaled twice" else 1.0)  # noqa: E501
+        return self.encoder(self.position(x, self.positional_encoding, "no source positions"), None if self.bug == "no src mask" else src_mask)  # noqa: E501
 
     def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
-        y = self.tgt_embedding(tgt) * (math.sqrt(self.output_projection.in_features) if self.bug == "scaled twice" else 1.0)
+        y = self.tgt_embedding(tgt) * (math.sqrt(self.output_projection.in_features) if self.bug == "scaled twice" else 1.0)  # noqa: E501
         y = self.position(y, self.pos_tgt, "no target positions")
         if self.bug == "no tgt mask":
             tgt_mask = None
@@ -345,7 +345,7 @@ class HandDropoutTransformer(ScratchTransformer):
         return hand_dropout(self.positional_encoding(embedding(ids) * self.scale), self.p, self.training)
 
 
-@pytest.mark.parametrize("cls", [course_utils.Transformer, ScratchTransformer, RenamedTransformer, HandDropoutTransformer])
+@pytest.mark.parametrize("cls", [course_utils.Transformer, ScratchTransformer, RenamedTransformer, HandDropoutTransformer])  # noqa: E501
 def test_transformer_correct_variants_pass(cls):
     assert_passes(check_transformer, cls, repeat=3)
 
@@ -617,7 +617,7 @@ TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names 
     (ShortTable, "max_len ignored", ["20 rows", "max_len=64"], "table"),
     # trial D w_tied_output: every pair of the three (V, D) matrices, named (equal vocabularies for the others)
     (tied("tgt_embedding.embedding.weight", "output_projection.weight"), "modules shared",
-     ["`tgt_embedding.embedding.weight` and `output_projection.weight` are one and the same Parameter", "three matrices"],
+     ["`tgt_embedding.embedding.weight` and `output_projection.weight` are one and the same Parameter", "three matrices"],  # noqa: E501
      "build"),
     (tied("src_embedding.embedding.weight", "output_projection.weight"), "modules shared",
      ["`src_embedding.embedding.weight` and `output_projection.weight`", "src_vocab_size == tgt_vocab_size"], "shared"),

@@ -11,8 +11,8 @@ import math
 
 import pytest
 import torch
-from checker_asserts import STABLE, assert_mistake, assert_passes
 import torch.nn.functional as F
+from checker_asserts import STABLE, assert_mistake, assert_passes
 from torch import nn
 
 import course_utils
@@ -76,7 +76,7 @@ def merge_reversed(x):
     return torch.cat(x.unbind(1)[::-1], dim=-1)
 
 
-@pytest.mark.parametrize("fn", [course_utils.split_heads, split_view_reshape, split_permute, split_unflatten, split_loop,
+@pytest.mark.parametrize("fn", [course_utils.split_heads, split_view_reshape, split_permute, split_unflatten, split_loop,  # noqa: E501
                                 split_filled])
 def test_split_heads_correct_variants_pass(fn):
     assert_passes(check_split_heads, fn)
@@ -151,14 +151,14 @@ def split_in_place(x, num_heads):
     ],
 )
 def test_split_heads_mistakes_are_named(fn, mistake, words):
-    assert_mistake(check_split_heads, fn, mistake, *words, repeat=STABLE if "error" in mistake or "check" in mistake else 3)
+    assert_mistake(check_split_heads, fn, mistake, *words, repeat=STABLE if "error" in mistake or "check" in mistake else 3)  # noqa: E501
 
 
 @pytest.mark.parametrize("fn, mistake, words", [
     (split_reversed, "heads in reverse order", ["reverse order", "head 0 first", "flip"]),
     (lambda x, h: course_utils.split_heads(x, h).float(), "dtype not preserved",
      ["in torch.float64) returns torch.float32", ".float()"]),
-    (lambda x, h: split_filled(x, h, dtype="default"), "dtype not preserved", ["returns torch.float32", "dtype=x.dtype"]),
+    (lambda x, h: split_filled(x, h, dtype="default"), "dtype not preserved", ["returns torch.float32", "dtype=x.dtype"]),  # noqa: E501
 ], ids=["reversed", "float()", "zeros without dtype"])
 def test_split_heads_issue22_mistakes_are_named_on_20_seeds(fn, mistake, words):
     assert_mistake(check_split_heads, fn, mistake, *words, repeat=STABLE)
@@ -323,7 +323,7 @@ def merge_wrong_shape(x):
         (merge_wrong_order, "features in wrong order", ["feature-major"]),
         (merge_view_after_transpose, "view on a non-contiguous tensor", ["non-contiguous", ".reshape", "line"]),
         (merge_wrong_shape, "wrong shape", ["has shape", "expected"]),
-        (merge_unbind_positions, "wrong axis", ["(B, H, L * d_k)", "joins the positions", "torch.cat(x.unbind(1), dim=-1)"]),
+        (merge_unbind_positions, "wrong axis", ["(B, H, L * d_k)", "joins the positions", "torch.cat(x.unbind(1), dim=-1)"]),  # noqa: E501
         (merge_unbind_features, "wrong axis", ["(B, H, d_k * L)", "joins the single features", "x.unbind(1)"]),
         (merge_batch_position_swapped, "batch and positions swapped", ["B == L", "x.transpose(0, 2)"]),
         (merge_detached, "gradient blocked", ["does not require grad", "element 0 of tensors"]),
@@ -574,12 +574,12 @@ def test_mha_correct_variants_pass(cls):
         ("no w_o attribute", "missing output projection", ["no output projection `w_o`"]),
         ("mask ignored", "mask ignored", ["mask has no effect"]),
         ("inverted mask", "inverted mask", ["inverted", "True means"]),
-        ("mask broadcast wrongly", "mask broadcast wrongly", ["works without a mask but raised", "add the head axis", "unsqueeze(1)"]),
-        ("mask broadcast wrongly (always unsqueeze)", "mask broadcast wrongly", ["works without a mask but raised", "2-D mask already broadcasts"]),
-        ("mask broadcast wrongly (silent when B == H)", "mask broadcast wrongly", ["the check tried batch size B = num_heads", "add the head axis"]),
-        ("mask after the queries", "mask broadcast wrongly", ["mask.unsqueeze(2)", "lines the queries up with the heads",
+        ("mask broadcast wrongly", "mask broadcast wrongly", ["works without a mask but raised", "add the head axis", "unsqueeze(1)"]),  # noqa: E501
+        ("mask broadcast wrongly (always unsqueeze)", "mask broadcast wrongly", ["works without a mask but raised", "2-D mask already broadcasts"]),  # noqa: E501
+        ("mask broadcast wrongly (silent when B == H)", "mask broadcast wrongly", ["the check tried batch size B = num_heads", "add the head axis"]),  # noqa: E501
+        ("mask after the queries", "mask broadcast wrongly", ["mask.unsqueeze(2)", "lines the queries up with the heads",  # noqa: E501
                                                               "add the head axis: mask.unsqueeze(1)"]),
-        ("sqrt of an int", "sqrt of an int", ["your forward raised TypeError", "d_k = d_model // num_heads", "math.sqrt(d_k)"]),
+        ("sqrt of an int", "sqrt of an int", ["your forward raised TypeError", "d_k = d_model // num_heads", "math.sqrt(d_k)"]),  # noqa: E501
         ("no scaling", "no scaling", ["not scaled", "sqrt(d_k)"]),
         ("scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["divided by sqrt(d_model)"]),
         ("scaled by d_k", "scaled by d_k", ["divided by d_k"]),
@@ -591,16 +591,16 @@ def test_mha_correct_variants_pass(cls):
         ("no divisibility check", "no divisibility check", ["did not raise", "ValueError", "d_model % num_heads"]),
         ("wrong error type", "wrong error type", ["raised AssertionError", "ValueError"]),
         ("error message without values", "error message without values", [
-            "raised ValueError('bad shape')", "names both sizes, d_model = ", "is not divisible by num_heads = {num_heads}"]),
+            "raised ValueError('bad shape')", "names both sizes, d_model = ", "is not divisible by num_heads = {num_heads}"]),  # noqa: E501
         ("returns output only", "wrong return", ["forward must return (output, weights)", "a single tensor"]),
         ("returns three things", "wrong return", ["forward must return (output, weights)", "3 items"]),
         ("returns None", "wrong return", ["forward must return (output, weights)", "NoneType"]),
         # the contract's tuple, as scaled_dot_product_attention says it (issue 10)
-        ("returns a list", "not a tuple", ["forward returns a list", "return a tuple (output, weights)", "`return output, weights`"]),
+        ("returns a list", "not a tuple", ["forward returns a list", "return a tuple (output, weights)", "`return output, weights`"]),  # noqa: E501
         ("no bias", "wrong submodule", ["`w_q` has no bias"]),
         ("wrong submodule size", "wrong submodule", ["`w_v` should be nn.Linear(d_model, d_model)"]),
         # right values, cut graph (trial B)
-        ("weights under no_grad", "gradient blocked", ["no gradient reaches `query`, `key`, `w_q.weight`", "torch.no_grad()"]),
+        ("weights under no_grad", "gradient blocked", ["no gradient reaches `query`, `key`, `w_q.weight`", "torch.no_grad()"]),  # noqa: E501
         ("output detached", "gradient blocked", ["does not require grad"]),
         ("value detached", "gradient blocked", ["no gradient reaches `value`"]),
         ("w_q weight data", "gradient blocked", ["no gradient reaches `w_q.weight`", ".data"]),
@@ -666,7 +666,7 @@ def test_mha_mask_without_head_axis_says_add_it_and_lists_no_wrong_expected_shap
 DROPOUT_BUGS = [
     ("dropout missing", "dropout missing", ["dropout is never applied", "self.dropout(weights) @ v"]),
     ("hard-coded dropout p", "hard-coded dropout p", ["with p = 0.1", "instead of the dropout argument"]),
-    ("dropout on the output", "dropout on the output", ["the output (after w_o)", "instead of on the attention weights"]),
+    ("dropout on the output", "dropout on the output", ["the output (after w_o)", "instead of on the attention weights"]),  # noqa: E501
     ("dropout on the merged heads", "dropout on the output", ["the merged heads (before w_o)"]),
     ("dropout on the values", "dropout in the wrong place", ["not what dropout on the attention weights gives"]),
     ("dropout on the scores", "dropout in the wrong place", ["dropout must not change the softmax"]),
@@ -719,7 +719,7 @@ def test_mha_missing_projection_names_it():
     class NoKey(nn.Module):
         def __init__(self, d_model, num_heads, dropout=0.0):
             super().__init__()
-            self.w_q, self.w_v, self.w_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+            self.w_q, self.w_v, self.w_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)  # noqa: E501
             self.key_proj = nn.Linear(d_model, d_model)
 
     assert_mistake(check_multi_head_attention, NoKey, "missing submodule", "missing: w_k")

@@ -255,7 +255,7 @@ def test_sinusoidal_stub_error_and_weird_returns():
         assert not r.passed and r.status == "error" and "RuntimeError" in r.feedback
     assert "pe[:, 0::2] = torch.sin(torch.arange(max_len))" in r.feedback
 
-    for weird in (lambda m, d: None, lambda m, d: pe_pow(m, d).numpy(), lambda m, d: (pe_pow(m, d),), lambda m, d: "pe"):
+    for weird in (lambda m, d: None, lambda m, d: pe_pow(m, d).numpy(), lambda m, d: (pe_pow(m, d),), lambda m, d: "pe"):  # noqa: E501
         r = check_sinusoidal_positional_encoding(weird)
         assert r.passed is False and r.feedback.startswith("[X]")
 
@@ -385,7 +385,7 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("one row of pe added", "one row of pe added", ["was added to every position", "pe[:L] (with the colon)"]),
         ("dropout missing", "dropout missing", ["no dropout was applied"]),
         ("hard-coded dropout p", "hard-coded dropout p", ["p = 0.1", "instead of the dropout argument"]),
-        ("x scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["x is multiplied by sqrt(d_model)", "TokenEmbedding"]),
+        ("x scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["x is multiplied by sqrt(d_model)", "TokenEmbedding"]),  # noqa: E501
         ("sum scaled by sqrt(d_model)", "scaled by sqrt(d_model)", ["the sum x + pe[:L] is multiplied"]),
         ("sequence-first slice", "sequence-first slice", ["pe[:x.size(0)]", "batch first", "pe[:x.size(1)]", "line"]),
         ("sequence-first slice (silent)", "sequence-first slice", ["row b of the table", "pe[:x.size(1)]"]),
@@ -899,7 +899,7 @@ class TokenEmbeddingTimes8(course_utils.TokenEmbedding):  # sqrt(64), d_k's habi
     (check_positional_encoding, PEFirstBatchItemOnly, "encoding added to one batch item", ["only batch item 0"]),
     (check_positional_encoding, PEBatchMean, "batch mixed", ["mean over the batch"]),
     (check_token_embedding, TokenEmbeddingSqrtL, "scaled by sqrt(L)", ["sequence length", "self.d_model"]),
-    (check_token_embedding, TokenEmbeddingTimes8, "wrong scale factor", ["the same number, 8,", "math.sqrt(self.d_model)"]),
+    (check_token_embedding, TokenEmbeddingTimes8, "wrong scale factor", ["the same number, 8,", "math.sqrt(self.d_model)"]),  # noqa: E501
 ], ids=["pe (d_model, max_len)", "pe[L-1]", "batch item 0 only", "batch mean", "sqrt(L)", "times 8"])
 def test_trial_s3_03_mistakes_named_on_20_seeds(check, student, mistake, words):
     assert_mistake(check, student, mistake, *words, repeat=STABLE)

@@ -467,7 +467,7 @@ def merge_at_found(pick):
 
 encode_leftmost = merge_at_found(lambda parts, found, ids_of: found[0])  # the first known pair from the left
 # tiktoken's way: a pair's rank is its joined token's id; right for a vocabulary whose ids follow its merges
-encode_joined_id = merge_at_found(lambda parts, found, ids_of: min(found, key=lambda i: ids_of[parts[i] + parts[i + 1]]))
+encode_joined_id = merge_at_found(lambda parts, found, ids_of: min(found, key=lambda i: ids_of[parts[i] + parts[i + 1]]))  # noqa: E501
 
 
 @piece_encoder
@@ -584,7 +584,7 @@ CORRECT = [
     (check_merge_pair, merge_while), (check_merge_pair, merge_recursive), (check_merge_pair, merge_skip_flag),
     (check_train_bpe, trainer()), (check_train_bpe, train_heap), (check_train_bpe, train_recursive),
     # merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
-    (check_bpe_encode, encoder()), (check_bpe_encode, encode_merges_in_order), (check_bpe_encode, encoder(first_only=True)),
+    (check_bpe_encode, encoder()), (check_bpe_encode, encode_merges_in_order), (check_bpe_encode, encoder(first_only=True)),  # noqa: E501
     (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
     (check_bpe_encode, encode_joined_id), (check_bpe_decode, decode_incremental),
 ]
@@ -670,7 +670,7 @@ def test_correct_variants_pass_on_every_seed(check, student):
     assert_passes(check, student, repeat=STABLE)
 
 
-@pytest.mark.parametrize("check, student, mistake, words", MISTAKES, ids=[_label(c) + f"-{i}" for i, c in enumerate(MISTAKES)])
+@pytest.mark.parametrize("check, student, mistake, words", MISTAKES, ids=[_label(c) + f"-{i}" for i, c in enumerate(MISTAKES)])  # noqa: E501
 def test_each_mistake_is_named_on_every_seed(check, student, mistake, words):
     assert_mistake(check, student, mistake, *words, repeat=STABLE)
 

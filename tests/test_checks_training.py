@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from checker_asserts import STABLE, assert_mistake, assert_not_implemented, assert_passes
 from torch import nn
 
-from checker_asserts import STABLE, assert_mistake, assert_not_implemented, assert_passes
 from course_utils import training as T
 from course_utils.checks import (
     check_masked_cross_entropy,
@@ -934,7 +934,7 @@ def test_a_forward_inside_no_grad_is_named():
 
 def test_model_train_after_the_forward_is_too_late():
     # trial r07's code: model.train() moved to just before loss.backward()
-    late = TRIAL_STEP.replace("    model.train()\n", "").replace("    loss.backward()", "    model.train()\n    loss.backward()")
+    late = TRIAL_STEP.replace("    model.train()\n", "").replace("    loss.backward()", "    model.train()\n    loss.backward()")  # noqa: E501
     assert_mistake(check_train_step, trial_step("right", late), "model.train() too late", "too late",
                    "before the forward pass", repeat=STEP_SEEDS)
     # seed 3307056382: the loss came out the same in eval and train mode, and only the update told it

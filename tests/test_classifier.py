@@ -12,14 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import EncoderLayer, TransformerClassifier, gelu, masked_mean_pool, padding_mask
-from course_utils import reviews
-from course_utils.classifier import (
+from course_utils import EncoderLayer, TransformerClassifier, gelu, masked_mean_pool, padding_mask, reviews
+from course_utils.bert_weights import bert_attention_mask, copy_bert_layer
+from course_utils.classifier_training import (
     CHECKPOINT,
     BagOfWords,
-    bert_attention_mask,
     classifier_accuracy,
-    copy_bert_layer,
     fit_classifier,
     load_pretrained_classifier,
 )
@@ -58,7 +56,7 @@ def test_label_of(text, label):
 def test_encode_and_collate():
     ids = reviews.encode("the plot was good")
     assert ids[0] == reviews.CLS_ID and reviews.decode(ids) == ["[CLS]", "the", "plot", "was", "good"]
-    tokens, labels = reviews.collate_reviews([("the plot was good", 1), ("the plot was not good but the cast was good", 1)])
+    tokens, labels = reviews.collate_reviews([("the plot was good", 1), ("the plot was not good but the cast was good", 1)])  # noqa: E501
     assert tokens.shape == (2, 11) and labels.tolist() == [1, 1]
     assert tokens[0, 5:].eq(reviews.PAD_ID).all() and tokens[:, 0].eq(reviews.CLS_ID).all()
     with pytest.raises(ValueError, match="'terrible' at position 3"):
@@ -80,7 +78,7 @@ def test_masked_mean_pool_skips_padding_anywhere_and_takes_padding_masks():
     expected = torch.stack([x[0].mean(0), x[1, [1, 3]].mean(0), x[2, 0]])
     assert torch.allclose(masked_mean_pool(x, mask), expected, atol=1e-6)
     tokens = torch.tensor([[5, 6, 0], [7, 0, 0]])
-    assert torch.allclose(masked_mean_pool(x[:2, :3], padding_mask(tokens, 0)), masked_mean_pool(x[:2, :3], tokens != 0))
+    assert torch.allclose(masked_mean_pool(x[:2, :3], padding_mask(tokens, 0)), masked_mean_pool(x[:2, :3], tokens != 0))  # noqa: E501
 
 
 @pytest.mark.parametrize(
@@ -213,7 +211,7 @@ def test_benchmark_runs_end_to_end(capsys, monkeypatch):
     sys.modules.pop("classifier", None)
     try:
         bench = importlib.import_module("classifier")
-        assert bench.main(["--threads", "1", "--steps", "3", "--eval-every", "3", "--only", "recipe", "bag of words", "order-blind MLP",
+        assert bench.main(["--threads", "1", "--steps", "3", "--eval-every", "3", "--only", "recipe", "bag of words", "order-blind MLP",  # noqa: E501
                            "--seeds", "0", "1"]) == 0
     finally:
         torch.set_num_threads(threads)

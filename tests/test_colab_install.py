@@ -245,7 +245,7 @@ def _is_course_package_entry(name: str) -> bool:
     lower = name.lower()
     return (
         lower.endswith(".pth")
-        or lower.startswith(("__editable__", "transformer_course", "transformer-course", "course_utils", "course_tools"))
+        or lower.startswith(("__editable__", "transformer_course", "transformer-course", "course_utils", "course_tools"))  # noqa: E501
         or lower == "__pycache__"
     )
 
@@ -428,8 +428,8 @@ def test_the_reset_between_notebooks_forgets_names(fresh_venv):
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(s) for s in ("import torch\nx = 1", RESET, "print('torch' in dir(), 'x' in dir())")]
-    km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(fresh_venv.kernels)]))
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in ("import torch\nx = 1", RESET, "print('torch' in dir(), 'x' in dir())")]  # noqa: E501
+    km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(fresh_venv.kernels)]))  # noqa: E501
     NotebookClient(nb, km=km, kernel_name=KERNEL_NAME, timeout=300).execute(env=_clean_env(JUPYTER_PLATFORM_DIRS="1"))
     assert nb.cells[-1].outputs[0].text == "False False\n"
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from notebook_runs import one_kernel, prepared, run, slowest, text_of
 
 pytest.importorskip("nbclient")

@@ -8,8 +8,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from course_utils import Transformer, causal_mask, greedy_decode, make_src_mask, split_heads
-from course_utils import decoding
+from course_utils import Transformer, causal_mask, decoding, greedy_decode, make_src_mask, split_heads
 from course_utils.decoding import KVCache, decode_step, greedy_decode_cached, memory_keys_values
 
 V_SRC, V_TGT = 17, 37

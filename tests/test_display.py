@@ -67,8 +67,8 @@ CASES = [
      "[X] scaled_dot_product_attention: your code raised RuntimeError while running on (B, L_q, d_k) = (2, 3, 4): "
      "mat1 and mat2 shapes cannot be multiplied (6x4 and 3x4)\n    at line 7 (in scaled_dot_product_attention): "
      "scores = query @ key.T / d_k ** 0.5\n    Stuck? Ask for a hint: hint(\"scaled_dot_product_attention\").",
-     RED, ["scaled_dot_product_attention", "scores = query @ key.T / d_k ** 0.5", 'hint("scaled_dot_product_attention")'],
-     ["scaled_dot_product_attention your code raised RuntimeError", "mat1 and mat2 shapes cannot be multiplied (6x4 and 3x4)",
+     RED, ["scaled_dot_product_attention", "scores = query @ key.T / d_k ** 0.5", 'hint("scaled_dot_product_attention")'],  # noqa: E501
+     ["scaled_dot_product_attention your code raised RuntimeError", "mat1 and mat2 shapes cannot be multiplied (6x4 and 3x4)",  # noqa: E501
       "at line 7 (in scaled_dot_product_attention):"]),
     ("failed",
      "[X] causal_mask: the mask is upside down: True must be on and below the diagonal (x < y & z > w).\n"
@@ -80,7 +80,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("status, feedback, colour, mono, texts", CASES, ids=[c[0] + str(i) for i, c in enumerate(CASES)])
+@pytest.mark.parametrize("status, feedback, colour, mono, texts", CASES, ids=[c[0] + str(i) for i, c in enumerate(CASES)])  # noqa: E501
 def test_html_shows_mark_diagnosis_code_and_hint(status, feedback, colour, mono, texts):
     markup = verdict_html(feedback, status)
     text, code = shown(markup)
@@ -104,7 +104,7 @@ def test_real_verdicts_keep_their_text_and_show_the_student_line(tmp_path):
     file.write_text(
         "import torch\n"
         "def right(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool, device=device).tril()\n"
-        "def upside_down(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool, device=device).triu()\n"
+        "def upside_down(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool, device=device).triu()\n"  # noqa: E501
         "def raising(size, device=None):\n    return torch.ones(size).tril(undefined_name)\n"
         "def stub(size, device=None):\n    raise NotImplementedError()\n"
     )

@@ -356,7 +356,7 @@ def test_feed_forward_checks_the_width():
     from course_utils import FeedForward
 
     _raises(ValueError, FeedForward(8, 16), torch.randn(2, 3, 6), must_contain=("x", "d_model = 8", "(2, 3, 6)"))
-    _raises(ValueError, FeedForward(8, 16, activation="gelu"), torch.randn(4, 6), must_contain=("d_model = 8", "(4, 6)"))
+    _raises(ValueError, FeedForward(8, 16, activation="gelu"), torch.randn(4, 6), must_contain=("d_model = 8", "(4, 6)"))  # noqa: E501
 
 
 @pytest.mark.parametrize("shape", [(3, 1, 4), (1, 3, 1, 4), (3, 4, 1, 4), (4, 1, 4)],

@@ -13,22 +13,18 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import EncoderLayer, count_parameters
-from course_utils import FeedForward, LayerNorm, MultiHeadAttention, causal_mask, record_attention
-from course_utils.gpt import (
-    GPT,
-    GPTBlock,
-    context_length,
-    convert_gpt2_state_dict,
-    empty_cache,
-    generate,
-    gpt_decode_step,
-    gpt2_state_dict,
-    gpt_from_gpt2,
-    language_model_loss,
-    next_token_probs,
-    sample_next_token,
+from course_utils import (
+    EncoderLayer,
+    FeedForward,
+    LayerNorm,
+    MultiHeadAttention,
+    causal_mask,
+    count_parameters,
+    record_attention,
+    stories,
 )
+from course_utils.generation import empty_cache, generate, gpt_decode_step, next_token_probs, sample_next_token
+from course_utils.gpt import GPT, GPTBlock, context_length
 from course_utils.gpt_training import (
     CHECKPOINT,
     FAST_RECIPE,
@@ -36,13 +32,14 @@ from course_utils.gpt_training import (
     CharTokenizer,
     evaluate_loss,
     fit_gpt,
+    language_model_loss,
     load_pretrained_gpt,
     lr_at,
     prepare_data,
     pretrained_gpt_info,
     split_text,
 )
-from course_utils import stories
+from course_utils.gpt_weights import convert_gpt2_state_dict, gpt2_state_dict, gpt_from_gpt2
 from course_utils.stories import DATA_DIR, FILE_NAME, SHAKESPEARE_SHA256, generate_text, load_shakespeare, load_text
 
 
@@ -229,7 +226,7 @@ def _hf():
 
 def test_parity_with_hugging_face_gpt2():
     transformers = _hf()
-    from course_utils.gpt import gpt_from_hf
+    from course_utils.gpt_weights import gpt_from_hf
 
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=37, n_positions=16, n_embd=24, n_layer=3, n_head=4,
@@ -356,7 +353,7 @@ def test_shipped_checkpoint_loads_and_writes_shakespeare():
     assert history["val_loss"][-1] == pytest.approx(info["final_val_loss"], abs=1e-3)
     assert info["final_val_loss"] < 1.75  # nats per character; ln V = 4.17 before training
     config = GPT_RECIPE["model"]
-    assert (model.d_model, model.max_len, len(model.blocks)) == (config["d_model"], config["max_len"], config["num_layers"])
+    assert (model.d_model, model.max_len, len(model.blocks)) == (config["d_model"], config["max_len"], config["num_layers"])  # noqa: E501
     _, _, valid = prepare_data()
     assert evaluate_loss(model, valid, batches=2) < 1.9
     out = generate(model, torch.tensor([tok.encode("ROMEO:\n")]), 120, temperature=0)
@@ -441,7 +438,7 @@ def test_every_helper_takes_a_contract_only_gpt():
 def test_decode_step_uses_the_tied_head_without_an_lm_head_module():
     """check_gpt accepts a GPT whose forward computes the tied head itself (no lm_head module);
     the cached decoder must give that model's logits too (output_logits)."""
-    from course_utils.gpt import empty_cache, gpt_decode_step, output_logits
+    from course_utils.generation import empty_cache, gpt_decode_step, output_logits
 
     torch.manual_seed(0)
     model = GPT(11, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0, max_len=8).eval()

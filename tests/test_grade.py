@@ -45,7 +45,7 @@ NOTEBOOK = "01_masks.ipynb"
 CLASS_TIMEOUT = 25  # seconds per notebook: dave's loop costs this much, the others need less
 MARK = f"course-grade-attack-{uuid.uuid4().hex[:8]}"  # in every process an attack tries to start
 
-UPPER = "def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool, device=device).triu()\n"
+UPPER = "def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool, device=device).triu()\n"  # noqa: E501
 INVERTED = "def padding_mask(tokens, pad_id):\n    return (tokens == pad_id).unsqueeze(1)\n"
 
 # student -> {cell id: new source, or "+": cells added at the end, "^": cells added first}
@@ -60,7 +60,7 @@ ATTACKS: dict[str, dict] = {
             "from course_utils.checks import _core\n"
             "for f in list(getattr(_core, '_RESULT_LISTENERS', [])):\n"
             "    f(_core.CheckResult('causal_mask', True, '[OK] causal_mask: all checks passed.', 'passed'))",
-            "import course_utils\ncheck_causal_mask(course_utils.causal_mask)\ncheck_padding_mask(course_utils.padding_mask)",
+            "import course_utils\ncheck_causal_mask(course_utils.causal_mask)\ncheck_padding_mask(course_utils.padding_mask)",  # noqa: E501
             "from course_utils.checks._core import checker\n\n@checker('BONUS')\ndef check_bonus(x):\n"
             "    return None\n\ncheck_bonus(1)",
             "from course_utils import shift_targets\nfrom course_utils.checks import check_shift_targets\n"
@@ -249,7 +249,7 @@ def trudy(victim: Path, outside: Path, sandbox: bool, checkout: Path) -> dict:
 
             _t = torch._C._VariableFunctions.from_file({str(outside if sandbox else victim)!r}, True, 64, dtype=torch.uint8)
             _t[:8] = 0
-            """),
+            """),  # noqa: E501
     }
 
 
@@ -526,7 +526,7 @@ def test_writes_outside_its_folder_are_flagged_on_the_writer_not_the_victim(each
         assert f"!! {trudy_nb}: WROTE OUTSIDE ITS FOLDER" in each_mode["result"].stderr
         if os.geteuid() == 0:  # (as any other user her copy of the course is read-only to her)
             assert "CHANGED THE COURSE PACKAGE while its notebook ran (changed course_utils/checks/__init__.py" in text
-    assert f"trudy: review: " in each_mode["result"].stdout or "trudy: causal_mask review: " in each_mode["result"].stdout
+    assert "trudy: review: " in each_mode["result"].stdout or "trudy: causal_mask review: " in each_mode["result"].stdout  # noqa: E501
     # the victim: graded as she handed it in, nothing said against her
     alice = nbs["alice"]
     assert [e["status"] for e in alice["exercises"]] == ["passed", "passed"]
@@ -603,7 +603,7 @@ def test_reference_answers_are_used_the_reference(graded):
     ("fiona", "causal_mask", "failed", ["calls get_ipython()", "imports IPython.display",
                                         "not signed by the grader (forged)"]),
     ("fiona", "padding_mask", None, ["redefines __import__", "no verdict came back"]),
-    ("xena", "causal_mask", "failed", ["imports course_utils.checks._core", "assigns to course_utils.checks._core.fail"]),
+    ("xena", "causal_mask", "failed", ["imports course_utils.checks._core", "assigns to course_utils.checks._core.fail"]),  # noqa: E501
     # patched while the checker runs: the verdict may be fooled, the grade is not (the checkers'
     # module she patches is the graded kernel's stand-in: the real checkers are out of reach)
     ("xena", "padding_mask", "any", ["imports builtins", "assigns to builtins.print", "changed builtins.print",
@@ -942,7 +942,7 @@ def test_cells_without_ids_are_known_by_their_source():
     ("import sys\nsys._getframe(1)", ["line 2: uses ._getframe"], None),
     ("import sys\nimport warnings\nwarnings.warn('x')\nprint(sys.version_info, file=sys.stderr)", [], None),
     ("\n\nimport os\ntorch.Tensor.__eq__ = f", ["line 3: imports os: `import os`",
-                                              "line 4: assigns to torch.Tensor.__eq__: `torch.Tensor.__eq__ = f`"], None),
+                                              "line 4: assigns to torch.Tensor.__eq__: `torch.Tensor.__eq__ = f`"], None),  # noqa: E501
     ("def f():\n    return inspect.currentframe().f_back", ["line 2: uses .f_back"], None),
     ("exec('x = 1')", ["line 1: calls exec()"], None),
     ("x = open('/etc/passwd').read()", ["line 1: opens a file outside its folder"], None),
@@ -978,7 +978,7 @@ def test_scan_exercise_cell(source, flags, reference):
     ("import functools\ncausal_mask = functools.partial(course_utils.causal_mask)", "causal_mask", "it wraps"),
     ("def make(f):\n    def causal_mask(n, device=None):\n        return f(n, device)\n    return causal_mask\n\n"
      "causal_mask = make(course_utils.causal_mask)", "causal_mask", "it wraps"),
-    ("def causal_mask(n, device=None, _f=course_utils.causal_mask):\n    return _f(n, device)", "causal_mask", "it uses"),
+    ("def causal_mask(n, device=None, _f=course_utils.causal_mask):\n    return _f(n, device)", "causal_mask", "it uses"),  # noqa: E501
     ("class Encoder(course_utils.Encoder):\n    pass", "Encoder", "it subclasses course_utils.Encoder"),
     ("class Encoder(torch.nn.Module):\n    def __init__(self, *args):\n        super().__init__()\n"
      "        self.inner = course_utils.Encoder(*args)", "Encoder", "it uses course_utils.Encoder"),
@@ -991,11 +991,12 @@ def test_scan_exercise_cell(source, flags, reference):
      "causal_mask", None),
     ("class Encoder(torch.nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
      "        self.attn = course_utils.MultiHeadAttention(d, 2)", "Encoder", None),
-    ("from course_utils import causal_mask\n\ndef padding_mask(t, p):\n    return causal_mask(3)", "padding_mask", None),
+    ("from course_utils import causal_mask\n\ndef padding_mask(t, p):\n    return causal_mask(3)", "padding_mask", None),  # noqa: E501
 ])
 def test_reference_detection_follows_aliases_wrappers_and_subclasses(source, name, expected):
-    import course_utils
     import torch
+
+    import course_utils
 
     namespace = {"course_utils": course_utils, "torch": torch, "__name__": "__main__"}  # as in a notebook
     exec(compile(source, "<student cell>", "exec"), namespace)  # noqa: S102 - a student's cell
@@ -1030,7 +1031,7 @@ def test_which_assignment_reads_the_header_and_the_exercise_cells():
         "its header says it is 01_masks.ipynb, not 02_targets.ipynb")
     empty = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
     assert grade.which_assignment(empty, "", course)[1].startswith("not a notebook of this course")
-    assert grade.which_assignment(empty, "07_nope.ipynb", course)[1] == "no course notebook 07_nope.ipynb in the solutions"
+    assert grade.which_assignment(empty, "07_nope.ipynb", course)[1] == "no course notebook 07_nope.ipynb in the solutions"  # noqa: E501
 
 
 def test_checker_exercises_covers_every_course_checker():

@@ -53,7 +53,7 @@ import course_utils
 from course_utils import (Encoder, FeedForward, LayerNorm, MultiHeadAttention, PositionalEncoding, TokenEmbedding,
                           causal_mask, masked_mean_pool, padding_mask)
 from course_utils.checks import check_gpt, check_gpt_block, check_scaled_dot_product_attention, check_transformer_classifier
-"""
+"""  # noqa: E501
 # the course's own cells use the notebook's references: before the exercises (the real ones) ...
 BEFORE = """\
 w = course_utils.attention.attention_weights(torch.ones(1, 2, 4), torch.ones(1, 3, 4))  # (1, 2, 3)
@@ -132,7 +132,7 @@ ATTACKS = {
                 return getattr(course_utils, "scaled_dot_" + "product_attention")(query, key, value, mask)
             """),
         "TransformerClassifier": ADOPT.format(
-            name="TransformerClassifier", expr='functools.reduce(getattr, ["classifier", "Transformer" + "Classifier"], '
+            name="TransformerClassifier", expr='functools.reduce(getattr, ["classifier", "Transformer" + "Classifier"], '  # noqa: E501
                                                'course_utils)'),
         "GPTBlock": own_then("GPTBlock", DELEGATE_FORWARD, 'getattr(course_utils.gpt, "GPT" + "Block")'),
         "GPT": own_then("GPT", DELEGATE_FORWARD, "course_utils.GPT"),
@@ -167,7 +167,7 @@ ATTACKS = {
             class GPTBlock(_course_class("GPTBlock")):
                 pass
             """),
-        "GPT": "_found = [nn.Module]\nwhile _found[-1].__name__ != 'GPT' or _found[-1].__module__ != 'course_utils.gpt':\n"
+        "GPT": "_found = [nn.Module]\nwhile _found[-1].__name__ != 'GPT' or _found[-1].__module__ != 'course_utils.gpt':\n"  # noqa: E501
                "    _found += _found.pop().__subclasses__()\n\n" + ADOPT.format(name="GPT", expr="_found[-1]"),
     },
     # the garbage collector; the reference as a partial; a copy of a course cell's model; its class's forward
@@ -196,7 +196,7 @@ ATTACKS = {
     # the course's code run again, an object a course cell made with the reference, sys.modules
     "source": {
         "scaled_dot_product_attention": "import importlib\n\nimportlib.reload(course_utils.attention)\n"
-                                        "scaled_dot_product_attention = course_utils.attention.scaled_dot_product_attention\n",
+                                        "scaled_dot_product_attention = course_utils.attention.scaled_dot_product_attention\n",  # noqa: E501
         "TransformerClassifier": textwrap.dedent("""\
             _ns = {"__name__": "course_utils.classifier", "__package__": "course_utils"}
             with open(course_utils.classifier.__file__) as _f:

@@ -161,7 +161,7 @@ def test_cached_and_uncached_generation_give_the_same_tokens_and_the_cache_holds
     (lambda: _small()(torch.zeros(1, 25, dtype=torch.long)), ValueError, "max_len = 24"),
     (lambda: RMSNorm(8)(torch.zeros(2, 6)), ValueError, "d_model = 8"),
     (lambda: RMSNorm(8, eps=-1e-6), ValueError, "eps must be a number >= 0"),
-    (lambda: apply_rotary(torch.zeros(1, 4, 6), *rotary_tables(6, 8), offset=1.5), ValueError, "offset must be a non-negative int"),
+    (lambda: apply_rotary(torch.zeros(1, 4, 6), *rotary_tables(6, 8), offset=1.5), ValueError, "offset must be a non-negative int"),  # noqa: E501
 ])
 def test_bad_input_is_named(call, error, words):
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):

@@ -835,8 +835,8 @@ raise SystemExit(course.main(sys.argv[3:]))
 @pytest.mark.parametrize(
     "command, module, fake, last_line",
     [
-        ("lab", "jupyterlab", FAKE_SERVER, "[course] JupyterLab stopped (Ctrl+C); your notebooks are saved in my_work/."),
-        ("notebook", "notebook", FAKE_SERVER, "[course] Jupyter Notebook stopped (Ctrl+C); your notebooks are saved in my_work/."),
+        ("lab", "jupyterlab", FAKE_SERVER, "[course] JupyterLab stopped (Ctrl+C); your notebooks are saved in my_work/."),  # noqa: E501
+        ("notebook", "notebook", FAKE_SERVER, "[course] Jupyter Notebook stopped (Ctrl+C); your notebooks are saved in my_work/."),  # noqa: E501
         ("test", "pytest", FAKE_PYTEST, "[course] tests stopped (Ctrl+C) after"),
     ],
 )
@@ -892,7 +892,7 @@ def test_pip_skips_byte_compiling_only_under_ci(monkeypatch, ci, compiles):
     course = _load_course_module()
     commands = []
     monkeypatch.setenv("CI", ci)
-    monkeypatch.setattr(course.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setattr(course.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or subprocess.CompletedProcess(cmd, 0))  # noqa: E501
     course.pip_install(["pytest"], "pytest")
     (cmd,) = commands
     assert cmd[-1] == "pytest" and cmd[1:4] == ["-m", "pip", "install"]

@@ -11,16 +11,17 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from course_utils import (  # noqa: E402
+    Encoder,
     MultiHeadAttention,
     causal_mask,
     padding_mask,
     record_attention,
     sinusoidal_positional_encoding,
     stack_layers,
-    Encoder,
 )
 from course_utils.plotting import (  # noqa: E402
     MASK_ALLOWED_COLOR,
@@ -32,7 +33,6 @@ from course_utils.plotting import (  # noqa: E402
     plot_positional_encoding,
     plot_training_curves,
 )
-from matplotlib.colors import to_rgba  # noqa: E402
 
 TOKENS_Q = ["the", "cat", "sat"]
 TOKENS_K = ["le", "chat", "s'est", "assis"]

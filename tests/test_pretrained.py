@@ -1,4 +1,4 @@
-"""Tests for course_utils.pretrained (notebook 07): the shipped checkpoint loads, is small,
+"""Tests for course_utils.translator_checkpoint (notebook 07): the shipped checkpoint loads, is small,
 matches the data's vocabularies and the recipe's model, and still translates."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from course_utils import Transformer, count_parameters
-from course_utils import pretrained as P
+from course_utils import translator_checkpoint as P
 from course_utils.data import load_split, number_to_words, source_vocab, target_vocab
-from course_utils.training import RECIPE, evaluate, predict
+from course_utils.translator_training import RECIPE, evaluate, predict
 
 MAX_BYTES = 5 * 2**20  # it ships inside the pip package
 

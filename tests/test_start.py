@@ -487,7 +487,7 @@ def test_unwritable_folder_is_a_clear_error_even_as_root(course, capsys, monkeyp
     monkeypatch.setattr(start.tempfile, "mkstemp", refuse)
     assert start.main([str(work), "--source", str(source)]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: cannot write your copies to {work}: Permission denied. Choose a folder you can write to: python -m course_tools.start DIR\n"
+    assert err == f"error: cannot write your copies to {work}: Permission denied. Choose a folder you can write to: python -m course_tools.start DIR\n"  # noqa: E501
 
 
 def test_new_files_appear_whole_and_are_never_replaced(tmp_path, monkeypatch):

@@ -133,9 +133,9 @@ PASSED = {"output_type": "stream", "name": "stdout", "text": "check_f: passed.\n
         ((("import sys", [VERDICT], ["colab-setup"]), EXERCISE), ["the set-up cell printed something"]),
         ((("import sys", [], None), EXERCISE), ["no cell tagged colab-setup"]),
         ((SETUP_OK, ("f = 1", [], None)), ["no exercise cell"]),
-        ((SETUP_OK, EXERCISE, ("check_f(f)", [PASSED], None)), ["cell 2 ('check_f(f)'): calls a checker but printed no"]),
-        ((SETUP_OK, EXERCISE, ("check_f(f)", [NIE], None)), ["cell 2 ('check_f(f)'): a cell calling a checker raised NotImplementedError"]),
-        ((SETUP_OK, EXERCISE, ("check_f(f)", [VERDICT, NAME_ERROR], None)), ["NameError", "a cell calling a checker raised NameError"]),
+        ((SETUP_OK, EXERCISE, ("check_f(f)", [PASSED], None)), ["cell 2 ('check_f(f)'): calls a checker but printed no"]),  # noqa: E501
+        ((SETUP_OK, EXERCISE, ("check_f(f)", [NIE], None)), ["cell 2 ('check_f(f)'): a cell calling a checker raised NotImplementedError"]),  # noqa: E501
+        ((SETUP_OK, EXERCISE, ("check_f(f)", [VERDICT, NAME_ERROR], None)), ["NameError", "a cell calling a checker raised NameError"]),  # noqa: E501
         # defining a checker is not calling one
         ((SETUP_OK, ("def check_f(f):\n    pass", [], None), EXERCISE), []),
     ],
@@ -221,7 +221,7 @@ def test_student_notebook_fails_only_on_exercises(path):
     problems = notebook_problems(nb)
     assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
     if switches:
-        assert any("loaded the pretrained model" in output_text(cell) for cell in nb.cells), "the checkpoint was not loaded"
+        assert any("loaded the pretrained model" in output_text(cell) for cell in nb.cells), "the checkpoint was not loaded"  # noqa: E501
 
 
 # --------------------------------------------------------------------------- what students read
@@ -238,7 +238,7 @@ def test_tool_mentions_are_found():
     assert not TEST_TOOL.search("# the progress bar shows times that differ on every run")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS + SOLUTIONS])
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS + SOLUTIONS])  # noqa: E501
 def test_no_cell_speaks_of_the_test_tools(path):
     nb = nbformat.read(path, as_version=4)
     found = [

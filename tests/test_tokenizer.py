@@ -313,7 +313,7 @@ def _bad_input_cases():
         (lambda: train_bpe("abc", 300, special_tokens=[""]), ValueError, r"non-empty str, got ''"),
         (lambda: tok.encode(123), TypeError, r"encode: text must be a str, got int"),
         (lambda: tok.encode(b"abc"), TypeError, r"got bytes \(decode bytes first"),
-        (lambda: tok.decode([5, 300]), ValueError, r"ids\[1\] = 300 is not in the vocabulary; expected an id from 0 to 255"),
+        (lambda: tok.decode([5, 300]), ValueError, r"ids\[1\] = 300 is not in the vocabulary; expected an id from 0 to 255"),  # noqa: E501
         (lambda: tok.decode([-1]), ValueError, r"ids\[0\] = -1 is not in the vocabulary"),
         (lambda: tok.decode([1, "a"]), TypeError, r"ids\[1\] is str 'a'; expected an int token id"),
         (lambda: tok.decode([1.0]), TypeError, r"ids\[0\] is float 1.0"),
@@ -324,11 +324,11 @@ def _bad_input_cases():
         (lambda: parse_gpt2_merges("Ġ t\nh  e\n"), ValueError, r"line 2 is 'h  e'"),
         (lambda: parse_gpt2_merges("a\u4e00 b"), ValueError, r"line 1: 'a\u4e00' has the character '\u4e00'"),
         (lambda: BPETokenizer({i: bytes([i]) for i in range(255)}, []), ValueError, r"lacks 1 of the 256 single bytes"),
-        (lambda: BPETokenizer(vocab, [(b"a", b"b")]), ValueError, r"merges\[0\] = \(b'a', b'b'\): b'ab' is not in vocab"),
-        (lambda: BPETokenizer(vocab, [], special_tokens=[ENDOFTEXT]), ValueError, r"special token '<\|endoftext\|>' is not in vocab"),
+        (lambda: BPETokenizer(vocab, [(b"a", b"b")]), ValueError, r"merges\[0\] = \(b'a', b'b'\): b'ab' is not in vocab"),  # noqa: E501
+        (lambda: BPETokenizer(vocab, [], special_tokens=[ENDOFTEXT]), ValueError, r"special token '<\|endoftext\|>' is not in vocab"),  # noqa: E501
         # notebook 11's exercises as functions
         (lambda: T.bpe_encode(["abc"], vocab, []), TypeError, r"encode: text must be a str, got list"),
-        (lambda: T.bpe_decode([3, 256], vocab), ValueError, r"ids\[1\] = 256 is not in the vocabulary; expected an id from 0 to 255"),
+        (lambda: T.bpe_decode([3, 256], vocab), ValueError, r"ids\[1\] = 256 is not in the vocabulary; expected an id from 0 to 255"),  # noqa: E501
         (lambda: T.bpe_decode([3], list(vocab.values())), TypeError, r"vocab must be a dict \{id: bytes\}, got list"),
         (lambda: T.count_pairs([(1, 2)]), TypeError, r"count_pairs: words must be a dict .* got list"),
         (lambda: merge_pair([1, 2], (1, 2, 3), 9), ValueError, r"pair must be two tokens \(a, b\), got \(1, 2, 3\)"),

@@ -1,7 +1,6 @@
-"""Tests for course_utils/training.py and course_utils/trainer.py (notebook 07): the
-exercises' references, the schedules, evaluation, and fit with checkpoints and exact
-resumption. ``T`` is training; the trainer's names are reached through it, as notebook 07
-imports them, except where a test patches the trainer's module."""
+"""Tests for course_utils/training.py, translator_training.py and student_functions.py
+(notebook 07): the exercises' references (``T``), the schedules, evaluation, and fit with
+checkpoints and exact resumption (``TR``), and the choice of the student's own functions (``S``)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,9 @@ from torch import nn
 
 from course_utils import Transformer
 from course_utils import data as D
-from course_utils import trainer as TR
+from course_utils import student_functions as S
 from course_utils import training as T
+from course_utils import translator_training as TR
 
 
 @pytest.fixture(autouse=True)
@@ -237,48 +237,48 @@ def test_evaluate_scores_exact_match_and_token_accuracy(monkeypatch):
 
     oracle = Oracle(pairs, corrupt)
     monkeypatch.setattr(TR, "greedy_decode_cached", oracle)  # the name evaluate decodes with
-    result = T.evaluate(tiny_model(), pairs, batch_size=3)
+    result = TR.evaluate(tiny_model(), pairs, batch_size=3)
     assert oracle.calls == 2  # the cached decoder is used, in batches of 3
     assert result["n"] == 4 and result["exact_match"] == pytest.approx(0.5)
     # tokens (words + <eos>): twelve 2/2, three point five 3/4, minus seven 3/3, forty 1/2
     assert result["token_accuracy"] == pytest.approx(9 / 11)
-    assert T.predict(tiny_model(), "3.5") == "three point six"
-    assert T.predict(tiny_model(), ["12", "40"]) == ["twelve", "forty one"]
-    assert T.mistakes(tiny_model(), pairs) == [("3.5", "three point five", "three point six"),
+    assert TR.predict(tiny_model(), "3.5") == "three point six"
+    assert TR.predict(tiny_model(), ["12", "40"]) == ["twelve", "forty one"]
+    assert TR.mistakes(tiny_model(), pairs) == [("3.5", "three point five", "three point six"),
                                                ("40", "forty", "forty one")]
-    assert len(T.mistakes(tiny_model(), pairs, limit=1)) == 1
+    assert len(TR.mistakes(tiny_model(), pairs, limit=1)) == 1
     # the same from a DataLoader of batches
     ds = D.NumberWordsDataset(pairs, D.source_vocab(), tv)
     loader = torch.utils.data.DataLoader(ds, batch_size=3, collate_fn=D.collate)
-    assert T.evaluate(tiny_model(), loader) == result
+    assert TR.evaluate(tiny_model(), loader) == result
 
 
 def test_evaluate_runs_the_real_decoder_and_restores_nothing_it_should_not():
     model = tiny_model()
     model.train()
     pairs = D.load_split("valid")[:7]
-    result = T.evaluate(model, pairs, batch_size=4, max_len=5)
+    result = TR.evaluate(model, pairs, batch_size=4, max_len=5)
     assert set(result) == {"exact_match", "token_accuracy", "n"} and result["n"] == 7
     assert 0.0 <= result["token_accuracy"] <= 1.0
     assert model.training  # greedy decoding puts the mode back
     with pytest.raises(ValueError, match="batch_size"):
-        T.evaluate(model, pairs, batch_size=0)
+        TR.evaluate(model, pairs, batch_size=0)
     with pytest.raises(ValueError, match="not in the source vocabulary"):
-        T.predict(model, "12a")
+        TR.predict(model, "12a")
 
 
 # ---------------------------------------------------------------- fit
 def test_epoch_batches_are_seeded_full_and_bucketed():
     lengths = [(i * 7) % 23 for i in range(100)]
-    a = T.epoch_batches(lengths, 8, torch.Generator().manual_seed(3), bucket=4)
-    b = T.epoch_batches(lengths, 8, torch.Generator().manual_seed(3), bucket=4)
-    c = T.epoch_batches(lengths, 8, torch.Generator().manual_seed(4), bucket=4)
+    a = TR.epoch_batches(lengths, 8, torch.Generator().manual_seed(3), bucket=4)
+    b = TR.epoch_batches(lengths, 8, torch.Generator().manual_seed(3), bucket=4)
+    c = TR.epoch_batches(lengths, 8, torch.Generator().manual_seed(4), bucket=4)
     assert a == b and a != c
     assert len(a) == 12 and all(len(x) == 8 for x in a)
     flat = [i for x in a for i in x]
     assert len(set(flat)) == 96
     assert all([lengths[i] for i in x] == sorted(lengths[i] for i in x) for x in a)  # sorted within a batch
-    plain = T.epoch_batches(lengths, 8, torch.Generator().manual_seed(3))
+    plain = TR.epoch_batches(lengths, 8, torch.Generator().manual_seed(3))
     assert len(plain) == 12 and not all([lengths[i] for i in x] == sorted(lengths[i] for i in x) for x in plain)
 
 
@@ -288,7 +288,7 @@ FIT = dict(batch_size=16, lr=3e-3, warmup=5, clip_norm=1.0, label_smoothing=0.1,
 def test_fit_history_and_validation():
     train, valid = D.load_split("train")[:200], D.load_split("valid")[:20]
     model = tiny_model()
-    history = T.fit(model, train, valid, steps=30, schedule="inverse_sqrt", eval_every=10, **FIT)
+    history = TR.fit(model, train, valid, steps=30, schedule="inverse_sqrt", eval_every=10, **FIT)
     assert len(history["train_loss"]) == 30 and history.steps == 30
     assert history.eval_steps == [10, 20, 30]
     assert all(len(history[k]) == 3 for k in ("val_loss", "val_accuracy", "val_token_accuracy"))
@@ -296,7 +296,7 @@ def test_fit_history_and_validation():
     assert history.train_seconds > 0 and history.train_cpu_seconds > 0
     assert not model.training
     # one pass = 200 // 16 = 12 steps; validated at each epoch's end and at the last step
-    history = T.fit(tiny_model(), train, valid, epochs=2, schedule="linear", **FIT)
+    history = TR.fit(tiny_model(), train, valid, epochs=2, schedule="linear", **FIT)
     assert history.steps == 24 and history.eval_steps == [12, 24]
     import matplotlib
 
@@ -316,14 +316,14 @@ def test_fit_resumed_equals_uninterrupted(tmp_path, schedule, extra):
     train, valid = D.load_split("train")[:200], D.load_split("valid")[:10]
     kwargs = dict(FIT, schedule=schedule, **extra)
     whole = tiny_model(dropout=0.2)  # dropout: torch's random state must be resumed too
-    full = T.fit(whole, train, valid, steps=30, checkpoint_path=tmp_path / "whole.pt", **kwargs)
+    full = TR.fit(whole, train, valid, steps=30, checkpoint_path=tmp_path / "whole.pt", **kwargs)
 
     # 12 steps per epoch: stop inside the second epoch, then go on from the checkpoint
     part = tiny_model(dropout=0.2)
-    T.fit(part, train, valid, steps=17, checkpoint_path=tmp_path / "part.pt", **kwargs)
+    TR.fit(part, train, valid, steps=17, checkpoint_path=tmp_path / "part.pt", **kwargs)
     resumed_model = tiny_model(dropout=0.2, seed=99)  # other initial weights: all must come from the file
     torch.manual_seed(12345)  # and another global random state
-    resumed = T.fit(resumed_model, train, valid, steps=30, checkpoint_path=tmp_path / "part.pt", resume=True,
+    resumed = TR.fit(resumed_model, train, valid, steps=30, checkpoint_path=tmp_path / "part.pt", resume=True,
                     **kwargs)
     for p, q in zip(params(whole), params(resumed_model)):
         assert torch.equal(p, q)
@@ -331,7 +331,7 @@ def test_fit_resumed_equals_uninterrupted(tmp_path, schedule, extra):
     assert resumed.steps == 30
 
     # resuming a finished run trains no further
-    again = T.fit(resumed_model, train, valid, steps=30, checkpoint_path=tmp_path / "part.pt", resume=True, **kwargs)
+    again = TR.fit(resumed_model, train, valid, steps=30, checkpoint_path=tmp_path / "part.pt", resume=True, **kwargs)
     assert again["train_loss"] == full["train_loss"]
     for p, q in zip(params(whole), params(resumed_model)):
         assert torch.equal(p, q)
@@ -340,15 +340,15 @@ def test_fit_resumed_equals_uninterrupted(tmp_path, schedule, extra):
 def test_fit_refuses_to_resume_with_other_settings(tmp_path):
     train = D.load_split("train")[:100]
     path = tmp_path / "run.pt"
-    T.fit(tiny_model(), train, None, steps=8, schedule="linear", checkpoint_path=path, **FIT)
+    TR.fit(tiny_model(), train, None, steps=8, schedule="linear", checkpoint_path=path, **FIT)
     with pytest.raises(ValueError, match="total_steps"):
         # linear decay ends at `steps` by default: a longer run is another schedule
-        T.fit(tiny_model(), train, None, steps=12, schedule="linear", checkpoint_path=path, resume=True, **FIT)
+        TR.fit(tiny_model(), train, None, steps=12, schedule="linear", checkpoint_path=path, resume=True, **FIT)
     with pytest.raises(ValueError, match="lr"):
-        T.fit(tiny_model(), train, None, steps=8, schedule="linear", checkpoint_path=path, resume=True,
+        TR.fit(tiny_model(), train, None, steps=8, schedule="linear", checkpoint_path=path, resume=True,
               **dict(FIT, lr=1e-3))
     # no file yet: resume starts from scratch
-    history = T.fit(tiny_model(), train, None, steps=2, schedule="constant", checkpoint_path=tmp_path / "new.pt",
+    history = TR.fit(tiny_model(), train, None, steps=2, schedule="constant", checkpoint_path=tmp_path / "new.pt",
                     resume=True, **FIT)
     assert history.steps == 2 and (tmp_path / "new.pt").is_file()
 
@@ -370,24 +370,21 @@ def test_fit_refuses_to_resume_with_other_settings(tmp_path):
 ])
 def test_fit_rejects_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        T.fit(tiny_model(), D.load_split("valid")[:100], None, progress=False, **kwargs)
+        TR.fit(tiny_model(), D.load_split("valid")[:100], None, progress=False, **kwargs)
 
 
 def test_fit_rejects_bad_pairs():
     with pytest.raises(TypeError, match="pairs"):
-        T.fit(tiny_model(), [("1", 2)], None, steps=1, batch_size=1, progress=False)
+        TR.fit(tiny_model(), [("1", 2)], None, steps=1, batch_size=1, progress=False)
 
 
-def test_training_reexports_the_trainer():
-    """Notebook 07 imports RECIPE, fit, ... from course_utils.training: each is the trainer's."""
-    defined_here = {name for name, value in vars(TR).items() if not name.startswith("_")
-                    and getattr(value, "__module__", None) == TR.__name__}
-    assert defined_here <= set(TR.__all__)  # a new public function of the trainer is re-exported
-    for name in TR.__all__:
-        assert getattr(T, name) is getattr(TR, name), name
-    assert set(TR.__all__) <= set(T.__all__) and "fit" in dir(T)
-    with pytest.raises(AttributeError):
-        T.no_such_name  # noqa: B018
+@pytest.mark.parametrize("module", [T, TR, S])
+def test_every_public_name_is_listed_in_all(module):
+    """Each public function or class a module defines is in its __all__ (what the contract lists)."""
+    defined_here = {name for name, value in vars(module).items() if not name.startswith("_")
+                    and getattr(value, "__module__", None) == module.__name__}
+    assert defined_here <= set(module.__all__)
+    assert all(hasattr(module, name) for name in module.__all__)
 
 
 def test_history_state_round_trip():
@@ -401,14 +398,14 @@ def test_history_state_round_trip():
 
 
 def test_recipe_is_fits_default_and_builds_a_model():
-    defaults = {k: p.default for k, p in inspect.signature(T.fit).parameters.items()}
-    for key, value in T.RECIPE["fit"].items():
+    defaults = {k: p.default for k, p in inspect.signature(TR.fit).parameters.items()}
+    for key, value in TR.RECIPE["fit"].items():
         if key != "steps":
             assert defaults[key] == value, key
     assert defaults["steps"] is None  # None means RECIPE["fit"]["steps"]
-    model = Transformer(len(D.source_vocab()), len(D.target_vocab()), **T.RECIPE["model"])
-    assert model.d_model == T.RECIPE["model"]["d_model"]
-    assert T.RECIPE["model"]["max_len"] >= D.MAX_TARGET_WORDS + 2
+    model = Transformer(len(D.source_vocab()), len(D.target_vocab()), **TR.RECIPE["model"])
+    assert model.d_model == TR.RECIPE["model"]["d_model"]
+    assert TR.RECIPE["model"]["max_len"] >= D.MAX_TARGET_WORDS + 2
 
 
 # ---------------------------------------------------------------- the student's own functions
@@ -422,7 +419,7 @@ def solution_functions() -> dict:
     for cell in nb.cells:
         if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
             exec(cell.source, namespace)  # noqa: S102 - the course's own solution cells
-    return {name: namespace[name] for name in T.EXERCISES}
+    return {name: namespace[name] for name in S.EXERCISES}
 
 
 def stub(name):
@@ -437,18 +434,18 @@ FEW = dict(steps=12, batch_size=16, lr=3e-3, warmup=4, label_smoothing=0.1, clip
 
 def trained(**functions):
     model = tiny_model()
-    T.fit(model, D.load_split("train")[:240], None, **FEW, **functions)
+    TR.fit(model, D.load_split("train")[:240], None, **FEW, **functions)
     return model
 
 
 @pytest.mark.parametrize("schedule, lr", [("linear", 3e-3), ("noam", 1.0)])
 def test_fit_with_the_solutions_functions_gives_the_reference_model(schedule, lr):
     mine = solution_functions()
-    assert all(mine[name] is not getattr(T, name) for name in T.EXERCISES)
+    assert all(mine[name] is not getattr(T, name) for name in S.EXERCISES)
     settings = dict(FEW, schedule=schedule, lr=lr)
     reference, student = tiny_model(), tiny_model()
-    T.fit(reference, D.load_split("train")[:240], None, **settings)
-    T.fit(student, D.load_split("train")[:240], None, **settings, **mine)
+    TR.fit(reference, D.load_split("train")[:240], None, **settings)
+    TR.fit(student, D.load_split("train")[:240], None, **settings, **mine)
     for (name, a), b in zip(reference.state_dict().items(), student.state_dict().values()):
         assert torch.equal(a, b), name  # exactly: the same model, not a close one
 
@@ -462,13 +459,13 @@ def test_the_notebooks_fit_in_brief_takes_fits_steps():
     source = next(c.source for c in nb.cells if c.get("id") == "nb07-042b")
     namespace = {"torch": torch, "NumberWordsDataset": D.NumberWordsDataset, "collate": D.collate,
                  "PAD_ID": D.PAD_ID, "src_vocab": D.source_vocab(), "tgt_vocab": D.target_vocab(),
-                 **{name: getattr(T, name) for name in ("make_optimizer", "warmup_schedule", "epoch_batches",
-                                                        "shifted_batch", "shift_targets", "train_step")}}
+                 **{name: getattr(T, name) for name in ("warmup_schedule", "shift_targets", "train_step")},
+                 **{name: getattr(TR, name) for name in ("make_optimizer", "epoch_batches", "shifted_batch")}}
     exec(source, namespace)  # noqa: S102 - the course's own cell
     pairs = D.load_split("train")[:64]  # 4 batches an epoch: 3 epochs
     settings = {key: value for key, value in FEW.items() if key != "progress"}
     reference, brief = tiny_model(dropout=0.1), tiny_model(dropout=0.1)
-    history = T.fit(reference, pairs, None, **settings, progress=False)
+    history = TR.fit(reference, pairs, None, **settings, progress=False)
     losses = namespace["fit_in_brief"](brief, pairs, **settings)
     assert losses == history["train_loss"]
     for (name, a), b in zip(reference.state_dict().items(), brief.state_dict().values()):
@@ -476,7 +473,7 @@ def test_the_notebooks_fit_in_brief_takes_fits_steps():
 
 
 def test_fit_uses_each_function_it_is_given():
-    calls = {name: 0 for name in T.EXERCISES}
+    calls = {name: 0 for name in S.EXERCISES}
 
     def counting(name):
         def fn(*args, **kwargs):
@@ -484,12 +481,12 @@ def test_fit_uses_each_function_it_is_given():
             return getattr(T, name)(*args, **kwargs)
         return fn
 
-    T.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, schedule="noam", lr=1.0),
-          **{name: counting(name) for name in T.EXERCISES})
+    TR.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, schedule="noam", lr=1.0),
+          **{name: counting(name) for name in S.EXERCISES})
     assert calls["shift_targets"] == calls["train_step"] == 12 and calls["noam_lr"] >= 12
     assert calls["masked_cross_entropy"] == 0  # a given train_step computes its own loss
     del calls["train_step"]
-    T.fit(tiny_model(), D.load_split("train")[:64], None, **FEW, masked_cross_entropy=counting("masked_cross_entropy"))
+    TR.fit(tiny_model(), D.load_split("train")[:64], None, **FEW, masked_cross_entropy=counting("masked_cross_entropy"))
     assert calls["masked_cross_entropy"] == 12  # the reference step calls the loss it is given
 
 
@@ -501,24 +498,24 @@ def test_a_shift_that_differs_reaches_the_batches():
         return tgt[:, :-1], tgt[:, :-1]
 
     batch = a_batch()
-    wrong = T.shifted_batch(batch, no_shift)
+    wrong = TR.shifted_batch(batch, no_shift)
     assert torch.equal(wrong.tgt_out, batch.tgt_in) and wrong.num_tokens == int((batch.tgt_in != 0).sum())
-    assert torch.equal(T.shifted_batch(batch, T.shift_targets).tgt_mask, batch.tgt_mask)
+    assert torch.equal(TR.shifted_batch(batch, T.shift_targets).tgt_mask, batch.tgt_mask)
 
 
 @pytest.mark.parametrize("name", ["train_step", "shift_targets", "masked_cross_entropy", "noam_lr"])
 def test_fit_rejects_a_function_that_is_not_callable(name):
     with pytest.raises(TypeError, match=name):
-        T.fit(tiny_model(), D.load_split("valid")[:100], None, **FEW, **{name: 3})
+        TR.fit(tiny_model(), D.load_split("valid")[:100], None, **FEW, **{name: 3})
 
 
 def test_choose_functions_keeps_what_passes_and_says_so(capsys):
     mine = solution_functions()
-    chosen = T.choose_functions(**mine)
+    chosen = S.choose_functions(**mine)
     out = capsys.readouterr().out
     assert chosen == mine
     assert out.startswith("Training with:\n")
-    for name in T.EXERCISES:
+    for name in S.EXERCISES:
         assert re.search(rf"^  {name} +yours", out, re.M), out
     assert "[OK]" not in out  # the checks ran quietly
 
@@ -536,20 +533,20 @@ def test_choose_functions_runs_with_the_graders_stand_in_checks(monkeypatch, cap
         passed, status, mistake, feedback = False, "not checked", None, "[ ] checked by the grader"
 
     stand_in = types.ModuleType("course_utils.checks")
-    for name in T.EXERCISES:
+    for name in S.EXERCISES:
         setattr(stand_in, f"check_{name}", lambda *args, **kwargs: NotChecked())
     monkeypatch.setitem(sys.modules, "course_utils.checks", stand_in)
     monkeypatch.setattr(course_utils, "checks", stand_in, raising=False)
-    chosen = T.choose_functions(**solution_functions())
-    assert chosen == dict.fromkeys(T.EXERCISES)  # not passed: the reference trains
+    chosen = S.choose_functions(**solution_functions())
+    assert chosen == dict.fromkeys(S.EXERCISES)  # not passed: the reference trains
     assert capsys.readouterr().out.startswith("Training with:\n")
 
 
 def test_choose_functions_falls_back_on_stubs_with_the_reason(capsys):
-    chosen = T.choose_functions(**{name: stub(name) for name in T.EXERCISES})
+    chosen = S.choose_functions(**{name: stub(name) for name in S.EXERCISES})
     out = capsys.readouterr().out
-    assert chosen == dict.fromkeys(T.EXERCISES)
-    for name in T.EXERCISES:
+    assert chosen == dict.fromkeys(S.EXERCISES)
+    for name in S.EXERCISES:
         # noam_lr's line also says that the recipe's schedule uses neither noam_lr
         end = re.escape(' (used with schedule="noam" only; the recipe decays linearly)') if name == "noam_lr" else ""
         assert re.search(rf"^  {name} +the reference: yours is not written yet{end}$", out, re.M), out
@@ -565,13 +562,13 @@ def test_choose_functions_falls_back_on_a_failed_check_and_on_what_depends_on_it
     def shift_targets(tgt):  # the bug of section 2: the labels are the inputs
         return tgt[:, :-1], tgt[:, :-1]
 
-    chosen = T.choose_functions(shift_targets, mine["masked_cross_entropy"], mine["noam_lr"], mine["train_step"])
+    chosen = S.choose_functions(shift_targets, mine["masked_cross_entropy"], mine["noam_lr"], mine["train_step"])
     out = capsys.readouterr().out
     assert chosen == dict(mine, shift_targets=None)
     assert re.search(r"^  shift_targets +the reference: yours has not passed its check: \S", out, re.M), out
     # a train_step that calls an unfinished masked_cross_entropy: the dependency is named
     mine["train_step"].__globals__["masked_cross_entropy"] = stub("masked_cross_entropy")
-    chosen = T.choose_functions(mine["shift_targets"], mine["train_step"].__globals__["masked_cross_entropy"],
+    chosen = S.choose_functions(mine["shift_targets"], mine["train_step"].__globals__["masked_cross_entropy"],
                                 mine["noam_lr"], mine["train_step"])
     out = capsys.readouterr().out
     assert chosen["masked_cross_entropy"] is None and chosen["train_step"] is None
@@ -601,30 +598,30 @@ def test_choose_functions_reports_train_steps_own_failure_and_the_loss_it_calls(
         """), namespace)
     train_step = namespace["train_step"]
     namespace["masked_cross_entropy"] = mine["masked_cross_entropy"]  # a loss that passes: the step's mistake alone
-    T.choose_functions(mine["shift_targets"], mine["masked_cross_entropy"], mine["noam_lr"], train_step)
+    S.choose_functions(mine["shift_targets"], mine["masked_cross_entropy"], mine["noam_lr"], train_step)
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  train_step"))
     assert line.endswith("the reference: yours has not passed its check: clip_norm 0 not clipped; its check cell "
                          "says more"), line
     namespace["masked_cross_entropy"] = per_sequence_mean_loss  # both fail (the step's check meets the loss first)
-    T.choose_functions(mine["shift_targets"], per_sequence_mean_loss, mine["noam_lr"], train_step)
+    S.choose_functions(mine["shift_targets"], per_sequence_mean_loss, mine["noam_lr"], train_step)
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  train_step"))
     assert re.search(r"the reference: yours has not passed its check: [^;()]+; its check cell says more; and it calls "
                      r"your masked_cross_entropy, which has not passed its check either$", line), line
 
 
 def test_choose_functions_names_the_imported_reference(capsys):
-    chosen = T.choose_functions(T.shift_targets, None, None, None)
+    chosen = S.choose_functions(T.shift_targets, None, None, None)
     out = capsys.readouterr().out
-    assert chosen == dict.fromkeys(T.EXERCISES)
+    assert chosen == dict.fromkeys(S.EXERCISES)
     assert "shift_targets         the reference: you imported it from course_utils" in out
 
 
 def test_fit_text_progress_ends_finished_on_stdout(capsys):
-    T.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, progress="text"))
+    TR.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, progress="text"))
     out = capsys.readouterr().out
     assert "training: 100%" in out.split("\r")[-1] and "12/12" in out.split("\r")[-1]
     with pytest.raises(ValueError, match="progress"):
-        T.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, progress="yes"))
+        TR.fit(tiny_model(), D.load_split("train")[:64], None, **dict(FEW, progress="yes"))
 
 
 def per_sequence_mean_loss(logits, targets, pad_id, label_smoothing=0.0):
@@ -637,7 +634,7 @@ def per_sequence_mean_loss(logits, targets, pad_id, label_smoothing=0.0):
 
 def test_choose_functions_gives_a_named_mistake_by_its_name(capsys):
     mine = solution_functions()
-    T.choose_functions(mine["shift_targets"], per_sequence_mean_loss, mine["noam_lr"], None)
+    S.choose_functions(mine["shift_targets"], per_sequence_mean_loss, mine["noam_lr"], None)
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("  masked_cross_entropy"))
     assert line.endswith("the reference: yours has not passed its check: mean of per-sequence means; its check cell "
                          "says more"), line
@@ -657,33 +654,33 @@ def test_an_unnamed_verdict_is_cut_outside_parentheses(first, expected):
     from course_utils.checks._core import CheckResult
 
     result = CheckResult("shift_targets", False, f"[X] shift_targets: {first}\n    (seed 1: ...)")
-    assert TR._what_failed(result, "shift_targets") == expected
+    assert S._what_failed(result, "shift_targets") == expected
 
 
 def test_yours_or_reference_keeps_what_passes_quietly(capsys):
     mine = solution_functions()
-    for name in T.EXERCISES:
-        assert T.yours_or_reference(name, mine[name]) is mine[name]
-        assert T.yours_or_reference(name, getattr(T, name)) is getattr(T, name)  # imported: nothing to say
+    for name in S.EXERCISES:
+        assert S.yours_or_reference(name, mine[name]) is mine[name]
+        assert S.yours_or_reference(name, getattr(T, name)) is getattr(T, name)  # imported: nothing to say
     assert capsys.readouterr().out == ""
 
 
-@pytest.mark.parametrize("name", T.EXERCISES)
+@pytest.mark.parametrize("name", S.EXERCISES)
 def test_yours_or_reference_falls_back_on_a_stub_and_says_how_to_continue(name, capsys):
-    assert T.yours_or_reference(name, stub(name)) is getattr(T, name)
+    assert S.yours_or_reference(name, stub(name)) is getattr(T, name)
     assert capsys.readouterr().out == (f"{name}: this cell uses the reference (yours is not written yet); "
                                        "write yours and run its check to use it here\n")
 
 
 def test_yours_or_reference_falls_back_on_a_failed_check(capsys):
-    assert T.yours_or_reference("masked_cross_entropy", per_sequence_mean_loss) is T.masked_cross_entropy
+    assert S.yours_or_reference("masked_cross_entropy", per_sequence_mean_loss) is T.masked_cross_entropy
     assert capsys.readouterr().out == (
         "masked_cross_entropy: this cell uses the reference (yours has not passed its check: mean of per-sequence "
         "means; its check cell says more); fix yours and run its check to use it here\n")
     # the trial's exchanged slices: the line is whole, its parentheses balanced
-    assert T.yours_or_reference("shift_targets", lambda tgt: (tgt[:, 1:], tgt[:, :-1])) is T.shift_targets
+    assert S.yours_or_reference("shift_targets", lambda tgt: (tgt[:, 1:], tgt[:, :-1])) is T.shift_targets
     assert capsys.readouterr().out == (
         "shift_targets: this cell uses the reference (yours has not passed its check: shifted the wrong way; its "
         "check cell says more); fix yours and run its check to use it here\n")
     with pytest.raises(ValueError, match="name must be one of"):
-        T.yours_or_reference("fit", per_sequence_mean_loss)
+        S.yours_or_reference("fit", per_sequence_mean_loss)

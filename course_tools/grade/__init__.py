@@ -102,7 +102,7 @@ notebook meets them:
 
 Every name of the grader is importable from ``course_tools.grade``, as it was when the grader
 was one module.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

@@ -45,16 +45,16 @@ from collections.abc import Iterable
 HELPERS: dict[str, tuple[str, ...]] = {
     # 01
     "scaled_dot_product_attention": ("attention.attention_weights", "fastpaths.softmax_last_axis"),
-    # 02: _attend is MultiHeadAttention.forward for one query position
-    "MultiHeadAttention": ("decoding._attend",),
+    # 02: attend_cached is MultiHeadAttention.forward for one query position
+    "MultiHeadAttention": ("decoding.attend_cached",),
     # 04
     "LayerNorm": ("fastpaths.layer_norm",),
     # 06: the cached decoders give greedy_decode's tokens
     "greedy_decode": ("decoding._greedy_loop", "decoding.greedy_decode_cached", "decoding.decode_step"),
     # 07
-    "train_step": ("training._train_step",),
+    "train_step": ("training.train_step_with_loss",),
     # 09: one cached decoding step of a GPT, and the sampler generate draws with
-    "generate": ("gpt.gpt_decode_step", "gpt.sample_next_token"),
+    "generate": ("generation.gpt_decode_step", "generation.sample_next_token"),
     # 10: half of apply_rotary's formula (x * cos + rotate_half(x) * sin)
     "apply_rotary": ("llama.rotate_half",),
     # 11: the tokenizer class encodes and decodes as the two function exercises do
@@ -250,7 +250,7 @@ def gate_allows(frame, entry, args, student_files, course_files, package, gates,
     return False
 
 
-def public_course(exercises, hidden_event, guard_source, skipped, gate_event, later=()):  # pragma: no cover - runs inside the graded kernel
+def public_course(exercises, hidden_event, guard_source, skipped, gate_event, later=()):  # pragma: no cover - runs inside the graded kernel  # noqa: E501
     """Move the course package out of ``sys.modules`` and import a public copy with the
     references of ``exercises`` ({exercise: [helpers]}) replaced by guards.
 

@@ -38,9 +38,9 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
     import torch.nn
     import torch.nn.functional
     import torch.testing
+    from ipykernel.compiler import get_file_name
     from IPython import get_ipython
     from IPython.display import publish_display_data
-    from ipykernel.compiler import get_file_name
 
     import course_utils
     import course_utils.checks
@@ -397,7 +397,7 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             if refuse is None and event in ("open", "exec") and args:
                 # the course's code read or run again would be the hidden references anew
                 code = getattr(args[0], "co_filename", None) if event == "exec" else next(paths(args[:1]), None)
-                if isinstance(code, str) and code.startswith(package) and (event == "exec" or code.endswith((".py", ".pyc"))):
+                if isinstance(code, str) and code.startswith(package) and (event == "exec" or code.endswith((".py", ".pyc"))):  # noqa: E501
                     frame = student_frame(direct=False)
                     # linecache reads source lines to show a warning or a traceback (a
                     # student's `warnings.warn` during a check names the checker's line)
@@ -452,7 +452,7 @@ def _kernel_side(config):  # pragma: no cover - runs inside the graded kernel
             hits = [h for h in hidden_hits if h["exercise"] == name]
             hidden_hits[:] = [h for h in hidden_hits if h["exercise"] != name]
             said = [message["reference"]] if message["reference"] else []
-            said += [(f"line {h['line']}: " if h["line"] else "") + h["what"] + (f": `{h['code']}`" if h["code"] else "")
+            said += [(f"line {h['line']}: " if h["line"] else "") + h["what"] + (f": `{h['code']}`" if h["code"] else "")  # noqa: E501
                      for h in hits]
             message["reference"] = "; ".join(said) or None
             if own is not missing:  # checked: course_utils.<name> is the student's own for the student's code

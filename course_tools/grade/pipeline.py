@@ -89,7 +89,7 @@ def grade_class(
         if sub.data is None:
             sub.data = sub.path.read_bytes()
     hidden = list(hidden) or [s.path for s in subs]
-    course_files = [Path(solutions).resolve(), *(PACKAGE_ROOT / part for part in ("course_utils", "course_tools", "data"))]
+    course_files = [Path(solutions).resolve(), *(PACKAGE_ROOT / part for part in ("course_utils", "course_tools", "data"))]  # noqa: E501
     guard = FileGuard([*hidden, *course_files], known={s.path: s.data for s in subs if s.data is not None})
     hidden = [*hidden, *course_files]  # in the sandbox the instructor's course is out of sight too
     grades: list[NotebookGrade | None] = [None] * len(subs)

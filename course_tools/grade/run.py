@@ -28,8 +28,16 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from ..guard import PackageCopy
 from ..kernels import CurrentEnvKernelManager
 from . import hide_references
-from .common import (AUDIT_EVENT, CHECK_SOURCE, DEFAULT_TIMEOUT, END_SOURCE, STARTUP_TIMEOUT, TIMED_OUT, VERDICT_MIME,
-                     first_line)
+from .common import (
+    AUDIT_EVENT,
+    CHECK_SOURCE,
+    DEFAULT_TIMEOUT,
+    END_SOURCE,
+    STARTUP_TIMEOUT,
+    TIMED_OUT,
+    VERDICT_MIME,
+    first_line,
+)
 from .kernel_side import kernel_setup_source, sign
 from .plan import CourseNotebook, Plan, Step
 from .sandbox import grading_env, kill_descendants, launch_chain, sandbox_prefix

@@ -27,7 +27,7 @@ def parse_cell(source: str) -> ast.Module | None:
         blank = len(source.splitlines()) - len(source.lstrip("\n \t").splitlines())
         if not source.lstrip("\n \t"):
             blank = 0
-        source = "\n" * max(0, blank - (len(transformed.splitlines()) - len(transformed.lstrip("\n \t").splitlines()))) + transformed
+        source = "\n" * max(0, blank - (len(transformed.splitlines()) - len(transformed.lstrip("\n \t").splitlines()))) + transformed  # noqa: E501
     except Exception:  # noqa: BLE001 - then parse it as it is
         pass
     try:

@@ -10,8 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import (CRASHED, ERROR, FROM_VERDICT, NOT_RUN, OK, PASSED, REFERENCE, REVIEW, TIMED_OUT,
-                     first_line)
+from .common import CRASHED, ERROR, FROM_VERDICT, NOT_RUN, OK, PASSED, REFERENCE, REVIEW, TIMED_OUT, first_line
 from .plan import CourseNotebook, Plan
 from .run import Run
 

@@ -44,8 +44,22 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._core import (StudentError, call_student, checker, describe_shape, drawn_once, dropout_scale, equal, expect_close,
-                    fail, isnan, matches, raised, require_module_class, student_line)
+from ._core import (
+    StudentError,
+    call_student,
+    checker,
+    describe_shape,
+    drawn_once,
+    dropout_scale,
+    equal,
+    expect_close,
+    fail,
+    isnan,
+    matches,
+    raised,
+    require_module_class,
+    student_line,
+)
 from ._pairing import build_student, load_reference
 
 Mutation = dict[str, Any]
@@ -80,7 +94,7 @@ class Block:
 
     @property
     def part_word(self) -> dict[str, str]:
-        return {"feed_forward": self.word.get("ff", "the feed-forward"), **{a[2]: self.word[k] for k, a in self.attn.items()}}
+        return {"feed_forward": self.word.get("ff", "the feed-forward"), **{a[2]: self.word[k] for k, a in self.attn.items()}}  # noqa: E501
 
 
 # ---------------------------------------------------------------- the block, computed
@@ -333,7 +347,7 @@ def _structural_mistakes(spec: Block, norm_first: bool, present: set[str]) -> li
             out.append(("extra norm at the layer end", f"the layer ends with an extra norm ({spec.norm(i)}(x) after "
                         "the last sub-layer): in pre-norm a layer returns the un-normalised stream, x = x + "
                         "sublayer(norm(x)) for each sub-layer and nothing after it; the one final norm belongs to "
-                        f"the stack ({spec.what.removesuffix('Layer')}'s self.norm), after its last layer.", {"end": i}))
+                        f"the stack ({spec.what.removesuffix('Layer')}'s self.norm), after its last layer.", {"end": i}))  # noqa: E501
     out.append(("residual stream normalised", f"{_stream_words(norm_first)}", {"place": {k: "stream" for k in kinds}}))
     out.append(("norm on the branch", f"the norms sit on the sub-layers' outputs, x = x + norm(sublayer(x)); "
                 f"they belong {'on the sub-layer input' if norm_first else 'after the residual add'}: {form}.",
@@ -539,7 +553,7 @@ def check_dropout_modes(model: nn.Module, ref: nn.Module, run: Any, what: str, t
             fail(f"in eval mode your {what} gives a different output every call ({case}): dropout is still "
                  "active. Use nn.Dropout modules (or F.dropout(..., training=self.training)) so that "
                  "model.eval() switches them off.", mistake=eval_name)
-        expect_close("output", got, expected_eval, [(eval_name, eval_text, expected_train), (eval_name, eval_text, full)],
+        expect_close("output", got, expected_eval, [(eval_name, eval_text, expected_train), (eval_name, eval_text, full)],  # noqa: E501
                      case=case, atol=atol)
         _train(model, quiet)
         _train(ref, quiet)
@@ -775,7 +789,7 @@ def check_stack_dropout(model: nn.Module, ref: nn.Module, spec: "Stack", run: Ca
     check_dropout_modes(model, ref, lambda m: run(m, x.clone()), spec.what, lambda: [
         ("dropout missing", f"no dropout is applied in training mode: pass dropout on to every {spec.layer}, "
          f"{spec.layer}(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
-        ("dropout on the input", f"your {spec.what} applies dropout to its input x: the stack has no dropout of its own "
+        ("dropout on the input", f"your {spec.what} applies dropout to its input x: the stack has no dropout of its own "  # noqa: E501
          "(the Transformer drops after adding the positional table, and every layer drops its sub-layers' outputs). "
          "Remove it.", lambda: run(ref, torch.zeros_like(x))),
     ], setting="norm_first=True, ", atol=atol)
@@ -804,7 +818,7 @@ def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str,
     ``"masks first only"``: True, or the names of the masks that only the first layer gets), ``memory`` ("previous output": each
     layer's output is the next one's memory; "none"; "normed": through the final norm),
     ``final`` (None, "inside" the loop, "before" it, or a norm module in post-norm), ``flip``
-    (the layers' norm_first flipped)."""
+    (the layers' norm_first flipped)."""  # noqa: E501
     m = mutation or {}
     layers = list(ref.layers)
     seq = {"first only": layers[:1], "first repeated": layers[:1] * len(layers), "last only": layers[-1:], "none": [],
@@ -853,7 +867,7 @@ def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: A
             out.append(("masks swapped", text, {"masks": masks}))
         else:
             which = " and ".join(lost)
-            out.append((spec.name("masks not passed on"), f"{which} {'has no effect: it is' if len(lost) == 1 else 'are'} "
+            out.append((spec.name("masks not passed on"), f"{which} {'has no effect: it is' if len(lost) == 1 else 'are'} "  # noqa: E501
                         f"not passed on to the layers: call {spec.call}. (If your {spec.what} does pass it, run "
                         f"{check} on your {spec.layer}.)", {"masks": masks}))
     if norm_first:
@@ -872,7 +886,7 @@ def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: A
     else:
         text = ("a final norm is applied although norm_first=False: in post-norm every layer already ends with a "
                 "norm, so the final norm exists only when norm_first=True.")
-        for norm in ([own_norm] if isinstance(own_norm, nn.Module) else []) + [nn.LayerNorm(D, elementwise_affine=False)]:
+        for norm in ([own_norm] if isinstance(own_norm, nn.Module) else []) + [nn.LayerNorm(D, elementwise_affine=False)]:  # noqa: E501
             out.append(("final norm in post-norm", text, {"final": norm}))
     if present:
         which = " and ".join(k for k in spec.masks if k in present)
@@ -1105,7 +1119,7 @@ def sublayer_dropout_rates(model: nn.Module, run: Callable[[nn.Module], Any], x:
             out = _first(run(m))
             return out - x if isinstance(out, Tensor) and out.shape == x.shape else out
 
-        check_dropout_rate(model, delta, stubs, torch.full_like(x, 2.0), spec.what, f"{spec.part_word[live]}'s output", p)
+        check_dropout_rate(model, delta, stubs, torch.full_like(x, 2.0), spec.what, f"{spec.part_word[live]}'s output", p)  # noqa: E501
 
 
 # ---------------------------------------------------------------- extra dropout inside a branch

@@ -352,7 +352,7 @@ CONTRACT_PARAMETERS: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
     "RMSNorm": {"__init__": (("d_model", "eps"), "(d_model, eps=1e-6)")},
     "rotary_tables": {"": (("base",), "(d_k, max_len, base=10000.0, device=None)")},
     "apply_rotary": {"": (("offset",), "(x, cos, sin, offset=0)")},
-    "GroupedQueryAttention": {"__init__": (("d_model", "num_heads", "n_kv_heads"), "(d_model, num_heads, n_kv_heads=None)"),
+    "GroupedQueryAttention": {"__init__": (("d_model", "num_heads", "n_kv_heads"), "(d_model, num_heads, n_kv_heads=None)"),  # noqa: E501
                               "forward": (("mask",), "(x, cos=None, sin=None, mask=None, offset=0)")},
 }
 
@@ -384,7 +384,7 @@ def require_contract_parameters(obj: Any, exercise: str) -> None:
             title, yours = f"{exercise}.{part}" if part else exercise, ", ".join(n for n in params if n != "self")
             fail(f"your {title} takes its parameters in another order (yours: ({yours})); the exercise's signature "
                  f"is {title}{'(self, ' + shown[1:] if part else shown}. Callers also pass them by position, so "
-                 f"with your order `{positional[0]}` receives what is meant for `{[n for n in names if n in positional][0]}`: "
+                 f"with your order `{positional[0]}` receives what is meant for `{[n for n in names if n in positional][0]}`: "  # noqa: E501
                  "keep the exercise's order (the body can stay as it is).", mistake="parameters in wrong order")
 
 
@@ -555,7 +555,7 @@ def check_module_device(model: nn.Module, args: tuple[Any, ...], what: str, case
     last, once the values are right."""
     plain = _plain_tensors(model)
     if plain:  # a likely cause: say which attribute and how to register it
-        fix = (f"{fix}. If forward uses `{next(iter(plain))}`: it is a plain tensor attribute, not a registered buffer, "
+        fix = (f"{fix}. If forward uses `{next(iter(plain))}`: it is a plain tensor attribute, not a registered buffer, "  # noqa: E501
                "so .to(device) does not move it (and state_dict misses it); register it in __init__ with "
                "self.register_buffer(name, tensor, persistent=False)")
     try:
@@ -1030,9 +1030,9 @@ def gradient_probe(student: Callable[..., Any], reference: Callable[..., Any], i
             if "in-place operation" in str(err.exc):  # x.mul_(...) on an input that requires grad
                 fail(f"with inputs that require grad, as in training{where}, your {what} raised "
                      f"{raised(err.exc, inline=True)}: an in-place operation (`x.mul_(...)`, `x += ...`, `x[...] = "
-                     "...`) on an input that requires grad, which autograd refuses. Leave the inputs unchanged: use the "
+                     "...`) on an input that requires grad, which autograd refuses. Leave the inputs unchanged: use the "  # noqa: E501
                      "out-of-place form (`x = x * 2`, `x = x + y`) on a new tensor.", mistake="input modified in place")
-            fail(f"with inputs that require grad, as in training{where}, your {what} raised {raised(err.exc, inline=True)}: "
+            fail(f"with inputs that require grad, as in training{where}, your {what} raised {raised(err.exc, inline=True)}: "  # noqa: E501
                  f"it leaves the autograd graph (numpy, `.item()`), so no gradient could flow back. Stay with torch "
                  "operations on the tensors themselves.", mistake="gradient blocked")
         out_r = first(reference(*given_r))
@@ -1055,7 +1055,7 @@ def gradient_probe(student: Callable[..., Any], reference: Callable[..., Any], i
                  "operations on the tensors themselves.", mistake="gradient blocked")
         live = [s for _, s, _ in named if s.requires_grad]  # a frozen parameter gets no gradient at all
         try:
-            found = dict(zip(map(id, live), torch.autograd.grad(out_s, live, upstream.to(out_s.dtype), allow_unused=True)))
+            found = dict(zip(map(id, live), torch.autograd.grad(out_s, live, upstream.to(out_s.dtype), allow_unused=True)))  # noqa: E501
         except RuntimeError as exc:
             fail(f"the output of your {what}{where} is right, but backpropagating through it raises "
                  f"{raised(exc, inline=True)}. An in-place operation (`+=`, `masked_fill_`, `relu_`, `x[...] = ...`) "

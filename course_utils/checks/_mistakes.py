@@ -27,14 +27,14 @@ MISTAKES: dict[str, str] = {
     "modules shared": "one module (or one parameter's memory) serves two roles of a layer",
     "forbidden call": "the exercise's own formula is replaced by the library call it forbids",
     "gradient blocked": "an input or parameter gets no gradient (no_grad, .detach(), .data, numpy cut the graph)",
-    "gradient differs": "an input or parameter gets another gradient than the reference's (a detached branch or factor)",
+    "gradient differs": "an input or parameter gets another gradient than the reference's (a detached branch or factor)",  # noqa: E501
     "backward fails": "backpropagating through the code raises (an in-place op on a tensor autograd saved)",
     "parameter renamed": "a parameter of the contract's signature has another name (callers pass it by keyword)",
-    "residual from an earlier sub-layer": "a sub-layer's residual adds an older stream (h1), not the previous block's output",
-    "sub-layers in parallel": "the sub-layers all read the layer input and their outputs are summed (GPT-J's parallel block)",
-    "mask head axis added": "a layer unsqueezes its mask to (B, 1, L_q, L_k) before MultiHeadAttention, which adds the head axis itself",
+    "residual from an earlier sub-layer": "a sub-layer's residual adds an older stream (h1), not the previous block's output",  # noqa: E501
+    "sub-layers in parallel": "the sub-layers all read the layer input and their outputs are summed (GPT-J's parallel block)",  # noqa: E501
+    "mask head axis added": "a layer unsqueezes its mask to (B, 1, L_q, L_k) before MultiHeadAttention, which adds the head axis itself",  # noqa: E501
     "final norm before the layers": "a pre-norm stack's final norm applied to its input, before the first layer",
-    "layer arguments swapped": "a stack builds its layers with d_ff where num_heads goes (positional arguments out of order)",
+    "layer arguments swapped": "a stack builds its layers with d_ff where num_heads goes (positional arguments out of order)",  # noqa: E501
     "parameters in wrong order": "the contract's parameter names in another order (callers also pass them by position)",
     # masks
     "inverted mask": "True and False swapped (True must mean: may attend)",
@@ -51,7 +51,7 @@ MISTAKES: dict[str, str] = {
     "padding on the query axis": "the padding mask is laid along the query axis",
     "padding on both axes": "the target mask blocks the padding positions' rows (queries) as well as their keys",
     "diagonal shifted": "the causal mask is tril(1): each position also sees the next token",
-    "padding folded over the batch": "one (L, L) target mask whose padding part is folded over the batch (.all(0), .any(0))",
+    "padding folded over the batch": "one (L, L) target mask whose padding part is folded over the batch (.all(0), .any(0))",  # noqa: E501
     "causal only": "the target mask has the causal part but not the padding part",
     "padding only": "the target mask has the padding part but not the causal part",
     "no causal mask": "the decoder's self-attention gets no causal mask",
@@ -103,14 +103,14 @@ MISTAKES: dict[str, str] = {
     "fill not negative enough": "a finite fill for blocked scores that allowed scores can fall below (e.g. -30)",
     "fill overflows half precision": "a fill (-1e9, float32's min) that float16/bfloat16 cannot hold",
     "heads in reverse order": "head h gets the features of head H - 1 - h (the heads' order reversed)",
-    "dtype not preserved": "the result is cast to another dtype than the one it must follow (the input's, or the weight's for integer ids)",
+    "dtype not preserved": "the result is cast to another dtype than the one it must follow (the input's, or the weight's for integer ids)",  # noqa: E501
     # positional encoding and embeddings (03)
     "sin and cos swapped": "sin and cos exchanged in the table",
     "sin and cos concatenated": "sines and cosines in two halves instead of interleaved",
-    "positive exponent": "angles pos * 10000^(2i/d_model): the frequency multiplies the position instead of dividing it",
+    "positive exponent": "angles pos * 10000^(2i/d_model): the frequency multiplies the position instead of dividing it",  # noqa: E501
     "wrong base": "the frequencies use another base than 10000 (e.g. 1000)",
     "frequencies reversed": "the sinusoid's pairs turn slowest first (the frequency order flipped)",
-    "d_model hard-coded": "the sinusoid's exponent divides by 512 (the paper's d_model) instead of the d_model argument",
+    "d_model hard-coded": "the sinusoid's exponent divides by 512 (the paper's d_model) instead of the d_model argument",  # noqa: E501
     "linear frequencies": "the sinusoid's frequencies fall linearly (1 - 2i/d_model) instead of geometrically",
     "exponent reaches 1": "the sinusoid's exponents from linspace(0, 1) instead of 2i/d_model (which stops short of 1)",
     "positions divided by max_len": "the sinusoid's positions normalised by the table length",
@@ -203,7 +203,7 @@ MISTAKES: dict[str, str] = {
     "attention output not unpacked": "MultiHeadAttention's (output, weights) pair used as a tensor",
     "attention weights used": "a layer takes the attention's weights ([1]) where it needs the output ([0])",
     "PyTorch MultiheadAttention": "PyTorch's nn.MultiheadAttention in place of the course's MultiHeadAttention",
-    "PyTorch attention keyword": "an attention called with nn.MultiheadAttention's keywords (attn_mask=, key_padding_mask=)",
+    "PyTorch attention keyword": "an attention called with nn.MultiheadAttention's keywords (attn_mask=, key_padding_mask=)",  # noqa: E501
     "extra norm at the layer end": "a pre-norm layer normalises its output once more after the last sub-layer",
     "causal mask on the cross-attention": "the causal mask also reaches the decoder's cross-attention",
     "layers in reverse order": "a stack runs its layers last to first",
@@ -236,7 +236,7 @@ MISTAKES: dict[str, str] = {
     "memory_mask not passed": "memory_mask not passed on",
     "masks not passed": "neither mask passed on",
     "padding mask replaces causal": "the padding mask used instead of the causal one",
-    "mask combined in place": "masks combined in place (mask &= causal): fails on a mask that broadcasts, or changes the caller's mask",
+    "mask combined in place": "masks combined in place (mask &= causal): fails on a mask that broadcasts, or changes the caller's mask",  # noqa: E501
     "future leaking": "a position sees later positions (causal mask missing or wrong)",
     "fails when lengths differ": "the code fails when L_src differs from L_tgt",
     "missing layers": "the stack has no `layers`",
@@ -282,7 +282,7 @@ MISTAKES: dict[str, str] = {
     "norm scales initialised": "the initialisation also overwrites the LayerNorm scales (they must stay 1)",
     "embedding dropout missing": "no dropout on the sum of the token and position embeddings",
     "dropout on the memory": "dropout applied to the encoder's output before the decoder reads it",
-    "positional encoding after the encoder": "the positional table added to the encoder's output, not to the source embeddings",
+    "positional encoding after the encoder": "the positional table added to the encoder's output, not to the source embeddings",  # noqa: E501
     "positional encoding on the memory": "decode adds the positional table to the memory (the encoder's output)",
     "max_len ignored": "the positional table's length does not follow the max_len argument",
     "top_p not passed on": "generate does not pass top_p on to next_token_probs",
@@ -323,7 +323,7 @@ MISTAKES: dict[str, str] = {
     "no position embedding": "no position embedding added",
     "temperature after softmax": "temperature applied after the softmax",
     "temperature ignored": "temperature has no effect",
-    "softmax before next_token_probs": "generate passes probabilities (a softmax) to next_token_probs, which expects logits",
+    "softmax before next_token_probs": "generate passes probabilities (a softmax) to next_token_probs, which expects logits",  # noqa: E501
     "temperature multiplied": "logits multiplied by the temperature instead of divided",
     "temperature applied twice": "the logits divided by the temperature twice (logits / T / T, or by T ** 2)",
     "top-k keeps k+1": "top-k keeps one token too many",
@@ -353,9 +353,9 @@ MISTAKES: dict[str, str] = {
     # GPT-2's weights (09, load_gpt2_weights)
     "Conv1D weight not transposed": "a GPT-2 Conv1D weight (in, out) copied into nn.Linear's (out, in) without .t()",
     "c_attn not split": "the fused c_attn (D, 3D) or its bias copied whole instead of split into w_q, w_k, w_v",
-    "c_attn split wrongly": "the fused c_attn split along the wrong axis or into pieces of the wrong size (not qkv.split(D, dim=-1))",
+    "c_attn split wrongly": "the fused c_attn split along the wrong axis or into pieces of the wrong size (not qkv.split(D, dim=-1))",  # noqa: E501
     "c_attn split in the wrong order": "w_q, w_k, w_v take c_attn's [q | k | v] blocks in another order",
-    "c_attn split interleaved": "w_q, w_k, w_v take every third column of c_attn (w[:, 0::3], a (D, D, 3) reshape) instead of three consecutive blocks",
+    "c_attn split interleaved": "w_q, w_k, w_v take every third column of c_attn (w[:, 0::3], a (D, D, 3) reshape) instead of three consecutive blocks",  # noqa: E501
     "head untied by loading": "the loader replaced a Parameter, so lm_head.weight is no longer token_embedding.weight",
     "position table not copied": "GPT-2's position table (wpe) is not copied",
     "position table cut": "only part of GPT-2's position table is copied, or a shorter model is loaded silently",
@@ -440,10 +440,10 @@ MISTAKES: dict[str, str] = {
     "smoothing on the correct class only": "the eps / V share goes to the correct class only, not to every class",
     "nll not weighted by 1 - eps": "smoothed loss written as nll + eps * smooth, without the factor 1 - eps",
     "calls a failing loss": "train_step calls the student's masked_cross_entropy, which fails its own check",
-    "smoothing term on probabilities": "the smoothing term averages softmax probabilities (a constant 1 / V), not log-probabilities",
+    "smoothing term on probabilities": "the smoothing term averages softmax probabilities (a constant 1 / V), not log-probabilities",  # noqa: E501
     "smoothing term missing": "the smoothed loss is (1 - eps) * nll only, without the eps * smoothing term",
     "padding labels set to -100": "shift_targets writes Hugging Face's -100 labels where tgt_out has <pad>",
-    "start token prepended again": "tgt_in built as fairseq's prev_output_tokens (tgt rolled right, a start token in front), tgt_out = tgt[:, :-1]",
+    "start token prepended again": "tgt_in built as fairseq's prev_output_tokens (tgt rolled right, a start token in front), tgt_out = tgt[:, :-1]",  # noqa: E501
     "loss passed to scheduler.step": "scheduler.step(loss) gives LambdaLR the loss as its epoch",
     "clipping scales up": "manual clipping rescales gradients that are already below clip_norm",
     "backward on the summed loss": "backward() on the summed loss: gradients N tokens times too large",
@@ -482,9 +482,9 @@ MISTAKES: dict[str, str] = {
     "mean over the whole batch": "one mean over every real token of the batch (x[mask].mean(0)), not one per row",
     "count plus one": "the pooled sum divided by the real count plus 1",
     "constant of shape (1,)": "a constant torch.tensor([c]) of shape (1,) turns a 0-dim input into shape (1,)",
-    "embeddings added twice": "x + positional_encoding(x): the module already returns x + pe, so the embeddings count twice",
+    "embeddings added twice": "x + positional_encoding(x): the module already returns x + pe, so the embeddings count twice",  # noqa: E501
     "batch axis squeezed": ".squeeze() on the logits drops the batch axis when B = 1",
-    "PyTorch encoder keyword": "the course's Encoder called with nn.TransformerEncoder's keywords (src_key_padding_mask=)",
+    "PyTorch encoder keyword": "the course's Encoder called with nn.TransformerEncoder's keywords (src_key_padding_mask=)",  # noqa: E501
     "divided by the batch's token count": "divided by the batch's token count",
     "kept the pooled axis": "the pooled axis is kept",
     "assumed trailing padding": "padding assumed at the end of each row",
@@ -531,7 +531,7 @@ MISTAKES: dict[str, str] = {
     "only the first occurrence merged": "only the first occurrence of the pair is merged, not every one",
     "overlapping pairs merged twice": "in a run a a a both overlapping (a, a) are merged, not the first only",
     "merged right to left": "the pair is merged scanning from the right: a a a becomes [a, new], not [new, a]",
-    "second token of the pair kept": "after a merge the scan moves on by one, not two: the pair's second token is read again",
+    "second token of the pair kept": "after a merge the scan moves on by one, not two: the pair's second token is read again",  # noqa: E501
     "ties broken differently": "ties between the most frequent pairs not given to the greatest pair of byte strings",
     "special tokens trained on": "the special tokens' characters are trained on instead of cut out first",
     "merged ids not from 256": "the merged tokens' ids do not run 256, 257, ... (a gap or another start)",
@@ -540,12 +540,12 @@ MISTAKES: dict[str, str] = {
     "every other pair skipped": "pairs counted at positions 0-1, 2-3, ... only (zip(w[::2], w[1::2]))",
     "last pair skipped": "the last pair of each piece not counted (range(len(w) - 2))",
     "last token dropped": "merging loses the last token when it is not part of a merge (while i < len(ids) - 1)",
-    "pair compared wrongly": "merging compares the tokens with the wrong halves of the pair (pair[0] twice, or only pair[0])",
+    "pair compared wrongly": "merging compares the tokens with the wrong halves of the pair (pair[0] twice, or only pair[0])",  # noqa: E501
     "merge not applied": "training records each merge but does not rewrite the pieces with it",
     "not decoded as UTF-8": "decoding uses another encoding than UTF-8 (latin-1)",
     "invalid bytes escaped": "invalid UTF-8 written as escapes or surrogates instead of '\\ufffd' (errors='replace')",
     "merges in one pass": "encoding makes one left-to-right pass of merges instead of repeating until none applies",
-    "longest vocabulary match": "encoding cuts each piece into the longest vocabulary tokens (WordPiece), not by replaying merges",
+    "longest vocabulary match": "encoding cuts each piece into the longest vocabulary tokens (WordPiece), not by replaying merges",  # noqa: E501
     "merges in reverse order": "encoding merges the latest learned pair first (highest rank), not the earliest",
     "special tokens not added": "the special tokens are missing from the trained vocabulary",
     "wrong special token ids": "the special tokens are not the vocabulary's last ids, after the merged tokens",

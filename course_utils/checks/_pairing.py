@@ -84,7 +84,7 @@ def _fit_part(chunk: list[tuple[str, Tensor]], part: list[tuple[str, Tensor]]) -
     first = part[0][0]
     for prefix in {n[: -len(first)] for n in by_name if n.endswith("." + first)}:  # one part: one prefix
         hits = [by_name.get(prefix + r_name) for r_name, _ in part]
-        if len(by_name) == len(part) and all(sp is not None and sp.shape == rp.shape for sp, (_, rp) in zip(hits, part)):
+        if len(by_name) == len(part) and all(sp is not None and sp.shape == rp.shape for sp, (_, rp) in zip(hits, part)):  # noqa: E501
             return [(sp, rp) for sp, (_, rp) in zip(hits, part)]  # type: ignore[misc]
     return None
 

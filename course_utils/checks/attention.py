@@ -25,8 +25,23 @@ from ..attention import causal_mask as _ref_causal_mask
 from ..attention import padding_mask as _ref_padding_mask
 from ..attention import scaled_dot_product_attention as _ref_attention
 from ._core import (
-    StudentError, equal, isfinite, call_student, check_input_device, check_unchanged, checker, describe_shape,
-    expect_close, fail, gradient_probe, matches, raised, randint, random_mask, register_hints, require_function,
+    StudentError,
+    call_student,
+    check_input_device,
+    check_unchanged,
+    checker,
+    describe_shape,
+    equal,
+    expect_close,
+    fail,
+    gradient_probe,
+    isfinite,
+    matches,
+    raised,
+    randint,
+    random_mask,
+    register_hints,
+    require_function,
     student_line,
 )
 
@@ -61,7 +76,7 @@ MISTAKES: dict[str, list[str]] = {
 
 
 # ---------------------------------------------------------------- shared helpers
-def _check_mask(what: str, got: Any, ref: Tensor, candidates: list[tuple[str, str, Tensor]],
+def compare_mask(what: str, got: Any, ref: Tensor, candidates: list[tuple[str, str, Tensor]],
                 shape_diagnosis: Callable[[Tensor], None] | None = None, meaning: str = "",
                 entry: Callable[[tuple[int, ...]], str] = lambda idx: "") -> None:
     """Compare a student's bool mask with ``ref``. ``candidates`` are ``(name, message, the
@@ -171,19 +186,19 @@ def _attention_cases() -> list[_Case]:
         _Case(3, big_q, big_k, big_v, None, note="large scores (up to 200 after scaling)"),
         _Case(3, *qkv(B), blocked, note="some queries with every key blocked"),
         # every score about -150: a finite fill such as -30 then outweighs the allowed keys
-        _Case(3, *_very_negative(B, L_q, L_k, d_k, d_v), random_mask(B, L_q, L_k), note=_VERY_NEGATIVE),
+        _Case(3, *very_negative_inputs(B, L_q, L_k, d_k, d_v), random_mask(B, L_q, L_k), note=VERY_NEGATIVE_NOTE),
     ]
 
 
-_VERY_NEGATIVE = "every score about -150 after scaling"
+VERY_NEGATIVE_NOTE = "every score about -150 after scaling"
 
 
-def _very_negative(B: int, L_q: int, L_k: int, d_k: int, d_v: int, width: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def very_negative_inputs(B: int, L_q: int, L_k: int, d_k: int, d_v: int, width: int | None = None) -> tuple[Tensor, Tensor, Tensor]:  # noqa: E501
     """Queries and keys pointing in opposite directions: every score near -150. ``width``:
     their features, ``d_k`` unless heads of ``d_k`` each share them (multi-head attention)."""
     width = width or d_k
     q = 1 + 0.05 * torch.randn(B, L_q, width)  # (B, L_q, width)
-    k = -(1 + 0.05 * torch.randn(B, L_k, width)) * (150 / math.sqrt(d_k))  # (B, L_k, width): q.k / sqrt(d_k) ~ -150 per head
+    k = -(1 + 0.05 * torch.randn(B, L_k, width)) * (150 / math.sqrt(d_k))  # (B, L_k, width): q.k / sqrt(d_k) ~ -150 per head  # noqa: E501
     return q, k, torch.randn(B, L_k, d_v)
 
 
@@ -343,7 +358,7 @@ def robustness_diagnosis(
                 mistake="softmax overflows",
             )
         return
-    if note == _VERY_NEGATIVE and what == "weights":
+    if note == VERY_NEGATIVE_NOTE and what == "weights":
         leak = got.masked_select(~mask.expand(scores_shape))
         if bool(isfinite(got).all()) and bool((leak != 0).any()):
             fail(
@@ -361,7 +376,7 @@ def robustness_diagnosis(
             f"{on}: the rows of the queries whose keys are all blocked are NaN (a padding query, say). "
             "That is what a fill with float('-inf') gives: softmax(-inf, ..., -inf) = 0 / 0 = NaN there, and one NaN "
             "spreads through every later layer and into the loss. Fill with the most negative finite "
-            "number, torch.finfo(scores.dtype).min (not -1e9, which float16 cannot hold): such a row then gets uniform weights, "
+            "number, torch.finfo(scores.dtype).min (not -1e9, which float16 cannot hold): such a row then gets uniform weights, "  # noqa: E501
             "finite, and the loss ignores it anyway.",
             mistake="filled with -inf",
         )
@@ -401,7 +416,7 @@ def _unpack(result: Any, case: _Case, ref_out: Tensor, ref_w: Tensor) -> tuple[A
     first, second = result
     shapes = tuple(t.shape if isinstance(t, Tensor) else None for t in result)
     if shapes == (ref_w.shape, ref_out.shape):
-        fail("the return order is swapped: you return (weights, output); the exercise asks for `return output, weights`.",
+        fail("the return order is swapped: you return (weights, output); the exercise asks for `return output, weights`.",  # noqa: E501
              mistake="wrong return order")
     return first, second
 
@@ -466,7 +481,7 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
         got_out, got_w = _unpack(result, case, ref_out, ref_w)
         mistakes = _attention_mistakes(case)
         # scores near -150 carry float32 rounding of about 1e-5 into the weights
-        atol = 1e-4 if case.note == _VERY_NEGATIVE else 1e-5
+        atol = 1e-4 if case.note == VERY_NEGATIVE_NOTE else 1e-5
         for what, got, ref, index in (("weights", got_w, ref_w, 1), ("output", got_out, ref_out, 0)):
             if matches(got, ref, atol=atol):
                 continue
@@ -492,7 +507,7 @@ def check_scaled_dot_product_attention(fn: Callable[..., Any]) -> str:
 
 
 # ---------------------------------------------------------------- causal_mask
-def _causal_candidates(size: int) -> list[tuple[str, str, Tensor]]:
+def causal_mask_candidates(size: int) -> list[tuple[str, str, Tensor]]:
     ones = torch.ones(size, size, dtype=torch.bool)
     return [
         ("upper triangle", "True above the diagonal instead of below it (the mask is transposed): query i "
@@ -507,8 +522,8 @@ def _causal_candidates(size: int) -> list[tuple[str, str, Tensor]]:
 
 
 def _causal_mask_candidates(size: int) -> list[tuple[str, str, Tensor]]:
-    """:func:`_causal_candidates` (shared with make_tgt_mask, which words tril(1) its own way) and tril(1)."""
-    return _causal_candidates(size) + [
+    """:func:`causal_mask_candidates` (shared with make_tgt_mask, which words tril(1) its own way) and tril(1)."""
+    return causal_mask_candidates(size) + [
         ("diagonal shifted", "True also just above the diagonal (tril(diagonal=1)): query i sees key i + 1, the "
          "next token, which it must not know yet. Keep torch.tril with the default diagonal=0.",
          torch.ones(size, size, dtype=torch.bool).tril(1))]
@@ -534,7 +549,7 @@ def check_causal_mask(fn: Callable[..., Any]) -> str:
     large = int(torch.randint(6, 13, ()))
     for size in (large, small, 1):  # size 1 last: there the mistakes look alike
         got = call_student(fn, size)
-        _check_mask(f"causal_mask({size})", got, _ref_causal_mask(size), _causal_mask_candidates(size),
+        compare_mask(f"causal_mask({size})", got, _ref_causal_mask(size), _causal_mask_candidates(size),
                     _causal_shape(size), _CAUSAL_MEANING)
 
     devices: list[Any] = ["cpu", torch.device("cpu"), None]
@@ -554,7 +569,7 @@ def check_causal_mask(fn: Callable[..., Any]) -> str:
             fail(f"{call} returned a tensor on {got.device}: create the mask on the device you are given "
                  "(device=device), so it lands where the scores are.", mistake="device ignored")
         candidates = [(n, m, t.to(expected.device)) for n, m, t in _causal_mask_candidates(small)]
-        _check_mask(call, got, expected, candidates, meaning=_CAUSAL_MEANING)
+        compare_mask(call, got, expected, candidates, meaning=_CAUSAL_MEANING)
 
     # "meta" exists on every machine, so an ignored device shows without a GPU; code that
     # cannot run there (a rare way of building the mask) is not the student's mistake
@@ -591,7 +606,7 @@ def _padding_cases() -> list[tuple[Tensor, int]]:
     return cases
 
 
-def _padding_shape(B: int, L: int, what: str) -> Callable[[Tensor], None]:
+def padding_shape_diagnosis(B: int, L: int, what: str) -> Callable[[Tensor], None]:
     def diagnose(got: Tensor) -> None:
         if tuple(got.shape) == (B, L):
             fail(f"{what} has shape (B, L) = {describe_shape(got)}, expected (B, 1, L) = ({B}, 1, {L}): add the "
@@ -631,7 +646,7 @@ def _padding_candidates(tokens: Tensor, pad_id: int) -> list[tuple[str, str, Ten
         ("assumed trailing padding", trailing("every position from the first pad id on is"),
          (positions < first_pad[:, None]).unsqueeze(1)),
         ("assumed trailing padding", trailing("the first n tokens of each row (n = its number of real tokens) are "
-                                              "taken as real and the rest is"), (positions < n_real[:, None]).unsqueeze(1)),
+                                              "taken as real and the rest is"), (positions < n_real[:, None]).unsqueeze(1)),  # noqa: E501
     ]
 
 
@@ -655,7 +670,7 @@ def check_padding_mask(fn: Callable[..., Any]) -> str:
                 tokens, got, what = flipped, again, what.replace("tokens of", "the rows reversed, tokens of")
                 candidates = _padding_candidates(tokens, pad_id)
         B, L = tokens.shape
-        _check_mask(what, got, _ref_padding_mask(tokens, pad_id), candidates, _padding_shape(B, L, what),
+        compare_mask(what, got, _ref_padding_mask(tokens, pad_id), candidates, padding_shape_diagnosis(B, L, what),
                     f"Entry [b, 0, j] is True when token j of row b is a real token (not pad_id = {pad_id}).",
                     lambda idx, tokens=tokens: f" (token {int(tokens[idx[0], idx[-1]])})")
     tokens, pad_id = cases[0]

@@ -13,7 +13,7 @@ mistake; the names are those of ``_mistakes.MISTAKES``, pinned by tests/test_che
 Right logits are followed by a batch of one review (a ``.squeeze()`` drops its batch axis). Then, built again with ``dropout=0.5``: the modes kept, eval mode deterministic, and in training
 mode the encoder's input one dropout of ``x + pe`` and the classifier's input the pooled output
 (hooks; the checks shared with ``check_transformer``).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -28,10 +28,29 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
 from ..classifier import TransformerClassifier
-from ._core import (Mistake, StudentError, allclose, call_student, check_input_device, check_unchanged, checker,
-                    dropout_scale, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints, require_function,
-                    require_module_class, require_own_code, student_line)
 from ._blocks import fail_on_keyword
+from ._core import (
+    Mistake,
+    StudentError,
+    allclose,
+    call_student,
+    check_input_device,
+    check_unchanged,
+    checker,
+    dropout_scale,
+    equal,
+    expect_close,
+    fail,
+    gradient_probe,
+    isnan,
+    matches,
+    randint,
+    register_hints,
+    require_function,
+    require_module_class,
+    require_own_code,
+    student_line,
+)
 from ._pairing import load_reference, randomise_parameters
 from .model import check_modes_kept, check_stack_input_dropout
 
@@ -321,7 +340,7 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
     ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head;
     ``scale_after_pe``: ``x + pe`` times ``sqrt(d_model)`` again; ``pooler``: tanh (True) or ``"relu"`` on the pooled vector;
     ``x_plus_pe_of_x``: ``x + positional_encoding(x)`` (the embeddings twice); ``pool_with``: a mean pool
-    ``(h, mask (B, L)) -> (B, D)`` in place of the right one."""
+    ``(h, mask (B, L)) -> (B, D)`` in place of the right one."""  # noqa: E501
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
     x = ref.embedding.embedding(tokens) * ref.embedding.d_model ** scale  # (B, L, D)
     for _ in range(pe):  # pe: how many times the table is added
@@ -446,7 +465,7 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
          "pass `padding_mask(tokens, self.pad_id)` (shape (B, 1, L)) to `self.encoder`.",
          v(mask_pad=None) if not_passed else None),
         ("inverted mask", "your mask is True on the padding: the encoder attends only to the padding. True means "
-         "'may attend': `padding_mask(tokens, self.pad_id)`, i.e. `tokens != self.pad_id`.", v(encoder_mask="inverted")),
+         "'may attend': `padding_mask(tokens, self.pad_id)`, i.e. `tokens != self.pad_id`.", v(encoder_mask="inverted")),  # noqa: E501
         ("causal mask in the encoder", "your encoder mask is causal as well as padding: each token sees only the "
          "tokens before it. The encoder reads the whole input at once (a decoder's habit does not belong here): "
          "`padding_mask(tokens, self.pad_id)` only.", v(encoder_mask="causal")),
@@ -479,7 +498,7 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
            f"on top of TokenEmbedding's own sqrt(d_model) scaling (this model's d_model is {D}): "
            "self.embedding(tokens) is already scaled, so do not multiply it again.",
            v(scale=0.5 + math.log(c) / math.log(D)))] if c is not None and c > 1 else []
-         ) + ([("hard-coded pad id", "your mean pool treats id 0 as padding (the encoder's mask is right): this model's "
+         ) + ([("hard-coded pad id", "your mean pool treats id 0 as padding (the encoder's mask is right): this model's "  # noqa: E501
            "padding id is `self.pad_id`: `masked_mean_pool(h, tokens != self.pad_id)`.", v(pool_pad=0))]
          if pooling == "mean" else [])
     return out + [
@@ -487,7 +506,7 @@ def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: st
          "applies log_softmax itself, and a softmax before it squashes the scores into [0, 1], which flattens the "
          "loss and slows learning (the argmax, and so the accuracy, would not show it).", v(post="softmax")),
         ("returns probabilities", "forward applies log_softmax to the logits, so it returns log-probabilities, not "
-         "the raw logits that TransformerClassifier returns. Training would not notice (F.cross_entropy applies log_softmax itself, "
+         "the raw logits that TransformerClassifier returns. Training would not notice (F.cross_entropy applies log_softmax itself, "  # noqa: E501
          "and log_softmax of log-probabilities changes nothing), nor the argmax, but code that treats the output "
          "as logits would: a temperature, or F.softmax for the probabilities, or a loss that does not normalise "
          "(F.binary_cross_entropy_with_logits). Return `self.classifier(pooled)`.", v(post="log_softmax")),

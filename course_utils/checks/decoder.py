@@ -20,12 +20,46 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
-from ._blocks import (P_PROBE, Block, Stack, attention_error, build_stack, check_dropout, check_stack_dropout,
-                      course_parts, layer_dropout, layer_stage, reference, remembered, run_block, run_stack,
-                      stack_mistakes, structural_mistakes, unused_final_norm, verify_part, weights_used)
-from ._core import (Mistake, StudentError, call_student, check_state_unchanged, check_unchanged, checker,
-                    describe_shape, expect_close, fail, gradient_probe, matches, module_state, raised, randint,
-                    register_hints, require_distinct_roles, require_module_class)
+from ._blocks import (
+    P_PROBE,
+    Block,
+    Stack,
+    attention_error,
+    build_stack,
+    check_dropout,
+    check_stack_dropout,
+    course_parts,
+    layer_dropout,
+    layer_stage,
+    reference,
+    remembered,
+    run_block,
+    run_stack,
+    stack_mistakes,
+    structural_mistakes,
+    unused_final_norm,
+    verify_part,
+    weights_used,
+)
+from ._core import (
+    Mistake,
+    StudentError,
+    call_student,
+    check_state_unchanged,
+    check_unchanged,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    gradient_probe,
+    matches,
+    module_state,
+    raised,
+    randint,
+    register_hints,
+    require_distinct_roles,
+    require_module_class,
+)
 from ._pairing import build_student, load_reference
 
 __all__ = ["check_decoder_layer", "check_decoder"]
@@ -78,7 +112,7 @@ def _masks(B: int, L_tgt: int, L_src: int, kind: str) -> tuple[Tensor | None, Te
     if kind == "causal":
         return causal_mask(L_tgt), memory_mask, f"tgt_mask causal ({L_tgt}, {L_tgt}), memory_mask ({B}, 1, {L_src})"
     tgt_mask = trailing_padding(B, L_tgt) & causal_mask(L_tgt)  # (B, L_tgt, L_tgt)
-    return tgt_mask, memory_mask, f"tgt_mask causal + padding ({B}, {L_tgt}, {L_tgt}), memory_mask padding ({B}, 1, {L_src})"
+    return tgt_mask, memory_mask, f"tgt_mask causal + padding ({B}, {L_tgt}, {L_tgt}), memory_mask padding ({B}, 1, {L_src})"  # noqa: E501
 
 
 def _call(model: Callable[..., Any], x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None,
@@ -106,7 +140,7 @@ def _run_case(model: nn.Module, what: str, args: tuple[Any, ...], case: str, out
         except StudentError as err:
             if not isinstance(err.exc, NotImplementedError):
                 attention_error(err.exc, what, case)
-                weights_used(model, ("self_attn", "cross_attn"), lambda m: _call(m, *_clones(originals), context=context),
+                weights_used(model, ("self_attn", "cross_attn"), lambda m: _call(m, *_clones(originals), context=context),  # noqa: E501
                              expected, what, err.exc, case)
             if probe is not None and not isinstance(err.exc, NotImplementedError):
                 probe(err)
@@ -141,7 +175,7 @@ def _gradient_case(model: nn.Module, ref: nn.Module, params: list[tuple[str, Ten
     """The gradient probe on a padded case (causal + padding: no query sees no key)."""
     B, L_tgt, L_src, D = sizes[:4]
     tgt_mask, memory_mask, words = _masks(B, L_tgt, L_src, "padded")
-    inputs = dict(x=torch.randn(B, L_tgt, D), memory=torch.randn(B, L_src, D), tgt_mask=tgt_mask, memory_mask=memory_mask)
+    inputs = dict(x=torch.randn(B, L_tgt, D), memory=torch.randn(B, L_src, D), tgt_mask=tgt_mask, memory_mask=memory_mask)  # noqa: E501
     gradient_probe(model, ref, inputs, params, what=what, case=f"{settings}, {words}")
 
 
@@ -200,7 +234,7 @@ _BLOCK = Block(
     },
     names={("sub-layer reads the layer input", "ff"): "feed-forward on the layer input"},  # as in EncoderLayer
 )
-_OWN_CAUSAL = ("own causal mask", "with tgt_mask=None your layer still masks the future: it builds its own causal mask. "
+_OWN_CAUSAL = ("own causal mask", "with tgt_mask=None your layer still masks the future: it builds its own causal mask. "  # noqa: E501
                "Use the tgt_mask it is given (None = attend everywhere); the caller builds the causal mask.",
                {"attn": {"self": ("in", "in", "self_attn", "causal")}})  # trial C's W16
 _CROSS_CAUSAL = ("the cross-attention also gets a causal mask: the causal mask hides future *target* tokens, and only "
@@ -211,7 +245,7 @@ _CROSS_CAUSAL = ("the cross-attention also gets a causal mask: the causal mask h
 def _cross_causal(memory_mask: Tensor | None) -> list[tuple[str, str, dict]]:
     """The causal mask also on the cross-attention: alone, and with memory_mask when given."""
     names = ["cross causal"] + (["memory_mask & cross causal"] if memory_mask is not None else [])
-    return [("causal mask on the cross-attention", _CROSS_CAUSAL, {"attn": {"cross": ("in", "memory", "cross_attn", n)}})
+    return [("causal mask on the cross-attention", _CROSS_CAUSAL, {"attn": {"cross": ("in", "memory", "cross_attn", n)}})  # noqa: E501
             for n in names]
 
 
@@ -263,7 +297,7 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
 
     layer_dropout(_BLOCK, lambda p: _build_layer(cls, D, H, d_ff, p, norm_first),
                   lambda p: reference(DecoderLayer, D, H, d_ff, p, norm_first), _LAYER_PARTS, draw,
-                  lambda m, x, memory, masks: _call(m, x.clone(), memory.clone(), *masks.values()), norm_first, atol=1e-5)
+                  lambda m, x, memory, masks: _call(m, x.clone(), memory.clone(), *masks.values()), norm_first, atol=1e-5)  # noqa: E501
 
 
 @checker("DecoderLayer")
@@ -281,10 +315,10 @@ _check_layer_stage = layer_stage("DecoderLayer", _sizes, _layer_values, _layer_d
 
 
 # ---------------------------------------------------------------- Decoder
-_DECODER_PARTS = {"layers": "nn.ModuleList of num_layers DecoderLayer", "norm": "LayerNorm(d_model), only when norm_first=True"}
+_DECODER_PARTS = {"layers": "nn.ModuleList of num_layers DecoderLayer", "norm": "LayerNorm(d_model), only when norm_first=True"}  # noqa: E501
 _STACK = Stack("Decoder", "DecoderLayer", ("tgt_mask", "memory_mask"), "x = layer(x, memory, tgt_mask, memory_mask)")
-_OWN_CAUSAL_STACK = ("own causal mask", "{head}: pass tgt_mask on as it is (None = no mask); the caller builds it, causal "
-                     "and padding together.", {"masks": ("causal", "memory_mask")})  # trial C's W13: the stack overrides tgt_mask
+_OWN_CAUSAL_STACK = ("own causal mask", "{head}: pass tgt_mask on as it is (None = no mask); the caller builds it, causal "  # noqa: E501
+                     "and padding together.", {"masks": ("causal", "memory_mask")})  # trial C's W13: the stack overrides tgt_mask  # noqa: E501
 _OWN_CAUSAL_HEAD = {True: "with tgt_mask=None your Decoder still masks the future: it builds its own causal mask",
                     False: "your Decoder replaces the tgt_mask it is given with its own causal mask"}
 
@@ -334,7 +368,7 @@ def check_decoder(cls: Any) -> str:
     model, ref, _ = build_stack(cls, _STACK, Decoder, (N, D, H, d_ff), P_PROBE, True, _DECODER_PARTS)
     x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
     tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
-    check_stack_dropout(model, ref, _STACK, lambda m, h: _call(m, h, memory.clone(), tgt_mask, memory_mask), x, atol=1e-5)
+    check_stack_dropout(model, ref, _STACK, lambda m, h: _call(m, h, memory.clone(), tgt_mask, memory_mask), x, atol=1e-5)  # noqa: E501
     return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights"
 
 

@@ -24,14 +24,55 @@ from torch import Tensor, nn
 from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
-from ._blocks import (P_PROBE, P_RATE, Block, Constant, FirstFeatures, Stack, attention_error, build_stack,
-                      check_dropout, check_dropout_modes, check_dropout_rate, check_stack_dropout, course_parts,
-                      layer_dropout, layer_stage, once, reference, remembered, run_block, run_stack, stack_mistakes,
-                      structural_mistakes, unused_final_norm, verify_part, weights_used)
-from ._core import (Mistake, StudentError, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
-                    check_unchanged, checker, describe_shape, expect_close, fail, gradient_probe, matches, module_state,
-                    randint, register_hints, require_distinct_roles,
-                    require_module_class, require_own_code, student_line)
+from ._blocks import (
+    P_PROBE,
+    P_RATE,
+    Block,
+    Constant,
+    FirstFeatures,
+    Stack,
+    attention_error,
+    build_stack,
+    check_dropout,
+    check_dropout_modes,
+    check_dropout_rate,
+    check_stack_dropout,
+    course_parts,
+    layer_dropout,
+    layer_stage,
+    once,
+    reference,
+    remembered,
+    run_block,
+    run_stack,
+    stack_mistakes,
+    structural_mistakes,
+    unused_final_norm,
+    verify_part,
+    weights_used,
+)
+from ._core import (
+    Mistake,
+    StudentError,
+    call_student,
+    check_dtype_follows,
+    check_module_device,
+    check_state_unchanged,
+    check_unchanged,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    gradient_probe,
+    matches,
+    module_state,
+    randint,
+    register_hints,
+    require_distinct_roles,
+    require_module_class,
+    require_own_code,
+    student_line,
+)
 from ._pairing import load_reference, randomise_parameters
 
 __all__ = ["check_layer_norm", "check_feed_forward", "check_encoder_layer", "check_encoder"]
@@ -462,7 +503,7 @@ def _block_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: 
 
 def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool, roles: bool = True) -> nn.Module:
     args = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={norm_first}"
-    model = call_student(cls, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing EncoderLayer({args})")
+    model = call_student(cls, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing EncoderLayer({args})")  # noqa: E501
     if not isinstance(model, nn.Module):
         fail("EncoderLayer should subclass nn.Module.", mistake="not a class")
     course_parts(model, "EncoderLayer")
@@ -531,11 +572,11 @@ _check_layer_stage = layer_stage("EncoderLayer", _layer_sizes, _layer_values, _l
 
 
 # ---------------------------------------------------------------- Encoder
-_ENCODER_WORDS = {"layers": "nn.ModuleList of num_layers EncoderLayer", "norm": "LayerNorm(d_model), only when norm_first=True"}
-_STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", {"masks not passed on": "mask not passed on"})
+_ENCODER_WORDS = {"layers": "nn.ModuleList of num_layers EncoderLayer", "norm": "LayerNorm(d_model), only when norm_first=True"}  # noqa: E501
+_STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", {"masks not passed on": "mask not passed on"})  # noqa: E501
 
 
-def _stack_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
+def _stack_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:  # noqa: E501
     own = getattr(model, "norm", None)
     return [(name, text, lambda mut=mut: run_stack(ref, x, None, {"mask": mask}, mut))
             for name, text, mut in stack_mistakes(_STACK, norm_first, set() if mask is None else {"mask"}, own,
@@ -555,8 +596,8 @@ def check_encoder(cls: Any) -> str:
             _verify_part(f"layers[{i}]", layer, ref_layer, (x, mask), "Encoder")
         if norm_first:
             _verify_part("norm", model.norm, ref.norm, (x,), "Encoder")
-        case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), num_layers={n}, d_model={D}, num_heads={H}, d_ff={d_ff}"
-        _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _stack_mistakes(model, ref, x0, m, norm_first))
+        case = f"norm_first={norm_first}, x of shape ({B}, {L}, {D}), num_layers={n}, d_model={D}, num_heads={H}, d_ff={d_ff}"  # noqa: E501
+        _compare_without_and_with_mask(model, ref, x, mask, case, lambda x0, m: _stack_mistakes(model, ref, x0, m, norm_first))  # noqa: E501
         unused_final_norm(model, norm_first, "Encoder")
         gradient_probe(model, ref, dict(x=x, mask=mask), params, what="Encoder", case=case)
     model, ref, _ = build_stack(cls, _STACK, Encoder, (n, D, H, d_ff), P_PROBE, True, _ENCODER_WORDS)

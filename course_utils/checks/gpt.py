@@ -26,13 +26,52 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import causal_mask
-from ..gpt import GPT, GPTBlock, next_token_probs
-from ._core import (Failure, Mistake, StudentError, allclose, call_student, check_input_device, check_module_device,
-                    check_state_unchanged, check_unchanged, checker, describe_shape, module_state, raised,
-                    drawn_once, equal, expect_close, fail, gradient_probe, isnan, matches, randint, register_hints,
-                    require_distinct_roles, require_function, require_module_class, require_no_grad, student_line)
-from ._blocks import (P_PROBE, P_RATE, Block, Spy, check_dropout, check_dropout_modes, check_dropout_rate,
-                      check_part_dropout, dropout_mistakes, run_block, sublayer_dropout_rates, swapped, zeros)
+from ..generation import next_token_probs
+from ..gpt import GPT, GPTBlock
+from ._blocks import (
+    P_PROBE,
+    P_RATE,
+    Block,
+    Spy,
+    check_dropout,
+    check_dropout_modes,
+    check_dropout_rate,
+    check_part_dropout,
+    dropout_mistakes,
+    run_block,
+    sublayer_dropout_rates,
+    swapped,
+    zeros,
+)
+from ._core import (
+    Failure,
+    Mistake,
+    StudentError,
+    allclose,
+    call_student,
+    check_input_device,
+    check_module_device,
+    check_state_unchanged,
+    check_unchanged,
+    checker,
+    describe_shape,
+    drawn_once,
+    equal,
+    expect_close,
+    fail,
+    gradient_probe,
+    isnan,
+    matches,
+    module_state,
+    raised,
+    randint,
+    register_hints,
+    require_distinct_roles,
+    require_function,
+    require_module_class,
+    require_no_grad,
+    student_line,
+)
 from ._pairing import build_student, copy_parameters, match_parameters, named, randomise_parameters, structure_failure
 from .decoder import trailing_padding, tuple_return
 
@@ -313,7 +352,7 @@ def check_gpt_block(cls: Any) -> str:
     _block_dropout(cls, B, L, D, H, d_ff)
     # all right so far: the first case again, on 'meta' (a plain tensor attribute clashes), else watched
     check_module_device(model, (x,), "your GPTBlock", first, "build the causal mask on the input's device: "
-                        "causal_mask(L, device=x.device) (or torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), "
+                        "causal_mask(L, device=x.device) (or torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), "  # noqa: E501
                         "or a buffer registered in __init__, which .to(device) moves)")
     # the notebook stores this line (nbval): change it together with solutions/09
     return "causal by itself, pre-norm, GELU (tanh), residuals, with and without a padding mask, random weights"
@@ -398,7 +437,7 @@ def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake
          "Transformer's TokenEmbedding does; GPT-2 adds the plain embedding to the position embedding, unscaled.",
          dict(scale=True)),
         ("missing final norm", "the final LayerNorm is missing: pre-norm blocks never normalise the residual "
-         "stream, so the model applies `self.norm` once after the last block, before `lm_head`.", dict(final_norm=False)),
+         "stream, so the model applies `self.norm` once after the last block, before `lm_head`.", dict(final_norm=False)),  # noqa: E501
         ("returns probabilities", "the model returns probabilities (a softmax over the vocabulary); it returns "
          "logits, the raw scores: the loss (cross_entropy) and the sampling apply the softmax themselves.",
          dict(output="probs")),
@@ -507,7 +546,7 @@ def _check_init(model: nn.Module, ref: GPT) -> None:
                  f"Xavier's sqrt(2 / (fan_in + fan_out)) = {xavier[name]:.3g}); the notebook asks for GPT-2's: {how}",
                  mistake="Xavier initialisation")
         rescaled = ", GPT-2's scaled residual projections counted as 0.02" if 0.02 not in {target[n] for n in
-                                                                                         target if n.endswith(_RESIDUAL)} else ""
+                                                                                         target if n.endswith(_RESIDUAL)} else ""  # noqa: E501
         fail(f"`{name}` has standard deviation {stds[name] * target[name] / 0.02:.3g} after construction (all "
              f"weight matrices together{rescaled}: {pooled:.3g}); it should be {target[name]:.3g}. {how}",
              mistake="wrong initialisation")
@@ -589,8 +628,8 @@ def _too_long(model: nn.Module, V: int, B: int, max_len: int) -> None:
     """``L = max_len + 1`` must be a ``ValueError`` (the notebook asks for it): the model has no
     position beyond ``max_len``, and generation relies on the error to crop its context."""
     tokens, case = torch.randint(0, V, (B, max_len + 1)), f"tokens ({B}, {max_len + 1}), max_len={max_len}"
-    how = (f"check the length first: `if tokens.size(1) > self.max_len: raise ValueError(f\"... L = {{L}} > max_len "
-           f"= {{self.max_len}}\")`")
+    how = ("check the length first: `if tokens.size(1) > self.max_len: raise ValueError(f\"... L = {L} > max_len "
+           "= {self.max_len}\")`")
     try:
         with torch.no_grad():
             call_student(model, tokens, context=f"running forward ({case})")
@@ -684,7 +723,7 @@ def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p:
     if temp in ("after softmax", "softmax twice"):
         probs = logits.softmax(-1) / temperature
         return probs if temp == "after softmax" else probs.softmax(-1)
-    scaled = logits / {"ok": temperature, "ignored": 1.0, "multiplied": 1 / temperature, "twice": temperature ** 2}[temp]
+    scaled = logits / {"ok": temperature, "ignored": 1.0, "multiplied": 1 / temperature, "twice": temperature ** 2}[temp]  # noqa: E501
     keep = torch.ones_like(scaled, dtype=torch.bool)
     if top_k is not None and (top_k < logits.size(-1) or k_shift):
         k = min(top_k + k_shift, scaled.size(-1))

@@ -5,9 +5,9 @@ The checker builds a small random ``GPT2Config`` with ``transformers`` (offline:
 downloaded), randomises every weight of the ``GPT2LMHeadModel`` (biases and norms too, so that
 one forgotten shows), hands a copy of its state dict to the student's function with a course
 ``GPT`` of the same sizes, and compares each parameter with the mapping
-(:func:`course_utils.gpt.convert_gpt2_state_dict`), then the logits and greedy tokens with
+(:func:`course_utils.gpt_weights.convert_gpt2_state_dict`), then the logits and greedy tokens with
 ``GPT2LMHeadModel``'s. Where ``transformers`` is not importable the state dict is a random
-course ``GPT`` written in GPT-2's layout (:func:`course_utils.gpt.gpt2_state_dict`) and the
+course ``GPT`` written in GPT-2's layout (:func:`course_utils.gpt_weights.gpt2_state_dict`) and the
 logits are that model's; the verdict says which. Last, a model with a shorter context than
 the checkpoint's must be refused (an error), not loaded with the position table cut.
 The mistake names are those of ``_mistakes.MISTAKES``; tests/test_checks_gpt_weights.py pins
@@ -25,9 +25,23 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..gpt import GPT, convert_gpt2_state_dict, generate, gpt2_state_dict
-from ._core import (StudentError, call_student, checker, describe_shape, expect_close, fail, matches, randint, raised,
-                    register_hints, require_function, student_line)
+from ..generation import generate
+from ..gpt import GPT
+from ..gpt_weights import convert_gpt2_state_dict, gpt2_state_dict
+from ._core import (
+    StudentError,
+    call_student,
+    checker,
+    describe_shape,
+    expect_close,
+    fail,
+    matches,
+    raised,
+    randint,
+    register_hints,
+    require_function,
+    student_line,
+)
 from ._pairing import randomise_parameters
 
 __all__ = ["check_load_gpt2_weights"]

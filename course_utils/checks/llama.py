@@ -20,9 +20,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..llama import GroupedQueryAttention, rotary_tables
-from ._core import (Mistake, StudentError, allclose, call_student, check_unchanged, checker, describe_shape, equal, expect_close,
-                    fail, gradient_probe, randint, register_hints, require_function, require_module_class,
-                    require_own_code)
+from ._core import (
+    Mistake,
+    StudentError,
+    allclose,
+    call_student,
+    check_unchanged,
+    checker,
+    describe_shape,
+    equal,
+    expect_close,
+    fail,
+    gradient_probe,
+    randint,
+    register_hints,
+    require_function,
+    require_module_class,
+    require_own_code,
+)
 from ._pairing import randomise_parameters
 
 __all__ = ["check_rms_norm", "check_rotary_tables", "check_apply_rotary", "check_swiglu",
@@ -94,7 +109,7 @@ def _rms_mistakes(x: Tensor, w: Tensor, eps: float, default_eps: bool) -> list[M
          "inside: x / sqrt(mean(x ** 2) + eps).", lambda: x / (ms.sqrt() + eps) * w),
         ("no square root", "you divided by mean(x ** 2) + eps, the mean *square*; divide by its square root.",
          lambda: x / (ms + eps) * w),
-        ("no learnable scale and shift", "the learned scale `weight` is not applied: multiply by self.weight at the end.",
+        ("no learnable scale and shift", "the learned scale `weight` is not applied: multiply by self.weight at the end.",  # noqa: E501
          lambda: x / torch.sqrt(ms + eps)),
     ]
     for dim, where in ((-2, "the positions (dim=-2)"), (0, "the batch (dim=0)"), (tuple(range(x.dim())), "every axis")):
@@ -297,7 +312,7 @@ def _rotary_mistakes(x: Tensor, cos: Tensor, sin: Tensor, offset: int) -> list[M
          lambda: _rot(x, cos, -sin, offset)),
         ("rotate_half without the minus", "your rotate_half swaps the halves without negating: it must be "
          "torch.cat([-x2, x1], dim=-1) (a quarter turn, not a reflection).",
-         lambda: _rot(x, cos, sin, offset, lambda t: torch.cat([t[..., t.size(-1) // 2:], t[..., : t.size(-1) // 2]], -1))),
+         lambda: _rot(x, cos, sin, offset, lambda t: torch.cat([t[..., t.size(-1) // 2:], t[..., : t.size(-1) // 2]], -1))),  # noqa: E501
         ("sin and cos swapped", "you multiplied x by the sines and rotate_half(x) by the cosines: "
          "x * cos + rotate_half(x) * sin.", lambda: _rot(x, sin, cos, offset)),
     ]
@@ -454,7 +469,7 @@ def _gqa(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: 
     return ref.w_o((weights @ v).transpose(1, 2).reshape(B, L, D))  # (B, L, D)
 
 
-def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> list[Mistake]:
+def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> list[Mistake]:  # noqa: E501
     def run(**kw: Any) -> Callable[[], Tensor]:
         return lambda: _gqa(ref, x, cos, sin, mask, **kw)
 

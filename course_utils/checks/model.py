@@ -46,15 +46,35 @@ from ..decoding import greedy_decode
 from ..layers import LayerNorm
 from ..model import Transformer
 from ..positional import sinusoidal_positional_encoding
-from ._core import (
-    dropout_scale, equal, allclose, Failure, Mistake, StudentError, call_student, check_input_device, drawn_once,
-    check_unchanged, checker, describe_shape, expect_close, fail, fail_fixed_p, gradient_probe, isclose, matches,
-    randint, register_hints,
-    require_function, require_distinct_roles, require_module_class, require_no_grad,
-)
-from .attention import _causal_candidates, _check_mask, _padding_shape
-from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
 from ._blocks import P_PROBE, check_dropout
+from ._core import (
+    Failure,
+    Mistake,
+    StudentError,
+    allclose,
+    call_student,
+    check_input_device,
+    check_unchanged,
+    checker,
+    describe_shape,
+    drawn_once,
+    dropout_scale,
+    equal,
+    expect_close,
+    fail,
+    fail_fixed_p,
+    gradient_probe,
+    isclose,
+    matches,
+    randint,
+    register_hints,
+    require_distinct_roles,
+    require_function,
+    require_module_class,
+    require_no_grad,
+)
+from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
+from .attention import causal_mask_candidates, compare_mask, padding_shape_diagnosis
 from .decoder import trailing_padding
 
 __all__ = ["check_transformer", "check_make_src_mask", "check_make_tgt_mask", "check_greedy_decode"]
@@ -113,7 +133,7 @@ def _padding_mistakes(tokens: Tensor, pad_id: int) -> list[Mistake]:
 
 # ---------------------------------------------------------------- make_src_mask
 def _pattern(got: Tensor) -> Tensor:
-    """The True/False pattern of a mask of any dtype (``!= 0``), as ``_check_mask`` reads it."""
+    """The True/False pattern of a mask of any dtype (``!= 0``), as ``compare_mask`` reads it."""
     return got if got.dtype == torch.bool else got != 0
 
 
@@ -151,7 +171,7 @@ def _src_shape(src: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
                  f"{L}): the source mask has a query axis of size 1, which broadcasts over whatever queries read "
                  "the source: the encoder's L_src and the decoder's cross-attention's L_tgt. Build it from the "
                  "keys only: (src != pad_id).unsqueeze(1).", mistake="wrong shape")
-        _padding_shape(B, L, what)(got)  # the same words as check_padding_mask
+        padding_shape_diagnosis(B, L, what)(got)  # the same words as check_padding_mask
 
     return diagnose
 
@@ -163,7 +183,7 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
         expected = padding_mask(src, pad_id)  # (B, 1, L)
         mistakes = [(name, f"your mask {words}", wrong) for name, words, wrong in _padding_mistakes(src, pad_id)]
         what = f"the mask ({case})"
-        _check_mask(what, got, expected, mistakes, _src_shape(src, pad_id, what),
+        compare_mask(what, got, expected, mistakes, _src_shape(src, pad_id, what),
                     f"Entry [b, 0, j] is True when token j of row b is a real token (not pad_id = {pad_id}).",
                     lambda idx, src=src: f" (token {int(src[idx[0], idx[-1]])})")
     check_input_device(lambda: fn(src.to("meta"), pad_id), lambda: fn(src.clone(), pad_id), "your make_src_mask", case)
@@ -219,7 +239,7 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str, fn: Callable[..., Any]) -> C
                 ("causal only", _CAUSAL_ONLY, causal),
                 *[(name, f"the causal part is wrong: {words} And it has no batch axis, so no sequence's padding is "
                    "blocked: combine it with padding_mask(tgt, pad_id) using &.", wrong)
-                  for name, words, wrong in _causal_candidates(L)],
+                  for name, words, wrong in causal_mask_candidates(L)],
             ])
             fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): one (L, L) pattern "
                  "for every sequence cannot block each sequence's own padding. Combine the padding mask (B, 1, L) "
@@ -257,7 +277,7 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
             ("padding only", _PADDING_ONLY, pad.expand(B, L, L)),
             # the causal part wrong (causal_mask's own words), the padding part right
             *[(name, f"the causal part is wrong: {words}", pad & wrong)
-              for name, words, wrong in _causal_candidates(L)],
+              for name, words, wrong in causal_mask_candidates(L)],
             ("diagonal shifted", "the causal part is tril(1): each position also sees the next token, the one it "
              "has to predict. Query i may attend to keys 0..i: torch.tril with the default diagonal=0.",
              pad & ones.tril(1)),
@@ -273,7 +293,7 @@ def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
         if "at the start" not in case and matches(got, pad.transpose(1, 2) & causal):  # trailing: as both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         what = f"the mask ({case})"
-        _check_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what, fn),
+        compare_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what, fn),
                     f"Entry [b, i, j] is True when query i of row b may attend to key j: j <= i (not a later "
                     f"position) and token j is real (not pad_id = {pad_id}).",
                     lambda idx, tgt=tgt: f" (key token {int(tgt[idx[0], idx[2]])}"
@@ -591,7 +611,7 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
     alien = [f"`{n}`" for n, p in model.named_parameters() if not ours[tuple(p.shape)]]  # shapes the reference lacks
 
     def listed(counts: Counter) -> str:
-        return ", ".join(f"{k} x {shape}" for shape, k in list(counts.items())[:4]) + (" ..." if len(counts) > 4 else "")
+        return ", ".join(f"{k} x {shape}" for shape, k in list(counts.items())[:4]) + (" ..." if len(counts) > 4 else "")  # noqa: E501
 
     said = "; ".join(
         ([f"it has more parameter tensors than the reference of shape {listed(extra)}"] if extra else [])
@@ -677,7 +697,7 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     _require_methods(model)
     _require_parts(model)
     ref = Transformer(s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
-    require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding
+    require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding  # noqa: E501
     _check_state(model, s.D)
     pairs = pair_parameters(model, ref, by_structure=True)
     if pairs is None:
@@ -705,7 +725,7 @@ def _compare_parts(model: nn.Module, ref: Transformer, inputs: tuple[Tensor, ...
     case = f"{where}, encode(src, src_mask), src {describe_shape(src)}"
     got = _student_call("encode", model.encode, (src, src_mask), ["src", "src_mask"], case)
     memory = _transformer_variant(ref, *inputs, part="memory")  # (B, L_src, D)
-    variants = [(n, d, lambda kw=kw: _transformer_variant(ref, *inputs, part="memory", **kw)) for n, d, kw in mistakes("memory")]
+    variants = [(n, d, lambda kw=kw: _transformer_variant(ref, *inputs, part="memory", **kw)) for n, d, kw in mistakes("memory")]  # noqa: E501
     expect_close("memory", got, memory, variants, case=case, atol=1e-4)
     case = f"{where}, decode(tgt, memory, tgt_mask, src_mask), tgt {describe_shape(tgt)}"
     args = (tgt, memory, tgt_mask, src_mask)
@@ -768,8 +788,8 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
     with torch.no_grad():
         first = call_student(model, *inputs, context=f"running forward ({where})")
         again = call_student(model, *inputs, context=f"running forward ({where})")
-        if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):
-            fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != P_PROBE]
+        if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):  # noqa: E501
+            fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != P_PROBE]  # noqa: E501
             fail(f"two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, "
                  "so the output would be the same each time; some dropout uses its own p instead of the dropout "
                  "argument" + (f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
@@ -1144,7 +1164,7 @@ def _greedy_raw(
     margins = []
     for _ in range(steps):
         T = ys.size(1)
-        tgt_mask = {True: causal_mask(T), False: None, "inverted": ~causal_mask(T), "upper": causal_mask(T).T}[causal]  # (T, T)
+        tgt_mask = {True: causal_mask(T), False: None, "inverted": ~causal_mask(T), "upper": causal_mask(T).T}[causal]  # (T, T)  # noqa: E501
         out = model.decode(ys, memory, tgt_mask, mask)  # (B, T, D)
         if argmax == "positions":  # argmax over the positions of (B, T, V), then the last column
             nxt = model.output_projection(out).argmax(dim=1)[:, -1]  # (B,)
@@ -1236,7 +1256,7 @@ def _greedy_mistakes(
         ("runs to max_len after all finished", "decoding goes on until max_len although every sequence had already "
          "produced <eos>: stop as soon as all of them have finished (T = 1 + the number of steps taken).",
          fin(stop="never")),
-        ("stops at the first eos", "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every "
+        ("stops at the first eos", "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every "  # noqa: E501
          "sequence has finished (track a `finished` flag per sequence and test finished.all()).", fin(stop="any")),
         ("no causal mask", "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, "
          "as in training; without it the earlier positions see the later ones and the prediction changes.",
@@ -1398,7 +1418,7 @@ def _greedy_cases(
     for c in cases:
         fill = c.eos_id if c.pad_id is None else c.pad_id
         with torch.no_grad():
-            c.expected = greedy_decode(model, src[c.rows], M, bos_id, eos_id, src_mask=src_mask[c.rows], pad_id=c.pad_id)
+            c.expected = greedy_decode(model, src[c.rows], M, bos_id, eos_id, src_mask=src_mask[c.rows], pad_id=c.pad_id)  # noqa: E501
         model.eval()
         if not _same(c.expected, _finish(raws["ok"][c.rows], eos_id, fill, M)):
             return None  # the smaller batch changed a close call: pick other rows
@@ -1604,7 +1624,7 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
     fill = case.eos_id if case.pad_id is None else case.pad_id
     try:
         with torch.no_grad():
-            got = fn(model, src.clone(), setup.max_len, setup.bos_id, case.eos_id, src_mask=mask.clone(), pad_id=case.pad_id)
+            got = fn(model, src.clone(), setup.max_len, setup.bos_id, case.eos_id, src_mask=mask.clone(), pad_id=case.pad_id)  # noqa: E501
             ys = _lazy_greedy(model.eval(), src, mask, setup.bos_id, case.eos_id, fill, setup.max_len, dim=0)
     except Exception:  # noqa: BLE001 - the probe only adds a diagnosis
         model.eval()

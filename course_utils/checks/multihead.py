@@ -23,14 +23,36 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
-from .attention import _VERY_NEGATIVE, _very_negative, require_tuple, robustness_diagnosis, sqrt_of_number
 from ._core import (
-    Mistake, StudentError, allclose, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
-    check_unchanged, checker, describe_shape, module_state,
-    dropout_pattern, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, fail_view_error, matches,
-    raised, randint, random_mask, register_hints, require_distinct_roles, require_module_class, student_line,
+    Mistake,
+    StudentError,
+    allclose,
+    call_student,
+    check_dtype_follows,
+    check_module_device,
+    check_state_unchanged,
+    check_unchanged,
+    checker,
+    describe_shape,
+    dropout_pattern,
+    expect_close,
+    fail,
+    fail_eval_dropout,
+    fail_fixed_p,
+    fail_view_error,
+    gradient_probe,
+    matches,
+    module_state,
+    raised,
+    randint,
+    random_mask,
+    register_hints,
+    require_distinct_roles,
+    require_module_class,
+    student_line,
 )
 from ._pairing import build_student
+from .attention import VERY_NEGATIVE_NOTE, require_tuple, robustness_diagnosis, sqrt_of_number, very_negative_inputs
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
 
@@ -169,7 +191,7 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
                                         (2, "positions", f"(B, H, L * d_k) = ({B}, {H}, {L * d_k})"),
                                         (-1, "single features", f"(B, H, d_k * L) = ({B}, {H}, {d_k * L})"))
         ]
-        mistakes.append(("heads in reverse order", _REVERSED.format(h="columns h*d_k .. (h+1)*d_k - 1 hold head H - 1 - h"),
+        mistakes.append(("heads in reverse order", _REVERSED.format(h="columns h*d_k .. (h+1)*d_k - 1 hold head H - 1 - h"),  # noqa: E501
                          lambda: x0.flip(1).transpose(1, 2).reshape(B, L, D)))
         mistakes += [  # after the named orders above: x.transpose(2, 3) and other permutes, then flattened
             ("transposed wrong axes", "the axes were put in the order (" + ", ".join(_MERGE_AXES[i] for i in perm)
@@ -322,7 +344,7 @@ def _mask_fix(mask: Tensor, passed: tuple[int, ...] | None) -> str:
     became = f"Your code passed the {describe_shape(mask)} mask on as ({', '.join(map(str, passed))}). " if (
         passed is not None and passed != shown) else ""
     if mask.dim() == 2:
-        return (became + "A 2-D mask already broadcasts to the (B, H, L_q, L_k) scores as it is, (L_q, L_k); only a 3-D "
+        return (became + "A 2-D mask already broadcasts to the (B, H, L_q, L_k) scores as it is, (L_q, L_k); only a 3-D "  # noqa: E501
                 "mask needs the head axis (mask.unsqueeze(1) when mask.dim() == 3).")
     head = f"add the head axis: mask.unsqueeze(1) makes it {_with_head_axis(mask)}, which broadcasts over the heads."
     if passed is not None and passed == tuple(mask.unsqueeze(0).shape):
@@ -534,9 +556,9 @@ def _robustness_cases(model: nn.Module, ref: nn.Module, B: int, L_q: int, L_k: i
     mask = random_mask(B, L_q, L_k)  # (B, L_q, L_k)
     mask[:, 0] = False  # query 0 sees no key
     blocked = (*(torch.randn(B, n, D) for n in (L_q, L_k, L_k)), mask, "its first query row blocks every key")
-    very_negative = (*_very_negative(B, L_q, L_k, D // H, D, width=D), random_mask(B, L_q, L_k), _VERY_NEGATIVE)
+    very_negative = (*very_negative_inputs(B, L_q, L_k, D // H, D, width=D), random_mask(B, L_q, L_k), VERY_NEGATIVE_NOTE)  # noqa: E501
     for query, key, value, mask, note in (blocked, very_negative):
-        if note == _VERY_NEGATIVE:
+        if note == VERY_NEGATIVE_NOTE:
             with torch.no_grad():
                 for module in (model, ref):
                     for n in ("w_q", "w_k"):
@@ -546,10 +568,10 @@ def _robustness_cases(model: nn.Module, ref: nn.Module, B: int, L_q: int, L_k: i
         with torch.no_grad():
             ref_out, ref_w = ref(query, key, value, mask)  # (B, L_q, D), (B, H, L_q, L_k)
             out, w = _pair(call_student(model, query, key, value, mask, context=f"running forward ({case})"), case)
-        atol = 1e-4 if note == _VERY_NEGATIVE else 1e-5
+        atol = 1e-4 if note == VERY_NEGATIVE_NOTE else 1e-5
         # the weights line up with the mask given a head axis, the output with the mask as it is
         for what, got, expected, m in (("weights", w, ref_w, mask.unsqueeze(1)), ("output", out, ref_out, mask)):
-            if what == "output" and note != _VERY_NEGATIVE:
+            if what == "output" and note != VERY_NEGATIVE_NOTE:
                 _zero_context_rows(got, expected, mask, ref.w_o.bias.detach(), case)
             if not matches(got, expected, atol=atol):
                 shape = tuple(expected.shape[:-1]) + (L_k,) if what == "weights" else tuple(mask.shape)
@@ -603,7 +625,7 @@ def check_multi_head_attention(cls: Any) -> str:
         _mha_case(model, ref, lin, H, q2, k2, v2, mask, case, True)
 
     mask = random_mask(B, L_q, L_k)  # (B, L_q, L_k), no fully blocked row
-    params = [(f"{n}.{a}", getattr(projections[n], a), getattr(getattr(ref, n), a)) for n in projections for a in ("weight", "bias")]
+    params = [(f"{n}.{a}", getattr(projections[n], a), getattr(getattr(ref, n), a)) for n in projections for a in ("weight", "bias")]  # noqa: E501
     gradient_probe(model, ref, dict(query=query, key=key, value=value, mask=mask), params,
                    what="MultiHeadAttention", case=cross + f", mask {describe_shape(mask)}")
     mask = random_mask(B, 1, L_k)  # float64: a .float() cast shows; float16 fills are judged elsewhere

@@ -24,9 +24,28 @@ from torch import Tensor, nn
 from ..embeddings import TokenEmbedding
 from ..positional import sinusoidal_positional_encoding
 from ._core import (
-    Failure, Mistake, StudentError, call_student, check_dtype_follows, check_module_device, check_state_unchanged,
-    check_unchanged, checker, describe_shape, dropout_scale, expect_close, fail, fail_eval_dropout, fail_fixed_p, gradient_probe, matches,
-    module_state, raised, randint, register_hints, require_module_class,
+    Failure,
+    Mistake,
+    StudentError,
+    call_student,
+    check_dtype_follows,
+    check_module_device,
+    check_state_unchanged,
+    check_unchanged,
+    checker,
+    describe_shape,
+    dropout_scale,
+    expect_close,
+    fail,
+    fail_eval_dropout,
+    fail_fixed_p,
+    gradient_probe,
+    matches,
+    module_state,
+    raised,
+    randint,
+    register_hints,
+    require_module_class,
 )
 from ._pairing import build_student
 
@@ -171,7 +190,7 @@ def _frequency_mistakes(max_len: int, d_model: int, got: Any) -> list[Mistake]:
          f"last pair turns at 1/10000; they are 2i/d_model = 0, 2/{d_model}, ..., {d_model - 2}/{d_model}, which "
          "stop one step short of 1: torch.arange(0, d_model, 2) / d_model.",
          lambda: conditioned(pos / 10000.0 ** torch.linspace(0, 1, pairs, dtype=torch.float64))),
-        ("positions divided by max_len", f"the positions are divided by max_len (pos / max_len, from 0 to almost 1): "
+        ("positions divided by max_len", "the positions are divided by max_len (pos / max_len, from 0 to almost 1): "
          "the angle uses the position itself, pos / 10000^(2i/d_model), so that a token's encoding does not depend "
          "on how long the table is.", lambda: conditioned(right / max_len)),
         ("angles in degrees", "the angles are converted from degrees to radians (times pi/180, torch.deg2rad or "
@@ -308,7 +327,7 @@ def _check_pe_buffer(module: nn.Module, max_len: int, d_model: int) -> Tensor:
         swapped = tuple(pe.shape) == (d_model, max_len) and matches(
             pe.detach().double(), sinusoidal_positional_encoding(d_model, max_len).double(), atol=_ATOL)
         if swapped:  # sinusoidal_positional_encoding(d_model, max_len): a table d_model rows long, max_len wide
-            fail(f"`pe` has shape {describe_shape(pe)}; for max_len={max_len}, d_model={d_model} it should be (max_len, "
+            fail(f"`pe` has shape {describe_shape(pe)}; for max_len={max_len}, d_model={d_model} it should be (max_len, "  # noqa: E501
                  f"d_model) = ({max_len}, {d_model}). It is the table sinusoidal_positional_encoding({d_model}, "
                  f"{max_len}): the two arguments are swapped (a table of {d_model} positions, {max_len} features "
                  "wide, not its transpose). The function takes (max_len, d_model): "
@@ -473,7 +492,7 @@ def check_positional_encoding(cls: Any) -> str:
     pe = module.state_dict()["pe"]  # the right numbers, checked last: the buffer's own shape
     if tuple(pe.shape) != (M, D):
         fail(f"`pe` has shape {describe_shape(pe)}; for max_len={M}, d_model={D} it should be (max_len, d_model) = "
-             f"({M}, {D}), the exercise's shape (its state_dict is loaded into other models). An extra axis is not needed: "
+             f"({M}, {D}), the exercise's shape (its state_dict is loaded into other models). An extra axis is not needed: "  # noqa: E501
              "pe[:L] broadcasts over the batch by itself.", mistake="wrong pe shape")
     _check_pe_used(module, table, D, M)
 
@@ -584,7 +603,7 @@ def check_token_embedding(cls: Any) -> str:
     check_dtype_follows(lambda: call_student(cls, V, D, context="constructing TokenEmbedding"),
                         lambda m, dt: call_student(m, tokens0, context=f"running forward with a {dt} module"),
                         "TokenEmbedding", f"tokens of shape ({B}, {L})",
-                        follow="the weight's dtype (.to(self.embedding.weight.dtype)), as the input is integer token ids")
+                        follow="the weight's dtype (.to(self.embedding.weight.dtype)), as the input is integer token ids")  # noqa: E501
     # as built (build_student randomises the weights): nn.Embedding starts at N(0, 1), weights already
     # times sqrt(D) show as a std near sqrt(D) >= 2.2
     fresh = call_student(cls, V, D, context=f"constructing TokenEmbedding({V}, {D})")

@@ -44,13 +44,28 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._validate import names_used
 from ..data import collate
 from ..model import Transformer, make_tgt_mask
-from .._validate import names_used
 from ..training import masked_cross_entropy, noam_lr
 from ._core import (
-    equal, isfinite, Mistake, StudentError, call_student, check_unchanged, checker, describe_shape, drawn_once,
-    expect_close, fail, Failure, fail_view_error, matches, randint, register_hints, require_function,
+    Failure,
+    Mistake,
+    StudentError,
+    call_student,
+    check_unchanged,
+    checker,
+    describe_shape,
+    drawn_once,
+    equal,
+    expect_close,
+    fail,
+    fail_view_error,
+    isfinite,
+    matches,
+    randint,
+    register_hints,
+    require_function,
 )
 
 __all__ = ["check_shift_targets", "check_masked_cross_entropy", "check_noam_lr", "check_train_step"]
@@ -374,7 +389,7 @@ def _cross_entropy_error(err: StudentError) -> None:
     text = str(exc)
     _view_error(exc)
     if isinstance(exc, RuntimeError) and "leaf Variable that requires grad" in text:
-        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0].rstrip('.')}: it changes the logits in place "
+        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0].rstrip('.')}: it changes the logits in place "  # noqa: E501
              "(logits -= ..., logits.sub_(...)). Autograd refuses that on a tensor whose gradient it needs, and the "
              "caller still needs its logits: build a new tensor, x = logits - logits.max(dim=-1, "
              "keepdim=True).values, or leave the max to log_softmax, which subtracts it itself.",
@@ -574,7 +589,7 @@ def check_noam_lr(fn: Callable[..., Any]) -> str:
                 continue
             if all(math.isclose(g, c, rel_tol=1e-6, abs_tol=1e-15) for g, c in zip(got, candidate)):
                 fail(f"{diagnosis} ({shown})", mistake=name)
-        i = next(i for i, (g, e) in enumerate(zip(got, expected)) if not math.isclose(g, e, rel_tol=1e-6, abs_tol=1e-15))
+        i = next(i for i, (g, e) in enumerate(zip(got, expected)) if not math.isclose(g, e, rel_tol=1e-6, abs_tol=1e-15))  # noqa: E501
         fail(f"at step={steps[i]} ({shown}) your rate is {got[i]:.6g}, expected {expected[i]:.6g}: "
              "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).", mistake="values differ")
     return "steps 1 to 10 x warmup, with and without factor"
@@ -1014,7 +1029,7 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
                 continue  # these clip like the reference here
             if like(*flags):
                 if "no zero_grad" in flags and all(g is None or not bool(g.any()) for g in grads):
-                    fail(f"optimizer.zero_grad() is called, but at the end of the step, after optimizer.step() ({call}): "
+                    fail(f"optimizer.zero_grad() is called, but at the end of the step, after optimizer.step() ({call}): "  # noqa: E501
                          "the first update then still adds gradients left over from before the call (say, from a cell "
                          "that looked at them). Call it at the start, before loss.backward().",
                          mistake="zero_grad in the wrong place")
@@ -1056,7 +1071,7 @@ def _scheduler_argument(scheduler: Any, words: str) -> None:
     'epoch' it was given: a fractional last_epoch."""
     epoch = getattr(scheduler, "last_epoch", 0)
     if isinstance(epoch, float) and not epoch.is_integer():
-        fail(f"scheduler.step() was given an argument ({words}): after one call the schedule stands at step {epoch:.4g}, "
+        fail(f"scheduler.step() was given an argument ({words}): after one call the schedule stands at step {epoch:.4g}, "  # noqa: E501
              "so the loss (or another number) was passed as the epoch. A LambdaLR scheduler counts its own steps: "
              "call scheduler.step() with no argument, once, after optimizer.step() (only ReduceLROnPlateau takes "
              "the loss).", mistake="loss passed to scheduler.step")

@@ -5,7 +5,7 @@ student who skips that cell (``TRAIN = False``) loads this checkpoint instead, a
 later cell works the same::
 
     model, src_vocab, tgt_vocab = load_pretrained()
-    predict(model, "1,234.5")   # course_utils.trainer.predict
+    predict(model, "1,234.5")   # course_utils.translator_training.predict
     # 'one thousand two hundred thirty four point five'
 
 The file
@@ -36,14 +36,14 @@ Exactly as notebook 07's training cell does it: ``torch.manual_seed(RECIPE["fit"
 bits of every step, and so the exact weights). So on the machine that wrote it, the
 notebook's trained model and this checkpoint have the same weights.
 
-The shipped file: RECIPE of ``course_utils.trainer`` (d_model 64, 4 heads, 2 + 2 layers,
+The shipped file: RECIPE of ``course_utils.translator_training`` (d_model 64, 4 heads, 2 + 2 layers,
 2,000 steps of 64 pairs, peak lr 3e-3, seed 0), torch 2.13.0 on CPU (AMD EPYC, AVX2),
 1 thread, 139 s of training; 239,333 parameters, about 1 MB. Greedy decoding: exact match 99.87 % on the test
 split (4 mistakes out of 3,000) and 100 % on the unseen split (``meta`` holds the exact
 values). To rewrite or verify::
 
-    python -m course_utils.pretrained --write   # train (about 1.5 minutes) and save
-    python -m course_utils.pretrained --check   # load, decode the test split, print the scores
+    python -m course_utils.translator_checkpoint --write   # train (about 1.5 minutes) and save
+    python -m course_utils.translator_checkpoint --check   # load, decode the test split, print the scores
 
 ``tests/test_pretrained.py`` checks that the file loads, is small, and still translates
 (>= 99 % exact match on a slice of the test split).
@@ -71,7 +71,8 @@ def _read(path: str | Path | None = None) -> dict[str, Any]:
     path = CHECKPOINT if path is None else Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"no pretrained checkpoint at {path}; write it with `python -m course_utils.pretrained --write`, "
+            f"no pretrained checkpoint at {path}; write it with "
+            "`python -m course_utils.translator_checkpoint --write`, "
             "or reinstall the course package (the file ships with it)"
         )
     state = torch.load(path, map_location="cpu", weights_only=True)
@@ -98,7 +99,7 @@ def load_pretrained(
             raise ValueError(
                 f"the checkpoint's {name} vocabulary differs from course_utils.data's "
                 f"({len(state['vocab'][name])} vs {len(vocab)} tokens): retrain it with "
-                "`python -m course_utils.pretrained --write`"
+                "`python -m course_utils.translator_checkpoint --write`"
             )
     model = Transformer(**state["config"])
     model.load_state_dict({k: v.float() for k, v in state["state_dict"].items()})
@@ -116,9 +117,9 @@ def pretrained_info(path: str | Path | None = None) -> dict[str, Any]:
 
 
 def pretrained_history(path: str | Path | None = None):
-    """The checkpoint's training history, as :func:`course_utils.trainer.fit` returned it
-    (a :class:`~course_utils.trainer.History`: the series, ``eval_steps``, ``steps``)."""
-    from .trainer import History
+    """The checkpoint's training history, as :func:`course_utils.translator_training.fit` returned it
+    (a :class:`~course_utils.translator_training.History`: the series, ``eval_steps``, ``steps``)."""
+    from .translator_training import History
 
     return History.from_state(_read(path)["history"])
 
@@ -128,7 +129,7 @@ def train_and_save(path: str | Path | None = None, progress: bool = True) -> dic
 
     Returns the ``meta`` dict written.
     """
-    from .trainer import RECIPE, evaluate, fit
+    from .translator_training import RECIPE, evaluate, fit
 
     path = CHECKPOINT if path is None else Path(path)
     torch.set_num_threads(THREADS)
@@ -169,7 +170,7 @@ def train_and_save(path: str | Path | None = None, progress: bool = True) -> dic
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.pretrained",
+        prog="python -m course_utils.translator_checkpoint",
         description="Write or check notebook 07's pretrained numbers-to-words translator.",
     )
     group = parser.add_mutually_exclusive_group(required=True)
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in meta.items():
             print(f"  {key}: {value}")
         return 0
-    from .trainer import evaluate
+    from .translator_training import evaluate
 
     torch.set_num_threads(THREADS)
     model, _, _ = load_pretrained(path=path)

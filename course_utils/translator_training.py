@@ -1,7 +1,8 @@
-"""The trainer of notebook 07: ``fit``, its ``History``, evaluation and the ``RECIPE``.
+"""The translator's training run (backs notebook 07): ``fit``, its ``History``, evaluation, the ``RECIPE``.
 
 It trains a :class:`~course_utils.Transformer` on numbers-to-words with the exercise
-references of :mod:`course_utils.training` (or the student's own functions):
+references of :mod:`course_utils.training` (or the student's own functions, chosen by
+:mod:`course_utils.student_functions`):
 
 * :func:`evaluate`, :func:`predict`, :func:`mistakes` - greedy decoding of a split:
   exact-sequence match and token accuracy, predictions, the table of errors.
@@ -10,12 +11,8 @@ references of :mod:`course_utils.training` (or the student's own functions):
   :func:`course_utils.plotting.plot_training_curves`, checkpoints and exact resume.
   It is four small steps: :func:`_check_fit_args` (every argument, before any work),
   :meth:`_Run.resume` / :meth:`_Run.save` (the checkpoint) and :func:`_train_loop`.
-* :func:`choose_functions` - which of the student's four functions ``fit`` trains with.
 * :data:`RECIPE` - the settings notebook 07 trains with (``benchmarks/train_recipe.py``
-  measured them).
-
-Every public name here is also importable from :mod:`course_utils.training`, where it
-lived before (notebook 07 imports ``RECIPE, fit, evaluate, ...`` from there).
+  measured them); the shipped model it made is :mod:`course_utils.translator_checkpoint`.
 """
 
 from __future__ import annotations
@@ -32,19 +29,11 @@ import torch
 from torch import Tensor, nn
 
 from . import data as _data
-from ._validate import check_int, is_number, names_used
+from ._validate import check_int, check_optional_function, is_number
 from .data import Batch, NumberWordsDataset, Vocab, collate
-from .decoding import _eval_mode, greedy_decode_cached
+from .decoding import eval_mode, greedy_decode_cached
 from .model import make_src_mask, make_tgt_mask
-from .training import (
-    _REFERENCES,
-    _TRAINER_NAMES,
-    SCHEDULES,
-    _require_callable,
-    _train_step,
-    masked_cross_entropy,
-    warmup_schedule,
-)
+from .training import REFERENCES, SCHEDULES, masked_cross_entropy, train_step_with_loss, warmup_schedule
 
 # --------------------------------------------------------------------------- the recipe
 
@@ -290,7 +279,9 @@ class History(dict):
         return h
 
 
-def epoch_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator, bucket: int = 0) -> list[list[int]]:
+def epoch_batches(
+    lengths: Sequence[int], batch_size: int, generator: torch.Generator, bucket: int = 0
+) -> list[list[int]]:
     """One epoch's batches of example indices, drawn from ``generator`` only.
 
     A random permutation of the examples, cut into full batches (the last partial batch
@@ -391,7 +382,8 @@ def fit(
             notebook keeps in its finished state; ``False``: none.
         train_step, shift_targets, masked_cross_entropy, noam_lr: the four exercises of
             notebook 07, to train with the student's own (``None``: the reference; see
-            :func:`choose_functions`). ``train_step`` is called like :func:`~course_utils.training.train_step`;
+            :func:`~course_utils.student_functions.choose_functions`). ``train_step`` is called like
+            :func:`~course_utils.training.train_step`;
             ``shift_targets`` makes every batch's ``tgt_in``/``tgt_out`` (and with them
             ``tgt_mask``); ``masked_cross_entropy`` is the loss of the reference step (a
             student's ``train_step`` calls the loss it calls); ``noam_lr`` is the formula
@@ -430,7 +422,7 @@ def fit(
     optimizer = make_optimizer(model, lr, weight_decay)
     scheduler = warmup_schedule(optimizer, warmup, schedule, d_model=getattr(model, "d_model", None),
                                 factor=factor, total_steps=config["total_steps"],
-                                noam=_require_callable("noam_lr", noam_lr))
+                                noam=check_optional_function("noam_lr", noam_lr))
     run = _Run(model, optimizer, scheduler, torch.Generator().manual_seed(seed),
                None if checkpoint_path is None else Path(checkpoint_path), config)
     if resume and run.path is not None and run.path.is_file():
@@ -501,12 +493,13 @@ def _student_step(
 ) -> tuple[Callable[..., float], Callable[[Tensor], tuple[Tensor, Tensor]] | None]:
     """The step function ``fit`` calls, and the shift it applies to every batch (``None``:
     the batches' own ``tgt_in``/``tgt_out``, which is the reference's shift)."""
-    step_fn = _require_callable("train_step", train_step)
-    shift_fn = _require_callable("shift_targets", shift_targets)
-    loss_fn = _require_callable("masked_cross_entropy", masked_cross_entropy) or _REFERENCES["masked_cross_entropy"]
+    step_fn = check_optional_function("train_step", train_step)
+    shift_fn = check_optional_function("shift_targets", shift_targets)
+    loss_fn = (check_optional_function("masked_cross_entropy", masked_cross_entropy)
+               or REFERENCES["masked_cross_entropy"])
     if step_fn is None:
         def step_fn(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm):  # noqa: ANN001
-            return _train_step(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm, loss_fn)
+            return train_step_with_loss(model, batch, optimizer, scheduler, pad_id, label_smoothing, clip_norm, loss_fn)
     return step_fn, shift_fn
 
 
@@ -635,7 +628,9 @@ def _train_loop(
     run.save()
 
 
-def shifted_batch(batch: Batch, shift_targets: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int = _data.PAD_ID) -> Batch:
+def shifted_batch(
+    batch: Batch, shift_targets: Callable[[Tensor], tuple[Tensor, Tensor]], pad_id: int = _data.PAD_ID
+) -> Batch:
     """``batch`` with ``tgt_in``, ``tgt_out`` (and from them ``tgt_mask``, ``num_tokens``)
     made by ``shift_targets(batch.tgt)`` instead of by :func:`~course_utils.data.collate`."""
     tgt_in, tgt_out = shift_targets(batch.tgt)  # (B, L_tgt - 1) each
@@ -646,123 +641,6 @@ def shifted_batch(batch: Batch, shift_targets: Callable[[Tensor], tuple[Tensor, 
         tgt_mask=make_tgt_mask(tgt_in, pad_id),  # (B, L_tgt - 1, L_tgt - 1)
         num_tokens=int((tgt_out != pad_id).sum()),
     )
-
-
-# --------------------------------------------------------------------------- the student's own functions
-
-# Notebook 07's exercises, in the order the notebook asks for them.
-EXERCISES = ("shift_targets", "masked_cross_entropy", "noam_lr", "train_step")
-
-
-def choose_functions(
-    shift_targets: Callable[..., Any] | None = None,
-    masked_cross_entropy: Callable[..., Any] | None = None,
-    noam_lr: Callable[..., Any] | None = None,
-    train_step: Callable[..., Any] | None = None,
-    *,
-    verbose: bool = True,
-) -> dict[str, Callable[..., Any] | None]:
-    """Which of notebook 07's four functions :func:`fit` should train with.
-
-    Each function given is checked again, quietly, with its ``check_*`` checker: one that
-    passes is used, one that is missing, unfinished or fails falls back to the reference
-    (``None`` in the result). A student's ``train_step`` that calls ``masked_cross_entropy``
-    falls back too when that one did not pass (it would call it). With ``verbose``, one
-    line per function says which one trains and why. Returns keyword arguments for
-    :func:`fit`: ``fit(model, train, valid, **RECIPE["fit"], **choose_functions(...))``.
-    """
-    given = dict(shift_targets=shift_targets, masked_cross_entropy=masked_cross_entropy, noam_lr=noam_lr,
-                 train_step=train_step)
-    chosen: dict[str, Callable[..., Any] | None] = {}
-    works: dict[str, bool] = {}  # the function given is the reference or passed its check
-    lines = []
-    for name in EXERCISES:
-        fn = _require_callable(name, given[name])
-        why = _why_not_yours(name, fn)
-        if name == "train_step" and fn is not None and fn is not _REFERENCES[name] \
-                and "masked_cross_entropy" in names_used(fn) and not works["masked_cross_entropy"]:
-            # its own verdict too, when it failed (an unwritten loss it calls reads as "not written")
-            why = "yours calls your masked_cross_entropy, which has not passed its check" \
-                if why is None or why in _UNWRITTEN else \
-                f"{why}; and it calls your masked_cross_entropy, which has not passed its check either"
-        works[name] = why is None or fn is _REFERENCES[name]
-        chosen[name] = None if why else fn
-        lines.append(f"  {name:<21} " + (f"the reference: {why}" if why else "yours"))
-    if chosen["train_step"] is not None and chosen["masked_cross_entropy"] is not None \
-            and "masked_cross_entropy" not in names_used(chosen["train_step"]):
-        lines[1] += " (but your train_step does not call it)"
-    # yours or the reference: the recipe's linear schedule calls neither, so say so in both cases
-    lines[2] += ' (used with schedule="noam" only; the recipe decays linearly)'
-    if verbose:
-        print("Training with:\n" + "\n".join(lines))
-    return chosen
-
-
-# the reasons of a function that is not written: "write yours" (a written one that fails: "fix yours")
-_UNWRITTEN = ("none given", "yours is not written yet")
-
-
-def _why_not_yours(name: str, fn: Callable[..., Any] | None) -> str | None:
-    """``None`` when the student's ``fn`` for exercise ``name`` passes its checker (run
-    quietly); else why the reference replaces it, in a few words that are never cut."""
-    from . import checks
-
-    if fn is None:
-        return _UNWRITTEN[0]
-    if fn is _REFERENCES[name]:
-        return "you imported it from course_utils"
-    result = _quiet_check(getattr(checks, f"check_{name}"), fn)
-    if result.passed:
-        return None
-    if result.status == "not implemented":
-        return _UNWRITTEN[1]
-    return f"yours has not passed its check: {_what_failed(result, name)}; its check cell says more"
-
-
-def _what_failed(result: Any, name: str, limit: int = 100) -> str:
-    """The mistake's short name when the checker named one; else the verdict's first line,
-    whole when short, else cut at a word outside any parentheses (they stay balanced)."""
-    if result.mistake:
-        return result.mistake
-    first = result.feedback.strip().split("\n")[0].split(f"{name}: ", 1)[-1]
-    if len(first) <= limit:
-        return first
-    depth, cut = 0, 0
-    for i, ch in enumerate(first[: limit + 1]):
-        depth += (ch == "(") - (ch == ")")
-        if ch == " " and depth == 0:
-            cut = i
-    kept = first[:cut].rstrip(" ,;:")
-    return f"{kept} ..." if kept else "its verdict is long"
-
-
-def yours_or_reference(name: str, fn: Callable[..., Any] | None) -> Callable[..., Any]:
-    """The function a notebook 07 demonstration cell runs for exercise ``name``: the
-    student's ``fn`` when it passes its checker (checked again, quietly), else the
-    reference, with one printed line saying why (an unfinished exercise then does not stop
-    "Run All" at the first cell that uses it)."""
-    if name not in EXERCISES:
-        raise ValueError(f"name must be one of {EXERCISES}, got {name!r}")
-    if _require_callable(name, fn) is _REFERENCES[name]:
-        return fn  # imported from course_utils: nothing to say
-    why = _why_not_yours(name, fn)
-    if why is None:
-        return fn
-    todo = "write" if why in _UNWRITTEN else "fix"
-    print(f"{name}: this cell uses the reference ({why}); {todo} yours and run its check to use it here")
-    return _REFERENCES[name]
-
-
-def _quiet_check(check: Callable[[Any], Any], fn: Callable[..., Any]) -> Any:
-    """Run a checker without showing its verdict (the exercise's own check cell did)."""
-    import contextlib
-    import io
-    from unittest import mock
-
-    from .checks._core import CheckResult
-
-    with contextlib.redirect_stdout(io.StringIO()), mock.patch.object(CheckResult, "show", lambda self: None):
-        return check(fn)
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0) -> torch.optim.Adam:
@@ -781,12 +659,14 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0) -> to
 
 
 @torch.no_grad()
-def _teacher_forced_loss(model: nn.Module, dataset: NumberWordsDataset, label_smoothing: float, batch_size: int) -> float:
+def _teacher_forced_loss(
+    model: nn.Module, dataset: NumberWordsDataset, label_smoothing: float, batch_size: int
+) -> float:
     """The loss on ``dataset`` with teacher forcing, mean over all its target tokens."""
     device = _model_device(model)
     total, count = 0.0, 0
     order = _length_order([len(t) for _, t in dataset.items])
-    with _eval_mode(model):
+    with eval_mode(model):
         for start in range(0, len(order), batch_size):
             batch = collate([dataset.items[i] for i in order[start : start + batch_size]]).to(device)
             logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, L_tgt - 1, V)
@@ -796,6 +676,15 @@ def _teacher_forced_loss(model: nn.Module, dataset: NumberWordsDataset, label_sm
     return total / count
 
 
-# The public names, listed once in course_utils.training (which re-exports them lazily:
-# notebook 07 imports them from there).
-__all__ = list(_TRAINER_NAMES)
+__all__ = [
+    "RECIPE",
+    "DECODE_MAX_LEN",
+    "History",
+    "evaluate",
+    "predict",
+    "mistakes",
+    "epoch_batches",
+    "fit",
+    "shifted_batch",
+    "make_optimizer",
+]
