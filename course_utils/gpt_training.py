@@ -166,7 +166,8 @@ def fit_gpt(
     every validation and at the planned last step, the run is planned again at the pace so
     far: as many steps as fit in the budget, never more than ``steps`` (at least
     ``FIRST_REPORT + 1``), so a run cut short by a slow start grows back when the pace
-    improves; a line says so when the plan changes by 10 % or more, and the learning-rate
+    improves; the plan changes only by 10 % or more, and a line says so (a smaller change
+    keeps the plan printed last, so the progress lines count to it), and the learning-rate
     schedule decays over the planned length;
     ``history["steps"]`` holds the steps planned last.
     """
@@ -227,8 +228,8 @@ FIRST_REPORT = 20  # fit_gpt's first progress line: enough steps for a fair time
 def _fit_budget(history: dict[str, Any], step: int, steps: int, requested: int, elapsed: float,
                 max_seconds: float) -> int:
     """The steps :func:`fit_gpt` plans after ``step`` steps in ``elapsed`` seconds, ``steps``
-    planned so far: as many as fit in ``max_seconds`` at this pace, at most ``requested`` (a
-    line says so when that changes the plan by 10 % or more)."""
+    planned so far: as many as fit in ``max_seconds`` at this pace, at most ``requested``, when
+    that changes the plan by 10 % or more (a line says so); else ``steps``, the plan printed."""
     fit = min(requested, max(step, FIRST_REPORT + 1, int(max_seconds / (elapsed / step))))
     if abs(fit - steps) >= 0.1 * steps:
         if fit == requested:
@@ -238,7 +239,7 @@ def _fit_budget(history: dict[str, Any], step: int, steps: int, requested: int, 
             print(f"at {elapsed / step:.2f} s per step, {requested} steps would take about "
                   f"{requested * elapsed / step / 60:.0f} min: training {fit} steps instead, to stay within "
                   f"{max_seconds:g} s (fewer steps: a higher loss)", flush=True)
-    elif fit == steps:
+    else:  # a change under 10 %: the announced plan stands (its printed length is the one trained)
         return steps
     history["steps"] = fit
     return fit

@@ -16,7 +16,16 @@ import torch.nn.functional as F
 from checker_asserts import SEEDS, STABLE, assert_family, assert_not_implemented, assert_passes
 from torch import nn
 
-from course_utils import GroupedQueryAttention, RMSNorm, SwiGLU, apply_rotary, causal_mask, rotary_tables
+from course_utils import (
+    GroupedQueryAttention,
+    RMSNorm,
+    SwiGLU,
+    apply_rotary,
+    causal_mask,
+    merge_heads,
+    rotary_tables,
+    split_heads,
+)
 from course_utils.checks import (
     check_apply_rotary,
     check_grouped_query_attention,
@@ -33,10 +42,10 @@ DRAWS = SEEDS[:STABLE]
 # ================================================================ RMSNorm
 def rms_norm(kind: str = "ok", default_eps: float = 1e-6) -> type:
     class StudentRMSNorm(nn.Module):
-        def __init__(self, d_model, eps=default_eps):
+        def __init__(self, hidden_size, eps=default_eps):  # the width is passed by position only: any name
             super().__init__()
             self.eps = eps
-            self.weight = nn.Parameter(torch.ones(d_model))
+            self.weight = nn.Parameter(torch.ones(hidden_size))
 
         def forward(self, x):
             eps = 1e-6 if kind == "eps ignored" else self.eps
@@ -111,6 +120,10 @@ def tables(kind: str = "ok"):
         device = None if kind == "device ignored" else device
         i = torch.arange(0, d_k, 2, dtype=torch.float32, device=device)
         theta = (10000.0 if kind == "base ignored" else base) ** (-(i / 2 if kind == "no 2" else i) / d_k)
+        if kind == "integer //":  # -arange // d_k on integers: -1 for every i > 0
+            theta = base ** (-torch.arange(0, d_k, 2, device=device) // d_k)
+        elif kind == "integer -(//)":  # 0 for every i
+            theta = base ** -(torch.arange(0, d_k, 2, device=device) // d_k)
         if kind == "sign":
             theta = 1 / theta
         pos = torch.arange(max_len, dtype=torch.float32, device=device) + (1 if kind == "from 1" else 0)
@@ -148,6 +161,8 @@ def test_rotary_tables_mistakes_are_named():
         ("half", tables("half"), "half-width tables", ("[theta | theta]",)),
         ("float64", tables("float64"), "wrong dtype", ("float32",)),
         ("device ignored", tables("device ignored"), "device ignored", ("device=device",)),
+        ("integer //", tables("integer //"), "integer division in the exponent", ("to -1", "floating point")),
+        ("integer -(//)", tables("integer -(//)"), "integer division in the exponent", ("to 0",)),
     ]
     assert_family([(label, check_rotary_tables, s, m, w) for label, s, m, w in members])
 
@@ -158,6 +173,10 @@ def rotary(kind: str = "ok"):
         L, d = x.shape[-2:]
         start = {"from 1": offset + 1, "offset ignored": 0}.get(kind, offset)
         c, s = (cos, sin) if kind == "not sliced" else (cos[start : start + L], sin[start : start + L])
+        if kind == "slice to L":
+            c, s = cos[offset:L], sin[offset:L]
+        if kind != "float32 out":  # the rows in x's dtype: a bfloat16 x stays bfloat16
+            c, s = c.to(x.dtype), s.to(x.dtype)
         x1, x2 = x[..., : d // 2], x[..., d // 2 :]
         if kind == "complex":  # x1 + i x2 times e^(i angle)
             z = torch.complex(x1, x2) * torch.polar(torch.ones_like(c[:, : d // 2]), torch.atan2(s, c)[:, : d // 2])
@@ -165,7 +184,7 @@ def rotary(kind: str = "ok"):
         if kind == "on the fly":  # its own angles, not the tables passed in
             theta = 10000.0 ** (-torch.arange(0, d, 2).double() / d)
             a = torch.outer(torch.arange(offset, offset + L).double(), theta).float()
-            ca, sa = a.cos(), a.sin()
+            ca, sa = a.cos().to(x.dtype), a.sin().to(x.dtype)
             return torch.cat([x1 * ca - x2 * sa, x1 * sa + x2 * ca], dim=-1)
         if kind == "pairs":  # Meta's: (2i, 2i+1) as complex numbers
             theta = 10000.0 ** (-torch.arange(0, d, 2).float() / d)
@@ -201,6 +220,8 @@ def test_apply_rotary_mistakes_are_named():
         ("no minus", rotary("no minus"), "rotate_half without the minus", ("negating",)),
         ("swapped", rotary("swapped"), "sin and cos swapped", ("x * cos + rotate_half(x) * sin",)),
         ("not sliced", rotary("not sliced"), "rotary tables not sliced", ("cos[offset:offset + L]",)),
+        ("slice to L", rotary("slice to L"), "rotary slice ends at L", ("cos[offset:L]", "cos[offset:offset + L]")),
+        ("float32 out", rotary("float32 out"), "dtype not preserved", ("bfloat16", ".to(x.dtype)")),
     ]
     assert_family([(label, check_apply_rotary, s, m, w) for label, s, m, w in members])
 
@@ -213,11 +234,15 @@ def swiglu(kind: str = "ok", bias: bool = False) -> type:
             self.w1 = nn.Linear(d_model, d_ff, bias=bias)
             self.w2 = nn.Linear(d_ff, d_model, bias=bias)
             self.w3 = nn.Linear(d_model, d_ff, bias=bias)
+            if kind == "w2 w3 swapped":  # LLMs-from-scratch's fc2 (up) and fc3 (down) kept as w2 and w3
+                self.w2, self.w3 = nn.Linear(d_model, d_ff, bias=False), nn.Linear(d_ff, d_model, bias=False)
             if kind == "hf names":  # Hugging Face's Llama names them gate_proj, down_proj, up_proj
                 self.gate_proj, self.down_proj, self.up_proj = self.w1, self.w2, self.w3
                 del self.w1, self.w2, self.w3
 
         def forward(self, x):
+            if kind == "w2 w3 swapped":
+                return self.w3(F.silu(self.w1(x)) * self.w2(x))
             a, b = self.w1(x), self.w3(x)
             act = {"gelu": F.gelu, "relu": F.relu, "sigmoid": torch.sigmoid}.get(kind)
             if kind == "hand":  # silu written out
@@ -236,6 +261,9 @@ def swiglu(kind: str = "ok", bias: bool = False) -> type:
                 return self.w2(F.silu(a) + b)
             if kind == "after":
                 return self.w2(F.silu(a * b))
+            if kind == "after w2":
+                return F.silu(self.w2(a * b))
+
             return self.w2(F.silu(a) * b)
 
     return StudentSwiGLU
@@ -258,6 +286,8 @@ def test_swiglu_mistakes_are_named():
         ("sum", swiglu("sum"), "sum instead of product", ("element by element",)),
         ("bias", swiglu(bias=True), "bias in a layer", ("bias=False",)),
         ("hf names", swiglu("hf names"), "missing submodule", ("gate_proj -> w1", "up_proj -> w3", "down_proj -> w2")),
+        ("after w2", swiglu("after w2"), "SiLU after w2", ("output of w2",)),
+        ("w2 w3 swapped", swiglu("w2 w3 swapped"), "w2 and w3 swapped", ("swapped", "d_ff -> d_model")),
     ]
     assert_family([(label, check_swiglu, s, m, w) for label, s, m, w in members])
 
@@ -284,9 +314,12 @@ def gqa(kind: str = "ok", check_heads: bool = True) -> type:
         def forward(self, x, cos=None, sin=None, mask=None, offset=0):
             B, L, D = x.shape
             H, Hk, d = self.num_heads, getattr(self, "n_kv_heads", None) or self.num_kv_heads, self.d_k
-            q = self.w_q(x).view(B, L, H, d).transpose(1, 2)
-            k = self.w_k(x).view(B, L, Hk, d).transpose(1, 2)
-            v = self.w_v(x).view(B, L, Hk, d).transpose(1, 2)
+            if kind == "split view":  # (B, L, D) viewed straight as (B, H, L, d): heads of positions
+                q, k, v = self.w_q(x).view(B, H, L, d), self.w_k(x).view(B, Hk, L, d), self.w_v(x).view(B, Hk, L, d)
+            else:
+                q = self.w_q(x).view(B, L, H, d).transpose(1, 2)
+                k = self.w_k(x).view(B, L, Hk, d).transpose(1, 2)
+                v = self.w_v(x).view(B, L, Hk, d).transpose(1, 2)
             if kind == "rotate (B, L, H, d)":  # Meta's code keeps this layout; the course's apply_rotary does not
                 q = apply_rotary(q.transpose(1, 2), cos, sin, offset).transpose(1, 2)
                 k = apply_rotary(k.transpose(1, 2), cos, sin, offset).transpose(1, 2)
@@ -298,9 +331,9 @@ def gqa(kind: str = "ok", check_heads: bool = True) -> type:
                 if kind == "values":
                     v = apply_rotary(v, cos, sin, offset)
             g = H // Hk
-            allowed = causal_mask(L) if kind != "no causal" else torch.ones(L, L, dtype=torch.bool)
+            allowed = {"no causal": torch.ones(L, L, dtype=torch.bool), "triu": causal_mask(L).T}.get(kind, causal_mask(L))
             if mask is not None and kind not in ("mask ignored", "mask added"):
-                allowed = allowed & mask
+                allowed = {"or": allowed | mask, "replaces": mask, "pad as True": allowed & ~mask}.get(kind, allowed & mask)
             if kind == "sdpa":  # torch's own grouped attention
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
                 return self.w_o(out.transpose(1, 2).reshape(B, L, D))
@@ -321,15 +354,56 @@ def gqa(kind: str = "ok", check_heads: bool = True) -> type:
                 return self.w_o(out.transpose(1, 2).reshape(B, L, D))
             else:
                 k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-            scores = q @ k.transpose(-2, -1) / (1.0 if kind == "no scaling" else math.sqrt(d))
+            scores = q @ k.transpose(-2, -1) / {"no scaling": 1.0, "scale d_k": d}.get(kind, math.sqrt(d))
             if kind == "inverted":
                 weights = scores.masked_fill(allowed, float("-inf")).softmax(-1).nan_to_num()
+            elif kind in ("inverted -inf", "inverted -1e9"):  # NaN rows with -inf
+                weights = scores.masked_fill(allowed, float("-inf") if kind == "inverted -inf" else -1e9).softmax(-1)
             else:
-                scores = scores.masked_fill(~allowed, float("-inf"))
-                weights = (scores + mask if kind == "mask added" and mask is not None else scores).softmax(-1)
-            return self.w_o((weights @ v).transpose(1, 2).reshape(B, L, D))
+                scores = scores.masked_fill(~allowed, 0.0 if kind == "fill 0" else float("-inf"))
+                weights = (scores + mask if kind == "mask added" and mask is not None else scores).softmax(
+                    -2 if kind == "softmax -2" else -1)
+            out = weights @ v  # (B, H, L, d)
+            merged = out.reshape(B, L, D) if kind == "merge reshape" else out.transpose(1, 2).reshape(B, L, D)
+            return merged if kind == "no w_o" else self.w_o(merged)
 
     return StudentGQA
+
+
+GQA_CELL = """
+class GroupedQueryAttention(nn.Module):  # notebook 10's solution cell, run where `apply_rotary` is a notebook's own
+    def __init__(self, d_model, num_heads, n_kv_heads=None):
+        super().__init__()
+        n_kv_heads = num_heads if n_kv_heads is None else n_kv_heads
+        if num_heads % n_kv_heads != 0:
+            raise ValueError(f"n_kv_heads = {n_kv_heads} must divide num_heads = {num_heads}")
+        self.num_heads, self.n_kv_heads, self.d_k = num_heads, n_kv_heads, d_model // num_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=False)
+        self.w_k = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
+        self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
+        self.w_o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, cos, sin, mask=None):
+        q = apply_rotary(split_heads(self.w_q(x), self.num_heads), cos, sin)
+        k = apply_rotary(split_heads(self.w_k(x), self.n_kv_heads), cos, sin)
+        v = split_heads(self.w_v(x), self.n_kv_heads)
+        g = self.num_heads // self.n_kv_heads
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        allowed = causal_mask(x.size(1), device=x.device)
+        if mask is not None:
+            allowed = allowed & mask
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+        return self.w_o(merge_heads(weights @ v))
+"""
+
+
+def gqa_calling(rotate) -> type:
+    """The solution's attention in a namespace (a notebook's) whose `apply_rotary` is ``rotate``."""
+    space = dict(torch=torch, nn=nn, math=math, split_heads=split_heads, merge_heads=merge_heads,
+                 causal_mask=causal_mask, apply_rotary=rotate)
+    exec(GQA_CELL, space)  # noqa: S102 - the test's own source
+    return space["GroupedQueryAttention"]
 
 
 def _has_enable_gqa() -> bool:
@@ -341,7 +415,7 @@ def _has_enable_gqa() -> bool:
     return True
 
 
-@pytest.mark.parametrize("student", [GroupedQueryAttention, gqa(), gqa("expand"), gqa("einsum"),
+@pytest.mark.parametrize("student", [GroupedQueryAttention, gqa(), gqa("expand"), gqa("einsum"), gqa_calling(rotary()),
                                      pytest.param(gqa("sdpa"), marks=pytest.mark.skipif(
                                          not _has_enable_gqa(), reason="this torch has no enable_gqa"))])
 def test_grouped_query_attention_correct_variants_pass(student):
@@ -368,6 +442,20 @@ def test_grouped_query_attention_mistakes_are_named():
         ("mha", gqa("mha"), "key/value projections not grouped", ("n_kv_heads * d_k",)),
         ("unchecked", gqa(check_heads=False), "n_kv_heads not checked", ("ValueError",)),
         ("assert", gqa("assert"), "wrong error type", ("AssertionError",)),
+        ("inverted -inf", gqa("inverted -inf"), "inverted mask", ("contains NaN", "True means may attend")),
+        ("inverted -1e9", gqa("inverted -1e9"), "inverted mask", ("True means may attend", "-1e9")),
+        ("pad as True", gqa("pad as True"), "inverted mask", ("contains NaN", "causal_mask(L) & mask")),
+        ("fill 0", gqa("fill 0"), "mask filled with 0", ("exp(0) = 1",)),
+        ("triu", gqa("triu"), "upper triangle", ("causal_mask(L).T",)),
+        ("or", gqa("or"), "| instead of &", ("causal_mask(L) & mask",)),
+        ("replaces", gqa("replaces"), "padding mask replaces causal", ("causal_mask(L) & mask",)),
+        ("softmax -2", gqa("softmax -2"), "softmax over the wrong axis", ("dim=-1",)),
+        ("scale d_k", gqa("scale d_k"), "scaled by d_k", ("square root",)),
+        ("no w_o", gqa("no w_o"), "missing output projection", ("self.w_o",)),
+        ("split view", gqa("split view"), "split without transpose", ("split_heads",)),
+        ("merge reshape", gqa("merge reshape"), "reshape without transpose", ("merge_heads",)),
+        ("calls a pairs apply_rotary", gqa_calling(rotary("pairs with the tables")), "calls a failing apply_rotary",
+         ("pairs layout", "from course_utils import apply_rotary")),
     ]
     assert_family([(label, check_grouped_query_attention, s, m, w) for label, s, m, w in members])
 

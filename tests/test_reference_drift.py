@@ -127,7 +127,7 @@ NOT_ONE_TEXT: dict[tuple[str, str], str] = {
     ("09", "generate"): "generation with a key/value cache (the cell recomputes the whole context each step)",
     ("09", "load_gpt2_weights"): "GPT-2's names are one mapping table (convert_gpt2_state_dict), used both ways",
     ("10", "apply_rotary"): "rotate_half is its own function (Hugging Face's name, used by the cache path), and the "
-        "tables follow a float16 input's dtype",
+        "arguments are validated first",
     ("10", "GroupedQueryAttention.forward"): "projection and attention are two methods (project, attend), so that "
         "generation with a cache rotates and stores keys between them",
     ("11", "merge_pair"): "the pair is unpacked and the length read once, outside the loop (the trainer calls it "

@@ -349,7 +349,8 @@ CONTRACT_PARAMETERS: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
     "Encoder": {"__init__": (("num_layers", *_LAYER), _STACK_SIG), "forward": (("mask",), "(x, mask=None)")},
     "DecoderLayer": {"__init__": (_LAYER, _LAYER_SIG), "forward": _DECODER_FORWARD},
     "Decoder": {"__init__": (("num_layers", *_LAYER), _STACK_SIG), "forward": _DECODER_FORWARD},
-    "RMSNorm": {"__init__": (("d_model", "eps"), "(d_model, eps=1e-6)")},
+    # notebook 10 passes RMSNorm's width by position only (Norm(d_model, eps), cls(32)) and eps by keyword (eps=0.0)
+    "RMSNorm": {"__init__": (("eps",), "(d_model, eps=1e-6)")},
     "rotary_tables": {"": (("base",), "(d_k, max_len, base=10000.0, device=None)")},
     "apply_rotary": {"": (("offset",), "(x, cos, sin, offset=0)")},
     "GroupedQueryAttention": {"__init__": (("d_model", "num_heads", "n_kv_heads"), "(d_model, num_heads, n_kv_heads=None)"),  # noqa: E501

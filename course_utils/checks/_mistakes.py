@@ -577,4 +577,10 @@ MISTAKES: dict[str, str] = {
     "rotary tables not sliced": "the whole (max_len, d_k) cos/sin tables used instead of the rows of the L positions",
     "rotary on (B, L, H, d_k)": "RoPE applied before the heads axis moved: heads turned by their index, not positions",
     "attribute missing or renamed": "a module lacks an attribute the contract names (or stores it under another name)",
+    # notebook 10 (trial s4_10)
+    "calls a failing apply_rotary": "GroupedQueryAttention calls the student's apply_rotary, which fails its own check",
+    "integer division in the exponent": "rotary exponents computed with // on integers: every frequency after the first equal",
+    "rotary slice ends at L": "apply_rotary slices cos[offset:L] instead of cos[offset:offset + L]",
+    "SiLU after w2": "SwiGLU's SiLU applied to w2's output instead of to the gate w1(x)",
+    "w2 and w3 swapped": "SwiGLU's w2 built as the up projection (d_model -> d_ff) and w3 as the down one",
 }

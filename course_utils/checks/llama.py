@@ -19,8 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..llama import GroupedQueryAttention, rotary_tables
+from .._validate import names_used
+from ..llama import GroupedQueryAttention, apply_rotary, rotary_tables, rotate_half
 from ._core import (
+    Failure,
     Mistake,
     StudentError,
     allclose,
@@ -32,6 +34,7 @@ from ._core import (
     expect_close,
     fail,
     gradient_probe,
+    isnan,
     randint,
     register_hints,
     require_function,
@@ -194,6 +197,7 @@ def _table_mistakes(d_k: int, max_len: int, base: float, which: str) -> list[Mis
     other = torch.sin if which == "cos" else torch.cos
     pos = torch.arange(max_len)
     right = _angles(d_k, pos, base)
+    two_i = torch.arange(0, d_k, 2, dtype=torch.float64)  # (d_k/2,)
     return [
         ("pairs layout", f"{_PAIRS}: each row is [theta_0, ..., theta_(d/2-1), theta_0, ..., theta_(d/2-1)] "
          "(torch.cat([angles, angles], dim=-1)), not each angle twice in a row (repeat_interleave).",
@@ -208,6 +212,14 @@ def _table_mistakes(d_k: int, max_len: int, base: float, which: str) -> list[Mis
          "the base argument.", lambda: trig(_halves(_angles(d_k, pos, 10000.0))).float()),
         ("sin and cos swapped", "your cos table holds the sines and your sin table the cosines: return (cos, sin) "
          "in that order.", lambda: other(_halves(right)).float()),
+    ] + [
+        ("integer division in the exponent", f"your exponents are whole numbers: {shown} on integer tensors rounds "
+         f"down ({rounded}), so every frequency after the first is the same. Divide in floating point: "
+         "torch.arange(0, d_k, 2, dtype=torch.float32) / d_k.",
+         lambda exponent=exponent: trig(_halves(pos.double()[:, None] * base ** exponent)).float())
+        for shown, rounded, exponent in (
+            ("-torch.arange(0, d_k, 2) // d_k", "to -1 for every i > 0", torch.floor(-two_i / d_k)),
+            ("torch.arange(0, d_k, 2) // d_k", "to 0", -torch.floor(two_i / d_k)))
     ]
 
 
@@ -317,11 +329,17 @@ def _rotary_mistakes(x: Tensor, cos: Tensor, sin: Tensor, offset: int) -> list[M
          "x * cos + rotate_half(x) * sin.", lambda: _rot(x, sin, cos, offset)),
     ]
     if offset > 0:
+        out.append(("rotary slice ends at L", _SLICE_TO_L.format(offset=offset),
+                    lambda: x * cos[offset : x.size(-2)] + rotate_half(x) * sin[offset : x.size(-2)]))
         out.insert(0, ("rotary offset ignored", f"with offset = {offset} your rotation starts at position 0: the "
                        "offset is not used. With a key/value cache the new token sits at position offset (not 0), "
                        "and its query and key must turn by that position's angle: rows offset .. offset + L - 1 of "
                        "the tables.", lambda: _rot(x, cos, sin, 0)))
     return out
+
+
+_SLICE_TO_L = ("with offset = {offset} you took the rows cos[offset:L], which end at row L - 1 instead of "
+               "offset + L - 1: the slice is cos[offset:offset + L] (and sin the same way), L rows from offset")
 
 
 def _rotary_case(fn: Any, x: Tensor, cos: Tensor, sin: Tensor, offset: int | None, case: str) -> None:
@@ -335,6 +353,10 @@ def _rotary_case(fn: Any, x: Tensor, cos: Tensor, sin: Tensor, offset: int | Non
                  f"tables, ({cos.size(0)}, {cos.size(1)}) here, while x has L = {x.size(-2)} positions: slice the "
                  "tables to the L positions, from offset: cos[offset:offset + L] and sin the same way "
                  "(L = x.size(-2)).", mistake="rotary tables not sliced")
+        L, rows = x.size(-2), max(0, x.size(-2) - (offset or 0))  # what cos[offset:L] holds
+        if offset and isinstance(err.exc, RuntimeError) and f"({L})" in str(err.exc) and f"({rows})" in str(err.exc):
+            fail(f"your code raised RuntimeError on {case}: {err.exc}. " + _SLICE_TO_L.format(offset=offset) + ".",
+                 mistake="rotary slice ends at L")
         raise
     check_unchanged(["x", "cos", "sin"], [x, cos, sin], [x0, c0, s0], case)
     start = offset or 0
@@ -366,7 +388,23 @@ def check_apply_rotary(fn: Any) -> str:
              f"{scores[1]:.4f} for ({offset + 4}, {offset + 1}).", mistake="values differ")
     gradient_probe(lambda x: fn(x, cos, sin), lambda x: _rot(x, cos, sin, 0), dict(x=torch.randn(B, H, L, d_k)),
                    what="apply_rotary", case=f"x of shape ({B}, {H}, {L}, {d_k})")
+    _rotary_dtype(fn, torch.randn(B, H, L, d_k).to(torch.bfloat16), cos, sin)
     return "3-D and 4-D inputs, offsets 0 and > 0, one cached token; <R(m) q, R(n) k> depends on m - n only"
+
+
+def _rotary_dtype(fn: Any, x: Tensor, cos: Tensor, sin: Tensor) -> None:
+    """bfloat16 queries with float32 tables: the result keeps x's dtype, as the reference's ``.to(x.dtype)`` does.
+    Code that cannot run on bfloat16 at all (complex numbers of bfloat16 do not exist) is not failed for it."""
+    case = f"x of shape {describe_shape(x)} in torch.bfloat16, float32 tables"
+    try:
+        got = call_student(fn, x, cos, sin, context=f"calling apply_rotary on {case}")
+    except StudentError:
+        return
+    if isinstance(got, Tensor) and got.dtype != x.dtype:
+        fail(f"apply_rotary({case}) returns {got.dtype}: the result keeps x's dtype, bfloat16 (else a bfloat16 "
+             "model carries float32 queries and keys from here on). x * cos promotes to float32 when the tables are "
+             "float32: take the rows in x's dtype, cos[offset:offset + L].to(x.dtype), and sin the same way.",
+             mistake="dtype not preserved")
 
 
 # ---------------------------------------------------------------- SwiGLU
@@ -391,6 +429,11 @@ def _swiglu_mistakes(x: Tensor, w1: Tensor, w2: Tensor, w3: Tensor) -> list[Mist
          "w2(silu(w1(x)) * w3(x)).", lambda: F.silu(a * b) @ w2.T),
         ("sum instead of product", "you added the two branches; the gate multiplies: w2(silu(w1(x)) * w3(x)), "
          "element by element.", lambda: (F.silu(a) + b) @ w2.T),
+        ("SiLU after w2", "SiLU is applied to the output of w2; it gates w1(x) alone, inside: w2(silu(w1(x)) * "
+         "w3(x)), and w2's output is the layer's output as it is.", lambda: F.silu((a * b) @ w2.T)),
+        ("SiLU after w2", "SiLU is applied to the output of w2 as well; it gates w1(x) alone, inside: "
+         "w2(silu(w1(x)) * w3(x)), and w2's output is the layer's output as it is.",
+         lambda: F.silu((F.silu(a) * b) @ w2.T)),
     ]
 
 
@@ -408,6 +451,17 @@ def _linear(model: nn.Module, name: str, i: int, o: int, what: str) -> Tensor:
     return m.weight
 
 
+def _swapped_w2_w3(model: nn.Module, D: int, d_ff: int) -> None:
+    """w2 built as the up projection and w3 as the down one (LLMs-from-scratch's fc2 / fc3 order)."""
+    w2, w3 = getattr(model, "w2", None), getattr(model, "w3", None)
+    if (isinstance(w2, nn.Linear) and isinstance(w3, nn.Linear) and tuple(w2.weight.shape) == (d_ff, D)
+            and tuple(w3.weight.shape) == (D, d_ff)):
+        fail(f"your w2 maps d_model -> d_ff ({D} -> {d_ff}) and your w3 maps d_ff -> d_model: the two are swapped. "
+             "In Llama's names (and the course's, which the weights load by) w3 is the value branch, d_model -> "
+             "d_ff, multiplied by silu(w1(x)), and w2 projects back, d_ff -> d_model: w2(silu(w1(x)) * w3(x)). Swap "
+             "the names of the two layers (in __init__ and forward).", mistake="w2 and w3 swapped")
+
+
 @checker("SwiGLU")
 def check_swiglu(cls: Any) -> str:
     require_module_class(cls, "SwiGLU")
@@ -416,6 +470,7 @@ def check_swiglu(cls: Any) -> str:
     model = call_student(cls, D, d_ff, context=f"constructing SwiGLU(d_model={D}, d_ff={d_ff})")
     if not isinstance(model, nn.Module):
         fail("SwiGLU should subclass nn.Module.", mistake="not a class")
+    _swapped_w2_w3(model, D, d_ff)
     w1, w2, w3 = (_linear(model, n, i, o, "SwiGLU") for n, i, o in (("w1", D, d_ff), ("w2", d_ff, D), ("w3", D, d_ff)))
     model.eval()
     randomise_parameters(model)
@@ -437,43 +492,74 @@ def check_swiglu(cls: Any) -> str:
 
 # ---------------------------------------------------------------- grouped-query attention
 def _gqa(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, *,
-         interleave: str = "kv", rotate: str = "qk", causal: bool = True, scale: bool = True,
-         heads_first: bool = True, use_mask: str = "and") -> Tensor:
+         interleave: str = "kv", rotate: str = "qk", causal: str = "tril", scale: str = "sqrt(d_k)",
+         heads_first: bool = True, use_mask: str = "and", fill: str = "-inf", inverted: bool = False,
+         softmax_dim: int = -1, split_transpose: bool = True, merge_transpose: bool = True,
+         use_w_o: bool = True) -> Tensor:
     """The reference attention with one thing changed (the catalogued mistakes): ``interleave`` names the tensors
     spread with repeat_interleave (the others with .repeat), ``heads_first=False`` rotates (B, L, H, d_k) before
-    the transpose, ``use_mask`` is "and", "ignored", "added" (the bool mask added to the scores) or "inverted"."""
+    the transpose, ``causal`` is "tril", "none" or "triu" (causal_mask(L).T), ``use_mask`` is "and", "or",
+    "replaces" (the causal mask), "not" (causal & ~mask), "ignored" or "added" (the bool mask added to the
+    scores), ``fill`` is "-inf", "-inf, nan_to_num", "finite" (-1e9) or "zero", ``inverted`` fills the allowed
+    scores instead of the blocked ones, ``split_transpose`` / ``merge_transpose`` False: the heads split or
+    merged by a plain view, (B, L, D) <-> (B, H, L, d_k)."""
     H, H_kv, d_k = ref.num_heads, ref.n_kv_heads, ref.d_k
     B, L, D = x.shape
-    q = ref.w_q(x).view(B, L, H, d_k)  # (B, L, H, d_k)
-    k = ref.w_k(x).view(B, L, H_kv, d_k)  # (B, L, H_kv, d_k)
-    v = ref.w_v(x).view(B, L, H_kv, d_k).transpose(1, 2)  # (B, H_kv, L, d_k)
-    if heads_first:
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, L, d_k), (B, H_kv, L, d_k)
+
+    def split(t: Tensor, heads: int) -> Tensor:  # (B, L, heads, d_k); without the transpose (B, heads, L, d_k)
+        return t.view(B, L, heads, d_k) if split_transpose else t.reshape(B, heads, L, d_k)
+
+    q, k, v = split(ref.w_q(x), H), split(ref.w_k(x), H_kv), split(ref.w_v(x), H_kv)
+    if split_transpose:
+        v = v.transpose(1, 2)  # (B, H_kv, L, d_k)
+        if heads_first:
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, L, d_k), (B, H_kv, L, d_k)
     q = _rot(q, cos, sin, 0) if "q" in rotate else q
     k = _rot(k, cos, sin, 0) if "k" in rotate else k
     v = _rot(v, cos, sin, 0) if "v" in rotate else v
-    if not heads_first:
+    if split_transpose and not heads_first:
         q, k = q.transpose(1, 2), k.transpose(1, 2)
     g = H // H_kv
     k, v = ((t.repeat_interleave(g, dim=1) if name in interleave else t.repeat(1, g, 1, 1))
             for name, t in (("k", k), ("v", v)))  # (B, H, L, d_k)
-    allowed = torch.ones(L, L, dtype=torch.bool).tril() if causal else torch.ones(L, L, dtype=torch.bool)
-    if mask is not None and use_mask in ("and", "inverted"):
-        allowed = allowed & mask
-    scores = q @ k.transpose(-2, -1) / (d_k**0.5 if scale else 1.0)  # (B, H, L, L)
-    if use_mask == "inverted":  # a fully blocked row is NaN; students zero it with nan_to_num
-        weights = scores.masked_fill(allowed, float("-inf")).softmax(-1).nan_to_num()
-    else:
-        weights = scores.masked_fill(~allowed, float("-inf"))
-        weights = (weights + mask if mask is not None and use_mask == "added" else weights).softmax(-1)
-    return ref.w_o((weights @ v).transpose(1, 2).reshape(B, L, D))  # (B, L, D)
+    ones = torch.ones(L, L, dtype=torch.bool)
+    allowed = {"tril": ones.tril(), "triu": ones.triu(), "none": ones}[causal]  # (L, L)
+    if mask is not None:
+        allowed = {"and": allowed & mask, "or": allowed | mask, "replaces": mask, "not": allowed & ~mask}.get(
+            use_mask, allowed)
+    scores = q @ k.transpose(-2, -1) / {"sqrt(d_k)": d_k**0.5, "none": 1.0, "d_k": float(d_k)}[scale]  # (B, H, L, L)
+    value = {"zero": 0.0, "finite": -1e9}.get(fill, float("-inf"))
+    scores = scores.masked_fill(allowed if inverted else ~allowed, value)
+    if mask is not None and use_mask == "added":
+        scores = scores + mask
+    weights = scores.softmax(softmax_dim)  # (B, H, L, L)
+    weights = weights.nan_to_num() if fill == "-inf, nan_to_num" else weights  # a fully blocked row zeroed
+    out = weights @ v  # (B, H, L, d_k)
+    merged = (out.transpose(1, 2) if merge_transpose else out).reshape(B, L, D)  # (B, L, D)
+    return ref.w_o(merged) if use_w_o else merged
+
+
+_INVERTED = ("your mask blocks the allowed positions and lets the blocked ones through: True means may attend, so "
+             "fill the scores where the mask is False: scores.masked_fill(~allowed, float('-inf'))")
 
 
 def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> list[Mistake]:  # noqa: E501
     def run(**kw: Any) -> Callable[[], Tensor]:
         return lambda: _gqa(ref, x, cos, sin, mask, **kw)
 
-    return [
+    padding = [] if mask is None else [
+        ("padding mask replaces causal", "with a padding mask your attention drops the causal mask (the mask "
+         "argument replaces it), so every position sees the future: combine the two, causal_mask(L) & mask.",
+         run(use_mask="replaces")),
+        ("| instead of &", "you combined the causal and the padding masks with |: a key is then allowed when either "
+         "mask allows it, so the padding mask lets every future position through. Combine them with &: "
+         "causal_mask(L) & mask.", run(use_mask="or")),
+        ("inverted mask", "your code reads the padding mask the wrong way round (causal_mask(L) & ~mask, or "
+         "masked_fill(mask, ...)): True means a real token that may be attended, False a padding key. Keep "
+         "causal_mask(L) & mask as it is; a query whose keys are all blocked then gets NaN, as here.",
+         run(use_mask="not")),
+    ]
+    return padding + [
         ("repeat instead of repeat_interleave", "the key/value heads go to the wrong query heads: in your code "
          "query head h reads key/value head h % n_kv_heads (heads 0, 1, 0, 1, ...: what `k.repeat(1, g, 1, 1)` "
          "does, or grouping the queries with .view(B, g, n_kv_heads, ...)); it must read key/value head h // g "
@@ -500,11 +586,35 @@ def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tenso
          "position. Apply apply_rotary(q, cos, sin) and apply_rotary(k, cos, sin) after splitting the heads.",
          run(rotate="")),
         ("no causal mask", "every position attends to the future too: build causal_mask(L) (and `&` the mask "
-         "argument).", run(causal=False)),
-        ("no scaling", "the scores are not divided by sqrt(d_k).", run(scale=False)),
-        ("inverted mask", "your mask blocks the allowed positions and lets the blocked ones through: True means may "
-         "attend, so fill the scores where the mask is False: scores.masked_fill(~allowed, float('-inf')).",
-         run(use_mask="inverted")),
+         "argument).", run(causal="none")),
+        ("upper triangle", "your causal mask is the upper triangle (torch.triu, or causal_mask(L).T): each position "
+         "sees the future instead of the past. causal_mask(L) is already True where key j <= query i: use it as "
+         "it is.", run(causal="triu")),
+        ("no scaling", "the scores are not divided by sqrt(d_k).", run(scale="none")),
+        ("scaled by d_k", "the scores are divided by d_k; divide by its square root, math.sqrt(self.d_k).",
+         run(scale="d_k")),
+        ("softmax over the wrong axis", "the softmax runs over the queries (dim=-2) instead of the keys: "
+         "softmax(dim=-1), so each query's weights over the keys sum to 1.", run(softmax_dim=-2)),
+        ("inverted mask", f"{_INVERTED}. (The last query may attend every key, so your code blocked its whole row: "
+         "softmax over a row of -inf is 0 / 0 = NaN.)", run(inverted=True)),
+        ("inverted mask", f"{_INVERTED}.", run(inverted=True, fill="-inf, nan_to_num")),
+        ("inverted mask", f"{_INVERTED} (a very negative number such as -1e9 does the same as -inf).",
+         run(inverted=True, fill="finite")),
+        ("mask filled with 0", "the blocked scores are set to 0, which still gives them weight (exp(0) = 1): fill "
+         "them with float('-inf') so that their weight is 0.", run(fill="zero")),
+        ("missing output projection", "the output skips the final projection: after merging the heads, pass "
+         "the result through self.w_o.", run(use_w_o=False)),
+        ("split without transpose", "the heads were split with a plain .view(B, num_heads, L, d_k) from (B, L, "
+         "D), no transpose, so each head got a block of positions instead of a slice of features. Use "
+         "split_heads(t, num_heads) (notebook 02's, imported here): a view as (B, L, H, d_k), then "
+         "transpose(1, 2).", run(split_transpose=False)),
+        ("split without transpose", "the heads were split with a plain .view(B, num_heads, L, d_k) and merged "
+         "back with a plain .reshape(B, L, D), no transposes: each head got a block of positions instead of a "
+         "slice of features. Use split_heads(t, num_heads) and merge_heads(out) (notebook 02's, imported here).",
+         run(split_transpose=False, merge_transpose=False)),
+        ("reshape without transpose", "the heads were merged with a plain .reshape(B, L, D) from (B, H, L, d_k), "
+         "no transpose, which mixes positions and heads. Use merge_heads(out) (notebook 02's, imported here): "
+         "transpose(1, 2) to (B, L, H, d_k), then flatten the last two axes.", run(merge_transpose=False)),
     ] + ([] if mask is None else [
         ("mask ignored", "the padding mask argument has no effect: combine it with the causal mask, "
          "causal_mask(L) & mask, before filling the scores.", run(use_mask="ignored")),
@@ -512,6 +622,21 @@ def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tenso
          "floats); the course's mask is bool, True = may attend: scores.masked_fill(~(causal_mask(L) & mask), "
          "float('-inf')).", run(use_mask="added")),
     ])
+
+
+def _nan_named(got: Any, mistakes: list[Mistake], case: str) -> None:
+    """Output with NaN (a row of -inf scores): name the catalogued mistake that gives NaN at the same places and
+    the same numbers elsewhere (expect_close compares without NaN)."""
+    if not isinstance(got, Tensor) or not got.is_floating_point() or not bool(isnan(got).any()):
+        return
+    for name, diagnosis, candidate in mistakes:
+        try:
+            value = candidate() if callable(candidate) else candidate
+        except Exception:  # noqa: BLE001 - a mistake that cannot even be computed is not this one
+            continue
+        if (isinstance(value, Tensor) and value.shape == got.shape and bool(isnan(value).any())
+                and allclose(got.detach().double(), value.double(), atol=1e-4, rtol=1e-4, equal_nan=True)):
+            fail(f"the output ({case}) contains NaN: {diagnosis}", mistake=name)
 
 
 def _gqa_linears(model: nn.Module, D: int, kv: int) -> None:
@@ -557,12 +682,48 @@ def _gqa_compare(model: nn.Module, shape: tuple[int, int, int], H: int, H_kv: in
         with torch.no_grad():
             expected = _gqa(ref, x0, cos, sin, mask)
             mistakes = _gqa_mistakes(ref, x0, cos, sin, mask) if H_kv < H else []
+            _nan_named(got, mistakes, case)
             expect_close("the output", got, expected, mistakes, atol=1e-4, rtol=1e-4, case=case)
+
+
+def _blame_apply_rotary(cls: Any) -> None:
+    """A GroupedQueryAttention that failed and whose forward calls the notebook's own apply_rotary: when that one
+    fails its own check, the attention inherits its mistake, whatever the attention itself does (as
+    check_train_step blames a failing masked_cross_entropy)."""
+    forward = getattr(cls, "forward", None)
+    rotate = getattr(forward, "__globals__", {}).get("apply_rotary")
+    if not callable(rotate) or rotate is apply_rotary or "apply_rotary" not in names_used(forward):
+        return
+    try:
+        with torch.random.fork_rng(devices=[]):  # the body, not the checker: no verdict shown, no second timer
+            check_apply_rotary.__wrapped__(rotate)
+        return
+    except Failure as f:
+        why = f.mistake or "its check fails"
+    except StudentError as err:
+        if isinstance(err.exc, NotImplementedError):
+            return
+        why = f"it raises {type(err.exc).__name__}"
+    except Exception:  # noqa: BLE001 - apply_rotary's own check could not run: the attention's verdict stands
+        return
+    fail(f"your forward calls your apply_rotary, which has not passed its check ({why}): the queries and keys it "
+         "rotates are wrong, so this check cannot tell whether the attention itself is right. Fix apply_rotary "
+         "first (its check cell says more), or continue with the reference: run `from course_utils import "
+         "apply_rotary`, then the cell that defines GroupedQueryAttention, then this check again.",
+         mistake="calls a failing apply_rotary")
 
 
 @checker("GroupedQueryAttention")
 def check_grouped_query_attention(cls: Any) -> str:
     require_module_class(cls, "GroupedQueryAttention")
+    try:
+        return _check_grouped_query_attention(cls)
+    except (Failure, StudentError):
+        _blame_apply_rotary(cls)
+        raise
+
+
+def _check_grouped_query_attention(cls: Any) -> str:
     H_kv, g, d_k = randint(2, 3), randint(2, 3), 2 * randint(2, 4)  # H_kv, g >= 2: repeat and interleave differ
     H, B, L = H_kv * g, randint(2, 3), randint(5, 8)
     D = H * d_k
@@ -622,7 +783,7 @@ register_hints("apply_rotary", [
     "rotate_half(x) = torch.cat([-x2, x1], dim=-1); the rotation is x * cos + rotate_half(x) * sin, with the "
     "table rows of the tokens' positions.",
     "The tokens of x sit at positions offset .. offset + L - 1 (L = x.size(-2)): slice cos[offset:offset + L] and "
-    "sin the same way; (L, d_k) broadcasts over the leading axes.",
+    "sin the same way, .to(x.dtype) so that the result keeps x's dtype; (L, d_k) broadcasts over the leading axes.",
 ])
 register_hints("SwiGLU", [
     "Three nn.Linear layers without bias: w1 and w3 map d_model -> d_ff, w2 maps d_ff -> d_model.",
@@ -634,7 +795,8 @@ register_hints("GroupedQueryAttention", [
     "w_k and w_v map d_model -> n_kv_heads * d_k (fewer heads than the queries); split them with "
     "split_heads(..., n_kv_heads). n_kv_heads=None means num_heads (set it before any arithmetic), stored as "
     "self.n_kv_heads; raise ValueError when n_kv_heads does not divide num_heads.",
-    "Rotate q and k (not v) with apply_rotary(t, cos, sin, offset), then give each query head its group's keys "
+    "Rotate q and k (not v) with apply_rotary(t, cos, sin) (offset stays 0: forward sees the whole sequence), "
+    "then give each query head its group's keys "
     "and values: k.repeat_interleave(num_heads // n_kv_heads, dim=1) (not .repeat, which cycles the groups).",
     "Then it is notebook 02's attention: causal_mask(L) & mask, softmax(q k^T / sqrt(d_k)) v, merge_heads, w_o.",
 ])
