@@ -83,7 +83,7 @@ assert torch.__version__.split("+")[0] == torch_version, f"torch {torch.__versio
 assert course_utils.__version__ == course_version, f"course {course_utils.__version__}, not {course_version}"
 print(f"installed: torch {torch.__version__}, transformer-course {course_utils.__version__}")
 PY
-"""
+"""  # noqa: E501
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
 # Gradescope runs this for every submission. ROOT: the first argument, else $AUTOGRADER_ROOT,
@@ -104,7 +104,7 @@ if [ ! -s "$RESULTS" ]; then  # the course's Python could not even start: a resu
 EOF
 fi
 exit 0
-"""
+"""  # noqa: E501
 
 
 # --------------------------------------------------------------------------- the bundle

@@ -331,9 +331,9 @@ def gqa(kind: str = "ok", check_heads: bool = True) -> type:
                 if kind == "values":
                     v = apply_rotary(v, cos, sin, offset)
             g = H // Hk
-            allowed = {"no causal": torch.ones(L, L, dtype=torch.bool), "triu": causal_mask(L).T}.get(kind, causal_mask(L))
+            allowed = {"no causal": torch.ones(L, L, dtype=torch.bool), "triu": causal_mask(L).T}.get(kind, causal_mask(L))  # noqa: E501
             if mask is not None and kind not in ("mask ignored", "mask added"):
-                allowed = {"or": allowed | mask, "replaces": mask, "pad as True": allowed & ~mask}.get(kind, allowed & mask)
+                allowed = {"or": allowed | mask, "replaces": mask, "pad as True": allowed & ~mask}.get(kind, allowed & mask)  # noqa: E501
             if kind == "sdpa":  # torch's own grouped attention
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
                 return self.w_o(out.transpose(1, 2).reshape(B, L, D))

@@ -277,7 +277,7 @@ def test_09_runs_with_a_contract_only_gpt_and_with_the_later_exercises_left_as_s
     assert re.search(rf"^your model: {TRAIN_STEPS_09} steps, validation loss \d\.\d\d; the text below describes the "
                      r"checkpoint: 8000 steps, validation loss 1\.57\. `model = checkpoint`", trained, re.M), trained
     # the last tenth of the run (at least one step)
-    assert f"train loss (mean of the last {max(1, TRAIN_STEPS_09 // 10)} steps)" in text_of(executed, "1324b072--contract")
+    assert f"train loss (mean of the last {max(1, TRAIN_STEPS_09 // 10)} steps)" in text_of(executed, "1324b072--contract")  # noqa: E501
     assert sorted(records["stubs"]["stubbed"]) == sorted(STUBS_09)
     for cell, name in FALLBACK_09.items():
         lines = text_of(executed, f"{cell}--stubs")
@@ -318,7 +318,7 @@ def rotary_tables(d_k, max_len, base=10000.0, device=None):
     freqs = 1.0 / base ** (torch.arange(d_k // 2, dtype=torch.float64, device=device) * 2 / d_k)  # (d_k/2,)
     angles = torch.outer(torch.arange(max_len, dtype=torch.float64, device=device), freqs).repeat(1, 2)  # (max_len, d_k)
     return angles.cos().float(), angles.sin().float()
-''',
+''',  # noqa: E501
     "apply_rotary": '''
 import torch
 
@@ -401,7 +401,7 @@ def test_10_runs_with_contract_only_pieces_and_with_apply_rotary_a_stub():
     print(f"notebook 10 {records}: {seconds:.0f} s; slowest cells {slowest(executed)}")
     assert sorted(records["contract"]["replaced"]) == sorted(EXERCISES_10) and not records["contract"]["kept"]
     assert_no_rejection(executed, "--contract")
-    assert "the pieces, assembled, compute the course's LlamaBlock: True" in text_of(executed, "n10-block-demo--contract")
+    assert "the pieces, assembled, compute the course's LlamaBlock: True" in text_of(executed, "n10-block-demo--contract")  # noqa: E501
     trained = text_of(executed, "n10-train--contract")
     assert re.search(r"^trained in \d+ s$", trained, re.M) and "after 2 steps" in trained, trained
     assert "stands in" not in trained, trained

@@ -242,7 +242,7 @@ def test_parts_build_the_same_model_and_the_cache_rotates_with_the_models_apply_
         made.norm1, made.norm2 = BufferNorm(d_model, eps), BufferNorm(d_model, eps)
         return made
 
-    ours, tok, _ = load_pretrained_llama(block=block, norm=BufferNorm, rotary_tables=rotary_tables, apply_rotary=rotation)
+    ours, tok, _ = load_pretrained_llama(block=block, norm=BufferNorm, rotary_tables=rotary_tables, apply_rotary=rotation)  # noqa: E501
     reference, _, _ = load_pretrained_llama()
     assert "blocks.0.norm1.eps_buffer" in ours.state_dict() and ours.apply_rotary is rotation
     tokens = torch.randint(0, len(tok), (2, 30), generator=torch.Generator().manual_seed(0))

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import course_utils
-from course_utils import checks
 from course_tools import nbgrader as course_nbgrader
+from course_utils import checks
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "01_attention"

@@ -69,7 +69,8 @@ DIFFERENCES: dict[tuple[str, str], tuple[dict[str, str], str]] = {
         {"FeedForward(d_model, d_ff, dropout, activation)": "FeedForward(d_model, d_ff, dropout)"},
         "the activation is passed on to FeedForward (08 builds BERT's GELU layers)"),
     ("04", "Encoder.__init__"): (
-        {", activation) for _ in range(num_layers)))": ") for _ in range(num_layers)])", "nn.ModuleList((": "nn.ModuleList(["},
+        {", activation) for _ in range(num_layers)))": ") for _ in range(num_layers)])",
+         "nn.ModuleList((": "nn.ModuleList(["},
         "the activation is passed on to the layers (08 builds BERT's GELU layers)"),
     ("05", "DecoderLayer.__init__"): (
         {"self.dropout1 = nn.Dropout(dropout)": "self.dropout = nn.Dropout(dropout)",
@@ -87,7 +88,8 @@ DIFFERENCES: dict[tuple[str, str], tuple[dict[str, str], str]] = {
         {"return padding_mask(tgt, pad_id) & causal_mask(tgt.size(1), device=tgt.device)":
          "keep = (tgt != pad_id).unsqueeze(1)\nreturn keep & causal_mask(tgt.size(1), device=tgt.device)"},
         "the package calls notebook 01's padding_mask, which the cell writes out"),
-    ("06", "Transformer.__init__"): ({"self.d_model = d_model": ""}, "the package keeps d_model for the decoding helpers"),
+    ("06", "Transformer.__init__"): (
+        {"self.d_model = d_model": ""}, "the package keeps d_model for the decoding helpers"),
     ("07", "masked_cross_entropy"): (
         {"V = logits.size(-1)": "", "real = targets != pad_id": "", "safe = targets.masked_fill(~real, 0)": "",
          "safe.unsqueeze(-1)": "targets.unsqueeze(-1)",
@@ -99,15 +101,20 @@ DIFFERENCES: dict[tuple[str, str], tuple[dict[str, str], str]] = {
         "the package also takes notebook 01's (B, 1, L) padding mask"),
     ("08", "TransformerClassifier.forward"): (
         {"pooled = h[:, 0] if self.pooling == 'cls' else masked_mean_pool(h, mask[:, 0])":
-         "if self.pooling == 'cls':\n    pooled = h[:, 0]\nelse:\n    pooled = masked_mean_pool(h, tokens != self.pad_id)"},
+         "if self.pooling == 'cls':\n    pooled = h[:, 0]\n"
+         "else:\n    pooled = masked_mean_pool(h, tokens != self.pad_id)"},
         "the package reuses the padding mask it built for the encoder (the same (B, L) True-for-real mask)"),
     ("09", "GPTBlock.__init__"): (
-        {"self.dropout1 = nn.Dropout(dropout)": "self.dropout = nn.Dropout(dropout)", "self.dropout2 = nn.Dropout(dropout)": ""},
+        {"self.dropout1 = nn.Dropout(dropout)": "self.dropout = nn.Dropout(dropout)",
+         "self.dropout2 = nn.Dropout(dropout)": ""},
         _ONE_DROPOUT_EACH),
     ("09", "GPT.__init__"): (
-        {"init_gpt2_weights(self)": "for p in self.parameters():\n    if p.dim() >= 2:\n        nn.init.normal_(p, std=0.02)"},
+        {"init_gpt2_weights(self)":
+         "for p in self.parameters():\n    if p.dim() >= 2:\n        nn.init.normal_(p, std=0.02)"},
         "GPT-2's initialisation is one function, shared with notebook 10's Llama and the benchmarks"),
-    ("10", "RMSNorm.__init__"): ({"self.eps = float(eps)": "self.eps = eps"}, "an int eps (eps=0 in the notebook's hand example) is stored as a float"),
+    ("10", "RMSNorm.__init__"): (
+        {"self.eps = float(eps)": "self.eps = eps"},
+        "an int eps (eps=0 in the notebook's hand example) is stored as a float"),
     ("10", "GroupedQueryAttention.__init__"): (
         {"bias=bias)": "bias=False)"}, "a bias switch (off by default, as in Llama) for models that have one"),
     ("10", "rotary_tables"): ({"inv_freq": "theta"}, "the name Hugging Face's code gives the frequencies"),
@@ -120,7 +127,8 @@ NOT_ONE_TEXT: dict[tuple[str, str], str] = {
     ("01", "scaled_dot_product_attention"): "the weights are attention_weights() (shared with MultiHeadAttention, "
         "which applies dropout to them), and its softmax a CPU speed path (fastpaths)",
     ("06", "greedy_decode"): "one greedy loop (decoding._greedy_loop) serves the plain and the cached decoder",
-    ("07", "train_step"): "one step function (trainer) serves train_step and the fit loop, with the loss as an argument",
+    ("07", "train_step"): "one step function (train_step_with_loss) serves train_step and the fit loop, with the "
+        "loss as an argument",
     ("09", "GPTBlock.forward"): "a fused causal attention path (fastpaths) where no mask is given",
     ("09", "next_token_probs"): "sampling in float32 with a finite fill (a float16 model's logits), and no-op "
         "top_k/top_p skipped",
@@ -152,7 +160,8 @@ def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
 
 
 def _is_check(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.lstrip("_").startswith("check_")
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id.lstrip("_").startswith("check_"))
 
 
 def _normalised(body: list[ast.stmt]) -> list[str]:

@@ -127,7 +127,7 @@ def test_every_notebook_has_its_page(site, pages, solution):
     text = _text(page)
     nb = nbformat.read(solution, as_version=4)
     student = nbformat.read(ROOT / "notebooks" / solution.name, as_version=4)
-    title = next(c.source.splitlines()[0][2:] for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("# "))
+    title = next(c.source.splitlines()[0][2:] for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("# "))  # noqa: E501
     assert title in text
     # the exercise as the student notebook has it; no answer and no solution markers
     exercises, mentions = _stubs(student)
@@ -278,7 +278,7 @@ def test_every_formula_is_typeset_and_every_image_loads(site, served, site_brows
 def test_search_finds_a_notebook(served, site_browser):
     site_browser.get(f"{served}/search.html?q=softmax")
     found = _wait("search results", lambda: site_browser.execute_script(
-        "return Array.from(document.querySelectorAll('#search-results ul.search li a')).map(a => a.getAttribute('href'))"))
+        "return Array.from(document.querySelectorAll('#search-results ul.search li a')).map(a => a.getAttribute('href'))"))  # noqa: E501
     assert any("notebooks/01_attention.html" in href for href in found), found
 
 

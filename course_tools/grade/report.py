@@ -11,8 +11,20 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..kernels import PACKAGE_ROOT
-from .common import (ERROR, FAILED, INVALID, NOT_ATTEMPTED, NOT_RUN, NOTEBOOK_STATUSES, OK, PASSED, REFERENCE, REVIEW,
-                     SYMBOLS, WRONG)
+from .common import (
+    ERROR,
+    FAILED,
+    INVALID,
+    NOT_ATTEMPTED,
+    NOT_RUN,
+    NOTEBOOK_STATUSES,
+    OK,
+    PASSED,
+    REFERENCE,
+    REVIEW,
+    SYMBOLS,
+    WRONG,
+)
 from .verdicts import ExerciseGrade, NotebookGrade
 
 LEGEND = (

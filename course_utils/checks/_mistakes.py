@@ -535,7 +535,7 @@ MISTAKES: dict[str, str] = {
     "ties broken differently": "ties between the most frequent pairs not given to the greatest pair of byte strings",
     "special tokens trained on": "the special tokens' characters are trained on instead of cut out first",
     "merged ids not from 256": "the merged tokens' ids do not run 256, 257, ... (a gap or another start)",
-    "whitespace stripped": "decoding strips the spaces or newlines at the ends of the text (.strip(), .lstrip(), .rstrip())",
+    "whitespace stripped": "decoding strips the spaces or newlines at the ends of the text (.strip(), .lstrip(), .rstrip())",  # noqa: E501
     "special tokens dropped": "decoding skips the special tokens (skip_special_tokens) instead of giving their text",
     "every other pair skipped": "pairs counted at positions 0-1, 2-3, ... only (zip(w[::2], w[1::2]))",
     "last pair skipped": "the last pair of each piece not counted (range(len(w) - 2))",
@@ -564,7 +564,7 @@ MISTAKES: dict[str, str] = {
     "pair reversed": "merging looks for (pair[1], pair[0]) instead of the pair",
     "special tokens replaced by a space": "training replaces each special token by a space instead of splitting at it",
     "documents glued together": "training deletes the special tokens, gluing the texts on both sides into one",
-    "whitespace collapsed": "training collapses runs of spaces and newlines (' '.join(text.split())) before pre-tokenizing",
+    "whitespace collapsed": "training collapses runs of spaces and newlines (' '.join(text.split())) before pre-tokenizing",  # noqa: E501
     "special tokens hard-coded": "encoding treats '<|endoftext|>' as special whatever the special_tokens argument says",
     "wrap-around pair counted": "pair counting pairs a piece's last token with its first ((w[i - 1], w[i]) from i = 0)",
     "tokens joined with spaces": "decoding puts a space between the tokens (' '.join) instead of joining their bytes",
@@ -579,7 +579,7 @@ MISTAKES: dict[str, str] = {
     "attribute missing or renamed": "a module lacks an attribute the contract names (or stores it under another name)",
     # notebook 10 (trial s4_10)
     "calls a failing apply_rotary": "GroupedQueryAttention calls the student's apply_rotary, which fails its own check",
-    "integer division in the exponent": "rotary exponents computed with // on integers: every frequency after the first equal",
+    "integer division in the exponent": "rotary exponents computed with // on integers: every frequency after the first equal",  # noqa: E501
     "rotary slice ends at L": "apply_rotary slices cos[offset:L] instead of cos[offset:offset + L]",
     "SiLU after w2": "SwiGLU's SiLU applied to w2's output instead of to the gate w1(x)",
     "w2 and w3 swapped": "SwiGLU's w2 built as the up projection (d_model -> d_ff) and w3 as the down one",

@@ -24,8 +24,27 @@ from typing import Any
 
 import torch
 
-from ..tokenizer import ENDOFTEXT, BPETokenizer, bpe_decode, count_pairs, merge_pair, pretokenize, split_special_tokens, train_bpe
-from ._core import Failure, StudentError, call_student_within, checker, fail, randint, raised, register_hints, require_function
+from ..tokenizer import (
+    ENDOFTEXT,
+    BPETokenizer,
+    bpe_decode,
+    count_pairs,
+    merge_pair,
+    pretokenize,
+    split_special_tokens,
+    train_bpe,
+)
+from ._core import (
+    Failure,
+    StudentError,
+    call_student_within,
+    checker,
+    fail,
+    raised,
+    randint,
+    register_hints,
+    require_function,
+)
 
 __all__ = ["check_count_pairs", "check_merge_pair", "check_train_bpe", "check_bpe_encode", "check_bpe_decode"]
 
@@ -104,10 +123,10 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
         ("piece counts ignored", "each piece is counted once, but `words` maps each piece to how often it occurs in "
          "the text: add `freq`, not 1, for each pair (`counts[pair] += freq`).", dict(once)),
         ("overlapping pairs counted once", "a run like (7, 7, 7) holds the pair (7, 7) twice, at positions 0 and 1 "
-         "(overlapping); count every position, `zip(word, word[1:])`, without skipping after a match.", dict(no_overlap)),
+         "(overlapping); count every position, `zip(word, word[1:])`, without skipping after a match.", dict(no_overlap)),  # noqa: E501
         ("pair counted once per piece", "a pair that occurs twice in one piece is counted once (a set of the piece's "
          "pairs?): count it at every position where it occurs.", dict(per_piece)),
-        ("every other pair skipped", "you count the pairs at positions 0-1, 2-3, ... only (zip(word[::2], word[1::2])?): "
+        ("every other pair skipped", "you count the pairs at positions 0-1, 2-3, ... only (zip(word[::2], word[1::2])?): "  # noqa: E501
          "the pair at 1-2 is a pair too. Count every adjacent pair, `zip(word, word[1:])`.", dict(strided)),
         ("last pair skipped", "the last pair of each piece is missing (range(len(word) - 2)?): a piece of n tokens has "
          "n - 1 pairs, at i = 0 ... n - 2, so the range is range(len(word) - 1).", dict(short)),
@@ -116,11 +135,11 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
 
 def _as_counts(got: Any, what: str) -> dict:
     if not isinstance(got, Mapping):
-        fail(f"{what} should return a dict (or Counter) {{(a, b): count}}, got {type(got).__name__}.", mistake="wrong return")
+        fail(f"{what} should return a dict (or Counter) {{(a, b): count}}, got {type(got).__name__}.", mistake="wrong return")  # noqa: E501
     out = {}
     for key, value in got.items():
         if not (isinstance(key, tuple) and len(key) == 2):
-            fail(f"{what}'s keys should be pairs (a, b) of adjacent tokens, got the key {key!r}.", mistake="wrong return")
+            fail(f"{what}'s keys should be pairs (a, b) of adjacent tokens, got the key {key!r}.", mistake="wrong return")  # noqa: E501
         if isinstance(value, bool) or not isinstance(value, int):
             fail(f"{what}'s counts should be ints, got {value!r} for {key!r}.", mistake="wrong return")
         if value:
@@ -259,7 +278,7 @@ def check_merge_pair(merge_pair_fn):
         given = list(ids)
         got = _run(merge_pair_fn, given, pair, new_id, name="merge_pair", what=f"{_show(ids)}, {pair}, {new_id}")
         if given != ids:
-            fail(f"merge_pair changed the list it was given ({_show(ids)} became {_show(given)}); build and return a new "
+            fail(f"merge_pair changed the list it was given ({_show(ids)} became {_show(given)}); build and return a new "  # noqa: E501
                  "list: the caller may still need the old one (your training loop builds the new pieces from the old "
                  "ones, and a trainer that updates its counts subtracts the old pieces' pairs).",
                  mistake="input modified in place")
@@ -395,7 +414,7 @@ _TRAIN_VARIANTS = [
     ("ties broken differently", dict(tie="ids"), "ties are broken by comparing the token ids (a, b); the exercise "
      "compares their byte strings: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
     ("ties broken differently", dict(tie="first"), "ties go to the pair counted first (max(counts, key=counts.get)); "
-     "the exercise gives them to the greatest pair of byte strings: key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])."),
+     "the exercise gives them to the greatest pair of byte strings: key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])."),  # noqa: E501
     ("ties broken differently", dict(tie="joined"), "ties are broken by the two byte strings joined "
      "(vocab[a] + vocab[b]); the exercise compares the pair: first byte strings, then second ones. They differ when "
      "the first token of one pair is a prefix of the other's: (b'ab', b'a') beats (b'a', b'bz') as a pair, but "
@@ -465,7 +484,7 @@ def _as_training(got: Any) -> tuple[dict, list]:
 
 
 def _train_case(text: str, vocab_size: int, specials: list[str]) -> str:
-    return f"train_bpe({text[:60]!r}{'...' if len(text) > 60 else ''}, vocab_size={vocab_size}, special_tokens={specials})"
+    return f"train_bpe({text[:60]!r}{'...' if len(text) > 60 else ''}, vocab_size={vocab_size}, special_tokens={specials})"  # noqa: E501
 
 
 def _not_most_frequent(text: str, specials: list[str], got: list, expected: list) -> tuple | None:
@@ -492,7 +511,7 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
     case = _train_case(text, vocab_size, specials)
     n_expected = vocab_size - 256 - len(specials)
     if got != expected and expected == got[:len(expected)] and len(expected) == n_expected:
-        fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and the "
+        fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and the "  # noqa: E501
              f"{len(specials)} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) "
              f"merges.\n    {case}", mistake="wrong number of merges")
     if got == expected[:len(got)]:
@@ -585,7 +604,7 @@ def _fail_made_up_id(err: StudentError, vocab_size: int) -> None:
             str(key).startswith(str(i)) or str(key).endswith(str(i)) for i in range(256, vocab_size)):
         fail(f"your code raised {raised(err.exc)}\n    No token has the id {key}: your merges made it. If merge_pair "
              "replaces the pair in the ids written out as text (' '.join(map(str, ids)).replace(...)), ids of several "
-             "digits collide: for example '32 101' holds '32 10', and merging (32, 10) into 256 gives '2561'. Compare the ids "
+             "digits collide: for example '32 101' holds '32 10', and merging (32, 10) into 256 gives '2561'. Compare the ids "  # noqa: E501
              "themselves: (ids[i], ids[i + 1]) == pair.", mistake="ids joined as a string")
 
 
@@ -616,7 +635,7 @@ def check_train_bpe(train_bpe_fn):
     if merges != train_bpe(text, 400)[1]:
         fail(f"train_bpe({text!r}, 400) learned {merges!r}, expected {train_bpe(text, 400)[1]!r}: when no pair is left "
              "(every piece is one token), stop: there is nothing more to merge.", mistake="no stop when pairs run out")
-    return _passed(train_bpe_fn, f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special tokens")
+    return _passed(train_bpe_fn, f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special tokens")  # noqa: E501
 
 
 register_hints("train_bpe", [
@@ -813,7 +832,7 @@ register_hints("bpe_encode", [
     "Build two lookups once: ids_of = {token_bytes: id for id, token_bytes in vocab.items()} and "
     "rank = {pair: index for index, pair in enumerate(merges)}.",
     "Cut the text around the special tokens (split_special_tokens): a special piece is one id. Pre-tokenize the "
-    "rest (pretokenize); encode each piece on its own, starting from its single bytes [bytes([b]) for b in piece.encode()].",
+    "rest (pretokenize); encode each piece on its own, starting from its single bytes [bytes([b]) for b in piece.encode()].",  # noqa: E501
     "In a piece, repeat: among the adjacent pairs, take the one with the lowest rank (min(..., key=lambda p: "
     "rank.get(p, inf))); stop if none is in rank; else merge it everywhere (merge_pair(parts, pair, pair[0] + "
     "pair[1])). Then map each part to its id with ids_of.",
@@ -832,7 +851,7 @@ def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
         ("invalid bytes dropped", "invalid UTF-8 is dropped (errors='ignore'): a model can produce such ids, and the "
          "text should show where, with '\\ufffd': decode with errors='replace'.",
          lambda: b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore")),
-        ("decoded token by token", "you decode each token on its own (dropping what does not decode): a character split "
+        ("decoded token by token", "you decode each token on its own (dropping what does not decode): a character split "  # noqa: E501
          "between two tokens is lost. Join all the bytes first, then decode once with errors='replace'.",
          lambda: per_token("ignore")),
         ("byte values as ids", "you turned ids into bytes directly (bytes(ids)?): an id is not a byte value; look each "
@@ -913,17 +932,17 @@ def check_bpe_decode(bpe_decode_fn):
                 try:
                     b"".join(vocab[i] for i in ids).decode("utf-8")
                 except UnicodeDecodeError:
-                    fail(f"your code raised {raised(err.exc)}\n    These bytes are not valid UTF-8 (a model can produce "
+                    fail(f"your code raised {raised(err.exc)}\n    These bytes are not valid UTF-8 (a model can produce "  # noqa: E501
                          "any ids): decode with errors='replace', which shows '\\ufffd' where they break.\n    "
                          f"{case}", mistake="invalid bytes raise")
-                fail(f"your code raised {raised(err.exc)}\n    Together the bytes are valid UTF-8: you decode each token "
+                fail(f"your code raised {raised(err.exc)}\n    Together the bytes are valid UTF-8: you decode each token "  # noqa: E501
                      "on its own, and a character split between two tokens breaks. Join the bytes first (b''.join), "
                      f"then decode once.\n    {case}", mistake="decoded token by token")
             if any(r[1] != r[2] for r in results):
                 break  # a wrong result before the error: named below (bytes(ids) raises only on ids above 255)
             raise
         if isinstance(got, (bytes, bytearray)):
-            fail(f"bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace')).\n    {case}",
+            fail(f"bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace')).\n    {case}",  # noqa: E501
                  mistake="wrong return")
         if not isinstance(got, str):
             fail(f"bpe_decode should return a str, got {type(got).__name__}.\n    {case}", mistake="wrong return")
