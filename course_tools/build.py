@@ -83,6 +83,7 @@ SOLUTION_TAGS = frozenset({"solution"})  # cell tags that mark a solution cell
 DROPPED_CELL_METADATA = ("nbgrader", "execution", "ExecuteTime")
 # Notebook metadata: nbgrader's marks, and widget state (an output).
 DROPPED_NOTEBOOK_METADATA = ("nbgrader", "widgets")
+CONTRACT = Path("docs") / "course-contract.md"  # its lists of named mistakes are generated (--contract)
 
 CODE_BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[ \t]*$")
 CODE_END = re.compile(r"^[ \t]*### END SOLUTION[ \t]*$")
@@ -501,6 +502,24 @@ def _show(path: Path) -> str:
         return str(path)
 
 
+def build_contract(path: Path, check: bool = False) -> int:
+    """Rewrite (or, with ``check``, compare) the contract's generated section: the named mistakes
+    of each exercise, from the checkers' tables."""
+    from course_utils.checks import catalogue  # imports torch: only for this command
+
+    text = path.read_text(encoding="utf-8")
+    updated = catalogue.update_contract(text)
+    if updated == text:
+        print(f"OK: {_show(path)}'s lists of named mistakes match the checkers' tables.")
+        return 0
+    if check:
+        print(f"Out of date: {_show(path)}'s lists of named mistakes (run `python -m course_tools.build --contract`).")
+        return 1
+    _write(path, updated)
+    print(f"updated {_show(path)} (lists of named mistakes)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_tools.build",
@@ -517,11 +536,18 @@ def main(argv: list[str] | None = None) -> int:
         help="first run these solutions (default: all) in place with a fresh kernel, then build",
     )
     parser.add_argument(
+        "--contract", action="store_true",
+        help="only rewrite docs/course-contract.md's generated lists of named mistakes from the checkers' tables "
+        "(with --check: exit 1 if they are stale)",
+    )
+    parser.add_argument(
         "--normalise", nargs="+", type=Path, metavar="NOTEBOOK",
         help="only give these notebooks the metadata a current ipykernel writes and merged stream "
         "outputs, in place (a build does this to every notebook it writes)",
     )
     args = parser.parse_args(argv)
+    if args.contract:
+        return build_contract(CONTRACT, check=args.check)
     if args.normalise:
         return normalise_files(args.normalise)
     failed = False

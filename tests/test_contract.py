@@ -62,3 +62,14 @@ def test_a_mention_must_be_the_name_itself():
 def test_the_readme_links_the_contract():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "(docs/course-contract.md)" in readme
+
+
+def test_the_lists_of_named_mistakes_are_generated_from_the_tables():
+    """The section between the markers is what `python -m course_tools.build --contract` writes."""
+    from course_utils.checks import catalogue
+
+    assert catalogue.BEGIN in CONTRACT and catalogue.END in CONTRACT
+    assert catalogue.update_contract(CONTRACT) == CONTRACT, (
+        "docs/course-contract.md's lists of named mistakes are stale: run `python -m course_tools.build --contract`")
+    for table in catalogue.catalogues():
+        assert f"**`{table.exercise}`**" in CONTRACT

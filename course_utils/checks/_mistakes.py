@@ -1,12 +1,14 @@
-"""Every ``CheckResult.mistake`` a checker can report, with its one-line meaning. One name
-per mistake in every checker, so that the grader's CSV counts it across exercises: a new
-diagnosis takes an existing name when it is the same mistake, else a new entry here
-(tests/test_checks_core.py checks both ways)."""
+"""The names of ``CheckResult.mistake`` that live outside the exercises' tables.
+
+``GENERIC``: the names ``_core``'s shared probes and the ``@checker`` decorator report, in any
+checker (name -> one-line meaning). ``NOT_YET_IN_A_TABLE``: the names of the checkers not yet
+written as a table (see :mod:`.catalogue`); a checker converted to a table declares its names
+there, and they leave this dict. :func:`.catalogue.registry` assembles the whole registry from
+the tables and these two; tests/test_checks_core.py checks it both ways."""
 
 from __future__ import annotations
 
-MISTAKES: dict[str, str] = {
-    # any checker
+GENERIC: dict[str, str] = {
     "not implemented": "the exercise still raises NotImplementedError",
     "time limit": "the student's code did not finish within the check's time limit",
     "not a function": "the checker was given something other than the student's function",
@@ -18,11 +20,7 @@ MISTAKES: dict[str, str] = {
     "NaN": "the result contains NaN",
     "input modified in place": "an input tensor was changed in place",
     "parameters modified in place": "a forward call changes the module's own parameters or buffers in place",
-    "wrong return": "the return value is not the contract's (a tuple for one tensor, or the reverse)",
-    "wrong error type": "an argument rule raises another exception than the ValueError asked for",
     "view on a non-contiguous tensor": ".view on a transposed or sliced tensor (use .reshape)",
-    "device ignored": "the device argument is not used",
-    "no device parameter": "the function lacks the device parameter",
     "wrong device": "the result is on another device than asked for",
     "modules shared": "one module (or one parameter's memory) serves two roles of a layer",
     "forbidden call": "the exercise's own formula is replaced by the library call it forbids",
@@ -30,59 +28,34 @@ MISTAKES: dict[str, str] = {
     "gradient differs": "an input or parameter gets another gradient than the reference's (a detached branch or factor)",
     "backward fails": "backpropagating through the code raises (an in-place op on a tensor autograd saved)",
     "parameter renamed": "a parameter of the contract's signature has another name (callers pass it by keyword)",
+    "parameters in wrong order": "the contract's parameter names in another order (callers also pass them by position)",
+    "dtype not preserved": "the result is cast to another dtype than the one it must follow (the input's, or the weight's for integer ids)",
+    "dropout ignores eval mode": "dropout still acts after model.eval()",
+    "hard-coded dropout p": "a fixed p instead of the dropout argument",
+    "gradients tracked": "generation or greedy decoding runs the model with gradient tracking on",
+}
+
+NOT_YET_IN_A_TABLE: dict[str, str] = {
+    "wrong return": "the return value is not the contract's (a tuple for one tensor, or the reverse)",
+    "wrong error type": "an argument rule raises another exception than the ValueError asked for",
     "residual from an earlier sub-layer": "a sub-layer's residual adds an older stream (h1), not the previous block's output",
     "sub-layers in parallel": "the sub-layers all read the layer input and their outputs are summed (GPT-J's parallel block)",
     "mask head axis added": "a layer unsqueezes its mask to (B, 1, L_q, L_k) before MultiHeadAttention, which adds the head axis itself",
     "final norm before the layers": "a pre-norm stack's final norm applied to its input, before the first layer",
     "layer arguments swapped": "a stack builds its layers with d_ff where num_heads goes (positional arguments out of order)",
-    "parameters in wrong order": "the contract's parameter names in another order (callers also pass them by position)",
     # masks
-    "inverted mask": "True and False swapped (True must mean: may attend)",
-    "not a bool mask": "the mask is a float or int tensor, not torch.bool",
-    "additive float mask": "an additive 0/-inf float mask instead of a bool mask",
-    "upper triangle": "the causal mask lets each position see the future instead of the past",
-    "diagonal excluded": "the causal mask hides the diagonal (a position cannot see itself)",
-    "missing query axis": "a padding mask of shape (B, L) without the query axis (B, 1, L)",
     "extra head axis": "a mask with a head axis the contract does not have",
-    "wrong axis": "the operation runs over the wrong axis",
-    "hard-coded pad id": "padding recognised by a fixed id (0) instead of the pad_id argument",
-    "ids below pad_id as padding": "padding found with tokens > pad_id: real ids smaller than pad_id count as padding",
     "| instead of &": "causal and padding masks combined with | instead of &",
     "padding on the query axis": "the padding mask is laid along the query axis",
     "padding on both axes": "the target mask blocks the padding positions' rows (queries) as well as their keys",
-    "diagonal shifted": "the causal mask is tril(1): each position also sees the next token",
     "padding folded over the batch": "one (L, L) target mask whose padding part is folded over the batch (.all(0), .any(0))",
     "causal only": "the target mask has the causal part but not the padding part",
     "padding only": "the target mask has the padding part but not the causal part",
     "no causal mask": "the decoder's self-attention gets no causal mask",
-    "mask ignored": "the mask has no effect",
-    "mask not broadcast": "a mask of fewer dims than the scores is not broadcast",
     "mask broadcast wrongly": "the mask is lined up with the wrong axes (e.g. the heads)",
-    "mask filled with 0": "blocked scores set to 0 instead of a large negative number",
-    "filled with -inf": "blocked scores filled with -inf: a fully blocked row becomes NaN",
-    "fully blocked row not uniform": "a query with every key blocked does not get uniform weights",
-    "mask applied after the softmax": "the mask zeroes the weights after the softmax (rows no longer sum to 1)",
-    "if mask": "`if mask:` on a tensor instead of `if mask is not None:`",
-    "mask=None not handled": "the code fails when the mask is None",
-    "fails with a mask": "the code fails whenever a mask is given",
     "mask not broadcast over D": "the pooling mask is not broadcast over the features",
     # attention (01, 02)
-    "no scaling": "scores not divided by sqrt(d_k)",
-    "scaled by d_k": "scores divided by d_k instead of sqrt(d_k)",
-    "multiplied by sqrt(d_k)": "scores multiplied by sqrt(d_k) instead of divided",
-    "sqrt of an int": "torch.sqrt(d_k) on a Python int, which raises TypeError (math.sqrt(d_k) or d_k ** 0.5)",
-    "scaled by the wrong dimension": "scores scaled by another size than d_k",
     "scaled by sqrt(d_model)": "scores scaled by sqrt(d_model) instead of sqrt(d_k)",
-    "softmax over the wrong axis": "the softmax runs over the queries instead of the keys",
-    "softmax overflows": "a written-out softmax overflows on large scores",
-    "scores returned as weights": "the scores before the softmax are returned as the weights",
-    "value on the wrong side": "the values multiply the weights from the wrong side",
-    "transpose only works for 2-D": "key.T / transpose(0, 1) instead of the last two axes",
-    "only works for 3-D": "the code assumes exactly one batch dim",
-    "fails for some numbers of dims": "the code fails for some numbers of leading dims",
-    "wrong return order": "(weights, output) returned instead of (output, weights)",
-    "only the output returned": "the weights are not returned",
-    "not a tuple": "the result is not an (output, weights) tuple",
     "split without transpose": "heads split without the transpose to (B, H, L, d_k)",
     "reshape without transpose": "heads split or merged by reshape alone, mixing positions and features",
     "view(B, H, L, d_k) without transpose": "heads split by a view to (B, H, L, d_k), mixing positions and features",
@@ -100,10 +73,7 @@ MISTAKES: dict[str, str] = {
     "dropout on the output": "attention dropout on the output instead of on the weights",
     "weights returned after dropout": "the returned attention weights are the ones after dropout",
     "batch and positions swapped": "merge_heads mixes the batch and position axes (shows only when B == L)",
-    "fill not negative enough": "a finite fill for blocked scores that allowed scores can fall below (e.g. -30)",
-    "fill overflows half precision": "a fill (-1e9, float32's min) that float16/bfloat16 cannot hold",
     "heads in reverse order": "head h gets the features of head H - 1 - h (the heads' order reversed)",
-    "dtype not preserved": "the result is cast to another dtype than the one it must follow (the input's, or the weight's for integer ids)",
     # positional encoding and embeddings (03)
     "sin and cos swapped": "sin and cos exchanged in the table",
     "sin and cos concatenated": "sines and cosines in two halves instead of interleaved",
@@ -267,8 +237,6 @@ MISTAKES: dict[str, str] = {
     "dropout after the norm": "post-norm dropout(norm(x + sublayer(x))): the normalised stream dropped",
     "dropout on the residual stream": "dropout reaches the residual stream, not only the sub-layer output",
     "dropout on the sub-layer input": "dropout on a sub-layer's input (query, key, value, norm input)",
-    "hard-coded dropout p": "a fixed p instead of the dropout argument",
-    "dropout ignores eval mode": "dropout still acts after model.eval()",
     "parameters created in forward": "forward builds a layer (or re-draws parameters) on every call",
     "dropout not passed on": "a sub-module is built without the layer's dropout",
     "dropout on the input": "a stack applies dropout to its own input",
@@ -344,7 +312,6 @@ MISTAKES: dict[str, str] = {
     "top-p before top-k": "top-p applied before top-k",
     "log-probabilities": "log-probabilities returned instead of probabilities",
     "sampling in training mode": "generation runs with the model in training mode",
-    "gradients tracked": "generation or greedy decoding runs the model with gradient tracking on",
     "context not cropped": "the context is not cropped to max_len",
     "context cropped from the start": "the context keeps the first max_len tokens, not the last",
     "prompt dropped": "the prompt is not part of the output",
@@ -487,7 +454,6 @@ MISTAKES: dict[str, str] = {
     "PyTorch encoder keyword": "the course's Encoder called with nn.TransformerEncoder's keywords (src_key_padding_mask=)",
     "divided by the batch's token count": "divided by the batch's token count",
     "kept the pooled axis": "the pooled axis is kept",
-    "assumed trailing padding": "padding assumed at the end of each row",
     "[CLS] from the wrong position": "pooling reads another position than [CLS]",
     "took the first position": "mean pooling replaced by the first position",
     "reads the first position": "the next token is read from the first position's logits, not the last",
