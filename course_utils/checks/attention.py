@@ -33,7 +33,7 @@ from ._core import (
     expect_close, fail, gradient_probe, matches, raised, randint, random_mask, register_hints, require_function,
     student_line,
 )
-from .catalogue import Catalogue, Entry, Output, Probe, Raises, Reference
+from .catalogue import GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises, Reference
 
 __all__ = ["check_scaled_dot_product_attention", "check_causal_mask", "check_padding_mask"]
 
@@ -189,8 +189,8 @@ SDPA = Catalogue("scaled_dot_product_attention", "01", [
     Entry("not a tuple", None, Output(lambda r: len(r.result) != 2 and dict(n=len(r.result)), "return"),
           "your function returns a tuple of {n} things; return exactly two: `return output, weights`."),
     Entry("wrong return order", "(weights, output) returned instead of (output, weights)",
-          Output(lambda r: tuple(t.shape if isinstance(t, Tensor) else None for t in r.result) == (r.w.shape, r.out.shape),
-                 "return"),
+          Output(lambda r: tuple(t.shape if isinstance(t, Tensor) else None for t in r.result)
+                 == (r.w.shape, r.out.shape), "return"),
           "the return order is swapped: you return (weights, output); the exercise asks for `return output, weights`."),
     # right on the mild cases, wrong on a robustness case (stage "robust"; MultiHeadAttention's too)
     Entry("softmax overflows", "a written-out softmax overflows on large scores",
@@ -207,7 +207,8 @@ SDPA = Catalogue("scaled_dot_product_attention", "01", [
           "win. Fill with the most negative number of the scores' dtype, torch.finfo(scores.dtype).min, so a blocked "
           "weight is exactly 0."),
     Entry("filled with -inf", "blocked scores filled with -inf: a fully blocked row becomes NaN",
-          Output(lambda r: _usable(r) and r.mask is not None and _only_blind_rows_wrong(r) and not _finite(r), "robust"),
+          Output(lambda r: _usable(r) and r.mask is not None and _only_blind_rows_wrong(r) and not _finite(r),
+                 "robust"),
           "{on}: the rows of the queries whose keys are all blocked are NaN (a padding query, say). That is what a "
           "fill with float('-inf') gives: softmax(-inf, ..., -inf) = 0 / 0 = NaN there, and one NaN spreads through "
           "every later layer and into the loss. Fill with the most negative finite number, "
@@ -227,11 +228,13 @@ SDPA = Catalogue("scaled_dot_product_attention", "01", [
           "the scores are divided by d_k = {d_k} instead of sqrt(d_k): take the square root (math.sqrt(d_k) or "
           "d_k ** 0.5)."),
     Entry("multiplied by sqrt(d_k)", "scores multiplied by sqrt(d_k) instead of divided",
-          Reference(lambda c: _run(c, 1.0 / math.sqrt(c.d_k))), "the scores are multiplied by sqrt(d_k): divide by it instead."),
+          Reference(lambda c: _run(c, 1.0 / math.sqrt(c.d_k))),
+          "the scores are multiplied by sqrt(d_k): divide by it instead."),
     Entry("scaled by the wrong dimension", "scores scaled by another size than d_k", Reference(_wrong_dimensions),
           "the scores are divided by sqrt({size}), the square root of {words}, instead of sqrt(d_k) = sqrt({d_k}): "
           "d_k is the last dimension of query and key, query.size(-1)."),
-    Entry("softmax over the wrong axis", "the softmax runs over the queries instead of the keys", Reference(_wrong_axes),
+    Entry("softmax over the wrong axis", "the softmax runs over the queries instead of the keys",
+          Reference(_wrong_axes),
           "the softmax runs over {axis} instead of over the keys: use softmax(dim=-1), so each query's weights over "
           "the keys sum to 1."),
     Entry("inverted mask", "True and False swapped (True must mean: may attend)", Reference(_masked(mode="inverted")),
@@ -256,9 +259,7 @@ SDPA = Catalogue("scaled_dot_product_attention", "01", [
     Entry("value on the wrong side", None, Reference(_value_transposed),
           "the output is transposed: (..., d_v, L_q) instead of (..., L_q, d_v). Multiply the weights by the values "
           "with the weights on the left: weights @ value."),
-    Entry("gradient blocked", None, Probe("gradient_probe")),
-    Entry("gradient differs", None, Probe("gradient_probe")),
-    Entry("backward fails", None, Probe("gradient_probe")),
+    *GRADIENT_PROBE,
     # half precision (stage "half": the exception; "half result": the result)
     Entry("dtype not preserved", None, Raises(_HALF, (RuntimeError,), stage="half"),
           "on {case} your code raised {raised}\n    A float32 tensor got mixed into the {dtype} computation and "
@@ -285,11 +286,13 @@ _MASK_ENTRIES = [
           Output(lambda m: not isinstance(m.got, Tensor) and dict(
               type=type(m.got).__name__, forgot=" Did you forget `return`?" if m.got is None else ""), "mask type"),
           "{what} should return a torch.Tensor of dtype torch.bool, but your code returned {type}.{forgot}"),
-    Entry("wrong device", None, Output(lambda m: m.got.device.type != m.ref.device.type and dict(device=m.got.device, expected=m.ref.device),
-                                       "mask type"),
+    Entry("wrong device", None,
+          Output(lambda m: m.got.device.type != m.ref.device.type and dict(device=m.got.device, expected=m.ref.device),
+                 "mask type"),
           "{what} returned a tensor on device {device}, expected {expected}."),
-    Entry("wrong shape", None, Output(lambda m: m.got.shape != m.ref.shape and dict(shape=describe_shape(m.got), expected=describe_shape(m.ref)),
-                 "mask shape"),
+    Entry("wrong shape", None,
+          Output(lambda m: m.got.shape != m.ref.shape
+                 and dict(shape=describe_shape(m.got), expected=describe_shape(m.ref)), "mask shape"),
           "{what} has shape {shape}, expected {expected}."),
     Entry("additive float mask", "an additive 0/-inf float mask instead of a bool mask",
           Output(lambda m: _additive(m), "mask pattern"),
@@ -429,7 +432,8 @@ PADDING = Catalogue("padding_mask", "01", [
           _padding("hard-coded pad id"),
           "the mask treats the token id 0 as padding, but pad_id is {pad_id} here: compare with the pad_id argument, "
           "not a hard-coded 0 (`tokens.bool()` also compares with 0)."),
-    Entry("ids below pad_id as padding", "padding found with tokens > pad_id: real ids smaller than pad_id count as padding",
+    Entry("ids below pad_id as padding",
+          "padding found with tokens > pad_id: real ids smaller than pad_id count as padding",
           _padding("ids below pad_id as padding"),
           "the real tokens with ids smaller than pad_id ({below}) are marked as padding too: `tokens > pad_id` assumes "
           "pad_id is the smallest id. Compare for inequality: tokens != pad_id."),

@@ -35,8 +35,8 @@ from ._core import fail
 from ._mistakes import GENERIC, NOT_YET_IN_A_TABLE
 
 __all__ = [
-    "Entry", "Reference", "Output", "Raises", "Probe", "Catalogue", "registry", "catalogues", "contract_section",
-    "BEGIN", "END", "update_contract",
+    "Entry", "Reference", "Output", "Raises", "Probe", "Catalogue", "GRADIENT_PROBE", "registry", "catalogues",
+    "contract_section", "BEGIN", "END", "update_contract",
 ]
 
 # (fields for the message, zero-argument callable giving the candidate) for one case
@@ -95,6 +95,11 @@ class Entry:
 
     def say(self, **fields: Any) -> str:
         return self.message.format(**fields)
+
+
+# the names _core's gradient_probe reports, in any table whose check runs it
+GRADIENT_PROBE = [Entry(name, None, Probe("gradient_probe")) for name in ("gradient blocked", "gradient differs",
+                                                                         "backward fails")]
 
 
 @dataclass
