@@ -46,9 +46,11 @@ Candidate = tuple[dict[str, Any], Callable[[], Any]]
 @dataclass(frozen=True)
 class Reference:
     """Detected by comparison: ``build(case)`` gives the case's candidates, each ``(fields,
-    make)``; none when the mistake cannot show on that case (a mask mistake without a mask)."""
+    make)``; none when the mistake cannot show on that case (a mask mistake without a mask).
+    ``stage``: which comparison of the check tries it (most tables have one)."""
 
     build: Callable[[Any], Iterable[Candidate]]
+    stage: str | tuple[str, ...] = ""
     kind = "reference"
 
 
@@ -129,25 +131,26 @@ class Catalogue:
             if isinstance(entry.detect, kind) and (stage is None or _at(entry.detect, stage)):
                 yield entry
 
-    def candidates(self, case: Any, **fields: Any) -> list[tuple[str, str, Callable[[], Any]]]:
-        """``(name, message, make)`` for every :class:`Reference` entry that can show on
-        ``case``, in table order (the form ``expect_close`` takes)."""
-        return [(entry.name, entry.say(**fields, **extra), make)
-                for entry in self.of(Reference) for extra, make in entry.detect.build(case)]
+    def candidates(self, case: Any, stage: str = "", **fields: Any) -> list[tuple[str, str, Any]]:
+        """``(name, message, make)`` for every :class:`Reference` entry of ``stage`` that can show
+        on ``case``, in table order (the form ``expect_close`` takes); ``make`` is the candidate
+        or a zero-argument callable giving it."""
+        return [(entry.name, entry.say(**{**fields, **extra}), make)
+                for entry in self.of(Reference, stage) for extra, make in entry.detect.build(case)]
 
     def detect(self, stage: str, ctx: Any, prefix: str = "", **fields: Any) -> None:
         """Fail with the first :class:`Output` entry of ``stage`` whose test holds on ``ctx``."""
         for entry in self.of(Output, stage):
             found = entry.detect.test(ctx)
             if found:
-                _fail(entry, prefix, **fields, **(found if isinstance(found, dict) else {}))
+                _fail(entry, prefix, **{**fields, **(found if isinstance(found, dict) else {})})
 
     def detect_raised(self, exc: BaseException, stage: str = "", prefix: str = "", **fields: Any) -> None:
         """Fail with the first :class:`Raises` entry of ``stage`` whose pattern matches ``exc``."""
         for entry in self.of(Raises, stage):
             found = entry.detect.match(exc)
             if found:
-                _fail(entry, prefix, **fields, **found.groupdict())
+                _fail(entry, prefix, **{**fields, **found.groupdict()})
 
     def fail(self, name: str, prefix: str = "", **fields: Any) -> NoReturn:
         """Fail with the message of ``name``'s first entry (``prefix`` before it)."""
