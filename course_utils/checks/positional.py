@@ -300,6 +300,16 @@ def _swapped_table(b: Any) -> bool:
         b.pe.detach().double(), sinusoidal_positional_encoding(b.D, b.M).double(), atol=_ATOL)
 
 
+def _dropped_share(d: Any) -> dict[str, str] | None:
+    """The share of entries dropped, when it is far from p: on (8, max_len, d_model) entries a correct
+    dropout's share is within 0.2 of p by more than 10 standard deviations, while a keep mask drawn
+    as rand < p drops 1 - p (0.7 at p = 0.3)."""
+    if not isinstance(d.got, Tensor) or d.got.shape != d.x.shape:
+        return None
+    zeroed = float((d.got == 0).double().mean())
+    return dict(zeroed=f"{zeroed:.0%}", share=f"{d.p:.0%}") if abs(zeroed - d.p) > 0.2 else None
+
+
 def _shifted(x0: Tensor, rows: Callable[[], Tensor | None]) -> Callable[[], Tensor | None]:
     def make() -> Tensor | None:
         added = rows()
@@ -437,6 +447,11 @@ POSENC = Catalogue("PositionalEncoding", "03", [
     Entry("values differ", None, Output(lambda d: True, "dropout"),
           "in {case}, every entry should be either 0 (dropped) or (x + pe)/(1 - p) (kept); yours are not. Return "
           "dropout(x + pe[:L])."),
+    Entry("wrong dropout rate", None, Output(_dropped_share, "dropout rate"),
+          "in {case}: your dropout zeroes {zeroed} of the entries, where dropout={p} zeroes about {share}; the kept "
+          "ones are scaled by 1 / (1 - p) as they should be. A hand-written mask keeps each entry with probability 1 - "
+          "p, torch.rand_like(x) >= p (rand_like(x) < p keeps a share p: at p = 0.5 the two look the same). "
+          "nn.Dropout(dropout) does this for you."),
     Entry("dropout ignores eval mode", None, Probe("fail_eval_dropout")),
     # longer than the table (stage "too long": the exception raised, None if none)
     Entry("error message without values", None,
@@ -500,6 +515,11 @@ def _check_dropout(cls: Any, D: int, M: int, p: float, table: Tensor) -> None:
         if scale is not None:
             fail_fixed_p(scale, p, "x + pe[:L]", case)
         POSENC.detect("dropout", dropped, case=case)
+    many = torch.randn(8, M, D)  # enough entries to count the share dropped
+    case_many = f"training mode, dropout={p}, x of shape (8, {M}, {D})"
+    with torch.no_grad():
+        got_many = _forward(dropped, many.clone(), case_many, M)
+    POSENC.detect("dropout rate", SimpleNamespace(got=got_many, x=many, p=p), case=case_many, p=p)
     dropped.eval()
     case = f"eval mode, dropout={p}, x of shape ({B}, {L}, {D})"
     with torch.no_grad():
