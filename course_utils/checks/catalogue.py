@@ -35,8 +35,8 @@ from ._core import fail
 from ._mistakes import GENERIC, NOT_YET_IN_A_TABLE
 
 __all__ = [
-    "Entry", "Reference", "Output", "Raises", "Probe", "Catalogue", "GRADIENT_PROBE", "registry", "catalogues",
-    "contract_section", "BEGIN", "END", "update_contract",
+    "Entry", "Reference", "Output", "Raises", "Probe", "Catalogue", "GRADIENT_PROBE", "DTYPE_PROBE", "DEVICE_PROBE",
+    "registry", "catalogues", "contract_section", "BEGIN", "END", "update_contract",
 ]
 
 # (fields for the message, zero-argument callable giving the candidate) for one case
@@ -99,9 +99,11 @@ class Entry:
         return self.message.format(**fields)
 
 
-# the names _core's gradient_probe reports, in any table whose check runs it
+# the names _core's shared probes report, in any table whose check runs them
 GRADIENT_PROBE = [Entry(name, None, Probe("gradient_probe")) for name in ("gradient blocked", "gradient differs",
                                                                          "backward fails")]
+DTYPE_PROBE = Entry("dtype not preserved", None, Probe("check_dtype_follows"))
+DEVICE_PROBE = Entry("wrong device", None, Probe("check_module_device"))
 
 
 @dataclass

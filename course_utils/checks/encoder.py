@@ -34,7 +34,8 @@ from ._core import (Mistake, StudentError, call_student, check_dtype_follows, ch
                     randint, register_hints, require_distinct_roles,
                     require_module_class, require_own_code, student_line)
 from ._pairing import load_reference, randomise_parameters
-from .catalogue import GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises, Reference
+from .catalogue import (DEVICE_PROBE, DTYPE_PROBE, GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises,
+                        Reference)
 
 __all__ = ["check_layer_norm", "check_feed_forward", "check_encoder_layer", "check_encoder"]
 
@@ -223,8 +224,8 @@ LN = Catalogue("LayerNorm", "04", [
     # before the other eps values: a code without eps matches 1e-12 as well, and "seems to be 1e-12" misleads
     Entry("eps ignored", "the eps argument is not used", _ln_with(eps=0.0),
           "eps has no effect: your code adds no eps (or a negligible one) to the variance. It keeps the division "
-          "finite on rows of equal values: (x - mean) / torch.sqrt(var + self.eps), with self.eps = eps stored in __init__ "
-          "(default 1e-5)."),
+          "finite on rows of equal values: (x - mean) / torch.sqrt(var + self.eps), with self.eps = eps stored in "
+          "__init__ (default 1e-5)."),
     Entry("wrong default eps", "the default eps is not the contract's (LayerNorm 1e-5, RMSNorm 1e-6)", _other_eps(True),
           "your default eps seems to be {other}; the exercise (and nn.LayerNorm) uses eps=1e-5: def __init__(self, "
           "d_model, eps=1e-5)."),
@@ -247,8 +248,8 @@ LN = Catalogue("LayerNorm", "04", [
           "where float32 steps by 1). Subtract the mean first: ((x - mean) ** 2).mean(-1, keepdim=True), or "
           "x.var(-1, unbiased=False, keepdim=True)."),
     *GRADIENT_PROBE,
-    Entry("dtype not preserved", None, Probe("check_dtype_follows")),
-    Entry("wrong device", None, Probe("check_module_device")),
+    DTYPE_PROBE,
+    DEVICE_PROBE,
 ])
 
 

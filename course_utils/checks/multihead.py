@@ -35,7 +35,8 @@ from ._core import (
     raised, randint, random_mask, register_hints, require_distinct_roles, require_module_class, student_line,
 )
 from ._pairing import build_student
-from .catalogue import GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises, Reference
+from .catalogue import (DEVICE_PROBE, DTYPE_PROBE, GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises,
+                        Reference)
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
 
@@ -435,7 +436,7 @@ MHA = Catalogue("MultiHeadAttention", "02", [
     Entry("projections swapped", "w_q, w_k, w_v used for the wrong inputs", _swapped("proj"), "{swaps}"),
     Entry("inputs swapped", "query, key and value passed in the wrong order", _swapped("inputs"), "{swaps}"),
     *GRADIENT_PROBE,
-    Entry("dtype not preserved", None, Probe("check_dtype_follows")),
+    DTYPE_PROBE,
     # scaled_dot_product_attention's robustness cases, in its words; and PyTorch's fused kernel's zero rows
     *SDPA.of(Output, "robust"),
     Entry("fully blocked row not uniform", None, Output(lambda z: z.zero_rows, "zero context"),
@@ -446,7 +447,7 @@ MHA = Catalogue("MultiHeadAttention", "02", [
           "uniform weights and its context is the mean of the values (notebook 01), as the weights you return say. "
           "To keep PyTorch's kernel, pass it that fill as an additive float mask: attn_mask = torch.zeros(mask.shape, "
           "dtype=q.dtype, device=q.device).masked_fill(~mask, torch.finfo(q.dtype).min)."),
-    Entry("wrong device", None, Probe("check_module_device")),
+    DEVICE_PROBE,
     # dropout (train mode, p = 0.3 and 0.6)
     Entry("dropout missing", "no dropout where the contract puts one",
           Raises("argument", (TypeError,), stage="dropout"),

@@ -30,7 +30,7 @@ from ._core import (
     module_state, raised, randint, register_hints, require_module_class,
 )
 from ._pairing import build_student
-from .catalogue import GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Reference
+from .catalogue import DEVICE_PROBE, DTYPE_PROBE, GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Reference
 
 __all__ = ["check_sinusoidal_positional_encoding", "check_positional_encoding", "check_token_embedding"]
 
@@ -495,8 +495,8 @@ POSENC = Catalogue("PositionalEncoding", "03", [
           "(...) inside forward). The table is computed once, in __init__, and stored with register_buffer('pe', "
           "table); forward only adds its first L rows: return self.dropout(x + self.pe[:L]). A model that loads a "
           "state_dict (notebooks 06 and 07) then uses the loaded `pe`."),
-    Entry("dtype not preserved", None, Probe("check_dtype_follows")),
-    Entry("wrong device", None, Probe("check_module_device")),
+    DTYPE_PROBE,
+    DEVICE_PROBE,
     # dropout, in training mode with p = 0.3, then 0.6 (stage "dropout": the output, the sum x + pe, p)
     Entry("dropout missing", None, Output(lambda d: matches(d.got, d.y, atol=_ATOL), "no dropout"),
           "no dropout was applied ({case}): construct nn.Dropout(dropout) in __init__ and apply it to x + pe[:L] in "
@@ -747,7 +747,7 @@ TOKEN = Catalogue("TokenEmbedding", "03", [
           "(a hard-coded number fits only one d_model): multiply by math.sqrt(self.d_model), with the d_model the "
           "module was built with."),
     *GRADIENT_PROBE,
-    Entry("dtype not preserved", None, Probe("check_dtype_follows")),
+    DTYPE_PROBE,
     Entry("embeddings scaled twice", "sqrt(d_model) applied twice (on top of TokenEmbedding's own scaling, or to the "
           "weights in __init__ and to the output in forward)", Output(lambda f: 0.7 < f.ratio < 1.4, "fresh"),
           "forward is right, but __init__ also multiplies the embedding weights by sqrt(d_model): with d_model={D} a "
