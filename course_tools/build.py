@@ -502,24 +502,6 @@ def _show(path: Path) -> str:
         return str(path)
 
 
-def build_contract(path: Path, check: bool = False) -> int:
-    """Rewrite (or, with ``check``, compare) the contract's generated section: the named mistakes
-    of each exercise, from the checkers' tables."""
-    from course_utils.checks import catalogue  # imports torch: only for this command
-
-    text = path.read_text(encoding="utf-8")
-    updated = catalogue.update_contract(text)
-    if updated == text:
-        print(f"OK: {_show(path)}'s lists of named mistakes match the checkers' tables.")
-        return 0
-    if check:
-        print(f"Out of date: {_show(path)}'s lists of named mistakes (run `python -m course_tools.build --contract`).")
-        return 1
-    _write(path, updated)
-    print(f"updated {_show(path)} (lists of named mistakes)")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_tools.build",
@@ -547,7 +529,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.contract:
-        return build_contract(CONTRACT, check=args.check)
+        from course_utils.checks import catalogue  # imports torch: only for this command
+
+        return catalogue.rewrite_contract(CONTRACT, check=args.check)
     if args.normalise:
         return normalise_files(args.normalise)
     failed = False

@@ -29,6 +29,7 @@ import re
 import textwrap
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 from ._core import fail
@@ -36,7 +37,7 @@ from ._mistakes import GENERIC, NOT_YET_IN_A_TABLE
 
 __all__ = [
     "Entry", "Reference", "Output", "Raises", "Probe", "Catalogue", "GRADIENT_PROBE", "DTYPE_PROBE", "DEVICE_PROBE",
-    "registry", "catalogues", "contract_section", "BEGIN", "END", "update_contract",
+    "registry", "catalogues", "contract_section", "BEGIN", "END", "update_contract", "rewrite_contract",
 ]
 
 # (fields for the message, zero-argument callable giving the candidate) for one case
@@ -225,3 +226,19 @@ def update_contract(text: str) -> str:
     """``text`` (the contract) with its generated section rewritten from the tables."""
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     return text[:start] + "\n" + contract_section() + "\n" + text[end:]
+
+
+def rewrite_contract(path: Path, check: bool = False) -> int:
+    """``python -m course_tools.build --contract [--check]``: rewrite the contract's generated
+    section from the tables (with ``check``: only say whether it is stale, exit status 1 if so)."""
+    text = path.read_text(encoding="utf-8")
+    updated = update_contract(text)
+    if updated == text:
+        print(f"OK: {path}'s lists of named mistakes match the checkers' tables.")
+        return 0
+    if check:
+        print(f"Out of date: {path}'s lists of named mistakes (run `python -m course_tools.build --contract`).")
+        return 1
+    path.write_text(updated, encoding="utf-8", newline="\n")
+    print(f"updated {path} (lists of named mistakes)")
+    return 0
