@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import re
 import textwrap
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -129,10 +129,14 @@ class Catalogue:
     def __contains__(self, name: str) -> bool:
         return name in self._by_name
 
-    def of(self, kind: type, stage: str | None = None) -> Iterator[Entry]:
-        for entry in self.entries:
-            if isinstance(entry.detect, kind) and (stage is None or _at(entry.detect, stage)):
-                yield entry
+    def of(self, kind: type, stage: str | None = None) -> list[Entry]:
+        """The entries detected by ``kind`` (at ``stage``), in table order; a stage with no entry
+        is a checker's typo and raises (the decorator reports it), never a silent pass."""
+        found = [entry for entry in self.entries
+                 if isinstance(entry.detect, kind) and (stage is None or _at(entry.detect, stage))]
+        if stage is not None and not found:
+            raise KeyError(f"{self.exercise}: no {kind.__name__} entry at stage {stage!r}")
+        return found
 
     def candidates(self, case: Any, stage: str = "", **fields: Any) -> list[tuple[str, str, Any]]:
         """``(name, message, make)`` for every :class:`Reference` entry of ``stage`` that can show
