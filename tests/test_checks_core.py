@@ -703,3 +703,31 @@ def test_wrong_values_with_gradients_show_no_torch_warning(shape):
         with pytest.raises(_core.Failure) as failed:
             expect_close("the output", got, torch.ones(shape))
     assert failed.value.mistake == "values differ"
+
+
+def test_a_catalogue_tries_its_entries_in_table_order_and_fills_the_messages():
+    """The framework on a toy table: candidates in order with their fields, the first Output
+    test that holds, a pattern's named groups as fields, and a stage no entry has raises."""
+    from course_utils.checks._core import Failure
+    from course_utils.checks.catalogue import Catalogue, Entry, Output, Raises, Reference
+
+    table = Catalogue("toy", "00", [
+        Entry("doubled", "twice the input", Reference(lambda c: [({}, c * 2)]), "twice {x}"),
+        Entry("shifted", "plus k", Reference(lambda c: [(dict(k=k), c + k) for k in (1, 2)]), "plus {k} on {x}"),
+        Entry("too big", "over 10", Output(lambda v: v > 10 and dict(by=v - 10), "size"), "over by {by}"),
+        Entry("negative", "below 0", Output(lambda v: v < 0, "size"), "below zero"),
+        Entry("int sqrt", "sqrt of an int", Raises(r"not (?P<t>int|float)", (TypeError,)), "a Python {t}"),
+    ])
+    assert table.names() == ["doubled", "shifted", "too big", "negative", "int sqrt"]
+    assert [(n, m, v) for n, m, v in table.candidates(3, x="x")] == [
+        ("doubled", "twice x", 6), ("shifted", "plus 1 on x", 4), ("shifted", "plus 2 on x", 5)]
+    with pytest.raises(Failure) as failed:
+        table.detect("size", 13)
+    assert (failed.value.mistake, str(failed.value)) == ("too big", "over by 3")
+    table.detect("size", 5)  # no test holds: nothing happens
+    with pytest.raises(Failure) as failed:
+        table.detect_raised(TypeError("must be Tensor, not int"), prefix="then: ")
+    assert (failed.value.mistake, str(failed.value)) == ("int sqrt", "then: a Python int")
+    table.detect_raised(ValueError("not int"))  # another type: not this entry
+    with pytest.raises(KeyError, match="no Output entry at stage 'sizes'"):
+        table.detect("sizes", 13)
