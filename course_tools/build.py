@@ -83,6 +83,7 @@ SOLUTION_TAGS = frozenset({"solution"})  # cell tags that mark a solution cell
 DROPPED_CELL_METADATA = ("nbgrader", "execution", "ExecuteTime")
 # Notebook metadata: nbgrader's marks, and widget state (an output).
 DROPPED_NOTEBOOK_METADATA = ("nbgrader", "widgets")
+CONTRACT = Path("docs") / "course-contract.md"  # its lists of named mistakes are generated (--contract)
 
 CODE_BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[ \t]*$")
 CODE_END = re.compile(r"^[ \t]*### END SOLUTION[ \t]*$")
@@ -517,11 +518,20 @@ def main(argv: list[str] | None = None) -> int:
         help="first run these solutions (default: all) in place with a fresh kernel, then build",
     )
     parser.add_argument(
+        "--contract", action="store_true",
+        help="only rewrite docs/course-contract.md's generated lists of named mistakes from the checkers' tables "
+        "(with --check: exit 1 if they are stale)",
+    )
+    parser.add_argument(
         "--normalise", nargs="+", type=Path, metavar="NOTEBOOK",
         help="only give these notebooks the metadata a current ipykernel writes and merged stream "
         "outputs, in place (a build does this to every notebook it writes)",
     )
     args = parser.parse_args(argv)
+    if args.contract:
+        from course_utils.checks import catalogue  # imports torch: only for this command
+
+        return catalogue.rewrite_contract(CONTRACT, check=args.check)
     if args.normalise:
         return normalise_files(args.normalise)
     failed = False

@@ -12,7 +12,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from course_utils.checks._mistakes import MISTAKES
+from course_utils.checks.catalogue import registry
+
+MISTAKES = registry()  # every registered name: the tables, the generic names and those not yet in a table
 
 REPEAT = 3
 # Fixed seeds first; a run of `repeat` verdicts uses the first repeat - 1 of them.
@@ -55,7 +57,7 @@ def assert_mistake(check: Callable[..., Any], student: Any, mistake: str, *words
                    repeat: int | tuple[int, ...] = REPEAT,
                    shared_sweep: bool = False) -> None:
     """The check fails, names ``mistake`` (a registry name) and says each of ``words``."""
-    assert mistake in MISTAKES, f"{mistake!r} is not in course_utils/checks/_mistakes.py"
+    assert mistake in MISTAKES, f"{mistake!r} is not in the registry (a catalogue table or course_utils/checks/_mistakes.py)"  # noqa: E501
     for r in verdicts(check, student, repeat, shared_sweep):
         _assert_named(r, mistake, words, _why(r))
 

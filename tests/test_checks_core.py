@@ -472,8 +472,9 @@ def _literal_names(paths, keyword_args=("mistake", "eval_name")):
 
 
 def _generated_names():
-    """Every name of the generated catalogues (blocks, stacks, tables)."""
-    from course_utils.checks import attention, decoder, encoder, positional
+    """Every name of the generated catalogues (blocks, stacks, tables) of the checkers not yet
+    written as a catalogue table (those are read from the tables themselves)."""
+    from course_utils.checks import decoder, encoder
     from course_utils.checks import training as training_checks
     from course_utils.checks._blocks import catalogue, stack_mistakes
 
@@ -485,8 +486,6 @@ def _generated_names():
         for norm_first in (False, True):
             for present in [set(), *({m} for m in stack.masks), set(stack.masks)]:
                 names |= {name for name, _, _ in stack_mistakes(stack, norm_first, present, None, 6, memory)}
-    names |= {name for name, _, _ in positional._table_mistakes(8, 6)}
-    names |= {name for table in attention.MISTAKES.values() for name in table}
     names |= {name for name, _, _ in training_checks._LOSS_MISTAKES + training_checks._UPDATE_MISTAKES}
     return names
 
@@ -494,20 +493,39 @@ def _generated_names():
 def test_every_mistake_name_is_in_the_registry():
     from pathlib import Path
 
-    from course_utils.checks._mistakes import MISTAKES
+    from course_utils.checks._mistakes import GENERIC, NOT_YET_IN_A_TABLE
+    from course_utils.checks.catalogue import catalogues, registry
 
+    MISTAKES = registry()  # raises if a table uses a name declared nowhere, or twice with other words
     root = Path(__file__).resolve().parent.parent
     emitted = _literal_names(sorted((root / "course_utils" / "checks").glob("*.py")))
     # (this file's own toy checker names its toy mistake "added")
     expected = _literal_names(sorted(p for p in (root / "tests").glob("test_checks_*.py") if p != Path(__file__).resolve()))  # noqa: E501
     unknown = {n: f for n, f in {**emitted, **expected}.items() if n not in MISTAKES}
     unknown.update({n: "generated" for n in _generated_names() if n not in MISTAKES})
-    assert not unknown, f"names missing from course_utils/checks/_mistakes.py: {unknown}"
-    # and the registry holds no stale name: each one appears in a checker's source
+    assert not unknown, f"names missing from the registry (a table, or course_utils/checks/_mistakes.py): {unknown}"
+    # and the registry holds no stale name: a table's names are its entries; each name outside the
+    # tables appears in a checker's source (the checkers not yet written as tables)
+    tabled = {entry.name for table in catalogues() for entry in table.entries}
     source = "".join(p.read_text() for p in (root / "course_utils" / "checks").glob("*.py") if p.name != "_mistakes.py")
-    stale = [n for n in MISTAKES if f'"{n}"' not in source]
+    stale = [n for n in {**GENERIC, **NOT_YET_IN_A_TABLE} if n not in tabled and f'"{n}"' not in source]
     assert not stale, f"registry names no checker uses: {stale}"
     assert all(m and "\n" not in m for m in MISTAKES.values())
+
+
+def test_each_table_entry_words_its_message_from_named_fields():
+    """Every table entry's message is a template whose fields are names (no positional {}), and
+    every entry but a shared probe's has one; entries of one name share one meaning."""
+    import string
+
+    from course_utils.checks.catalogue import Probe, catalogues
+
+    for table in catalogues():
+        assert table.entries and table.names(), table.exercise
+        for entry in table.entries:
+            fields = [f for _, f, _, _ in string.Formatter().parse(entry.message) if f is not None]
+            assert all(f.isidentifier() for f in fields), (table.exercise, entry.name, fields)
+            assert isinstance(entry.detect, Probe) or entry.message, (table.exercise, entry.name)
 
 
 @pytest.mark.parametrize("how", ["sys.exit", "exit", "in __init__"])
@@ -636,21 +654,28 @@ def test_the_cpu_run_watches_tensors_made_without_device(student, wrong):
 
 def test_no_message_speaks_of_the_contract():
     """Students never see docs/course-contract.md: verdicts and hints say "the exercise's shape"
-    (every string in the checkers but the docstrings and the registry's meanings, which teachers read)."""
+    (every string in the checkers and every table entry's message, but the docstrings and the
+    registry's meanings, which teachers read)."""
     import ast
     import pathlib
 
-    found = []
+    from course_utils.checks.catalogue import catalogues
+
+    found = [f"{table.exercise}: {entry.name!r}" for table in catalogues() for entry in table.entries
+             if "contract" in entry.message.lower()]
     for path in sorted(pathlib.Path(checks.__file__).parent.glob("*.py")):
-        if path.name == "_mistakes.py":
+        if path.name in ("_mistakes.py", "catalogue.py"):  # meanings and the tables' machinery: for teachers
             continue
         tree = ast.parse(path.read_text())
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                       if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
                       and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        # Probe("a _core function") and Entry(name, meaning, ...)'s meaning, which teachers read
+        probes = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  for arg in {"Probe": node.args, "Entry": node.args[1:2]}.get(getattr(node.func, "id", ""), [])}
         found += [f"{path.name}:{node.lineno}: {node.value[:60]!r}" for node in ast.walk(tree)
                   if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                  and "contract" in node.value.lower()]
+                  and id(node) not in probes and "contract" in node.value.lower()]
     assert not found, found
 
 
@@ -678,3 +703,31 @@ def test_wrong_values_with_gradients_show_no_torch_warning(shape):
         with pytest.raises(_core.Failure) as failed:
             expect_close("the output", got, torch.ones(shape))
     assert failed.value.mistake == "values differ"
+
+
+def test_a_catalogue_tries_its_entries_in_table_order_and_fills_the_messages():
+    """The framework on a toy table: candidates in order with their fields, the first Output
+    test that holds, a pattern's named groups as fields, and a stage no entry has raises."""
+    from course_utils.checks._core import Failure
+    from course_utils.checks.catalogue import Catalogue, Entry, Output, Raises, Reference
+
+    table = Catalogue("toy", "00", [
+        Entry("doubled", "twice the input", Reference(lambda c: [({}, c * 2)]), "twice {x}"),
+        Entry("shifted", "plus k", Reference(lambda c: [(dict(k=k), c + k) for k in (1, 2)]), "plus {k} on {x}"),
+        Entry("too big", "over 10", Output(lambda v: v > 10 and dict(by=v - 10), "size"), "over by {by}"),
+        Entry("negative", "below 0", Output(lambda v: v < 0, "size"), "below zero"),
+        Entry("int sqrt", "sqrt of an int", Raises(r"not (?P<t>int|float)", (TypeError,)), "a Python {t}"),
+    ])
+    assert table.names() == ["doubled", "shifted", "too big", "negative", "int sqrt"]
+    assert [(n, m, v) for n, m, v in table.candidates(3, x="x")] == [
+        ("doubled", "twice x", 6), ("shifted", "plus 1 on x", 4), ("shifted", "plus 2 on x", 5)]
+    with pytest.raises(Failure) as failed:
+        table.detect("size", 13)
+    assert (failed.value.mistake, str(failed.value)) == ("too big", "over by 3")
+    table.detect("size", 5)  # no test holds: nothing happens
+    with pytest.raises(Failure) as failed:
+        table.detect_raised(TypeError("must be Tensor, not int"), prefix="then: ")
+    assert (failed.value.mistake, str(failed.value)) == ("int sqrt", "then: a Python int")
+    table.detect_raised(ValueError("not int"))  # another type: not this entry
+    with pytest.raises(KeyError, match="no Output entry at stage 'sizes'"):
+        table.detect("sizes", 13)

@@ -333,6 +333,8 @@ def make_pe(bug=None):
                 return self.dropout(x + pe[: x.size(0)])
             if bug == "dropout ignores eval mode":
                 return F.dropout(x + pe[:L], p=self.p)
+            if bug == "keep mask rand < p" and self.training:  # right scale, but keeps a share p, not 1 - p
+                return (x + pe[:L]) * (torch.rand_like(x) < self.p) / (1 - self.p)
             if bug == "input modified in place":
                 x += pe[:L]
                 return self.dropout(x)
@@ -403,11 +405,12 @@ def test_positional_encoding_correct_variants_pass(cls):
         ("pe.float()", "dtype not preserved", ["returns torch.float32 instead of torch.float16", ".float()"]),
         ("pe moved to the CPU", "wrong device", [".cpu()", "x + self.pe[:L]"]),
         ("table rebuilt in forward", "table rebuilt in forward", ["computes the table again", "self.pe[:L]"]),
+        ("keep mask rand < p", "wrong dropout rate", ["of the entries, where dropout=0.3 zeroes about 30%", ">= p"]),
     ],
 )
 def test_positional_encoding_mistakes_are_named(bug, mistake, words):
     # the families added last: 20 draws each
-    new = ("hard-coded", "sqrt", "sequence-first", "frequencies", "rebuilt", "table only", "one row")
+    new = ("hard-coded", "sqrt", "sequence-first", "frequencies", "rebuilt", "table only", "one row", "keep mask")
     assert_mistake(check_positional_encoding, make_pe(bug), mistake, *words,
                    repeat=STABLE if any(w in bug for w in new) else 3)
 

@@ -62,3 +62,32 @@ def test_a_mention_must_be_the_name_itself():
 def test_the_readme_links_the_contract():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "(docs/course-contract.md)" in readme
+
+
+def test_the_lists_of_named_mistakes_are_generated_from_the_tables():
+    """The section between the markers is what `python -m course_tools.build --contract` writes."""
+    from course_utils.checks import catalogue
+
+    assert catalogue.BEGIN in CONTRACT and catalogue.END in CONTRACT
+    assert catalogue.update_contract(CONTRACT) == CONTRACT, (
+        "docs/course-contract.md's lists of named mistakes are stale: run `python -m course_tools.build --contract`")
+    for table in catalogue.catalogues():
+        assert f"**`{table.exercise}`**" in CONTRACT
+
+
+def test_the_contract_command_finds_and_rewrites_a_stale_section(tmp_path, capsys):
+    from course_tools import build
+    from course_utils.checks import catalogue
+
+    stale = tmp_path / "contract.md"
+    start, end = CONTRACT.index(catalogue.BEGIN) + len(catalogue.BEGIN), CONTRACT.index(catalogue.END)
+    stale.write_text(CONTRACT[:start] + "\n- an old list\n" + CONTRACT[end:], encoding="utf-8")
+    build.CONTRACT, saved = stale, build.CONTRACT
+    try:
+        assert build.main(["--contract", "--check"]) == 1 and "Out of date" in capsys.readouterr().out
+        assert "- an old list" in stale.read_text(encoding="utf-8")  # --check writes nothing
+        assert build.main(["--contract"]) == 0
+        assert stale.read_text(encoding="utf-8") == CONTRACT
+        assert build.main(["--contract", "--check"]) == 0
+    finally:
+        build.CONTRACT = saved

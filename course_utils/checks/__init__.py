@@ -25,6 +25,6 @@ from .tokenizer import *  # noqa: F403
 from . import attention, multihead, positional, encoder, decoder, model, training, classifier  # imported above
 from . import gpt, gpt_weights, llama, tokenizer  # imported above
 
-_NOTEBOOKS = (attention, multihead, positional, encoder, decoder, model, training, classifier, gpt, gpt_weights, llama,
+CHECKER_MODULES = (attention, multihead, positional, encoder, decoder, model, training, classifier, gpt, gpt_weights, llama,  # noqa: E501
               tokenizer)
-__all__ = ["CheckResult", "hint", *(name for module in _NOTEBOOKS for name in module.__all__)]
+__all__ = ["CheckResult", "hint", *(name for module in CHECKER_MODULES for name in module.__all__)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -74,6 +75,7 @@ from ._core import (
     student_line,
 )
 from ._pairing import load_reference, randomise_parameters
+from .catalogue import DEVICE_PROBE, DTYPE_PROBE, GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises, Reference
 
 __all__ = ["check_layer_norm", "check_feed_forward", "check_encoder_layer", "check_encoder"]
 
@@ -169,47 +171,126 @@ def _ln(x: Tensor, w: Tensor | None, b: Tensor | None, eps: float, *, dims: tupl
     return y if b is None else y + b
 
 
-_LN_MISTAKES: tuple[tuple[str, str, dict[str, Any]], ...] = (  # (name, diagnosis, changes to _ln's arguments)
-    ("unbiased variance", "you used the unbiased variance (dividing by D - 1, the default of torch.var and torch.std). "
-     "Layer norm uses the biased one, the plain mean of the squared deviations: x.var(dim=-1, unbiased=False), or "
-     "((x - mean) ** 2).mean(-1).", dict(correction=1)),
-    ("unbiased variance", "you divided by x.std(...) + eps: torch.std is unbiased (divides by D - 1) and eps belongs "
-     "inside the square root. Use (x - mean) / torch.sqrt(var + eps) with var = x.var(dim=-1, unbiased=False).",
-     dict(correction=1, eps_outside=True)),
-    ("eps outside the square root", "eps is added after the square root, sqrt(var) + eps; it goes inside: "
-     "sqrt(var + eps). The difference shows on rows with a tiny variance.", dict(eps_outside=True)),
-    ("no learnable scale and shift", "the output is normalised but never scaled and shifted: multiply by self.weight "
-     "and add self.bias at the end (they start at ones and zeros, so a fresh layer hides this; the check uses random "
-     "values).", dict(w=None, b=None)),
-    ("no learnable scale and shift", "the output is scaled by self.weight but self.bias is never added.", dict(b=None)),
-    ("no learnable scale and shift", "self.bias is added but the output is never multiplied by self.weight.",
-     dict(w=None)),
-    ("weight and bias swapped", "weight and bias are swapped: multiply by self.weight (the scale) and add self.bias "
-     "(the shift), y = x_hat * weight + bias.", dict(swap=True)),
-    ("mean not subtracted", "the mean is never subtracted: normalise x - mean, not x.", dict(center=False)),
-    ("mean not subtracted", "you divided by the root mean square of x without subtracting the mean (that is RMSNorm, "
-     "a later variant); layer norm centres first: (x - mean) / sqrt(var + eps).", dict(center=False, rms=True)),
-    *(("wrong axis", f"the mean and variance were taken over {where}; layer norm normalises each position's own D "
-       "features: dim=-1, keepdim=True.", dict(dims=dims))
+def _ln_with(**changes: Any) -> Reference:
+    """The reference layer norm of the case with these changes to :func:`_ln`'s arguments."""
+    return Reference(lambda c: [({}, lambda: _ln(c.x, **{"w": c.w, "b": c.b, "eps": c.eps, **changes}))])
+
+
+def _other_eps(default: bool) -> Reference:
+    """The layer norm with each other usual eps: for the default eps or for one given."""
+    def build(c: Any) -> list:
+        if c.default != default:
+            return []
+        return [(dict(other=f"{other:g}"), lambda other=other: _ln(c.x, c.w, c.b, other))
+                for other in (1e-6, 1e-8, 1e-3, 1e-5) if other != c.eps]
+    return Reference(build)
+
+
+def _plain_tensor(m: Any) -> dict[str, str] | None:
+    """The first of weight and bias that is a tensor attribute but not a registered parameter."""
+    for n in ("weight", "bias"):
+        attr = getattr(m.model, n, None)
+        if not (isinstance(attr, nn.Parameter) and n in m.registered) and isinstance(attr, Tensor):
+            return dict(n=n, init="ones" if n == "weight" else "zeros")
+    return None
+
+
+def _misshapen(m: Any) -> dict[str, Any] | None:
+    for n, p in m.found.items():
+        if tuple(p.shape) != (m.D,):
+            return dict(n=n, shape=describe_shape(p))
+    return None
+
+
+LN = Catalogue("LayerNorm", "04", [
+    Entry("not a class", None, Probe("require_module_class")),
+    Entry("not a class", None, Output(lambda model: not isinstance(model, nn.Module), "built"),
+          "LayerNorm should subclass nn.Module."),
+    # the parameters (stage "params": the module, its registered parameters, those found and missing)
+    Entry("not a parameter", "a learnable tensor is not an nn.Parameter", Output(_plain_tensor, "params"),
+          "`{n}` is a plain tensor, not an nn.Parameter, so it would never be trained: self.{n} = "
+          "nn.Parameter(torch.{init}(d_model))."),
+    Entry("no learnable scale and shift", "LayerNorm lacks its weight or bias",
+          Output(lambda m: bool(m.missing) and not m.registered, "params"),
+          "your LayerNorm has no learnable parameters: after normalising, the layer scales and shifts each feature "
+          "with self.weight = nn.Parameter(torch.ones(d_model)) and self.bias = nn.Parameter(torch.zeros(d_model))."),
+    Entry("missing parameter", "a contract parameter is missing",
+          Output(lambda m: bool(m.missing) and dict(missing=", ".join(m.missing), yours=_names(list(m.registered))),
+                 "params"),
+          "LayerNorm needs two learnable parameters named weight and bias (as nn.LayerNorm); missing: {missing}. "
+          "Yours are called {yours}."),
+    Entry("wrong parameter shape", "a parameter has another shape than the reference's", Output(_misshapen, "params"),
+          "`{n}` has shape {shape}, expected (d_model,) = ({D},): one value per feature."),
+    Entry("wrong initial values", "parameters do not start at the contract's values",
+          Output(lambda m: not (bool((m.found["weight"] == 1).all()) and bool((m.found["bias"] == 0).all())),
+                 "params"),
+          "a fresh LayerNorm should start with weight = ones and bias = zeros (so at first it only normalises): "
+          "torch.ones(d_model) and torch.zeros(d_model)."),
+    Entry("forbidden call", None, Probe("require_own_code")),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("parameters modified in place", None, Probe("check_state_unchanged")),
+    # the output is the layer norm with one of these mistakes (in this order; the case: x, w, b, eps, default)
+    Entry("unbiased variance", "LayerNorm divides by D - 1 (torch.var default, torch.std)", _ln_with(correction=1),
+          "you used the unbiased variance (dividing by D - 1, the default of torch.var and torch.std). Layer norm uses "
+          "the biased one, the plain mean of the squared deviations: x.var(dim=-1, unbiased=False), or ((x - mean) ** "
+          "2).mean(-1)."),
+    Entry("unbiased variance", None, _ln_with(correction=1, eps_outside=True),
+          "you divided by x.std(...) + eps: torch.std is unbiased (divides by D - 1) and eps belongs inside the square "
+          "root. Use (x - mean) / torch.sqrt(var + eps) with var = x.var(dim=-1, unbiased=False)."),
+    Entry("eps outside the square root", "eps added after the square root", _ln_with(eps_outside=True),
+          "eps is added after the square root, sqrt(var) + eps; it goes inside: sqrt(var + eps). The difference shows "
+          "on rows with a tiny variance."),
+    Entry("no learnable scale and shift", None, _ln_with(w=None, b=None),
+          "the output is normalised but never scaled and shifted: multiply by self.weight and add self.bias at the end "
+          "(they start at ones and zeros, so a fresh layer hides this; the check uses random values)."),
+    Entry("no learnable scale and shift", None, _ln_with(b=None),
+          "the output is scaled by self.weight but self.bias is never added."),
+    Entry("no learnable scale and shift", None, _ln_with(w=None),
+          "self.bias is added but the output is never multiplied by self.weight."),
+    Entry("weight and bias swapped", "LayerNorm's weight and bias exchanged", _ln_with(swap=True),
+          "weight and bias are swapped: multiply by self.weight (the scale) and add self.bias (the shift), y = x_hat * "
+          "weight + bias."),
+    Entry("mean not subtracted", "LayerNorm does not subtract the mean", _ln_with(center=False),
+          "the mean is never subtracted: normalise x - mean, not x."),
+    Entry("mean not subtracted", None, _ln_with(center=False, rms=True),
+          "you divided by the root mean square of x without subtracting the mean (that is RMSNorm, a later variant); "
+          "layer norm centres first: (x - mean) / sqrt(var + eps)."),
+    *(Entry("wrong axis", None, _ln_with(dims=dims),
+            f"the mean and variance were taken over {where}; layer norm normalises each position's own D features: "
+            "dim=-1, keepdim=True.")
       for dims, where in (((0,), "the batch axis (0)"), ((1,), "the position axis (1, or -2)"),
                           ((0, 1), "the batch and position axes"), ((1, 2), "a whole sequence (axes 1 and 2)"),
                           ((0, 1, 2), "the whole tensor"))),
     # before the other eps values: a code without eps matches 1e-12 as well, and "seems to be 1e-12" misleads
-    ("eps ignored", "eps has no effect: your code adds no eps (or a negligible one) to the variance. It keeps the "
-     "division finite on rows of equal values: (x - mean) / torch.sqrt(var + self.eps), with self.eps = eps stored "
-     "in __init__ (default 1e-5).", dict(eps=0.0)),
-)
-
-
-def _ln_mistakes(x: Tensor, w: Tensor, b: Tensor, eps: float, default: bool) -> list[Mistake]:
-    out: list[Mistake] = [(name, text, lambda kw=kw: _ln(x, **{"w": w, "b": b, "eps": eps, **kw}))
-                          for name, text, kw in _LN_MISTAKES]
-    for other in (o for o in (1e-6, 1e-8, 1e-3, 1e-5) if o != eps):
-        text = (f"your default eps seems to be {other:g}; the exercise (and nn.LayerNorm) uses eps=1e-5: "
-                "def __init__(self, d_model, eps=1e-5)." if default else f"LayerNorm(d_model, eps={eps:.3g}) behaves "
-                f"as if eps were {other:g}: store the eps argument (self.eps = eps) and use it in forward.")
-        out.append(("wrong default eps" if default else "eps ignored", text, lambda other=other: _ln(x, w, b, other)))
-    return out
+    Entry("eps ignored", "the eps argument is not used", _ln_with(eps=0.0),
+          "eps has no effect: your code adds no eps (or a negligible one) to the variance. It keeps the division "
+          "finite on rows of equal values: (x - mean) / torch.sqrt(var + self.eps), with self.eps = eps stored in "
+          "__init__ (default 1e-5)."),
+    Entry("wrong default eps", "the default eps is not the contract's (LayerNorm 1e-5, RMSNorm 1e-6)", _other_eps(True),
+          "your default eps seems to be {other}; the exercise (and nn.LayerNorm) uses eps=1e-5: def __init__(self, "
+          "d_model, eps=1e-5)."),
+    Entry("eps ignored", None, _other_eps(False),
+          "LayerNorm(d_model, eps={eps}) behaves as if eps were {other}: store the eps argument (self.eps = eps) and "
+          "use it in forward."),
+    # 2-D and 4-D input (stage "ranks")
+    Entry("fixed axis", "a fixed axis (dim=2) instead of the last one (-1): wrong on 2-D or 4-D input",
+          Raises("", stage="ranks"),  # any exception where 3-D input ran
+          "your LayerNorm works on 3-D input but raised {type} on x of shape {shape}: {first}{at}\n    The input is "
+          "(..., d_model): use dim=-1 (not a fixed axis such as 2) and keepdim=True."),
+    Entry("fixed axis", None, Reference(lambda c: [({}, lambda k=k: _ln(c.x, c.w, c.b, 1e-5, dims=(k,)))
+                                                   for k in range(c.x.dim() - 1)], "ranks"),
+          "normalised over a fixed axis instead of the last one: use dim=-1, keepdim=True."),
+    # rows of mean about 3000 (stage "large mean": right once shifted to mean 0)
+    Entry("unstable variance", "variance as E[x^2] - E[x]^2, which cancels catastrophically on rows with a large mean",
+          Output(lambda m: m.right_when_centred(), "large mean"),
+          "output ({case}) is far off although the same rows shifted to mean 0 are right: the variance loses its "
+          "precision when the mean is large. E[x^2] - E[x]^2 subtracts two nearly equal big numbers (about 9e6 here, "
+          "where float32 steps by 1). Subtract the mean first: ((x - mean) ** 2).mean(-1, keepdim=True), or "
+          "x.var(-1, unbiased=False, keepdim=True)."),
+    *GRADIENT_PROBE,
+    DTYPE_PROBE,
+    DEVICE_PROBE,
+])
 
 
 def _ln_inputs(B: int, L: int, D: int) -> Tensor:
@@ -223,33 +304,10 @@ def _ln_inputs(B: int, L: int, D: int) -> Tensor:
 
 def _ln_params(model: nn.Module, D: int) -> tuple[nn.Parameter, nn.Parameter]:
     registered = dict(model.named_parameters())
-    found = {}
-    missing = []
-    for n in ("weight", "bias"):
-        attr = getattr(model, n, None)
-        if isinstance(attr, nn.Parameter) and n in registered:
-            found[n] = attr
-        elif isinstance(attr, Tensor):
-            fail(f"`{n}` is a plain tensor, not an nn.Parameter, so it would never be trained: "
-                 f"self.{n} = nn.Parameter(torch.{'ones' if n == 'weight' else 'zeros'}(d_model)).",
-                 mistake="not a parameter")
-        else:
-            missing.append(n)
-    if missing and not registered:
-        fail("your LayerNorm has no learnable parameters: after normalising, the layer scales "
-             "and shifts each feature with self.weight = nn.Parameter(torch.ones(d_model)) and "
-             "self.bias = nn.Parameter(torch.zeros(d_model)).", mistake="no learnable scale and shift")
-    if missing:
-        fail(f"LayerNorm needs two learnable parameters named weight and bias (as nn.LayerNorm); "
-             f"missing: {', '.join(missing)}. Yours are called {_names(list(registered))}.",
-             mistake="missing parameter")
-    for n, p in found.items():
-        if tuple(p.shape) != (D,):
-            fail(f"`{n}` has shape {describe_shape(p)}, expected (d_model,) = ({D},): one value per feature.",
-                 mistake="wrong parameter shape")
-    if not (bool((found["weight"] == 1).all()) and bool((found["bias"] == 0).all())):
-        fail("a fresh LayerNorm should start with weight = ones and bias = zeros (so at first it "
-             "only normalises): torch.ones(d_model) and torch.zeros(d_model).", mistake="wrong initial values")
+    found = {n: getattr(model, n) for n in ("weight", "bias")
+             if isinstance(getattr(model, n, None), nn.Parameter) and n in registered}
+    LN.detect("params", SimpleNamespace(model=model, registered=registered, found=found, D=D,
+                                        missing=[n for n in ("weight", "bias") if n not in found]), D=D)
     return found["weight"], found["bias"]
 
 
@@ -259,7 +317,8 @@ def _ln_case(model: nn.Module, w: Tensor, b: Tensor, eps: float, x: Tensor, case
     check_unchanged(["x"], [x], [x0], case)
     w0, b0 = w.detach().clone(), b.detach().clone()
     expected = _ln(x0, w0, b0, eps)  # (B, L, D)
-    expect_close("output", got, expected, _ln_mistakes(x0, w0, b0, eps, default), case=case)
+    c = SimpleNamespace(x=x0, w=w0, b=b0, eps=eps, default=default)
+    expect_close("output", got, expected, LN.candidates(c, eps=f"{eps:.3g}"), case=case)
 
 
 _LN_BUILTINS = {"layer_norm", "native_layer_norm"}
@@ -275,15 +334,12 @@ def _ln_other_ranks(model: nn.Module, w: Tensor, b: Tensor, L: int, D: int) -> N
         try:
             got = _forward(model, (x,), case)
         except StudentError as err:
-            line = student_line(err.exc)
-            fail(f"your LayerNorm works on 3-D input but raised {type(err.exc).__name__} on x of shape "
-                 f"{describe_shape(x)}: {str(err.exc).strip().splitlines()[0] if str(err.exc).strip() else ''}"
-                 + (f"\n    at {line}" if line else "")
-                 + "\n    The input is (..., d_model): use dim=-1 (not a fixed axis such as 2) and keepdim=True.",
-                 mistake="fixed axis")
+            line, said = student_line(err.exc), str(err.exc).strip()
+            LN.detect_raised(err.exc, "ranks", type=type(err.exc).__name__, shape=describe_shape(x),
+                             first=said.splitlines()[0] if said else "", at=f"\n    at {line}" if line else "")
+            raise
         w0, b0 = w.detach().clone(), b.detach().clone()
-        fixed = [("fixed axis", "normalised over a fixed axis instead of the last one: use dim=-1, keepdim=True.",
-                  lambda k=k: _ln(x, w0, b0, 1e-5, dims=(k,))) for k in range(x.dim() - 1)]  # fmt: skip
+        fixed = LN.candidates(SimpleNamespace(x=x, w=w0, b=b0), "ranks")
         expect_close("output", got, _ln(x, w0, b0, 1e-5), fixed, case=case)
 
 
@@ -298,12 +354,8 @@ def _ln_large_mean(model: nn.Module, w: Tensor, b: Tensor, B: int, L: int, D: in
     expected = _ln(x.double(), w0.double(), b0.double(), 1e-5).float()  # (B, L, D)
     if matches(got, expected, atol=2e-2, rtol=1e-2):
         return
-    if matches(_forward(model, (x - 3000.0,), case), _ln(x - 3000.0, w0, b0, 1e-5), atol=1e-3, rtol=1e-3):
-        fail(f"output ({case}) is far off although the same rows shifted to mean 0 are right: the variance "
-             "loses its precision when the mean is large. E[x^2] - E[x]^2 subtracts two nearly equal big "
-             "numbers (about 9e6 here, where float32 steps by 1). Subtract the mean first: "
-             "((x - mean) ** 2).mean(-1, keepdim=True), or x.var(-1, unbiased=False, keepdim=True).",
-             mistake="unstable variance")
+    LN.detect("large mean", SimpleNamespace(right_when_centred=lambda: matches(
+        _forward(model, (x - 3000.0,), case), _ln(x - 3000.0, w0, b0, 1e-5), atol=1e-3, rtol=1e-3)), case=case)
     expect_close("output", got, expected, case=case, atol=2e-2, rtol=1e-2)
 
 
@@ -312,8 +364,7 @@ def check_layer_norm(cls: Any) -> str:
     require_module_class(cls, "LayerNorm")
     B, L, D, _H, _d_k, _d_ff = _dims()
     model = call_student(cls, D, context=f"constructing LayerNorm(d_model={D})")
-    if not isinstance(model, nn.Module):
-        fail("LayerNorm should subclass nn.Module.", mistake="not a class")
+    LN.detect("built", model)
     w, b = _ln_params(model, D)
     model.eval()
     randomise_parameters(model)  # ones and zeros would hide a missing (or swapped) scale and shift
@@ -352,60 +403,98 @@ _ACTIVATIONS: tuple[tuple[str, Callable[[Tensor], Tensor]], ...] = (
 
 def _ff_linears(model: nn.Module, D: int, d_ff: int) -> tuple[nn.Linear, nn.Linear]:
     found = {n: getattr(model, n, None) for n in ("linear1", "linear2")}
-    missing = [n for n, m in found.items() if not isinstance(m, nn.Module)]
-    if missing:
-        children = [n for n, _ in model.named_children()]
-        fail("FeedForward needs two submodules, linear1 = nn.Linear(d_model, d_ff) and linear2 = "
-             f"nn.Linear(d_ff, d_model); missing: {', '.join(missing)}"
-             + (f" (yours: {_names(children)})" if children else "")
-             + ". An nn.Sequential is fine as long as the two layers are also self.linear1 and self.linear2.",
-             mistake="missing submodule")
+    children = [n for n, _ in model.named_children()]
+    FF.detect("linears", [n for n, m in found.items() if not isinstance(m, nn.Module)],
+              yours=f" (yours: {_names(children)})" if children else "")
     for n, (i, o) in (("linear1", (D, d_ff)), ("linear2", (d_ff, D))):
-        m = found[n]
-        if not isinstance(m, nn.Linear):
-            fail(f"`{n}` should be an nn.Linear, got {type(m).__name__}.", mistake="wrong submodule")
-        if isinstance(m, nn.modules.lazy.LazyModuleMixin):
-            fail(f"`{n}` is an nn.LazyLinear: its input size stays unknown (in_features=0) until the first "
-                 f"call, so its weights cannot be set or counted before that. Give the sizes: nn.Linear({i}, {o}) "
-                 f"here, nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}).",
-                 mistake="wrong submodule")
-        if (m.in_features, m.out_features) != (i, o):
-            fail(f"`{n}` should be nn.Linear({'d_model, d_ff' if n == 'linear1' else 'd_ff, d_model'}) = "
-                 f"nn.Linear({i}, {o}), got nn.Linear({m.in_features}, {m.out_features}): the network "
-                 "widens D to d_ff, then narrows back to D.", mistake="wrong submodule")
-        if m.bias is None:
-            fail(f"`{n}` has no bias: keep nn.Linear's default bias=True.", mistake="wrong submodule")
+        FF.detect("linear", SimpleNamespace(m=found[n], i=i, o=o), n=n, i=i, o=o,
+                  sizes="d_model, d_ff" if n == "linear1" else "d_ff, d_model")
     return found["linear1"], found["linear2"]  # type: ignore[return-value]
 
 
-def _ff_mistakes(x: Tensor, l1: nn.Linear, l2: nn.Linear, norms: tuple[nn.Module, ...] = ()) -> list[Mistake]:
-    """``norms``: the student's own norm modules, tried inside the feed-forward (with their
-    random parameters) besides a plain layer norm."""
-    h = l1(x)  # (B, L, d_ff)
-    out: list[Mistake] = [
-        ("activation missing", "there is no activation between the two linear layers, so together they are just one "
-         "linear map: apply ReLU to linear1's output, linear2(relu(linear1(x))).", lambda: l2(h)),
-        ("activation after the second linear layer", "ReLU is applied after linear2 instead of between the layers: "
-         "linear2(relu(linear1(x))), with nothing after linear2.", lambda: F.relu(l2(h))),
-        ("activation after the second linear layer", "ReLU is applied between the layers (right) and again after "
-         "linear2 (wrong): the output must be able to go negative, return linear2(relu(linear1(x))).",
-         lambda: F.relu(l2(F.relu(h)))),
-    ]
-    ff = l2(F.relu(h))  # (B, L, D): the right output
-    inside = ("the layer around it (EncoderLayer) adds the residual and normalises; FeedForward returns only "
-              "linear2(relu(linear1(x))).")
-    out.append(("residual inside the feed-forward", f"the feed-forward adds its input back, x + ...: {inside}",
-                lambda: x + ff))
-    for norm in (*norms, functools.partial(F.layer_norm, normalized_shape=(x.size(-1),))):
-        out += [
-            ("norm inside the feed-forward", f"the feed-forward normalises its output: {inside}", lambda n=norm: n(ff)),
-            ("norm inside the feed-forward", f"the feed-forward normalises its input: {inside}",
-             lambda n=norm: l2(F.relu(l1(n(x))))),
-            ("norm inside the feed-forward", "the feed-forward computes norm(x + ...), a whole residual sub-layer: "
-             f"{inside}", lambda n=norm: n(x + ff)),
-        ]
-    return out + [("wrong activation", f"you used {name} between the layers; the paper (and this course) uses ReLU, "
-                   "max(0, x): torch.relu or nn.ReLU().", lambda act=act: l2(act(h))) for name, act in _ACTIVATIONS]
+def _ff(make: Callable[[Any], Tensor]) -> Reference:
+    """One candidate: ``make(case)`` (the case: x and the reference's linear1, linear2)."""
+    return Reference(lambda c: [({}, lambda: make(c))])
+
+
+def _right_ff(c: Any) -> Tensor:
+    return c.l2(F.relu(c.l1(c.x)))  # (B, L, D)
+
+
+def _norms(place: Callable[[Any, Callable[[Tensor], Tensor]], Tensor]) -> Reference:
+    """A norm inside the feed-forward: the student's own norm modules (with their random
+    parameters), then a plain layer norm."""
+    return Reference(lambda c: [({}, lambda n=n: place(c, n))
+                                for n in (*c.norms, functools.partial(F.layer_norm, normalized_shape=(c.x.size(-1),)))])
+
+
+_INSIDE = ("the layer around it (EncoderLayer) adds the residual and normalises; FeedForward returns only "
+           "linear2(relu(linear1(x))).")
+_FF_DROPOUT_WHERE = "it belongs on the hidden activations, linear2(dropout(relu(linear1(x))))"
+
+FF = Catalogue("FeedForward", "04", [
+    Entry("not a class", None, Probe("require_module_class")),
+    Entry("not a class", None, Output(lambda model: not isinstance(model, nn.Module), "built"),
+          "FeedForward should subclass nn.Module."),
+    # the two linear layers (stage "linears": the missing names; "linear": each one)
+    Entry("missing submodule", None, Output(lambda missing: bool(missing) and dict(missing=", ".join(missing)),
+                                            "linears"),
+          "FeedForward needs two submodules, linear1 = nn.Linear(d_model, d_ff) and linear2 = nn.Linear(d_ff, "
+          "d_model); missing: {missing}{yours}. An nn.Sequential is fine as long as the two layers are also "
+          "self.linear1 and self.linear2."),
+    Entry("wrong submodule", None, Output(lambda lin: not isinstance(lin.m, nn.Linear)
+                                          and dict(type=type(lin.m).__name__), "linear"),
+          "`{n}` should be an nn.Linear, got {type}."),
+    Entry("wrong submodule", None, Output(lambda lin: isinstance(lin.m, nn.modules.lazy.LazyModuleMixin), "linear"),
+          "`{n}` is an nn.LazyLinear: its input size stays unknown (in_features=0) until the first call, so its "
+          "weights cannot be set or counted before that. Give the sizes: nn.Linear({i}, {o}) here, "
+          "nn.Linear({sizes})."),
+    Entry("wrong submodule", None, Output(lambda lin: (lin.m.in_features, lin.m.out_features) != (lin.i, lin.o)
+                                          and dict(got_i=lin.m.in_features, got_o=lin.m.out_features), "linear"),
+          "`{n}` should be nn.Linear({sizes}) = nn.Linear({i}, {o}), got nn.Linear({got_i}, {got_o}): the network "
+          "widens D to d_ff, then narrows back to D."),
+    Entry("wrong submodule", None, Output(lambda lin: lin.m.bias is None, "linear"),
+          "`{n}` has no bias: keep nn.Linear's default bias=True."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("parameters modified in place", None, Probe("check_state_unchanged")),
+    Entry("dropout ignores eval mode", None, Probe("check_dropout")),
+    # the output is the reference's with one of these mistakes (in this order)
+    Entry("activation missing", "FeedForward has no activation", _ff(lambda c: c.l2(c.l1(c.x))),
+          "there is no activation between the two linear layers, so together they are just one linear map: apply ReLU "
+          "to linear1's output, linear2(relu(linear1(x)))."),
+    Entry("activation after the second linear layer", "the activation is applied after linear2",
+          _ff(lambda c: F.relu(c.l2(c.l1(c.x)))),
+          "ReLU is applied after linear2 instead of between the layers: linear2(relu(linear1(x))), with nothing after "
+          "linear2."),
+    Entry("activation after the second linear layer", None, _ff(lambda c: F.relu(_right_ff(c))),
+          "ReLU is applied between the layers (right) and again after linear2 (wrong): the output must be able to go "
+          "negative, return linear2(relu(linear1(x)))."),
+    Entry("residual inside the feed-forward", "FeedForward adds its input back (the layer does that)",
+          _ff(lambda c: c.x + _right_ff(c)), "the feed-forward adds its input back, x + ...: " + _INSIDE),
+    Entry("norm inside the feed-forward", "FeedForward applies a layer norm (the layer does that)",
+          _norms(lambda c, n: n(_right_ff(c))), "the feed-forward normalises its output: " + _INSIDE),
+    Entry("norm inside the feed-forward", None, _norms(lambda c, n: c.l2(F.relu(c.l1(n(c.x))))),
+          "the feed-forward normalises its input: " + _INSIDE),
+    Entry("norm inside the feed-forward", None, _norms(lambda c, n: n(c.x + _right_ff(c))),
+          "the feed-forward computes norm(x + ...), a whole residual sub-layer: " + _INSIDE),
+    Entry("wrong activation", "another activation than the one asked for",
+          Reference(lambda c: [(dict(act=name), lambda act=act: c.l2(act(c.l1(c.x)))) for name, act in _ACTIVATIONS]),
+          "you used {act} between the layers; the paper (and this course) uses ReLU, max(0, x): torch.relu or "
+          "nn.ReLU()."),
+    *GRADIENT_PROBE,
+    # dropout, p = P_PROBE: training mode deterministic (stage "dropout": the module's outputs, check_dropout_modes)
+    Entry("dropout missing", None, Reference(lambda c: [({}, c.no_drop)], "dropout"),
+          "no dropout is applied to the hidden activations in training mode: create nn.Dropout(dropout) in __init__ "
+          "and apply it to relu(linear1(x)) before linear2."),
+    Entry("dropout in the wrong place", None, Reference(lambda c: [({}, c.zero)], "dropout"),
+          "dropout acts on the output of linear2 (instead of, or besides, the hidden activations); "
+          + _FF_DROPOUT_WHERE + ", and only there (the encoder layer adds its own dropout on the output)."),
+    Entry("dropout in the wrong place", None, Reference(lambda c: [({}, c.on_input)], "dropout"),
+          "dropout is applied to the input x; " + _FF_DROPOUT_WHERE + "."),
+    Entry("hard-coded dropout p", None, Probe("check_dropout_rate")),
+    Entry("wrong dropout rate", None, Probe("check_dropout_rate")),
+    Entry("dropout applied twice", None, Probe("check_dropout_rate")),
+])
 
 
 @checker("FeedForward")
@@ -414,8 +503,7 @@ def check_feed_forward(cls: Any) -> str:
     B, L, D, _H, _d_k, d_ff = _dims()
     what = f"FeedForward(d_model={D}, d_ff={d_ff}"
     model = call_student(cls, D, d_ff, 0.0, context=f"constructing {what}, dropout=0.0)")
-    if not isinstance(model, nn.Module):
-        fail("FeedForward should subclass nn.Module.", mistake="not a class")
+    FF.detect("built", model)
     _ff_linears(model, D, d_ff)
     model.eval()
     randomise_parameters(model)  # biases around 0: ReLU keeps some hidden units and drops others
@@ -437,7 +525,7 @@ def check_feed_forward(cls: Any) -> str:
             expected = ref(x0)  # (B, L, D)
             check_dropout(lambda: _forward(model, (x0.clone(),), case), got, expected)  # F.dropout(h, p) in eval mode
             norms = tuple(m for m in model.modules() if "norm" in type(m).__name__.lower())
-            mistakes = _ff_mistakes(x0, ref.linear1, ref.linear2, norms)
+            mistakes = FF.candidates(SimpleNamespace(x=x0, l1=ref.linear1, l2=ref.linear2, norms=norms))
             expect_close("output", got, expected, mistakes, case=case)
     l1, l2 = _ff_linears(model, D, d_ff)
     params = [(f"{n}.{a}", getattr(m, a), getattr(getattr(ref, n), a)) for n, m in (("linear1", l1), ("linear2", l2))
@@ -454,18 +542,9 @@ def check_feed_forward(cls: Any) -> str:
         no_drop = ref.eval()(x)  # (B, L, D)
         zero = torch.zeros_like(x)
         on_input = ref.linear2(F.relu(ref.linear1(zero)))  # (B, L, D)
-    where = "it belongs on the hidden activations, linear2(dropout(relu(linear1(x))))"
-    check_dropout_modes(
-        model, ref, lambda m: _forward(m, (x.clone(),), "dropout"), "FeedForward",
-        lambda: [
-            ("dropout missing", "no dropout is applied to the hidden activations in training mode: create "
-             "nn.Dropout(dropout) in __init__ and apply it to relu(linear1(x)) before linear2.", no_drop),
-            ("dropout in the wrong place", f"dropout acts on the output of linear2 (instead of, or besides, the "
-             f"hidden activations); {where}, and only there (the encoder layer adds its own dropout on the "
-             "output).", zero),
-            ("dropout in the wrong place", f"dropout is applied to the input x; {where}.", on_input),
-        ],
-    )  # fmt: skip
+    dropped = SimpleNamespace(no_drop=no_drop, zero=zero, on_input=on_input)
+    check_dropout_modes(model, ref, lambda m: _forward(m, (x.clone(),), "dropout"), "FeedForward",
+                        lambda: FF.candidates(dropped, "dropout"))
     # 0 < p < 1: one dropout with the given p (p = 1 above cannot tell one dropout from two)
     model = call_student(cls, D, d_ff, P_RATE, context=f"constructing {what}, dropout={P_RATE:g})")
     stubs = {"linear1": Constant(2.0, width=d_ff), "linear2": FirstFeatures(D)}  # relu(2) = 2 reaches the output
@@ -604,6 +683,12 @@ def check_encoder(cls: Any) -> str:
     x, mask = torch.randn(B, L, D), _padding_mask(B, L)
     check_stack_dropout(model, ref, _STACK, lambda m, h: _forward(m, (h, mask), "dropout", attention=True), x)
     return "2-3 layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
+
+
+# the tables written so far (EncoderLayer's and Encoder's mistakes are still generated by ._blocks, their names
+# listed in _mistakes.NOT_YET_IN_A_TABLE)
+CATALOGUES = (LN, FF)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
 # ---------------------------------------------------------------- hints

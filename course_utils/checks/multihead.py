@@ -7,6 +7,9 @@ A wrong result is compared with the reference computed with each catalogued mist
 without transpose, swapped projections or inputs, wrong scaling, mask handling, dropout in
 the wrong place, ...); the first match is named in ``CheckResult.mistake``. The robustness
 cases of ``scaled_dot_product_attention`` run here too, in its words.
+
+Each exercise's mistakes are one table (:mod:`.catalogue`): ``SPLIT``, ``MERGE``, ``MHA``, in the
+order the check tries them; ``MISTAKES`` lists their names.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -36,7 +40,6 @@ from ._core import (
     describe_shape,
     dropout_pattern,
     expect_close,
-    fail,
     fail_eval_dropout,
     fail_fixed_p,
     fail_view_error,
@@ -52,7 +55,15 @@ from ._core import (
     student_line,
 )
 from ._pairing import build_student
-from .attention import VERY_NEGATIVE_NOTE, require_tuple, robustness_diagnosis, sqrt_of_number, very_negative_inputs
+from .attention import (
+    SDPA,
+    VERY_NEGATIVE_NOTE,
+    require_tuple,
+    robustness_diagnosis,
+    sqrt_of_number,
+    very_negative_inputs,
+)
+from .catalogue import DEVICE_PROBE, DTYPE_PROBE, GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises, Reference
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
 
@@ -85,37 +96,94 @@ def _expect_value_error(make: Callable[[int, int], Any], call: str, width: str) 
     H = randint(3, 5)
     D = H * randint(2, 4) + randint(1, H - 1)  # not a multiple of H
     call = call.format(D=D, H=H)
+    fields = dict(call=call, width=width, D=D, H=H)
     try:
         make(D, H)
     except ValueError as exc:
-        if not all(re.search(rf"(?<!\d){n}(?!\d)", str(exc)) for n in (D, H)):
-            fail(f"{call} raised ValueError({str(exc)!r}): the exercise asks for a message that names both sizes, "
-                 f"{width} = {D} and num_heads = {H}, e.g. f\"{width} = {{{width}}} is not divisible by num_heads = "
-                 "{num_heads}\", so the caller sees what to change.", mistake="error message without values")
+        SPLIT.detect("divisible", SimpleNamespace(exc=exc, D=D, H=H), **fields, said=repr(str(exc)))
         return
     except Exception as exc:  # noqa: BLE001 - the student's exception, reported as a diagnosis
-        fail(f"{call} raised {raised(exc, inline=True)}; the exercise asks for a ValueError: check {width} % "
-             f"num_heads first and raise ValueError(...) with a message that names {width} and num_heads.",
-             mistake="wrong error type")
-    fail(f"{call} did not raise: {D} features cannot be split into {H} equal heads. Check {width} % num_heads != 0 "
-         f"first and raise a ValueError that names {width} and num_heads.", mistake="no divisibility check")
+        SPLIT.detect_raised(exc, "divisible", **fields, raised=raised(exc, inline=True))
+    SPLIT.detect("divisible", SimpleNamespace(exc=None, D=D, H=H), **fields)
 
 
 def _check_dtype_kept(fn: Callable[..., Any], name: str, x: Tensor, *args: Any) -> None:
     """Splitting and merging only move entries: a float64 input gives a float64 result."""
     case = f"x of shape {describe_shape(x)} in torch.float64"
     got, _ = _call_heads(fn, name, x, *args, case=case)
-    if isinstance(got, Tensor) and got.dtype != x.dtype:
-        fail(f"{name}({case}) returns {got.dtype}: the heads only move entries, so the result keeps x's dtype "
-             "(float16 and bfloat16 models call it too). Leave out the cast (.float()), or build new tensors with "
-             "dtype=x.dtype; view, reshape and transpose keep the dtype.", mistake="dtype not preserved")
+    SPLIT.detect("dtype", SimpleNamespace(got=got, x=x), name=name, case=case)
 
 
-_REVERSED = ("the heads come out in reverse order: {h}. Head h is features h*d_k .. (h+1)*d_k - 1, head 0 first: "
-             "leave out the flip of the head axis (.flip(1), [::-1], reversed(...)).")
 
 # ---------------------------------------------------------------- split_heads
 _AXES = ("B", "L", "H", "d_k")
+
+
+def _one(make: Callable[[Any], Any]) -> Reference:
+    """One candidate, ``make(case)``, computed only when the student's result is wrong."""
+    return Reference(lambda c: [({}, lambda: make(c))])
+
+
+def _split_permutations(c: Any) -> list:
+    return [(dict(order=", ".join(_AXES[i] for i in perm)), lambda perm=perm: c.blocks.permute(perm))
+            for perm in itertools.permutations(range(4)) if perm not in ((0, 1, 2, 3), (0, 2, 1, 3))]
+
+
+def _names_both(v: Any) -> bool:
+    return all(re.search(rf"(?<!\d){n}(?!\d)", str(v.exc)) for n in (v.D, v.H))
+
+
+# D % num_heads != 0 must raise a ValueError naming both (split_heads and MultiHeadAttention)
+_DIVISIBLE = [
+    Entry("error message without values",
+          "a ValueError whose message leaves out the values the exercise asks it to name",
+          Output(lambda v: v.exc is not None and not _names_both(v), "divisible"),
+          "{call} raised ValueError({said}): the exercise asks for a message that names both sizes, {width} = {D} and "
+          "num_heads = {H}, e.g. f\"{width} = {{{width}}} is not divisible by num_heads = {{num_heads}}\", so the "
+          "caller sees what to change."),
+    Entry("wrong error type", "an argument rule raises another exception than the ValueError asked for",
+          Raises("", stage="divisible"),  # any exception but a ValueError
+          "{call} raised {raised}; the exercise asks for a ValueError: check {width} % num_heads first and raise "
+          "ValueError(...) with a message that names {width} and num_heads."),
+    Entry("no divisibility check", "no ValueError when d_model is not divisible by num_heads",
+          Output(lambda v: v.exc is None, "divisible"),
+          "{call} did not raise: {D} features cannot be split into {H} equal heads. Check {width} % num_heads != 0 "
+          "first and raise a ValueError that names {width} and num_heads."),
+]
+
+SPLIT = Catalogue("split_heads", "02", [
+    Entry("view on a non-contiguous tensor", None, Probe("fail_view_error")),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("view(B, H, L, d_k) without transpose",
+          "heads split by a view to (B, H, L, d_k), mixing positions and features",
+          _one(lambda c: c.x0.reshape(c.B, c.H, c.L, c.d_k)),
+          "the shape is right but the heads got blocks of positions instead of slices of features: .view(B, H, L, d_k) "
+          "straight from (B, L, D) does not move any feature. View as (B, L, H, d_k) first, then swap the L and H "
+          "axes."),
+    Entry("returns (B, L, H, d_k)", "split_heads forgets the transpose to (B, H, L, d_k)",
+          Reference(lambda c: [(dict(shape=describe_shape(c.blocks)), c.blocks)]),
+          "you returned shape (B, L, H, d_k) = {shape}: the features are split correctly but the head axis must come "
+          "before the positions, (B, H, L, d_k). Swap axes 1 and 2."),
+    Entry("heads take strided features", "each head takes every H-th feature instead of a contiguous slice",
+          _one(lambda c: c.x0.view(c.B, c.L, c.d_k, c.H).permute(0, 3, 1, 2)),
+          "head h got every H-th feature (h, h + H, h + 2H, ...) instead of the contiguous slice h*d_k .. (h+1)*d_k - "
+          "1: split the last axis as (num_heads, d_k), not (d_k, num_heads)."),
+    Entry("heads in reverse order", "head h gets the features of head H - 1 - h (the heads' order reversed)",
+          _one(lambda c: c.blocks.transpose(1, 2).flip(1)),
+          "the heads come out in reverse order: head h holds features (H-1-h)*d_k .. (H-h)*d_k - 1. Head h is features "
+          "h*d_k .. (h+1)*d_k - 1, head 0 first: leave out the flip of the head axis (.flip(1), [::-1], "
+          "reversed(...))."),
+    Entry("transposed wrong axes", "the wrong axes are transposed", Reference(_split_permutations),
+          "the features are split correctly but the axes end up in the order ({order}): after .view(B, L, H, d_k) swap "
+          "only axes 1 and 2 (L and H) to get (B, H, L, d_k)."),
+    *GRADIENT_PROBE,
+    Entry("dtype not preserved", None,
+          Output(lambda v: isinstance(v.got, Tensor) and v.got.dtype != v.x.dtype and dict(dtype=v.got.dtype), "dtype"),
+          "{name}({case}) returns {dtype}: the heads only move entries, so the result keeps x's dtype (float16 and "
+          "bfloat16 models call it too). Leave out the cast (.float()), or build new tensors with dtype=x.dtype; view, "
+          "reshape and transpose keep the dtype."),
+    *_DIVISIBLE,
+])
 
 
 @checker("split_heads")
@@ -125,26 +193,8 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
         D = H * d_k
         case = f"x of shape ({B}, {L}, {D}), num_heads={H}"
         got, x0 = _call_heads(fn, "split_heads", torch.randn(B, L, D), H, case=case)
-        blocks = x0.view(B, L, H, d_k)  # (B, L, H, d_k)
-        mistakes: list[Mistake] = [
-            ("view(B, H, L, d_k) without transpose", "the shape is right but the heads got blocks of positions "
-             "instead of slices of features: .view(B, H, L, d_k) straight from (B, L, D) does not move any feature. "
-             "View as (B, L, H, d_k) first, then swap the L and H axes.", x0.reshape(B, H, L, d_k)),
-            ("returns (B, L, H, d_k)", f"you returned shape (B, L, H, d_k) = {describe_shape(blocks)}: the features "
-             "are split correctly but the head axis must come before the positions, (B, H, L, d_k). Swap axes 1 "
-             "and 2.", blocks),
-            ("heads take strided features", "head h got every H-th feature (h, h + H, h + 2H, ...) instead of the "
-             "contiguous slice h*d_k .. (h+1)*d_k - 1: split the last axis as (num_heads, d_k), not (d_k, "
-             "num_heads).", lambda: x0.view(B, L, d_k, H).permute(0, 3, 1, 2)),
-            ("heads in reverse order", _REVERSED.format(h="head h holds features (H-1-h)*d_k .. (H-h)*d_k - 1"),
-             lambda: blocks.transpose(1, 2).flip(1)),
-        ]
-        mistakes += [
-            ("transposed wrong axes", "the features are split correctly but the axes end up in the order ("
-             + ", ".join(_AXES[i] for i in perm) + "): after .view(B, L, H, d_k) swap only axes 1 and 2 (L and H) "
-             "to get (B, H, L, d_k).", lambda perm=perm: blocks.permute(perm))
-            for perm in itertools.permutations(range(4)) if perm not in ((0, 1, 2, 3), (0, 2, 1, 3))
-        ]
+        c = SimpleNamespace(x0=x0, B=B, L=L, H=H, d_k=d_k, blocks=x0.view(B, L, H, d_k))  # blocks (B, L, H, d_k)
+        mistakes = SPLIT.candidates(c)
         expect_close("split_heads(x, num_heads)", got, split_heads(x0, H), mistakes, case=case)
     gradient_probe(fn, split_heads, dict(x=x0, num_heads=H), what="split_heads", case=case)
     _check_dtype_kept(fn, "split_heads", torch.randn(B, L, D, dtype=torch.float64), H)
@@ -154,6 +204,58 @@ def check_split_heads(fn: Callable[..., Any]) -> str:
 
 # ---------------------------------------------------------------- merge_heads
 _MERGE_AXES = ("B", "H", "L", "d_k")
+
+
+def _joined_along(c: Any) -> list:
+    """torch.cat(x.unbind(axis), dim=-1) for the axes but the heads' (that one is right)."""
+    B, H, L, d_k = c.B, c.H, c.L, c.d_k
+    return [(dict(pieces=pieces, shape=shape, axis=axis), lambda axis=axis: torch.cat(c.x0.unbind(axis), dim=-1))
+            for axis, pieces, shape in ((0, "batch items", f"(H, L, B * d_k) = ({H}, {L}, {B * d_k})"),
+                                        (2, "positions", f"(B, H, L * d_k) = ({B}, {H}, {L * d_k})"),
+                                        (-1, "single features", f"(B, H, d_k * L) = ({B}, {H}, {d_k * L})"))]
+
+
+def _merge_permutations(c: Any) -> list:
+    """x.transpose(2, 3) and the other permutes, then flattened (after the named orders)."""
+    return [(dict(order=", ".join(_MERGE_AXES[i] for i in perm)),
+             lambda perm=perm: c.x0.permute(perm).reshape(c.B, c.L, c.D))
+            for perm in itertools.permutations(range(4)) if perm not in ((0, 1, 2, 3), (0, 2, 1, 3), (0, 2, 3, 1))]
+
+
+MERGE = Catalogue("merge_heads", "02", [
+    Entry("view on a non-contiguous tensor", None, Probe("fail_view_error")),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("reshape without transpose", "heads split or merged by reshape alone, mixing positions and features",
+          _one(lambda c: c.x0.reshape(c.B, c.L, c.D)),
+          "the shape is right but positions and heads got mixed: a .view/.reshape(B, L, D) straight from (B, H, L, "
+          "d_k) does not move the head axis. Swap axes 1 and 2 to get (B, L, H, d_k) first, then flatten the last two "
+          "axes."),
+    Entry("heads not flattened", "merge_heads returns (B, L, H, d_k) unflattened", _one(lambda c: c.x0.transpose(1, 2)),
+          "you returned shape (B, L, H, d_k) = ({B}, {L}, {H}, {d_k}): the transpose is right, now flatten the last "
+          "two axes into H * d_k."),
+    Entry("features in wrong order", "merged features are in another order than the heads'",
+          _one(lambda c: c.x0.permute(0, 2, 3, 1).reshape(c.B, c.L, c.D)),
+          "the features come out ordered feature-major (feature j of every head, then j+1, ...) instead of "
+          "head-major: head h's features belong at columns h*d_k .. (h+1)*d_k - 1. Transpose to (B, L, H, d_k), not "
+          "(B, L, d_k, H), before flattening."),
+    Entry("batch and positions swapped", "merge_heads mixes the batch and position axes (shows only when B == L)",
+          _one(lambda c: c.x0.transpose(0, 2).reshape(c.B, c.L, c.D) if c.B == c.L else None),
+          "with B == L = {L} the batch and position axes get mixed up: axis 0 (the batch) was swapped with axis 2 (the "
+          "positions), x.transpose(0, 2). Swap axes 1 and 2 (heads and positions), whatever the sizes."),
+    Entry("wrong axis", None, Reference(_joined_along),  # torch.cat(x.unbind(1), dim=-1) is right
+          "your result has shape {shape}: it joins the {pieces} along the last axis (as torch.cat(x.unbind({axis}), "
+          "dim=-1) does), not the heads. Unbind the head axis: torch.cat(x.unbind(1), dim=-1) joins the H (B, L, d_k) "
+          "heads into (B, L, H * d_k), head h at columns h*d_k .. (h+1)*d_k - 1."),
+    Entry("heads in reverse order", None, _one(lambda c: c.x0.flip(1).transpose(1, 2).reshape(c.B, c.L, c.D)),
+          "the heads come out in reverse order: columns h*d_k .. (h+1)*d_k - 1 hold head H - 1 - h. Head h is features "
+          "h*d_k .. (h+1)*d_k - 1, head 0 first: leave out the flip of the head axis (.flip(1), [::-1], "
+          "reversed(...))."),
+    Entry("transposed wrong axes", None, Reference(_merge_permutations),
+          "the axes were put in the order ({order}) before flattening (as x.transpose(2, 3) or a permute does): swap "
+          "only axes 1 and 2 (heads and positions) to get (B, L, H, d_k), then flatten the last two axes."),
+    *GRADIENT_PROBE,
+    SPLIT["dtype not preserved"],
+])
 
 
 @checker("merge_heads")
@@ -168,38 +270,7 @@ def check_merge_heads(fn: Callable[..., Any]) -> str:
         kind = "a contiguous tensor" if i == 0 else "the output of split_heads"
         case = f"x of shape ({B}, {H}, {L}, {d_k}), {kind}"
         got, x0 = _call_heads(fn, "merge_heads", x, case=case)
-        mistakes: list[Mistake] = [
-            ("reshape without transpose", "the shape is right but positions and heads got mixed: a .view/.reshape(B, "
-             "L, D) straight from (B, H, L, d_k) does not move the head axis. Swap axes 1 and 2 to get (B, L, H, d_k) "
-             "first, then flatten the last two axes.", x0.reshape(B, L, D)),
-            ("heads not flattened", f"you returned shape (B, L, H, d_k) = ({B}, {L}, {H}, {d_k}): the transpose is "
-             "right, now flatten the last two axes into H * d_k.", x0.transpose(1, 2)),
-            ("features in wrong order", "the features come out ordered feature-major (feature j of every head, then "
-             "j+1, ...) instead of head-major: head h's features belong at columns h*d_k .. (h+1)*d_k - 1. Transpose "
-             "to (B, L, H, d_k), not (B, L, d_k, H), before flattening.",
-             lambda: x0.permute(0, 2, 3, 1).reshape(B, L, D)),
-            ("batch and positions swapped", f"with B == L = {L} the batch and position axes get mixed up: axis 0 (the "
-             "batch) was swapped with axis 2 (the positions), x.transpose(0, 2). Swap axes 1 and 2 (heads and "
-             "positions), whatever the sizes.", lambda: x0.transpose(0, 2).reshape(B, L, D) if B == L else None),
-        ]
-        mistakes += [  # torch.cat(x.unbind(1), dim=-1) is right; another axis joins other pieces
-            ("wrong axis", f"your result has shape {shape}: it joins the {pieces} along the last axis (as "
-             f"torch.cat(x.unbind({axis}), dim=-1) does), not the heads. Unbind the head axis: torch.cat(x.unbind(1), "
-             "dim=-1) joins the H (B, L, d_k) heads into (B, L, H * d_k), head h at columns h*d_k .. (h+1)*d_k - 1.",
-             lambda axis=axis: torch.cat(x0.unbind(axis), dim=-1))
-            for axis, pieces, shape in ((0, "batch items", f"(H, L, B * d_k) = ({H}, {L}, {B * d_k})"),
-                                        (2, "positions", f"(B, H, L * d_k) = ({B}, {H}, {L * d_k})"),
-                                        (-1, "single features", f"(B, H, d_k * L) = ({B}, {H}, {d_k * L})"))
-        ]
-        mistakes.append(("heads in reverse order", _REVERSED.format(h="columns h*d_k .. (h+1)*d_k - 1 hold head H - 1 - h"),  # noqa: E501
-                         lambda: x0.flip(1).transpose(1, 2).reshape(B, L, D)))
-        mistakes += [  # after the named orders above: x.transpose(2, 3) and other permutes, then flattened
-            ("transposed wrong axes", "the axes were put in the order (" + ", ".join(_MERGE_AXES[i] for i in perm)
-             + ") before flattening (as x.transpose(2, 3) or a permute does): swap only axes 1 and 2 (heads and "
-             "positions) to get (B, L, H, d_k), then flatten the last two axes.",
-             lambda perm=perm: x0.permute(perm).reshape(B, L, D))
-            for perm in itertools.permutations(range(4)) if perm not in ((0, 1, 2, 3), (0, 2, 1, 3), (0, 2, 3, 1))
-        ]
+        mistakes = MERGE.candidates(SimpleNamespace(x0=x0, B=B, L=L, H=H, d_k=d_k, D=D), B=B, L=L, H=H, d_k=d_k)
         expect_close("merge_heads(x)", got, merge_heads(x0), mistakes, case=case)
     gradient_probe(fn, merge_heads, dict(x=x0), what="merge_heads", case=case)
     _check_dtype_kept(fn, "merge_heads", torch.randn(B, H, L, d_k, dtype=torch.float64))
@@ -249,29 +320,21 @@ def _mha_variant(lin: dict[str, tuple[Tensor, Tensor]], query: Tensor, key: Tens
         return None
 
 
-_SPLIT_WORDS = ("the heads were split with .view(B, H, L, d_k) and no transpose, so each head got a block of "
-                "positions instead of a slice of features. View as (B, L, H, d_k), then transpose(1, 2) (your "
-                "split_heads from above does this).")
-_MHA_MISTAKES = [  # (name, diagnosis, keyword arguments of _mha_variant), in the order tried
-    ("split without transpose", _SPLIT_WORDS, dict(split_transpose=False, merge_transpose=False)),
-    ("split without transpose", _SPLIT_WORDS, dict(split_transpose=False)),
-    ("missing output projection", "the output skips the final projection: after merging the heads back to (B, "
-     "L_q, D), pass the result through self.w_o.", dict(use_w_o=False)),
-    ("heads in reverse order", "the heads reach w_o in reverse order: columns h*d_k .. (h+1)*d_k - 1 of the merged "
-     "heads hold head H - 1 - h. Merge the context in its own head order, merge_heads(context), without a flip of the "
-     "head axis (.flip(1), [::-1], reversed(...)).", dict(flip_heads=True)),
-    ("no scaling", "the scores are not scaled: divide Q K^T by sqrt(d_k), the width of one head "
-     "(scaled_dot_product_attention does it for you).", dict(scale="none")),
-    ("scaled by sqrt(d_model)", "the scores are divided by sqrt(d_model); each head's dot products have only d_k = "
-     "d_model // num_heads terms, so divide by sqrt(d_k).", dict(scale="sqrt(d_model)")),
-    ("scaled by d_k", "the scores are divided by d_k; divide by its square root, sqrt(d_k).", dict(scale="d_k")),
-]
-_MASK_MISTAKES = [
-    ("mask ignored", "the mask has no effect: blocked keys still get attention weight. Pass the mask on to the "
-     "attention (masked_fill where the mask is False).", dict(mask_mode="ignored")),
-    ("inverted mask", "the mask is inverted: True means 'may attend', so fill the scores where the mask is False "
-     "(~mask or mask == 0), not where it is True.", dict(mask_mode="inverted")),
-]
+def _mha(**settings: Any) -> Reference:
+    """The reference module run on the case with these settings of :func:`_mha_variant`."""
+    return Reference(lambda c: [({}, c.variant(**settings))])
+
+
+def _mha_masked(**settings: Any) -> Reference:
+    return Reference(lambda c: [({}, c.variant(**settings))] if c.mask is not None else [])
+
+
+def _mask_no_head_axis(c: Any) -> list:
+    if c.mask is None or c.mask.dim() != 3:
+        return []
+    return [(dict(mask=describe_shape(c.mask), with_head=_with_head_axis(c.mask)), c.variant(mask_mode="no head axis"))]
+
+
 _SWAPS = [  # (keyword of _mha_variant, names, roles, verb, mistake, words after the list)
     ("proj", _PROJ, ("query", "key", "value"), "goes through", "projections swapped", "."),
     ("inputs", tuple(f"`{n}`" for n in _INPUTS), ("queries", "keys", "values"), "are computed from",
@@ -279,23 +342,173 @@ _SWAPS = [  # (keyword of _mha_variant, names, roles, verb, mistake, words after
 ]
 
 
-def _mha_mistakes(mask: Tensor | None, distinct_inputs: bool) -> list[tuple[str, str, dict[str, Any]]]:
-    """(name, diagnosis, keyword arguments of ``_mha_variant``) for every catalogued mistake."""
-    out = list(_MHA_MISTAKES)
-    if mask is not None:
-        out += _MASK_MISTAKES
-    if mask is not None and mask.dim() == 3:
-        out.append(("mask broadcast wrongly", f"the check tried batch size B = num_heads with a {describe_shape(mask)} "
-                    "mask, so a mask without the head axis broadcasts without an error, and your result is exactly "
-                    "what that gives: the mask lined up with the heads instead of the batch items. Before masking, "
-                    f"add the head axis: mask.unsqueeze(1) turns a 3-D mask into {_with_head_axis(mask)}, which "
-                    "broadcasts over the heads.", dict(mask_mode="no head axis")))
-    for keyword, names, roles, verb, name, tail in (_SWAPS if distinct_inputs else _SWAPS[:1]):
+def _swapped(keyword: str) -> Reference:
+    """Every assignment of the projections (or the inputs) to the three roles but the right one
+    (the inputs only when query, key and value differ)."""
+    _, names, roles, verb, _, tail = next(swap for swap in _SWAPS if swap[0] == keyword)
+
+    def build(c: Any) -> list:
+        if keyword == "inputs" and not c.distinct_inputs:
+            return []
+        out = []
         for chosen in itertools.product(range(3), repeat=3):
-            swaps = [f"the {roles[i]} {verb} {names[c]} instead of {names[i]}" for i, c in enumerate(chosen) if c != i]
+            swaps = [f"the {roles[i]} {verb} {names[ch]} instead of {names[i]}"
+                     for i, ch in enumerate(chosen) if ch != i]
             if swaps:
-                out.append((name, "; ".join(swaps) + tail, {keyword: chosen}))
-    return out
+                out.append((dict(swaps="; ".join(swaps) + tail), c.variant(**{keyword: chosen})))
+        return out
+
+    return Reference(build)
+
+
+_SPLIT_WORDS = ("the heads were split with .view(B, H, L, d_k) and no transpose, so each head got a block of positions "
+                "instead of a slice of features. View as (B, L, H, d_k), then transpose(1, 2) (your split_heads from "
+                "above does this).")
+
+
+def _wrong_return(r: Any) -> dict[str, str] | None:
+    """forward's result must be the tuple (output, weights), as scaled_dot_product_attention's."""
+    result = r.result
+    if isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result):
+        return None
+    if isinstance(result, Tensor):
+        return dict(got=f"a single tensor of shape {describe_shape(result)}")
+    if isinstance(result, (tuple, list)):
+        return dict(got=f"a {type(result).__name__} of {len(result)} items")
+    return dict(got=type(result).__name__)
+
+
+def _pure_dropout(r: Any) -> bool:
+    """The output is the reference's after dropout: on the output (after w_o) or the merged heads."""
+    return bool(dropout_pattern(r.out, r.ref_out, r.p) or dropout_pattern(r.merged, r.ref_merged, r.p, atol=1e-4))
+
+
+MHA = Catalogue("MultiHeadAttention", "02", [
+    Entry("not a class", None, Probe("require_module_class")),
+    Entry("missing output projection", "the output projection (w_o, or the model's last Linear) is not applied",
+          Output(lambda f: f.missing == ["w_o"], "projections"),
+          "there is no output projection `w_o`: after merging the heads, mix them with self.w_o = nn.Linear(d_model, "
+          "d_model)."),
+    Entry("missing submodule", "a contract submodule (or its parameters) is absent or named differently",
+          Output(lambda f: bool(f.missing) and dict(missing=", ".join(f.missing)), "projections"),
+          "MultiHeadAttention needs four submodules w_q, w_k, w_v, w_o, each nn.Linear(d_model, d_model); missing: "
+          "{missing}."),
+    Entry("wrong submodule", "a submodule is built wrongly (type, size, heads) or computes something else",
+          Output(lambda m: not isinstance(m.m, nn.Linear) and dict(type=type(m.m).__name__), "projection"),
+          "`{n}` should be nn.Linear(d_model, d_model), got {type}."),
+    Entry("wrong submodule", None,
+          Output(lambda m: (m.m.in_features, m.m.out_features) != (m.D, m.D)
+                 and dict(i=m.m.in_features, o=m.m.out_features), "projection"),
+          "`{n}` should be nn.Linear(d_model, d_model) = nn.Linear({D}, {D}), got nn.Linear({i}, {o}): every "
+          "projection maps D to D (all heads at once)."),
+    Entry("wrong submodule", None, Output(lambda m: m.m.bias is None, "projection"),
+          "`{n}` has no bias: use nn.Linear(d_model, d_model) (bias=True is the default)."),
+    Entry("modules shared", None, Probe("require_distinct_roles")),
+    # a call raised (after sqrt_of_number, scaled_dot_product_attention's)
+    SDPA["sqrt of an int"],
+    Entry("mask broadcast wrongly", "the mask is lined up with the wrong axes (e.g. the heads)",
+          Output(lambda e: e.mask is not None and e.mask.dim() == 3 and e.mask.size(1) > 1 and e.after_queries(),
+                 "shape error"),
+          "your forward works without a mask but {said} with a {mask} mask ({case}).\n    The mask's new axis is after "
+          "the queries: mask.unsqueeze(2) (or unsqueeze(-2)) gives ({B}, {L_q}, 1, {L_k}), which lines the queries up "
+          "with the heads of the (B, H, L_q, L_k) scores. Instead, add the head axis: mask.unsqueeze(1) makes it "
+          "{with_head}, which broadcasts over the heads."),
+    Entry("mask broadcast wrongly", None, Output(lambda e: e.mask is not None, "shape error"),
+          "your forward works without a mask but {said} with a {mask} mask ({case}).\n    {fix}"),
+    Entry("fails for cross-attention", "the code fails when L_q differs from L_k",
+          Output(lambda e: e.after_self_attention, "shape error"),
+          "your forward works for self-attention but {said} for cross-attention ({case}).\n    Queries come from "
+          "`query` (length L_q), keys and values from `key` and `value` (length L_k): reshape each with its own "
+          "length, not the query's."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("parameters modified in place", None, Probe("check_state_unchanged")),
+    Entry("wrong return", "the return value is not the contract's (a tuple for one tensor, or the reverse)",
+          Output(_wrong_return, "pair"),
+          "forward must return (output, weights): the output (B, L_q, D) and the attention weights (B, H, L_q, L_k) "
+          "({case}). Yours returned {got}."),
+    *SDPA.of(Output, "tuple"),  # a list: "not a tuple" (require_tuple)
+    # the wrong result is the reference run with one of these mistakes (in this order; the first for the weights only)
+    Entry("weights averaged over heads", "the returned weights are averaged over the heads",
+          Reference(lambda c: [({}, lambda: (None, c.ref_w.mean(dim=1)))]),
+          "the weights were averaged over the heads, giving (B, L_q, L_k); return one map per head, (B, H, L_q, L_k)."),
+    Entry("split without transpose", "heads split without the transpose to (B, H, L, d_k)",
+          _mha(split_transpose=False, merge_transpose=False), _SPLIT_WORDS),
+    Entry("split without transpose", None, _mha(split_transpose=False), _SPLIT_WORDS),
+    Entry("missing output projection", None, _mha(use_w_o=False),
+          "the output skips the final projection: after merging the heads back to (B, L_q, D), pass the result "
+          "through self.w_o."),
+    Entry("heads in reverse order", None, _mha(flip_heads=True),
+          "the heads reach w_o in reverse order: columns h*d_k .. (h+1)*d_k - 1 of the merged heads hold head H - 1 - "
+          "h. Merge the context in its own head order, merge_heads(context), without a flip of the head axis "
+          "(.flip(1), [::-1], reversed(...))."),
+    Entry("no scaling", None, _mha(scale="none"),
+          "the scores are not scaled: divide Q K^T by sqrt(d_k), the width of one head (scaled_dot_product_attention "
+          "does it for you)."),
+    Entry("scaled by sqrt(d_model)", "scores scaled by sqrt(d_model) instead of sqrt(d_k)", _mha(scale="sqrt(d_model)"),
+          "the scores are divided by sqrt(d_model); each head's dot products have only d_k = d_model // num_heads "
+          "terms, so divide by sqrt(d_k)."),
+    Entry("scaled by d_k", None, _mha(scale="d_k"),
+          "the scores are divided by d_k; divide by its square root, sqrt(d_k)."),
+    Entry("mask ignored", None, _mha_masked(mask_mode="ignored"),
+          "the mask has no effect: blocked keys still get attention weight. Pass the mask on to the attention "
+          "(masked_fill where the mask is False)."),
+    Entry("inverted mask", None, _mha_masked(mask_mode="inverted"),
+          "the mask is inverted: True means 'may attend', so fill the scores where the mask is False (~mask or mask "
+          "== 0), not where it is True."),
+    Entry("mask broadcast wrongly", None, Reference(_mask_no_head_axis),
+          "the check tried batch size B = num_heads with a {mask} mask, so a mask without the head axis broadcasts "
+          "without an error, and your result is exactly what that gives: the mask lined up with the heads instead of "
+          "the batch items. Before masking, add the head axis: mask.unsqueeze(1) turns a 3-D mask into {with_head}, "
+          "which broadcasts over the heads."),
+    Entry("projections swapped", "w_q, w_k, w_v used for the wrong inputs", _swapped("proj"), "{swaps}"),
+    Entry("inputs swapped", "query, key and value passed in the wrong order", _swapped("inputs"), "{swaps}"),
+    *GRADIENT_PROBE,
+    DTYPE_PROBE,
+    # scaled_dot_product_attention's robustness cases, in its words; and PyTorch's fused kernel's zero rows
+    *SDPA.of(Output, "robust"),
+    Entry("fully blocked row not uniform", None, Output(lambda z: z.zero_rows, "zero context"),
+          "output ({case}): the rows of the queries whose keys are all blocked are w_o's bias alone, so their context "
+          "(before w_o) is all zeros; every other row is right. That is what torch's F.scaled_dot_product_attention "
+          "gives with a bool mask: its softmax gives such a row zero weights (and so does nan_to_num after a -inf "
+          "fill). This course's attention fills blocked scores with torch.finfo(scores.dtype).min, so such a row gets "
+          "uniform weights and its context is the mean of the values (notebook 01), as the weights you return say. "
+          "To keep PyTorch's kernel, pass it that fill as an additive float mask: attn_mask = torch.zeros(mask.shape, "
+          "dtype=q.dtype, device=q.device).masked_fill(~mask, torch.finfo(q.dtype).min)."),
+    DEVICE_PROBE,
+    # dropout (train mode, p = 0.3 and 0.6)
+    Entry("dropout missing", "no dropout where the contract puts one",
+          Raises("argument", (TypeError,), stage="dropout"),
+          "MultiHeadAttention({D}, {H}, {p}) raised TypeError: {exc}. The signature is MultiHeadAttention(d_model, "
+          "num_heads, dropout=0.0)."),
+    Entry("dropout ignores eval mode", None, Probe("fail_eval_dropout")),
+    Entry("weights returned after dropout", "the returned attention weights are the ones after dropout",
+          Output(lambda r: r.weights_dropped, "dropout weights"),
+          "in {case}: the weights you return are the weights after dropout: return them before dropout (they are what "
+          "the notebook plots, and each row sums to 1); dropout only changes what multiplies the values."),
+    Entry("dropout in the wrong place", "dropout acts somewhere other than the contract says",
+          Output(lambda r: True, "dropout weights"),
+          "in {case}: the weights you return differ from eval mode: dropout must not change the softmax. Apply it to "
+          "the weights after the softmax (self.dropout(weights) @ v), not to the scores or the inputs."),
+    Entry("dropout missing", None, Output(lambda r: matches(r.out, r.ref_out), "dropout output"),
+          "in {case}: your output equals the one without dropout: dropout is never applied. Keep nn.Dropout(dropout) "
+          "from __init__ and apply it to the attention weights before multiplying by the values: self.dropout(weights) "
+          "@ v."),
+    Entry("dropout on the output", "attention dropout on the output instead of on the weights",
+          Output(lambda r: _pure_dropout(r) and dict(
+              where="the output (after w_o)" if dropout_pattern(r.out, r.ref_out, r.p)
+              else "the merged heads (before w_o)"),
+              "dropout output"),
+          "in {case}: dropout acts on {where} instead of on the attention weights. In the paper and in PyTorch, "
+          "attention dropout drops whole attention links: self.dropout(weights) @ v."),
+    Entry("hard-coded dropout p", None, Probe("fail_fixed_p")),
+    Entry("dropout in the wrong place", None, Output(lambda r: True, "dropout scale"),
+          "in {case}: the output is not what dropout on the attention weights gives (each weight either 0 or weight / "
+          "(1 - p)). Apply dropout exactly once, to the weights after the softmax: self.dropout(weights) @ v."),
+    *_DIVISIBLE,
+])
+
+CATALOGUES = (SPLIT, MERGE, MHA)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
 _SHAPE_WORDS = ("size", "shape", "broadcast", "dimension", "expand")
@@ -366,20 +579,12 @@ def _shape_error(exc: BaseException, mask: Tensor | None, case: str, after_self_
     if not isinstance(exc, (RuntimeError, ValueError)) or isinstance(exc, NotImplementedError) or not shape_words:
         return
     said, passed = _said(exc)
-    if mask is not None and mask.dim() == 3 and mask.size(1) > 1 and after_queries():
-        B, L_q, L_k = mask.shape
-        fail(f"your forward works without a mask but {said} with a {describe_shape(mask)} mask ({case}).\n    The "
-             f"mask's new axis is after the queries: mask.unsqueeze(2) (or unsqueeze(-2)) gives ({B}, {L_q}, 1, "
-             f"{L_k}), which lines the queries up with the heads of the (B, H, L_q, L_k) scores. Instead, add the head "
-             f"axis: mask.unsqueeze(1) makes it {_with_head_axis(mask)}, which broadcasts over the heads.",
-             mistake="mask broadcast wrongly")
+    fields: dict[str, Any] = dict(said=said, case=case)
     if mask is not None:
-        fail(f"your forward works without a mask but {said} with a {describe_shape(mask)} mask ({case}).\n    "
-             f"{_mask_fix(mask, passed)}", mistake="mask broadcast wrongly")
-    if after_self_attention:
-        fail(f"your forward works for self-attention but {said} for cross-attention ({case}).\n    Queries come "
-             "from `query` (length L_q), keys and values from `key` and `value` (length L_k): reshape each with its "
-             "own length, not the query's.", mistake="fails for cross-attention")
+        fields.update(mask=describe_shape(mask), with_head=_with_head_axis(mask), fix=_mask_fix(mask, passed),
+                      **dict(zip(("B", "L_q", "L_k"), mask.shape)) if mask.dim() == 3 else {})
+    MHA.detect("shape error", SimpleNamespace(mask=mask, after_queries=after_queries,
+                                              after_self_attention=after_self_attention), **fields)
 
 
 def _mha_case(model: nn.Module, ref: nn.Module, lin: dict[str, tuple[Tensor, Tensor]], H: int, query: Tensor,
@@ -398,40 +603,25 @@ def _mha_case(model: nn.Module, ref: nn.Module, lin: dict[str, tuple[Tensor, Ten
     check_unchanged([*_INPUTS, "mask"], args, originals, case)
     check_state_unchanged(model, state, case)  # before the values: a changed weight reads as wrong values
     out, w = _pair(result, case)
-    mistakes = _mha_mistakes(mask, distinct_inputs=key is not query and value is not key)
 
-    @functools.cache
-    def variant(i: int) -> tuple[Tensor, Tensor] | None:
-        return _mha_variant(lin, *originals[:3], mask, H, **mistakes[i][2])
+    def variant(**settings: Any) -> Callable[[], tuple[Tensor, Tensor] | None]:  # computed once, when asked
+        return functools.cache(lambda: _mha_variant(lin, *originals[:3], mask, H, **settings))
+
+    c = SimpleNamespace(mask=mask, ref_w=ref_w, distinct_inputs=key is not query and value is not key, variant=variant)
+    mistakes = MHA.candidates(c)
 
     def candidates(part: int) -> list[Mistake]:
-        return [(name, diag, lambda i=i: (variant(i) or (None, None))[part])
-                for i, (name, diag, _) in enumerate(mistakes)]
+        return [(name, diag, lambda make=make: (make() or (None, None))[part]) for name, diag, make in mistakes]
 
     expect_close("output", out, ref_out, candidates(0), case=case)
-    averaged = ("weights averaged over heads", "the weights were averaged over the heads, giving (B, L_q, L_k); "
-                "return one map per head, (B, H, L_q, L_k).", ref_w.mean(dim=1))
-    expect_close("weights", w, ref_w, [averaged, *candidates(1)], case=case)
+    expect_close("weights", w, ref_w, candidates(1), case=case)
 
 
 def _check_projections(model: nn.Module, D: int) -> dict[str, nn.Linear]:
     found = {n: getattr(model, n, None) for n in (*_PROJ, "w_o")}
-    missing = [n for n, m in found.items() if not isinstance(m, nn.Module)]
-    if missing == ["w_o"]:
-        fail("there is no output projection `w_o`: after merging the heads, mix them with self.w_o = "
-             "nn.Linear(d_model, d_model).", mistake="missing output projection")
-    if missing:
-        fail("MultiHeadAttention needs four submodules w_q, w_k, w_v, w_o, each nn.Linear(d_model, d_model); "
-             f"missing: {', '.join(missing)}.", mistake="missing submodule")
+    MHA.detect("projections", SimpleNamespace(missing=[n for n, m in found.items() if not isinstance(m, nn.Module)]))
     for n, m in found.items():
-        if not isinstance(m, nn.Linear):
-            fail(f"`{n}` should be nn.Linear(d_model, d_model), got {type(m).__name__}.", mistake="wrong submodule")
-        if (m.in_features, m.out_features) != (D, D):
-            fail(f"`{n}` should be nn.Linear(d_model, d_model) = nn.Linear({D}, {D}), got nn.Linear({m.in_features}, "
-                 f"{m.out_features}): every projection maps D to D (all heads at once).", mistake="wrong submodule")
-        if m.bias is None:
-            fail(f"`{n}` has no bias: use nn.Linear(d_model, d_model) (bias=True is the default).",
-                 mistake="wrong submodule")
+        MHA.detect("projection", SimpleNamespace(m=m, D=D), n=n, D=D)
     return found  # type: ignore[return-value]
 
 
@@ -463,9 +653,7 @@ def _check_dropout(cls: Any) -> None:
         try:
             model = call_student(cls, D, H, p, context=f"constructing MultiHeadAttention({D}, {H}, dropout={p})")
         except StudentError as err:
-            if isinstance(err.exc, TypeError) and "argument" in str(err.exc):
-                fail(f"MultiHeadAttention({D}, {H}, {p}) raised TypeError: {err.exc}. The signature is "
-                     "MultiHeadAttention(d_model, num_heads, dropout=0.0).", mistake="dropout missing")
+            MHA.detect_raised(err.exc, "dropout", D=D, H=H, p=p, exc=err.exc)
             raise
         ref = MultiHeadAttention(D, H, p).eval()
         _randomise(_check_projections(model, D), ref, D, orthogonal=("w_v", "w_o"))
@@ -482,27 +670,14 @@ def _check_dropout(cls: Any) -> None:
         if not matches(out_eval, ref_out):
             fail_eval_dropout("your output", f"eval mode, dropout={p}")
         if not matches(w, ref_w):
-            after = dropout_pattern(w, ref_w, p)
-            fail(f"in {case}: the weights you return " + (
-                "are the weights after dropout: return them before dropout (they are what the notebook plots, and "
-                "each row sums to 1); dropout only changes what multiplies the values." if after else
-                "differ from eval mode: dropout must not change the softmax. Apply it to the weights after the "
-                "softmax (self.dropout(weights) @ v), not to the scores or the inputs."),
-                mistake="weights returned after dropout" if after else "dropout in the wrong place")
+            MHA.detect("dropout weights", SimpleNamespace(weights_dropped=dropout_pattern(w, ref_w, p)), case=case)
         for _ in range(2):  # every link kept happens by chance (0.7 ** 36 at the smallest sizes): draw again
             out = forward(True)[0] if matches(out, ref_out) else out
-        if matches(out, ref_out):
-            fail(f"in {case}: your output equals the one without dropout: dropout is never applied. Keep "
-                 "nn.Dropout(dropout) from __init__ and apply it to the attention weights before multiplying by the "
-                 "values: self.dropout(weights) @ v.", mistake="dropout missing")
         W_o, b_o = ref.w_o.weight.detach().double(), ref.w_o.bias.detach().double()
         merged = (out.detach().double() - b_o) @ W_o  # (B, L_q, D): W_o is orthogonal
         ref_merged = (ref_out.double() - b_o) @ W_o  # (B, L_q, D)
-        if dropout_pattern(out, ref_out, p) or dropout_pattern(merged, ref_merged, p, atol=1e-4):
-            where = "the output (after w_o)" if dropout_pattern(out, ref_out, p) else "the merged heads (before w_o)"
-            fail(f"in {case}: dropout acts on {where} instead of on the attention weights. In the paper and in "
-                 "PyTorch, attention dropout drops whole attention links: self.dropout(weights) @ v.",
-                 mistake="dropout on the output")
+        dropped = SimpleNamespace(out=out, ref_out=ref_out, merged=merged, ref_merged=ref_merged, p=p)
+        MHA.detect("dropout output", dropped, case=case)
         context = split_heads(merged, H)  # (B, H, L_q, d_k)
         W_v, b_v = ref.w_v.weight.detach().double(), ref.w_v.bias.detach().double()
         v = split_heads(F.linear(value.double(), W_v, b_v), H)  # (B, H, L_k, d_k)
@@ -511,9 +686,7 @@ def _check_dropout(cls: Any) -> None:
             continue
         if scale is not None and scale > 1 + 1e-2:
             fail_fixed_p(scale, p, "the attention weights", case)
-        fail(f"in {case}: the output is not what dropout on the attention weights gives (each weight either 0 or "
-             "weight / (1 - p)). Apply dropout exactly once, to the weights after the softmax: self.dropout(weights) @ "
-             "v.", mistake="dropout in the wrong place")
+        MHA.detect("dropout scale", None, case=case)
 
 
 def _weights_dropout_scale(context: Tensor, v: Tensor, weights: Tensor, p: float) -> float | None:
@@ -537,15 +710,7 @@ def _weights_dropout_scale(context: Tensor, v: Tensor, weights: Tensor, p: float
 
 def _pair(result: Any, case: str) -> tuple[Tensor, Tensor]:
     """forward's result must be the tuple (output, weights), as scaled_dot_product_attention's."""
-    if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
-        if isinstance(result, Tensor):
-            got = f"a single tensor of shape {describe_shape(result)}"
-        elif isinstance(result, (tuple, list)):
-            got = f"a {type(result).__name__} of {len(result)} items"
-        else:
-            got = type(result).__name__
-        fail(f"forward must return (output, weights): the output (B, L_q, D) and the attention weights "
-             f"(B, H, L_q, L_k) ({case}). Yours returned {got}.", mistake="wrong return")
+    MHA.detect("pair", SimpleNamespace(result=result), case=case)
     require_tuple(result, "forward")
     return result[0], result[1]
 
@@ -586,15 +751,8 @@ def _zero_context_rows(out: Any, ref_out: Tensor, mask: Tensor, b_o: Tensor, cas
     if not isinstance(out, Tensor) or out.shape != ref_out.shape or not bool(blind.any()):
         return
     n = int(blind.sum())
-    if matches(out[blind], b_o.expand(n, -1)) and matches(out[~blind], ref_out[~blind]):
-        fail(f"output ({case}): the rows of the queries whose keys are all blocked are w_o's bias alone, so their "
-             "context (before w_o) is all zeros; every other row is right. That is what torch's "
-             "F.scaled_dot_product_attention gives with a bool mask: its softmax gives such a row zero weights (and "
-             "so does nan_to_num after a -inf fill). This course's attention fills blocked scores with "
-             "torch.finfo(scores.dtype).min, so such a row gets uniform weights and its context is the mean of the "
-             "values (notebook 01), as the weights you return say. To keep PyTorch's kernel, pass it that fill as an "
-             "additive float mask: attn_mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)"
-             ".masked_fill(~mask, torch.finfo(q.dtype).min).", mistake="fully blocked row not uniform")
+    zero_rows = matches(out[blind], b_o.expand(n, -1)) and matches(out[~blind], ref_out[~blind])
+    MHA.detect("zero context", SimpleNamespace(zero_rows=zero_rows), case=case)
 
 
 @checker("MultiHeadAttention")
