@@ -24,7 +24,9 @@ from .llama import *  # noqa: F403
 from .tokenizer import *  # noqa: F403
 from . import attention, multihead, positional, encoder, decoder, model, training, classifier  # imported above
 from . import gpt, gpt_weights, llama, tokenizer  # imported above
+from . import catalogue
 
 CHECKER_MODULES = (attention, multihead, positional, encoder, decoder, model, training, classifier, gpt, gpt_weights, llama,  # noqa: E501
               tokenizer)
+catalogue.use_checker_modules(CHECKER_MODULES)
 __all__ = ["CheckResult", "hint", *(name for module in CHECKER_MODULES for name in module.__all__)]

@@ -30,6 +30,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 from ._core import fail
@@ -175,11 +176,18 @@ def _at(detect: Any, stage: str) -> bool:
     return stage in own if isinstance(own, tuple) else stage == own
 
 
+_CHECKER_MODULES: list[ModuleType] = []  # set once by the package, which imports every checker module
+
+
+def use_checker_modules(modules: Iterable[ModuleType]) -> None:
+    """Called once by ``course_utils.checks`` after importing its checker modules (in notebook
+    order): the package hands them over, so this module, which they import, imports none of them."""
+    _CHECKER_MODULES[:] = modules
+
+
 def catalogues() -> list[Catalogue]:
     """Every exercise's table, in notebook order (each checker module's ``CATALOGUES``)."""
-    from . import CHECKER_MODULES  # imported here: the checker modules import this one
-
-    return [table for module in CHECKER_MODULES for table in getattr(module, "CATALOGUES", ())]
+    return [table for module in _CHECKER_MODULES for table in getattr(module, "CATALOGUES", ())]
 
 
 def registry() -> dict[str, str]:
