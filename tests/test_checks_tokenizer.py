@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 import heapq
 import itertools
+import re
 import types
 from collections import Counter, defaultdict
 
@@ -426,12 +427,15 @@ def test_a_hanging_encoder_is_stopped(monkeypatch):
 
 
 # ---------------------------------------------------------------- bpe_encode
-def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False, characters=False):
+def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False, characters=False,
+            specials_in_order=False):
     def bpe_encode(text, vocab, merges, special_tokens=()):
         ids_of = {v: k for k, v in vocab.items()}
         rank = {pair: r for r, pair in enumerate(merges)}
         out = []
         chunks = split_special_tokens(text, special_tokens) if specials_out else [text]
+        if specials_in_order and special_tokens:  # trial s5_11: one regular expression, the tokens in the order given
+            chunks = [c for c in re.split("(" + "|".join(map(re.escape, special_tokens)) + ")", text) if c]
         for chunk in chunks:
             if specials_out and chunk in special_tokens:
                 out.append(ids_of[chunk.encode()])
@@ -620,6 +624,14 @@ def test_a_stub_is_not_implemented(check):
     assert_not_implemented(check, stub)
 
 
+def test_a_helper_still_a_stub_is_named_not_the_trainer():
+    def merge_pair(ids, pair, new_id):
+        raise NotImplementedError
+
+    assert_mistake(check_train_bpe, with_helpers(merge_pair=merge_pair), "values differ", "merge_pair, which is not "
+                   "written yet", "from course_utils import merge_pair", repeat=2)
+
+
 # ---------------------------------------------------------------- the tables: right variants pass, each mistake named
 CORRECT = [
     (check_count_pairs, pairs_counter), (check_count_pairs, pairs_get), (check_count_pairs, pairs_pairwise),
@@ -689,6 +701,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     # trial s5_11: these three passed before
     (check_bpe_encode, encoder(characters=True), "characters instead of bytes", ("one token per byte",)),
     (check_bpe_encode, encode_id_as_text, "ids compared as strings", ("'1000' < '999'",)),
+    (check_bpe_encode, encoder(specials_in_order=True), "special tokens matched shortest first", ("longest first",)),
     (check_train_bpe, trainer(specials_below_size=True), "special token ids after a gap", ("after the last merge",)),
     # and these were blamed on the trainer: its own helpers are checked first
     (check_train_bpe, with_helpers(merge_pair=merge_drop_last), "last token dropped", ("your merge_pair",)),

@@ -571,6 +571,7 @@ MISTAKES: dict[str, str] = {
     "ids as characters": "decoding turns each id into a character (chr(id)) instead of looking its bytes up in vocab",
     "characters instead of bytes": "encoding starts a piece from its characters, not one token per UTF-8 byte",
     "ids compared as strings": "encoding ranks pairs by their joined token's id as text: '1000' < '999'",
+    "special tokens matched shortest first": "of two overlapping special tokens the shorter is matched, not the longer",
     "special token ids after a gap": "special tokens given the ids below vocab_size, not straight after the last merge",
     # notebook 10 (trial s3_10)
     "n_kv_heads default not handled": "GQA built with n_kv_heads=None (the default: num_heads) fails or misbehaves",

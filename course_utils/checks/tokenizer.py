@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -645,6 +646,10 @@ def _fail_helper(train_bpe_fn: Callable[..., Any]) -> None:
             fail(f"your train_bpe calls your {name}, which fails its own check: {err.message}\n    Fix {name} first "
                  f"(check_{name}({name})); the merges follow from it.", mistake=err.mistake)
         except StudentError as err:
+            if isinstance(err.exc, NotImplementedError):
+                fail(f"your train_bpe calls your {name}, which is not written yet (it raises NotImplementedError): "
+                     f"write {name} first (check_{name}({name})), or use the reference meanwhile: from course_utils "
+                     f"import {name}.", mistake="values differ")
             fail(f"your train_bpe calls your {name}, which raises on its own check: {raised(err.exc)}\n    Fix "
                  f"{name} first (check_{name}({name})).", mistake="values differ")
 
@@ -707,12 +712,14 @@ register_hints("train_bpe", [
 # ---------------------------------------------------------------- bpe_encode: one plain encoder and its variants
 def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str], order: str = "rank",
                   split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False,
-                  hard_coded: bool = False) -> list[int]:
+                  hard_coded: bool = False, longest_first: bool = True) -> list[int]:
     specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
     ids_of = {v: k for k, v in sorted(vocab.items(), reverse=True)}
     ranks = {tuple(m): r for r, m in reversed(list(enumerate(merges)))}
     out: list[int] = []
     chunks = split_special_tokens(text, specials) if specials_out else [text]
+    if specials_out and specials and not longest_first:  # a regular expression of the tokens in the order given
+        chunks = [c for c in re.split("(" + "|".join(map(re.escape, specials)) + ")", text) if c]
     for chunk in chunks:
         if specials_out and chunk in specials:
             out.append(ids_of[chunk.encode()])
@@ -790,6 +797,10 @@ _ENCODE_VARIANTS = [
      "empty: a text is special only when the special_tokens argument names it (a hard-coded '<|endoftext|>'?). Cut "
      "the text at the tokens of the argument, split_special_tokens(text, special_tokens); with special_tokens=() "
      "'<|endoftext|>' is ordinary text, encoded as its pieces."),
+    ("special tokens matched shortest first", dict(longest_first=False), "where two special tokens overlap "
+     "('<|endoftext|>' and '<|endoftext|><|endoftext|>'), the longer must win; you matched them in the order given (a "
+     "regular expression tries its alternatives left to right). Sort them longest first, sorted(special_tokens, "
+     "key=len, reverse=True), or cut the text with split_special_tokens(text, special_tokens)."),
     ("across pre-token boundaries", dict(split="none"), "merges cross pieces: pre-tokenize each part of the text "
      "(pretokenize) and encode each piece on its own, as the merges were learned."),
     ("leading space dropped", dict(split="whitespace"), "the spaces are lost (text.split()?): GPT-2's pieces keep the "
@@ -832,6 +843,9 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
         (_text(randint(10, 20)) + ENDOFTEXT + " the  end", vocab, merges, [ENDOFTEXT]),
         (_text(randint(10, 20)) + " " + ENDOFTEXT + "an", shuffled, merges, [ENDOFTEXT]),
         (" a" * 3 + "  ab " + ENDOFTEXT, small | {261: ENDOFTEXT.encode()}, small_merges, [ENDOFTEXT]),
+        # two special tokens, one inside the other, given shortest first: the longer wins where both match
+        ("ab" + ENDOFTEXT * 2 + " ab" + ENDOFTEXT, small | {261: ENDOFTEXT.encode(), 262: 2 * ENDOFTEXT.encode()},
+         small_merges, [ENDOFTEXT, 2 * ENDOFTEXT]),
         # no special tokens asked for: '<|endoftext|>' (in the vocabulary) is ordinary text here
         (_text(randint(4, 8), special=False) + ENDOFTEXT + "the end", vocab, merges, []),
     ]
