@@ -6,6 +6,8 @@ from __future__ import annotations
 import codecs
 import heapq
 import itertools
+import re
+import types
 from collections import Counter, defaultdict
 
 import pytest
@@ -230,11 +232,20 @@ def merge_no_return(ids, pair, new_id):
     merge_while(ids, pair, new_id)
 
 
+def merge_yield(ids, pair, new_id):  # trial s5_11: a generator, not a list
+    i = 0
+    while i < len(ids):
+        found = i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair
+        yield new_id if found else ids[i]
+        i += 2 if found else 1
+
+
 # ---------------------------------------------------------------- train_bpe
 def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merges=None, specials_first=False,
-            add_specials=True, stop=True, id_gap=0, apply=True, counting="all", merge=None):
+            add_specials=True, stop=True, id_gap=0, apply=True, counting="all", merge=None, specials_below_size=False):
     """A slow textbook trainer in one student's style, with one mistake or none (``specials_out`` a
-    string: each special token replaced by it; ``merge`` another merge_pair)."""
+    string: each special token replaced by it; ``merge`` another merge_pair; ``stop="none"``: max() of no
+    pairs raises)."""
     def train_bpe(text, vocab_size, special_tokens=()):
         if isinstance(specials_out, str):
             for token in special_tokens:
@@ -263,7 +274,7 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
         while len(vocab) - (len(special_tokens) if specials_first else 0) < target:
             counts = {"all": pairs_counter, "set": pairs_set, "no overlap": pairs_no_overlap,
                       "by length": pairs_by_length}[counting](words)
-            if not counts:
+            if not counts and stop != "none":
                 if stop:
                     break
                 continue
@@ -283,7 +294,10 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
                 words = Counter({tuple((merge or merge_pair_ref)(list(w), best, new_id)): f for w, f in words.items()})
             vocab[new_id] = vocab[best[0]] + vocab[best[1]]
             merges.append((vocab[best[0]], vocab[best[1]]))
-        if add_specials and not specials_first:
+        if specials_below_size:  # trial s5_11: a gap of ids when training stops early
+            for j, token in enumerate(special_tokens):
+                vocab[vocab_size - len(special_tokens) + j] = token.encode("utf-8")
+        elif add_specials and not specials_first:
             for token in special_tokens:
                 vocab[len(vocab) + id_gap] = token.encode("utf-8")
         return vocab, merges
@@ -363,6 +377,33 @@ def train_recursive(text, vocab_size, special_tokens=()):
     return vocab, merges
 
 
+count_pairs, merge_pair = pairs_counter, merge_while  # the helpers train_with_helpers finds by name, as in the notebook
+
+
+def train_with_helpers(text, vocab_size, special_tokens=()):
+    words = Counter(tuple(p.encode()) for c in split_special_tokens(text, special_tokens) if c not in special_tokens
+                    for p in pretokenize(c))
+    vocab, merges = {i: bytes([i]) for i in range(256)}, []
+    while len(vocab) < vocab_size - len(special_tokens):
+        counts = count_pairs(words)
+        if not counts:
+            break
+        best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+        new_id = len(vocab)
+        words = Counter({tuple(merge_pair(list(w), best, new_id)): f for w, f in words.items()})
+        vocab[new_id] = vocab[best[0]] + vocab[best[1]]
+        merges.append((vocab[best[0]], vocab[best[1]]))
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode()
+    return vocab, merges
+
+
+def with_helpers(**helpers):
+    """train_with_helpers finding the student's own count_pairs or merge_pair (trial s5_11: a wrong helper)."""
+    fn = train_with_helpers
+    return types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, fn.__name__, fn.__defaults__)
+
+
 def train_merges_as_ids(text, vocab_size, special_tokens=()):
     vocab, merges = trainer()(text, vocab_size, special_tokens)
     ids = {v: k for k, v in vocab.items()}
@@ -386,19 +427,22 @@ def test_a_hanging_encoder_is_stopped(monkeypatch):
 
 
 # ---------------------------------------------------------------- bpe_encode
-def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False):
+def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False, characters=False,
+            specials_in_order=False):
     def bpe_encode(text, vocab, merges, special_tokens=()):
         ids_of = {v: k for k, v in vocab.items()}
         rank = {pair: r for r, pair in enumerate(merges)}
         out = []
         chunks = split_special_tokens(text, special_tokens) if specials_out else [text]
+        if specials_in_order and special_tokens:  # trial s5_11: one regular expression, the tokens in the order given
+            chunks = [c for c in re.split("(" + "|".join(map(re.escape, special_tokens)) + ")", text) if c]
         for chunk in chunks:
             if specials_out and chunk in special_tokens:
                 out.append(ids_of[chunk.encode()])
                 continue
             pieces = {"gpt2": pretokenize, "none": lambda c: [c], "whitespace": str.split}[split](chunk)
             for piece in pieces:
-                parts = [bytes([b]) for b in piece.encode()]
+                parts = [c.encode() for c in piece] if characters else [bytes([b]) for b in piece.encode()]
                 while len(parts) > 1:
                     pairs = [p for p in zip(parts, parts[1:]) if p in rank]
                     if not pairs:
@@ -468,6 +512,8 @@ def merge_at_found(pick):
 encode_leftmost = merge_at_found(lambda parts, found, ids_of: found[0])  # the first known pair from the left
 # tiktoken's way: a pair's rank is its joined token's id; right for a vocabulary whose ids follow its merges
 encode_joined_id = merge_at_found(lambda parts, found, ids_of: min(found, key=lambda i: ids_of[parts[i] + parts[i + 1]]))  # noqa: E501
+# trial s5_11: the same with the ids compared as strings ('1000' < '999')
+encode_id_as_text = merge_at_found(lambda parts, found, ids_of: min(found, key=lambda i: str(ids_of[parts[i] + parts[i + 1]])))  # noqa: E501
 
 
 @piece_encoder
@@ -578,6 +624,14 @@ def test_a_stub_is_not_implemented(check):
     assert_not_implemented(check, stub)
 
 
+def test_a_helper_still_a_stub_is_named_not_the_trainer():
+    def merge_pair(ids, pair, new_id):
+        raise NotImplementedError
+
+    assert_mistake(check_train_bpe, with_helpers(merge_pair=merge_pair), "values differ", "merge_pair, which is not "
+                   "written yet", "from course_utils import merge_pair", repeat=2)
+
+
 # ---------------------------------------------------------------- the tables: right variants pass, each mistake named
 CORRECT = [
     (check_count_pairs, pairs_counter), (check_count_pairs, pairs_get), (check_count_pairs, pairs_pairwise),
@@ -586,7 +640,7 @@ CORRECT = [
     # merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
     (check_bpe_encode, encoder()), (check_bpe_encode, encode_merges_in_order), (check_bpe_encode, encoder(first_only=True)),  # noqa: E501
     (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
-    (check_bpe_encode, encode_joined_id), (check_bpe_decode, decode_incremental),
+    (check_bpe_encode, encode_joined_id), (check_bpe_decode, decode_incremental), (check_train_bpe, train_with_helpers),
 ]
 
 MISTAKES = [  # (check, student, mistake name, words the verdict must say)
@@ -644,6 +698,20 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encoder(split="whitespace"), "leading space dropped", ()),
     (check_bpe_encode, encoder(byte_ids=True), "byte values as ids", ()),
     (check_bpe_encode, encode_hard_coded, "special tokens hard-coded", ("special_tokens=()",)),
+    # trial s5_11: these three passed before
+    (check_bpe_encode, encoder(characters=True), "characters instead of bytes", ("one token per byte",)),
+    (check_bpe_encode, encode_id_as_text, "ids compared as strings", ("'1000' < '999'",)),
+    (check_bpe_encode, encoder(specials_in_order=True), "special tokens matched shortest first", ("longest first",)),
+    (check_train_bpe, trainer(specials_below_size=True), "special token ids after a gap", ("after the last merge",)),
+    # and these were blamed on the trainer: its own helpers are checked first
+    (check_train_bpe, with_helpers(merge_pair=merge_drop_last), "last token dropped", ("your merge_pair",)),
+    (check_train_bpe, with_helpers(merge_pair=merge_first_only), "only the first occurrence merged",
+     ("your merge_pair",)),
+    (check_train_bpe, with_helpers(merge_pair=merge_marks_overlaps), "overlapping pairs merged twice",
+     ("your merge_pair",)),
+    (check_train_bpe, with_helpers(count_pairs=pairs_set), "pair counted once per piece", ("your count_pairs",)),
+    (check_train_bpe, trainer(stop="none"), "no stop when pairs run out", ("if not counts",)),
+    (check_merge_pair, merge_yield, "wrong return", ("yield",)),
     (check_bpe_decode, decode_per_token, "decoded token by token", ()),
     (check_bpe_decode, decode_per_token_strict, "decoded token by token", ()),
     (check_bpe_decode, decode_strict, "invalid bytes raise", ()),

@@ -401,7 +401,7 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "ties broken differently": "ties between the most frequent pairs not given to the greatest pair of byte strings",
     "special tokens trained on": "the special tokens' characters are trained on instead of cut out first",
     "merged ids not from 256": "the merged tokens' ids do not run 256, 257, ... (a gap or another start)",
-    "whitespace stripped": "decoding strips the spaces or newlines at the ends of the text (.strip(), .lstrip(), .rstrip())",  # noqa: E501
+    "whitespace stripped": "decoding strips the spaces or newlines at the text's ends (.strip(), .lstrip(), .rstrip())",
     "special tokens dropped": "decoding skips the special tokens (skip_special_tokens) instead of giving their text",
     "every other pair skipped": "pairs counted at positions 0-1, 2-3, ... only (zip(w[::2], w[1::2]))",
     "last pair skipped": "the last pair of each piece not counted (range(len(w) - 2))",
@@ -430,11 +430,15 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "pair reversed": "merging looks for (pair[1], pair[0]) instead of the pair",
     "special tokens replaced by a space": "training replaces each special token by a space instead of splitting at it",
     "documents glued together": "training deletes the special tokens, gluing the texts on both sides into one",
-    "whitespace collapsed": "training collapses runs of spaces and newlines (' '.join(text.split())) before pre-tokenizing",  # noqa: E501
+    "whitespace collapsed": "training collapses runs of spaces and newlines (' '.join(text.split())) first",
     "special tokens hard-coded": "encoding treats '<|endoftext|>' as special whatever the special_tokens argument says",
     "wrap-around pair counted": "pair counting pairs a piece's last token with its first ((w[i - 1], w[i]) from i = 0)",
     "tokens joined with spaces": "decoding puts a space between the tokens (' '.join) instead of joining their bytes",
     "ids as characters": "decoding turns each id into a character (chr(id)) instead of looking its bytes up in vocab",
+    "characters instead of bytes": "encoding starts a piece from its characters, not one token per UTF-8 byte",
+    "ids compared as strings": "encoding ranks pairs by their joined token's id as text: '1000' < '999'",
+    "special tokens matched shortest first": "of two overlapping special tokens the shorter is matched, not the longer",
+    "special token ids after a gap": "special tokens given the ids below vocab_size, not straight after the last merge",
     # notebook 10 (trial s3_10)
     "n_kv_heads default not handled": "GQA built with n_kv_heads=None (the default: num_heads) fails or misbehaves",
     "mean absolute value": "RMSNorm divides by mean(|x|) instead of the root mean square",

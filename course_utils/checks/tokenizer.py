@@ -9,7 +9,8 @@ reference run *with* each mistake (a table of variants of one plain trainer and 
 encoder below) and, for the training loop, replayed on the reference's pieces: a merge that was
 not a most frequent pair there (after the student's own earlier merges) means the pair counts
 differ; only when every merge was one are equal counts at the first merge that differs a tie
-broken another way. Every call of the student's code
+broken another way; a training loop that calls the student's own ``count_pairs`` or ``merge_pair``
+(by name) is first blamed on the helper when that fails its own check. Every call of the student's code
 runs under a time limit of its own (:data:`CALL_LIMIT_S`), so an endless merge loop ends the
 check with a message saying which call did not finish. The mistake names are those of
 ``_mistakes.MISTAKES``; tests/test_checks_tokenizer.py pins each one on 20 seeds.
@@ -18,6 +19,8 @@ check with a message saying which call did not finish. The mistake names are tho
 from __future__ import annotations
 
 import copy
+import inspect
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -123,11 +126,13 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
         ("piece counts ignored", "each piece is counted once, but `words` maps each piece to how often it occurs in "
          "the text: add `freq`, not 1, for each pair (`counts[pair] += freq`).", dict(once)),
         ("overlapping pairs counted once", "a run like (7, 7, 7) holds the pair (7, 7) twice, at positions 0 and 1 "
-         "(overlapping); count every position, `zip(word, word[1:])`, without skipping after a match.", dict(no_overlap)),  # noqa: E501
+         "(overlapping); count every position, `zip(word, word[1:])`, without skipping after a match.",
+         dict(no_overlap)),
         ("pair counted once per piece", "a pair that occurs twice in one piece is counted once (a set of the piece's "
          "pairs?): count it at every position where it occurs.", dict(per_piece)),
-        ("every other pair skipped", "you count the pairs at positions 0-1, 2-3, ... only (zip(word[::2], word[1::2])?): "  # noqa: E501
-         "the pair at 1-2 is a pair too. Count every adjacent pair, `zip(word, word[1:])`.", dict(strided)),
+        ("every other pair skipped", "you count the pairs at positions 0-1, 2-3, ... only (zip(word[::2], "
+         "word[1::2])?): the pair at 1-2 is a pair too. Count every adjacent pair, `zip(word, word[1:])`.",
+         dict(strided)),
         ("last pair skipped", "the last pair of each piece is missing (range(len(word) - 2)?): a piece of n tokens has "
          "n - 1 pairs, at i = 0 ... n - 2, so the range is range(len(word) - 1).", dict(short)),
     ]
@@ -135,11 +140,13 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
 
 def _as_counts(got: Any, what: str) -> dict:
     if not isinstance(got, Mapping):
-        fail(f"{what} should return a dict (or Counter) {{(a, b): count}}, got {type(got).__name__}.", mistake="wrong return")  # noqa: E501
+        fail(f"{what} should return a dict (or Counter) {{(a, b): count}}, got {type(got).__name__}.",
+             mistake="wrong return")
     out = {}
     for key, value in got.items():
         if not (isinstance(key, tuple) and len(key) == 2):
-            fail(f"{what}'s keys should be pairs (a, b) of adjacent tokens, got the key {key!r}.", mistake="wrong return")  # noqa: E501
+            fail(f"{what}'s keys should be pairs (a, b) of adjacent tokens, got the key {key!r}.",
+                 mistake="wrong return")
         if isinstance(value, bool) or not isinstance(value, int):
             fail(f"{what}'s counts should be ints, got {value!r} for {key!r}.", mistake="wrong return")
         if value:
@@ -278,13 +285,15 @@ def check_merge_pair(merge_pair_fn):
         given = list(ids)
         got = _run(merge_pair_fn, given, pair, new_id, name="merge_pair", what=f"{_show(ids)}, {pair}, {new_id}")
         if given != ids:
-            fail(f"merge_pair changed the list it was given ({_show(ids)} became {_show(given)}); build and return a new "  # noqa: E501
-                 "list: the caller may still need the old one (your training loop builds the new pieces from the old "
-                 "ones, and a trainer that updates its counts subtracts the old pieces' pairs).",
+            fail(f"merge_pair changed the list it was given ({_show(ids)} became {_show(given)}); build and return a "
+                 "new list: the caller may still need the old one (your training loop builds the new pieces from the "
+                 "old ones, and a trainer that updates its counts subtracts the old pieces' pairs).",
                  mistake="input modified in place")
         if not isinstance(got, (list, tuple)):
             fail(f"merge_pair should return a list of ids, got {type(got).__name__} (for merge_pair({_show(ids)}, "
-                 f"{pair}, {new_id})). Did you forget `return`?", mistake="wrong return")
+                 f"{pair}, {new_id})). "
+                 + ("You used `yield`, which makes a generator: append to a list and return it."
+                    if inspect.isgenerator(got) else "Did you forget `return`?"), mistake="wrong return")
         results.append((ids, pair, new_id, list(got)))
     wrong = [r for r in results if r[3] != merge_pair(r[0], r[1], r[2])]
     if not wrong:
@@ -414,7 +423,8 @@ _TRAIN_VARIANTS = [
     ("ties broken differently", dict(tie="ids"), "ties are broken by comparing the token ids (a, b); the exercise "
      "compares their byte strings: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
     ("ties broken differently", dict(tie="first"), "ties go to the pair counted first (max(counts, key=counts.get)); "
-     "the exercise gives them to the greatest pair of byte strings: key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])."),  # noqa: E501
+     "the exercise gives them to the greatest pair of byte strings: key=lambda p: (counts[p], vocab[p[0]], "
+     "vocab[p[1]])."),
     ("ties broken differently", dict(tie="joined"), "ties are broken by the two byte strings joined "
      "(vocab[a] + vocab[b]); the exercise compares the pair: first byte strings, then second ones. They differ when "
      "the first token of one pair is a prefix of the other's: (b'ab', b'a') beats (b'a', b'bz') as a pair, but "
@@ -484,7 +494,8 @@ def _as_training(got: Any) -> tuple[dict, list]:
 
 
 def _train_case(text: str, vocab_size: int, specials: list[str]) -> str:
-    return f"train_bpe({text[:60]!r}{'...' if len(text) > 60 else ''}, vocab_size={vocab_size}, special_tokens={specials})"  # noqa: E501
+    more = "..." if len(text) > 60 else ""
+    return f"train_bpe({text[:60]!r}{more}, vocab_size={vocab_size}, special_tokens={specials})"
 
 
 def _not_most_frequent(text: str, specials: list[str], got: list, expected: list) -> tuple | None:
@@ -511,8 +522,8 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
     case = _train_case(text, vocab_size, specials)
     n_expected = vocab_size - 256 - len(specials)
     if got != expected and expected == got[:len(expected)] and len(expected) == n_expected:
-        fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and the "  # noqa: E501
-             f"{len(specials)} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) "
+        fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and "
+             f"the {len(specials)} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) "
              f"merges.\n    {case}", mistake="wrong number of merges")
     if got == expected[:len(got)]:
         fail(f"you learned {len(got)} merges, expected {len(expected)}: vocab_size counts every token; stop when "
@@ -557,7 +568,7 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
          f"{counts[ref]} times.\n    {case}", mistake="values differ")
 
 
-def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str) -> None:
+def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str, vocab_size: int) -> None:
     expected = {i: bytes([i]) for i in range(256)}
     for a, b in merges:
         expected[len(expected)] = a + b
@@ -581,6 +592,12 @@ def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str) -> N
                  f"{ids.get(merges[0][0] + merges[0][1])}; the first merged token must get id 256, the first free id "
                  "after the 256 single bytes (0-255), and merge k the id 256 + k, with no gap.\n    " + case,
                  mistake="merged ids not from 256")
+        if [ids[t.encode()] for t in specials] == list(range(vocab_size - len(specials), vocab_size)):
+            fail(f"your special tokens have the last ids below vocab_size, {vocab_size - len(specials)} onward; this "
+                 f"text ran out of pairs after {len(merges)} merges, so that leaves a gap of ids no token has. The "
+                 "special tokens' ids continue straight after the last merge: vocab[len(vocab)] = "
+                 f"token.encode('utf-8'), ids {len(expected) - len(specials)} onward here.\n    {case}",
+                 mistake="special token ids after a gap")
         fail(f"the special tokens should come last, after the merged tokens (ids {len(expected) - len(specials)} "
              f"onward); yours have the ids {[ids[t.encode()] for t in specials]}.\n    {case}",
              mistake="wrong special token ids")
@@ -604,8 +621,54 @@ def _fail_made_up_id(err: StudentError, vocab_size: int) -> None:
             str(key).startswith(str(i)) or str(key).endswith(str(i)) for i in range(256, vocab_size)):
         fail(f"your code raised {raised(err.exc)}\n    No token has the id {key}: your merges made it. If merge_pair "
              "replaces the pair in the ids written out as text (' '.join(map(str, ids)).replace(...)), ids of several "
-             "digits collide: for example '32 101' holds '32 10', and merging (32, 10) into 256 gives '2561'. Compare the ids "  # noqa: E501
-             "themselves: (ids[i], ids[i + 1]) == pair.", mistake="ids joined as a string")
+             "digits collide: for example '32 101' holds '32 10', and merging (32, 10) into 256 gives '2561'. Compare "
+             "the ids themselves: (ids[i], ids[i + 1]) == pair.", mistake="ids joined as a string")
+
+
+def _fail_helper(train_bpe_fn: Callable[..., Any]) -> None:
+    """Blame the student's own count_pairs or merge_pair, where their train_bpe calls one that fails its check."""
+    code = [getattr(train_bpe_fn, "__code__", None)]
+    names: set[str] = set()
+    while code:  # the names the function and the functions defined in it read
+        c = code.pop()
+        if c is not None:
+            names.update(c.co_names)
+            code += [k for k in c.co_consts if inspect.iscode(k)]
+    helpers = getattr(train_bpe_fn, "__globals__", {})
+    for name, check in (("count_pairs", check_count_pairs), ("merge_pair", check_merge_pair)):
+        helper = helpers.get(name) if name in names else None
+        if not callable(helper) or str(getattr(helper, "__module__", "")).startswith("course_utils."):
+            continue
+        try:
+            with torch.random.fork_rng(devices=[]):
+                check.__wrapped__(helper)  # the check's body: no verdict shown
+        except Failure as err:
+            fail(f"your train_bpe calls your {name}, which fails its own check: {err.message}\n    Fix {name} first "
+                 f"(check_{name}({name})); the merges follow from it.", mistake=err.mistake)
+        except StudentError as err:
+            if isinstance(err.exc, NotImplementedError):
+                fail(f"your train_bpe calls your {name}, which is not written yet (it raises NotImplementedError): "
+                     f"write {name} first (check_{name}({name})), or use the reference meanwhile: from course_utils "
+                     f"import {name}.", mistake="values differ")
+            fail(f"your train_bpe calls your {name}, which raises on its own check: {raised(err.exc)}\n    Fix "
+                 f"{name} first (check_{name}({name})).", mistake="values differ")
+
+
+def _train(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, specials: list[str],
+           **limit: str) -> tuple[dict, list]:
+    """The student's (vocab, merges), an error of theirs named where it can be."""
+    try:
+        return _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe",
+                                 what=f"{text[:30]!r}..., {vocab_size}, {specials}", **limit))
+    except StudentError as err:
+        _fail_helper(train_bpe_fn)
+        _fail_made_up_id(err, vocab_size)
+        n = len(train_bpe(text, vocab_size, specials)[1])
+        if isinstance(err.exc, ValueError) and "empty" in str(err.exc) and n < vocab_size - 256 - len(specials):
+            fail(f"your code raised {raised(err.exc)}\n    This text has no pair left after {n} merges, before the "
+                 "vocabulary reaches vocab_size: stop the loop when count_pairs returns nothing (if not counts: "
+                 f"break).\n    {_train_case(text, vocab_size, specials)}", mistake="no stop when pairs run out")
+        raise
 
 
 @checker("train_bpe")
@@ -613,29 +676,26 @@ def check_train_bpe(train_bpe_fn):
     require_function(train_bpe_fn, "train_bpe")
     cases = _train_cases() + _train_variants_differ()
     for text, vocab_size, specials in cases:
-        what = f"{text[:30]!r}..., {vocab_size}, {specials}"
-        try:
-            got = _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe", what=what))
-        except StudentError as err:
-            _fail_made_up_id(err, vocab_size)
-            raise
-        vocab, merges = got
+        vocab, merges = _train(train_bpe_fn, text, vocab_size, list(specials))
         expected = train_bpe(text, vocab_size, specials)[1]
         if merges != expected:
+            _fail_helper(train_bpe_fn)
             _diagnose_merges(text, vocab_size, list(specials), merges, expected, cases,
                              lambda *other: _their_merges(train_bpe_fn, *other))
-        _check_vocab(vocab, merges, list(specials), f"train_bpe({text[:40]!r}..., {vocab_size}, {specials})")
-    # a text that runs out of pairs before vocab_size: the loop must stop
-    text = "ab " * randint(2, 4)
-    got = _run(train_bpe_fn, text, 400, [], name="train_bpe", what=f"{text!r}, 400, []",
-               mistake="no stop when pairs run out",
-               why="this text has only 2 merges to learn before every piece is one token; stop the loop when no "
-                   "pair is left (if not counts: break).")
-    vocab, merges = _as_training(got)
-    if merges != train_bpe(text, 400)[1]:
-        fail(f"train_bpe({text!r}, 400) learned {merges!r}, expected {train_bpe(text, 400)[1]!r}: when no pair is left "
+        _check_vocab(vocab, merges, list(specials), _train_case(text, vocab_size, list(specials)), vocab_size)
+    # a text that runs out of pairs before vocab_size: the loop must stop, the special token's id follows the merges
+    text, specials = "ab " * randint(2, 4) + ENDOFTEXT, [ENDOFTEXT]
+    vocab, merges = _train(train_bpe_fn, text, 400, specials, mistake="no stop when pairs run out",
+                           why="this text has only 2 merges to learn before every piece is one token; stop the loop "
+                               "when no pair is left (if not counts: break).")
+    expected = train_bpe(text, 400, specials)[1]
+    if merges != expected:
+        _fail_helper(train_bpe_fn)
+        fail(f"{_train_case(text, 400, specials)} learned {merges!r}, expected {expected!r}: when no pair is left "
              "(every piece is one token), stop: there is nothing more to merge.", mistake="no stop when pairs run out")
-    return _passed(train_bpe_fn, f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special tokens")  # noqa: E501
+    _check_vocab(vocab, merges, specials, _train_case(text, 400, specials), 400)
+    return _passed(train_bpe_fn, f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special "
+                   "tokens")
 
 
 register_hints("train_bpe", [
@@ -652,12 +712,14 @@ register_hints("train_bpe", [
 # ---------------------------------------------------------------- bpe_encode: one plain encoder and its variants
 def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str], order: str = "rank",
                   split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False,
-                  hard_coded: bool = False) -> list[int]:
+                  hard_coded: bool = False, longest_first: bool = True) -> list[int]:
     specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
     ids_of = {v: k for k, v in sorted(vocab.items(), reverse=True)}
     ranks = {tuple(m): r for r, m in reversed(list(enumerate(merges)))}
     out: list[int] = []
     chunks = split_special_tokens(text, specials) if specials_out else [text]
+    if specials_out and specials and not longest_first:  # a regular expression of the tokens in the order given
+        chunks = [c for c in re.split("(" + "|".join(map(re.escape, specials)) + ")", text) if c]
     for chunk in chunks:
         if specials_out and chunk in specials:
             out.append(ids_of[chunk.encode()])
@@ -694,6 +756,8 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
                     best = min(pairs, key=ranks.get)
                 elif order == "latest":
                     best = max(pairs, key=ranks.get)
+                elif order == "id as text":  # the joined token's id, compared as a string: '1000' < '999'
+                    best = min(pairs, key=lambda p: str(ids_of[p[0] + p[1]]))
                 elif order == "frequency":
                     best = max(pairs, key=lambda p: (pairs.count(p), -ranks[p]))
                 else:  # "leftmost": the first learned pair found, left to right (merged there only, or everywhere)
@@ -723,12 +787,20 @@ _ENCODE_VARIANTS = [
     *[("merges in text order", dict(order=order), "you merge the first known pair from the left; merges apply in "
        "the order they were learned: at each step the adjacent pair with the lowest rank (its index in merges).")
       for order in ("leftmost", "leftmost once")],
+    ("ids compared as strings", dict(order="id as text"), "you pick the pair whose joined token has the lowest id "
+     "compared as text (str(id)?): as strings '1000' < '999', so once ids have four digits the order is wrong (GPT-2's "
+     "ids go to 50,256). Rank each pair by its index in merges, min(pairs, key=lambda p: rank.get(p, inf)), or "
+     "compare the ids as numbers."),
     ("special tokens split", dict(specials_out=False), "the special token was encoded as ordinary text (split into "
      "pieces); cut the text around the special tokens first (split_special_tokens) and give each one its own id."),
     ("special tokens hard-coded", dict(hard_coded=True), "'<|endoftext|>' became one id although special_tokens is "
      "empty: a text is special only when the special_tokens argument names it (a hard-coded '<|endoftext|>'?). Cut "
      "the text at the tokens of the argument, split_special_tokens(text, special_tokens); with special_tokens=() "
      "'<|endoftext|>' is ordinary text, encoded as its pieces."),
+    ("special tokens matched shortest first", dict(longest_first=False), "where two special tokens overlap "
+     "('<|endoftext|>' and '<|endoftext|><|endoftext|>'), the longer must win; you matched them in the order given (a "
+     "regular expression tries its alternatives left to right). Sort them longest first, sorted(special_tokens, "
+     "key=len, reverse=True), or cut the text with split_special_tokens(text, special_tokens)."),
     ("across pre-token boundaries", dict(split="none"), "merges cross pieces: pre-tokenize each part of the text "
      "(pretokenize) and encode each piece on its own, as the merges were learned."),
     ("leading space dropped", dict(split="whitespace"), "the spaces are lost (text.split()?): GPT-2's pieces keep the "
@@ -760,13 +832,20 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
     # merges, so an encoder that ranks a pair by its joined token's id (tiktoken's way) passes both
     two = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"bc"}
     four = {i: bytes([i]) for i in range(256)} | {256: b"cd", 257: b"ab", 258: b"bc", 259: b"abc"}
+    # ids of three and four digits that follow the merges: ids compared as text put '1000' (ab) before '999' (bc)
+    wide = {i: bytes([i]) for i in range(256)} | {999: b"bc", 1000: b"ab"}
     return [
         ("abc", two, [(b"a", b"b"), (b"b", b"c")], []),
         ("abcd", four, [(b"c", b"d"), (b"a", b"b"), (b"b", b"c"), (b"a", b"bc")], []),
-        ("abcabab abab x!ab", small, small_merges, []),
+        ("abc", wide, [(b"b", b"c"), (b"a", b"b")], []),
+        # 'ï' (two bytes) is in no merge: it stays two byte tokens
+        ("abcabab abab x!ab naïve", small, small_merges, []),
         (_text(randint(10, 20)) + ENDOFTEXT + " the  end", vocab, merges, [ENDOFTEXT]),
         (_text(randint(10, 20)) + " " + ENDOFTEXT + "an", shuffled, merges, [ENDOFTEXT]),
         (" a" * 3 + "  ab " + ENDOFTEXT, small | {261: ENDOFTEXT.encode()}, small_merges, [ENDOFTEXT]),
+        # two special tokens, one inside the other, given shortest first: the longer wins where both match
+        ("ab" + ENDOFTEXT * 2 + " ab" + ENDOFTEXT, small | {261: ENDOFTEXT.encode(), 262: 2 * ENDOFTEXT.encode()},
+         small_merges, [ENDOFTEXT, 2 * ENDOFTEXT]),
         # no special tokens asked for: '<|endoftext|>' (in the vocabulary) is ordinary text here
         (_text(randint(4, 8), special=False) + ENDOFTEXT + "the end", vocab, merges, []),
     ]
@@ -779,8 +858,12 @@ def check_bpe_encode(bpe_encode_fn):
     results = []
     for text, vocab, merges, specials in cases:
         case = f"bpe_encode({text[:50]!r}{'...' if len(text) > 50 else ''}, vocab, merges, {specials})"
-        got = _run(bpe_encode_fn, text, dict(vocab), list(merges), list(specials), name="bpe_encode",
-                   what=f"{text[:30]!r}..., vocab, merges, {specials}")
+        try:
+            got = _run(bpe_encode_fn, text, dict(vocab), list(merges), list(specials), name="bpe_encode",
+                       what=f"{text[:30]!r}..., vocab, merges, {specials}")
+        except StudentError as err:
+            _fail_character_token(err, case)
+            raise
         if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in got):
             fail(f"bpe_encode should return a list of int ids, got {type(got).__name__}"
                  + (f" holding {type(next(iter(got), None)).__name__}" if isinstance(got, (list, tuple)) else "")
@@ -828,11 +911,26 @@ def check_bpe_encode(bpe_encode_fn):
          f"{_show(expected[k:k + 6])}.\n    {case}", mistake="values differ")
 
 
+def _fail_character_token(err: StudentError, case: str) -> None:
+    """A KeyError on the bytes of one character of several bytes: the piece was cut into characters."""
+    key = err.exc.args[0] if isinstance(err.exc, KeyError) and err.exc.args else None
+    try:
+        char = key.decode("utf-8") if isinstance(key, bytes) and len(key) > 1 else ""
+    except UnicodeDecodeError:
+        char = ""
+    if len(char) == 1:
+        fail(f"your code raised {raised(err.exc)}\n    {key!r} is the character {char!r}, {len(key)} bytes, which no "
+             "merge joins: you start each piece from its characters ([c.encode() for c in piece]?). Start from the "
+             "piece's UTF-8 bytes, one token per byte, [bytes([b]) for b in piece.encode('utf-8')]: a character of 2-4 "
+             f"bytes is 2-4 tokens until merges join them.\n    {case}", mistake="characters instead of bytes")
+
+
 register_hints("bpe_encode", [
     "Build two lookups once: ids_of = {token_bytes: id for id, token_bytes in vocab.items()} and "
     "rank = {pair: index for index, pair in enumerate(merges)}.",
     "Cut the text around the special tokens (split_special_tokens): a special piece is one id. Pre-tokenize the "
-    "rest (pretokenize); encode each piece on its own, starting from its single bytes [bytes([b]) for b in piece.encode()].",  # noqa: E501
+    "rest (pretokenize); encode each piece on its own, starting from its single bytes [bytes([b]) for b in "
+    "piece.encode()].",
     "In a piece, repeat: among the adjacent pairs, take the one with the lowest rank (min(..., key=lambda p: "
     "rank.get(p, inf))); stop if none is in rank; else merge it everywhere (merge_pair(parts, pair, pair[0] + "
     "pair[1])). Then map each part to its id with ids_of.",
@@ -851,8 +949,8 @@ def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
         ("invalid bytes dropped", "invalid UTF-8 is dropped (errors='ignore'): a model can produce such ids, and the "
          "text should show where, with '\\ufffd': decode with errors='replace'.",
          lambda: b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore")),
-        ("decoded token by token", "you decode each token on its own (dropping what does not decode): a character split "  # noqa: E501
-         "between two tokens is lost. Join all the bytes first, then decode once with errors='replace'.",
+        ("decoded token by token", "you decode each token on its own (dropping what does not decode): a character "
+         "split between two tokens is lost. Join all the bytes first, then decode once with errors='replace'.",
          lambda: per_token("ignore")),
         ("byte values as ids", "you turned ids into bytes directly (bytes(ids)?): an id is not a byte value; look each "
          "id up in vocab.", lambda: bytes(ids).decode("utf-8", errors="replace")),
@@ -932,18 +1030,18 @@ def check_bpe_decode(bpe_decode_fn):
                 try:
                     b"".join(vocab[i] for i in ids).decode("utf-8")
                 except UnicodeDecodeError:
-                    fail(f"your code raised {raised(err.exc)}\n    These bytes are not valid UTF-8 (a model can produce "  # noqa: E501
-                         "any ids): decode with errors='replace', which shows '\\ufffd' where they break.\n    "
+                    fail(f"your code raised {raised(err.exc)}\n    These bytes are not valid UTF-8 (a model can "
+                         "produce any ids): decode with errors='replace', which shows '\\ufffd' where they break.\n    "
                          f"{case}", mistake="invalid bytes raise")
-                fail(f"your code raised {raised(err.exc)}\n    Together the bytes are valid UTF-8: you decode each token "  # noqa: E501
-                     "on its own, and a character split between two tokens breaks. Join the bytes first (b''.join), "
-                     f"then decode once.\n    {case}", mistake="decoded token by token")
+                fail(f"your code raised {raised(err.exc)}\n    Together the bytes are valid UTF-8: you decode each "
+                     "token on its own, and a character split between two tokens breaks. Join the bytes first "
+                     f"(b''.join), then decode once.\n    {case}", mistake="decoded token by token")
             if any(r[1] != r[2] for r in results):
                 break  # a wrong result before the error: named below (bytes(ids) raises only on ids above 255)
             raise
         if isinstance(got, (bytes, bytearray)):
-            fail(f"bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace')).\n    {case}",  # noqa: E501
-                 mistake="wrong return")
+            fail("bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace'))."
+                 f"\n    {case}", mistake="wrong return")
         if not isinstance(got, str):
             fail(f"bpe_decode should return a str, got {type(got).__name__}.\n    {case}", mistake="wrong return")
         results.append((case, got, bpe_decode(ids, vocab), ids, vocab))
