@@ -20,3 +20,13 @@ They need packages the notebooks do not (``nbformat``, ``nbclient``, ``jupyter_c
 installed (``check_env`` reports a missing torch instead of needing it). ``site`` needs the
 ``site`` extra besides (Sphinx, MyST-NB, jupyter-server-mathjax).
 """
+
+import sys
+
+# nbformat validates with jsonschema, which imports rfc3987_syntax when it is installed (an extra
+# of jupyter-events, so in every environment with JupyterLab) and builds its 38 lark grammars
+# at import: over a second of CPU in every course_tools process (the grader, the build, the
+# Gradescope and Classroom commands), for the "iri" format, which no schema here uses. Marked
+# absent before anything imports jsonschema, jsonschema skips that format (its import is
+# optional there); a process that imported jsonschema already keeps what it has.
+sys.modules.setdefault("rfc3987_syntax", None)
