@@ -8,6 +8,7 @@ import heapq
 import itertools
 import re
 import types
+import unicodedata
 from collections import Counter, defaultdict
 
 import pytest
@@ -427,6 +428,10 @@ def test_a_hanging_encoder_is_stopped(monkeypatch):
 
 
 # ---------------------------------------------------------------- bpe_encode
+# trial s6_11: GPT-2's pattern for Python's re ([^\W\d_] for \p{L}): drops '_', cuts '²' and '½' otherwise
+RE_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
+
+
 def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False, characters=False,
             specials_in_order=False):
     def bpe_encode(text, vocab, merges, special_tokens=()):
@@ -440,7 +445,8 @@ def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byt
             if specials_out and chunk in special_tokens:
                 out.append(ids_of[chunk.encode()])
                 continue
-            pieces = {"gpt2": pretokenize, "none": lambda c: [c], "whitespace": str.split}[split](chunk)
+            pieces = {"gpt2": pretokenize, "none": lambda c: [c], "whitespace": str.split,
+                      "re": lambda c: re.findall(RE_PATTERN, c)}[split](chunk)
             for piece in pieces:
                 parts = [c.encode() for c in piece] if characters else [bytes([b]) for b in piece.encode()]
                 while len(parts) > 1:
@@ -537,6 +543,29 @@ def encode_one_pass(data, ids_of, merges):  # one greedy pass, never repeated
             parts.append(bytes([b]))
             joined = False
     return parts
+
+
+@piece_encoder
+def encode_in_vocab(data, ids_of, merges):  # trial s6_11: any pair whose joined bytes are a token, lowest id first
+    parts = [bytes([b]) for b in data]
+    while True:
+        found = [i for i in range(len(parts) - 1) if parts[i] + parts[i + 1] in ids_of]
+        if not found:
+            return parts
+        i = min(found, key=lambda i: ids_of[parts[i] + parts[i + 1]])
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+
+
+def on_text(student, change):
+    """``student`` called on the text as ``change`` leaves it (stripped, normalised) (trial s6_11)."""
+    def wrapped(text, *args):
+        return student(change(text), *args)
+
+    return wrapped
+
+
+def normalised(form):
+    return lambda text: unicodedata.normalize(form, text)
 
 
 # merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
@@ -726,6 +755,14 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_decode, decode_lstrip, "whitespace stripped", (".lstrip()",)),
     (check_bpe_decode, decode_space_join, "tokens joined with spaces", ()),
     (check_bpe_decode, decode_chr, "ids as characters", ("chr(id)",)),
+    # trial s6_11: these passed before
+    (check_bpe_encode, encoder(split="re"), "pre-tokenizer differs", ("use pretokenize",)),
+    *[(check, on_text(student, normalised(form)), "text normalised", ("bytes as given",))
+      for form in ("NFC", "NFKC") for check, student in ((check_train_bpe, trainer()), (check_bpe_encode, encoder()))],
+    *[(check_bpe_decode, lambda ids, vocab, form=form: unicodedata.normalize(form, decode_join(ids, vocab)),
+       "text normalised", ("bytes as given",)) for form in ("NFC", "NFKC")],
+    (check_train_bpe, on_text(trainer(), str.strip), "text stripped", ("text.strip()",)),
+    (check_bpe_encode, encode_in_vocab, "merges not checked", ("only the learned merges",)),
 ]
 
 

@@ -439,6 +439,10 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "ids compared as strings": "encoding ranks pairs by their joined token's id as text: '1000' < '999'",
     "special tokens matched shortest first": "of two overlapping special tokens the shorter is matched, not the longer",
     "special token ids after a gap": "special tokens given the ids below vocab_size, not straight after the last merge",
+    "pre-tokenizer differs": "a pattern of Python's re instead of pretokenize: '_' dropped, '²' or '½' cut otherwise",
+    "text normalised": "the text normalised (unicodedata.normalize, NFC or NFKC): BPE works on the bytes as given",
+    "text stripped": "training strips the text first: the spaces and newlines at its ends are not trained on",
+    "merges not checked": "encoding merges any pair whose joined bytes are a token, not only the learned merges",
     # notebook 10 (trial s3_10)
     "n_kv_heads default not handled": "GQA built with n_kv_heads=None (the default: num_heads) fails or misbehaves",
     "mean absolute value": "RMSNorm divides by mean(|x|) instead of the root mean square",

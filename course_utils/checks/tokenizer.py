@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -338,6 +339,18 @@ def _pieces(text: str, specials: Sequence[str], split: str = "gpt2", specials_ou
     return [p.encode() for c in chunks for p in pretokenize(c)]
 
 
+def _prepared(text: str, text_as: str) -> str:
+    """The text as a mistake changes it before any work: stripped, or normalised ("NFC", "NFKC")."""
+    if text_as == "strip":
+        return text.strip()
+    return unicodedata.normalize(text_as, text) if text_as else text
+
+
+_NORMALISED = ("the text was normalised (unicodedata.normalize, NFC or NFKC) before {what}; BPE works on the "
+               "bytes as given: 'cafe\\u0301' (an e, then a combining accent of 2 bytes) is not 'café', 'ﬁ' "
+               "stays one character, '²' is not '2'. Leave the text as it is.")
+
+
 def _best(vocab: dict, counts: dict, tie: str) -> tuple:
     """The pair to merge: the most frequent, ties broken the contract's way (``"bytes"``) or
     another catalogued way."""
@@ -371,8 +384,10 @@ def _piece_pairs(word: list, counting: str) -> list[tuple]:
 
 def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str = "gpt2",
                  specials_out: bool | str = True, weighted: bool = True, tie: str = "bytes", apply: bool = True,
-                 counting: str = "all") -> list[tuple[bytes, bytes]]:
-    """The textbook trainer (a full recount per merge), with the variants the mistakes need."""
+                 counting: str = "all", text_as: str = "") -> list[tuple[bytes, bytes]]:
+    """The textbook trainer (a full recount per merge), with the variants the mistakes need (``text_as``:
+    "strip" or a Unicode normal form applied to the text first)."""
+    text = _prepared(text, text_as)
     # each distinct piece once with its count, in the order of first occurrence (the order pairs are first counted
     # in, which tie="first" reads); merging keeps distinct pieces distinct
     words = Counter(tuple(p) for p in _pieces(text, specials, split, specials_out) if len(p) > 1)  # 1 byte: no pair
@@ -435,6 +450,10 @@ _TRAIN_VARIANTS = [
      "vocab[p[0]], vocab[p[1]])."),
     ("ties broken differently", dict(tie="smallest"), "ties go to the smallest pair of byte strings; the exercise "
      "gives them to the greatest: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
+    ("text stripped", dict(text_as="strip"), "the text was stripped first (text.strip()?): the spaces and newlines "
+     "at its ends are text too, and their pairs ((b'\\n', b'\\n')) are counted and merged. Train on the text as "
+     "it is."),
+    *[("text normalised", dict(text_as=form), _NORMALISED.format(what="training")) for form in ("NFC", "NFKC")],
 ]
 
 
@@ -473,6 +492,8 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         ("ab." + ENDOFTEXT + "ab cd" + ENDOFTEXT + "ab", 256 + 3 + 1, [ENDOFTEXT]),
         # ' \n' (ids 32 10) merged first: as text '32 10' is in ' e' ('32 101'); collapsed spaces lose ' \n'
         ("a \n \n ed " * 3 + "aaaa abab abab", 256 + 4, []),  # and counts per piece: aaaa, abab
+        # text stripped: (b'\n', b'\n') at the ends is learned; text normalised: the bytes of 'e\u0301', 'ﬁ', '²'
+        ("\n\n\n\nab\n\n\n\nab cafe\u0301 cafe\u0301 cafe\u0301 ﬁne x² x²\n\n\n\n", 256 + 6, []),
     ]
 
 
@@ -712,8 +733,9 @@ register_hints("train_bpe", [
 # ---------------------------------------------------------------- bpe_encode: one plain encoder and its variants
 def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str], order: str = "rank",
                   split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False,
-                  hard_coded: bool = False, longest_first: bool = True) -> list[int]:
+                  hard_coded: bool = False, longest_first: bool = True, text_as: str = "") -> list[int]:
     specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
+    text = _prepared(text, text_as)
     ids_of = {v: k for k, v in sorted(vocab.items(), reverse=True)}
     ranks = {tuple(m): r for r, m in reversed(list(enumerate(merges)))}
     out: list[int] = []
@@ -728,6 +750,8 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
             pieces = [chunk]
         elif split == "whitespace":
             pieces = chunk.split()
+        elif split == "re":
+            pieces = re.findall(_RE_PATTERN, chunk)
         else:
             pieces = pretokenize(chunk)
         for piece in pieces:
@@ -749,10 +773,13 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
                         i += 1
                 parts = merged
             while order not in ("longest", "one pass") and len(parts) > 1:
-                pairs = [p for p in zip(parts, parts[1:]) if p in ranks]
+                pairs = [p for p in zip(parts, parts[1:])
+                         if (p[0] + p[1] in ids_of if order == "in vocab" else p in ranks)]
                 if not pairs:
                     break
-                if order == "rank":
+                if order == "in vocab":  # any pair whose joined bytes are a token, the lowest id first
+                    best = min(pairs, key=lambda p: ids_of[p[0] + p[1]])
+                elif order == "rank":
                     best = min(pairs, key=ranks.get)
                 elif order == "latest":
                     best = max(pairs, key=ranks.get)
@@ -770,6 +797,9 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
             out.extend(p[0] if byte_ids and len(p) == 1 else ids_of[p] for p in parts)
     return out
 
+
+# GPT-2's pattern written for Python's re (no \p{L}): [^\W\d_] drops '_' and cuts '²' and '½' another way
+_RE_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
 
 _ENCODE_VARIANTS = [
     ("merges in frequency order", dict(order="frequency"), "you apply the pair that is most frequent in the piece; "
@@ -807,6 +837,14 @@ _ENCODE_VARIANTS = [
      "space before a word (' world'); use pretokenize(...), whose pieces join back to the text."),
     ("byte values as ids", dict(byte_ids=True), "a single byte's id is not its value: look every token's id up in "
      "the vocabulary (GPT-2's vocabulary gives b'!' the id 0)."),
+    ("pre-tokenizer differs", dict(split="re"), "your pre-tokenizer drops or splits characters GPT-2's pattern "
+     "keeps (a pattern for Python's re, with \\w or [^\\W\\d_]: '_' is lost, '²' and '½' are cut another way): "
+     "use pretokenize(...), GPT-2's pattern with the regex package's \\p{L} and \\p{N}."),
+    *[("text normalised", dict(text_as=form), _NORMALISED.format(what="encoding")) for form in ("NFC", "NFKC")],
+    ("merges not checked", dict(order="in vocab"), "you merge any adjacent pair whose joined bytes are a token of "
+     "the vocabulary; only the learned merges may apply (a token can be in the vocabulary as another merge's "
+     "result): keep the pairs that are in merges, the lowest rank first, min(pairs, key=lambda p: rank.get(p, "
+     "inf))."),
 ]
 
 
@@ -834,10 +872,13 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
     four = {i: bytes([i]) for i in range(256)} | {256: b"cd", 257: b"ab", 258: b"bc", 259: b"abc"}
     # ids of three and four digits that follow the merges: ids compared as text put '1000' (ab) before '999' (bc)
     wide = {i: bytes([i]) for i in range(256)} | {999: b"bc", 1000: b"ab"}
+    # abc is a token, but (a, bc) no merge: merging any pair whose bytes are a token gives [abc], the merges [a, bc]
+    made = {i: bytes([i]) for i in range(256)} | {256: b"bc", 257: b"ab", 258: b"abc"}
     return [
         ("abc", two, [(b"a", b"b"), (b"b", b"c")], []),
         ("abcd", four, [(b"c", b"d"), (b"a", b"b"), (b"b", b"c"), (b"a", b"bc")], []),
         ("abc", wide, [(b"b", b"c"), (b"a", b"b")], []),
+        ("abc", made, [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")], []),
         # 'ï' (two bytes) is in no merge: it stays two byte tokens
         ("abcabab abab x!ab naïve", small, small_merges, []),
         (_text(randint(10, 20)) + ENDOFTEXT + " the  end", vocab, merges, [ENDOFTEXT]),
@@ -848,6 +889,8 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
          small_merges, [ENDOFTEXT, 2 * ENDOFTEXT]),
         # no special tokens asked for: '<|endoftext|>' (in the vocabulary) is ordinary text here
         (_text(randint(4, 8), special=False) + ENDOFTEXT + "the end", vocab, merges, []),
+        # what Python's re and Unicode normalisation change: '_', '²', '½', 'ﬁ', an accent as a combining character
+        (_text(randint(2, 5), special=False) + "snake_case(x_1) x² ½ ﬁne cafe\u0301", vocab, merges, []),
     ]
 
 
@@ -904,6 +947,10 @@ def check_bpe_encode(bpe_encode_fn):
         fail(f"your ids decode to {back[:60]!r}: spaces are lost. GPT-2's pieces keep the space before a word "
              f"(' world'); encode each piece of pretokenize(...) as it is, without stripping it.\n    {case}",
              mistake="leading space dropped")
+    if back != text and "_" in text and "_" not in back:  # a pattern of Python's re: [^\W\d_] matches no '_'
+        fail(f"your ids decode to {back[:60]!r}: the '_' are lost. "
+             + next(d for n, _, d in _ENCODE_VARIANTS if n == "pre-tokenizer differs") + f"\n    {case}",
+             mistake="pre-tokenizer differs")
     if back != text:
         fail(f"your ids decode to {back[:60]!r}, not the text: every byte of the text must be in exactly one "
              f"token.\n    {case}", mistake="values differ")
@@ -976,6 +1023,8 @@ def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
         ("ids as characters", "you turn each id into a character (chr(id)?): an id is neither a character nor a "
          "byte; look each id up in vocab (vocab[id] is a byte string), join the bytes, decode them once as UTF-8.",
          lambda: "".join(chr(i) for i in ids)),
+        *[("text normalised", _NORMALISED.format(what="decoding"),
+           lambda form=form: unicodedata.normalize(form, bpe_decode(ids, vocab))) for form in ("NFC", "NFKC")],
         ("special tokens dropped", "the special token is missing (skipped, as Hugging Face's skip_special_tokens=True "
          "does): bpe_decode gives back every token, the special ones as their text ('<|endoftext|>').",
          lambda: b"".join(vocab[i] for i in ids if vocab[i] not in _SPECIAL_BYTES).decode("utf-8", errors="replace")),
@@ -1010,6 +1059,7 @@ def _decode_cases() -> list[tuple[list, dict, str]]:
         ([0x80, *list(b"ok"), 0xF0, 0x9F], vocab, "invalid UTF-8: a lone continuation byte, then a cut emoji"),
         ([ids_in[bytes([b])] for b in "aé 🚀".encode()], shuffled, "byte ids shuffled, as in GPT-2's vocabulary"),
         (tok.encode(text), vocab, "a text's ids"),
+        (tok.encode(text + " ﬁne cafe\u0301 x² ½"), vocab, "a text with 'ﬁ', '²', an accent as a combining character"),
         (tok.encode(text + ENDOFTEXT + "é"), vocab, "a special token"),
         (tok.encode(" \n" + text + "  "), vocab, "spaces at both ends"),
         ([], vocab, "no ids"),
