@@ -102,6 +102,21 @@ def pairs_wraparound(words):  # range(len(word)) with word[i - 1]: i = 0 pairs t
     return counts
 
 
+def pairs_reversed(words):  # trial s6_11: zip(w[1:], w)
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word[1:], word):
+            counts[pair] += freq
+    return counts
+
+
+def pairs_mutable_default(words, counts={}):  # noqa: B006 (trial s6_11: minbpe's get_stats habit, counts kept)
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] = counts.get(pair, 0) + freq
+    return counts
+
+
 def pairs_mutating(words):
     counts = pairs_counter(words)
     words.clear()
@@ -243,7 +258,8 @@ def merge_yield(ids, pair, new_id):  # trial s5_11: a generator, not a list
 
 # ---------------------------------------------------------------- train_bpe
 def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merges=None, specials_first=False,
-            add_specials=True, stop=True, id_gap=0, apply=True, counting="all", merge=None, specials_below_size=False):
+            add_specials=True, stop=True, id_gap=0, apply=True, counting="all", merge=None, specials_below_size=False,
+            min_count=1):
     """A slow textbook trainer in one student's style, with one mistake or none (``specials_out`` a
     string: each special token replaced by it; ``merge`` another merge_pair; ``stop="none"``: max() of no
     pairs raises)."""
@@ -272,9 +288,12 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
                 vocab[len(vocab)] = token.encode("utf-8")
         merges = []
         target = vocab_size if n_merges == "vocab_size" else vocab_size - len(special_tokens)
+        target -= n_merges == "one short"
         while len(vocab) - (len(special_tokens) if specials_first else 0) < target:
             counts = {"all": pairs_counter, "set": pairs_set, "no overlap": pairs_no_overlap,
                       "by length": pairs_by_length}[counting](words)
+            if counts and max(counts.values()) < min_count:  # trial s6_11: min_frequency's habit
+                break
             if not counts and stop != "none":
                 if stop:
                     break
@@ -403,6 +422,34 @@ def with_helpers(**helpers):
     """train_with_helpers finding the student's own count_pairs or merge_pair (trial s5_11: a wrong helper)."""
     fn = train_with_helpers
     return types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, fn.__name__, fn.__defaults__)
+
+
+def train_stale(text, vocab_size, special_tokens=()):  # trial s6_11: the counts made once, before the loop
+    parts = [c for c in split_special_tokens(text, special_tokens) if c not in special_tokens]
+    words = Counter(tuple(p.encode()) for c in parts for p in pretokenize(c))
+    vocab, merges, counts = {i: bytes([i]) for i in range(256)}, [], pairs_counter(words)
+    while counts and len(vocab) < vocab_size - len(special_tokens):
+        best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+        del counts[best]
+        vocab[len(vocab)] = vocab[best[0]] + vocab[best[1]]
+        merges.append((vocab[best[0]], vocab[best[1]]))
+        words = Counter({tuple(merge_pair_ref(list(w), best, len(vocab) - 1)): f for w, f in words.items()})
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode()
+    return vocab, merges
+
+
+BASE_VOCAB = {i: bytes([i]) for i in range(256)}
+
+
+def shared_vocab(base):
+    """Trial s6_11: a trainer whose vocab is ``base`` itself (a global without .copy(), a mutable default)."""
+    def train_bpe(text, vocab_size, special_tokens=()):
+        vocab, merges = trainer()(text, vocab_size, special_tokens)
+        base.update(vocab)
+        return base, merges
+
+    return train_bpe
 
 
 def train_merges_as_ids(text, vocab_size, special_tokens=()):
@@ -763,6 +810,13 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
        "text normalised", ("bytes as given",)) for form in ("NFC", "NFKC")],
     (check_train_bpe, on_text(trainer(), str.strip), "text stripped", ("text.strip()",)),
     (check_bpe_encode, encode_in_vocab, "merges not checked", ("only the learned merges",)),
+    # and these were misnamed
+    (check_count_pairs, pairs_reversed, "pair reversed", ("zip(word[1:], word)",)),
+    (check_count_pairs, pairs_mutable_default, "state carried over between calls", ("mutable default",)),
+    (check_train_bpe, trainer(min_count=2), "stopped while pairs remained", ("occurs once is still merged",)),
+    (check_train_bpe, trainer(n_merges="one short"), "wrong number of merges", ()),
+    (check_train_bpe, train_stale, "counts not updated after a merge", ("after each merge",)),
+    (check_train_bpe, shared_vocab(BASE_VOCAB), "state carried over between calls", (".copy()",)),
 ]
 
 

@@ -427,7 +427,7 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "invalid bytes dropped": "invalid UTF-8 silently dropped (errors='ignore') instead of shown as '\\ufffd'",
     "ids joined as a string": "merging replaces the pair in the ids written out as text: '11 2' holds '1 2'",
     "pair never matched": "merging never matches (ids[i:i + 2] == pair compares a list with a tuple)",
-    "pair reversed": "merging looks for (pair[1], pair[0]) instead of the pair",
+    "pair reversed": "merging looks for (pair[1], pair[0]), or counting counts (b, a), instead of the pair",
     "special tokens replaced by a space": "training replaces each special token by a space instead of splitting at it",
     "documents glued together": "training deletes the special tokens, gluing the texts on both sides into one",
     "whitespace collapsed": "training collapses runs of spaces and newlines (' '.join(text.split())) first",
@@ -442,6 +442,9 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "pre-tokenizer differs": "a pattern of Python's re instead of pretokenize: '_' dropped, '²' or '½' cut otherwise",
     "text normalised": "the text normalised (unicodedata.normalize, NFC or NFKC): BPE works on the bytes as given",
     "text stripped": "training strips the text first: the spaces and newlines at its ends are not trained on",
+    "state carried over between calls": "a call keeps state for the next (a mutable default, a global, a shared dict)",
+    "stopped while pairs remained": "training stops at a minimum count (a pair occurring once is still merged)",
+    "counts not updated after a merge": "training merges a pair no piece holds any more (counts not redone)",
     "merges not checked": "encoding merges any pair whose joined bytes are a token, not only the learned merges",
     # notebook 10 (trial s3_10)
     "n_kv_heads default not handled": "GQA built with n_kv_heads=None (the default: num_heads) fails or misbehaves",

@@ -89,6 +89,15 @@ def _run(fn: Callable[..., Any], *args: Any, name: str, what: str, mistake: str 
         mistake=mistake)
 
 
+def _fail_carried_over(first: Any, again: Callable[[], Any], name: str, case: str) -> None:
+    """A second call on the same input that gives another result: state kept between calls."""
+    if again() != first:
+        fail(f"your {name} gives another result when called again on the same input: it keeps state between calls "
+             "(a mutable default argument such as counts={} or vocab={...}, a global, or a module-level dict changed "
+             "without .copy()). Build every dict or list afresh inside the function."
+             f"\n    {case}", mistake="state carried over between calls")
+
+
 # ---------------------------------------------------------------- count_pairs
 def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
     """What count_pairs returns with each catalogued mistake."""
@@ -117,7 +126,13 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
             strided[pair] += freq
         for i in range(len(word) - 2):
             short[word[i], word[i + 1]] += freq
+    reversed_pairs: Counter = Counter()
+    for word, freq in words.items():
+        for pair in zip(word[1:], word):
+            reversed_pairs[pair] += freq
     return [
+        ("pair reversed", "your pairs are reversed, (b, a) for a token a followed by b (zip(word[1:], word)?): count "
+         "(word[i], word[i + 1]), `zip(word, word[1:])`.", dict(reversed_pairs)),
         ("across pre-token boundaries", "you count pairs across two pieces too (the last token of one piece with the "
          "first of the next). Pieces are separate: count inside each piece only, `for pair in zip(word, word[1:])`.",
          dict(across)),
@@ -181,6 +196,9 @@ def check_count_pairs(count_pairs_fn):
         if got == expected:
             continue
         case = f"words = {words!r}"
+        _fail_carried_over(got, lambda: _as_counts(_run(count_pairs_fn, copy.deepcopy(words), name="count_pairs",
+                                                        what=f"{len(words)} pieces"), "count_pairs"),
+                           "count_pairs", case)
         for name, diagnosis, variant in _pairs_variants(words):
             if got == variant:
                 fail(f"{diagnosis}\n    {case}\n    you: {got!r}\n    expected: {expected!r}", mistake=name)
@@ -546,6 +564,18 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
         fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and "
              f"the {len(specials)} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) "
              f"merges.\n    {case}", mistake="wrong number of merges")
+    def stopped_early(text: str, specials: list[str], got: list | None, expected: list) -> bool:
+        """Stopped short where the most frequent pair left occurs once (None, the student's code failing: no)."""
+        return (got is not None and len(got) < len(expected) and got == expected[:len(got)]
+                and max(_counts_before(text, specials, got).values(), default=0) == 1)
+
+    # a minimum count stops where the best pair occurs once, on every text; one merge too few stops anywhere
+    if stopped_early(text, specials, got, expected) and all(
+            stopped_early(t, s, m, e) or m == e
+            for t, v, s in others for m, e in [(theirs(t, v, s), train_bpe(t, v, s)[1])]):
+        fail(f"you learned {len(got)} merges, expected {len(expected)}: you stopped while pairs remained (a minimum "
+             "count, `if counts[best] < 2: break`?); a pair that occurs once is still merged: stop only when no pair "
+             f"is left or the vocabulary has vocab_size tokens.\n    {case}", mistake="stopped while pairs remained")
     if got == expected[:len(got)]:
         fail(f"you learned {len(got)} merges, expected {len(expected)}: vocab_size counts every token; stop when "
              f"the vocabulary has vocab_size tokens, special tokens included (or when no pair is left).\n    {case}",
@@ -575,12 +605,19 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
         if found:
             case = _train_case(*other)
             break
+    if found and found[2] == 0:
+        j, pair, n, top, n_top = found
+        fail(f"at your merge {j} you merged {pair!r}, which no piece holds any more at that point (after your own "
+             f"merges), while {top!r} occurs {n_top} times: your pair counts are not updated after a merge (counted "
+             "once before the loop?). Recount (count_pairs) or update the counts after each merge.\n    " + case,
+             mistake="counts not updated after a merge")
     if found:
         j, pair, n, top, n_top = found
         fail(f"your pair counts differ from the text's: at your merge {j} you merged {pair!r}, which occurs {n} times "
              f"inside the pieces at that point (after your own merges), while {top!r} occurs {n_top} times. Count "
              "every adjacent pair of every piece, times the piece's count: a set of pairs per piece, skipped "
-             f"overlapping pairs or pieces cut another way all change the counts.\n    {case}", mistake="values differ")
+             "overlapping pairs, pieces cut another way or counts not redone after a merge all change them.\n    "
+             + case, mistake="values differ")
     if counts.get(mine, 0) == counts[ref]:
         fail(f"{where}; both pairs occur {counts[ref]} times at that point: a tie. Among the most frequent pairs the "
              "greatest pair of byte strings wins: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])).\n"
@@ -622,9 +659,15 @@ def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str, voca
         fail(f"the special tokens should come last, after the merged tokens (ids {len(expected) - len(specials)} "
              f"onward); yours have the ids {[ids[t.encode()] for t in specials]}.\n    {case}",
              mistake="wrong special token ids")
-    i = wrong[0] if wrong else max(set(vocab) - set(expected))
-    fail(f"vocab[{i}] is {vocab.get(i)!r}, expected {expected.get(i)!r}: merge k makes id 256 + k, whose bytes are "
-         f"the pair's two byte strings joined.\n    {case}", mistake="values differ")
+    if not wrong:  # every token right, and more ids: tokens of an earlier call
+        i = max(set(vocab) - set(expected))
+        fail(f"your vocab holds ids no token of this training has (vocab[{i}] is {vocab[i]!r}, after the last one, "
+             f"{len(expected) - 1}): left over from an earlier call? A vocab shared between calls (a global base dict "
+             "without .copy(), a mutable default argument) keeps them: build it afresh in each call, {i: bytes([i]) "
+             f"for i in range(256)}}.\n    {case}", mistake="state carried over between calls")
+    i = wrong[0]
+    fail(f"vocab[{i}] is {vocab.get(i, 'no such id')!r}, expected {expected[i]!r}: merge k makes id 256 + k, whose "
+         f"bytes are the pair's two byte strings joined.\n    {case}", mistake="values differ")
 
 
 def _their_merges(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, specials: list[str]) -> list | None:
@@ -698,7 +741,11 @@ def check_train_bpe(train_bpe_fn):
     cases = _train_cases() + _train_variants_differ()
     for text, vocab_size, specials in cases:
         vocab, merges = _train(train_bpe_fn, text, vocab_size, list(specials))
-        expected = train_bpe(text, vocab_size, specials)[1]
+        expected = train_bpe(text, vocab_size, specials)
+        again = lambda: _train(train_bpe_fn, text, vocab_size, specials)  # noqa: E731
+        if (vocab, merges) != expected:
+            _fail_carried_over((vocab, merges), again, "train_bpe", _train_case(text, vocab_size, list(specials)))
+        expected = expected[1]
         if merges != expected:
             _fail_helper(train_bpe_fn)
             _diagnose_merges(text, vocab_size, list(specials), merges, expected, cases,
