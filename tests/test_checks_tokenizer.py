@@ -4,6 +4,7 @@ realistic mistake is named on 20 seeds, an endless merge loop is stopped with a 
 from __future__ import annotations
 
 import codecs
+import functools
 import heapq
 import itertools
 import re
@@ -603,6 +604,31 @@ def encode_in_vocab(data, ids_of, merges):  # trial s6_11: any pair whose joined
         parts[i:i + 2] = [parts[i] + parts[i + 1]]
 
 
+_PIECE_CACHE = {}
+
+
+def encode_cached_by_piece(text, vocab, merges, special_tokens=()):  # trial s6_11: a global cache, the piece its key
+    out, ids_of = [], {v: k for k, v in vocab.items()}
+    for chunk in split_special_tokens(text, special_tokens):
+        if chunk in special_tokens:
+            out.append(ids_of[chunk.encode()])
+            continue
+        for piece in pretokenize(chunk):
+            if piece not in _PIECE_CACHE:
+                _PIECE_CACHE[piece] = encoder()(piece, vocab, merges)
+            out += _PIECE_CACHE[piece]
+    return out
+
+
+def encode_cached_with_merges(text, vocab, merges, special_tokens=()):  # right: the cache is keyed by the merges too
+    return list(_encode_cached(text, tuple(sorted(vocab.items())), tuple(merges), tuple(special_tokens)))
+
+
+@functools.lru_cache(maxsize=None)
+def _encode_cached(text, vocab, merges, special_tokens):
+    return tuple(encoder()(text, dict(vocab), list(merges), list(special_tokens)))
+
+
 def on_text(student, change):
     """``student`` called on the text as ``change`` leaves it (stripped, normalised) (trial s6_11)."""
     def wrapped(text, *args):
@@ -717,6 +743,7 @@ CORRECT = [
     (check_bpe_encode, encoder()), (check_bpe_encode, encode_merges_in_order), (check_bpe_encode, encoder(first_only=True)),  # noqa: E501
     (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
     (check_bpe_encode, encode_joined_id), (check_bpe_decode, decode_incremental), (check_train_bpe, train_with_helpers),
+    (check_bpe_encode, encode_cached_with_merges),
 ]
 
 MISTAKES = [  # (check, student, mistake name, words the verdict must say)
@@ -817,6 +844,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, trainer(n_merges="one short"), "wrong number of merges", ()),
     (check_train_bpe, train_stale, "counts not updated after a merge", ("after each merge",)),
     (check_train_bpe, shared_vocab(BASE_VOCAB), "state carried over between calls", (".copy()",)),
+    (check_bpe_encode, encode_cached_by_piece, "cache kept between calls", ("keyed by the piece alone",)),
 ]
 
 

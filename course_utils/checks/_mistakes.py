@@ -445,6 +445,7 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "state carried over between calls": "a call keeps state for the next (a mutable default, a global, a shared dict)",
     "stopped while pairs remained": "training stops at a minimum count (a pair occurring once is still merged)",
     "counts not updated after a merge": "training merges a pair no piece holds any more (counts not redone)",
+    "cache kept between calls": "encoding caches a piece's ids between calls keyed by the piece alone, not the merges",
     "merges not checked": "encoding merges any pair whose joined bytes are a token, not only the learned merges",
     # notebook 10 (trial s3_10)
     "n_kv_heads default not handled": "GQA built with n_kv_heads=None (the default: num_heads) fails or misbehaves",

@@ -971,6 +971,16 @@ def check_bpe_encode(bpe_encode_fn):
         except KeyError:
             return None
 
+    # one text ('abc') under several vocabularies: the same ids for all where they differ is a cache keyed by the
+    # text or piece alone, kept between calls
+    for text in {cases[k][0] for k in wrong}:
+        same = [k for k in range(len(cases)) if cases[k][0] == text]
+        if len({tuple(results[k][1]) for k in same}) == 1 < len({tuple(results[k][2]) for k in same}):
+            fail(f"you return the same ids for {text!r} under {len(same)} different vocabularies and merges: a cache "
+                 "kept between calls and keyed by the piece alone (a global dict, or lru_cache on a function of the "
+                 "piece only) gives back ids of other merges. Key it by the piece and the merges, or keep it inside "
+                 f"one call.\n    {results[same[-1]][0]}\n    you: {_show(results[same[-1]][1])}\n    expected: "
+                 f"{_show(results[same[-1]][2])}", mistake="cache kept between calls")
     case, got, expected = results[wrong[0]]
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
     at = f" (from position {k}, the first that differs)" if k else ""
