@@ -4,10 +4,12 @@ realistic mistake is named on 20 seeds, an endless merge loop is stopped with a 
 from __future__ import annotations
 
 import codecs
+import functools
 import heapq
 import itertools
 import re
 import types
+import unicodedata
 from collections import Counter, defaultdict
 
 import pytest
@@ -98,6 +100,21 @@ def pairs_wraparound(words):  # range(len(word)) with word[i - 1]: i = 0 pairs t
     for word, freq in words.items():
         for i in range(len(word)):
             counts[word[i - 1], word[i]] += freq
+    return counts
+
+
+def pairs_reversed(words):  # trial s6_11: zip(w[1:], w)
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word[1:], word):
+            counts[pair] += freq
+    return counts
+
+
+def pairs_mutable_default(words, counts={}):  # noqa: B006 (trial s6_11: minbpe's get_stats habit, counts kept)
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] = counts.get(pair, 0) + freq
     return counts
 
 
@@ -242,7 +259,8 @@ def merge_yield(ids, pair, new_id):  # trial s5_11: a generator, not a list
 
 # ---------------------------------------------------------------- train_bpe
 def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merges=None, specials_first=False,
-            add_specials=True, stop=True, id_gap=0, apply=True, counting="all", merge=None, specials_below_size=False):
+            add_specials=True, stop=True, id_gap=0, apply=True, counting="all", merge=None, specials_below_size=False,
+            min_count=1):
     """A slow textbook trainer in one student's style, with one mistake or none (``specials_out`` a
     string: each special token replaced by it; ``merge`` another merge_pair; ``stop="none"``: max() of no
     pairs raises)."""
@@ -271,9 +289,12 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
                 vocab[len(vocab)] = token.encode("utf-8")
         merges = []
         target = vocab_size if n_merges == "vocab_size" else vocab_size - len(special_tokens)
+        target -= n_merges == "one short"
         while len(vocab) - (len(special_tokens) if specials_first else 0) < target:
             counts = {"all": pairs_counter, "set": pairs_set, "no overlap": pairs_no_overlap,
                       "by length": pairs_by_length}[counting](words)
+            if counts and max(counts.values()) < min_count:  # trial s6_11: min_frequency's habit
+                break
             if not counts and stop != "none":
                 if stop:
                     break
@@ -404,6 +425,34 @@ def with_helpers(**helpers):
     return types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, fn.__name__, fn.__defaults__)
 
 
+def train_stale(text, vocab_size, special_tokens=()):  # trial s6_11: the counts made once, before the loop
+    parts = [c for c in split_special_tokens(text, special_tokens) if c not in special_tokens]
+    words = Counter(tuple(p.encode()) for c in parts for p in pretokenize(c))
+    vocab, merges, counts = {i: bytes([i]) for i in range(256)}, [], pairs_counter(words)
+    while counts and len(vocab) < vocab_size - len(special_tokens):
+        best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+        del counts[best]
+        vocab[len(vocab)] = vocab[best[0]] + vocab[best[1]]
+        merges.append((vocab[best[0]], vocab[best[1]]))
+        words = Counter({tuple(merge_pair_ref(list(w), best, len(vocab) - 1)): f for w, f in words.items()})
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode()
+    return vocab, merges
+
+
+BASE_VOCAB = {i: bytes([i]) for i in range(256)}
+
+
+def shared_vocab(base):
+    """Trial s6_11: a trainer whose vocab is ``base`` itself (a global without .copy(), a mutable default)."""
+    def train_bpe(text, vocab_size, special_tokens=()):
+        vocab, merges = trainer()(text, vocab_size, special_tokens)
+        base.update(vocab)
+        return base, merges
+
+    return train_bpe
+
+
 def train_merges_as_ids(text, vocab_size, special_tokens=()):
     vocab, merges = trainer()(text, vocab_size, special_tokens)
     ids = {v: k for k, v in vocab.items()}
@@ -427,6 +476,10 @@ def test_a_hanging_encoder_is_stopped(monkeypatch):
 
 
 # ---------------------------------------------------------------- bpe_encode
+# trial s6_11: GPT-2's pattern for Python's re ([^\W\d_] for \p{L}): drops '_', cuts '²' and '½' otherwise
+RE_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
+
+
 def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False, characters=False,
             specials_in_order=False):
     def bpe_encode(text, vocab, merges, special_tokens=()):
@@ -440,7 +493,8 @@ def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byt
             if specials_out and chunk in special_tokens:
                 out.append(ids_of[chunk.encode()])
                 continue
-            pieces = {"gpt2": pretokenize, "none": lambda c: [c], "whitespace": str.split}[split](chunk)
+            pieces = {"gpt2": pretokenize, "none": lambda c: [c], "whitespace": str.split,
+                      "re": lambda c: re.findall(RE_PATTERN, c)}[split](chunk)
             for piece in pieces:
                 parts = [c.encode() for c in piece] if characters else [bytes([b]) for b in piece.encode()]
                 while len(parts) > 1:
@@ -537,6 +591,54 @@ def encode_one_pass(data, ids_of, merges):  # one greedy pass, never repeated
             parts.append(bytes([b]))
             joined = False
     return parts
+
+
+@piece_encoder
+def encode_in_vocab(data, ids_of, merges):  # trial s6_11: any pair whose joined bytes are a token, lowest id first
+    parts = [bytes([b]) for b in data]
+    while True:
+        found = [i for i in range(len(parts) - 1) if parts[i] + parts[i + 1] in ids_of]
+        if not found:
+            return parts
+        i = min(found, key=lambda i: ids_of[parts[i] + parts[i + 1]])
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+
+
+_PIECE_CACHE = {}
+
+
+def encode_cached_by_piece(text, vocab, merges, special_tokens=()):  # trial s6_11: a global cache, the piece its key
+    out, ids_of = [], {v: k for k, v in vocab.items()}
+    for chunk in split_special_tokens(text, special_tokens):
+        if chunk in special_tokens:
+            out.append(ids_of[chunk.encode()])
+            continue
+        for piece in pretokenize(chunk):
+            if piece not in _PIECE_CACHE:
+                _PIECE_CACHE[piece] = encoder()(piece, vocab, merges)
+            out += _PIECE_CACHE[piece]
+    return out
+
+
+def encode_cached_with_merges(text, vocab, merges, special_tokens=()):  # right: the cache is keyed by the merges too
+    return list(_encode_cached(text, tuple(sorted(vocab.items())), tuple(merges), tuple(special_tokens)))
+
+
+@functools.lru_cache(maxsize=None)
+def _encode_cached(text, vocab, merges, special_tokens):
+    return tuple(encoder()(text, dict(vocab), list(merges), list(special_tokens)))
+
+
+def on_text(student, change):
+    """``student`` called on the text as ``change`` leaves it (stripped, normalised) (trial s6_11)."""
+    def wrapped(text, *args):
+        return student(change(text), *args)
+
+    return wrapped
+
+
+def normalised(form):
+    return lambda text: unicodedata.normalize(form, text)
 
 
 # merging only the first occurrence at each step is slower but right: the rest have the lowest rank next
@@ -641,6 +743,7 @@ CORRECT = [
     (check_bpe_encode, encoder()), (check_bpe_encode, encode_merges_in_order), (check_bpe_encode, encoder(first_only=True)),  # noqa: E501
     (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
     (check_bpe_encode, encode_joined_id), (check_bpe_decode, decode_incremental), (check_train_bpe, train_with_helpers),
+    (check_bpe_encode, encode_cached_with_merges),
 ]
 
 MISTAKES = [  # (check, student, mistake name, words the verdict must say)
@@ -726,6 +829,22 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_decode, decode_lstrip, "whitespace stripped", (".lstrip()",)),
     (check_bpe_decode, decode_space_join, "tokens joined with spaces", ()),
     (check_bpe_decode, decode_chr, "ids as characters", ("chr(id)",)),
+    # trial s6_11: these passed before
+    (check_bpe_encode, encoder(split="re"), "pre-tokenizer differs", ("use pretokenize",)),
+    *[(check, on_text(student, normalised(form)), "text normalised", ("bytes as given",))
+      for form in ("NFC", "NFKC") for check, student in ((check_train_bpe, trainer()), (check_bpe_encode, encoder()))],
+    *[(check_bpe_decode, lambda ids, vocab, form=form: unicodedata.normalize(form, decode_join(ids, vocab)),
+       "text normalised", ("bytes as given",)) for form in ("NFC", "NFKC")],
+    (check_train_bpe, on_text(trainer(), str.strip), "text stripped", ("text.strip()",)),
+    (check_bpe_encode, encode_in_vocab, "merges not checked", ("only the learned merges",)),
+    # and these were misnamed
+    (check_count_pairs, pairs_reversed, "pair reversed", ("zip(word[1:], word)",)),
+    (check_count_pairs, pairs_mutable_default, "state carried over between calls", ("mutable default",)),
+    (check_train_bpe, trainer(min_count=2), "stopped while pairs remained", ("occurs once is still merged",)),
+    (check_train_bpe, trainer(n_merges="one short"), "wrong number of merges", ()),
+    (check_train_bpe, train_stale, "counts not updated after a merge", ("after each merge",)),
+    (check_train_bpe, shared_vocab(BASE_VOCAB), "state carried over between calls", (".copy()",)),
+    (check_bpe_encode, encode_cached_by_piece, "cache kept between calls", ("keyed by the piece alone",)),
 ]
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -88,6 +89,15 @@ def _run(fn: Callable[..., Any], *args: Any, name: str, what: str, mistake: str 
         mistake=mistake)
 
 
+def _fail_carried_over(first: Any, again: Callable[[], Any], name: str, case: str) -> None:
+    """A second call on the same input that gives another result: state kept between calls."""
+    if again() != first:
+        fail(f"your {name} gives another result when called again on the same input: it keeps state between calls "
+             "(a mutable default argument such as counts={} or vocab={...}, a global, or a module-level dict changed "
+             "without .copy()). Build every dict or list afresh inside the function."
+             f"\n    {case}", mistake="state carried over between calls")
+
+
 # ---------------------------------------------------------------- count_pairs
 def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
     """What count_pairs returns with each catalogued mistake."""
@@ -116,7 +126,13 @@ def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
             strided[pair] += freq
         for i in range(len(word) - 2):
             short[word[i], word[i + 1]] += freq
+    reversed_pairs: Counter = Counter()
+    for word, freq in words.items():
+        for pair in zip(word[1:], word):
+            reversed_pairs[pair] += freq
     return [
+        ("pair reversed", "your pairs are reversed, (b, a) for a token a followed by b (zip(word[1:], word)?): count "
+         "(word[i], word[i + 1]), `zip(word, word[1:])`.", dict(reversed_pairs)),
         ("across pre-token boundaries", "you count pairs across two pieces too (the last token of one piece with the "
          "first of the next). Pieces are separate: count inside each piece only, `for pair in zip(word, word[1:])`.",
          dict(across)),
@@ -180,6 +196,9 @@ def check_count_pairs(count_pairs_fn):
         if got == expected:
             continue
         case = f"words = {words!r}"
+        _fail_carried_over(got, lambda: _as_counts(_run(count_pairs_fn, copy.deepcopy(words), name="count_pairs",
+                                                        what=f"{len(words)} pieces"), "count_pairs"),
+                           "count_pairs", case)
         for name, diagnosis, variant in _pairs_variants(words):
             if got == variant:
                 fail(f"{diagnosis}\n    {case}\n    you: {got!r}\n    expected: {expected!r}", mistake=name)
@@ -338,6 +357,18 @@ def _pieces(text: str, specials: Sequence[str], split: str = "gpt2", specials_ou
     return [p.encode() for c in chunks for p in pretokenize(c)]
 
 
+def _prepared(text: str, text_as: str) -> str:
+    """The text as a mistake changes it before any work: stripped, or normalised ("NFC", "NFKC")."""
+    if text_as == "strip":
+        return text.strip()
+    return unicodedata.normalize(text_as, text) if text_as else text
+
+
+_NORMALISED = ("the text was normalised (unicodedata.normalize, NFC or NFKC) before {what}; BPE works on the "
+               "bytes as given: 'cafe\\u0301' (an e, then a combining accent of 2 bytes) is not 'café', 'ﬁ' "
+               "stays one character, '²' is not '2'. Leave the text as it is.")
+
+
 def _best(vocab: dict, counts: dict, tie: str) -> tuple:
     """The pair to merge: the most frequent, ties broken the contract's way (``"bytes"``) or
     another catalogued way."""
@@ -371,8 +402,10 @@ def _piece_pairs(word: list, counting: str) -> list[tuple]:
 
 def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str = "gpt2",
                  specials_out: bool | str = True, weighted: bool = True, tie: str = "bytes", apply: bool = True,
-                 counting: str = "all") -> list[tuple[bytes, bytes]]:
-    """The textbook trainer (a full recount per merge), with the variants the mistakes need."""
+                 counting: str = "all", text_as: str = "") -> list[tuple[bytes, bytes]]:
+    """The textbook trainer (a full recount per merge), with the variants the mistakes need (``text_as``:
+    "strip" or a Unicode normal form applied to the text first)."""
+    text = _prepared(text, text_as)
     # each distinct piece once with its count, in the order of first occurrence (the order pairs are first counted
     # in, which tie="first" reads); merging keeps distinct pieces distinct
     words = Counter(tuple(p) for p in _pieces(text, specials, split, specials_out) if len(p) > 1)  # 1 byte: no pair
@@ -435,6 +468,10 @@ _TRAIN_VARIANTS = [
      "vocab[p[0]], vocab[p[1]])."),
     ("ties broken differently", dict(tie="smallest"), "ties go to the smallest pair of byte strings; the exercise "
      "gives them to the greatest: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
+    ("text stripped", dict(text_as="strip"), "the text was stripped first (text.strip()?): the spaces and newlines "
+     "at its ends are text too, and their pairs ((b'\\n', b'\\n')) are counted and merged. Train on the text as "
+     "it is."),
+    *[("text normalised", dict(text_as=form), _NORMALISED.format(what="training")) for form in ("NFC", "NFKC")],
 ]
 
 
@@ -473,6 +510,8 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         ("ab." + ENDOFTEXT + "ab cd" + ENDOFTEXT + "ab", 256 + 3 + 1, [ENDOFTEXT]),
         # ' \n' (ids 32 10) merged first: as text '32 10' is in ' e' ('32 101'); collapsed spaces lose ' \n'
         ("a \n \n ed " * 3 + "aaaa abab abab", 256 + 4, []),  # and counts per piece: aaaa, abab
+        # text stripped: (b'\n', b'\n') at the ends is learned; text normalised: the bytes of 'e\u0301', 'ﬁ', '²'
+        ("\n\n\n\nab\n\n\n\nab cafe\u0301 cafe\u0301 cafe\u0301 ﬁne x² x²\n\n\n\n", 256 + 6, []),
     ]
 
 
@@ -525,6 +564,18 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
         fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and "
              f"the {len(specials)} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) "
              f"merges.\n    {case}", mistake="wrong number of merges")
+    def stopped_early(text: str, specials: list[str], got: list | None, expected: list) -> bool:
+        """Stopped short where the most frequent pair left occurs once (None, the student's code failing: no)."""
+        return (got is not None and len(got) < len(expected) and got == expected[:len(got)]
+                and max(_counts_before(text, specials, got).values(), default=0) == 1)
+
+    # a minimum count stops where the best pair occurs once, on every text; one merge too few stops anywhere
+    if stopped_early(text, specials, got, expected) and all(
+            stopped_early(t, s, m, e) or m == e
+            for t, v, s in others for m, e in [(theirs(t, v, s), train_bpe(t, v, s)[1])]):
+        fail(f"you learned {len(got)} merges, expected {len(expected)}: you stopped while pairs remained (a minimum "
+             "count, `if counts[best] < 2: break`?); a pair that occurs once is still merged: stop only when no pair "
+             f"is left or the vocabulary has vocab_size tokens.\n    {case}", mistake="stopped while pairs remained")
     if got == expected[:len(got)]:
         fail(f"you learned {len(got)} merges, expected {len(expected)}: vocab_size counts every token; stop when "
              f"the vocabulary has vocab_size tokens, special tokens included (or when no pair is left).\n    {case}",
@@ -554,12 +605,19 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
         if found:
             case = _train_case(*other)
             break
+    if found and found[2] == 0:
+        j, pair, n, top, n_top = found
+        fail(f"at your merge {j} you merged {pair!r}, which no piece holds any more at that point (after your own "
+             f"merges), while {top!r} occurs {n_top} times: your pair counts are not updated after a merge (counted "
+             "once before the loop?). Recount (count_pairs) or update the counts after each merge.\n    " + case,
+             mistake="counts not updated after a merge")
     if found:
         j, pair, n, top, n_top = found
         fail(f"your pair counts differ from the text's: at your merge {j} you merged {pair!r}, which occurs {n} times "
              f"inside the pieces at that point (after your own merges), while {top!r} occurs {n_top} times. Count "
              "every adjacent pair of every piece, times the piece's count: a set of pairs per piece, skipped "
-             f"overlapping pairs or pieces cut another way all change the counts.\n    {case}", mistake="values differ")
+             "overlapping pairs, pieces cut another way or counts not redone after a merge all change them.\n    "
+             + case, mistake="values differ")
     if counts.get(mine, 0) == counts[ref]:
         fail(f"{where}; both pairs occur {counts[ref]} times at that point: a tie. Among the most frequent pairs the "
              "greatest pair of byte strings wins: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])).\n"
@@ -601,9 +659,15 @@ def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str, voca
         fail(f"the special tokens should come last, after the merged tokens (ids {len(expected) - len(specials)} "
              f"onward); yours have the ids {[ids[t.encode()] for t in specials]}.\n    {case}",
              mistake="wrong special token ids")
-    i = wrong[0] if wrong else max(set(vocab) - set(expected))
-    fail(f"vocab[{i}] is {vocab.get(i)!r}, expected {expected.get(i)!r}: merge k makes id 256 + k, whose bytes are "
-         f"the pair's two byte strings joined.\n    {case}", mistake="values differ")
+    if not wrong:  # every token right, and more ids: tokens of an earlier call
+        i = max(set(vocab) - set(expected))
+        fail(f"your vocab holds ids no token of this training has (vocab[{i}] is {vocab[i]!r}, after the last one, "
+             f"{len(expected) - 1}): left over from an earlier call? A vocab shared between calls (a global base dict "
+             "without .copy(), a mutable default argument) keeps them: build it afresh in each call, {i: bytes([i]) "
+             f"for i in range(256)}}.\n    {case}", mistake="state carried over between calls")
+    i = wrong[0]
+    fail(f"vocab[{i}] is {vocab.get(i, 'no such id')!r}, expected {expected[i]!r}: merge k makes id 256 + k, whose "
+         f"bytes are the pair's two byte strings joined.\n    {case}", mistake="values differ")
 
 
 def _their_merges(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, specials: list[str]) -> list | None:
@@ -677,7 +741,11 @@ def check_train_bpe(train_bpe_fn):
     cases = _train_cases() + _train_variants_differ()
     for text, vocab_size, specials in cases:
         vocab, merges = _train(train_bpe_fn, text, vocab_size, list(specials))
-        expected = train_bpe(text, vocab_size, specials)[1]
+        expected = train_bpe(text, vocab_size, specials)
+        again = lambda: _train(train_bpe_fn, text, vocab_size, specials)  # noqa: E731
+        if (vocab, merges) != expected:
+            _fail_carried_over((vocab, merges), again, "train_bpe", _train_case(text, vocab_size, list(specials)))
+        expected = expected[1]
         if merges != expected:
             _fail_helper(train_bpe_fn)
             _diagnose_merges(text, vocab_size, list(specials), merges, expected, cases,
@@ -712,8 +780,9 @@ register_hints("train_bpe", [
 # ---------------------------------------------------------------- bpe_encode: one plain encoder and its variants
 def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str], order: str = "rank",
                   split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False,
-                  hard_coded: bool = False, longest_first: bool = True) -> list[int]:
+                  hard_coded: bool = False, longest_first: bool = True, text_as: str = "") -> list[int]:
     specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
+    text = _prepared(text, text_as)
     ids_of = {v: k for k, v in sorted(vocab.items(), reverse=True)}
     ranks = {tuple(m): r for r, m in reversed(list(enumerate(merges)))}
     out: list[int] = []
@@ -728,6 +797,8 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
             pieces = [chunk]
         elif split == "whitespace":
             pieces = chunk.split()
+        elif split == "re":
+            pieces = re.findall(_RE_PATTERN, chunk)
         else:
             pieces = pretokenize(chunk)
         for piece in pieces:
@@ -749,10 +820,13 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
                         i += 1
                 parts = merged
             while order not in ("longest", "one pass") and len(parts) > 1:
-                pairs = [p for p in zip(parts, parts[1:]) if p in ranks]
+                pairs = [p for p in zip(parts, parts[1:])
+                         if (p[0] + p[1] in ids_of if order == "in vocab" else p in ranks)]
                 if not pairs:
                     break
-                if order == "rank":
+                if order == "in vocab":  # any pair whose joined bytes are a token, the lowest id first
+                    best = min(pairs, key=lambda p: ids_of[p[0] + p[1]])
+                elif order == "rank":
                     best = min(pairs, key=ranks.get)
                 elif order == "latest":
                     best = max(pairs, key=ranks.get)
@@ -770,6 +844,9 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
             out.extend(p[0] if byte_ids and len(p) == 1 else ids_of[p] for p in parts)
     return out
 
+
+# GPT-2's pattern written for Python's re (no \p{L}): [^\W\d_] drops '_' and cuts '²' and '½' another way
+_RE_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
 
 _ENCODE_VARIANTS = [
     ("merges in frequency order", dict(order="frequency"), "you apply the pair that is most frequent in the piece; "
@@ -807,6 +884,14 @@ _ENCODE_VARIANTS = [
      "space before a word (' world'); use pretokenize(...), whose pieces join back to the text."),
     ("byte values as ids", dict(byte_ids=True), "a single byte's id is not its value: look every token's id up in "
      "the vocabulary (GPT-2's vocabulary gives b'!' the id 0)."),
+    ("pre-tokenizer differs", dict(split="re"), "your pre-tokenizer drops or splits characters GPT-2's pattern "
+     "keeps (a pattern for Python's re, with \\w or [^\\W\\d_]: '_' is lost, '²' and '½' are cut another way): "
+     "use pretokenize(...), GPT-2's pattern with the regex package's \\p{L} and \\p{N}."),
+    *[("text normalised", dict(text_as=form), _NORMALISED.format(what="encoding")) for form in ("NFC", "NFKC")],
+    ("merges not checked", dict(order="in vocab"), "you merge any adjacent pair whose joined bytes are a token of "
+     "the vocabulary; only the learned merges may apply (a token can be in the vocabulary as another merge's "
+     "result): keep the pairs that are in merges, the lowest rank first, min(pairs, key=lambda p: rank.get(p, "
+     "inf))."),
 ]
 
 
@@ -834,10 +919,13 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
     four = {i: bytes([i]) for i in range(256)} | {256: b"cd", 257: b"ab", 258: b"bc", 259: b"abc"}
     # ids of three and four digits that follow the merges: ids compared as text put '1000' (ab) before '999' (bc)
     wide = {i: bytes([i]) for i in range(256)} | {999: b"bc", 1000: b"ab"}
+    # abc is a token, but (a, bc) no merge: merging any pair whose bytes are a token gives [abc], the merges [a, bc]
+    made = {i: bytes([i]) for i in range(256)} | {256: b"bc", 257: b"ab", 258: b"abc"}
     return [
         ("abc", two, [(b"a", b"b"), (b"b", b"c")], []),
         ("abcd", four, [(b"c", b"d"), (b"a", b"b"), (b"b", b"c"), (b"a", b"bc")], []),
         ("abc", wide, [(b"b", b"c"), (b"a", b"b")], []),
+        ("abc", made, [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")], []),
         # 'ï' (two bytes) is in no merge: it stays two byte tokens
         ("abcabab abab x!ab naïve", small, small_merges, []),
         (_text(randint(10, 20)) + ENDOFTEXT + " the  end", vocab, merges, [ENDOFTEXT]),
@@ -848,6 +936,8 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
          small_merges, [ENDOFTEXT, 2 * ENDOFTEXT]),
         # no special tokens asked for: '<|endoftext|>' (in the vocabulary) is ordinary text here
         (_text(randint(4, 8), special=False) + ENDOFTEXT + "the end", vocab, merges, []),
+        # what Python's re and Unicode normalisation change: '_', '²', '½', 'ﬁ', an accent as a combining character
+        (_text(randint(2, 5), special=False) + "snake_case(x_1) x² ½ ﬁne cafe\u0301", vocab, merges, []),
     ]
 
 
@@ -881,6 +971,16 @@ def check_bpe_encode(bpe_encode_fn):
         except KeyError:
             return None
 
+    # one text ('abc') under several vocabularies: the same ids for all where they differ is a cache keyed by the
+    # text or piece alone, kept between calls
+    for text in {cases[k][0] for k in wrong}:
+        same = [k for k in range(len(cases)) if cases[k][0] == text]
+        if len({tuple(results[k][1]) for k in same}) == 1 < len({tuple(results[k][2]) for k in same}):
+            fail(f"you return the same ids for {text!r} under {len(same)} different vocabularies and merges: a cache "
+                 "kept between calls and keyed by the piece alone (a global dict, or lru_cache on a function of the "
+                 "piece only) gives back ids of other merges. Key it by the piece and the merges, or keep it inside "
+                 f"one call.\n    {results[same[-1]][0]}\n    you: {_show(results[same[-1]][1])}\n    expected: "
+                 f"{_show(results[same[-1]][2])}", mistake="cache kept between calls")
     case, got, expected = results[wrong[0]]
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
     at = f" (from position {k}, the first that differs)" if k else ""
@@ -904,6 +1004,10 @@ def check_bpe_encode(bpe_encode_fn):
         fail(f"your ids decode to {back[:60]!r}: spaces are lost. GPT-2's pieces keep the space before a word "
              f"(' world'); encode each piece of pretokenize(...) as it is, without stripping it.\n    {case}",
              mistake="leading space dropped")
+    if back != text and "_" in text and "_" not in back:  # a pattern of Python's re: [^\W\d_] matches no '_'
+        fail(f"your ids decode to {back[:60]!r}: the '_' are lost. "
+             + next(d for n, _, d in _ENCODE_VARIANTS if n == "pre-tokenizer differs") + f"\n    {case}",
+             mistake="pre-tokenizer differs")
     if back != text:
         fail(f"your ids decode to {back[:60]!r}, not the text: every byte of the text must be in exactly one "
              f"token.\n    {case}", mistake="values differ")
@@ -976,6 +1080,8 @@ def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
         ("ids as characters", "you turn each id into a character (chr(id)?): an id is neither a character nor a "
          "byte; look each id up in vocab (vocab[id] is a byte string), join the bytes, decode them once as UTF-8.",
          lambda: "".join(chr(i) for i in ids)),
+        *[("text normalised", _NORMALISED.format(what="decoding"),
+           lambda form=form: unicodedata.normalize(form, bpe_decode(ids, vocab))) for form in ("NFC", "NFKC")],
         ("special tokens dropped", "the special token is missing (skipped, as Hugging Face's skip_special_tokens=True "
          "does): bpe_decode gives back every token, the special ones as their text ('<|endoftext|>').",
          lambda: b"".join(vocab[i] for i in ids if vocab[i] not in _SPECIAL_BYTES).decode("utf-8", errors="replace")),
@@ -1010,6 +1116,7 @@ def _decode_cases() -> list[tuple[list, dict, str]]:
         ([0x80, *list(b"ok"), 0xF0, 0x9F], vocab, "invalid UTF-8: a lone continuation byte, then a cut emoji"),
         ([ids_in[bytes([b])] for b in "aé 🚀".encode()], shuffled, "byte ids shuffled, as in GPT-2's vocabulary"),
         (tok.encode(text), vocab, "a text's ids"),
+        (tok.encode(text + " ﬁne cafe\u0301 x² ½"), vocab, "a text with 'ﬁ', '²', an accent as a combining character"),
         (tok.encode(text + ENDOFTEXT + "é"), vocab, "a special token"),
         (tok.encode(" \n" + text + "  "), vocab, "spaces at both ends"),
         ([], vocab, "no ids"),
