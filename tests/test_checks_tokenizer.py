@@ -548,6 +548,16 @@ def encode_merges_in_order(data, ids_of, merges):
     return parts
 
 
+@piece_encoder
+def encode_most_common(data, ids_of, merges):
+    """Trial s7_11: Counter(...).most_common(1) among the learned pairs (a tie goes to the leftmost)."""
+    rank, parts = set(merges), [bytes([b]) for b in data]
+    while counts := Counter(p for p in zip(parts, parts[1:]) if p in rank):
+        best = counts.most_common(1)[0][0]
+        parts = merge_while(parts, best, best[0] + best[1])
+    return parts
+
+
 def merge_at_found(pick):
     """Merge at one position while ``pick(parts, found)`` names one among the known pairs' positions."""
     def encode_piece(data, ids_of, merges):
@@ -845,6 +855,8 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, train_stale, "counts not updated after a merge", ("after each merge",)),
     (check_train_bpe, shared_vocab(BASE_VOCAB), "state carried over between calls", (".copy()",)),
     (check_bpe_encode, encode_cached_by_piece, "cache kept between calls", ("keyed by the piece alone",)),
+    # trial s7_11: named three ways over 15 seeds before
+    (check_bpe_encode, encode_most_common, "merges in frequency order", ("most_common",)),
 ]
 
 

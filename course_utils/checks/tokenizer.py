@@ -834,6 +834,8 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
                     best = min(pairs, key=lambda p: str(ids_of[p[0] + p[1]]))
                 elif order == "frequency":
                     best = max(pairs, key=lambda p: (pairs.count(p), -ranks[p]))
+                elif order == "frequency first":  # Counter(pairs).most_common(1): a tie goes to the leftmost pair
+                    best = max(pairs, key=pairs.count)
                 else:  # "leftmost": the first learned pair found, left to right (merged there only, or everywhere)
                     best = pairs[0]
                 if order == "leftmost once":
@@ -849,9 +851,10 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
 _RE_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
 
 _ENCODE_VARIANTS = [
-    ("merges in frequency order", dict(order="frequency"), "you apply the pair that is most frequent in the piece; "
-     "merges apply in the order they were learned: at each step the adjacent pair with the lowest rank (its index in "
-     "merges) goes first, however often it occurs here."),
+    *[("merges in frequency order", dict(order=order), "you apply the pair that is most frequent in the piece "
+       "(Counter(...).most_common?); merges apply in the order they were learned: at each step the adjacent pair with "
+       "the lowest rank (its index in merges) goes first, however often it occurs here.")
+      for order in ("frequency", "frequency first")],
     ("merges in reverse order", dict(order="latest"), "you apply the latest learned merge first (the highest rank, "
      "max(...)); merges apply in the order they were learned: at each step the adjacent pair with the lowest rank "
      "(its index in merges) goes first, min(pairs, key=lambda p: rank.get(p, inf))."),
@@ -916,12 +919,16 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
     # [ab, c]); the longest vocabulary match gives [abc, d] on 'abcd' (the learned order [ab, cd]). Ids follow the
     # merges, so an encoder that ranks a pair by its joined token's id (tiktoken's way) passes both
     two = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"bc"}
+    freq = {i: bytes([i]) for i in range(256)} | {256: b"aa", 257: b"ab", 258: b"ba"}
     four = {i: bytes([i]) for i in range(256)} | {256: b"cd", 257: b"ab", 258: b"bc", 259: b"abc"}
     # ids of three and four digits that follow the merges: ids compared as text put '1000' (ab) before '999' (bc)
     wide = {i: bytes([i]) for i in range(256)} | {999: b"bc", 1000: b"ab"}
     # abc is a token, but (a, bc) no merge: merging any pair whose bytes are a token gives [abc], the merges [a, bc]
     made = {i: bytes([i]) for i in range(256)} | {256: b"bc", 257: b"ab", 258: b"abc"}
     return [
+        # tried first: only the frequency order gives [a, ab, ab] (ab occurs twice, without a tie), every other order
+        # of the catalogue [aa, b, ab] or [aa, ba, b]
+        ("aabab", freq, [(b"a", b"a"), (b"a", b"b"), (b"b", b"a")], []),
         ("abc", two, [(b"a", b"b"), (b"b", b"c")], []),
         ("abcd", four, [(b"c", b"d"), (b"a", b"b"), (b"b", b"c"), (b"a", b"bc")], []),
         ("abc", wide, [(b"b", b"c"), (b"a", b"b")], []),
