@@ -857,6 +857,8 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encode_cached_by_piece, "cache kept between calls", ("keyed by the piece alone",)),
     # trial s7_11: named three ways over 15 seeds before
     (check_bpe_encode, encode_most_common, "merges in frequency order", ("most_common",)),
+    # and these passed
+    (check_train_bpe, on_text(trainer(), str.lower), "text lowercased", ("text.lower()",)),
 ]
 
 

@@ -358,9 +358,9 @@ def _pieces(text: str, specials: Sequence[str], split: str = "gpt2", specials_ou
 
 
 def _prepared(text: str, text_as: str) -> str:
-    """The text as a mistake changes it before any work: stripped, or normalised ("NFC", "NFKC")."""
-    if text_as == "strip":
-        return text.strip()
+    """The text as a mistake changes it before any work: stripped, lowercased, or normalised ("NFC", "NFKC")."""
+    if text_as in ("strip", "lower"):
+        return getattr(text, text_as)()
     return unicodedata.normalize(text_as, text) if text_as else text
 
 
@@ -472,6 +472,8 @@ _TRAIN_VARIANTS = [
      "at its ends are text too, and their pairs ((b'\\n', b'\\n')) are counted and merged. Train on the text as "
      "it is."),
     *[("text normalised", dict(text_as=form), _NORMALISED.format(what="training")) for form in ("NFC", "NFKC")],
+    ("text lowercased", dict(text_as="lower"), "the text was lowercased first (text.lower()?): BPE works on the bytes "
+     "as given, 'THE' and 'the' are other bytes, and GPT-2's vocabulary holds both. Train on the text as it is."),
 ]
 
 
@@ -512,6 +514,7 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         ("a \n \n ed " * 3 + "aaaa abab abab", 256 + 4, []),  # and counts per piece: aaaa, abab
         # text stripped: (b'\n', b'\n') at the ends is learned; text normalised: the bytes of 'e\u0301', 'ﬁ', '²'
         ("\n\n\n\nab\n\n\n\nab cafe\u0301 cafe\u0301 cafe\u0301 ﬁne x² x²\n\n\n\n", 256 + 6, []),
+        ("THE THE the", 256 + 1, []),  # capitals: (b'T', b'H') learned, lowercased (b't', b'h')
     ]
 
 
