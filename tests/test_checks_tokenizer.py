@@ -265,7 +265,9 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
     string: each special token replaced by it; ``merge`` another merge_pair; ``stop="none"``: max() of no
     pairs raises)."""
     def train_bpe(text, vocab_size, special_tokens=()):
-        if isinstance(specials_out, str):
+        if specials_out == "first":  # trial s7_11: text.split(special_tokens[0]), the others trained on
+            chunks = text.split(special_tokens[0]) if special_tokens else [text]
+        elif isinstance(specials_out, str):
             for token in special_tokens:
                 text = text.replace(token, specials_out)
             chunks = [text]
@@ -859,6 +861,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encode_most_common, "merges in frequency order", ("most_common",)),
     # and these passed
     (check_train_bpe, on_text(trainer(), str.lower), "text lowercased", ("text.lower()",)),
+    (check_train_bpe, trainer(specials_out="first"), "only the first special token cut", ("special_tokens[0]",)),
 ]
 
 

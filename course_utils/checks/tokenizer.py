@@ -402,13 +402,15 @@ def _piece_pairs(word: list, counting: str) -> list[tuple]:
 
 def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str = "gpt2",
                  specials_out: bool | str = True, weighted: bool = True, tie: str = "bytes", apply: bool = True,
-                 counting: str = "all", text_as: str = "") -> list[tuple[bytes, bytes]]:
+                 counting: str = "all", text_as: str = "", cut_at: int | None = None) -> list[tuple[bytes, bytes]]:
     """The textbook trainer (a full recount per merge), with the variants the mistakes need (``text_as``:
-    "strip" or a Unicode normal form applied to the text first)."""
+    "strip" or a Unicode normal form applied to the text first; ``cut_at=1``: the text cut at the first special
+    token only, the others trained on)."""
     text = _prepared(text, text_as)
     # each distinct piece once with its count, in the order of first occurrence (the order pairs are first counted
     # in, which tie="first" reads); merging keeps distinct pieces distinct
-    words = Counter(tuple(p) for p in _pieces(text, specials, split, specials_out) if len(p) > 1)  # 1 byte: no pair
+    words = Counter(tuple(p) for p in _pieces(text, specials[:cut_at], split, specials_out)
+                    if len(p) > 1)  # 1 byte: no pair
     if not weighted:
         words = Counter(dict.fromkeys(words, 1))
     vocab = {i: bytes([i]) for i in range(256)}
@@ -472,6 +474,9 @@ _TRAIN_VARIANTS = [
      "at its ends are text too, and their pairs ((b'\\n', b'\\n')) are counted and merged. Train on the text as "
      "it is."),
     *[("text normalised", dict(text_as=form), _NORMALISED.format(what="training")) for form in ("NFC", "NFKC")],
+    ("only the first special token cut", dict(cut_at=1), "the text is cut at the first special token only "
+     "(text.split(special_tokens[0])?): the characters of the others ('<|pad|>') were trained on. Cut it at every "
+     "one: split_special_tokens(text, special_tokens), and skip the special pieces."),
     ("text lowercased", dict(text_as="lower"), "the text was lowercased first (text.lower()?): BPE works on the bytes "
      "as given, 'THE' and 'the' are other bytes, and GPT-2's vocabulary holds both. Train on the text as it is."),
 ]
@@ -515,6 +520,8 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         # text stripped: (b'\n', b'\n') at the ends is learned; text normalised: the bytes of 'e\u0301', 'ﬁ', '²'
         ("\n\n\n\nab\n\n\n\nab cafe\u0301 cafe\u0301 cafe\u0301 ﬁne x² x²\n\n\n\n", 256 + 6, []),
         ("THE THE the", 256 + 1, []),  # capitals: (b'T', b'H') learned, lowercased (b't', b'h')
+        # two special tokens: cut at the first only, '<|pad|>' gives the pair (b'|', b'>') first
+        ("ab<|pad|>ab" + ENDOFTEXT + "cd<|pad|> cd", 256 + 3 + 2, [ENDOFTEXT, "<|pad|>"]),
     ]
 
 
