@@ -725,6 +725,10 @@ def decode_byte_values(ids, vocab):
     return bytes(ids).decode("utf-8", errors="replace")
 
 
+def decode_get(ids, vocab):  # trial s7_11: vocab.get(i, b""), an unknown id dropped
+    return b"".join(vocab.get(i, b"") for i in ids).decode("utf-8", errors="replace")
+
+
 def decode_to_bytes(ids, vocab):
     return b"".join(vocab[i] for i in ids)
 
@@ -862,6 +866,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     # and these passed
     (check_train_bpe, on_text(trainer(), str.lower), "text lowercased", ("text.lower()",)),
     (check_train_bpe, trainer(specials_out="first"), "only the first special token cut", ("special_tokens[0]",)),
+    (check_bpe_decode, decode_get, "unknown ids dropped", ("vocab.get(i, b'')",)),
 ]
 
 

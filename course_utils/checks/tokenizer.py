@@ -1171,6 +1171,7 @@ def check_bpe_decode(bpe_decode_fn):
         results.append((case, got, bpe_decode(ids, vocab), ids, vocab))
     wrong = [r for r in results if r[1] != r[2]]
     if not wrong:
+        _fail_unknown_id_kept(bpe_decode_fn, cases[0][1])
         return _passed(bpe_decode_fn, f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special "
                        "token, shuffled byte ids")
     results = [(case, got, expected, [_value(v) for _, _, v in _decode_variants(ids, vocab)])
@@ -1186,6 +1187,21 @@ def check_bpe_decode(bpe_decode_fn):
         if values[v] == got:
             fail(f"{diagnosis}\n    {case}\n    {_around(got, expected)}", mistake=name)
     fail(f"{case}: {_around(got, expected)}", mistake="values differ")
+
+
+def _fail_unknown_id_kept(bpe_decode_fn: Callable[..., Any], vocab: dict) -> None:
+    """An id outside ``vocab`` must raise (the contract: ValueError; vocab[i]'s KeyError is as good), not vanish."""
+    ids = [ord("o"), ord("k"), max(vocab) + 1]
+    case = f"bpe_decode({ids}, vocab) (the last id is not in the vocabulary)"
+    try:
+        got = _run(bpe_decode_fn, ids, dict(vocab), name="bpe_decode", what=f"{ids}, vocab")
+    except StudentError as err:
+        if isinstance(err.exc, (LookupError, ValueError)):
+            return
+        raise
+    fail(f"an id that is not in the vocabulary gave {got!r} instead of an error (vocab.get(i, b'')?): a wrong id "
+         "(from another tokenizer, or a bug) then goes unnoticed. Look each id up with vocab[i], which raises "
+         f"KeyError, or raise ValueError naming the id.\n    {case}", mistake="unknown ids dropped")
 
 
 def _value(variant: Callable[[], str]) -> str | None:
