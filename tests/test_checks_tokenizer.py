@@ -729,6 +729,13 @@ def decode_get(ids, vocab):  # trial s7_11: vocab.get(i, b""), an unknown id dro
     return b"".join(vocab.get(i, b"") for i in ids).decode("utf-8", errors="replace")
 
 
+def decode_cleaned_up(ids, vocab):  # trial s7_11: Hugging Face's clean_up_tokenization, in part
+    text = decode_join(ids, vocab)
+    for before, after in [(" .", "."), (" ,", ","), (" !", "!"), (" ?", "?"), (" 's", "'s"), (" n't", "n't")]:
+        text = text.replace(before, after)
+    return text
+
+
 def decode_to_bytes(ids, vocab):
     return b"".join(vocab[i] for i in ids)
 
@@ -867,6 +874,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, on_text(trainer(), str.lower), "text lowercased", ("text.lower()",)),
     (check_train_bpe, trainer(specials_out="first"), "only the first special token cut", ("special_tokens[0]",)),
     (check_bpe_decode, decode_get, "unknown ids dropped", ("vocab.get(i, b'')",)),
+    (check_bpe_decode, decode_cleaned_up, "spaces before punctuation removed", ("clean_up_tokenization",)),
 ]
 
 

@@ -1099,6 +1099,10 @@ def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
          lambda: "".join(chr(i) for i in ids)),
         *[("text normalised", _NORMALISED.format(what="decoding"),
            lambda form=form: unicodedata.normalize(form, bpe_decode(ids, vocab))) for form in ("NFC", "NFKC")],
+        ("spaces before punctuation removed", "the space before punctuation, 's or n't is gone (' .' became "
+         "'.', \" 's\" \"'s\": Hugging Face's clean_up_tokenization_spaces?): decoding gives back every byte of the "
+         "tokens, spaces included, so that decode(encode(text)) == text.",
+         lambda: _cleaned_up(bpe_decode(ids, vocab))),
         ("special tokens dropped", "the special token is missing (skipped, as Hugging Face's skip_special_tokens=True "
          "does): bpe_decode gives back every token, the special ones as their text ('<|endoftext|>').",
          lambda: b"".join(vocab[i] for i in ids if vocab[i] not in _SPECIAL_BYTES).decode("utf-8", errors="replace")),
@@ -1106,6 +1110,13 @@ def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
 
 
 _SPECIAL_BYTES = {ENDOFTEXT.encode()}
+
+
+def _cleaned_up(text: str) -> str:
+    """Hugging Face's clean_up_tokenization: the space before punctuation and contractions removed."""
+    for before in (" .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're"):
+        text = text.replace(before, before[1:])
+    return text
 
 
 def _around(got: str, expected: str, width: int = 50) -> str:
@@ -1133,6 +1144,7 @@ def _decode_cases() -> list[tuple[list, dict, str]]:
         ([0x80, *list(b"ok"), 0xF0, 0x9F], vocab, "invalid UTF-8: a lone continuation byte, then a cut emoji"),
         ([ids_in[bytes([b])] for b in "aé 🚀".encode()], shuffled, "byte ids shuffled, as in GPT-2's vocabulary"),
         (tok.encode(text), vocab, "a text's ids"),
+        (tok.encode(text + " it 's do n't , ok . no !"), vocab, "spaces before punctuation"),
         (tok.encode(text + " ﬁne cafe\u0301 x² ½"), vocab, "a text with 'ﬁ', '²', an accent as a combining character"),
         (tok.encode(text + ENDOFTEXT + "é"), vocab, "a special token"),
         (tok.encode(" \n" + text + "  "), vocab, "spaces at both ends"),
