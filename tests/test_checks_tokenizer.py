@@ -520,6 +520,12 @@ def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byt
     return bpe_encode
 
 
+def encode_line_by_line(text, vocab, merges, special_tokens=()):  # trial s7_11: the id of b"\n" between lines
+    lines = [encoder()(line, vocab, merges, special_tokens) for line in text.split("\n")]
+    newline = {v: k for k, v in vocab.items()}[b"\n"]
+    return [*lines[0], *(i for line in lines[1:] for i in [newline, *line])]
+
+
 def encode_hard_coded(text, vocab, merges, special_tokens=()):  # trial s4_11: the argument ignored
     return encoder()(text, vocab, merges, ["<|endoftext|>"])
 
@@ -874,6 +880,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, on_text(trainer(), str.lower), "text lowercased", ("text.lower()",)),
     (check_train_bpe, trainer(specials_out="first"), "only the first special token cut", ("special_tokens[0]",)),
     (check_bpe_decode, decode_get, "unknown ids dropped", ("vocab.get(i, b'')",)),
+    (check_bpe_encode, encode_line_by_line, "text encoded line by line", ("runs of newlines",)),
     (check_bpe_decode, decode_cleaned_up, "spaces before punctuation removed", ("clean_up_tokenization",)),
 ]
 

@@ -442,6 +442,7 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "pre-tokenizer differs": "a pattern of Python's re instead of pretokenize: '_' dropped, '²' or '½' cut otherwise",
     "text normalised": "the text normalised (unicodedata.normalize, NFC or NFKC): BPE works on the bytes as given",
     "text stripped": "training strips the text first: the spaces and newlines at its ends are not trained on",
+    "text encoded line by line": "encoding splits the text at '\\n' and puts the newline's id between lines",
     "spaces before punctuation removed": "decoding drops the space before '.', ',', \"'s\" (clean_up_tokenization)",
     "unknown ids dropped": "decoding gives a text for an id outside the vocabulary (vocab.get(i, b'')), not an error",
     "only the first special token cut": "training cuts the text at special_tokens[0] only and trains on the others",

@@ -795,6 +795,9 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
     text = _prepared(text, text_as)
     ids_of = {v: k for k, v in sorted(vocab.items(), reverse=True)}
     ranks = {tuple(m): r for r, m in reversed(list(enumerate(merges)))}
+    if split == "lines":  # each line on its own, the id of b'\n' between two lines
+        lines = [_plain_encode(line, vocab, merges, specials, order=order) for line in text.split("\n")]
+        return [i for k, line in enumerate(lines) for i in ([ids_of[b"\n"]] if k else []) + line]
     out: list[int] = []
     chunks = split_special_tokens(text, specials) if specials_out else [text]
     if specials_out and specials and not longest_first:  # a regular expression of the tokens in the order given
@@ -895,6 +898,9 @@ _ENCODE_VARIANTS = [
      "(pretokenize) and encode each piece on its own, as the merges were learned."),
     ("leading space dropped", dict(split="whitespace"), "the spaces are lost (text.split()?): GPT-2's pieces keep the "
      "space before a word (' world'); use pretokenize(...), whose pieces join back to the text."),
+    ("text encoded line by line", dict(split="lines"), "you encode the text line by line (text.split('\\n'), the "
+     "id of '\\n' between two lines): GPT-2's pieces hold runs of newlines, and a blank line '\\n\\n' is one "
+     "token of its vocabulary (628). Encode the whole text: pretokenize(...) keeps the newlines in its pieces."),
     ("byte values as ids", dict(byte_ids=True), "a single byte's id is not its value: look every token's id up in "
      "the vocabulary (GPT-2's vocabulary gives b'!' the id 0)."),
     ("pre-tokenizer differs", dict(split="re"), "your pre-tokenizer drops or splits characters GPT-2's pattern "
@@ -955,6 +961,8 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
         (_text(randint(4, 8), special=False) + ENDOFTEXT + "the end", vocab, merges, []),
         # what Python's re and Unicode normalisation change: '_', '²', '½', 'ﬁ', an accent as a combining character
         (_text(randint(2, 5), special=False) + "snake_case(x_1) x² ½ ﬁne cafe\u0301", vocab, merges, []),
+        # runs of newlines: GPT-2's pieces '\n\n' (a blank line, one token), then '\n' before 'b'
+        ("a\n\n\nb end.\n\n", {i: bytes([i]) for i in range(256)} | {256: b"\n\n"}, [(b"\n", b"\n")], []),
     ]
 
 
