@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._validate import names_used
 from ._display import mimebundle, show_verdict, verdict_html
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -309,6 +310,27 @@ def require_function(fn: Any, name: str) -> None:
         what = "a class" if isinstance(fn, type) else f"the result of calling it (you passed a {type(fn).__name__})"
         fail(f"pass the function itself, `check_{name}({name})`, not {what}.", mistake="not a function")
     require_contract_parameters(fn, name)
+
+
+def own_helper_failure(fn: Callable[..., Any], name: str, reference: Callable[..., Any],
+                       check: Callable[..., Any]) -> str | None:
+    """Why the student's own ``name`` (the one ``fn``'s globals hold, where ``fn`` calls it and it is
+    not the ``reference``) fails its ``check``: the mistake's name or "it raises X"; None where
+    ``fn`` uses no helper of its own, the helper passes, is a stub, or its check cannot run. The
+    check's body runs quietly (no verdict shown, no second timer), in a forked random state."""
+    helper = getattr(fn, "__globals__", {}).get(name)
+    if name not in names_used(fn) or not callable(helper) or helper is reference:
+        return None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            check.__wrapped__(helper)
+        return None
+    except Failure as f:
+        return f.mistake or "its check fails"
+    except StudentError as err:
+        return None if isinstance(err.exc, NotImplementedError) else f"it raises {type(err.exc).__name__}"
+    except Exception:  # noqa: BLE001 - the helper's own check could not run: the caller's verdict stands
+        return None
 
 
 def raised(exc: BaseException, inline: bool = False) -> str:

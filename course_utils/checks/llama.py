@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._validate import names_used
 from ..llama import GroupedQueryAttention, apply_rotary, rotary_tables, rotate_half
 from ._core import (
     Failure,
@@ -35,6 +34,7 @@ from ._core import (
     fail,
     gradient_probe,
     isnan,
+    own_helper_failure,
     randint,
     register_hints,
     require_function,
@@ -690,21 +690,8 @@ def _blame_apply_rotary(cls: Any) -> None:
     """A GroupedQueryAttention that failed and whose forward calls the notebook's own apply_rotary: when that one
     fails its own check, the attention inherits its mistake, whatever the attention itself does (as
     check_train_step blames a failing masked_cross_entropy)."""
-    forward = getattr(cls, "forward", None)
-    rotate = getattr(forward, "__globals__", {}).get("apply_rotary")
-    if not callable(rotate) or rotate is apply_rotary or "apply_rotary" not in names_used(forward):
-        return
-    try:
-        with torch.random.fork_rng(devices=[]):  # the body, not the checker: no verdict shown, no second timer
-            check_apply_rotary.__wrapped__(rotate)
-        return
-    except Failure as f:
-        why = f.mistake or "its check fails"
-    except StudentError as err:
-        if isinstance(err.exc, NotImplementedError):
-            return
-        why = f"it raises {type(err.exc).__name__}"
-    except Exception:  # noqa: BLE001 - apply_rotary's own check could not run: the attention's verdict stands
+    why = own_helper_failure(getattr(cls, "forward", None), "apply_rotary", apply_rotary, check_apply_rotary)
+    if why is None:
         return
     fail(f"your forward calls your apply_rotary, which has not passed its check ({why}): the queries and keys it "
          "rotates are wrong, so this check cannot tell whether the attention itself is right. Fix apply_rotary "

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .._validate import names_used
 from ..tokenizer import (
     ENDOFTEXT,
     BPETokenizer,
@@ -701,13 +702,7 @@ def _fail_made_up_id(err: StudentError, vocab_size: int) -> None:
 
 def _fail_helper(train_bpe_fn: Callable[..., Any]) -> None:
     """Blame the student's own count_pairs or merge_pair, where their train_bpe calls one that fails its check."""
-    code = [getattr(train_bpe_fn, "__code__", None)]
-    names: set[str] = set()
-    while code:  # the names the function and the functions defined in it read
-        c = code.pop()
-        if c is not None:
-            names.update(c.co_names)
-            code += [k for k in c.co_consts if inspect.iscode(k)]
+    names = names_used(train_bpe_fn)  # the names it and the functions defined in it read
     helpers = getattr(train_bpe_fn, "__globals__", {})
     for name, check in (("count_pairs", check_count_pairs), ("merge_pair", check_merge_pair)):
         helper = helpers.get(name) if name in names else None

@@ -44,7 +44,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._validate import names_used
 from ..data import collate
 from ..model import Transformer, make_tgt_mask
 from ..training import masked_cross_entropy, noam_lr
@@ -63,6 +62,7 @@ from ._core import (
     fail_view_error,
     isfinite,
     matches,
+    own_helper_failure,
     randint,
     register_hints,
     require_function,
@@ -1232,20 +1232,8 @@ _STEP_CASES = [  # (the draw's arguments, pass the options, words); "pad": a non
 def _blame_the_loss(fn: Callable[..., Any]) -> None:
     """A train_step that failed and calls the student's own masked_cross_entropy: when that
     one fails its own check, the wrong loss is its fault, whatever train_step does."""
-    loss = getattr(fn, "__globals__", {}).get("masked_cross_entropy")
-    if "masked_cross_entropy" not in names_used(fn) or not callable(loss) or loss is masked_cross_entropy:
-        return
-    try:
-        with torch.random.fork_rng(devices=[]):  # the body, not the checker: no verdict shown, no second timer
-            check_masked_cross_entropy.__wrapped__(loss)
-        return
-    except Failure as f:
-        why = f.mistake or "its check fails"
-    except StudentError as err:
-        if isinstance(err.exc, NotImplementedError):
-            return  # a stub: the verdict of train_step says so already
-        why = f"it raises {type(err.exc).__name__}"
-    except Exception:  # noqa: BLE001 - the loss's own check could not run: train_step's verdict stands
+    why = own_helper_failure(fn, "masked_cross_entropy", masked_cross_entropy, check_masked_cross_entropy)
+    if why is None:
         return
     fail(f"it calls your masked_cross_entropy, which has not passed its check ({why}): the loss it gets is wrong, "
          "so this check cannot tell whether train_step itself is right. Fix masked_cross_entropy first (its check "
