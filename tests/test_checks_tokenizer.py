@@ -280,8 +280,8 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
             min_count=1, characters=None):
     """A slow textbook trainer in one student's style, with one mistake or none (``specials_out`` a
     string: each special token replaced by it; ``merge`` another merge_pair; ``stop="none"``: max() of no
-    pairs raises; ``characters`` (trial s7_11): pieces of code points, ord(ch), each character's token its
-    UTF-8 bytes, or below 256 its "latin-1" byte, bytes([ord(ch)]))."""
+    pairs raises; ``characters`` (trials s5_11, s7_11): pieces of code points, ord(ch), each character's token
+    its UTF-8 bytes, or below 256 its "latin-1" byte, bytes([ord(ch)]), or "looked up" in the 256 bytes only)."""
     def train_bpe(text, vocab_size, special_tokens=()):
         if specials_out == "first":  # trial s7_11: text.split(special_tokens[0]), the others trained on
             chunks = text.split(special_tokens[0]) if special_tokens else [text]
@@ -304,7 +304,7 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
         if not weighted:
             words = Counter(dict.fromkeys(words, 1))
         vocab = {i: bytes([i]) for i in range(256)}
-        if characters:
+        if characters in ("utf-8", "latin-1"):  # else vocab[ord(ch)] of an emoji raises KeyError
             vocab = CharacterTokens(vocab, utf8=characters == "utf-8")
         if specials_first:
             for token in special_tokens:
@@ -557,8 +557,16 @@ def encode_line_by_line(text, vocab, merges, special_tokens=()):  # trial s7_11:
     return [*lines[0], *(i for line in lines[1:] for i in [newline, *line])]
 
 
-def encode_list_only(text, vocab, merges, special_tokens=()):  # trial s7_11: isinstance(special_tokens, list)
-    return encoder()(text, vocab, merges, special_tokens if isinstance(special_tokens, list) else [])
+def list_only(special_tokens):  # trial s7_11: special tokens only in a list, isinstance(special_tokens, list)
+    return special_tokens if isinstance(special_tokens, list) else []
+
+
+def encode_list_only(text, vocab, merges, special_tokens=()):
+    return encoder()(text, vocab, merges, list_only(special_tokens))
+
+
+def train_list_only(text, vocab_size, special_tokens=()):
+    return trainer()(text, vocab_size, list_only(special_tokens))
 
 
 def encode_computed_ids(text, vocab, merges, special_tokens=()):  # trial s7_11: a byte's value, 256 + the rank
@@ -926,8 +934,10 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_decode, decode_cleaned_up, "spaces before punctuation removed", ("clean_up_tokenization",)),
     # trial s7_11: these were unnamed or misnamed, or passed (a tuple of special tokens)
     (check_bpe_encode, encode_list_only, "special tokens given as a tuple ignored", ("a tuple as well as a list",)),
+    (check_train_bpe, train_list_only, "special tokens given as a tuple ignored", ("a tuple as well as a list",)),
     (check_train_bpe, trainer(characters="utf-8"), "characters instead of bytes", ("piece.encode('utf-8')",)),
     (check_train_bpe, trainer(characters="latin-1"), "characters instead of bytes", ("ord(ch)",)),
+    (check_train_bpe, trainer(characters="looked up"), "characters instead of bytes", ("ord(ch)",)),
     (check_bpe_encode, encode_computed_ids, "byte values as ids", ("looking it up in the vocabulary",)),
     (check_merge_pair, merge_generator_expression, "wrong return", ("generator expression", "square brackets")),
     (check_merge_pair, merge_as_bytes, "ids merged as bytes", ("bytes(ids)",)),

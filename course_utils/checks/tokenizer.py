@@ -542,9 +542,13 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         # text stripped: (b'\n', b'\n') at the ends is learned; text normalised: the bytes of 'e\u0301', 'ﬁ', '²'
         ("\n\n\n\nab\n\n\n\nab cafe\u0301 cafe\u0301 cafe\u0301 ﬁne x² x²\n\n\n\n", 256 + 6, []),
         ("THE THE the", 256 + 1, []),  # capitals: (b'T', b'H') learned, lowercased (b't', b'h')
-        # two special tokens: cut at the first only, '<|pad|>' gives the pair (b'|', b'>') first
-        ("ab<|pad|>ab" + ENDOFTEXT + "cd<|pad|> cd", 256 + 3 + 2, [ENDOFTEXT, "<|pad|>"]),
+        # two special tokens: cut at the first only, '<|pad|>' gives the pair (b'|', b'>') first; given as a tuple
+        ("ab<|pad|>ab" + ENDOFTEXT + "cd<|pad|> cd", 256 + 3 + 2, (ENDOFTEXT, "<|pad|>")),
     ]
+
+
+_TUPLE = ("any sequence of str names the special tokens, a tuple as well as a list; split_special_tokens(text, "
+          "special_tokens) and `chunk in special_tokens` take both.")
 
 
 def _as_training(got: Any) -> tuple[dict, list]:
@@ -583,6 +587,11 @@ def _not_most_frequent(text: str, specials: list[str], got: list, expected: list
         if own.get(got[j], 0) < top:
             return j, got[j], own.get(got[j], 0), max(p for p in own if own[p] == top), top
     return None
+
+
+_FROM_CHARACTERS = ("you start each piece from its characters (tuple(piece), or ord(ch) for ch in piece?). Byte-level "
+                    "BPE starts from the piece's UTF-8 bytes, tuple(piece.encode('utf-8')): an accent is 2 bytes, an "
+                    "emoji 4, each a token of its own until a merge joins them.")
 
 
 def _character_unit(text: str, merges: list) -> tuple[int, bytes, str] | None:
@@ -648,11 +657,8 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
         merges = merges if merges is not None else theirs(*other)
         unit = merges and _character_unit(other[0], merges)
         if unit:
-            fail(f"your merge {unit[0]}, {merges[unit[0]]!r}, joins {unit[1]!r}, which is {unit[2]}: you start each "
-                 "piece from its characters (tuple(piece), or ord(ch) for ch in piece?). Byte-level BPE starts from "
-                 "the piece's UTF-8 bytes, tuple(piece.encode('utf-8')): an accent is 2 bytes, an emoji 4, each a "
-                 f"token of its own until a merge joins them.\n    {_train_case(*other)}",
-                 mistake="characters instead of bytes")
+            fail(f"your merge {unit[0]}, {merges[unit[0]]!r}, joins {unit[1]!r}, which is {unit[2]}: "
+                 f"{_FROM_CHARACTERS}\n    {_train_case(*other)}", mistake="characters instead of bytes")
     counts = _counts_before(text, specials, expected[:k])
     mine, ref = got[k], expected[k]
     where = f"merge {k} (the first that differs): you merged {mine!r}, expected {ref!r}"
@@ -733,9 +739,21 @@ def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str, voca
 def _their_merges(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, specials: list[str]) -> list | None:
     """The student's merges on another case, or None where their code fails on it."""
     try:
-        return _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe", what=text[:30]))[1]
-    except (StudentError, Failure):
+        return _as_training(_run(train_bpe_fn, text, vocab_size, specials, name="train_bpe", what=text[:30]))[1]
+    except StudentError as err:
+        _fail_code_point(err, text, vocab_size, specials)
         return None
+    except Failure:
+        return None
+
+
+def _fail_code_point(err: StudentError, text: str, vocab_size: int, specials: list[str]) -> None:
+    """A KeyError on a character's code point (vocab[ord(ch)] of an emoji): pieces of characters."""
+    key = err.exc.args[0] if isinstance(err.exc, KeyError) and err.exc.args else None
+    if isinstance(key, int) and 256 <= key < 0x110000 and chr(key) in text:
+        fail(f"your code raised {raised(err.exc)}\n    {key} is ord({chr(key)!r}), a character's code point, not an "
+             f"id: {_FROM_CHARACTERS}\n    {_train_case(text, vocab_size, specials)}",
+             mistake="characters instead of bytes")
 
 
 def _fail_made_up_id(err: StudentError, vocab_size: int) -> None:
@@ -776,10 +794,11 @@ def _train(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, special
            **limit: str) -> tuple[dict, list]:
     """The student's (vocab, merges), an error of theirs named where it can be."""
     try:
-        return _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe",
+        return _as_training(_run(train_bpe_fn, text, vocab_size, specials, name="train_bpe",
                                  what=f"{text[:30]!r}..., {vocab_size}, {specials}", **limit))
     except StudentError as err:
         _fail_helper(train_bpe_fn)
+        _fail_code_point(err, text, vocab_size, specials)
         _fail_made_up_id(err, vocab_size)
         n = len(train_bpe(text, vocab_size, specials)[1])
         if isinstance(err.exc, ValueError) and "empty" in str(err.exc) and n < vocab_size - 256 - len(specials):
@@ -794,7 +813,7 @@ def check_train_bpe(train_bpe_fn):
     require_function(train_bpe_fn, "train_bpe")
     cases = _train_cases() + _train_variants_differ()
     for text, vocab_size, specials in cases:
-        vocab, merges = _train(train_bpe_fn, text, vocab_size, list(specials))
+        vocab, merges = _train(train_bpe_fn, text, vocab_size, specials)
         expected = train_bpe(text, vocab_size, specials)
         again = lambda: _train(train_bpe_fn, text, vocab_size, specials)  # noqa: E731
         if (vocab, merges) != expected:
@@ -802,6 +821,10 @@ def check_train_bpe(train_bpe_fn):
         expected = expected[1]
         if merges != expected:
             _fail_helper(train_bpe_fn)
+            if isinstance(specials, tuple) and merges == train_bpe(text, vocab_size)[1]:
+                fail(f"special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): "
+                     f"{_TUPLE}\n    {_train_case(text, vocab_size, specials)}",
+                     mistake="special tokens given as a tuple ignored")
             _diagnose_merges(text, vocab_size, list(specials), merges, expected, cases,
                              lambda *other: _their_merges(train_bpe_fn, *other))
         _check_vocab(vocab, merges, list(specials), _train_case(text, vocab_size, list(specials)), vocab_size)
@@ -1066,9 +1089,8 @@ def check_bpe_encode(bpe_encode_fn):
                  f"{_show(results[same[-1]][2])}", mistake="cache kept between calls")
     case, got, expected = results[wrong[0]]
     if all(isinstance(cases[k][3], tuple) and results[k][1] == variant(k, dict(specials_out=False)) for k in wrong):
-        fail("special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): any sequence of str "
-             "names the special tokens, a tuple as well as a list; split_special_tokens(text, special_tokens) and "
-             f"`chunk in special_tokens` take both.\n    {case}\n    you: {_show(got)}\n    expected: "
+        fail(f"special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): {_TUPLE}\n    {case}"
+             f"\n    you: {_show(got)}\n    expected: "
              f"{_show(expected)}", mistake="special tokens given as a tuple ignored")
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
     at = f" (from position {k}, the first that differs)" if k else ""
