@@ -280,9 +280,9 @@ def _merge_variants(ids: list, pair: tuple, new_id: Any) -> list[tuple[str, str,
     ]
 
 
-_AS_BYTES = ("you merge in bytes (bytes(ids).replace(bytes(pair), ...)?): a byte holds 0 to 255, and every merged id is "
-             "256 or more (bytes([new_id]) raises, new_id % 256 gives another token's id). Work on the list of ids: walk "
-             "it, (ids[i], ids[i + 1]) == pair.")
+_AS_BYTES = ("you merge in bytes (bytes(ids).replace(bytes(pair), ...)?): a byte holds 0 to 255, and every merged id "
+             "is 256 or more (bytes([new_id]) raises, new_id % 256 gives another token's id). Work on the list of ids: "
+             "walk it, (ids[i], ids[i + 1]) == pair.")
 
 
 def _merge_cases() -> list[tuple[list, tuple, int]]:
