@@ -257,13 +257,31 @@ def merge_yield(ids, pair, new_id):  # trial s5_11: a generator, not a list
         i += 2 if found else 1
 
 
+def merge_generator_expression(ids, pair, new_id):  # trial s7_11: round brackets, a generator
+    return (t for t in merge_while(ids, pair, new_id))
+
+
+def merge_as_bytes(ids, pair, new_id):  # trial s7_11: bytes.replace, the new id taken modulo 256
+    return list(bytes(ids).replace(bytes(pair), bytes([new_id % 256])))
+
+
+def merge_as_bytes_raising(ids, pair, new_id):  # the same without % 256: bytes([new_id]) raises
+    return list(bytes(ids).replace(bytes(pair), bytes([new_id])))
+
+
+def merge_as_characters(ids, pair, new_id):  # right: str.replace on chr(id), one character per id, any id
+    joined = "".join(map(chr, ids)).replace(chr(pair[0]) + chr(pair[1]), chr(new_id))
+    return [ord(c) for c in joined]
+
+
 # ---------------------------------------------------------------- train_bpe
 def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merges=None, specials_first=False,
             add_specials=True, stop=True, id_gap=0, apply=True, counting="all", merge=None, specials_below_size=False,
-            min_count=1):
+            min_count=1, characters=None):
     """A slow textbook trainer in one student's style, with one mistake or none (``specials_out`` a
     string: each special token replaced by it; ``merge`` another merge_pair; ``stop="none"``: max() of no
-    pairs raises)."""
+    pairs raises; ``characters`` (trials s5_11, s7_11): pieces of code points, ord(ch), each character's token
+    its UTF-8 bytes, or below 256 its "latin-1" byte, bytes([ord(ch)]), or "looked up" in the 256 bytes only)."""
     def train_bpe(text, vocab_size, special_tokens=()):
         if specials_out == "first":  # trial s7_11: text.split(special_tokens[0]), the others trained on
             chunks = text.split(special_tokens[0]) if special_tokens else [text]
@@ -282,10 +300,12 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
             pieces = [w for c in chunks for w in c.split()]
         else:
             pieces = [p for c in chunks for p in pretokenize(c)]
-        words = Counter(tuple(p.encode("utf-8")) for p in pieces)
+        words = Counter(tuple(map(ord, p)) if characters else tuple(p.encode("utf-8")) for p in pieces)
         if not weighted:
             words = Counter(dict.fromkeys(words, 1))
         vocab = {i: bytes([i]) for i in range(256)}
+        if characters in ("utf-8", "latin-1"):  # else vocab[ord(ch)] of an emoji raises KeyError
+            vocab = CharacterTokens(vocab, utf8=characters == "utf-8")
         if specials_first:
             for token in special_tokens:
                 vocab[len(vocab)] = token.encode("utf-8")
@@ -326,6 +346,17 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
         return vocab, merges
 
     return train_bpe
+
+
+class CharacterTokens(dict):
+    """Tokens by code point: a character is its UTF-8 bytes where the dict has no id for it, or everywhere with
+    ``utf8`` (the dict's bytes([i]) below 256 then only what it returns as its vocab)."""
+    def __init__(self, vocab, utf8):
+        super().__init__(vocab)
+        self.utf8 = utf8
+
+    def __getitem__(self, i):
+        return chr(i).encode() if i not in self or (self.utf8 and i < 256) else super().__getitem__(i)
 
 
 def pairs_by_length(words):  # a count of its own kind (weighted by the piece's length): no catalogued mistake
@@ -524,6 +555,25 @@ def encode_line_by_line(text, vocab, merges, special_tokens=()):  # trial s7_11:
     lines = [encoder()(line, vocab, merges, special_tokens) for line in text.split("\n")]
     newline = {v: k for k, v in vocab.items()}[b"\n"]
     return [*lines[0], *(i for line in lines[1:] for i in [newline, *line])]
+
+
+def list_only(special_tokens):  # trial s7_11: special tokens only in a list, isinstance(special_tokens, list)
+    return special_tokens if isinstance(special_tokens, list) else []
+
+
+def encode_list_only(text, vocab, merges, special_tokens=()):
+    return encoder()(text, vocab, merges, list_only(special_tokens))
+
+
+def train_list_only(text, vocab_size, special_tokens=()):
+    return trainer()(text, vocab_size, list_only(special_tokens))
+
+
+def encode_computed_ids(text, vocab, merges, special_tokens=()):  # trial s7_11: a byte's value, 256 + the rank
+    made = {a + b: 256 + r for r, (a, b) in enumerate(merges)}
+    ids_of = {v: k for k, v in vocab.items()}
+    tokens = [vocab[i] for i in encoder()(text, vocab, merges, special_tokens)]
+    return [t[0] if len(t) == 1 else made.get(t, ids_of[t]) for t in tokens]
 
 
 def encode_hard_coded(text, vocab, merges, special_tokens=()):  # trial s4_11: the argument ignored
@@ -772,7 +822,7 @@ CORRECT = [
     (check_bpe_encode, encoder()), (check_bpe_encode, encode_merges_in_order), (check_bpe_encode, encoder(first_only=True)),  # noqa: E501
     (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
     (check_bpe_encode, encode_joined_id), (check_bpe_decode, decode_incremental), (check_train_bpe, train_with_helpers),
-    (check_bpe_encode, encode_cached_with_merges),
+    (check_bpe_encode, encode_cached_with_merges), (check_merge_pair, merge_as_characters),
 ]
 
 MISTAKES = [  # (check, student, mistake name, words the verdict must say)
@@ -882,6 +932,16 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_decode, decode_get, "unknown ids dropped", ("vocab.get(i, b'')",)),
     (check_bpe_encode, encode_line_by_line, "text encoded line by line", ("runs of newlines",)),
     (check_bpe_decode, decode_cleaned_up, "spaces before punctuation removed", ("clean_up_tokenization",)),
+    # trial s7_11: these were unnamed or misnamed, or passed (a tuple of special tokens)
+    (check_bpe_encode, encode_list_only, "special tokens given as a tuple ignored", ("a tuple as well as a list",)),
+    (check_train_bpe, train_list_only, "special tokens given as a tuple ignored", ("a tuple as well as a list",)),
+    (check_train_bpe, trainer(characters="utf-8"), "characters instead of bytes", ("piece.encode('utf-8')",)),
+    (check_train_bpe, trainer(characters="latin-1"), "characters instead of bytes", ("ord(ch)",)),
+    (check_train_bpe, trainer(characters="looked up"), "characters instead of bytes", ("ord(ch)",)),
+    (check_bpe_encode, encode_computed_ids, "byte values as ids", ("looking it up in the vocabulary",)),
+    (check_merge_pair, merge_generator_expression, "wrong return", ("generator expression", "square brackets")),
+    (check_merge_pair, merge_as_bytes, "ids merged as bytes", ("bytes(ids)",)),
+    (check_merge_pair, merge_as_bytes_raising, "ids merged as bytes", ("range(0, 256)",)),
 ]
 
 

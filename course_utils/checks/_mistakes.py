@@ -442,6 +442,8 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "pre-tokenizer differs": "a pattern of Python's re instead of pretokenize: '_' dropped, '²' or '½' cut otherwise",
     "text normalised": "the text normalised (unicodedata.normalize, NFC or NFKC): BPE works on the bytes as given",
     "text stripped": "training strips the text first: the spaces and newlines at its ends are not trained on",
+    "ids merged as bytes": "merging replaces the pair in bytes(ids): no byte holds a merged id (256 or more)",
+    "special tokens given as a tuple ignored": "special_tokens ignored unless a list (a tuple names them as well)",
     "text encoded line by line": "encoding splits the text at '\\n' and puts the newline's id between lines",
     "spaces before punctuation removed": "decoding drops the space before '.', ',', \"'s\" (clean_up_tokenization)",
     "unknown ids dropped": "decoding gives a text for an id outside the vocabulary (vocab.get(i, b'')), not an error",

@@ -253,6 +253,8 @@ def _merge_variants(ids: list, pair: tuple, new_id: Any) -> list[tuple[str, str,
 
     as_text = " ".join(map(str, ids)).replace(f"{a} {b}", str(new_id))  # ids written out: '11 2' holds '1 2'
     return [
+        # bytes(ids).replace(bytes(pair), bytes([new_id % 256])): a byte holds no id from 256 on
+        ("ids merged as bytes", _AS_BYTES, [new_id % 256 if t == new_id else t for t in merged]),
         ("only the first occurrence merged", "only the first occurrence of the pair is replaced; every occurrence "
          "must be: keep scanning to the end of the list after a merge.", first),
         ("ids joined as a string", "you replace the pair in the ids written out as text (' '.join(map(str, ids))"
@@ -278,6 +280,11 @@ def _merge_variants(ids: list, pair: tuple, new_id: Any) -> list[tuple[str, str,
     ]
 
 
+_AS_BYTES = ("you merge in bytes (bytes(ids).replace(bytes(pair), ...)?): a byte holds 0 to 255, and every merged id "
+             "is 256 or more (bytes([new_id]) raises, new_id % 256 gives another token's id). Work on the list of ids: "
+             "walk it, (ids[i], ids[i + 1]) == pair.")
+
+
 def _merge_cases() -> list[tuple[list, tuple, int]]:
     a, b, x = randint(0, 9), randint(10, 19), randint(20, 29)
     new = randint(256, 400)
@@ -292,6 +299,15 @@ def _merge_cases() -> list[tuple[list, tuple, int]]:
     return cases
 
 
+def _why_not_a_list(got: Any) -> str:
+    if not inspect.isgenerator(got):
+        return "Did you forget `return`?"
+    if got.gi_code.co_name == "<genexpr>":  # return (x for x in ...): round brackets make a generator
+        return ("You return a generator expression, (... for ... in ...), which is a generator, not a list: use "
+                "square brackets, [... for ... in ...], or list(...).")
+    return "You used `yield`, which makes a generator: append to a list and return it."
+
+
 def _overlapping(ids: list, pair: tuple) -> bool:
     a, b = pair
     return a == b and any(ids[i:i + 3] == [a, a, a] for i in range(len(ids) - 2))
@@ -303,7 +319,13 @@ def check_merge_pair(merge_pair_fn):
     results = []
     for ids, pair, new_id in _merge_cases():
         given = list(ids)
-        got = _run(merge_pair_fn, given, pair, new_id, name="merge_pair", what=f"{_show(ids)}, {pair}, {new_id}")
+        try:
+            got = _run(merge_pair_fn, given, pair, new_id, name="merge_pair", what=f"{_show(ids)}, {pair}, {new_id}")
+        except StudentError as err:  # bytes([new_id]) with new_id >= 256
+            if isinstance(err.exc, ValueError) and "range(0, 256)" in str(err.exc):
+                fail(f"your code raised {raised(err.exc)}\n    {_AS_BYTES}\n    merge_pair({_show(ids)}, {pair}, "
+                     f"{new_id})", mistake="ids merged as bytes")
+            raise
         if given != ids:
             fail(f"merge_pair changed the list it was given ({_show(ids)} became {_show(given)}); build and return a "
                  "new list: the caller may still need the old one (your training loop builds the new pieces from the "
@@ -312,8 +334,7 @@ def check_merge_pair(merge_pair_fn):
         if not isinstance(got, (list, tuple)):
             fail(f"merge_pair should return a list of ids, got {type(got).__name__} (for merge_pair({_show(ids)}, "
                  f"{pair}, {new_id})). "
-                 + ("You used `yield`, which makes a generator: append to a list and return it."
-                    if inspect.isgenerator(got) else "Did you forget `return`?"), mistake="wrong return")
+                 + _why_not_a_list(got), mistake="wrong return")
         results.append((ids, pair, new_id, list(got)))
     wrong = [r for r in results if r[3] != merge_pair(r[0], r[1], r[2])]
     if not wrong:
@@ -521,9 +542,13 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         # text stripped: (b'\n', b'\n') at the ends is learned; text normalised: the bytes of 'e\u0301', 'ﬁ', '²'
         ("\n\n\n\nab\n\n\n\nab cafe\u0301 cafe\u0301 cafe\u0301 ﬁne x² x²\n\n\n\n", 256 + 6, []),
         ("THE THE the", 256 + 1, []),  # capitals: (b'T', b'H') learned, lowercased (b't', b'h')
-        # two special tokens: cut at the first only, '<|pad|>' gives the pair (b'|', b'>') first
-        ("ab<|pad|>ab" + ENDOFTEXT + "cd<|pad|> cd", 256 + 3 + 2, [ENDOFTEXT, "<|pad|>"]),
+        # two special tokens: cut at the first only, '<|pad|>' gives the pair (b'|', b'>') first; given as a tuple
+        ("ab<|pad|>ab" + ENDOFTEXT + "cd<|pad|> cd", 256 + 3 + 2, (ENDOFTEXT, "<|pad|>")),
     ]
+
+
+_TUPLE = ("any sequence of str names the special tokens, a tuple as well as a list; split_special_tokens(text, "
+          "special_tokens) and `chunk in special_tokens` take both.")
 
 
 def _as_training(got: Any) -> tuple[dict, list]:
@@ -561,6 +586,29 @@ def _not_most_frequent(text: str, specials: list[str], got: list, expected: list
         top = max(own.values(), default=0)
         if own.get(got[j], 0) < top:
             return j, got[j], own.get(got[j], 0), max(p for p in own if own[p] == top), top
+    return None
+
+
+_FROM_CHARACTERS = ("you start each piece from its characters (tuple(piece), or ord(ch) for ch in piece?). Byte-level "
+                    "BPE starts from the piece's UTF-8 bytes, tuple(piece.encode('utf-8')): an accent is 2 bytes, an "
+                    "emoji 4, each a token of its own until a merge joins them.")
+
+
+def _character_unit(text: str, merges: list) -> tuple[int, bytes, str] | None:
+    """``(merge index, part, what it is)`` for the first merge whose part is a character of several bytes that no
+    earlier merge built, or a character's Latin-1 byte (ord(ch) as its byte) that the text's UTF-8 lacks."""
+    known, data = {bytes([b]) for b in range(256)}, text.encode("utf-8")
+    for j, (a, b) in enumerate(merges):
+        for part in (a, b):
+            try:
+                char = part.decode("utf-8") if part not in known else ""
+            except UnicodeDecodeError:
+                char = ""
+            if len(char) == 1:
+                return j, part, f"the character {char!r} ({len(part)} bytes) that no earlier merge made"
+            if len(part) == 1 and part[0] >= 0x80 and part not in data and part.decode("latin-1") in text:
+                return j, part, f"the character {part.decode('latin-1')!r} as one byte, its ord(), not its UTF-8 bytes"
+        known.add(a + b)
     return None
 
 
@@ -604,6 +652,13 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), None)
     if k is None:
         fail(f"you learned {len(got)} merges, expected {len(expected)}.\n    {case}", mistake="wrong number of merges")
+    # merges that start from characters: here, or on another text (where the first merges differ for another reason)
+    for other, merges in [((text, vocab_size, specials), got), *((o, None) for o in others)]:
+        merges = merges if merges is not None else theirs(*other)
+        unit = merges and _character_unit(other[0], merges)
+        if unit:
+            fail(f"your merge {unit[0]}, {merges[unit[0]]!r}, joins {unit[1]!r}, which is {unit[2]}: "
+                 f"{_FROM_CHARACTERS}\n    {_train_case(*other)}", mistake="characters instead of bytes")
     counts = _counts_before(text, specials, expected[:k])
     mine, ref = got[k], expected[k]
     where = f"merge {k} (the first that differs): you merged {mine!r}, expected {ref!r}"
@@ -684,9 +739,21 @@ def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str, voca
 def _their_merges(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, specials: list[str]) -> list | None:
     """The student's merges on another case, or None where their code fails on it."""
     try:
-        return _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe", what=text[:30]))[1]
-    except (StudentError, Failure):
+        return _as_training(_run(train_bpe_fn, text, vocab_size, specials, name="train_bpe", what=text[:30]))[1]
+    except StudentError as err:
+        _fail_code_point(err, text, vocab_size, specials)
         return None
+    except Failure:
+        return None
+
+
+def _fail_code_point(err: StudentError, text: str, vocab_size: int, specials: list[str]) -> None:
+    """A KeyError on a character's code point (vocab[ord(ch)] of an emoji): pieces of characters."""
+    key = err.exc.args[0] if isinstance(err.exc, KeyError) and err.exc.args else None
+    if isinstance(key, int) and 256 <= key < 0x110000 and chr(key) in text:
+        fail(f"your code raised {raised(err.exc)}\n    {key} is ord({chr(key)!r}), a character's code point, not an "
+             f"id: {_FROM_CHARACTERS}\n    {_train_case(text, vocab_size, specials)}",
+             mistake="characters instead of bytes")
 
 
 def _fail_made_up_id(err: StudentError, vocab_size: int) -> None:
@@ -727,10 +794,11 @@ def _train(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, special
            **limit: str) -> tuple[dict, list]:
     """The student's (vocab, merges), an error of theirs named where it can be."""
     try:
-        return _as_training(_run(train_bpe_fn, text, vocab_size, list(specials), name="train_bpe",
+        return _as_training(_run(train_bpe_fn, text, vocab_size, specials, name="train_bpe",
                                  what=f"{text[:30]!r}..., {vocab_size}, {specials}", **limit))
     except StudentError as err:
         _fail_helper(train_bpe_fn)
+        _fail_code_point(err, text, vocab_size, specials)
         _fail_made_up_id(err, vocab_size)
         n = len(train_bpe(text, vocab_size, specials)[1])
         if isinstance(err.exc, ValueError) and "empty" in str(err.exc) and n < vocab_size - 256 - len(specials):
@@ -745,7 +813,7 @@ def check_train_bpe(train_bpe_fn):
     require_function(train_bpe_fn, "train_bpe")
     cases = _train_cases() + _train_variants_differ()
     for text, vocab_size, specials in cases:
-        vocab, merges = _train(train_bpe_fn, text, vocab_size, list(specials))
+        vocab, merges = _train(train_bpe_fn, text, vocab_size, specials)
         expected = train_bpe(text, vocab_size, specials)
         again = lambda: _train(train_bpe_fn, text, vocab_size, specials)  # noqa: E731
         if (vocab, merges) != expected:
@@ -753,6 +821,10 @@ def check_train_bpe(train_bpe_fn):
         expected = expected[1]
         if merges != expected:
             _fail_helper(train_bpe_fn)
+            if isinstance(specials, tuple) and merges == train_bpe(text, vocab_size)[1]:
+                fail(f"special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): "
+                     f"{_TUPLE}\n    {_train_case(text, vocab_size, specials)}",
+                     mistake="special tokens given as a tuple ignored")
             _diagnose_merges(text, vocab_size, list(specials), merges, expected, cases,
                              lambda *other: _their_merges(train_bpe_fn, *other))
         _check_vocab(vocab, merges, list(specials), _train_case(text, vocab_size, list(specials)), vocab_size)
@@ -785,8 +857,15 @@ register_hints("train_bpe", [
 # ---------------------------------------------------------------- bpe_encode: one plain encoder and its variants
 def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str], order: str = "rank",
                   split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False,
-                  hard_coded: bool = False, longest_first: bool = True, text_as: str = "") -> list[int]:
+                  hard_coded: bool = False, longest_first: bool = True, text_as: str = "",
+                  computed_ids: bool = False) -> list[int]:
     specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
+    if computed_ids:  # each token's id computed: a byte's value, 256 + the rank of the merge that made it
+        made = {a + b: 256 + r for r, (a, b) in reversed(list(enumerate(merges)))}
+        special_bytes = {t.encode() for t in specials}
+        tokens = [vocab[i] for i in _plain_encode(text, vocab, merges, specials)]
+        return [{v: k for k, v in vocab.items()}[t] if t in special_bytes else t[0] if len(t) == 1 else made[t]
+                for t in tokens]
     text = _prepared(text, text_as)
     ids_of = {v: k for k, v in sorted(vocab.items(), reverse=True)}
     ranks = {tuple(m): r for r, m in reversed(list(enumerate(merges)))}
@@ -898,6 +977,10 @@ _ENCODE_VARIANTS = [
      "token of its vocabulary (628). Encode the whole text: pretokenize(...) keeps the newlines in its pieces."),
     ("byte values as ids", dict(byte_ids=True), "a single byte's id is not its value: look every token's id up in "
      "the vocabulary (GPT-2's vocabulary gives b'!' the id 0)."),
+    ("byte values as ids", dict(computed_ids=True), "you compute each token's id (a byte's value, 256 + the rank of "
+     "the merge that made it) instead of looking it up in the vocabulary: the ids are vocab's, which need not "
+     "follow that rule (GPT-2's vocabulary gives b'!' the id 0). Build ids_of = {token: id for id, token in "
+     "vocab.items()} once and look every token up: ids_of[token]."),
     ("pre-tokenizer differs", dict(split="re"), "your pre-tokenizer drops or splits characters GPT-2's pattern "
      "keeps (a pattern for Python's re, with \\w or [^\\W\\d_]: '_' is lost, '²' and '½' are cut another way): "
      "use pretokenize(...), GPT-2's pattern with the regex package's \\p{L} and \\p{N}."),
@@ -952,6 +1035,8 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
         # two special tokens, one inside the other, given shortest first: the longer wins where both match
         ("ab" + ENDOFTEXT * 2 + " ab" + ENDOFTEXT, small | {261: ENDOFTEXT.encode(), 262: 2 * ENDOFTEXT.encode()},
          small_merges, [ENDOFTEXT, 2 * ENDOFTEXT]),
+        # special_tokens given as a tuple (any sequence of str), not a list
+        ("ab" + ENDOFTEXT + " ab", small | {261: ENDOFTEXT.encode()}, small_merges, (ENDOFTEXT,)),
         # no special tokens asked for: '<|endoftext|>' (in the vocabulary) is ordinary text here
         (_text(randint(4, 8), special=False) + ENDOFTEXT + "the end", vocab, merges, []),
         # what Python's re and Unicode normalisation change: '_', '²', '½', 'ﬁ', an accent as a combining character
@@ -969,7 +1054,8 @@ def check_bpe_encode(bpe_encode_fn):
     for text, vocab, merges, specials in cases:
         case = f"bpe_encode({text[:50]!r}{'...' if len(text) > 50 else ''}, vocab, merges, {specials})"
         try:
-            got = _run(bpe_encode_fn, text, dict(vocab), list(merges), list(specials), name="bpe_encode",
+            got = _run(bpe_encode_fn, text, dict(vocab), list(merges),
+                       specials if isinstance(specials, tuple) else list(specials), name="bpe_encode",
                        what=f"{text[:30]!r}..., vocab, merges, {specials}")
         except StudentError as err:
             _fail_character_token(err, case)
@@ -1002,6 +1088,10 @@ def check_bpe_encode(bpe_encode_fn):
                  f"one call.\n    {results[same[-1]][0]}\n    you: {_show(results[same[-1]][1])}\n    expected: "
                  f"{_show(results[same[-1]][2])}", mistake="cache kept between calls")
     case, got, expected = results[wrong[0]]
+    if all(isinstance(cases[k][3], tuple) and results[k][1] == variant(k, dict(specials_out=False)) for k in wrong):
+        fail(f"special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): {_TUPLE}\n    {case}"
+             f"\n    you: {_show(got)}\n    expected: "
+             f"{_show(expected)}", mistake="special tokens given as a tuple ignored")
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
     at = f" (from position {k}, the first that differs)" if k else ""
     shown = f"\n    {case}\n    you{at}: {_show(got[k:])}\n    expected: {_show(expected[k:])}"
