@@ -110,7 +110,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "layers shared": "the same layer object or parameters used at several positions",
     "blocks sharing one module": "blocks share one module",
     "norm_first not passed on": "the stack's norm_first does not reach its layers",
-    "missing final norm": "no final norm where the contract has one (pre-norm)",
     "final norm in post-norm": "a final norm applied with norm_first=False",
     "unused final norm": "a final norm built but unused in post-norm",
     "final norm inside the loop": "the final norm applied after every layer",

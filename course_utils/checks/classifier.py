@@ -22,6 +22,7 @@ output); ``MISTAKES`` lists their names, pinned by tests/test_checks_classifier.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -425,14 +426,16 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
                         mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: int = 1,
                         scale: float = 0.5, pool_pad: int | None = None, post: str | None = None,
                         scale_after_pe: bool = False, pooler: bool | str = False, x_plus_pe_of_x: bool = False,
-                        pool_with: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+                        pool_with: Callable[[Tensor, Tensor], Tensor] | None = None, final_norm: bool = True,
+                        pool_input: bool = False) -> Tensor:
     """The reference's logits with at most one deliberate mistake; the defaults are correct. ``pool``: the
     pooling done (default ``pooling``'s own); ``mask_pad``: the pad id the masks are built from (``"pad"``:
     the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``scale``: the embeddings times
     ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head;
     ``scale_after_pe``: ``x + pe`` times ``sqrt(d_model)`` again; ``pooler``: tanh (True) or ``"relu"`` on the pooled vector;
     ``x_plus_pe_of_x``: ``x + positional_encoding(x)`` (the embeddings twice); ``pool_with``: a mean pool
-    ``(h, mask (B, L)) -> (B, D)`` in place of the right one."""  # noqa: E501
+    ``(h, mask (B, L)) -> (B, D)`` in place of the right one; ``final_norm``: the pre-norm encoder's final norm
+    applied; ``pool_input``: the encoder's input pooled instead of its output."""  # noqa: E501
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
     x = ref.embedding.embedding(tokens) * ref.embedding.d_model ** scale  # (B, L, D)
     for _ in range(pe):  # pe: how many times the table is added
@@ -443,10 +446,14 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
     if mask is not None:
         mask = {"padding": mask, "query axis": mask.transpose(1, 2), "inverted": ~mask,  # (B, L, 1) for the query axis
                 "causal": mask & causal_mask(tokens.size(1))}[encoder_mask]  # (B, L, L) for the causal one
-    h = ref.encoder(x, mask)  # (B, L, D)
+    # without the final norm: the layers alone, as a loop over self.encoder.layers runs them
+    h = ref.encoder(x, mask) if final_norm else functools.reduce(lambda h, layer: layer(h, mask),
+                                                                 ref.encoder.layers, x)  # (B, L, D)
+    h = x if pool_input else h
     pad = pool_pad if pool_pad is not None else ref.pad_id if pad is None else pad
     real = (tokens != pad).unsqueeze(-1).float()  # (B, L, 1)
     per_key = padding_mask(tokens, ref.pad_id).unsqueeze(-1).float()  # (B, 1, L, 1): a pool given (B, 1, L)
+    above = (tokens > ref.pad_id).unsqueeze(-1).float()  # (B, L, 1): the ids below pad_id taken for padding
     pools = {
         "cls": lambda: h[:, 0], "last": lambda: h[:, -1], "second": lambda: h[:, 1],
         "last real": lambda: h[torch.arange(h.size(0)), (tokens != ref.pad_id).sum(dim=1) - 1],
@@ -456,6 +463,9 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
         "mean of padding": lambda: (h * (1 - real)).sum(dim=1) / (1 - real).sum(dim=1),  # 0 / 0 on a full row
         "(B, 1, L) mask": lambda: (h * per_key).sum(dim=1) / per_key.sum(dim=1),  # (B, B, L, D) summed: (B, L, D)
         "every position": lambda: h,  # (B, L, D): the classifier applied to each position
+        "max all": lambda: h.amax(dim=1),  # padding included
+        "batch mean": lambda: h[tokens != ref.pad_id].mean(dim=0),  # (D,): the mask's index flattens the batch
+        "ids above pad": lambda: (h * above).sum(dim=1) / above.sum(dim=1),  # 0 / 0 in a row of none
     }
     pooled = pool_with(h, tokens != ref.pad_id) if pool_with else pools[pool or pooling]()  # (B, D)
     logits = ref.classifier({False: pooled, True: torch.tanh(pooled), "relu": F.relu(pooled)}[pooler])  # (B, C)
@@ -652,12 +662,27 @@ CLASSIFIER = Catalogue("TransformerClassifier", "08", [
     Entry("classifier layer missing", "no classification layer", Output(lambda r: r.shape == (r.B, r.D), "shape"),
           "your forward ({case}) returns shape ({B}, {D}) = (B, D), the pooled vectors: apply `self.classifier` "
           "to get the logits (B, num_classes)."),
+    Entry("mean over the whole batch", None,
+          Output(lambda r: r.pooling == "mean" and r.shape == (r.C,) and allclose(
+              r.got.float(), _classifier_variant(r.ref, r.tokens, r.pooling, pool="batch mean"), atol=_ATOL), "shape"),
+          "your logits ({case}) have shape ({C},) = (num_classes,): one prediction for the whole batch. With "
+          "pooling='mean' you averaged every real token of the batch together (`h[mask].mean(0)`: indexing with the "
+          "mask flattens the rows together); each review needs its own mean, (B, D): `masked_mean_pool(h, tokens != "
+          "self.pad_id)`."),
     # NaN logits from a mean pool (stage "nan"): 0 / 0 in the rows where it counts no position
     Entry("inverted mask", None, Output(_nan_of_inverted, "nan"),
           "the logits ({case}) contain NaN in the rows without padding (rows {full}): with pooling='mean' you "
           "averaged over the padding, not the real tokens (the mask is inverted: tokens == self.pad_id), so a row "
           "without padding divides 0 by a count of 0. The pool's mask is True on the real tokens: "
           "`masked_mean_pool(h, tokens != self.pad_id)`."),
+    Entry("ids below pad_id as padding", None,
+          Output(lambda r: _nan_rows(r) and allclose(r.got.float(), _classifier_variant(
+              r.ref, r.tokens, r.pooling, pool="ids above pad"), atol=_ATOL, equal_nan=True) and dict(rows=", ".join(
+              str(int(i)) for i in torch.nonzero(isnan(r.got).any(dim=1)).flatten())), "nan"),
+          "the logits ({case}) contain NaN in rows {rows}: with pooling='mean' your mean pool's mask is `tokens > "
+          "self.pad_id`, which takes every id below pad_id for padding (this model's pad_id is not 0), so a row "
+          "whose real ids all lie below it averages nothing (0 / 0). Padding is `tokens == self.pad_id` and nothing "
+          "else: `masked_mean_pool(h, tokens != self.pad_id)`."),
     Entry("NaN", None,
           Output(lambda r: _nan_rows(r) and dict(rows=", ".join(
               str(int(i)) for i in torch.nonzero(isnan(r.got).any(dim=1)).flatten())), "nan"),
@@ -676,6 +701,10 @@ CLASSIFIER = Catalogue("TransformerClassifier", "08", [
     Entry("pooling ignored", "the pooling argument has no effect", _v(_cls, pool="mean"),
           "with pooling='cls' your model averaged the positions; read self.pooling and take h[:, 0] for 'cls', the "
           "masked mean for 'mean'."),
+    Entry("pooling ignored", None, _v(_cls, pool="mean all"),
+          "with pooling='cls' your model averaged every position, padding included (`h.mean(dim=1)`); read "
+          "self.pooling: take h[:, 0] for 'cls', and for 'mean' the masked mean, `masked_mean_pool(h, tokens != "
+          "self.pad_id)`."),
     Entry("mean over padding", None, _v(_mean, pool="mean all"),
           "with pooling='mean' you averaged every position, padding included (`h.mean(dim=1)`); average only the "
           "real tokens: `masked_mean_pool(h, tokens != self.pad_id)`.{own}"),
@@ -694,6 +723,24 @@ CLASSIFIER = Catalogue("TransformerClassifier", "08", [
             "with pooling='mean' your mean of h over the real tokens is wrong (below, x is h and mask is "
             "`tokens != self.pad_id`): " + e.message + "{own}")
       for e in POOL.of(Reference) if e.name not in _TOLD_BEFORE),
+    Entry("max instead of mean", None, _v(_mean, pool="max all"),
+          "with pooling='mean' you took the maximum over every position, padding included (`h.max(dim=1)`); this "
+          "pooling takes the mean of the real tokens: `masked_mean_pool(h, tokens != self.pad_id)`."),
+    Entry("ids below pad_id as padding", None, _v(_mean, pool="ids above pad"),
+          "with pooling='mean' your mean pool's mask is `tokens > self.pad_id`: it takes every id below pad_id for "
+          "padding (this model's pad_id is not 0, and real tokens have smaller ids). Padding is `tokens == "
+          "self.pad_id` and nothing else: `masked_mean_pool(h, tokens != self.pad_id)`."),
+    Entry("missing final norm", "no final norm where the contract has one (pre-norm)",
+          _v(lambda c: c.ref.encoder.norm is not None, final_norm=False),
+          "the encoder's output skips its final norm: you looped over `self.encoder.layers` yourself, and a pre-norm "
+          "Encoder (norm_first=True) ends with `self.encoder.norm` after its layers. Call the encoder as a whole, "
+          "`h = self.encoder(x, mask)`: it runs the layers, then the final norm where there is one."),
+    Entry("encoder output unused",
+          "the pooled vector is read from the encoder's input (the embeddings), not its output", _v(pool_input=True),
+          "the pooled vector is the encoder's input (the embeddings plus the positional table), not its output, so "
+          "the encoder's work never reaches self.classifier (`x[:, 0]` read where `h[:, 0]` belongs, or the encoder "
+          "skipped). Pool the encoder's output: `h = self.encoder(x, padding_mask(tokens, self.pad_id))`, then "
+          "`h[:, 0]` for 'cls' or `masked_mean_pool(h, tokens != self.pad_id)` for 'mean'."),
     Entry("padding on the query axis", "the padding mask is laid along the query axis",
           _v(_query_axis, encoder_mask="query axis"),
           "the mask you give the encoder has shape ({B}, {L}, 1) = (B, L, 1): it blocks the padding as queries, not "
