@@ -530,6 +530,69 @@ def test_transformer_classifier_mistakes_are_named(kw, mistake, word):
     assert_mistake(check_transformer_classifier, classifier_forward(**kw), mistake, word, repeat=SEEDS)
 
 
+# issue 24 item 6: generic verdicts the notes left open, each named. The trials' own code for c28, c29, c37
+# and c41 was not kept: these are pooling variants of those kinds that got a generic (or seed-dependent) verdict.
+# K60 (the mean divided by L) was named already: CLASSIFIER_MISTAKES_K's "divided by L" and the own-pool test
+def _encode(self, tokens):
+    x = self.positional_encoding(self.embedding(tokens))  # (B, L, D)
+    return x, self.encoder(x, padding_mask(tokens, self.pad_id))  # the encoder's input and output
+
+
+class PoolMaxOverAll(TransformerClassifier):  # c28: a max over every position, padding included
+    def forward(self, tokens):
+        _, h = _encode(self, tokens)
+        return self.classifier(h[:, 0] if self.pooling == "cls" else h.max(dim=1).values)
+
+
+class PoolBatchMean(TransformerClassifier):  # c29: the mask's index flattens the batch: one (D,) vector
+    def forward(self, tokens):
+        _, h = _encode(self, tokens)
+        return self.classifier(h[:, 0] if self.pooling == "cls" else h[tokens != self.pad_id].mean(0))
+
+
+class PoolAlwaysPlainMean(TransformerClassifier):  # c37: self.pooling never read, h.mean(dim=1) for both
+    def forward(self, tokens):
+        _, h = _encode(self, tokens)
+        return self.classifier(h.mean(dim=1))
+
+
+class PoolIdsAbovePad(TransformerClassifier):  # c41: the pool's mask `tokens > pad_id` (the habit of pad id 0)
+    def forward(self, tokens):
+        _, h = _encode(self, tokens)
+        w = (tokens > self.pad_id).unsqueeze(-1).to(h.dtype)  # (B, L, 1)
+        return self.classifier(h[:, 0] if self.pooling == "cls" else (h * w).sum(1) / w.sum(1))
+
+
+class LayersLoopedWithoutNorm(TransformerClassifier):  # K61: the encoder's layers looped, its final norm left out
+    def forward(self, tokens):
+        mask = padding_mask(tokens, self.pad_id)
+        h = self.positional_encoding(self.embedding(tokens))
+        for layer in self.encoder.layers:
+            h = layer(h, mask)
+        return self.classifier(h[:, 0] if self.pooling == "cls" else masked_mean_pool(h, tokens != self.pad_id))
+
+
+class ClsFromEmbeddings(TransformerClassifier):  # K67: [CLS] read from the encoder's input, not its output
+    def forward(self, tokens):
+        x, h = _encode(self, tokens)
+        return self.classifier(x[:, 0] if self.pooling == "cls" else masked_mean_pool(h, tokens != self.pad_id))
+
+
+ITEM6_MISTAKES = [
+    (PoolMaxOverAll, "max instead of mean", "maximum"),
+    (PoolBatchMean, "mean over the whole batch", "`h[mask].mean(0)`"),
+    (PoolAlwaysPlainMean, "pooling ignored", "padding included"),
+    (PoolIdsAbovePad, "ids below pad_id as padding", "`tokens > self.pad_id`"),
+    (LayersLoopedWithoutNorm, "missing final norm", "`self.encoder.norm`"),
+    (ClsFromEmbeddings, "encoder output unused", "the encoder's input"),
+]
+
+
+@pytest.mark.parametrize("cls, mistake, word", ITEM6_MISTAKES, ids=[c.__name__ for c, _, _ in ITEM6_MISTAKES])
+def test_transformer_classifier_item6_mistakes_are_named(cls, mistake, word):
+    assert_mistake(check_transformer_classifier, cls, mistake, word, repeat=SEEDS)
+
+
 def test_transformer_classifier_in_place_and_wrong_arguments():
     assert_mistake(check_transformer_classifier, ClsInPlace, "input modified in place", "in place")
     assert_mistake(check_transformer_classifier, TransformerClassifier(10, 2), "not a class", "not an instance")

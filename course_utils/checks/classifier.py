@@ -2,24 +2,31 @@
 and ``TransformerClassifier``.
 
 ``gelu`` is compared with ``F.gelu`` (exact, erf form) at ``atol=1e-6`` on random values, on a
-row from -100 to 100 (the tails, where a careless formula overflows), in float64 (the
-dtype must follow) and on a 0-dim ``x`` (the shape must follow). ``masked_mean_pool`` gets ``x (B, L, D)`` (sizes all different) and a
-``(B, L)`` mask with padding anywhere, then trailing, then a float64 ``x`` (the result's dtype
-is ``x``'s). ``TransformerClassifier`` (the student writes ``forward``) is built for both poolings (post-norm GELU, pre-norm ReLU) with a non-zero
-``pad_id`` and real tokens of id 0, every parameter randomised and copied by name into
+row from -100 to 100 (the tails, where a careless formula overflows), in float64 (the dtype must
+follow) and on a 0-dim ``x`` (the shape must follow). ``masked_mean_pool`` gets ``x (B, L, D)``
+(sizes all different) and a ``(B, L)`` mask with padding anywhere, then trailing, then a float64
+``x`` (the result's dtype is ``x``'s). ``TransformerClassifier`` (the student writes ``forward``)
+is built for both poolings (post-norm GELU, pre-norm ReLU) with a non-zero ``pad_id`` and real
+tokens of id 0, every parameter randomised and copied by name into
 :class:`course_utils.classifier.TransformerClassifier`; a forward pre-hook records the mask the
 encoder gets. A wrong result is compared with the reference computed with each catalogued
-mistake; the names are those of ``_mistakes.MISTAKES``, pinned by tests/test_checks_classifier.py.
-Right logits are followed by a batch of one review (a ``.squeeze()`` drops its batch axis). Then, built again with ``dropout=0.5``: the modes kept, eval mode deterministic, and in training
-mode the encoder's input one dropout of ``x + pe`` and the classifier's input the pooled output
-(hooks; the checks shared with ``check_transformer``).
-"""  # noqa: E501
+mistake. Right logits are followed by a batch of one review (a ``.squeeze()`` drops its batch
+axis). Then, built again with ``dropout=0.5``: the modes kept, eval mode deterministic, and in
+training mode the encoder's input one dropout of ``x + pe`` and the classifier's input the pooled
+output (hooks; the checks shared with ``check_transformer``).
+
+Each exercise's mistakes are one table (:mod:`.catalogue`): ``GELU``, ``POOL``, ``CLASSIFIER``,
+in the order the check tries them (``CLASSIFIER`` tries most of ``POOL``'s on the encoder's
+output); ``MISTAKES`` lists their names, pinned by tests/test_checks_classifier.py.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -28,7 +35,6 @@ from torch import Tensor, nn
 
 from ..attention import causal_mask, padding_mask
 from ..classifier import TransformerClassifier
-from ._blocks import fail_on_keyword
 from ._core import (
     Mistake,
     StudentError,
@@ -40,7 +46,6 @@ from ._core import (
     dropout_scale,
     equal,
     expect_close,
-    fail,
     gradient_probe,
     isnan,
     matches,
@@ -52,6 +57,7 @@ from ._core import (
     student_line,
 )
 from ._pairing import load_reference, randomise_parameters
+from .catalogue import GRADIENT_PROBE, Candidate, Catalogue, Entry, Output, Probe, Reference
 from .model import check_modes_kept, check_stack_input_dropout
 
 __all__ = ["check_gelu", "check_masked_mean_pool", "check_transformer_classifier"]
@@ -74,38 +80,92 @@ def _tanh_gelu(x: Tensor, scale: float, cubic: float) -> Tensor:
     return 0.5 * x * (1 + torch.tanh(scale * (x + cubic * x**3)))
 
 
-_GELU_MISTAKES: list[tuple[str, str, Callable[[Tensor], Tensor]]] = [  # (name, diagnosis, the mistake's GELU)
-    ("tanh approximation", "this is the tanh approximation of GELU (GPT-2's, `F.gelu(x, approximate='tanh')`; "
-     "Google's original BERT code used it too); it differs from the exact GELU by up to about 5e-4. Write the exact "
-     f"form, as BERT's paper defines it and this exercise asks: `x * Phi(x) = {_ERF}`.",
-     lambda x: F.gelu(x, approximate="tanh")),
-    ("sigmoid approximation", f"this is the sigmoid approximation x * sigmoid(1.702 x); write the exact form {_ERF}.",
-     lambda x: x * torch.sigmoid(1.702 * x)),
-    ("SiLU instead of GELU", "this is SiLU (swish), x * sigmoid(x), a cousin of GELU. GELU weighs x by the normal "
-     "distribution's Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), not by the sigmoid.", F.silu),
-    ("ReLU instead of GELU", f"this is ReLU, max(0, x). GELU is smooth: x * Phi(x) = {_ERF}.", F.relu),
-    ("missing 1/2", "your result is twice GELU: the factor 1/2 is missing. Phi(x) = 0.5 * (1 + erf(x / sqrt(2))) "
-     "lies between 0 and 1.", lambda x: x * (1 + torch.erf(x / math.sqrt(2)))),
-    ("erf of x, not x / sqrt(2)", "you took erf(x); the normal distribution's Phi needs erf(x / sqrt(2)).",
-     lambda x: 0.5 * x * (1 + torch.erf(x))),
-    ("multiplied by sqrt(2)", "you took erf(x * sqrt(2)); divide instead: erf(x / sqrt(2)).",
-     lambda x: 0.5 * x * (1 + torch.erf(x * math.sqrt(2)))),
-    ("erf of x / 2, not x / sqrt(2)", "you took `erf(x / 2)`; the normal distribution's Phi divides by the square "
-     "root of 2: `erf(x / math.sqrt(2))`.", lambda x: 0.5 * x * (1 + torch.erf(x / 2))),
-    ("1 + erf missing", "you wrote `0.5 * x * erf(x / sqrt(2))`: the 1 inside the bracket is missing. Phi(x) = "
-     "0.5 * (1 + erf(x / sqrt(2))) goes from 0 to 1; erf alone goes from -1 to 1.",
-     lambda x: 0.5 * x * torch.erf(x / math.sqrt(2))),
-    ("1 - erf", "you wrote `1 - erf(...)`: that is 2 * (1 - Phi(x)), the gate reversed (it opens for negative x). "
-     f"Add the erf: `{_ERF}`.", lambda x: 0.5 * x * (1 - torch.erf(x / math.sqrt(2)))),
-    ("Phi(x) without the factor x", "you returned Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the probability alone; "
-     "GELU multiplies it by x: x * Phi(x).", lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2)))),
-    ("tanh approximation, wrong constant", "this is the tanh approximation of GELU with 0.04715 where it has "
-     "0.044715, `tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))`; the exercise asks for the exact form anyway: "
-     f"`{_ERF}`.", lambda x: _tanh_gelu(x, math.sqrt(2 / math.pi), 0.04715)),
-    ("tanh approximation, wrong constant", "this is the tanh approximation of GELU with 2 / pi where it has "
-     "sqrt(2 / pi), `tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))`; the exercise asks for the exact form "
-     f"anyway: `{_ERF}`.", lambda x: _tanh_gelu(x, 2 / math.pi, 0.044715)),
-]
+def _gelu_is(f: Callable[[Tensor], Tensor]) -> Reference:
+    """The candidate ``f(x)`` on the case ``x``."""
+    return Reference(lambda x: [({}, lambda: f(x))])
+
+
+def _math_on_tensor(r: Any) -> bool:
+    """math.erf (or math.exp...) on a tensor of several numbers: the message and the student's line say so."""
+    math_call = re.search(r"\bmath\.\w+\(|(?<![\w.])erf\(", r.line)  # math.erf(...), or erf(...) imported
+    return "only one element tensors can be converted" in str(r.exc) and bool(math_call)
+
+
+def _nan_in_the_tails(r: Any) -> bool:
+    return isinstance(r.got, Tensor) and r.got.shape == r.expected.shape and bool(isnan(r.got).any()) \
+        and not bool(isnan(r.x0).any())
+
+
+GELU = Catalogue("gelu", "08", [
+    Entry("not a function", None, Probe("require_function")),
+    Entry("math function on a tensor", "math.erf (a function of one Python number) called on a tensor: torch.erf",
+          Output(_math_on_tensor, "raised"),
+          "your code raised {type} calling gelu on {case}: {exc}, at {line}. `math` functions take one Python "
+          "number; x is a tensor of many: use the element-wise torch function (`torch.erf` for math.erf; "
+          "math.sqrt(2), a constant, is fine)."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    # the result (stage "result": got, x0 and the expected values)
+    Entry("constant of shape (1,)", "a constant torch.tensor([c]) of shape (1,) turns a 0-dim input into shape (1,)",
+          Output(lambda r: r.x0.dim() == 0 and isinstance(r.got, Tensor) and tuple(r.got.shape) == (1,), "result"),
+          "your result ({case}) has shape (1,), where F.gelu keeps the input's shape (): a constant written as a "
+          "tensor of one element, `torch.tensor([2.0])`, has shape (1,), and x broadcast against it takes that axis. "
+          "Write the constant as a Python number, `math.sqrt(2)` (or a 0-dim `torch.tensor(2.0, dtype=x.dtype)`)."),
+    Entry("NaN in the tails", "GELU gives NaN for large |x|", Output(_nan_in_the_tails, "result"),
+          "your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
+          "`0.5 * x * (1 + torch.erf(x / math.sqrt(2)))` is safe for every x."),
+    # the wrong values are one of these functions of x (in this order)
+    Entry("tanh approximation", "the tanh approximation instead of the exact GELU",
+          _gelu_is(lambda x: F.gelu(x, approximate="tanh")),
+          "this is the tanh approximation of GELU (GPT-2's, `F.gelu(x, approximate='tanh')`; Google's original BERT "
+          "code used it too); it differs from the exact GELU by up to about 5e-4. Write the exact form, as BERT's "
+          f"paper defines it and this exercise asks: `x * Phi(x) = {_ERF}`."),
+    Entry("sigmoid approximation", "the sigmoid approximation instead of the exact GELU",
+          _gelu_is(lambda x: x * torch.sigmoid(1.702 * x)),
+          f"this is the sigmoid approximation x * sigmoid(1.702 x); write the exact form {_ERF}."),
+    Entry("SiLU instead of GELU", "SiLU instead of GELU", _gelu_is(F.silu),
+          "this is SiLU (swish), x * sigmoid(x), a cousin of GELU. GELU weighs x by the normal distribution's Phi(x) "
+          "= 0.5 * (1 + erf(x / sqrt(2))), not by the sigmoid."),
+    Entry("ReLU instead of GELU", "ReLU where GELU is asked for", _gelu_is(F.relu),
+          f"this is ReLU, max(0, x). GELU is smooth: x * Phi(x) = {_ERF}."),
+    Entry("missing 1/2", "GELU without the factor 1/2", _gelu_is(lambda x: x * (1 + torch.erf(x / math.sqrt(2)))),
+          "your result is twice GELU: the factor 1/2 is missing. Phi(x) = 0.5 * (1 + erf(x / sqrt(2))) lies between "
+          "0 and 1."),
+    Entry("erf of x, not x / sqrt(2)", "erf(x) instead of erf(x / sqrt(2))",
+          _gelu_is(lambda x: 0.5 * x * (1 + torch.erf(x))),
+          "you took erf(x); the normal distribution's Phi needs erf(x / sqrt(2))."),
+    Entry("multiplied by sqrt(2)", "erf(x * sqrt(2)) instead of erf(x / sqrt(2))",
+          _gelu_is(lambda x: 0.5 * x * (1 + torch.erf(x * math.sqrt(2)))),
+          "you took erf(x * sqrt(2)); divide instead: erf(x / sqrt(2))."),
+    Entry("erf of x / 2, not x / sqrt(2)", "erf(x / 2) instead of erf(x / sqrt(2))",
+          _gelu_is(lambda x: 0.5 * x * (1 + torch.erf(x / 2))),
+          "you took `erf(x / 2)`; the normal distribution's Phi divides by the square root of 2: "
+          "`erf(x / math.sqrt(2))`."),
+    Entry("1 + erf missing", "0.5 * x * erf(x / sqrt(2)): the 1 inside Phi's bracket is missing",
+          _gelu_is(lambda x: 0.5 * x * torch.erf(x / math.sqrt(2))),
+          "you wrote `0.5 * x * erf(x / sqrt(2))`: the 1 inside the bracket is missing. Phi(x) = 0.5 * (1 + erf(x / "
+          "sqrt(2))) goes from 0 to 1; erf alone goes from -1 to 1."),
+    Entry("1 - erf", "0.5 * x * (1 - erf(x / sqrt(2))): the gate reversed",
+          _gelu_is(lambda x: 0.5 * x * (1 - torch.erf(x / math.sqrt(2)))),
+          "you wrote `1 - erf(...)`: that is 2 * (1 - Phi(x)), the gate reversed (it opens for negative x). Add the "
+          f"erf: `{_ERF}`."),
+    Entry("Phi(x) without the factor x", "Phi(x) returned without the factor x",
+          _gelu_is(lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2)))),
+          "you returned Phi(x) = 0.5 * (1 + erf(x / sqrt(2))), the probability alone; GELU multiplies it by x: x * "
+          "Phi(x)."),
+    Entry("tanh approximation, wrong constant", "GELU's tanh approximation with a wrong constant (0.04715, 2 / pi)",
+          _gelu_is(lambda x: _tanh_gelu(x, math.sqrt(2 / math.pi), 0.04715)),
+          "this is the tanh approximation of GELU with 0.04715 where it has 0.044715, `tanh(sqrt(2 / pi) * (x + "
+          f"0.044715 * x**3))`; the exercise asks for the exact form anyway: `{_ERF}`."),
+    Entry("tanh approximation, wrong constant", None, _gelu_is(lambda x: _tanh_gelu(x, 2 / math.pi, 0.044715)),
+          "this is the tanh approximation of GELU with 2 / pi where it has sqrt(2 / pi), `tanh(math.sqrt(2 / math.pi) "
+          f"* (x + 0.044715 * x**3))`; the exercise asks for the exact form anyway: `{_ERF}`."),
+    Entry("dtype not preserved", None,
+          Output(lambda r: r.got.dtype != r.x0.dtype and dict(got_dtype=r.got.dtype, x_dtype=r.x0.dtype), "dtype"),
+          "your result ({case}) has dtype {got_dtype}, the input {x_dtype}: keep the input's dtype (use math.sqrt(2) "
+          "or a tensor created with dtype=x.dtype for the constant)."),
+    *GRADIENT_PROBE,
+    Entry("forbidden call", None, Probe("require_own_code")),
+])
 
 
 def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
@@ -114,30 +174,16 @@ def _gelu_case(fn: Callable[..., Any], x: Tensor, case: str) -> None:
         got = call_student(fn, x, context=f"calling gelu on {case}")
     except StudentError as err:  # math.erf (or math.exp...) on a tensor of several numbers
         line = student_line(err.exc) or ""
-        math_call = re.search(r"\bmath\.\w+\(|(?<![\w.])erf\(", line)  # math.erf(...), or erf(...) imported
-        if "only one element tensors can be converted" in str(err.exc) and math_call:
-            fail(f"your code raised {type(err.exc).__name__} calling gelu on {case}: {err.exc}, at {line}. "
-                 "`math` functions take one Python number; x is a tensor of many: use the element-wise torch "
-                 "function (`torch.erf` for math.erf; math.sqrt(2), a constant, is fine).",
-                 mistake="math function on a tensor")
+        GELU.detect("raised", SimpleNamespace(exc=err.exc, line=line), type=type(err.exc).__name__, case=case,
+                    exc=err.exc, line=line)
         raise
     check_unchanged(["x"], [x], [x0], case)
     # float32's F.gelu is off by up to 1.2e-6 (the formula by 4.8e-7): the expected values come from float64,
     # compared within 2e-6, so that F.gelu itself passes the values and is named by the forbidden-call check
     expected = F.gelu(x0.double()).to(x0.dtype)
-    if x0.dim() == 0 and isinstance(got, Tensor) and tuple(got.shape) == (1,):
-        fail(f"your result ({case}) has shape (1,), where F.gelu keeps the input's shape (): a constant written "
-             "as a tensor of one element, `torch.tensor([2.0])`, has shape (1,), and x broadcast against it takes "
-             "that axis. Write the constant as a Python number, `math.sqrt(2)` (or a 0-dim "
-             "`torch.tensor(2.0, dtype=x.dtype)`).", mistake="constant of shape (1,)")
-    if isinstance(got, Tensor) and got.shape == expected.shape and isnan(got).any() and not isnan(x0).any():
-        fail(f"your result ({case}) contains NaN for large |x| (a division or exp that overflows in the tails?). "
-             "`0.5 * x * (1 + torch.erf(x / math.sqrt(2)))` is safe for every x.", mistake="NaN in the tails")
-    mistakes = [(name, text, lambda f=f: f(x0)) for name, text, f in _GELU_MISTAKES]
-    expect_close("the result", got, expected, mistakes, atol=2e-6, rtol=1e-5, case=case)
-    if got.dtype != x0.dtype:
-        fail(f"your result ({case}) has dtype {got.dtype}, the input {x0.dtype}: keep the input's dtype (use "
-             "math.sqrt(2) or a tensor created with dtype=x.dtype for the constant).", mistake="dtype not preserved")
+    GELU.detect("result", SimpleNamespace(got=got, x0=x0, expected=expected), case=case)
+    expect_close("the result", got, expected, GELU.candidates(x0), atol=2e-6, rtol=1e-5, case=case)
+    GELU.detect("dtype", SimpleNamespace(got=got, x0=x0), case=case)
 
 
 @checker("gelu")
@@ -157,71 +203,141 @@ def check_gelu(fn: Any) -> str:
 
 
 # ---------------------------------------------------------------- masked_mean_pool
+def _pool_is(f: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Reference:
+    """The candidate ``f(x, mask, m)`` on the case ``(x, mask)``, with ``m = mask.unsqueeze(-1)`` in x's dtype."""
+    return Reference(lambda case: [({}, lambda: f(case[0], case[1], case[1].unsqueeze(-1).to(case[0].dtype)))])
+
+
+def _first_n(x: Tensor, mask: Tensor, m: Tensor) -> Tensor:
+    """The mean of the first n positions of each row, n its number of real tokens (trailing padding assumed)."""
+    first_n = torch.arange(x.size(1))[None, :] < mask.sum(dim=1)[:, None]  # (B, L)
+    return (x * first_n.unsqueeze(-1)).sum(dim=1) / m.sum(dim=1)
+
+
+def _broadcast_sizes(r: Any) -> set[int] | None:
+    """The two sizes of a broadcast error between ``(B, L, D)`` and a mask or a count without its last axis."""
+    sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", str(r.exc))
+    return {int(sizes[1]), int(sizes[2])} if isinstance(r.exc, RuntimeError) and sizes is not None else None
+
+
+def _shape_is(*dims: str) -> Output:
+    return Output(lambda r: isinstance(r.got, Tensor) and tuple(r.got.shape) == tuple(getattr(r, d) for d in dims),
+                  "shape")
+
+
+POOL = Catalogue("masked_mean_pool", "08", [
+    Entry("not a function", None, Probe("require_function")),
+    # a call raised (stage "raised": the exception, B, L, D, the dtype and the first line of the message)
+    Entry("count without keepdim",
+          "the real count mask.sum(dim=1) is (B,), not (B, 1): it does not broadcast over D",
+          Output(lambda r: _broadcast_sizes(r) == {r.D, r.B}, "raised"),
+          "your code raised RuntimeError: {first}. The count `mask.sum(dim=1)` has shape (B,) = ({B},), which lines "
+          "up with the last axis of the sum (B, D) = ({B}, {D}): keep its axis, `mask.sum(dim=1, keepdim=True)`, "
+          "shape (B, 1), which broadcasts over D."),
+    Entry("mask not broadcast over D", "the pooling mask is not broadcast over the features",
+          Output(lambda r: _broadcast_sizes(r) == {r.D, r.L}, "raised"),
+          "your code raised RuntimeError: {first}. A (B, L) mask does not broadcast against x (B, L, D): give it a "
+          "last axis of size 1 first, `mask.unsqueeze(-1)`, shape (B, L, 1)."),
+    Entry("dtype not preserved", None,
+          Output(lambda r: r.dtype != torch.float32 and ("dtype" in str(r.exc) or "scalar type" in str(r.exc)),
+                 "raised"),
+          "your code ({case}) raised {type}: {first}. Part of it has a fixed dtype (`.float()`, `.double()`): build "
+          "the weights in x's dtype, `mask.unsqueeze(-1).to(x.dtype)`."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    # the result's shape and dtype (stage "shape": got, B, L, D; "dtype": got and x's dtype)
+    Entry("wrong axis", None, _shape_is("B", "L"),
+          "your result ({case}) has shape ({B}, {L}) = (B, L): you averaged over the features (the last axis, D). "
+          "Average over the positions, axis 1, to get one D-vector per sequence (B, D)."),
+    Entry("wrong axis", None, _shape_is("L", "D"),
+          "your result ({case}) has shape ({L}, {D}) = (L, D): you averaged over the batch axis (0). Average over the "
+          "positions, axis 1: (B, D)."),
+    Entry("mean over the whole batch",
+          "one mean over every real token of the batch (x[mask].mean(0)), not one per row", _shape_is("D"),
+          "your result ({case}) has shape ({D},) = (D,): one vector for the whole batch (`x[mask].mean(0)`: indexing "
+          "with the mask flattens the rows together). Each row needs its own mean, (B, D): `(x * m).sum(dim=1) / "
+          "m.sum(dim=1)` with `m = mask.unsqueeze(-1)`."),
+    Entry("kept the pooled axis", "the pooled axis is kept", _shape_is("B", "one", "D"),
+          "your result ({case}) has shape ({B}, 1, {D}): the pooled axis was kept (keepdim=True in the sum). Return "
+          "(B, D): sum with dim=1 and no keepdim (keep it only in the count, which must broadcast)."),
+    Entry("dtype not preserved", None,
+          Output(lambda r: isinstance(r.got, Tensor) and r.got.is_floating_point() and r.got.dtype != r.dtype
+                 and dict(got_dtype=r.got.dtype), "dtype"),
+          "your result ({case}) has dtype {got_dtype}, x {dtype}: a cast (`.double()`, `.float()`) changed it, and "
+          "the next layer (`self.classifier`, an nn.Linear) then fails with 'mat1 and mat2 must have the same "
+          "dtype'. Keep the count in x's dtype: `mask.sum(dim=1, keepdim=True).to(x.dtype)`, or weights "
+          "`mask.unsqueeze(-1).to(x.dtype)`."),
+    # the wrong values are one of these pools of (x, mask) (in this order; TransformerClassifier tries most on h)
+    Entry("mean over padding", "the pooled mean includes padding", _pool_is(lambda x, mask, m: x.mean(dim=1)),
+          "you averaged over every position, padding included (`x.mean(dim=1)`): a review's vector then depends on "
+          "how much padding its batch needed. Sum x * mask over the positions and divide by each row's number of "
+          "real tokens."),
+    Entry("sum instead of mean", "a sum instead of a mean", _pool_is(lambda x, mask, m: (x * m).sum(dim=1)),
+          "you summed the real positions but never divided by their number: divide by `mask.sum(dim=1)` (each row's "
+          "own count, keepdim so that it broadcasts over D)."),
+    Entry("divided by L", "divided by L instead of the real length",
+          _pool_is(lambda x, mask, m: (x * m).sum(dim=1) / x.size(1)),
+          "the padding is left out of the sum but counted in the division: you divided by L (all positions). Divide "
+          "by each row's number of real tokens, `mask.sum(dim=1, keepdim=True)`."),
+    Entry("divided by the batch's token count", "divided by the batch's token count",
+          _pool_is(lambda x, mask, m: (x * m).sum(dim=1) / m.sum()),
+          "you divided by `mask.sum()`, the real tokens of the whole batch; each row needs its own count: "
+          "`mask.sum(dim=1, keepdim=True)`."),
+    Entry("inverted mask", None, _pool_is(lambda x, mask, m: (x * (1 - m)).sum(dim=1) / (1 - m).sum(dim=1)),
+          "you averaged over the padding and left out the real tokens: the mask is True on the real tokens (keep "
+          "them), False on padding."),
+    Entry("assumed trailing padding", None, _pool_is(_first_n),
+          "you averaged the first n positions of each row (n = its number of real tokens), which is right only when "
+          "the padding is at the end. The mask may mark padding anywhere: weight every position by its own mask "
+          "value."),
+    Entry("took the first position", "mean pooling replaced by the first position",
+          _pool_is(lambda x, mask, m: x[:, 0]),
+          "you returned the first position `x[:, 0]`, which is [CLS] pooling; this function averages the real "
+          "positions."),
+    Entry("max instead of mean", "a max instead of a mean",
+          _pool_is(lambda x, mask, m: x.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)),
+          "you took the maximum over the real positions; this function takes their mean."),
+    Entry("padding not zeroed", "the pooled sum includes the padding, divided by the real count",
+          _pool_is(lambda x, mask, m: x.sum(dim=1) / m.sum(dim=1)),
+          "you divided by each row's number of real tokens, but summed every position, padding included "
+          "(`x.sum(dim=1)`): zero the padding before the sum, `(x * m).sum(dim=1)` with `m = mask.unsqueeze(-1)`."),
+    Entry("masked_fill on the real tokens",
+          "masked_fill(mask, 0) zeroes the real tokens (True = real), not the padding",
+          _pool_is(lambda x, mask, m: (x * (1 - m)).sum(dim=1) / m.sum(dim=1)),
+          "`masked_fill(mask, 0)` fills where the mask is True, and True marks the real tokens: you zeroed them and "
+          "summed the padding. Fill the padding instead: `x.masked_fill(~mask.unsqueeze(-1), 0)`."),
+    Entry("divided by sqrt(count)", "the pooled sum divided by the square root of the real count",
+          _pool_is(lambda x, mask, m: (x * m).sum(dim=1) / m.sum(dim=1).sqrt()),
+          "you divided the sum by the square root of each row's number of real tokens (sentence-transformers' "
+          "`mean_sqrt_len` pooling); the mean divides by the number itself: `m.sum(dim=1)`."),
+    Entry("[CLS] left out of the mean", "the mean pool leaves out position 0 ([CLS]), which the reference counts",
+          _pool_is(lambda x, mask, m: (x * m)[:, 1:].sum(dim=1) / m[:, 1:].sum(dim=1)),
+          "you left position 0 out of the mean (`x[:, 1:]`, or `mask[:, 0] = False`): masked_mean_pool averages "
+          "every position the mask marks True, position 0 included; it cannot know which token is [CLS], and this "
+          "course's mean pooling counts [CLS] as a real token."),
+    Entry("integer division", "an integer division (//, rounding_mode='floor') where a true one belongs: in the "
+          "angles (an exponent 2i // d_model = 0, floored angles), the pooled sum // the count, or noam_lr's warm-up "
+          "(a rate of 0)",
+          _pool_is(lambda x, mask, m: torch.div((x * m).sum(dim=1), m.sum(dim=1), rounding_mode="floor")),
+          "you divided with `//`, floor division: every mean is rounded down to a whole number. Divide with `/`: "
+          "`(x * m).sum(dim=1) / m.sum(dim=1)`."),
+    Entry("mean over the whole batch", None,
+          _pool_is(lambda x, mask, m: x[mask].mean(dim=0).expand(x.size(0), -1)),
+          "every row got the same vector, the mean of all the real tokens of the batch (`x[mask].mean(0)`: indexing "
+          "with the mask flattens the rows together). Each row needs its own mean: `(x * m).sum(dim=1) / "
+          "m.sum(dim=1)` with `m = mask.unsqueeze(-1)`."),
+    Entry("count plus one", "the pooled sum divided by the real count plus 1",
+          _pool_is(lambda x, mask, m: (x * m).sum(dim=1) / (m.sum(dim=1) + 1)),
+          "you divided by each row's count plus 1 (`mask.sum(...) + 1`, a guard against dividing by 0?), which "
+          "shrinks every mean. Divide by the count itself: every row has a real token; a guard that changes nothing "
+          "then is `.clamp(min=1)`."),
+    *GRADIENT_PROBE,
+    Entry("wrong device", None, Probe("check_input_device")),
+])
+
+
 def _pool_mistakes(x: Tensor, mask: Tensor) -> list[Mistake]:
-    m = mask.unsqueeze(-1).to(x.dtype)  # (B, L, 1)
-    L = x.size(1)
-    first_n = torch.arange(L)[None, :] < mask.sum(dim=1)[:, None]  # (B, L): the first n positions, n real tokens
-    return [
-        ("mean over padding", "you averaged over every position, padding included (`x.mean(dim=1)`): a review's "
-         "vector then depends on how much padding its batch needed. Sum x * mask over the positions and divide by "
-         "each row's number of real tokens.", lambda: x.mean(dim=1)),
-        ("sum instead of mean", "you summed the real positions but never divided by their number: divide by "
-         "`mask.sum(dim=1)` (each row's own count, keepdim so that it broadcasts over D).", lambda: (x * m).sum(dim=1)),
-        ("divided by L", "the padding is left out of the sum but counted in the division: you divided by L (all "
-         "positions). Divide by each row's number of real tokens, `mask.sum(dim=1, keepdim=True)`.",
-         lambda: (x * m).sum(dim=1) / L),
-        ("divided by the batch's token count", "you divided by `mask.sum()`, the real tokens of the whole batch; each "
-         "row needs its own count: `mask.sum(dim=1, keepdim=True)`.", lambda: (x * m).sum(dim=1) / m.sum()),
-        ("inverted mask", "you averaged over the padding and left out the real tokens: the mask is True on the real "
-         "tokens (keep them), False on padding.", lambda: (x * (1 - m)).sum(dim=1) / (1 - m).sum(dim=1)),
-        ("assumed trailing padding", "you averaged the first n positions of each row (n = its number of real "
-         "tokens), which is right only when the padding is at the end. The mask may mark padding anywhere: weight "
-         "every position by its own mask value.", lambda: (x * first_n.unsqueeze(-1)).sum(dim=1) / m.sum(dim=1)),
-        ("took the first position", "you returned the first position `x[:, 0]`, which is [CLS] pooling; this "
-         "function averages the real positions.", lambda: x[:, 0]),
-        ("max instead of mean", "you took the maximum over the real positions; this function takes their mean.",
-         lambda: x.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)),
-        ("padding not zeroed", "you divided by each row's number of real tokens, but summed every position, "
-         "padding included (`x.sum(dim=1)`): zero the padding before the sum, `(x * m).sum(dim=1)` with "
-         "`m = mask.unsqueeze(-1)`.", lambda: x.sum(dim=1) / m.sum(dim=1)),
-        ("masked_fill on the real tokens", "`masked_fill(mask, 0)` fills where the mask is True, and True marks the "
-         "real tokens: you zeroed them and summed the padding. Fill the padding instead: "
-         "`x.masked_fill(~mask.unsqueeze(-1), 0)`.", lambda: (x * (1 - m)).sum(dim=1) / m.sum(dim=1)),
-        ("divided by sqrt(count)", "you divided the sum by the square root of each row's number of real tokens "
-         "(sentence-transformers' `mean_sqrt_len` pooling); the mean divides by the number itself: "
-         "`m.sum(dim=1)`.", lambda: (x * m).sum(dim=1) / m.sum(dim=1).sqrt()),
-        ("[CLS] left out of the mean", "you left position 0 out of the mean (`x[:, 1:]`, or `mask[:, 0] = False`): "
-         "masked_mean_pool averages every position the mask marks True, position 0 included; it cannot know "
-         "which token is [CLS], and this course's mean pooling counts [CLS] as a real token.",
-         lambda: (x * m)[:, 1:].sum(dim=1) / m[:, 1:].sum(dim=1)),
-        ("integer division", "you divided with `//`, floor division: every mean is rounded down to a whole "
-         "number. Divide with `/`: `(x * m).sum(dim=1) / m.sum(dim=1)`.",
-         lambda: torch.div((x * m).sum(dim=1), m.sum(dim=1), rounding_mode="floor")),
-        ("mean over the whole batch", "every row got the same vector, the mean of all the real tokens of the "
-         "batch (`x[mask].mean(0)`: indexing with the mask flattens the rows together). Each row needs its own "
-         "mean: `(x * m).sum(dim=1) / m.sum(dim=1)` with `m = mask.unsqueeze(-1)`.",
-         lambda: x[mask].mean(dim=0).expand(x.size(0), -1)),
-        ("count plus one", "you divided by each row's count plus 1 (`mask.sum(...) + 1`, a guard against dividing "
-         "by 0?), which shrinks every mean. Divide by the count itself: every row has a real token; a guard that "
-         "changes nothing then is `.clamp(min=1)`.", lambda: (x * m).sum(dim=1) / (m.sum(dim=1) + 1)),
-    ]
-
-
-def _pool_shape(got: Any, B: int, L: int, D: int, case: str) -> None:
-    shapes = {
-        (B, L): ("wrong axis", f"({B}, {L}) = (B, L): you averaged over the features (the last axis, D). Average "
-                 "over the positions, axis 1, to get one D-vector per sequence (B, D)."),
-        (L, D): ("wrong axis", f"({L}, {D}) = (L, D): you averaged over the batch axis (0). Average over the "
-                 "positions, axis 1: (B, D)."),
-        (D,): ("mean over the whole batch", f"({D},) = (D,): one vector for the whole batch (`x[mask].mean(0)`: "
-               "indexing with the mask flattens the rows together). Each row needs its own mean, (B, D): "
-               "`(x * m).sum(dim=1) / m.sum(dim=1)` with `m = mask.unsqueeze(-1)`."),
-        (B, 1, D): ("kept the pooled axis", f"({B}, 1, {D}): the pooled axis was kept (keepdim=True in the sum). "
-                    "Return (B, D): sum with dim=1 and no keepdim (keep it only in the count, which must broadcast)."),
-    }
-    if isinstance(got, Tensor) and tuple(got.shape) in shapes:
-        name, text = shapes[tuple(got.shape)]
-        fail(f"your result ({case}) has shape {text}", mistake=name)
+    """``(name, message, make)`` for each catalogued wrong pool of ``x (B, L, D)`` and ``mask (B, L)``."""
+    return POOL.candidates((x, mask))
 
 
 def _trailing_mask(B: int, L: int, shortest: int = 1) -> Tensor:
@@ -267,23 +383,6 @@ def _pool_inputs(B: int, L: int, D: int, make_mask: Callable[[int, int], Tensor]
             return x, mask
 
 
-def _pool_crash(err: StudentError, B: int, L: int, D: int) -> None:
-    """A broadcast error between ``(B, L, D)`` and a mask or a count without its last axis
-    (B, L, D all differ): the sizes in the message tell which."""
-    sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", str(err.exc))
-    if not isinstance(err.exc, RuntimeError) or sizes is None:
-        return
-    pair, first = {int(sizes[1]), int(sizes[2])}, str(err.exc).splitlines()[0]
-    if pair == {D, B}:
-        fail(f"your code raised RuntimeError: {first}. The count `mask.sum(dim=1)` has shape (B,) = ({B},), which "
-             f"lines up with the last axis of the sum (B, D) = ({B}, {D}): keep its axis, "
-             "`mask.sum(dim=1, keepdim=True)`, shape (B, 1), which broadcasts over D.", mistake="count without keepdim")
-    if pair == {D, L}:
-        fail(f"your code raised RuntimeError: {first}. A (B, L) mask does not broadcast against x (B, L, D): give "
-             "it a last axis of size 1 first, `mask.unsqueeze(-1)`, shape (B, L, 1).",
-             mistake="mask not broadcast over D")
-
-
 @checker("masked_mean_pool")
 def check_masked_mean_pool(fn: Any) -> str:
     require_function(fn, "masked_mean_pool")
@@ -302,19 +401,13 @@ def check_masked_mean_pool(fn: Any) -> str:
         try:
             got = call_student(fn, x, mask, context=f"calling masked_mean_pool({case})")
         except StudentError as err:
-            _pool_crash(err, B, L, D)
-            if dtype != torch.float32 and ("dtype" in str(err.exc) or "scalar type" in str(err.exc)):
-                fail(f"your code ({case}) raised {type(err.exc).__name__}: {str(err.exc).splitlines()[0]}. "
-                     "Part of it has a fixed dtype (`.float()`, `.double()`): build the weights in x's dtype, "
-                     "`mask.unsqueeze(-1).to(x.dtype)`.", mistake="dtype not preserved")
+            first = str(err.exc).splitlines()[0] if str(err.exc) else ""
+            POOL.detect("raised", SimpleNamespace(exc=err.exc, B=B, L=L, D=D, dtype=dtype), B=B, L=L, D=D,
+                        case=case, type=type(err.exc).__name__, first=first)
             raise
         check_unchanged(["x", "mask"], [x, mask], [x0, mask0], case)
-        _pool_shape(got, B, L, D, case)
-        if isinstance(got, Tensor) and got.is_floating_point() and got.dtype != x0.dtype:
-            fail(f"your result ({case}) has dtype {got.dtype}, x {x0.dtype}: a cast (`.double()`, `.float()`) "
-                 "changed it, and the next layer (`self.classifier`, an nn.Linear) then fails with 'mat1 and mat2 "
-                 "must have the same dtype'. Keep the count in x's dtype: `mask.sum(dim=1, keepdim=True).to(x.dtype)`, "
-                 "or weights `mask.unsqueeze(-1).to(x.dtype)`.", mistake="dtype not preserved")
+        POOL.detect("shape", SimpleNamespace(got=got, B=B, L=L, D=D, one=1), B=B, L=L, D=D, case=case)
+        POOL.detect("dtype", SimpleNamespace(got=got, dtype=x0.dtype), dtype=x0.dtype, case=case)
         m = mask0.unsqueeze(-1).to(dtype)  # (B, L, 1)
         expected = (x0 * m).sum(dim=1) / m.sum(dim=1)  # (B, D)
         expect_close("the pooled vectors", got, expected, _pool_mistakes(x0, mask0), case=case)
@@ -333,14 +426,16 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
                         mask_pad: int | None | str = "pad", encoder_mask: str = "padding", pe: int = 1,
                         scale: float = 0.5, pool_pad: int | None = None, post: str | None = None,
                         scale_after_pe: bool = False, pooler: bool | str = False, x_plus_pe_of_x: bool = False,
-                        pool_with: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+                        pool_with: Callable[[Tensor, Tensor], Tensor] | None = None, final_norm: bool = True,
+                        pool_input: bool = False) -> Tensor:
     """The reference's logits with at most one deliberate mistake; the defaults are correct. ``pool``: the
     pooling done (default ``pooling``'s own); ``mask_pad``: the pad id the masks are built from (``"pad"``:
     the model's; ``None``: no mask); ``encoder_mask``: the mask the encoder gets; ``scale``: the embeddings times
     ``d_model ** scale``; ``pool_pad``: the pad id the mean pool alone uses; ``post``: after the head;
     ``scale_after_pe``: ``x + pe`` times ``sqrt(d_model)`` again; ``pooler``: tanh (True) or ``"relu"`` on the pooled vector;
     ``x_plus_pe_of_x``: ``x + positional_encoding(x)`` (the embeddings twice); ``pool_with``: a mean pool
-    ``(h, mask (B, L)) -> (B, D)`` in place of the right one."""  # noqa: E501
+    ``(h, mask (B, L)) -> (B, D)`` in place of the right one; ``final_norm``: the pre-norm encoder's final norm
+    applied; ``pool_input``: the encoder's input pooled instead of its output."""  # noqa: E501
     pad = ref.pad_id if mask_pad == "pad" else mask_pad
     x = ref.embedding.embedding(tokens) * ref.embedding.d_model ** scale  # (B, L, D)
     for _ in range(pe):  # pe: how many times the table is added
@@ -351,10 +446,14 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
     if mask is not None:
         mask = {"padding": mask, "query axis": mask.transpose(1, 2), "inverted": ~mask,  # (B, L, 1) for the query axis
                 "causal": mask & causal_mask(tokens.size(1))}[encoder_mask]  # (B, L, L) for the causal one
-    h = ref.encoder(x, mask)  # (B, L, D)
+    # without the final norm: the layers alone, as a loop over self.encoder.layers runs them
+    h = ref.encoder(x, mask) if final_norm else functools.reduce(lambda h, layer: layer(h, mask),
+                                                                 ref.encoder.layers, x)  # (B, L, D)
+    h = x if pool_input else h
     pad = pool_pad if pool_pad is not None else ref.pad_id if pad is None else pad
     real = (tokens != pad).unsqueeze(-1).float()  # (B, L, 1)
     per_key = padding_mask(tokens, ref.pad_id).unsqueeze(-1).float()  # (B, 1, L, 1): a pool given (B, 1, L)
+    above = (tokens > ref.pad_id).unsqueeze(-1).float()  # (B, L, 1): the ids below pad_id taken for padding
     pools = {
         "cls": lambda: h[:, 0], "last": lambda: h[:, -1], "second": lambda: h[:, 1],
         "last real": lambda: h[torch.arange(h.size(0)), (tokens != ref.pad_id).sum(dim=1) - 1],
@@ -364,6 +463,9 @@ def _classifier_variant(ref: TransformerClassifier, tokens: Tensor, pooling: str
         "mean of padding": lambda: (h * (1 - real)).sum(dim=1) / (1 - real).sum(dim=1),  # 0 / 0 on a full row
         "(B, 1, L) mask": lambda: (h * per_key).sum(dim=1) / per_key.sum(dim=1),  # (B, B, L, D) summed: (B, L, D)
         "every position": lambda: h,  # (B, L, D): the classifier applied to each position
+        "max all": lambda: h.amax(dim=1),  # padding included
+        "batch mean": lambda: h[tokens != ref.pad_id].mean(dim=0),  # (D,): the mask's index flattens the batch
+        "ids above pad": lambda: (h * above).sum(dim=1) / above.sum(dim=1),  # 0 / 0 in a row of none
     }
     pooled = pool_with(h, tokens != ref.pad_id) if pool_with else pools[pool or pooling]()  # (B, D)
     logits = ref.classifier({False: pooled, True: torch.tanh(pooled), "relu": F.relu(pooled)}[pooler])  # (B, C)
@@ -408,109 +510,328 @@ _OWN_POOL = (" Your forward calls your own `masked_mean_pool`, the exercise befo
              "TransformerClassifier.")
 
 
-def _classifier_mistakes(ref: TransformerClassifier, tokens: Tensor, pooling: str,
-                         encoder_masks: list[Any], encoder_inputs: list[Any], own_pool: bool = False) -> list[Mistake]:
-    """``encoder_masks``, ``encoder_inputs``: the masks and inputs the student's encoder was called with
-    (empty: not seen); ``own_pool``: forward calls the student's masked_mean_pool (said in the mean pool's
-    verdicts)."""
-    def v(**kw: Any) -> Callable[[], Tensor]:
-        return lambda: _classifier_variant(ref, tokens, pooling, **kw)
+def _v(when: Callable[[Any], bool] | None = None, **kw: Any) -> Reference:
+    """The reference's logits on the case with these settings of :func:`_classifier_variant`; only on the cases
+    where ``when(case)`` holds (a pooling, a mask the student's encoder got)."""
+    return Reference(lambda c: [({}, lambda: _classifier_variant(c.ref, c.tokens, c.pooling, **kw))]
+                     if when is None or when(c) else [])
 
-    own = _OWN_POOL if own_pool else ""
 
-    D, c = ref.embedding.d_model, _embedding_factor(ref, tokens, encoder_inputs)
+def _cls(c: Any) -> bool:
+    return c.pooling == "cls"
 
-    B, L = tokens.shape
-    # with one layer, a (B, L, 1) mask gives what no mask gives: the mask the encoder got tells them apart
-    shapes = {tuple(m.shape) if isinstance(m, Tensor) else None for m in encoder_masks}
-    query_axis, not_passed = (B, L, 1) in shapes, not encoder_masks or None in shapes
-    if pooling == "cls":
-        out = [
-            ("[CLS] from the wrong position", "you pooled the last position `h[:, -1]`; [CLS] is the first token of "
-             "every sequence, position 0: `h[:, 0]`. (In a padded row the last position is padding.)", v(pool="last")),
-            ("[CLS] from the wrong position", "you pooled position 1; [CLS] sits at position 0: `h[:, 0]`.",
-             v(pool="second")),
-            ("[CLS] from the wrong position", "you pooled each sequence's last real token; [CLS] is the first token, "
-             "position 0: `h[:, 0]`.", v(pool="last real")),
-            ("pooling ignored", "with pooling='cls' your model averaged the positions; read self.pooling and take "
-             "h[:, 0] for 'cls', the masked mean for 'mean'.", v(pool="mean")),
-        ]
-    else:
-        out = [
-            ("mean over padding", "with pooling='mean' you averaged every position, padding included "
-             "(`h.mean(dim=1)`); average only the real tokens: `masked_mean_pool(h, tokens != self.pad_id)`." + own,
-             v(pool="mean all")),
-            ("sum instead of mean", "with pooling='mean' you summed the real positions without dividing by their "
-             "number: use `masked_mean_pool`." + own, v(pool="sum")),
-            ("pooling ignored", "with pooling='mean' your model took position 0 ([CLS]); read self.pooling and use "
-             "the masked mean for 'mean'.", v(pool="cls")),
-            ("[CLS] left out of the mean", "with pooling='mean' you left position 0 ([CLS]) out of the mean; this "
-             "model's mean counts every real token, [CLS] included (as sentence-transformers' mean pooling does): "
-             "`masked_mean_pool(h, tokens != self.pad_id)`." + own, v(pool="mean without [CLS]")),
-        ]
-        # the rest of masked_mean_pool's catalogue, on h and `tokens != pad_id` (the first position and the
-        # inverted mask are told above and by their NaN; trailing padding is right on these tokens)
-        told = {name for name, _, _ in out} | {"took the first position", "inverted mask", "assumed trailing padding"}
-        out += [(name, f"with pooling='mean' your mean of h over the real tokens is wrong (below, x is h and mask is "
-                 f"`tokens != self.pad_id`): {text}" + own,
-                 v(pool_with=lambda h, real, name=name: dict((n, c) for n, _, c in _pool_mistakes(h, real))[name]()))
-                for name, text, _ in _pool_mistakes(torch.zeros(1, 2, 1), torch.ones(1, 2, dtype=torch.bool))
-                if name not in told]
-    out += [
-        ("padding on the query axis", f"the mask you give the encoder has shape ({B}, {L}, 1) = (B, L, 1): it blocks "
-         "the padding as queries, not as keys, so every real token still attends to the padding. "
-         "`padding_mask(tokens, self.pad_id)` has shape (B, 1, L): the padding on the key axis.",
-         v(encoder_mask="query axis") if query_axis else None),
-        ("padding mask not passed", "the encoder ran without a mask, so every token attends to the padding too: "
-         "pass `padding_mask(tokens, self.pad_id)` (shape (B, 1, L)) to `self.encoder`.",
-         v(mask_pad=None) if not_passed else None),
-        ("inverted mask", "your mask is True on the padding: the encoder attends only to the padding. True means "
-         "'may attend': `padding_mask(tokens, self.pad_id)`, i.e. `tokens != self.pad_id`.", v(encoder_mask="inverted")),  # noqa: E501
-        ("causal mask in the encoder", "your encoder mask is causal as well as padding: each token sees only the "
-         "tokens before it. The encoder reads the whole input at once (a decoder's habit does not belong here): "
-         "`padding_mask(tokens, self.pad_id)` only.", v(encoder_mask="causal")),
-        ("hard-coded pad id", "your masks treat id 0 as padding; this model's padding id is self.pad_id: "
-         "`padding_mask(tokens, self.pad_id)` and `tokens != self.pad_id`.", v(mask_pad=0)),
-        ("positional encoding missing", "the embeddings go into the encoder without self.positional_encoding: the "
-         "encoder then cannot tell 'not good but bad' from 'bad but not good'. "
-         "`x = self.positional_encoding(self.embedding(tokens))`.", v(pe=0)),
-        ("positional encoding added twice", "the positional table is added twice (x + 2 pe): pass the embeddings "
-         "through self.positional_encoding once, and through no second positional module.", v(pe=2)),
-        ("embeddings added twice", "the encoder got 2 x + pe: self.positional_encoding(x) already returns x + pe "
-         "(the embeddings with the table added), so `x + self.positional_encoding(x)` counts the embeddings twice. "
-         "Write `x = self.positional_encoding(x)`.", v(x_plus_pe_of_x=True)),
-        ("embeddings not scaled", "you called the inner nn.Embedding (`self.embedding.embedding`) and skipped "
-         "TokenEmbedding's scaling by sqrt(d_model): call `self.embedding(tokens)`.", v(scale=0.0)),
-        ("embeddings scaled twice", "the token embeddings are multiplied by d_model, not sqrt(d_model): "
-         "TokenEmbedding already scales by sqrt(d_model), so do not multiply self.embedding(tokens) again.",
-         v(scale=1.0)),
-        ("embeddings scaled twice", "the sum `x + pe` is multiplied by sqrt(d_model) after the positional "
-         "encoding: TokenEmbedding already scales the embeddings by sqrt(d_model), and the positional table is "
-         "added once, unscaled: `self.positional_encoding(self.embedding(tokens))`, nothing more.",
-         v(scale_after_pe=True)),
-        ("activation on the pooled vector", "you put a ReLU on the pooled vector before self.classifier: the "
-         "encoder's output goes to the head as it is (its last step is a LayerNorm, or a residual sum in "
-         "pre-norm): `self.classifier(pooled)`.", v(pooler="relu")),
-        ("BERT pooler", "you put a tanh on the pooled vector before self.classifier: that is BERT's pooler (a dense "
-         "layer with tanh on [CLS], used by BERT's next-sentence head); this exercise's head is the single linear "
-         "layer self.classifier on the pooled vector: `self.classifier(pooled)`.", v(pooler=True)),
-    ] + ([("embeddings scaled twice", f"the token embeddings are multiplied by an extra {c:.4g} (= sqrt({c * c:.4g})) "
-           f"on top of TokenEmbedding's own sqrt(d_model) scaling (this model's d_model is {D}): "
-           "self.embedding(tokens) is already scaled, so do not multiply it again.",
-           v(scale=0.5 + math.log(c) / math.log(D)))] if c is not None and c > 1 else []
-         ) + ([("hard-coded pad id", "your mean pool treats id 0 as padding (the encoder's mask is right): this model's "  # noqa: E501
-           "padding id is `self.pad_id`: `masked_mean_pool(h, tokens != self.pad_id)`.", v(pool_pad=0))]
-         if pooling == "mean" else [])
-    return out + [
-        ("returns probabilities", "forward applies softmax to the logits. Return the raw logits: F.cross_entropy "
-         "applies log_softmax itself, and a softmax before it squashes the scores into [0, 1], which flattens the "
-         "loss and slows learning (the argmax, and so the accuracy, would not show it).", v(post="softmax")),
-        ("returns probabilities", "forward applies log_softmax to the logits, so it returns log-probabilities, not "
-         "the raw logits that TransformerClassifier returns. Training would not notice (F.cross_entropy applies log_softmax itself, "  # noqa: E501
-         "and log_softmax of log-probabilities changes nothing), nor the argmax, but code that treats the output "
-         "as logits would: a temperature, or F.softmax for the probabilities, or a loss that does not normalise "
-         "(F.binary_cross_entropy_with_logits). Return `self.classifier(pooled)`.", v(post="log_softmax")),
-    ]
+
+def _mean(c: Any) -> bool:
+    return c.pooling == "mean"
+
+
+def _query_axis(c: Any) -> bool:
+    """With one layer, a (B, L, 1) mask gives what no mask gives: the mask the encoder got tells them apart."""
+    return tuple(c.tokens.shape) + (1,) in {tuple(m.shape) if isinstance(m, Tensor) else None for m in c.masks}
+
+
+def _not_passed(c: Any) -> bool:
+    return not c.masks or any(m is None for m in c.masks)
+
+
+def _scaled_by(c: Any) -> list[Candidate]:
+    """The embeddings times an extra factor c > 1 (``* math.sqrt(64)`` with a hard-coded size too)."""
+    factor, D = _embedding_factor(c.ref, c.tokens, c.inputs), c.ref.embedding.d_model
+    if factor is None or factor <= 1:
+        return []
+    return [(dict(c=factor, cc=factor * factor),
+             lambda: _classifier_variant(c.ref, c.tokens, c.pooling, scale=0.5 + math.log(factor) / math.log(D)))]
+
+
+def _keyword_used(r: Any) -> dict[str, str] | None:
+    """nn.TransformerEncoder's (and Hugging Face's) keyword the encoder was called with, from the TypeError."""
+    used = next((k for k in _TORCH_ENCODER_KEYWORDS if f"unexpected keyword argument '{k}'" in str(r.exc)), None)
+    return dict(used=used) if isinstance(r.exc, TypeError) and used is not None else None
+
+
+def _refused(words: str) -> Output:
+    """The course's encoder refused the mask with ``words`` (formatted with B and L)."""
+    return Output(lambda r: isinstance(r.exc, (ValueError, TypeError)) and words.format(B=r.B, L=r.L) in str(r.exc),
+                  "raised")
+
+
+def _per_position(r: Any, pool: str) -> bool:
+    """(B, L, C) logits that are the reference's with ``pool`` (a pool given (B, 1, L), or none at all)."""
+    return r.shape == (r.B, r.L, r.C) and allclose(
+        r.got.float(), _classifier_variant(r.ref, r.tokens, r.pooling, pool=pool), atol=_ATOL, equal_nan=True)
+
+
+def _nan_rows(r: Any) -> bool:
+    return r.pooling == "mean" and isinstance(r.got, Tensor) and r.got.dim() == 2 and bool(isnan(r.got).any())
+
+
+def _nan_of_inverted(r: Any) -> dict[str, str] | None:
+    """NaN logits in the rows without padding, as the mean over the padding gives them (0 / 0 there)."""
+    if not _nan_rows(r):
+        return None
+    inverted = _classifier_variant(r.ref, r.tokens, r.pooling, pool="mean of padding")  # (B, C), NaN on full rows
+    if not (r.got.shape == inverted.shape and allclose(r.got.float(), inverted, atol=_ATOL, equal_nan=True)):
+        return None
+    full = ", ".join(str(int(i)) for i in torch.nonzero(~(r.tokens == r.ref.pad_id).any(dim=1)).flatten())
+    return dict(full=full)
+
+
+def _pooled_dropped(r: Any) -> dict[str, str] | None:
+    """In training mode, self.classifier's input is not the pooled encoder output: ``scaled`` says by how much
+    it is dropped out, when it is."""
+    if r.pooled.shape != r.expected.shape or matches(r.pooled, r.expected, atol=_ATOL):
+        return None
+    # a few entries: a small p may drop none of them, and every entry is then scaled by the same factor
+    ratio = (r.pooled.double() / r.expected.double()).median().item()
+    scale = dropout_scale(r.pooled, r.expected, atol=1e-5) or (
+        ratio if ratio > 1 and allclose(r.pooled.double(), r.expected.double() * ratio, atol=1e-5) else None)
+    return dict(scaled=f": it is dropped out (kept entries scaled by {scale:.3g} = 1 / (1 - p), p = "
+                f"{1 - 1 / scale:.2g})" if scale is not None else "")
+
+
+# told before the rest of masked_mean_pool's table is tried on h (the first position and the inverted mask are
+# told by their own entries and their NaN; trailing padding is right on these tokens)
+_TOLD_BEFORE = ("mean over padding", "sum instead of mean", "pooling ignored", "[CLS] left out of the mean",
+                "took the first position", "inverted mask", "assumed trailing padding")
+_FIX_MASK = "pass the (B, 1, L) bool mask `padding_mask(tokens, self.pad_id)`."
+
+CLASSIFIER = Catalogue("TransformerClassifier", "08", [
+    Entry("not a class", None, Probe("require_module_class")),
+    Entry("not a class", None, Output(lambda model: not isinstance(model, nn.Module), "built"),
+          "TransformerClassifier should subclass nn.Module."),
+    *(Entry(name, None, Probe("load_reference")) for name in ("wrong parameter shape", "missing submodule",
+                                                               "unexpected parameters")),
+    # forward raised (stage "raised": the exception, B and L)
+    Entry("PyTorch encoder keyword",
+          "the course's Encoder called with nn.TransformerEncoder's keywords (src_key_padding_mask=)",
+          Output(_keyword_used, "raised"),
+          "your forward ({case}) calls self.encoder with `{used}=`, a keyword of PyTorch's nn.TransformerEncoder "
+          "(whose padding mask is (B, L) and True on the padding). self.encoder is the course's Encoder: "
+          "forward(x, mask=None), with the mask True on the real tokens (may attend), shape (B, 1, L): "
+          "`self.encoder(x, padding_mask(tokens, self.pad_id))`.{at}"),
+    Entry("missing query axis", None, _refused("mask of shape ({B}, {L}) cannot"),
+          "your forward ({case}) gives self.encoder a mask of shape ({B}, {L}) = (B, L): the course's attention "
+          "needs the query axis, (B, 1, L): " + _FIX_MASK),
+    Entry("extra head axis", "a mask with a head axis the contract does not have",
+          _refused("mask of shape ({B}, 1, 1, {L}) cannot"),
+          "your forward ({case}) gives self.encoder a mask of shape ({B}, 1, 1, {L}) = (B, 1, 1, L), with a head "
+          "axis (Hugging Face's extended attention mask, `mask[:, None, None, :]`); the course's attention adds the "
+          "head axis itself: " + _FIX_MASK),
+    Entry("not a bool mask", None, _refused("mask must have dtype torch.bool"),
+          "your forward ({case}) gives self.encoder a float or int mask (Hugging Face's 1/0 `attention_mask` "
+          "habit); the course's masks are torch.bool, True = may attend: " + _FIX_MASK),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    # two eval-mode calls differ (stage "random": what forward did to the parameters, if anything)
+    Entry("parameters created in forward", "forward builds a layer (or re-draws parameters) on every call",
+          Output(lambda r: bool(r.built) and dict(built=r.built), "random"),
+          "in eval mode, two calls of forward ({case}) give different logits: {built}. The optimizer never sees "
+          "such weights and training cannot change them. Build every layer once, in __init__ (self.classifier is "
+          "there), and only call it in forward."),
+    Entry("dropout ignores eval mode", None, Output(lambda r: True, "random"),
+          "in eval mode, two calls of forward ({case}) give different logits: a dropout still acts after "
+          "model.eval(). F.dropout(x, p, training=True) ignores the mode: pass `training=self.training`, or use an "
+          "`nn.Dropout` module (or no extra dropout at all: the given modules already have theirs)."),
+    # the logits' shape (stage "shape": got, its shape, the reference, tokens, pooling, B, L, C, D)
+    Entry("mask broadcast wrongly", None, Output(lambda r: _per_position(r, "(B, 1, L) mask"), "shape"),
+          "your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C), because the pooling got padding_mask's "
+          "(B, 1, L) mask: a pool that multiplies by `mask.unsqueeze(-1)` then broadcasts (B, 1, L, 1) against "
+          "(B, L, D) into (B, B, L, D), and the sum over axis 1 leaves (B, L, D). Pool with the (B, L) mask "
+          "`tokens != self.pad_id`."),
+    Entry("classified every position", "logits for every position instead of one per sequence",
+          Output(lambda r: _per_position(r, "every position"), "shape"),
+          "your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C): one prediction per position. A classifier "
+          "gives one per sequence: pool the encoder's output to (B, D) first, then `self.classifier`."),
+    Entry("mask broadcast wrongly", None, Output(lambda r: r.shape == (r.B, r.L, r.C), "shape"),
+          "your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C), one row per position, although they are "
+          "not the classifier applied to each position: the pooling kept the position axis. Most likely it got "
+          "padding_mask's (B, 1, L) mask, whose extra axis broadcasts against (B, L, D) instead of selecting "
+          "positions. Pool with the (B, L) mask `tokens != self.pad_id` (or `mask[:, 0]`), to (B, D)."),
+    Entry("returns class ids", "forward returns argmax class ids, not logits",
+          Output(lambda r: r.shape == (r.B,) and not r.got.is_floating_point() and dict(dtype=r.got.dtype), "shape"),
+          "your forward ({case}) returns shape ({B},) of {dtype}: class ids (an argmax), not logits. Return the "
+          "scores, `self.classifier(pooled)`, shape (B, num_classes): F.cross_entropy needs them, and the argmax "
+          "is taken outside the model when a prediction is wanted."),
+    Entry("[CLS] from the wrong position", "pooling reads another position than [CLS]",
+          Output(lambda r: r.shape == (r.L, r.C), "shape"),
+          "your logits ({case}) have shape ({L}, {C}) = (L, C): `h[0]` is the first review's vectors at every "
+          "position, not position 0 of every review. [CLS] is position 0 of each row: `h[:, 0]`, (B, D)."),
+    Entry("kept the pooled axis", None, Output(lambda r: r.shape == (r.B, 1, r.C), "shape"),
+          "your logits ({case}) have shape ({B}, 1, {C}) = (B, 1, C): the pooled position axis was kept "
+          "(`h[:, :1]`, or a sum with keepdim=True). Pool to (B, D): `h[:, 0]` for 'cls', "
+          "`masked_mean_pool(h, tokens != self.pad_id)` for 'mean'."),
+    Entry("classifier layer missing", "no classification layer", Output(lambda r: r.shape == (r.B, r.D), "shape"),
+          "your forward ({case}) returns shape ({B}, {D}) = (B, D), the pooled vectors: apply `self.classifier` "
+          "to get the logits (B, num_classes)."),
+    Entry("mean over the whole batch", None,
+          Output(lambda r: r.pooling == "mean" and r.shape == (r.C,) and allclose(
+              r.got.float(), _classifier_variant(r.ref, r.tokens, r.pooling, pool="batch mean"), atol=_ATOL), "shape"),
+          "your logits ({case}) have shape ({C},) = (num_classes,): one prediction for the whole batch. With "
+          "pooling='mean' you averaged every real token of the batch together (`h[mask].mean(0)`: indexing with the "
+          "mask flattens the rows together); each review needs its own mean, (B, D): `masked_mean_pool(h, tokens != "
+          "self.pad_id)`."),
+    # NaN logits from a mean pool (stage "nan"): 0 / 0 in the rows where it counts no position
+    Entry("inverted mask", None, Output(_nan_of_inverted, "nan"),
+          "the logits ({case}) contain NaN in the rows without padding (rows {full}): with pooling='mean' you "
+          "averaged over the padding, not the real tokens (the mask is inverted: tokens == self.pad_id), so a row "
+          "without padding divides 0 by a count of 0. The pool's mask is True on the real tokens: "
+          "`masked_mean_pool(h, tokens != self.pad_id)`."),
+    Entry("ids below pad_id as padding", None,
+          Output(lambda r: _nan_rows(r) and allclose(r.got.float(), _classifier_variant(
+              r.ref, r.tokens, r.pooling, pool="ids above pad"), atol=_ATOL, equal_nan=True) and dict(rows=", ".join(
+              str(int(i)) for i in torch.nonzero(isnan(r.got).any(dim=1)).flatten())), "nan"),
+          "the logits ({case}) contain NaN in rows {rows}: with pooling='mean' your mean pool's mask is `tokens > "
+          "self.pad_id`, which takes every id below pad_id for padding (this model's pad_id is not 0), so a row "
+          "whose real ids all lie below it averages nothing (0 / 0). Padding is `tokens == self.pad_id` and nothing "
+          "else: `masked_mean_pool(h, tokens != self.pad_id)`."),
+    Entry("NaN", None,
+          Output(lambda r: _nan_rows(r) and dict(rows=", ".join(
+              str(int(i)) for i in torch.nonzero(isnan(r.got).any(dim=1)).flatten())), "nan"),
+          "the logits ({case}) contain NaN in rows {rows}: with pooling='mean' this is most likely 0 / 0, a mean "
+          "that counts no position in these rows (its mask is False everywhere there). Pool the real tokens: "
+          "`masked_mean_pool(h, tokens != self.pad_id)`, whose count is at least 1."),
+    # the wrong logits are the reference's with one of these mistakes (in this order; the case: ref, tokens,
+    # pooling, the masks and inputs the student's encoder got; {own} points to the student's own pool)
+    Entry("[CLS] from the wrong position", None, _v(_cls, pool="last"),
+          "you pooled the last position `h[:, -1]`; [CLS] is the first token of every sequence, position 0: "
+          "`h[:, 0]`. (In a padded row the last position is padding.)"),
+    Entry("[CLS] from the wrong position", None, _v(_cls, pool="second"),
+          "you pooled position 1; [CLS] sits at position 0: `h[:, 0]`."),
+    Entry("[CLS] from the wrong position", None, _v(_cls, pool="last real"),
+          "you pooled each sequence's last real token; [CLS] is the first token, position 0: `h[:, 0]`."),
+    Entry("pooling ignored", "the pooling argument has no effect", _v(_cls, pool="mean"),
+          "with pooling='cls' your model averaged the positions; read self.pooling and take h[:, 0] for 'cls', the "
+          "masked mean for 'mean'."),
+    Entry("pooling ignored", None, _v(_cls, pool="mean all"),
+          "with pooling='cls' your model averaged every position, padding included (`h.mean(dim=1)`); read "
+          "self.pooling: take h[:, 0] for 'cls', and for 'mean' the masked mean, `masked_mean_pool(h, tokens != "
+          "self.pad_id)`."),
+    Entry("mean over padding", None, _v(_mean, pool="mean all"),
+          "with pooling='mean' you averaged every position, padding included (`h.mean(dim=1)`); average only the "
+          "real tokens: `masked_mean_pool(h, tokens != self.pad_id)`.{own}"),
+    Entry("sum instead of mean", None, _v(_mean, pool="sum"),
+          "with pooling='mean' you summed the real positions without dividing by their number: use "
+          "`masked_mean_pool`.{own}"),
+    Entry("pooling ignored", None, _v(_mean, pool="cls"),
+          "with pooling='mean' your model took position 0 ([CLS]); read self.pooling and use the masked mean for "
+          "'mean'."),
+    Entry("[CLS] left out of the mean", None, _v(_mean, pool="mean without [CLS]"),
+          "with pooling='mean' you left position 0 ([CLS]) out of the mean; this model's mean counts every real "
+          "token, [CLS] included (as sentence-transformers' mean pooling does): `masked_mean_pool(h, tokens != "
+          "self.pad_id)`.{own}"),
+    # the rest of masked_mean_pool's table, on h and `tokens != pad_id`
+    *(Entry(e.name, None, _v(_mean, pool_with=lambda h, real, e=e: e.detect.build((h, real))[0][1]()),
+            "with pooling='mean' your mean of h over the real tokens is wrong (below, x is h and mask is "
+            "`tokens != self.pad_id`): " + e.message + "{own}")
+      for e in POOL.of(Reference) if e.name not in _TOLD_BEFORE),
+    Entry("max instead of mean", None, _v(_mean, pool="max all"),
+          "with pooling='mean' you took the maximum over every position, padding included (`h.max(dim=1)`); this "
+          "pooling takes the mean of the real tokens: `masked_mean_pool(h, tokens != self.pad_id)`."),
+    Entry("ids below pad_id as padding", None, _v(_mean, pool="ids above pad"),
+          "with pooling='mean' your mean pool's mask is `tokens > self.pad_id`: it takes every id below pad_id for "
+          "padding (this model's pad_id is not 0, and real tokens have smaller ids). Padding is `tokens == "
+          "self.pad_id` and nothing else: `masked_mean_pool(h, tokens != self.pad_id)`."),
+    Entry("missing final norm", "no final norm where the contract has one (pre-norm)",
+          _v(lambda c: c.ref.encoder.norm is not None, final_norm=False),
+          "the encoder's output skips its final norm: you looped over `self.encoder.layers` yourself, and a pre-norm "
+          "Encoder (norm_first=True) ends with `self.encoder.norm` after its layers. Call the encoder as a whole, "
+          "`h = self.encoder(x, mask)`: it runs the layers, then the final norm where there is one."),
+    Entry("encoder output unused",
+          "the pooled vector is read from the encoder's input (the embeddings), not its output", _v(pool_input=True),
+          "the pooled vector is the encoder's input (the embeddings plus the positional table), not its output, so "
+          "the encoder's work never reaches self.classifier (`x[:, 0]` read where `h[:, 0]` belongs, or the encoder "
+          "skipped). Pool the encoder's output: `h = self.encoder(x, padding_mask(tokens, self.pad_id))`, then "
+          "`h[:, 0]` for 'cls' or `masked_mean_pool(h, tokens != self.pad_id)` for 'mean'."),
+    Entry("padding on the query axis", "the padding mask is laid along the query axis",
+          _v(_query_axis, encoder_mask="query axis"),
+          "the mask you give the encoder has shape ({B}, {L}, 1) = (B, L, 1): it blocks the padding as queries, not "
+          "as keys, so every real token still attends to the padding. `padding_mask(tokens, self.pad_id)` has shape "
+          "(B, 1, L): the padding on the key axis."),
+    Entry("padding mask not passed", "the padding mask is not passed to the encoder", _v(_not_passed, mask_pad=None),
+          "the encoder ran without a mask, so every token attends to the padding too: pass `padding_mask(tokens, "
+          "self.pad_id)` (shape (B, 1, L)) to `self.encoder`."),
+    Entry("inverted mask", None, _v(encoder_mask="inverted"),
+          "your mask is True on the padding: the encoder attends only to the padding. True means 'may attend': "
+          "`padding_mask(tokens, self.pad_id)`, i.e. `tokens != self.pad_id`."),
+    Entry("causal mask in the encoder",
+          "the encoder's mask is causal as well as padding (the encoder reads the whole input)",
+          _v(encoder_mask="causal"),
+          "your encoder mask is causal as well as padding: each token sees only the tokens before it. The encoder "
+          "reads the whole input at once (a decoder's habit does not belong here): `padding_mask(tokens, "
+          "self.pad_id)` only."),
+    Entry("hard-coded pad id", None, _v(mask_pad=0),
+          "your masks treat id 0 as padding; this model's padding id is self.pad_id: `padding_mask(tokens, "
+          "self.pad_id)` and `tokens != self.pad_id`."),
+    Entry("positional encoding missing", "no positional encoding is added", _v(pe=0),
+          "the embeddings go into the encoder without self.positional_encoding: the encoder then cannot tell 'not "
+          "good but bad' from 'bad but not good'. `x = self.positional_encoding(self.embedding(tokens))`."),
+    Entry("positional encoding added twice",
+          "the positional table added twice (two positional modules, or one called twice)", _v(pe=2),
+          "the positional table is added twice (x + 2 pe): pass the embeddings through self.positional_encoding "
+          "once, and through no second positional module."),
+    Entry("embeddings added twice",
+          "x + positional_encoding(x): the module already returns x + pe, so the embeddings count twice",
+          _v(x_plus_pe_of_x=True),
+          "the encoder got 2 x + pe: self.positional_encoding(x) already returns x + pe (the embeddings with the "
+          "table added), so `x + self.positional_encoding(x)` counts the embeddings twice. Write `x = "
+          "self.positional_encoding(x)`."),
+    Entry("embeddings not scaled", None, _v(scale=0.0),
+          "you called the inner nn.Embedding (`self.embedding.embedding`) and skipped TokenEmbedding's scaling by "
+          "sqrt(d_model): call `self.embedding(tokens)`."),
+    Entry("embeddings scaled twice", None, _v(scale=1.0),
+          "the token embeddings are multiplied by d_model, not sqrt(d_model): TokenEmbedding already scales by "
+          "sqrt(d_model), so do not multiply self.embedding(tokens) again."),
+    Entry("embeddings scaled twice", None, _v(scale_after_pe=True),
+          "the sum `x + pe` is multiplied by sqrt(d_model) after the positional encoding: TokenEmbedding already "
+          "scales the embeddings by sqrt(d_model), and the positional table is added once, unscaled: "
+          "`self.positional_encoding(self.embedding(tokens))`, nothing more."),
+    Entry("activation on the pooled vector", "a ReLU between the pooled vector and the classifier head",
+          _v(pooler="relu"),
+          "you put a ReLU on the pooled vector before self.classifier: the encoder's output goes to the head as it "
+          "is (its last step is a LayerNorm, or a residual sum in pre-norm): `self.classifier(pooled)`."),
+    Entry("BERT pooler", "a tanh (BERT's pooler) on the pooled vector before the single linear head", _v(pooler=True),
+          "you put a tanh on the pooled vector before self.classifier: that is BERT's pooler (a dense layer with "
+          "tanh on [CLS], used by BERT's next-sentence head); this exercise's head is the single linear layer "
+          "self.classifier on the pooled vector: `self.classifier(pooled)`."),
+    Entry("embeddings scaled twice", None, Reference(_scaled_by),
+          "the token embeddings are multiplied by an extra {c:.4g} (= sqrt({cc:.4g})) on top of TokenEmbedding's "
+          "own sqrt(d_model) scaling (this model's d_model is {D}): self.embedding(tokens) is already scaled, so do "
+          "not multiply it again."),
+    Entry("hard-coded pad id", None, _v(_mean, pool_pad=0),
+          "your mean pool treats id 0 as padding (the encoder's mask is right): this model's padding id is "
+          "`self.pad_id`: `masked_mean_pool(h, tokens != self.pad_id)`."),
+    Entry("returns probabilities", "probabilities (softmax) returned instead of logits", _v(post="softmax"),
+          "forward applies softmax to the logits. Return the raw logits: F.cross_entropy applies log_softmax "
+          "itself, and a softmax before it squashes the scores into [0, 1], which flattens the loss and slows "
+          "learning (the argmax, and so the accuracy, would not show it)."),
+    Entry("returns probabilities", None, _v(post="log_softmax"),
+          "forward applies log_softmax to the logits, so it returns log-probabilities, not the raw logits that "
+          "TransformerClassifier returns. Training would not notice (F.cross_entropy applies log_softmax itself, "
+          "and log_softmax of log-probabilities changes nothing), nor the argmax, but code that treats the output "
+          "as logits would: a temperature, or F.softmax for the probabilities, or a loss that does not normalise "
+          "(F.binary_cross_entropy_with_logits). Return `self.classifier(pooled)`."),
+    # a batch of one review (stage "one")
+    Entry("batch axis squeezed", ".squeeze() on the logits drops the batch axis when B = 1",
+          Output(lambda r: isinstance(r.got, Tensor) and tuple(r.got.shape) == (r.C,), "one"),
+          "your logits ({case}) have shape ({C},), expected (1, {C}) = (B, num_classes): a `.squeeze()` drops "
+          "every axis of size 1, and with B = 1 that is the batch axis, so `logits.argmax(dim=-1)` then gives one "
+          "number where code expects one per review (and cross_entropy reads the classes as a batch). Return "
+          "`self.classifier(pooled)` as it is; to drop one axis, name it: `.squeeze(1)`."),
+    *GRADIENT_PROBE,
+    # training mode, dropout=0.5 (stage "training": self.classifier's input and the pooled encoder output)
+    Entry("mode not restored", None, Probe("check_modes_kept")),
+    *(Entry(name, None, Probe("check_stack_input_dropout"))
+      for name in ("dropout applied twice", "positional dropout missing", "dropout before adding", "wrong dropout")),
+    Entry("dropout in the wrong place", None, Output(_pooled_dropped, "training"),
+          "in {where} ({case}), the vector self.classifier gets is not the pooled encoder output{scaled}. The given "
+          "modules already drop where the model needs it (after the positional table, inside the encoder's "
+          "layers): remove the extra dropout between the pooling and `self.classifier`. (Hugging Face's "
+          "BertForSequenceClassification does drop its pooled output; this exercise's model, with the modules it "
+          "is given, does not.)"),
+    Entry("wrong device", None, Probe("check_input_device")),
+])
+
+CATALOGUES = (GELU, POOL, CLASSIFIER)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
 def _classifier_tokens(B: int, L: int, V: int, pad_id: int) -> Tensor:
@@ -554,98 +875,9 @@ def _built_in_forward(model: nn.Module, run: Callable[[], Any]) -> tuple[Any, st
     return out, None
 
 
-def _nan_in_mean(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling: str, case: str) -> None:
-    """NaN logits from a mean pool: 0 / 0 in the rows where it counts no position."""
-    if pooling != "mean" or not isinstance(got, Tensor) or got.dim() != 2 or not bool(isnan(got).any()):
-        return
-    full = ", ".join(str(int(i)) for i in torch.nonzero(~(tokens == ref.pad_id).any(dim=1)).flatten())
-    inverted = _classifier_variant(ref, tokens, pooling, pool="mean of padding")  # (B, C), NaN on full rows
-    if got.shape == inverted.shape and allclose(got.float(), inverted, atol=_ATOL, equal_nan=True):
-        fail(f"the logits ({case}) contain NaN in the rows without padding (rows {full}): with pooling='mean' you "
-             "averaged over the padding, not the real tokens (the mask is inverted: tokens == self.pad_id), so a "
-             "row without padding divides 0 by a count of 0. The pool's mask is True on the real tokens: "
-             "`masked_mean_pool(h, tokens != self.pad_id)`.", mistake="inverted mask")
-    rows = ", ".join(str(int(i)) for i in torch.nonzero(isnan(got).any(dim=1)).flatten())
-    fail(f"the logits ({case}) contain NaN in rows {rows}: with pooling='mean' this is most likely 0 / 0, a mean "
-         "that counts no position in these rows (its mask is False everywhere there). Pool the real tokens: "
-         "`masked_mean_pool(h, tokens != self.pad_id)`, whose count is at least 1.", mistake="NaN")
-
-
-def _logits_shape(got: Any, ref: TransformerClassifier, tokens: Tensor, pooling: str, C: int, D: int,
-                  case: str) -> None:
-    """A per-position ``(B, L, C)`` (from a pool given padding_mask's ``(B, 1, L)``, or no pool at all)
-    or a pooled ``(B, D)`` instead of ``(B, C)``."""
-    if not isinstance(got, Tensor):
-        return
-    (B, L), shape = tokens.shape, tuple(got.shape)
-    broadcast = lambda: _classifier_variant(ref, tokens, pooling, pool="(B, 1, L) mask")  # noqa: E731 - 0 / 0 at pads
-    if shape == (B, L, C) and allclose(got.float(), broadcast(), atol=_ATOL, equal_nan=True):
-        fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C), because the pooling got padding_mask's "
-             "(B, 1, L) mask: a pool that multiplies by `mask.unsqueeze(-1)` then broadcasts (B, 1, L, 1) against "
-             "(B, L, D) into (B, B, L, D), and the sum over axis 1 leaves (B, L, D). Pool with the (B, L) mask "
-             "`tokens != self.pad_id`.", mistake="mask broadcast wrongly")
-    if shape == (B, L, C) and allclose(got.float(), _classifier_variant(ref, tokens, pooling, pool="every position"),
-                                       atol=_ATOL, equal_nan=True):
-        fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C): one prediction per position. A "
-             "classifier gives one per sequence: pool the encoder's output to (B, D) first, then `self.classifier`.",
-             mistake="classified every position")
-    if shape == (B, L, C):  # neither: most likely another pool given the (B, 1, L) mask
-        fail(f"your logits ({case}) have shape ({B}, {L}, {C}) = (B, L, C), one row per position, although they are "
-             "not the classifier applied to each position: the pooling kept the position axis. Most likely it got "
-             "padding_mask's (B, 1, L) mask, whose extra axis broadcasts against (B, L, D) instead of selecting "
-             "positions. Pool with the (B, L) mask `tokens != self.pad_id` (or `mask[:, 0]`), to (B, D).",
-             mistake="mask broadcast wrongly")
-    if shape == (B,) and not got.is_floating_point():
-        fail(f"your forward ({case}) returns shape ({B},) of {got.dtype}: class ids (an argmax), not logits. "
-             "Return the scores, `self.classifier(pooled)`, shape (B, num_classes): F.cross_entropy needs them, and "
-             "the argmax is taken outside the model when a prediction is wanted.", mistake="returns class ids")
-    if shape == (L, C):
-        fail(f"your logits ({case}) have shape ({L}, {C}) = (L, C): `h[0]` is the first review's vectors at every "
-             "position, not position 0 of every review. [CLS] is position 0 of each row: `h[:, 0]`, (B, D).",
-             mistake="[CLS] from the wrong position")
-    if shape == (B, 1, C):
-        fail(f"your logits ({case}) have shape ({B}, 1, {C}) = (B, 1, C): the pooled position axis was kept "
-             "(`h[:, :1]`, or a sum with keepdim=True). Pool to (B, D): `h[:, 0]` for 'cls', "
-             "`masked_mean_pool(h, tokens != self.pad_id)` for 'mean'.", mistake="kept the pooled axis")
-    if shape == (B, D):
-        fail(f"your forward ({case}) returns shape ({B}, {D}) = (B, D), the pooled vectors: apply `self.classifier` "
-             "to get the logits (B, num_classes).", mistake="classifier layer missing")
-
-
 # nn.TransformerEncoder's (and Hugging Face's) keywords for the mask: the course's Encoder takes forward(x, mask)
 _TORCH_ENCODER_KEYWORDS = ("src_key_padding_mask", "src_mask", "attention_mask", "key_padding_mask", "attn_mask",
                            "is_causal", "mask_check")
-
-
-def _encoder_keyword(exc: BaseException, case: str) -> None:
-    """Fail ("PyTorch encoder keyword") when ``exc`` is the TypeError of the encoder called with one of
-    PyTorch's keywords (``src_key_padding_mask=``); else nothing."""
-    fail_on_keyword(exc, _TORCH_ENCODER_KEYWORDS, lambda used: (
-        f"your forward ({case}) calls self.encoder with `{used}=`, a keyword of PyTorch's nn.TransformerEncoder "
-        "(whose padding mask is (B, L) and True on the padding). self.encoder is the course's Encoder: "
-        "forward(x, mask=None), with the mask True on the real tokens (may attend), shape (B, 1, L): "
-        "`self.encoder(x, padding_mask(tokens, self.pad_id))`."), "PyTorch encoder keyword")
-
-
-def _encoder_mask_refused(exc: BaseException, B: int, L: int, case: str) -> None:
-    """Fail with the mistake's name when the encoder refused the mask: ``(B, L)`` without the query axis
-    ("missing query axis"), ``(B, 1, 1, L)`` with a head axis (Hugging Face's extended attention mask:
-    "extra head axis"), a float 1/0 mask (Hugging Face's ``attention_mask``: "not a bool mask"); else nothing."""
-    text, fix = str(exc), "pass the (B, 1, L) bool mask `padding_mask(tokens, self.pad_id)`."
-    refused = {
-        f"mask of shape ({B}, {L}) cannot": ("missing query axis", f"a mask of shape ({B}, {L}) = (B, L): the "
-                                             "course's attention needs the query axis, (B, 1, L): " + fix),
-        f"mask of shape ({B}, 1, 1, {L}) cannot": ("extra head axis", f"a mask of shape ({B}, 1, 1, {L}) = (B, 1, 1, "
-                                                   "L), with a head axis (Hugging Face's extended attention mask, "
-                                                   "`mask[:, None, None, :]`); the course's attention adds the head "
-                                                   "axis itself: " + fix),
-        "mask must have dtype torch.bool": ("not a bool mask", "a float or int mask (Hugging Face's 1/0 "
-                                            "`attention_mask` habit); the course's masks are torch.bool, True = may "
-                                            "attend: " + fix),
-    }
-    found = next((named for words, named in refused.items() if words in text), None)
-    if isinstance(exc, (ValueError, TypeError)) and found is not None:
-        fail(f"your forward ({case}) gives self.encoder {found[1]}", mistake=found[0])
 
 
 def _batch_of_one(model: nn.Module, ref: TransformerClassifier, tokens: Tensor, C: int, settings: str) -> None:
@@ -653,24 +885,12 @@ def _batch_of_one(model: nn.Module, ref: TransformerClassifier, tokens: Tensor, 
     one = tokens[1:2].clone()  # (1, L)
     case = f"{settings}, a batch of one review, tokens {tuple(one.shape)} with padding"
     got = call_student(model, one, context=f"running forward ({case})")
-    if isinstance(got, Tensor) and tuple(got.shape) == (C,):
-        fail(f"your logits ({case}) have shape ({C},), expected (1, {C}) = (B, num_classes): a `.squeeze()` drops "
-             "every axis of size 1, and with B = 1 that is the batch axis, so `logits.argmax(dim=-1)` then gives "
-             "one number where code expects one per review (and cross_entropy reads the classes as a batch). "
-             "Return `self.classifier(pooled)` as it is; to drop one axis, name it: `.squeeze(1)`.",
-             mistake="batch axis squeezed")
+    CLASSIFIER.detect("one", SimpleNamespace(got=got, C=C), case=case, C=C)
     expect_close("the logits", got, ref(one), atol=_ATOL, case=case)
 
 
 def _same(a: Tensor, b: Tensor) -> bool:
     return bool(((a == b) | (isnan(a) & isnan(b))).all())  # a NaN is no dropout
-
-
-def _fail_eval_dropout(case: str) -> None:
-    fail(f"in eval mode, two calls of forward ({case}) give different logits: a dropout still acts after "
-         "model.eval(). F.dropout(x, p, training=True) ignores the mode: pass `training=self.training`, or use an "
-         "`nn.Dropout` module (or no extra dropout at all: the given modules already have theirs).",
-         mistake="dropout ignores eval mode")
 
 
 _P = 0.5  # 0 < p < 1: dropout applied twice shows (p = 1 zeroes the same entries once or twice)
@@ -709,7 +929,7 @@ def _training_probe(cls: Any, V: int, C: int, kwargs: dict[str, Any], tokens: Te
     (clean, first), (train, _), (train_again, _) = runs[0], runs[-2], runs[-1]
     if isinstance(first, Tensor) and any(isinstance(again, Tensor) and first.shape == again.shape
                                          and not equal(first, again) for _, again in runs[1:-2]):
-        _fail_eval_dropout(case)
+        CLASSIFIER.fail("dropout ignores eval mode", case=case)
     where = f"training mode, dropout={_P}"
     check_stack_input_dropout(train.get("x"), clean.get("x"), _P, "the embeddings", "the encoder", where,
                               train_again.get("x"))
@@ -718,18 +938,7 @@ def _training_probe(cls: Any, V: int, C: int, kwargs: dict[str, Any], tokens: Te
         return
     real = (tokens != model.pad_id).unsqueeze(-1).to(h.dtype) if hasattr(model, "pad_id") else None  # (B, L, 1)
     expected = h[:, 0] if kwargs["pooling"] == "cls" or real is None else (h * real).sum(dim=1) / real.sum(dim=1)
-    if pooled.shape != expected.shape or matches(pooled, expected, atol=_ATOL):
-        return
-    # a few entries: a small p may drop none of them, and every entry is then scaled by the same factor
-    ratio = (pooled.double() / expected.double()).median().item()
-    scale = dropout_scale(pooled, expected, atol=1e-5) or (
-        ratio if ratio > 1 and allclose(pooled.double(), expected.double() * ratio, atol=1e-5) else None)
-    fail(f"in {where} ({case}), the vector self.classifier gets is not the pooled encoder output"
-         + (f": it is dropped out (kept entries scaled by {scale:.3g} = 1 / (1 - p), p = {1 - 1 / scale:.2g})"
-            if scale is not None else "") + ". The given modules already drop where the model needs it (after the "
-         "positional table, inside the encoder's layers): remove the extra dropout between the pooling and "
-         "`self.classifier`. (Hugging Face's BertForSequenceClassification does drop its pooled output; this "
-         "exercise's model, with the modules it is given, does not.)", mistake="dropout in the wrong place")
+    CLASSIFIER.detect("training", SimpleNamespace(pooled=pooled, expected=expected), where=where, case=case)
 
 
 @checker("TransformerClassifier")
@@ -744,8 +953,7 @@ def check_transformer_classifier(cls: Any) -> str:
         settings_text = f"pooling={pooling!r}, norm_first={norm_first}, activation={activation!r}, pad_id={pad_id}"
         model = call_student(cls, V, C, context=f"constructing TransformerClassifier({V}, {C}, {settings_text})",
                              **kwargs)
-        if not isinstance(model, nn.Module):
-            fail("TransformerClassifier should subclass nn.Module.", mistake="not a class")
+        CLASSIFIER.detect("built", model)
         model.eval()
         randomise_parameters(model)  # fresh norms (ones and zeros) would hide a norm mix-up
         ref = TransformerClassifier(V, C, **kwargs).eval()
@@ -766,8 +974,9 @@ def check_transformer_classifier(cls: Any) -> str:
             try:
                 got = call_student(model, tokens, context=f"running forward ({case})")
             except StudentError as err:
-                _encoder_keyword(err.exc, case)
-                _encoder_mask_refused(err.exc, B, L, case)
+                line = student_line(err.exc)
+                CLASSIFIER.detect("raised", SimpleNamespace(exc=err.exc, B=B, L=L), case=case, B=B, L=L,
+                                  at=f"\n    at {line}" if line else "")
                 raise
             finally:
                 if seen is not None:
@@ -785,17 +994,17 @@ def check_transformer_classifier(cls: Any) -> str:
                 again = call_student(model, tokens, context=f"running forward again ({case})")
             if isinstance(got, Tensor) and isinstance(again, Tensor) and got.shape == again.shape and \
                     not _same(got, again):
-                if built:
-                    fail(f"in eval mode, two calls of forward ({case}) give different logits: {built}. The "
-                         "optimizer never sees such weights and training cannot change them. Build every layer "
-                         "once, in __init__ (self.classifier is there), and only call it in forward.",
-                         mistake="parameters created in forward")
-                _fail_eval_dropout(case)
-            _logits_shape(got, ref, tokens0, pooling, C, H * d_k, case)
-            _nan_in_mean(got, ref, tokens0, pooling, case)
-            expect_close("the logits", got, expected, _classifier_mistakes(ref, tokens0, pooling, encoder_masks,
-                                                                      encoder_inputs, _calls_own_pool(cls)),
-                         atol=_ATOL, case=case)
+                CLASSIFIER.detect("random", SimpleNamespace(built=built), case=case)
+            D = H * d_k
+            if isinstance(got, Tensor):
+                CLASSIFIER.detect("shape", SimpleNamespace(got=got, shape=tuple(got.shape), ref=ref, tokens=tokens0,
+                                                           pooling=pooling, B=B, L=L, C=C, D=D),
+                                  case=case, B=B, L=L, C=C, D=D)
+            CLASSIFIER.detect("nan", SimpleNamespace(got=got, ref=ref, tokens=tokens0, pooling=pooling), case=case)
+            seen_by_encoder = SimpleNamespace(ref=ref, tokens=tokens0, pooling=pooling, masks=encoder_masks,
+                                              inputs=encoder_inputs)
+            expect_close("the logits", got, expected, CLASSIFIER.candidates(
+                seen_by_encoder, own=_OWN_POOL if _calls_own_pool(cls) else "", B=B, L=L, D=D), atol=_ATOL, case=case)
             _batch_of_one(model, ref, tokens0, C, settings_text)
         gradient_probe(model, ref, dict(tokens=tokens0), params, what="TransformerClassifier", case=case)
         _training_probe(cls, V, C, kwargs, tokens0, settings_text)
