@@ -67,6 +67,7 @@ from ._core import (
     register_hints,
     require_function,
 )
+from .catalogue import Catalogue, Entry, Output, Probe, Raises, Reference
 
 __all__ = ["check_shift_targets", "check_masked_cross_entropy", "check_noam_lr", "check_train_step"]
 
@@ -99,6 +100,115 @@ def _targets_with_padding(B: int, L: int, vocab: int = 20, pad_id: int = 0) -> T
     return torch.where(positions >= lengths[:, None], torch.full_like(tgt, pad_id), tgt)
 
 
+def _wrong_return(got: Any) -> dict[str, str] | None:
+    """Not a pair: what came back instead, in words."""
+    if isinstance(got, (tuple, list)) and len(got) == 2:
+        return None
+    what = f"one tensor of shape {describe_shape(got)}" if isinstance(got, Tensor) else (
+        f"a {type(got).__name__} of {len(got)}" if isinstance(got, (tuple, list)) else type(got).__name__)
+    return dict(what=what)
+
+
+def _not_tensors(got: Any) -> dict[str, str] | None:
+    """A pair of lists or arrays (``.tolist()``, ``.numpy()``): their kinds, in words."""
+    if isinstance(got, (tuple, list)) and len(got) == 2 and not all(isinstance(t, Tensor) for t in got):
+        kinds = " and ".join(dict.fromkeys(f"{type(t).__name__}s" for t in got))  # lists, ints
+        return dict(type=type(got).__name__, kinds=kinds)
+    return None
+
+
+def _cast_slices(c: Any) -> dict[str, Any] | None:
+    """The right ids in another dtype than tgt's: which of the two, and the dtype."""
+    cast = [(n, t.dtype) for n, t in (("tgt_in", c.got_in), ("tgt_out", c.got_out)) if t.dtype != c.tgt.dtype]
+    if not cast:
+        return None
+    return dict(which=" and ".join(n for n, _ in cast), verb="have" if len(cast) == 2 else "has", dtype=cast[0][1])
+
+
+_COPY = ("so the model learns to copy its input (the training loss falls near zero) and greedy decoding, "
+         "which has no answer to copy, fails. The decoder reads tgt[:, :-1] and predicts tgt[:, 1:].")
+
+
+def _pairs(make: Callable[[Any], list[tuple[Tensor, Tensor]]]) -> Reference:
+    """The ``(tgt_in, tgt_out)`` pairs a mistake gives (one candidate; none when it cannot show)."""
+    def build(c: Any) -> list:
+        pairs = make(c)
+        return [({}, pairs)] if pairs else []
+    return Reference(build, "pairs")
+
+
+def _prepended(c: Any) -> Tensor | None:
+    """(B, L - 1): the student's start token, then tgt moved right (only when tgt_in has that shape)."""
+    return torch.cat([c.got_in[:, :1], c.tgt[:, :-2]], 1) if c.got_in.shape == c.exp_in.shape else None
+
+
+SHIFT = Catalogue("shift_targets", "07", [
+    Entry("not a function", None, Probe("require_function")),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("not a tensor", None, Output(_not_tensors, "return"),
+          "shift_targets returned a {type} of {kinds}, not of tensors ({case}): return the slices themselves, "
+          "tgt[:, :-1] and tgt[:, 1:] (no .tolist() or .numpy()): the model and the loss take tensors."),
+    Entry("wrong return", None, Output(_wrong_return, "return"),
+          "shift_targets should return two tensors, (tgt_in, tgt_out); yours returned {what}. End with `return "
+          "tgt_in, tgt_out`."),
+    Entry("dtype not preserved", None, Output(_cast_slices, "dtype"),
+          "your {which} {verb} the right ids but dtype {dtype} ({case}); tgt is {tgt_dtype}. Leave out the cast "
+          "(.float(), .to(...)): slicing keeps the dtype, and nn.Embedding and the loss need integer ids."),
+    # the (tgt_in, tgt_out) pairs of a mistake, in the order tried
+    Entry("not shifted", "targets not shifted", _pairs(lambda c: [(c.tgt, c.tgt)]),
+          "tgt_in and tgt_out are both the whole tgt: the targets are not shifted. At each position the decoder "
+          "would read the very token it must predict there, " + _COPY),
+    Entry("shifted the wrong way", "input and output slices exchanged",
+          _pairs(lambda c: [(c.exp_out, c.exp_in)]),
+          "the shift goes the wrong way: your tgt_in is tgt[:, 1:] (it starts after <bos>) and tgt_out is "
+          "tgt[:, :-1]. The decoder must read <bos> first and predict the *next* token: tgt_in = tgt[:, :-1] (drop "
+          "the last token), tgt_out = tgt[:, 1:] (drop <bos>)."),
+    Entry("shifted along the batch axis", "the slice runs along the batch axis",
+          _pairs(lambda c: [(c.tgt[:-1], c.tgt[1:]), (c.tgt[1:], c.tgt[:-1])]),
+          "you shifted along the batch axis: tgt[:-1] drops a whole sequence. tgt is (B, L_tgt): shift along the time "
+          "axis, tgt[:, :-1] and tgt[:, 1:]."),
+    Entry("the same slice twice", "tgt_in and tgt_out are the same slice", Reference(
+        lambda c: [(dict(both=both), [(t, t)]) for t, both in ((c.exp_in, "tgt[:, :-1]"), (c.exp_out, "tgt[:, 1:]"))],
+        "pairs"),
+          "tgt_in and tgt_out are the same slice, {both}: each position is asked for the very token it reads, "
+          + _COPY),
+    Entry("<eos> replaced by pad in tgt_in", "tgt_in's <eos> replaced by the pad id (Hugging Face's habit)",
+          _pairs(lambda c: [(c.exp_in.masked_fill(c.exp_in == 2, 0), c.exp_out)]),  # <eos> 2, pad 0
+          "your tgt_in has <pad> where tgt has <eos> (the <eos> of a shorter target, which tgt[:, :-1] keeps), as "
+          "code that strips <eos> from the decoder's input does (Hugging Face's habit). The loss would not notice "
+          "(the target there is <pad>), but collate, the mask made from tgt_in and this exercise take the slices "
+          "unchanged: tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], with no replacing."),
+    Entry("padding labels set to -100", "shift_targets writes Hugging Face's -100 labels where tgt_out has <pad>",
+          _pairs(lambda c: [(c.exp_in, c.exp_out.masked_fill(c.exp_out == 0, -100))]),  # pad 0
+          "your tgt_out has -100 where tgt has <pad> (Hugging Face's labels, the default ignore_index of "
+          "F.cross_entropy). Here the padding stays pad_id in tgt_out and the loss is told which id to ignore "
+          "(masked_cross_entropy's pad_id): tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], with no replacing."),
+    # fairseq's prev_output_tokens: tgt rolled right with a start token in front, whatever that token,
+    # tgt_out then tgt[:, :-1] (fairseq) or tgt[:, 1:] (the start token added on top of the shift)
+    Entry("start token prepended again",
+          "tgt_in built as fairseq's prev_output_tokens (tgt rolled right, a start token in front), tgt_out = "
+          "tgt[:, :-1]",
+          _pairs(lambda c: [(p, c.exp_in) for p in (_prepended(c),) if p is not None]),
+          "your tgt_in is tgt moved one place to the right with a start token in front (fairseq's "
+          "prev_output_tokens, torch.roll) and your tgt_out is tgt[:, :-1]. Here tgt already starts with <bos>: "
+          "nothing is added, the two slices are the shift: tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:]."),
+    Entry("start token prepended again", None,
+          _pairs(lambda c: [(p, c.exp_out) for p in (_prepended(c),) if p is not None]),
+          "your tgt_in starts with <bos> twice: a start token is put in front of tgt, which already begins with <bos> "
+          "(collate put it there), so every token comes one place late. Add nothing: tgt_in = tgt[:, :-1], tgt_out = "
+          "tgt[:, 1:]."),
+    Entry("rolled with torch.roll", "tgt_in or tgt_out rolled by one place with torch.roll on top of the slice",
+          _pairs(lambda c: [(c.exp_in, c.exp_out.roll(k, 1)) for k in (1, -1)]
+                 + [(c.exp_in.roll(k, 1), c.exp_out) for k in (1, -1)]),
+          "one of the two is rolled by one place (torch.roll wraps the token that falls off one end around to the "
+          "other): the slices themselves are the shift. tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], with no roll."),
+    Entry("only one side shifted", "only one of tgt_in and tgt_out is sliced",
+          _pairs(lambda c: [(c.exp_in, c.tgt), (c.tgt, c.exp_out), (c.tgt[:, 1:], c.tgt), (c.tgt, c.tgt[:, :-1])]),
+          "only one of the two is shifted: tgt_in has shape {shape_in} and tgt_out {shape_out}. Both must have L_tgt "
+          "- 1 = {L_1} columns: tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:]."),
+])
+
+
 @checker("shift_targets")
 def check_shift_targets(fn: Callable[..., Any]) -> str:
     require_function(fn, "shift_targets")
@@ -112,76 +222,19 @@ def check_shift_targets(fn: Callable[..., Any]) -> str:
         case = f"tgt of shape ({B}, {L})"
         got = call_student(fn, tgt, context=f"calling shift_targets({case})")
         check_unchanged(["tgt"], [tgt], [tgt0], case)
-        if isinstance(got, (tuple, list)) and len(got) == 2 and not all(isinstance(t, Tensor) for t in got):
-            kinds = " and ".join(dict.fromkeys(f"{type(t).__name__}s" for t in got))  # lists, ints
-            fail(f"shift_targets returned a {type(got).__name__} of {kinds}, not of tensors ({case}): return the "
-                 "slices themselves, tgt[:, :-1] and tgt[:, 1:] (no .tolist() or .numpy()): the model and the loss "
-                 "take tensors.", mistake="not a tensor")
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            what = f"one tensor of shape {describe_shape(got)}" if isinstance(got, Tensor) else (
-                f"a {type(got).__name__} of {len(got)}" if isinstance(got, (tuple, list)) else type(got).__name__)
-            fail(f"shift_targets should return two tensors, (tgt_in, tgt_out); yours returned {what}. "
-                 "End with `return tgt_in, tgt_out`.", mistake="wrong return")
+        SHIFT.detect("return", got, case=case)
         got_in, got_out = got
         exp_in, exp_out = tgt0[:, :-1], tgt0[:, 1:]  # (B, L - 1) each
 
         def same(a: Tensor, b: Tensor) -> bool:
             return a.shape == b.shape and bool(equal(a.long(), b))
 
+        c = SimpleNamespace(tgt=tgt0, got_in=got_in, got_out=got_out, exp_in=exp_in, exp_out=exp_out)
         if same(got_in, exp_in) and same(got_out, exp_out):
-            cast = [(n, t.dtype) for n, t in (("tgt_in", got_in), ("tgt_out", got_out)) if t.dtype != tgt0.dtype]
-            if cast:
-                which = " and ".join(n for n, _ in cast)
-                fail(f"your {which} {'have' if len(cast) == 2 else 'has'} the right ids but dtype {cast[0][1]} "
-                     f"({case}); tgt is {tgt0.dtype}. Leave out the cast (.float(), .to(...)): slicing keeps the "
-                     "dtype, and nn.Embedding and the loss need integer ids.", mistake="dtype not preserved")
+            SHIFT.detect("dtype", c, case=case, tgt_dtype=tgt0.dtype)
             continue
-        copy = ("so the model learns to copy its input (the training loss falls near zero) and greedy decoding, "
-                "which has no answer to copy, fails. The decoder reads tgt[:, :-1] and predicts tgt[:, 1:].")
-        # (B, L - 1): the student's start token, then tgt moved right (only when tgt_in has that shape)
-        prepended = torch.cat([got_in[:, :1], tgt0[:, :-2]], 1) if got_in.shape == exp_in.shape else None
-        shapes = [  # (tgt_in, tgt_out) pairs of a mistake, its name, its words
-            ([(tgt0, tgt0)], "not shifted", "tgt_in and tgt_out are both the whole tgt: the targets are not shifted. "
-             f"At each position the decoder would read the very token it must predict there, {copy}"),
-            ([(exp_out, exp_in)], "shifted the wrong way", "the shift goes the wrong way: your tgt_in is tgt[:, 1:] "
-             "(it starts after <bos>) and tgt_out is tgt[:, :-1]. The decoder must read <bos> first and predict the "
-             "*next* token: tgt_in = tgt[:, :-1] (drop the last token), tgt_out = tgt[:, 1:] (drop <bos>)."),
-            ([(tgt0[:-1], tgt0[1:]), (tgt0[1:], tgt0[:-1])], "shifted along the batch axis", "you shifted along the "
-             "batch axis: tgt[:-1] drops a whole sequence. tgt is (B, L_tgt): shift along the time axis, "
-             "tgt[:, :-1] and tgt[:, 1:]."),
-            *[([(t, t)], "the same slice twice", f"tgt_in and tgt_out are the same slice, {both}: each position is "
-               f"asked for the very token it reads, {copy}")
-              for t, both in ((exp_in, "tgt[:, :-1]"), (exp_out, "tgt[:, 1:]"))],
-            ([(exp_in.masked_fill(exp_in == 2, 0), exp_out)], "<eos> replaced by pad in tgt_in",  # <eos> 2, pad 0
-             "your tgt_in has <pad> where tgt has <eos> (the <eos> of a shorter target, which tgt[:, :-1] keeps), "
-             "as code that strips <eos> from the decoder's input does (Hugging Face's habit). The loss would not "
-             "notice (the target there is <pad>), but collate, the mask made from tgt_in and this exercise take "
-             "the slices unchanged: tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], with no replacing."),
-            ([(exp_in, exp_out.masked_fill(exp_out == 0, -100))], "padding labels set to -100",  # pad 0
-             "your tgt_out has -100 where tgt has <pad> (Hugging Face's labels, the default ignore_index of "
-             "F.cross_entropy). Here the padding stays pad_id in tgt_out and the loss is told which id to ignore "
-             "(masked_cross_entropy's pad_id): tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:], with no replacing."),
-            # fairseq's prev_output_tokens: tgt rolled right with a start token in front, whatever that token,
-            # tgt_out then tgt[:, :-1] (fairseq) or tgt[:, 1:] (the start token added on top of the shift)
-            ([(prepended, exp_in)] if prepended is not None else [],
-             "start token prepended again", "your tgt_in is tgt moved one place to the right with a start token in "
-             "front (fairseq's prev_output_tokens, torch.roll) and your tgt_out is tgt[:, :-1]. Here tgt already "
-             "starts with <bos>: nothing is added, the two slices are the shift: tgt_in = tgt[:, :-1], "
-             "tgt_out = tgt[:, 1:]."),
-            ([(prepended, exp_out)] if prepended is not None else [],
-             "start token prepended again", "your tgt_in starts with <bos> twice: a start token is put in front of "
-             "tgt, which already begins with <bos> (collate put it there), so every token comes one place late. "
-             "Add nothing: tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:]."),
-            ([(exp_in, exp_out.roll(k, 1)) for k in (1, -1)] + [(exp_in.roll(k, 1), exp_out) for k in (1, -1)],
-             "rolled with torch.roll", "one of the two is rolled by one place (torch.roll wraps the token that "
-             "falls off one end around to the other): the slices themselves are the shift. tgt_in = tgt[:, :-1], "
-             "tgt_out = tgt[:, 1:], with no roll."),
-            ([(exp_in, tgt0), (tgt0, exp_out), (tgt0[:, 1:], tgt0), (tgt0, tgt0[:, :-1])], "only one side shifted",
-             f"only one of the two is shifted: tgt_in has shape {describe_shape(got_in)} and tgt_out "
-             f"{describe_shape(got_out)}. Both must have L_tgt - 1 = {L - 1} columns: tgt_in = tgt[:, :-1] and "
-             "tgt_out = tgt[:, 1:]."),
-        ]
-        for pairs, name, words in shapes:
+        for name, words, pairs in SHIFT.candidates(c, "pairs", shape_in=describe_shape(got_in),
+                                                   shape_out=describe_shape(got_out), L_1=L - 1):
             if any(same(got_in, a) and same(got_out, b) for a, b in pairs):
                 fail(f"{words} ({case})", mistake=name)
         expect_close("tgt_in", got_in, exp_in, atol=0, rtol=0, case=case)
@@ -212,15 +265,36 @@ def _log_probs_loss(logp: Tensor, targets: Tensor, pad_id: int, eps: float) -> T
     return per[targets != pad_id].mean()
 
 
-def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: float) -> list[Mistake]:
-    B, L, V = logits.shape
-    flat_logits, flat_t = logits.reshape(-1, V), targets.reshape(-1)  # (B*L, V), (B*L,)
-    real = targets != pad_id  # (B, L)
+@dataclass
+class _LossCase:
+    """One case of masked_cross_entropy (the pristine logits and targets) and the pieces the
+    mistakes' losses are built from."""
 
-    def per_token(x: Tensor = logits, e: float = eps) -> Tensor:
-        return F.cross_entropy(x.reshape(-1, V), flat_t, reduction="none", label_smoothing=e).reshape(B, L)
+    logits: Tensor  # (B, L, V)
+    targets: Tensor  # (B, L)
+    pad_id: int
+    eps: float
 
-    def one_hot_q(spread: str) -> Callable[[Tensor], Tensor]:
+    def __post_init__(self) -> None:
+        self.B, self.L, self.V = self.logits.shape
+        self.flat_logits, self.flat_t = self.logits.reshape(-1, self.V), self.targets.reshape(-1)  # (B*L, V), (B*L,)
+        self.real = self.targets != self.pad_id  # (B, L)
+
+    def per_token(self, x: Tensor | None = None, e: float | None = None) -> Tensor:
+        """(B, L): each position's loss (pad positions included) of logits ``x`` with smoothing ``e``."""
+        x = self.logits if x is None else x
+        return F.cross_entropy(x.reshape(-1, self.V), self.flat_t, reduction="none",
+                               label_smoothing=self.eps if e is None else e).reshape(self.B, self.L)
+
+    def ce(self, **kwargs: Any) -> Tensor:
+        return F.cross_entropy(self.flat_logits, self.flat_t, **{"label_smoothing": self.eps, **kwargs})
+
+    def smoothed(self, q: Callable[[Tensor], Tensor], kl: bool = False) -> Tensor:
+        return _smoothed_ce(self.logits, self.targets, self.pad_id, q, kl)
+
+    def one_hot_q(self, spread: str) -> Callable[[Tensor], Tensor]:
+        eps, V, pad_id = self.eps, self.V, self.pad_id
+
         def q(t: Tensor) -> Tensor:
             onehot = F.one_hot(t, V).float()  # (N, V)
             if spread == "others":
@@ -232,138 +306,230 @@ def _cross_entropy_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: f
             return (1 - eps) * onehot + eps / V  # "all": the reference's
         return q
 
-    out: list[Mistake] = [
-        ("sign flipped", "your loss is the reference's with the sign flipped: the log-likelihood, not its negative. "
-         "Training would push the probability of the right words down. The loss of a position is -log p(target).",
-         lambda: -F.cross_entropy(flat_logits, flat_t, ignore_index=pad_id, label_smoothing=eps)),
-        ("padding in the sum only", "the padding is left out of the count but not out of the sum: the pad positions' "
-         "losses are summed and divided by the number of real tokens. Leave them out of both: select the real "
-         "positions (per_position[targets != pad_id]) and take their mean.",
-         lambda: per_token().sum() / real.sum()),
-        ("only the padding counted", "your loss is the mean over the padding positions only, the real tokens left "
-         "out: the selection is inverted (targets == pad_id keeps the padding). Keep the real tokens: "
-         "per_position[targets != pad_id].mean().",
-         lambda: per_token()[~real].mean()),
-        ("padding counted", "the padding positions are counted: you averaged over every position, pad tokens included. "
-         "Ignore the targets equal to pad_id (F.cross_entropy(..., ignore_index=pad_id), or mask them out and divide "
-         "by the number of real tokens).",
-         lambda: F.cross_entropy(flat_logits, flat_t, label_smoothing=eps)),
-        ("divided by all positions", "the padding is left out of the sum but not out of the count: you divided by all "
-         "B * L positions. Divide by the number of real (non-pad) target tokens.",
-         lambda: (per_token() * real).sum() / real.numel()),
-        ("divided by the batch size",
-         "you divided the summed loss by the batch size B: the padding then still shapes the loss (a batch with "
-         "more padding gets a smaller loss). Divide by the number of real (non-pad) target tokens.",
-         lambda: (per_token() * real).sum() / B),
-        ("sum instead of mean", "your loss is the sum over the target tokens, not their mean: it grows with the batch "
-         "and with the lengths, and the learning rate would have to follow. Divide by the number of real tokens.",
-         lambda: per_token()[real].sum()),
-        ("mean of per-sequence means", "you averaged each sequence's tokens, then the sequences: a short sequence's "
-         "tokens then weigh more than a long one's. Average over all real target tokens of the batch at once.",
-         lambda: ((per_token() * real).sum(1) / real.sum(1)).mean()),
-        ("double softmax", "your logits go through a softmax before the cross-entropy, which applies (log-)softmax "
-         "itself: a double softmax squashes the loss and its gradients. Pass the raw logits.",
-         lambda: per_token(logits.softmax(-1))[real].mean()),
-        *[("log-softmax over the wrong axis", f"your log_softmax runs over axis {dim} ({what}), not over the "
-           f"vocabulary: each position's probabilities must sum to 1 over its V words, log_softmax(dim=-1).",
-           lambda dim=dim: _log_probs_loss(logits.log_softmax(dim), targets, pad_id, eps))
-          for dim, what in ((1, "the positions"), (0, "the batch"))],
-        ("no log-softmax", "you used F.nll_loss on the raw logits: nll_loss expects log-probabilities. Use "
-         "F.cross_entropy (which applies log_softmax itself) or apply log_softmax first.",
-         lambda: (-logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1))[real].mean()),
-    ]
-    if pad_id != 0:
-        out.append(
-            ("hard-coded pad id",
-             f"padding is recognised by the id 0 instead of pad_id (here {pad_id}): real tokens with id 0 are "
-             "ignored and the padding is counted. Use the pad_id argument (ignore_index=pad_id).",
-             lambda: F.cross_entropy(flat_logits, flat_t, ignore_index=0, label_smoothing=eps)))
-    if eps > 0:
-        twice = 1 - (1 - eps) ** 2
-        out += [
-            ("label smoothing ignored",
-             f"label_smoothing={eps} has no effect: your loss is the one without smoothing. Pass it on "
-             "(F.cross_entropy(..., label_smoothing=label_smoothing)).",
-             lambda: per_token(e=0.0)[real].mean()),
-            ("label smoothing applied twice", "the label smoothing is applied twice (for example smoothed targets "
-             "given to a cross-entropy that smooths again): apply it once.",
-             lambda: per_token(e=twice)[real].mean()),
-            ("smoothing over the other classes only", "your smoothing spreads eps over the V - 1 wrong classes and "
-             "gives the correct one 1 - eps. The convention here (F.cross_entropy's, the paper's) spreads eps "
-             "uniformly over all V classes, the correct one included: the target is (1 - eps) * one_hot + eps / V.",
-             lambda: _smoothed_ce(logits, targets, pad_id, one_hot_q("others"))),
-            ("smoothing without the padding class", "your smoothing leaves out the padding class (eps / (V - 2) on the "
-             "other wrong classes, as in The Annotated Transformer). The convention here is F.cross_entropy's: eps "
-             "spread over all V classes, target (1 - eps) * one_hot + eps / V.",
-             lambda: _smoothed_ce(logits, targets, pad_id, one_hot_q("no pad"))),
-            ("smoothing without the padding class",
-             "your smoothing leaves out the padding class and uses the KL divergence (The Annotated "
-             "Transformer's LabelSmoothing with KLDivLoss). Here the loss is F.cross_entropy's: the target "
-             "(1 - eps) * one_hot + eps / V over all V classes, and cross-entropy, not KL.",
-             lambda: _smoothed_ce(logits, targets, pad_id, one_hot_q("no pad"), kl=True)),
-            ("smoothing term summed", "your smoothing term sums -log p over the V classes instead of averaging it: use "
-             "eps * (-log_probs.mean(dim=-1)), not .sum(dim=-1). The target distribution is (1 - eps) * one_hot + eps "
-             "/ V, which sums to 1.",
-             lambda: _smoothed_ce(logits, targets, pad_id, lambda t: (1 - eps) * F.one_hot(t, V).float() + eps)),
-            ("KL divergence instead of cross-entropy", "your loss is the KL divergence between the smoothed targets "
-             "and the prediction: it has the same gradients but is lower by the entropy of the smoothed targets. "
-             "Return the cross-entropy (F.cross_entropy with label_smoothing).",
-             lambda: _smoothed_ce(logits, targets, pad_id, one_hot_q("all"), kl=True)),
-        ]
-    return out
+    def q(self, correct: float, others: float) -> Callable[[Tensor], Tensor]:
+        """A target distribution: ``correct`` on the target's class, ``others`` on every other one."""
+        return lambda t: others + (correct - others) * F.one_hot(t, self.V).float()  # (N, V)
 
-
-def _smoothing_weight_mistakes(logits: Tensor, targets: Tensor, pad_id: int, eps: float) -> list[Mistake]:
-    """Label smoothing written by hand as (1 - eps) * nll + eps * smooth, one weight or one
-    average wrong (trial D's attempts); ``[]`` without smoothing."""
-    if eps == 0:
-        return []
-    V = logits.size(-1)
-
-    def q(correct: float, others: float) -> Callable[[Tensor], Tensor]:
-        return lambda t: others + (correct - others) * F.one_hot(t, V).float()  # (N, V)
-
-    def without_pad(t: Tensor) -> Tensor:  # (N, V): eps / (V - 1) on every word but <pad>
-        out = q(1 - eps + eps / (V - 1), eps / (V - 1))(t)
-        out[:, pad_id] = 0.0
+    def without_pad(self, t: Tensor) -> Tensor:  # (N, V): eps / (V - 1) on every word but <pad>
+        eps, V = self.eps, self.V
+        out = self.q(1 - eps + eps / (V - 1), eps / (V - 1))(t)
+        out[:, self.pad_id] = 0.0
         return out
 
-    def smoothing_over_all() -> Tensor:
-        logp = logits.log_softmax(-1)  # (B, L, V)
-        nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
-        return (1 - eps) * nll[targets != pad_id].mean() - eps * logp.mean(-1).mean()
+    def smoothing_over_all(self) -> Tensor:
+        logp = self.logits.log_softmax(-1)  # (B, L, V)
+        nll = -logp.gather(-1, self.targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+        return (1 - self.eps) * nll[self.real].mean() - self.eps * logp.mean(-1).mean()
 
-    return [
-        ("smoothing over padding",
-         "the nll term leaves the padding out, but the smoothing term eps * (-log_probs.mean(dim=-1)) is averaged "
-         "over every position, pad positions included: mask both terms and average over the real tokens only.",
-         smoothing_over_all),
-        ("correct class left out of the smoothing", "the correct class gets 1 - eps and only the others get eps / V, "
-         "so the target sums to 1 - eps / V: the uniform share eps / V goes to every class, the correct one included, "
-         "which gets 1 - eps + eps / V (the target is (1 - eps) * one_hot + eps / V).",
-         lambda: _smoothed_ce(logits, targets, pad_id, q(1 - eps, eps / V))),
-        ("nll not weighted by 1 - eps", "the nll term is not multiplied by (1 - eps): the smoothed loss is (1 - eps) * "
-         "nll + eps * (-log_probs.mean(dim=-1)), the cross-entropy against (1 - eps) * one_hot + eps / V.",
-         lambda: _smoothed_ce(logits, targets, pad_id, q(1 + eps / V, eps / V))),
-        # trial r07's three: eps over the V - 1 words other than <pad> (the smoothing term's mean
-        # leaves the pad column out), the term on probabilities (their mean is always 1 / V), no term
-        ("smoothing without the padding class", "your smoothing term averages -log p over the V - 1 words other "
-         "than <pad>. The convention here is F.cross_entropy's: eps spread over all V classes, <pad> included, "
-         "the term eps * (-log_probs.mean(dim=-1)) over the whole last axis.",
-         lambda: _smoothed_ce(logits, targets, pad_id, without_pad)),
-        ("smoothing term on probabilities", "your smoothing term averages the probabilities, not the "
-         "log-probabilities: the mean of softmax over the V words is always 1 / V, so the term is a constant and "
-         "does nothing. Use eps * (-log_probs.mean(dim=-1)), log_probs = logits.log_softmax(dim=-1).",
-         lambda: (1 - eps) * _smoothed_ce(logits, targets, pad_id, q(1.0, 0.0)) - eps / V),
-        ("smoothing term missing", "the loss is (1 - eps) * nll only: the smoothing term eps * "
-         "(-log_probs.mean(dim=-1)) is missing. The smoothed loss is (1 - eps) * nll + eps * "
-         "(-log_probs.mean(dim=-1)), the cross-entropy against (1 - eps) * one_hot + eps / V.",
-         lambda: (1 - eps) * _smoothed_ce(logits, targets, pad_id, q(1.0, 0.0))),
-        ("smoothing on the correct class only", "the share eps / V goes to the correct word only ((1 - eps + eps / V) "
-         "* nll, the other words get nothing): the reference spreads eps / V over every one of the V words, the "
-         "correct one included, so the loss is (1 - eps) * nll + eps * (-log_probs.mean(dim=-1)).",
-         lambda: _smoothed_ce(logits, targets, pad_id, q(1 - eps + eps / V, 0.0))),
-    ]
+
+def _loss(make: Callable[[_LossCase], Tensor], when: Callable[[_LossCase], bool] = lambda c: True) -> Reference:
+    """One candidate loss, ``make(case)``, computed when asked for (none unless ``when(case)``)."""
+    return Reference(lambda c: [({}, lambda: make(c))] if when(c) else [], "loss")
+
+
+def _smoothing(make: Callable[[_LossCase], Tensor]) -> Reference:
+    """A smoothing mistake: it shows only with label smoothing on."""
+    return _loss(make, lambda c: c.eps > 0)
+
+
+def _first_line(exc: BaseException) -> dict[str, str]:
+    return dict(type=type(exc).__name__, line=(str(exc).splitlines() or [""])[0])
+
+
+def _finite_where_reference_is(flag: str) -> Callable[[Any], Any]:
+    """The student's loss is not finite on the case with ``flag`` (the right loss is)."""
+    def test(c: Any) -> Any:
+        got = c.got
+        return (getattr(c, flag) and isinstance(got, Tensor) and got.numel() == 1
+                and not bool(isfinite(got.detach()).all()) and dict(value=float(got.detach())))
+    return test
+
+
+def _python_number(c: Any) -> Any:
+    got = c.got
+    if not isinstance(got, (float, int)) or isinstance(got, bool):
+        return None
+    right = math.isclose(float(got), float(c.expected), rel_tol=1e-4, abs_tol=1e-5)
+    return dict(right=" (with the right value)" if right else "")
+
+
+def _not_reduced(c: Any) -> Any:
+    got = c.got
+    if not isinstance(got, Tensor) or got.dim() == 0:
+        return None
+    shaped = got.shape in (c.per_shape, torch.Size([c.B, c.L]))
+    return dict(shape=describe_shape(got), why=": it looks like the per-token losses (reduction='none'). Average "
+                "them over the real tokens." if shaped else ".")
+
+
+MCE = Catalogue("masked_cross_entropy", "07", [
+    Entry("not a function", None, Probe("require_function")),
+    Entry("view on a non-contiguous tensor", None, Probe("fail_view_error")),
+    Entry("input modified in place", None, Raises("leaf Variable that requires grad", (RuntimeError,)),
+          "your code raised {type}: {line_stripped}: it changes the logits in place (logits -= ..., "
+          "logits.sub_(...)). Autograd refuses that on a tensor whose gradient it needs, and the caller still needs "
+          "its logits: build a new tensor, x = logits - logits.max(dim=-1, keepdim=True).values, or leave the max to "
+          "log_softmax, which subtracts it itself."),
+    Entry("classes on the wrong axis", "cross_entropy given classes on the wrong axis",
+          Raises("Expected target size|only batches of spatial targets", (RuntimeError, ValueError)),
+          "your code raised {type}: {line}. F.cross_entropy expects the classes on axis 1: (N, V) logits and (N,) "
+          "targets. Flatten them first: logits.reshape(-1, V) and targets.reshape(-1) (or pass "
+          "logits.transpose(1, 2))."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("not a tensor", None, Output(_python_number, "result"),
+          "your loss ({case}) is a Python number{right}: return the tensor itself, not loss.item(), so that "
+          "loss.backward() can follow it back to the model's parameters."),
+    Entry("not reduced", "the loss is not reduced to a scalar", Output(_not_reduced, "result"),
+          "your loss ({case}) has shape {shape}; it must be a single number, a 0-d tensor{why}"),
+    Entry("log of softmax", "log(softmax(...)) instead of log_softmax: not finite on extreme logits",
+          Output(_finite_where_reference_is("extreme"), "result"),
+          "your loss is {value} ({case}), though the right one, {expected:.2f}, is finite: log(softmax(x)) underflows "
+          "(or exp overflows). For logits like [0, -120, 0] softmax gives exactly 0 in float32 and log(0) = -inf; "
+          "exp(100) is inf in float32. Use log_softmax (F.log_softmax, or F.cross_entropy, which uses it): it "
+          "computes x - logsumexp(x) without ever forming the tiny probability."),
+    Entry("pad positions reach the sum", "padding zeroed by multiplying with the mask: an infinite pad loss gives nan",
+          Output(_finite_where_reference_is("pad_inf"), "result"),
+          "your loss is {value} ({case}); the right one, {expected:.4f}, ignores the pad positions whatever their "
+          "logits. The pad positions reach your sum: multiplied by a 0/1 mask, their infinite loss gives inf * 0 = "
+          "nan. Select the real positions instead (per_position[targets != pad_id], or torch.where), do not "
+          "multiply."),
+    # the loss computed with each mistake (tried nearest first: _nearest_first)
+    Entry("sign flipped", "the loss has the wrong sign (log-likelihood instead of its negative)",
+          _loss(lambda c: -c.ce(ignore_index=c.pad_id)),
+          "your loss is the reference's with the sign flipped: the log-likelihood, not its negative. Training would "
+          "push the probability of the right words down. The loss of a position is -log p(target)."),
+    Entry("padding in the sum only", "the pad positions' losses summed, then divided by the real-token count",
+          _loss(lambda c: c.per_token().sum() / c.real.sum()),
+          "the padding is left out of the count but not out of the sum: the pad positions' losses are summed and "
+          "divided by the number of real tokens. Leave them out of both: select the real positions "
+          "(per_position[targets != pad_id]) and take their mean."),
+    Entry("only the padding counted",
+          "the loss averages the pad positions only (targets == pad_id: the selection inverted)",
+          _loss(lambda c: c.per_token()[~c.real].mean()),
+          "your loss is the mean over the padding positions only, the real tokens left out: the selection is "
+          "inverted (targets == pad_id keeps the padding). Keep the real tokens: per_position[targets != "
+          "pad_id].mean()."),
+    Entry("padding counted", "padding positions count in the loss", _loss(lambda c: c.ce()),
+          "the padding positions are counted: you averaged over every position, pad tokens included. Ignore the "
+          "targets equal to pad_id (F.cross_entropy(..., ignore_index=pad_id), or mask them out and divide by the "
+          "number of real tokens)."),
+    Entry("divided by all positions", "the loss sum divided by all positions, padding included",
+          _loss(lambda c: (c.per_token() * c.real).sum() / c.real.numel()),
+          "the padding is left out of the sum but not out of the count: you divided by all B * L positions. Divide "
+          "by the number of real (non-pad) target tokens."),
+    Entry("divided by the batch size", "the loss divided by B instead of the token count",
+          _loss(lambda c: (c.per_token() * c.real).sum() / c.B),
+          "you divided the summed loss by the batch size B: the padding then still shapes the loss (a batch with "
+          "more padding gets a smaller loss). Divide by the number of real (non-pad) target tokens."),
+    Entry("sum instead of mean", "a sum instead of a mean", _loss(lambda c: c.per_token()[c.real].sum()),
+          "your loss is the sum over the target tokens, not their mean: it grows with the batch and with the "
+          "lengths, and the learning rate would have to follow. Divide by the number of real tokens."),
+    Entry("mean of per-sequence means", "the mean of per-sequence means instead of a mean over tokens",
+          _loss(lambda c: ((c.per_token() * c.real).sum(1) / c.real.sum(1)).mean()),
+          "you averaged each sequence's tokens, then the sequences: a short sequence's tokens then weigh more than a "
+          "long one's. Average over all real target tokens of the batch at once."),
+    Entry("double softmax", "a softmax before cross_entropy",
+          _loss(lambda c: c.per_token(c.logits.softmax(-1))[c.real].mean()),
+          "your logits go through a softmax before the cross-entropy, which applies (log-)softmax itself: a double "
+          "softmax squashes the loss and its gradients. Pass the raw logits."),
+    Entry("log-softmax over the wrong axis", "log_softmax over the positions or the batch instead of the vocabulary",
+          Reference(
+        lambda c: [(dict(dim=dim, what=what),
+                    lambda dim=dim: _log_probs_loss(c.logits.log_softmax(dim), c.targets, c.pad_id, c.eps))
+                   for dim, what in ((1, "the positions"), (0, "the batch"))], "loss"),
+          "your log_softmax runs over axis {dim} ({what}), not over the vocabulary: each position's probabilities "
+          "must sum to 1 over its V words, log_softmax(dim=-1)."),
+    Entry("no log-softmax", "cross-entropy on raw logits without log_softmax",
+          _loss(lambda c: (-c.logits.gather(-1, c.targets.unsqueeze(-1)).squeeze(-1))[c.real].mean()),
+          "you used F.nll_loss on the raw logits: nll_loss expects log-probabilities. Use F.cross_entropy (which "
+          "applies log_softmax itself) or apply log_softmax first."),
+    Entry("hard-coded pad id", None, _loss(lambda c: c.ce(ignore_index=0), lambda c: c.pad_id != 0),
+          "padding is recognised by the id 0 instead of pad_id (here {pad_id}): real tokens with id 0 are ignored "
+          "and the padding is counted. Use the pad_id argument (ignore_index=pad_id)."),
+    Entry("label smoothing ignored", "label_smoothing has no effect",
+          _smoothing(lambda c: c.per_token(e=0.0)[c.real].mean()),
+          "label_smoothing={eps} has no effect: your loss is the one without smoothing. Pass it on "
+          "(F.cross_entropy(..., label_smoothing=label_smoothing))."),
+    Entry("label smoothing applied twice", "label smoothing applied twice",
+          _smoothing(lambda c: c.per_token(e=1 - (1 - c.eps) ** 2)[c.real].mean()),
+          "the label smoothing is applied twice (for example smoothed targets given to a cross-entropy that smooths "
+          "again): apply it once."),
+    Entry("smoothing over the other classes only", "smoothing spread over the other classes only",
+          _smoothing(lambda c: c.smoothed(c.one_hot_q("others"))),
+          "your smoothing spreads eps over the V - 1 wrong classes and gives the correct one 1 - eps. The convention "
+          "here (F.cross_entropy's, the paper's) spreads eps uniformly over all V classes, the correct one included: "
+          "the target is (1 - eps) * one_hot + eps / V."),
+    Entry("smoothing without the padding class", "smoothing leaves out the padding class",
+          _smoothing(lambda c: c.smoothed(c.one_hot_q("no pad"))),
+          "your smoothing leaves out the padding class (eps / (V - 2) on the other wrong classes, as in The "
+          "Annotated Transformer). The convention here is F.cross_entropy's: eps spread over all V classes, target "
+          "(1 - eps) * one_hot + eps / V."),
+    Entry("smoothing without the padding class", None,
+          _smoothing(lambda c: c.smoothed(c.one_hot_q("no pad"), kl=True)),
+          "your smoothing leaves out the padding class and uses the KL divergence (The Annotated Transformer's "
+          "LabelSmoothing with KLDivLoss). Here the loss is F.cross_entropy's: the target (1 - eps) * one_hot + eps "
+          "/ V over all V classes, and cross-entropy, not KL."),
+    Entry("smoothing term summed", "the smoothing term summed instead of averaged",
+          _smoothing(lambda c: c.smoothed(lambda t: (1 - c.eps) * F.one_hot(t, c.V).float() + c.eps)),
+          "your smoothing term sums -log p over the V classes instead of averaging it: use eps * "
+          "(-log_probs.mean(dim=-1)), not .sum(dim=-1). The target distribution is (1 - eps) * one_hot + eps / V, "
+          "which sums to 1."),
+    Entry("KL divergence instead of cross-entropy", "KL divergence instead of cross-entropy",
+          _smoothing(lambda c: c.smoothed(c.one_hot_q("all"), kl=True)),
+          "your loss is the KL divergence between the smoothed targets and the prediction: it has the same gradients "
+          "but is lower by the entropy of the smoothed targets. Return the cross-entropy (F.cross_entropy with "
+          "label_smoothing)."),
+    # label smoothing written by hand as (1 - eps) * nll + eps * smooth, one weight or one average
+    # wrong (trial D's attempts)
+    Entry("smoothing over padding", "the label-smoothing term is averaged over the pad positions too",
+          _smoothing(lambda c: c.smoothing_over_all()),
+          "the nll term leaves the padding out, but the smoothing term eps * (-log_probs.mean(dim=-1)) is averaged "
+          "over every position, pad positions included: mask both terms and average over the real tokens only."),
+    Entry("correct class left out of the smoothing", "the correct class gets 1 - eps instead of 1 - eps + eps / V",
+          _smoothing(lambda c: c.smoothed(c.q(1 - c.eps, c.eps / c.V))),
+          "the correct class gets 1 - eps and only the others get eps / V, so the target sums to 1 - eps / V: the "
+          "uniform share eps / V goes to every class, the correct one included, which gets 1 - eps + eps / V (the "
+          "target is (1 - eps) * one_hot + eps / V)."),
+    Entry("nll not weighted by 1 - eps", "smoothed loss written as nll + eps * smooth, without the factor 1 - eps",
+          _smoothing(lambda c: c.smoothed(c.q(1 + c.eps / c.V, c.eps / c.V))),
+          "the nll term is not multiplied by (1 - eps): the smoothed loss is (1 - eps) * nll + eps * "
+          "(-log_probs.mean(dim=-1)), the cross-entropy against (1 - eps) * one_hot + eps / V."),
+    # trial r07's three: eps over the V - 1 words other than <pad> (the smoothing term's mean
+    # leaves the pad column out), the term on probabilities (their mean is always 1 / V), no term
+    Entry("smoothing without the padding class", None, _smoothing(lambda c: c.smoothed(c.without_pad)),
+          "your smoothing term averages -log p over the V - 1 words other than <pad>. The convention here is "
+          "F.cross_entropy's: eps spread over all V classes, <pad> included, the term eps * (-log_probs.mean(dim=-1)) "
+          "over the whole last axis."),
+    Entry("smoothing term on probabilities",
+          "the smoothing term averages softmax probabilities (a constant 1 / V), not log-probabilities",
+          _smoothing(lambda c: (1 - c.eps) * c.smoothed(c.q(1.0, 0.0)) - c.eps / c.V),
+          "your smoothing term averages the probabilities, not the log-probabilities: the mean of softmax over the V "
+          "words is always 1 / V, so the term is a constant and does nothing. Use eps * (-log_probs.mean(dim=-1)), "
+          "log_probs = logits.log_softmax(dim=-1)."),
+    Entry("smoothing term missing", "the smoothed loss is (1 - eps) * nll only, without the eps * smoothing term",
+          _smoothing(lambda c: (1 - c.eps) * c.smoothed(c.q(1.0, 0.0))),
+          "the loss is (1 - eps) * nll only: the smoothing term eps * (-log_probs.mean(dim=-1)) is missing. The "
+          "smoothed loss is (1 - eps) * nll + eps * (-log_probs.mean(dim=-1)), the cross-entropy against (1 - eps) * "
+          "one_hot + eps / V."),
+    Entry("smoothing on the correct class only", "the eps / V share goes to the correct class only, not to every class",
+          _smoothing(lambda c: c.smoothed(c.q(1 - c.eps + c.eps / c.V, 0.0))),
+          "the share eps / V goes to the correct word only ((1 - eps + eps / V) * nll, the other words get nothing): "
+          "the reference spreads eps / V over every one of the V words, the correct one included, so the loss is "
+          "(1 - eps) * nll + eps * (-log_probs.mean(dim=-1))."),
+    # the value is right: what it is made of
+    Entry("dtype not preserved", None,
+          Output(lambda c: isinstance(c.got, Tensor) and c.got.dtype != c.dtype and dict(got_dtype=c.got.dtype),
+                 "right value"),
+          "your loss ({case}) has the right value but dtype {got_dtype}, the logits {dtype}: the loss follows the "
+          "logits' dtype. Something builds it in another one (.double() or .half(), a tensor of another dtype or "
+          "torch.tensor(..., dtype=...)): leave the cast out."),
+    Entry("detached from the graph", "the loss (or the logits it is built from) is cut from the graph before backward",
+          Output(lambda c: isinstance(c.got, Tensor) and not c.got.requires_grad,
+                                                  "right value"),
+          "your loss ({case}) has the right value but is detached from the computation graph (.detach(), .item(), "
+          "torch.tensor(...) or torch.no_grad()): loss.backward() could not reach the logits. Build it from the "
+          "logits with torch operations only."),
+])
 
 
 def _nearest_first(got: Any, mistakes: list[Mistake]) -> list[Mistake]:
@@ -382,24 +548,6 @@ def _nearest_first(got: Any, mistakes: list[Mistake]) -> list[Mistake]:
         if isinstance(v, Tensor) and v.numel() == 1 and math.isfinite(float(v)):
             computed.append((abs(float(v) - value), (name, diagnosis, v)))
     return [m for _, m in sorted(computed, key=lambda c: c[0])]
-
-
-def _cross_entropy_error(err: StudentError) -> None:
-    exc = err.exc
-    text = str(exc)
-    _view_error(exc)
-    if isinstance(exc, RuntimeError) and "leaf Variable that requires grad" in text:
-        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0].rstrip('.')}: it changes the logits in place "  # noqa: E501
-             "(logits -= ..., logits.sub_(...)). Autograd refuses that on a tensor whose gradient it needs, and the "
-             "caller still needs its logits: build a new tensor, x = logits - logits.max(dim=-1, "
-             "keepdim=True).values, or leave the max to log_softmax, which subtracts it itself.",
-             mistake="input modified in place")
-    if isinstance(exc, (RuntimeError, ValueError)) and (
-        "Expected target size" in text or "only batches of spatial targets" in text
-    ):
-        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]}. F.cross_entropy expects the classes "
-             "on axis 1: (N, V) logits and (N,) targets. Flatten them first: logits.reshape(-1, V) and "
-             "targets.reshape(-1) (or pass logits.transpose(1, 2)).", mistake="classes on the wrong axis")
 
 
 @checker("masked_cross_entropy")
@@ -439,110 +587,130 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
         try:
             got = call_student(fn, logits, targets, pad_id, context=f"calling masked_cross_entropy({case})", **kwargs)
         except StudentError as err:
-            _cross_entropy_error(err)
+            _view_error(err.exc)
+            line = _first_line(err.exc)
+            MCE.detect_raised(err.exc, **line, line_stripped=line["line"].rstrip("."))
             raise
         check_unchanged(["logits", "targets"], [logits.detach(), targets], [logits0, targets0], case)
         expected = F.cross_entropy(logits0.reshape(-1, V), targets0.reshape(-1), ignore_index=pad_id,
                                    label_smoothing=eps)  # ()
-        if isinstance(got, (float, int)) and not isinstance(got, bool):
-            right = math.isclose(float(got), float(expected), rel_tol=1e-4, abs_tol=1e-5)
-            fail(f"your loss ({case}) is a Python number" + (" (with the right value)" if right else "")
-                 + ": return the tensor itself, not loss.item(), so that loss.backward() can follow it back to "
-                 "the model's parameters.", mistake="not a tensor")
-        if isinstance(got, Tensor) and got.dim() > 0:
-            per = F.cross_entropy(logits0.reshape(-1, V), targets0.reshape(-1), ignore_index=pad_id,
-                                  label_smoothing=eps, reduction="none")  # (B*L,)
-            shaped = got.shape in (per.shape, torch.Size([B, L]))
-            fail(f"your loss ({case}) has shape {describe_shape(got)}; it must be a single number, a 0-d tensor"
-                 + (": it looks like the per-token losses (reduction='none'). Average them over the real "
-                    "tokens." if shaped else "."), mistake="not reduced")
-        if extreme and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
-            fail(f"your loss is {float(got.detach())} ({case}), though the right one, {float(expected):.2f}, is "
-                 "finite: log(softmax(x)) underflows (or exp overflows). For logits like [0, -120, 0] softmax gives "
-                 "exactly 0 in float32 and log(0) = -inf; exp(100) is inf in float32. Use log_softmax (F.log_softmax, "
-                 "or F.cross_entropy, which uses it): it computes x - logsumexp(x) without ever forming the tiny "
-                 "probability.", mistake="log of softmax")
-        if pad_inf and isinstance(got, Tensor) and got.numel() == 1 and not bool(isfinite(got.detach()).all()):
-            fail(f"your loss is {float(got.detach())} ({case}); the right one, {float(expected):.4f}, ignores the pad "
-                 "positions whatever their logits. The pad positions reach your sum: multiplied by a 0/1 mask, "
-                 "their infinite loss gives inf * 0 = nan. Select the real positions instead "
-                 "(per_position[targets != pad_id], or torch.where), do not multiply.",
-                 mistake="pad positions reach the sum")
+        per_shape = torch.Size([B * L])  # F.cross_entropy(..., reduction="none") of the flattened logits
+        MCE.detect("result", SimpleNamespace(got=got, expected=expected, per_shape=per_shape, B=B, L=L,
+                                             extreme=extreme, pad_inf=pad_inf),
+                   case=case, expected=float(expected))
         rtol = 1e-4
         if isinstance(got, Tensor) and got.is_floating_point() and got.dtype.itemsize < logits.dtype.itemsize:
             # a float16 loss cannot hold the value to 1e-4: judged at its own resolution, "dtype not preserved"
             # below names it (an error of that size in the value itself shows once the dtype is kept)
             rtol = 4 * torch.finfo(got.dtype).eps
         with torch.no_grad():
-            mistakes = _cross_entropy_mistakes(logits0, targets0, pad_id, eps)
-            mistakes += _smoothing_weight_mistakes(logits0, targets0, pad_id, eps)
+            mistakes = MCE.candidates(_LossCase(logits0, targets0, pad_id, eps), "loss", pad_id=pad_id, eps=eps)
             expect_close("the loss", got, expected, _nearest_first(got, mistakes), case=case, rtol=rtol)
-        if isinstance(got, Tensor) and got.dtype != logits.dtype:
-            fail(f"your loss ({case}) has the right value but dtype {got.dtype}, the logits {logits.dtype}: the "
-                 "loss follows the logits' dtype. Something builds it in another one (.double() or .half(), a "
-                 "tensor of another dtype or torch.tensor(..., dtype=...)): leave the cast out.",
-                 mistake="dtype not preserved")
-        if isinstance(got, Tensor) and not got.requires_grad:
-            fail(f"your loss ({case}) has the right value but is detached from the computation graph "
-                 "(.detach(), .item(), torch.tensor(...) or torch.no_grad()): loss.backward() could not reach the "
-                 "logits. Build it from the logits with torch operations only.", mistake="detached from the graph")
+        MCE.detect("right value", SimpleNamespace(got=got, dtype=logits.dtype), case=case, dtype=logits.dtype)
     return "mean over the non-pad tokens, pad_id 0 and non-zero, with and without label smoothing"
 
 
 # ---------------------------------------------------------------- noam_lr
-def _noam_variants(d_model: int, warmup: int, factor: float) -> list[tuple[str, str, Callable[[int], float]]]:
-    def base(step: float, dm: float = d_model ** -0.5, f: float = factor, w: float = warmup ** -1.5,
-             pick: Callable[..., float] = min) -> float:
-        return f * dm * pick(step ** -0.5, step * w)
+def _rate(make: Callable[[Any], Callable[[int], float]], when: Callable[[Any], bool] = lambda c: True) -> Reference:
+    """One candidate schedule, ``make(case)`` (a function of the step), unless ``when(case)`` is false."""
+    return Reference(lambda c: [({}, make(c))] if when(c) else [], "schedule")
 
-    out = [
-        ("warmup^-0.5 instead of warmup^-1.5", "the warm-up branch uses warmup ** -0.5; the paper's is step * warmup "
-         "** -1.5 (so that both branches meet at step = warmup).",
-         lambda s: base(s, w=warmup ** -0.5)),
-        ("max instead of min", "you take the max of the two branches: the rate then never warms up and grows without "
-         "bound afterwards. It is the min: the rising branch during the warm-up, the decaying one after.",
-         lambda s: base(s, pick=max)),
-        ("missing d_model^-0.5", "the factor d_model ** -0.5 is missing: the peak rate must shrink for wider models.",
-         lambda s: base(s, dm=1.0)),
-        ("d_model^0.5 instead of d_model^-0.5",
-         "you multiply by d_model ** 0.5 (the square root); the formula has d_model ** -0.5 (one over it).",
-         lambda s: base(s, dm=d_model ** 0.5)),
-        ("steps counted from 0", "your function gives at step k the paper's rate of step k + 1: the step is already "
-         "counted from 1 here (step = 1 is the first update). If LambdaLR calls it, do the + 1 where you build the "
-         "scheduler (lambda k: noam_lr(k + 1, ...)), not inside noam_lr.",
-         lambda s: base(s + 1)),
-        ("step - 1", "your function gives at step k the paper's rate of step k - 1 (the step counted from 0 inside "
-         "noam_lr, with step 1 kept away from 0): step is already counted from 1 here (step = 1 is the first "
-         "update), so use it as it is: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
-         lambda s: base(max(s - 1, 1))),
-        ("warmup^-1 instead of warmup^-1.5", "the warm-up branch is step / warmup (warmup ** -1); it is "
-         "step * warmup ** -1.5, so that both branches meet at step = warmup (where step ** -0.5 = warmup ** -0.5).",
-         lambda s: base(s, w=1 / warmup)),
-        ("integer division", "your warm-up branch uses // (floor division): step // warmup ** 1.5 is 0 for every "
-         "step of the warm-up, so the rate is 0 there. Use true division or the power: step * warmup ** -1.5.",
-         lambda s: factor * d_model ** -0.5 * min(s ** -0.5, s // warmup ** 1.5)),
-        ("warmup^1.5 instead of warmup^-1.5",
-         "the warm-up branch multiplies by warmup ** 1.5; it is step * warmup ** -1.5.",
-         lambda s: base(s, w=warmup ** 1.5)),
-        ("warmup^1.5 with an integer square root", "your warm-up branch divides by warmup * int(warmup ** 0.5): "
-         "the square root is cut to an integer (int(...), // or math.isqrt), so the slope is wrong whenever warmup "
-         "is not a perfect square. Use the float power: step * warmup ** -1.5.",
-         lambda s: base(s, w=1 / (warmup * math.isqrt(warmup)))),
-        ("warmup ** -3 / 2", "your warm-up branch computes warmup ** -3 / 2, which Python reads as (warmup ** -3) / 2: "
-         "** binds tighter than /. Write warmup ** -1.5 (or warmup ** (-3 / 2)).",
-         lambda s: base(s, w=warmup ** -3 / 2)),
-    ]
-    if factor != 1.0:
-        out.append(("factor ignored", f"the factor argument (here {factor}) is not applied: multiply the rate by it.",
-                    lambda s: base(s, f=1.0)))
-        one_branch = (f"the factor (here {factor}) multiplies one branch inside the min only, so it changes the rate "
-                      "on one side of the warm-up and moves the point where the branches meet. It multiplies the "
-                      "whole rate: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).")
-        out += [("factor on one branch only", one_branch,
-                 lambda s: d_model ** -0.5 * min(factor * s ** -0.5, s * warmup ** -1.5)),
-                ("factor on one branch only", one_branch,
-                 lambda s: d_model ** -0.5 * min(s ** -0.5, factor * s * warmup ** -1.5))]
-    return out
+
+def _base(c: Any, step: float, dm: float | None = None, f: float | None = None, w: float | None = None,
+          pick: Callable[..., float] = min) -> float:
+    """The paper's rate at ``step``, with one of its pieces replaced."""
+    dm = c.d_model ** -0.5 if dm is None else dm
+    return (c.factor if f is None else f) * dm * pick(step ** -0.5, step * (c.warmup ** -1.5 if w is None else w))
+
+
+def _factor_given(c: Any) -> bool:
+    return c.factor != 1.0
+
+
+def _not_a_number(value: Any) -> Any:
+    try:
+        if isinstance(value, (bool, str, bytes)) or value is None:
+            raise TypeError
+        float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return dict(type=type(value).__name__)
+    return None
+
+
+_ONE_BRANCH = ("the factor (here {factor}) multiplies one branch inside the min only, so it changes the rate on one "
+               "side of the warm-up and moves the point where the branches meet. It multiplies the whole rate: factor "
+               "* d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).")
+
+NOAM = Catalogue("noam_lr", "07", [
+    Entry("not a function", None, Probe("require_function")),
+    Entry("division by zero at step 1", "the schedule divides by zero at step 1",
+          Raises("", (ZeroDivisionError,), stage="step 1"),
+          "your code divides by zero at step=1 ({type}: {said}). Steps are counted from 1 here: step 1 is the first "
+          "update, and the formula works as written, factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** "
+          "-1.5), without subtracting 1."),
+    Entry("not a Python float", "a tensor or numpy number where the contract asks for a Python float", Output(
+        lambda v: (isinstance(v, Tensor) or type(v).__module__ == "numpy")
+        and dict(kind="a tensor" if isinstance(v, Tensor) else f"a numpy {type(v).__name__}"), "value"),
+          "noam_lr ({case}) returned {kind}; it returns a Python float (LambdaLR multiplies the base rate by it, and "
+          "the notebook prints and plots it): compute with Python numbers (** and min), or convert with float(...)."),
+    Entry("not a number", "the result is not a number", Output(_not_a_number, "value"),
+          "noam_lr ({case}) should return a number, got {type}."),
+    # the schedule with each mistake, at every step of the case
+    Entry("warmup^-0.5 instead of warmup^-1.5", "the warm-up exponent is -0.5",
+          _rate(lambda c: lambda s: _base(c, s, w=c.warmup ** -0.5)),
+          "the warm-up branch uses warmup ** -0.5; the paper's is step * warmup ** -1.5 (so that both branches meet "
+          "at step = warmup)."),
+    Entry("max instead of min", "max instead of min of the two terms", _rate(lambda c: lambda s: _base(c, s, pick=max)),
+          "you take the max of the two branches: the rate then never warms up and grows without bound afterwards. It "
+          "is the min: the rising branch during the warm-up, the decaying one after."),
+    Entry("missing d_model^-0.5", "the schedule lacks the d_model^-0.5 factor",
+          _rate(lambda c: lambda s: _base(c, s, dm=1.0)),
+          "the factor d_model ** -0.5 is missing: the peak rate must shrink for wider models."),
+    Entry("d_model^0.5 instead of d_model^-0.5", "the schedule multiplies by sqrt(d_model)",
+          _rate(lambda c: lambda s: _base(c, s, dm=c.d_model ** 0.5)),
+          "you multiply by d_model ** 0.5 (the square root); the formula has d_model ** -0.5 (one over it)."),
+    Entry("steps counted from 0", "the first step is 0 (division by zero)", _rate(lambda c: lambda s: _base(c, s + 1)),
+          "your function gives at step k the paper's rate of step k + 1: the step is already counted from 1 here "
+          "(step = 1 is the first update). If LambdaLR calls it, do the + 1 where you build the scheduler (lambda k: "
+          "noam_lr(k + 1, ...)), not inside noam_lr."),
+    Entry("step - 1", "noam_lr gives at step k the rate of step k - 1 (step 1 guarded from 0)",
+          _rate(lambda c: lambda s: _base(c, max(s - 1, 1))),
+          "your function gives at step k the paper's rate of step k - 1 (the step counted from 0 inside noam_lr, with "
+          "step 1 kept away from 0): step is already counted from 1 here (step = 1 is the first update), so use it as "
+          "it is: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)."),
+    Entry("warmup^-1 instead of warmup^-1.5", "the warm-up branch is step / warmup",
+          _rate(lambda c: lambda s: _base(c, s, w=1 / c.warmup)),
+          "the warm-up branch is step / warmup (warmup ** -1); it is step * warmup ** -1.5, so that both branches "
+          "meet at step = warmup (where step ** -0.5 = warmup ** -0.5)."),
+    Entry("integer division", None, _rate(
+        lambda c: lambda s: c.factor * c.d_model ** -0.5 * min(s ** -0.5, s // c.warmup ** 1.5)),
+          "your warm-up branch uses // (floor division): step // warmup ** 1.5 is 0 for every step of the warm-up, "
+          "so the rate is 0 there. Use true division or the power: step * warmup ** -1.5."),
+    Entry("warmup^1.5 instead of warmup^-1.5", "the warm-up exponent is 1.5",
+          _rate(lambda c: lambda s: _base(c, s, w=c.warmup ** 1.5)),
+          "the warm-up branch multiplies by warmup ** 1.5; it is step * warmup ** -1.5."),
+    Entry("warmup^1.5 with an integer square root", "warmup * int(warmup ** 0.5) in the warm-up branch",
+          _rate(lambda c: lambda s: _base(c, s, w=1 / (c.warmup * math.isqrt(c.warmup)))),
+          "your warm-up branch divides by warmup * int(warmup ** 0.5): the square root is cut to an integer (int(...), "
+          "// or math.isqrt), so the slope is wrong whenever warmup is not a perfect square. Use the float power: "
+          "step * warmup ** -1.5."),
+    Entry("warmup ** -3 / 2", "warmup ** -3 / 2, read as (warmup ** -3) / 2, in the warm-up branch",
+          _rate(lambda c: lambda s: _base(c, s, w=c.warmup ** -3 / 2)),
+          "your warm-up branch computes warmup ** -3 / 2, which Python reads as (warmup ** -3) / 2: ** binds tighter "
+          "than /. Write warmup ** -1.5 (or warmup ** (-3 / 2))."),
+    Entry("factor ignored", "the factor argument is not used",
+          _rate(lambda c: lambda s: _base(c, s, f=1.0), _factor_given),
+          "the factor argument (here {factor}) is not applied: multiply the rate by it."),
+    Entry("factor on one branch only", "the factor multiplies one branch inside the min, not the whole rate", _rate(
+        lambda c: lambda s: c.d_model ** -0.5 * min(c.factor * s ** -0.5, s * c.warmup ** -1.5), _factor_given),
+          _ONE_BRANCH),
+    Entry("factor on one branch only", None, _rate(
+        lambda c: lambda s: c.d_model ** -0.5 * min(s ** -0.5, c.factor * s * c.warmup ** -1.5), _factor_given),
+          _ONE_BRANCH),
+    Entry("values differ", None, Output(lambda c: True, "values"),
+          "at step={step} ({shown}) your rate is {got:.6g}, expected {expected:.6g}: factor * d_model ** -0.5 * "
+          "min(step ** -0.5, step * warmup ** -1.5)."),
+])
 
 
 @checker("noam_lr")
@@ -562,36 +730,23 @@ def check_noam_lr(fn: Callable[..., Any]) -> str:
             try:
                 value = call_student(fn, step, d_model, warmup, context=f"calling noam_lr({case})", **kwargs)
             except StudentError as err:
-                if isinstance(err.exc, ZeroDivisionError) and step == 1:
-                    fail(f"your code divides by zero at step=1 ({type(err.exc).__name__}: {err.exc}). Steps are "
-                         "counted from 1 here: step 1 is the first update, and the formula works as written, "
-                         "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5), without "
-                         "subtracting 1.", mistake="division by zero at step 1")
+                if step == 1:
+                    NOAM.detect_raised(err.exc, "step 1", type=type(err.exc).__name__, said=err.exc)
                 raise
-            if isinstance(value, Tensor) or type(value).__module__ == "numpy":
-                kind = "a tensor" if isinstance(value, Tensor) else f"a numpy {type(value).__name__}"
-                fail(f"noam_lr ({case}) returned {kind}; it returns a Python float (LambdaLR multiplies the base "
-                     "rate by it, and the notebook prints and plots it): compute with Python numbers (** and min), "
-                     "or convert with float(...).", mistake="not a Python float")
-            try:
-                if isinstance(value, (bool, str, bytes)) or value is None:
-                    raise TypeError
-                number = float(value)
-            except (TypeError, ValueError, RuntimeError):
-                fail(f"noam_lr ({case}) should return a number, got {type(value).__name__}.", mistake="not a number")
-            got.append(number)
+            NOAM.detect("value", value, case=case)
+            got.append(float(value))
         if all(math.isclose(g, e, rel_tol=1e-6, abs_tol=1e-15) for g, e in zip(got, expected)):
             continue
-        for name, diagnosis, variant in _noam_variants(d_model, warmup, factor):
+        c = SimpleNamespace(d_model=d_model, warmup=warmup, factor=factor)
+        for name, diagnosis, variant in NOAM.candidates(c, "schedule", factor=factor):
             try:
                 candidate = [variant(s) for s in steps]
             except (ZeroDivisionError, OverflowError):
                 continue
-            if all(math.isclose(g, c, rel_tol=1e-6, abs_tol=1e-15) for g, c in zip(got, candidate)):
+            if all(math.isclose(g, v, rel_tol=1e-6, abs_tol=1e-15) for g, v in zip(got, candidate)):
                 fail(f"{diagnosis} ({shown})", mistake=name)
         i = next(i for i, (g, e) in enumerate(zip(got, expected)) if not math.isclose(g, e, rel_tol=1e-6, abs_tol=1e-15))  # noqa: E501
-        fail(f"at step={steps[i]} ({shown}) your rate is {got[i]:.6g}, expected {expected[i]:.6g}: "
-             "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).", mistake="values differ")
+        NOAM.detect("values", None, step=steps[i], shown=shown, got=got[i], expected=expected[i])
     return "steps 1 to 10 x warmup, with and without factor"
 
 
@@ -1266,6 +1421,10 @@ def _check_each_case(fn: Callable[..., Any]) -> None:
             if f.mistake == "no update" and n == 0:
                 _graph_cut(fn, setup, words)
             raise
+
+
+CATALOGUES = (SHIFT, MCE, NOAM)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
 # ---------------------------------------------------------------- hints
