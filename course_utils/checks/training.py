@@ -32,6 +32,7 @@ the call may reach the update: ``zero_grad`` after ``step`` is "misplaced", not 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
@@ -853,132 +854,6 @@ def _simulate(setup: _StepSetup, flags: frozenset[str], calls: int = 2) -> list[
     return results
 
 
-_LOSS_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
-    ("targets not shifted", "the loss compares the decoder's output for batch.tgt with batch.tgt itself: not shifted, "
-     "each position sees the token it must predict, so the model learns to copy its input (the loss falls near zero) "
-     "and greedy decoding fails. Feed batch.tgt_in and compare with batch.tgt_out.",
-     frozenset({"copy"})),
-    ("targets not shifted", "the decoder reads batch.tgt (without a causal mask) and the loss compares with batch.tgt "
-     "itself: each position sees the token it must predict, so the model learns to copy its input (the loss falls near "
-     "zero) and greedy decoding fails. Call model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask) and compare "
-     "with batch.tgt_out.",
-     frozenset({"copy", "no tgt mask"})),
-    ("compared with tgt_in", "the loss compares the logits with batch.tgt_in, the tokens the decoder reads: each "
-     "position is asked for the token it already sees. Compare with batch.tgt_out (the next tokens).",
-     frozenset({"vs tgt_in"})),
-    ("shifted the wrong way", "the decoder reads batch.tgt_out and the loss compares with batch.tgt_in: the shift goes "
-     "the wrong way. Feed batch.tgt_in, compare with batch.tgt_out.",
-     frozenset({"wrong way"})),
-    ("tgt_mask not passed", "the model is called without batch.tgt_mask: every target position sees the later tokens "
-     "it has to predict. Call model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
-     frozenset({"no tgt mask"})),
-    ("src_mask not passed", "the model is called without batch.src_mask: attention reads the source padding. Call "
-     "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
-     frozenset({"no src mask"})),
-    ("masks not passed", "the model is called without masks, model(batch.src, batch.tgt_in): the target positions see "
-     "the later tokens they have to predict and attention reads the source padding. Call model(batch.src, "
-     "batch.tgt_in, batch.src_mask, batch.tgt_mask).",
-     frozenset({"no src mask", "no tgt mask"})),
-    ("masks swapped", "the model gets batch.tgt_mask as its src_mask and batch.src_mask as its tgt_mask: the masks "
-     "are swapped. The order is model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
-     frozenset({"masks swapped"})),
-    ("targets shifted twice", "the loss compares logits[:, :-1] with batch.tgt_out[:, 1:]: batch.tgt_out is already "
-     "shifted (position t of the logits predicts batch.tgt_out[:, t]), so shifting again asks each position for the "
-     "token two steps ahead. Compare the logits with batch.tgt_out as they are.",
-     frozenset({"shifted twice"})),
-    ("targets flattened in another order", "the targets are flattened in another order than the logits (a .T or a "
-     "transpose on one side only): the logits of position (b, t) are compared with another position's token. "
-     "Flatten both the same way: logits.reshape(-1, V) and batch.tgt_out.reshape(-1).",
-     frozenset({"targets transposed"})),
-    ("padding counted", "the loss counts the padding positions of batch.tgt_out: pass pad_id on "
-     "(masked_cross_entropy(logits, batch.tgt_out, pad_id, ...) or ignore_index=pad_id).",
-     frozenset({"pad counted"})),
-    ("hard-coded pad id", "the loss ignores the id 0 instead of the pad_id argument: use pad_id.",
-     frozenset({"pad zero"})),
-    ("label smoothing not passed",
-     "label_smoothing is not passed on to the loss: your loss is the one without smoothing.",
-     frozenset({"no smoothing"})),
-    ("divided by the batch size", "your loss is the sum of the token losses divided by the batch size B (The "
-     "Annotated Transformer's normalisation, by sentences): it grows with the sentences' lengths, and so does every "
-     "update. Here the loss is the mean over the real target tokens (masked_cross_entropy, or the sum divided by "
-     "their count): backpropagate that and return it.",
-     frozenset({"sum / B"})),
-    ("loss after the update returned", "the parameters are updated right, but the loss you return is computed "
-     "again after optimizer.step(), with the new parameters: return the loss the update was computed from "
-     "(loss.item() of the forward pass before backward), the number the training curve is made of.",
-     frozenset({"loss after the update"})),
-    ("decoder fed the whole tgt", "the decoder reads the whole batch.tgt and you keep logits[:, :-1]. Without "
-     "dropout that gives the same loss (the causal mask hides the last token from the others), but the decoder "
-     "computes one position for nothing and, with dropout on, draws its dropout masks over L_tgt positions "
-     "instead of L_tgt - 1, so the step is not the one asked for. Feed the shifted input with its mask, as the "
-     "exercise says: model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).",
-     frozenset({"whole tgt"})),
-]
-
-_UPDATE_MISTAKES: list[tuple[str, str, frozenset[str]]] = [
-    ("zero_grad forgotten",
-     "the update used gradients left over from before the call: optimizer.zero_grad() is missing, so every "
-     "step adds its gradients to all the previous ones. Call optimizer.zero_grad() before loss.backward().",
-     frozenset({"no zero_grad"})),
-    ("no update", "the parameters did not change: optimizer.step() is missing, or zero_grad() runs between backward() "
-     "and step() and erases the gradients. The order is zero_grad, forward, loss, backward, clip, step.",
-     frozenset({"zero_grad after backward"})),
-    ("clip_grad_value_ instead of clip_grad_norm_", "you clip each gradient entry (clip_grad_value_); clip_norm is a "
-     "bound on the global norm of all gradients together: nn.utils.clip_grad_norm_(model.parameters(), clip_norm).",
-     frozenset({"clip value"})),
-    ("scheduler stepped before the optimizer", "scheduler.step() runs before optimizer.step(): the first update "
-     "already uses the second step's rate. Call optimizer.step() first, then scheduler.step().",
-     frozenset({"scheduler before"})),
-    # the order of the calls is right in these four: the size of the update is not
-    ("optimizer stepped twice", "the update is twice the reference's: optimizer.step() runs twice in one call. Call it "
-     "once, after the clipping.",
-     frozenset({"step twice"})),
-    ("hard-coded clip_norm", "the gradients are clipped to a norm of 1.0, not to the clip_norm argument: pass "
-     "clip_norm on, nn.utils.clip_grad_norm_(model.parameters(), clip_norm).",
-     frozenset({"clip 1.0"})),
-    ("each parameter clipped separately", "each parameter's gradient is clipped to clip_norm on its own; clip_norm "
-     "bounds the norm of all the gradients together (one global norm, one common factor, so the update keeps its "
-     "direction): call nn.utils.clip_grad_norm_(model.parameters(), clip_norm) once, on all the parameters.",
-     frozenset({"clip each"})),
-    ("backward on a rescaled loss", "the update is the one of (loss / B).backward() with B the batch size: the "
-     "returned loss is right, but the gradient comes from another number. The loss is already a mean over the real "
-     "tokens: call loss.backward() on it as it is.",
-     frozenset({"loss / B"})),
-]
-
-
-def _train_step_error(err: StudentError, batch: Any, clip: float | None) -> None:
-    exc, text = err.exc, str(err.exc)
-    _view_error(exc)
-    if clip is None and isinstance(exc, TypeError) and "NoneType" in text:
-        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]} with clip_norm=None, which means: no "
-             "clipping. Clip only when there is a bound: `if clip_norm is not None: "
-             "nn.utils.clip_grad_norm_(model.parameters(), clip_norm)`.", mistake="clip_norm None not handled")
-    if isinstance(exc, AttributeError) and "NoneType" in text and "step" in text:
-        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0] if text else ''} with scheduler=None: "
-             "the scheduler is optional. Step it only when there is one: `if scheduler is not None: "
-             "scheduler.step()`.", mistake="scheduler None not handled")
-    if isinstance(exc, RuntimeError) and "does not require grad and does not have a grad_fn" in text:
-        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]}: the loss has no graph to backpropagate "
-             "through, so the forward pass ran inside torch.no_grad() (or the logits were detached). Training needs "
-             "the graph: call model(...) and compute the loss outside any torch.no_grad() block (no_grad is for "
-             "evaluation).", mistake="detached from the graph")
-    B, L = batch.tgt.shape
-    L_src = batch.src.size(1)
-    for mask, scores in ((batch.tgt_mask, (B, L_src, L_src)), (batch.src_mask, (B, L - 1, L - 1))):
-        # the reference's attention names the mask's shape and the scores' it should broadcast to
-        if isinstance(exc, ValueError) and f"mask of shape {tuple(mask.shape)} " in text and f"{scores}" in text:
-            fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]}: batch.tgt_mask "
-                 f"{describe_shape(batch.tgt_mask)} went to the encoder, or batch.src_mask "
-                 f"{describe_shape(batch.src_mask)} to the decoder's self-attention: the masks are swapped. The order "
-                 "is model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask).", mistake="masks swapped")
-    shapes = (f"({B * (L - 1)})", f"({B * L})", str((B, L - 1)), str((B, L)), f"{B}, {L - 1}", f"{B}, {L}")
-    if isinstance(exc, (RuntimeError, ValueError)) and sum(s in text for s in shapes) >= 2:
-        fail(f"your code raised {type(exc).__name__}: {text.splitlines()[0]}. The logits of batch.tgt_in have "
-             f"L_tgt - 1 = {L - 1} positions, one per token read; they go with batch.tgt_out (also {L - 1} "
-             f"long), not with batch.tgt ({L} long).", mistake="loss on tgt instead of tgt_out")
-
-
 def _draw_step_setup(pad_id: int, eps: float, use_scheduler: bool, dropout: float, train_mode: bool,
                      clip_fraction: float | None = None, clip: float | None = None,
                      clip_root: bool = False) -> _StepSetup:
@@ -1047,7 +922,7 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.default_generator.manual_seed(setup.seed + i)  # the CPU's: torch.manual_seed costs ms
-                # boxed, so that a numpy loss reaches _as_loss (a float is due, not a tensor)
+                # boxed, so that a numpy loss reaches the "returned" tests (a float is due, not a tensor)
                 # warnings.catch_warnings: PyTorch's own warnings about the student's calls (float(loss) on a
                 # tensor that requires grad, the scheduler stepped first) would print inside the verdict; the
                 # verdict names what matters
@@ -1056,22 +931,19 @@ def _run_student(fn: Callable[..., Any], setup: _StepSetup, words: str,
                     loss = call_student(lambda *a, **k: [SimpleNamespace(value=fn(*a, **k))], model, batch, optimizer,
                                         context=f"calling train_step ({words})", **kwargs)[0].value
         except StudentError as err:
-            _train_step_error(err, batch, setup.clip)
+            _view_error(err.exc)
+            text = str(err.exc)
+            B, L = batch.tgt.shape
+            TRAIN_STEP.detect("raised", SimpleNamespace(exc=err.exc, text=text, batch=batch, clip=setup.clip),
+                              type=type(err.exc).__name__, line=(text.splitlines() or [""])[0], L=L, L_1=L - 1,
+                              tgt_mask=describe_shape(batch.tgt_mask), src_mask=describe_shape(batch.src_mask))
             raise
         check_unchanged(["batch.src", "batch.tgt"], [batch.src, batch.tgt], originals, words)
-        _scheduler_argument(scheduler, words)
+        epoch = getattr(scheduler, "last_epoch", 0)
+        TRAIN_STEP.detect("scheduler", SimpleNamespace(epoch=epoch, first=i == 0 and scheduler is not None),
+                          words=words, epoch=epoch, unclipped=_UNCLIPPED if setup.clip is None else "")
         grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
-        result = (loss, _flat(model), grads, all(m.training for m in model.modules()), watch.dtypes if watch else [])
-        if i == 0 and scheduler is not None and scheduler.last_epoch != 1:
-            if scheduler.last_epoch == 0:
-                unclipped = (" With clip_norm=None too: only the clipping belongs under `if clip_norm is not None:`, "
-                             "the optimizer and the scheduler step either way.") if setup.clip is None else ""
-                fail(f"the scheduler was not stepped ({words}): the learning rate would stay at its first value "
-                     f"for the whole training. Call scheduler.step() after optimizer.step().{unclipped}",
-                     mistake="scheduler not stepped")
-            fail(f"the scheduler was stepped {scheduler.last_epoch} times in one call ({words}): step it once, "
-                 "after optimizer.step().", mistake="scheduler stepped twice")
-        yield result
+        yield (loss, _flat(model), grads, all(m.training for m in model.modules()), watch.dtypes if watch else [])
 
 
 class _BackwardWatch(torch.overrides.TorchFunctionMode):
@@ -1088,148 +960,85 @@ class _BackwardWatch(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _as_loss(value: Any, words: str, expected: float) -> float:
-    if type(value).__module__ == "numpy":  # loss.detach().numpy(), np.float32(...): by name, numpy not imported
-        fail(f"train_step returns the loss as a numpy {type(value).__name__} ({words}): return a Python float, "
-             "loss.item(), which a history list, an f-string or a plot takes as it is.", mistake="not a Python float")
-    if isinstance(value, Tensor) and value.numel() == 1:
-        right = math.isclose(float(value.detach()), expected, rel_tol=1e-5, abs_tol=1e-6)
-        fail(f"train_step returns the loss as a tensor ({words})" + (" with the right value" if right else "")
-             + ": return a Python float, loss.item(). A tensor that the caller keeps in a history holds on to "
-             "its device memory (and, unless detached, to the whole graph of the step).",
-             mistake="loss returned as a tensor")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    fail(f"train_step should return the loss as a Python float (loss.item()), got "
-         f"{type(value).__name__ if not isinstance(value, Tensor) else 'a tensor of shape ' + describe_shape(value)} "
-         f"({words}).", mistake="no loss returned")
-    raise AssertionError  # unreachable: fail raises
+@dataclass
+class _Call:
+    """One call of the student's train_step, as the table's tests and simulations see it."""
+
+    s: _StepSetup
+    i: int
+    training: bool  # every module in train mode after the call
+    grads: list[Tensor | None]  # the gradients the call left in the model
+    params: Tensor  # (P,) after the call
+    before: Tensor  # (P,) before the call (the reference's)
+    exp_params: Tensor  # (P,) the reference's after the call
+    dtypes: list[torch.dtype]  # of the tensors backward() ran from (first call only)
+
+    @functools.cached_property
+    def factor(self) -> SimpleNamespace | None:
+        """The factor the gradients left in the model are the right loss's times, when they are."""
+        return _gradient_factor(self.s, self.i, self.grads)
+
+    @property
+    def grads_empty(self) -> bool:
+        return all(g is None or not bool(g.any()) for g in self.grads)
+
+    @property
+    def clipped_after(self) -> bool:
+        """The gradients left in the model have norm clip_norm: clipped, but after the update."""
+        present = [g for g in self.grads if g is not None]
+        norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in present))) if present else None
+        return norm is not None and math.isclose(norm, self.s.clip, rel_tol=1e-3)
+
+
+# the stages of a wrong update, in the order tried; the simulated ones compare the update with the
+# reference's run with each entry's flags (_simulate), the others are tests on the call
+_UPDATE_STAGES = ("eval update", "unchanged", "clip 0", "gradients", "update", "no clip", "clip value", "partial",
+                  "scaled", "update differs")
+_SIMULATED = frozenset({"eval update", "clip 0", "update", "no clip", "clip value"})
 
 
 def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool, list]], words: str) -> None:
     expected = _simulate(setup, frozenset())
     for i, ((loss, params, grads, training, dtypes), (exp_loss, exp_params)) in enumerate(zip(got, expected)):
         call = f"call {i + 1} of {len(expected)}, {words}"
-        value = _as_loss(loss, call, exp_loss)
+        TRAIN_STEP.detect("returned", SimpleNamespace(value=loss, expected=exp_loss), call=call)
+        value = float(loss)
+        before = setup.cache[()][i - 1][1] if i else _flat(setup.model)
+        c = _Call(setup, i, training, grads, params, before, exp_params, dtypes)
 
-        def like(*flags: str, i: int = i, params: Tensor = params) -> bool:  # the update with these mistakes
-            return matches(params, _simulate(setup, frozenset(flags), i + 1)[i][1], atol=1e-6, rtol=1e-5)
+        def loss_of(flags: frozenset[str], i: int = i) -> float | None:
+            try:
+                return _simulate(setup, flags, i + 1)[i][0]
+            except Exception:  # noqa: BLE001 - a variant that cannot run is not this mistake
+                return None
 
         if not math.isclose(value, exp_loss, rel_tol=1e-5, abs_tol=1e-6):
-            # the case of a model that arrives in eval mode is there for this mistake: tried first
-            if not setup.train_mode and math.isclose(value, _simulate(setup, frozenset({"eval mode"}), i + 1)[i][0],
-                                                     rel_tol=1e-5, abs_tol=1e-6):
-                if training:  # it ends in train mode: switched on after the forward pass
-                    fail(f"model.train() comes too late ({call}): the forward pass ran in eval mode, dropout off, and "
-                         "only then was the model switched to train mode. The model may arrive in eval mode (after "
-                         "an evaluation): call model.train() first, before the forward pass.",
-                         mistake="model.train() too late")
-                fail(f"the model stays in eval mode ({call}): dropout is off during training. The model may arrive "
-                     "in eval mode (after an evaluation): call model.train() at the start of train_step.",
-                     mistake="model in eval mode")
-            near = []  # (distance, name, diagnosis) of the variants within tolerance: two may be (whole tgt
-            # with dropout and no tgt_mask differ by 2e-6 on some draws); the nearest is the student's
-            for name, diagnosis, flags in _LOSS_MISTAKES:
-                if "no smoothing" in flags and setup.eps == 0 or "pad zero" in flags and setup.pad_id == 0:
-                    continue
-                try:
-                    candidate = _simulate(setup, flags, i + 1)[i][0]
-                except Exception:  # noqa: BLE001 - a variant that cannot run is not this mistake
-                    continue
-                if math.isclose(value, candidate, rel_tol=1e-5, abs_tol=1e-6):
-                    near.append((abs(value - candidate), name, diagnosis))
-            if near:
-                _, name, diagnosis = min(near, key=lambda m: m[0])
-                fail(f"{diagnosis} ({call})", mistake=name)
-            fail(f"the returned loss ({call}) is {value:.5f}, expected {exp_loss:.5f}: the mean cross-entropy of "
-                 "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask) against batch.tgt_out, pad "
-                 "tokens ignored, with label_smoothing.", mistake="values differ")
+            # the case of a model that arrives in eval mode is there for its mistake: tried first. Then the
+            # loss mistakes within tolerance: two may be (whole tgt with dropout and no tgt_mask differ by
+            # 2e-6 on some draws); the nearest is the student's
+            for stage in ("eval loss", "loss"):
+                near = [(abs(value - v), name, diagnosis) for name, diagnosis, flags in
+                        TRAIN_STEP.candidates(c, stage, call=call) for v in (loss_of(flags),)
+                        if v is not None and math.isclose(value, v, rel_tol=1e-5, abs_tol=1e-6)]
+                if near:
+                    _, name, diagnosis = min(near, key=lambda m: m[0])
+                    fail(diagnosis, mistake=name)
+            TRAIN_STEP.detect("loss differs", c, call=call, value=value, expected=exp_loss)
         if matches(params, exp_params, atol=1e-6, rtol=1e-5):
-            if not training:
-                fail(f"the loss and the update are right, but train_step leaves the model (or some of its modules) in "
-                     f"eval mode ({call}): the next step's dropout would be off. Keep it in train mode; evaluate "
-                     "elsewhere (evaluation restores the mode it found).", mistake="model left in eval mode")
-            if any(d != torch.float32 for d in dtypes):
-                fail(f"the loss and the update are right, but backward() ran on a {dtypes[0]} loss ({call}), the "
-                     "logits being torch.float32: the loss follows the logits' dtype (a .double() or a float64 "
-                     "tensor in the loss doubles its memory for nothing). Leave the cast out.",
-                     mistake="dtype not preserved")
+            TRAIN_STEP.detect("right update", c, call=call)
             continue
-        if not setup.train_mode and like("eval mode"):
-            if training:  # the loss told nothing on this draw (eval and train mode gave the same): the update does
-                fail(f"model.train() comes too late ({call}): the update was computed in eval mode, dropout off, and "
-                     "only then was the model switched to train mode. The model may arrive in eval mode (after "
-                     "an evaluation): call model.train() first, before the forward pass.",
-                     mistake="model.train() too late")
-            fail(f"the update was computed in eval mode ({call}): call model.train() at the start of train_step "
-                 "(before the forward pass), since an evaluation may have switched dropout off.",
-                 mistake="model in eval mode")
-        before = setup.cache[()][i - 1][1] if i else _flat(setup.model)
-        if matches(params, before, atol=0, rtol=0):
-            name, diagnosis, _ = _UPDATE_MISTAKES[1]
-            fail(f"{diagnosis} ({call})", mistake=name)
-        if setup.clip == 0 and like("no clip"):
-            fail(f"with clip_norm=0.0 the parameters moved ({call}): clipping to norm 0 zeroes every gradient, so "
-                 "there is no update, but `if clip_norm:` reads 0.0 as 'no clipping'. Only None means no clipping: "
-                 "`if clip_norm is not None: nn.utils.clip_grad_norm_(model.parameters(), clip_norm)`.",
-                 mistake="clip_norm 0 not clipped")
-        # first: a factor on the gradients left in the model names the clipping and the loss scale;
-        # an update can coincide with a simulated one (no square root with a gradient norm near 2
-        # halves the step, as a scheduler stepped first does)
-        _gradient_diagnosis(setup, i, grads, call)
-        for name, diagnosis, flags in _UPDATE_MISTAKES:
-            if "scheduler before" in flags and not setup.use_scheduler or "clip value" in flags:
+        for stage in _UPDATE_STAGES:
+            if stage not in _SIMULATED:
+                TRAIN_STEP.detect(stage, c, call=call, clip=setup.clip)
                 continue
-            if flags & {"clip 1.0", "clip each"} and setup.clip in (None, 1.0):
-                continue  # these clip like the reference here
-            if like(*flags):
-                if "no zero_grad" in flags and all(g is None or not bool(g.any()) for g in grads):
-                    fail(f"optimizer.zero_grad() is called, but at the end of the step, after optimizer.step() ({call}): "  # noqa: E501
-                         "the first update then still adds gradients left over from before the call (say, from a cell "
-                         "that looked at them). Call it at the start, before loss.backward().",
-                         mistake="zero_grad in the wrong place")
-                fail(f"{diagnosis} ({call})", mistake=name)
-        if setup.clip is not None and like("no clip"):
-            present = [g for g in grads if g is not None]
-            norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in present))) if present else None
-            if norm is not None and math.isclose(norm, setup.clip, rel_tol=1e-3):
-                fail(f"the gradients are clipped after optimizer.step() ({call}): the update has already used the "
-                     "unclipped ones. Clip between loss.backward() and optimizer.step().",
-                     mistake="clipping after the step")
-            fail(f"the gradients are not clipped ({call}; clip_norm={setup.clip} is below their norm): call "
-                 "nn.utils.clip_grad_norm_(model.parameters(), clip_norm) after loss.backward() and before "
-                 "optimizer.step().", mistake="clipping missing")
-        if setup.clip is not None and like("clip value"):
-            name, diagnosis, _ = _UPDATE_MISTAKES[2]
-            fail(f"{diagnosis} ({call})", mistake=name)
-        _partial_clipping(setup, i, grads, call)
-        step, exp_step = params - before, exp_params - before  # (P,) each
-        ratio = float(step @ exp_step / (exp_step @ exp_step))
-        if matches(step, ratio * exp_step, atol=1e-6, rtol=1e-4):
-            fail(f"after {call}, the update points the right way but is {ratio:.3g} times the reference's: the "
-                 "order of the calls may be right, the size of the step is not. Check that the loss you call "
-                 "backward() on is the one you return, that clip_norm is passed on (one global norm over all "
-                 "the parameters) and that optimizer.step() runs once.", mistake="update scaled")
-        diff = (params - exp_params).abs()
-        fail(f"after {call}, the parameters differ from the reference's by up to {float(diff.max()):.3g}, yet the "
-             "loss is right: check the order zero_grad, forward, loss, backward, clip, optimizer.step, "
-             "scheduler.step.", mistake="values differ")
+            for name, diagnosis, flags in TRAIN_STEP.candidates(c, stage, call=call, clip=setup.clip):
+                if matches(params, _simulate(setup, flags, i + 1)[i][1], atol=1e-6, rtol=1e-5):
+                    fail(diagnosis, mistake=name)
 
 
 # train_step: probes the simulated variants cannot name (the update is a scalar multiple of the
 # loss's gradients, a graph cut before the loss, an argument given to scheduler.step)
 _FAR_ABOVE = 1e4  # a clip_norm no gradient of these small models reaches: clipping must change nothing
-
-
-def _scheduler_argument(scheduler: Any, words: str) -> None:
-    """``scheduler.step(loss.item())`` (ReduceLROnPlateau's habit) makes LambdaLR jump to the
-    'epoch' it was given: a fractional last_epoch."""
-    epoch = getattr(scheduler, "last_epoch", 0)
-    if isinstance(epoch, float) and not epoch.is_integer():
-        fail(f"scheduler.step() was given an argument ({words}): after one call the schedule stands at step {epoch:.4g}, "  # noqa: E501
-             "so the loss (or another number) was passed as the epoch. A LambdaLR scheduler counts its own steps: "
-             "call scheduler.step() with no argument, once, after optimizer.step() (only ReduceLROnPlateau takes "
-             "the loss).", mistake="loss passed to scheduler.step")
 
 
 def _reference_grads(setup: _StepSetup, i: int) -> tuple[Tensor, int]:
@@ -1249,38 +1058,21 @@ def _reference_grads(setup: _StepSetup, i: int) -> tuple[Tensor, int]:
     return flat, int((batch.tgt_out != setup.pad_id).sum())
 
 
-def _gradient_diagnosis(setup: _StepSetup, i: int, grads: list[Tensor | None], call: str) -> None:
+def _gradient_factor(setup: _StepSetup, i: int, grads: list[Tensor | None]) -> SimpleNamespace | None:
     """The gradients left in the model after the student's call, when they are the right
-    loss's gradients times one number: that number names the mistake."""
+    loss's gradients times one number ``c``: that number and the norms that name the mistake."""
     got = [g for g in grads if g is not None]
     if not got:
-        return
+        return None
     G = torch.cat([g.reshape(-1) for g in got]).double()  # (P',)
     if len(got) != len(grads) or not bool(G.any()):
-        return
+        return None
     g, N = _reference_grads(setup, i)
     g = g.double()
     c = float(G @ g / (g @ g))
     if float((G - c * g).norm()) > 1e-3 * float(G.norm()):
-        return  # not a scalar multiple: per-parameter clipping and others, named elsewhere
+        return None  # not a scalar multiple: per-parameter clipping and others, named elsewhere
     n2, ninf, n1, clip = float(g.norm()), float(g.abs().max()), float(g.abs().sum()), setup.clip
-
-    def close(a: float, b: float) -> bool:
-        return math.isclose(a, b, rel_tol=2e-3)
-
-    if clip is not None and n2 < clip and close(c * n2, clip):
-        fail(f"your clipping scales small gradients up ({call}): their norm was {n2:.4g}, already below "
-             f"clip_norm={clip:g}, yet the step used gradients of norm {c * n2:.4g}. Clipping only scales down: "
-             "multiply by clip_norm / norm only when norm > clip_norm (nn.utils.clip_grad_norm_(model.parameters(), "
-             "clip_norm) does exactly this).", mistake="clipping scales up")
-    if close(c, N):
-        fail(f"the step used gradients {N} times too large ({call}; {N} = the number of real target tokens): "
-             "backward() ran on the summed loss. Call backward() on the mean over the real tokens, the loss "
-             "train_step returns.", mistake="backward on the summed loss")
-    if close(c, 2.0):
-        fail(f"the step used gradients twice as large as the loss's ({call}): backward() ran twice on the same loss "
-             "(loss.backward(retain_graph=True) then loss.backward(): the gradients add up), or on 2 * loss. Call "
-             "loss.backward() once, on the loss you return.", mistake="backward called twice")
     # clip_norm left at 1.0 scales by min(1, 1 / n2): when a draw puts that factor near another
     # norm's (the largest entry close to clip_norm), the nearer one names the mistake
     hard_coded = abs(c - min(1.0, 1.0 / n2)) if clip not in (None, 1.0) else math.inf
@@ -1289,19 +1081,21 @@ def _gradient_diagnosis(setup: _StepSetup, i: int, grads: list[Tensor | None], c
              (n1, "the sum of the entries' absolute values (norm_type=1)"))
     # the factor nearest to c names the norm: two norms' factors may fall within 0.2 % on a draw
     fits = sorted((abs(c - clip / norm), how) for norm, how in norms
-                  if clip is not None and norm > clip and close(c, clip / norm))
-    if fits and fits[0][0] < hard_coded:
-        fail(f"your clipping measures the gradients by {fits[0][1]} ({call}): clip_norm bounds the 2-norm of all "
-             "gradients together, sqrt(sum of every entry squared): nn.utils.clip_grad_norm_(model.parameters(), "
-             "clip_norm) with its default norm_type=2.", mistake="wrong clipping norm")
+                  if clip is not None and norm > clip and _close(c, clip / norm))
+    return SimpleNamespace(c=c, N=N, n2=n2, clip=clip, norm=fits[0][1] if fits and fits[0][0] < hard_coded else None)
 
 
-def _partial_clipping(setup: _StepSetup, i: int, grads: list[Tensor | None], call: str) -> None:
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=2e-3)
+
+
+def _partial_clipping(c: _Call) -> dict[str, str] | None:
     """Clipping of a part of the model only (clip_grad_norm_(model.encoder.parameters(), ...)): the
     gradients of that part scaled by one factor, clip_norm over their own norm; the others as they are."""
+    setup, grads = c.s, c.grads
     if setup.clip is None or any(g is None for g in grads):
-        return
-    g = _reference_grads(setup, i)[0].double()  # (P,)
+        return None
+    g = _reference_grads(setup, c.i)[0].double()  # (P,)
     names = [n for n, _ in setup.model.named_parameters()]
     kept, scaled, offset = [], [], 0
     for name, G in zip(names, grads):
@@ -1309,25 +1103,30 @@ def _partial_clipping(setup: _StepSetup, i: int, grads: list[Tensor | None], cal
         if float(r.abs().max()) > 1e-6:  # a gradient of about 0 (the keys' bias) fits either group
             (kept if matches(G, r, atol=1e-7, rtol=1e-4) else scaled).append((name, G, r))
     if not kept or not scaled:
-        return
+        return None
     got = torch.cat([G.reshape(-1) for _, G, _ in scaled]).double()  # (P',)
     ref = torch.cat([r.reshape(-1) for _, _, r in scaled])  # (P',)
     factor = setup.clip / float(ref.norm())
-    if factor < 1 and matches(got, factor * ref, atol=1e-7, rtol=1e-3):
-        def parts(group: list, other: list) -> str:  # the shortest prefixes that name no parameter of the other
-            out = []
-            for n, _, _ in group:
-                bits = n.split(".")
-                out.append(next(p for p in (".".join(bits[:k]) for k in range(1, len(bits) + 1))
-                                if not any(m == p or m.startswith(p + ".") for m, _, _ in other)))
-            named = [f"model.{p}" for p in dict.fromkeys(out)]
-            return ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+    if not (factor < 1 and matches(got, factor * ref, atol=1e-7, rtol=1e-3)):
+        return None
 
-        fail(f"your clipping covers only part of the model ({call}): the gradients of {parts(scaled, kept)} were "
-             f"scaled to norm clip_norm={setup.clip:g} on their own, and those of {parts(kept, scaled)} were left as "
-             "they were. "
-             "clip_norm bounds the norm of all the gradients together: nn.utils.clip_grad_norm_(model.parameters(), "
-             "clip_norm).", mistake="only some parameters clipped")
+    def parts(group: list, other: list) -> str:  # the shortest prefixes that name no parameter of the other
+        out = []
+        for n, _, _ in group:
+            bits = n.split(".")
+            out.append(next(p for p in (".".join(bits[:k]) for k in range(1, len(bits) + 1))
+                            if not any(m == p or m.startswith(p + ".") for m, _, _ in other)))
+        named = [f"model.{p}" for p in dict.fromkeys(out)]
+        return ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+
+    return dict(scaled=parts(scaled, kept), kept=parts(kept, scaled))
+
+
+def _update_scaled(c: _Call) -> dict[str, float] | None:
+    """The update points the reference's way, with another size."""
+    step, exp_step = c.params - c.before, c.exp_params - c.before  # (P,) each
+    ratio = float(step @ exp_step / (exp_step @ exp_step))
+    return dict(ratio=ratio) if matches(step, ratio * exp_step, atol=1e-6, rtol=1e-4) else None
 
 
 def _graph_cut(fn: Callable[..., Any], setup: _StepSetup, words: str) -> None:
@@ -1352,11 +1151,7 @@ def _graph_cut(fn: Callable[..., Any], setup: _StepSetup, words: str) -> None:
         return
     finally:
         handle.remove()
-    if outputs and not reached:
-        fail(f"no gradient reached the model ({words}): the logits were cut from the graph before the loss "
-             "(.detach(), .data, torch.no_grad(), or a copy made trainable with .requires_grad_()), so backward() "
-             "stops at the copy, the parameters get no gradient and optimizer.step() changes nothing. Compute the "
-             "loss from model(...)'s output directly.", mistake="detached from the graph")
+    TRAIN_STEP.detect("graph cut", SimpleNamespace(outputs=outputs, reached=reached), words=words)
 
 
 _STEP_CASES = [  # (the draw's arguments, pass the options, words); "pad": a non-zero pad_id drawn
@@ -1384,16 +1179,317 @@ _STEP_CASES = [  # (the draw's arguments, pass the options, words); "pad": a non
 ]
 
 
+def _sim(flags: set[str], when: Callable[[_Call], bool] = lambda c: True, stage: str = "loss") -> Reference:
+    """A mistake simulated: the reference's step run with ``flags`` (:func:`_simulate`); none
+    unless ``when(call)`` (the mistake cannot show on that case, or another entry names it there)."""
+    frozen = frozenset(flags)
+    return Reference(lambda c: [({}, frozen)] if when(c) else [], stage)
+
+
+def _clip_not_one(c: _Call) -> bool:  # clip_norm None or 1.0: these clip like the reference
+    return c.s.clip not in (None, 1.0)
+
+
+def _masks_in_error(c: Any) -> bool:
+    """The reference's attention names the mask's shape and the scores' it should broadcast to."""
+    B, L = c.batch.tgt.shape
+    L_src = c.batch.src.size(1)
+    return isinstance(c.exc, ValueError) and any(
+        f"mask of shape {tuple(mask.shape)} " in c.text and f"{scores}" in c.text
+        for mask, scores in ((c.batch.tgt_mask, (B, L_src, L_src)), (c.batch.src_mask, (B, L - 1, L - 1))))
+
+
+def _tgt_lengths_in_error(c: Any) -> bool:
+    """Two of the shapes of batch.tgt and batch.tgt_out (flat or not) in the error: logits and targets of
+    different lengths."""
+    B, L = c.batch.tgt.shape
+    shapes = (f"({B * (L - 1)})", f"({B * L})", str((B, L - 1)), str((B, L)), f"{B}, {L - 1}", f"{B}, {L}")
+    return isinstance(c.exc, (RuntimeError, ValueError)) and sum(s in c.text for s in shapes) >= 2
+
+
+def _tensor_loss(c: Any) -> Any:
+    if not (isinstance(c.value, Tensor) and c.value.numel() == 1):
+        return None
+    right = math.isclose(float(c.value.detach()), c.expected, rel_tol=1e-5, abs_tol=1e-6)
+    return dict(right=" with the right value" if right else "")
+
+
+def _no_float(c: Any) -> Any:
+    v = c.value
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return None
+    return dict(what=type(v).__name__ if not isinstance(v, Tensor) else "a tensor of shape " + describe_shape(v))
+
+
+_UNCLIPPED = (" With clip_norm=None too: only the clipping belongs under `if clip_norm is not None:`, the optimizer "
+              "and the scheduler step either way.")
+_NO_UPDATE = ("the parameters did not change: optimizer.step() is missing, or zero_grad() runs between backward() and "
+              "step() and erases the gradients. The order is zero_grad, forward, loss, backward, clip, step. ({call})")
+_TOO_LATE = (" in eval mode, dropout off, and only then was the model switched to train mode. The model may arrive "
+             "in eval mode (after an evaluation): call model.train() first, before the forward pass.")
+_COPY_WORDS = ("each position sees the token it must predict, so the model learns to copy its input (the loss falls "
+               "near zero) and greedy decoding fails.")
+_MODEL_CALL = "model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)"
+
+TRAIN_STEP = Catalogue("train_step", "07", [
+    Entry("not a function", None, Probe("require_function")),
+    # the student's step raised (stage "raised")
+    Entry("view on a non-contiguous tensor", None, Probe("fail_view_error")),
+    Entry("clip_norm None not handled", "the code fails with clip_norm=None",
+          Output(lambda c: c.clip is None and isinstance(c.exc, TypeError) and "NoneType" in c.text, "raised"),
+          "your code raised {type}: {line} with clip_norm=None, which means: no clipping. Clip only when there is a "
+          "bound: `if clip_norm is not None: nn.utils.clip_grad_norm_(model.parameters(), clip_norm)`."),
+    Entry("scheduler None not handled", "the code fails with scheduler=None",
+          Output(lambda c: isinstance(c.exc, AttributeError) and "NoneType" in c.text and "step" in c.text, "raised"),
+          "your code raised {type}: {line} with scheduler=None: the scheduler is optional. Step it only when there is "
+          "one: `if scheduler is not None: scheduler.step()`."),
+    Entry("detached from the graph", None, Output(
+        lambda c: isinstance(c.exc, RuntimeError) and "does not require grad and does not have a grad_fn" in c.text,
+        "raised"),
+          "your code raised {type}: {line}: the loss has no graph to backpropagate through, so the forward pass ran "
+          "inside torch.no_grad() (or the logits were detached). Training needs the graph: call model(...) and "
+          "compute the loss outside any torch.no_grad() block (no_grad is for evaluation)."),
+    Entry("masks swapped", "masks passed to the wrong attentions or arguments", Output(_masks_in_error, "raised"),
+          "your code raised {type}: {line}: batch.tgt_mask {tgt_mask} went to the encoder, or batch.src_mask "
+          "{src_mask} to the decoder's self-attention: the masks are swapped. The order is " + _MODEL_CALL + "."),
+    Entry("loss on tgt instead of tgt_out", "the loss uses tgt instead of tgt_out",
+          Output(_tgt_lengths_in_error, "raised"),
+          "your code raised {type}: {line}. The logits of batch.tgt_in have L_tgt - 1 = {L_1} positions, one per "
+          "token read; they go with batch.tgt_out (also {L_1} long), not with batch.tgt ({L} long)."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    # the scheduler after the call (stage "scheduler"): an argument given (ReduceLROnPlateau's habit makes
+    # LambdaLR jump to the 'epoch' it was given: a fractional last_epoch), then the step count of call 1
+    Entry("loss passed to scheduler.step", "scheduler.step(loss) gives LambdaLR the loss as its epoch",
+          Output(lambda c: isinstance(c.epoch, float) and not c.epoch.is_integer(), "scheduler"),
+          "scheduler.step() was given an argument ({words}): after one call the schedule stands at step {epoch:.4g}, "
+          "so the loss (or another number) was passed as the epoch. A LambdaLR scheduler counts its own steps: call "
+          "scheduler.step() with no argument, once, after optimizer.step() (only ReduceLROnPlateau takes the loss)."),
+    Entry("scheduler not stepped", "the scheduler is not stepped",
+          Output(lambda c: c.first and c.epoch == 0, "scheduler"),
+          "the scheduler was not stepped ({words}): the learning rate would stay at its first value for the whole "
+          "training. Call scheduler.step() after optimizer.step().{unclipped}"),
+    Entry("scheduler stepped twice", "the scheduler is stepped twice",
+          Output(lambda c: c.first and c.epoch != 1, "scheduler"),
+          "the scheduler was stepped {epoch} times in one call ({words}): step it once, after optimizer.step()."),
+    # what the call returned (stage "returned")
+    Entry("not a Python float", None,
+          Output(lambda c: type(c.value).__module__ == "numpy" and dict(type=type(c.value).__name__), "returned"),
+          "train_step returns the loss as a numpy {type} ({call}): return a Python float, loss.item(), which a "
+          "history list, an f-string or a plot takes as it is."),
+    Entry("loss returned as a tensor", "the loss returned as a tensor, not a float", Output(_tensor_loss, "returned"),
+          "train_step returns the loss as a tensor ({call}){right}: return a Python float, loss.item(). A tensor that "
+          "the caller keeps in a history holds on to its device memory (and, unless detached, to the whole graph of "
+          "the step)."),
+    Entry("no loss returned", "train_step returns no loss", Output(_no_float, "returned"),
+          "train_step should return the loss as a Python float (loss.item()), got {what} ({call})."),
+    # the returned loss differs: the case of a model that arrives in eval mode first (stage "eval loss"), then
+    # the loss of each simulated mistake (stage "loss"), the nearest within tolerance
+    Entry("model.train() too late", "model.train() called after the forward pass: the loss was computed in eval mode",
+          _sim({"eval mode"}, lambda c: not c.s.train_mode and c.training, "eval loss"),
+          "model.train() comes too late ({call}): the forward pass ran" + _TOO_LATE),
+    Entry("model in eval mode", "train_step does not put the model in train mode",
+          _sim({"eval mode"}, lambda c: not c.s.train_mode and not c.training, "eval loss"),
+          "the model stays in eval mode ({call}): dropout is off during training. The model may arrive in eval mode "
+          "(after an evaluation): call model.train() at the start of train_step."),
+    Entry("targets not shifted", "the loss compares with the unshifted targets", _sim({"copy"}),
+          "the loss compares the decoder's output for batch.tgt with batch.tgt itself: not shifted, " + _COPY_WORDS
+          + " Feed batch.tgt_in and compare with batch.tgt_out. ({call})"),
+    Entry("targets not shifted", None, _sim({"copy", "no tgt mask"}),
+          "the decoder reads batch.tgt (without a causal mask) and the loss compares with batch.tgt itself: "
+          + _COPY_WORDS + " Call " + _MODEL_CALL + " and compare with batch.tgt_out. ({call})"),
+    Entry("compared with tgt_in", "the loss compares with tgt_in", _sim({"vs tgt_in"}),
+          "the loss compares the logits with batch.tgt_in, the tokens the decoder reads: each position is asked for "
+          "the token it already sees. Compare with batch.tgt_out (the next tokens). ({call})"),
+    Entry("shifted the wrong way", None, _sim({"wrong way"}),
+          "the decoder reads batch.tgt_out and the loss compares with batch.tgt_in: the shift goes the wrong way. "
+          "Feed batch.tgt_in, compare with batch.tgt_out. ({call})"),
+    Entry("tgt_mask not passed", "tgt_mask not passed on", _sim({"no tgt mask"}),
+          "the model is called without batch.tgt_mask: every target position sees the later tokens it has to "
+          "predict. Call " + _MODEL_CALL + ". ({call})"),
+    Entry("src_mask not passed", "src_mask not passed to the model", _sim({"no src mask"}),
+          "the model is called without batch.src_mask: attention reads the source padding. Call " + _MODEL_CALL
+          + ". ({call})"),
+    Entry("masks not passed", "neither mask passed on", _sim({"no src mask", "no tgt mask"}),
+          "the model is called without masks, model(batch.src, batch.tgt_in): the target positions see the later "
+          "tokens they have to predict and attention reads the source padding. Call " + _MODEL_CALL + ". ({call})"),
+    Entry("masks swapped", None, _sim({"masks swapped"}),
+          "the model gets batch.tgt_mask as its src_mask and batch.src_mask as its tgt_mask: the masks are swapped. "
+          "The order is " + _MODEL_CALL + ". ({call})"),
+    Entry("targets shifted twice", "the already shifted tgt_out shifted again (logits[:, :-1] against tgt_out[:, 1:])",
+          _sim({"shifted twice"}),
+          "the loss compares logits[:, :-1] with batch.tgt_out[:, 1:]: batch.tgt_out is already shifted (position t "
+          "of the logits predicts batch.tgt_out[:, t]), so shifting again asks each position for the token two steps "
+          "ahead. Compare the logits with batch.tgt_out as they are. ({call})"),
+    Entry("targets flattened in another order", "the targets flattened in another order than the logits (tgt_out.T)",
+          _sim({"targets transposed"}),
+          "the targets are flattened in another order than the logits (a .T or a transpose on one side only): the "
+          "logits of position (b, t) are compared with another position's token. Flatten both the same way: "
+          "logits.reshape(-1, V) and batch.tgt_out.reshape(-1). ({call})"),
+    Entry("padding counted", None, _sim({"pad counted"}),
+          "the loss counts the padding positions of batch.tgt_out: pass pad_id on (masked_cross_entropy(logits, "
+          "batch.tgt_out, pad_id, ...) or ignore_index=pad_id). ({call})"),
+    Entry("hard-coded pad id", None, _sim({"pad zero"}, lambda c: c.s.pad_id != 0),
+          "the loss ignores the id 0 instead of the pad_id argument: use pad_id. ({call})"),
+    Entry("label smoothing not passed", "label_smoothing not passed on", _sim({"no smoothing"}, lambda c: c.s.eps != 0),
+          "label_smoothing is not passed on to the loss: your loss is the one without smoothing. ({call})"),
+    Entry("divided by the batch size", None, _sim({"sum / B"}),
+          "your loss is the sum of the token losses divided by the batch size B (The Annotated Transformer's "
+          "normalisation, by sentences): it grows with the sentences' lengths, and so does every update. Here the "
+          "loss is the mean over the real target tokens (masked_cross_entropy, or the sum divided by their count): "
+          "backpropagate that and return it. ({call})"),
+    Entry("loss after the update returned", "train_step returns the loss recomputed after optimizer.step()",
+          _sim({"loss after the update"}),
+          "the parameters are updated right, but the loss you return is computed again after optimizer.step(), with "
+          "the new parameters: return the loss the update was computed from (loss.item() of the forward pass before "
+          "backward), the number the training curve is made of. ({call})"),
+    Entry("decoder fed the whole tgt", "the decoder reads batch.tgt and logits[:, :-1] is kept (dropout draws differ)",
+          _sim({"whole tgt"}),
+          "the decoder reads the whole batch.tgt and you keep logits[:, :-1]. Without dropout that gives the same "
+          "loss (the causal mask hides the last token from the others), but the decoder computes one position for "
+          "nothing and, with dropout on, draws its dropout masks over L_tgt positions instead of L_tgt - 1, so the "
+          "step is not the one asked for. Feed the shifted input with its mask, as the exercise says: "
+          + _MODEL_CALL + ". ({call})"),
+    Entry("values differ", None, Output(lambda c: True, "loss differs"),
+          "the returned loss ({call}) is {value:.5f}, expected {expected:.5f}: the mean cross-entropy of "
+          + _MODEL_CALL + " against batch.tgt_out, pad tokens ignored, with label_smoothing."),
+    # the update is right: what else the call did (stage "right update")
+    Entry("model left in eval mode", "the model is left in eval mode after train_step",
+          Output(lambda c: not c.training, "right update"),
+          "the loss and the update are right, but train_step leaves the model (or some of its modules) in eval mode "
+          "({call}): the next step's dropout would be off. Keep it in train mode; evaluate elsewhere (evaluation "
+          "restores the mode it found)."),
+    Entry("dtype not preserved", None, Output(
+        lambda c: any(d != torch.float32 for d in c.dtypes) and dict(dtype=c.dtypes[0]), "right update"),
+          "the loss and the update are right, but backward() ran on a {dtype} loss ({call}), the logits being "
+          "torch.float32: the loss follows the logits' dtype (a .double() or a float64 tensor in the loss doubles "
+          "its memory for nothing). Leave the cast out."),
+    # the update differs, in the order of _UPDATE_STAGES
+    Entry("model.train() too late", None,
+          _sim({"eval mode"}, lambda c: not c.s.train_mode and c.training, "eval update"),
+          # the loss told nothing on this draw (eval and train mode gave the same): the update does
+          "model.train() comes too late ({call}): the update was computed" + _TOO_LATE),
+    Entry("model in eval mode", None,
+          _sim({"eval mode"}, lambda c: not c.s.train_mode and not c.training, "eval update"),
+          "the update was computed in eval mode ({call}): call model.train() at the start of train_step (before the "
+          "forward pass), since an evaluation may have switched dropout off."),
+    Entry("no update", "the parameters are not updated",
+          Output(lambda c: matches(c.params, c.before, atol=0, rtol=0), "unchanged"), _NO_UPDATE),
+    Entry("clip_norm 0 not clipped", "`if clip_norm:` skips the clipping for clip_norm=0.0, a legal bound",
+          _sim({"no clip"}, lambda c: c.s.clip == 0, "clip 0"),
+          "with clip_norm=0.0 the parameters moved ({call}): clipping to norm 0 zeroes every gradient, so there is "
+          "no update, but `if clip_norm:` reads 0.0 as 'no clipping'. Only None means no clipping: `if clip_norm is "
+          "not None: nn.utils.clip_grad_norm_(model.parameters(), clip_norm)`."),
+    # the gradients left in the model are the right loss's times one number c (stage "gradients"): it names
+    # the clipping and the loss scale (an update can coincide with a simulated one: no square root with
+    # a gradient norm near 2 halves the step, as a scheduler stepped first does)
+    Entry("clipping scales up", "manual clipping rescales gradients that are already below clip_norm", Output(
+        lambda c: c.factor is not None and c.factor.clip is not None and c.factor.n2 < c.factor.clip
+        and _close(c.factor.c * c.factor.n2, c.factor.clip)
+        and dict(n2=c.factor.n2, scaled=c.factor.c * c.factor.n2), "gradients"),
+          "your clipping scales small gradients up ({call}): their norm was {n2:.4g}, already below "
+          "clip_norm={clip:g}, yet the step used gradients of norm {scaled:.4g}. Clipping only scales down: multiply "
+          "by clip_norm / norm only when norm > clip_norm (nn.utils.clip_grad_norm_(model.parameters(), clip_norm) "
+          "does exactly this)."),
+    Entry("backward on the summed loss", "backward() on the summed loss: gradients N tokens times too large", Output(
+        lambda c: c.factor is not None and _close(c.factor.c, c.factor.N) and dict(N=c.factor.N), "gradients"),
+          "the step used gradients {N} times too large ({call}; {N} = the number of real target tokens): backward() "
+          "ran on the summed loss. Call backward() on the mean over the real tokens, the loss train_step returns."),
+    Entry("backward called twice", "backward() run twice on one loss (or on 2 * loss): the gradients doubled",
+          Output(lambda c: c.factor is not None and _close(c.factor.c, 2.0), "gradients"),
+          "the step used gradients twice as large as the loss's ({call}): backward() ran twice on the same loss "
+          "(loss.backward(retain_graph=True) then loss.backward(): the gradients add up), or on 2 * loss. Call "
+          "loss.backward() once, on the loss you return."),
+    Entry("wrong clipping norm", "gradients clipped by another norm than the global 2-norm",
+          Output(lambda c: c.factor is not None and c.factor.norm is not None and dict(how=c.factor.norm),
+                 "gradients"),
+          "your clipping measures the gradients by {how} ({call}): clip_norm bounds the 2-norm of all gradients "
+          "together, sqrt(sum of every entry squared): nn.utils.clip_grad_norm_(model.parameters(), clip_norm) with "
+          "its default norm_type=2."),
+    # the update of each simulated mistake (stage "update"); the order of the calls is right in the
+    # last four, the size of the update is not
+    Entry("zero_grad in the wrong place", "gradients zeroed between backward and step",
+          _sim({"no zero_grad"}, lambda c: c.grads_empty, "update"),
+          "optimizer.zero_grad() is called, but at the end of the step, after optimizer.step() ({call}): the first "
+          "update then still adds gradients left over from before the call (say, from a cell that looked at them). "
+          "Call it at the start, before loss.backward()."),
+    Entry("zero_grad forgotten", "gradients are not zeroed", _sim({"no zero_grad"}, stage="update"),
+          "the update used gradients left over from before the call: optimizer.zero_grad() is missing, so every step "
+          "adds its gradients to all the previous ones. Call optimizer.zero_grad() before loss.backward(). ({call})"),
+    Entry("no update", None, _sim({"zero_grad after backward"}, stage="update"), _NO_UPDATE),
+    Entry("scheduler stepped before the optimizer", "scheduler.step() before optimizer.step()",
+          _sim({"scheduler before"}, lambda c: c.s.use_scheduler,
+                                                              "update"),
+          "scheduler.step() runs before optimizer.step(): the first update already uses the second step's rate. "
+          "Call optimizer.step() first, then scheduler.step(). ({call})"),
+    Entry("optimizer stepped twice", "optimizer.step() called twice in one training step",
+          _sim({"step twice"}, stage="update"),
+          "the update is twice the reference's: optimizer.step() runs twice in one call. Call it once, after the "
+          "clipping. ({call})"),
+    Entry("hard-coded clip_norm", "gradients clipped to a fixed norm (1.0) instead of the clip_norm argument",
+          _sim({"clip 1.0"}, _clip_not_one, "update"),
+          "the gradients are clipped to a norm of 1.0, not to the clip_norm argument: pass clip_norm on, "
+          "nn.utils.clip_grad_norm_(model.parameters(), clip_norm). ({call})"),
+    Entry("each parameter clipped separately",
+          "clip_grad_norm_ applied to each parameter on its own, not to one global norm",
+          _sim({"clip each"}, _clip_not_one, "update"),
+          "each parameter's gradient is clipped to clip_norm on its own; clip_norm bounds the norm of all the "
+          "gradients together (one global norm, one common factor, so the update keeps its direction): call "
+          "nn.utils.clip_grad_norm_(model.parameters(), clip_norm) once, on all the parameters. ({call})"),
+    Entry("backward on a rescaled loss", "backward() on the loss divided by B while the loss itself is returned",
+          _sim({"loss / B"}, stage="update"),
+          "the update is the one of (loss / B).backward() with B the batch size: the returned loss is right, but the "
+          "gradient comes from another number. The loss is already a mean over the real tokens: call loss.backward() "
+          "on it as it is. ({call})"),
+    # no clipping in the update (stage "no clip"): the gradients left at norm clip_norm tell a clipping
+    # after the step
+    Entry("clipping after the step", "gradients clipped after the optimizer step",
+          _sim({"no clip"}, lambda c: c.s.clip is not None and c.clipped_after, "no clip"),
+          "the gradients are clipped after optimizer.step() ({call}): the update has already used the unclipped "
+          "ones. Clip between loss.backward() and optimizer.step()."),
+    Entry("clipping missing", "no gradient clipping", _sim({"no clip"}, lambda c: c.s.clip is not None, "no clip"),
+          "the gradients are not clipped ({call}; clip_norm={clip} is below their norm): call "
+          "nn.utils.clip_grad_norm_(model.parameters(), clip_norm) after loss.backward() and before "
+          "optimizer.step()."),
+    Entry("clip_grad_value_ instead of clip_grad_norm_", "values clipped instead of the norm",
+          _sim({"clip value"}, lambda c: c.s.clip is not None, "clip value"),
+          "you clip each gradient entry (clip_grad_value_); clip_norm is a bound on the global norm of all gradients "
+          "together: nn.utils.clip_grad_norm_(model.parameters(), clip_norm). ({call})"),
+    Entry("only some parameters clipped", "clip_grad_norm_ over a part of the model only (model.encoder.parameters())",
+          Output(_partial_clipping, "partial"),
+          "your clipping covers only part of the model ({call}): the gradients of {scaled} were scaled to norm "
+          "clip_norm={clip:g} on their own, and those of {kept} were left as they were. clip_norm bounds the norm of "
+          "all the gradients together: nn.utils.clip_grad_norm_(model.parameters(), clip_norm)."),
+    Entry("update scaled", "the update has the reference's direction but another size (no catalogued cause matches)",
+          Output(_update_scaled, "scaled"),
+          "after {call}, the update points the right way but is {ratio:.3g} times the reference's: the order of the "
+          "calls may be right, the size of the step is not. Check that the loss you call backward() on is the one "
+          "you return, that clip_norm is passed on (one global norm over all the parameters) and that "
+          "optimizer.step() runs once."),
+    Entry("values differ", None, Output(lambda c: dict(diff=float((c.params - c.exp_params).abs().max())),
+                                        "update differs"),
+          "after {call}, the parameters differ from the reference's by up to {diff:.3g}, yet the loss is right: check "
+          "the order zero_grad, forward, loss, backward, clip, optimizer.step, scheduler.step."),
+    # no update on the first case: did any gradient reach the model's output? (stage "graph cut")
+    Entry("detached from the graph", None, Output(lambda c: c.outputs and not c.reached, "graph cut"),
+          "no gradient reached the model ({words}): the logits were cut from the graph before the loss (.detach(), "
+          ".data, torch.no_grad(), or a copy made trainable with .requires_grad_()), so backward() stops at the "
+          "copy, the parameters get no gradient and optimizer.step() changes nothing. Compute the loss from "
+          "model(...)'s output directly."),
+    # a failed check of a train_step that calls the student's own masked_cross_entropy (stage "helper")
+    Entry("calls a failing loss", "train_step calls the student's masked_cross_entropy, which fails its own check",
+          Output(lambda c: c.why is not None, "helper"),
+          "it calls your masked_cross_entropy, which has not passed its check ({why}): the loss it gets is wrong, so "
+          "this check cannot tell whether train_step itself is right. Fix masked_cross_entropy first (its check cell "
+          "says more), or continue with the reference: run `from course_utils import masked_cross_entropy`, then "
+          "the cell that defines train_step, then this check again."),
+])
+
+
 def _blame_the_loss(fn: Callable[..., Any]) -> None:
     """A train_step that failed and calls the student's own masked_cross_entropy: when that
     one fails its own check, the wrong loss is its fault, whatever train_step does."""
     why = own_helper_failure(fn, "masked_cross_entropy", masked_cross_entropy, check_masked_cross_entropy)
-    if why is None:
-        return
-    fail(f"it calls your masked_cross_entropy, which has not passed its check ({why}): the loss it gets is wrong, "
-         "so this check cannot tell whether train_step itself is right. Fix masked_cross_entropy first (its check "
-         "cell says more), or continue with the reference: run `from course_utils import masked_cross_entropy`, "
-         "then the cell that defines train_step, then this check again.", mistake="calls a failing loss")
+    TRAIN_STEP.detect("helper", SimpleNamespace(why=why), why=why)
 
 
 @checker("train_step")
@@ -1423,7 +1519,7 @@ def _check_each_case(fn: Callable[..., Any]) -> None:
             raise
 
 
-CATALOGUES = (SHIFT, MCE, NOAM)
+CATALOGUES = (SHIFT, MCE, NOAM, TRAIN_STEP)
 MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
