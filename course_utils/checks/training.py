@@ -1,6 +1,7 @@
 """Checkers for notebook 07 (training): ``shift_targets``, ``masked_cross_entropy``,
-``noam_lr`` and ``train_step``. docs/course-contract.md says what each verifies;
-``_mistakes.py`` holds every mistake name.
+``noam_lr`` and ``train_step``. docs/course-contract.md says what each verifies; each
+exercise's mistakes are one catalogue table (``SHIFT``, ``MCE``, ``NOAM``, ``TRAIN_STEP``), in
+the order they are tried.
 
 ``shift_targets``: random targets with trailing padding (``B != L_tgt``), compared exactly
 with ``(tgt[:, :-1], tgt[:, 1:])``.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import math
 import warnings
 from collections.abc import Callable, Iterator
@@ -45,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._validate import names_used
 from ..data import collate
 from ..model import Transformer, make_tgt_mask
 from ..training import masked_cross_entropy, noam_lr
@@ -81,6 +84,35 @@ def _ids(shape: tuple[int, ...], vocab: int, avoid: int) -> Tensor:
     """Random ids in ``[0, vocab)`` that are never ``avoid``."""
     ids = torch.randint(0, vocab - 1, shape)
     return ids + (ids >= avoid).long()
+
+
+_LIBRARY_LOSSES = frozenset({"cross_entropy", "CrossEntropyLoss", "masked_cross_entropy"})
+
+
+def _loss_by_hand(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` (with the functions of its own module it calls or closes over) computes the
+    cross-entropy itself, without a library loss that takes label_smoothing (whose argument is then
+    the one to pass on)."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    stack = [fn]
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        used = names_used(f)
+        names |= used
+        known = getattr(f, "__globals__", {})
+        cells = []
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        stack += [g for g in [known.get(n) for n in used] + cells
+                  if inspect.isfunction(g) and g.__module__ == getattr(fn, "__module__", None)]
+    return not names & _LIBRARY_LOSSES
 
 
 def _view_error(exc: BaseException) -> None:
@@ -275,6 +307,7 @@ class _LossCase:
     targets: Tensor  # (B, L)
     pad_id: int
     eps: float
+    by_hand: bool = False  # the loss computed without a library loss (_loss_by_hand)
 
     def __post_init__(self) -> None:
         self.B, self.L, self.V = self.logits.shape
@@ -425,6 +458,13 @@ MCE = Catalogue("masked_cross_entropy", "07", [
     Entry("sum instead of mean", "a sum instead of a mean", _loss(lambda c: c.per_token()[c.real].sum()),
           "your loss is the sum over the target tokens, not their mean: it grows with the batch and with the "
           "lengths, and the learning rate would have to follow. Divide by the number of real tokens."),
+    Entry("summed with the padding",
+          "the loss summed over every position, padding included, instead of averaged over the real tokens",
+          _loss(lambda c: c.per_token().sum()),
+          "your loss is the sum over every position, padding included: the pad positions are not left out and "
+          "nothing is divided, so the loss grows with the batch, the lengths and the padding. Leave the pad "
+          "positions out and average over the real tokens: F.cross_entropy(..., ignore_index=pad_id), with its "
+          "default reduction='mean'."),
     Entry("mean of per-sequence means", "the mean of per-sequence means instead of a mean over tokens",
           _loss(lambda c: ((c.per_token() * c.real).sum(1) / c.real.sum(1)).mean()),
           "you averaged each sequence's tokens, then the sequences: a short sequence's tokens then weigh more than a "
@@ -447,8 +487,14 @@ MCE = Catalogue("masked_cross_entropy", "07", [
     Entry("hard-coded pad id", None, _loss(lambda c: c.ce(ignore_index=0), lambda c: c.pad_id != 0),
           "padding is recognised by the id 0 instead of pad_id (here {pad_id}): real tokens with id 0 are ignored "
           "and the padding is counted. Use the pad_id argument (ignore_index=pad_id)."),
+    # a loss written by hand is told how to add the smoothing term, not to pass an argument on
     Entry("label smoothing ignored", "label_smoothing has no effect",
-          _smoothing(lambda c: c.per_token(e=0.0)[c.real].mean()),
+          _loss(lambda c: c.per_token(e=0.0)[c.real].mean(), lambda c: c.eps > 0 and c.by_hand),
+          "label_smoothing={eps} has no effect: your loss, written by hand, is the one without smoothing (the nll of "
+          "the correct word only). Add the smoothing term: at each position (1 - eps) * nll + eps * "
+          "(-log_probs.mean(dim=-1)), then the mean over the real tokens."),
+    Entry("label smoothing ignored", None,
+          _loss(lambda c: c.per_token(e=0.0)[c.real].mean(), lambda c: c.eps > 0 and not c.by_hand),
           "label_smoothing={eps} has no effect: your loss is the one without smoothing. Pass it on "
           "(F.cross_entropy(..., label_smoothing=label_smoothing))."),
     Entry("label smoothing applied twice", "label smoothing applied twice",
@@ -554,6 +600,7 @@ def _nearest_first(got: Any, mistakes: list[Mistake]) -> list[Mistake]:
 @checker("masked_cross_entropy")
 def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
     require_function(fn, "masked_cross_entropy")
+    by_hand = _loss_by_hand(fn)
     cases = [(randint(1, 9), 0.0, False), (0, round(0.05 * randint(1, 5), 2), True), (randint(1, 9), 0.1, True),
              (randint(1, 9), 0.1, True), (randint(1, 9), 0.1, True)]  # the last two: extreme logits; -inf at a pad
     for i, (pad_id, eps, pass_eps) in enumerate(cases):
@@ -605,7 +652,8 @@ def check_masked_cross_entropy(fn: Callable[..., Any]) -> str:
             # below names it (an error of that size in the value itself shows once the dtype is kept)
             rtol = 4 * torch.finfo(got.dtype).eps
         with torch.no_grad():
-            mistakes = MCE.candidates(_LossCase(logits0, targets0, pad_id, eps), "loss", pad_id=pad_id, eps=eps)
+            mistakes = MCE.candidates(_LossCase(logits0, targets0, pad_id, eps, by_hand), "loss", pad_id=pad_id,
+                                      eps=eps)
             expect_close("the loss", got, expected, _nearest_first(got, mistakes), case=case, rtol=rtol)
         MCE.detect("right value", SimpleNamespace(got=got, dtype=logits.dtype), case=case, dtype=logits.dtype)
     return "mean over the non-pad tokens, pad_id 0 and non-zero, with and without label smoothing"
@@ -798,6 +846,8 @@ def _variant_loss(model: nn.Module, batch: Any, pad_id: int, eps: float, flags: 
     if "whole tgt" in flags:
         logits = logits[:, :-1]  # (B, L_tgt - 1, V)
     V, e = logits.size(-1), 0.0 if "no smoothing" in flags else eps
+    if "sum pad" in flags:  # summed over every position, padding included
+        return F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), label_smoothing=e, reduction="sum")
     if "sum / B" in flags:  # The Annotated Transformer's normalisation: the summed loss over the sentences
         return masked_cross_entropy(logits, tgt_out, pad_id, e) * (tgt_out != pad_id).sum() / tgt_out.size(0)
     if "shifted twice" in flags:  # logits[:, :-1] against tgt_out[:, 1:]: the token two steps ahead
@@ -972,6 +1022,7 @@ class _Call:
     before: Tensor  # (P,) before the call (the reference's)
     exp_params: Tensor  # (P,) the reference's after the call
     dtypes: list[torch.dtype]  # of the tensors backward() ran from (first call only)
+    by_hand: bool = False  # the loss computed without a library loss (_loss_by_hand)
 
     @functools.cached_property
     def factor(self) -> SimpleNamespace | None:
@@ -997,14 +1048,15 @@ _UPDATE_STAGES = ("eval update", "unchanged", "clip 0", "gradients", "update", "
 _SIMULATED = frozenset({"eval update", "clip 0", "update", "no clip", "clip value"})
 
 
-def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool, list]], words: str) -> None:
+def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool, list]], words: str,
+                  by_hand: bool) -> None:
     expected = _simulate(setup, frozenset())
     for i, ((loss, params, grads, training, dtypes), (exp_loss, exp_params)) in enumerate(zip(got, expected)):
         call = f"call {i + 1} of {len(expected)}, {words}"
         TRAIN_STEP.detect("returned", SimpleNamespace(value=loss, expected=exp_loss), call=call)
         value = float(loss)
         before = setup.cache[()][i - 1][1] if i else _flat(setup.model)
-        c = _Call(setup, i, training, grads, params, before, exp_params, dtypes)
+        c = _Call(setup, i, training, grads, params, before, exp_params, dtypes, by_hand)
 
         def loss_of(flags: frozenset[str], i: int = i) -> float | None:
             try:
@@ -1330,13 +1382,23 @@ TRAIN_STEP = Catalogue("train_step", "07", [
           "batch.tgt_out, pad_id, ...) or ignore_index=pad_id). ({call})"),
     Entry("hard-coded pad id", None, _sim({"pad zero"}, lambda c: c.s.pad_id != 0),
           "the loss ignores the id 0 instead of the pad_id argument: use pad_id. ({call})"),
-    Entry("label smoothing not passed", "label_smoothing not passed on", _sim({"no smoothing"}, lambda c: c.s.eps != 0),
+    Entry("label smoothing ignored", None, _sim({"no smoothing"}, lambda c: c.s.eps != 0 and c.by_hand),
+          "your loss, written by hand, leaves label_smoothing out: it is the loss without smoothing. Add the "
+          "smoothing term, (1 - eps) * nll + eps * (-log_probs.mean(dim=-1)) at each real position, or call "
+          "masked_cross_entropy(logits, batch.tgt_out, pad_id, label_smoothing). ({call})"),
+    Entry("label smoothing not passed", "label_smoothing not passed on",
+          _sim({"no smoothing"}, lambda c: c.s.eps != 0 and not c.by_hand),
           "label_smoothing is not passed on to the loss: your loss is the one without smoothing. ({call})"),
     Entry("divided by the batch size", None, _sim({"sum / B"}),
           "your loss is the sum of the token losses divided by the batch size B (The Annotated Transformer's "
           "normalisation, by sentences): it grows with the sentences' lengths, and so does every update. Here the "
           "loss is the mean over the real target tokens (masked_cross_entropy, or the sum divided by their count): "
           "backpropagate that and return it. ({call})"),
+    Entry("summed with the padding", None, _sim({"sum pad"}),
+          "your loss is the sum over every position of batch.tgt_out, padding included (reduction='sum' without "
+          "ignore_index): the pad positions count and the loss grows with the batch and the lengths. The loss is the "
+          "mean over the real target tokens: masked_cross_entropy(logits, batch.tgt_out, pad_id, label_smoothing). "
+          "({call})"),
     Entry("loss after the update returned", "train_step returns the loss recomputed after optimizer.step()",
           _sim({"loss after the update"}),
           "the parameters are updated right, but the loss you return is computed again after optimizer.step(), with "
@@ -1505,6 +1567,7 @@ def check_train_step(fn: Callable[..., Any]) -> str:
 
 
 def _check_each_case(fn: Callable[..., Any]) -> None:
+    by_hand = _loss_by_hand(fn)
     for n, (draw, pass_options, words) in enumerate(_STEP_CASES):
         # a draw's setup is shared with the checks that start from the same random state: the student's
         # calls run on copies, and the simulations cached on it are the same for all
@@ -1512,7 +1575,7 @@ def _check_each_case(fn: Callable[..., Any]) -> None:
         setup = drawn_once(_draw_step_setup, **{**draw, "pad_id": pad_id})
         words = words.format(s=setup)
         try:
-            _compare_step(setup, _run_student(fn, setup, words, pass_options), words)
+            _compare_step(setup, _run_student(fn, setup, words, pass_options), words, by_hand)
         except Failure as f:
             if f.mistake == "no update" and n == 0:
                 _graph_cut(fn, setup, words)
