@@ -1088,8 +1088,8 @@ def _compare_step(setup: _StepSetup, got: Iterator[tuple[Any, Tensor, Any, bool,
                     fail(diagnosis, mistake=name)
 
 
-# train_step: probes the simulated variants cannot name (the update is a scalar multiple of the
-# loss's gradients, a graph cut before the loss, an argument given to scheduler.step)
+# train_step: what the simulated variants cannot name (the update is a scalar multiple of the loss's
+# gradients, a part of the model clipped on its own, a graph cut before the loss)
 _FAR_ABOVE = 1e4  # a clip_norm no gradient of these small models reaches: clipping must change nothing
 
 
