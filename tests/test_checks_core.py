@@ -475,7 +475,6 @@ def _generated_names():
     """Every name of the generated catalogues (blocks, stacks, tables) of the checkers not yet
     written as a catalogue table (those are read from the tables themselves)."""
     from course_utils.checks import decoder, encoder
-    from course_utils.checks import training as training_checks
     from course_utils.checks._blocks import catalogue, stack_mistakes
 
     names = set()
@@ -486,7 +485,6 @@ def _generated_names():
         for norm_first in (False, True):
             for present in [set(), *({m} for m in stack.masks), set(stack.masks)]:
                 names |= {name for name, _, _ in stack_mistakes(stack, norm_first, present, None, 6, memory)}
-    names |= {name for name, _, _ in training_checks._LOSS_MISTAKES + training_checks._UPDATE_MISTAKES}
     return names
 
 

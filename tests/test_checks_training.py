@@ -320,6 +320,28 @@ def test_masked_cross_entropy_new_diagnoses_are_the_same_on_every_draw(fn, mista
     assert_mistake(check_masked_cross_entropy, fn, mistake, *words, repeat=SEEDS)
 
 
+# issue 24, item 6: a hand-written loss that ignores label_smoothing (trial 07w7) is told how to add the
+# term, not to pass an argument it has nowhere to pass; a sum over every position, padding included
+def ce_by_hand_without_smoothing(logits, targets, pad_id, label_smoothing=0.0):
+    logp = logits.log_softmax(dim=-1)  # (B, L, V)
+    nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+    return nll[targets != pad_id].mean()
+
+
+def ce_summed_with_padding(logits, targets, pad_id, label_smoothing=0.0):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), label_smoothing=label_smoothing,
+                           reduction="sum")
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (ce_by_hand_without_smoothing, "label smoothing ignored", ["written by hand", "eps * (-log_probs.mean(dim=-1))"]),
+    (ce_summed_with_padding, "summed with the padding", ["every position, padding included", "ignore_index=pad_id"]),
+])
+def test_masked_cross_entropy_item_6_verdicts_are_named_on_every_draw(fn, mistake, words):
+    assert_mistake(check_masked_cross_entropy, fn, mistake, *words, repeat=SEEDS)
+
+
 def smoothed_by_hand(bug=None):
     """Trial D's label smoothing written by hand; ``bug``: one weight or one average wrong."""
 
@@ -940,6 +962,33 @@ def test_model_train_after_the_forward_is_too_late():
     # seed 3307056382: the loss came out the same in eval and train mode, and only the update told it
     assert_mistake(check_train_step, trial_step("right", late), "model.train() too late", "too late",
                    "before the forward pass", repeat=(3307056382,))
+
+
+def step_loss_by_hand(loss):
+    """The trial's train_step with its loss written out, ``loss`` from the log-probabilities and the
+    nll (issue 24, item 6)."""
+    lines = ("    logp = out.log_softmax(dim=-1)  # (B, L, V)\n"
+             "    nll = -logp.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, L)\n"
+             f"    loss = {loss}\n")
+    return trial_step("right", TRIAL_STEP.replace(
+        "    loss = masked_cross_entropy(out, batch.tgt_out, pad_id, label_smoothing=label_smoothing)\n", lines))
+
+
+SMOOTHED = "((1 - label_smoothing) * nll - label_smoothing * logp.mean(-1))"
+
+
+def test_a_train_step_with_its_loss_written_out_passes():
+    assert_passes(check_train_step, step_loss_by_hand(f"{SMOOTHED}[batch.tgt_out != pad_id].mean()"),
+                  repeat=STEP_SEEDS[::SEEDS - 1])
+
+
+@pytest.mark.parametrize("fn, mistake, words", [
+    (step_loss_by_hand("nll[batch.tgt_out != pad_id].mean()"), "label smoothing ignored",  # trial 07w7
+     ["written by hand", "eps * (-log_probs.mean(dim=-1))"]),
+    (step_loss_by_hand(f"{SMOOTHED}.sum()"), "summed with the padding", ["every position", "padding"]),
+])
+def test_train_step_item_6_verdicts_are_named_on_every_draw(fn, mistake, words):
+    assert_mistake(check_train_step, fn, mistake, *words, repeat=STEP_SEEDS)
 
 
 def test_a_scheduler_stepped_only_when_clipping_is_not_stepped():
