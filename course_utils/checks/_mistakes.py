@@ -42,13 +42,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "final norm before the layers": "a pre-norm stack's final norm applied to its input, before the first layer",
     "layer arguments swapped": "a stack builds its layers with d_ff where num_heads goes (positional arguments out of order)",  # noqa: E501
     # masks
-    "extra head axis": "a mask with a head axis the contract does not have",
-    "| instead of &": "causal and padding masks combined with | instead of &",
-    "padding on the query axis": "the padding mask is laid along the query axis",
-    "padding on both axes": "the target mask blocks the padding positions' rows (queries) as well as their keys",
-    "padding folded over the batch": "one (L, L) target mask whose padding part is folded over the batch (.all(0), .any(0))",  # noqa: E501
-    "causal only": "the target mask has the causal part but not the padding part",
-    "padding only": "the target mask has the padding part but not the causal part",
     "no causal mask": "the decoder's self-attention gets no causal mask",
     "mask not broadcast over D": "the pooling mask is not broadcast over the features",
     # attention (01, 02)
@@ -361,7 +354,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "classified every position": "logits for every position instead of one per sequence",
     "classifier layer missing": "no classification layer",
     "padding mask not passed": "the padding mask is not passed to the encoder",
-    "causal mask in the encoder": "the encoder's mask is causal as well as padding (the encoder reads the whole input)",
     # notebook 10: the modern decoder
     "mean subtracted": "RMSNorm with the mean subtracted (LayerNorm without its bias, or dividing by the std)",
     "no square root": "RMSNorm divides by the mean square, not its square root",

@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -49,7 +50,6 @@ from ..positional import sinusoidal_positional_encoding
 from ._blocks import P_PROBE, check_dropout
 from ._core import (
     Failure,
-    Mistake,
     StudentError,
     allclose,
     call_student,
@@ -75,6 +75,7 @@ from ._core import (
 )
 from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
 from .attention import causal_mask_candidates, compare_mask, padding_shape_diagnosis
+from .catalogue import Catalogue, Entry, Output, Probe, Reference
 from .decoder import trailing_padding
 
 __all__ = ["check_transformer", "check_make_src_mask", "check_make_tgt_mask", "check_greedy_decode"]
@@ -108,27 +109,171 @@ def _mask_cases(fn: Callable[..., Any], name: str, arg: str) -> Any:
         yield B, L, pad_id, tokens, case, got
 
 
-def _padding_mistakes(tokens: Tensor, pad_id: int) -> list[Mistake]:
-    """Wrong padding parts ``(B, 1, L)``, their words to follow "your mask" (``make_src_mask``)
-    or "the padding part of your mask" (``make_tgt_mask``)."""
+# ---------------------------------------------------------------- the masks' tables
+def _padding_wrong(c: Any) -> dict[str, list[tuple[dict[str, Any], Tensor]]]:
+    """The wrong padding parts of the case's ``tokens``, by name, each ``(fields, mask (B, 1, L))``."""
+    tokens, pad_id = c.tokens, c.pad_id
     n_real = (tokens != pad_id).sum(1, keepdim=True)  # (B, 1)
     first_n = torch.arange(tokens.size(1)) < n_real  # (B, L): what a length-based code builds
-    out: list[Mistake] = [
-        ("inverted mask", "is inverted: True at the padding, False at the real tokens. True must mark the real "
-         "tokens (a key that may be attended to): compare with !=, not ==.", tokens == pad_id),
-        ("assumed trailing padding", "treats the first n tokens of each row as real (n = its number of real "
-         "tokens), which is right only when the padding is at the end. Read the ids instead: tokens != pad_id.",
-         first_n),
-    ]
     below = sorted(set(tokens[tokens < pad_id].tolist()))  # real ids smaller than pad_id
-    if below:
-        out.append(("ids below pad_id as padding", f"marks the real tokens with ids smaller than pad_id ({below}) "
-                    "as padding too: `tokens > pad_id` assumes pad_id is the smallest id. Compare for inequality: "
-                    "tokens != pad_id.", tokens > pad_id))
-    if pad_id != 0:
-        out.append(("hard-coded pad id", f"compares with 0 instead of pad_id (here {pad_id}): real tokens with id 0 "
-                    "are blocked and the padding is not. Use the pad_id argument.", tokens != 0))
-    return [(name, words, mask.unsqueeze(1)) for name, words, mask in out]  # (B, 1, L)
+    return {
+        "inverted mask": [({}, (tokens == pad_id).unsqueeze(1))],
+        "assumed trailing padding": [({}, first_n.unsqueeze(1))],
+        "ids below pad_id as padding": [(dict(below=below), (tokens > pad_id).unsqueeze(1))] if below else [],
+        "hard-coded pad id": [({}, (tokens != 0).unsqueeze(1))] if pad_id != 0 else [],
+    }
+
+
+# the padding part wrong, in the order tried; {whose}: "your mask" (make_src_mask) or "the padding part of your
+# mask" (make_tgt_mask, where the wrong part is combined with the causal mask)
+_PADDING_WORDS = {
+    "inverted mask": "{whose} is inverted: True at the padding, False at the real tokens. True must mark the real "
+    "tokens (a key that may be attended to): compare with !=, not ==.",
+    "assumed trailing padding": "{whose} treats the first n tokens of each row as real (n = its number of real "
+    "tokens), which is right only when the padding is at the end. Read the ids instead: tokens != pad_id.",
+    "ids below pad_id as padding": "{whose} marks the real tokens with ids smaller than pad_id ({below}) as padding "
+    "too: `tokens > pad_id` assumes pad_id is the smallest id. Compare for inequality: tokens != pad_id.",
+    "hard-coded pad id": "{whose} compares with 0 instead of pad_id (here {pad_id}): real tokens with id 0 are "
+    "blocked and the padding is not. Use the pad_id argument.",
+}
+
+
+def _padding_entries(causal: bool) -> list[Entry]:
+    """The padding part's mistakes, alone (``make_src_mask``) or ``& causal`` (``make_tgt_mask``)."""
+    def build(name: str) -> Reference:
+        return Reference(lambda c: [(f, m & c.causal if causal else m) for f, m in _padding_wrong(c)[name]])
+    return [Entry(name, None, build(name), words) for name, words in _PADDING_WORDS.items()]
+
+
+# what compare_mask (notebook 01's, shared by every mask check) reports, before and after the catalogued patterns
+_MASK_TYPE = [Entry(name, None, Probe("compare_mask")) for name in ("not a tensor", "wrong device")]
+_MASK_FORM = [Entry(name, None, Probe("compare_mask")) for name in ("wrong shape", "additive float mask")]
+_MASK_LAST = [Entry(name, None, Probe("compare_mask")) for name in ("not a bool mask", "values differ")]
+
+
+def _shaped(shape: Callable[[Any], tuple[int, ...]]) -> Callable[[Any], bool]:
+    """A test that the student's mask ``m.got`` has ``shape(m)``."""
+    return lambda m: tuple(m.got.shape) == shape(m)
+
+
+SRC_MASK = Catalogue("make_src_mask", "06", [
+    Entry("not a function", None, Probe("require_function")),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    *_MASK_TYPE,
+    # another shape than (B, 1, L_src) (stage "head axis", then "square": a (B, L_src, L_src) mask)
+    Entry("extra head axis", "a mask with a head axis the contract does not have",
+          Output(_shaped(lambda m: (m.B, 1, 1, m.L)), "head axis"),
+          "{what} has shape {shape} = (B, 1, 1, L_src): an extra head axis (the Annotated Transformer's and Hugging "
+          "Face's habit). This course's source mask is (B, 1, L_src) = ({B}, 1, {L}): padding_mask(src, pad_id), or "
+          "(src != pad_id).unsqueeze(1). MultiHeadAttention adds the head axis itself."),
+    Entry("causal mask in the encoder",
+          "the encoder's mask is causal as well as padding (the encoder reads the whole input)",
+          Reference(lambda c: [({}, c.pad & causal_mask(c.L))], "square"),
+          "the source mask is causal as well as padding: each source token would see only the tokens before it. The "
+          "encoder reads the whole source at once, so the source mask blocks the padding only: padding_mask(src, "
+          "pad_id), shape (B, 1, L_src)."),
+    Entry("padding on both axes", "the target mask blocks the padding positions' rows (queries) as well as their keys",
+          Reference(lambda c: [({}, c.pad & c.pad.transpose(1, 2))], "square"),
+          "the source mask blocks the padding on both axes, the padding keys (columns) and the padding positions' own "
+          "rows (queries). Block the keys only: padding_mask(src, pad_id), shape (B, 1, L_src)."),
+    Entry("wrong shape", None, Output(_shaped(lambda m: (m.B, m.L, m.L)), "square"),
+          "{what} has shape {shape} = (B, L_src, L_src), expected (B, 1, L_src) = ({B}, 1, {L}): the source mask has "
+          "a query axis of size 1, which broadcasts over whatever queries read the source: the encoder's L_src and "
+          "the decoder's cross-attention's L_tgt. Build it from the keys only: (src != pad_id).unsqueeze(1)."),
+    *(Entry(name, None, Probe("padding_shape_diagnosis")) for name in ("missing query axis", "wrong axis")),
+    *_MASK_FORM,
+    # the pattern (read as bool) is one of these, in this order
+    *_padding_entries(causal=False),
+    *_MASK_LAST,
+    Entry("wrong device", None, Probe("check_input_device")),
+])
+
+_CAUSAL_ONLY = ("the mask is only causal: padding keys are not blocked. Combine the causal mask with the padding "
+                "mask: padding_mask(tgt, pad_id) & causal_mask(L).")
+_PADDING_ONLY = ("the mask only blocks padding: nothing stops a position from looking at later (future) tokens. "
+                 "Combine the padding mask with causal_mask(L) using &.")
+_CAUSAL_PARTS = ("upper triangle", "inverted mask", "diagonal excluded")  # causal_mask_candidates' names, in order
+
+
+def _causal_part(name: str, stage: str, padded: bool) -> Reference:
+    """causal_mask's wrong mask ``name`` (its words the field ``words``), with the padding part (``padded``)."""
+    return Reference(lambda c: [(dict(words=words), c.pad & wrong if padded else wrong)
+                                for n, words, wrong in causal_mask_candidates(c.L) if n == name], stage)
+
+
+TGT_MASK = Catalogue("make_tgt_mask", "06", [
+    Entry("not a function", None, Probe("require_function")),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    # trailing padding gives padding on the query axis and on both axes the same mask: the rows reversed tell
+    Entry("padding on both axes", None, Output(lambda c: matches(c.got, c.pad & c.pad.transpose(1, 2) & c.causal),
+                                               "rows reversed"),
+          "the mask ({case}) blocks the padding on both axes: the padding keys (columns), as it should, and also the "
+          "padding positions' own rows (queries), which then may attend to no key at all. Block the keys only: "
+          "padding_mask(tgt, pad_id), shape (B, 1, L), & causal_mask(L); the loss ignores the padding positions' "
+          "outputs anyway."),
+    *_MASK_TYPE,
+    # another shape than (B, L, L): one (L, L) pattern for the batch (stages "folded", "square"), ...
+    Entry("padding folded over the batch",
+          "one (L, L) target mask whose padding part is folded over the batch (.all(0), .any(0))",
+          Output(lambda m: _folded(m.fn, m.tgt, m.pad_id, m.square), "folded"),
+          "{what} has shape {shape}, expected (B, L, L) = ({B}, {L}, {L}): the padding of the whole batch is folded "
+          "into one (L, L) pattern ({how}), so each sequence's own padding is not blocked. Keep the batch axis: "
+          "padding_mask(tgt, pad_id) is (B, 1, L), and & with causal_mask(L), (L, L), broadcasts to (B, L, L)."),
+    Entry("causal only", "the target mask has the causal part but not the padding part",
+          Reference(lambda c: [({}, c.causal)], "square"), _CAUSAL_ONLY),
+    *(Entry(name, None, _causal_part(name, "square", padded=False),
+            "the causal part is wrong: {words} And it has no batch axis, so no sequence's padding is blocked: combine "
+            "it with padding_mask(tgt, pad_id) using &.") for name in _CAUSAL_PARTS),
+    Entry("wrong shape", None, Output(lambda m: True, "square"),
+          "{what} has shape {shape}, expected (B, L, L) = ({B}, {L}, {L}): one (L, L) pattern for every sequence "
+          "cannot block each sequence's own padding. Combine the padding mask (B, 1, L) with the causal mask (L, L) "
+          "using &: broadcasting gives (B, L, L)."),
+    # ... a head axis, or no query axis
+    Entry("extra head axis", None, Output(_shaped(lambda m: (m.B, 1, m.L, m.L)), "head axis"),
+          "{what}: the mask has an extra head axis, {shape} = (B, 1, L, L); the exercise's shape is (B, L_tgt, L_tgt) "
+          "(MultiHeadAttention adds the head axis itself)."),
+    Entry("padding only", "the target mask has the padding part but not the causal part",
+          Reference(lambda c: [({}, c.pad)], "other shape"), _PADDING_ONLY),
+    Entry("inverted mask", None, Reference(lambda c: [({}, ~c.pad)], "other shape"),
+          "the mask is inverted (True at the padding; True means 'may attend') and only blocks padding, nothing in "
+          "the future: padding_mask(tgt, pad_id) & causal_mask(L)."),
+    Entry("padding on the query axis", "the padding mask is laid along the query axis",
+          Reference(lambda c: [({}, c.pad.transpose(1, 2))], "other shape"),
+          "the padding is laid along the query axis, (B, L, 1), and nothing blocks the future: padding *keys* must be "
+          "blocked for every query, so use the (B, 1, L) padding mask (unsqueeze(1)) and & it with causal_mask(L)."),
+    Entry("wrong shape", None, Output(lambda m: tuple(m.got.shape) in ((m.B, 1, m.L), (m.B, m.L)), "other shape"),
+          "{what} has shape {shape}, expected (B, L, L) = ({B}, {L}, {L}): a mask without a query axis gives every "
+          "query the same keys, so it cannot be causal. Combine the padding mask (B, 1, L) with causal_mask(L) using "
+          "&: broadcasting gives (B, L, L)."),
+    *_MASK_FORM,
+    # the pattern (read as bool) is one of these, in this order
+    Entry("causal only", None, Reference(lambda c: [({}, c.causal.expand(c.B, c.L, c.L))]), _CAUSAL_ONLY),
+    Entry("padding only", None, Reference(lambda c: [({}, c.pad.expand(c.B, c.L, c.L))]), _PADDING_ONLY),
+    *(Entry(name, None, _causal_part(name, "", padded=True), "the causal part is wrong: {words}")
+      for name in _CAUSAL_PARTS),
+    Entry("diagonal shifted", None, Reference(lambda c: [({}, c.pad & torch.ones(c.L, c.L, dtype=torch.bool).tril(1))]),
+          "the causal part is tril(1): each position also sees the next token, the one it has to predict. Query i may "
+          "attend to keys 0..i: torch.tril with the default diagonal=0."),
+    Entry("padding on the query axis", None, Reference(lambda c: [({}, c.pad.transpose(1, 2) & c.causal)]),
+          "the padding is applied on the query axis (rows) instead of the key axis (columns): padding *keys* must be "
+          "blocked for every query, so use the (B, 1, L) padding mask (unsqueeze(1)), not (B, L, 1)."),
+    Entry("| instead of &", "causal and padding masks combined with | instead of &",
+          Reference(lambda c: [({}, c.pad | c.causal)]),
+          "the two masks are combined with | (or): a key is allowed if it is in the past OR real. It must be both: "
+          "use &."),
+    Entry("inverted mask", None, Reference(lambda c: [({}, ~(c.pad & c.causal))]),
+          "the mask is inverted: True means 'may attend'."),
+    *_padding_entries(causal=True),
+    *_MASK_LAST,
+    Entry("wrong device", None, Probe("check_input_device")),
+])
+
+
+def _mask_case(tokens: Tensor, pad_id: int, **more: Any) -> SimpleNamespace:
+    """A mask check's case: the ids, their padding mask (B, 1, L) and causal mask (L, L)."""
+    B, L = tokens.shape
+    return SimpleNamespace(tokens=tokens, pad_id=pad_id, B=B, L=L, pad=padding_mask(tokens, pad_id),
+                           causal=causal_mask(L), **more)
 
 
 # ---------------------------------------------------------------- make_src_mask
@@ -137,7 +282,7 @@ def _pattern(got: Tensor) -> Tensor:
     return got if got.dtype == torch.bool else got != 0
 
 
-def _named_by_shape(what: str, got: Tensor, candidates: list[Mistake]) -> None:
+def _named_by_shape(what: str, got: Tensor, candidates: list[tuple[str, str, Tensor]]) -> None:
     """A mask of another shape than the contract's named by the first candidate of its shape and pattern."""
     pattern = _pattern(got)
     for name, words, candidate in candidates:
@@ -149,29 +294,16 @@ def _src_shape(src: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
     """What a source mask of the wrong shape is: a head axis (the Annotated Transformer's
     ``(B, 1, 1, L)``), a full ``(B, L, L)`` (causal, padding on both axes or copied over the
     queries), else ``check_padding_mask``'s words for ``(B, L)`` and ``(B, L, 1)``."""
-    B, L = src.shape
-    pad = padding_mask(src, pad_id)  # (B, 1, L)
+    c = _mask_case(src, pad_id)
 
     def diagnose(got: Tensor) -> None:
-        if tuple(got.shape) == (B, 1, 1, L):
-            fail(f"{what} has shape {describe_shape(got)} = (B, 1, 1, L_src): an extra head axis (the Annotated "
-                 "Transformer's and Hugging Face's habit). This course's source mask is (B, 1, L_src) = "
-                 f"({B}, 1, {L}): padding_mask(src, pad_id), or (src != pad_id).unsqueeze(1). MultiHeadAttention "
-                 "adds the head axis itself.", mistake="extra head axis")
-        if tuple(got.shape) == (B, L, L):
-            _named_by_shape(what, got, [
-                ("causal mask in the encoder", "the source mask is causal as well as padding: each source token "
-                 "would see only the tokens before it. The encoder reads the whole source at once, so the source "
-                 "mask blocks the padding only: padding_mask(src, pad_id), shape (B, 1, L_src).", pad & causal_mask(L)),
-                ("padding on both axes", "the source mask blocks the padding on both axes, the padding keys "
-                 "(columns) and the padding positions' own rows (queries). Block the keys only: "
-                 "padding_mask(src, pad_id), shape (B, 1, L_src).", pad & pad.transpose(1, 2)),
-            ])
-            fail(f"{what} has shape {describe_shape(got)} = (B, L_src, L_src), expected (B, 1, L_src) = ({B}, 1, "
-                 f"{L}): the source mask has a query axis of size 1, which broadcasts over whatever queries read "
-                 "the source: the encoder's L_src and the decoder's cross-attention's L_tgt. Build it from the "
-                 "keys only: (src != pad_id).unsqueeze(1).", mistake="wrong shape")
-        padding_shape_diagnosis(B, L, what)(got)  # the same words as check_padding_mask
+        m = SimpleNamespace(got=got, B=c.B, L=c.L)
+        fields = dict(what=what, shape=describe_shape(got), B=c.B, L=c.L)
+        SRC_MASK.detect("head axis", m, **fields)
+        if tuple(got.shape) == (c.B, c.L, c.L):
+            _named_by_shape(what, got, SRC_MASK.candidates(c, "square", **fields))
+        SRC_MASK.detect("square", m, **fields)
+        padding_shape_diagnosis(c.B, c.L, what)(got)  # the same words as check_padding_mask
 
     return diagnose
 
@@ -181,7 +313,7 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_src_mask")
     for B, L, pad_id, src, case, got in _mask_cases(fn, "make_src_mask", "src"):
         expected = padding_mask(src, pad_id)  # (B, 1, L)
-        mistakes = [(name, f"your mask {words}", wrong) for name, words, wrong in _padding_mistakes(src, pad_id)]
+        mistakes = SRC_MASK.candidates(_mask_case(src, pad_id), whose="your mask", pad_id=pad_id)
         what = f"the mask ({case})"
         compare_mask(what, got, expected, mistakes, _src_shape(src, pad_id, what),
                     f"Entry [b, 0, j] is True when token j of row b is a real token (not pad_id = {pad_id}).",
@@ -191,15 +323,9 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
 
 
 # ---------------------------------------------------------------- make_tgt_mask
-_CAUSAL_ONLY = ("the mask is only causal: padding keys are not blocked. Combine the causal mask with the padding "
-                "mask: padding_mask(tgt, pad_id) & causal_mask(L).")
-_PADDING_ONLY = ("the mask only blocks padding: nothing stops a position from looking at later (future) tokens. "
-                 "Combine the padding mask with causal_mask(L) using &.")
-
-
-def _folded(fn: Callable[..., Any], tgt: Tensor, pad_id: int, square: Tensor) -> str | None:
+def _folded(fn: Callable[..., Any], tgt: Tensor, pad_id: int, square: Tensor) -> dict[str, str] | None:
     """How an ``(L, L)`` target mask folded the batch's padding into one pattern (``.all(0)`` or
-    ``.any(0)`` of the padding), or None. Where no key is padding in every sequence, ``.any(0)``
+    ``.any(0)`` of the padding, the field ``how``), or None. Where no key is padding in every sequence, ``.any(0)``
     gives the causal mask alone: the code is then run once more with the last key padding
     in every sequence, so that the name does not depend on the draw."""
     B, L = tgt.shape
@@ -214,7 +340,7 @@ def _folded(fn: Callable[..., Any], tgt: Tensor, pad_id: int, square: Tensor) ->
         folds = {how: getattr(padding_mask(t, pad_id), how)(0) for how in ("all", "any")}  # each (1, L)
         hows = [how for how, fold in folds.items() if not equal(fold & causal, causal) and equal(got, fold & causal)]
         if hows:  # both: these inputs cannot tell them apart
-            return "(tgt != pad_id)" + " or ".join(f".{how}(0)" for how in hows)
+            return dict(how="(tgt != pad_id)" + " or ".join(f".{how}(0)" for how in hows))
     return None
 
 
@@ -222,44 +348,22 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str, fn: Callable[..., Any]) -> C
     """What a target mask of the wrong shape is. Without a batch axis it cannot hold each
     sequence's padding (what it is besides is said first); a head axis is extra; without a
     query axis it cannot be causal."""
-    B, L = tgt.shape
-    pad, causal = padding_mask(tgt, pad_id), causal_mask(L)  # (B, 1, L), (L, L)
+    c = _mask_case(tgt, pad_id)
+    B, L = c.B, c.L
 
     def diagnose(got: Tensor) -> None:
         pattern = _pattern(got)
+        fields = dict(what=what, shape=describe_shape(got), B=B, L=L)
         if got.numel() == L * L and got.dim() >= 2 and all(s == 1 for s in got.shape[:-2]):
             square = pattern.reshape(L, L)  # (L, L): the same for every sequence
-            how = _folded(fn, tgt, pad_id, square)
-            if how:
-                fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): the padding of "
-                     f"the whole batch is folded into one (L, L) pattern ({how}), so each sequence's own padding is "
-                     "not blocked. Keep the batch axis: padding_mask(tgt, pad_id) is (B, 1, L), and & with "
-                     "causal_mask(L), (L, L), broadcasts to (B, L, L).", mistake="padding folded over the batch")
-            _named_by_shape(what, square, [
-                ("causal only", _CAUSAL_ONLY, causal),
-                *[(name, f"the causal part is wrong: {words} And it has no batch axis, so no sequence's padding is "
-                   "blocked: combine it with padding_mask(tgt, pad_id) using &.", wrong)
-                  for name, words, wrong in causal_mask_candidates(L)],
-            ])
-            fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): one (L, L) pattern "
-                 "for every sequence cannot block each sequence's own padding. Combine the padding mask (B, 1, L) "
-                 "with the causal mask (L, L) using &: broadcasting gives (B, L, L).", mistake="wrong shape")
-        if got.dim() == 4 and got.size(1) == 1 and got.shape[2:] == (L, L) and got.size(0) == B:
-            fail(f"{what}: the mask has an extra head axis, {describe_shape(got)} = (B, 1, L, L); the exercise's "
-                 "shape is (B, L_tgt, L_tgt) (MultiHeadAttention adds the head axis itself).",
-                 mistake="extra head axis")
-        _named_by_shape(what, pattern, [
-            ("padding only", _PADDING_ONLY, pad),
-            ("inverted mask", "the mask is inverted (True at the padding; True means 'may attend') and only blocks "
-             "padding, nothing in the future: padding_mask(tgt, pad_id) & causal_mask(L).", ~pad),
-            ("padding on the query axis", "the padding is laid along the query axis, (B, L, 1), and nothing "
-             "blocks the future: padding *keys* must be blocked for every query, so use the (B, 1, L) padding mask "
-             "(unsqueeze(1)) and & it with causal_mask(L).", pad.transpose(1, 2)),
-        ])
-        if tuple(got.shape) in ((B, 1, L), (B, L)):
-            fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): a mask without a "
-                 "query axis gives every query the same keys, so it cannot be causal. Combine the padding mask "
-                 "(B, 1, L) with causal_mask(L) using &: broadcasting gives (B, L, L).", mistake="wrong shape")
+            m = SimpleNamespace(got=got, fn=fn, tgt=tgt, pad_id=pad_id, square=square)
+            TGT_MASK.detect("folded", m, **fields)
+            _named_by_shape(what, square, TGT_MASK.candidates(c, "square", **fields))
+            TGT_MASK.detect("square", m, **fields)
+        m = SimpleNamespace(got=got, B=B, L=L)
+        TGT_MASK.detect("head axis", m, **fields)
+        _named_by_shape(what, pattern, TGT_MASK.candidates(c, "other shape", **fields))
+        TGT_MASK.detect("other shape", m, **fields)
 
     return diagnose
 
@@ -268,29 +372,10 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str, fn: Callable[..., Any]) -> C
 def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_tgt_mask")
     for B, L, pad_id, tgt, case, got in _mask_cases(fn, "make_tgt_mask", "tgt"):
-        pad = padding_mask(tgt, pad_id)  # (B, 1, L) keys that are real
-        causal = causal_mask(L)  # (L, L)
-        expected = pad & causal  # (B, L, L)
-        ones = torch.ones(L, L, dtype=torch.bool)
-        mistakes: list[Mistake] = [
-            ("causal only", _CAUSAL_ONLY, causal.expand(B, L, L)),
-            ("padding only", _PADDING_ONLY, pad.expand(B, L, L)),
-            # the causal part wrong (causal_mask's own words), the padding part right
-            *[(name, f"the causal part is wrong: {words}", pad & wrong)
-              for name, words, wrong in causal_mask_candidates(L)],
-            ("diagonal shifted", "the causal part is tril(1): each position also sees the next token, the one it "
-             "has to predict. Query i may attend to keys 0..i: torch.tril with the default diagonal=0.",
-             pad & ones.tril(1)),
-            ("padding on the query axis", "the padding is applied on the query axis (rows) instead of the key axis "
-             "(columns): padding *keys* must be blocked for every query, so use the (B, 1, L) padding mask "
-             "(unsqueeze(1)), not (B, L, 1).", pad.transpose(1, 2) & causal),
-            ("| instead of &", "the two masks are combined with | (or): a key is allowed if it is in the past OR "
-             "real. It must be both: use &.", pad | causal),
-            ("inverted mask", "the mask is inverted: True means 'may attend'.", ~expected),
-            *[(name, f"the padding part of your mask {words}", wrong & causal)
-              for name, words, wrong in _padding_mistakes(tgt, pad_id)],
-        ]
-        if "at the start" not in case and matches(got, pad.transpose(1, 2) & causal):  # trailing: as both axes
+        c = _mask_case(tgt, pad_id)
+        expected = c.pad & c.causal  # (B, L, L)
+        mistakes = TGT_MASK.candidates(c, whose="the padding part of your mask", pad_id=pad_id)
+        if "at the start" not in case and matches(got, c.pad.transpose(1, 2) & c.causal):  # trailing: as both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         what = f"the mask ({case})"
         compare_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what, fn),
@@ -308,12 +393,7 @@ def _query_axis_or_both(fn: Callable[..., Any], tgt: Tensor, pad_id: int, case: 
     alone and padding on both axes give the same mask: the rows reversed (padding first) part them."""
     flipped = tgt.flip(1)  # (B, L)
     got = call_student(fn, flipped.clone(), pad_id, context=f"calling make_tgt_mask({case}, rows reversed)")
-    pad = padding_mask(flipped, pad_id)  # (B, 1, L)
-    if matches(got, pad & pad.transpose(1, 2) & causal_mask(tgt.size(1))):
-        fail(f"the mask ({case}) blocks the padding on both axes: the padding keys (columns), as it should, and "
-             "also the padding positions' own rows (queries), which then may attend to no key at all. Block the "
-             "keys only: padding_mask(tgt, pad_id), shape (B, 1, L), & causal_mask(L); the loss ignores the "
-             "padding positions' outputs anyway.", mistake="padding on both axes")
+    TGT_MASK.detect("rows reversed", _mask_case(flipped, pad_id, got=got), case=case)
 
 
 # ---------------------------------------------------------------- Transformer
@@ -1721,6 +1801,10 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
     model.eval()
     _restored_after_error(fn, setup)
     return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
+
+
+CATALOGUES = (SRC_MASK, TGT_MASK)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
 # ---------------------------------------------------------------- hints
