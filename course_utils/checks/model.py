@@ -31,13 +31,14 @@ gradient tracking and the encoder's calls; the device is watched once the tokens
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
 import torch
 from torch import Tensor, nn
@@ -75,7 +76,7 @@ from ._core import (
 )
 from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
 from .attention import causal_mask_candidates, compare_mask, padding_shape_diagnosis
-from .catalogue import Catalogue, Entry, Output, Probe, Reference
+from .catalogue import GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Reference
 from .decoder import trailing_padding
 
 __all__ = ["check_transformer", "check_make_src_mask", "check_make_tgt_mask", "check_greedy_decode"]
@@ -455,13 +456,16 @@ def _transformer_variant(
     scale: tuple[float, float] = (0.5, 0.5), pe: tuple[int, int] = (1, 1),
     pe_drop: tuple[str, str] = ("after", "after"), layer_drop: tuple[bool, bool] = (True, True),
     enc_mask: bool = True, cross_mask: bool = True, self_mask: bool = True, part: str = "logits",
-    memory: Tensor | None = None, pe_memory: bool = False, post: str | None = None,
+    memory: Tensor | None = None, pe_memory: bool = False, post: str | None = None, own_causal: bool = False,
 ) -> Tensor:
     """The reference's forward (or ``part="memory"``/``"decoded"``) with optional mistakes:
     embeddings times ``d_model ** scale`` per side, the positional table added ``pe`` times, its
     dropout ``"after"`` adding the table, ``"none"`` or ``"before"``, the layers' dropout
     off, masks left out, softmax or log_softmax on the logits. ``memory`` replaces the
-    encoder's output for ``part="decoded"``; ``pe_memory`` adds the table to it (eval mode)."""
+    encoder's output for ``part="decoded"``; ``pe_memory`` adds the table to it (eval mode);
+    ``own_causal``: a causal mask where ``tgt_mask`` is None."""
+    if own_causal and tgt_mask is None:
+        tgt_mask = causal_mask(tgt.size(1))  # (L_tgt, L_tgt)
 
     def embed(module: nn.Module, tokens: Tensor, side: int) -> Tensor:
         x = module.embedding(tokens) * ref.d_model ** scale[side]  # (B, L, D)
@@ -496,58 +500,45 @@ def _per_side(sides: tuple[int, ...], value: Any, default: Any) -> tuple[Any, An
     return tuple(value if i in sides else default for i in (0, 1))  # type: ignore[return-value]
 
 
-def _transformer_mistakes(part: str, has_src_mask: bool, has_tgt_mask: bool) -> list[tuple[str, str, dict[str, Any]]]:
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    if has_tgt_mask and part != "memory":
-        out.append(("future leaking", "tgt_mask has no effect: every target position sees the later (future) "
-                    "target tokens. Pass tgt_mask on to the decoder's self-attention.", dict(self_mask=False)))
-    if has_src_mask:
-        if part != "memory":
-            out.append(("src_mask not used for cross-attention", "the decoder's cross-attention ignores src_mask, so "
-                        "target positions attend to source padding. Pass src_mask to the decoder as memory_mask.",
-                        dict(cross_mask=False)))
-        if part != "decoded":  # decode gets the reference's memory
-            out.append(("src_mask not used by the encoder", "the encoder ignores src_mask, so source positions "
-                        "attend to padding. Pass src_mask to the encoder.", dict(enc_mask=False)))
-        if part == "logits":
-            out.append(("src_mask not used", "src_mask is not used at all: pass it to the encoder and, as "
-                        "memory_mask, to the decoder's cross-attention.", dict(enc_mask=False, cross_mask=False)))
+def _values(applies: Callable[[Any], bool], fields: dict[str, Any] | None = None, **kw: Any) -> Reference:
+    """The reference run with the mistake ``kw`` (``_transformer_variant``'s keywords) on the cases where it
+    ``applies``: a case ``c`` says which output it compares (``c.part``: ``"memory"``, ``"decoded"`` or
+    ``"logits"``), which masks it passes (``c.src_mask``, ``c.tgt_mask``) and runs the variant (``c.run(kw)``)."""
+    return Reference(lambda c: [(fields or {}, lambda: c.run(kw))] if applies(c) else [], "values")
+
+
+def _embedding_entries() -> list[Entry]:
+    """The embeddings' scale and positional table, wrong on the source, the target or both (the
+    sides the compared output depends on), in this order."""
+    out: list[Entry] = []
     for sides, words in _SIDES.items():
-        if not set(sides) <= set(_PARTS[part]):
-            continue  # encode only embeds the source, decode only the target
+        def on(c: Any, sides: tuple[int, ...] = sides) -> bool:
+            return set(sides) <= set(_PARTS[c.part])  # encode only embeds the source, decode only the target
+
+        first = not out
         out += [
-            ("embeddings not scaled", f"the {words} token embeddings are not multiplied by sqrt(d_model) before "
-             "the positional encoding is added (TokenEmbedding does it).", dict(scale=_per_side(sides, 0.0, 0.5))),
-            ("embeddings scaled twice", f"the {words} token embeddings are multiplied by d_model, not sqrt(d_model): "
-             "TokenEmbedding already scales by sqrt(d_model), so do not multiply its output again.",
-             dict(scale=_per_side(sides, 1.0, 0.5))),
-            ("positional encoding missing", f"no positional encoding is added to the {words} embeddings, so the "
-             "model cannot tell positions apart: pass the embeddings through the PositionalEncoding module.",
-             dict(pe=_per_side(sides, 0, 1))),
-            ("positional encoding added twice", f"the positional table is added twice to the {words} embeddings "
-             "(x + 2 pe): PositionalEncoding adds it once; pass the embeddings through it once, and through no "
-             "second positional module.", dict(pe=_per_side(sides, 2, 1))),
+            Entry("embeddings not scaled", None, _values(on, dict(side=words), scale=_per_side(sides, 0.0, 0.5)),
+                  "the {side} token embeddings are not multiplied by sqrt(d_model) before the positional encoding is "
+                  "added (TokenEmbedding does it)."),
+            Entry("embeddings scaled twice", None, _values(on, dict(side=words), scale=_per_side(sides, 1.0, 0.5)),
+                  "the {side} token embeddings are multiplied by d_model, not sqrt(d_model): TokenEmbedding already "
+                  "scales by sqrt(d_model), so do not multiply its output again."),
+            Entry("positional encoding missing", "no positional encoding is added" if first else None,
+                  _values(on, dict(side=words), pe=_per_side(sides, 0, 1)),
+                  "no positional encoding is added to the {side} embeddings, so the model cannot tell positions apart: "
+                  "pass the embeddings through the PositionalEncoding module."),
+            Entry("positional encoding added twice",
+                  "the positional table added twice (two positional modules, or one called twice)" if first else None,
+                  _values(on, dict(side=words), pe=_per_side(sides, 2, 1)),
+                  "the positional table is added twice to the {side} embeddings (x + 2 pe): PositionalEncoding adds it "
+                  "once; pass the embeddings through it once, and through no second positional module."),
         ]
-    after = ("positional encoding after the encoder", "the positional table is added to the encoder's output, "
-             "not to the source embeddings going in: the encoder's self-attention then cannot tell the positions "
-             "apart. encode is self.encoder(self.positional_encoding(self.src_embedding(src)), src_mask).",
-             dict(pe=(0, 1), pe_memory=True))
-    on_memory = ("positional encoding on the memory", "decode adds the positional table to the memory as well: the "
-                 "encoder's output already carries the source positions (encode added them to the source embeddings); "
-                 "pass memory to the decoder as it is.", dict(pe_memory=True))
-    out += {"memory": [after], "decoded": [on_memory], "logits": [after, on_memory]}[part]
-    if part == "logits":
-        out.append(("missing output projection", "forward returns the decoder output (B, L_tgt, d_model): project "
-                    "it to the target vocabulary with the output projection, nn.Linear(d_model, tgt_vocab_size), "
-                    "to get logits (B, L_tgt, tgt_vocab_size).", dict(part="decoded")))
-        for post, name in (("softmax", "returns probabilities"), ("log_softmax", "returns log-probabilities")):
-            out.append((name, f"forward applies {post} to the logits; return the raw logits (the loss, "
-                        "F.cross_entropy, applies log-softmax itself, and greedy decoding needs no softmax).",
-                        dict(post=post)))
     return out
 
 
 _STACKS = ("the encoder", "the decoder")
+_RAW_LOGITS = ("forward applies {post} to the logits; return the raw logits (the loss, F.cross_entropy, applies "
+               "log-softmax itself, and greedy decoding needs no softmax).")
 _PE_DROP_WORDS = {
     "none": "gets no dropout after the positional table is added (pass the dropout argument on to "
     "PositionalEncoding(d_model, max_len, dropout); a hand-written dropout that keeps with probability p "
@@ -555,13 +546,17 @@ _PE_DROP_WORDS = {
     "before": "gets its dropout before the positional table is added (dropout(x) + pe); the Transformer applies "
     "it to the sum, dropout(x + pe), which PositionalEncoding does",
 }
+_DROPOUT_MEANINGS = {"positional dropout missing": "no dropout after adding the positional table",
+                     "layer dropout missing": "the layers apply no dropout", "dropout missing": None,
+                     "dropout before adding": None}
 
 
-def _dropout_mistakes(part: str) -> list[tuple[str, str, dict[str, Any]]]:
+def _dropout_entries() -> list[Entry]:
     """Each way to leave out or misplace the training-mode dropout of one side, for a probe
-    with ``dropout=P_PROBE`` (every correct dropout then outputs zeros)."""
-    out = []
-    for side in _PARTS[part]:
+    with ``dropout=P_PROBE`` (every correct dropout then outputs zeros): encode's (the source)
+    and decode's (the target), each tried on its own output."""
+    out: list[Entry] = []
+    for side in (0, 1):
         words, stack = ("source", "target")[side], _STACKS[side]
         for mode in ("after", "none", "before"):
             for layers in (True, False):
@@ -574,15 +569,18 @@ def _dropout_mistakes(part: str) -> list[tuple[str, str, dict[str, Any]]]:
                 name = {("none", True): "positional dropout missing", ("after", False): "layer dropout missing",
                         ("none", False): "dropout missing"}.get((mode, layers), "dropout before adding")
                 kw = dict(pe_drop=_per_side((side,), mode, "after"), layer_drop=_per_side((side,), layers, True))
-                out.append((name, "in training mode " + "; and ".join(said) + ".", kw))
+                meaning = _DROPOUT_MEANINGS[name] if side == 0 and not any(e.name == name for e in out) else None
+                out.append(Entry(name, meaning, Reference(lambda c, side=side, kw=kw: [({}, lambda: c.run(kw))]
+                                                          if side in _PARTS[c.part] else [], "dropout"),
+                                 "in training mode " + "; and ".join(said) + "."))
     return out
 
 
-def _require_methods(model: nn.Module) -> None:
+def _missing_method(model: nn.Module) -> dict[str, str] | None:
     for name, sig in (("encode", "encode(src, src_mask)"), ("decode", "decode(tgt, memory, tgt_mask, memory_mask)")):
         if not callable(getattr(model, name, None)):
-            fail(f"your Transformer has no method {sig}; the exercise asks for encode and decode "
-                 "(greedy decoding runs the encoder once and the decoder once per step).", mistake="missing method")
+            return dict(sig=sig)
+    return None
 
 
 # The later cells of notebooks 06 and 07 (and greedy_decode) reach into the model by these names:
@@ -603,25 +601,27 @@ _THREE_MATRICES = (
 )
 
 
-def _require_parts(model: nn.Module) -> None:
-    """The submodule names the notebook gives, which its later cells and greedy_decode use."""
+def _part(model: nn.Module, path: str) -> Any:
+    """``model``'s submodule at the dotted ``path``, or None."""
+    part: Any = model
+    for attr in path.split("."):
+        part = getattr(part, attr, None)
+    return part
+
+
+def _missing_part(model: nn.Module) -> dict[str, str] | None:
+    """The first submodule name the notebook gives (which its later cells and greedy_decode use) that is missing."""
     for path, built in _NAMED_PARTS.items():
-        part: Any = model
-        for attr in path.split("."):
-            part = getattr(part, attr, None)
-        if part is None:
-            fail(f"your Transformer has no `{path}`: the notebook's later cells and greedy_decode use the "
-                 f"submodule names of the exercise (model.output_projection, model.src_embedding.embedding, "
-                 f"model.encoder.layers, ...). Build it as self.{built}.", mistake="missing submodule")
+        if _part(model, path) is None:
+            return dict(path=path, built=built)
+    return None
 
 
 def _student_call(what: str, fn: Callable[..., Any], args: tuple[Any, ...], names: list[str], case: str) -> Any:
     originals = [a.clone() if isinstance(a, Tensor) else a for a in args]
     got = call_student(fn, *args, context=f"calling {what} ({case})")
     check_unchanged(names, args, originals, case)
-    if isinstance(got, (tuple, list)):
-        fail(f"{what} should return one tensor; yours returned a {type(got).__name__} of {len(got)} items ({case}).",
-             mistake="wrong return")
+    TRANSFORMER.detect("return", got, what=what, case=case)
     return got
 
 
@@ -649,42 +649,31 @@ _VOCABULARY_PARTS = (
 )
 
 
-def _vocabulary_sizes(model: nn.Module, ref: Transformer) -> None:
-    """A part sized by the other vocabulary (the checker draws the two sizes different)."""
-    sizes = {"src": ref.src_embedding.embedding.weight.size(0), "tgt": ref.output_projection.weight.size(0)}
-    for path, own, other, counts, mistake in _VOCABULARY_PARTS:
-        part: Any = model
-        for attr in path.split("."):
-            part = getattr(part, attr, None)
-        weight = getattr(part, "weight", None)
-        if isinstance(weight, Tensor) and weight.dim() == 2 and weight.size(0) == sizes[other] \
-                and weight.size(1) == ref.d_model:
-            name = path.split(".")[0]
-            fail(f"your {name} has {sizes[other]} {counts}, the {other}_vocab_size, where it needs {sizes[own]}, the "
-                 f"{own}_vocab_size (this check draws the two vocabularies different): build it as "
-                 f"self.{_NAMED_PARTS[path]}.", mistake=mistake)
+def _sized_by_the_other(c: Any, path: str) -> dict[str, Any] | None:
+    """The part at ``path`` sized by the other vocabulary (the checker draws the two sizes different)."""
+    _, own, other, counts, _ = next(v for v in _VOCABULARY_PARTS if v[0] == path)
+    sizes = {"src": c.ref.src_embedding.embedding.weight.size(0), "tgt": c.ref.output_projection.weight.size(0)}
+    weight = getattr(_part(c.model, path), "weight", None)
+    if isinstance(weight, Tensor) and weight.dim() == 2 and weight.size(0) == sizes[other] \
+            and weight.size(1) == c.ref.d_model:
+        return dict(name=path.split(".")[0], n=sizes[other], counts=counts, other=other, need=sizes[own], own=own,
+                    built=_NAMED_PARTS[path])
+    return None
 
 
-def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> None:
+def _final_norm_fit(model: nn.Module, ref: Transformer, norm_first: bool) -> dict[str, Any] | None:
+    """The stacks whose final norm, added or taken away, makes ``model`` fit the reference, or None."""
     for enc, dec in ((True, True), (True, False), (False, True)):
         with _final_norms(ref, enc, dec):
-            fits = pair_parameters(model, ref, by_structure=True) is not None
-        if not fits:
-            continue
-        which = " and ".join(w for w, on in zip(_STACKS, (enc, dec)) if on)
-        one = enc != dec
-        if norm_first and any(getattr(m, "norm_first", True) is False for m in model.modules()):
-            fail("built with norm_first=True, your model's encoder and decoder are post-norm (their norm_first is "
-                 "False) and have no final norm: pass norm_first on, Encoder(..., norm_first=norm_first) and "
-                 "Decoder(..., norm_first=norm_first).", mistake="norm_first not passed on")
-        if norm_first:
-            fail(f"{which} lack{'s' if one else ''} the final norm: with norm_first=True the stack must end with a "
-                 "LayerNorm (the residual stream is never normalised otherwise). Build Encoder/Decoder with "
-                 "norm_first passed on.", mistake="missing final norm")
-        fail(f"{which} ha{'s' if one else 've'} a final norm with norm_first=False: the Transformer has one only when "
-             "norm_first=True (each post-norm layer already ends with a norm). Build it only `if norm_first`.",
-             mistake="final norm in post-norm")
-    _vocabulary_sizes(model, ref)
+            if pair_parameters(model, ref, by_structure=True) is not None:
+                one = enc != dec
+                return dict(which=" and ".join(w for w, on in zip(_STACKS, (enc, dec)) if on), norm_first=norm_first,
+                            lack="lacks" if one else "lack", have="has" if one else "have")
+    return None
+
+
+def _unpaired(model: nn.Module, ref: Transformer) -> str:
+    """What sets ``model``'s parameter tensors apart from the reference's, in words."""
     theirs = Counter(tuple(p.shape) for _, p in model.named_parameters(remove_duplicate=False))
     ours = Counter(tuple(p.shape) for p in ref.parameters())
     extra, lacking = theirs - ours, ours - theirs
@@ -698,11 +687,17 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
         + ([f"such as {', '.join(alien[:3])}"] if alien else [])
         + ([f"it has fewer of shape {listed(lacking)}"] if lacking else [])
     )
-    fail("your Transformer's parameters do not correspond to the reference's (built with the same arguments): "
-         + (said or "the same shapes, in an order that matches no arrangement of the exercise's parts")
-         + ". The checker pairs them by position and shape, whatever their names, so keep to the exercise's parts: "
-         "two TokenEmbeddings, one PositionalEncoding (no parameters), the Encoder, the Decoder and "
-         "nn.Linear(d_model, tgt_vocab_size).", mistake="parameters differ from the reference")
+    return said or "the same shapes, in an order that matches no arrangement of the exercise's parts"
+
+
+def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> NoReturn:
+    """The student's parameters pair with no arrangement of the reference's: say why."""
+    fit = _final_norm_fit(model, ref, norm_first)
+    if fit:
+        TRANSFORMER.detect("final norm", SimpleNamespace(model=model, **fit), **fit)
+    TRANSFORMER.detect("vocabulary", SimpleNamespace(model=model, ref=ref))
+    TRANSFORMER.detect("structure", True, said=_unpaired(model, ref))
+    raise AssertionError("unreachable: the last entry of the stage always fails")
 
 
 def _is_table(t: Tensor, table: Tensor) -> bool:
@@ -713,58 +708,65 @@ def _is_table(t: Tensor, table: Tensor) -> bool:
     return bool(allclose(rows, table.double(), atol=1e-4))
 
 
+def _learned_table(c: Any) -> dict[str, Any] | None:
+    """The first parameter of a positional table's size (a learned or fixed table made a Parameter)."""
+    for name, p in c.model.named_parameters():
+        if p.dim() >= 2 and p.shape[-1] == c.D and max(p.shape[:-1]) >= _MAX_LEN:
+            return dict(name=name, shape=tuple(p.shape), fixed=_is_table(p, c.table))
+    return None
+
+
+def _plain_table(c: Any) -> dict[str, str] | None:
+    """The positional table kept as a plain tensor attribute (no buffer holds it)."""
+    if any(_is_table(b, c.table) for _, b in c.model.named_buffers()):
+        return None
+    plain = [f"{m_name}.{k}".lstrip(".") for m_name, m in c.model.named_modules() for k, v in vars(m).items()
+             if isinstance(v, Tensor) and _is_table(v, c.table)]
+    return dict(name=plain[0]) if plain else None
+
+
 def _check_state(model: nn.Module, D: int) -> None:
     """The positional table: a buffer, neither learned nor a parameter nor a plain attribute."""
-    table = sinusoidal_positional_encoding(_MAX_LEN, D)  # (max_len, D)
-    for name, p in model.named_parameters():
-        if p.dim() >= 2 and p.shape[-1] == D and max(p.shape[:-1]) >= _MAX_LEN:
-            if _is_table(p, table):
-                fail(f"the positional table `{name}` is an nn.Parameter: it is fixed, not learned, so register it "
-                     "with self.register_buffer('pe', table) (a buffer moves with .to(device) and is saved, but the "
-                     "optimizer never sees it).", mistake="pe is a Parameter")
-            fail(f"`{name}` {tuple(p.shape)} is a learned positional table: the Transformer adds the fixed sinusoidal "
-                 "table instead (PositionalEncoding, whose `pe` is a buffer, not a parameter).",
-                 mistake="learned positions")
-    if any(_is_table(b, table) for _, b in model.named_buffers()):
-        return
-    plain = [f"{m_name}.{k}".lstrip(".") for m_name, m in model.named_modules() for k, v in vars(m).items()
-             if isinstance(v, Tensor) and _is_table(v, table)]
-    if plain:
-        fail(f"the positional table `{plain[0]}` is a plain tensor attribute: model.to(device) would leave it behind "
-             "and state_dict() would not save it. Register it with self.register_buffer('pe', table).",
-             mistake="pe not a buffer")
+    TRANSFORMER.detect("state", SimpleNamespace(model=model, D=D, table=sinusoidal_positional_encoding(_MAX_LEN, D)))
 
 
-def _check_init(model: nn.Module, ref: Transformer, pairs: list[tuple[Tensor, Tensor]]) -> None:
-    """Right after construction: Xavier-uniform matrices, LayerNorm scales 1 and shifts 0."""
-    s_names = {id(p): n for n, p in reversed(list(model.named_parameters(remove_duplicate=False)))}
-    norms = {id(m.weight): 1.0 for m in ref.modules() if isinstance(m, LayerNorm)}
-    norms.update({id(m.bias): 0.0 for m in ref.modules() if isinstance(m, LayerNorm)})
+def _not_xavier(c: Any) -> dict[str, Any] | None:
+    """The matrices that are not Xavier-uniform right after construction, the first in numbers."""
     wrong = []
-    for sp, rp in pairs:
+    for sp, rp in c.pairs:
         if rp.dim() > 1:
             fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(rp)
             u = sp.detach().double() / math.sqrt(6.0 / (fan_in + fan_out))  # Xavier-uniform: U(-1, 1)
             # U(-1, 1) has mean square 1/3; with >= 441 entries its estimate is within 0.1 by > 7 sd
             if float(u.abs().max()) > 1 + 1e-5 or abs(float(u.pow(2).mean()) - 1 / 3) > 0.1:
-                wrong.append((s_names[id(sp)], sp, math.sqrt(6.0 / (fan_in + fan_out))))
-    if wrong:
-        name, p, bound = wrong[0]
-        fail(f"right after construction, {len(wrong)} of the {sum(rp.dim() > 1 for _, rp in pairs)} weight matrices "
-             f"are not Xavier-uniform; `{name}` {tuple(p.shape)} has values up to {float(p.detach().abs().max()):.3g} "
-             f"in size (root mean square {float(p.detach().pow(2).mean().sqrt()):.3g}), where xavier_uniform_ draws "
-             f"uniformly from +-{bound:.3g} (root mean square {bound / math.sqrt(3):.3g}). After building the "
-             "submodules, re-initialise every parameter with more than one dimension: `for p in self.parameters(): "
-             "if p.dim() > 1: nn.init.xavier_uniform_(p)`.", mistake="no Xavier initialisation")
-    for sp, rp in pairs:
-        if id(rp) in norms and not bool((sp.detach() == norms[id(rp)]).all()):
-            scale = norms[id(rp)] == 1.0
-            fail(f"right after construction, the LayerNorm {'scale' if scale else 'shift'} `{s_names[id(sp)]}` is "
-                 f"not all {'ones' if scale else 'zeros'} (it starts with values like "
-                 f"{sp.detach().flatten()[:3].tolist()}). " + ("A norm with a zero scale outputs only its shift, so "
-                 "every logit starts the same. " if scale and not bool(sp.detach().any()) else "")
-                 + "Initialise only the matrices (p.dim() > 1) and leave the vectors, biases and norm parameters, as "
-                 "their modules made them.", mistake="norm scales not ones" if scale else "norm shifts not zeros")
+                wrong.append((c.names[id(sp)], sp, math.sqrt(6.0 / (fan_in + fan_out))))
+    if not wrong:
+        return None
+    name, p, bound = wrong[0]
+    return dict(n=len(wrong), total=sum(rp.dim() > 1 for _, rp in c.pairs), name=name, shape=tuple(p.shape),
+                top=float(p.detach().abs().max()), rms=float(p.detach().pow(2).mean().sqrt()), bound=bound,
+                bound_rms=bound / math.sqrt(3))
+
+
+def _norm_not_fresh(c: Any, scale: bool) -> dict[str, Any] | None:
+    """The first LayerNorm scale (``scale``) or shift, whichever comes first, not at its start value."""
+    for sp, rp in c.pairs:
+        if id(rp) in c.norms and not bool((sp.detach() == c.norms[id(rp)]).all()):
+            if (c.norms[id(rp)] == 1.0) != scale:
+                return None
+            zero = scale and not bool(sp.detach().any())
+            return dict(name=c.names[id(sp)], start=sp.detach().flatten()[:3].tolist(),
+                        zero="A norm with a zero scale outputs only its shift, so every logit starts the same. "
+                        if zero else "")
+    return None
+
+
+def _check_init(model: nn.Module, ref: Transformer, pairs: list[tuple[Tensor, Tensor]]) -> None:
+    """Right after construction: Xavier-uniform matrices, LayerNorm scales 1 and shifts 0."""
+    norms = {id(m.weight): 1.0 for m in ref.modules() if isinstance(m, LayerNorm)}
+    norms.update({id(m.bias): 0.0 for m in ref.modules() if isinstance(m, LayerNorm)})
+    names = {id(p): n for n, p in reversed(list(model.named_parameters(remove_duplicate=False)))}
+    TRANSFORMER.detect("init", SimpleNamespace(pairs=pairs, norms=norms, names=names))
 
 
 def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tuple[nn.Module, Transformer]:
@@ -772,18 +774,16 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     student's structure, state and initialisation are checked first."""
     model = call_student(cls, s.V_src, s.V_tgt, context=f"constructing Transformer({s.shown(norm_first, dropout)})",
                          **s.kwargs(norm_first, dropout))
-    if not isinstance(model, nn.Module):
-        fail(f"Transformer(...) should build an nn.Module; got {type(model).__name__}.", mistake="not a class")
-    _require_methods(model)
-    _require_parts(model)
+    TRANSFORMER.detect("built", model, type=type(model).__name__)
+    TRANSFORMER.detect("methods", model)
+    TRANSFORMER.detect("parts", model)
     ref = Transformer(s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
     require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding  # noqa: E501
     _check_state(model, s.D)
     pairs = pair_parameters(model, ref, by_structure=True)
     if pairs is None:
         _structure_failure(model, ref, norm_first)
-        raise AssertionError  # unreachable: _structure_failure fails
-    _check_init(model, ref, pairs)
+    _check_init(model, ref, pairs or [])
     randomise_parameters(model)
     copy_parameters(pairs)
     return model, ref
@@ -797,21 +797,21 @@ def _transformer_inputs(s: _Sizes) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return src, tgt, src_mask, tgt_mask
 
 
-def _compare_parts(model: nn.Module, ref: Transformer, inputs: tuple[Tensor, ...], where: str,
-                   mistakes: Callable[[str], list[tuple[str, str, dict[str, Any]]]]) -> None:
+def _compare_parts(model: nn.Module, ref: Transformer, inputs: tuple[Tensor, ...], where: str, stage: str) -> None:
     """encode, then decode (given the reference's memory) against the reference, each wrong
-    result compared with the catalogued ``mistakes(part)``."""
+    result compared with the table's mistakes of ``stage`` (``"values"`` or ``"dropout"``)."""
     src, tgt, src_mask, tgt_mask = inputs
     case = f"{where}, encode(src, src_mask), src {describe_shape(src)}"
     got = _student_call("encode", model.encode, (src, src_mask), ["src", "src_mask"], case)
     memory = _transformer_variant(ref, *inputs, part="memory")  # (B, L_src, D)
-    variants = [(n, d, lambda kw=kw: _transformer_variant(ref, *inputs, part="memory", **kw)) for n, d, kw in mistakes("memory")]  # noqa: E501
+    run = functools.partial(_transformer_variant, ref, *inputs, part="memory")
+    variants = TRANSFORMER.candidates(_VariantCase("memory", True, True, lambda kw: run(**kw)), stage)
     expect_close("memory", got, memory, variants, case=case, atol=1e-4)
     case = f"{where}, decode(tgt, memory, tgt_mask, src_mask), tgt {describe_shape(tgt)}"
     args = (tgt, memory, tgt_mask, src_mask)
     got = _student_call("decode", model.decode, args, ["tgt", "memory", "tgt_mask", "memory_mask"], case)
-    variants = [(n, d, lambda kw=kw: _transformer_variant(ref, *inputs, part="decoded", memory=memory, **kw))
-                for n, d, kw in mistakes("decoded")]
+    run = functools.partial(_transformer_variant, ref, *inputs, part="decoded", memory=memory)
+    variants = TRANSFORMER.candidates(_VariantCase("decoded", True, True, lambda kw: run(**kw)), stage)
     expected = _transformer_variant(ref, *inputs, part="decoded", memory=memory)
     expect_close("decoded", got, expected, variants, case=case, atol=1e-4)
 
@@ -836,23 +836,21 @@ def _mapped_cases(model: nn.Module, ref: Transformer, s: _Sizes, norm_first: boo
             expected = ref(*full)  # (B, L_tgt, V_tgt)
             got = _student_call("forward", model, args, ["src", "tgt", "src_mask", "tgt_mask"][: len(args)], case)
             check_dropout(lambda args=args: call_student(model, *args), got, expected)
-            mistakes = [  # softmax on the logits needs no second forward pass
-                (name, diag, lambda kw=kw, full=full, expected=expected: getattr(expected, kw["post"])(-1)
-                 if "post" in kw else _transformer_variant(ref, *full, **kw))
-                for name, diag, kw in _transformer_mistakes("logits", full[2] is not None, full[3] is not None)
-            ]
+            def run(kw: dict[str, Any], full: tuple[Any, ...] = full, expected: Tensor = expected) -> Tensor:
+                # softmax on the logits needs no second forward pass
+                return getattr(expected, kw["post"])(-1) if "post" in kw else _transformer_variant(ref, *full, **kw)
+
+            mistakes = TRANSFORMER.candidates(_VariantCase("logits", full[2] is not None, full[3] is not None, run),
+                                              "values")
             try:
                 expect_close("logits", got, expected, mistakes, case=case, atol=1e-4)
             except Failure as f:
                 if f.mistake != "values differ":
                     raise
                 # encode and decode may name the mistake; if they are right, forward is the culprit
-                _compare_parts(model, ref, inputs, nf, lambda part: _transformer_mistakes(part, True, True))
-                fail("encode and decode give the reference's values but forward's logits do not "
-                     f"({case}): forward should be exactly output_projection(decode(tgt, encode(src, src_mask), "
-                     "tgt_mask, src_mask)): encode, then decode, then the projection.",
-                     mistake="forward disagrees with encode/decode")
-        _compare_parts(model, ref, inputs, nf, lambda part: _transformer_mistakes(part, True, True))
+                _compare_parts(model, ref, inputs, nf, "values")
+                TRANSFORMER.detect("forward", True, case=case)
+        _compare_parts(model, ref, inputs, nf, "values")
 
 
 def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
@@ -870,14 +868,12 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
         again = call_student(model, *inputs, context=f"running forward ({where})")
         if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):  # noqa: E501
             fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != P_PROBE]  # noqa: E501
-            fail(f"two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, "
-                 "so the output would be the same each time; some dropout uses its own p instead of the dropout "
-                 "argument" + (f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
-                 + ". Pass the dropout argument on to every module that drops.", mistake="hard-coded dropout p")
+            TRANSFORMER.detect("random", True, where=where,
+                               fixed=f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
         try:
-            _compare_parts(model, ref, inputs, where, _dropout_mistakes)
+            _compare_parts(model, ref, inputs, where, "dropout")
         except Failure as f:
-            if f.mistake in [name for name, _, _ in _dropout_mistakes("logits")]:
+            if f.mistake in {entry.name for entry in TRANSFORMER.of(Reference, "dropout")}:
                 raise
             return f.message
         expected = ref(*inputs)  # (B, L_tgt, V_tgt)
@@ -903,10 +899,8 @@ def _table_length(model: nn.Module, D: int) -> None:
         if b.dim() >= 2 and b.shape[-1] == D and b.is_floating_point():
             rows = b.detach().reshape(-1, D)
             n = rows.size(0)
-            if 0 < n < _MAX_LEN and allclose(rows.double(), table[:n].double(), atol=1e-4):
-                fail(f"the positional table `{name}` has {n} rows although the model was built with "
-                     f"max_len={_MAX_LEN}: pass max_len on, PositionalEncoding(d_model, max_len, dropout).",
-                     mistake="max_len ignored")
+            TRANSFORMER.detect("table", 0 < n < _MAX_LEN and allclose(rows.double(), table[:n].double(), atol=1e-4),
+                               name=name, n=n, max_len=_MAX_LEN)
 
 
 def check_modes_kept(model: nn.Module, forward: Callable[[], Any], what: str,
@@ -937,31 +931,31 @@ def check_modes_kept(model: nn.Module, forward: Callable[[], Any], what: str,
             more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
             names = [name for name, _ in parts]
             methods = f"{', '.join(names)} and forward" if names else "forward"
-            fail(f"after model.{mode}(), one call of {method} left {shown}{more} in {other} mode (a self.{other}() "
-                 f"inside your {what}?): the caller chooses the mode, model.train() to train and model.eval() to "
-                 f"evaluate, and {methods} must leave it, and every submodule's, as {'they' if names else 'it'} "
-                 f"found it. Remove the self.{other}() call.", mistake="mode not restored")
+            TRANSFORMER.detect("modes", True, mode=mode, method=method, shown=shown, more=more, other=other,
+                               what=what, methods=methods, they="they" if names else "it")
     finally:
         model.eval()
 
 
-def _dropout_structure(got: Tensor, kept: Tensor, again: Any, what: str, stack: str, where: str) -> None:
-    """A dropout with the right p and scale must still draw every entry on its own, at every
-    call: one mask for the whole batch, whole token vectors dropped, or the same entries dropped
-    at each call (a mask drawn once and kept) is "wrong dropout". With p = 0.5 and these sizes a
-    correct dropout matches any of these by chance with probability below 2^-16."""
-    dropped = isclose(got, torch.zeros_like(got), atol=1e-6) & ~isclose(kept, torch.zeros_like(kept), atol=1e-6)
-    B, L, D = got.shape  # dropped: (B, L, D)
-    how = None
-    if isinstance(again, Tensor) and again.shape == got.shape and equal(again, got):
-        how = "the same entries are dropped at every call (a mask drawn once and kept): draw a new one each time"
-    elif B > 1 and bool((dropped == dropped[:1]).all()):
-        how = "every sequence of the batch has the same entries dropped (one mask for the batch): draw one per entry"
-    elif bool((dropped == dropped[..., :1]).all()):
-        how = "whole token vectors are dropped (one draw per position, shape (B, L, 1)): draw one per entry"
-    if how:
-        fail(f"in {where}, {what}, (B, L, D) = ({B}, {L}, {D}), reach {stack} with the kept entries scaled right, "
-             f"but {how}. nn.Dropout(dropout) draws every entry independently at every call.", mistake="wrong dropout")
+def _dropped(c: Any) -> Tensor:
+    """The entries a dropout with the right scale dropped: zero here, not in eval mode, (B, L, D)."""
+    return isclose(c.got, torch.zeros_like(c.got), atol=1e-6) & ~isclose(c.kept, torch.zeros_like(c.kept), atol=1e-6)
+
+
+def _once(c: Any) -> bool:
+    """The kept entries scaled by 1 / (1 - p): one dropout of the eval-mode input, as far as the scale tells."""
+    return c.scale is not None and abs(c.scale * (1 - c.p) - 1) < 1e-3
+
+
+def _dropped_before_adding(c: Any) -> bool:
+    before = dropout_scale(c.got - c.table, c.kept - c.table, atol=1e-4)  # dropout(x) + pe
+    return before is not None and abs(before * (1 - c.p) - 1) < 1e-3
+
+
+def _dropped_before_and_after(c: Any) -> bool:
+    kept_out = ~isclose(c.got, torch.zeros_like(c.got), atol=1e-5)  # (B, L, D): what the outer dropout kept
+    inner = (c.got * (1 - c.p) - c.table)[kept_out]  # dropout(x) before adding the table, on the kept entries
+    return bool(kept_out.any()) and dropout_scale(inner, (c.kept - c.table)[kept_out], atol=1e-4) is not None
 
 
 def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: str, where: str,
@@ -970,40 +964,24 @@ def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: s
     every entry 0 or the eval-mode value times 1 / (1 - p), drawn entry by entry and anew at every
     call (``again``: a second call's input). Dropped twice (kept entries times 1 / (1 - p)^2, or
     once before adding the table and once after), before adding the table, with another p, not
-    rescaled, one mask for the batch, whole vectors or a kept mask ("wrong dropout") are named."""
+    rescaled, one mask for the batch, whole vectors or a kept mask ("wrong dropout") are named.
+    With p = 0.5 and these sizes a correct dropout matches one of the structures by chance with
+    probability below 2^-16."""
     if not (isinstance(got, Tensor) and isinstance(kept, Tensor) and got.shape == kept.shape and got.dim() == 3):
         return
     scale = dropout_scale(got, kept, atol=1e-5)
-    if scale is not None and abs(scale * (1 - p) - 1) < 1e-3:
-        _dropout_structure(got, kept, again, what, stack, where)
+    B, L, D = got.shape
+    c = SimpleNamespace(got=got, kept=kept, again=again, p=p, scale=scale, B=B,
+                        table=sinusoidal_positional_encoding(L, D).to(got.dtype))  # (L, D)
+    fields = dict(what=what, stack=stack, where=where, B=B, L=L, D=D, scale=scale, inv=1 / (1 - p))
+    if _once(c):
+        TRANSFORMER.detect("drop structure", c, **fields)
         return
-    if scale is not None and abs(scale * (1 - p) ** 2 - 1) < 1e-3:
-        fail(f"in {where}, {what} reach {stack} dropped twice (the kept entries are scaled by {scale:.3g} = "
-             "1 / (1 - p)^2): PositionalEncoding already applies dropout after adding the table; remove the second "
-             "one.", mistake="dropout applied twice")
-    if equal(got, kept):
-        fail(f"in {where}, {what} reach {stack} without any dropout: PositionalEncoding(d_model, max_len, dropout) "
-             "drops after adding the table; pass the embeddings through it (and keep the model in the mode the "
-             "caller chose).", mistake="positional dropout missing")
-    table = sinusoidal_positional_encoding(got.size(1), got.size(2)).to(got.dtype)  # (L, D)
-    before = dropout_scale(got - table, kept - table, atol=1e-4)  # dropout(x) + pe
-    if before is not None and abs(before * (1 - p) - 1) < 1e-3:
-        fail(f"in {where}, {what} reach {stack} as dropout(x) + pe: the dropout acts before the positional table "
-             "is added. The Transformer applies it to the sum, dropout(x + pe), which PositionalEncoding does.",
-             mistake="dropout before adding")
-    kept_out = ~isclose(got, torch.zeros_like(got), atol=1e-5)  # (B, L, D): what the outer dropout kept
-    inner = (got * (1 - p) - table)[kept_out]  # dropout(x) before adding the table, on the kept entries
-    if bool(kept_out.any()) and dropout_scale(inner, (kept - table)[kept_out], atol=1e-4) is not None:
-        fail(f"in {where}, {what} reach {stack} dropped twice: once before adding the positional table and once "
-             "after (dropout(dropout(x) + pe)): PositionalEncoding already applies dropout after adding the table; "
-             "remove the second one, the dropout on the embeddings.", mistake="dropout applied twice")
+    TRANSFORMER.detect("stack input", c, **fields)
     if scale is not None and abs(scale - 1) > 1e-3:
         fail_fixed_p(scale, p, f"{what} on their way to {stack}", where)
-    fail(f"in {where}, {what} reach {stack} changed in another way than one dropout of their eval-mode values x + pe "
-         f"(every entry either 0 or its eval-mode value times 1 / (1 - p) = {1 / (1 - p):.3g})"
-         + (": the kept entries are not rescaled" if scale is not None else "") + ". Use PositionalEncoding's "
-         "nn.Dropout(dropout), which drops the sum after adding the table, and no other dropout or noise on the way.",
-         mistake="wrong dropout")
+    TRANSFORMER.detect("stack input left", c, rescaled=": the kept entries are not rescaled" if scale is not None
+                       else "", **fields)
 
 
 def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
@@ -1045,11 +1023,7 @@ def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
         check_stack_input_dropout(first.get(side), clean.get(side), p, f"the {words} embeddings", f"the {side}", where,
                                   seen.get(side))
     memory, encoded = first.get("memory"), first.get("encoded")
-    if isinstance(memory, Tensor) and isinstance(encoded, Tensor) and memory.shape == encoded.shape:
-        if not equal(memory, encoded) and dropout_scale(memory, encoded, atol=1e-5) is not None:
-            fail(f"in {where}, the decoder gets a dropped-out copy of the encoder's output as its memory: the "
-                 "memory goes to the cross-attention as the encoder returns it (dropout acts inside the layers "
-                 "and after the positional table, nowhere else).", mistake="dropout on the memory")
+    TRANSFORMER.detect("memory", SimpleNamespace(memory=memory, encoded=encoded), where=where)
 
 
 def _embedding_probe(model: nn.Module, s: _Sizes) -> None:
@@ -1078,14 +1052,8 @@ def _embedding_probe(model: nn.Module, s: _Sizes) -> None:
         for h in handles:
             h.remove()
     used = {n: max(counts[(n, 0)], counts[(n, 1)]) for n in names}
-    for method, own, other, words in (("encode", "src_embedding", "tgt_embedding", "source"),
-                                      ("decode", "tgt_embedding", "src_embedding", "target")):
-        # encode runs first: one wrong lookup that raised is enough; decode's comes after encode's
-        if used[own] == 0 and (used[other] > 1 or (method == "encode" and raised and used[other] == 1)):
-            fail(f"{method} looks the {words} tokens up in self.{other}, the other language's embedding, and "
-                 f"self.{own} is never used" + (" (with vocabulary sizes "
-                 f"{s.V_src} and {s.V_tgt} some ids do not even fit)" if raised else "")
-                 + f": {method} embeds with self.{own}.", mistake="embeddings swapped")
+    fit = f" (with vocabulary sizes {s.V_src} and {s.V_tgt} some ids do not even fit)" if raised else ""
+    TRANSFORMER.detect("lookups", SimpleNamespace(used=used, raised=raised), fit=fit)
 
 
 def _mask_routing(model: nn.Module, s: _Sizes) -> None:
@@ -1123,12 +1091,7 @@ def _mask_routing(model: nn.Module, s: _Sizes) -> None:
         ("the decoder's self-attention (tgt_mask)", "tgt_mask", src_mask, "src_mask"),
         ("the decoder's cross-attention (memory_mask)", "memory_mask", tgt_mask, "tgt_mask"),
     ) if holds(seen.get(key), mask)]
-    if wrong:
-        fail(f"the masks are swapped: {' and '.join(wrong)}. src_mask (B, 1, L_src) blocks source padding: it goes to "
-             "the encoder and to the decoder's cross-attention as memory_mask; tgt_mask (B, L_tgt, L_tgt) goes to the "
-             "decoder's self-attention. Check the order of the arguments in forward's self.decode(tgt, memory, "
-             "tgt_mask, src_mask) and in decode's self.decoder(y, memory, tgt_mask, memory_mask).",
-             mistake="masks swapped")
+    TRANSFORMER.detect("routing", wrong, wrong=" and ".join(wrong))
 
 
 def _transformer_modes(model: nn.Module, s: _Sizes) -> None:
@@ -1141,10 +1104,216 @@ def _transformer_modes(model: nn.Module, s: _Sizes) -> None:
 
 
 def _dropout_in_the_wrong_place(unexplained: str | None) -> None:
-    if unexplained:
-        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the Transformer has "
-             "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
-             "nowhere else.", mistake="dropout in the wrong place")
+    TRANSFORMER.detect("unexplained", unexplained, unexplained=unexplained)
+
+
+class _VariantCase(NamedTuple):
+    """A comparison of the values stage: the output compared (``"memory"``, ``"decoded"`` or ``"logits"``),
+    whether the call passed each mask, and the reference run with a mistake's keywords."""
+
+    part: str
+    src_mask: bool
+    tgt_mask: bool
+    run: Callable[[dict[str, Any]], Tensor]
+
+
+def _swapped_lookup(own: str, other: str, encode: bool) -> Callable[[Any], bool]:
+    """encode (decode) looked its tokens up in the other embedding only; encode runs first, so one wrong
+    lookup that raised is enough there; decode's comes after encode's."""
+    return lambda c: c.used[own] == 0 and (c.used[other] > 1 or (encode and c.raised and c.used[other] == 1))
+
+
+def _structure_ways(how: str, test: Callable[[Any], bool]) -> Entry:
+    return Entry("wrong dropout", None, Output(test, "drop structure"),
+                 "in {where}, {what}, (B, L, D) = ({B}, {L}, {D}), reach {stack} with the kept entries scaled right, "
+                 "but " + how + ". nn.Dropout(dropout) draws every entry independently at every call.")
+
+
+_NORM_FRESH = ("right after construction, the LayerNorm {which} `{name}` is not all {values} (it starts with values "
+               "like {start}). {zero}Initialise only the matrices (p.dim() > 1) and leave the vectors, biases and norm "
+               "parameters, as their modules made them.")
+
+TRANSFORMER = Catalogue("Transformer", "06", [
+    Entry("not a class", None, Probe("require_module_class")),
+    # built with awkward sizes: an nn.Module with the exercise's methods and parts
+    Entry("not a class", None, Output(lambda model: not isinstance(model, nn.Module), "built"),
+          "Transformer(...) should build an nn.Module; got {type}."),
+    Entry("missing method", "the Transformer lacks encode or decode", Output(_missing_method, "methods"),
+          "your Transformer has no method {sig}; the exercise asks for encode and decode (greedy decoding runs the "
+          "encoder once and the decoder once per step)."),
+    Entry("missing submodule", None, Output(_missing_part, "parts"),
+          "your Transformer has no `{path}`: the notebook's later cells and greedy_decode use the submodule names of "
+          "the exercise (model.output_projection, model.src_embedding.embedding, model.encoder.layers, ...). Build it "
+          "as self.{built}."),
+    Entry("modules shared", None, Probe("require_distinct_roles")),
+    # the positional table (stage "state")
+    Entry("pe is a Parameter", None, Output(lambda c: (found := _learned_table(c)) and found["fixed"] and found,
+                                            "state"),
+          "the positional table `{name}` is an nn.Parameter: it is fixed, not learned, so register it with "
+          "self.register_buffer('pe', table) (a buffer moves with .to(device) and is saved, but the optimizer never "
+          "sees it)."),
+    Entry("learned positions", "learned positions instead of the sinusoidal table", Output(_learned_table, "state"),
+          "`{name}` {shape} is a learned positional table: the Transformer adds the fixed sinusoidal table instead "
+          "(PositionalEncoding, whose `pe` is a buffer, not a parameter)."),
+    Entry("pe not a buffer", None, Output(_plain_table, "state"),
+          "the positional table `{name}` is a plain tensor attribute: model.to(device) would leave it behind and "
+          "state_dict() would not save it. Register it with self.register_buffer('pe', table)."),
+    # parameters that pair with no arrangement of the reference's: a final norm (stage "final norm"), ...
+    Entry("norm_first not passed on", "the stack's norm_first does not reach its layers",
+          Output(lambda c: c.norm_first and any(getattr(m, "norm_first", True) is False for m in c.model.modules()),
+                 "final norm"),
+          "built with norm_first=True, your model's encoder and decoder are post-norm (their norm_first is False) and "
+          "have no final norm: pass norm_first on, Encoder(..., norm_first=norm_first) and Decoder(..., "
+          "norm_first=norm_first)."),
+    Entry("missing final norm", "no final norm where the contract has one (pre-norm)",
+          Output(lambda c: c.norm_first, "final norm"),
+          "{which} {lack} the final norm: with norm_first=True the stack must end with a LayerNorm (the residual "
+          "stream is never normalised otherwise). Build Encoder/Decoder with norm_first passed on."),
+    Entry("final norm in post-norm", "a final norm applied with norm_first=False", Output(lambda c: True, "final norm"),
+          "{which} {have} a final norm with norm_first=False: the Transformer has one only when norm_first=True (each "
+          "post-norm layer already ends with a norm). Build it only `if norm_first`."),
+    # ... a part sized by the other vocabulary (stage "vocabulary"), or anything else (stage "structure")
+    *(Entry(name, meaning, Output(functools.partial(_sized_by_the_other, path=path), "vocabulary"),
+            "your {name} has {n} {counts}, the {other}_vocab_size, where it needs {need}, the {own}_vocab_size (this "
+            "check draws the two vocabularies different): build it as self.{built}.")
+      for (path, *_, name), meaning in zip(_VOCABULARY_PARTS, (
+          "the source embedding built with the target vocabulary's size",
+          "the target embedding built with the source vocabulary's size",
+          "the output projection built with the source vocabulary's size"))),
+    Entry("parameters differ from the reference",
+          "the Transformer's parameters fit no arrangement of the contract's parts",
+          Output(lambda c: True, "structure"),
+          "your Transformer's parameters do not correspond to the reference's (built with the same arguments): "
+          "{said}. The checker pairs them by position and shape, whatever their names, so keep to the exercise's "
+          "parts: two TokenEmbeddings, one PositionalEncoding (no parameters), the Encoder, the Decoder and "
+          "nn.Linear(d_model, tgt_vocab_size)."),
+    # the initialisation (stage "init")
+    Entry("no Xavier initialisation", "matrices not Xavier-uniform initialised", Output(_not_xavier, "init"),
+          "right after construction, {n} of the {total} weight matrices are not Xavier-uniform; `{name}` {shape} has "
+          "values up to {top:.3g} in size (root mean square {rms:.3g}), where xavier_uniform_ draws uniformly from "
+          "+-{bound:.3g} (root mean square {bound_rms:.3g}). After building the submodules, re-initialise every "
+          "parameter with more than one dimension: `for p in self.parameters(): if p.dim() > 1: "
+          "nn.init.xavier_uniform_(p)`."),
+    Entry("norm scales not ones", "LayerNorm scales do not start at 1",
+          Output(lambda c: _norm_not_fresh(c, True), "init"), _NORM_FRESH.replace("{which}", "scale").replace(
+              "{values}", "ones")),
+    Entry("norm shifts not zeros", "LayerNorm shifts do not start at 0",
+          Output(lambda c: _norm_not_fresh(c, False), "init"), _NORM_FRESH.replace("{which}", "shift").replace(
+              "{values}", "zeros")),
+    # the table's length, the embeddings' lookups and the masks' routes, each watched in one forward pass
+    Entry("max_len ignored", "the positional table's length does not follow the max_len argument",
+          Output(bool, "table"),
+          "the positional table `{name}` has {n} rows although the model was built with max_len={max_len}: pass "
+          "max_len on, PositionalEncoding(d_model, max_len, dropout)."),
+    Entry("embeddings swapped", "encode or decode looks its tokens up in the other language's embedding",
+          Output(_swapped_lookup("src_embedding", "tgt_embedding", True), "lookups"),
+          "encode looks the source tokens up in self.tgt_embedding, the other language's embedding, and "
+          "self.src_embedding is never used{fit}: encode embeds with self.src_embedding."),
+    Entry("embeddings swapped", None, Output(_swapped_lookup("tgt_embedding", "src_embedding", False), "lookups"),
+          "decode looks the target tokens up in self.src_embedding, the other language's embedding, and "
+          "self.tgt_embedding is never used{fit}: decode embeds with self.tgt_embedding."),
+    Entry("masks swapped", "masks passed to the wrong attentions or arguments", Output(bool, "routing"),
+          "the masks are swapped: {wrong}. src_mask (B, 1, L_src) blocks source padding: it goes to the encoder and to "
+          "the decoder's cross-attention as memory_mask; tgt_mask (B, L_tgt, L_tgt) goes to the decoder's "
+          "self-attention. Check the order of the arguments in forward's self.decode(tgt, memory, tgt_mask, "
+          "src_mask) and in decode's self.decoder(y, memory, tgt_mask, memory_mask)."),
+    Entry("mode not restored", "the caller's train/eval mode is not restored", Output(bool, "modes"),
+          "after model.{mode}(), one call of {method} left {shown}{more} in {other} mode (a self.{other}() inside "
+          "your {what}?): the caller chooses the mode, model.train() to train and model.eval() to evaluate, and "
+          "{methods} must leave it, and every submodule's, as {they} found it. Remove the self.{other}() call."),
+    # training mode with dropout=P_PROBE: deterministic (stage "random"), then encode and decode (stage "dropout")
+    Entry("hard-coded dropout p", None, Output(bool, "random"),
+          "two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, so the "
+          "output would be the same each time; some dropout uses its own p instead of the dropout argument{fixed}. "
+          "Pass the dropout argument on to every module that drops."),
+    Entry("wrong return", None, Output(lambda got: isinstance(got, (tuple, list)) and dict(
+        type=type(got).__name__, n=len(got)), "return"),
+          "{what} should return one tensor; yours returned a {type} of {n} items ({case})."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    *_dropout_entries(),
+    # eval mode: forward, encode and decode against the reference (stage "values"), each part on its own
+    Entry("dropout ignores eval mode", None, Probe("check_dropout")),
+    Entry("future leaking", "a position sees later positions (causal mask missing or wrong)",
+          _values(lambda c: c.tgt_mask and c.part != "memory", self_mask=False),
+          "tgt_mask has no effect: every target position sees the later (future) target tokens. Pass tgt_mask on to "
+          "the decoder's self-attention."),
+    Entry("src_mask not used for cross-attention", "cross-attention does not get src_mask",
+          _values(lambda c: c.src_mask and c.part != "memory", cross_mask=False),
+          "the decoder's cross-attention ignores src_mask, so target positions attend to source padding. Pass "
+          "src_mask to the decoder as memory_mask."),
+    Entry("src_mask not used by the encoder", "the encoder does not get src_mask",
+          _values(lambda c: c.src_mask and c.part != "decoded", enc_mask=False),  # decode gets the reference's memory
+          "the encoder ignores src_mask, so source positions attend to padding. Pass src_mask to the encoder."),
+    Entry("src_mask not used", "src_mask is not used",
+          _values(lambda c: c.src_mask and c.part == "logits", enc_mask=False, cross_mask=False),
+          "src_mask is not used at all: pass it to the encoder and, as memory_mask, to the decoder's "
+          "cross-attention."),
+    *_embedding_entries(),
+    Entry("positional encoding after the encoder",
+          "the positional table added to the encoder's output, not to the source embeddings",
+          _values(lambda c: c.part != "decoded", pe=(0, 1), pe_memory=True),
+          "the positional table is added to the encoder's output, not to the source embeddings going in: the "
+          "encoder's self-attention then cannot tell the positions apart. encode is "
+          "self.encoder(self.positional_encoding(self.src_embedding(src)), src_mask)."),
+    Entry("positional encoding on the memory", "decode adds the positional table to the memory (the encoder's output)",
+          _values(lambda c: c.part != "memory", pe_memory=True),
+          "decode adds the positional table to the memory as well: the encoder's output already carries the source "
+          "positions (encode added them to the source embeddings); pass memory to the decoder as it is."),
+    Entry("missing output projection", None, _values(lambda c: c.part == "logits", part="decoded"),
+          "forward returns the decoder output (B, L_tgt, d_model): project it to the target vocabulary with the "
+          "output projection, nn.Linear(d_model, tgt_vocab_size), to get logits (B, L_tgt, tgt_vocab_size)."),
+    Entry("returns probabilities", "probabilities (softmax) returned instead of logits",
+          _values(lambda c: c.part == "logits", dict(post="softmax"), post="softmax"), _RAW_LOGITS),
+    Entry("returns log-probabilities", "log-probabilities (log_softmax) returned instead of logits",
+          _values(lambda c: c.part == "logits", dict(post="log_softmax"), post="log_softmax"), _RAW_LOGITS),
+    Entry("forward disagrees with encode/decode", "forward is not decode(encode(...)) plus the projection",
+          Output(bool, "forward"),
+          "encode and decode give the reference's values but forward's logits do not ({case}): forward should be "
+          "exactly output_projection(decode(tgt, encode(src, src_mask), tgt_mask, src_mask)): encode, then decode, "
+          "then the projection."),
+    # training mode with 0 < p < 1: each stack's input dropped once (stages "drop structure", "stack input",
+    # fail_fixed_p's probe, "stack input left"), the memory not at all
+    _structure_ways("the same entries are dropped at every call (a mask drawn once and kept): draw a new one each "
+                    "time", lambda c: isinstance(c.again, Tensor) and c.again.shape == c.got.shape
+                    and bool(equal(c.again, c.got))),
+    _structure_ways("every sequence of the batch has the same entries dropped (one mask for the batch): draw one per "
+                    "entry", lambda c: c.B > 1 and bool((_dropped(c) == _dropped(c)[:1]).all())),
+    _structure_ways("whole token vectors are dropped (one draw per position, shape (B, L, 1)): draw one per entry",
+                    lambda c: bool((_dropped(c) == _dropped(c)[..., :1]).all())),
+    Entry("dropout applied twice", "dropout applied two or more times to the same tensor",
+          Output(lambda c: c.scale is not None and abs(c.scale * (1 - c.p) ** 2 - 1) < 1e-3, "stack input"),
+          "in {where}, {what} reach {stack} dropped twice (the kept entries are scaled by {scale:.3g} = "
+          "1 / (1 - p)^2): PositionalEncoding already applies dropout after adding the table; remove the second one."),
+    Entry("positional dropout missing", None, Output(lambda c: bool(equal(c.got, c.kept)), "stack input"),
+          "in {where}, {what} reach {stack} without any dropout: PositionalEncoding(d_model, max_len, dropout) drops "
+          "after adding the table; pass the embeddings through it (and keep the model in the mode the caller chose)."),
+    Entry("dropout before adding", None, Output(_dropped_before_adding, "stack input"),
+          "in {where}, {what} reach {stack} as dropout(x) + pe: the dropout acts before the positional table is added. "
+          "The Transformer applies it to the sum, dropout(x + pe), which PositionalEncoding does."),
+    Entry("dropout applied twice", None, Output(_dropped_before_and_after, "stack input"),
+          "in {where}, {what} reach {stack} dropped twice: once before adding the positional table and once after "
+          "(dropout(dropout(x) + pe)): PositionalEncoding already applies dropout after adding the table; remove the "
+          "second one, the dropout on the embeddings."),
+    Entry("hard-coded dropout p", None, Probe("fail_fixed_p")),
+    Entry("wrong dropout", "with 0 < p < 1, the entries are not each 0 or scaled by 1 / (1 - p): not one dropout",
+          Output(lambda c: True, "stack input left"),
+          "in {where}, {what} reach {stack} changed in another way than one dropout of their eval-mode values x + pe "
+          "(every entry either 0 or its eval-mode value times 1 / (1 - p) = {inv:.3g}){rescaled}. Use "
+          "PositionalEncoding's nn.Dropout(dropout), which drops the sum after adding the table, and no other dropout "
+          "or noise on the way."),
+    Entry("dropout on the memory", "dropout applied to the encoder's output before the decoder reads it",
+          Output(lambda c: isinstance(c.memory, Tensor) and isinstance(c.encoded, Tensor)
+                 and c.memory.shape == c.encoded.shape and not equal(c.memory, c.encoded)
+                 and dropout_scale(c.memory, c.encoded, atol=1e-5) is not None, "memory"),
+          "in {where}, the decoder gets a dropped-out copy of the encoder's output as its memory: the memory goes to "
+          "the cross-attention as the encoder returns it (dropout acts inside the layers and after the positional "
+          "table, nowhere else)."),
+    Entry("dropout in the wrong place", None, Output(bool, "unexplained"),
+          "eval mode is right, but in training mode {unexplained}: some dropout acts where the Transformer has none. "
+          "Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, nowhere "
+          "else."),
+    *GRADIENT_PROBE,
+])
 
 
 @checker("Transformer")
@@ -1803,7 +1972,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
     return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
 
 
-CATALOGUES = (SRC_MASK, TGT_MASK)
+CATALOGUES = (SRC_MASK, TGT_MASK, TRANSFORMER)
 MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
