@@ -242,6 +242,11 @@ TGT_MASK = Catalogue("make_tgt_mask", "06", [
           Reference(lambda c: [({}, c.pad.transpose(1, 2))], "other shape"),
           "the padding is laid along the query axis, (B, L, 1), and nothing blocks the future: padding *keys* must be "
           "blocked for every query, so use the (B, 1, L) padding mask (unsqueeze(1)) and & it with causal_mask(L)."),
+    # issue 24 item 6: Hugging Face's padding mask (B, 1, 1, L), returned as the target mask
+    Entry("padding only", None, Reference(lambda c: [({}, c.pad.unsqueeze(1))], "other shape"),
+          "the mask has shape (B, 1, 1, L) = ({B}, 1, 1, {L}), Hugging Face's padding mask: a head axis and no causal "
+          "part, so nothing stops a position from looking at later (future) tokens. The target mask is (B, L, L) = "
+          "({B}, {L}, {L}): padding_mask(tgt, pad_id) & causal_mask(L); MultiHeadAttention adds the head axis itself."),
     Entry("wrong shape", None, Output(lambda m: tuple(m.got.shape) in ((m.B, 1, m.L), (m.B, m.L)), "other shape"),
           "{what} has shape {shape}, expected (B, L, L) = ({B}, {L}, {L}): a mask without a query axis gives every "
           "query the same keys, so it cannot be causal. Combine the padding mask (B, 1, L) with causal_mask(L) using "
@@ -1266,6 +1271,13 @@ TRANSFORMER = Catalogue("Transformer", "06", [
           _values(lambda c: c.part == "logits", dict(post="softmax"), post="softmax"), _RAW_LOGITS),
     Entry("returns log-probabilities", "log-probabilities (log_softmax) returned instead of logits",
           _values(lambda c: c.part == "logits", dict(post="log_softmax"), post="log_softmax"), _RAW_LOGITS),
+    # issue 24 item 6 (T59): the "no masks" case is told apart from a causal mask made up inside forward
+    Entry("causal mask when tgt_mask is None",
+          "forward builds a causal mask when tgt_mask is None (None means no mask)",
+          _values(lambda c: c.part == "logits" and not c.tgt_mask, own_causal=True),
+          "called with tgt_mask=None, forward masks the future positions all the same: it builds its own causal mask "
+          "when none is given. None means no mask: the caller chooses (the training loop passes make_tgt_mask's "
+          "mask, greedy_decode causal_mask(T)), so pass tgt_mask on to decode as it is, None included."),
     Entry("forward disagrees with encode/decode", "forward is not decode(encode(...)) plus the projection",
           Output(bool, "forward"),
           "encode and decode give the reference's values but forward's logits do not ({case}): forward should be "
@@ -1369,6 +1381,7 @@ def _gradient_step(model: nn.Module, ref: Transformer, s: _Sizes) -> None:
 _STAGES: dict[str, Callable[[Any, _Sizes], Any]] = {  # one step of check_transformer, on a draw of its own
     "build": lambda cls, s: [_build_aligned(cls, s, norm_first, 0.1) for norm_first in (False, True)],
     "values": lambda cls, s: _values_step(*_build_aligned(cls, s, False, 0.1), s),
+    "masks left out": lambda cls, s: _mapped_cases(*_build_aligned(cls, s, False, 0.1), s, False),
     "table": lambda cls, s: _table_length(_build_aligned(cls, s, False, 0.1)[0], s.D),
     "dropout": lambda cls, s: _dropout_in_the_wrong_place(_dropout_probe(cls, replace(s, N=1))),
     "extra dropout": lambda cls, s: _extra_dropout_probe(cls, replace(s, N=1)),
