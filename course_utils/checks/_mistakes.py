@@ -42,7 +42,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "final norm before the layers": "a pre-norm stack's final norm applied to its input, before the first layer",
     "layer arguments swapped": "a stack builds its layers with d_ff where num_heads goes (positional arguments out of order)",  # noqa: E501
     # masks
-    "no causal mask": "the decoder's self-attention gets no causal mask",
     "mask not broadcast over D": "the pooling mask is not broadcast over the features",
     # attention (01, 02)
     # positional encoding and embeddings (03)
@@ -53,7 +52,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "query not normalised": "pre-norm self-attention with normalised keys and values but the raw x as query",
     "embeddings scaled": "embeddings scaled where the contract does not scale them",
     "BERT pooler": "a tanh (BERT's pooler) on the pooled vector before the single linear head",
-    "max_len off by one": "max_len one too small",
     # layers and stacks (04, 05, 08, 09)
     "unexpected parameters": "learnable parameters the reference does not have",
     "attention output not unpacked": "MultiHeadAttention's (output, weights) pair used as a tensor",
@@ -128,20 +126,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "top_p not passed on": "generate does not pass top_p on to next_token_probs",
     "top_k not passed on": "generate does not pass top_k on to next_token_probs (left out or in another position)",
     "not numerically stable": "a softmax or temperature formula that overflows or turns NaN on extreme logits",
-    "src_mask not passed to encode": "greedy decoding calls encode without src_mask",
-    "src_mask not passed to decode": "greedy decoding calls decode without src_mask",
-    "argmax over wrong axis": "greedy choice over another axis than the vocabulary",
-    "no bos in column 0": "the output does not start with bos",
-    "keeps generating after eos": "finished sequences get more tokens than pad",
-    "stops at the first eos": "decoding stops when one sequence (or row 0) ends, not all",
-    "only the last token fed": "greedy decoding feeds the decoder only the newest token instead of the whole prefix",
-    "runs to max_len after all finished": "decoding continues after every sequence ended",
-    "pad_id ignored": "the pad_id argument is not used",
-    "filled with 0 when pad_id is None": "finished sequences filled with 0 instead of eos_id when pad_id is None",
-    "model left in train mode": "the model (or a part of it) runs in train mode while decoding",
-    "source encoded at every step": "greedy decoding runs the encoder again at every step",
-    "eos overwritten": "a sequence's <eos> itself is replaced by the filler",
-    "finished not cumulative": "the finished flags are recomputed from the newest token only",
     "not tied": "the output layer does not share the token embedding",
     "tied by copying": "the embedding is copied, not shared",
     "output bias": "the output layer has a bias",
@@ -317,7 +301,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "kept the pooled axis": "the pooled axis is kept",
     "[CLS] from the wrong position": "pooling reads another position than [CLS]",
     "took the first position": "mean pooling replaced by the first position",
-    "reads the first position": "the next token is read from the first position's logits, not the last",
     "pooling ignored": "the pooling argument has no effect",
     "classified every position": "logits for every position instead of one per sequence",
     "classifier layer missing": "no classification layer",

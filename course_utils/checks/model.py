@@ -1488,52 +1488,22 @@ def _first_eos(raw: Tensor, eos_id: int, max_len: int) -> Tensor:
     return torch.where(hit.any(dim=1), first, torch.full_like(first, max_len + 1))
 
 
-def _greedy_mistakes(
-    raws: dict[str, Tensor], rows: Tensor, eos: int, fill: int, pad_id: int | None, M: int, train: bool
-) -> list[tuple[str, str, Tensor]]:
-    def fin(kind: str = "ok", **kw: Any) -> Tensor:
-        kw.setdefault("max_len", M)
-        return _finish(raws[kind][rows], eos, kw.pop("fill", fill), kw.pop("max_len"), **kw)
+def _fin(c: Any, kind: str = "ok", **kw: Any) -> Tensor:
+    """What greedy decoding returns on the case's rows from the un-stopped trajectory ``kind``, with the
+    mistakes ``kw`` of ``_finish``."""
+    kw.setdefault("max_len", c.M + kw.pop("shift", 0))
+    return _finish(c.raws[kind][c.rows], c.eos, kw.pop("fill", c.fill), kw.pop("max_len"), **kw)
 
-    if train:
-        return [("model left in train mode", "your decoding runs with dropout active: the model came in train mode "
-                 "and was never switched to eval mode. Call model.eval() at the start (and decode under "
-                 "torch.no_grad()).", fin("train"))]
-    out = [(name, words, fin(kind)) for kind, (name, words) in _SRC_MASK_WORDS.items()]
-    out.append(("no bos in column 0", "column 0 must be bos_id: start every sequence with <bos> and keep it in the "
-                "output.", fin(bos=False)))
-    if pad_id is not None and pad_id != eos:  # listed before "keeps generating": see _greedy_cases
-        out.append(("pad_id ignored", "finished sequences are filled with eos_id although pad_id was given: fill "
-                    "with pad_id (eos_id only when pad_id is None).", fin(fill=eos)))
-    if pad_id is None:
-        out.append(("filled with 0 when pad_id is None", "finished sequences are filled with 0 although pad_id is "
-                    "None: the exercise fills with eos_id when pad_id is None (fill = eos_id if pad_id is None "
-                    "else pad_id); 0 may well be a real token.", fin(fill=0)))
-    return out + [
-        ("keeps generating after eos", "a sequence keeps producing real tokens after its <eos>: once a sequence "
-         "has finished, write pad_id (eos_id when pad_id is None) in its later positions.", fin(do_fill=False)),
-        ("keeps generating after eos", "decoding ignores <eos>: sequences keep producing real tokens until "
-         "max_len. Stop when every sequence has produced eos_id, and fill the finished ones with pad_id.",
-         fin(do_fill=False, stop="never")),
-        ("runs to max_len after all finished", "decoding goes on until max_len although every sequence had already "
-         "produced <eos>: stop as soon as all of them have finished (T = 1 + the number of steps taken).",
-         fin(stop="never")),
-        ("stops at the first eos", "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every "  # noqa: E501
-         "sequence has finished (track a `finished` flag per sequence and test finished.all()).", fin(stop="any")),
-        ("no causal mask", "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, "
-         "as in training; without it the earlier positions see the later ones and the prediction changes.",
-         fin("no causal")),
-        ("upper triangle", _UPPER_CAUSAL, fin("upper")),
-        ("inverted mask", _INVERTED_CAUSAL, fin("inverted causal")),
-        ("argmax over wrong axis", "the argmax is taken over the positions axis of the (B, T, V) logits; take the "
-         "logits of the last position, (B, V), and the argmax over the vocabulary (dim=-1).", fin("positions")),
-        ("reads the first position", "the next token is read from the first position (out[:, 0]); the prediction "
-         "for the next token is at the last position, out[:, -1].", fin("first")),
-        ("max_len off by one", f"with max_len={M} your output has {M + 2} columns: generate at most max_len tokens "
-         "after <bos> (T <= max_len + 1).", fin(max_len=M + 1)),
-        ("max_len off by one", f"with max_len={M} your output has only {M} columns: generate up to max_len tokens "
-         "after <bos> (T <= max_len + 1).", fin(max_len=M - 1)),
-    ]
+
+def _decoded(applies: Callable[[Any], bool], kind: str = "ok", fields: Callable[[Any], dict[str, Any]] | None = None,
+             **kw: Any) -> Reference:
+    """The tokens of the trajectory ``kind`` finished with the mistakes ``kw``, on the cases where it
+    ``applies`` (in eval mode; the train-mode case has one mistake of its own)."""
+    return Reference(lambda c: [(fields(c) if fields else {}, _fin(c, kind, **kw))] if applies(c) else [])
+
+
+def _evaluated(c: Any) -> bool:
+    return not c.train
 
 
 def _same(a: Tensor, b: Tensor) -> bool:
@@ -1583,15 +1553,7 @@ _VARIANTS = {
     "no src mask in encode": dict(src_mask_to=(False, True)),
     "no src mask in decode": dict(src_mask_to=(True, False)),
 }
-_SRC_MASK_WORDS = {  # listed first among the mistakes: no other can hide them
-    "no src mask": ("src_mask not used", "src_mask is not used: pass it to model.encode and, as memory_mask, to "
-                    "model.decode; without it attention reads the source padding."),
-    "no src mask in encode": ("src_mask not passed to encode", "model.encode runs without src_mask, so the encoder "
-                              "reads the source padding: pass it to model.encode(src, src_mask) too."),
-    "no src mask in decode": ("src_mask not passed to decode", "model.decode runs without src_mask as memory_mask, "
-                              "so the cross-attention reads the source padding: model.decode(ys, memory, "
-                              "tgt_mask, src_mask)."),
-}
+_SRC_MASK_KINDS = ("no src mask", "no src mask in encode", "no src mask in decode")  # listed first: nothing hides them
 
 
 def _promising(raw: Tensor, margins: Tensor, usable: Tensor, bos_id: int, pad_id: int, M: int) -> bool:
@@ -1652,13 +1614,13 @@ def _greedy_setup() -> _GreedySetup:
             # rows that go on with other tokens after their eos (else "keeps generating" = filling)
             goes_on = ((raws["ok"][:, 1:] != eos_id) & ~upto & (steps[None, :] <= M)).any(dim=1)
             a_rows = _choose_rows(ends, [first == first[ends].min(), first == first[ends].max()]
-                                  + [differs[k] for k in _SRC_MASK_WORDS], randint(3, 4))
+                                  + [differs[k] for k in _SRC_MASK_KINDS], randint(3, 4))
             if a_rows is None or len(set(first[a_rows].tolist())) < 2:
                 continue
             # no row of B ends at step M - 1: stopping there (at the first <eos>, or row 0's) gives M columns,
             # exactly what decoding max_len - 1 steps gives, and the two mistakes could not be told apart
             b_rows = _choose_rows(clear & (first != M - 1), [first > M, (first < M) & goes_on, differs["no causal"]]
-                                  + [differs[k] for k in _SRC_MASK_WORDS], randint(3, 4))
+                                  + [differs[k] for k in _SRC_MASK_KINDS], randint(3, 4))
             if b_rows is None:
                 continue
             setup = _greedy_cases(model, src, src_mask, raws, bos_id, pad_id, M, eos_id, a_rows, b_rows)
@@ -1684,7 +1646,8 @@ def _greedy_cases(
         model.eval()
         if not _same(c.expected, _finish(raws["ok"][c.rows], eos_id, fill, M)):
             return None  # the smaller batch changed a close call: pick other rows
-        c.mistakes = _greedy_mistakes(raws, c.rows, eos_id, fill, c.pad_id, M, c.train)
+        c.mistakes = GREEDY.candidates(SimpleNamespace(raws=raws, rows=c.rows, eos=eos_id, fill=fill, pad_id=c.pad_id,
+                                                       M=M, train=c.train))
     if not _distinguishable(cases):
         return None
     return _GreedySetup(model, src, src_mask, bos_id, pad_id, M, cases)
@@ -1726,20 +1689,12 @@ class _GreedyWatch:
     def fail_if_one_token_fed(self, words: str) -> None:
         """A loop that fed model.decoder one position at every step (a key/value cache, as in
         notebook 07, calls the layers itself, never model.decoder)."""
-        if len(self.fed) >= 2 and set(self.fed) == {1}:
-            fail(f"while decoding ({words}) the decoder got one position at each of its {len(self.fed)} calls: "
-                 + _LAST_ONLY, mistake="only the last token fed")
+        GREEDY.detect("one token", self.fed, words=words, n=len(self.fed))
 
     def fail_if_unprojected(self, words: str) -> None:
         """Wrong tokens (or an error) from a loop that decoded but never ran the output projection."""
-        if self.decoder_calls and not self.projections:
-            n = self.decoder_calls
-            fail(f"while decoding ({words}) model.decode ran {n} time{'s' * (n != 1)} but model.output_projection "
-                 "never did: the next token was taken as the argmax over the decoder's D features, which are not "
-                 "words (an id up to D - 1, which can even fall outside the vocabulary and fail in the next "
-                 "decode). model.decode returns (B, T, D) vectors; turn the last one into (B, V) logits first, "
-                 "model.output_projection(out[:, -1]), then take argmax(dim=-1) over the vocabulary.",
-                 mistake="missing output projection")
+        n = self.decoder_calls
+        GREEDY.detect("unprojected", self, words=words, n=n, s="s" * (n != 1))
 
     def close(self) -> None:
         for h in self.handles:
@@ -1754,21 +1709,14 @@ class _GreedyWatch:
 def _watch_before_tokens(watch: _GreedyWatch, words: str) -> None:
     """What changes the tokens: dropout still on in a part of the model."""
     parts = watch.in_train_mode()
-    if parts:
-        shown = ", ".join(f"model.{n}" for n in parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
-        fail(f"during decoding ({words}) {shown} ran in train mode, so dropout changed the predictions: "
-             "call model.eval() on the whole model (it switches every sub-module), not on a part of it, "
-             "and restore the caller's mode at the end.", mistake="model left in train mode")
+    shown = ", ".join(f"model.{n}" for n in parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
+    GREEDY.detect("train mode", parts, words=words, shown=shown)
 
 
 def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
     """Right tokens, wrong cost: the source encoded again at every step, gradients tracked."""
-    if watch.rows_encoded > B:
-        fail(f"the tokens are right, but the encoder ran {watch.encoder_calls} times in one call ({words}), "
-             f"encoding {watch.rows_encoded} source rows for a batch of {B}: the source is encoded once. "
-             "Compute memory = model.encode(src, src_mask) before the loop and call only model.decode inside it "
-             "(a full model(src, ys, ...) at every step re-encodes the source each time).",
-             mistake="source encoded at every step")
+    GREEDY.detect("encoder calls", watch.rows_encoded > B, words=words, calls=watch.encoder_calls,
+                  rows=watch.rows_encoded, B=B)
     require_no_grad(watch.grad, "decoding", "greedy_decode", words)
 
 
@@ -1800,29 +1748,23 @@ def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int,
     return ys
 
 
-_LAZY_GREEDY = [  # (name, diagnosis, _lazy_greedy's keywords)
-    ("eos overwritten", "each sequence's <eos> itself is replaced by the filler: mark a sequence finished after "
-     "writing its token (finished = finished | (next_token == eos_id) after the masked_fill), so the <eos> stays.",
-     dict(eos_filled=True)),
-    ("finished not cumulative", "`finished` is recomputed from the newest token only (finished = next_token == "
-     "eos_id), so a sequence that has filled a pad counts as unfinished again and produces more tokens: keep it "
-     "finished, finished = finished | (next_token == eos_id).", dict(cumulative=False)),
-    ("stops at the first eos", "decoding stops when row 0 has produced <eos> (a test of ys[0, -1] or "
-     "finished[0]), whatever the other rows: stop only when every sequence has finished, "
-     "`if finished.all(): break`.", dict(stop_row0=True)),
-]
+def _lazy(**kw: Any) -> Reference:
+    """``_lazy_greedy`` with the mistake ``kw``, on the case ``c`` (its model, source and filler)."""
+    return Reference(lambda c: [({}, lambda: _lazy_greedy(c.model, c.src, c.mask, c.bos_id, c.eos_id, c.fill, c.M,
+                                                          **kw))], "lazy")
 
 
 def _lazy_diagnosis(got: Any, setup: _GreedySetup, case: _GreedyCase, src: Tensor, mask: Tensor, words: str) -> None:
     if not isinstance(got, Tensor) or got.dim() != 2:
         return
     fill = case.eos_id if case.pad_id is None else case.pad_id
-    model = setup.model.eval()
-    for name, diagnosis, kw in _LAZY_GREEDY:
+    c = SimpleNamespace(model=setup.model.eval(), src=src, mask=mask, bos_id=setup.bos_id, eos_id=case.eos_id,
+                        fill=fill, M=setup.max_len)
+    for name, message, make in GREEDY.candidates(c, "lazy", words=words):
         with torch.no_grad():
-            value = _lazy_greedy(model, src, mask, setup.bos_id, case.eos_id, fill, setup.max_len, **kw)
+            value = make()
         if not _same(value, case.expected) and _same(got.long(), value):
-            fail(f"the output ({words}) is what greedy decoding gives when {diagnosis}", mistake=name)
+            fail(message, mistake=name)
 
 
 class _ProbeError(RuntimeError):
@@ -1851,30 +1793,14 @@ def _restored_after_error(fn: Callable[..., Any], setup: _GreedySetup) -> None:
         handle.remove()
         left = {m.training for m in model.modules()}
         model.eval()
-    if len(calls) >= 2 and left != {True}:
-        fail("the tokens are right, but when the model raises an error during decoding (the checker made the "
-             "decoder fail at step 2, the model in train mode), greedy_decode leaves it in eval mode: restore the "
-             "mode in a `finally:` block (try: ... finally: model.train(was_training)), so that a failed decode "
-             "does not silently switch off dropout for the rest of training.", mistake="mode not restored")
+    GREEDY.detect("after an error", len(calls) >= 2 and left != {True})
 
 
 def _token_diagnosis(got: Any, expected: Tensor, case: str, max_len: int) -> None:
     """Say which row differs, in tokens, instead of a float difference."""
     if not isinstance(got, Tensor) or got.dim() != 2:
         return
-    if got.shape != expected.shape:
-        if got.size(0) == expected.size(0):
-            fail(f"the output ({case}) has {got.size(1)} columns, expected {expected.size(1)}: T = 1 (<bos>) "
-                 f"+ the number of steps until every sequence has produced <eos>, at most max_len={max_len}.\n"
-                 f"    yours    row 0: {got[0].tolist()}\n    expected row 0: {expected[0].tolist()}",
-                 mistake="values differ")
-        return
-    wrong = torch.nonzero((got != expected).any(dim=1)).flatten()
-    if len(wrong):
-        r = int(wrong[0])
-        fail(f"the output ({case}) differs from the expected tokens in {len(wrong)} of {got.size(0)} rows; "
-             f"row {r}:\n    yours:    {got[r].tolist()}\n    expected: {expected[r].tolist()}",
-             mistake="values differ")
+    GREEDY.detect("tokens", SimpleNamespace(got=got, expected=expected), case=case, max_len=max_len)
 
 
 def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase, err: StudentError) -> None:
@@ -1892,11 +1818,8 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
         model.eval()
         return
     model.eval()
-    if isinstance(got, Tensor) and _same(got.long(), ys):
-        fail(f"your code raised {type(err.exc).__name__}: {str(err.exc).splitlines()[0] if str(err.exc) else ''} "
-             f"with a batch of {len(case.rows)} sources, but runs with exactly vocab_size={V} of them: the "
-             "argmax is taken over the batch axis of the (B, V) logits. Take it over the vocabulary, dim=-1.",
-             mistake="argmax over wrong axis")
+    GREEDY.detect("batch axis", isinstance(got, Tensor) and _same(got.long(), ys), type=type(err.exc).__name__,
+                  first=str(err.exc).splitlines()[0] if str(err.exc) else "", B=len(case.rows), V=V)
 
 
 def _rows_reversed(fn: Callable[..., Any], setup: _GreedySetup) -> None:
@@ -1919,6 +1842,166 @@ def _rows_reversed(fn: Callable[..., Any], setup: _GreedySetup) -> None:
     if isinstance(got, Tensor) and not _same(got.long(), expected):
         _lazy_diagnosis(got, setup, replace(case, rows=rows, expected=expected), src, mask, words)
         _token_diagnosis(got, expected, words, M)
+
+
+def _wrong_dtype(t: Any) -> dict[str, Any] | None:
+    """Token ids of another dtype than long: floats, smaller ints, or any dtype with the right tokens."""
+    got = t.got
+    if not (isinstance(got, Tensor) and got.dtype != torch.long):
+        return None
+    right = got.shape == t.expected.shape and bool(equal(got.long(), t.expected))
+    if right or got.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8) or got.is_floating_point():
+        return dict(dtype=got.dtype, right=" (with the right tokens)" if right else "")
+    return None
+
+
+def _columns_differ(t: Any) -> dict[str, Any] | None:
+    if t.got.shape != t.expected.shape and t.got.size(0) == t.expected.size(0):
+        return dict(cols=t.got.size(1), expected_cols=t.expected.size(1), got_row=t.got[0].tolist(),
+                    expected_row=t.expected[0].tolist())
+    return None
+
+
+def _rows_differ(t: Any) -> dict[str, Any] | None:
+    if t.got.shape != t.expected.shape:
+        return None
+    wrong = torch.nonzero((t.got != t.expected).any(dim=1)).flatten()
+    if not len(wrong):
+        return None
+    r = int(wrong[0])
+    return dict(n=len(wrong), B=t.got.size(0), r=r, got_row=t.got[r].tolist(), expected_row=t.expected[r].tolist())
+
+
+_LAZY = "the output ({words}) is what greedy decoding gives when "
+
+GREEDY = Catalogue("greedy_decode", "06", [
+    Entry("not a function", None, Probe("require_function")),
+    # the call raised: a loop that never projected (stage "unprojected"), an argmax over the batch axis
+    Entry("missing output projection", None, Output(lambda w: w.decoder_calls and not w.projections, "unprojected"),
+          "while decoding ({words}) model.decode ran {n} time{s} but model.output_projection never did: the next "
+          "token was taken as the argmax over the decoder's D features, which are not words (an id up to D - 1, which "
+          "can even fall outside the vocabulary and fail in the next decode). model.decode returns (B, T, D) vectors; "
+          "turn the last one into (B, V) logits first, model.output_projection(out[:, -1]), then take argmax(dim=-1) "
+          "over the vocabulary."),
+    Entry("argmax over wrong axis", "greedy choice over another axis than the vocabulary", Output(bool, "batch axis"),
+          "your code raised {type}: {first} with a batch of {B} sources, but runs with exactly vocab_size={V} of them: "
+          "the argmax is taken over the batch axis of the (B, V) logits. Take it over the vocabulary, dim=-1."),
+    # what the hooks saw while decoding
+    Entry("model left in train mode", "the model (or a part of it) runs in train mode while decoding",
+          Output(bool, "train mode"),
+          "during decoding ({words}) {shown} ran in train mode, so dropout changed the predictions: call model.eval() "
+          "on the whole model (it switches every sub-module), not on a part of it, and restore the caller's mode at "
+          "the end."),
+    Entry("only the last token fed",
+          "greedy decoding feeds the decoder only the newest token instead of the whole prefix",
+          Output(lambda fed: len(fed) >= 2 and set(fed) == {1}, "one token"),
+          "while decoding ({words}) the decoder got one position at each of its {n} calls: " + _LAST_ONLY),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("wrong dtype", None, Output(_wrong_dtype, "dtype"),
+          "the output has dtype {dtype}{right}: token ids are torch.long (int64). Build the start column with "
+          "torch.full(..., bos_id, dtype=torch.long); argmax already returns long."),
+    # the tokens are what greedy decoding gives with one of these mistakes, in this order
+    Entry("model left in train mode", None, _decoded(lambda c: c.train, "train"),
+          "your decoding runs with dropout active: the model came in train mode and was never switched to eval mode. "
+          "Call model.eval() at the start (and decode under torch.no_grad())."),
+    Entry("src_mask not used", None, _decoded(_evaluated, "no src mask"),
+          "src_mask is not used: pass it to model.encode and, as memory_mask, to model.decode; without it attention "
+          "reads the source padding."),
+    Entry("src_mask not passed to encode", "greedy decoding calls encode without src_mask",
+          _decoded(_evaluated, "no src mask in encode"),
+          "model.encode runs without src_mask, so the encoder reads the source padding: pass it to "
+          "model.encode(src, src_mask) too."),
+    Entry("src_mask not passed to decode", "greedy decoding calls decode without src_mask",
+          _decoded(_evaluated, "no src mask in decode"),
+          "model.decode runs without src_mask as memory_mask, so the cross-attention reads the source padding: "
+          "model.decode(ys, memory, tgt_mask, src_mask)."),
+    Entry("no bos in column 0", "the output does not start with bos", _decoded(_evaluated, bos=False),
+          "column 0 must be bos_id: start every sequence with <bos> and keep it in the output."),
+    # listed before "keeps generating": see _greedy_cases
+    Entry("pad_id ignored", "the pad_id argument is not used",
+          Reference(lambda c: [({}, _fin(c, fill=c.eos))] if _evaluated(c) and c.pad_id not in (None, c.eos) else []),
+          "finished sequences are filled with eos_id although pad_id was given: fill with pad_id (eos_id only when "
+          "pad_id is None)."),
+    Entry("filled with 0 when pad_id is None", "finished sequences filled with 0 instead of eos_id when pad_id is None",
+          _decoded(lambda c: _evaluated(c) and c.pad_id is None,
+                                                                     fill=0),
+          "finished sequences are filled with 0 although pad_id is None: the exercise fills with eos_id when pad_id "
+          "is None (fill = eos_id if pad_id is None else pad_id); 0 may well be a real token."),
+    Entry("keeps generating after eos", "finished sequences get more tokens than pad",
+          _decoded(_evaluated, do_fill=False),
+          "a sequence keeps producing real tokens after its <eos>: once a sequence has finished, write pad_id (eos_id "
+          "when pad_id is None) in its later positions."),
+    Entry("keeps generating after eos", None, _decoded(_evaluated, do_fill=False, stop="never"),
+          "decoding ignores <eos>: sequences keep producing real tokens until max_len. Stop when every sequence has "
+          "produced eos_id, and fill the finished ones with pad_id."),
+    Entry("runs to max_len after all finished", "decoding continues after every sequence ended",
+          _decoded(_evaluated, stop="never"),
+          "decoding goes on until max_len although every sequence had already produced <eos>: stop as soon as all of "
+          "them have finished (T = 1 + the number of steps taken)."),
+    Entry("stops at the first eos", "decoding stops when one sequence (or row 0) ends, not all",
+          _decoded(_evaluated, stop="any"),
+          "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every sequence has "
+          "finished (track a `finished` flag per sequence and test finished.all())."),
+    Entry("no causal mask", "the decoder's self-attention gets no causal mask", _decoded(_evaluated, "no causal"),
+          "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, as in training; "
+          "without it the earlier positions see the later ones and the prediction changes."),
+    Entry("upper triangle", None, _decoded(_evaluated, "upper"), _UPPER_CAUSAL),
+    Entry("inverted mask", None, _decoded(_evaluated, "inverted causal"), _INVERTED_CAUSAL),
+    Entry("argmax over wrong axis", None, _decoded(_evaluated, "positions"),
+          "the argmax is taken over the positions axis of the (B, T, V) logits; take the logits of the last position, "
+          "(B, V), and the argmax over the vocabulary (dim=-1)."),
+    Entry("reads the first position", "the next token is read from the first position's logits, not the last",
+          _decoded(_evaluated, "first"),
+          "the next token is read from the first position (out[:, 0]); the prediction for the next token is at the "
+          "last position, out[:, -1]."),
+    Entry("max_len off by one", "max_len one too small",
+          _decoded(_evaluated, fields=lambda c: dict(M=c.M, cols=c.M + 2),
+                                                     shift=1),
+          "with max_len={M} your output has {cols} columns: generate at most max_len tokens after <bos> (T <= max_len "
+          "+ 1)."),
+    Entry("max_len off by one", None, _decoded(_evaluated, fields=lambda c: dict(M=c.M, cols=c.M), shift=-1),
+          "with max_len={M} your output has only {cols} columns: generate up to max_len tokens after <bos> (T <= "
+          "max_len + 1)."),
+    # wrong tokens of the filling loop itself, which the un-stopped trajectories cannot give (stage "lazy")
+    Entry("eos overwritten", "a sequence's <eos> itself is replaced by the filler", _lazy(eos_filled=True),
+          _LAZY + "each sequence's <eos> itself is replaced by the filler: mark a sequence finished after writing its "
+          "token (finished = finished | (next_token == eos_id) after the masked_fill), so the <eos> stays."),
+    Entry("finished not cumulative", "the finished flags are recomputed from the newest token only",
+          _lazy(cumulative=False),
+          _LAZY + "`finished` is recomputed from the newest token only (finished = next_token == eos_id), so a "
+          "sequence that has filled a pad counts as unfinished again and produces more tokens: keep it finished, "
+          "finished = finished | (next_token == eos_id)."),
+    Entry("stops at the first eos", None, _lazy(stop_row0=True),
+          _LAZY + "decoding stops when row 0 has produced <eos> (a test of ys[0, -1] or finished[0]), whatever the "
+          "other rows: stop only when every sequence has finished, `if finished.all(): break`."),
+    # no catalogued mistake: the tokens shown
+    Entry("values differ", None, Output(_columns_differ, "tokens"),
+          "the output ({case}) has {cols} columns, expected {expected_cols}: T = 1 (<bos>) + the number of steps "
+          "until every sequence has produced <eos>, at most max_len={max_len}.\n    yours    row 0: {got_row}\n    "
+          "expected row 0: {expected_row}"),
+    Entry("values differ", None, Output(_rows_differ, "tokens"),
+          "the output ({case}) differs from the expected tokens in {n} of {B} rows; row {r}:\n    yours:    "
+          "{got_row}\n    expected: {expected_row}"),
+    # the right tokens at the wrong cost, or the caller's mode left changed
+    Entry("source encoded at every step", "greedy decoding runs the encoder again at every step",
+          Output(bool, "encoder calls"),
+          "the tokens are right, but the encoder ran {calls} times in one call ({words}), encoding {rows} source rows "
+          "for a batch of {B}: the source is encoded once. Compute memory = model.encode(src, src_mask) before the "
+          "loop and call only model.decode inside it (a full model(src, ys, ...) at every step re-encodes the source "
+          "each time)."),
+    Entry("gradients tracked", None, Probe("require_no_grad")),
+    Entry("mode not restored", None, Output(bool, "modes"),
+          "the tokens are right, but greedy_decode leaves the model (or some of its modules) in {left} mode although "
+          "it came in {came} mode ({words}): the caller's mode must be restored, or a training loop that decodes a "
+          "few examples goes on {without} dropout. Remember `was_training = model.training` before model.eval() and "
+          "end with model.train(was_training)."),
+    Entry("wrong device", None, Probe("check_input_device")),
+    Entry("mode not restored", None, Output(bool, "after an error"),
+          "the tokens are right, but when the model raises an error during decoding (the checker made the decoder "
+          "fail at step 2, the model in train mode), greedy_decode leaves it in eval mode: restore the mode in a "
+          "`finally:` block (try: ... finally: model.train(was_training)), so that a failed decode does not silently "
+          "switch off dropout for the rest of training."),
+])
 
 
 @checker("greedy_decode")
@@ -1950,12 +2033,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         _watch_before_tokens(watch, words)
         watch.fail_if_one_token_fed(words)  # even with the right tokens: a random model may ignore the prefix
         check_unchanged(["src", "src_mask"], [src, mask], [src0, mask0], words)
-        if isinstance(got, Tensor) and got.dtype != torch.long:
-            right = got.shape == case.expected.shape and bool(equal(got.long(), case.expected))
-            if right or got.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8) or got.is_floating_point():
-                fail(f"the output has dtype {got.dtype}" + (" (with the right tokens)" if right else "")
-                     + ": token ids are torch.long (int64). Build the start column with "
-                     "torch.full(..., bos_id, dtype=torch.long); argmax already returns long.", mistake="wrong dtype")
+        GREEDY.detect("dtype", SimpleNamespace(got=got, expected=case.expected))
         try:
             expect_close("the output", got, case.expected, case.mistakes, atol=0, rtol=0, case=words)
         except Failure as f:
@@ -1966,13 +2044,9 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
                 _token_diagnosis(got, case.expected, words, M)
             raise
         _watch_after_tokens(watch, len(case.rows), words)
-        if left_in != {case.train}:
-            came, left = ("train", "eval") if case.train else ("eval", "train")
-            fail(f"the tokens are right, but greedy_decode leaves the model (or some of its modules) in {left} mode "
-                 f"although it came in {came} mode ({words}): the caller's mode must be restored, or a training loop "
-                 f"that decodes a few examples goes on {'without' if case.train else 'with'} dropout. Remember "
-                 "`was_training = model.training` before model.eval() and end with model.train(was_training).",
-                 mistake="mode not restored")
+        came, left = ("train", "eval") if case.train else ("eval", "train")
+        GREEDY.detect("modes", left_in != {case.train}, left=left, came=came, words=words,
+                      without="without" if case.train else "with")
     _rows_reversed(fn, setup)
     case = setup.cases[0]  # right tokens: now with the model's own tensors watched as another device's
     src, mask = setup.src[case.rows], setup.src_mask[case.rows]
@@ -1985,7 +2059,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
     return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
 
 
-CATALOGUES = (SRC_MASK, TGT_MASK, TRANSFORMER)
+CATALOGUES = (SRC_MASK, TGT_MASK, TRANSFORMER, GREEDY)
 MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
