@@ -1,6 +1,8 @@
 """Checkers for notebook 06 (the full model): ``Transformer``, ``make_src_mask``,
-``make_tgt_mask`` and ``greedy_decode``. docs/course-contract.md says what each verifies;
-``_mistakes.py`` holds every mistake name.
+``make_tgt_mask`` and ``greedy_decode``. docs/course-contract.md says what each verifies.
+Each exercise's mistakes are one table (:mod:`.catalogue`), in the order the check tries them:
+``SRC_MASK``, ``TGT_MASK``, ``TRANSFORMER`` (its value and dropout mistakes generated per side
+into entries), ``GREEDY``; ``MISTAKES`` lists their names.
 
 ``Transformer``: built with awkward random sizes (all different, two layers, ``max_len``
 larger than every other size), for both ``norm_first``. Right after construction: the
