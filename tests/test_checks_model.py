@@ -182,6 +182,8 @@ def tril(L, diagonal=0):
         (lambda t, p: torch.ones(t.size(1), t.size(1), dtype=torch.bool), "wrong shape", ["own padding"]),
         (lambda t, p: ~padding_mask(t, p), "inverted mask", ["only blocks padding"]),
         (lambda t, p: padding_mask(t, p).transpose(1, 2), "padding on the query axis", ["nothing blocks the future"]),
+        # issue 24 item 6: Hugging Face's padding mask (B, 1, 1, L) returned as the target mask, no causal part
+        (lambda t, p: (t != p)[:, None, None, :], "padding only", ["(B, 1, 1, L)", "head axis", "future"]),
         (lambda t, p: torch.ones(t.size(0), t.size(1), t.size(1), dtype=torch.bool), "values differ",
          ["should be False", "after the query", "Entry [b, i, j] is True when query i"]),
     ],
@@ -565,6 +567,13 @@ class TargetEmbeddingNoGrad(course_utils.Transformer):
         return self.decoder(self.positional_encoding(y), memory, tgt_mask, memory_mask)
 
 
+class OwnCausalMaskWhenNone(course_utils.Transformer):  # issue 24 item 6 (T59): tgt_mask=None made causal
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        if tgt_mask is None:
+            tgt_mask = causal_mask(tgt.size(1), device=tgt.device)
+        return super().forward(src, tgt, src_mask, tgt_mask)
+
+
 class NoMethods(nn.Module):
     def __init__(self, src_vocab_size, tgt_vocab_size, **kwargs):
         super().__init__()
@@ -585,6 +594,8 @@ TRANSFORMER_MISTAKES = [  # (class, mistake, words, the check's step that names 
     (SecondPositionalModule, "positional encoding added twice", ["added twice to the target embeddings"], "values"),
     (Probabilities, "returns probabilities", ["softmax", "raw logits"], "values"),
     (NoMethods, "missing method", ["encode(src, src_mask)"], "build"),
+    (OwnCausalMaskWhenNone, "causal mask when tgt_mask is None", ["tgt_mask=None", "None means no mask"],
+     "masks left out"),
     # the same with names the contract does not fix: still compared number by number
     (renamed("no target positions"), "positional encoding missing", ["target embeddings"], "values"),
     (renamed("no source positions"), "positional encoding missing", ["source embeddings"], "values"),

@@ -1,6 +1,8 @@
 """Checkers for notebook 06 (the full model): ``Transformer``, ``make_src_mask``,
-``make_tgt_mask`` and ``greedy_decode``. docs/course-contract.md says what each verifies;
-``_mistakes.py`` holds every mistake name.
+``make_tgt_mask`` and ``greedy_decode``. docs/course-contract.md says what each verifies.
+Each exercise's mistakes are one table (:mod:`.catalogue`), in the order the check tries them:
+``SRC_MASK``, ``TGT_MASK``, ``TRANSFORMER`` (its value and dropout mistakes generated per side
+into entries), ``GREEDY``; ``MISTAKES`` lists their names.
 
 ``Transformer``: built with awkward random sizes (all different, two layers, ``max_len``
 larger than every other size), for both ``norm_first``. Right after construction: the
@@ -31,12 +33,14 @@ gradient tracking and the encoder's calls; the device is watched once the tokens
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NamedTuple, NoReturn
 
 import torch
 from torch import Tensor, nn
@@ -49,7 +53,6 @@ from ..positional import sinusoidal_positional_encoding
 from ._blocks import P_PROBE, check_dropout
 from ._core import (
     Failure,
-    Mistake,
     StudentError,
     allclose,
     call_student,
@@ -75,6 +78,7 @@ from ._core import (
 )
 from ._pairing import copy_parameters, named, pair_parameters, randomise_parameters
 from .attention import causal_mask_candidates, compare_mask, padding_shape_diagnosis
+from .catalogue import GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Reference
 from .decoder import trailing_padding
 
 __all__ = ["check_transformer", "check_make_src_mask", "check_make_tgt_mask", "check_greedy_decode"]
@@ -108,27 +112,176 @@ def _mask_cases(fn: Callable[..., Any], name: str, arg: str) -> Any:
         yield B, L, pad_id, tokens, case, got
 
 
-def _padding_mistakes(tokens: Tensor, pad_id: int) -> list[Mistake]:
-    """Wrong padding parts ``(B, 1, L)``, their words to follow "your mask" (``make_src_mask``)
-    or "the padding part of your mask" (``make_tgt_mask``)."""
+# ---------------------------------------------------------------- the masks' tables
+def _padding_wrong(c: Any) -> dict[str, list[tuple[dict[str, Any], Tensor]]]:
+    """The wrong padding parts of the case's ``tokens``, by name, each ``(fields, mask (B, 1, L))``."""
+    tokens, pad_id = c.tokens, c.pad_id
     n_real = (tokens != pad_id).sum(1, keepdim=True)  # (B, 1)
     first_n = torch.arange(tokens.size(1)) < n_real  # (B, L): what a length-based code builds
-    out: list[Mistake] = [
-        ("inverted mask", "is inverted: True at the padding, False at the real tokens. True must mark the real "
-         "tokens (a key that may be attended to): compare with !=, not ==.", tokens == pad_id),
-        ("assumed trailing padding", "treats the first n tokens of each row as real (n = its number of real "
-         "tokens), which is right only when the padding is at the end. Read the ids instead: tokens != pad_id.",
-         first_n),
-    ]
     below = sorted(set(tokens[tokens < pad_id].tolist()))  # real ids smaller than pad_id
-    if below:
-        out.append(("ids below pad_id as padding", f"marks the real tokens with ids smaller than pad_id ({below}) "
-                    "as padding too: `tokens > pad_id` assumes pad_id is the smallest id. Compare for inequality: "
-                    "tokens != pad_id.", tokens > pad_id))
-    if pad_id != 0:
-        out.append(("hard-coded pad id", f"compares with 0 instead of pad_id (here {pad_id}): real tokens with id 0 "
-                    "are blocked and the padding is not. Use the pad_id argument.", tokens != 0))
-    return [(name, words, mask.unsqueeze(1)) for name, words, mask in out]  # (B, 1, L)
+    return {
+        "inverted mask": [({}, (tokens == pad_id).unsqueeze(1))],
+        "assumed trailing padding": [({}, first_n.unsqueeze(1))],
+        "ids below pad_id as padding": [(dict(below=below), (tokens > pad_id).unsqueeze(1))] if below else [],
+        "hard-coded pad id": [({}, (tokens != 0).unsqueeze(1))] if pad_id != 0 else [],
+    }
+
+
+# the padding part wrong, in the order tried; {whose}: "your mask" (make_src_mask) or "the padding part of your
+# mask" (make_tgt_mask, where the wrong part is combined with the causal mask)
+_PADDING_WORDS = {
+    "inverted mask": "{whose} is inverted: True at the padding, False at the real tokens. True must mark the real "
+    "tokens (a key that may be attended to): compare with !=, not ==.",
+    "assumed trailing padding": "{whose} treats the first n tokens of each row as real (n = its number of real "
+    "tokens), which is right only when the padding is at the end. Read the ids instead: tokens != pad_id.",
+    "ids below pad_id as padding": "{whose} marks the real tokens with ids smaller than pad_id ({below}) as padding "
+    "too: `tokens > pad_id` assumes pad_id is the smallest id. Compare for inequality: tokens != pad_id.",
+    "hard-coded pad id": "{whose} compares with 0 instead of pad_id (here {pad_id}): real tokens with id 0 are "
+    "blocked and the padding is not. Use the pad_id argument.",
+}
+
+
+def _padding_entries(causal: bool) -> list[Entry]:
+    """The padding part's mistakes, alone (``make_src_mask``) or ``& causal`` (``make_tgt_mask``)."""
+    def build(name: str) -> Reference:
+        return Reference(lambda c: [(f, m & c.causal if causal else m) for f, m in _padding_wrong(c)[name]])
+    return [Entry(name, None, build(name), words) for name, words in _PADDING_WORDS.items()]
+
+
+# what compare_mask (notebook 01's, shared by every mask check) reports, before and after the catalogued patterns
+_MASK_TYPE = [Entry(name, None, Probe("compare_mask")) for name in ("not a tensor", "wrong device")]
+_MASK_FORM = [Entry(name, None, Probe("compare_mask")) for name in ("wrong shape", "additive float mask")]
+_MASK_LAST = [Entry(name, None, Probe("compare_mask")) for name in ("not a bool mask", "values differ")]
+
+
+def _shaped(shape: Callable[[Any], tuple[int, ...]]) -> Callable[[Any], bool]:
+    """A test that the student's mask ``m.got`` has ``shape(m)``."""
+    return lambda m: tuple(m.got.shape) == shape(m)
+
+
+SRC_MASK = Catalogue("make_src_mask", "06", [
+    Entry("not a function", None, Probe("require_function")),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    *_MASK_TYPE,
+    # another shape than (B, 1, L_src) (stage "head axis", then "square": a (B, L_src, L_src) mask)
+    Entry("extra head axis", "a mask with a head axis the contract does not have",
+          Output(_shaped(lambda m: (m.B, 1, 1, m.L)), "head axis"),
+          "{what} has shape {shape} = (B, 1, 1, L_src): an extra head axis (the Annotated Transformer's and Hugging "
+          "Face's habit). This course's source mask is (B, 1, L_src) = ({B}, 1, {L}): padding_mask(src, pad_id), or "
+          "(src != pad_id).unsqueeze(1). MultiHeadAttention adds the head axis itself."),
+    Entry("causal mask in the encoder",
+          "the encoder's mask is causal as well as padding (the encoder reads the whole input)",
+          Reference(lambda c: [({}, c.pad & causal_mask(c.L))], "square"),
+          "the source mask is causal as well as padding: each source token would see only the tokens before it. The "
+          "encoder reads the whole source at once, so the source mask blocks the padding only: padding_mask(src, "
+          "pad_id), shape (B, 1, L_src)."),
+    Entry("padding on both axes", "the target mask blocks the padding positions' rows (queries) as well as their keys",
+          Reference(lambda c: [({}, c.pad & c.pad.transpose(1, 2))], "square"),
+          "the source mask blocks the padding on both axes, the padding keys (columns) and the padding positions' own "
+          "rows (queries). Block the keys only: padding_mask(src, pad_id), shape (B, 1, L_src)."),
+    Entry("wrong shape", None, Output(_shaped(lambda m: (m.B, m.L, m.L)), "square"),
+          "{what} has shape {shape} = (B, L_src, L_src), expected (B, 1, L_src) = ({B}, 1, {L}): the source mask has "
+          "a query axis of size 1, which broadcasts over whatever queries read the source: the encoder's L_src and "
+          "the decoder's cross-attention's L_tgt. Build it from the keys only: (src != pad_id).unsqueeze(1)."),
+    *(Entry(name, None, Probe("padding_shape_diagnosis")) for name in ("missing query axis", "wrong axis")),
+    *_MASK_FORM,
+    # the pattern (read as bool) is one of these, in this order
+    *_padding_entries(causal=False),
+    *_MASK_LAST,
+    Entry("wrong device", None, Probe("check_input_device")),
+])
+
+_CAUSAL_ONLY = ("the mask is only causal: padding keys are not blocked. Combine the causal mask with the padding "
+                "mask: padding_mask(tgt, pad_id) & causal_mask(L).")
+_PADDING_ONLY = ("the mask only blocks padding: nothing stops a position from looking at later (future) tokens. "
+                 "Combine the padding mask with causal_mask(L) using &.")
+_CAUSAL_PARTS = ("upper triangle", "inverted mask", "diagonal excluded")  # causal_mask_candidates' names, in order
+
+
+def _causal_part(name: str, stage: str, padded: bool) -> Reference:
+    """causal_mask's wrong mask ``name`` (its words the field ``words``), with the padding part (``padded``)."""
+    return Reference(lambda c: [(dict(words=words), c.pad & wrong if padded else wrong)
+                                for n, words, wrong in causal_mask_candidates(c.L) if n == name], stage)
+
+
+TGT_MASK = Catalogue("make_tgt_mask", "06", [
+    Entry("not a function", None, Probe("require_function")),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    # trailing padding gives padding on the query axis and on both axes the same mask: the rows reversed tell
+    Entry("padding on both axes", None, Output(lambda c: matches(c.got, c.pad & c.pad.transpose(1, 2) & c.causal),
+                                               "rows reversed"),
+          "the mask ({case}) blocks the padding on both axes: the padding keys (columns), as it should, and also the "
+          "padding positions' own rows (queries), which then may attend to no key at all. Block the keys only: "
+          "padding_mask(tgt, pad_id), shape (B, 1, L), & causal_mask(L); the loss ignores the padding positions' "
+          "outputs anyway."),
+    *_MASK_TYPE,
+    # another shape than (B, L, L): one (L, L) pattern for the batch (stages "folded", "square"), ...
+    Entry("padding folded over the batch",
+          "one (L, L) target mask whose padding part is folded over the batch (.all(0), .any(0))",
+          Output(lambda m: _folded(m.fn, m.tgt, m.pad_id, m.square), "folded"),
+          "{what} has shape {shape}, expected (B, L, L) = ({B}, {L}, {L}): the padding of the whole batch is folded "
+          "into one (L, L) pattern ({how}), so each sequence's own padding is not blocked. Keep the batch axis: "
+          "padding_mask(tgt, pad_id) is (B, 1, L), and & with causal_mask(L), (L, L), broadcasts to (B, L, L)."),
+    Entry("causal only", "the target mask has the causal part but not the padding part",
+          Reference(lambda c: [({}, c.causal)], "square"), _CAUSAL_ONLY),
+    *(Entry(name, None, _causal_part(name, "square", padded=False),
+            "the causal part is wrong: {words} And it has no batch axis, so no sequence's padding is blocked: combine "
+            "it with padding_mask(tgt, pad_id) using &.") for name in _CAUSAL_PARTS),
+    Entry("wrong shape", None, Output(lambda m: True, "square"),
+          "{what} has shape {shape}, expected (B, L, L) = ({B}, {L}, {L}): one (L, L) pattern for every sequence "
+          "cannot block each sequence's own padding. Combine the padding mask (B, 1, L) with the causal mask (L, L) "
+          "using &: broadcasting gives (B, L, L)."),
+    # ... a head axis, or no query axis
+    Entry("extra head axis", None, Output(_shaped(lambda m: (m.B, 1, m.L, m.L)), "head axis"),
+          "{what}: the mask has an extra head axis, {shape} = (B, 1, L, L); the exercise's shape is (B, L_tgt, L_tgt) "
+          "(MultiHeadAttention adds the head axis itself)."),
+    Entry("padding only", "the target mask has the padding part but not the causal part",
+          Reference(lambda c: [({}, c.pad)], "other shape"), _PADDING_ONLY),
+    Entry("inverted mask", None, Reference(lambda c: [({}, ~c.pad)], "other shape"),
+          "the mask is inverted (True at the padding; True means 'may attend') and only blocks padding, nothing in "
+          "the future: padding_mask(tgt, pad_id) & causal_mask(L)."),
+    Entry("padding on the query axis", "the padding mask is laid along the query axis",
+          Reference(lambda c: [({}, c.pad.transpose(1, 2))], "other shape"),
+          "the padding is laid along the query axis, (B, L, 1), and nothing blocks the future: padding *keys* must be "
+          "blocked for every query, so use the (B, 1, L) padding mask (unsqueeze(1)) and & it with causal_mask(L)."),
+    # issue 24 item 6: Hugging Face's padding mask (B, 1, 1, L), returned as the target mask
+    Entry("padding only", None, Reference(lambda c: [({}, c.pad.unsqueeze(1))], "other shape"),
+          "the mask has shape (B, 1, 1, L) = ({B}, 1, 1, {L}), Hugging Face's padding mask: a head axis and no causal "
+          "part, so nothing stops a position from looking at later (future) tokens. The target mask is (B, L, L) = "
+          "({B}, {L}, {L}): padding_mask(tgt, pad_id) & causal_mask(L); MultiHeadAttention adds the head axis itself."),
+    Entry("wrong shape", None, Output(lambda m: tuple(m.got.shape) in ((m.B, 1, m.L), (m.B, m.L)), "other shape"),
+          "{what} has shape {shape}, expected (B, L, L) = ({B}, {L}, {L}): a mask without a query axis gives every "
+          "query the same keys, so it cannot be causal. Combine the padding mask (B, 1, L) with causal_mask(L) using "
+          "&: broadcasting gives (B, L, L)."),
+    *_MASK_FORM,
+    # the pattern (read as bool) is one of these, in this order
+    Entry("causal only", None, Reference(lambda c: [({}, c.causal.expand(c.B, c.L, c.L))]), _CAUSAL_ONLY),
+    Entry("padding only", None, Reference(lambda c: [({}, c.pad.expand(c.B, c.L, c.L))]), _PADDING_ONLY),
+    *(Entry(name, None, _causal_part(name, "", padded=True), "the causal part is wrong: {words}")
+      for name in _CAUSAL_PARTS),
+    Entry("diagonal shifted", None, Reference(lambda c: [({}, c.pad & torch.ones(c.L, c.L, dtype=torch.bool).tril(1))]),
+          "the causal part is tril(1): each position also sees the next token, the one it has to predict. Query i may "
+          "attend to keys 0..i: torch.tril with the default diagonal=0."),
+    Entry("padding on the query axis", None, Reference(lambda c: [({}, c.pad.transpose(1, 2) & c.causal)]),
+          "the padding is applied on the query axis (rows) instead of the key axis (columns): padding *keys* must be "
+          "blocked for every query, so use the (B, 1, L) padding mask (unsqueeze(1)), not (B, L, 1)."),
+    Entry("| instead of &", "causal and padding masks combined with | instead of &",
+          Reference(lambda c: [({}, c.pad | c.causal)]),
+          "the two masks are combined with | (or): a key is allowed if it is in the past OR real. It must be both: "
+          "use &."),
+    Entry("inverted mask", None, Reference(lambda c: [({}, ~(c.pad & c.causal))]),
+          "the mask is inverted: True means 'may attend'."),
+    *_padding_entries(causal=True),
+    *_MASK_LAST,
+    Entry("wrong device", None, Probe("check_input_device")),
+])
+
+
+def _mask_case(tokens: Tensor, pad_id: int, **more: Any) -> SimpleNamespace:
+    """A mask check's case: the ids, their padding mask (B, 1, L) and causal mask (L, L)."""
+    B, L = tokens.shape
+    return SimpleNamespace(tokens=tokens, pad_id=pad_id, B=B, L=L, pad=padding_mask(tokens, pad_id),
+                           causal=causal_mask(L), **more)
 
 
 # ---------------------------------------------------------------- make_src_mask
@@ -137,7 +290,7 @@ def _pattern(got: Tensor) -> Tensor:
     return got if got.dtype == torch.bool else got != 0
 
 
-def _named_by_shape(what: str, got: Tensor, candidates: list[Mistake]) -> None:
+def _named_by_shape(what: str, got: Tensor, candidates: list[tuple[str, str, Tensor]]) -> None:
     """A mask of another shape than the contract's named by the first candidate of its shape and pattern."""
     pattern = _pattern(got)
     for name, words, candidate in candidates:
@@ -149,29 +302,16 @@ def _src_shape(src: Tensor, pad_id: int, what: str) -> Callable[[Tensor], None]:
     """What a source mask of the wrong shape is: a head axis (the Annotated Transformer's
     ``(B, 1, 1, L)``), a full ``(B, L, L)`` (causal, padding on both axes or copied over the
     queries), else ``check_padding_mask``'s words for ``(B, L)`` and ``(B, L, 1)``."""
-    B, L = src.shape
-    pad = padding_mask(src, pad_id)  # (B, 1, L)
+    c = _mask_case(src, pad_id)
 
     def diagnose(got: Tensor) -> None:
-        if tuple(got.shape) == (B, 1, 1, L):
-            fail(f"{what} has shape {describe_shape(got)} = (B, 1, 1, L_src): an extra head axis (the Annotated "
-                 "Transformer's and Hugging Face's habit). This course's source mask is (B, 1, L_src) = "
-                 f"({B}, 1, {L}): padding_mask(src, pad_id), or (src != pad_id).unsqueeze(1). MultiHeadAttention "
-                 "adds the head axis itself.", mistake="extra head axis")
-        if tuple(got.shape) == (B, L, L):
-            _named_by_shape(what, got, [
-                ("causal mask in the encoder", "the source mask is causal as well as padding: each source token "
-                 "would see only the tokens before it. The encoder reads the whole source at once, so the source "
-                 "mask blocks the padding only: padding_mask(src, pad_id), shape (B, 1, L_src).", pad & causal_mask(L)),
-                ("padding on both axes", "the source mask blocks the padding on both axes, the padding keys "
-                 "(columns) and the padding positions' own rows (queries). Block the keys only: "
-                 "padding_mask(src, pad_id), shape (B, 1, L_src).", pad & pad.transpose(1, 2)),
-            ])
-            fail(f"{what} has shape {describe_shape(got)} = (B, L_src, L_src), expected (B, 1, L_src) = ({B}, 1, "
-                 f"{L}): the source mask has a query axis of size 1, which broadcasts over whatever queries read "
-                 "the source: the encoder's L_src and the decoder's cross-attention's L_tgt. Build it from the "
-                 "keys only: (src != pad_id).unsqueeze(1).", mistake="wrong shape")
-        padding_shape_diagnosis(B, L, what)(got)  # the same words as check_padding_mask
+        m = SimpleNamespace(got=got, B=c.B, L=c.L)
+        fields = dict(what=what, shape=describe_shape(got), B=c.B, L=c.L)
+        SRC_MASK.detect("head axis", m, **fields)
+        if tuple(got.shape) == (c.B, c.L, c.L):
+            _named_by_shape(what, got, SRC_MASK.candidates(c, "square", **fields))
+        SRC_MASK.detect("square", m, **fields)
+        padding_shape_diagnosis(c.B, c.L, what)(got)  # the same words as check_padding_mask
 
     return diagnose
 
@@ -181,7 +321,7 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_src_mask")
     for B, L, pad_id, src, case, got in _mask_cases(fn, "make_src_mask", "src"):
         expected = padding_mask(src, pad_id)  # (B, 1, L)
-        mistakes = [(name, f"your mask {words}", wrong) for name, words, wrong in _padding_mistakes(src, pad_id)]
+        mistakes = SRC_MASK.candidates(_mask_case(src, pad_id), whose="your mask", pad_id=pad_id)
         what = f"the mask ({case})"
         compare_mask(what, got, expected, mistakes, _src_shape(src, pad_id, what),
                     f"Entry [b, 0, j] is True when token j of row b is a real token (not pad_id = {pad_id}).",
@@ -191,15 +331,9 @@ def check_make_src_mask(fn: Callable[..., Any]) -> str:
 
 
 # ---------------------------------------------------------------- make_tgt_mask
-_CAUSAL_ONLY = ("the mask is only causal: padding keys are not blocked. Combine the causal mask with the padding "
-                "mask: padding_mask(tgt, pad_id) & causal_mask(L).")
-_PADDING_ONLY = ("the mask only blocks padding: nothing stops a position from looking at later (future) tokens. "
-                 "Combine the padding mask with causal_mask(L) using &.")
-
-
-def _folded(fn: Callable[..., Any], tgt: Tensor, pad_id: int, square: Tensor) -> str | None:
+def _folded(fn: Callable[..., Any], tgt: Tensor, pad_id: int, square: Tensor) -> dict[str, str] | None:
     """How an ``(L, L)`` target mask folded the batch's padding into one pattern (``.all(0)`` or
-    ``.any(0)`` of the padding), or None. Where no key is padding in every sequence, ``.any(0)``
+    ``.any(0)`` of the padding, the field ``how``), or None. Where no key is padding in every sequence, ``.any(0)``
     gives the causal mask alone: the code is then run once more with the last key padding
     in every sequence, so that the name does not depend on the draw."""
     B, L = tgt.shape
@@ -214,7 +348,7 @@ def _folded(fn: Callable[..., Any], tgt: Tensor, pad_id: int, square: Tensor) ->
         folds = {how: getattr(padding_mask(t, pad_id), how)(0) for how in ("all", "any")}  # each (1, L)
         hows = [how for how, fold in folds.items() if not equal(fold & causal, causal) and equal(got, fold & causal)]
         if hows:  # both: these inputs cannot tell them apart
-            return "(tgt != pad_id)" + " or ".join(f".{how}(0)" for how in hows)
+            return dict(how="(tgt != pad_id)" + " or ".join(f".{how}(0)" for how in hows))
     return None
 
 
@@ -222,44 +356,22 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str, fn: Callable[..., Any]) -> C
     """What a target mask of the wrong shape is. Without a batch axis it cannot hold each
     sequence's padding (what it is besides is said first); a head axis is extra; without a
     query axis it cannot be causal."""
-    B, L = tgt.shape
-    pad, causal = padding_mask(tgt, pad_id), causal_mask(L)  # (B, 1, L), (L, L)
+    c = _mask_case(tgt, pad_id)
+    B, L = c.B, c.L
 
     def diagnose(got: Tensor) -> None:
         pattern = _pattern(got)
+        fields = dict(what=what, shape=describe_shape(got), B=B, L=L)
         if got.numel() == L * L and got.dim() >= 2 and all(s == 1 for s in got.shape[:-2]):
             square = pattern.reshape(L, L)  # (L, L): the same for every sequence
-            how = _folded(fn, tgt, pad_id, square)
-            if how:
-                fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): the padding of "
-                     f"the whole batch is folded into one (L, L) pattern ({how}), so each sequence's own padding is "
-                     "not blocked. Keep the batch axis: padding_mask(tgt, pad_id) is (B, 1, L), and & with "
-                     "causal_mask(L), (L, L), broadcasts to (B, L, L).", mistake="padding folded over the batch")
-            _named_by_shape(what, square, [
-                ("causal only", _CAUSAL_ONLY, causal),
-                *[(name, f"the causal part is wrong: {words} And it has no batch axis, so no sequence's padding is "
-                   "blocked: combine it with padding_mask(tgt, pad_id) using &.", wrong)
-                  for name, words, wrong in causal_mask_candidates(L)],
-            ])
-            fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): one (L, L) pattern "
-                 "for every sequence cannot block each sequence's own padding. Combine the padding mask (B, 1, L) "
-                 "with the causal mask (L, L) using &: broadcasting gives (B, L, L).", mistake="wrong shape")
-        if got.dim() == 4 and got.size(1) == 1 and got.shape[2:] == (L, L) and got.size(0) == B:
-            fail(f"{what}: the mask has an extra head axis, {describe_shape(got)} = (B, 1, L, L); the exercise's "
-                 "shape is (B, L_tgt, L_tgt) (MultiHeadAttention adds the head axis itself).",
-                 mistake="extra head axis")
-        _named_by_shape(what, pattern, [
-            ("padding only", _PADDING_ONLY, pad),
-            ("inverted mask", "the mask is inverted (True at the padding; True means 'may attend') and only blocks "
-             "padding, nothing in the future: padding_mask(tgt, pad_id) & causal_mask(L).", ~pad),
-            ("padding on the query axis", "the padding is laid along the query axis, (B, L, 1), and nothing "
-             "blocks the future: padding *keys* must be blocked for every query, so use the (B, 1, L) padding mask "
-             "(unsqueeze(1)) and & it with causal_mask(L).", pad.transpose(1, 2)),
-        ])
-        if tuple(got.shape) in ((B, 1, L), (B, L)):
-            fail(f"{what} has shape {describe_shape(got)}, expected (B, L, L) = ({B}, {L}, {L}): a mask without a "
-                 "query axis gives every query the same keys, so it cannot be causal. Combine the padding mask "
-                 "(B, 1, L) with causal_mask(L) using &: broadcasting gives (B, L, L).", mistake="wrong shape")
+            m = SimpleNamespace(got=got, fn=fn, tgt=tgt, pad_id=pad_id, square=square)
+            TGT_MASK.detect("folded", m, **fields)
+            _named_by_shape(what, square, TGT_MASK.candidates(c, "square", **fields))
+            TGT_MASK.detect("square", m, **fields)
+        m = SimpleNamespace(got=got, B=B, L=L)
+        TGT_MASK.detect("head axis", m, **fields)
+        _named_by_shape(what, pattern, TGT_MASK.candidates(c, "other shape", **fields))
+        TGT_MASK.detect("other shape", m, **fields)
 
     return diagnose
 
@@ -268,29 +380,10 @@ def _tgt_shape(tgt: Tensor, pad_id: int, what: str, fn: Callable[..., Any]) -> C
 def check_make_tgt_mask(fn: Callable[..., Any]) -> str:
     require_function(fn, "make_tgt_mask")
     for B, L, pad_id, tgt, case, got in _mask_cases(fn, "make_tgt_mask", "tgt"):
-        pad = padding_mask(tgt, pad_id)  # (B, 1, L) keys that are real
-        causal = causal_mask(L)  # (L, L)
-        expected = pad & causal  # (B, L, L)
-        ones = torch.ones(L, L, dtype=torch.bool)
-        mistakes: list[Mistake] = [
-            ("causal only", _CAUSAL_ONLY, causal.expand(B, L, L)),
-            ("padding only", _PADDING_ONLY, pad.expand(B, L, L)),
-            # the causal part wrong (causal_mask's own words), the padding part right
-            *[(name, f"the causal part is wrong: {words}", pad & wrong)
-              for name, words, wrong in causal_mask_candidates(L)],
-            ("diagonal shifted", "the causal part is tril(1): each position also sees the next token, the one it "
-             "has to predict. Query i may attend to keys 0..i: torch.tril with the default diagonal=0.",
-             pad & ones.tril(1)),
-            ("padding on the query axis", "the padding is applied on the query axis (rows) instead of the key axis "
-             "(columns): padding *keys* must be blocked for every query, so use the (B, 1, L) padding mask "
-             "(unsqueeze(1)), not (B, L, 1).", pad.transpose(1, 2) & causal),
-            ("| instead of &", "the two masks are combined with | (or): a key is allowed if it is in the past OR "
-             "real. It must be both: use &.", pad | causal),
-            ("inverted mask", "the mask is inverted: True means 'may attend'.", ~expected),
-            *[(name, f"the padding part of your mask {words}", wrong & causal)
-              for name, words, wrong in _padding_mistakes(tgt, pad_id)],
-        ]
-        if "at the start" not in case and matches(got, pad.transpose(1, 2) & causal):  # trailing: as both axes
+        c = _mask_case(tgt, pad_id)
+        expected = c.pad & c.causal  # (B, L, L)
+        mistakes = TGT_MASK.candidates(c, whose="the padding part of your mask", pad_id=pad_id)
+        if "at the start" not in case and matches(got, c.pad.transpose(1, 2) & c.causal):  # trailing: as both axes
             _query_axis_or_both(fn, tgt, pad_id, case)
         what = f"the mask ({case})"
         compare_mask(what, got, expected, mistakes, _tgt_shape(tgt, pad_id, what, fn),
@@ -308,12 +401,7 @@ def _query_axis_or_both(fn: Callable[..., Any], tgt: Tensor, pad_id: int, case: 
     alone and padding on both axes give the same mask: the rows reversed (padding first) part them."""
     flipped = tgt.flip(1)  # (B, L)
     got = call_student(fn, flipped.clone(), pad_id, context=f"calling make_tgt_mask({case}, rows reversed)")
-    pad = padding_mask(flipped, pad_id)  # (B, 1, L)
-    if matches(got, pad & pad.transpose(1, 2) & causal_mask(tgt.size(1))):
-        fail(f"the mask ({case}) blocks the padding on both axes: the padding keys (columns), as it should, and "
-             "also the padding positions' own rows (queries), which then may attend to no key at all. Block the "
-             "keys only: padding_mask(tgt, pad_id), shape (B, 1, L), & causal_mask(L); the loss ignores the "
-             "padding positions' outputs anyway.", mistake="padding on both axes")
+    TGT_MASK.detect("rows reversed", _mask_case(flipped, pad_id, got=got), case=case)
 
 
 # ---------------------------------------------------------------- Transformer
@@ -375,13 +463,16 @@ def _transformer_variant(
     scale: tuple[float, float] = (0.5, 0.5), pe: tuple[int, int] = (1, 1),
     pe_drop: tuple[str, str] = ("after", "after"), layer_drop: tuple[bool, bool] = (True, True),
     enc_mask: bool = True, cross_mask: bool = True, self_mask: bool = True, part: str = "logits",
-    memory: Tensor | None = None, pe_memory: bool = False, post: str | None = None,
+    memory: Tensor | None = None, pe_memory: bool = False, post: str | None = None, own_causal: bool = False,
 ) -> Tensor:
     """The reference's forward (or ``part="memory"``/``"decoded"``) with optional mistakes:
     embeddings times ``d_model ** scale`` per side, the positional table added ``pe`` times, its
     dropout ``"after"`` adding the table, ``"none"`` or ``"before"``, the layers' dropout
     off, masks left out, softmax or log_softmax on the logits. ``memory`` replaces the
-    encoder's output for ``part="decoded"``; ``pe_memory`` adds the table to it (eval mode)."""
+    encoder's output for ``part="decoded"``; ``pe_memory`` adds the table to it (eval mode);
+    ``own_causal``: a causal mask where ``tgt_mask`` is None."""
+    if own_causal and tgt_mask is None:
+        tgt_mask = causal_mask(tgt.size(1))  # (L_tgt, L_tgt)
 
     def embed(module: nn.Module, tokens: Tensor, side: int) -> Tensor:
         x = module.embedding(tokens) * ref.d_model ** scale[side]  # (B, L, D)
@@ -416,58 +507,45 @@ def _per_side(sides: tuple[int, ...], value: Any, default: Any) -> tuple[Any, An
     return tuple(value if i in sides else default for i in (0, 1))  # type: ignore[return-value]
 
 
-def _transformer_mistakes(part: str, has_src_mask: bool, has_tgt_mask: bool) -> list[tuple[str, str, dict[str, Any]]]:
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    if has_tgt_mask and part != "memory":
-        out.append(("future leaking", "tgt_mask has no effect: every target position sees the later (future) "
-                    "target tokens. Pass tgt_mask on to the decoder's self-attention.", dict(self_mask=False)))
-    if has_src_mask:
-        if part != "memory":
-            out.append(("src_mask not used for cross-attention", "the decoder's cross-attention ignores src_mask, so "
-                        "target positions attend to source padding. Pass src_mask to the decoder as memory_mask.",
-                        dict(cross_mask=False)))
-        if part != "decoded":  # decode gets the reference's memory
-            out.append(("src_mask not used by the encoder", "the encoder ignores src_mask, so source positions "
-                        "attend to padding. Pass src_mask to the encoder.", dict(enc_mask=False)))
-        if part == "logits":
-            out.append(("src_mask not used", "src_mask is not used at all: pass it to the encoder and, as "
-                        "memory_mask, to the decoder's cross-attention.", dict(enc_mask=False, cross_mask=False)))
+def _values(applies: Callable[[Any], bool], fields: dict[str, Any] | None = None, **kw: Any) -> Reference:
+    """The reference run with the mistake ``kw`` (``_transformer_variant``'s keywords) on the cases where it
+    ``applies``: a case ``c`` says which output it compares (``c.part``: ``"memory"``, ``"decoded"`` or
+    ``"logits"``), which masks it passes (``c.src_mask``, ``c.tgt_mask``) and runs the variant (``c.run(kw)``)."""
+    return Reference(lambda c: [(fields or {}, lambda: c.run(kw))] if applies(c) else [], "values")
+
+
+def _embedding_entries() -> list[Entry]:
+    """The embeddings' scale and positional table, wrong on the source, the target or both (the
+    sides the compared output depends on), in this order."""
+    out: list[Entry] = []
     for sides, words in _SIDES.items():
-        if not set(sides) <= set(_PARTS[part]):
-            continue  # encode only embeds the source, decode only the target
+        def on(c: Any, sides: tuple[int, ...] = sides) -> bool:
+            return set(sides) <= set(_PARTS[c.part])  # encode only embeds the source, decode only the target
+
+        first = not out
         out += [
-            ("embeddings not scaled", f"the {words} token embeddings are not multiplied by sqrt(d_model) before "
-             "the positional encoding is added (TokenEmbedding does it).", dict(scale=_per_side(sides, 0.0, 0.5))),
-            ("embeddings scaled twice", f"the {words} token embeddings are multiplied by d_model, not sqrt(d_model): "
-             "TokenEmbedding already scales by sqrt(d_model), so do not multiply its output again.",
-             dict(scale=_per_side(sides, 1.0, 0.5))),
-            ("positional encoding missing", f"no positional encoding is added to the {words} embeddings, so the "
-             "model cannot tell positions apart: pass the embeddings through the PositionalEncoding module.",
-             dict(pe=_per_side(sides, 0, 1))),
-            ("positional encoding added twice", f"the positional table is added twice to the {words} embeddings "
-             "(x + 2 pe): PositionalEncoding adds it once; pass the embeddings through it once, and through no "
-             "second positional module.", dict(pe=_per_side(sides, 2, 1))),
+            Entry("embeddings not scaled", None, _values(on, dict(side=words), scale=_per_side(sides, 0.0, 0.5)),
+                  "the {side} token embeddings are not multiplied by sqrt(d_model) before the positional encoding is "
+                  "added (TokenEmbedding does it)."),
+            Entry("embeddings scaled twice", None, _values(on, dict(side=words), scale=_per_side(sides, 1.0, 0.5)),
+                  "the {side} token embeddings are multiplied by d_model, not sqrt(d_model): TokenEmbedding already "
+                  "scales by sqrt(d_model), so do not multiply its output again."),
+            Entry("positional encoding missing", "no positional encoding is added" if first else None,
+                  _values(on, dict(side=words), pe=_per_side(sides, 0, 1)),
+                  "no positional encoding is added to the {side} embeddings, so the model cannot tell positions apart: "
+                  "pass the embeddings through the PositionalEncoding module."),
+            Entry("positional encoding added twice",
+                  "the positional table added twice (two positional modules, or one called twice)" if first else None,
+                  _values(on, dict(side=words), pe=_per_side(sides, 2, 1)),
+                  "the positional table is added twice to the {side} embeddings (x + 2 pe): PositionalEncoding adds it "
+                  "once; pass the embeddings through it once, and through no second positional module."),
         ]
-    after = ("positional encoding after the encoder", "the positional table is added to the encoder's output, "
-             "not to the source embeddings going in: the encoder's self-attention then cannot tell the positions "
-             "apart. encode is self.encoder(self.positional_encoding(self.src_embedding(src)), src_mask).",
-             dict(pe=(0, 1), pe_memory=True))
-    on_memory = ("positional encoding on the memory", "decode adds the positional table to the memory as well: the "
-                 "encoder's output already carries the source positions (encode added them to the source embeddings); "
-                 "pass memory to the decoder as it is.", dict(pe_memory=True))
-    out += {"memory": [after], "decoded": [on_memory], "logits": [after, on_memory]}[part]
-    if part == "logits":
-        out.append(("missing output projection", "forward returns the decoder output (B, L_tgt, d_model): project "
-                    "it to the target vocabulary with the output projection, nn.Linear(d_model, tgt_vocab_size), "
-                    "to get logits (B, L_tgt, tgt_vocab_size).", dict(part="decoded")))
-        for post, name in (("softmax", "returns probabilities"), ("log_softmax", "returns log-probabilities")):
-            out.append((name, f"forward applies {post} to the logits; return the raw logits (the loss, "
-                        "F.cross_entropy, applies log-softmax itself, and greedy decoding needs no softmax).",
-                        dict(post=post)))
     return out
 
 
 _STACKS = ("the encoder", "the decoder")
+_RAW_LOGITS = ("forward applies {post} to the logits; return the raw logits (the loss, F.cross_entropy, applies "
+               "log-softmax itself, and greedy decoding needs no softmax).")
 _PE_DROP_WORDS = {
     "none": "gets no dropout after the positional table is added (pass the dropout argument on to "
     "PositionalEncoding(d_model, max_len, dropout); a hand-written dropout that keeps with probability p "
@@ -475,13 +553,17 @@ _PE_DROP_WORDS = {
     "before": "gets its dropout before the positional table is added (dropout(x) + pe); the Transformer applies "
     "it to the sum, dropout(x + pe), which PositionalEncoding does",
 }
+_DROPOUT_MEANINGS = {"positional dropout missing": "no dropout after adding the positional table",
+                     "layer dropout missing": "the layers apply no dropout", "dropout missing": None,
+                     "dropout before adding": None}
 
 
-def _dropout_mistakes(part: str) -> list[tuple[str, str, dict[str, Any]]]:
+def _dropout_entries() -> list[Entry]:
     """Each way to leave out or misplace the training-mode dropout of one side, for a probe
-    with ``dropout=P_PROBE`` (every correct dropout then outputs zeros)."""
-    out = []
-    for side in _PARTS[part]:
+    with ``dropout=P_PROBE`` (every correct dropout then outputs zeros): encode's (the source)
+    and decode's (the target), each tried on its own output."""
+    out: list[Entry] = []
+    for side in (0, 1):
         words, stack = ("source", "target")[side], _STACKS[side]
         for mode in ("after", "none", "before"):
             for layers in (True, False):
@@ -494,15 +576,18 @@ def _dropout_mistakes(part: str) -> list[tuple[str, str, dict[str, Any]]]:
                 name = {("none", True): "positional dropout missing", ("after", False): "layer dropout missing",
                         ("none", False): "dropout missing"}.get((mode, layers), "dropout before adding")
                 kw = dict(pe_drop=_per_side((side,), mode, "after"), layer_drop=_per_side((side,), layers, True))
-                out.append((name, "in training mode " + "; and ".join(said) + ".", kw))
+                meaning = _DROPOUT_MEANINGS[name] if side == 0 and not any(e.name == name for e in out) else None
+                out.append(Entry(name, meaning, Reference(lambda c, side=side, kw=kw: [({}, lambda: c.run(kw))]
+                                                          if side in _PARTS[c.part] else [], "dropout"),
+                                 "in training mode " + "; and ".join(said) + "."))
     return out
 
 
-def _require_methods(model: nn.Module) -> None:
+def _missing_method(model: nn.Module) -> dict[str, str] | None:
     for name, sig in (("encode", "encode(src, src_mask)"), ("decode", "decode(tgt, memory, tgt_mask, memory_mask)")):
         if not callable(getattr(model, name, None)):
-            fail(f"your Transformer has no method {sig}; the exercise asks for encode and decode "
-                 "(greedy decoding runs the encoder once and the decoder once per step).", mistake="missing method")
+            return dict(sig=sig)
+    return None
 
 
 # The later cells of notebooks 06 and 07 (and greedy_decode) reach into the model by these names:
@@ -523,25 +608,27 @@ _THREE_MATRICES = (
 )
 
 
-def _require_parts(model: nn.Module) -> None:
-    """The submodule names the notebook gives, which its later cells and greedy_decode use."""
+def _part(model: nn.Module, path: str) -> Any:
+    """``model``'s submodule at the dotted ``path``, or None."""
+    part: Any = model
+    for attr in path.split("."):
+        part = getattr(part, attr, None)
+    return part
+
+
+def _missing_part(model: nn.Module) -> dict[str, str] | None:
+    """The first submodule name the notebook gives (which its later cells and greedy_decode use) that is missing."""
     for path, built in _NAMED_PARTS.items():
-        part: Any = model
-        for attr in path.split("."):
-            part = getattr(part, attr, None)
-        if part is None:
-            fail(f"your Transformer has no `{path}`: the notebook's later cells and greedy_decode use the "
-                 f"submodule names of the exercise (model.output_projection, model.src_embedding.embedding, "
-                 f"model.encoder.layers, ...). Build it as self.{built}.", mistake="missing submodule")
+        if _part(model, path) is None:
+            return dict(path=path, built=built)
+    return None
 
 
 def _student_call(what: str, fn: Callable[..., Any], args: tuple[Any, ...], names: list[str], case: str) -> Any:
     originals = [a.clone() if isinstance(a, Tensor) else a for a in args]
     got = call_student(fn, *args, context=f"calling {what} ({case})")
     check_unchanged(names, args, originals, case)
-    if isinstance(got, (tuple, list)):
-        fail(f"{what} should return one tensor; yours returned a {type(got).__name__} of {len(got)} items ({case}).",
-             mistake="wrong return")
+    TRANSFORMER.detect("return", got, what=what, case=case)
     return got
 
 
@@ -569,42 +656,31 @@ _VOCABULARY_PARTS = (
 )
 
 
-def _vocabulary_sizes(model: nn.Module, ref: Transformer) -> None:
-    """A part sized by the other vocabulary (the checker draws the two sizes different)."""
-    sizes = {"src": ref.src_embedding.embedding.weight.size(0), "tgt": ref.output_projection.weight.size(0)}
-    for path, own, other, counts, mistake in _VOCABULARY_PARTS:
-        part: Any = model
-        for attr in path.split("."):
-            part = getattr(part, attr, None)
-        weight = getattr(part, "weight", None)
-        if isinstance(weight, Tensor) and weight.dim() == 2 and weight.size(0) == sizes[other] \
-                and weight.size(1) == ref.d_model:
-            name = path.split(".")[0]
-            fail(f"your {name} has {sizes[other]} {counts}, the {other}_vocab_size, where it needs {sizes[own]}, the "
-                 f"{own}_vocab_size (this check draws the two vocabularies different): build it as "
-                 f"self.{_NAMED_PARTS[path]}.", mistake=mistake)
+def _sized_by_the_other(c: Any, path: str) -> dict[str, Any] | None:
+    """The part at ``path`` sized by the other vocabulary (the checker draws the two sizes different)."""
+    _, own, other, counts, _ = next(v for v in _VOCABULARY_PARTS if v[0] == path)
+    sizes = {"src": c.ref.src_embedding.embedding.weight.size(0), "tgt": c.ref.output_projection.weight.size(0)}
+    weight = getattr(_part(c.model, path), "weight", None)
+    if isinstance(weight, Tensor) and weight.dim() == 2 and weight.size(0) == sizes[other] \
+            and weight.size(1) == c.ref.d_model:
+        return dict(name=path.split(".")[0], n=sizes[other], counts=counts, other=other, need=sizes[own], own=own,
+                    built=_NAMED_PARTS[path])
+    return None
 
 
-def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> None:
+def _final_norm_fit(model: nn.Module, ref: Transformer, norm_first: bool) -> dict[str, Any] | None:
+    """The stacks whose final norm, added or taken away, makes ``model`` fit the reference, or None."""
     for enc, dec in ((True, True), (True, False), (False, True)):
         with _final_norms(ref, enc, dec):
-            fits = pair_parameters(model, ref, by_structure=True) is not None
-        if not fits:
-            continue
-        which = " and ".join(w for w, on in zip(_STACKS, (enc, dec)) if on)
-        one = enc != dec
-        if norm_first and any(getattr(m, "norm_first", True) is False for m in model.modules()):
-            fail("built with norm_first=True, your model's encoder and decoder are post-norm (their norm_first is "
-                 "False) and have no final norm: pass norm_first on, Encoder(..., norm_first=norm_first) and "
-                 "Decoder(..., norm_first=norm_first).", mistake="norm_first not passed on")
-        if norm_first:
-            fail(f"{which} lack{'s' if one else ''} the final norm: with norm_first=True the stack must end with a "
-                 "LayerNorm (the residual stream is never normalised otherwise). Build Encoder/Decoder with "
-                 "norm_first passed on.", mistake="missing final norm")
-        fail(f"{which} ha{'s' if one else 've'} a final norm with norm_first=False: the Transformer has one only when "
-             "norm_first=True (each post-norm layer already ends with a norm). Build it only `if norm_first`.",
-             mistake="final norm in post-norm")
-    _vocabulary_sizes(model, ref)
+            if pair_parameters(model, ref, by_structure=True) is not None:
+                one = enc != dec
+                return dict(which=" and ".join(w for w, on in zip(_STACKS, (enc, dec)) if on), norm_first=norm_first,
+                            lack="lacks" if one else "lack", have="has" if one else "have")
+    return None
+
+
+def _unpaired(model: nn.Module, ref: Transformer) -> str:
+    """What sets ``model``'s parameter tensors apart from the reference's, in words."""
     theirs = Counter(tuple(p.shape) for _, p in model.named_parameters(remove_duplicate=False))
     ours = Counter(tuple(p.shape) for p in ref.parameters())
     extra, lacking = theirs - ours, ours - theirs
@@ -618,11 +694,17 @@ def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> 
         + ([f"such as {', '.join(alien[:3])}"] if alien else [])
         + ([f"it has fewer of shape {listed(lacking)}"] if lacking else [])
     )
-    fail("your Transformer's parameters do not correspond to the reference's (built with the same arguments): "
-         + (said or "the same shapes, in an order that matches no arrangement of the exercise's parts")
-         + ". The checker pairs them by position and shape, whatever their names, so keep to the exercise's parts: "
-         "two TokenEmbeddings, one PositionalEncoding (no parameters), the Encoder, the Decoder and "
-         "nn.Linear(d_model, tgt_vocab_size).", mistake="parameters differ from the reference")
+    return said or "the same shapes, in an order that matches no arrangement of the exercise's parts"
+
+
+def _structure_failure(model: nn.Module, ref: Transformer, norm_first: bool) -> NoReturn:
+    """The student's parameters pair with no arrangement of the reference's: say why."""
+    fit = _final_norm_fit(model, ref, norm_first)
+    if fit:
+        TRANSFORMER.detect("final norm", SimpleNamespace(model=model, **fit), **fit)
+    TRANSFORMER.detect("vocabulary", SimpleNamespace(model=model, ref=ref))
+    TRANSFORMER.detect("structure", True, said=_unpaired(model, ref))
+    raise AssertionError("unreachable: the last entry of the stage always fails")
 
 
 def _is_table(t: Tensor, table: Tensor) -> bool:
@@ -633,58 +715,65 @@ def _is_table(t: Tensor, table: Tensor) -> bool:
     return bool(allclose(rows, table.double(), atol=1e-4))
 
 
+def _learned_table(c: Any) -> dict[str, Any] | None:
+    """The first parameter of a positional table's size (a learned or fixed table made a Parameter)."""
+    for name, p in c.model.named_parameters():
+        if p.dim() >= 2 and p.shape[-1] == c.D and max(p.shape[:-1]) >= _MAX_LEN:
+            return dict(name=name, shape=tuple(p.shape), fixed=_is_table(p, c.table))
+    return None
+
+
+def _plain_table(c: Any) -> dict[str, str] | None:
+    """The positional table kept as a plain tensor attribute (no buffer holds it)."""
+    if any(_is_table(b, c.table) for _, b in c.model.named_buffers()):
+        return None
+    plain = [f"{m_name}.{k}".lstrip(".") for m_name, m in c.model.named_modules() for k, v in vars(m).items()
+             if isinstance(v, Tensor) and _is_table(v, c.table)]
+    return dict(name=plain[0]) if plain else None
+
+
 def _check_state(model: nn.Module, D: int) -> None:
     """The positional table: a buffer, neither learned nor a parameter nor a plain attribute."""
-    table = sinusoidal_positional_encoding(_MAX_LEN, D)  # (max_len, D)
-    for name, p in model.named_parameters():
-        if p.dim() >= 2 and p.shape[-1] == D and max(p.shape[:-1]) >= _MAX_LEN:
-            if _is_table(p, table):
-                fail(f"the positional table `{name}` is an nn.Parameter: it is fixed, not learned, so register it "
-                     "with self.register_buffer('pe', table) (a buffer moves with .to(device) and is saved, but the "
-                     "optimizer never sees it).", mistake="pe is a Parameter")
-            fail(f"`{name}` {tuple(p.shape)} is a learned positional table: the Transformer adds the fixed sinusoidal "
-                 "table instead (PositionalEncoding, whose `pe` is a buffer, not a parameter).",
-                 mistake="learned positions")
-    if any(_is_table(b, table) for _, b in model.named_buffers()):
-        return
-    plain = [f"{m_name}.{k}".lstrip(".") for m_name, m in model.named_modules() for k, v in vars(m).items()
-             if isinstance(v, Tensor) and _is_table(v, table)]
-    if plain:
-        fail(f"the positional table `{plain[0]}` is a plain tensor attribute: model.to(device) would leave it behind "
-             "and state_dict() would not save it. Register it with self.register_buffer('pe', table).",
-             mistake="pe not a buffer")
+    TRANSFORMER.detect("state", SimpleNamespace(model=model, D=D, table=sinusoidal_positional_encoding(_MAX_LEN, D)))
 
 
-def _check_init(model: nn.Module, ref: Transformer, pairs: list[tuple[Tensor, Tensor]]) -> None:
-    """Right after construction: Xavier-uniform matrices, LayerNorm scales 1 and shifts 0."""
-    s_names = {id(p): n for n, p in reversed(list(model.named_parameters(remove_duplicate=False)))}
-    norms = {id(m.weight): 1.0 for m in ref.modules() if isinstance(m, LayerNorm)}
-    norms.update({id(m.bias): 0.0 for m in ref.modules() if isinstance(m, LayerNorm)})
+def _not_xavier(c: Any) -> dict[str, Any] | None:
+    """The matrices that are not Xavier-uniform right after construction, the first in numbers."""
     wrong = []
-    for sp, rp in pairs:
+    for sp, rp in c.pairs:
         if rp.dim() > 1:
             fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(rp)
             u = sp.detach().double() / math.sqrt(6.0 / (fan_in + fan_out))  # Xavier-uniform: U(-1, 1)
             # U(-1, 1) has mean square 1/3; with >= 441 entries its estimate is within 0.1 by > 7 sd
             if float(u.abs().max()) > 1 + 1e-5 or abs(float(u.pow(2).mean()) - 1 / 3) > 0.1:
-                wrong.append((s_names[id(sp)], sp, math.sqrt(6.0 / (fan_in + fan_out))))
-    if wrong:
-        name, p, bound = wrong[0]
-        fail(f"right after construction, {len(wrong)} of the {sum(rp.dim() > 1 for _, rp in pairs)} weight matrices "
-             f"are not Xavier-uniform; `{name}` {tuple(p.shape)} has values up to {float(p.detach().abs().max()):.3g} "
-             f"in size (root mean square {float(p.detach().pow(2).mean().sqrt()):.3g}), where xavier_uniform_ draws "
-             f"uniformly from +-{bound:.3g} (root mean square {bound / math.sqrt(3):.3g}). After building the "
-             "submodules, re-initialise every parameter with more than one dimension: `for p in self.parameters(): "
-             "if p.dim() > 1: nn.init.xavier_uniform_(p)`.", mistake="no Xavier initialisation")
-    for sp, rp in pairs:
-        if id(rp) in norms and not bool((sp.detach() == norms[id(rp)]).all()):
-            scale = norms[id(rp)] == 1.0
-            fail(f"right after construction, the LayerNorm {'scale' if scale else 'shift'} `{s_names[id(sp)]}` is "
-                 f"not all {'ones' if scale else 'zeros'} (it starts with values like "
-                 f"{sp.detach().flatten()[:3].tolist()}). " + ("A norm with a zero scale outputs only its shift, so "
-                 "every logit starts the same. " if scale and not bool(sp.detach().any()) else "")
-                 + "Initialise only the matrices (p.dim() > 1) and leave the vectors, biases and norm parameters, as "
-                 "their modules made them.", mistake="norm scales not ones" if scale else "norm shifts not zeros")
+                wrong.append((c.names[id(sp)], sp, math.sqrt(6.0 / (fan_in + fan_out))))
+    if not wrong:
+        return None
+    name, p, bound = wrong[0]
+    return dict(n=len(wrong), total=sum(rp.dim() > 1 for _, rp in c.pairs), name=name, shape=tuple(p.shape),
+                top=float(p.detach().abs().max()), rms=float(p.detach().pow(2).mean().sqrt()), bound=bound,
+                bound_rms=bound / math.sqrt(3))
+
+
+def _norm_not_fresh(c: Any, scale: bool) -> dict[str, Any] | None:
+    """The first LayerNorm scale (``scale``) or shift, whichever comes first, not at its start value."""
+    for sp, rp in c.pairs:
+        if id(rp) in c.norms and not bool((sp.detach() == c.norms[id(rp)]).all()):
+            if (c.norms[id(rp)] == 1.0) != scale:
+                return None
+            zero = scale and not bool(sp.detach().any())
+            return dict(name=c.names[id(sp)], start=sp.detach().flatten()[:3].tolist(),
+                        zero="A norm with a zero scale outputs only its shift, so every logit starts the same. "
+                        if zero else "")
+    return None
+
+
+def _check_init(model: nn.Module, ref: Transformer, pairs: list[tuple[Tensor, Tensor]]) -> None:
+    """Right after construction: Xavier-uniform matrices, LayerNorm scales 1 and shifts 0."""
+    norms = {id(m.weight): 1.0 for m in ref.modules() if isinstance(m, LayerNorm)}
+    norms.update({id(m.bias): 0.0 for m in ref.modules() if isinstance(m, LayerNorm)})
+    names = {id(p): n for n, p in reversed(list(model.named_parameters(remove_duplicate=False)))}
+    TRANSFORMER.detect("init", SimpleNamespace(pairs=pairs, norms=norms, names=names))
 
 
 def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tuple[nn.Module, Transformer]:
@@ -692,18 +781,16 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     student's structure, state and initialisation are checked first."""
     model = call_student(cls, s.V_src, s.V_tgt, context=f"constructing Transformer({s.shown(norm_first, dropout)})",
                          **s.kwargs(norm_first, dropout))
-    if not isinstance(model, nn.Module):
-        fail(f"Transformer(...) should build an nn.Module; got {type(model).__name__}.", mistake="not a class")
-    _require_methods(model)
-    _require_parts(model)
+    TRANSFORMER.detect("built", model, type=type(model).__name__)
+    TRANSFORMER.detect("methods", model)
+    TRANSFORMER.detect("parts", model)
     ref = Transformer(s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
     require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding  # noqa: E501
     _check_state(model, s.D)
     pairs = pair_parameters(model, ref, by_structure=True)
     if pairs is None:
         _structure_failure(model, ref, norm_first)
-        raise AssertionError  # unreachable: _structure_failure fails
-    _check_init(model, ref, pairs)
+    _check_init(model, ref, pairs or [])
     randomise_parameters(model)
     copy_parameters(pairs)
     return model, ref
@@ -717,21 +804,21 @@ def _transformer_inputs(s: _Sizes) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return src, tgt, src_mask, tgt_mask
 
 
-def _compare_parts(model: nn.Module, ref: Transformer, inputs: tuple[Tensor, ...], where: str,
-                   mistakes: Callable[[str], list[tuple[str, str, dict[str, Any]]]]) -> None:
+def _compare_parts(model: nn.Module, ref: Transformer, inputs: tuple[Tensor, ...], where: str, stage: str) -> None:
     """encode, then decode (given the reference's memory) against the reference, each wrong
-    result compared with the catalogued ``mistakes(part)``."""
+    result compared with the table's mistakes of ``stage`` (``"values"`` or ``"dropout"``)."""
     src, tgt, src_mask, tgt_mask = inputs
     case = f"{where}, encode(src, src_mask), src {describe_shape(src)}"
     got = _student_call("encode", model.encode, (src, src_mask), ["src", "src_mask"], case)
     memory = _transformer_variant(ref, *inputs, part="memory")  # (B, L_src, D)
-    variants = [(n, d, lambda kw=kw: _transformer_variant(ref, *inputs, part="memory", **kw)) for n, d, kw in mistakes("memory")]  # noqa: E501
+    run = functools.partial(_transformer_variant, ref, *inputs, part="memory")
+    variants = TRANSFORMER.candidates(_VariantCase("memory", True, True, lambda kw: run(**kw)), stage)
     expect_close("memory", got, memory, variants, case=case, atol=1e-4)
     case = f"{where}, decode(tgt, memory, tgt_mask, src_mask), tgt {describe_shape(tgt)}"
     args = (tgt, memory, tgt_mask, src_mask)
     got = _student_call("decode", model.decode, args, ["tgt", "memory", "tgt_mask", "memory_mask"], case)
-    variants = [(n, d, lambda kw=kw: _transformer_variant(ref, *inputs, part="decoded", memory=memory, **kw))
-                for n, d, kw in mistakes("decoded")]
+    run = functools.partial(_transformer_variant, ref, *inputs, part="decoded", memory=memory)
+    variants = TRANSFORMER.candidates(_VariantCase("decoded", True, True, lambda kw: run(**kw)), stage)
     expected = _transformer_variant(ref, *inputs, part="decoded", memory=memory)
     expect_close("decoded", got, expected, variants, case=case, atol=1e-4)
 
@@ -756,23 +843,21 @@ def _mapped_cases(model: nn.Module, ref: Transformer, s: _Sizes, norm_first: boo
             expected = ref(*full)  # (B, L_tgt, V_tgt)
             got = _student_call("forward", model, args, ["src", "tgt", "src_mask", "tgt_mask"][: len(args)], case)
             check_dropout(lambda args=args: call_student(model, *args), got, expected)
-            mistakes = [  # softmax on the logits needs no second forward pass
-                (name, diag, lambda kw=kw, full=full, expected=expected: getattr(expected, kw["post"])(-1)
-                 if "post" in kw else _transformer_variant(ref, *full, **kw))
-                for name, diag, kw in _transformer_mistakes("logits", full[2] is not None, full[3] is not None)
-            ]
+            def run(kw: dict[str, Any], full: tuple[Any, ...] = full, expected: Tensor = expected) -> Tensor:
+                # softmax on the logits needs no second forward pass
+                return getattr(expected, kw["post"])(-1) if "post" in kw else _transformer_variant(ref, *full, **kw)
+
+            mistakes = TRANSFORMER.candidates(_VariantCase("logits", full[2] is not None, full[3] is not None, run),
+                                              "values")
             try:
                 expect_close("logits", got, expected, mistakes, case=case, atol=1e-4)
             except Failure as f:
                 if f.mistake != "values differ":
                     raise
                 # encode and decode may name the mistake; if they are right, forward is the culprit
-                _compare_parts(model, ref, inputs, nf, lambda part: _transformer_mistakes(part, True, True))
-                fail("encode and decode give the reference's values but forward's logits do not "
-                     f"({case}): forward should be exactly output_projection(decode(tgt, encode(src, src_mask), "
-                     "tgt_mask, src_mask)): encode, then decode, then the projection.",
-                     mistake="forward disagrees with encode/decode")
-        _compare_parts(model, ref, inputs, nf, lambda part: _transformer_mistakes(part, True, True))
+                _compare_parts(model, ref, inputs, nf, "values")
+                TRANSFORMER.detect("forward", True, case=case)
+        _compare_parts(model, ref, inputs, nf, "values")
 
 
 def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
@@ -790,14 +875,12 @@ def _dropout_probe(cls: Any, s: _Sizes) -> str | None:
         again = call_student(model, *inputs, context=f"running forward ({where})")
         if isinstance(first, Tensor) and isinstance(again, Tensor) and first.shape == again.shape and not equal(first, again):  # noqa: E501
             fixed = [f"`{n}` (p={m.p})" for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p != P_PROBE]  # noqa: E501
-            fail(f"two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, "
-                 "so the output would be the same each time; some dropout uses its own p instead of the dropout "
-                 "argument" + (f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
-                 + ". Pass the dropout argument on to every module that drops.", mistake="hard-coded dropout p")
+            TRANSFORMER.detect("random", True, where=where,
+                               fixed=f": {', '.join(fixed[:4])}" if fixed else " (an F.dropout with a fixed p?)")
         try:
-            _compare_parts(model, ref, inputs, where, _dropout_mistakes)
+            _compare_parts(model, ref, inputs, where, "dropout")
         except Failure as f:
-            if f.mistake in [name for name, _, _ in _dropout_mistakes("logits")]:
+            if f.mistake in {entry.name for entry in TRANSFORMER.of(Reference, "dropout")}:
                 raise
             return f.message
         expected = ref(*inputs)  # (B, L_tgt, V_tgt)
@@ -823,10 +906,8 @@ def _table_length(model: nn.Module, D: int) -> None:
         if b.dim() >= 2 and b.shape[-1] == D and b.is_floating_point():
             rows = b.detach().reshape(-1, D)
             n = rows.size(0)
-            if 0 < n < _MAX_LEN and allclose(rows.double(), table[:n].double(), atol=1e-4):
-                fail(f"the positional table `{name}` has {n} rows although the model was built with "
-                     f"max_len={_MAX_LEN}: pass max_len on, PositionalEncoding(d_model, max_len, dropout).",
-                     mistake="max_len ignored")
+            TRANSFORMER.detect("table", 0 < n < _MAX_LEN and allclose(rows.double(), table[:n].double(), atol=1e-4),
+                               name=name, n=n, max_len=_MAX_LEN)
 
 
 def check_modes_kept(model: nn.Module, forward: Callable[[], Any], what: str,
@@ -857,31 +938,31 @@ def check_modes_kept(model: nn.Module, forward: Callable[[], Any], what: str,
             more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
             names = [name for name, _ in parts]
             methods = f"{', '.join(names)} and forward" if names else "forward"
-            fail(f"after model.{mode}(), one call of {method} left {shown}{more} in {other} mode (a self.{other}() "
-                 f"inside your {what}?): the caller chooses the mode, model.train() to train and model.eval() to "
-                 f"evaluate, and {methods} must leave it, and every submodule's, as {'they' if names else 'it'} "
-                 f"found it. Remove the self.{other}() call.", mistake="mode not restored")
+            TRANSFORMER.detect("modes", True, mode=mode, method=method, shown=shown, more=more, other=other,
+                               what=what, methods=methods, they="they" if names else "it")
     finally:
         model.eval()
 
 
-def _dropout_structure(got: Tensor, kept: Tensor, again: Any, what: str, stack: str, where: str) -> None:
-    """A dropout with the right p and scale must still draw every entry on its own, at every
-    call: one mask for the whole batch, whole token vectors dropped, or the same entries dropped
-    at each call (a mask drawn once and kept) is "wrong dropout". With p = 0.5 and these sizes a
-    correct dropout matches any of these by chance with probability below 2^-16."""
-    dropped = isclose(got, torch.zeros_like(got), atol=1e-6) & ~isclose(kept, torch.zeros_like(kept), atol=1e-6)
-    B, L, D = got.shape  # dropped: (B, L, D)
-    how = None
-    if isinstance(again, Tensor) and again.shape == got.shape and equal(again, got):
-        how = "the same entries are dropped at every call (a mask drawn once and kept): draw a new one each time"
-    elif B > 1 and bool((dropped == dropped[:1]).all()):
-        how = "every sequence of the batch has the same entries dropped (one mask for the batch): draw one per entry"
-    elif bool((dropped == dropped[..., :1]).all()):
-        how = "whole token vectors are dropped (one draw per position, shape (B, L, 1)): draw one per entry"
-    if how:
-        fail(f"in {where}, {what}, (B, L, D) = ({B}, {L}, {D}), reach {stack} with the kept entries scaled right, "
-             f"but {how}. nn.Dropout(dropout) draws every entry independently at every call.", mistake="wrong dropout")
+def _dropped(c: Any) -> Tensor:
+    """The entries a dropout with the right scale dropped: zero here, not in eval mode, (B, L, D)."""
+    return isclose(c.got, torch.zeros_like(c.got), atol=1e-6) & ~isclose(c.kept, torch.zeros_like(c.kept), atol=1e-6)
+
+
+def _once(c: Any) -> bool:
+    """The kept entries scaled by 1 / (1 - p): one dropout of the eval-mode input, as far as the scale tells."""
+    return c.scale is not None and abs(c.scale * (1 - c.p) - 1) < 1e-3
+
+
+def _dropped_before_adding(c: Any) -> bool:
+    before = dropout_scale(c.got - c.table, c.kept - c.table, atol=1e-4)  # dropout(x) + pe
+    return before is not None and abs(before * (1 - c.p) - 1) < 1e-3
+
+
+def _dropped_before_and_after(c: Any) -> bool:
+    kept_out = ~isclose(c.got, torch.zeros_like(c.got), atol=1e-5)  # (B, L, D): what the outer dropout kept
+    inner = (c.got * (1 - c.p) - c.table)[kept_out]  # dropout(x) before adding the table, on the kept entries
+    return bool(kept_out.any()) and dropout_scale(inner, (c.kept - c.table)[kept_out], atol=1e-4) is not None
 
 
 def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: str, where: str,
@@ -890,40 +971,24 @@ def check_stack_input_dropout(got: Any, kept: Any, p: float, what: str, stack: s
     every entry 0 or the eval-mode value times 1 / (1 - p), drawn entry by entry and anew at every
     call (``again``: a second call's input). Dropped twice (kept entries times 1 / (1 - p)^2, or
     once before adding the table and once after), before adding the table, with another p, not
-    rescaled, one mask for the batch, whole vectors or a kept mask ("wrong dropout") are named."""
+    rescaled, one mask for the batch, whole vectors or a kept mask ("wrong dropout") are named.
+    With p = 0.5 and these sizes a correct dropout matches one of the structures by chance with
+    probability below 2^-16."""
     if not (isinstance(got, Tensor) and isinstance(kept, Tensor) and got.shape == kept.shape and got.dim() == 3):
         return
     scale = dropout_scale(got, kept, atol=1e-5)
-    if scale is not None and abs(scale * (1 - p) - 1) < 1e-3:
-        _dropout_structure(got, kept, again, what, stack, where)
+    B, L, D = got.shape
+    c = SimpleNamespace(got=got, kept=kept, again=again, p=p, scale=scale, B=B,
+                        table=sinusoidal_positional_encoding(L, D).to(got.dtype))  # (L, D)
+    fields = dict(what=what, stack=stack, where=where, B=B, L=L, D=D, scale=scale, inv=1 / (1 - p))
+    if _once(c):
+        TRANSFORMER.detect("drop structure", c, **fields)
         return
-    if scale is not None and abs(scale * (1 - p) ** 2 - 1) < 1e-3:
-        fail(f"in {where}, {what} reach {stack} dropped twice (the kept entries are scaled by {scale:.3g} = "
-             "1 / (1 - p)^2): PositionalEncoding already applies dropout after adding the table; remove the second "
-             "one.", mistake="dropout applied twice")
-    if equal(got, kept):
-        fail(f"in {where}, {what} reach {stack} without any dropout: PositionalEncoding(d_model, max_len, dropout) "
-             "drops after adding the table; pass the embeddings through it (and keep the model in the mode the "
-             "caller chose).", mistake="positional dropout missing")
-    table = sinusoidal_positional_encoding(got.size(1), got.size(2)).to(got.dtype)  # (L, D)
-    before = dropout_scale(got - table, kept - table, atol=1e-4)  # dropout(x) + pe
-    if before is not None and abs(before * (1 - p) - 1) < 1e-3:
-        fail(f"in {where}, {what} reach {stack} as dropout(x) + pe: the dropout acts before the positional table "
-             "is added. The Transformer applies it to the sum, dropout(x + pe), which PositionalEncoding does.",
-             mistake="dropout before adding")
-    kept_out = ~isclose(got, torch.zeros_like(got), atol=1e-5)  # (B, L, D): what the outer dropout kept
-    inner = (got * (1 - p) - table)[kept_out]  # dropout(x) before adding the table, on the kept entries
-    if bool(kept_out.any()) and dropout_scale(inner, (kept - table)[kept_out], atol=1e-4) is not None:
-        fail(f"in {where}, {what} reach {stack} dropped twice: once before adding the positional table and once "
-             "after (dropout(dropout(x) + pe)): PositionalEncoding already applies dropout after adding the table; "
-             "remove the second one, the dropout on the embeddings.", mistake="dropout applied twice")
+    TRANSFORMER.detect("stack input", c, **fields)
     if scale is not None and abs(scale - 1) > 1e-3:
         fail_fixed_p(scale, p, f"{what} on their way to {stack}", where)
-    fail(f"in {where}, {what} reach {stack} changed in another way than one dropout of their eval-mode values x + pe "
-         f"(every entry either 0 or its eval-mode value times 1 / (1 - p) = {1 / (1 - p):.3g})"
-         + (": the kept entries are not rescaled" if scale is not None else "") + ". Use PositionalEncoding's "
-         "nn.Dropout(dropout), which drops the sum after adding the table, and no other dropout or noise on the way.",
-         mistake="wrong dropout")
+    TRANSFORMER.detect("stack input left", c, rescaled=": the kept entries are not rescaled" if scale is not None
+                       else "", **fields)
 
 
 def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
@@ -965,11 +1030,7 @@ def _extra_dropout_probe(cls: Any, s: _Sizes) -> None:
         check_stack_input_dropout(first.get(side), clean.get(side), p, f"the {words} embeddings", f"the {side}", where,
                                   seen.get(side))
     memory, encoded = first.get("memory"), first.get("encoded")
-    if isinstance(memory, Tensor) and isinstance(encoded, Tensor) and memory.shape == encoded.shape:
-        if not equal(memory, encoded) and dropout_scale(memory, encoded, atol=1e-5) is not None:
-            fail(f"in {where}, the decoder gets a dropped-out copy of the encoder's output as its memory: the "
-                 "memory goes to the cross-attention as the encoder returns it (dropout acts inside the layers "
-                 "and after the positional table, nowhere else).", mistake="dropout on the memory")
+    TRANSFORMER.detect("memory", SimpleNamespace(memory=memory, encoded=encoded), where=where)
 
 
 def _embedding_probe(model: nn.Module, s: _Sizes) -> None:
@@ -998,14 +1059,8 @@ def _embedding_probe(model: nn.Module, s: _Sizes) -> None:
         for h in handles:
             h.remove()
     used = {n: max(counts[(n, 0)], counts[(n, 1)]) for n in names}
-    for method, own, other, words in (("encode", "src_embedding", "tgt_embedding", "source"),
-                                      ("decode", "tgt_embedding", "src_embedding", "target")):
-        # encode runs first: one wrong lookup that raised is enough; decode's comes after encode's
-        if used[own] == 0 and (used[other] > 1 or (method == "encode" and raised and used[other] == 1)):
-            fail(f"{method} looks the {words} tokens up in self.{other}, the other language's embedding, and "
-                 f"self.{own} is never used" + (" (with vocabulary sizes "
-                 f"{s.V_src} and {s.V_tgt} some ids do not even fit)" if raised else "")
-                 + f": {method} embeds with self.{own}.", mistake="embeddings swapped")
+    fit = f" (with vocabulary sizes {s.V_src} and {s.V_tgt} some ids do not even fit)" if raised else ""
+    TRANSFORMER.detect("lookups", SimpleNamespace(used=used, raised=raised), fit=fit)
 
 
 def _mask_routing(model: nn.Module, s: _Sizes) -> None:
@@ -1043,12 +1098,7 @@ def _mask_routing(model: nn.Module, s: _Sizes) -> None:
         ("the decoder's self-attention (tgt_mask)", "tgt_mask", src_mask, "src_mask"),
         ("the decoder's cross-attention (memory_mask)", "memory_mask", tgt_mask, "tgt_mask"),
     ) if holds(seen.get(key), mask)]
-    if wrong:
-        fail(f"the masks are swapped: {' and '.join(wrong)}. src_mask (B, 1, L_src) blocks source padding: it goes to "
-             "the encoder and to the decoder's cross-attention as memory_mask; tgt_mask (B, L_tgt, L_tgt) goes to the "
-             "decoder's self-attention. Check the order of the arguments in forward's self.decode(tgt, memory, "
-             "tgt_mask, src_mask) and in decode's self.decoder(y, memory, tgt_mask, memory_mask).",
-             mistake="masks swapped")
+    TRANSFORMER.detect("routing", wrong, wrong=" and ".join(wrong))
 
 
 def _transformer_modes(model: nn.Module, s: _Sizes) -> None:
@@ -1061,10 +1111,223 @@ def _transformer_modes(model: nn.Module, s: _Sizes) -> None:
 
 
 def _dropout_in_the_wrong_place(unexplained: str | None) -> None:
-    if unexplained:
-        fail(f"eval mode is right, but in training mode {unexplained}: some dropout acts where the Transformer has "
-             "none. Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, "
-             "nowhere else.", mistake="dropout in the wrong place")
+    TRANSFORMER.detect("unexplained", unexplained, unexplained=unexplained)
+
+
+class _VariantCase(NamedTuple):
+    """A comparison of the values stage: the output compared (``"memory"``, ``"decoded"`` or ``"logits"``),
+    whether the call passed each mask, and the reference run with a mistake's keywords."""
+
+    part: str
+    src_mask: bool
+    tgt_mask: bool
+    run: Callable[[dict[str, Any]], Tensor]
+
+
+def _swapped_lookup(own: str, other: str, encode: bool) -> Callable[[Any], bool]:
+    """encode (decode) looked its tokens up in the other embedding only; encode runs first, so one wrong
+    lookup that raised is enough there; decode's comes after encode's."""
+    return lambda c: c.used[own] == 0 and (c.used[other] > 1 or (encode and c.raised and c.used[other] == 1))
+
+
+def _structure_ways(how: str, test: Callable[[Any], bool]) -> Entry:
+    return Entry("wrong dropout", None, Output(test, "drop structure"),
+                 "in {where}, {what}, (B, L, D) = ({B}, {L}, {D}), reach {stack} with the kept entries scaled right, "
+                 "but " + how + ". nn.Dropout(dropout) draws every entry independently at every call.")
+
+
+_NORM_FRESH = ("right after construction, the LayerNorm {which} `{name}` is not all {values} (it starts with values "
+               "like {start}). {zero}Initialise only the matrices (p.dim() > 1) and leave the vectors, biases and norm "
+               "parameters, as their modules made them.")
+
+TRANSFORMER = Catalogue("Transformer", "06", [
+    Entry("not a class", None, Probe("require_module_class")),
+    # built with awkward sizes: an nn.Module with the exercise's methods and parts
+    Entry("not a class", None, Output(lambda model: not isinstance(model, nn.Module), "built"),
+          "Transformer(...) should build an nn.Module; got {type}."),
+    Entry("missing method", "the Transformer lacks encode or decode", Output(_missing_method, "methods"),
+          "your Transformer has no method {sig}; the exercise asks for encode and decode (greedy decoding runs the "
+          "encoder once and the decoder once per step)."),
+    Entry("missing submodule", None, Output(_missing_part, "parts"),
+          "your Transformer has no `{path}`: the notebook's later cells and greedy_decode use the submodule names of "
+          "the exercise (model.output_projection, model.src_embedding.embedding, model.encoder.layers, ...). Build it "
+          "as self.{built}."),
+    Entry("modules shared", None, Probe("require_distinct_roles")),
+    # the positional table (stage "state")
+    Entry("pe is a Parameter", None, Output(lambda c: (found := _learned_table(c)) and found["fixed"] and found,
+                                            "state"),
+          "the positional table `{name}` is an nn.Parameter: it is fixed, not learned, so register it with "
+          "self.register_buffer('pe', table) (a buffer moves with .to(device) and is saved, but the optimizer never "
+          "sees it)."),
+    Entry("learned positions", "learned positions instead of the sinusoidal table", Output(_learned_table, "state"),
+          "`{name}` {shape} is a learned positional table: the Transformer adds the fixed sinusoidal table instead "
+          "(PositionalEncoding, whose `pe` is a buffer, not a parameter)."),
+    Entry("pe not a buffer", None, Output(_plain_table, "state"),
+          "the positional table `{name}` is a plain tensor attribute: model.to(device) would leave it behind and "
+          "state_dict() would not save it. Register it with self.register_buffer('pe', table)."),
+    # parameters that pair with no arrangement of the reference's: a final norm (stage "final norm"), ...
+    Entry("norm_first not passed on", "the stack's norm_first does not reach its layers",
+          Output(lambda c: c.norm_first and any(getattr(m, "norm_first", True) is False for m in c.model.modules()),
+                 "final norm"),
+          "built with norm_first=True, your model's encoder and decoder are post-norm (their norm_first is False) and "
+          "have no final norm: pass norm_first on, Encoder(..., norm_first=norm_first) and Decoder(..., "
+          "norm_first=norm_first)."),
+    Entry("missing final norm", "no final norm where the contract has one (pre-norm)",
+          Output(lambda c: c.norm_first, "final norm"),
+          "{which} {lack} the final norm: with norm_first=True the stack must end with a LayerNorm (the residual "
+          "stream is never normalised otherwise). Build Encoder/Decoder with norm_first passed on."),
+    Entry("final norm in post-norm", "a final norm applied with norm_first=False", Output(lambda c: True, "final norm"),
+          "{which} {have} a final norm with norm_first=False: the Transformer has one only when norm_first=True (each "
+          "post-norm layer already ends with a norm). Build it only `if norm_first`."),
+    # ... a part sized by the other vocabulary (stage "vocabulary"), or anything else (stage "structure")
+    *(Entry(name, meaning, Output(functools.partial(_sized_by_the_other, path=path), "vocabulary"),
+            "your {name} has {n} {counts}, the {other}_vocab_size, where it needs {need}, the {own}_vocab_size (this "
+            "check draws the two vocabularies different): build it as self.{built}.")
+      for (path, *_, name), meaning in zip(_VOCABULARY_PARTS, (
+          "the source embedding built with the target vocabulary's size",
+          "the target embedding built with the source vocabulary's size",
+          "the output projection built with the source vocabulary's size"))),
+    Entry("parameters differ from the reference",
+          "the Transformer's parameters fit no arrangement of the contract's parts",
+          Output(lambda c: True, "structure"),
+          "your Transformer's parameters do not correspond to the reference's (built with the same arguments): "
+          "{said}. The checker pairs them by position and shape, whatever their names, so keep to the exercise's "
+          "parts: two TokenEmbeddings, one PositionalEncoding (no parameters), the Encoder, the Decoder and "
+          "nn.Linear(d_model, tgt_vocab_size)."),
+    # the initialisation (stage "init")
+    Entry("no Xavier initialisation", "matrices not Xavier-uniform initialised", Output(_not_xavier, "init"),
+          "right after construction, {n} of the {total} weight matrices are not Xavier-uniform; `{name}` {shape} has "
+          "values up to {top:.3g} in size (root mean square {rms:.3g}), where xavier_uniform_ draws uniformly from "
+          "+-{bound:.3g} (root mean square {bound_rms:.3g}). After building the submodules, re-initialise every "
+          "parameter with more than one dimension: `for p in self.parameters(): if p.dim() > 1: "
+          "nn.init.xavier_uniform_(p)`."),
+    Entry("norm scales not ones", "LayerNorm scales do not start at 1",
+          Output(lambda c: _norm_not_fresh(c, True), "init"), _NORM_FRESH.replace("{which}", "scale").replace(
+              "{values}", "ones")),
+    Entry("norm shifts not zeros", "LayerNorm shifts do not start at 0",
+          Output(lambda c: _norm_not_fresh(c, False), "init"), _NORM_FRESH.replace("{which}", "shift").replace(
+              "{values}", "zeros")),
+    # the table's length, the embeddings' lookups and the masks' routes, each watched in one forward pass
+    Entry("max_len ignored", "the positional table's length does not follow the max_len argument",
+          Output(bool, "table"),
+          "the positional table `{name}` has {n} rows although the model was built with max_len={max_len}: pass "
+          "max_len on, PositionalEncoding(d_model, max_len, dropout)."),
+    Entry("embeddings swapped", "encode or decode looks its tokens up in the other language's embedding",
+          Output(_swapped_lookup("src_embedding", "tgt_embedding", True), "lookups"),
+          "encode looks the source tokens up in self.tgt_embedding, the other language's embedding, and "
+          "self.src_embedding is never used{fit}: encode embeds with self.src_embedding."),
+    Entry("embeddings swapped", None, Output(_swapped_lookup("tgt_embedding", "src_embedding", False), "lookups"),
+          "decode looks the target tokens up in self.src_embedding, the other language's embedding, and "
+          "self.tgt_embedding is never used{fit}: decode embeds with self.tgt_embedding."),
+    Entry("masks swapped", "masks passed to the wrong attentions or arguments", Output(bool, "routing"),
+          "the masks are swapped: {wrong}. src_mask (B, 1, L_src) blocks source padding: it goes to the encoder and to "
+          "the decoder's cross-attention as memory_mask; tgt_mask (B, L_tgt, L_tgt) goes to the decoder's "
+          "self-attention. Check the order of the arguments in forward's self.decode(tgt, memory, tgt_mask, "
+          "src_mask) and in decode's self.decoder(y, memory, tgt_mask, memory_mask)."),
+    Entry("mode not restored", "the caller's train/eval mode is not restored", Output(bool, "modes"),
+          "after model.{mode}(), one call of {method} left {shown}{more} in {other} mode (a self.{other}() inside "
+          "your {what}?): the caller chooses the mode, model.train() to train and model.eval() to evaluate, and "
+          "{methods} must leave it, and every submodule's, as {they} found it. Remove the self.{other}() call."),
+    # training mode with dropout=P_PROBE: deterministic (stage "random"), then encode and decode (stage "dropout")
+    Entry("hard-coded dropout p", None, Output(bool, "random"),
+          "two forward passes in {where} gave different outputs: with this p every dropout zeroes its input, so the "
+          "output would be the same each time; some dropout uses its own p instead of the dropout argument{fixed}. "
+          "Pass the dropout argument on to every module that drops."),
+    Entry("wrong return", None, Output(lambda got: isinstance(got, (tuple, list)) and dict(
+        type=type(got).__name__, n=len(got)), "return"),
+          "{what} should return one tensor; yours returned a {type} of {n} items ({case})."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    *_dropout_entries(),
+    # eval mode: forward, encode and decode against the reference (stage "values"), each part on its own
+    Entry("dropout ignores eval mode", None, Probe("check_dropout")),
+    Entry("future leaking", "a position sees later positions (causal mask missing or wrong)",
+          _values(lambda c: c.tgt_mask and c.part != "memory", self_mask=False),
+          "tgt_mask has no effect: every target position sees the later (future) target tokens. Pass tgt_mask on to "
+          "the decoder's self-attention."),
+    Entry("src_mask not used for cross-attention", "cross-attention does not get src_mask",
+          _values(lambda c: c.src_mask and c.part != "memory", cross_mask=False),
+          "the decoder's cross-attention ignores src_mask, so target positions attend to source padding. Pass "
+          "src_mask to the decoder as memory_mask."),
+    Entry("src_mask not used by the encoder", "the encoder does not get src_mask",
+          _values(lambda c: c.src_mask and c.part != "decoded", enc_mask=False),  # decode gets the reference's memory
+          "the encoder ignores src_mask, so source positions attend to padding. Pass src_mask to the encoder."),
+    Entry("src_mask not used", "src_mask is not used",
+          _values(lambda c: c.src_mask and c.part == "logits", enc_mask=False, cross_mask=False),
+          "src_mask is not used at all: pass it to the encoder and, as memory_mask, to the decoder's "
+          "cross-attention."),
+    *_embedding_entries(),
+    Entry("positional encoding after the encoder",
+          "the positional table added to the encoder's output, not to the source embeddings",
+          _values(lambda c: c.part != "decoded", pe=(0, 1), pe_memory=True),
+          "the positional table is added to the encoder's output, not to the source embeddings going in: the "
+          "encoder's self-attention then cannot tell the positions apart. encode is "
+          "self.encoder(self.positional_encoding(self.src_embedding(src)), src_mask)."),
+    Entry("positional encoding on the memory", "decode adds the positional table to the memory (the encoder's output)",
+          _values(lambda c: c.part != "memory", pe_memory=True),
+          "decode adds the positional table to the memory as well: the encoder's output already carries the source "
+          "positions (encode added them to the source embeddings); pass memory to the decoder as it is."),
+    Entry("missing output projection", None, _values(lambda c: c.part == "logits", part="decoded"),
+          "forward returns the decoder output (B, L_tgt, d_model): project it to the target vocabulary with the "
+          "output projection, nn.Linear(d_model, tgt_vocab_size), to get logits (B, L_tgt, tgt_vocab_size)."),
+    Entry("returns probabilities", "probabilities (softmax) returned instead of logits",
+          _values(lambda c: c.part == "logits", dict(post="softmax"), post="softmax"), _RAW_LOGITS),
+    Entry("returns log-probabilities", "log-probabilities (log_softmax) returned instead of logits",
+          _values(lambda c: c.part == "logits", dict(post="log_softmax"), post="log_softmax"), _RAW_LOGITS),
+    # issue 24 item 6 (T59): the "no masks" case is told apart from a causal mask made up inside forward
+    Entry("causal mask when tgt_mask is None",
+          "forward builds a causal mask when tgt_mask is None (None means no mask)",
+          _values(lambda c: c.part == "logits" and not c.tgt_mask, own_causal=True),
+          "called with tgt_mask=None, forward masks the future positions all the same: it builds its own causal mask "
+          "when none is given. None means no mask: the caller chooses (the training loop passes make_tgt_mask's "
+          "mask, greedy_decode causal_mask(T)), so pass tgt_mask on to decode as it is, None included."),
+    Entry("forward disagrees with encode/decode", "forward is not decode(encode(...)) plus the projection",
+          Output(bool, "forward"),
+          "encode and decode give the reference's values but forward's logits do not ({case}): forward should be "
+          "exactly output_projection(decode(tgt, encode(src, src_mask), tgt_mask, src_mask)): encode, then decode, "
+          "then the projection."),
+    # training mode with 0 < p < 1: each stack's input dropped once (stages "drop structure", "stack input",
+    # fail_fixed_p's probe, "stack input left"), the memory not at all
+    _structure_ways("the same entries are dropped at every call (a mask drawn once and kept): draw a new one each "
+                    "time", lambda c: isinstance(c.again, Tensor) and c.again.shape == c.got.shape
+                    and bool(equal(c.again, c.got))),
+    _structure_ways("every sequence of the batch has the same entries dropped (one mask for the batch): draw one per "
+                    "entry", lambda c: c.B > 1 and bool((_dropped(c) == _dropped(c)[:1]).all())),
+    _structure_ways("whole token vectors are dropped (one draw per position, shape (B, L, 1)): draw one per entry",
+                    lambda c: bool((_dropped(c) == _dropped(c)[..., :1]).all())),
+    Entry("dropout applied twice", "dropout applied two or more times to the same tensor",
+          Output(lambda c: c.scale is not None and abs(c.scale * (1 - c.p) ** 2 - 1) < 1e-3, "stack input"),
+          "in {where}, {what} reach {stack} dropped twice (the kept entries are scaled by {scale:.3g} = "
+          "1 / (1 - p)^2): PositionalEncoding already applies dropout after adding the table; remove the second one."),
+    Entry("positional dropout missing", None, Output(lambda c: bool(equal(c.got, c.kept)), "stack input"),
+          "in {where}, {what} reach {stack} without any dropout: PositionalEncoding(d_model, max_len, dropout) drops "
+          "after adding the table; pass the embeddings through it (and keep the model in the mode the caller chose)."),
+    Entry("dropout before adding", None, Output(_dropped_before_adding, "stack input"),
+          "in {where}, {what} reach {stack} as dropout(x) + pe: the dropout acts before the positional table is added. "
+          "The Transformer applies it to the sum, dropout(x + pe), which PositionalEncoding does."),
+    Entry("dropout applied twice", None, Output(_dropped_before_and_after, "stack input"),
+          "in {where}, {what} reach {stack} dropped twice: once before adding the positional table and once after "
+          "(dropout(dropout(x) + pe)): PositionalEncoding already applies dropout after adding the table; remove the "
+          "second one, the dropout on the embeddings."),
+    Entry("hard-coded dropout p", None, Probe("fail_fixed_p")),
+    Entry("wrong dropout", "with 0 < p < 1, the entries are not each 0 or scaled by 1 / (1 - p): not one dropout",
+          Output(lambda c: True, "stack input left"),
+          "in {where}, {what} reach {stack} changed in another way than one dropout of their eval-mode values x + pe "
+          "(every entry either 0 or its eval-mode value times 1 / (1 - p) = {inv:.3g}){rescaled}. Use "
+          "PositionalEncoding's nn.Dropout(dropout), which drops the sum after adding the table, and no other dropout "
+          "or noise on the way."),
+    Entry("dropout on the memory", "dropout applied to the encoder's output before the decoder reads it",
+          Output(lambda c: isinstance(c.memory, Tensor) and isinstance(c.encoded, Tensor)
+                 and c.memory.shape == c.encoded.shape and not equal(c.memory, c.encoded)
+                 and dropout_scale(c.memory, c.encoded, atol=1e-5) is not None, "memory"),
+          "in {where}, the decoder gets a dropped-out copy of the encoder's output as its memory: the memory goes to "
+          "the cross-attention as the encoder returns it (dropout acts inside the layers and after the positional "
+          "table, nowhere else)."),
+    Entry("dropout in the wrong place", None, Output(bool, "unexplained"),
+          "eval mode is right, but in training mode {unexplained}: some dropout acts where the Transformer has none. "
+          "Dropout belongs after adding the positional table (PositionalEncoding) and inside the layers, nowhere "
+          "else."),
+    *GRADIENT_PROBE,
+])
 
 
 @checker("Transformer")
@@ -1120,6 +1383,7 @@ def _gradient_step(model: nn.Module, ref: Transformer, s: _Sizes) -> None:
 _STAGES: dict[str, Callable[[Any, _Sizes], Any]] = {  # one step of check_transformer, on a draw of its own
     "build": lambda cls, s: [_build_aligned(cls, s, norm_first, 0.1) for norm_first in (False, True)],
     "values": lambda cls, s: _values_step(*_build_aligned(cls, s, False, 0.1), s),
+    "masks left out": lambda cls, s: _mapped_cases(*_build_aligned(cls, s, False, 0.1), s, False),
     "table": lambda cls, s: _table_length(_build_aligned(cls, s, False, 0.1)[0], s.D),
     "dropout": lambda cls, s: _dropout_in_the_wrong_place(_dropout_probe(cls, replace(s, N=1))),
     "extra dropout": lambda cls, s: _extra_dropout_probe(cls, replace(s, N=1)),
@@ -1226,52 +1490,22 @@ def _first_eos(raw: Tensor, eos_id: int, max_len: int) -> Tensor:
     return torch.where(hit.any(dim=1), first, torch.full_like(first, max_len + 1))
 
 
-def _greedy_mistakes(
-    raws: dict[str, Tensor], rows: Tensor, eos: int, fill: int, pad_id: int | None, M: int, train: bool
-) -> list[tuple[str, str, Tensor]]:
-    def fin(kind: str = "ok", **kw: Any) -> Tensor:
-        kw.setdefault("max_len", M)
-        return _finish(raws[kind][rows], eos, kw.pop("fill", fill), kw.pop("max_len"), **kw)
+def _fin(c: Any, kind: str = "ok", **kw: Any) -> Tensor:
+    """What greedy decoding returns on the case's rows from the un-stopped trajectory ``kind``, with the
+    mistakes ``kw`` of ``_finish``."""
+    kw.setdefault("max_len", c.M + kw.pop("shift", 0))
+    return _finish(c.raws[kind][c.rows], c.eos, kw.pop("fill", c.fill), kw.pop("max_len"), **kw)
 
-    if train:
-        return [("model left in train mode", "your decoding runs with dropout active: the model came in train mode "
-                 "and was never switched to eval mode. Call model.eval() at the start (and decode under "
-                 "torch.no_grad()).", fin("train"))]
-    out = [(name, words, fin(kind)) for kind, (name, words) in _SRC_MASK_WORDS.items()]
-    out.append(("no bos in column 0", "column 0 must be bos_id: start every sequence with <bos> and keep it in the "
-                "output.", fin(bos=False)))
-    if pad_id is not None and pad_id != eos:  # listed before "keeps generating": see _greedy_cases
-        out.append(("pad_id ignored", "finished sequences are filled with eos_id although pad_id was given: fill "
-                    "with pad_id (eos_id only when pad_id is None).", fin(fill=eos)))
-    if pad_id is None:
-        out.append(("filled with 0 when pad_id is None", "finished sequences are filled with 0 although pad_id is "
-                    "None: the exercise fills with eos_id when pad_id is None (fill = eos_id if pad_id is None "
-                    "else pad_id); 0 may well be a real token.", fin(fill=0)))
-    return out + [
-        ("keeps generating after eos", "a sequence keeps producing real tokens after its <eos>: once a sequence "
-         "has finished, write pad_id (eos_id when pad_id is None) in its later positions.", fin(do_fill=False)),
-        ("keeps generating after eos", "decoding ignores <eos>: sequences keep producing real tokens until "
-         "max_len. Stop when every sequence has produced eos_id, and fill the finished ones with pad_id.",
-         fin(do_fill=False, stop="never")),
-        ("runs to max_len after all finished", "decoding goes on until max_len although every sequence had already "
-         "produced <eos>: stop as soon as all of them have finished (T = 1 + the number of steps taken).",
-         fin(stop="never")),
-        ("stops at the first eos", "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every "  # noqa: E501
-         "sequence has finished (track a `finished` flag per sequence and test finished.all()).", fin(stop="any")),
-        ("no causal mask", "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, "
-         "as in training; without it the earlier positions see the later ones and the prediction changes.",
-         fin("no causal")),
-        ("upper triangle", _UPPER_CAUSAL, fin("upper")),
-        ("inverted mask", _INVERTED_CAUSAL, fin("inverted causal")),
-        ("argmax over wrong axis", "the argmax is taken over the positions axis of the (B, T, V) logits; take the "
-         "logits of the last position, (B, V), and the argmax over the vocabulary (dim=-1).", fin("positions")),
-        ("reads the first position", "the next token is read from the first position (out[:, 0]); the prediction "
-         "for the next token is at the last position, out[:, -1].", fin("first")),
-        ("max_len off by one", f"with max_len={M} your output has {M + 2} columns: generate at most max_len tokens "
-         "after <bos> (T <= max_len + 1).", fin(max_len=M + 1)),
-        ("max_len off by one", f"with max_len={M} your output has only {M} columns: generate up to max_len tokens "
-         "after <bos> (T <= max_len + 1).", fin(max_len=M - 1)),
-    ]
+
+def _decoded(applies: Callable[[Any], bool], kind: str = "ok", fields: Callable[[Any], dict[str, Any]] | None = None,
+             **kw: Any) -> Reference:
+    """The tokens of the trajectory ``kind`` finished with the mistakes ``kw``, on the cases where it
+    ``applies`` (in eval mode; the train-mode case has one mistake of its own)."""
+    return Reference(lambda c: [(fields(c) if fields else {}, _fin(c, kind, **kw))] if applies(c) else [])
+
+
+def _evaluated(c: Any) -> bool:
+    return not c.train
 
 
 def _same(a: Tensor, b: Tensor) -> bool:
@@ -1321,15 +1555,7 @@ _VARIANTS = {
     "no src mask in encode": dict(src_mask_to=(False, True)),
     "no src mask in decode": dict(src_mask_to=(True, False)),
 }
-_SRC_MASK_WORDS = {  # listed first among the mistakes: no other can hide them
-    "no src mask": ("src_mask not used", "src_mask is not used: pass it to model.encode and, as memory_mask, to "
-                    "model.decode; without it attention reads the source padding."),
-    "no src mask in encode": ("src_mask not passed to encode", "model.encode runs without src_mask, so the encoder "
-                              "reads the source padding: pass it to model.encode(src, src_mask) too."),
-    "no src mask in decode": ("src_mask not passed to decode", "model.decode runs without src_mask as memory_mask, "
-                              "so the cross-attention reads the source padding: model.decode(ys, memory, "
-                              "tgt_mask, src_mask)."),
-}
+_SRC_MASK_KINDS = ("no src mask", "no src mask in encode", "no src mask in decode")  # listed first: nothing hides them
 
 
 def _promising(raw: Tensor, margins: Tensor, usable: Tensor, bos_id: int, pad_id: int, M: int) -> bool:
@@ -1390,13 +1616,13 @@ def _greedy_setup() -> _GreedySetup:
             # rows that go on with other tokens after their eos (else "keeps generating" = filling)
             goes_on = ((raws["ok"][:, 1:] != eos_id) & ~upto & (steps[None, :] <= M)).any(dim=1)
             a_rows = _choose_rows(ends, [first == first[ends].min(), first == first[ends].max()]
-                                  + [differs[k] for k in _SRC_MASK_WORDS], randint(3, 4))
+                                  + [differs[k] for k in _SRC_MASK_KINDS], randint(3, 4))
             if a_rows is None or len(set(first[a_rows].tolist())) < 2:
                 continue
             # no row of B ends at step M - 1: stopping there (at the first <eos>, or row 0's) gives M columns,
             # exactly what decoding max_len - 1 steps gives, and the two mistakes could not be told apart
             b_rows = _choose_rows(clear & (first != M - 1), [first > M, (first < M) & goes_on, differs["no causal"]]
-                                  + [differs[k] for k in _SRC_MASK_WORDS], randint(3, 4))
+                                  + [differs[k] for k in _SRC_MASK_KINDS], randint(3, 4))
             if b_rows is None:
                 continue
             setup = _greedy_cases(model, src, src_mask, raws, bos_id, pad_id, M, eos_id, a_rows, b_rows)
@@ -1422,7 +1648,8 @@ def _greedy_cases(
         model.eval()
         if not _same(c.expected, _finish(raws["ok"][c.rows], eos_id, fill, M)):
             return None  # the smaller batch changed a close call: pick other rows
-        c.mistakes = _greedy_mistakes(raws, c.rows, eos_id, fill, c.pad_id, M, c.train)
+        c.mistakes = GREEDY.candidates(SimpleNamespace(raws=raws, rows=c.rows, eos=eos_id, fill=fill, pad_id=c.pad_id,
+                                                       M=M, train=c.train))
     if not _distinguishable(cases):
         return None
     return _GreedySetup(model, src, src_mask, bos_id, pad_id, M, cases)
@@ -1464,20 +1691,12 @@ class _GreedyWatch:
     def fail_if_one_token_fed(self, words: str) -> None:
         """A loop that fed model.decoder one position at every step (a key/value cache, as in
         notebook 07, calls the layers itself, never model.decoder)."""
-        if len(self.fed) >= 2 and set(self.fed) == {1}:
-            fail(f"while decoding ({words}) the decoder got one position at each of its {len(self.fed)} calls: "
-                 + _LAST_ONLY, mistake="only the last token fed")
+        GREEDY.detect("one token", self.fed, words=words, n=len(self.fed))
 
     def fail_if_unprojected(self, words: str) -> None:
         """Wrong tokens (or an error) from a loop that decoded but never ran the output projection."""
-        if self.decoder_calls and not self.projections:
-            n = self.decoder_calls
-            fail(f"while decoding ({words}) model.decode ran {n} time{'s' * (n != 1)} but model.output_projection "
-                 "never did: the next token was taken as the argmax over the decoder's D features, which are not "
-                 "words (an id up to D - 1, which can even fall outside the vocabulary and fail in the next "
-                 "decode). model.decode returns (B, T, D) vectors; turn the last one into (B, V) logits first, "
-                 "model.output_projection(out[:, -1]), then take argmax(dim=-1) over the vocabulary.",
-                 mistake="missing output projection")
+        n = self.decoder_calls
+        GREEDY.detect("unprojected", self, words=words, n=n, s="s" * (n != 1))
 
     def close(self) -> None:
         for h in self.handles:
@@ -1492,21 +1711,14 @@ class _GreedyWatch:
 def _watch_before_tokens(watch: _GreedyWatch, words: str) -> None:
     """What changes the tokens: dropout still on in a part of the model."""
     parts = watch.in_train_mode()
-    if parts:
-        shown = ", ".join(f"model.{n}" for n in parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
-        fail(f"during decoding ({words}) {shown} ran in train mode, so dropout changed the predictions: "
-             "call model.eval() on the whole model (it switches every sub-module), not on a part of it, "
-             "and restore the caller's mode at the end.", mistake="model left in train mode")
+    shown = ", ".join(f"model.{n}" for n in parts[:4]) + (f" and {len(parts) - 4} more" if len(parts) > 4 else "")
+    GREEDY.detect("train mode", parts, words=words, shown=shown)
 
 
 def _watch_after_tokens(watch: _GreedyWatch, B: int, words: str) -> None:
     """Right tokens, wrong cost: the source encoded again at every step, gradients tracked."""
-    if watch.rows_encoded > B:
-        fail(f"the tokens are right, but the encoder ran {watch.encoder_calls} times in one call ({words}), "
-             f"encoding {watch.rows_encoded} source rows for a batch of {B}: the source is encoded once. "
-             "Compute memory = model.encode(src, src_mask) before the loop and call only model.decode inside it "
-             "(a full model(src, ys, ...) at every step re-encodes the source each time).",
-             mistake="source encoded at every step")
+    GREEDY.detect("encoder calls", watch.rows_encoded > B, words=words, calls=watch.encoder_calls,
+                  rows=watch.rows_encoded, B=B)
     require_no_grad(watch.grad, "decoding", "greedy_decode", words)
 
 
@@ -1538,29 +1750,23 @@ def _lazy_greedy(model: Transformer, src: Tensor, src_mask: Tensor, bos_id: int,
     return ys
 
 
-_LAZY_GREEDY = [  # (name, diagnosis, _lazy_greedy's keywords)
-    ("eos overwritten", "each sequence's <eos> itself is replaced by the filler: mark a sequence finished after "
-     "writing its token (finished = finished | (next_token == eos_id) after the masked_fill), so the <eos> stays.",
-     dict(eos_filled=True)),
-    ("finished not cumulative", "`finished` is recomputed from the newest token only (finished = next_token == "
-     "eos_id), so a sequence that has filled a pad counts as unfinished again and produces more tokens: keep it "
-     "finished, finished = finished | (next_token == eos_id).", dict(cumulative=False)),
-    ("stops at the first eos", "decoding stops when row 0 has produced <eos> (a test of ys[0, -1] or "
-     "finished[0]), whatever the other rows: stop only when every sequence has finished, "
-     "`if finished.all(): break`.", dict(stop_row0=True)),
-]
+def _lazy(**kw: Any) -> Reference:
+    """``_lazy_greedy`` with the mistake ``kw``, on the case ``c`` (its model, source and filler)."""
+    return Reference(lambda c: [({}, lambda: _lazy_greedy(c.model, c.src, c.mask, c.bos_id, c.eos_id, c.fill, c.M,
+                                                          **kw))], "lazy")
 
 
 def _lazy_diagnosis(got: Any, setup: _GreedySetup, case: _GreedyCase, src: Tensor, mask: Tensor, words: str) -> None:
     if not isinstance(got, Tensor) or got.dim() != 2:
         return
     fill = case.eos_id if case.pad_id is None else case.pad_id
-    model = setup.model.eval()
-    for name, diagnosis, kw in _LAZY_GREEDY:
+    c = SimpleNamespace(model=setup.model.eval(), src=src, mask=mask, bos_id=setup.bos_id, eos_id=case.eos_id,
+                        fill=fill, M=setup.max_len)
+    for name, message, make in GREEDY.candidates(c, "lazy", words=words):
         with torch.no_grad():
-            value = _lazy_greedy(model, src, mask, setup.bos_id, case.eos_id, fill, setup.max_len, **kw)
+            value = make()
         if not _same(value, case.expected) and _same(got.long(), value):
-            fail(f"the output ({words}) is what greedy decoding gives when {diagnosis}", mistake=name)
+            fail(message, mistake=name)
 
 
 class _ProbeError(RuntimeError):
@@ -1589,30 +1795,14 @@ def _restored_after_error(fn: Callable[..., Any], setup: _GreedySetup) -> None:
         handle.remove()
         left = {m.training for m in model.modules()}
         model.eval()
-    if len(calls) >= 2 and left != {True}:
-        fail("the tokens are right, but when the model raises an error during decoding (the checker made the "
-             "decoder fail at step 2, the model in train mode), greedy_decode leaves it in eval mode: restore the "
-             "mode in a `finally:` block (try: ... finally: model.train(was_training)), so that a failed decode "
-             "does not silently switch off dropout for the rest of training.", mistake="mode not restored")
+    GREEDY.detect("after an error", len(calls) >= 2 and left != {True})
 
 
 def _token_diagnosis(got: Any, expected: Tensor, case: str, max_len: int) -> None:
     """Say which row differs, in tokens, instead of a float difference."""
     if not isinstance(got, Tensor) or got.dim() != 2:
         return
-    if got.shape != expected.shape:
-        if got.size(0) == expected.size(0):
-            fail(f"the output ({case}) has {got.size(1)} columns, expected {expected.size(1)}: T = 1 (<bos>) "
-                 f"+ the number of steps until every sequence has produced <eos>, at most max_len={max_len}.\n"
-                 f"    yours    row 0: {got[0].tolist()}\n    expected row 0: {expected[0].tolist()}",
-                 mistake="values differ")
-        return
-    wrong = torch.nonzero((got != expected).any(dim=1)).flatten()
-    if len(wrong):
-        r = int(wrong[0])
-        fail(f"the output ({case}) differs from the expected tokens in {len(wrong)} of {got.size(0)} rows; "
-             f"row {r}:\n    yours:    {got[r].tolist()}\n    expected: {expected[r].tolist()}",
-             mistake="values differ")
+    GREEDY.detect("tokens", SimpleNamespace(got=got, expected=expected), case=case, max_len=max_len)
 
 
 def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase, err: StudentError) -> None:
@@ -1630,11 +1820,8 @@ def _greedy_probe(fn: Callable[..., Any], setup: _GreedySetup, case: _GreedyCase
         model.eval()
         return
     model.eval()
-    if isinstance(got, Tensor) and _same(got.long(), ys):
-        fail(f"your code raised {type(err.exc).__name__}: {str(err.exc).splitlines()[0] if str(err.exc) else ''} "
-             f"with a batch of {len(case.rows)} sources, but runs with exactly vocab_size={V} of them: the "
-             "argmax is taken over the batch axis of the (B, V) logits. Take it over the vocabulary, dim=-1.",
-             mistake="argmax over wrong axis")
+    GREEDY.detect("batch axis", isinstance(got, Tensor) and _same(got.long(), ys), type=type(err.exc).__name__,
+                  first=str(err.exc).splitlines()[0] if str(err.exc) else "", B=len(case.rows), V=V)
 
 
 def _rows_reversed(fn: Callable[..., Any], setup: _GreedySetup) -> None:
@@ -1657,6 +1844,166 @@ def _rows_reversed(fn: Callable[..., Any], setup: _GreedySetup) -> None:
     if isinstance(got, Tensor) and not _same(got.long(), expected):
         _lazy_diagnosis(got, setup, replace(case, rows=rows, expected=expected), src, mask, words)
         _token_diagnosis(got, expected, words, M)
+
+
+def _wrong_dtype(t: Any) -> dict[str, Any] | None:
+    """Token ids of another dtype than long: floats, smaller ints, or any dtype with the right tokens."""
+    got = t.got
+    if not (isinstance(got, Tensor) and got.dtype != torch.long):
+        return None
+    right = got.shape == t.expected.shape and bool(equal(got.long(), t.expected))
+    if right or got.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8) or got.is_floating_point():
+        return dict(dtype=got.dtype, right=" (with the right tokens)" if right else "")
+    return None
+
+
+def _columns_differ(t: Any) -> dict[str, Any] | None:
+    if t.got.shape != t.expected.shape and t.got.size(0) == t.expected.size(0):
+        return dict(cols=t.got.size(1), expected_cols=t.expected.size(1), got_row=t.got[0].tolist(),
+                    expected_row=t.expected[0].tolist())
+    return None
+
+
+def _rows_differ(t: Any) -> dict[str, Any] | None:
+    if t.got.shape != t.expected.shape:
+        return None
+    wrong = torch.nonzero((t.got != t.expected).any(dim=1)).flatten()
+    if not len(wrong):
+        return None
+    r = int(wrong[0])
+    return dict(n=len(wrong), B=t.got.size(0), r=r, got_row=t.got[r].tolist(), expected_row=t.expected[r].tolist())
+
+
+_LAZY = "the output ({words}) is what greedy decoding gives when "
+
+GREEDY = Catalogue("greedy_decode", "06", [
+    Entry("not a function", None, Probe("require_function")),
+    # the call raised: a loop that never projected (stage "unprojected"), an argmax over the batch axis
+    Entry("missing output projection", None, Output(lambda w: w.decoder_calls and not w.projections, "unprojected"),
+          "while decoding ({words}) model.decode ran {n} time{s} but model.output_projection never did: the next "
+          "token was taken as the argmax over the decoder's D features, which are not words (an id up to D - 1, which "
+          "can even fall outside the vocabulary and fail in the next decode). model.decode returns (B, T, D) vectors; "
+          "turn the last one into (B, V) logits first, model.output_projection(out[:, -1]), then take argmax(dim=-1) "
+          "over the vocabulary."),
+    Entry("argmax over wrong axis", "greedy choice over another axis than the vocabulary", Output(bool, "batch axis"),
+          "your code raised {type}: {first} with a batch of {B} sources, but runs with exactly vocab_size={V} of them: "
+          "the argmax is taken over the batch axis of the (B, V) logits. Take it over the vocabulary, dim=-1."),
+    # what the hooks saw while decoding
+    Entry("model left in train mode", "the model (or a part of it) runs in train mode while decoding",
+          Output(bool, "train mode"),
+          "during decoding ({words}) {shown} ran in train mode, so dropout changed the predictions: call model.eval() "
+          "on the whole model (it switches every sub-module), not on a part of it, and restore the caller's mode at "
+          "the end."),
+    Entry("only the last token fed",
+          "greedy decoding feeds the decoder only the newest token instead of the whole prefix",
+          Output(lambda fed: len(fed) >= 2 and set(fed) == {1}, "one token"),
+          "while decoding ({words}) the decoder got one position at each of its {n} calls: " + _LAST_ONLY),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("wrong dtype", None, Output(_wrong_dtype, "dtype"),
+          "the output has dtype {dtype}{right}: token ids are torch.long (int64). Build the start column with "
+          "torch.full(..., bos_id, dtype=torch.long); argmax already returns long."),
+    # the tokens are what greedy decoding gives with one of these mistakes, in this order
+    Entry("model left in train mode", None, _decoded(lambda c: c.train, "train"),
+          "your decoding runs with dropout active: the model came in train mode and was never switched to eval mode. "
+          "Call model.eval() at the start (and decode under torch.no_grad())."),
+    Entry("src_mask not used", None, _decoded(_evaluated, "no src mask"),
+          "src_mask is not used: pass it to model.encode and, as memory_mask, to model.decode; without it attention "
+          "reads the source padding."),
+    Entry("src_mask not passed to encode", "greedy decoding calls encode without src_mask",
+          _decoded(_evaluated, "no src mask in encode"),
+          "model.encode runs without src_mask, so the encoder reads the source padding: pass it to "
+          "model.encode(src, src_mask) too."),
+    Entry("src_mask not passed to decode", "greedy decoding calls decode without src_mask",
+          _decoded(_evaluated, "no src mask in decode"),
+          "model.decode runs without src_mask as memory_mask, so the cross-attention reads the source padding: "
+          "model.decode(ys, memory, tgt_mask, src_mask)."),
+    Entry("no bos in column 0", "the output does not start with bos", _decoded(_evaluated, bos=False),
+          "column 0 must be bos_id: start every sequence with <bos> and keep it in the output."),
+    # listed before "keeps generating": see _greedy_cases
+    Entry("pad_id ignored", "the pad_id argument is not used",
+          Reference(lambda c: [({}, _fin(c, fill=c.eos))] if _evaluated(c) and c.pad_id not in (None, c.eos) else []),
+          "finished sequences are filled with eos_id although pad_id was given: fill with pad_id (eos_id only when "
+          "pad_id is None)."),
+    Entry("filled with 0 when pad_id is None", "finished sequences filled with 0 instead of eos_id when pad_id is None",
+          _decoded(lambda c: _evaluated(c) and c.pad_id is None,
+                                                                     fill=0),
+          "finished sequences are filled with 0 although pad_id is None: the exercise fills with eos_id when pad_id "
+          "is None (fill = eos_id if pad_id is None else pad_id); 0 may well be a real token."),
+    Entry("keeps generating after eos", "finished sequences get more tokens than pad",
+          _decoded(_evaluated, do_fill=False),
+          "a sequence keeps producing real tokens after its <eos>: once a sequence has finished, write pad_id (eos_id "
+          "when pad_id is None) in its later positions."),
+    Entry("keeps generating after eos", None, _decoded(_evaluated, do_fill=False, stop="never"),
+          "decoding ignores <eos>: sequences keep producing real tokens until max_len. Stop when every sequence has "
+          "produced eos_id, and fill the finished ones with pad_id."),
+    Entry("runs to max_len after all finished", "decoding continues after every sequence ended",
+          _decoded(_evaluated, stop="never"),
+          "decoding goes on until max_len although every sequence had already produced <eos>: stop as soon as all of "
+          "them have finished (T = 1 + the number of steps taken)."),
+    Entry("stops at the first eos", "decoding stops when one sequence (or row 0) ends, not all",
+          _decoded(_evaluated, stop="any"),
+          "decoding stops as soon as one sequence (or row 0) produces <eos>; stop only when every sequence has "
+          "finished (track a `finished` flag per sequence and test finished.all())."),
+    Entry("no causal mask", "the decoder's self-attention gets no causal mask", _decoded(_evaluated, "no causal"),
+          "the decoder runs without a causal mask: pass causal_mask(T) as tgt_mask at every step, as in training; "
+          "without it the earlier positions see the later ones and the prediction changes."),
+    Entry("upper triangle", None, _decoded(_evaluated, "upper"), _UPPER_CAUSAL),
+    Entry("inverted mask", None, _decoded(_evaluated, "inverted causal"), _INVERTED_CAUSAL),
+    Entry("argmax over wrong axis", None, _decoded(_evaluated, "positions"),
+          "the argmax is taken over the positions axis of the (B, T, V) logits; take the logits of the last position, "
+          "(B, V), and the argmax over the vocabulary (dim=-1)."),
+    Entry("reads the first position", "the next token is read from the first position's logits, not the last",
+          _decoded(_evaluated, "first"),
+          "the next token is read from the first position (out[:, 0]); the prediction for the next token is at the "
+          "last position, out[:, -1]."),
+    Entry("max_len off by one", "max_len one too small",
+          _decoded(_evaluated, fields=lambda c: dict(M=c.M, cols=c.M + 2),
+                                                     shift=1),
+          "with max_len={M} your output has {cols} columns: generate at most max_len tokens after <bos> (T <= max_len "
+          "+ 1)."),
+    Entry("max_len off by one", None, _decoded(_evaluated, fields=lambda c: dict(M=c.M, cols=c.M), shift=-1),
+          "with max_len={M} your output has only {cols} columns: generate up to max_len tokens after <bos> (T <= "
+          "max_len + 1)."),
+    # wrong tokens of the filling loop itself, which the un-stopped trajectories cannot give (stage "lazy")
+    Entry("eos overwritten", "a sequence's <eos> itself is replaced by the filler", _lazy(eos_filled=True),
+          _LAZY + "each sequence's <eos> itself is replaced by the filler: mark a sequence finished after writing its "
+          "token (finished = finished | (next_token == eos_id) after the masked_fill), so the <eos> stays."),
+    Entry("finished not cumulative", "the finished flags are recomputed from the newest token only",
+          _lazy(cumulative=False),
+          _LAZY + "`finished` is recomputed from the newest token only (finished = next_token == eos_id), so a "
+          "sequence that has filled a pad counts as unfinished again and produces more tokens: keep it finished, "
+          "finished = finished | (next_token == eos_id)."),
+    Entry("stops at the first eos", None, _lazy(stop_row0=True),
+          _LAZY + "decoding stops when row 0 has produced <eos> (a test of ys[0, -1] or finished[0]), whatever the "
+          "other rows: stop only when every sequence has finished, `if finished.all(): break`."),
+    # no catalogued mistake: the tokens shown
+    Entry("values differ", None, Output(_columns_differ, "tokens"),
+          "the output ({case}) has {cols} columns, expected {expected_cols}: T = 1 (<bos>) + the number of steps "
+          "until every sequence has produced <eos>, at most max_len={max_len}.\n    yours    row 0: {got_row}\n    "
+          "expected row 0: {expected_row}"),
+    Entry("values differ", None, Output(_rows_differ, "tokens"),
+          "the output ({case}) differs from the expected tokens in {n} of {B} rows; row {r}:\n    yours:    "
+          "{got_row}\n    expected: {expected_row}"),
+    # the right tokens at the wrong cost, or the caller's mode left changed
+    Entry("source encoded at every step", "greedy decoding runs the encoder again at every step",
+          Output(bool, "encoder calls"),
+          "the tokens are right, but the encoder ran {calls} times in one call ({words}), encoding {rows} source rows "
+          "for a batch of {B}: the source is encoded once. Compute memory = model.encode(src, src_mask) before the "
+          "loop and call only model.decode inside it (a full model(src, ys, ...) at every step re-encodes the source "
+          "each time)."),
+    Entry("gradients tracked", None, Probe("require_no_grad")),
+    Entry("mode not restored", None, Output(bool, "modes"),
+          "the tokens are right, but greedy_decode leaves the model (or some of its modules) in {left} mode although "
+          "it came in {came} mode ({words}): the caller's mode must be restored, or a training loop that decodes a "
+          "few examples goes on {without} dropout. Remember `was_training = model.training` before model.eval() and "
+          "end with model.train(was_training)."),
+    Entry("wrong device", None, Probe("check_input_device")),
+    Entry("mode not restored", None, Output(bool, "after an error"),
+          "the tokens are right, but when the model raises an error during decoding (the checker made the decoder "
+          "fail at step 2, the model in train mode), greedy_decode leaves it in eval mode: restore the mode in a "
+          "`finally:` block (try: ... finally: model.train(was_training)), so that a failed decode does not silently "
+          "switch off dropout for the rest of training."),
+])
 
 
 @checker("greedy_decode")
@@ -1688,12 +2035,7 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
         _watch_before_tokens(watch, words)
         watch.fail_if_one_token_fed(words)  # even with the right tokens: a random model may ignore the prefix
         check_unchanged(["src", "src_mask"], [src, mask], [src0, mask0], words)
-        if isinstance(got, Tensor) and got.dtype != torch.long:
-            right = got.shape == case.expected.shape and bool(equal(got.long(), case.expected))
-            if right or got.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8) or got.is_floating_point():
-                fail(f"the output has dtype {got.dtype}" + (" (with the right tokens)" if right else "")
-                     + ": token ids are torch.long (int64). Build the start column with "
-                     "torch.full(..., bos_id, dtype=torch.long); argmax already returns long.", mistake="wrong dtype")
+        GREEDY.detect("dtype", SimpleNamespace(got=got, expected=case.expected))
         try:
             expect_close("the output", got, case.expected, case.mistakes, atol=0, rtol=0, case=words)
         except Failure as f:
@@ -1704,13 +2046,9 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
                 _token_diagnosis(got, case.expected, words, M)
             raise
         _watch_after_tokens(watch, len(case.rows), words)
-        if left_in != {case.train}:
-            came, left = ("train", "eval") if case.train else ("eval", "train")
-            fail(f"the tokens are right, but greedy_decode leaves the model (or some of its modules) in {left} mode "
-                 f"although it came in {came} mode ({words}): the caller's mode must be restored, or a training loop "
-                 f"that decodes a few examples goes on {'without' if case.train else 'with'} dropout. Remember "
-                 "`was_training = model.training` before model.eval() and end with model.train(was_training).",
-                 mistake="mode not restored")
+        came, left = ("train", "eval") if case.train else ("eval", "train")
+        GREEDY.detect("modes", left_in != {case.train}, left=left, came=came, words=words,
+                      without="without" if case.train else "with")
     _rows_reversed(fn, setup)
     case = setup.cases[0]  # right tokens: now with the model's own tensors watched as another device's
     src, mask = setup.src[case.rows], setup.src_mask[case.rows]
@@ -1721,6 +2059,10 @@ def check_greedy_decode(fn: Callable[..., Any]) -> str:
     model.eval()
     _restored_after_error(fn, setup)
     return "stops when all sequences have produced <eos>, fills finished ones with pad_id, respects max_len, eval mode"
+
+
+CATALOGUES = (SRC_MASK, TGT_MASK, TRANSFORMER, GREEDY)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
 # ---------------------------------------------------------------- hints
