@@ -258,11 +258,13 @@ def attend_cached(attn: nn.Module, x: Tensor, k: Tensor, v: Tensor, mask: Tensor
     """
     q = split_heads(attn.w_q(x), attn.num_heads)  # (B, H, 1, d_k)
     weights = attn.dropout(attention_weights(q, k, mask))  # (B, H, 1, L_k)
-    if fastpaths.applies(weights):
-        context = fastpaths.single_query_context(weights, v)  # (B, H, 1, d_k): weights @ v, faster
-    else:
-        context = weights @ v  # (B, H, 1, d_k)
-    return attn.w_o(merge_heads(context))  # (B, 1, D)
+    return attn.w_o(merge_heads(_context(weights, v)))  # (B, 1, D)
+
+
+@fastpaths.speed_path(fastpaths.single_query_context, when=fastpaths.on_cpu)
+def _context(weights: Tensor, v: Tensor) -> Tensor:
+    """``weights (B, H, 1, L_k) @ v (B, H, L_k, d_k) -> (B, H, 1, d_k)``: one query's context."""
+    return weights @ v  # (B, H, 1, d_k)
 
 
 def _check_reference_model(model: nn.Module) -> None:

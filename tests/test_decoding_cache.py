@@ -84,16 +84,16 @@ def test_cached_equals_naive_with_early_stops(seed, norm_first):
     assert model.training  # mode restored
 
 
-def test_cached_equals_naive_without_the_cpu_fast_paths(monkeypatch):
+def test_cached_equals_naive_without_the_cpu_fast_paths():
     """fastpaths off (weights @ v for the one query, torch's softmax, x.var in LayerNorm):
     the cached decoder still gives the naive decoder's tokens."""
     from course_utils import fastpaths
 
-    monkeypatch.setattr(fastpaths, "ENABLED", False)
     model = _model(1, False).eval()
     src, src_mask = _padded_source(1, [9, 4, 9, 1, 7, 2])
-    naive = greedy_decode(model, src, 8, BOS, EOS, src_mask=src_mask, pad_id=PAD)
-    assert torch.equal(greedy_decode_cached(model, src, 8, BOS, EOS, src_mask=src_mask, pad_id=PAD), naive)
+    with fastpaths.disabled():
+        naive = greedy_decode(model, src, 8, BOS, EOS, src_mask=src_mask, pad_id=PAD)
+        assert torch.equal(greedy_decode_cached(model, src, 8, BOS, EOS, src_mask=src_mask, pad_id=PAD), naive)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
