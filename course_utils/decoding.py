@@ -12,8 +12,7 @@ the decoder, reusing the keys and values of earlier steps (:class:`KVCache`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +20,7 @@ from torch import Tensor, nn
 from . import fastpaths
 from ._validate import check_int, check_mask, check_rank
 from .attention import attention_weights, causal_mask
+from .modes import eval_mode  # also importable from here, where it was first written
 from .multihead import merge_heads, split_heads
 
 
@@ -65,17 +65,6 @@ def greedy_decode(
 def _check_decode_args(src: Tensor, max_len: int) -> None:
     check_rank("src", src, 2, "(B, L_src) of token ids")
     check_int("max_len", max_len, low=0)
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Eval mode (no dropout) inside the block; the model's own mode back after it."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 def _greedy_loop(

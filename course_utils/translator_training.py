@@ -31,8 +31,9 @@ from torch import Tensor, nn
 from . import data as _data
 from ._validate import check_int, check_optional_function, is_number
 from .data import Batch, NumberWordsDataset, Vocab, collate
-from .decoding import eval_mode, greedy_decode_cached
+from .decoding import greedy_decode_cached
 from .model import make_src_mask, make_tgt_mask
+from .modes import eval_mode
 from .training import REFERENCES, SCHEDULES, masked_cross_entropy, train_step_with_loss, warmup_schedule
 
 # --------------------------------------------------------------------------- the recipe
