@@ -16,10 +16,11 @@ instead: meaningless, but finite, and the loss ignores padded positions anyway.
 
 Short rows on the CPU
 ---------------------
-The softmax runs through :func:`course_utils.fastpaths.softmax_last_axis`: the same
-numbers as ``scores.softmax(dim=-1)``, written out for rows shorter than one SIMD
-register, where torch's CPU softmax is about ten times slower per element (see
-:mod:`course_utils.fastpaths`).
+The softmax is :func:`softmax_over_keys`, the solution's ``scores.softmax(dim=-1)``. On the
+CPU, rows shorter than one SIMD register run its speed path,
+:func:`course_utils.fastpaths.softmax_last_axis`: the same numbers, written out, where
+torch's CPU softmax is about ten times slower per element (see :mod:`course_utils.fastpaths`;
+``with fastpaths.disabled():`` turns it off).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import math
 import torch
 from torch import Tensor
 
+from . import fastpaths
 from ._validate import check_mask, check_min_rank, check_positive_int, check_same_dtype, check_token_ids
-from .fastpaths import softmax_last_axis  # a CPU speed path: scores.softmax(dim=-1)
 
 
 def scaled_dot_product_attention(
@@ -87,7 +88,13 @@ def attention_weights(query: Tensor, key: Tensor, mask: Tensor | None = None) ->
         check_mask(mask, scores.shape)
         # finite fill, not -inf: a fully blocked row stays NaN-free (module docstring)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return softmax_last_axis(scores)  # (..., L_q, L_k): scores.softmax(dim=-1), faster on a CPU
+    return softmax_over_keys(scores)  # (..., L_q, L_k)
+
+
+@fastpaths.speed_path(fastpaths.softmax_last_axis, when=fastpaths.short_rows)
+def softmax_over_keys(scores: Tensor) -> Tensor:
+    """``scores (..., L_q, L_k) -> weights (..., L_q, L_k)``: each query's row sums to 1."""
+    return scores.softmax(dim=-1)  # (..., L_q, L_k)
 
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:

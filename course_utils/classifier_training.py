@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ._validate import check_rank
 from .classifier import TransformerClassifier, masked_mean_pool
-from .decoding import eval_mode
+from .modes import eval_mode
 
 CHECKPOINT = Path(__file__).resolve().parent / "pretrained" / "review_classifier.pt"
 FORMAT = 1

@@ -12,8 +12,7 @@ the decoder, reusing the keys and values of earlier steps (:class:`KVCache`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +20,7 @@ from torch import Tensor, nn
 from . import fastpaths
 from ._validate import check_int, check_mask, check_rank
 from .attention import attention_weights, causal_mask
+from .modes import eval_mode  # also importable from here, where it was first written
 from .multihead import merge_heads, split_heads
 
 
@@ -65,17 +65,6 @@ def greedy_decode(
 def _check_decode_args(src: Tensor, max_len: int) -> None:
     check_rank("src", src, 2, "(B, L_src) of token ids")
     check_int("max_len", max_len, low=0)
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Eval mode (no dropout) inside the block; the model's own mode back after it."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 def _greedy_loop(
@@ -258,11 +247,13 @@ def attend_cached(attn: nn.Module, x: Tensor, k: Tensor, v: Tensor, mask: Tensor
     """
     q = split_heads(attn.w_q(x), attn.num_heads)  # (B, H, 1, d_k)
     weights = attn.dropout(attention_weights(q, k, mask))  # (B, H, 1, L_k)
-    if fastpaths.applies(weights):
-        context = fastpaths.single_query_context(weights, v)  # (B, H, 1, d_k): weights @ v, faster
-    else:
-        context = weights @ v  # (B, H, 1, d_k)
-    return attn.w_o(merge_heads(context))  # (B, 1, D)
+    return attn.w_o(merge_heads(_context(weights, v)))  # (B, 1, D)
+
+
+@fastpaths.speed_path(fastpaths.single_query_context, when=fastpaths.on_cpu)
+def _context(weights: Tensor, v: Tensor) -> Tensor:
+    """``weights (B, H, 1, L_k) @ v (B, H, L_k, d_k) -> (B, H, 1, d_k)``: one query's context."""
+    return weights @ v  # (B, H, 1, d_k)
 
 
 def _check_reference_model(model: nn.Module) -> None:

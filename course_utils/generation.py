@@ -20,8 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from ._validate import check_int, check_min_rank, check_rank, check_vocab_ids, is_int, is_number
-from .decoding import KVCache, attend_cached, eval_mode
+from .decoding import KVCache, attend_cached
 from .gpt import GPT, context_length, vocabulary_size
+from .modes import eval_mode
 from .multihead import split_heads
 
 

@@ -36,7 +36,9 @@ class GPTBlock(nn.Module):
     e.g. a padding mask ``(B, 1, L)``) and the feed-forward uses GPT-2's tanh-GELU.
 
     ``forward(x (B, L, D), mask=None) -> (B, L, D)``. Submodules: ``norm1``, ``self_attn``,
-    ``norm2``, ``feed_forward`` (and ``dropout1``, ``dropout2``).
+    ``norm2``, ``feed_forward`` (and ``dropout1``, ``dropout2``). Without a ``mask``, on the
+    CPU, :func:`course_utils.fastpaths.gpt_block` computes the same attention with the fused
+    kernel (a speed path; ``with fastpaths.disabled():`` runs the lines below).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0):
@@ -48,20 +50,15 @@ class GPTBlock(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
+    @fastpaths.speed_path(fastpaths.gpt_block, when=fastpaths.gpt_block_applies(MultiHeadAttention))
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         check_rank("x", x, 3, "(B, L, D)")
-        B, L, _ = x.shape
-        causal = causal_mask(L, device=x.device)  # (L, L): no position sees the ones after it
+        allowed = causal_mask(x.size(1), device=x.device)  # (L, L): True on and below the diagonal
         if mask is not None:
-            check_mask(mask, torch.Size((B, L, L)), "(B, L, L)")
-            causal = causal & mask  # (L, L) or (B, L, L)
+            check_mask(mask, torch.Size((x.size(0), x.size(1), x.size(1))), "(B, L, L)")
+            allowed = allowed & mask  # (B, L, L)
         h = self.norm1(x)  # (B, L, D)
-        fused = mask is None and type(self.self_attn) is MultiHeadAttention  # and see fastpaths, path 4
-        if fused and fastpaths.fused_attention_applies(self.self_attn, h):
-            attended = fastpaths.causal_self_attention(self.self_attn, h)  # the same output, faster on a CPU
-        else:
-            attended = self.self_attn(h, h, h, causal)[0]  # (B, L, D)
-        x = x + self.dropout1(attended)
+        x = x + self.dropout1(self.self_attn(h, h, h, allowed)[0])
         return x + self.dropout2(self.feed_forward(self.norm2(x)))  # (B, L, D)
 
 

@@ -26,7 +26,7 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ._validate import check_rank
 from .gpt import GPT, context_length, vocabulary_size
+from .modes import eval_mode
 from .stories import load_shakespeare
 
 CHECKPOINT = Path(__file__).resolve().parent / "pretrained" / "shakespeare_gpt.pt"
@@ -94,15 +95,22 @@ def random_windows(data: Tensor, batch_size: int, length: int, generator: torch.
 
 
 def language_model_loss(logits: Tensor, tokens: Tensor) -> Tensor:
-    """Next-token cross-entropy: position ``t`` of ``logits (B, L, V)`` predicts ``tokens[:, t + 1]``.
+    """Next-token cross-entropy (nats): position ``t`` of ``logits (B, L, V)`` predicts ``tokens[:, t + 1]``.
 
-    ``tokens (B, L)`` are the model's input; the last position has no target and is left
-    out, so the mean is over ``B * (L - 1)`` predictions (in nats).
+    ``tokens`` is either the model's input ``(B, L)``, whose last position has no target and
+    is left out (the mean is over ``B * (L - 1)`` predictions), or a window ``(B, L + 1)`` of
+    which the model read the first ``L`` (``logits = model(window[:, :-1])``, as
+    :func:`fit_gpt` trains): every position has its target, ``B * L`` predictions.
     """
     check_rank("logits", logits, 3, "(B, L, V)")
-    check_rank("tokens", tokens, 2, "(B, L)")
-    V = logits.size(-1)
-    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
+    check_rank("tokens", tokens, 2, "(B, L) or (B, L + 1)")
+    B, L, V = logits.shape
+    if tokens.size(0) != B or tokens.size(1) not in (L, L + 1):
+        raise ValueError(f"tokens must be (B, L) = ({B}, {L}) (the model's input) or (B, L + 1) = ({B}, {L + 1}) "
+                         f"(a window) for logits of shape {tuple(logits.shape)}, got {tuple(tokens.shape)}")
+    if tokens.size(1) == L:
+        logits = logits[:, :-1]  # (B, L - 1, V): the last position has no target
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
 
 
 def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
@@ -117,23 +125,12 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
 def evaluate_loss(model: torch.nn.Module, data: Tensor, batches: int = 8, batch_size: int = 32, seed: int = 1) -> float:
     """Mean next-token loss (nats per character) on ``batches`` fixed random windows of ``data``."""
     g = torch.Generator().manual_seed(seed)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         losses = []
         for _ in range(batches):
             w = random_windows(data, batch_size, context_length(model), g)  # (B, L + 1)
-            losses.append(float(_loss(model, w)))
+            losses.append(float(language_model_loss(model(w[:, :-1]), w)))
         return sum(losses) / len(losses)
-    finally:
-        model.train(was_training)
-
-
-def _loss(model: torch.nn.Module, windows: Tensor) -> Tensor:
-    """Loss of windows ``(B, L + 1)``: the model reads ``[:, :-1]`` and predicts ``[:, 1:]``."""
-    logits = model(windows[:, :-1])  # (B, L, V)
-    V = logits.size(-1)
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, V), windows[:, 1:].reshape(-1))
 
 
 def fit_gpt(
@@ -192,7 +189,7 @@ def fit_gpt(
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, steps, lr, warmup)
             windows = random_windows(train, batch_size, context_length(model), g)  # (B, L + 1)
-            loss = _loss(model, windows)
+            loss = language_model_loss(model(windows[:, :-1]), windows)  # windows (B, L + 1)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if clip_norm is not None:
@@ -324,33 +321,55 @@ def load_pretrained_gpt(path: str | Path | None = None) -> tuple[GPT, CharTokeni
     return model.eval(), tokenizer, dict(state["history"])
 
 
-def checkpoint_meta(history: dict[str, Any], threads: int) -> dict[str, Any]:
-    """What the checkpoint says about its run: recipe, threads, torch, seconds, final losses."""
-    return {"recipe": GPT_RECIPE, "threads": threads, "torch": str(torch.__version__),
-            "train_seconds": round(history["train_seconds"], 1), "wall_seconds": round(history["wall_seconds"], 1),
-            "final_val_loss": round(history["val_loss"][-1], 4)}
-
-
 def pretrained_gpt_info(path: str | Path | None = None) -> dict[str, Any]:
-    state, _ = _read(path)
+    """The checkpoint's config and record (recipe, threads, torch, steps, seconds, final loss)."""
+    return checkpoint_info(CHECKPOINT if path is None else path, FORMAT, "course_utils.gpt_training")
+
+
+def checkpoint_info(path: str | Path, format: int, module: str) -> dict[str, Any]:
+    """A shipped checkpoint's config and the record :func:`write_and_report` wrote with it."""
+    state, _ = read_checkpoint(path, format, module)
     return {"config": dict(state["config"]), **dict(state["meta"])}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="train and save notebook 09's Shakespeare model")
-    parser.add_argument("--write", action="store_true", help=f"train GPT_RECIPE and write {CHECKPOINT.name}")
+def write_and_report(
+    argv: Sequence[str] | None,
+    description: str,
+    recipe_name: str,
+    recipe: dict[str, Any],
+    checkpoint: Path,
+    train: Callable[[argparse.Namespace], tuple[torch.nn.Module, CharTokenizer, dict[str, Any]]],
+    save: Callable[[torch.nn.Module, CharTokenizer, dict[str, Any], dict[str, Any]], Path],
+    time_budget: bool = False,
+) -> int:
+    """The ``main`` of a module that ships a checkpoint (``python -m course_utils.gpt_training
+    --write``, ``... llama_training --write``): ``--threads`` (1), ``--max-seconds`` where
+    ``time_budget``; ``train(args)`` runs the recipe, ``save`` writes the model with its record
+    (recipe, threads, torch, steps, seconds, final validation loss), which is printed. Without
+    ``--write``: the help."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--write", action="store_true", help=f"train {recipe_name} and write {checkpoint.name}")
     parser.add_argument("--threads", type=int, default=1)
+    if time_budget:
+        parser.add_argument("--max-seconds", type=float, default=None, help="a time budget (fewer steps if needed)")
     args = parser.parse_args(argv)
     if not args.write:
         parser.print_help()
         return 0
     start = time.perf_counter()
-    model, tokenizer, history = train_recipe(threads=args.threads, progress=True)
-    history["wall_seconds"] = time.perf_counter() - start
-    meta = checkpoint_meta(history, args.threads)
-    path = save_checkpoint(model, tokenizer, history, meta)
+    model, tokenizer, history = train(args)
+    meta = {"recipe": recipe, "threads": args.threads, "torch": str(torch.__version__), "steps": history["steps"],
+            "train_seconds": round(history["train_seconds"], 1), "wall_seconds": round(time.perf_counter() - start, 1),
+            "final_val_loss": round(history["val_loss"][-1], 4)}
+    path = save(model, tokenizer, history, meta)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB): {meta}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return write_and_report(argv, "train and save notebook 09's Shakespeare model", "GPT_RECIPE", GPT_RECIPE,
+                            CHECKPOINT, lambda args: train_recipe(threads=args.threads, progress=True),
+                            save_checkpoint)
 
 
 if __name__ == "__main__":

@@ -86,17 +86,20 @@ _GPT2_BUFFERS = ("attn.bias", "attn.masked_bias")  # causal-mask buffers of some
 
 
 def _gpt2_shapes(config: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
-    """Every tensor of a GPT-2 state dict (keys without ``transformer.``) with its shape; Conv1D
+    """Every tensor of a GPT-2 state dict (keys without ``transformer.``) with its shape, in
+    GPT-2's order: the names from :data:`GPT2_NAMES` (and ``c_attn``, :data:`QKV` side by side),
+    the shapes from a :class:`GPT` of ``config`` on the meta device (no memory); Conv1D
     weights are ``(in, out)``."""
-    V, D, d_ff, T = config["vocab_size"], config["d_model"], config["d_ff"], config["max_len"]
-    shapes: dict[str, tuple[int, ...]] = {"wte.weight": (V, D), "wpe.weight": (T, D), "ln_f.weight": (D,),
-                                          "ln_f.bias": (D,)}
-    per_block = {"ln_1.weight": (D,), "ln_1.bias": (D,), "attn.c_attn.weight": (D, 3 * D), "attn.c_attn.bias": (3 * D,),
-                 "attn.c_proj.weight": (D, D), "attn.c_proj.bias": (D,), "ln_2.weight": (D,), "ln_2.bias": (D,),
-                 "mlp.c_fc.weight": (D, d_ff), "mlp.c_fc.bias": (d_ff,), "mlp.c_proj.weight": (d_ff, D),
-                 "mlp.c_proj.bias": (D,)}
-    for i in range(config["num_layers"]):
-        shapes.update({f"h.{i}.{k}": v for k, v in per_block.items()})
+    with torch.device("meta"):
+        ours = GPT(**config, num_heads=1, dropout=0.0).state_dict()  # the heads do not change a shape
+    D = config["d_model"]
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, theirs, conv1d in _names(config["num_layers"]):
+        if theirs.endswith(".attn.c_proj.weight"):  # GPT-2's fused q, k, v projection comes first
+            block = theirs[: -len("c_proj.weight")]
+            shapes[block + "c_attn.weight"], shapes[block + "c_attn.bias"] = (D, len(QKV) * D), (len(QKV) * D,)
+        shape = tuple(ours[name].shape)
+        shapes[theirs] = shape[::-1] if conv1d else shape
     return shapes
 
 

@@ -12,16 +12,22 @@ full run, ``course_utils/pretrained/shakespeare_llama.pt`` (``python -m course_u
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .gpt_training import CharTokenizer, fit_gpt, prepare_data, read_checkpoint, write_checkpoint
+from .gpt_training import (
+    CharTokenizer,
+    checkpoint_info,
+    fit_gpt,
+    prepare_data,
+    read_checkpoint,
+    write_and_report,
+    write_checkpoint,
+)
 from .llama import Llama
 
 CHECKPOINT = Path(__file__).resolve().parent / "pretrained" / "shakespeare_llama.pt"
@@ -84,28 +90,15 @@ def load_pretrained_llama(path: str | Path | None = None, **parts: Any) -> tuple
 
 
 def pretrained_llama_info(path: str | Path | None = None) -> dict[str, Any]:
-    """The checkpoint's config and record (recipe, threads, torch, seconds, final loss)."""
-    state, _ = _read(path)
-    return {"config": dict(state["config"]), **dict(state["meta"])}
+    """The checkpoint's config and record (recipe, threads, torch, steps, seconds, final loss)."""
+    return checkpoint_info(CHECKPOINT if path is None else path, FORMAT, "course_utils.llama_training")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="train and save notebook 10's Shakespeare Llama")
-    parser.add_argument("--write", action="store_true", help=f"train LLAMA_RECIPE and write {CHECKPOINT.name}")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--max-seconds", type=float, default=None, help="a time budget (fewer steps if needed)")
-    args = parser.parse_args(argv)
-    if not args.write:
-        parser.print_help()
-        return 0
-    start = time.perf_counter()
-    model, tokenizer, history = train_llama(threads=args.threads, max_seconds=args.max_seconds, progress=True)
-    meta = {"recipe": LLAMA_RECIPE, "threads": args.threads, "torch": str(torch.__version__),
-            "steps": history["steps"], "train_seconds": round(history["train_seconds"], 1),
-            "wall_seconds": round(time.perf_counter() - start, 1), "final_val_loss": round(history["val_loss"][-1], 4)}
-    path = save_llama(model, tokenizer, history, meta)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB): {meta}")
-    return 0
+    return write_and_report(
+        argv, "train and save notebook 10's Shakespeare Llama", "LLAMA_RECIPE", LLAMA_RECIPE, CHECKPOINT,
+        lambda args: train_llama(threads=args.threads, max_seconds=args.max_seconds, progress=True), save_llama,
+        time_budget=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ references of :mod:`course_utils.training` (or the student's own functions, chos
 * :func:`fit` - the training loop: seeded shuffling (optionally bucketed by length),
   a progress bar, validation, history for
   :func:`course_utils.plotting.plot_training_curves`, checkpoints and exact resume.
-  It is four small steps: :func:`_check_fit_args` (every argument, before any work),
+  It is four small steps: :class:`FitConfig` (every setting, checked before any work),
   :meth:`_Run.resume` / :meth:`_Run.save` (the checkpoint) and :func:`_train_loop`.
 * :data:`RECIPE` - the settings notebook 07 trains with (``benchmarks/train_recipe.py``
   measured them); the shipped model it made is :mod:`course_utils.translator_checkpoint`.
@@ -31,8 +31,9 @@ from torch import Tensor, nn
 from . import data as _data
 from ._validate import check_int, check_optional_function, is_number
 from .data import Batch, NumberWordsDataset, Vocab, collate
-from .decoding import eval_mode, greedy_decode_cached
+from .decoding import greedy_decode_cached
 from .model import make_src_mask, make_tgt_mask
+from .modes import eval_mode
 from .training import REFERENCES, SCHEDULES, masked_cross_entropy, train_step_with_loss, warmup_schedule
 
 # --------------------------------------------------------------------------- the recipe
@@ -314,44 +315,15 @@ class _Position:
     epoch_state: Tensor
 
 
-def fit(
-    model: nn.Module,
-    train_pairs: Any,
-    valid_pairs: Any | None = None,
-    *,
-    steps: int | None = None,
-    epochs: int | None = None,
-    batch_size: int = RECIPE["fit"]["batch_size"],
-    lr: float = RECIPE["fit"]["lr"],
-    warmup: int = RECIPE["fit"]["warmup"],
-    schedule: str = RECIPE["fit"]["schedule"],
-    total_steps: int | None = None,
-    factor: float = 1.0,
-    label_smoothing: float = RECIPE["fit"]["label_smoothing"],
-    clip_norm: float | None = RECIPE["fit"]["clip_norm"],
-    bucket: int = RECIPE["fit"]["bucket"],
-    seed: int = RECIPE["fit"]["seed"],
-    weight_decay: float = 0.0,
-    checkpoint_path: str | os.PathLike | None = None,
-    resume: bool = False,
-    eval_every: int | None = None,
-    eval_batch_size: int = 500,
-    src_vocab: Vocab | None = None,
-    tgt_vocab: Vocab | None = None,
-    progress: bool | str = True,
-    train_step: Callable[..., float] | None = None,
-    shift_targets: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None,
-    masked_cross_entropy: Callable[..., Tensor] | None = None,
-    noam_lr: Callable[..., float] | None = None,
-) -> History:
-    """Train ``model`` with Adam and :func:`~course_utils.training.train_step`; return its :class:`History`.
+@dataclass(frozen=True)
+class FitConfig:
+    """The settings of one :func:`fit` run, one object: ``FitConfig()`` is the recipe
+    (``RECIPE["fit"]``, the fields' defaults), ``FitConfig(steps=500, lr=1e-3)`` changes two,
+    ``dataclasses.replace(config, seed=1)`` one more. Every field is checked when the object
+    is made: a wrong value raises ``ValueError`` (a wrong type of ``checkpoint_path``,
+    ``resume``: ``TypeError``) naming the field, what it got and what it takes.
 
-    Args:
-        model: a :class:`~course_utils.Transformer` for the two vocabularies; trained on
-            the device of its parameters.
-        train_pairs, valid_pairs: ``(source, target)`` text pairs (or
-            :class:`~course_utils.data.NumberWordsDataset`); ``valid_pairs=None``: no
-            validation.
+    Fields:
         steps, epochs: how long to train, at most one of them (``epochs`` counts full
             passes of ``len(train) // batch_size`` batches); neither: the recipe's
             ``RECIPE["fit"]["steps"]``.
@@ -380,6 +352,69 @@ def fit(
         progress: ``True``: a ``tqdm`` progress bar (a widget in Jupyter when ipywidgets is
             installed); ``"text"``: a plain text bar on standard output, which a saved
             notebook keeps in its finished state; ``False``: none.
+    """
+
+    steps: int | None = None
+    epochs: int | None = None
+    batch_size: int = RECIPE["fit"]["batch_size"]
+    lr: float = RECIPE["fit"]["lr"]
+    warmup: int = RECIPE["fit"]["warmup"]
+    schedule: str = RECIPE["fit"]["schedule"]
+    total_steps: int | None = None
+    factor: float = 1.0
+    label_smoothing: float = RECIPE["fit"]["label_smoothing"]
+    clip_norm: float | None = RECIPE["fit"]["clip_norm"]
+    bucket: int = RECIPE["fit"]["bucket"]
+    seed: int = RECIPE["fit"]["seed"]
+    weight_decay: float = 0.0
+    checkpoint_path: str | os.PathLike | None = None
+    resume: bool = False
+    eval_every: int | None = None
+    eval_batch_size: int = 500
+    progress: bool | str = True
+
+    def __post_init__(self) -> None:
+        _check_fit_config(self)
+
+    @property
+    def num_steps(self) -> int | None:
+        """The steps asked for: ``steps``, the recipe's when neither ``steps`` nor ``epochs``
+        is given, ``None`` when ``epochs`` decides (the training set's size is needed)."""
+        if self.epochs is not None:
+            return None
+        return RECIPE["fit"]["steps"] if self.steps is None else self.steps
+
+
+FIT_SETTINGS = tuple(f.name for f in dataclasses.fields(FitConfig))
+
+
+def fit(
+    model: nn.Module,
+    train_pairs: Any,
+    valid_pairs: Any | None = None,
+    config: FitConfig | None = None,
+    *,
+    src_vocab: Vocab | None = None,
+    tgt_vocab: Vocab | None = None,
+    train_step: Callable[..., float] | None = None,
+    shift_targets: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None,
+    masked_cross_entropy: Callable[..., Tensor] | None = None,
+    noam_lr: Callable[..., float] | None = None,
+    **settings: Any,
+) -> History:
+    """Train ``model`` with Adam and :func:`~course_utils.training.train_step`; return its :class:`History`.
+
+    Args:
+        model: a :class:`~course_utils.Transformer` for the two vocabularies; trained on
+            the device of its parameters.
+        train_pairs, valid_pairs: ``(source, target)`` text pairs (or
+            :class:`~course_utils.data.NumberWordsDataset`); ``valid_pairs=None``: no
+            validation.
+        config: the run's :class:`FitConfig`; ``None``: the recipe's, ``FitConfig()``.
+        **settings: fields of :class:`FitConfig` (``steps=500``, ``**RECIPE["fit"]``, ...)
+            that replace the config's; a name that is not a field raises ``TypeError``.
+        src_vocab, tgt_vocab: the vocabularies, when ``train_pairs`` are texts (``None``:
+            the course's, :mod:`course_utils.data`).
         train_step, shift_targets, masked_cross_entropy, noam_lr: the four exercises of
             notebook 07, to train with the student's own (``None``: the reference; see
             :func:`~course_utils.student_functions.choose_functions`). ``train_step`` is called like
@@ -394,58 +429,65 @@ def fit(
     Returns:
         A :class:`History` (a dict of lists plus timing attributes).
     """
-    tqdm, bar_options = _progress_bar(progress)
-    num_steps_asked = _check_fit_args(
-        steps=steps, epochs=epochs, batch_size=batch_size, lr=lr, warmup=warmup, schedule=schedule,
-        label_smoothing=label_smoothing, clip_norm=clip_norm, bucket=bucket, seed=seed, eval_every=eval_every,
-        resume=resume, checkpoint_path=checkpoint_path,
-    )
+    c = _fit_config(config, settings)
+    tqdm, bar_options = _progress_bar(c.progress)
     step_fn, shift_fn = _student_step(train_step, shift_targets, masked_cross_entropy)
 
     train_set, src_vocab, tgt_vocab = _as_dataset(train_pairs, src_vocab, tgt_vocab)
-    if len(train_set) < batch_size:
-        raise ValueError(f"batch_size={batch_size} is larger than the training set ({len(train_set)} pairs)")
+    if len(train_set) < c.batch_size:
+        raise ValueError(f"batch_size={c.batch_size} is larger than the training set ({len(train_set)} pairs)")
     valid_set = None if valid_pairs is None else _as_dataset(valid_pairs, src_vocab, tgt_vocab)[0]
-    per_epoch = len(train_set) // batch_size
-    num_steps = num_steps_asked if epochs is None else epochs * per_epoch
-    horizon = total_steps if total_steps is not None else num_steps
-    if schedule == "linear" and horizon <= warmup:
+    per_epoch = len(train_set) // c.batch_size
+    num_steps = c.num_steps if c.epochs is None else c.epochs * per_epoch
+    horizon = c.total_steps if c.total_steps is not None else num_steps
+    if c.schedule == "linear" and horizon <= c.warmup:
         raise ValueError(
-            f"schedule='linear' decays until total_steps={horizon}, which must be larger than warmup={warmup}"
+            f"schedule='linear' decays until total_steps={horizon}, which must be larger than warmup={c.warmup}"
         )
     # the settings a resumed run must share with the run it continues
-    config = dict(batch_size=batch_size, lr=float(lr), warmup=warmup, schedule=schedule,
-                  total_steps=horizon if schedule == "linear" else None, label_smoothing=float(label_smoothing),
-                  clip_norm=None if clip_norm is None else float(clip_norm), bucket=bucket, seed=seed,
-                  weight_decay=float(weight_decay), num_examples=len(train_set))
+    shared = dict(batch_size=c.batch_size, lr=float(c.lr), warmup=c.warmup, schedule=c.schedule,
+                  total_steps=horizon if c.schedule == "linear" else None, label_smoothing=float(c.label_smoothing),
+                  clip_norm=None if c.clip_norm is None else float(c.clip_norm), bucket=c.bucket, seed=c.seed,
+                  weight_decay=float(c.weight_decay), num_examples=len(train_set))
 
-    optimizer = make_optimizer(model, lr, weight_decay)
-    scheduler = warmup_schedule(optimizer, warmup, schedule, d_model=getattr(model, "d_model", None),
-                                factor=factor, total_steps=config["total_steps"],
+    optimizer = make_optimizer(model, c.lr, c.weight_decay)
+    scheduler = warmup_schedule(optimizer, c.warmup, c.schedule, d_model=getattr(model, "d_model", None),
+                                factor=c.factor, total_steps=shared["total_steps"],
                                 noam=check_optional_function("noam_lr", noam_lr))
-    run = _Run(model, optimizer, scheduler, torch.Generator().manual_seed(seed),
-               None if checkpoint_path is None else Path(checkpoint_path), config)
-    if resume and run.path is not None and run.path.is_file():
+    run = _Run(model, optimizer, scheduler, torch.Generator().manual_seed(c.seed),
+               None if c.checkpoint_path is None else Path(c.checkpoint_path), shared)
+    if c.resume and run.path is not None and run.path.is_file():
         run.resume()
     else:
-        torch.manual_seed(seed)  # dropout masks
+        torch.manual_seed(c.seed)  # dropout masks
 
-    bar = tqdm(total=num_steps, initial=min(run.step, num_steps), disable=not progress, desc="training",
+    bar = tqdm(total=num_steps, initial=min(run.step, num_steps), disable=not c.progress, desc="training",
                unit="step", **bar_options)
     try:
         _train_loop(run, train_set, valid_set, num_steps, per_epoch, step_fn, shift_fn, bar,
-                    label_smoothing=label_smoothing, clip_norm=clip_norm, eval_every=eval_every,
-                    eval_batch_size=eval_batch_size)
+                    label_smoothing=c.label_smoothing, clip_norm=c.clip_norm, eval_every=c.eval_every,
+                    eval_batch_size=c.eval_batch_size)
     finally:
         bar.close()
     model.eval()
     return run.history
 
 
+def _fit_config(config: Any, settings: dict[str, Any]) -> FitConfig:
+    """``config`` (``None``: the recipe's) with ``settings`` (fit's keywords) in place of its fields."""
+    if config is None:
+        config = FitConfig()
+    elif not isinstance(config, FitConfig):
+        raise TypeError(f"config must be a FitConfig (or None for the recipe's), got {type(config).__name__}")
+    unknown = [name for name in settings if name not in FIT_SETTINGS]
+    if unknown:
+        raise TypeError(f"fit() got an unexpected keyword argument {unknown[0]!r}; its settings are the fields "
+                        f"of FitConfig: {', '.join(FIT_SETTINGS)}")
+    return dataclasses.replace(config, **settings) if settings else config
+
+
 def _progress_bar(progress: bool | str) -> tuple[Any, dict[str, Any]]:
-    """The ``tqdm`` class and its options for ``fit(progress=...)``."""
-    if progress not in (True, False, "text"):
-        raise ValueError(f"progress must be True, False or 'text', got {progress!r}")
+    """The ``tqdm`` class and its options for ``fit(progress=...)`` (checked by :class:`FitConfig`)."""
     if progress == "text":
         import sys
 
@@ -457,35 +499,36 @@ def _progress_bar(progress: bool | str) -> tuple[Any, dict[str, Any]]:
     return tqdm, {}
 
 
-def _check_fit_args(
-    *, steps: Any, epochs: Any, batch_size: Any, lr: Any, warmup: Any, schedule: Any, label_smoothing: Any,
-    clip_norm: Any, bucket: Any, seed: Any, eval_every: Any, resume: bool, checkpoint_path: Any,
-) -> int | None:
-    """Reject a wrong argument of :func:`fit` before any work; return the steps asked for
-    (``None`` when ``epochs`` decides, ``RECIPE["fit"]["steps"]`` when neither is given)."""
-    if steps is not None and epochs is not None:
-        raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
-    if epochs is not None:
-        check_int("epochs", epochs, low=0)
-    else:
-        steps = check_int("steps", RECIPE["fit"]["steps"] if steps is None else steps, low=0)
-    check_int("batch_size", batch_size, low=1)
-    check_int("warmup", warmup, low=1)
-    check_int("bucket", bucket, low=0)
-    check_int("seed", seed, low=0)
-    if eval_every is not None:
-        check_int("eval_every", eval_every, low=1)
-    if not (is_number(lr) and lr > 0):
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if clip_norm is not None and not (is_number(clip_norm) and clip_norm > 0):
-        raise ValueError(f"clip_norm must be a positive number or None, got {clip_norm!r}")
-    if not (is_number(label_smoothing) and 0.0 <= label_smoothing <= 1.0):
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if resume and checkpoint_path is None:
+def _check_fit_config(c: FitConfig) -> None:
+    """Reject a wrong setting of :class:`FitConfig` before any work, naming it."""
+    if c.steps is not None and c.epochs is not None:
+        raise ValueError(f"give steps or epochs, not both (got steps={c.steps!r}, epochs={c.epochs!r})")
+    for name, low in (("steps", 0), ("epochs", 0), ("total_steps", 1), ("eval_every", 1)):
+        if getattr(c, name) is not None:
+            check_int(name, getattr(c, name), low=low)
+    for name, low in (("batch_size", 1), ("warmup", 1), ("bucket", 0), ("seed", 0), ("eval_batch_size", 1)):
+        check_int(name, getattr(c, name), low=low)
+    if not (is_number(c.lr) and c.lr > 0):
+        raise ValueError(f"lr must be a positive number, got {c.lr!r}")
+    if not (is_number(c.factor) and c.factor > 0):
+        raise ValueError(f"factor must be a positive number, got {c.factor!r}")
+    if not (is_number(c.weight_decay) and c.weight_decay >= 0):
+        raise ValueError(f"weight_decay must be a non-negative number, got {c.weight_decay!r}")
+    if c.clip_norm is not None and not (is_number(c.clip_norm) and c.clip_norm > 0):
+        raise ValueError(f"clip_norm must be a positive number or None, got {c.clip_norm!r}")
+    if not (is_number(c.label_smoothing) and 0.0 <= c.label_smoothing <= 1.0):
+        raise ValueError(f"label_smoothing must be in [0, 1], got {c.label_smoothing!r}")
+    if c.schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {c.schedule!r}")
+    if c.checkpoint_path is not None and not isinstance(c.checkpoint_path, (str, os.PathLike)):
+        raise TypeError(f"checkpoint_path must be a path (str or os.PathLike) or None, "
+                        f"got {type(c.checkpoint_path).__name__}")
+    if not isinstance(c.resume, bool):
+        raise TypeError(f"resume must be True or False, got {c.resume!r}")
+    if c.resume and c.checkpoint_path is None:
         raise ValueError("resume=True needs a checkpoint_path")
-    return steps
+    if c.progress not in (True, False, "text"):
+        raise ValueError(f"progress must be True, False or 'text', got {c.progress!r}")
 
 
 def _student_step(
@@ -684,6 +727,7 @@ __all__ = [
     "predict",
     "mistakes",
     "epoch_batches",
+    "FitConfig",
     "fit",
     "shifted_batch",
     "make_optimizer",

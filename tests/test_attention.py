@@ -7,6 +7,7 @@ deliberately awkward: ``L_q != L_k != d_k != d_v`` and two leading batch dims.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from course_utils import causal_mask, fastpaths, padding_mask, scaled_dot_product_attention
-from course_utils.attention import softmax_last_axis
+from course_utils.attention import softmax_over_keys
 
 LEAD = (2, 3)  # two leading batch dims, e.g. (B, H)
 L_Q, L_K, D_K, D_V = 5, 7, 4, 6
@@ -171,13 +172,14 @@ def test_padding_mask_values_and_shape():
 # ------------------------------------------------------------------ softmax of short rows
 
 
-@pytest.mark.parametrize("short_row", [0, 1000], ids=["torch-softmax-path", "written-out-path"])
+@pytest.mark.parametrize("softmax", [softmax_over_keys, fastpaths.softmax_last_axis],
+                         ids=["softmax_over_keys", "written-out-path"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_softmax_last_axis_equals_torch_on_both_paths(monkeypatch, short_row, dtype):
-    """Both branches (torch's kernel, the written-out exp2 form) give torch's softmax and its
-    gradient, for lengths on either side of a SIMD register, with blocked (finfo.min)
-    keys getting exactly 0, and a fully blocked row uniform."""
-    monkeypatch.setattr(fastpaths, "SHORT_ROW", short_row)  # force one branch
+def test_softmax_last_axis_equals_torch_on_both_paths(softmax, dtype):
+    """The reference's softmax (the speed path on short rows, torch's kernel on long ones) and
+    the written-out exp2 form on every length give torch's softmax and its gradient, for
+    lengths on either side of a SIMD register, with blocked (finfo.min) keys getting
+    exactly 0, and a fully blocked row uniform."""
     g = torch.Generator().manual_seed(3)
     for L in (1, 2, 7, 8, 15, 16, 17, 33):
         scores = torch.randn(2, 3, 4, L, generator=g, dtype=dtype) * 5  # (B, H, L_q, L_k)
@@ -187,7 +189,7 @@ def test_softmax_last_axis_equals_torch_on_both_paths(monkeypatch, short_row, dt
         scores = scores.masked_fill(blocked, torch.finfo(dtype).min)
         x_ours = scores.clone().requires_grad_(True)
         x_torch = scores.clone().requires_grad_(True)
-        ours, expected = softmax_last_axis(x_ours), x_torch.softmax(dim=-1)
+        ours, expected = softmax(x_ours), x_torch.softmax(dim=-1)
         assert_close(ours, expected)
         partly = blocked.clone()
         partly[1, 2, 3] = False  # rows with at least one open key
@@ -201,7 +203,7 @@ def test_softmax_last_axis_equals_torch_on_both_paths(monkeypatch, short_row, dt
 
 
 
-def test_gpt_block_fused_attention_equals_the_solution_path(monkeypatch):
+def test_gpt_block_fused_attention_equals_the_solution_path():
     """fastpaths.causal_self_attention (GPTBlock without a mask, nothing reading the weights) gives
     the explicit path's output and gradients (float32 and float64); a recorded, masked or
     dropping attention still runs MultiHeadAttention itself."""
@@ -212,16 +214,15 @@ def test_gpt_block_fused_attention_equals_the_solution_path(monkeypatch):
         block = GPTBlock(24, 3, 40).to(dtype).train()
         x = torch.randn(3, 11, 24, dtype=dtype)
         results = []
-        for enabled in (True, False):
-            monkeypatch.setattr(fastpaths, "ENABLED", enabled)
-            block.zero_grad()
-            x_ = x.clone().requires_grad_(True)
-            y = block(x_)
-            y.backward(torch.ones_like(y))
-            results.append((y, x_.grad, *(p.grad for p in block.parameters())))
+        for seam in (contextlib.nullcontext, fastpaths.disabled):
+            with seam():
+                block.zero_grad()
+                x_ = x.clone().requires_grad_(True)
+                y = block(x_)
+                y.backward(torch.ones_like(y))
+                results.append((y, x_.grad, *(p.grad for p in block.parameters())))
         for fast, plain in zip(*results):
             assert_close(fast, plain, atol=tol, rtol=tol)
-    monkeypatch.setattr(fastpaths, "ENABLED", True)
     calls = []
     block.self_attn.dropout.register_forward_hook(lambda *args: calls.append(1))
     block(x)

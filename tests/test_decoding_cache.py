@@ -84,16 +84,16 @@ def test_cached_equals_naive_with_early_stops(seed, norm_first):
     assert model.training  # mode restored
 
 
-def test_cached_equals_naive_without_the_cpu_fast_paths(monkeypatch):
+def test_cached_equals_naive_without_the_cpu_fast_paths():
     """fastpaths off (weights @ v for the one query, torch's softmax, x.var in LayerNorm):
     the cached decoder still gives the naive decoder's tokens."""
     from course_utils import fastpaths
 
-    monkeypatch.setattr(fastpaths, "ENABLED", False)
     model = _model(1, False).eval()
     src, src_mask = _padded_source(1, [9, 4, 9, 1, 7, 2])
-    naive = greedy_decode(model, src, 8, BOS, EOS, src_mask=src_mask, pad_id=PAD)
-    assert torch.equal(greedy_decode_cached(model, src, 8, BOS, EOS, src_mask=src_mask, pad_id=PAD), naive)
+    with fastpaths.disabled():
+        naive = greedy_decode(model, src, 8, BOS, EOS, src_mask=src_mask, pad_id=PAD)
+        assert torch.equal(greedy_decode_cached(model, src, 8, BOS, EOS, src_mask=src_mask, pad_id=PAD), naive)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -289,3 +289,21 @@ def test_kv_cache_writes_in_place_and_grows_like_cat():
         cache.append(0, torch.zeros(B, H, 2, d_k), torch.zeros(B, H, 2, d_k))
     with pytest.raises(ValueError, match="capacity must be a positive int, got 0"):
         KVCache.empty(model, B, capacity=0)
+
+
+def test_eval_mode_restores_the_mode_also_after_an_error():
+    """course_utils.modes.eval_mode (decoding, evaluation and generation use it; still importable
+    from course_utils.decoding): eval inside the block, the model's mode back after it."""
+    from course_utils import decoding, modes
+
+    assert decoding.eval_mode is modes.eval_mode
+    model = nn.Sequential(nn.Dropout(0.5)).train()
+    with modes.eval_mode(model):
+        assert not model.training and not model[0].training
+    assert model.training and model[0].training
+    with pytest.raises(RuntimeError), modes.eval_mode(model):
+        raise RuntimeError
+    assert model.training
+    with modes.eval_mode(model.eval()):
+        pass
+    assert not model.training

@@ -162,6 +162,12 @@ def test_language_model_loss_shifts_by_one():
     tokens = torch.randint(0, 7, (2, 5))
     expected = nn.functional.cross_entropy(logits[:, :4].reshape(-1, 7), tokens[:, 1:].reshape(-1))
     torch.testing.assert_close(language_model_loss(logits, tokens), expected)
+    # a window (B, L + 1), the model having read its first L tokens (fit_gpt's form): every position scored
+    window = torch.randint(0, 7, (2, 6))
+    expected = nn.functional.cross_entropy(logits.reshape(-1, 7), window[:, 1:].reshape(-1))
+    assert torch.equal(language_model_loss(logits, window), expected)
+    with pytest.raises(ValueError, match=r"tokens must be \(B, L\) = \(2, 5\).*got \(2, 7\)"):
+        language_model_loss(logits, torch.randint(0, 7, (2, 7)))
 
 
 # ---------------------------------------------------------------- GPT-2's layout
@@ -343,6 +349,32 @@ def test_the_recipes_train_the_same_gpt_on_shakespeare():
     assert len(tok) == 65 and train.numel() + valid.numel() == 1_115_394
     assert {k: v for k, v in FAST_RECIPE["model"].items() if k != "max_len"} == {
         k: v for k, v in GPT_RECIPE["model"].items() if k != "max_len"}
+
+
+def test_write_and_report_writes_the_record_that_checkpoint_info_reads(tmp_path, capsys):
+    """The --write command both training modules share (gpt_training, llama_training): the help
+    without --write, else the model and its record, which checkpoint_info reads back."""
+    from course_utils import gpt_training as G
+    from course_utils import llama_training
+
+    tokenizer = G.CharTokenizer(load_shakespeare())
+    model = GPT(len(tokenizer), d_model=8, num_heads=2, num_layers=1, d_ff=16, max_len=8)
+    history = {"steps": 3, "train_seconds": 0.123, "val_loss": [2.34567]}
+    path, recipe = tmp_path / "tiny.pt", {"fit": {"steps": 3}}
+
+    def save(m, tok, hist, meta):
+        return G.write_checkpoint(path, 7, {"vocab_size": len(tok)}, m.state_dict(), tok, hist, meta)
+
+    assert G.main([]) == 0 and llama_training.main([]) == 0 and G.write_and_report([], "", "TINY", recipe, path,
+                                                                                  None, save) == 0
+    assert not path.exists() and "--write" in capsys.readouterr().out  # the help only
+    train = lambda args: (model, tokenizer, history)  # noqa: E731
+    assert G.write_and_report(["--write", "--threads", "2"], "", "TINY", recipe, path, train, save) == 0
+    info = G.checkpoint_info(path, 7, "tests")
+    assert info == {"config": {"vocab_size": len(tokenizer)}, "recipe": recipe, "threads": 2,
+                    "torch": str(torch.__version__), "steps": 3, "train_seconds": 0.1,
+                    "wall_seconds": info["wall_seconds"], "final_val_loss": 2.3457}
+    assert f"wrote {path}" in capsys.readouterr().out
 
 
 def test_shipped_checkpoint_loads_and_writes_shakespeare():

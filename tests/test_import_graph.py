@@ -261,13 +261,15 @@ def test_no_module_imports_a_private_name_of_another():
 
 def test_the_readme_layout_names_every_course_utils_module():
     """The README's project layout has a line for each module and folder of course_utils: where a
-    newcomer looks first."""
+    newcomer looks first. A folder counts when it holds a file outside ``__pycache__`` (a package,
+    or data such as pretrained/): a removed package's stale ``__pycache__`` left in a checkout does not."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     layout = readme[readme.index("course_utils/         "):readme.index("course_tools/         ")]
     listed = {line.split()[0] for line in layout.splitlines()[1:] if line.startswith("  ") and line[2] != " "}
     package = ROOT / "course_utils"
     present = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
-    present |= {p.name + "/" for p in package.iterdir() if p.is_dir() and not p.name.startswith("__")}
+    present |= {p.name + "/" for p in package.iterdir() if p.is_dir() and not p.name.startswith("__")
+                and any(f.is_file() and "__pycache__" not in f.relative_to(p).parts for f in p.rglob("*"))}
     assert sorted(present - listed) == [] and sorted(listed - present) == []
 
 

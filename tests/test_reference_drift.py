@@ -55,11 +55,8 @@ DIFFERENCES: dict[tuple[str, str], tuple[dict[str, str], str]] = {
     ("04", "LayerNorm.__init__"): (
         {"self.d_model = d_model": "", "(self.d_model)": "(d_model)"}, _KEEPS_FOR_CHECKS.format("d_model")),
     ("04", "LayerNorm.forward"): (
-        {"dtype = x.dtype": "", "if dtype in _LOW_PRECISION:\n    x = x.float()": "",
-         "if fastpaths.applies(x):\n    return fastpaths.layer_norm(x, self.weight, self.bias, self.eps).to(dtype)": "",
-         "return (x_hat * self.weight + self.bias).to(dtype)": "return x_hat * self.weight + self.bias"},
-        "float16 input is normalised in float32 and cast back (the dtype rule); the fused CPU path (fastpaths, "
-        "tested equal in tests/test_layers.py) is taken only where it applies"),
+        {"if x.dtype in _LOW_PRECISION:\n    return self.forward(x.float()).to(x.dtype)": ""},
+        "float16 input is normalised in float32 and cast back (the dtype rule)"),
     ("04", "FeedForward.__init__"): (
         {"self.d_model = d_model": "", "self.d_ff = d_ff": "", "self.activation = ACTIVATIONS[activation]()": "",
          "nn.Linear(self.d_model, self.d_ff)": "nn.Linear(d_model, d_ff)",
@@ -108,6 +105,8 @@ DIFFERENCES: dict[tuple[str, str], tuple[dict[str, str], str]] = {
         {"self.dropout1 = nn.Dropout(dropout)": "self.dropout = nn.Dropout(dropout)",
          "self.dropout2 = nn.Dropout(dropout)": ""},
         _ONE_DROPOUT_EACH),
+    ("09", "GPTBlock.forward"): (
+        {"self.dropout1(": "self.dropout(", "self.dropout2(": "self.dropout("}, _ONE_DROPOUT_EACH),
     ("09", "GPT.__init__"): (
         {"init_gpt2_weights(self)":
          "for p in self.parameters():\n    if p.dim() >= 2:\n        nn.init.normal_(p, std=0.02)"},
@@ -125,11 +124,10 @@ DIFFERENCES: dict[tuple[str, str], tuple[dict[str, str], str]] = {
 # on random inputs, under nbval.
 NOT_ONE_TEXT: dict[tuple[str, str], str] = {
     ("01", "scaled_dot_product_attention"): "the weights are attention_weights() (shared with MultiHeadAttention, "
-        "which applies dropout to them), and its softmax a CPU speed path (fastpaths)",
+        "which applies dropout to them), and its softmax softmax_over_keys (a function: it has a CPU speed path)",
     ("06", "greedy_decode"): "one greedy loop (decoding._greedy_loop) serves the plain and the cached decoder",
     ("07", "train_step"): "one step function (train_step_with_loss) serves train_step and the fit loop, with the "
         "loss as an argument",
-    ("09", "GPTBlock.forward"): "a fused causal attention path (fastpaths) where no mask is given",
     ("09", "next_token_probs"): "sampling in float32 with a finite fill (a float16 model's logits), and no-op "
         "top_k/top_p skipped",
     ("09", "generate"): "generation with a key/value cache (the cell recomputes the whole context each step)",

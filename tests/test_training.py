@@ -4,6 +4,7 @@ checkpoints and exact resumption (``TR``), and the choice of the student's own f
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import re
@@ -373,6 +374,38 @@ def test_fit_rejects_bad_settings(kwargs, match):
         TR.fit(tiny_model(), D.load_split("valid")[:100], None, progress=False, **kwargs)
 
 
+def test_fit_takes_a_config_or_keywords_alike():
+    """fit(model, train, valid, FitConfig(...)) trains exactly as fit(..., **the same keywords), and a
+    keyword replaces the config's field."""
+    pairs = D.load_split("train")[:64]
+    config = TR.FitConfig(**dict(FEW, steps=6))
+    models = [tiny_model() for _ in range(3)]
+    TR.fit(models[0], pairs, None, config)
+    TR.fit(models[1], pairs, None, **dict(FEW, steps=6))
+    TR.fit(models[2], pairs, None, dataclasses.replace(config, lr=1.0, steps=50), lr=FEW["lr"], steps=6)
+    first, *others = (m.state_dict() for m in models)
+    for name, value in first.items():
+        assert all(torch.equal(value, other[name]) for other in others), name
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: TR.fit(tiny_model(), [], None, stepz=3), TypeError, "unexpected keyword argument 'stepz'"),
+    (lambda: TR.fit(tiny_model(), [], None, {"steps": 3}), TypeError, "config must be a FitConfig.*got dict"),
+    (lambda: TR.FitConfig(resume="yes"), TypeError, "resume must be True or False, got 'yes'"),
+    (lambda: TR.FitConfig(checkpoint_path=5), TypeError, "checkpoint_path must be a path.*got int"),
+    (lambda: TR.FitConfig(eval_batch_size=0), ValueError, "eval_batch_size must be a positive int, got 0"),
+    (lambda: TR.FitConfig(weight_decay=-1.0), ValueError, "weight_decay must be a non-negative number"),
+    (lambda: TR.FitConfig(total_steps=0), ValueError, "total_steps must be a positive int"),
+    (lambda: TR.FitConfig(factor="1"), ValueError, "factor must be a positive number, got '1'"),
+    (lambda: TR.FitConfig(progress="bar"), ValueError, "progress must be True, False or 'text'"),
+    (lambda: dataclasses.replace(TR.FitConfig(), lr=-1), ValueError, "lr must be a positive number, got -1"),
+], ids=["unknown-keyword", "config-dict", "resume", "checkpoint_path", "eval_batch_size", "weight_decay",
+        "total_steps", "factor", "progress", "replace-lr"])
+def test_fit_config_names_a_bad_setting(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
 def test_fit_rejects_bad_pairs():
     with pytest.raises(TypeError, match="pairs"):
         TR.fit(tiny_model(), [("1", 2)], None, steps=1, batch_size=1, progress=False)
@@ -398,11 +431,12 @@ def test_history_state_round_trip():
 
 
 def test_recipe_is_fits_default_and_builds_a_model():
-    defaults = {k: p.default for k, p in inspect.signature(TR.fit).parameters.items()}
+    defaults = {f.name: f.default for f in dataclasses.fields(TR.FitConfig)}
     for key, value in TR.RECIPE["fit"].items():
         if key != "steps":
             assert defaults[key] == value, key
-    assert defaults["steps"] is None  # None means RECIPE["fit"]["steps"]
+    assert defaults["steps"] is None and TR.FitConfig().num_steps == TR.RECIPE["fit"]["steps"]  # None: the recipe's
+    assert inspect.signature(TR.fit).parameters["config"].default is None  # None: FitConfig()
     model = Transformer(len(D.source_vocab()), len(D.target_vocab()), **TR.RECIPE["model"])
     assert model.d_model == TR.RECIPE["model"]["d_model"]
     assert TR.RECIPE["model"]["max_len"] >= D.MAX_TARGET_WORDS + 2

@@ -53,6 +53,8 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "greedy_decode": ("decoding._greedy_loop", "decoding.greedy_decode_cached", "decoding.decode_step"),
     # 07
     "train_step": ("training.train_step_with_loss",),
+    # 09: GPTBlock.forward's CPU speed path (the whole block, fused attention)
+    "GPTBlock": ("fastpaths.gpt_block",),
     # 09: one cached decoding step of a GPT, and the sampler generate draws with
     "generate": ("generation.gpt_decode_step", "generation.sample_next_token"),
     # 10: half of apply_rotary's formula (x * cos + rotate_half(x) * sin)
@@ -201,7 +203,11 @@ def gate_objects(objects, gate_event, error):  # pragma: no cover - runs inside 
                 parts = [value.fget, value.fset, value.fdel] if isinstance(value, property) else [value]
                 for part in parts:
                     if isinstance(part, types.FunctionType) and str(part.__module__).startswith("course_utils"):
+                        # a method with a speed path (fastpaths.speed_path) wraps its plain body: both
+                        inner = part.__dict__.get("__wrapped__")
                         gate(part, f"{label}.{key}", strict, obj, family)
+                        if isinstance(inner, types.FunctionType):
+                            gate(inner, f"{label}.{key}", strict, obj, family)
         else:
             gate(obj, label, strict, None, ())
     return gates
