@@ -471,7 +471,7 @@ def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Muta
 
 def catalogue(spec: Block, present: set[str]) -> list[tuple[bool, str, str, Mutation]]:
     """Every generated mistake of ``spec``'s block, ``(norm_first, name, diagnosis,
-    mutation)``, with all of ``present``'s masks given: for tests and the name registry."""
+    mutation)``, with all of ``present``'s masks given: for tests (the tables hold them as entries)."""
     return [(nf, *member) for nf in (False, True) for member in structural_mistakes(spec, nf, present) +
             dropout_mistakes(spec, nf)]
 

@@ -593,8 +593,8 @@ def _missing_parts(model: nn.Module) -> dict[str, str] | None:
     return dict(missing=", ".join(missing), yours=f". Yours: {_names(children)}." if children else ".")
 
 
-_ENTRY_PROBES = [Entry("input modified in place", None, Probe("check_unchanged")),
-                 Entry("parameters modified in place", None, Probe("check_state_unchanged")), *EVAL_DROPOUT_PROBE]
+_RUN_PROBES = [Entry("input modified in place", None, Probe("check_unchanged")),  # where the inputs run
+               Entry("parameters modified in place", None, Probe("check_state_unchanged")), *EVAL_DROPOUT_PROBE]
 
 EL = Catalogue("EncoderLayer", "04", declared([
     Entry("not a class", None, Probe("require_module_class")),
@@ -612,7 +612,7 @@ EL = Catalogue("EncoderLayer", "04", declared([
           "num_heads on, MultiHeadAttention(d_model, num_heads, dropout)."),
     *VERIFY_PART_PROBE,
     *ATTENTION_PROBES,
-    *_ENTRY_PROBES,
+    *_RUN_PROBES,
     # the output is the reference's with one generated mistake (._blocks), for each norm_first and mask given
     *block_entries(_BLOCK, ("mask",)),
     *GRADIENT_PROBE,
@@ -704,7 +704,7 @@ ENC = Catalogue("Encoder", "04", declared([
     *STACK_PROBES,
     *VERIFY_PART_PROBE,
     *ATTENTION_PROBES,
-    *_ENTRY_PROBES,
+    *_RUN_PROBES,
     # the output is the reference stack's with one generated mistake (._blocks), for each norm_first and mask given
     *stack_entries(_STACK, memory=False),
     Entry("unused final norm", None, Probe("unused_final_norm")),
