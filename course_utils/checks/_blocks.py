@@ -29,16 +29,24 @@ Knobs of a mutation (absent = correct):
 
 With ``drop=zeros`` every dropout zeroes its input, as at ``p =`` :data:`P_PROBE`, so a dropout
 placement gives deterministic numbers: the checkers' training-mode probe.
+
+The checkers' tables (:mod:`.catalogue`) hold the generated members as entries, setting by
+setting (``norm_first``, the masks given) in the order tried: :func:`block_entries`,
+:func:`dropout_entries`, :func:`stack_entries`, :func:`stack_dropout_entries`; the names this
+module's shared probes report are listed by the ``*_PROBE(S)`` entry lists, and
+:data:`MEANINGS` declares them all (:func:`declared`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -61,6 +69,7 @@ from ._core import (
     student_line,
 )
 from ._pairing import build_student, load_reference
+from .catalogue import Catalogue, Entry, Probe, Reference
 
 Mutation = dict[str, Any]
 
@@ -462,9 +471,214 @@ def dropout_mistakes(spec: Block, norm_first: bool) -> list[tuple[str, str, Muta
 
 def catalogue(spec: Block, present: set[str]) -> list[tuple[bool, str, str, Mutation]]:
     """Every generated mistake of ``spec``'s block, ``(norm_first, name, diagnosis,
-    mutation)``, with all of ``present``'s masks given: for tests and the name registry."""
+    mutation)``, with all of ``present``'s masks given: for tests (the tables hold them as entries)."""
     return [(nf, *member) for nf in (False, True) for member in structural_mistakes(spec, nf, present) +
             dropout_mistakes(spec, nf)]
+
+
+# ---------------------------------------------------------------- the generated families as table entries
+def _subsets(masks: tuple[str, ...]) -> list[frozenset[str]]:
+    """Every set of the ``masks`` a case can give (none first, all last)."""
+    return [frozenset(c) for r in range(len(masks) + 1) for c in itertools.combinations(masks, r)]
+
+
+def _literal(text: str) -> str:
+    """A generated diagnosis as a message template (no fields: braces kept as they are)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _on_case(norm_first: bool, present: frozenset[str] | None, make: Callable[[Any], Any]) -> Callable[[Any], list]:
+    """A :class:`Reference` build that gives ``make(case)`` on the cases of this ``norm_first``
+    with exactly the ``present`` masks given (``None``: whatever masks), no candidate on others."""
+    def build(c: Any) -> list:
+        if c.norm_first != norm_first or (present is not None and c.present != present):
+            return []
+        return [({}, lambda: make(c))]
+    return build
+
+
+def mutation_entry(spec: Block, name: str, text: str, mutation: Mutation, norm_first: bool,
+                   present: frozenset[str] | None, stage: str) -> Entry:
+    """One member of a residual block's generated families: the case's reference (``c.ref``) run
+    by :func:`run_block` with ``mutation`` on ``c.x``, ``c.memory``, ``c.masks`` (dropout
+    ``c.drop``: ``None`` in eval mode, :func:`zeros` at :data:`P_PROBE`)."""
+    return Entry(name, None, Reference(_on_case(norm_first, present, lambda c: run_block(
+        c.ref, spec, c.x, c.memory, c.masks, norm_first, mutation, drop=c.drop)), stage), _literal(text))
+
+
+def block_entries(spec: Block, masks: tuple[str, ...]) -> list[Entry]:
+    """:func:`structural_mistakes` as entries of stage ``"values"``: for each setting (``norm_first``,
+    which of ``masks`` are given) its members in the order tried, each tried on that setting only."""
+    return [mutation_entry(spec, name, text, mut, nf, present, "values") for nf in (False, True)
+            for present in _subsets(masks) for name, text, mut in structural_mistakes(spec, nf, set(present))]
+
+
+def dropout_entries(spec: Block) -> list[Entry]:
+    """:func:`dropout_mistakes` of both settings as entries of stage ``"dropout"`` (any masks)."""
+    return [mutation_entry(spec, name, text, mut, nf, None, "dropout")
+            for nf in (False, True) for name, text, mut in dropout_mistakes(spec, nf)]
+
+
+def stack_entries(spec: Stack, memory: bool) -> list[Entry]:
+    """:func:`stack_mistakes` as entries of stage ``"values"``, setting by setting as
+    :func:`block_entries` (``memory``: the layers take one): the case's reference stack
+    (``c.ref``) run by :func:`run_stack` on ``c.x``, ``c.memory`` and ``c.masks`` (``c.with_causal``
+    for a mutation that names the masks); a final norm in post-norm is the student's own
+    ``c.own_norm`` (when it is a module), then a plain one of width ``c.D``."""
+    def make(mut: Mutation) -> Callable[[Any], Any]:
+        def run(c: Any) -> Tensor:
+            final = {_OWN_NORM: c.own_norm, _PLAIN_NORM: nn.LayerNorm(c.D, elementwise_affine=False)}
+            m = {**mut, "final": final[mut["final"]]} if mut.get("final") in final else mut
+            return run_stack(c.ref, c.x, c.memory, c.with_causal if "masks" in m else c.masks, m)
+        return run
+
+    out = []
+    for nf in (False, True):
+        for present in _subsets(spec.masks):
+            for name, text, mut in _stack_members(spec, nf, set(present), memory):
+                build = _on_case(nf, present, make(mut))
+                if mut.get("final") == _OWN_NORM:  # only when the student's stack has a norm module
+                    build = _own_norm_only(build)
+                out.append(Entry(name, None, Reference(build, "values"), _literal(text)))
+    return out
+
+
+def _own_norm_only(build: Callable[[Any], list]) -> Callable[[Any], list]:
+    return lambda c: build(c) if isinstance(c.own_norm, nn.Module) else []
+
+
+def declared(entries: Iterable[Entry], before: Iterable[Catalogue] = (),
+             meanings: dict[str, str] | None = None) -> list[Entry]:
+    """``entries`` with the meaning of :data:`MEANINGS` (or ``meanings``) on the first entry of
+    each name that no table of ``before`` (an earlier exercise's) declares."""
+    meanings = MEANINGS if meanings is None else meanings
+    seen = {entry.name: entry.meaning for table in before for entry in table.entries if entry.meaning is not None}
+    out = []
+    for entry in entries:
+        if entry.name in seen and entry.meaning == seen[entry.name]:  # an entry shared with an earlier table
+            entry = dataclasses.replace(entry, meaning=None)
+        elif entry.meaning is None and entry.name in meanings and entry.name not in seen:
+            entry = dataclasses.replace(entry, meaning=meanings[entry.name])
+        seen.setdefault(entry.name, entry.meaning)
+        out.append(entry)
+    return out
+
+
+# the names this module's shared probes report, in the order a layer's or a stack's check runs them
+def _probes(probe: str, *names: str) -> list[Entry]:
+    return [Entry(name, None, Probe(probe)) for name in names]
+
+
+COURSE_PARTS_PROBE = _probes("course_parts", "PyTorch MultiheadAttention", "wrong activation")
+ATTENTION_PROBES = (_probes("attention_error", "PyTorch attention keyword", "mask head axis added",
+                            "attention output not unpacked") + _probes("weights_used", "attention weights used"))
+VERIFY_PART_PROBE = [*_probes("verify_part", "wrong submodule"), *ATTENTION_PROBES[:3]]
+EVAL_DROPOUT_PROBE = _probes("check_dropout", "dropout ignores eval mode")
+DROPOUT_MODES_PROBE = _probes("check_dropout_modes", "dropout ignores eval mode", "NaN", "hard-coded dropout p")
+PART_DROPOUT_PROBE = _probes("check_part_dropout", "hard-coded dropout p", "dropout not passed on", "wrong submodule")
+DROPOUT_RATE_PROBE = _probes("check_dropout_rate", "wrong dropout", "dropout applied twice", "hard-coded dropout p",
+                             "wrong dropout rate")
+LOAD_REFERENCE_PROBE = _probes("load_reference", "wrong parameter shape", "missing submodule", "unexpected parameters")
+STACK_PROBES = [
+    *_probes("build_stack", "not a class", "layer arguments swapped"),
+    *_probes("stack_structure", "missing layers", "layers not registered", "wrong container", "wrong number of layers",
+             "layers shared", "modules shared", "norm_first not passed on"),
+    Entry("missing final norm", "no final norm where the contract has one (pre-norm)", Probe("stack_structure")),
+    *COURSE_PARTS_PROBE,
+    *LOAD_REFERENCE_PROBE,
+]
+
+
+def branch_dropout_probe(memory: bool) -> list[Entry]:
+    """The names :func:`sublayer_dropout_rates` reports (``memory``: the layer reads one)."""
+    return [*_probes("branch_input_dropout", *(["dropout on the memory"] if memory else []),
+                     "dropout on the sub-layer input"), *DROPOUT_RATE_PROBE]
+
+
+def stack_dropout_entries() -> list[Entry]:
+    """A pre-norm stack at :data:`P_PROBE` in training mode (:func:`check_stack_dropout`; the case:
+    ``no_drop``, the reference's eval output, and ``on_zeros``, the reference run on zeros)."""
+    return [
+        Entry("dropout missing", None, Reference(lambda c: [({}, c.no_drop)], "dropout"),
+              "no dropout is applied in training mode: pass dropout on to every {layer}, {layer}(d_model, num_heads, "
+              "d_ff, dropout, norm_first)."),
+        Entry("dropout on the input", None, Reference(lambda c: [({}, c.on_zeros)], "dropout"),
+              "your {what} applies dropout to its input x: the stack has no dropout of its own (the Transformer drops "
+              "after adding the positional table, and every layer drops its sub-layers' outputs). Remove it."),
+    ]
+
+
+MEANINGS: dict[str, str] = {  # the names of the generated families and of the probes above, from the tables
+    "PyTorch MultiheadAttention": "PyTorch's nn.MultiheadAttention in place of the course's MultiHeadAttention",
+    "unexpected parameters": "learnable parameters the reference does not have",
+    "PyTorch attention keyword": "an attention called with nn.MultiheadAttention's keywords (attn_mask=, "
+    "key_padding_mask=)",
+    "mask head axis added": "a layer unsqueezes its mask to (B, 1, L_q, L_k) before MultiHeadAttention, which adds "
+    "the head axis itself",
+    "attention output not unpacked": "MultiHeadAttention's (output, weights) pair used as a tensor",
+    "attention weights used": "a layer takes the attention's weights ([1]) where it needs the output ([0])",
+    "norm_first ignored": "the layer computes the other norm placement than norm_first asks for",
+    "residual stream normalised": "the residual stream itself is normalised (x = norm(x))",
+    "norm on the branch": "the norm sits on the sub-layer's output, x + norm(f(x))",
+    "missing residual": "a residual connection is missing",
+    "pre- and post-norm mixed": "one sub-layer pre-norm, another post-norm",
+    "norm missing": "a sub-layer's norm is missing",
+    "feed-forward on the layer input": "the feed-forward reads the layer's input (the attention result is lost)",
+    "residual from the layer input": "a residual adds the layer's input instead of the stream",
+    "sub-layer reads a raw output": "a sub-layer reads the previous sub-layer's raw output",
+    "sub-layer skipped": "a sub-layer's result is never used",
+    "sub-layers in wrong order": "the sub-layers run in another order",
+    "same norm twice": "one norm used for two sub-layers",
+    "norms swapped": "two norms exchanged",
+    "mask not passed on": "the mask is not passed on to the attention or layers",
+    "keys and values not normalised": "pre-norm self-attention with normalised queries but raw keys and values",
+    "query not normalised": "pre-norm self-attention with normalised keys and values but the raw x as query",
+    "extra norm at the layer end": "a pre-norm layer normalises its output once more after the last sub-layer",
+    "dropout on the residual stream": "dropout reaches the residual stream, not only the sub-layer output",
+    "dropout on the sub-layer input": "dropout on a sub-layer's input (query, key, value, norm input)",
+    "dropout after the norm": "post-norm dropout(norm(x + sublayer(x))): the normalised stream dropped",
+    "dropout not passed on": "a sub-module is built without the layer's dropout",
+    "wrong dropout": "with 0 < p < 1, the entries are not each 0 or scaled by 1 / (1 - p): not one dropout",
+    "dropout applied twice": "dropout applied two or more times to the same tensor",
+    "wrong dropout rate": "a hand-written dropout zeroes another fraction than p",
+    "layer arguments swapped": "a stack builds its layers with d_ff where num_heads goes (positional arguments out "
+    "of order)",
+    "missing layers": "the stack has no `layers`",
+    "layers not registered": "layers kept in a Python list, not an nn.ModuleList",
+    "wrong container": "layers kept in another container than nn.ModuleList",
+    "wrong number of layers": "another number of layers than num_layers",
+    "layers shared": "the same layer object or parameters used at several positions",
+    "norm_first not passed on": "the stack's norm_first does not reach its layers",
+    "final norm in post-norm": "a final norm applied with norm_first=False",
+    "layer outputs not chained": "every layer reads the stack's input instead of the previous output",
+    "only the first layer applied": "only the first layer is applied",
+    "one layer applied repeatedly": "the first layer applied num_layers times",
+    "layers in reverse order": "a stack runs its layers last to first",
+    "layers not applied": "the layers are never applied",
+    "final norm inside the loop": "the final norm applied after every layer",
+    "final norm before the layers": "a pre-norm stack's final norm applied to its input, before the first layer",
+    "unused final norm": "a final norm built but unused in post-norm",
+    "dropout on the input": "a stack applies dropout to its own input",
+    "cross-attention queries from memory": "cross-attention queries from memory, keys and values from x",
+    "cross-attention ignores memory": "cross-attention keys and values not from memory",
+    "cross-attention value from x": "cross-attention keys from memory but values from x",
+    "cross-attention key from x": "cross-attention values from memory but keys from x",
+    "memory normalised": "the encoder output goes through the decoder layer's norm",
+    "module reused": "one attention module used for two roles",
+    "sub-layer reads the layer input": "a sub-layer reads the layer's input instead of the stream",
+    "residual from an earlier sub-layer": "a sub-layer's residual adds an older stream (h1), not the previous "
+    "block's output",
+    "sub-layers in parallel": "the sub-layers all read the layer input and their outputs are summed (GPT-J's "
+    "parallel block)",
+    "norms in wrong order": "the norms are assigned to the sub-layers in another order",
+    "masks swapped": "masks passed to the wrong attentions or arguments",
+    "tgt_mask not passed": "tgt_mask not passed on",
+    "memory_mask not passed": "memory_mask not passed on",
+    "masks not passed": "neither mask passed on",
+    "dropout on the memory": "dropout applied to the encoder's output before the decoder reads it",
+    "memory not passed to every layer": "later layers get another memory than the encoder output",
+    "masks not passed on": "the decoder's masks are not passed on to its layers",
+}
 
 
 # ---------------------------------------------------------------- dropout probes (p close to 1)
@@ -730,14 +944,15 @@ def weights_used(model: nn.Module, names: Any, run: Callable[[nn.Module], Any], 
 # ---------------------------------------------------------------- the layer checks' shared steps
 def layer_dropout(spec: Block, build: Callable[[float], nn.Module], make_ref: Callable[[float], nn.Module],
                   parts: dict[str, str], draw: Callable[[], tuple[Tensor, Tensor | None, dict[str, Tensor | None]]],
-                  forward: Callable[..., Any], norm_first: bool, atol: float = 1e-4) -> None:
+                  forward: Callable[..., Any], norm_first: bool, table: Catalogue, atol: float = 1e-4) -> None:
     """A residual block's dropout. ``build(p)``: the student's layer with random parameters,
     ``make_ref(p)``: the reference; ``draw()``: ``x``, ``memory``, ``masks``; ``forward(m, x,
     memory, masks)`` runs a layer. At ``p = P_PROBE``: eval mode as the reference, training
     mode with the sub-modules' own dropout off zeroes each sub-layer's output and nothing
-    else (else a :func:`dropout_mistakes` member is named), and in post-norm each sub-module
-    drops on its own like the reference's (dropout passed on). At ``p = P_RATE``: one dropout
-    of that rate on each sub-layer's output, none inside a branch."""
+    else (else an entry of ``table``'s stage ``"dropout"`` is named, :func:`dropout_entries`),
+    and in post-norm each sub-module drops on its own like the reference's (dropout passed
+    on). At ``p = P_RATE``: one dropout of that rate on each sub-layer's output, none inside a
+    branch."""
     model, ref = build(P_PROBE), make_ref(P_PROBE)
     load_reference(model, ref, spec.what, parts)
     x, memory, masks = draw()
@@ -747,10 +962,8 @@ def layer_dropout(spec: Block, build: Callable[[float], nn.Module], make_ref: Ca
         return forward(m, x, memory, masks)
 
     def mistakes() -> list[tuple[str, str, Any]]:
-        return remembered([
-            (name, text, lambda mut=mut: run_block(ref, spec, x, memory, masks, norm_first, mut, drop=zeros))
-            for name, text, mut in dropout_mistakes(spec, norm_first)
-        ], spec.what, ref, x, memory, *masks.values(), norm_first)
+        case = SimpleNamespace(ref=ref, x=x, memory=memory, masks=masks, norm_first=norm_first, drop=zeros)
+        return remembered(table.candidates(case, "dropout"), spec.what, ref, x, memory, *masks.values(), norm_first)
 
     check_dropout_modes(model, ref, run, spec.what, mistakes, quiet=tuple(spec.parts), atol=atol,
                         setting=f"norm_first={norm_first}, ", inputs=(x, memory, *masks.values()))
@@ -781,18 +994,17 @@ def layer_stage(exercise: str, sizes: Callable[[], tuple[int, ...]], values: Cal
 
 
 def check_stack_dropout(model: nn.Module, ref: nn.Module, spec: "Stack", run: Callable[[nn.Module, Tensor], Any],
-                        x: Tensor, atol: float = 1e-4) -> None:
+                        x: Tensor, table: Catalogue, atol: float = 1e-4) -> None:
     """A stack built in pre-norm with ``dropout = P_PROBE``: every layer's sub-layers vanish,
-    so the stack is its final norm. ``run(module, x)`` runs one on ``x`` (the other inputs fixed)."""
+    so the stack is its final norm. ``run(module, x)`` runs one on ``x`` (the other inputs fixed);
+    a wrong training output is named from ``table``'s entries of stage ``"dropout"``
+    (:func:`stack_dropout_entries`)."""
     with torch.no_grad():
         no_drop = run(ref.eval(), x)  # (B, L, D)
-    check_dropout_modes(model, ref, lambda m: run(m, x.clone()), spec.what, lambda: [
-        ("dropout missing", f"no dropout is applied in training mode: pass dropout on to every {spec.layer}, "
-         f"{spec.layer}(d_model, num_heads, d_ff, dropout, norm_first).", no_drop),
-        ("dropout on the input", f"your {spec.what} applies dropout to its input x: the stack has no dropout of its own "  # noqa: E501
-         "(the Transformer drops after adding the positional table, and every layer drops its sub-layers' outputs). "
-         "Remove it.", lambda: run(ref, torch.zeros_like(x))),
-    ], setting="norm_first=True, ", atol=atol)
+    case = SimpleNamespace(no_drop=no_drop, on_zeros=lambda: run(ref, torch.zeros_like(x)))
+    check_dropout_modes(model, ref, lambda m: run(m, x.clone()), spec.what,
+                        lambda: table.candidates(case, "dropout", what=spec.what, layer=spec.layer),
+                        setting="norm_first=True, ", atol=atol)
 
 
 # ---------------------------------------------------------------- stacks: Encoder, Decoder
@@ -851,11 +1063,22 @@ def run_stack(ref: nn.Module, x: Tensor, memory: Tensor | None, masks: dict[str,
     return h if final in (None, "inside", "before") else final(h)
 
 
+_OWN_NORM, _PLAIN_NORM = "the student's norm", "a plain norm"  # a post-norm stack's final norm, named
+
+
 def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: Any, D: int,
                    memory: bool) -> list[tuple[str, str, Mutation]]:
     """``(name, diagnosis, mutation)`` for every generated mistake of a stack; ``own_norm``
     is the student's ``norm`` (tried as a final norm in post-norm), ``memory`` whether the
     layers take one."""
+    final = {_OWN_NORM: own_norm, _PLAIN_NORM: nn.LayerNorm(D, elementwise_affine=False)}
+    return [(name, text, {**mut, "final": final[mut["final"]]} if mut.get("final") in final else mut)
+            for name, text, mut in _stack_members(spec, norm_first, present, memory)
+            if mut.get("final") != _OWN_NORM or isinstance(own_norm, nn.Module)]
+
+
+def _stack_members(spec: Stack, norm_first: bool, present: set[str], memory: bool) -> list[tuple[str, str, Mutation]]:
+    """:func:`stack_mistakes` with a post-norm final norm named (``_OWN_NORM``, ``_PLAIN_NORM``)."""
     right = dict(zip(spec.masks, spec.masks))
     check = f"check_{spec.layer.lower().replace('layer', '_layer')}"
     out: list[tuple[str, str, Mutation]] = []
@@ -886,8 +1109,7 @@ def stack_mistakes(spec: Stack, norm_first: bool, present: set[str], own_norm: A
     else:
         text = ("a final norm is applied although norm_first=False: in post-norm every layer already ends with a "
                 "norm, so the final norm exists only when norm_first=True.")
-        for norm in ([own_norm] if isinstance(own_norm, nn.Module) else []) + [nn.LayerNorm(D, elementwise_affine=False)]:  # noqa: E501
-            out.append(("final norm in post-norm", text, {"final": norm}))
+        out += [("final norm in post-norm", text, {"final": norm}) for norm in (_OWN_NORM, _PLAIN_NORM)]
     if present:
         which = " and ".join(k for k in spec.masks if k in present)
         out.append((spec.name("masks not passed on"), f"only the first layer gets {which}: every later layer runs "

@@ -36,79 +36,20 @@ GENERIC: dict[str, str] = {
 }
 
 NOT_YET_IN_A_TABLE: dict[str, str] = {
-    "residual from an earlier sub-layer": "a sub-layer's residual adds an older stream (h1), not the previous block's output",  # noqa: E501
-    "sub-layers in parallel": "the sub-layers all read the layer input and their outputs are summed (GPT-J's parallel block)",  # noqa: E501
-    "mask head axis added": "a layer unsqueezes its mask to (B, 1, L_q, L_k) before MultiHeadAttention, which adds the head axis itself",  # noqa: E501
-    "final norm before the layers": "a pre-norm stack's final norm applied to its input, before the first layer",
-    "layer arguments swapped": "a stack builds its layers with d_ff where num_heads goes (positional arguments out of order)",  # noqa: E501
     # masks
     # attention (01, 02)
     # positional encoding and embeddings (03)
-    "own causal mask": "a decoder layer or stack builds its own causal mask instead of using tgt_mask",
-    "keys and values not normalised": "pre-norm self-attention with normalised queries but raw keys and values",
-    "query not normalised": "pre-norm self-attention with normalised keys and values but the raw x as query",
     "embeddings scaled": "embeddings scaled where the contract does not scale them",
     # layers and stacks (04, 05, 08, 09)
-    "unexpected parameters": "learnable parameters the reference does not have",
-    "attention output not unpacked": "MultiHeadAttention's (output, weights) pair used as a tensor",
-    "attention weights used": "a layer takes the attention's weights ([1]) where it needs the output ([0])",
-    "PyTorch MultiheadAttention": "PyTorch's nn.MultiheadAttention in place of the course's MultiHeadAttention",
-    "PyTorch attention keyword": "an attention called with nn.MultiheadAttention's keywords (attn_mask=, key_padding_mask=)",  # noqa: E501
-    "extra norm at the layer end": "a pre-norm layer normalises its output once more after the last sub-layer",
-    "causal mask on the cross-attention": "the causal mask also reaches the decoder's cross-attention",
-    "layers in reverse order": "a stack runs its layers last to first",
-    "norm_first ignored": "the layer computes the other norm placement than norm_first asks for",
-    "pre- and post-norm mixed": "one sub-layer pre-norm, another post-norm",
-    "residual stream normalised": "the residual stream itself is normalised (x = norm(x))",
-    "norm on the branch": "the norm sits on the sub-layer's output, x + norm(f(x))",
-    "norm missing": "a sub-layer's norm is missing",
-    "missing residual": "a residual connection is missing",
-    "residual from the layer input": "a residual adds the layer's input instead of the stream",
-    "sub-layer reads the layer input": "a sub-layer reads the layer's input instead of the stream",
-    "feed-forward on the layer input": "the feed-forward reads the layer's input (the attention result is lost)",
-    "sub-layer reads a raw output": "a sub-layer reads the previous sub-layer's raw output",
-    "sub-layer skipped": "a sub-layer's result is never used",
-    "sub-layers in wrong order": "the sub-layers run in another order",
-    "norms swapped": "two norms exchanged",
-    "norms in wrong order": "the norms are assigned to the sub-layers in another order",
-    "same norm twice": "one norm used for two sub-layers",
-    "module reused": "one attention module used for two roles",
-    "cross-attention queries from memory": "cross-attention queries from memory, keys and values from x",
-    "cross-attention ignores memory": "cross-attention keys and values not from memory",
-    "cross-attention value from x": "cross-attention keys from memory but values from x",
-    "cross-attention key from x": "cross-attention values from memory but keys from x",
-    "memory normalised": "the encoder output goes through the decoder layer's norm",
-    "mask not passed on": "the mask is not passed on to the attention or layers",
-    "masks not passed on": "the decoder's masks are not passed on to its layers",
-    "memory_mask not passed": "memory_mask not passed on",
     "padding mask replaces causal": "the padding mask used instead of the causal one",
     "mask combined in place": "masks combined in place (mask &= causal): fails on a mask that broadcasts, or changes the caller's mask",  # noqa: E501
-    "fails when lengths differ": "the code fails when L_src differs from L_tgt",
-    "missing layers": "the stack has no `layers`",
-    "layers not registered": "layers kept in a Python list, not an nn.ModuleList",
-    "wrong container": "layers kept in another container than nn.ModuleList",
-    "wrong number of layers": "another number of layers than num_layers",
     "wrong number of blocks": "another number of blocks than num_layers",
-    "layers shared": "the same layer object or parameters used at several positions",
     "blocks sharing one module": "blocks share one module",
-    "unused final norm": "a final norm built but unused in post-norm",
-    "final norm inside the loop": "the final norm applied after every layer",
-    "memory not passed to every layer": "later layers get another memory than the encoder output",
-    "layer outputs not chained": "every layer reads the stack's input instead of the previous output",
-    "one layer applied repeatedly": "the first layer applied num_layers times",
-    "only the first layer applied": "only the first layer is applied",
-    "layers not applied": "the layers are never applied",
     "post-norm": "the GPT block normalises after the residual add",
     "parallel block": "the feed-forward reads the block's input x, not the stream after the attention (GPT-J's block)",
     "exact GELU": "exact GELU instead of GPT-2's tanh approximation",
     # dropout
     "dropout after the final norm": "a dropout between the model's final norm and its output layer (GPT-2 has none)",
-    "dropout after the norm": "post-norm dropout(norm(x + sublayer(x))): the normalised stream dropped",
-    "dropout on the residual stream": "dropout reaches the residual stream, not only the sub-layer output",
-    "dropout on the sub-layer input": "dropout on a sub-layer's input (query, key, value, norm input)",
-    "dropout not passed on": "a sub-module is built without the layer's dropout",
-    "dropout on the input": "a stack applies dropout to its own input",
-    "wrong dropout rate": "a hand-written dropout zeroes another fraction than p",
     # the model and decoding (06, 09)
     "initialisation missing": "GPT's weight matrices keep PyTorch's default initialisation instead of normal(0, 0.02)",
     "Xavier initialisation": "Xavier where GPT asks for normal(0, 0.02)",

@@ -8,11 +8,13 @@ masks or cross-attention inputs run without an error). A wrong output is compare
 each catalogued mistake (the generated families of :mod:`._blocks`, named after the masks as
 ``"tgt_mask not passed"``, ``"memory_mask not passed"``, plus ``"own causal mask"``); the first match is named.
 Code that raises only because ``L_src != L_tgt`` runs again with equal lengths to name the mistake behind it.
+Each exercise's mistakes are one table, in the order tried: ``DL`` (DecoderLayer) and ``DEC`` (Decoder).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -21,22 +23,35 @@ from torch import Tensor, nn
 from ..attention import causal_mask
 from ..decoder import Decoder, DecoderLayer
 from ._blocks import (
+    ATTENTION_PROBES,
+    COURSE_PARTS_PROBE,
+    DROPOUT_MODES_PROBE,
+    EVAL_DROPOUT_PROBE,
+    LOAD_REFERENCE_PROBE,
+    MEANINGS,
     P_PROBE,
+    PART_DROPOUT_PROBE,
+    STACK_PROBES,
+    VERIFY_PART_PROBE,
     Block,
     Stack,
     attention_error,
+    block_entries,
+    branch_dropout_probe,
     build_stack,
     check_dropout,
     check_stack_dropout,
     course_parts,
+    declared,
+    dropout_entries,
     layer_dropout,
     layer_stage,
     reference,
     remembered,
     run_block,
     run_stack,
-    stack_mistakes,
-    structural_mistakes,
+    stack_dropout_entries,
+    stack_entries,
     unused_final_norm,
     verify_part,
     weights_used,
@@ -61,6 +76,8 @@ from ._core import (
     require_module_class,
 )
 from ._pairing import build_student, load_reference
+from .catalogue import GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Reference
+from .encoder import CATALOGUES as ENCODER_TABLES
 
 __all__ = ["check_decoder_layer", "check_decoder"]
 
@@ -154,7 +171,7 @@ def _run_case(model: nn.Module, what: str, args: tuple[Any, ...], case: str, out
 
 
 def _run_mask_cases(model: nn.Module, what: str, settings: str, sizes: tuple[int, ...], outputs: Outputs,
-                    full: bool = True) -> None:
+                    table: Catalogue, full: bool = True) -> None:
     """:func:`_run_case` without masks, with padding and with causal + padding masks
     (``L_tgt != L_src``), then with equal lengths, where swapped masks or swapped
     cross-attention inputs run without an error. ``settings`` starts every case's text."""
@@ -162,7 +179,7 @@ def _run_mask_cases(model: nn.Module, what: str, settings: str, sizes: tuple[int
     for kind in ("none", "padded", "causal"):
         tgt_mask, memory_mask, words = _masks(B, L_tgt, L_src, kind)
         case = f"{settings}, x ({B}, {L_tgt}, {D}), memory ({B}, {L_src}, {D}), {words}"
-        probe = _length_probe(model, what, (B, L_tgt, D), kind != "none", outputs, case)
+        probe = _length_probe(model, what, (B, L_tgt, D), kind != "none", outputs, case, table)
         args = (torch.randn(B, L_tgt, D), torch.randn(B, L_src, D), tgt_mask, memory_mask)
         _run_case(model, what, args, case, outputs, probe, full)
     tgt_mask, memory_mask, words = _masks(B, L_tgt, L_tgt, "padded")
@@ -180,9 +197,10 @@ def _gradient_case(model: nn.Module, ref: nn.Module, params: list[tuple[str, Ten
 
 
 def _length_probe(model: nn.Module, what: str, shape: tuple[int, int, int], masked: bool, outputs: Outputs,
-                  case: str) -> Callable[[StudentError], None]:
+                  case: str, table: Catalogue) -> Callable[[StudentError], None]:
     """When the student's code raised with ``L_src != L_tgt``, run it with ``L_src == L_tgt``:
-    a match with a catalogued mistake names what caused the error."""
+    the right output there is ``table``'s stage ``"lengths"``; a match with a catalogued
+    mistake names what caused the error."""
     B, L, D = shape
 
     def probe(err: StudentError) -> None:
@@ -198,10 +216,7 @@ def _length_probe(model: nn.Module, what: str, shape: tuple[int, int, int], mask
             return
         head = (f"your {what} raised {raised(err.exc, inline=True)} ({case}). The check then tried it with "
                 "L_src == L_tgt: there it runs without an error, ")
-        if matches(got, expected):
-            fail(head + "and the right output: it only works when source and target have the same length. Queries "
-                 "(and the output) have the target's length L_tgt; keys and values come from `memory`, of length "
-                 "L_src; tgt_mask is (L_tgt, L_tgt), memory_mask (.., L_src).", mistake="fails when lengths differ")
+        table.detect("lengths", SimpleNamespace(got=got, expected=expected), head=head)
         for name, diagnosis, candidate in mistakes:
             try:
                 value = candidate() if callable(candidate) else candidate
@@ -234,19 +249,59 @@ _BLOCK = Block(
     },
     names={("sub-layer reads the layer input", "ff"): "feed-forward on the layer input"},  # as in EncoderLayer
 )
-_OWN_CAUSAL = ("own causal mask", "with tgt_mask=None your layer still masks the future: it builds its own causal mask. "  # noqa: E501
-               "Use the tgt_mask it is given (None = attend everywhere); the caller builds the causal mask.",
-               {"attn": {"self": ("in", "in", "self_attn", "causal")}})  # trial C's W16
+_OWN_CAUSAL = ("with tgt_mask=None your layer still masks the future: it builds its own causal mask. Use the "
+               "tgt_mask it is given (None = attend everywhere); the caller builds the causal mask.")  # trial C's W16
 _CROSS_CAUSAL = ("the cross-attention also gets a causal mask: the causal mask hides future *target* tokens, and only "
                  "the masked self-attention reads target tokens; every target position may read the whole source "
                  "sentence, so the cross-attention gets memory_mask alone: cross_attn(h, memory, memory, memory_mask).")
+_MEANINGS = {  # this module's own names (those of the generated families: ._blocks.MEANINGS)
+    "own causal mask": "a decoder layer or stack builds its own causal mask instead of using tgt_mask",
+    "fails when lengths differ": "the code fails when L_src differs from L_tgt",
+    "causal mask on the cross-attention": "the causal mask also reaches the decoder's cross-attention",
+}
+_MASKS = ("tgt_mask", "memory_mask")
 
 
-def _cross_causal(memory_mask: Tensor | None) -> list[tuple[str, str, dict]]:
-    """The causal mask also on the cross-attention: alone, and with memory_mask when given."""
-    names = ["cross causal"] + (["memory_mask & cross causal"] if memory_mask is not None else [])
-    return [("causal mask on the cross-attention", _CROSS_CAUSAL, {"attn": {"cross": ("in", "memory", "cross_attn", n)}})  # noqa: E501
-            for n in names]
+def _layer_with(attn: dict[str, tuple[str, str, str, str]], when: Callable[[Any], bool]) -> Reference:
+    """The case's reference layer with these attention inputs, on the cases where ``when(case)``
+    (the case's ``masks`` hold "causal", "cross causal" and "memory_mask & cross causal" too)."""
+    return Reference(lambda c: [({}, lambda: run_block(c.ref, _BLOCK, c.x, c.memory, c.masks, c.norm_first,
+                                                       {"attn": attn}))] if when(c) else [], "values")
+
+
+_LENGTHS = Entry("fails when lengths differ", None, Output(lambda p: matches(p.got, p.expected), "lengths"),
+                 "{head}and the right output: it only works when source and target have the same length. Queries "
+                 "(and the output) have the target's length L_tgt; keys and values come from `memory`, of length "
+                 "L_src; tgt_mask is (L_tgt, L_tgt), memory_mask (.., L_src).")
+# after the generated names: where the inputs run (the cause of a failure with L_src != L_tgt named from the tables)
+_RUN_PROBES = [*ATTENTION_PROBES, _LENGTHS, Entry("input modified in place", None, Probe("check_unchanged")),
+               Entry("parameters modified in place", None, Probe("check_state_unchanged")),
+               Entry("wrong return", None, Probe("tuple_return")), *EVAL_DROPOUT_PROBE]
+
+DL = Catalogue("DecoderLayer", "05", declared([
+    Entry("not a class", None, Probe("require_module_class")),
+    Entry("not a class", None, Probe("build_student")),
+    *COURSE_PARTS_PROBE,
+    Entry("modules shared", None, Probe("require_distinct_roles")),
+    *LOAD_REFERENCE_PROBE,
+    *_RUN_PROBES,
+    # the output is the reference's with one mistake: the layer's own causal mask (only when tgt_mask is None), the
+    # generated families (._blocks) for each norm_first and masks given, the causal mask on the cross-attention
+    Entry("own causal mask", None, _layer_with({"self": ("in", "in", "self_attn", "causal")},
+                                               lambda c: "tgt_mask" not in c.present), _OWN_CAUSAL),
+    *block_entries(_BLOCK, _MASKS),
+    Entry("causal mask on the cross-attention", None,
+          _layer_with({"cross": ("in", "memory", "cross_attn", "cross causal")}, lambda c: True), _CROSS_CAUSAL),
+    Entry("causal mask on the cross-attention", None,
+          _layer_with({"cross": ("in", "memory", "cross_attn", "memory_mask & cross causal")},
+                      lambda c: "memory_mask" in c.present), _CROSS_CAUSAL),
+    *GRADIENT_PROBE,
+    # dropout = P_PROBE in training mode: where the sub-layers' dropout goes; then 0 < p < 1
+    *DROPOUT_MODES_PROBE,
+    *dropout_entries(_BLOCK),
+    *PART_DROPOUT_PROBE,
+    *branch_dropout_probe(memory=True),
+], ENCODER_TABLES, {**MEANINGS, **_MEANINGS}))
 
 
 def _layer_outputs(ref: DecoderLayer, norm_first: bool) -> Outputs:
@@ -255,12 +310,12 @@ def _layer_outputs(ref: DecoderLayer, norm_first: bool) -> Outputs:
         rect = causal_mask(max(L_tgt, L_src))[:L_tgt, :L_src]  # (L_tgt, L_src): the causal mask cut to the source
         masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask, "causal": causal_mask(L_tgt), "cross causal": rect,
                  "memory_mask & cross causal": None if memory_mask is None else memory_mask & rect}
-        present = {k for k in ("tgt_mask", "memory_mask") if masks[k] is not None}
-        own = [] if tgt_mask is not None else [_OWN_CAUSAL]  # tgt_mask=None replaced by a causal mask
-        outputs = remembered([("", "", lambda: ref(x, memory, tgt_mask, memory_mask))] + [  # the reference first
-            (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, memory, masks, norm_first, mut))
-            for name, text, mut in own + structural_mistakes(_BLOCK, norm_first, present) + _cross_causal(memory_mask)
-        ], "DecoderLayer", ref, x, memory, tgt_mask, memory_mask, norm_first)
+        present = frozenset(k for k in _MASKS if masks[k] is not None)
+        case = SimpleNamespace(ref=ref, x=x, memory=memory, masks=masks, norm_first=norm_first, present=present,
+                               drop=None)
+        outputs = remembered([("", "", lambda: ref(x, memory, tgt_mask, memory_mask))]  # the reference first
+                             + DL.candidates(case, "values"), "DecoderLayer", ref, x, memory, tgt_mask, memory_mask,
+                             norm_first)
         return outputs[0][2](), outputs[1:]
 
     return outputs
@@ -284,7 +339,8 @@ def _layer_values(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_ff
         require_distinct_roles(model, ref, "DecoderLayer")  # self.cross_attn = self.self_attn, ...
     params = load_reference(model, ref, "DecoderLayer", _LAYER_PARTS)
     sizes = (B, L_tgt, L_src, D)
-    _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", sizes, _layer_outputs(ref, norm_first), full)
+    _run_mask_cases(model, "DecoderLayer", f"norm_first={norm_first}", sizes, _layer_outputs(ref, norm_first), DL,
+                    full)
     if full:
         _gradient_case(model, ref, params, "DecoderLayer", f"norm_first={norm_first}", sizes)
 
@@ -297,7 +353,8 @@ def _layer_dropout(cls: Any, B: int, L_tgt: int, L_src: int, D: int, H: int, d_f
 
     layer_dropout(_BLOCK, lambda p: _build_layer(cls, D, H, d_ff, p, norm_first),
                   lambda p: reference(DecoderLayer, D, H, d_ff, p, norm_first), _LAYER_PARTS, draw,
-                  lambda m, x, memory, masks: _call(m, x.clone(), memory.clone(), *masks.values()), norm_first, atol=1e-5)  # noqa: E501
+                  lambda m, x, memory, masks: _call(m, x.clone(), memory.clone(), *masks.values()), norm_first, DL,
+                  atol=1e-5)
 
 
 @checker("DecoderLayer")
@@ -317,24 +374,36 @@ _check_layer_stage = layer_stage("DecoderLayer", _sizes, _layer_values, _layer_d
 # ---------------------------------------------------------------- Decoder
 _DECODER_PARTS = {"layers": "nn.ModuleList of num_layers DecoderLayer", "norm": "LayerNorm(d_model), only when norm_first=True"}  # noqa: E501
 _STACK = Stack("Decoder", "DecoderLayer", ("tgt_mask", "memory_mask"), "x = layer(x, memory, tgt_mask, memory_mask)")
-_OWN_CAUSAL_STACK = ("own causal mask", "{head}: pass tgt_mask on as it is (None = no mask); the caller builds it, causal "  # noqa: E501
-                     "and padding together.", {"masks": ("causal", "memory_mask")})  # trial C's W13: the stack overrides tgt_mask  # noqa: E501
 _OWN_CAUSAL_HEAD = {True: "with tgt_mask=None your Decoder still masks the future: it builds its own causal mask",
                     False: "your Decoder replaces the tgt_mask it is given with its own causal mask"}
+
+DEC = Catalogue("Decoder", "05", declared([
+    Entry("not a class", None, Probe("require_module_class")),
+    *STACK_PROBES,
+    *VERIFY_PART_PROBE,
+    *_RUN_PROBES,
+    # the output is the reference stack's with one generated mistake (._blocks), for each norm_first and masks
+    # given, or with the stack's own causal mask in place of tgt_mask
+    *stack_entries(_STACK, memory=True),
+    Entry("own causal mask", None, Reference(lambda c: [({}, lambda: run_stack(
+        c.ref, c.x, c.memory, c.with_causal, {"masks": ("causal", "memory_mask")}))], "values"),  # trial C's W13
+          "{head}: pass tgt_mask on as it is (None = no mask); the caller builds it, causal and padding together."),
+    Entry("unused final norm", None, Probe("unused_final_norm")),
+    *GRADIENT_PROBE,
+    *DROPOUT_MODES_PROBE,
+    *stack_dropout_entries(),
+], (*ENCODER_TABLES, DL), {**MEANINGS, **_MEANINGS}))
 
 
 def _decoder_outputs(ref: Decoder, model: nn.Module, norm_first: bool) -> Outputs:
     def outputs(x: Tensor, memory: Tensor, tgt_mask: Tensor | None, memory_mask: Tensor | None) -> tuple[Tensor, list]:
         masks = {"tgt_mask": tgt_mask, "memory_mask": memory_mask}
-        present = {k for k, v in masks.items() if v is not None}
-        with_causal = {**masks, "causal": causal_mask(x.size(1))}  # (L_tgt, L_tgt), only where a mutation names it
-        generated = stack_mistakes(_STACK, norm_first, present, getattr(model, "norm", None), x.size(-1), True)
-        name, text, mut = _OWN_CAUSAL_STACK
-        own = (name, text.format(head=_OWN_CAUSAL_HEAD[tgt_mask is None]), mut)
-        return ref(x, memory, tgt_mask, memory_mask), [
-            (name, text, lambda mut=mut: run_stack(ref, x, memory, with_causal if "masks" in mut else masks, mut))
-            for name, text, mut in generated + [own]
-        ]
+        case = SimpleNamespace(ref=ref, x=x, memory=memory, masks=masks, norm_first=norm_first,
+                               with_causal={**masks, "causal": causal_mask(x.size(1))},  # (L_tgt, L_tgt)
+                               present=frozenset(k for k, v in masks.items() if v is not None),
+                               own_norm=getattr(model, "norm", None), D=x.size(-1))
+        return ref(x, memory, tgt_mask, memory_mask), DEC.candidates(case, "values",
+                                                                     head=_OWN_CAUSAL_HEAD[tgt_mask is None])
 
     return outputs
 
@@ -362,14 +431,19 @@ def check_decoder(cls: Any) -> str:
         model, ref, params = build_stack(cls, _STACK, Decoder, (N, D, H, d_ff), 0.1, norm_first, _DECODER_PARTS)
         nf = f"norm_first={norm_first}, num_layers={N}"
         _verify_layers(model, ref, sizes)
-        _run_mask_cases(model, "Decoder", nf, sizes, _decoder_outputs(ref, model, norm_first))
+        _run_mask_cases(model, "Decoder", nf, sizes, _decoder_outputs(ref, model, norm_first), DEC)
         unused_final_norm(model, norm_first, "Decoder")
         _gradient_case(model, ref, params, "Decoder", nf, sizes)
     model, ref, _ = build_stack(cls, _STACK, Decoder, (N, D, H, d_ff), P_PROBE, True, _DECODER_PARTS)
     x, memory = torch.randn(B, L_tgt, D), torch.randn(B, L_src, D)
     tgt_mask, memory_mask, _ = _masks(B, L_tgt, L_src, "padded")
-    check_stack_dropout(model, ref, _STACK, lambda m, h: _call(m, h, memory.clone(), tgt_mask, memory_mask), x, atol=1e-5)  # noqa: E501
+    check_stack_dropout(model, ref, _STACK, lambda m, h: _call(m, h, memory.clone(), tgt_mask, memory_mask), x, DEC,
+                        atol=1e-5)
     return "post-norm and pre-norm, 2-3 independent layers, with and without masks, random weights"
+
+
+CATALOGUES = (DL, DEC)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
 # ---------------------------------------------------------------- hints

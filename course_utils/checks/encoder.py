@@ -8,6 +8,9 @@ mistake (for layers and stacks the generated families of :mod:`._blocks`); the f
 of the student's own classes are first compared with the reference on their own, so that a bug there is not
 blamed on the layer. Layers and stacks are compared with ``atol=1e-4`` (several sub-layers of float32 rounding);
 every catalogued mistake differs by far more.
+
+Each exercise's mistakes are one table, in the order tried: ``LN``, ``FF``, ``EL`` (EncoderLayer) and ``ENC``
+(Encoder); the layer's and the stack's hold the generated families of :mod:`._blocks` as entries, setting by setting.
 """
 
 from __future__ import annotations
@@ -26,28 +29,38 @@ from ..encoder import Encoder, EncoderLayer
 from ..layers import FeedForward, LayerNorm
 from ..multihead import MultiHeadAttention
 from ._blocks import (
+    ATTENTION_PROBES,
+    COURSE_PARTS_PROBE,
+    DROPOUT_MODES_PROBE,
+    EVAL_DROPOUT_PROBE,
+    LOAD_REFERENCE_PROBE,
     P_PROBE,
     P_RATE,
+    PART_DROPOUT_PROBE,
+    STACK_PROBES,
+    VERIFY_PART_PROBE,
     Block,
     Constant,
     FirstFeatures,
     Stack,
     attention_error,
+    block_entries,
+    branch_dropout_probe,
     build_stack,
     check_dropout,
     check_dropout_modes,
     check_dropout_rate,
     check_stack_dropout,
     course_parts,
+    declared,
+    dropout_entries,
     layer_dropout,
     layer_stage,
     once,
     reference,
     remembered,
-    run_block,
-    run_stack,
-    stack_mistakes,
-    structural_mistakes,
+    stack_dropout_entries,
+    stack_entries,
     unused_final_norm,
     verify_part,
     weights_used,
@@ -63,7 +76,6 @@ from ._core import (
     checker,
     describe_shape,
     expect_close,
-    fail,
     gradient_probe,
     matches,
     module_state,
@@ -432,7 +444,7 @@ _INSIDE = ("the layer around it (EncoderLayer) adds the residual and normalises;
            "linear2(relu(linear1(x))).")
 _FF_DROPOUT_WHERE = "it belongs on the hidden activations, linear2(dropout(relu(linear1(x))))"
 
-FF = Catalogue("FeedForward", "04", [
+FF = Catalogue("FeedForward", "04", declared([
     Entry("not a class", None, Probe("require_module_class")),
     Entry("not a class", None, Output(lambda model: not isinstance(model, nn.Module), "built"),
           "FeedForward should subclass nn.Module."),
@@ -491,10 +503,11 @@ FF = Catalogue("FeedForward", "04", [
           + _FF_DROPOUT_WHERE + ", and only there (the encoder layer adds its own dropout on the output)."),
     Entry("dropout in the wrong place", None, Reference(lambda c: [({}, c.on_input)], "dropout"),
           "dropout is applied to the input x; " + _FF_DROPOUT_WHERE + "."),
+    Entry("wrong dropout", None, Probe("check_dropout_rate")),
     Entry("hard-coded dropout p", None, Probe("check_dropout_rate")),
     Entry("wrong dropout rate", None, Probe("check_dropout_rate")),
     Entry("dropout applied twice", None, Probe("check_dropout_rate")),
-])
+], before=(LN,)))
 
 
 @checker("FeedForward")
@@ -572,26 +585,59 @@ _BLOCK = Block(
 )
 
 
+def _missing_parts(model: nn.Module) -> dict[str, str] | None:
+    missing = [n for n in _LAYER_WORDS if not isinstance(getattr(model, n, None), nn.Module)]
+    if not missing:
+        return None
+    children = [n for n, _ in model.named_children()]
+    return dict(missing=", ".join(missing), yours=f". Yours: {_names(children)}." if children else ".")
+
+
+_RUN_PROBES = [Entry("input modified in place", None, Probe("check_unchanged")),  # where the inputs run
+               Entry("parameters modified in place", None, Probe("check_state_unchanged")), *EVAL_DROPOUT_PROBE]
+
+EL = Catalogue("EncoderLayer", "04", declared([
+    Entry("not a class", None, Probe("require_module_class")),
+    Entry("not a class", None, Output(lambda model: not isinstance(model, nn.Module), "built"),
+          "EncoderLayer should subclass nn.Module."),
+    *COURSE_PARTS_PROBE,
+    Entry("missing submodule", None, Output(_missing_parts, "submodules"),
+          "EncoderLayer needs the submodules {needed} (the check copies parameters by these names); missing: "
+          "{missing}{yours}"),
+    Entry("modules shared", None, Probe("require_distinct_roles")),
+    *LOAD_REFERENCE_PROBE,
+    Entry("wrong submodule", None, Output(lambda m: isinstance(m.heads, int) and m.heads != m.H
+                                          and dict(heads=m.heads), "heads"),
+          "your EncoderLayer's self_attn has num_heads={heads}, but the layer was built with num_heads={H}: pass "
+          "num_heads on, MultiHeadAttention(d_model, num_heads, dropout)."),
+    *VERIFY_PART_PROBE,
+    *ATTENTION_PROBES,
+    *_RUN_PROBES,
+    # the output is the reference's with one generated mistake (._blocks), for each norm_first and mask given
+    *block_entries(_BLOCK, ("mask",)),
+    *GRADIENT_PROBE,
+    # dropout = P_PROBE in training mode: where the sub-layers' dropout goes; then 0 < p < 1
+    *DROPOUT_MODES_PROBE,
+    *dropout_entries(_BLOCK),
+    *PART_DROPOUT_PROBE,
+    *branch_dropout_probe(memory=False),
+], before=(LN, FF)))
+
+
 def _block_mistakes(ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:
     """What ``ref`` (with the student's parameters) returns with each generated mistake."""
-    return remembered([
-        (name, text, lambda mut=mut: run_block(ref, _BLOCK, x, None, {"mask": mask}, norm_first, mut))
-        for name, text, mut in structural_mistakes(_BLOCK, norm_first, set() if mask is None else {"mask"})
-    ], "EncoderLayer", ref, x, mask, norm_first)
+    case = SimpleNamespace(ref=ref, x=x, memory=None, masks={"mask": mask}, norm_first=norm_first, drop=None,
+                           present=frozenset() if mask is None else frozenset({"mask"}))
+    return remembered(EL.candidates(case, "values"), "EncoderLayer", ref, x, mask, norm_first)
 
 
 def _build_layer(cls: Any, D: int, H: int, d_ff: int, p: float, norm_first: bool, roles: bool = True) -> nn.Module:
     args = f"d_model={D}, num_heads={H}, d_ff={d_ff}, dropout={p}, norm_first={norm_first}"
-    model = call_student(cls, D, H, d_ff, dropout=p, norm_first=norm_first, context=f"constructing EncoderLayer({args})")  # noqa: E501
-    if not isinstance(model, nn.Module):
-        fail("EncoderLayer should subclass nn.Module.", mistake="not a class")
+    model = call_student(cls, D, H, d_ff, dropout=p, norm_first=norm_first,
+                         context=f"constructing EncoderLayer({args})")
+    EL.detect("built", model)
     course_parts(model, "EncoderLayer")
-    missing = [n for n in _LAYER_WORDS if not isinstance(getattr(model, n, None), nn.Module)]
-    if missing:
-        children = [n for n, _ in model.named_children()]
-        fail(f"EncoderLayer needs the submodules {', '.join(_LAYER_WORDS)} (the check copies parameters by these "
-             f"names); missing: {', '.join(missing)}" + (f". Yours: {_names(children)}." if children else "."),
-             mistake="missing submodule")
+    EL.detect("submodules", model, needed=", ".join(_LAYER_WORDS))
     if roles:  # one module under two names (self.norm2 = self.norm1) would look like two equal copies
         require_distinct_roles(model, reference(EncoderLayer, D, H, d_ff, p, norm_first), "EncoderLayer")
     return model
@@ -611,10 +657,7 @@ def _layer_values(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_firs
     params = load_reference(model, ref, "EncoderLayer", _LAYER_WORDS)
     x = torch.randn(B, L, D)
     mask = _padding_mask(B, L)
-    heads = getattr(model.self_attn, "num_heads", None)
-    if isinstance(heads, int) and heads != H:
-        fail(f"your EncoderLayer's self_attn has num_heads={heads}, but the layer was built with num_heads={H}: pass "
-             "num_heads on, MultiHeadAttention(d_model, num_heads, dropout).", mistake="wrong submodule")
+    EL.detect("heads", SimpleNamespace(heads=getattr(model.self_attn, "num_heads", None), H=H), H=H)
     with torch.no_grad():
         y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
     for name, args in (("norm1", (x,)), ("norm2", (x,)), ("feed_forward", (y,)), ("self_attn", (y, y, y, mask))):
@@ -633,7 +676,8 @@ def _layer_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int, norm_fir
 
     layer_dropout(_BLOCK, build, lambda p: reference(EncoderLayer, D, H, d_ff, p, norm_first), _LAYER_WORDS,
                   lambda: (torch.randn(B, L, D), None, {"mask": _padding_mask(B, L)}),
-                  lambda m, x, _, masks: _forward(m, (x.clone(), masks["mask"]), "dropout", attention=True), norm_first)
+                  lambda m, x, _, masks: _forward(m, (x.clone(), masks["mask"]), "dropout", attention=True), norm_first,
+                  EL)
 
 
 @checker("EncoderLayer")
@@ -655,11 +699,27 @@ _ENCODER_WORDS = {"layers": "nn.ModuleList of num_layers EncoderLayer", "norm": 
 _STACK = Stack("Encoder", "EncoderLayer", ("mask",), "x = layer(x, mask)", {"masks not passed on": "mask not passed on"})  # noqa: E501
 
 
+ENC = Catalogue("Encoder", "04", declared([
+    Entry("not a class", None, Probe("require_module_class")),
+    *STACK_PROBES,
+    *VERIFY_PART_PROBE,
+    *ATTENTION_PROBES,
+    *_RUN_PROBES,
+    # the output is the reference stack's with one generated mistake (._blocks), for each norm_first and mask given
+    *stack_entries(_STACK, memory=False),
+    Entry("unused final norm", None, Probe("unused_final_norm")),
+    *GRADIENT_PROBE,
+    *DROPOUT_MODES_PROBE,
+    *stack_dropout_entries(),
+], before=(LN, FF, EL)))
+
+
 def _stack_mistakes(model: nn.Module, ref: nn.Module, x: Tensor, mask: Tensor | None, norm_first: bool) -> list[Mistake]:  # noqa: E501
-    own = getattr(model, "norm", None)
-    return [(name, text, lambda mut=mut: run_stack(ref, x, None, {"mask": mask}, mut))
-            for name, text, mut in stack_mistakes(_STACK, norm_first, set() if mask is None else {"mask"}, own,
-                                                  x.size(-1), False)]
+    masks = {"mask": mask}
+    case = SimpleNamespace(ref=ref, x=x, memory=None, masks=masks, with_causal=masks, norm_first=norm_first,
+                           present=frozenset() if mask is None else frozenset({"mask"}),
+                           own_norm=getattr(model, "norm", None), D=x.size(-1))
+    return ENC.candidates(case, "values")
 
 
 @checker("Encoder")
@@ -681,13 +741,11 @@ def check_encoder(cls: Any) -> str:
         gradient_probe(model, ref, dict(x=x, mask=mask), params, what="Encoder", case=case)
     model, ref, _ = build_stack(cls, _STACK, Encoder, (n, D, H, d_ff), P_PROBE, True, _ENCODER_WORDS)
     x, mask = torch.randn(B, L, D), _padding_mask(B, L)
-    check_stack_dropout(model, ref, _STACK, lambda m, h: _forward(m, (h, mask), "dropout", attention=True), x)
+    check_stack_dropout(model, ref, _STACK, lambda m, h: _forward(m, (h, mask), "dropout", attention=True), x, ENC)
     return "2-3 layers, post-norm and pre-norm, with and without padding masks, random weights, dropout"
 
 
-# the tables written so far (EncoderLayer's and Encoder's mistakes are still generated by ._blocks, their names
-# listed in _mistakes.NOT_YET_IN_A_TABLE)
-CATALOGUES = (LN, FF)
+CATALOGUES = (LN, FF, EL, ENC)
 MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
