@@ -581,6 +581,11 @@ def encode_hard_coded(text, vocab, merges, special_tokens=()):  # trial s4_11: t
     return encoder()(text, vocab, merges, ["<|endoftext|>"])
 
 
+def encode_sorts_merges(text, vocab, merges, special_tokens=()):  # trial s9_11: "sorted for binary search"
+    merges.sort()
+    return encoder()(text, vocab, merges, special_tokens)
+
+
 def encode_split_unescaped(text, vocab, merges, special_tokens=()):  # trial s9_11: re.split without re.escape
     ids_of = {v: k for k, v in vocab.items()}
     rank = {pair: r for r, pair in enumerate(merges)}
@@ -1002,6 +1007,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     *[(check_train_bpe, train_pieces(pieces_unescaped(group)), "special tokens not escaped", ("re.escape",))
       for group in (False, True)],
     (check_bpe_encode, encode_split_unescaped, "special tokens not escaped", ("re.escape",)),
+    (check_bpe_encode, encode_sorts_merges, "input modified in place", ("`merges`", "merges.sort()")),
 ]
 
 

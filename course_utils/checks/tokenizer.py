@@ -1092,13 +1092,21 @@ def check_bpe_encode(bpe_encode_fn):
     results = []
     for text, vocab, merges, specials in cases:
         case = f"bpe_encode({text[:50]!r}{'...' if len(text) > 50 else ''}, vocab, merges, {specials})"
+        given = {"vocab": dict(vocab), "merges": list(merges),
+                 "special_tokens": specials if isinstance(specials, tuple) else list(specials)}
         try:
-            got = _run(bpe_encode_fn, text, dict(vocab), list(merges),
-                       specials if isinstance(specials, tuple) else list(specials), name="bpe_encode",
+            got = _run(bpe_encode_fn, text, *given.values(), name="bpe_encode",
                        what=f"{text[:30]!r}..., vocab, merges, {specials}")
         except StudentError as err:
             _fail_character_token(err, case)
             raise
+        for name, before in (("vocab", vocab), ("merges", list(merges)), ("special_tokens", specials)):
+            if given[name] != before:  # the caller's own list or dict, changed (merges.sort()?)
+                fail(f"your bpe_encode changed its argument `{name}` in place (merges.sort(), .append, .pop, "
+                     f"vocab[...] = ...?): the caller's {name} is not the same after the call, and a later call with "
+                     "it gives other ids. Read the arguments, do not modify them: build your own lookups from them "
+                     "(rank = {pair: r for r, pair in enumerate(merges)}; a merge's rank is its place in the learned "
+                     f"order, which sorting loses).\n    {case}", mistake="input modified in place")
         if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in got):
             fail(f"bpe_encode should return a list of int ids, got {type(got).__name__}"
                  + (f" holding {type(next(iter(got), None)).__name__}" if isinstance(got, (list, tuple)) else "")
