@@ -581,6 +581,10 @@ def encode_hard_coded(text, vocab, merges, special_tokens=()):  # trial s4_11: t
     return encoder()(text, vocab, merges, ["<|endoftext|>"])
 
 
+def encode_hard_coded_if_known(text, vocab, merges, special_tokens=()):  # trial s9_11: '<|endoftext|>' when in vocab
+    return encoder()(text, vocab, merges, ["<|endoftext|>"] if b"<|endoftext|>" in vocab.values() else special_tokens)
+
+
 def encode_sorts_merges(text, vocab, merges, special_tokens=()):  # trial s9_11: "sorted for binary search"
     merges.sort()
     return encoder()(text, vocab, merges, special_tokens)
@@ -938,7 +942,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encoder(split="none"), "across pre-token boundaries", ()),
     (check_bpe_encode, encoder(split="whitespace"), "leading space dropped", ()),
     (check_bpe_encode, encoder(byte_ids=True), "byte values as ids", ()),
-    (check_bpe_encode, encode_hard_coded, "special tokens hard-coded", ("special_tokens=()",)),
+    (check_bpe_encode, encode_hard_coded, "special tokens hard-coded", ("special_tokens=()", "the longer one")),
     # trial s5_11: these three passed before
     (check_bpe_encode, encoder(characters=True), "characters instead of bytes", ("one token per byte",)),
     (check_bpe_encode, encode_id_as_text, "ids compared as strings", ("'1000' < '999'",)),
@@ -1008,6 +1012,8 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
       for group in (False, True)],
     (check_bpe_encode, encode_split_unescaped, "special tokens not escaped", ("re.escape",)),
     (check_bpe_encode, encode_sorts_merges, "input modified in place", ("`merges`", "merges.sort()")),
+    (check_bpe_encode, encode_hard_coded_if_known, "special tokens hard-coded",
+     ("special_tokens=()", "the longer one")),
 ]
 
 

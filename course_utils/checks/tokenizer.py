@@ -996,10 +996,11 @@ _ENCODE_VARIANTS = [
      "compare the ids as numbers."),
     ("special tokens split", dict(specials_out=False), "the special token was encoded as ordinary text (split into "
      "pieces); cut the text around the special tokens first (split_special_tokens) and give each one its own id."),
-    ("special tokens hard-coded", dict(hard_coded=True), "'<|endoftext|>' became one id although special_tokens is "
-     "empty: a text is special only when the special_tokens argument names it (a hard-coded '<|endoftext|>'?). Cut "
-     "the text at the tokens of the argument, split_special_tokens(text, special_tokens); with special_tokens=() "
-     "'<|endoftext|>' is ordinary text, encoded as its pieces."),
+    ("special tokens hard-coded", dict(hard_coded=True), "you treat '<|endoftext|>' as the one special token "
+     "whatever the special_tokens argument says (a hard-coded ['<|endoftext|>']?): the special tokens are the ones "
+     "the argument names. With special_tokens=() '<|endoftext|>' is ordinary text, encoded as its pieces; with "
+     "['<|endoftext|>', '<|endoftext|><|endoftext|>'] the longer one is a token of its own. Cut the text at the "
+     "tokens of the argument, split_special_tokens(text, special_tokens)."),
     ("special tokens matched shortest first", dict(longest_first=False), "where two special tokens overlap "
      "('<|endoftext|>' and '<|endoftext|><|endoftext|>'), the longer must win; you matched them in the order given (a "
      "regular expression tries its alternatives left to right). Sort them longest first, sorted(special_tokens, "
