@@ -980,7 +980,7 @@ _ENCODE_VARIANTS = [
       for order in ("frequency", "frequency first")],
     ("merges in reverse order", dict(order="latest"), "you apply the latest learned merge first (the highest rank, "
      "max(...)); merges apply in the order they were learned: at each step the adjacent pair with the lowest rank "
-     "(its index in merges) goes first, min(pairs, key=lambda p: rank.get(p, inf))."),
+     "(its index in merges) goes first, min(pairs, key=lambda p: rank.get(p, float('inf')))."),
     ("longest vocabulary match", dict(order="longest"), "you cut the piece into the longest tokens of the vocabulary "
      "from the left (WordPiece's way); BPE replays the merges instead: at each step the adjacent pair with the lowest "
      "rank (its index in merges) is merged, which can give other tokens than the longest match."),
@@ -992,8 +992,8 @@ _ENCODE_VARIANTS = [
       for order in ("leftmost", "leftmost once")],
     ("ids compared as strings", dict(order="id as text"), "you pick the pair whose joined token has the lowest id "
      "compared as text (str(id)?): as strings '1000' < '999', so once ids have four digits the order is wrong (GPT-2's "
-     "ids go to 50,256). Rank each pair by its index in merges, min(pairs, key=lambda p: rank.get(p, inf)), or "
-     "compare the ids as numbers."),
+     "ids go to 50,256). Rank each pair by its index in merges, min(pairs, key=lambda p: rank.get(p, "
+     "float('inf'))), or compare the ids as numbers."),
     ("special tokens split", dict(specials_out=False), "the special token was encoded as ordinary text (split into "
      "pieces); cut the text around the special tokens first (split_special_tokens) and give each one its own id."),
     ("special tokens hard-coded", dict(hard_coded=True), "you treat '<|endoftext|>' as the one special token "
@@ -1024,7 +1024,7 @@ _ENCODE_VARIANTS = [
     ("merges not checked", dict(order="in vocab"), "you merge any adjacent pair whose joined bytes are a token of "
      "the vocabulary; only the learned merges may apply (a token can be in the vocabulary as another merge's "
      "result): keep the pairs that are in merges, the lowest rank first, min(pairs, key=lambda p: rank.get(p, "
-     "inf))."),
+     "float('inf')))."),
 ]
 
 
@@ -1194,7 +1194,7 @@ register_hints("bpe_encode", [
     "rest (pretokenize); encode each piece on its own, starting from its single bytes [bytes([b]) for b in "
     "piece.encode()].",
     "In a piece, repeat: among the adjacent pairs, take the one with the lowest rank (min(..., key=lambda p: "
-    "rank.get(p, inf))); stop if none is in rank; else merge it everywhere (merge_pair(parts, pair, pair[0] + "
+    "rank.get(p, float('inf')))); stop if none is in rank; else merge it everywhere (merge_pair(parts, pair, pair[0] + "
     "pair[1])). Then map each part to its id with ids_of.",
 ])
 
