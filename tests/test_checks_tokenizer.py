@@ -511,6 +511,7 @@ def test_a_hanging_encoder_is_stopped(monkeypatch):
 # ---------------------------------------------------------------- bpe_encode
 # trial s6_11: GPT-2's pattern for Python's re ([^\W\d_] for \p{L}): drops '_', cuts '²' and '½' otherwise
 RE_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
+RE_W_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\w+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
 
 
 def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False, characters=False,
@@ -578,6 +579,68 @@ def encode_computed_ids(text, vocab, merges, special_tokens=()):  # trial s7_11:
 
 def encode_hard_coded(text, vocab, merges, special_tokens=()):  # trial s4_11: the argument ignored
     return encoder()(text, vocab, merges, ["<|endoftext|>"])
+
+
+def encode_hard_coded_if_known(text, vocab, merges, special_tokens=()):  # trial s9_11: '<|endoftext|>' when in vocab
+    return encoder()(text, vocab, merges, ["<|endoftext|>"] if b"<|endoftext|>" in vocab.values() else special_tokens)
+
+
+def encode_sorts_merges(text, vocab, merges, special_tokens=()):  # trial s9_11: "sorted for binary search"
+    merges.sort()
+    return encoder()(text, vocab, merges, special_tokens)
+
+
+def encode_split_unescaped(text, vocab, merges, special_tokens=()):  # trial s9_11: re.split without re.escape
+    ids_of = {v: k for k, v in vocab.items()}
+    rank = {pair: r for r, pair in enumerate(merges)}
+    out = []
+    for part in re.split("(" + "|".join(special_tokens) + ")", text) if special_tokens else [text]:
+        if part in special_tokens:
+            out.append(ids_of[part.encode()])
+            continue
+        for piece in pretokenize(part):
+            parts = [bytes([b]) for b in piece.encode()]
+            while len(parts) > 1:
+                pair = min(zip(parts, parts[1:]), key=lambda p: rank.get(p, float("inf")))
+                if pair not in rank:
+                    break
+                parts = merge_while(parts, pair, pair[0] + pair[1])
+            out.extend(ids_of[p] for p in parts)
+    return out
+
+
+def train_pieces(pieces_of):
+    """A textbook trainer whose pieces come from ``pieces_of(text, special_tokens)`` (trial s9_11's styles)."""
+    def train_bpe(text, vocab_size, special_tokens=()):
+        words = Counter(tuple(p.encode()) for p in pieces_of(text, special_tokens))
+        vocab, merges = {i: bytes([i]) for i in range(256)}, []
+        for new_id in range(256, vocab_size - len(special_tokens)):
+            counts = pairs_counter(words)
+            if not counts:
+                break
+            best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+            words = Counter({tuple(merge_pair_ref(list(w), best, new_id)): f for w, f in words.items()})
+            merges.append((vocab[best[0]], vocab[best[1]]))
+            vocab[new_id] = vocab[best[0]] + vocab[best[1]]
+        for token in special_tokens:
+            vocab[len(vocab)] = token.encode()
+        return vocab, merges
+
+    return train_bpe
+
+
+def pieces_re(pattern):  # trial s9_11: GPT-2's pattern rewritten for Python's re
+    return lambda text, specials: [p for c in split_special_tokens(text, specials) if c not in specials
+                                   for p in re.findall(pattern, c)]
+
+
+def pieces_unescaped(group):  # trial s9_11: re.split on the special tokens joined without re.escape
+    def pieces(text, specials):
+        pattern = "|".join(specials)
+        parts = re.split(f"({pattern})" if group else pattern, text) if specials else [text]
+        return [p for part in parts if part not in specials for p in pretokenize(part)]
+
+    return pieces
 
 
 def piece_encoder(encode_piece):
@@ -879,7 +942,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encoder(split="none"), "across pre-token boundaries", ()),
     (check_bpe_encode, encoder(split="whitespace"), "leading space dropped", ()),
     (check_bpe_encode, encoder(byte_ids=True), "byte values as ids", ()),
-    (check_bpe_encode, encode_hard_coded, "special tokens hard-coded", ("special_tokens=()",)),
+    (check_bpe_encode, encode_hard_coded, "special tokens hard-coded", ("special_tokens=()", "the longer one")),
     # trial s5_11: these three passed before
     (check_bpe_encode, encoder(characters=True), "characters instead of bytes", ("one token per byte",)),
     (check_bpe_encode, encode_id_as_text, "ids compared as strings", ("'1000' < '999'",)),
@@ -942,6 +1005,15 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_merge_pair, merge_generator_expression, "wrong return", ("generator expression", "square brackets")),
     (check_merge_pair, merge_as_bytes, "ids merged as bytes", ("bytes(ids)",)),
     (check_merge_pair, merge_as_bytes_raising, "ids merged as bytes", ("range(0, 256)",)),
+    # trial s9_11: these passed (train_bpe) or were unnamed or misnamed (bpe_encode)
+    *[(check_train_bpe, train_pieces(pieces_re(pattern)), "pre-tokenizer differs", ("use pretokenize",))
+      for pattern in (RE_PATTERN, RE_W_PATTERN)],
+    *[(check_train_bpe, train_pieces(pieces_unescaped(group)), "special tokens not escaped", ("re.escape",))
+      for group in (False, True)],
+    (check_bpe_encode, encode_split_unescaped, "special tokens not escaped", ("re.escape",)),
+    (check_bpe_encode, encode_sorts_merges, "input modified in place", ("`merges`", "merges.sort()")),
+    (check_bpe_encode, encode_hard_coded_if_known, "special tokens hard-coded",
+     ("special_tokens=()", "the longer one")),
 ]
 
 

@@ -361,9 +361,28 @@ register_hints("merge_pair", [
 
 
 # ---------------------------------------------------------------- train_bpe: one plain trainer and its variants
-def _pieces(text: str, specials: Sequence[str], split: str = "gpt2", specials_out: bool | str = True) -> list[bytes]:
-    """The pieces a trainer counts; ``specials_out`` a string: each special token replaced by it in the text."""
-    if isinstance(specials_out, str):
+# GPT-2's pattern written for Python's re (no \p{L}), two ways: [^\W\d_] drops '_' and cuts '²' and '½' another way;
+# \w also keeps '_', digits and '²' inside a word ('x_1', 'ab12', 'x²' one piece each)
+_RE_PATTERNS = {"re": r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+",
+                "re \\w": r"'s|'t|'re|'ve|'m|'ll|'d| ?\w+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"}
+
+
+def _split_unescaped(text: str, specials: Sequence[str], kept: bool) -> list[str]:
+    """The text cut by re.split on the special tokens joined without re.escape: the '|' of '<|endoftext|>' is an
+    alternation, so the cuts fall at every '<', 'endoftext' and '>', whose text is ``kept`` (a group) or dropped."""
+    if not specials:
+        return [text]
+    pattern = "|".join(specials)
+    return [c for c in re.split(f"({pattern})" if kept else pattern, text) if c]
+
+
+def _pieces(text: str, specials: Sequence[str], split: str = "gpt2", specials_out: bool | str = True,
+            unescaped: str = "") -> list[bytes]:
+    """The pieces a trainer counts; ``specials_out`` a string: each special token replaced by it in the text;
+    ``unescaped`` ("kept", "dropped"): the text cut with the special tokens as an unescaped regular expression."""
+    if unescaped:
+        chunks = [c for c in _split_unescaped(text, specials, unescaped == "kept") if c not in specials]
+    elif isinstance(specials_out, str):
         for token in specials:
             text = text.replace(token, specials_out)
         chunks = [text]
@@ -376,6 +395,8 @@ def _pieces(text: str, specials: Sequence[str], split: str = "gpt2", specials_ou
         return [w.encode() for c in chunks for w in c.split()]
     if split == "collapsed":  # " ".join(text.split()): runs of spaces and newlines become one space
         chunks = [" ".join(c.split()) for c in chunks]
+    if split in _RE_PATTERNS:
+        return [p.encode() for c in chunks for p in re.findall(_RE_PATTERNS[split], c)]
     return [p.encode() for c in chunks for p in pretokenize(c)]
 
 
@@ -424,14 +445,15 @@ def _piece_pairs(word: list, counting: str) -> list[tuple]:
 
 def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str = "gpt2",
                  specials_out: bool | str = True, weighted: bool = True, tie: str = "bytes", apply: bool = True,
-                 counting: str = "all", text_as: str = "", cut_at: int | None = None) -> list[tuple[bytes, bytes]]:
+                 counting: str = "all", text_as: str = "", cut_at: int | None = None,
+                 unescaped: str = "") -> list[tuple[bytes, bytes]]:
     """The textbook trainer (a full recount per merge), with the variants the mistakes need (``text_as``:
     "strip" or a Unicode normal form applied to the text first; ``cut_at=1``: the text cut at the first special
     token only, the others trained on)."""
     text = _prepared(text, text_as)
     # each distinct piece once with its count, in the order of first occurrence (the order pairs are first counted
     # in, which tie="first" reads); merging keeps distinct pieces distinct
-    words = Counter(tuple(p) for p in _pieces(text, specials[:cut_at], split, specials_out)
+    words = Counter(tuple(p) for p in _pieces(text, specials[:cut_at], split, specials_out, unescaped)
                     if len(p) > 1)  # 1 byte: no pair
     if not weighted:
         words = Counter(dict.fromkeys(words, 1))
@@ -451,6 +473,15 @@ def _plain_train(text: str, vocab_size: int, specials: Sequence[str], split: str
         merges.append((vocab[best[0]], vocab[best[1]]))
     return merges
 
+
+_PRETOKENIZER = ("your pre-tokenizer cuts the text otherwise than GPT-2's pattern (a pattern for Python's re, with "
+                 "\\w or [^\\W\\d_] for \\p{L}: '_' is lost or joins a word, 'x_1', 'ab12' and 'x²' become one "
+                 "piece, '²' and '½' are cut another way): use pretokenize(...), GPT-2's pattern with the regex "
+                 "package's \\p{L} and \\p{N}.")
+_UNESCAPED = ("you cut the text at the special tokens with a regular expression of them joined without re.escape "
+              "(re.split('|'.join(special_tokens), text)?): the '|' in '<|endoftext|>' is an alternation, so the "
+              "pattern matches '<', 'endoftext' and '>' wherever they are, and never the token as a whole. Escape each "
+              "token, '|'.join(map(re.escape, special_tokens)), or use split_special_tokens(text, special_tokens).")
 
 _TRAIN_VARIANTS = [
     ("across pre-token boundaries", dict(split="none"), "your merges cross the pieces of GPT-2's pre-tokenization: "
@@ -499,6 +530,8 @@ _TRAIN_VARIANTS = [
     ("only the first special token cut", dict(cut_at=1), "the text is cut at the first special token only "
      "(text.split(special_tokens[0])?): the characters of the others ('<|pad|>') were trained on. Cut it at every "
      "one: split_special_tokens(text, special_tokens), and skip the special pieces."),
+    *[("pre-tokenizer differs", dict(split=split), _PRETOKENIZER) for split in _RE_PATTERNS],
+    *[("special tokens not escaped", dict(unescaped=how), _UNESCAPED) for how in ("kept", "dropped")],
     ("text lowercased", dict(text_as="lower"), "the text was lowercased first (text.lower()?): BPE works on the bytes "
      "as given, 'THE' and 'the' are other bytes, and GPT-2's vocabulary holds both. Train on the text as it is."),
 ]
@@ -544,6 +577,10 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         ("THE THE the", 256 + 1, []),  # capitals: (b'T', b'H') learned, lowercased (b't', b'h')
         # two special tokens: cut at the first only, '<|pad|>' gives the pair (b'|', b'>') first; given as a tuple
         ("ab<|pad|>ab" + ENDOFTEXT + "cd<|pad|> cd", 256 + 3 + 2, (ENDOFTEXT, "<|pad|>")),
+        # a pattern of Python's re: '_', letters next to digits, '²' ([^\W\d_] and \w each learn other merges)
+        ("x_1. x_1. ab12. ab12. x². x². a_b.", 256 + 5, []),
+        # the special token as an unescaped regular expression: cut at every '<' and '>', which are kept or dropped
+        ("<<a>> <<a>> x" + ENDOFTEXT + "x", 256 + 3 + 1, [ENDOFTEXT]),
     ]
 
 
@@ -858,7 +895,7 @@ register_hints("train_bpe", [
 def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str], order: str = "rank",
                   split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False,
                   hard_coded: bool = False, longest_first: bool = True, text_as: str = "",
-                  computed_ids: bool = False) -> list[int]:
+                  computed_ids: bool = False, unescaped: str = "") -> list[int]:
     specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
     if computed_ids:  # each token's id computed: a byte's value, 256 + the rank of the merge that made it
         made = {a + b: 256 + r for r, (a, b) in reversed(list(enumerate(merges)))}
@@ -876,6 +913,8 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
     chunks = split_special_tokens(text, specials) if specials_out else [text]
     if specials_out and specials and not longest_first:  # a regular expression of the tokens in the order given
         chunks = [c for c in re.split("(" + "|".join(map(re.escape, specials)) + ")", text) if c]
+    if unescaped:  # the special tokens as a regular expression without re.escape
+        chunks = _split_unescaped(text, specials, unescaped == "kept")
     for chunk in chunks:
         if specials_out and chunk in specials:
             out.append(ids_of[chunk.encode()])
@@ -884,8 +923,8 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
             pieces = [chunk]
         elif split == "whitespace":
             pieces = chunk.split()
-        elif split == "re":
-            pieces = re.findall(_RE_PATTERN, chunk)
+        elif split in _RE_PATTERNS:
+            pieces = re.findall(_RE_PATTERNS[split], chunk)
         else:
             pieces = pretokenize(chunk)
         for piece in pieces:
@@ -934,9 +973,6 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
     return out
 
 
-# GPT-2's pattern written for Python's re (no \p{L}): [^\W\d_] drops '_' and cuts '²' and '½' another way
-_RE_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
-
 _ENCODE_VARIANTS = [
     *[("merges in frequency order", dict(order=order), "you apply the pair that is most frequent in the piece "
        "(Counter(...).most_common?); merges apply in the order they were learned: at each step the adjacent pair with "
@@ -944,7 +980,7 @@ _ENCODE_VARIANTS = [
       for order in ("frequency", "frequency first")],
     ("merges in reverse order", dict(order="latest"), "you apply the latest learned merge first (the highest rank, "
      "max(...)); merges apply in the order they were learned: at each step the adjacent pair with the lowest rank "
-     "(its index in merges) goes first, min(pairs, key=lambda p: rank.get(p, inf))."),
+     "(its index in merges) goes first, min(pairs, key=lambda p: rank.get(p, float('inf')))."),
     ("longest vocabulary match", dict(order="longest"), "you cut the piece into the longest tokens of the vocabulary "
      "from the left (WordPiece's way); BPE replays the merges instead: at each step the adjacent pair with the lowest "
      "rank (its index in merges) is merged, which can give other tokens than the longest match."),
@@ -956,14 +992,15 @@ _ENCODE_VARIANTS = [
       for order in ("leftmost", "leftmost once")],
     ("ids compared as strings", dict(order="id as text"), "you pick the pair whose joined token has the lowest id "
      "compared as text (str(id)?): as strings '1000' < '999', so once ids have four digits the order is wrong (GPT-2's "
-     "ids go to 50,256). Rank each pair by its index in merges, min(pairs, key=lambda p: rank.get(p, inf)), or "
-     "compare the ids as numbers."),
+     "ids go to 50,256). Rank each pair by its index in merges, min(pairs, key=lambda p: rank.get(p, "
+     "float('inf'))), or compare the ids as numbers."),
     ("special tokens split", dict(specials_out=False), "the special token was encoded as ordinary text (split into "
      "pieces); cut the text around the special tokens first (split_special_tokens) and give each one its own id."),
-    ("special tokens hard-coded", dict(hard_coded=True), "'<|endoftext|>' became one id although special_tokens is "
-     "empty: a text is special only when the special_tokens argument names it (a hard-coded '<|endoftext|>'?). Cut "
-     "the text at the tokens of the argument, split_special_tokens(text, special_tokens); with special_tokens=() "
-     "'<|endoftext|>' is ordinary text, encoded as its pieces."),
+    ("special tokens hard-coded", dict(hard_coded=True), "you treat '<|endoftext|>' as the one special token "
+     "whatever the special_tokens argument says (a hard-coded ['<|endoftext|>']?): the special tokens are the ones "
+     "the argument names. With special_tokens=() '<|endoftext|>' is ordinary text, encoded as its pieces; with "
+     "['<|endoftext|>', '<|endoftext|><|endoftext|>'] the longer one is a token of its own. Cut the text at the "
+     "tokens of the argument, split_special_tokens(text, special_tokens)."),
     ("special tokens matched shortest first", dict(longest_first=False), "where two special tokens overlap "
      "('<|endoftext|>' and '<|endoftext|><|endoftext|>'), the longer must win; you matched them in the order given (a "
      "regular expression tries its alternatives left to right). Sort them longest first, sorted(special_tokens, "
@@ -981,14 +1018,13 @@ _ENCODE_VARIANTS = [
      "the merge that made it) instead of looking it up in the vocabulary: the ids are vocab's, which need not "
      "follow that rule (GPT-2's vocabulary gives b'!' the id 0). Build ids_of = {token: id for id, token in "
      "vocab.items()} once and look every token up: ids_of[token]."),
-    ("pre-tokenizer differs", dict(split="re"), "your pre-tokenizer drops or splits characters GPT-2's pattern "
-     "keeps (a pattern for Python's re, with \\w or [^\\W\\d_]: '_' is lost, '²' and '½' are cut another way): "
-     "use pretokenize(...), GPT-2's pattern with the regex package's \\p{L} and \\p{N}."),
+    *[("pre-tokenizer differs", dict(split=split), _PRETOKENIZER) for split in _RE_PATTERNS],
+    *[("special tokens not escaped", dict(unescaped=how), _UNESCAPED) for how in ("kept", "dropped")],
     *[("text normalised", dict(text_as=form), _NORMALISED.format(what="encoding")) for form in ("NFC", "NFKC")],
     ("merges not checked", dict(order="in vocab"), "you merge any adjacent pair whose joined bytes are a token of "
      "the vocabulary; only the learned merges may apply (a token can be in the vocabulary as another merge's "
      "result): keep the pairs that are in merges, the lowest rank first, min(pairs, key=lambda p: rank.get(p, "
-     "inf))."),
+     "float('inf')))."),
 ]
 
 
@@ -1035,6 +1071,10 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
         # two special tokens, one inside the other, given shortest first: the longer wins where both match
         ("ab" + ENDOFTEXT * 2 + " ab" + ENDOFTEXT, small | {261: ENDOFTEXT.encode(), 262: 2 * ENDOFTEXT.encode()},
          small_merges, [ENDOFTEXT, 2 * ENDOFTEXT]),
+        # '<' and '>' outside the special token, in learned merges: an unescaped regular expression of the special
+        # tokens cuts the text at each of them ('|' alternates), where the merges make '<<' and '<|' tokens
+        ("a <<b>> <|" + ENDOFTEXT, small | {261: ENDOFTEXT.encode(), 262: b"<<", 263: b"<|"},
+         [*small_merges, (b"<", b"<"), (b"<", b"|")], [ENDOFTEXT]),
         # special_tokens given as a tuple (any sequence of str), not a list
         ("ab" + ENDOFTEXT + " ab", small | {261: ENDOFTEXT.encode()}, small_merges, (ENDOFTEXT,)),
         # no special tokens asked for: '<|endoftext|>' (in the vocabulary) is ordinary text here
@@ -1053,13 +1093,21 @@ def check_bpe_encode(bpe_encode_fn):
     results = []
     for text, vocab, merges, specials in cases:
         case = f"bpe_encode({text[:50]!r}{'...' if len(text) > 50 else ''}, vocab, merges, {specials})"
+        given = {"vocab": dict(vocab), "merges": list(merges),
+                 "special_tokens": specials if isinstance(specials, tuple) else list(specials)}
         try:
-            got = _run(bpe_encode_fn, text, dict(vocab), list(merges),
-                       specials if isinstance(specials, tuple) else list(specials), name="bpe_encode",
+            got = _run(bpe_encode_fn, text, *given.values(), name="bpe_encode",
                        what=f"{text[:30]!r}..., vocab, merges, {specials}")
         except StudentError as err:
             _fail_character_token(err, case)
             raise
+        for name, before in (("vocab", vocab), ("merges", list(merges)), ("special_tokens", specials)):
+            if given[name] != before:  # the caller's own list or dict, changed (merges.sort()?)
+                fail(f"your bpe_encode changed its argument `{name}` in place (merges.sort(), .append, .pop, "
+                     f"vocab[...] = ...?): the caller's {name} is not the same after the call, and a later call with "
+                     "it gives other ids. Read the arguments, do not modify them: build your own lookups from them "
+                     "(rank = {pair: r for r, pair in enumerate(merges)}; a merge's rank is its place in the learned "
+                     f"order, which sorting loses).\n    {case}", mistake="input modified in place")
         if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in got):
             fail(f"bpe_encode should return a list of int ids, got {type(got).__name__}"
                  + (f" holding {type(next(iter(got), None)).__name__}" if isinstance(got, (list, tuple)) else "")
@@ -1116,7 +1164,7 @@ def check_bpe_encode(bpe_encode_fn):
              mistake="leading space dropped")
     if back != text and "_" in text and "_" not in back:  # a pattern of Python's re: [^\W\d_] matches no '_'
         fail(f"your ids decode to {back[:60]!r}: the '_' are lost. "
-             + next(d for n, _, d in _ENCODE_VARIANTS if n == "pre-tokenizer differs") + f"\n    {case}",
+             + _PRETOKENIZER + f"\n    {case}",
              mistake="pre-tokenizer differs")
     if back != text:
         fail(f"your ids decode to {back[:60]!r}, not the text: every byte of the text must be in exactly one "
@@ -1146,7 +1194,7 @@ register_hints("bpe_encode", [
     "rest (pretokenize); encode each piece on its own, starting from its single bytes [bytes([b]) for b in "
     "piece.encode()].",
     "In a piece, repeat: among the adjacent pairs, take the one with the lowest rank (min(..., key=lambda p: "
-    "rank.get(p, inf))); stop if none is in rank; else merge it everywhere (merge_pair(parts, pair, pair[0] + "
+    "rank.get(p, float('inf')))); stop if none is in rank; else merge it everywhere (merge_pair(parts, pair, pair[0] + "
     "pair[1])). Then map each part to its id with ids_of.",
 ])
 
