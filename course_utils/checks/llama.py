@@ -13,6 +13,7 @@ GELU; GQA's ``repeat`` instead of ``repeat_interleave``); the names are those of
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -42,6 +43,7 @@ from ._core import (
     require_own_code,
 )
 from ._pairing import randomise_parameters
+from .catalogue import Catalogue, Entry, Output, Probe, Raises, Reference
 
 __all__ = ["check_rms_norm", "check_rotary_tables", "check_apply_rotary", "check_swiglu",
            "check_grouped_query_attention"]
@@ -495,14 +497,14 @@ def _gqa(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: 
          interleave: str = "kv", rotate: str = "qk", causal: str = "tril", scale: str = "sqrt(d_k)",
          heads_first: bool = True, use_mask: str = "and", fill: str = "-inf", inverted: bool = False,
          softmax_dim: int = -1, split_transpose: bool = True, merge_transpose: bool = True,
-         use_w_o: bool = True) -> Tensor:
+         use_w_o: bool = True, offsets: tuple[int, int] = (0, 0)) -> Tensor:
     """The reference attention with one thing changed (the catalogued mistakes): ``interleave`` names the tensors
     spread with repeat_interleave (the others with .repeat), ``heads_first=False`` rotates (B, L, H, d_k) before
     the transpose, ``causal`` is "tril", "none" or "triu" (causal_mask(L).T), ``use_mask`` is "and", "or",
     "replaces" (the causal mask), "not" (causal & ~mask), "ignored" or "added" (the bool mask added to the
     scores), ``fill`` is "-inf", "-inf, nan_to_num", "finite" (-1e9) or "zero", ``inverted`` fills the allowed
     scores instead of the blocked ones, ``split_transpose`` / ``merge_transpose`` False: the heads split or
-    merged by a plain view, (B, L, D) <-> (B, H, L, d_k)."""
+    merged by a plain view, (B, L, D) <-> (B, H, L, d_k); ``offsets``: the positions q and k are rotated from."""
     H, H_kv, d_k = ref.num_heads, ref.n_kv_heads, ref.d_k
     B, L, D = x.shape
 
@@ -514,8 +516,8 @@ def _gqa(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: 
         v = v.transpose(1, 2)  # (B, H_kv, L, d_k)
         if heads_first:
             q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, L, d_k), (B, H_kv, L, d_k)
-    q = _rot(q, cos, sin, 0) if "q" in rotate else q
-    k = _rot(k, cos, sin, 0) if "k" in rotate else k
+    q = _rot(q, cos, sin, offsets[0]) if "q" in rotate else q
+    k = _rot(k, cos, sin, offsets[1]) if "k" in rotate else k
     v = _rot(v, cos, sin, 0) if "v" in rotate else v
     if split_transpose and not heads_first:
         q, k = q.transpose(1, 2), k.transpose(1, 2)
@@ -543,88 +545,159 @@ _INVERTED = ("your mask blocks the allowed positions and lets the blocked ones t
              "fill the scores where the mask is False: scores.masked_fill(~allowed, float('-inf'))")
 
 
-def _gqa_mistakes(ref: GroupedQueryAttention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> list[Mistake]:  # noqa: E501
-    def run(**kw: Any) -> Callable[[], Tensor]:
-        return lambda: _gqa(ref, x, cos, sin, mask, **kw)
-
-    padding = [] if mask is None else [
-        ("padding mask replaces causal", "with a padding mask your attention drops the causal mask (the mask "
-         "argument replaces it), so every position sees the future: combine the two, causal_mask(L) & mask.",
-         run(use_mask="replaces")),
-        ("| instead of &", "you combined the causal and the padding masks with |: a key is then allowed when either "
-         "mask allows it, so the padding mask lets every future position through. Combine them with &: "
-         "causal_mask(L) & mask.", run(use_mask="or")),
-        ("inverted mask", "your code reads the padding mask the wrong way round (causal_mask(L) & ~mask, or "
-         "masked_fill(mask, ...)): True means a real token that may be attended, False a padding key. Keep "
-         "causal_mask(L) & mask as it is; a query whose keys are all blocked then gets NaN, as here.",
-         run(use_mask="not")),
-    ]
-    return padding + [
-        ("repeat instead of repeat_interleave", "the key/value heads go to the wrong query heads: in your code "
-         "query head h reads key/value head h % n_kv_heads (heads 0, 1, 0, 1, ...: what `k.repeat(1, g, 1, 1)` "
-         "does, or grouping the queries with .view(B, g, n_kv_heads, ...)); it must read key/value head h // g "
-         "(g = num_heads // n_kv_heads), so that head j serves the consecutive query heads j * g .. (j + 1) * g - "
-         "1: k.repeat_interleave(g, dim=1), or q.view(B, n_kv_heads, g, ...) when you group the queries.",
-         run(interleave="")),
-        ("repeat instead of repeat_interleave", "the keys and the values are spread differently: one with "
-         "repeat_interleave, the other with .repeat, so query head h reads the keys of head h // g but the values of "
-         "head h % n_kv_heads. Spread both with repeat_interleave(g, dim=1).", run(interleave="k")),
-        ("repeat instead of repeat_interleave", "the keys and the values are spread differently: one with "
-         "repeat_interleave, the other with .repeat, so query head h reads the values of head h // g but the keys of "
-         "head h % n_kv_heads. Spread both with repeat_interleave(g, dim=1).", run(interleave="v")),
-        ("rotary on (B, L, H, d_k)", "you rotated q and k while they were (B, L, H, d_k), before .transpose(1, 2): "
-         "apply_rotary reads the positions from the second-to-last axis, so it turned each head by its head "
-         "number instead of each token by its position. Rotate after the transpose, on (B, H, L, d_k) "
-         "(split_heads gives that layout).", run(heads_first=False)),
-        ("rotary on values", "you rotated the values too; RoPE turns queries and keys only (their dot product is "
-         "what should depend on the relative position), never the values.", run(rotate="qkv")),
-        ("rotary on queries or keys only", "only the keys are rotated: rotate the queries as well (q and k both "
-         "with apply_rotary).", run(rotate="k")),
-        ("rotary on queries or keys only", "only the queries are rotated: rotate the keys as well (q and k both "
-         "with apply_rotary).", run(rotate="q")),
-        ("rotary not applied", "queries and keys are not rotated: without RoPE this model has no idea of "
-         "position. Apply apply_rotary(q, cos, sin) and apply_rotary(k, cos, sin) after splitting the heads.",
-         run(rotate="")),
-        ("no causal mask", "every position attends to the future too: build causal_mask(L) (and `&` the mask "
-         "argument).", run(causal="none")),
-        ("upper triangle", "your causal mask is the upper triangle (torch.triu, or causal_mask(L).T): each position "
-         "sees the future instead of the past. causal_mask(L) is already True where key j <= query i: use it as "
-         "it is.", run(causal="triu")),
-        ("no scaling", "the scores are not divided by sqrt(d_k).", run(scale="none")),
-        ("scaled by d_k", "the scores are divided by d_k; divide by its square root, math.sqrt(self.d_k).",
-         run(scale="d_k")),
-        ("softmax over the wrong axis", "the softmax runs over the queries (dim=-2) instead of the keys: "
-         "softmax(dim=-1), so each query's weights over the keys sum to 1.", run(softmax_dim=-2)),
-        ("inverted mask", f"{_INVERTED}. (The last query may attend every key, so your code blocked its whole row: "
-         "softmax over a row of -inf is 0 / 0 = NaN.)", run(inverted=True)),
-        ("inverted mask", f"{_INVERTED}.", run(inverted=True, fill="-inf, nan_to_num")),
-        ("inverted mask", f"{_INVERTED} (a very negative number such as -1e9 does the same as -inf).",
-         run(inverted=True, fill="finite")),
-        ("mask filled with 0", "the blocked scores are set to 0, which still gives them weight (exp(0) = 1): fill "
-         "them with float('-inf') so that their weight is 0.", run(fill="zero")),
-        ("missing output projection", "the output skips the final projection: after merging the heads, pass "
-         "the result through self.w_o.", run(use_w_o=False)),
-        ("split without transpose", "the heads were split with a plain .view(B, num_heads, L, d_k) from (B, L, "
-         "D), no transpose, so each head got a block of positions instead of a slice of features. Use "
-         "split_heads(t, num_heads) (notebook 02's, imported here): a view as (B, L, H, d_k), then "
-         "transpose(1, 2).", run(split_transpose=False)),
-        ("split without transpose", "the heads were split with a plain .view(B, num_heads, L, d_k) and merged "
-         "back with a plain .reshape(B, L, D), no transposes: each head got a block of positions instead of a "
-         "slice of features. Use split_heads(t, num_heads) and merge_heads(out) (notebook 02's, imported here).",
-         run(split_transpose=False, merge_transpose=False)),
-        ("reshape without transpose", "the heads were merged with a plain .reshape(B, L, D) from (B, H, L, d_k), "
-         "no transpose, which mixes positions and heads. Use merge_heads(out) (notebook 02's, imported here): "
-         "transpose(1, 2) to (B, L, H, d_k), then flatten the last two axes.", run(merge_transpose=False)),
-    ] + ([] if mask is None else [
-        ("mask ignored", "the padding mask argument has no effect: combine it with the causal mask, "
-         "causal_mask(L) & mask, before filling the scores.", run(use_mask="ignored")),
-        ("additive float mask", "you added the mask to the scores (Hugging Face's masks are additive 0 / -inf "
-         "floats); the course's mask is bool, True = may attend: scores.masked_fill(~(causal_mask(L) & mask), "
-         "float('-inf')).", run(use_mask="added")),
-    ])
+def _gqa_run(masked: bool | None = None, **settings: Any) -> Reference:
+    """One candidate: the reference attention of case ``c`` (``ref``, ``x``, ``cos``, ``sin``, ``mask``) with these
+    settings (:func:`_gqa`); ``masked``: only with (True) or without (False) a mask, None: always."""
+    def build(c: Any) -> list:
+        if masked is not None and (c.mask is not None) != masked:
+            return []
+        return [({}, lambda: _gqa(c.ref, c.x, c.cos, c.sin, c.mask, **settings))]
+    return Reference(build, "values")
 
 
-def _nan_named(got: Any, mistakes: list[Mistake], case: str) -> None:
+def _offsets(c: Any) -> list:
+    """q and k rotated at different offsets (trial s8_10: `apply_rotary(q, cos, sin, offset=1)` with the keys at 0):
+    the scores then see every distance shifted by the difference."""
+    return [(dict(ahead="ahead of" if q > k else "behind", n=abs(q - k), s="" if abs(q - k) == 1 else "s"),
+             lambda q=q, k=k: _gqa(c.ref, c.x, c.cos, c.sin, c.mask, offsets=(q, k)))
+            for q, k in ((1, 0), (0, 1))]
+
+
+GQA = Catalogue("GroupedQueryAttention", "10", [
+    Entry("not a class", None, Probe("require_module_class")),
+    Entry("not a class", None, Output(lambda model: not isinstance(model, nn.Module), "built"),
+          "GroupedQueryAttention should subclass nn.Module."),
+    # the projections and the attributes the exercise names
+    Entry("key/value projections not grouped",
+          "GQA's w_k/w_v map to d_model (one head per query head), not n_kv_heads * d_k",
+          Output(lambda c: isinstance(getattr(c.model, "w_k", None), nn.Linear) and c.model.w_k.out_features == c.D
+                 and c.kv != c.D, "linears"),
+          "w_k maps {D} -> {D}: one key head per query head (multi-head attention). In grouped-query attention "
+          "w_k and w_v map d_model -> n_kv_heads * d_k = {kv}: fewer key/value heads, each shared by a group."),
+    *(Entry(name, None, Probe("_linear")) for name in ("missing submodule", "wrong submodule", "bias in a layer")),
+    Entry("attribute missing or renamed", "a module lacks an attribute the contract names (or stores it under "
+          "another name)", Output(lambda c: c.wrong, "attributes"),
+          "GroupedQueryAttention({shown}) should store self.{name} = {value} (an int); yours has {what}{also}. The "
+          "exercise names num_heads, n_kv_heads and d_k: the key/value cache and the Llama model read them."),
+    # the forward on x with and without a padding mask (B, 1, 1, L)
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    # the wrong output is the reference run with one of these mistakes (in this order); with NaN, the one whose
+    # NaN fall at the same places
+    Entry("padding mask replaces causal", None, _gqa_run(True, use_mask="replaces"),
+          "with a padding mask your attention drops the causal mask (the mask argument replaces it), so every "
+          "position sees the future: combine the two, causal_mask(L) & mask."),
+    Entry("| instead of &", None, _gqa_run(True, use_mask="or"),
+          "you combined the causal and the padding masks with |: a key is then allowed when either mask allows it, "
+          "so the padding mask lets every future position through. Combine them with &: causal_mask(L) & mask."),
+    Entry("inverted mask", None, _gqa_run(True, use_mask="not"),
+          "your code reads the padding mask the wrong way round (causal_mask(L) & ~mask, or masked_fill(mask, ...)): "
+          "True means a real token that may be attended, False a padding key. Keep causal_mask(L) & mask as it is; "
+          "a query whose keys are all blocked then gets NaN, as here."),
+    Entry("repeat instead of repeat_interleave", "GQA's key/value heads cycled over the query heads (repeat), not in "
+          "groups", _gqa_run(interleave=""),
+          "the key/value heads go to the wrong query heads: in your code query head h reads key/value head h % "
+          "n_kv_heads (heads 0, 1, 0, 1, ...: what `k.repeat(1, g, 1, 1)` does, or grouping the queries with "
+          ".view(B, g, n_kv_heads, ...)); it must read key/value head h // g (g = num_heads // n_kv_heads), so that "
+          "head j serves the consecutive query heads j * g .. (j + 1) * g - 1: k.repeat_interleave(g, dim=1), or "
+          "q.view(B, n_kv_heads, g, ...) when you group the queries."),
+    Entry("repeat instead of repeat_interleave", None, _gqa_run(interleave="k"),
+          "the keys and the values are spread differently: one with repeat_interleave, the other with .repeat, so "
+          "query head h reads the keys of head h // g but the values of head h % n_kv_heads. Spread both with "
+          "repeat_interleave(g, dim=1)."),
+    Entry("repeat instead of repeat_interleave", None, _gqa_run(interleave="v"),
+          "the keys and the values are spread differently: one with repeat_interleave, the other with .repeat, so "
+          "query head h reads the values of head h // g but the keys of head h % n_kv_heads. Spread both with "
+          "repeat_interleave(g, dim=1)."),
+    Entry("rotary on (B, L, H, d_k)",
+          "RoPE applied before the heads axis moved: heads turned by their index, not positions",
+          _gqa_run(heads_first=False),
+          "you rotated q and k while they were (B, L, H, d_k), before .transpose(1, 2): apply_rotary reads the "
+          "positions from the second-to-last axis, so it turned each head by its head number instead of each token "
+          "by its position. Rotate after the transpose, on (B, H, L, d_k) (split_heads gives that layout)."),
+    Entry("rotary on values", "RoPE applied to the values as well as queries and keys", _gqa_run(rotate="qkv"),
+          "you rotated the values too; RoPE turns queries and keys only (their dot product is what should depend on "
+          "the relative position), never the values."),
+    Entry("rotary on queries or keys only", "RoPE applied to the queries or the keys, not both", _gqa_run(rotate="k"),
+          "only the keys are rotated: rotate the queries as well (q and k both with apply_rotary)."),
+    Entry("rotary on queries or keys only", None, _gqa_run(rotate="q"),
+          "only the queries are rotated: rotate the keys as well (q and k both with apply_rotary)."),
+    Entry("q and k rotated at different offsets",
+          "the queries and the keys turned by the angles of different positions (offset passed to one of them)",
+          Reference(_offsets, "values"),
+          "the queries and the keys are rotated at different offsets (the queries {n} position{s} {ahead} the keys): "
+          "RoPE makes the score of query m and key n depend on m - n only when each is turned by the angle of its "
+          "own position, so every distance is off by {n} here. forward sees the whole sequence: rotate both at "
+          "offset 0, apply_rotary(q, cos, sin) and apply_rotary(k, cos, sin) (with a cache, both at the same "
+          "offset)."),
+    Entry("rotary not applied", "queries and keys not rotated", _gqa_run(rotate=""),
+          "queries and keys are not rotated: without RoPE this model has no idea of position. Apply apply_rotary(q, "
+          "cos, sin) and apply_rotary(k, cos, sin) after splitting the heads."),
+    Entry("no causal mask", None, _gqa_run(causal="none"),
+          "every position attends to the future too: build causal_mask(L) (and `&` the mask argument)."),
+    Entry("upper triangle", None, _gqa_run(causal="triu"),
+          "your causal mask is the upper triangle (torch.triu, or causal_mask(L).T): each position sees the future "
+          "instead of the past. causal_mask(L) is already True where key j <= query i: use it as it is."),
+    Entry("no scaling", None, _gqa_run(scale="none"), "the scores are not divided by sqrt(d_k)."),
+    Entry("scaled by d_k", None, _gqa_run(scale="d_k"),
+          "the scores are divided by d_k; divide by its square root, math.sqrt(self.d_k)."),
+    Entry("softmax over the wrong axis", None, _gqa_run(softmax_dim=-2),
+          "the softmax runs over the queries (dim=-2) instead of the keys: softmax(dim=-1), so each query's weights "
+          "over the keys sum to 1."),
+    Entry("inverted mask", None, _gqa_run(inverted=True),
+          _INVERTED + ". (The last query may attend every key, so your code blocked its whole row: softmax over a row "
+          "of -inf is 0 / 0 = NaN.)"),
+    Entry("inverted mask", None, _gqa_run(inverted=True, fill="-inf, nan_to_num"), _INVERTED + "."),
+    Entry("inverted mask", None, _gqa_run(inverted=True, fill="finite"),
+          _INVERTED + " (a very negative number such as -1e9 does the same as -inf)."),
+    Entry("mask filled with 0", None, _gqa_run(fill="zero"),
+          "the blocked scores are set to 0, which still gives them weight (exp(0) = 1): fill them with float('-inf') "
+          "so that their weight is 0."),
+    Entry("missing output projection", None, _gqa_run(use_w_o=False),
+          "the output skips the final projection: after merging the heads, pass the result through self.w_o."),
+    Entry("split without transpose", None, _gqa_run(split_transpose=False),
+          "the heads were split with a plain .view(B, num_heads, L, d_k) from (B, L, D), no transpose, so each head "
+          "got a block of positions instead of a slice of features. Use split_heads(t, num_heads) (notebook 02's, "
+          "imported here): a view as (B, L, H, d_k), then transpose(1, 2)."),
+    Entry("split without transpose", None, _gqa_run(split_transpose=False, merge_transpose=False),
+          "the heads were split with a plain .view(B, num_heads, L, d_k) and merged back with a plain .reshape(B, L, "
+          "D), no transposes: each head got a block of positions instead of a slice of features. Use "
+          "split_heads(t, num_heads) and merge_heads(out) (notebook 02's, imported here)."),
+    Entry("reshape without transpose", None, _gqa_run(merge_transpose=False),
+          "the heads were merged with a plain .reshape(B, L, D) from (B, H, L, d_k), no transpose, which mixes "
+          "positions and heads. Use merge_heads(out) (notebook 02's, imported here): transpose(1, 2) to (B, L, H, "
+          "d_k), then flatten the last two axes."),
+    Entry("mask ignored", None, _gqa_run(True, use_mask="ignored"),
+          "the padding mask argument has no effect: combine it with the causal mask, causal_mask(L) & mask, before "
+          "filling the scores."),
+    Entry("additive float mask", None, _gqa_run(True, use_mask="added"),
+          "you added the mask to the scores (Hugging Face's masks are additive 0 / -inf floats); the course's mask "
+          "is bool, True = may attend: scores.masked_fill(~(causal_mask(L) & mask), float('-inf'))."),
+    # n_kv_heads left at its default, then one that does not divide num_heads
+    Entry("n_kv_heads default not handled", "GQA built with n_kv_heads=None (the default: num_heads) fails or "
+          "misbehaves",
+          Raises("", stage="default"),
+          "GroupedQueryAttention({shown}) raised {type}: {error}. The default n_kv_heads=None means one key/value head "
+          "per query head (plain multi-head attention): start __init__ with `if n_kv_heads is None: n_kv_heads = "
+          "num_heads`."),
+    Entry("wrong error type", None, Raises("", stage="divisible"),
+          "GroupedQueryAttention(d_model=12, num_heads=6, n_kv_heads=4) raised {type}: {error}; n_kv_heads must divide "
+          "num_heads, and the course's error for it is a ValueError that says so."),
+    Entry("n_kv_heads not checked", "an n_kv_heads that does not divide num_heads is accepted",
+          Output(lambda built: built, "divisible"),
+          "GroupedQueryAttention(d_model=12, num_heads=6, n_kv_heads=4) was built: 4 key/value heads cannot share 6 "
+          "query heads in equal groups. Raise a ValueError when num_heads % n_kv_heads != 0."),
+    # any failure above, when forward calls the notebook's own apply_rotary and that one fails its check
+    Entry("calls a failing apply_rotary", "GroupedQueryAttention calls the student's apply_rotary, which fails its "
+          "own check",
+          Output(lambda why: why is not None and dict(why=why), "blame"),
+          "your forward calls your apply_rotary, which has not passed its check ({why}): the queries and keys it "
+          "rotates are wrong, so this check cannot tell whether the attention itself is right. Fix apply_rotary first "
+          "(its check cell says more), or continue with the reference: run `from course_utils import apply_rotary`, "
+          "then the cell that defines GroupedQueryAttention, then this check again."),
+])
+
+
+def _nan_named(got: Any, mistakes: list[tuple[str, str, Any]], case: str) -> None:
     """Output with NaN (a row of -inf scores): name the catalogued mistake that gives NaN at the same places and
     the same numbers elsewhere (expect_close compares without NaN)."""
     if not isinstance(got, Tensor) or not got.is_floating_point() or not bool(isnan(got).any()):
@@ -640,28 +713,26 @@ def _nan_named(got: Any, mistakes: list[Mistake], case: str) -> None:
 
 
 def _gqa_linears(model: nn.Module, D: int, kv: int) -> None:
-    if isinstance(getattr(model, "w_k", None), nn.Linear) and model.w_k.out_features == D and kv != D:
-        fail(f"w_k maps {D} -> {D}: one key head per query head (multi-head attention). In grouped-query attention "
-             f"w_k and w_v map d_model -> n_kv_heads * d_k = {kv}: fewer key/value heads, each shared by a group.",
-             mistake="key/value projections not grouped")
+    GQA.detect("linears", SimpleNamespace(model=model, D=D, kv=kv), D=D, kv=kv)
     for name, o in (("w_q", D), ("w_k", kv), ("w_v", kv), ("w_o", D)):
         _linear(model, name, D, o, "GroupedQueryAttention")
+
+
+def _wrong_attribute(model: nn.Module, name: str, value: int) -> dict[str, Any] | None:
+    got = getattr(model, name, None)
+    if type(got) is int and got == value:  # a tensor or None compared with == would not be a bool
+        return None
+    near = [n for n, v in vars(model).items() if not n.startswith("_") and n != name and type(v) is int and v == value]
+    return dict(name=name, value=value, also=f" (yours has `{near[0]}` = {value}: rename it)" if near else "",
+                what="no such attribute" if got is None else describe_shape(got) if isinstance(got, Tensor)
+                else repr(got))
 
 
 def _gqa_attributes(model: nn.Module, shown: str, expected: dict[str, int]) -> None:
     """The attributes the exercise names (the model's cache and Llama read them by these names)."""
     for name, value in expected.items():
-        got = getattr(model, name, None)
-        if not (type(got) is int and got == value):  # a tensor or None compared with == would not be a bool
-            near = [n for n, v in vars(model).items() if not n.startswith("_") and n != name and type(v) is int
-                    and v == value]
-            also = f" (yours has `{near[0]}` = {value}: rename it)" if near else ""
-            what = ("no such attribute" if got is None
-                    else describe_shape(got) if isinstance(got, Tensor) else repr(got))
-            fail(f"GroupedQueryAttention({shown}) should store self.{name} = {value} (an int); yours has "
-                 f"{what}{also}. The exercise names num_heads, n_kv_heads and d_k: the key/value cache and the "
-                 "Llama model read them.",
-                 mistake="attribute missing or renamed")
+        wrong = _wrong_attribute(model, name, value)
+        GQA.detect("attributes", SimpleNamespace(wrong=wrong), shown=shown, **(wrong or {}))
 
 
 def _gqa_compare(model: nn.Module, shape: tuple[int, int, int], H: int, H_kv: int, cos: Tensor, sin: Tensor,
@@ -681,7 +752,8 @@ def _gqa_compare(model: nn.Module, shape: tuple[int, int, int], H: int, H_kv: in
         check_unchanged(["x"], [x], [x0], case)
         with torch.no_grad():
             expected = _gqa(ref, x0, cos, sin, mask)
-            mistakes = _gqa_mistakes(ref, x0, cos, sin, mask) if H_kv < H else []
+            c = SimpleNamespace(ref=ref, x=x0, cos=cos, sin=sin, mask=mask)
+            mistakes = GQA.candidates(c, "values") if H_kv < H else []
             _nan_named(got, mistakes, case)
             expect_close("the output", got, expected, mistakes, atol=1e-4, rtol=1e-4, case=case)
 
@@ -690,14 +762,8 @@ def _blame_apply_rotary(cls: Any) -> None:
     """A GroupedQueryAttention that failed and whose forward calls the notebook's own apply_rotary: when that one
     fails its own check, the attention inherits its mistake, whatever the attention itself does (as
     check_train_step blames a failing masked_cross_entropy)."""
-    why = own_helper_failure(getattr(cls, "forward", None), "apply_rotary", apply_rotary, check_apply_rotary)
-    if why is None:
-        return
-    fail(f"your forward calls your apply_rotary, which has not passed its check ({why}): the queries and keys it "
-         "rotates are wrong, so this check cannot tell whether the attention itself is right. Fix apply_rotary "
-         "first (its check cell says more), or continue with the reference: run `from course_utils import "
-         "apply_rotary`, then the cell that defines GroupedQueryAttention, then this check again.",
-         mistake="calls a failing apply_rotary")
+    GQA.detect("blame", own_helper_failure(getattr(cls, "forward", None), "apply_rotary", apply_rotary,
+                                           check_apply_rotary))
 
 
 @checker("GroupedQueryAttention")
@@ -716,8 +782,7 @@ def _check_grouped_query_attention(cls: Any) -> str:
     D = H * d_k
     shown = f"d_model={D}, num_heads={H}, n_kv_heads={H_kv}"
     model = call_student(cls, D, H, H_kv, context=f"constructing GroupedQueryAttention({shown})")
-    if not isinstance(model, nn.Module):
-        fail("GroupedQueryAttention should subclass nn.Module.", mistake="not a class")
+    GQA.detect("built", model)
     _gqa_linears(model, D, H_kv * d_k)
     _gqa_attributes(model, shown, dict(num_heads=H, n_kv_heads=H_kv, d_k=d_k))
     cos, sin = rotary_tables(d_k, L + H + 3)  # longer than both L and H: (B, L, H, d_k) code runs too
@@ -728,9 +793,7 @@ def _check_grouped_query_attention(cls: Any) -> str:
     try:
         model = cls(D, H)
     except Exception as exc:  # noqa: BLE001 - named, never raised at the student
-        fail(f"GroupedQueryAttention({shown}) raised {type(exc).__name__}: {exc}. The default n_kv_heads=None "
-             "means one key/value head per query head (plain multi-head attention): start __init__ with "
-             "`if n_kv_heads is None: n_kv_heads = num_heads`.", mistake="n_kv_heads default not handled")
+        GQA.detect_raised(exc, "default", shown=shown, type=type(exc).__name__, error=exc)
     _gqa_linears(model, D, D)
     _gqa_attributes(model, shown, dict(num_heads=H, n_kv_heads=H, d_k=d_k))
     _gqa_compare(model, (B, L, D), H, H, cos, sin, (None,), shown)
@@ -740,14 +803,14 @@ def _check_grouped_query_attention(cls: Any) -> str:
     except ValueError:
         pass
     except Exception as exc:  # noqa: BLE001 - named, never raised at the student
-        fail(f"GroupedQueryAttention(d_model=12, num_heads=6, n_kv_heads=4) raised {type(exc).__name__}: {exc}; "
-             "n_kv_heads must divide num_heads, and the course's error for it is a ValueError that says so.",
-             mistake="wrong error type")
+        GQA.detect_raised(exc, "divisible", type=type(exc).__name__, error=exc)
     else:
-        fail("GroupedQueryAttention(d_model=12, num_heads=6, n_kv_heads=4) was built: 4 key/value heads cannot "
-             "share 6 query heads in equal groups. Raise a ValueError when num_heads % n_kv_heads != 0.",
-             mistake="n_kv_heads not checked")
+        GQA.detect("divisible", True)
     return "4 to 9 query heads in groups of 2 or 3, with and without a padding mask, rotated queries and keys"
+
+
+CATALOGUES = (GQA,)  # RMSNorm, rotary_tables, apply_rotary and SwiGLU: not yet tables (their names in _mistakes)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
 # ---------------------------------------------------------------- hints
