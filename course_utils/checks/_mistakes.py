@@ -266,7 +266,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "tanh approximation, wrong constant": "GELU's tanh approximation with a wrong constant (0.04715, 2 / pi)",
     "math function on a tensor": "math.erf (a function of one Python number) called on a tensor: torch.erf",
     "mean over padding": "the pooled mean includes padding",
-    "sum instead of mean": "a sum instead of a mean",
     "padding not zeroed": "the pooled sum includes the padding, divided by the real count",
     "masked_fill on the real tokens": "masked_fill(mask, 0) zeroes the real tokens (True = real), not the padding",
     "divided by sqrt(count)": "the pooled sum divided by the square root of the real count",
@@ -290,26 +289,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "padding mask not passed": "the padding mask is not passed to the encoder",
     "causal mask in the encoder": "the encoder's mask is causal as well as padding (the encoder reads the whole input)",
     # notebook 10: the modern decoder
-    "mean subtracted": "RMSNorm with the mean subtracted (LayerNorm without its bias, or dividing by the std)",
-    "no square root": "RMSNorm divides by the mean square, not its square root",
-    "normalised over the wrong axis": "RMSNorm's mean square taken over another axis than the features",
-    "half-width tables": "rotary tables of d_k/2 columns instead of the course's (max_len, d_k)",
-    "pairs layout": "RoPE in Meta's pairs layout (2i, 2i+1) instead of the course's halves layout (rotate_half)",
-    "positions from 1": "rotary positions counted from 1 instead of 0",
-    "frequencies without the factor 2": "rotary frequencies base ** (-i / d_k) instead of base ** (-2i / d_k)",
-    "frequency exponent sign flipped": "rotary frequencies base ** (+2i / d_k), growing instead of shrinking",
-    "base ignored": "the rotary base argument is not used (10000 written in)",
-    "rotation the wrong way": "RoPE turns by -angle (x * cos - rotate_half(x) * sin)",
-    "rotate_half without the minus": "rotate_half swaps the halves without negating one",
-    "rotary offset ignored": "apply_rotary ignores offset: a cached token is rotated at position 0",
-    "gate on the wrong branch": "SwiGLU's SiLU on w3(x) instead of the gate w1(x)",
-    "GELU instead of SiLU": "GEGLU: GELU on SwiGLU's gate instead of SiLU",
-    "sigmoid gate": "GLU's sigmoid gate instead of SwiGLU's SiLU",
-    "ReLU instead of SiLU": "ReGLU: ReLU on SwiGLU's gate instead of SiLU",
-    "gate missing": "SwiGLU without its second branch w3(x)",
-    "SiLU on both branches": "SiLU on both SwiGLU branches",
-    "SiLU after the product": "SiLU applied to w1(x) * w3(x) instead of to the gate alone",
-    "bias in a layer": "a linear layer with a bias where Llama's have none",
     # byte-level BPE (11)
     "across pre-token boundaries": "pairs counted, or merges made, across two pieces of GPT-2's pre-tokenization",
     "piece counts ignored": "each distinct piece counted once, not as often as it occurs in the text",
@@ -374,13 +353,5 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "cache kept between calls": "encoding caches a piece's ids between calls keyed by the piece alone, not the merges",
     "merges not checked": "encoding merges any pair whose joined bytes are a token, not only the learned merges",
     # notebook 10 (trial s3_10)
-    "mean absolute value": "RMSNorm divides by mean(|x|) instead of the root mean square",
-    "scale (1 + weight)": "RMSNorm scaled by (1 + weight), Gemma's convention, instead of weight",
-    "sum instead of product": "SwiGLU adds the gate and the value branch instead of multiplying them",
-    "rotary tables not sliced": "the whole (max_len, d_k) cos/sin tables used instead of the rows of the L positions",
     # notebook 10 (trial s4_10)
-    "integer division in the exponent": "rotary exponents computed with // on integers: every frequency after the first equal",  # noqa: E501
-    "rotary slice ends at L": "apply_rotary slices cos[offset:L] instead of cos[offset:offset + L]",
-    "SiLU after w2": "SwiGLU's SiLU applied to w2's output instead of to the gate w1(x)",
-    "w2 and w3 swapped": "SwiGLU's w2 built as the up projection (d_model -> d_ff) and w3 as the down one",
 }

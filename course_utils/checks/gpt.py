@@ -9,7 +9,10 @@ last compared in float64, where GPT-2's tanh-GELU and the exact GELU are told ap
 sure. ``next_token_probs`` is compared for several temperatures, ``top_k`` and ``top_p``.
 ``generate`` runs on a model whose draws are determined (``top_k=1``), then 4,000 draws
 under fixed seeds are compared with the distribution; a forward pre-hook watches the mode,
-the grad mode and the context length. The mistake names are those of ``_mistakes.MISTAKES``;
+the grad mode and the context length.
+
+Each exercise's mistakes are one table (:mod:`.catalogue`): ``BLOCK``, ``GPT_TABLE``, ``NTP``,
+``GENERATE``, in the order the check tries them; ``MISTAKES`` lists their names, and
 tests/test_checks_gpt.py pins each one.
 """
 
