@@ -146,20 +146,6 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "eos overwritten": "a sequence's <eos> itself is replaced by the filler",
     "finished not cumulative": "the finished flags are recomputed from the newest token only",
     # GPT-2's weights (09, load_gpt2_weights)
-    "Conv1D weight not transposed": "a GPT-2 Conv1D weight (in, out) copied into nn.Linear's (out, in) without .t()",
-    "c_attn not split": "the fused c_attn (D, 3D) or its bias copied whole instead of split into w_q, w_k, w_v",
-    "c_attn split wrongly": "the fused c_attn split along the wrong axis or into pieces of the wrong size (not qkv.split(D, dim=-1))",  # noqa: E501
-    "c_attn split in the wrong order": "w_q, w_k, w_v take c_attn's [q | k | v] blocks in another order",
-    "c_attn split interleaved": "w_q, w_k, w_v take every third column of c_attn (w[:, 0::3], a (D, D, 3) reshape) instead of three consecutive blocks",  # noqa: E501
-    "head untied by loading": "the loader replaced a Parameter, so lm_head.weight is no longer token_embedding.weight",
-    "position table not copied": "GPT-2's position table (wpe) is not copied",
-    "position table cut": "only part of GPT-2's position table is copied, or a shorter model is loaded silently",
-    "biases not copied": "GPT-2's linear biases are not copied",
-    "norms not copied": "GPT-2's LayerNorm weights and biases (ln_1, ln_2, ln_f) are not copied",
-    "parameter not copied": "a parameter keeps the model's own values after loading",
-    "nothing copied": "the loader leaves the model it is given unchanged (e.g. builds and returns another)",
-    "copy_ without no_grad": "copy_ into a parameter outside torch.no_grad() (autograd refuses the in-place copy)",
-    "wrong key name": "a GPT-2 key looked up under a name the state dict lacks (the transformer. prefix left out)",
     # training (07) and the classifier (08)
     "not a Python float": "a tensor or numpy number where the contract asks for a Python float",
     "not shifted": "targets not shifted",
