@@ -390,6 +390,17 @@ class ExpandedAndInPlace(Block):  # helper n2: an .expand()ed view shares its me
         return causal
 
 
+class MaskMadeFullInPlace(Block):  # issue 24 item 6: the broadcast error "fixed", the caller's (B, L, L) mask changed
+    def attn_mask(self, L, mask):
+        causal = causal_mask(L, device=self.device)
+        if mask is None:
+            return causal
+        if mask.size(-2) == 1:  # (B, 1, L): give it the full (B, L, L) shape, so that &= can write into it
+            mask = mask.expand(-1, L, -1).clone()
+        mask &= causal
+        return mask
+
+
 class BlockStub(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -471,6 +482,7 @@ BLOCK_MISTAKES = [
     (MaskAndInPlace, "mask combined in place", "mask &= causal"),
     (CausalAndInPlace, "mask combined in place", "mask = causal & mask"),
     (ExpandedAndInPlace, "mask combined in place", "logical_and_"),
+    (MaskMadeFullInPlace, "mask combined in place", "the caller's mask is `mask & causal_mask(L)`"),  # issue 24 item 6
 ]
 
 
@@ -1068,7 +1080,8 @@ def _filter(scaled, keep):
 
 
 def probs_loop(logits, temperature=1.0, top_k=None, top_p=None):
-    """Correct, one row at a time with Python lists and -1e9 instead of -inf."""
+    """Correct, one row at a time with Python lists and -1e9 instead of -inf (built on the logits' device: without
+    device= the result lands on the CPU, "wrong device" since issue 24 item 6)."""
     flat = logits.reshape(-1, logits.size(-1))
     rows = []
     for row in flat:
@@ -1088,7 +1101,7 @@ def probs_loop(logits, temperature=1.0, top_k=None, top_p=None):
                 nucleus.add(i)
                 total += math.exp(s[i] - m) / z
             kept = nucleus
-        rows.append(torch.tensor([v if i in kept else -1e9 for i, v in enumerate(s)]).softmax(-1))
+        rows.append(torch.tensor([v if i in kept else -1e9 for i, v in enumerate(s)], device=logits.device).softmax(-1))
     return torch.stack(rows).reshape(logits.shape)
 
 
@@ -1264,6 +1277,23 @@ def topp_strict_top_kept(logits, temperature=1.0, top_k=None, top_p=None):  # tr
     return s.softmax(-1)
 
 
+def probs_on_meta(logits, temperature=1.0, top_k=None, top_p=None):  # issue 24 item 6: a meta tensor returned
+    return generation.next_token_probs(logits, temperature, top_k, top_p).to("meta")
+
+
+def probs_cpu_keep_mask(logits, temperature=1.0, top_k=None, top_p=None):  # issue 24 item 6: right on the CPU only
+    scaled = logits / temperature
+    keep = torch.ones(scaled.shape, dtype=torch.bool)  # no device=: on the CPU whatever the logits' device
+    if top_k is not None:
+        keep &= scaled >= scaled.topk(min(top_k, scaled.size(-1)), dim=-1).values[..., -1:]
+    if top_p is not None:
+        probs = scaled.masked_fill(~keep, float("-inf")).softmax(-1)
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        keep &= ~drop.scatter(-1, order, drop)
+    return scaled.masked_fill(~keep, float("-inf")).softmax(-1)
+
+
 def topp_ignored(logits, temperature=1.0, top_k=None, top_p=None):  # trial H np_w_topp_ignored
     return generation.next_token_probs(logits, temperature, top_k)
 
@@ -1365,6 +1395,12 @@ PROBS_MISTAKES = [
 @pytest.mark.parametrize("fn, mistake, words", PROBS_MISTAKES, ids=[f.__name__ for f, _, _ in PROBS_MISTAKES])
 def test_next_token_probs_mistakes_are_named(fn, mistake, words):
     assert_mistake(check_next_token_probs, fn, mistake, words)
+
+
+@pytest.mark.parametrize("fn, words", [(probs_on_meta, "on the meta device for logits on cpu"),
+                                       (probs_cpu_keep_mask, "without device=")], ids=["meta", "cpu mask"])
+def test_next_token_probs_result_on_another_device_is_named(fn, words):  # issue 24 item 6
+    assert_mistake(check_next_token_probs, fn, "wrong device", words, repeat=2)
 
 
 @pytest.mark.parametrize("fn", [probs_exp_unshifted, probs_power])

@@ -324,8 +324,8 @@ def gqa(kind: str = "ok", check_heads: bool = True) -> type:
                 q = apply_rotary(q.transpose(1, 2), cos, sin, offset).transpose(1, 2)
                 k = apply_rotary(k.transpose(1, 2), cos, sin, offset).transpose(1, 2)
             elif kind != "no rope":
-                if kind != "keys only":
-                    q = apply_rotary(q, cos, sin, offset)
+                if kind != "keys only":  # trial s8_10: q rotated at offset 1, k at 0
+                    q = apply_rotary(q, cos, sin, offset + (kind == "q offset 1"))
                 if kind != "queries only":
                     k = apply_rotary(k, cos, sin, offset)
                 if kind == "values":
@@ -432,6 +432,7 @@ def test_grouped_query_attention_mistakes_are_named():
         ("keys only", gqa("keys only"), "rotary on queries or keys only", ("queries",)),
         ("queries only", gqa("queries only"), "rotary on queries or keys only", ("keys",)),
         ("no rope", gqa("no rope"), "rotary not applied", ("apply_rotary",)),
+        ("q offset 1", gqa("q offset 1"), "q and k rotated at different offsets", ("1 position ahead of the keys",)),
         ("no causal", gqa("no causal"), "no causal mask", ("causal_mask",)),
         ("no scaling", gqa("no scaling"), "no scaling", ("sqrt(d_k)",)),
         ("values repeated", gqa("values repeated"), "repeat instead of repeat_interleave", ("values of head h % ",)),

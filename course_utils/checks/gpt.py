@@ -9,7 +9,10 @@ last compared in float64, where GPT-2's tanh-GELU and the exact GELU are told ap
 sure. ``next_token_probs`` is compared for several temperatures, ``top_k`` and ``top_p``.
 ``generate`` runs on a model whose draws are determined (``top_k=1``), then 4,000 draws
 under fixed seeds are compared with the distribution; a forward pre-hook watches the mode,
-the grad mode and the context length. The mistake names are those of ``_mistakes.MISTAKES``;
+the grad mode and the context length.
+
+Each exercise's mistakes are one table (:mod:`.catalogue`): ``BLOCK``, ``GPT_TABLE``, ``NTP``,
+``GENERATE``, in the order the check tries them; ``MISTAKES`` lists their names, and
 tests/test_checks_gpt.py pins each one.
 """
 
@@ -19,6 +22,7 @@ import copy
 import math
 import re
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -45,7 +49,6 @@ from ._blocks import (
 )
 from ._core import (
     Failure,
-    Mistake,
     StudentError,
     allclose,
     call_student,
@@ -73,6 +76,7 @@ from ._core import (
     student_line,
 )
 from ._pairing import build_student, copy_parameters, match_parameters, named, randomise_parameters, structure_failure
+from .catalogue import DEVICE_PROBE, GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises, Reference
 from .decoder import trailing_padding, tuple_return
 
 __all__ = ["check_gpt_block", "check_gpt", "check_next_token_probs", "check_generate"]
@@ -112,70 +116,194 @@ def _block_variant(ref: GPTBlock, x: Tensor, mask: Tensor | None, mutation: dict
     return run_block(ref, _BLOCK, x, None, masks, True, mutation)
 
 
-def _activation(ref: GPTBlock, act: Callable[[Tensor], Tensor]) -> dict[str, Any]:
+def _activation(act: Callable[[Tensor], Tensor]) -> Callable[[GPTBlock], dict[str, Any]]:
     """The mutation: the feed-forward with ``act`` in place of GPT-2's tanh-GELU."""
-    ff = ref.feed_forward
-    return {"ff": lambda h: ff.linear2(act(ff.linear1(h)))}
+    return lambda ref: {"ff": lambda h: ref.feed_forward.linear2(act(ref.feed_forward.linear1(h)))}
 
 
-def _block_mistakes(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> list[Mistake]:
-    form = "`x = x + sublayer(norm(x))`"
-    masked = [
-        ("padding mask replaces causal", "when a mask is given, your block uses it instead of the causal mask, so "
-         "every position sees the later ones (the future leaks). Combine them: `causal_mask(L) & mask`.", "mask"),
-        ("mask ignored", "the `mask` argument has no effect: the block must attend with `causal_mask(L) & mask`, so "
-         "that padding is blocked too.", "causal"),
-        ("| instead of &", "the causal mask and `mask` are combined with | (or): a key is allowed if it is in the "
-         "past OR real, so with a mask every real later token leaks in. It must be both: `causal_mask(L) & mask`.",
-         "causal|mask"),
-    ]
-    table = [(name, text, {"attn": {"self": ("in", "in", "self_attn", given)}})
-             for name, text, given in (masked if mask is not None else [])]
-    table += [
-        ("post-norm", "your block normalises after the residual addition (post-norm, `norm(x + sublayer(x))`); a "
-         f"GPT block is pre-norm: {form}, the residual stream itself is never normalised.",
-         {"place": {"self": "post", "ff": "post"}}),
-        ("missing residual", f"there are no residual connections: {form}.", {"residual": {"self": None, "ff": None}}),
-        ("missing residual", f"there is no residual connection around the self-attention: {form}.",
-         {"residual": {"self": None}}),
-        ("missing residual", f"there is no residual connection around the feed-forward: {form}.",
-         {"residual": {"ff": None}}),
-        ("residual stream normalised", "the residual stream itself is normalised (`h = norm1(x); x = h + "
-         f"self_attn(h, ...)`): the residual adds the input as it came, {form}, so x keeps flowing unnormalised.",
-         {"place": {"self": "stream", "ff": "stream"}}),
-        # half of it (trial r09): one sub-layer pre-norm, the other adds its result to the normed x
-        ("residual stream normalised", "the residual stream is normalised before the self-attention (`x = "
-         "norm1(x); x = x + self_attn(x, ...)`), so the residual adds the normed x: normalise only the "
-         f"sub-layer's input, `h = norm1(x); x = x + self_attn(h, h, h, mask)[0]`, as the feed-forward does: {form}.",
-         {"place": {"self": "stream"}}),
-        ("residual stream normalised", "the residual stream is normalised before the feed-forward (`x = norm2(x); "
-         "x = x + feed_forward(x)`), so the residual adds the normed x: normalise only the sub-layer's input, "
-         f"`x = x + feed_forward(norm2(x))`, as the self-attention does: {form}.", {"place": {"ff": "stream"}}),
-        ("norm missing", "the self-attention reads x itself, not normalised: pre-norm normalises each sub-layer's "
-         f"input, `h = norm1(x); x = x + self_attn(h, h, h, mask)[0]`: {form}.", {"place": {"self": "none"}}),
-        ("norm missing", "the feed-forward reads x itself, not normalised (norm2 is never used): pre-norm normalises "
-         f"each sub-layer's input, `x = x + feed_forward(norm2(x))`: {form}.", {"place": {"ff": "none"}}),
-        ("norms swapped", "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the "
-         "feed-forward.", {"norm_of": (1, 0)}),
-        ("same norm twice", "norm1 is used before both sub-layers and norm2 never, so the self-attention and the "
-         "feed-forward both read norm1(x): the feed-forward reads its own norm, `x = x + feed_forward(norm2(x))` "
-         "(each norm learns its own scale).", {"norm_of": (0, 0)}),
-        ("same norm twice", "norm2 is used before both sub-layers and norm1 never, so the self-attention and the "
-         "feed-forward both read norm2(x): the self-attention reads its own norm, `x = x + self_attn(norm1(x), "
-         "...)` (each norm learns its own scale).", {"norm_of": (1, 1)}),
-        ("keys and values not normalised", "the self-attention normalises only its queries: the keys and values "
-         "are the un-normalised x. In pre-norm the sub-layer's whole input is normalised once, `h = norm1(x)`, and "
-         "the self-attention reads h three times: `self_attn(h, h, h, mask)`.",
-         {"attn": {"self": ("in", "x", "self_attn", "causal&mask")}}),
-        *(("extra norm at the layer end", f"the block ends with an extra norm ({norm}(x) after the feed-forward's "
-           f"residual): a pre-norm block returns the un-normalised stream, {form} for each sub-layer and nothing "
-           "after it; the one final norm belongs to the model (GPT's self.norm, after the last block).", {"end": i})
-          for i, norm in enumerate(("norm1", "norm2"))),
-        ("ReLU instead of GELU", "the feed-forward uses ReLU; GPT-2 uses GELU (its tanh approximation): "
-         '`FeedForward(d_model, d_ff, dropout, activation="gelu_tanh")`.', _activation(ref, F.relu)),
-        ("exact GELU", _EXACT_GELU + ".", _activation(ref, F.gelu)),
-    ]
-    return [(name, text, lambda mut=mut: _block_variant(ref, x, mask, mut)) for name, text, mut in table]
+def _mutated(mutation: dict[str, Any] | Callable[[GPTBlock], dict[str, Any]], masked: bool = False) -> Reference:
+    """One candidate: the block of case ``c`` (``ref``, ``x``, ``mask``) with ``mutation`` (or
+    ``mutation(ref)``); ``masked``: only when a mask is given."""
+    def build(c: Any) -> list:
+        if masked and c.mask is None:
+            return []
+        return [({}, lambda: _block_variant(c.ref, c.x, c.mask, mutation(c.ref) if callable(mutation) else mutation))]
+    return Reference(build, "values")
+
+
+def _parallel_block(c: Any) -> list:
+    """GPT-J's parallel block: both sub-layers read ``x``, ``x + attn(norm1(x)) + ff(norm2(x))``."""
+    def run() -> Tensor:
+        causal = causal_mask(c.x.size(1), device=c.x.device)
+        h = c.ref.norm1(c.x)  # (B, L, D)
+        attended = c.ref.self_attn(h, h, h, causal if c.mask is None else causal & c.mask)[0]  # (B, L, D)
+        return c.x + attended + c.ref.feed_forward(c.ref.norm2(c.x))
+    return [({}, run)]
+
+
+def _literal(text: str) -> str:
+    """A generated diagnosis as a message template (no fields)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _conv1d_habit(c: Any) -> bool:
+    """A matrix-product shape error on a line that multiplies by a ``.weight`` as it is (no
+    ``.T``, ``.t()``, ``.transpose``, ``.mT``): GPT-2's Conv1D habit on ``nn.Linear`` weights."""
+    error, code = str(c.exc), c.line.replace(" ", "")
+    return isinstance(c.exc, RuntimeError) and ("cannot be multiplied" in error or "size of tensor a" in error) \
+        and "@" in code and ".weight" in code \
+        and not any(t in code for t in (".weight.T", ".weight.t()", ".weight.transpose", ".weight.mT"))
+
+
+_BROADCAST = ("doesn't match the broadcast shape", "refers to a single memory location")
+_FORM = "`x = x + sublayer(norm(x))`"
+_IN_PLACE = "mask combined in place"
+
+# the forward's errors that have a known cause, in GPTBlock's and GPT's checks alike (stage "raised")
+_FORWARD_RAISED = [
+    Entry("Conv1D layout",
+          "x @ linear.weight on an nn.Linear weight (GPT-2's Conv1D stores (in, out); Linear (out, in))",
+          Output(_conv1d_habit, "raised"),
+          "your forward multiplies by a layer's weight as GPT-2's Conv1D stores it ({case}): {raised}. GPT-2's Conv1D "
+          "keeps its weight as (in, out), so `x @ weight + bias` is right there; `nn.Linear` keeps (out, in), so `x @ "
+          "linear.weight` multiplies by the transpose. Call the layer, `linear(x)`, or write `x @ linear.weight.T + "
+          "linear.bias` (`F.linear(x, weight, bias)`)."),
+    Entry(_IN_PLACE, "masks combined in place (mask &= causal): fails on a mask that broadcasts, or changes the "
+          "caller's mask",
+          Output(lambda c: isinstance(c.exc, RuntimeError) and any(b in str(c.exc) for b in _BROADCAST)
+                 and ("&=" in c.line or "and_(" in c.line), "raised"),
+          "your forward combines the masks in place ({case}): {raised}. `a &= b` writes into `a`, which must already "
+          "have the result's full shape (B, L, L): the padding mask (B, 1, L) and the causal mask (L, L) are smaller, "
+          "and an .expand()ed view shares memory between entries. And on the caller's mask it would change the "
+          "caller's tensor, which every block gets. Combine into a new tensor: `mask = causal & mask`."),
+]
+_FORWARD = Catalogue("a GPT forward", "09", _FORWARD_RAISED)  # not an exercise: GPTBlock's and GPT's tables hold them
+
+BLOCK = Catalogue("GPTBlock", "09", [
+    Entry("not a class", None, Probe("require_module_class")),
+    Entry("not a class", None, Probe("build_student")),
+    *(Entry(name, None, Probe("structure_failure"))
+      for name in ("wrong parameter shape", "missing submodule", "unexpected parameters")),
+    Entry("modules shared", None, Probe("require_distinct_roles")),
+    # one case, without a mask and with a padding mask (B, 1, L)
+    *_FORWARD_RAISED,
+    Entry("attention output not unpacked", "MultiHeadAttention's (output, weights) pair used as a tensor",
+          Output(lambda c: _pair_not_unpacked(c.model, c.args, c.expected, c.err), "unpacked"),
+          "your GPTBlock raised {raised} ({case}): self.self_attn returns a pair, (output, weights), and your code "
+          "used the pair where the output belongs. Keep the output, `[0]`: `x = x + "
+          "self.dropout1(self.self_attn(h, h, h, mask)[0])`. (With the output taken, your block gives the right "
+          "numbers.)"),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("parameters modified in place", None, Probe("check_state_unchanged")),
+    Entry("wrong return", None, Probe("tuple_return")),
+    Entry("dropout ignores eval mode", None, Probe("check_dropout")),
+    # the leak test (no mask): change the input at one position, no earlier output may move
+    Entry("upper triangle", None, Output(lambda c: c.leak is not None and not c.later_moved, "leak"),
+          "{said}, and (the last position aside) no change moved an output after it: your mask is the upper triangle "
+          "(`triu`, `causal_mask(L).T` or `~causal_mask(L)`), so each position sees the later ones and not the "
+          "earlier. The causal mask is the lower triangle, True on and below the diagonal: `causal_mask(L)` (or "
+          "`torch.ones(L, L, dtype=torch.bool).tril()`), combined with `mask` by & when one is given."),
+    Entry("future leaking", "a position sees later positions (causal mask missing or wrong)",
+          Output(lambda c: c.leak is not None, "leak"),
+          "{said}. A GPT block must be causal by itself: attend with `causal_mask(L)` (True on and below the "
+          "diagonal), combined with `mask` by & when one is given."),
+    # the wrong output is the reference run with one of these mistakes (in this order)
+    Entry("padding mask replaces causal", "the padding mask used instead of the causal one",
+          _mutated({"attn": {"self": ("in", "in", "self_attn", "mask")}}, masked=True),
+          "when a mask is given, your block uses it instead of the causal mask, so every position sees the later ones "
+          "(the future leaks). Combine them: `causal_mask(L) & mask`."),
+    Entry("mask ignored", None, _mutated({"attn": {"self": ("in", "in", "self_attn", "causal")}}, masked=True),
+          "the `mask` argument has no effect: the block must attend with `causal_mask(L) & mask`, so that padding is "
+          "blocked too."),
+    Entry("| instead of &", "causal and padding masks combined with | instead of &",
+          _mutated({"attn": {"self": ("in", "in", "self_attn", "causal|mask")}}, masked=True),
+          "the causal mask and `mask` are combined with | (or): a key is allowed if it is in the past OR real, so "
+          "with a mask every real later token leaks in. It must be both: `causal_mask(L) & mask`."),
+    Entry("post-norm", "the GPT block normalises after the residual add",
+          _mutated({"place": {"self": "post", "ff": "post"}}),
+          "your block normalises after the residual addition (post-norm, `norm(x + sublayer(x))`); a GPT block is "
+          f"pre-norm: {_FORM}, the residual stream itself is never normalised."),
+    Entry("missing residual", "a residual connection is missing", _mutated({"residual": {"self": None, "ff": None}}),
+          f"there are no residual connections: {_FORM}."),
+    Entry("missing residual", None, _mutated({"residual": {"self": None}}),
+          f"there is no residual connection around the self-attention: {_FORM}."),
+    Entry("missing residual", None, _mutated({"residual": {"ff": None}}),
+          f"there is no residual connection around the feed-forward: {_FORM}."),
+    Entry("residual stream normalised", "the residual stream itself is normalised (x = norm(x))",
+          _mutated({"place": {"self": "stream", "ff": "stream"}}),
+          "the residual stream itself is normalised (`h = norm1(x); x = h + self_attn(h, ...)`): the residual adds "
+          f"the input as it came, {_FORM}, so x keeps flowing unnormalised."),
+    # half of it (trial r09): one sub-layer pre-norm, the other adds its result to the normed x
+    Entry("residual stream normalised", None, _mutated({"place": {"self": "stream"}}),
+          "the residual stream is normalised before the self-attention (`x = norm1(x); x = x + self_attn(x, ...)`), "
+          "so the residual adds the normed x: normalise only the sub-layer's input, `h = norm1(x); x = x + "
+          f"self_attn(h, h, h, mask)[0]`, as the feed-forward does: {_FORM}."),
+    Entry("residual stream normalised", None, _mutated({"place": {"ff": "stream"}}),
+          "the residual stream is normalised before the feed-forward (`x = norm2(x); x = x + feed_forward(x)`), so "
+          "the residual adds the normed x: normalise only the sub-layer's input, `x = x + feed_forward(norm2(x))`, "
+          f"as the self-attention does: {_FORM}."),
+    Entry("norm missing", "a sub-layer's norm is missing", _mutated({"place": {"self": "none"}}),
+          "the self-attention reads x itself, not normalised: pre-norm normalises each sub-layer's input, `h = "
+          f"norm1(x); x = x + self_attn(h, h, h, mask)[0]`: {_FORM}."),
+    Entry("norm missing", None, _mutated({"place": {"ff": "none"}}),
+          "the feed-forward reads x itself, not normalised (norm2 is never used): pre-norm normalises each "
+          f"sub-layer's input, `x = x + feed_forward(norm2(x))`: {_FORM}."),
+    Entry("norms swapped", "two norms exchanged", _mutated({"norm_of": (1, 0)}),
+          "norm1 and norm2 are swapped: norm1 goes before the self-attention, norm2 before the feed-forward."),
+    Entry("same norm twice", "one norm used for two sub-layers", _mutated({"norm_of": (0, 0)}),
+          "norm1 is used before both sub-layers and norm2 never, so the self-attention and the feed-forward both "
+          "read norm1(x): the feed-forward reads its own norm, `x = x + feed_forward(norm2(x))` (each norm learns "
+          "its own scale)."),
+    Entry("same norm twice", None, _mutated({"norm_of": (1, 1)}),
+          "norm2 is used before both sub-layers and norm1 never, so the self-attention and the feed-forward both "
+          "read norm2(x): the self-attention reads its own norm, `x = x + self_attn(norm1(x), ...)` (each norm "
+          "learns its own scale)."),
+    Entry("keys and values not normalised", "pre-norm self-attention with normalised queries but raw keys and values",
+          _mutated({"attn": {"self": ("in", "x", "self_attn", "causal&mask")}}),
+          "the self-attention normalises only its queries: the keys and values are the un-normalised x. In pre-norm "
+          "the sub-layer's whole input is normalised once, `h = norm1(x)`, and the self-attention reads h three "
+          "times: `self_attn(h, h, h, mask)`."),
+    *(Entry("extra norm at the layer end",
+            None if i else "a pre-norm layer normalises its output once more after the last sub-layer",
+            _mutated({"end": i}),
+            f"the block ends with an extra norm ({norm}(x) after the feed-forward's residual): a pre-norm block "
+            f"returns the un-normalised stream, {_FORM} for each sub-layer and nothing after it; the one final norm "
+            "belongs to the model (GPT's self.norm, after the last block).")
+      for i, norm in enumerate(("norm1", "norm2"))),
+    Entry("ReLU instead of GELU", "ReLU where GELU is asked for", _mutated(_activation(F.relu)),
+          "the feed-forward uses ReLU; GPT-2 uses GELU (its tanh approximation): `FeedForward(d_model, d_ff, "
+          'dropout, activation="gelu_tanh")`.'),
+    Entry("exact GELU", "exact GELU instead of GPT-2's tanh approximation", _mutated(_activation(F.gelu)),
+          _EXACT_GELU + "."),
+    Entry("parallel block",
+          "the feed-forward reads the block's input x, not the stream after the attention (GPT-J's block)",
+          Reference(_parallel_block, "values"),
+          "the feed-forward reads the block's input x, not the residual stream after the self-attention: `x + "
+          "attn(norm1(x)) + ff(norm2(x))` is the parallel block of GPT-J and PaLM. GPT-2's sub-layers run one after "
+          "the other: first `x = x + attn(norm1(x))`, then `x = x + ff(norm2(x))` on that new x."),
+    *GRADIENT_PROBE,
+    # float64, where the exact GELU and the tanh-GELU are told apart for sure
+    Entry("exact GELU", None, Output(lambda c: c.exact and not c.right, "float64"),
+          _EXACT_GELU + " (seen in float64, where the two are told apart for sure)"),
+    # dropout with p = 1 (generated: where the sub-layer dropout goes wrong), each part on its own, then 0 < p < 1
+    *(Entry(name, None, Reference(lambda c, m=m: [({}, lambda: run_block(c.ref, _BLOCK, c.x, None, c.masks, True, m,
+                                                                        drop=zeros))], "dropout"), _literal(text))
+      for name, text, m in dropout_mistakes(_BLOCK, True)),
+    *(Entry(name, None, Probe("check_dropout_modes")) for name in ("dropout ignores eval mode", "NaN",
+                                                                   "hard-coded dropout p")),
+    *(Entry(name, None, Probe("check_part_dropout")) for name in ("dropout not passed on", "wrong submodule")),
+    *(Entry(name, None, Probe("sublayer_dropout_rates")) for name in (
+        "dropout on the sub-layer input", "wrong dropout", "dropout applied twice", "wrong dropout rate")),
+    DEVICE_PROBE,
+    # last, a caller's full (B, L, L) mask: combined in place, it would be changed for every later block
+    Entry(_IN_PLACE, None,
+          Output(lambda c: not equal(c.mask, c.original) and equal(c.mask, c.original & c.causal), "caller mask"),
+          "your forward combines the masks in place ({case}): after the call the caller's mask is `mask & "
+          "causal_mask(L)`. `mask &= causal` (or `mask.logical_and_(...)`) writes into the tensor the caller passed, "
+          "and GPT passes that same mask to every block, so the caller's tensor changes under it (a padding mask "
+          "reused for the next batch, or for generation, now blocks the future too). Combine into a new tensor: "
+          "`mask = causal & mask`."),
+])
 
 
 def _leak_test(model: nn.Module, x: Tensor, base: Tensor) -> None:
@@ -197,52 +325,20 @@ def _leak_test(model: nn.Module, x: Tensor, base: Tensor) -> None:
         if leak is None and bool((moved > 1e-6).any()):
             i = int(torch.nonzero(moved > 1e-6)[0])
             leak = (j, i, float(moved[i]))
-    if leak is None:
-        return
-    j, i, by = leak
-    said = (f"the future leaks: changing the input at position {j} changed the output at position {i} (by {by:.3g}), "
-            "which comes before it")
-    if not later_moved:
-        fail(f"{said}, and (the last position aside) no change moved an output after it: your mask is the upper "
-             "triangle (`triu`, "
-             "`causal_mask(L).T` or `~causal_mask(L)`), so each position sees the later ones and not the earlier. "
-             "The causal mask is the lower triangle, True on and below the diagonal: `causal_mask(L)` (or "
-             "`torch.ones(L, L, dtype=torch.bool).tril()`), combined with `mask` by & when one is given.",
-             mistake="upper triangle")
-    fail(f"{said}. A GPT block must be causal by itself: attend with `causal_mask(L)` (True on and below the "
-         "diagonal), combined with `mask` by & when one is given.", mistake="future leaking")
+    said = "" if leak is None else (f"the future leaks: changing the input at position {leak[0]} changed the output "
+                                    f"at position {leak[1]} (by {leak[2]:.3g}), which comes before it")
+    BLOCK.detect("leak", SimpleNamespace(leak=leak, later_moved=later_moved), said=said)
 
 
 def _forward(model: nn.Module, args: tuple[Tensor, ...], case: str) -> Any:
     """The student's forward; masks combined in place (``mask &= causal``) raise a broadcast
-    error there, named here rather than shown raw."""
+    error there, named here rather than shown raw (and GPT-2's Conv1D habit)."""
     try:
         return call_student(model, *args, context=f"running forward ({case})")
     except StudentError as err:
-        line = student_line(err.exc) or ""
-        broadcast = ("doesn't match the broadcast shape", "refers to a single memory location")
-        if isinstance(err.exc, RuntimeError) and _conv1d_habit(str(err.exc), line):
-            fail(f"your forward multiplies by a layer's weight as GPT-2's Conv1D stores it ({case}): "
-                 f"{raised(err.exc, inline=True)}. GPT-2's Conv1D keeps its weight as (in, out), so `x @ weight + "
-                 "bias` is right there; `nn.Linear` keeps (out, in), so `x @ linear.weight` multiplies by the "
-                 "transpose. Call the layer, `linear(x)`, or write `x @ linear.weight.T + linear.bias` "
-                 "(`F.linear(x, weight, bias)`).", mistake="Conv1D layout")
-        if (isinstance(err.exc, RuntimeError) and any(b in str(err.exc) for b in broadcast)
-                and ("&=" in line or "and_(" in line)):
-            fail(f"your forward combines the masks in place ({case}): {raised(err.exc, inline=True)}. `a &= b` "
-                 "writes into `a`, which must already have the result's full shape (B, L, L): the padding mask "
-                 "(B, 1, L) and the causal mask (L, L) are smaller, and an .expand()ed view shares memory between "
-                 "entries. And on the caller's mask it would change the caller's tensor, which every block gets. "
-                 "Combine into a new tensor: `mask = causal & mask`.", mistake="mask combined in place")
+        _FORWARD.detect("raised", SimpleNamespace(exc=err.exc, line=student_line(err.exc) or ""), case=case,
+                        raised=raised(err.exc, inline=True))
         raise
-
-
-def _conv1d_habit(error: str, line: str) -> bool:
-    """A matrix-product shape error on a line that multiplies by a ``.weight`` as it is (no
-    ``.T``, ``.t()``, ``.transpose``, ``.mT``): GPT-2's Conv1D habit on ``nn.Linear`` weights."""
-    code = line.replace(" ", "")
-    return ("cannot be multiplied" in error or "size of tensor a" in error) and "@" in code and ".weight" in code \
-        and not any(t in code for t in (".weight.T", ".weight.t()", ".weight.transpose", ".weight.mT"))
 
 
 class _OutputOnly(nn.Module):
@@ -257,31 +353,18 @@ class _OutputOnly(nn.Module):
         return out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
 
 
-def _pair_not_unpacked(model: nn.Module, args: tuple[Tensor, ...], expected: Tensor, err: StudentError,
-                       case: str) -> None:
+def _pair_not_unpacked(model: nn.Module, args: tuple[Tensor, ...], expected: Tensor, err: StudentError) -> bool:
     """After the student's forward raised: with every attention returning its output alone, a run that gives
     ``expected`` means the code used the pair ``(output, weights)`` as the output (``[0]`` forgotten)."""
     names = [n for n, m in model.named_children() if "Attention" in type(m).__name__]
     if not isinstance(err.exc, TypeError) or "tuple" not in str(err.exc) or not names:
-        return
+        return False
     with swapped(model, {n: _OutputOnly(getattr(model, n)) for n in names}), torch.no_grad():
         try:
             got = model(*(a.clone() for a in args))
         except Exception:  # noqa: BLE001 - no verdict: the original error is reported
-            return
-    if isinstance(got, Tensor) and matches(got, expected, atol=1e-4):
-        fail(f"your GPTBlock raised {raised(err.exc, inline=True)} ({case}): self.self_attn returns a pair, "
-             "(output, weights), and your code used the pair where the output belongs. Keep the output, `[0]`: "
-             "`x = x + self.dropout1(self.self_attn(h, h, h, mask)[0])`. (With the output taken, your block gives "
-             "the right numbers.)", mistake="attention output not unpacked")
-
-
-def _parallel_block(ref: GPTBlock, x: Tensor, mask: Tensor | None) -> Tensor:
-    """GPT-J's parallel block: both sub-layers read ``x``, ``x + attn(norm1(x)) + ff(norm2(x))``."""
-    causal = causal_mask(x.size(1), device=x.device)
-    h = ref.norm1(x)  # (B, L, D)
-    attended = ref.self_attn(h, h, h, causal if mask is None else causal & mask)[0]  # (B, L, D)
-    return x + attended + ref.feed_forward(ref.norm2(x))
+            return False
+    return isinstance(got, Tensor) and matches(got, expected, atol=1e-4)
 
 
 def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | None, case: str) -> None:
@@ -294,7 +377,8 @@ def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | N
         try:
             got = _forward(model, args, case)
         except StudentError as err:
-            _pair_not_unpacked(model, originals, expected, err, case)
+            BLOCK.detect("unpacked", SimpleNamespace(model=model, args=originals, expected=expected, err=err),
+                         case=case, raised=raised(err.exc, inline=True))
             raise
         check_unchanged(["x", "mask"], args, originals, case)
         check_state_unchanged(model, state, case)
@@ -302,12 +386,8 @@ def _run_block_case(model: nn.Module, ref: GPTBlock, x: Tensor, mask: Tensor | N
         check_dropout(lambda: call_student(model, *originals, context=f"running forward ({case})"), got, expected)
         if mask is None and isinstance(got, Tensor) and got.shape == x.shape:
             _leak_test(model, originals[0], got)
-        parallel = ("parallel block", "the feed-forward reads the block's input x, not the residual stream after "
-                    "the self-attention: `x + attn(norm1(x)) + ff(norm2(x))` is the parallel block of GPT-J and "
-                    "PaLM. GPT-2's sub-layers run one after the other: first `x = x + attn(norm1(x))`, then "
-                    "`x = x + ff(norm2(x))` on that new x.", lambda: _parallel_block(ref, originals[0], mask))
-        expect_close("output", got, expected, [*_block_mistakes(ref, originals[0], mask), parallel], atol=1e-5,
-                     case=case)
+        mistakes = BLOCK.candidates(SimpleNamespace(ref=ref, x=originals[0], mask=mask), "values")
+        expect_close("output", got, expected, mistakes, atol=1e-5, case=case)
 
 
 def _exact_gelu_probe(model: nn.Module, ref: GPTBlock, B: int, L: int, D: int) -> None:
@@ -320,14 +400,29 @@ def _exact_gelu_probe(model: nn.Module, ref: GPTBlock, B: int, L: int, D: int) -
         ref.double()
         x = 2 * torch.randn(B, L, D, dtype=torch.float64)
         with torch.no_grad():
-            got, expected, exact = model(x), ref(x), _block_variant(ref, x, None, _activation(ref, F.gelu))
+            got, expected, exact = model(x), ref(x), _block_variant(ref, x, None, _activation(F.gelu)(ref))
     except Exception:  # noqa: BLE001 - the probe only adds a diagnosis
         return
     finally:
         model.float()
         ref.float()
-    if matches(got, exact, atol=1e-9, rtol=1e-7) and not matches(got, expected, atol=1e-9, rtol=1e-7):
-        fail(_EXACT_GELU + " (seen in float64, where the two are told apart for sure)", mistake="exact GELU")
+    BLOCK.detect("float64", SimpleNamespace(exact=matches(got, exact, atol=1e-9, rtol=1e-7),
+                                            right=matches(got, expected, atol=1e-9, rtol=1e-7)))
+
+
+def _caller_mask(model: nn.Module, B: int, L: int, D: int) -> None:
+    """A caller's full mask (B, L, L), which a block may not change (item 6 of issue 24: ``mask &=
+    causal`` runs on it without the broadcast error a (B, 1, L) mask gives, and changes it). A
+    forward that cannot take this mask is not judged here."""
+    mask = trailing_padding(B, L).expand(B, L, L).clone()  # (B, L, L)
+    original, case = mask.clone(), f"x ({B}, {L}, {D}), a full mask ({B}, {L}, {L})"
+    try:
+        with torch.no_grad():
+            call_student(model, torch.randn(B, L, D), mask, context=f"running forward ({case})")
+    except StudentError:
+        return
+    BLOCK.detect("caller mask", SimpleNamespace(mask=mask, original=original, causal=causal_mask(L)), case=case)
+    check_unchanged(["mask"], [mask], [original], case)
 
 
 @checker("GPTBlock")
@@ -352,8 +447,9 @@ def check_gpt_block(cls: Any) -> str:
     _block_dropout(cls, B, L, D, H, d_ff)
     # all right so far: the first case again, on 'meta' (a plain tensor attribute clashes), else watched
     check_module_device(model, (x,), "your GPTBlock", first, "build the causal mask on the input's device: "
-                        "causal_mask(L, device=x.device) (or torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), "  # noqa: E501
-                        "or a buffer registered in __init__, which .to(device) moves)")
+                        "causal_mask(L, device=x.device) (or torch.ones(L, L, dtype=torch.bool, device=x.device)"
+                        ".tril(), or a buffer registered in __init__, which .to(device) moves)")
+    _caller_mask(model, B, L, D)
     # the notebook stores this line (nbval): change it together with solutions/09
     return "causal by itself, pre-norm, GELU (tanh), residuals, with and without a padding mask, random weights"
 
@@ -368,14 +464,9 @@ def _block_dropout(cls: Any, B: int, L: int, D: int, H: int, d_ff: int) -> None:
     copy_parameters(match_parameters(model, ref)[0])
     x, causal = torch.randn(B, L, D), causal_mask(L)  # (B, L, D), (L, L)
     run = lambda m: call_student(m, x.clone(), context="running forward (dropout)")  # noqa: E731
-    check_dropout_modes(
-        model, ref, run, "GPTBlock",
-        lambda: [
-            (name, text, lambda m=m: run_block(ref, _BLOCK, x, None, {"causal&mask": causal}, True, m, drop=zeros))
-            for name, text, m in dropout_mistakes(_BLOCK, True)
-        ],
-        quiet=("self_attn", "feed_forward"), atol=1e-5,
-    )  # fmt: skip
+    c = SimpleNamespace(ref=ref, x=x, masks={"causal&mask": causal})
+    check_dropout_modes(model, ref, run, "GPTBlock", lambda: BLOCK.candidates(c, "dropout"),
+                        quiet=("self_attn", "feed_forward"), atol=1e-5)
     with torch.no_grad():
         y = ref.norm1(x)  # (B, L, D): a typical sub-layer input
     parts = {"self_attn": (y, y, y, causal), "feed_forward": (y,)}
@@ -422,93 +513,45 @@ def _gpt_variant(ref: GPT, tokens: Tensor, mask: Tensor | None, *, positions: in
     return {"logits": logits, "probs": logits.softmax(-1), "log_probs": logits.log_softmax(-1)}[output]
 
 
-def _gpt_mistakes(ref: GPT, tokens: Tensor, mask: Tensor | None) -> list[Mistake]:
-    table: list[tuple[str, str, dict[str, Any]]] = [
-        ("no position embedding", "the position embeddings are never added, so the model cannot tell positions "
-         "apart: `x = token_embedding(tokens) + position_embedding(torch.arange(L, device=tokens.device))`.",
-         dict(positions=None)),
-        ("positions start at 1", "the positions are numbered from 1; they start at 0: "
-         "`position_embedding(torch.arange(L, device=tokens.device))` (and so fit max_len exactly).",
-         dict(positions=1)),
-        ("positions offset by 2", "the positions are numbered from 2, OPT's habit (OPT's table has max_len + 2 "
-         "rows for that offset); this table has max_len rows and GPT-2 counts from 0: "
-         "`position_embedding(torch.arange(L, device=tokens.device))`.", dict(positions=2)),
-        ("embeddings scaled", "the token embeddings are multiplied by sqrt(d_model), as the encoder-decoder "
-         "Transformer's TokenEmbedding does; GPT-2 adds the plain embedding to the position embedding, unscaled.",
-         dict(scale=True)),
-        ("missing final norm", "the final LayerNorm is missing: pre-norm blocks never normalise the residual "
-         "stream, so the model applies `self.norm` once after the last block, before `lm_head`.", dict(final_norm=False)),  # noqa: E501
-        ("returns probabilities", "the model returns probabilities (a softmax over the vocabulary); it returns "
-         "logits, the raw scores: the loss (cross_entropy) and the sampling apply the softmax themselves.",
-         dict(output="probs")),
-        ("returns log-probabilities", "the model returns log-probabilities (log_softmax); it returns the raw "
-         "logits from lm_head.", dict(output="log_probs")),
-        ("one layer applied repeatedly", "the first block is applied num_layers times; loop over self.blocks so "
-         "each is used once.", dict(blocks="first only")),
-        ("layer outputs not chained", "every block gets the embeddings as input, so only the last block's output "
-         "is kept: feed each block's output to the next (`x = block(x, mask)`).", dict(blocks="unchained")),
-    ]
-    if ref.lm_head.weight.size(0) == ref.lm_head.weight.size(1):  # V == D: x @ lm_head.weight runs, wrong
-        table.append(("Conv1D layout", "your head multiplies by `lm_head.weight` as GPT-2's Conv1D stores it, (in, "
-                      "out); `nn.Linear` keeps (out, in) = (vocab_size, d_model), so `x @ lm_head.weight` multiplies "
-                      "by the transpose (it ran only because vocab_size equals d_model here). Call the layer, "
-                      "`self.lm_head(x)`, or write `x @ self.lm_head.weight.T`.", dict(head="Conv1D")))
-    if mask is not None:
-        table.append(("mask not passed on", "the `mask` argument is not passed on to the blocks: call "
-                      "`block(x, mask)`.", dict(pass_mask=False)))
-    return [(name, text, lambda kw=kw: _gpt_variant(ref, tokens, mask, **kw)) for name, text, kw in table]
+def _gpt_run(**settings: Any) -> Callable[[Any], list]:
+    """One candidate: the reference GPT of case ``c`` (``ref``, ``tokens``, ``mask``) with these settings."""
+    return lambda c: [({}, lambda: _gpt_variant(c.ref, c.tokens, c.mask, **settings))]
 
 
-def _check_tying(model: nn.Module, V: int, D: int) -> None:
-    emb, head = getattr(model, "token_embedding", None), getattr(model, "lm_head", None)
-    # no token_embedding: structure_failure names it; no lm_head (logits from the embedding matrix): the values decide
-    if not isinstance(emb, nn.Embedding) or head is None:
-        return
+def _tying(c: Any) -> SimpleNamespace:
+    """What the tie looks like: ``judged`` False when there is nothing to judge here (no
+    token_embedding: structure_failure names it; no lm_head, the logits from the embedding matrix:
+    the values decide)."""
+    emb, head = getattr(c.model, "token_embedding", None), getattr(c.model, "lm_head", None)
+    judged = isinstance(emb, nn.Embedding) and head is not None
     weight = getattr(head, "weight", None)
-    if getattr(head, "bias", None) is not None:
-        fail("lm_head has a bias; GPT-2's output layer has none (and a tied layer shares only the matrix): "
-             "`nn.Linear(d_model, vocab_size, bias=False)`.", mistake="output bias")
-    if weight is emb.weight:
-        return
-    if isinstance(weight, Tensor) and weight.shape == emb.weight.shape[::-1] and equal(weight, emb.weight.t()):
-        fail(f"lm_head.weight is the token embedding transposed, {describe_shape(weight)} = (D, V): `nn.Linear("
-             f"d_model, vocab_size)` stores its weight as (out, in) = ({V}, {D}), the embedding table's own shape, "
-             "so the table fits as it is: `self.lm_head.weight = self.token_embedding.weight` (no `.t()`; GPT-2's "
-             "Conv1D layers store (in, out), but its head is tied untransposed too).", mistake="tied but transposed")
-    if isinstance(weight, Tensor) and weight.shape == emb.weight.shape and equal(weight, emb.weight):
-        fail("lm_head.weight is a copy of token_embedding.weight, not the same tensor: the two start equal but are "
-             "separate parameters (2 x V x D numbers), and the first optimizer step makes them differ. Share the "
-             "Parameter itself: `self.lm_head.weight = self.token_embedding.weight`.", mistake="tied by copying")
-    fail(f"lm_head is not tied to the token embedding: it has its own weight matrix ({describe_shape(weight)}). "
-         f"Share the Parameter: `self.lm_head.weight = self.token_embedding.weight` (one ({V}, {D}) matrix serves "
-         f"both, saving {V * D:,} parameters here).", mistake="not tied")
+    return SimpleNamespace(judged=judged, head=head, weight=weight, emb=emb,
+                           untied=judged and weight is not (emb.weight if judged else None))
 
 
-def _check_blocks(model: nn.Module, N: int) -> None:
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList):
-        got = "no attribute `blocks`" if blocks is None else f"`blocks` is a {type(blocks).__name__}"
-        fail(f"your GPT has {got}: keep the blocks in `self.blocks = nn.ModuleList([...])`.",
-             mistake="missing submodule")
-    if len(blocks) != N:
-        fail(f"GPT(num_layers={N}) built {len(blocks)} blocks; it should build num_layers of them.",
-             mistake="wrong number of blocks")
-    if len({id(b) for b in blocks}) < len(blocks):
-        fail("your blocks are one and the same module used several times (they share their weights): build a new "
-             "GPTBlock for each, `nn.ModuleList(GPTBlock(...) for _ in range(num_layers))`.",
-             mistake="blocks sharing one module")
+def _transposed(t: Any) -> bool:
+    w, e = t.weight, t.emb.weight
+    return isinstance(w, Tensor) and w.shape == e.shape[::-1] and equal(w, e.t())
+
+
+def _copied(t: Any) -> bool:
+    w, e = t.weight, t.emb.weight
+    return isinstance(w, Tensor) and w.shape == e.shape and equal(w, e)
 
 
 _RESIDUAL = ("self_attn.w_o.weight", "feed_forward.linear2.weight")  # the projections into the residual stream
+_HOW = ("Initialise every weight matrix with `nn.init.normal_(p, std=0.02)` (before tying), as GPT-2 does; GPT-2 "
+        "draws its residual projections (`w_o`, `linear2`) with `std=0.02 / math.sqrt(2 * num_layers)`, which is "
+        "accepted too.")
 
 
-def _check_init(model: nn.Module, ref: GPT) -> None:
+def _init_facts(model: nn.Module, ref: GPT) -> SimpleNamespace | None:
     """The notebook's initialisation, on the freshly built model: every weight matrix ~ N(0, 0.02^2)
     (the pooled standard deviation within 15 %, each matrix within a factor 2: tiny matrices vary),
     norm scales left at one. GPT-2's own (its paper, section 2.3; nanoGPT, Hugging Face) draws the
     residual projections ``w_o`` and ``linear2`` with ``0.02 / sqrt(2 * num_layers)``: when those
     matrices together are nearer that, they are measured against it. Biases are not checked (the
-    notebook leaves them as built)."""
+    notebook leaves them as built). None: no weight matrix to judge."""
     s_params = dict(model.named_parameters(remove_duplicate=False))
     found = [(n, s_params.get(n, s_params.get(n.replace(".embedding.weight", ".weight")))) for n, _ in
              ref.named_parameters()]
@@ -522,47 +565,221 @@ def _check_init(model: nn.Module, ref: GPT) -> None:
             matrices = [(n, w * (0.02 / target[n])) for n, w in matrices]
     scales = [(n, p.detach().float()) for n, p in found if p is not None and p.dim() < 2 and not n.endswith("bias")]
     if not matrices:
-        return
+        return None
     stds = {name: float(w.std()) for name, w in matrices}
     pooled = float(torch.cat([w.flatten() for _, w in matrices]).std())
-    how = ("Initialise every weight matrix with `nn.init.normal_(p, std=0.02)` (before tying), as GPT-2 does; "
-           "GPT-2 draws its residual projections (`w_o`, `linear2`) with `std=0.02 / math.sqrt(2 * num_layers)`, "
-           "which is accepted too.")
-    if not all(0.01 < std < 0.04 for std in stds.values()) or abs(pooled - 0.02) > 0.003:
-        name = max(stds, key=lambda n: abs(math.log(max(stds[n], 1e-12) / 0.02)))
-        if all(0.6 < std < 1.6 for std in stds.values()) and 0.8 < pooled < 1.25:  # nn.Linear's default is < 0.3
-            fail(f"every weight matrix has standard deviation about 1 (all together: {pooled:.3g}), the N(0, 1) of "
-                 "nn.init.normal_(p) called without std= (nn.Embedding's default too, but nn.Linear's is smaller): "
-                 f"{how}", mistake="wrong initialisation")
-        for emb in ("token_embedding.weight", "position_embedding.weight"):
-            # wide bounds: a small position table's N(0, 1) strays beyond 20 % on some draws
-            if 0.6 < stds.get(emb, 0.0) < 1.6:
-                fail(f"the weights keep PyTorch's default initialisation (`{emb}` has standard deviation "
-                     f"{stds[emb]:.3g}, nn.Embedding's N(0, 1)): {how}", mistake="initialisation missing")
-        xavier = {n: math.sqrt(2 / (w.size(0) + w.size(1))) for n, w in matrices}  # its standard deviation
-        if (all(0.7 < stds[n] / xavier[n] < 1.4 for n in stds)
-                and abs(float(torch.cat([w.flatten() / xavier[n] for n, w in matrices]).std()) - 1) < 0.1):
-            fail(f"your weights follow Xavier's initialisation (`{name}` has standard deviation {stds[name]:.3g}, "
-                 f"Xavier's sqrt(2 / (fan_in + fan_out)) = {xavier[name]:.3g}); the notebook asks for GPT-2's: {how}",
-                 mistake="Xavier initialisation")
-        rescaled = ", GPT-2's scaled residual projections counted as 0.02" if 0.02 not in {target[n] for n in
-                                                                                         target if n.endswith(_RESIDUAL)} else ""  # noqa: E501
-        fail(f"`{name}` has standard deviation {stds[name] * target[name] / 0.02:.3g} after construction (all "
-             f"weight matrices together{rescaled}: {pooled:.3g}); it should be {target[name]:.3g}. {how}",
-             mistake="wrong initialisation")
-    for name, w in scales:
+    name = max(stds, key=lambda n: abs(math.log(max(stds[n], 1e-12) / 0.02)))
+    xavier = {n: math.sqrt(2 / (w.size(0) + w.size(1))) for n, w in matrices}  # its standard deviation
+    return SimpleNamespace(
+        stds=stds, pooled=pooled, name=name, matrices=matrices, xavier=xavier, target=target, scales=scales,
+        off=not all(0.01 < std < 0.04 for std in stds.values()) or abs(pooled - 0.02) > 0.003)
+
+
+def _default_embedding(c: Any) -> dict[str, str] | None:
+    for emb in ("token_embedding.weight", "position_embedding.weight"):
+        # wide bounds: a small position table's N(0, 1) strays beyond 20 % on some draws
+        if 0.6 < c.stds.get(emb, 0.0) < 1.6:
+            return dict(emb=emb, std=f"{c.stds[emb]:.3g}")
+    return None
+
+
+def _xavier(c: Any) -> dict[str, str] | None:
+    if not (all(0.7 < c.stds[n] / c.xavier[n] < 1.4 for n in c.stds)
+            and abs(float(torch.cat([w.flatten() / c.xavier[n] for n, w in c.matrices]).std()) - 1) < 0.1):
+        return None
+    return dict(name=c.name, std=f"{c.stds[c.name]:.3g}", xavier=f"{c.xavier[c.name]:.3g}")
+
+
+def _wrong_std(c: Any) -> dict[str, str]:
+    residual = {c.target[n] for n in c.target if n.endswith(_RESIDUAL)}
+    return dict(name=c.name, std=f"{c.stds[c.name] * c.target[c.name] / 0.02:.3g}", pooled=f"{c.pooled:.3g}",
+                rescaled="" if 0.02 in residual else ", GPT-2's scaled residual projections counted as 0.02",
+                target=f"{c.target[c.name]:.3g}")
+
+
+def _scales_changed(c: Any) -> dict[str, str] | None:
+    for name, w in c.scales:
         if not equal(w, torch.ones_like(w)):
-            fail(f"`{name}` (a LayerNorm scale) is not all ones after construction (mean {float(w.mean()):.3g}): "
-                 "the normal(0, 0.02) initialisation is for the weight matrices only (p.dim() >= 2); a norm "
-                 "scale near 0 would switch its layer off. Leave the norms as LayerNorm builds them.",
-                 mistake="norm scales initialised")
+            return dict(name=name, mean=f"{float(w.mean()):.3g}")
+    return None
+
+
+def _refused(c: Any) -> bool:
+    """A sequence of exactly ``max_len`` tokens refused by the student's own ``raise`` or ``assert``."""
+    return isinstance(c.exc, (ValueError, AssertionError)) or bool(re.search(r"\b(raise|assert)\b", c.line))
+
+
+_TOO_LONG = ("check the length first: `if tokens.size(1) > self.max_len: raise ValueError(f\"... L = {{L}} > max_len "
+             "= {{self.max_len}}\")`")
+
+GPT_TABLE = Catalogue("GPT", "09", [
+    Entry("not a class", None, Probe("require_module_class")),
+    Entry("not a class", None, Output(lambda model: not isinstance(model, nn.Module), "built"),
+          "GPT(...) should build an nn.Module; got {type}."),
+    # the output layer tied to the token embedding (stage "tying")
+    Entry("output bias", "the output layer has a bias",
+          Output(lambda t: t.judged and getattr(t.head, "bias", None) is not None, "tying"),
+          "lm_head has a bias; GPT-2's output layer has none (and a tied layer shares only the matrix): "
+          "`nn.Linear(d_model, vocab_size, bias=False)`."),
+    Entry("tied but transposed", "the output layer holds the token embedding transposed, (D, V) instead of (V, D)",
+          Output(lambda t: t.untied and _transposed(t) and dict(shape=describe_shape(t.weight)), "tying"),
+          "lm_head.weight is the token embedding transposed, {shape} = (D, V): `nn.Linear(d_model, vocab_size)` "
+          "stores its weight as (out, in) = ({V}, {D}), the embedding table's own shape, so the table fits as it is: "
+          "`self.lm_head.weight = self.token_embedding.weight` (no `.t()`; GPT-2's Conv1D layers store (in, out), but "
+          "its head is tied untransposed too)."),
+    Entry("tied by copying", "the embedding is copied, not shared", Output(lambda t: t.untied and _copied(t), "tying"),
+          "lm_head.weight is a copy of token_embedding.weight, not the same tensor: the two start equal but are "
+          "separate parameters (2 x V x D numbers), and the first optimizer step makes them differ. Share the "
+          "Parameter itself: `self.lm_head.weight = self.token_embedding.weight`."),
+    Entry("not tied", "the output layer does not share the token embedding",
+          Output(lambda t: t.untied and dict(shape=describe_shape(t.weight)), "tying"),
+          "lm_head is not tied to the token embedding: it has its own weight matrix ({shape}). Share the Parameter: "
+          "`self.lm_head.weight = self.token_embedding.weight` (one ({V}, {D}) matrix serves both, saving {saved} "
+          "parameters here)."),
+    # the blocks (stage "blocks")
+    Entry("missing submodule", None,
+          Output(lambda b: not isinstance(b.blocks, nn.ModuleList) and dict(
+              got="no attribute `blocks`" if b.blocks is None else f"`blocks` is a {type(b.blocks).__name__}"),
+                 "blocks"),
+          "your GPT has {got}: keep the blocks in `self.blocks = nn.ModuleList([...])`."),
+    Entry("wrong number of blocks", "another number of blocks than num_layers",
+          Output(lambda b: len(b.blocks) != b.N and dict(n=len(b.blocks)), "blocks"),
+          "GPT(num_layers={N}) built {n} blocks; it should build num_layers of them."),
+    Entry("blocks sharing one module", "blocks share one module",
+          Output(lambda b: len({id(m) for m in b.blocks}) < len(b.blocks), "blocks"),
+          "your blocks are one and the same module used several times (they share their weights): build a new "
+          "GPTBlock for each, `nn.ModuleList(GPTBlock(...) for _ in range(num_layers))`."),
+    *(Entry(name, None, Probe("structure_failure"))
+      for name in ("wrong parameter shape", "missing submodule", "unexpected parameters")),
+    Entry("modules shared", None, Probe("require_distinct_roles")),
+    # the initialisation, on the freshly built model (stage "init")
+    Entry("wrong initialisation", "normal initialisation with another std than the one asked for",
+          Output(lambda c: c.off and all(0.6 < std < 1.6 for std in c.stds.values()) and 0.8 < c.pooled < 1.25
+                 and dict(pooled=f"{c.pooled:.3g}"), "init"),  # nn.Linear's default is < 0.3
+          "every weight matrix has standard deviation about 1 (all together: {pooled}), the N(0, 1) of "
+          "nn.init.normal_(p) called without std= (nn.Embedding's default too, but nn.Linear's is smaller): " + _HOW),
+    Entry("initialisation missing",
+          "GPT's weight matrices keep PyTorch's default initialisation instead of normal(0, 0.02)",
+          Output(lambda c: c.off and _default_embedding(c), "init"),
+          "the weights keep PyTorch's default initialisation (`{emb}` has standard deviation {std}, nn.Embedding's "
+          "N(0, 1)): " + _HOW),
+    Entry("Xavier initialisation", "Xavier where GPT asks for normal(0, 0.02)",
+          Output(lambda c: c.off and _xavier(c), "init"),
+          "your weights follow Xavier's initialisation (`{name}` has standard deviation {std}, Xavier's sqrt(2 / "
+          "(fan_in + fan_out)) = {xavier}); the notebook asks for GPT-2's: " + _HOW),
+    Entry("wrong initialisation", None, Output(lambda c: c.off and _wrong_std(c), "init"),
+          "`{name}` has standard deviation {std} after construction (all weight matrices together{rescaled}: "
+          "{pooled}); it should be {target}. " + _HOW),
+    Entry("norm scales initialised", "the initialisation also overwrites the LayerNorm scales (they must stay 1)",
+          Output(_scales_changed, "init"),
+          "`{name}` (a LayerNorm scale) is not all ones after construction (mean {mean}): the normal(0, 0.02) "
+          "initialisation is for the weight matrices only (p.dim() >= 2); a norm scale near 0 would switch its layer "
+          "off. Leave the norms as LayerNorm builds them."),
+    # three cases: L, max_len and a padding mask
+    *_FORWARD_RAISED,
+    Entry("length check off by one", None,
+          Output(_refused, "refused"),
+          "a sequence of exactly max_len = {max_len} tokens ({case}) is refused: {raised}. The position table has "
+          "max_len rows, positions 0 .. {last}, so a sequence of exactly max_len tokens is allowed (generation feeds "
+          "the model the last max_len tokens); refuse only L > max_len: `if tokens.size(1) > self.max_len: raise "
+          "ValueError(...)` (`>`, not `>=`)."),
+    Entry("parameters modified in place", None, Probe("check_state_unchanged")),
+    Entry("wrong return", None,
+          Output(lambda got: isinstance(got, (tuple, list)) and dict(
+              type=type(got).__name__, shapes=", ".join(describe_shape(t) for t in got[:3])), "return"),
+          "GPT should return one tensor, the logits (B, L, V) = ({B}, {L}, {V}); yours returned a {type} ({shapes}). "
+          "Return the logits alone (the loss is computed outside the model)."),
+    Entry("dropout ignores eval mode", None, Probe("check_dropout")),
+    # the wrong logits are the reference run with one of these mistakes (in this order)
+    Entry("no position embedding", "no position embedding added", Reference(_gpt_run(positions=None), "values"),
+          "the position embeddings are never added, so the model cannot tell positions apart: `x = "
+          "token_embedding(tokens) + position_embedding(torch.arange(L, device=tokens.device))`."),
+    Entry("positions start at 1", None, Reference(_gpt_run(positions=1), "values"),
+          "the positions are numbered from 1; they start at 0: `position_embedding(torch.arange(L, "
+          "device=tokens.device))` (and so fit max_len exactly)."),
+    Entry("positions offset by 2", "positions counted from 2 (OPT's offset) instead of 0",
+          Reference(_gpt_run(positions=2), "values"),
+          "the positions are numbered from 2, OPT's habit (OPT's table has max_len + 2 rows for that offset); this "
+          "table has max_len rows and GPT-2 counts from 0: `position_embedding(torch.arange(L, "
+          "device=tokens.device))`."),
+    Entry("embeddings scaled", "embeddings scaled where the contract does not scale them",
+          Reference(_gpt_run(scale=True), "values"),
+          "the token embeddings are multiplied by sqrt(d_model), as the encoder-decoder Transformer's TokenEmbedding "
+          "does; GPT-2 adds the plain embedding to the position embedding, unscaled."),
+    Entry("missing final norm", "no final norm where the contract has one (pre-norm)",
+          Reference(_gpt_run(final_norm=False), "values"),
+          "the final LayerNorm is missing: pre-norm blocks never normalise the residual stream, so the model applies "
+          "`self.norm` once after the last block, before `lm_head`."),
+    Entry("returns probabilities", "probabilities (softmax) returned instead of logits",
+          Reference(_gpt_run(output="probs"), "values"),
+          "the model returns probabilities (a softmax over the vocabulary); it returns logits, the raw scores: the "
+          "loss (cross_entropy) and the sampling apply the softmax themselves."),
+    Entry("returns log-probabilities", "log-probabilities (log_softmax) returned instead of logits",
+          Reference(_gpt_run(output="log_probs"), "values"),
+          "the model returns log-probabilities (log_softmax); it returns the raw logits from lm_head."),
+    Entry("one layer applied repeatedly", "the first layer applied num_layers times",
+          Reference(_gpt_run(blocks="first only"), "values"),
+          "the first block is applied num_layers times; loop over self.blocks so each is used once."),
+    Entry("layer outputs not chained", "every layer reads the stack's input instead of the previous output",
+          Reference(_gpt_run(blocks="unchained"), "values"),
+          "every block gets the embeddings as input, so only the last block's output is kept: feed each block's "
+          "output to the next (`x = block(x, mask)`)."),
+    Entry("Conv1D layout", None,  # V == D: x @ lm_head.weight runs, wrong
+          Reference(lambda c: _gpt_run(head="Conv1D")(c) if c.ref.lm_head.weight.size(0) == c.ref.lm_head.weight.size(1)
+                    else [], "values"),
+          "your head multiplies by `lm_head.weight` as GPT-2's Conv1D stores it, (in, out); `nn.Linear` keeps (out, "
+          "in) = (vocab_size, d_model), so `x @ lm_head.weight` multiplies by the transpose (it ran only because "
+          "vocab_size equals d_model here). Call the layer, `self.lm_head(x)`, or write `x @ "
+          "self.lm_head.weight.T`."),
+    Entry("mask not passed on", "the mask is not passed on to the attention or layers",
+          Reference(lambda c: _gpt_run(pass_mask=False)(c) if c.mask is not None else [], "values"),
+          "the `mask` argument is not passed on to the blocks: call `block(x, mask)`."),
+    *GRADIENT_PROBE,
+    # dropout with p = 1 (the blocks in eval mode): only the embedding dropout acts (stage "dropout")
+    Entry("embedding dropout missing", "no dropout on the sum of the token and position embeddings",
+          Reference(lambda c: [({}, lambda: c.quiet(c.emb + c.pos))], "dropout"),
+          "no dropout is applied to the embeddings in training mode: x = self.dropout(token_embedding(tokens) + "
+          "position_embedding(positions)), with self.dropout = nn.Dropout(dropout)."),
+    Entry("dropout before adding", None,
+          Reference(lambda c: [({}, lambda: c.quiet(c.pos.expand_as(c.emb)))], "dropout"),
+          "the dropout is applied to the token embeddings before the position embeddings are added; it goes on their "
+          "sum: x = self.dropout(token_embedding(tokens) + position_embedding(positions))."),
+    Entry("dropout after the final norm",
+          "a dropout between the model's final norm and its output layer (GPT-2 has none)",
+          Reference(lambda c: [({}, lambda: torch.zeros_like(c.quiet(c.emb + c.pos)))], "dropout"),
+          # dropout = 1 - 1e-12 zeroes it all
+          "the final norm's output (or the logits) goes through a dropout: GPT-2 drops only the embeddings' sum and, "
+          "inside each block, each sub-layer's output; the final norm feeds the output layer as it is: "
+          "`self.lm_head(self.norm(x))`."),
+    *(Entry(name, None, Probe("check_dropout_modes")) for name in ("dropout ignores eval mode", "NaN",
+                                                                   "hard-coded dropout p")),
+    *(Entry(name, None, Probe("check_dropout_rate")) for name in ("wrong dropout", "dropout applied twice",
+                                                                  "wrong dropout rate")),
+    Entry("dropout not passed on", None,
+          Output(lambda c: isinstance(c.got, Tensor) and not matches(c.got, c.expected) and matches(c.got, c.without),
+                 "blocks dropout"),
+          f"your GPT's blocks apply no dropout in training mode (blocks[0] on its own, dropout={P_PROBE:g}): the "
+          "model's dropout is not passed on to them. Build them with it: GPTBlock(d_model, num_heads, d_ff, dropout)."),
+    # a sequence longer than max_len must be a ValueError (stage "too long")
+    Entry("wrong error type", None, Output(lambda c: isinstance(c.exc, AssertionError), "too long"),
+          "a sequence longer than max_len ({case}) stops at an `assert` (nanoGPT's habit): an assert raises "
+          "AssertionError, which says nothing about the input, and `python -O` removes it altogether. Raise the error "
+          f"a bad argument gets: {_TOO_LONG}."),
+    Entry("max_len not checked", "a sequence longer than max_len gets no ValueError (a deep IndexError, or none)",
+          Output(lambda c: c.exc is not None, "too long"),
+          "a sequence longer than max_len ({case}) gets {raised} from deep inside (the position table has only max_len "
+          f"rows), not a clear error: {_TOO_LONG}."),
+    Entry("max_len not checked", None, Output(lambda c: c.exc is None, "too long"),
+          "a sequence longer than max_len ({case}) runs without an error, although the model has learned no position "
+          f"beyond max_len: {_TOO_LONG}."),
+    DEVICE_PROBE,
+])
 
 
 def _build_gpt(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, p: float, max_len: int) -> nn.Module:
     shown = f"vocab_size={V}, d_model={D}, num_heads={H}, num_layers={N}, d_ff={d_ff}, dropout={p:g}, max_len={max_len}"
     model = call_student(cls, V, D, H, N, d_ff, p, max_len, context=f"constructing GPT({shown})")
-    if not isinstance(model, nn.Module):
-        fail(f"GPT(...) should build an nn.Module; got {type(model).__name__}.", mistake="not a class")
+    GPT_TABLE.detect("built", model, type=type(model).__name__)
     return model.eval()
 
 
@@ -572,13 +789,15 @@ def check_gpt(cls: Any) -> str:
     B, H, d_k, L, d_ff = _dims()
     D, V, N, max_len = H * d_k, randint(11, 19), randint(2, 3), L + randint(2, 4)
     model = _build_gpt(cls, V, D, H, N, d_ff, 0.1, max_len)
-    _check_tying(model, V, D)
-    _check_blocks(model, N)
+    GPT_TABLE.detect("tying", _tying(SimpleNamespace(model=model)), V=V, D=D, saved=f"{V * D:,}")
+    GPT_TABLE.detect("blocks", SimpleNamespace(blocks=getattr(model, "blocks", None), N=N), N=N)
     ref = GPT(V, D, H, N, d_ff, 0.0, max_len).eval()
     pairs, missing, unexpected, wrong_shape = match_parameters(model, ref)
     structure_failure("GPT", model, missing, unexpected, wrong_shape, _GPT_PARTS)
     require_distinct_roles(model, ref, "GPT")  # self.norm = self.blocks[-1].norm2; the tie is the reference's too
-    _check_init(model, ref)
+    init = _init_facts(model, ref)
+    if init is not None:
+        GPT_TABLE.detect("init", init)
     randomise_parameters(model)
     copy_parameters(pairs)
     for length, masked in ((L, False), (max_len, False), (L, True)):
@@ -593,15 +812,14 @@ def check_gpt(cls: Any) -> str:
                 got = _forward(model, args, case)
             except StudentError as err:
                 if length == max_len:  # the shorter case ran: a guard of the student's own refuses L == max_len
-                    _max_len_refused(err, case, max_len)
+                    GPT_TABLE.detect("refused", SimpleNamespace(exc=err.exc, line=student_line(err.exc) or ""),
+                                     max_len=max_len, last=max_len - 1, case=case, raised=raised(err.exc, inline=True))
                 raise
             check_state_unchanged(model, state, case)
-            if isinstance(got, (tuple, list)):
-                fail(f"GPT should return one tensor, the logits (B, L, V) = ({B}, {length}, {V}); yours returned a "
-                     f"{type(got).__name__} ({', '.join(describe_shape(t) for t in got[:3])}). Return the logits "
-                     "alone (the loss is computed outside the model).", mistake="wrong return")
+            GPT_TABLE.detect("return", got, B=B, L=length, V=V)
             check_dropout(lambda: call_student(model, *args, context=f"running forward ({case})"), got, expected)
-            expect_close("logits", got, expected, _gpt_mistakes(ref, tokens, mask), case=case)
+            mistakes = GPT_TABLE.candidates(SimpleNamespace(ref=ref, tokens=tokens, mask=mask), "values")
+            expect_close("logits", got, expected, mistakes, case=case)
     gradient_probe(model, ref, dict(tokens=tokens, mask=mask), named(model, pairs), what="GPT", case=case)
     _gpt_dropout(cls, V, D, H, N, d_ff, max_len, B, L)
     _too_long(model, V, B, max_len)
@@ -612,38 +830,20 @@ def check_gpt(cls: Any) -> str:
     return "tied output layer, learned positions, final norm, logits (B, L, V), with and without a mask"
 
 
-def _max_len_refused(err: StudentError, case: str, max_len: int) -> None:
-    """A sequence of exactly ``max_len`` tokens refused by the student's own ``raise`` or
-    ``assert`` (``L >= max_len``: off by one), after the shorter case ran."""
-    line = student_line(err.exc) or ""
-    if isinstance(err.exc, (ValueError, AssertionError)) or re.search(r"\b(raise|assert)\b", line):
-        fail(f"a sequence of exactly max_len = {max_len} tokens ({case}) is refused: {raised(err.exc, inline=True)}. "
-             f"The position table has max_len rows, positions 0 .. {max_len - 1}, so a sequence of exactly max_len "
-             "tokens is allowed (generation feeds the model the last max_len tokens); refuse only L > max_len: "
-             "`if tokens.size(1) > self.max_len: raise ValueError(...)` (`>`, not `>=`).",
-             mistake="length check off by one")
-
-
 def _too_long(model: nn.Module, V: int, B: int, max_len: int) -> None:
     """``L = max_len + 1`` must be a ``ValueError`` (the notebook asks for it): the model has no
     position beyond ``max_len``, and generation relies on the error to crop its context."""
     tokens, case = torch.randint(0, V, (B, max_len + 1)), f"tokens ({B}, {max_len + 1}), max_len={max_len}"
-    how = ("check the length first: `if tokens.size(1) > self.max_len: raise ValueError(f\"... L = {L} > max_len "
-           "= {self.max_len}\")`")
+    exc = None
     try:
         with torch.no_grad():
             call_student(model, tokens, context=f"running forward ({case})")
     except StudentError as err:
         if isinstance(err.exc, ValueError):
             return
-        if isinstance(err.exc, AssertionError):
-            fail(f"a sequence longer than max_len ({case}) stops at an `assert` (nanoGPT's habit): an assert "
-                 "raises AssertionError, which says nothing about the input, and `python -O` removes it "
-                 f"altogether. Raise the error a bad argument gets: {how}.", mistake="wrong error type")
-        fail(f"a sequence longer than max_len ({case}) gets {raised(err.exc, inline=True)} from deep inside "
-             f"(the position table has only max_len rows), not a clear error: {how}.", mistake="max_len not checked")
-    fail(f"a sequence longer than max_len ({case}) runs without an error, although the model has learned no "
-         f"position beyond max_len: {how}.", mistake="max_len not checked")
+        exc = err.exc
+    GPT_TABLE.detect("too long", SimpleNamespace(exc=exc), case=case,
+                     raised="" if exc is None else raised(exc, inline=True))
 
 
 def _gpt_pair(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, p: float, max_len: int) -> tuple[nn.Module, GPT]:
@@ -672,22 +872,9 @@ def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: i
         return ref.lm_head(ref.norm(x))  # (B, L, V)
 
     emb, pos = ref.token_embedding(tokens), ref.position_embedding(positions)  # (B, L, D), (L, D)
-    check_dropout_modes(
-        model, ref, run, "GPT",
-        lambda: [
-            ("embedding dropout missing", "no dropout is applied to the embeddings in training mode: x = "
-             "self.dropout(token_embedding(tokens) + position_embedding(positions)), with self.dropout = "
-             "nn.Dropout(dropout).", lambda: quiet_blocks(emb + pos)),
-            ("dropout before adding", "the dropout is applied to the token embeddings before the position "
-             "embeddings are added; it goes on their sum: x = self.dropout(token_embedding(tokens) + "
-             "position_embedding(positions)).", lambda: quiet_blocks(pos.expand_as(emb))),
-            ("dropout after the final norm", "the final norm's output (or the logits) goes through a dropout: "
-             "GPT-2 drops only the embeddings' sum and, inside each block, each sub-layer's output; the final "
-             "norm feeds the output layer as it is: `self.lm_head(self.norm(x))`.",
-             lambda: torch.zeros_like(quiet_blocks(emb + pos))),  # dropout = 1 - 1e-12 zeroes it all
-        ],
-        quiet=("blocks",), atol=1e-5,
-    )  # fmt: skip
+    c = SimpleNamespace(quiet=quiet_blocks, emb=emb, pos=pos)
+    check_dropout_modes(model, ref, run, "GPT", lambda: GPT_TABLE.candidates(c, "dropout"), quiet=("blocks",),
+                        atol=1e-5)
     # 0 < p < 1 (p = 1 cannot tell one dropout from two); Spy(False) is an identity that takes the mask too
     rated, rated_ref = _gpt_pair(cls, V, D, H, N, d_ff, P_RATE, max_len)
     with torch.no_grad():
@@ -708,10 +895,7 @@ def _gpt_dropout(cls: Any, V: int, D: int, H: int, N: int, d_ff: int, max_len: i
     finally:
         model.eval()
         ref.eval()
-    if isinstance(got, Tensor) and not matches(got, expected) and matches(got, without):
-        fail(f"your GPT's blocks apply no dropout in training mode (blocks[0] on its own, dropout={P_PROBE:g}): the "
-             "model's dropout is not passed on to them. Build them with it: GPTBlock(d_model, num_heads, d_ff, "
-             "dropout).", mistake="dropout not passed on")
+    GPT_TABLE.detect("blocks dropout", SimpleNamespace(got=got, expected=expected, without=without))
 
 
 # ---------------------------------------------------------------- next_token_probs
@@ -748,78 +932,210 @@ def _probs_variant(logits: Tensor, temperature: float, top_k: int | None, top_p:
     return scaled.softmax(-1) * keep if not renorm else scaled.masked_fill(~keep, -math.inf).softmax(dim)
 
 
-def _probs_mistakes(logits: Tensor, T: float, k: int | None, p: float | None) -> list[Mistake]:
-    table: list[tuple[str, str, dict[str, Any]]] = []
-    if T != 1:
-        table += [
-            ("temperature after softmax", "the temperature divides the probabilities after the softmax; it divides "
-             "the logits before it: `softmax(logits / temperature)`.", dict(temp="after softmax")),
-            ("temperature after softmax", "the temperature is applied to the probabilities and then a second "
-             "softmax; divide the logits by the temperature, then apply one softmax.", dict(temp="softmax twice")),
-            ("temperature ignored", "the temperature has no effect: divide the logits by it before the softmax.",
-             dict(temp="ignored")),
-            ("temperature multiplied", "the logits are multiplied by the temperature; divide them: a temperature "
-             "below 1 must sharpen the distribution, above 1 flatten it.", dict(temp="multiplied")),
-            ("temperature applied twice", "the logits are divided by the temperature twice (`logits / T / T`, or "
-             "by `T ** 2`): divide them once, `softmax(logits / temperature)`, and only there (not again in "
-             "`generate` before calling next_token_probs).", dict(temp="twice")),
-        ]
-    if k is not None:
-        table += [
-            ("top-k keeps k+1", f"top_k={k} kept {k + 1} tokens: keep exactly the k largest logits "
-             "(logits.topk(k).values[..., -1:] is the k-th largest; remove what is below it).", dict(k_shift=1)),
-            ("top-k keeps k-1", f"top_k={k} kept only {k - 1} token{'s' if k - 1 != 1 else ''}: the k-th largest "
-             "logit must be kept too (remove logits < the k-th largest, not <=).", dict(k_shift=-1)),
-            ("top-k keeps the smallest", "top-k keeps the k *smallest* logits; keep the k largest.",
-             dict(k_largest=False)),
-        ]
-    if k is not None or p is not None:
-        table += [
-            ("not renormalised", "the removed tokens get probability 0, but the kept ones are not renormalised, so "
-             "the row sums to less than 1: set the removed logits to -inf (or the most negative float) before the "
-             "softmax.", dict(renorm=False)),
-            ("removed set to zero logit", "the removed tokens' logits are set to 0, which leaves them a probability "
-             "exp(0) / sum > 0; set them to -inf (or the most negative float) so the softmax gives them exactly 0.",
-             dict(zero_logit=True)),
-        ]
-    if p is not None:
-        table += [
-            ("top_p ignored", f"top_p={p} has no effect: keep only the smallest set of most likely tokens whose "
-             "probabilities add up to at least top_p (sort, cumsum, remove a token once the tokens before it reach "
-             "top_p), then renormalise.", dict(p_mode="ignored")),
-            ("top-p drops the crossing token", f"top_p={p} stops before the token whose cumulative probability "
-             "crosses p; the nucleus is the smallest set of most likely tokens whose total is >= p, so that token is "
-             "kept (remove a token only when the tokens before it already add up to p).", dict(p_mode="strict")),
-            ("top-p drops the crossing token", f"top_p={p} stops before the token whose cumulative probability "
-             "crosses p (except where the most likely token alone reaches p); the nucleus is the smallest set of "
-             "most likely tokens whose total is >= p, so that token is kept (remove a token only when the tokens "
-             "before it already add up to p).", dict(p_mode="strict, top kept")),
-            ("top-p unsorted", "top-p adds up the probabilities in vocabulary order; sort them from the most to the "
-             "least likely first (`sort(descending=True)`), then map the decision back to the vocabulary order.",
-             dict(p_mode="unsorted")),
-            ("top-p not mapped back", "top-p decides in sorted order, and that decision is applied to the logits "
-             "as if it were in vocabulary order: the i-th most likely token's verdict lands on token i. Map it back "
-             "with the sort's indices: `remove = remove_sorted.scatter(-1, order, remove_sorted)`.",
-             dict(p_mode="sorted order")),
-            ("top-p not mapped back", "top-p maps its sorted decision back with `gather(-1, order)`, which applies "
-             "the sort's permutation a second time instead of undoing it: `remove_sorted.gather(-1, order)[v]` is "
-             "the verdict of sorted position `order[v]`, not of token v. Undo it with scatter: "
-             "`remove_sorted.scatter(-1, order, remove_sorted)` (or `torch.empty_like(remove_sorted).scatter_(-1, "
-             "order, remove_sorted)`).", dict(p_mode="gather")),
-            ("top-p keeps one token too many", f"top_p={p} keeps the token after the one whose cumulative "
-             "probability crosses p: the nucleus is the smallest set of most likely tokens whose total is >= p, "
-             "so remove a token as soon as the tokens before it add up to p (`cumsum - probs >= top_p`; or, "
-             "Hugging Face's way, `cumsum > top_p` shifted right by one, not by two).", dict(p_mode="one long")),
-        ]
-        if T != 1:
-            table.append(("top-p before temperature", "the nucleus is chosen from the probabilities *before* the "
-                          "temperature; apply the temperature first, then top-k and top-p on the tempered "
-                          "distribution.", dict(p_mode="before temperature")))
-        if k is not None:
-            table.append(("top-p before top-k", "top-p is computed on the full distribution; apply it after top-k, "
-                          "to the distribution of the k tokens that are left (renormalised).",
-                          dict(p_order="before k")))
-    return [(name, text, lambda kw=kw: _probs_variant(logits, T, k, p, **kw)) for name, text, kw in table]
+def _probs_run(**settings: Any) -> Callable[[Any], list]:
+    """One candidate: the reference distribution of case ``c`` computed with these settings
+    (:func:`_probs_variant`)."""
+    return lambda c: [({}, lambda: _probs_variant(c.logits, c.T, c.k, c.p, **settings))]
+
+
+def _when(test: Callable[[Any], bool], build: Callable[[Any], list]) -> Callable[[Any], list]:
+    """``build``'s candidates on the cases where ``test`` holds (a mistake that cannot show elsewhere)."""
+    return lambda c: build(c) if test(c) else []
+
+
+def _tempered(c: Any) -> bool:
+    return c.T != 1
+
+
+def _top_k(c: Any) -> bool:
+    return c.k is not None
+
+
+def _top_p(c: Any) -> bool:
+    return c.p is not None
+
+
+def _k_short(c: Any) -> list:
+    return [(dict(n=c.k - 1, s="s" if c.k - 1 != 1 else ""), _probs_run(k_shift=-1)(c)[0][1])]
+
+
+def _crash_facts(err: StudentError, logits: Tensor) -> SimpleNamespace:
+    """An IndexError or a shape RuntimeError on logits other than one row of (B, V): code that
+    indexes axis 1 (nanoGPT's ``v[:, [-1]]``, Hugging Face's ``scatter(1, ...)``) or keeps the
+    k-th value as ``(B,)`` (``top_logits[:, -1]``, right for one row only)."""
+    exc, line = err.exc, (student_line(err.exc) or "").replace(" ", "")
+    shape_error = isinstance(exc, IndexError) or (isinstance(exc, RuntimeError) and any(
+        w in str(exc) for w in ("size of tensor", "out of bounds", "out of range", "shape", "dimension")))
+    sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", str(exc))
+    # (B, V) against (B,): one value per row lined up with the vocabulary axis
+    per_row = logits.dim() == 2 and sizes is not None and {int(sizes[1]), int(sizes[2])} == set(logits.shape)
+    fixes = ["`v[..., [-1]]` or `v[..., -1:]` for nanoGPT's `v[:, [-1]]`" if re.search(r"\[:,\[-1\]\]", line) else
+             "", "`scatter(-1, ...)` for `scatter(1, ...)`" if re.search(r"(scatter|gather)_?\(1,|dim=1", line) else ""]
+    fixes = [f for f in fixes if f]
+    return SimpleNamespace(crash=shape_error and not (logits.dim() == 2 and logits.size(0) == 1), line=line,
+                           per_row=per_row, fixes=f" ({'; '.join(fixes)})" if fixes else "")
+
+
+def _empty_nucleus(c: Any) -> bool:
+    """NaN exactly in the rows where the most likely token alone reaches top_p."""
+    if c.p is None or not (isinstance(c.got, Tensor) and c.got.shape == c.expected.shape and bool(isnan(c.got).any())):
+        return False
+    nan_rows = isnan(c.got).any(dim=-1)  # (...,)
+    empty = next_token_probs(c.logits, c.T, c.k).amax(dim=-1) >= c.p  # rows whose top token alone reaches p
+    return bool(nan_rows.any()) and equal(nan_rows, empty)
+
+
+def _softmax_axis(c: Any) -> dict[str, Any] | None:
+    """The last softmax over another axis than the vocabulary. Removed logits (-inf) give NaN
+    where a whole line of that axis was removed, so NaN counts as equal to NaN here."""
+    got, logits = c.got, c.logits
+    if (not isinstance(got, Tensor) or got.shape != logits.shape or not got.is_floating_point()
+            or got.device.type != "cpu"):
+        return None
+    for dim in range(logits.dim() - 1):
+        wrong = _probs_variant(logits, c.T, c.k, c.p, dim=dim).double()  # (..., V)
+        if bool(allclose(got.detach().double(), wrong, atol=1e-6, rtol=1e-4, equal_nan=True)):
+            nan = (" The NaN come from it: a token removed (-inf) in every row along that axis leaves softmax "
+                   "nothing but -inf." if bool(isnan(wrong).any()) else "")
+            return dict(dim=dim, shape=describe_shape(logits), nan=nan)
+    return None
+
+
+_TOP_P_CROSSING = ("the nucleus is the smallest set of most likely tokens whose total is >= p, so that token is kept "
+                   "(remove a token only when the tokens before it already add up to p).")
+
+NTP = Catalogue("next_token_probs", "09", [
+    Entry("not a function", None, Probe("require_function")),
+    # the call raised a shape error on logits other than one row (B, V) (stage "crash")
+    Entry("k-th value without its axis",
+          "the k-th largest logit taken as (B,) (top_logits[:, -1]): right for one row only",
+          Output(lambda c: c.crash and bool(re.search(r"\[:,-1\]", c.line) or c.per_row), "crash"),
+          "your next_token_probs fails ({case}): {shown}. `top_logits[:, -1]` takes the k-th largest logit as shape "
+          "(B,), without its axis: against logits (B, V) it lines up with the vocabulary axis, so it is right for one "
+          "row only (B = 1) and an error or wrong numbers otherwise. Keep the axis and index the last one: `kth = "
+          "top_logits[..., -1:]`, shape (..., 1), which works for (V,), (B, V) and (B, L, V)."),
+    Entry("2-D logits only",
+          "next_token_probs indexes axis 1 (scatter(1, ...), v[:, [-1]]): fails on (V,) or (B, L, V)",
+          Output(lambda c: c.crash and dict(fixes=c.fixes), "crash"),
+          "your next_token_probs fails ({case}): {shown}. It works on 2-D logits (B, V) only: it indexes axis 1, which "
+          "is the vocabulary only there. The notebook calls it on one row (V,) and generation may pass (B, L, V): "
+          "index the last axis, `dim=-1` and `[..., -1:]`{fixes}."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    # item 6 of issue 24: a result on another device than the logits (a meta result, .cpu(), .to("meta"))
+    Entry("wrong device", None,
+          Output(lambda c: isinstance(c.got, Tensor) and c.got.device != c.logits.device
+                 and dict(device=c.got.device, where=c.logits.device), "device"),
+          "your next_token_probs returned probabilities on the {device} device for logits on {where} ({case}): the "
+          "result must stay where the logits are (on a GPU in Colab, generation then samples from it and appends to "
+          "the tokens there). Leave out the move (.to(...), .cpu()), and create any tensor you need on the logits' "
+          "device (device=logits.device, or torch.full_like, torch.zeros_like)."),
+    # a wrong result (stage "nan": NaN rows; "axis": the softmax's axis; "values": the reference run with
+    # each mistake, in this order; "show": the mistakes _good_logits makes visible)
+    Entry("top-p drops the crossing token", "top-p drops the token that crosses p", Output(_empty_nucleus, "nan"),
+          "probabilities ({case}) are NaN exactly in the rows where the most likely token alone has probability >= "
+          "top_p: your nucleus is empty there, because it stops before the token that crosses p. That token belongs "
+          "to the nucleus (remove a token only when the tokens before it already add up to p), so at least one "
+          "token is always kept."),
+    Entry("softmax not over the vocabulary",
+          "the next-token softmax runs over another axis than the vocabulary (dim=-1)", Output(_softmax_axis, "axis"),
+          "probabilities ({case}): the softmax runs over dim={dim} of the logits {shape}, not over the vocabulary, "
+          "so the probabilities do not sum to 1 along the last axis. Each distribution over the next token lies "
+          "along the last axis whatever the leading dims: softmax(..., dim=-1) (dim=1 is the vocabulary only for "
+          "2-D logits).{nan}"),
+    Entry("temperature after softmax", "temperature applied after the softmax",
+          Reference(_when(_tempered, _probs_run(temp="after softmax")), ("values", "show")),
+          "the temperature divides the probabilities after the softmax; it divides the logits before it: "
+          "`softmax(logits / temperature)`."),
+    Entry("temperature after softmax", None,
+          Reference(_when(_tempered, _probs_run(temp="softmax twice")), ("values", "show")),
+          "the temperature is applied to the probabilities and then a second softmax; divide the logits by the "
+          "temperature, then apply one softmax."),
+    Entry("temperature ignored", "temperature has no effect",
+          Reference(_when(_tempered, _probs_run(temp="ignored")), ("values", "show")),
+          "the temperature has no effect: divide the logits by it before the softmax."),
+    Entry("temperature multiplied", "logits multiplied by the temperature instead of divided",
+          Reference(_when(_tempered, _probs_run(temp="multiplied")), ("values", "show")),
+          "the logits are multiplied by the temperature; divide them: a temperature below 1 must sharpen the "
+          "distribution, above 1 flatten it."),
+    Entry("temperature applied twice", "the logits divided by the temperature twice (logits / T / T, or by T ** 2)",
+          Reference(_when(_tempered, _probs_run(temp="twice")), ("values", "show")),
+          "the logits are divided by the temperature twice (`logits / T / T`, or by `T ** 2`): divide them once, "
+          "`softmax(logits / temperature)`, and only there (not again in `generate` before calling "
+          "next_token_probs)."),
+    Entry("top-k keeps k+1", "top-k keeps one token too many",
+          Reference(_when(_top_k, lambda c: [(dict(n=c.k + 1), _probs_run(k_shift=1)(c)[0][1])]), ("values", "show")),
+          "top_k={k} kept {n} tokens: keep exactly the k largest logits (logits.topk(k).values[..., -1:] is the k-th "
+          "largest; remove what is below it)."),
+    Entry("top-k keeps k-1", "top-k keeps one token too few", Reference(_when(_top_k, _k_short), ("values", "show")),
+          "top_k={k} kept only {n} token{s}: the k-th largest logit must be kept too (remove logits < the k-th "
+          "largest, not <=)."),
+    Entry("top-k keeps the smallest", "top-k keeps the smallest logits",
+          Reference(_when(_top_k, _probs_run(k_largest=False)), ("values", "show")),
+          "top-k keeps the k *smallest* logits; keep the k largest."),
+    Entry("not renormalised", "the kept probabilities do not sum to 1",
+          Reference(_when(lambda c: _top_k(c) or _top_p(c), _probs_run(renorm=False)), ("values", "show")),
+          "the removed tokens get probability 0, but the kept ones are not renormalised, so the row sums to less "
+          "than 1: set the removed logits to -inf (or the most negative float) before the softmax."),
+    Entry("removed set to zero logit", "removed tokens set to logit 0 instead of -inf",
+          Reference(_when(lambda c: _top_k(c) or _top_p(c), _probs_run(zero_logit=True)), ("values", "show")),
+          "the removed tokens' logits are set to 0, which leaves them a probability exp(0) / sum > 0; set them to "
+          "-inf (or the most negative float) so the softmax gives them exactly 0."),
+    Entry("top_p ignored", "top_p has no effect", Reference(_when(_top_p, _probs_run(p_mode="ignored")),
+                                                          ("values", "show")),
+          "top_p={p} has no effect: keep only the smallest set of most likely tokens whose probabilities add up to "
+          "at least top_p (sort, cumsum, remove a token once the tokens before it reach top_p), then renormalise."),
+    Entry("top-p drops the crossing token", None,
+          Reference(_when(_top_p, _probs_run(p_mode="strict")), ("values", "show")),
+          "top_p={p} stops before the token whose cumulative probability crosses p; " + _TOP_P_CROSSING),
+    Entry("top-p drops the crossing token", None,
+          Reference(_when(_top_p, _probs_run(p_mode="strict, top kept")), ("values", "show")),
+          "top_p={p} stops before the token whose cumulative probability crosses p (except where the most likely "
+          "token alone reaches p); " + _TOP_P_CROSSING),
+    Entry("top-p unsorted", "top-p without sorting the probabilities",
+          Reference(_when(_top_p, _probs_run(p_mode="unsorted")), ("values", "show")),
+          "top-p adds up the probabilities in vocabulary order; sort them from the most to the least likely first "
+          "(`sort(descending=True)`), then map the decision back to the vocabulary order."),
+    Entry("top-p not mapped back", "top-p's sorted decision applied in vocabulary order, or mapped back with gather",
+          Reference(_when(_top_p, _probs_run(p_mode="sorted order")), ("values", "show")),
+          "top-p decides in sorted order, and that decision is applied to the logits as if it were in vocabulary "
+          "order: the i-th most likely token's verdict lands on token i. Map it back with the sort's indices: "
+          "`remove = remove_sorted.scatter(-1, order, remove_sorted)`."),
+    Entry("top-p not mapped back", None, Reference(_when(_top_p, _probs_run(p_mode="gather")), ("values", "show")),
+          "top-p maps its sorted decision back with `gather(-1, order)`, which applies the sort's permutation a "
+          "second time instead of undoing it: `remove_sorted.gather(-1, order)[v]` is the verdict of sorted position "
+          "`order[v]`, not of token v. Undo it with scatter: `remove_sorted.scatter(-1, order, remove_sorted)` (or "
+          "`torch.empty_like(remove_sorted).scatter_(-1, order, remove_sorted)`)."),
+    Entry("top-p keeps one token too many", "top-p keeps the token after the one that crosses p",
+          Reference(_when(_top_p, _probs_run(p_mode="one long")), ("values", "show")),
+          "top_p={p} keeps the token after the one whose cumulative probability crosses p: the nucleus is the "
+          "smallest set of most likely tokens whose total is >= p, so remove a token as soon as the tokens before it "
+          "add up to p (`cumsum - probs >= top_p`; or, Hugging Face's way, `cumsum > top_p` shifted right by one, "
+          "not by two)."),
+    Entry("top-p before temperature", "top-p computed before the temperature",
+          Reference(_when(lambda c: _top_p(c) and _tempered(c), _probs_run(p_mode="before temperature")),
+                    ("values", "show")),
+          "the nucleus is chosen from the probabilities *before* the temperature; apply the temperature first, then "
+          "top-k and top-p on the tempered distribution."),
+    Entry("top-p before top-k", "top-p applied before top-k",
+          Reference(_when(lambda c: _top_p(c) and _top_k(c), _probs_run(p_order="before k")), ("values", "show")),
+          "top-p is computed on the full distribution; apply it after top-k, to the distribution of the k tokens "
+          "that are left (renormalised)."),
+    Entry("log-probabilities", "log-probabilities returned instead of probabilities",
+          Reference(lambda c: [({}, lambda: c.expected.clamp_min(1e-45).log())], "values"),
+          "the result looks like log-probabilities; return the probabilities themselves (rows that sum to 1)."),
+    # extreme settings (stage "robust"), after the values
+    Entry("top_k not clamped", "top_k above the vocabulary size raises instead of keeping every token",
+          Raises(r"out of range", (RuntimeError,), stage="top_k"),
+          "your next_token_probs raised {type} ({case}): {first}. topk cannot take more than V values; a top_k above "
+          "the vocabulary size keeps every token: k = min(top_k, logits.size(-1))."),
+    Entry("not numerically stable", "a softmax or temperature formula that overflows or turns NaN on extreme logits",
+          Output(lambda c: isinstance(c.got, Tensor) and c.got.shape == c.expected.shape and bool(isnan(c.got).any()),
+                 "robust"),
+          "your probabilities are NaN ({case}): exp of a large scaled logit overflows, or probabilities raised to 1 / "
+          "temperature underflow to 0 / 0. Divide the logits by the temperature and use softmax, which subtracts the "
+          "largest logit first."),
+    Entry("wrong device", None, Probe("check_input_device")),
+])
 
 
 def _good_logits(shape: tuple[int, ...], T: float, k: int | None, p: float | None) -> Tensor:
@@ -845,7 +1161,8 @@ def _all_mistakes_show(logits: Tensor, T: float, k: int | None, p: float | None)
     right one). With both filters, only "top-p before top-k" is required: with a small nucleus,
     top-k with k - 1 or k + 1 gives the right answer, and the top-k settings catch those."""
     expected = next_token_probs(logits, T, k, p).double()  # (..., V)
-    shown = [(name, value) for name, _, candidate in _probs_mistakes(logits, T, k, p)
+    case = SimpleNamespace(logits=logits, T=T, k=k, p=p)
+    shown = [(name, value) for name, _, candidate in NTP.candidates(case, "show", k=k, p=p)
              if not bool(isnan(value := candidate()).any())]
     if not shown:
         return True
@@ -885,78 +1202,25 @@ def check_next_token_probs(fn: Callable[..., Any]) -> str:
         try:
             got = call_student(fn, logits, context=f"calling next_token_probs ({case})", **kwargs)
         except StudentError as err:
-            _shape_crash(err, original, case)
+            NTP.detect("crash", _crash_facts(err, original), case=case, shown=raised(err.exc, inline=True))
             raise
         check_unchanged(["logits"], [logits], [original], case)
         expected = next_token_probs(original, T, k, p)
-        mistakes = _probs_mistakes(original, T, k, p)
-        mistakes.append(("log-probabilities", "the result looks like log-probabilities; return the probabilities "
-                         "themselves (rows that sum to 1).", lambda e=expected: e.clamp_min(1e-45).log()))
-        if p is not None and isinstance(got, Tensor) and got.shape == expected.shape and bool(isnan(got).any()):
-            nan_rows = isnan(got).any(dim=-1)  # (...,)
-            empty = next_token_probs(original, T, k).amax(dim=-1) >= p  # rows whose top token alone reaches p
-            if bool(nan_rows.any()) and equal(nan_rows, empty):
-                fail(f"probabilities ({case}) are NaN exactly in the rows where the most likely token alone has "
-                     f"probability >= top_p: your nucleus is empty there, because it stops before the token that "
-                     "crosses p. That token belongs to the nucleus (remove a token only when the tokens before it "
-                     "already add up to p), so at least one token is always kept.",
-                     mistake="top-p drops the crossing token")
+        c = SimpleNamespace(logits=original, T=T, k=k, p=p, got=got, expected=expected)
+        NTP.detect("device", c, case=case)
+        NTP.detect("nan", c, case=case)
         if not matches(got, expected, atol=1e-6, rtol=1e-4):
-            _softmax_axis(got, original, T, k, p, case)
-        expect_close("probabilities", got, expected, mistakes, atol=1e-6, rtol=1e-4, case=case)
+            NTP.detect("axis", c, case=case)
+        expect_close("probabilities", got, expected, NTP.candidates(c, "values", k=k, p=p), atol=1e-6, rtol=1e-4,
+                     case=case)
     _probs_robustness(fn, V)
     return "temperature, top-k, top-p and both together, several temperatures, any leading dims"
 
 
-def _shape_crash(err: StudentError, logits: Tensor, case: str) -> None:
-    """An IndexError or a shape RuntimeError on logits other than one row of (B, V): code that
-    indexes axis 1 (nanoGPT's ``v[:, [-1]]``, Hugging Face's ``scatter(1, ...)``) or keeps the
-    k-th value as ``(B,)`` (``top_logits[:, -1]``, right for one row only) named."""
-    exc, line = err.exc, (student_line(err.exc) or "").replace(" ", "")
-    shape_error = isinstance(exc, IndexError) or (isinstance(exc, RuntimeError) and any(
-        w in str(exc) for w in ("size of tensor", "out of bounds", "out of range", "shape", "dimension")))
-    if not shape_error or (logits.dim() == 2 and logits.size(0) == 1):
-        return
-    shown = f"{raised(exc, inline=True)}"
-    sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", str(exc))
-    # (B, V) against (B,): one value per row lined up with the vocabulary axis
-    per_row = logits.dim() == 2 and sizes is not None and {int(sizes[1]), int(sizes[2])} == set(logits.shape)
-    if re.search(r"\[:,-1\]", line) or per_row:
-        fail(f"your next_token_probs fails ({case}): {shown}. `top_logits[:, -1]` takes the k-th largest logit as "
-             "shape (B,), without its axis: against logits (B, V) it lines up with the vocabulary axis, so it is "
-             "right for one row only (B = 1) and an error or wrong numbers otherwise. Keep the axis and index the "
-             "last one: `kth = top_logits[..., -1:]`, shape (..., 1), which works for (V,), (B, V) and (B, L, V).",
-             mistake="k-th value without its axis")
-    fixes = ["`v[..., [-1]]` or `v[..., -1:]` for nanoGPT's `v[:, [-1]]`" if re.search(r"\[:,\[-1\]\]", line) else
-             "", "`scatter(-1, ...)` for `scatter(1, ...)`" if re.search(r"(scatter|gather)_?\(1,|dim=1", line) else ""]
-    fixes = [f for f in fixes if f]
-    fail(f"your next_token_probs fails ({case}): {shown}. It works on 2-D logits (B, V) only: it indexes axis 1, "
-         "which is the vocabulary only there. The notebook calls it on one row (V,) and generation may pass (B, L, "
-         "V): index the last axis, `dim=-1` and `[..., -1:]`" + (f" ({'; '.join(fixes)})" if fixes else "") + ".",
-         mistake="2-D logits only")
-
-
-def _softmax_axis(got: Any, logits: Tensor, T: float, k: int | None, p: float | None, case: str) -> None:
-    """The last softmax over another axis than the vocabulary. Removed logits (-inf) give NaN
-    where a whole line of that axis was removed, so NaN counts as equal to NaN here."""
-    if (not isinstance(got, Tensor) or got.shape != logits.shape or not got.is_floating_point()
-            or got.device.type != "cpu"):
-        return
-    for dim in range(logits.dim() - 1):
-        wrong = _probs_variant(logits, T, k, p, dim=dim).double()  # (..., V)
-        if bool(allclose(got.detach().double(), wrong, atol=1e-6, rtol=1e-4, equal_nan=True)):
-            nan = (" The NaN come from it: a token removed (-inf) in every row along that axis leaves softmax "
-                   "nothing but -inf." if bool(isnan(wrong).any()) else "")
-            fail(f"probabilities ({case}): the softmax runs over dim={dim} of the logits {describe_shape(logits)}, "
-                 "not over the vocabulary, so the probabilities do not sum to 1 along the last axis. Each "
-                 "distribution over the next token lies along the last axis whatever the leading dims: "
-                 f"softmax(..., dim=-1) (dim=1 is the vocabulary only for 2-D logits).{nan}",
-                 mistake="softmax not over the vocabulary")
-
-
 def _probs_robustness(fn: Callable[..., Any], V: int) -> None:
     """Large logits at a low temperature (exp overflows unless the max is subtracted: softmax does),
-    flat logits at a tiny temperature (p ** (1 / T) underflows to 0 / 0), and top_k > V (keep all)."""
+    flat logits at a tiny temperature (p ** (1 / T) underflows to 0 / 0), and top_k > V (keep all);
+    last, the result on the logits' device (the 'meta' device standing in for a GPU)."""
     big = torch.zeros(2, V)
     big[:, 0], big[:, 1] = 100.0, 99.0  # (2, V)
     for logits, kwargs, what in (
@@ -969,17 +1233,18 @@ def _probs_robustness(fn: Callable[..., Any], V: int) -> None:
         try:
             got = call_student(fn, logits.clone(), context=f"calling next_token_probs ({case})", **kwargs)
         except StudentError as err:
-            if "top_k" in kwargs and isinstance(err.exc, RuntimeError) and "out of range" in str(err.exc):
-                fail(f"your next_token_probs raised {type(err.exc).__name__} ({case}): "
-                     f"{str(err.exc).strip().splitlines()[0]}. topk cannot take more than V values; a top_k above "
-                     "the vocabulary size keeps every token: k = min(top_k, logits.size(-1)).",
-                     mistake="top_k not clamped")
+            if "top_k" in kwargs:
+                NTP.detect_raised(err.exc, "top_k", case=case, type=type(err.exc).__name__,
+                                  first=(str(err.exc).strip().splitlines() or [""])[0])
             raise
-        if isinstance(got, Tensor) and got.shape == expected.shape and bool(isnan(got).any()):
-            fail(f"your probabilities are NaN ({case}): exp of a large scaled logit overflows, or probabilities "
-                 "raised to 1 / temperature underflow to 0 / 0. Divide the logits by the temperature and use "
-                 "softmax, which subtracts the largest logit first.", mistake="not numerically stable")
+        NTP.detect("robust", SimpleNamespace(got=got, expected=expected), case=case)
         expect_close("probabilities", got, expected, [], atol=1e-6, rtol=1e-4, case=case)
+    # all right so far: the right result's device (item 6: a result moved with .cpu(), a mask built without device=)
+    logits, kwargs = torch.randn(2, V), dict(temperature=0.8, top_k=3, top_p=0.9)
+    check_input_device(lambda: fn(logits.to("meta"), **kwargs), lambda: fn(logits.clone(), **kwargs),
+                       "your next_token_probs", f"logits ({2}, {V}), temperature=0.8, top_k=3, top_p=0.9",
+                       "create any tensor you need on the logits' device (device=logits.device, or torch.full_like, "
+                       "torch.zeros_like), and return the probabilities where the logits are")
 
 
 # ---------------------------------------------------------------- generate
@@ -1025,10 +1290,7 @@ def _generate_call(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: in
     try:
         got = call_student(fn, model, tokens, steps, context=f"calling generate ({case})", **kwargs)
     except StudentError as err:
-        if isinstance(err.exc, ValueError) and "max_len" in str(err.exc):
-            fail(f"generate fed the model more than its max_len = {model.max_len} tokens ({case}): the model has no "
-                 "position embedding beyond that. Feed it only the last max_len tokens: "
-                 "model(out[:, -model.max_len:]).", mistake="context not cropped")
+        GENERATE.detect_raised(err.exc, "call", max_len=model.max_len, case=case)
         raise
     finally:
         watch.handle.remove()
@@ -1036,15 +1298,10 @@ def _generate_call(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: in
 
 
 def _check_watch(watch: _Watch, model: GPT, was_training: bool, case: str) -> None:
-    if any(training for training, _, _ in watch.calls):
-        fail(f"the model ran in training mode while sampling ({case}), so dropout changed its predictions: call "
-             "`model.eval()` before the loop (and `model.train(was_training)` after it).",
-             mistake="sampling in training mode")
+    GENERATE.detect("training", watch, case=case)
     require_no_grad([grad for _, grad, _ in watch.calls], "generation", "generate", case)
-    if model.training != was_training:
-        fail(f"generate left the model in {'train' if model.training else 'eval'} mode, although it was in "
-             f"{'train' if was_training else 'eval'} mode before ({case}): remember model.training at the start "
-             "and restore it at the end (model.train(was_training)).", mistake="mode not restored")
+    GENERATE.detect("mode", SimpleNamespace(now=model.training, before=was_training), case=case,
+                    now="train" if model.training else "eval", before="train" if was_training else "eval")
 
 
 def _restored_after_error(fn: Callable[..., Any], model: GPT, tokens: Tensor, steps: int) -> None:
@@ -1060,11 +1317,113 @@ def _restored_after_error(fn: Callable[..., Any], model: GPT, tokens: Tensor, st
         watch.handle.remove()
         left = {m.training for m in model.modules()}
         model.eval()
-    if len(watch.calls) >= 2 and left != {True}:
-        fail("the tokens are right, but when the model raises an error during generation (the checker made it fail "
-             "at step 2, the model in train mode), generate leaves it in eval mode: restore the mode in a `finally:` "
-             "block (try: ... finally: model.train(was_training)), so that a failed generation does not silently "
-             "switch off dropout for the rest of training.", mistake="mode not restored")
+    GENERATE.detect("after error", SimpleNamespace(calls=len(watch.calls), left=left))
+
+
+def _greedy_run(**settings: Any) -> Reference:
+    """One candidate: the greedy tokens of case ``c`` (``model``, ``tokens``, ``steps``) with a crop or position
+    mistake."""
+    return Reference(lambda c: [({}, lambda: _greedy(c.model, c.tokens, c.steps, **settings))], "values")
+
+
+def _gap(freq: Tensor, dist: Tensor) -> float:
+    """The total variation between the draws' frequencies and a distribution."""
+    return 0.5 * float((freq - dist).abs().sum())
+
+
+GENERATE = Catalogue("generate", "09", [
+    Entry("not a function", None, Probe("require_function")),
+    # 1. top_k=1: every draw is the argmax, whatever the sampling method, in train and eval mode
+    Entry("context not cropped", "the context is not cropped to max_len", Raises("max_len", (ValueError,), "call"),
+          "generate fed the model more than its max_len = {max_len} tokens ({case}): the model has no position "
+          "embedding beyond that. Feed it only the last max_len tokens: model(out[:, -model.max_len:])."),
+    Entry("input modified in place", None, Probe("check_unchanged")),
+    Entry("sampling in training mode", "generation runs with the model in training mode",
+          Output(lambda watch: any(training for training, _, _ in watch.calls), "training"),
+          "the model ran in training mode while sampling ({case}), so dropout changed its predictions: call "
+          "`model.eval()` before the loop (and `model.train(was_training)` after it)."),
+    Entry("gradients tracked", None, Probe("require_no_grad")),
+    Entry("mode not restored", "the caller's train/eval mode is not restored",
+          Output(lambda c: c.now != c.before, "mode"),
+          "generate left the model in {now} mode, although it was in {before} mode before ({case}): remember "
+          "model.training at the start and restore it at the end (model.train(was_training))."),
+    Entry("prompt dropped", "the prompt is not part of the output",
+          Output(lambda c: isinstance(c.got, Tensor) and c.got.shape == (c.B, c.steps)
+                 and equal(c.got, c.expected[:, c.L0:]), "prompt"),
+          "generate returned only the new tokens; return the prompt followed by them, (B, L0 + max_new_tokens) = "
+          "{shape}."),
+    Entry("top_k not passed on", "generate does not pass top_k on to next_token_probs (left out or in another "
+          "position)",
+          Output(lambda c: isinstance(c.again, Tensor) and c.again.shape == c.got.shape
+                 and not equal(c.again.long(), c.got.long()), "top_k"),
+          "with top_k=1 ({case}) every draw is the most likely token, so two calls must give the same tokens; yours "
+          "differ: top_k does not reach next_token_probs (left out, or its arguments in another order). Pass them on "
+          "by name: next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)."),
+    # the wrong tokens are the greedy run with one of these mistakes (in this order)
+    Entry("max_len off by one", "max_len one too small", _greedy_run(crop="one short"),
+          "when the sequence is longer than max_len, generate feeds the model only its last max_len - 1 tokens; the "
+          "model reads max_len: `out[:, -model.max_len:]`."),
+    Entry("context cropped from the start", "the context keeps the first max_len tokens, not the last",
+          _greedy_run(crop="start"),
+          "when the sequence is longer than max_len, generate feeds the model its *first* max_len tokens; feed it the "
+          "last ones, `out[:, -model.max_len:]`, which end with the newest token."),
+    Entry("reads the first position", "the next token is read from the first position's logits, not the last",
+          _greedy_run(position=0),
+          "the next token is drawn from the logits of the first position; use the last one, `logits[:, -1]`, the "
+          "prediction that follows the newest token."),
+    Entry("context not cropped", None,
+          Output(lambda c: bool(c.calls) and max(length for _, _, length in c.calls) > c.max_len, "crop"),
+          "the model was fed more than max_len tokens."),
+    # 1b. top_p tiny: the nucleus is the most likely token alone, so the draws are the argmax again
+    Entry("top_p not passed on", "generate does not pass top_p on to next_token_probs",
+          Output(lambda c: isinstance(c.got, Tensor) and c.got.shape == c.expected.shape
+                 and not equal(c.got.long(), c.expected), "top_p"),
+          "with top_p=1e-06 ({case}) only the most likely token is left to draw, so generate must give the greedy "
+          "tokens; yours differ: pass top_p on, next_token_probs(logits, temperature, top_k, top_p)."),
+    # 2. the distribution of the first new token: 4,000 draws under fixed seeds (stage "draws")
+    Entry("wrong shape", None,
+          Output(lambda c: not (isinstance(c.got, Tensor) and c.got.shape == (c.n, c.L0 + 1))
+                 and dict(shape=describe_shape(c.got)), "draws"),
+          "generate returned {shape} for a prompt ({n}, {L0}) and one new token; expected ({n}, {L1})."),
+    Entry("wrong shape", None,
+          Output(lambda c: not bool(((c.drawn >= 0) & (c.drawn < c.V)).all()), "vocabulary"),
+          "generate produced token ids outside the vocabulary."),
+    Entry("greedy instead of sampling", "argmax instead of sampling",
+          Output(lambda c: bool((c.drawn == c.drawn[0]).all()), "vocabulary"),
+          "all draws gave the same token: generate takes the argmax instead of sampling. Draw from the distribution: "
+          "torch.multinomial(probs, 1, generator=generator)."),
+    # the draws nearer a catalogued mistake's distribution than the right one: the nearest (stage "distribution")
+    Entry("temperature ignored", "temperature has no effect",
+          Reference(lambda c: [({}, c.logits.softmax(-1))], "distribution"),
+          "with temperature={T} the draws follow the distribution at temperature 1: pass the temperature on to "
+          "next_token_probs."),
+    Entry("temperature applied twice", None,
+          Reference(lambda c: [({}, next_token_probs(c.logits, c.T * c.T))], "distribution"),
+          "with temperature={T} the draws follow the distribution at temperature {T2} = {T}²: the temperature is "
+          "applied twice (the logits divided by it before next_token_probs, which divides again). Divide once: pass "
+          "the raw logits and the temperature to next_token_probs."),
+    Entry("softmax before next_token_probs",
+          "generate passes probabilities (a softmax) to next_token_probs, which expects logits",
+          Reference(lambda c: [({}, next_token_probs(c.logits.softmax(-1), c.T))], "distribution"),
+          "with temperature={T} the draws follow next_token_probs(softmax(logits), temperature={T}): generate hands "
+          "next_token_probs probabilities where it expects logits, and next_token_probs applies its own softmax on "
+          "top, which flattens the distribution towards uniform. Pass the model's raw last-position logits: "
+          "next_token_probs(model(context)[:, -1], temperature, top_k, top_p)."),
+    Entry("values differ", None, Output(lambda c: c.tv > 0.05 and dict(tv=f"{c.tv:.2f}"), "frequencies"),
+          "the frequencies of {n} draws differ from next_token_probs(logits, temperature={T}) by a total variation of "
+          "{tv} (a correct sampler gives less than 0.05): sample with torch.multinomial(next_token_probs(...), 1, "
+          "generator=generator)."),
+    Entry("generator ignored", "the generator argument is not used",
+          Output(lambda c: isinstance(c.first, Tensor) and not equal(c.first, c.got), "generator"),
+          "two calls with generators seeded alike gave different tokens: the `generator` argument is not used. Pass "
+          "it to the sampling: `torch.multinomial(probs, 1, generator=generator)`."),
+    Entry("mode not restored", None, Output(lambda c: c.calls >= 2 and c.left != {True}, "after error"),
+          "the tokens are right, but when the model raises an error during generation (the checker made it fail at "
+          "step 2, the model in train mode), generate leaves it in eval mode: restore the mode in a `finally:` block "
+          "(try: ... finally: model.train(was_training)), so that a failed generation does not silently switch off "
+          "dropout for the rest of training."),
+    Entry("wrong device", None, Probe("check_input_device")),
+])
 
 
 def _generate_setup() -> tuple[GPT, Tensor, int, int, Tensor, Tensor]:
@@ -1106,42 +1465,23 @@ def check_generate(fn: Callable[..., Any]) -> str:
         _check_watch(watch, model, was_training, case)
     model.eval()
     expected = _greedy(model, original, steps)  # (B, L0 + steps)
-    if isinstance(got, Tensor) and got.shape == (tokens.size(0), steps) and equal(got, expected[:, L0:]):
-        fail("generate returned only the new tokens; return the prompt followed by them, "
-             f"(B, L0 + max_new_tokens) = {describe_shape(expected)}.", mistake="prompt dropped")
+    GENERATE.detect("prompt", SimpleNamespace(got=got, expected=expected, B=tokens.size(0), steps=steps, L0=L0),
+                    shape=describe_shape(expected))
     if isinstance(got, Tensor) and got.shape == expected.shape and not equal(got.long(), expected):
         torch.manual_seed(4321)  # another global random state: with top_k=1 the tokens must not depend on it
         again, _ = _generate_call(fn, model, original.clone(), steps, case, top_k=1)
         model.eval()
-        if isinstance(again, Tensor) and again.shape == got.shape and not equal(again.long(), got.long()):
-            fail(f"with top_k=1 ({case}) every draw is the most likely token, so two calls must give the same "
-                 "tokens; yours differ: top_k does not reach next_token_probs (left out, or its arguments in "
-                 "another order). Pass them on by name: next_token_probs(logits, temperature=temperature, "
-                 "top_k=top_k, top_p=top_p).", mistake="top_k not passed on")
-    mistakes: list[Mistake] = [
-        ("max_len off by one", "when the sequence is longer than max_len, generate feeds the model only its last "
-         "max_len - 1 tokens; the model reads max_len: `out[:, -model.max_len:]`.",
-         lambda: _greedy(model, original, steps, crop="one short")),
-        ("context cropped from the start", "when the sequence is longer than max_len, generate feeds the model its "
-         "*first* max_len tokens; feed it the last ones, `out[:, -model.max_len:]`, which end with the newest token.",
-         lambda: _greedy(model, original, steps, crop="start")),
-        ("reads the first position", "the next token is drawn from the logits of the first position; use the last "
-         "one, `logits[:, -1]`, the prediction that follows the newest token.",
-         lambda: _greedy(model, original, steps, position=0)),
-    ]
+        GENERATE.detect("top_k", SimpleNamespace(again=again, got=got), case=case)
     if isinstance(got, Tensor) and got.dtype != expected.dtype and not got.is_floating_point():
         got = got.long()
+    mistakes = GENERATE.candidates(SimpleNamespace(model=model, tokens=original, steps=steps), "values")
     expect_close("tokens", got, expected, mistakes, case=case)
-    if watch.calls and max(length for _, _, length in watch.calls) > max_len:
-        fail("the model was fed more than max_len tokens.", mistake="context not cropped")
+    GENERATE.detect("crop", SimpleNamespace(calls=watch.calls, max_len=max_len))
 
     # 1b. top_p tiny: the nucleus is the most likely token alone, so the draws are the argmax again
     case = f"prompt {describe_shape(tokens)}, max_new_tokens={steps}, top_p=1e-06, max_len={max_len}"
     got, watch = _generate_call(fn, model, original.clone(), steps, case, top_p=1e-6)
-    if isinstance(got, Tensor) and got.shape == expected.shape and not equal(got.long(), expected):
-        fail(f"with top_p=1e-06 ({case}) only the most likely token is left to draw, so generate must give the "
-             "greedy tokens; yours differ: pass top_p on, next_token_probs(logits, temperature, top_k, top_p).",
-             mistake="top_p not passed on")
+    GENERATE.detect("top_p", SimpleNamespace(got=got, expected=expected), case=case)
     # 1c. max_new_tokens=0: the prompt back, and the mode restored on that path too
     model.train()
     case = f"prompt {describe_shape(tokens)}, max_new_tokens=0, model in train mode"
@@ -1157,43 +1497,19 @@ def check_generate(fn: Callable[..., Any]) -> str:
         generator = torch.Generator().manual_seed(5678)
         draws.append(_generate_call(fn, model, prompt, 1, case, temperature=T, generator=generator)[0])
     first, got = draws
-    if not (isinstance(got, Tensor) and got.shape == (n, L0 + 1)):
-        fail(f"generate returned {describe_shape(got)} for a prompt ({n}, {L0}) and one new token; "
-             f"expected ({n}, {L0 + 1}).", mistake="wrong shape")
+    GENERATE.detect("draws", SimpleNamespace(got=got, n=n, L0=L0), n=n, L0=L0, L1=L0 + 1)
     drawn = got[:, -1].long()
-    if not ((drawn >= 0) & (drawn < V)).all():
-        fail("generate produced token ids outside the vocabulary.", mistake="wrong shape")
+    GENERATE.detect("vocabulary", SimpleNamespace(drawn=drawn, V=V))
     freq = torch.bincount(drawn, minlength=V).float() / n  # (V,)
-    tv = 0.5 * float((freq - target).abs().sum())
-    if bool((drawn == drawn[0]).all()):
-        fail("all draws gave the same token: generate takes the argmax instead of sampling. Draw from the "
-             "distribution: torch.multinomial(probs, 1, generator=generator).", mistake="greedy instead of sampling")
+    tv = _gap(freq, target)
     if tv > 0.05:
-        known = [  # (name, diagnosis, the distribution the draws follow with that mistake)
-            ("temperature ignored", f"with temperature={T} the draws follow the distribution at temperature 1: pass "
-             "the temperature on to next_token_probs.", logits.softmax(-1)),
-            ("temperature applied twice", f"with temperature={T} the draws follow the distribution at temperature "
-             f"{T * T:g} = {T}²: the temperature is applied twice (the logits divided by it before "
-             "next_token_probs, which divides again). Divide once: pass the raw logits and the temperature to "
-             "next_token_probs.", next_token_probs(logits, T * T)),
-            ("softmax before next_token_probs", f"with temperature={T} the draws follow "
-             f"next_token_probs(softmax(logits), temperature={T}): generate hands next_token_probs probabilities "
-             "where it expects logits, and next_token_probs applies its own softmax on top, which flattens the "
-             "distribution towards uniform. Pass the model's raw last-position logits: "
-             "next_token_probs(model(context)[:, -1], temperature, top_k, top_p).",
-             next_token_probs(logits.softmax(-1), T)),
-        ]
-        gaps = [0.5 * float((freq - dist).abs().sum()) for _, _, dist in known]
+        known = GENERATE.candidates(SimpleNamespace(logits=logits, T=T), "distribution", T=T, T2=f"{T * T:g}")
+        gaps = [_gap(freq, dist) for _, _, dist in known]
         best = min(range(len(known)), key=gaps.__getitem__)
         if gaps[best] < tv:  # nearer a catalogued mistake's distribution than the right one: the nearest
             fail(known[best][1], mistake=known[best][0])
-        fail(f"the frequencies of {n} draws differ from next_token_probs(logits, temperature={T}) by a total "
-             f"variation of {tv:.2f} (a correct sampler gives less than 0.05): sample with "
-             "torch.multinomial(next_token_probs(...), 1, generator=generator).", mistake="values differ")
-    if isinstance(first, Tensor) and not equal(first, got):
-        fail("two calls with generators seeded alike gave different tokens: the `generator` argument is not "
-             "used. Pass it to the sampling: `torch.multinomial(probs, 1, generator=generator)`.",
-             mistake="generator ignored")
+    GENERATE.detect("frequencies", SimpleNamespace(tv=tv), n=n, T=T)
+    GENERATE.detect("generator", SimpleNamespace(first=first, got=got))
     _restored_after_error(fn, model, original, steps)
     # all right so far: once more, with a tensor built without device= (or moved with .cpu()) watched
     check_input_device(None, lambda: fn(model, original.clone(), steps, top_k=1), "your generate",
@@ -1204,6 +1520,10 @@ def check_generate(fn: Callable[..., Any]) -> str:
                        "stays there; a tensor built from .item() values, or moved with .cpu(), needs "
                        ".to(tokens.device)")
     return "eval mode restored, no gradients, context cropped to max_len, last position, draws follow the distribution"
+
+
+CATALOGUES = (BLOCK, GPT_TABLE, NTP, GENERATE)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
 
 
 # ---------------------------------------------------------------- hints
