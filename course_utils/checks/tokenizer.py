@@ -12,8 +12,10 @@ differ; only when every merge was one are equal counts at the first merge that d
 broken another way; a training loop that calls the student's own ``count_pairs`` or ``merge_pair``
 (by name) is first blamed on the helper when that fails its own check. Every call of the student's code
 runs under a time limit of its own (:data:`CALL_LIMIT_S`), so an endless merge loop ends the
-check with a message saying which call did not finish. The mistake names are those of
-``_mistakes.MISTAKES``; tests/test_checks_tokenizer.py pins each one on 20 seeds.
+check with a message saying which call did not finish. Each exercise's mistakes are one table
+(:mod:`.catalogue`), in the order tried: ``COUNT``, ``MERGE``, ``DECODE``; ``train_bpe``'s and
+``bpe_encode``'s names are still written inline (``_mistakes.NOT_YET_IN_A_TABLE``).
+tests/test_checks_tokenizer.py pins each name on 20 seeds.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -50,6 +53,7 @@ from ._core import (
     register_hints,
     require_function,
 )
+from .catalogue import Catalogue, Entry, Output, Probe, Raises, Reference
 
 __all__ = ["check_count_pairs", "check_merge_pair", "check_train_bpe", "check_bpe_encode", "check_bpe_decode"]
 
@@ -90,85 +94,135 @@ def _run(fn: Callable[..., Any], *args: Any, name: str, what: str, mistake: str 
         mistake=mistake)
 
 
+_CARRIED = Entry(
+    "state carried over between calls", "a call keeps state for the next (a mutable default, a global, a shared dict)",
+    Output(lambda c: c.again() != c.first, "again"),
+    "your {name} gives another result when called again on the same input: it keeps state between calls (a mutable "
+    "default argument such as counts={{}} or vocab={{...}}, a global, or a module-level dict changed without .copy()). "
+    "Build every dict or list afresh inside the function.\n    {case}")
+
+
 def _fail_carried_over(first: Any, again: Callable[[], Any], name: str, case: str) -> None:
     """A second call on the same input that gives another result: state kept between calls."""
-    if again() != first:
-        fail(f"your {name} gives another result when called again on the same input: it keeps state between calls "
-             "(a mutable default argument such as counts={} or vocab={...}, a global, or a module-level dict changed "
-             "without .copy()). Build every dict or list afresh inside the function."
-             f"\n    {case}", mistake="state carried over between calls")
+    if _CARRIED.detect.test(SimpleNamespace(first=first, again=again)):
+        fail(_CARRIED.say(name=name, case=case), mistake=_CARRIED.name)
+
+
+def _made(table: Catalogue, c: Any) -> list:
+    """Every candidate of ``table``'s Reference entries on the case ``c``, in table order, without their messages."""
+    return [make for entry in table.of(Reference) for _, make in entry.detect.build(c)]
 
 
 # ---------------------------------------------------------------- count_pairs
-def _pairs_variants(words: Mapping[tuple, int]) -> list[tuple[str, str, dict]]:
-    """What count_pairs returns with each catalogued mistake."""
-    across: Counter = Counter()
-    flat = [t for word, freq in words.items() for _ in range(freq) for t in word]
-    across.update(zip(flat, flat[1:]))
-    once: Counter = Counter()
-    for word in words:
-        once.update(zip(word, word[1:]))
-    no_overlap: Counter = Counter()
-    per_piece: Counter = Counter()
-    for word, freq in words.items():
-        i = 0
-        while i < len(word) - 1:
-            no_overlap[word[i], word[i + 1]] += freq
-            i += 2 if word[i] == word[i + 1] else 1  # a run a a a counted as one (a, a)
-        for pair in set(zip(word, word[1:])):
-            per_piece[pair] += freq
-    strided: Counter = Counter()
-    short: Counter = Counter()
-    wrapped: Counter = Counter()
-    for word, freq in words.items():
-        for i in range(len(word)):  # i = 0 pairs the last token with the first: (word[-1], word[0])
-            wrapped[word[i - 1], word[i]] += freq
-        for pair in zip(word[::2], word[1::2]):
-            strided[pair] += freq
-        for i in range(len(word) - 2):
-            short[word[i], word[i + 1]] += freq
-    reversed_pairs: Counter = Counter()
-    for word, freq in words.items():
-        for pair in zip(word[1:], word):
-            reversed_pairs[pair] += freq
-    return [
-        ("pair reversed", "your pairs are reversed, (b, a) for a token a followed by b (zip(word[1:], word)?): count "
-         "(word[i], word[i + 1]), `zip(word, word[1:])`.", dict(reversed_pairs)),
-        ("across pre-token boundaries", "you count pairs across two pieces too (the last token of one piece with the "
-         "first of the next). Pieces are separate: count inside each piece only, `for pair in zip(word, word[1:])`.",
-         dict(across)),
-        ("wrap-around pair counted", "you count a pair made of a piece's last and first tokens ((word[i - 1], "
-         "word[i]) for i in range(len(word))? At i = 0, word[-1] is the piece's last token; a one-token piece is "
-         "paired with itself): a piece of n tokens has n - 1 pairs, `zip(word, word[1:])`.", dict(wrapped)),
-        ("piece counts ignored", "each piece is counted once, but `words` maps each piece to how often it occurs in "
-         "the text: add `freq`, not 1, for each pair (`counts[pair] += freq`).", dict(once)),
-        ("overlapping pairs counted once", "a run like (7, 7, 7) holds the pair (7, 7) twice, at positions 0 and 1 "
-         "(overlapping); count every position, `zip(word, word[1:])`, without skipping after a match.",
-         dict(no_overlap)),
-        ("pair counted once per piece", "a pair that occurs twice in one piece is counted once (a set of the piece's "
-         "pairs?): count it at every position where it occurs.", dict(per_piece)),
-        ("every other pair skipped", "you count the pairs at positions 0-1, 2-3, ... only (zip(word[::2], "
-         "word[1::2])?): the pair at 1-2 is a pair too. Count every adjacent pair, `zip(word, word[1:])`.",
-         dict(strided)),
-        ("last pair skipped", "the last pair of each piece is missing (range(len(word) - 2)?): a piece of n tokens has "
-         "n - 1 pairs, at i = 0 ... n - 2, so the range is range(len(word) - 1).", dict(short)),
-    ]
+def _counted(pairs_of: Callable[[tuple], Any], weighted: bool = True) -> Reference:
+    """count_pairs with a mistake in which pairs one piece holds (``pairs_of``) or in its weight."""
+    def build(c: Any) -> list:
+        counts: Counter = Counter()
+        for word, freq in c.words.items():
+            for pair in pairs_of(word):
+                counts[pair] += freq if weighted else 1
+        return [({}, dict(counts))]
+    return Reference(build)
+
+
+def _across(c: Any) -> list:
+    """The pieces glued into one sequence, each as often as it occurs."""
+    flat = [t for word, freq in c.words.items() for _ in range(freq) for t in word]
+    return [({}, dict(Counter(zip(flat, flat[1:]))))]
+
+
+def _no_overlap(word: tuple) -> Any:
+    i = 0
+    while i < len(word) - 1:
+        yield word[i], word[i + 1]
+        i += 2 if word[i] == word[i + 1] else 1  # a run a a a counted as one (a, a)
+
+
+def _first_bad_item(got: Mapping) -> dict | None:
+    """The first (key, value) of ``got`` that is no (pair, int count), and which half is wrong."""
+    for key, value in got.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            return dict(bad="key", key=key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return dict(bad="value", key=key, value=value)
+    return None
+
+
+def _bad(half: str) -> Output:
+    return Output(lambda got: (found := _first_bad_item(got)) is not None and found["bad"] == half and found, "return")
+
+
+def _counts_differ(c: Any) -> dict:
+    wrong = sorted((p for p in set(c.got) | set(c.expected) if c.got.get(p) != c.expected.get(p)), key=repr)
+    return dict(n=len(wrong), pair=wrong[0], mine=c.got.get(wrong[0], 0), theirs=c.expected.get(wrong[0], 0))
+
+
+def _pieces_never_adjacent(c: Any) -> dict | None:
+    """Pairs no piece holds, each a piece's last token and a piece's first: counted across two pieces."""
+    extra = [p for p in c.got if p not in c.expected]
+    ends, starts = {w[-1] for w in c.words if w}, {w[0] for w in c.words if w}
+    return dict(extra=extra) if extra and all(p[0] in ends and p[1] in starts for p in extra) else None
+
+
+_COUNTED = "\n    {inputs}\n    you: {got!r}\n    expected: {expected!r}"
+_ACROSS = ("you count pairs across two pieces too (the last token of one piece with the first of the next). Pieces "
+           "are separate: count inside each piece only, `for pair in zip(word, word[1:])`.")
+
+COUNT = Catalogue("count_pairs", "11", [
+    Entry("time limit", None, Probe("call_student_within")),
+    Entry("wrong return", None, Output(lambda got: not isinstance(got, Mapping) and dict(type=type(got).__name__),
+                                       "return"),
+          "{what} should return a dict (or Counter) {{(a, b): count}}, got {type}."),
+    Entry("wrong return", None, _bad("key"), "{what}'s keys should be pairs (a, b) of adjacent tokens, got the key "
+          "{key!r}."),
+    Entry("wrong return", None, _bad("value"), "{what}'s counts should be ints, got {value!r} for {key!r}."),
+    Entry("input modified in place", None, Output(lambda c: c.words != c.before, "input"),
+          "count_pairs changed its input `words`; read it, do not modify it (the training loop still needs it)."),
+    _CARRIED,
+    Entry("pair reversed", "merging looks for (pair[1], pair[0]), or counting counts (b, a), instead of the pair",
+          _counted(lambda word: zip(word[1:], word)),
+          "your pairs are reversed, (b, a) for a token a followed by b (zip(word[1:], word)?): count (word[i], "
+          "word[i + 1]), `zip(word, word[1:])`." + _COUNTED),
+    Entry("across pre-token boundaries",
+          "pairs counted, or merges made, across two pieces of GPT-2's pre-tokenization", Reference(_across),
+          _ACROSS + _COUNTED),
+    Entry("wrap-around pair counted",
+          "pair counting pairs a piece's last token with its first ((w[i - 1], w[i]) from i = 0)",
+          # i = 0 pairs the last token with the first: (word[-1], word[0])
+          _counted(lambda word: ((word[i - 1], word[i]) for i in range(len(word)))),
+          "you count a pair made of a piece's last and first tokens ((word[i - 1], word[i]) for i in range(len(word))? "
+          "At i = 0, word[-1] is the piece's last token; a one-token piece is paired with itself): a piece of n tokens "
+          "has n - 1 pairs, `zip(word, word[1:])`." + _COUNTED),
+    Entry("piece counts ignored", "each distinct piece counted once, not as often as it occurs in the text",
+          _counted(lambda word: zip(word, word[1:]), weighted=False),
+          "each piece is counted once, but `words` maps each piece to how often it occurs in the text: add `freq`, "
+          "not 1, for each pair (`counts[pair] += freq`)." + _COUNTED),
+    Entry("overlapping pairs counted once", "a run a a a counts the pair (a, a) once instead of twice",
+          _counted(_no_overlap),
+          "a run like (7, 7, 7) holds the pair (7, 7) twice, at positions 0 and 1 (overlapping); count every "
+          "position, `zip(word, word[1:])`, without skipping after a match." + _COUNTED),
+    Entry("pair counted once per piece", "a pair that occurs twice in one piece is counted once (a set of its pairs)",
+          _counted(lambda word: set(zip(word, word[1:]))),
+          "a pair that occurs twice in one piece is counted once (a set of the piece's pairs?): count it at every "
+          "position where it occurs." + _COUNTED),
+    Entry("every other pair skipped", "pairs counted at positions 0-1, 2-3, ... only (zip(w[::2], w[1::2]))",
+          _counted(lambda word: zip(word[::2], word[1::2])),
+          "you count the pairs at positions 0-1, 2-3, ... only (zip(word[::2], word[1::2])?): the pair at 1-2 is a "
+          "pair too. Count every adjacent pair, `zip(word, word[1:])`." + _COUNTED),
+    Entry("last pair skipped", "the last pair of each piece not counted (range(len(w) - 2))",
+          _counted(lambda word: ((word[i], word[i + 1]) for i in range(len(word) - 2))),
+          "the last pair of each piece is missing (range(len(word) - 2)?): a piece of n tokens has n - 1 pairs, at "
+          "i = 0 ... n - 2, so the range is range(len(word) - 1)." + _COUNTED),
+    Entry("across pre-token boundaries", None, Output(_pieces_never_adjacent, "extra"),
+          _ACROSS + "\n    {case}\n    pairs no piece holds: {extra!r}"),
+    Entry("values differ", None, Output(_counts_differ, "values"),
+          "the counts differ for {n} pair(s), e.g. {pair!r}: you {mine}, expected {theirs}.\n    {case}"),
+])
 
 
 def _as_counts(got: Any, what: str) -> dict:
-    if not isinstance(got, Mapping):
-        fail(f"{what} should return a dict (or Counter) {{(a, b): count}}, got {type(got).__name__}.",
-             mistake="wrong return")
-    out = {}
-    for key, value in got.items():
-        if not (isinstance(key, tuple) and len(key) == 2):
-            fail(f"{what}'s keys should be pairs (a, b) of adjacent tokens, got the key {key!r}.",
-                 mistake="wrong return")
-        if isinstance(value, bool) or not isinstance(value, int):
-            fail(f"{what}'s counts should be ints, got {value!r} for {key!r}.", mistake="wrong return")
-        if value:
-            out[key] = value  # a zero left in a Counter after subtracting is not a pair
-    return out
+    COUNT.detect("return", got, what=what)
+    return {key: value for key, value in got.items() if value}  # a zero left in a Counter after subtracting is no pair
 
 
 def _count_cases() -> list[dict[tuple, int]]:
@@ -190,9 +244,7 @@ def check_count_pairs(count_pairs_fn):
     for words in _count_cases():
         before = copy.deepcopy(words)
         got = _as_counts(_run(count_pairs_fn, words, name="count_pairs", what=f"{len(words)} pieces"), "count_pairs")
-        if words != before:
-            fail("count_pairs changed its input `words`; read it, do not modify it (the training loop still needs it).",
-                 mistake="input modified in place")
+        COUNT.detect("input", SimpleNamespace(words=words, before=before))
         expected = dict(count_pairs(words))
         if got == expected:
             continue
@@ -200,17 +252,13 @@ def check_count_pairs(count_pairs_fn):
         _fail_carried_over(got, lambda: _as_counts(_run(count_pairs_fn, copy.deepcopy(words), name="count_pairs",
                                                         what=f"{len(words)} pieces"), "count_pairs"),
                            "count_pairs", case)
-        for name, diagnosis, variant in _pairs_variants(words):
+        for name, message, variant in COUNT.candidates(SimpleNamespace(words=words), inputs=case, got=got,
+                                                       expected=expected):
             if got == variant:
-                fail(f"{diagnosis}\n    {case}\n    you: {got!r}\n    expected: {expected!r}", mistake=name)
-        extra = [p for p in got if p not in expected]
-        ends, starts = {w[-1] for w in words if w}, {w[0] for w in words if w}
-        if extra and all(p[0] in ends and p[1] in starts for p in extra):
-            fail(f"{_pairs_variants(words)[0][1]}\n    {case}\n    pairs no piece holds: {extra!r}",
-                 mistake="across pre-token boundaries")
-        wrong = sorted((p for p in set(got) | set(expected) if got.get(p) != expected.get(p)), key=repr)
-        fail(f"the counts differ for {len(wrong)} pair(s), e.g. {wrong[0]!r}: you {got.get(wrong[0], 0)}, expected "
-             f"{expected.get(wrong[0], 0)}.\n    {case}", mistake="values differ")
+                fail(message, mistake=name)
+        c = SimpleNamespace(words=words, got=got, expected=expected)
+        COUNT.detect("extra", c, case=case)
+        COUNT.detect("values", c, case=case)
     return _passed(count_pairs_fn, "pieces with repeats, overlapping runs and counts above 1")
 
 
@@ -222,69 +270,6 @@ register_hints("count_pairs", [
 
 
 # ---------------------------------------------------------------- merge_pair
-def _merge_variants(ids: list, pair: tuple, new_id: Any) -> list[tuple[str, str, list]]:
-    a, b = pair
-    first = list(ids)
-    for i in range(len(ids) - 1):
-        if ids[i] == a and ids[i + 1] == b:
-            first = [*ids[:i], new_id, *ids[i + 2:]]
-            break
-    backwards, i = [], len(ids) - 1
-    while i >= 0:
-        if i > 0 and ids[i - 1] == a and ids[i] == b:
-            backwards.insert(0, new_id)
-            i -= 2
-        else:
-            backwards.insert(0, ids[i])
-            i -= 1
-    kept, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and ids[i] == a and ids[i + 1] == b:
-            kept.append(new_id)
-        else:
-            kept.append(ids[i])
-        i += 1  # the bug: 1, not 2, after a merge
-
-    merged = merge_pair(ids, pair, new_id)
-    head_only, i = [], 0  # merged wherever ids[i] == a, whatever follows
-    while i < len(ids):
-        head_only.append(new_id if i + 1 < len(ids) and ids[i] == a else ids[i])
-        i += 2 if head_only[-1] == new_id else 1
-
-    as_text = " ".join(map(str, ids)).replace(f"{a} {b}", str(new_id))  # ids written out: '11 2' holds '1 2'
-    return [
-        # bytes(ids).replace(bytes(pair), bytes([new_id % 256])): a byte holds no id from 256 on
-        ("ids merged as bytes", _AS_BYTES, [new_id % 256 if t == new_id else t for t in merged]),
-        ("only the first occurrence merged", "only the first occurrence of the pair is replaced; every occurrence "
-         "must be: keep scanning to the end of the list after a merge.", first),
-        ("ids joined as a string", "you replace the pair in the ids written out as text (' '.join(map(str, ids))"
-         ".replace(...)?): ids of several digits collide as text, '11 2' holds '1 2', so [11, 2] with the pair (1, 2) "
-         "gives a number that is no id. Compare the ids themselves: walk the list, (ids[i], ids[i + 1]) == pair.",
-         [int(x) for x in as_text.split()]),
-        ("pair never matched", "nothing was merged: the test never holds (ids[i:i + 2] == pair compares a list with a "
-         "tuple, which are never equal): compare (ids[i], ids[i + 1]) == pair, or list(pair).", list(ids)),
-        ("pair reversed", "you merge (pair[1], pair[0]), the pair read backwards: merge where ids[i] == pair[0] and "
-         "ids[i + 1] == pair[1].", merge_pair(ids, (b, a), new_id)),
-        ("merged right to left", "you scan from the right: in a run a a a the pair (a, a) then merges at the end, "
-         "[a, new]; the merge scans left to right, [new, a].", backwards),
-        ("second token of the pair kept", "after a merge the scan moves on by one position instead of two, so the "
-         "pair's second token is read again (kept, or merged once more): i += 2 after writing new_id.", kept),
-        ("last token dropped", "the last token is lost when it is not merged (while i < len(ids) - 1?): loop to the "
-         "end, while i < len(ids), and test i + 1 < len(ids) before reading ids[i + 1].",
-         merged if merged[-1:] == [new_id] else merged[:-1]),  # new_id is no input id: the last pair was merged
-        ("pair compared wrongly", "you compare the tokens with the wrong halves of the pair (pair[0] twice, or only "
-         "ids[i] == pair[0]): merge where ids[i] == pair[0] and ids[i + 1] == pair[1].",
-         merge_pair(ids, (a, a), new_id)),
-        ("pair compared wrongly", "you test only ids[i] == pair[0]: the next token must be pair[1] too, "
-         "ids[i] == pair[0] and ids[i + 1] == pair[1].", head_only),
-    ]
-
-
-_AS_BYTES = ("you merge in bytes (bytes(ids).replace(bytes(pair), ...)?): a byte holds 0 to 255, and every merged id "
-             "is 256 or more (bytes([new_id]) raises, new_id % 256 gives another token's id). Work on the list of ids: "
-             "walk it, (ids[i], ids[i + 1]) == pair.")
-
-
 def _merge_cases() -> list[tuple[list, tuple, int]]:
     a, b, x = randint(0, 9), randint(10, 19), randint(20, 29)
     new = randint(256, 400)
@@ -313,28 +298,135 @@ def _overlapping(ids: list, pair: tuple) -> bool:
     return a == b and any(ids[i:i + 3] == [a, a, a] for i in range(len(ids) - 2))
 
 
+def _merged(make: Callable[[list, tuple, Any], list]) -> Reference:
+    """merge_pair with a mistake: ``make(ids, pair, new_id)`` on the case."""
+    return Reference(lambda c: [({}, make(c.ids, c.pair, c.new_id))])
+
+
+def _first_only(ids: list, pair: tuple, new_id: Any) -> list:
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return [*ids[:i], new_id, *ids[i + 2:]]
+    return list(ids)
+
+
+def _backwards(ids: list, pair: tuple, new_id: Any) -> list:
+    out, i = [], len(ids) - 1
+    while i >= 0:
+        if i > 0 and (ids[i - 1], ids[i]) == pair:
+            out.insert(0, new_id)
+            i -= 2
+        else:
+            out.insert(0, ids[i])
+            i -= 1
+    return out
+
+
+def _second_kept(ids: list, pair: tuple, new_id: Any) -> list:
+    out = []
+    for i in range(len(ids)):  # the bug: a step of 1, not 2, after a merge
+        out.append(new_id if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair else ids[i])
+    return out
+
+
+def _head_only(ids: list, pair: tuple, new_id: Any) -> list:
+    out, i = [], 0  # merged wherever ids[i] == a, whatever follows
+    while i < len(ids):
+        out.append(new_id if i + 1 < len(ids) and ids[i] == pair[0] else ids[i])
+        i += 2 if out[-1] == new_id else 1
+    return out
+
+
+def _as_text(ids: list, pair: tuple, new_id: Any) -> list:
+    a, b = pair
+    return [int(x) for x in " ".join(map(str, ids)).replace(f"{a} {b}", str(new_id)).split()]  # '11 2' holds '1 2'
+
+
+def _last_dropped(ids: list, pair: tuple, new_id: Any) -> list:
+    merged = merge_pair(ids, pair, new_id)
+    return merged if merged[-1:] == [new_id] else merged[:-1]  # new_id is no input id: the last pair was merged
+
+
+_AS_BYTES = ("you merge in bytes (bytes(ids).replace(bytes(pair), ...)?): a byte holds 0 to 255, and every merged id "
+             "is 256 or more (bytes([new_id]) raises, new_id % 256 gives another token's id). Work on the list of ids: "
+             "walk it, (ids[i], ids[i + 1]) == pair.")
+_CASE = "\n    {inputs}"
+
+MERGE = Catalogue("merge_pair", "11", [
+    Entry("time limit", None, Probe("call_student_within")),
+    Entry("ids merged as bytes", "merging replaces the pair in bytes(ids): no byte holds a merged id (256 or more)",
+          Raises(r"range\(0, 256\)", (ValueError,), "raised"),
+          "your code raised {raised}\n    " + _AS_BYTES + "\n    merge_pair({ids}, {pair}, {new_id})"),
+    Entry("input modified in place", None, Output(lambda c: c.given != c.ids, "input"),
+          "merge_pair changed the list it was given ({ids} became {given}); build and return a new list: the caller "
+          "may still need the old one (your training loop builds the new pieces from the old ones, and a trainer that "
+          "updates its counts subtracts the old pieces' pairs)."),
+    Entry("wrong return", None, Output(lambda got: not isinstance(got, (list, tuple)) and dict(
+        type=type(got).__name__, why=_why_not_a_list(got)), "return"),
+          "merge_pair should return a list of ids, got {type} (for merge_pair({ids}, {pair}, {new_id})). {why}"),
+    # bytes(ids).replace(bytes(pair), bytes([new_id % 256])): a byte holds no id from 256 on
+    Entry("ids merged as bytes", None, _merged(lambda ids, pair, new_id: [
+        new_id % 256 if t == new_id else t for t in merge_pair(ids, pair, new_id)]), _AS_BYTES + _CASE),
+    Entry("only the first occurrence merged", "only the first occurrence of the pair is merged, not every one",
+          _merged(_first_only),
+          "only the first occurrence of the pair is replaced; every occurrence must be: keep scanning to the end of "
+          "the list after a merge." + _CASE),
+    Entry("ids joined as a string", "merging replaces the pair in the ids written out as text: '11 2' holds '1 2'",
+          _merged(_as_text),
+          "you replace the pair in the ids written out as text (' '.join(map(str, ids)).replace(...)?): ids of "
+          "several digits collide as text, '11 2' holds '1 2', so [11, 2] with the pair (1, 2) gives a number that is "
+          "no id. Compare the ids themselves: walk the list, (ids[i], ids[i + 1]) == pair." + _CASE),
+    Entry("pair never matched", "merging never matches (ids[i:i + 2] == pair compares a list with a tuple)",
+          _merged(lambda ids, pair, new_id: list(ids)),
+          "nothing was merged: the test never holds (ids[i:i + 2] == pair compares a list with a tuple, which are "
+          "never equal): compare (ids[i], ids[i + 1]) == pair, or list(pair)." + _CASE),
+    Entry("pair reversed", None, _merged(lambda ids, pair, new_id: merge_pair(ids, pair[::-1], new_id)),
+          "you merge (pair[1], pair[0]), the pair read backwards: merge where ids[i] == pair[0] and ids[i + 1] == "
+          "pair[1]." + _CASE),
+    Entry("merged right to left", "the pair is merged scanning from the right: a a a becomes [a, new], not [new, a]",
+          _merged(_backwards),
+          "you scan from the right: in a run a a a the pair (a, a) then merges at the end, [a, new]; the merge scans "
+          "left to right, [new, a]." + _CASE),
+    Entry("second token of the pair kept",
+          "after a merge the scan moves on by one, not two: the pair's second token is read again",
+          _merged(_second_kept),
+          "after a merge the scan moves on by one position instead of two, so the pair's second token is read again "
+          "(kept, or merged once more): i += 2 after writing new_id." + _CASE),
+    Entry("last token dropped", "merging loses the last token when it is not part of a merge (while i < len(ids) - 1)",
+          _merged(_last_dropped),
+          "the last token is lost when it is not merged (while i < len(ids) - 1?): loop to the end, while i < "
+          "len(ids), and test i + 1 < len(ids) before reading ids[i + 1]." + _CASE),
+    Entry("pair compared wrongly",
+          "merging compares the tokens with the wrong halves of the pair (pair[0] twice, or only pair[0])",
+          _merged(lambda ids, pair, new_id: merge_pair(ids, (pair[0], pair[0]), new_id)),
+          "you compare the tokens with the wrong halves of the pair (pair[0] twice, or only ids[i] == pair[0]): merge "
+          "where ids[i] == pair[0] and ids[i + 1] == pair[1]." + _CASE),
+    Entry("pair compared wrongly", None, _merged(_head_only),
+          "you test only ids[i] == pair[0]: the next token must be pair[1] too, ids[i] == pair[0] and ids[i + 1] == "
+          "pair[1]." + _CASE),
+    Entry("overlapping pairs merged twice", "in a run a a a both overlapping (a, a) are merged, not the first only",
+          Output(lambda wrong: all(_overlapping(i, p) for i, p, _, _ in wrong), "overlap"),
+          "the pair is merged twice in an overlapping run: in a a a the pair (a, a) occurs at positions 0 and 1, but "
+          "once the first two tokens are merged the second pair no longer exists. Scan left to right and, after a "
+          "merge, skip both tokens (i += 2).\n    {case}"),
+    Entry("values differ", None, Output(lambda wrong: True, "values"), "{case}."),
+])
+
+
 @checker("merge_pair")
 def check_merge_pair(merge_pair_fn):
     require_function(merge_pair_fn, "merge_pair")
     results = []
     for ids, pair, new_id in _merge_cases():
         given = list(ids)
+        fields = dict(ids=_show(ids), pair=pair, new_id=new_id)
         try:
             got = _run(merge_pair_fn, given, pair, new_id, name="merge_pair", what=f"{_show(ids)}, {pair}, {new_id}")
         except StudentError as err:  # bytes([new_id]) with new_id >= 256
-            if isinstance(err.exc, ValueError) and "range(0, 256)" in str(err.exc):
-                fail(f"your code raised {raised(err.exc)}\n    {_AS_BYTES}\n    merge_pair({_show(ids)}, {pair}, "
-                     f"{new_id})", mistake="ids merged as bytes")
+            MERGE.detect_raised(err.exc, "raised", raised=raised(err.exc), **fields)
             raise
-        if given != ids:
-            fail(f"merge_pair changed the list it was given ({_show(ids)} became {_show(given)}); build and return a "
-                 "new list: the caller may still need the old one (your training loop builds the new pieces from the "
-                 "old ones, and a trainer that updates its counts subtracts the old pieces' pairs).",
-                 mistake="input modified in place")
-        if not isinstance(got, (list, tuple)):
-            fail(f"merge_pair should return a list of ids, got {type(got).__name__} (for merge_pair({_show(ids)}, "
-                 f"{pair}, {new_id})). "
-                 + _why_not_a_list(got), mistake="wrong return")
+        MERGE.detect("input", SimpleNamespace(given=given, ids=ids), **{**fields, "given": _show(given)})
+        MERGE.detect("return", got, **fields)
         results.append((ids, pair, new_id, list(got)))
     wrong = [r for r in results if r[3] != merge_pair(r[0], r[1], r[2])]
     if not wrong:
@@ -342,14 +434,13 @@ def check_merge_pair(merge_pair_fn):
     ids, pair, new_id, got = wrong[0]
     case = (f"merge_pair({_show(ids)}, {pair}, {new_id}) returned {_show(got)}, expected "
             f"{_show(merge_pair(ids, pair, new_id))}")
-    for index, (name, diagnosis, _) in enumerate(_merge_variants(ids, pair, new_id)):
-        if all(g == _merge_variants(i, p, n)[index][2] for i, p, n, g in results):
-            fail(f"{diagnosis}\n    {case}", mistake=name)
-    if all(_overlapping(i, p) for i, p, _, _ in wrong):
-        fail("the pair is merged twice in an overlapping run: in a a a the pair (a, a) occurs at positions 0 and 1, "
-             "but once the first two tokens are merged the second pair no longer exists. Scan left to right and, after "
-             f"a merge, skip both tokens (i += 2).\n    {case}", mistake="overlapping pairs merged twice")
-    fail(f"{case}.", mistake="values differ")
+    variants = [_made(MERGE, SimpleNamespace(ids=i, pair=p, new_id=n)) for i, p, n, _ in results]
+    for index, (name, message, _) in enumerate(MERGE.candidates(SimpleNamespace(ids=ids, pair=pair, new_id=new_id),
+                                                                inputs=case)):
+        if all(r[3] == v[index] for r, v in zip(results, variants)):
+            fail(message, mistake=name)
+    MERGE.detect("overlap", wrong, case=case)
+    MERGE.detect("values", wrong, case=case)
 
 
 register_hints("merge_pair", [
@@ -1200,56 +1291,6 @@ register_hints("bpe_encode", [
 
 
 # ---------------------------------------------------------------- bpe_decode
-def _decode_variants(ids: list, vocab: dict) -> list[tuple[str, str, Any]]:
-    def per_token(errors: str) -> str:
-        return "".join(vocab[i].decode("utf-8", errors=errors) for i in ids)
-
-    return [
-        ("decoded token by token", "you decode each token on its own: a character whose UTF-8 bytes are split between "
-         "two tokens (é is b'\\xc3\\xa9') then breaks. Join all the tokens' bytes first (b''.join(...)), then decode "
-         "once.", lambda: per_token("replace")),
-        ("invalid bytes dropped", "invalid UTF-8 is dropped (errors='ignore'): a model can produce such ids, and the "
-         "text should show where, with '\\ufffd': decode with errors='replace'.",
-         lambda: b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore")),
-        ("decoded token by token", "you decode each token on its own (dropping what does not decode): a character "
-         "split between two tokens is lost. Join all the bytes first, then decode once with errors='replace'.",
-         lambda: per_token("ignore")),
-        ("byte values as ids", "you turned ids into bytes directly (bytes(ids)?): an id is not a byte value; look each "
-         "id up in vocab.", lambda: bytes(ids).decode("utf-8", errors="replace")),
-        ("not decoded as UTF-8", "the bytes are decoded with another encoding than UTF-8 (latin-1?): é is the two "
-         "bytes b'\\xc3\\xa9' in UTF-8; .decode('utf-8', errors='replace') on all the bytes joined.",
-         lambda: b"".join(vocab[i] for i in ids).decode("latin-1")),
-        ("invalid bytes escaped", "invalid UTF-8 is written as escapes ('\\x80', errors='backslashreplace'); the "
-         "exercise shows it as one '\\ufffd' per break, as a model's output shows: errors='replace'.",
-         lambda: b"".join(vocab[i] for i in ids).decode("utf-8", errors="backslashreplace")),
-        *[("whitespace stripped", f"the spaces or newlines at the {where} are gone (.{strip}()?): decoding gives "
-           "back every byte of the tokens, spaces included, so that decode(encode(text)) == text.",
-           lambda strip=strip: getattr(bpe_decode(ids, vocab), strip)())
-          for strip, where in (("strip", "start or end"), ("lstrip", "start"), ("rstrip", "end"))],
-        ("tokens joined with spaces", "you put a space between the tokens (' '.join(...)?): the spaces of the text are "
-         "inside the tokens already (' world'); join the tokens' bytes with nothing between them, b''.join(...), then "
-         "decode once.", lambda: " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids)),
-        ("tokens joined with spaces", "you put a space between the tokens (b' '.join(...)?): the spaces of the text "
-         "are inside the tokens already (' world'); join with nothing between them, b''.join(...).",
-         lambda: b" ".join(vocab[i] for i in ids).decode("utf-8", errors="replace")),
-        ("invalid bytes escaped", "invalid UTF-8 is kept as lone surrogates (errors='surrogateescape'): such a string "
-         "cannot be printed or written as UTF-8; show each break as '\\ufffd', errors='replace'.",
-         lambda: b"".join(vocab[i] for i in ids).decode("utf-8", errors="surrogateescape")),
-        ("ids as characters", "you turn each id into a character (chr(id)?): an id is neither a character nor a "
-         "byte; look each id up in vocab (vocab[id] is a byte string), join the bytes, decode them once as UTF-8.",
-         lambda: "".join(chr(i) for i in ids)),
-        *[("text normalised", _NORMALISED.format(what="decoding"),
-           lambda form=form: unicodedata.normalize(form, bpe_decode(ids, vocab))) for form in ("NFC", "NFKC")],
-        ("spaces before punctuation removed", "the space before punctuation, 's or n't is gone (' .' became "
-         "'.', \" 's\" \"'s\": Hugging Face's clean_up_tokenization_spaces?): decoding gives back every byte of the "
-         "tokens, spaces included, so that decode(encode(text)) == text.",
-         lambda: _cleaned_up(bpe_decode(ids, vocab))),
-        ("special tokens dropped", "the special token is missing (skipped, as Hugging Face's skip_special_tokens=True "
-         "does): bpe_decode gives back every token, the special ones as their text ('<|endoftext|>').",
-         lambda: b"".join(vocab[i] for i in ids if vocab[i] not in _SPECIAL_BYTES).decode("utf-8", errors="replace")),
-    ]
-
-
 _SPECIAL_BYTES = {ENDOFTEXT.encode()}
 
 
@@ -1269,6 +1310,121 @@ def _around(got: str, expected: str, width: int = 50) -> str:
         return ("…" if start else "") + repr(x[start:start + width]) + ("…" if len(x) > start + width else "")
 
     return f"first difference at character {k}:\n    you:      {cut(got)}\n    expected: {cut(expected)}"
+
+
+def _decoded(make: Callable[[list, dict], str]) -> Reference:
+    """bpe_decode with a mistake: ``make(ids, vocab)``, called only when compared (it may raise)."""
+    return Reference(lambda c: [({}, lambda: make(c.ids, c.vocab))])
+
+
+def _per_token(errors: str) -> Callable[[list, dict], str]:
+    return lambda ids, vocab: "".join(vocab[i].decode("utf-8", errors=errors) for i in ids)
+
+
+def _joined(errors: str, encoding: str = "utf-8") -> Callable[[list, dict], str]:
+    return lambda ids, vocab: b"".join(vocab[i] for i in ids).decode(encoding, errors=errors)
+
+
+def _valid_utf8(ids: list, vocab: dict) -> bool:
+    try:
+        b"".join(vocab[i] for i in ids).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+_AROUND = "\n    {inputs}\n    {around}"
+_STRIPS = (("strip", "start or end"), ("lstrip", "start"), ("rstrip", "end"))
+
+DECODE = Catalogue("bpe_decode", "11", [
+    Entry("time limit", None, Probe("call_student_within")),
+    Entry("invalid bytes raise", "decoding invalid UTF-8 raises instead of giving '\\ufffd' (errors='replace')",
+          Output(lambda c: isinstance(c.exc, UnicodeDecodeError) and not _valid_utf8(c.ids, c.vocab), "raised"),
+          "your code raised {raised}\n    These bytes are not valid UTF-8 (a model can produce any ids): decode with "
+          "errors='replace', which shows '\\ufffd' where they break.\n    {case}"),
+    Entry("decoded token by token", "each token decoded on its own: a character split between two tokens breaks",
+          Output(lambda c: isinstance(c.exc, UnicodeDecodeError), "raised"),
+          "your code raised {raised}\n    Together the bytes are valid UTF-8: you decode each token on its own, and a "
+          "character split between two tokens breaks. Join the bytes first (b''.join), then decode once.\n    {case}"),
+    Entry("wrong return", None, Output(lambda got: isinstance(got, (bytes, bytearray)), "return"),
+          "bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace')).\n    {case}"),
+    Entry("wrong return", None, Output(lambda got: not isinstance(got, str) and dict(type=type(got).__name__),
+                                       "return"),
+          "bpe_decode should return a str, got {type}.\n    {case}"),
+    Entry("decoded token by token", None, _decoded(_per_token("replace")),
+          "you decode each token on its own: a character whose UTF-8 bytes are split between two tokens (é is "
+          "b'\\xc3\\xa9') then breaks. Join all the tokens' bytes first (b''.join(...)), then decode once." + _AROUND),
+    Entry("invalid bytes dropped", "invalid UTF-8 silently dropped (errors='ignore') instead of shown as '\\ufffd'",
+          _decoded(_joined("ignore")),
+          "invalid UTF-8 is dropped (errors='ignore'): a model can produce such ids, and the text should show where, "
+          "with '\\ufffd': decode with errors='replace'." + _AROUND),
+    Entry("decoded token by token", None, _decoded(_per_token("ignore")),
+          "you decode each token on its own (dropping what does not decode): a character split between two tokens is "
+          "lost. Join all the bytes first, then decode once with errors='replace'." + _AROUND),
+    Entry("byte values as ids",
+          "a single byte's value used as its id instead of looking the id up in the vocabulary",
+          _decoded(lambda ids, vocab: bytes(ids).decode("utf-8", errors="replace")),
+          "you turned ids into bytes directly (bytes(ids)?): an id is not a byte value; look each id up in vocab."
+          + _AROUND),
+    Entry("not decoded as UTF-8", "decoding uses another encoding than UTF-8 (latin-1)",
+          _decoded(lambda ids, vocab: b"".join(vocab[i] for i in ids).decode("latin-1")),
+          "the bytes are decoded with another encoding than UTF-8 (latin-1?): é is the two bytes b'\\xc3\\xa9' in "
+          "UTF-8; .decode('utf-8', errors='replace') on all the bytes joined." + _AROUND),
+    Entry("invalid bytes escaped",
+          "invalid UTF-8 written as escapes or surrogates instead of '\\ufffd' (errors='replace')",
+          _decoded(_joined("backslashreplace")),
+          "invalid UTF-8 is written as escapes ('\\x80', errors='backslashreplace'); the exercise shows it as one "
+          "'\\ufffd' per break, as a model's output shows: errors='replace'." + _AROUND),
+    Entry("whitespace stripped",
+          "decoding strips the spaces or newlines at the text's ends (.strip(), .lstrip(), .rstrip())",
+          Reference(lambda c: [(dict(strip=strip, where=where),
+                                lambda strip=strip: getattr(bpe_decode(c.ids, c.vocab), strip)())
+                               for strip, where in _STRIPS]),
+          "the spaces or newlines at the {where} are gone (.{strip}()?): decoding gives back every byte of the "
+          "tokens, spaces included, so that decode(encode(text)) == text." + _AROUND),
+    Entry("tokens joined with spaces",
+          "decoding puts a space between the tokens (' '.join) instead of joining their bytes",
+          _decoded(lambda ids, vocab: " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids)),
+          "you put a space between the tokens (' '.join(...)?): the spaces of the text are inside the tokens already "
+          "(' world'); join the tokens' bytes with nothing between them, b''.join(...), then decode once." + _AROUND),
+    Entry("tokens joined with spaces", None,
+          _decoded(lambda ids, vocab: b" ".join(vocab[i] for i in ids).decode("utf-8", errors="replace")),
+          "you put a space between the tokens (b' '.join(...)?): the spaces of the text are inside the tokens "
+          "already (' world'); join with nothing between them, b''.join(...)." + _AROUND),
+    Entry("invalid bytes escaped", None, _decoded(_joined("surrogateescape")),
+          "invalid UTF-8 is kept as lone surrogates (errors='surrogateescape'): such a string cannot be printed or "
+          "written as UTF-8; show each break as '\\ufffd', errors='replace'." + _AROUND),
+    Entry("ids as characters",
+          "decoding turns each id into a character (chr(id)) instead of looking its bytes up in vocab",
+          _decoded(lambda ids, vocab: "".join(chr(i) for i in ids)),
+          "you turn each id into a character (chr(id)?): an id is neither a character nor a byte; look each id up in "
+          "vocab (vocab[id] is a byte string), join the bytes, decode them once as UTF-8." + _AROUND),
+    Entry("text normalised",
+          "the text normalised (unicodedata.normalize, NFC or NFKC): BPE works on the bytes as given",
+          Reference(lambda c: [(dict(what="decoding"),
+                                lambda form=form: unicodedata.normalize(form, bpe_decode(c.ids, c.vocab)))
+                               for form in ("NFC", "NFKC")]),
+          _NORMALISED + _AROUND),
+    Entry("spaces before punctuation removed",
+          "decoding drops the space before '.', ',', \"'s\" (clean_up_tokenization)",
+          _decoded(lambda ids, vocab: _cleaned_up(bpe_decode(ids, vocab))),
+          "the space before punctuation, 's or n't is gone (' .' became '.', \" 's\" \"'s\": Hugging Face's "
+          "clean_up_tokenization_spaces?): decoding gives back every byte of the tokens, spaces included, so that "
+          "decode(encode(text)) == text." + _AROUND),
+    Entry("special tokens dropped",
+          "decoding skips the special tokens (skip_special_tokens) instead of giving their text",
+          _decoded(lambda ids, vocab: b"".join(vocab[i] for i in ids if vocab[i] not in _SPECIAL_BYTES).decode(
+              "utf-8", errors="replace")),
+          "the special token is missing (skipped, as Hugging Face's skip_special_tokens=True does): bpe_decode gives "
+          "back every token, the special ones as their text ('<|endoftext|>')." + _AROUND),
+    Entry("values differ", None, Output(lambda c: True, "values"), "{case}: {around}"),
+    Entry("unknown ids dropped",
+          "decoding gives a text for an id outside the vocabulary (vocab.get(i, b'')), not an error",
+          Output(lambda got: dict(got=repr(got)), "unknown"),
+          "an id that is not in the vocabulary gave {got} instead of an error (vocab.get(i, b'')?): a wrong id (from "
+          "another tokenizer, or a bug) then goes unnoticed. Look each id up with vocab[i], which raises KeyError, or "
+          "raise ValueError naming the id.\n    {case}"),
+])
 
 
 def _decode_cases() -> list[tuple[list, dict, str]]:
@@ -1303,43 +1459,31 @@ def check_bpe_decode(bpe_decode_fn):
         try:
             got = _run(bpe_decode_fn, list(ids), dict(vocab), name="bpe_decode", what=f"{_show(ids, 6)}, vocab")
         except StudentError as err:
-            if isinstance(err.exc, UnicodeDecodeError):
-                try:
-                    b"".join(vocab[i] for i in ids).decode("utf-8")
-                except UnicodeDecodeError:
-                    fail(f"your code raised {raised(err.exc)}\n    These bytes are not valid UTF-8 (a model can "
-                         "produce any ids): decode with errors='replace', which shows '\\ufffd' where they break.\n    "
-                         f"{case}", mistake="invalid bytes raise")
-                fail(f"your code raised {raised(err.exc)}\n    Together the bytes are valid UTF-8: you decode each "
-                     "token on its own, and a character split between two tokens breaks. Join the bytes first "
-                     f"(b''.join), then decode once.\n    {case}", mistake="decoded token by token")
+            DECODE.detect("raised", SimpleNamespace(exc=err.exc, ids=ids, vocab=vocab), raised=raised(err.exc),
+                          case=case)
             if any(r[1] != r[2] for r in results):
                 break  # a wrong result before the error: named below (bytes(ids) raises only on ids above 255)
             raise
-        if isinstance(got, (bytes, bytearray)):
-            fail("bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace'))."
-                 f"\n    {case}", mistake="wrong return")
-        if not isinstance(got, str):
-            fail(f"bpe_decode should return a str, got {type(got).__name__}.\n    {case}", mistake="wrong return")
+        DECODE.detect("return", got, case=case)
         results.append((case, got, bpe_decode(ids, vocab), ids, vocab))
     wrong = [r for r in results if r[1] != r[2]]
     if not wrong:
         _fail_unknown_id_kept(bpe_decode_fn, cases[0][1])
         return _passed(bpe_decode_fn, f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special "
                        "token, shuffled byte ids")
-    results = [(case, got, expected, [_value(v) for _, _, v in _decode_variants(ids, vocab)])
+    results = [(case, got, expected, [_value(make) for make in _made(DECODE, SimpleNamespace(ids=ids, vocab=vocab))])
                for case, got, expected, ids, vocab in results]
     case, got, expected, values = next(r for r in results if r[1] != r[2])
-    variants = _decode_variants([], {})
+    variants = DECODE.candidates(SimpleNamespace(ids=[], vocab={}), inputs=case, around=_around(got, expected))
     # a variant that gives every result names the mistake (chr(id) and latin-1 agree on byte ids); else the first
     # that gives the first wrong one
-    for v, (name, diagnosis, _) in enumerate(variants):
+    for v, (name, message, _) in enumerate(variants):
         if values[v] == got and all(r[3][v] in (None, r[1]) for r in results):
-            fail(f"{diagnosis}\n    {case}\n    {_around(got, expected)}", mistake=name)
-    for v, (name, diagnosis, _) in enumerate(variants):
+            fail(message, mistake=name)
+    for v, (name, message, _) in enumerate(variants):
         if values[v] == got:
-            fail(f"{diagnosis}\n    {case}\n    {_around(got, expected)}", mistake=name)
-    fail(f"{case}: {_around(got, expected)}", mistake="values differ")
+            fail(message, mistake=name)
+    DECODE.detect("values", None, case=case, around=_around(got, expected))
 
 
 def _fail_unknown_id_kept(bpe_decode_fn: Callable[..., Any], vocab: dict) -> None:
@@ -1352,9 +1496,7 @@ def _fail_unknown_id_kept(bpe_decode_fn: Callable[..., Any], vocab: dict) -> Non
         if isinstance(err.exc, (LookupError, ValueError)):
             return
         raise
-    fail(f"an id that is not in the vocabulary gave {got!r} instead of an error (vocab.get(i, b'')?): a wrong id "
-         "(from another tokenizer, or a bug) then goes unnoticed. Look each id up with vocab[i], which raises "
-         f"KeyError, or raise ValueError naming the id.\n    {case}", mistake="unknown ids dropped")
+    DECODE.detect("unknown", got, case=case)
 
 
 def _value(variant: Callable[[], str]) -> str | None:
@@ -1370,3 +1512,7 @@ register_hints("bpe_decode", [
     "Join first, decode once: b''.join(vocab[i] for i in ids). A character may be split across two tokens.",
     "Then .decode('utf-8', errors='replace'): bytes that are not valid UTF-8 become '\\ufffd' instead of an error.",
 ])
+
+
+CATALOGUES = (COUNT, MERGE, DECODE)
+MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
