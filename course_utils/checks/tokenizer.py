@@ -13,8 +13,8 @@ broken another way; a training loop that calls the student's own ``count_pairs``
 (by name) is first blamed on the helper when that fails its own check. Every call of the student's code
 runs under a time limit of its own (:data:`CALL_LIMIT_S`), so an endless merge loop ends the
 check with a message saying which call did not finish. Each exercise's mistakes are one table
-(:mod:`.catalogue`), in the order tried: ``COUNT``, ``MERGE``, ``DECODE``; ``train_bpe``'s and
-``bpe_encode``'s names are still written inline (``_mistakes.NOT_YET_IN_A_TABLE``).
+(:mod:`.catalogue`), in the order tried: ``COUNT``, ``MERGE``, ``ENCODE``, ``DECODE``; ``train_bpe``'s
+names are still written inline (``_mistakes.NOT_YET_IN_A_TABLE``).
 tests/test_checks_tokenizer.py pins each name on 20 seeds.
 """
 
@@ -1064,61 +1064,6 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
     return out
 
 
-_ENCODE_VARIANTS = [
-    *[("merges in frequency order", dict(order=order), "you apply the pair that is most frequent in the piece "
-       "(Counter(...).most_common?); merges apply in the order they were learned: at each step the adjacent pair with "
-       "the lowest rank (its index in merges) goes first, however often it occurs here.")
-      for order in ("frequency", "frequency first")],
-    ("merges in reverse order", dict(order="latest"), "you apply the latest learned merge first (the highest rank, "
-     "max(...)); merges apply in the order they were learned: at each step the adjacent pair with the lowest rank "
-     "(its index in merges) goes first, min(pairs, key=lambda p: rank.get(p, float('inf')))."),
-    ("longest vocabulary match", dict(order="longest"), "you cut the piece into the longest tokens of the vocabulary "
-     "from the left (WordPiece's way); BPE replays the merges instead: at each step the adjacent pair with the lowest "
-     "rank (its index in merges) is merged, which can give other tokens than the longest match."),
-    ("merges in one pass", dict(order="one pass"), "you make one left-to-right pass, merging each learned pair you "
-     "meet, and stop: BPE repeats until no learned pair is left, and at each step merges the adjacent pair with the "
-     "lowest rank (its index in merges), so merged tokens can merge again (ab + ab -> abab)."),
-    *[("merges in text order", dict(order=order), "you merge the first known pair from the left; merges apply in "
-       "the order they were learned: at each step the adjacent pair with the lowest rank (its index in merges).")
-      for order in ("leftmost", "leftmost once")],
-    ("ids compared as strings", dict(order="id as text"), "you pick the pair whose joined token has the lowest id "
-     "compared as text (str(id)?): as strings '1000' < '999', so once ids have four digits the order is wrong (GPT-2's "
-     "ids go to 50,256). Rank each pair by its index in merges, min(pairs, key=lambda p: rank.get(p, "
-     "float('inf'))), or compare the ids as numbers."),
-    ("special tokens split", dict(specials_out=False), "the special token was encoded as ordinary text (split into "
-     "pieces); cut the text around the special tokens first (split_special_tokens) and give each one its own id."),
-    ("special tokens hard-coded", dict(hard_coded=True), "you treat '<|endoftext|>' as the one special token "
-     "whatever the special_tokens argument says (a hard-coded ['<|endoftext|>']?): the special tokens are the ones "
-     "the argument names. With special_tokens=() '<|endoftext|>' is ordinary text, encoded as its pieces; with "
-     "['<|endoftext|>', '<|endoftext|><|endoftext|>'] the longer one is a token of its own. Cut the text at the "
-     "tokens of the argument, split_special_tokens(text, special_tokens)."),
-    ("special tokens matched shortest first", dict(longest_first=False), "where two special tokens overlap "
-     "('<|endoftext|>' and '<|endoftext|><|endoftext|>'), the longer must win; you matched them in the order given (a "
-     "regular expression tries its alternatives left to right). Sort them longest first, sorted(special_tokens, "
-     "key=len, reverse=True), or cut the text with split_special_tokens(text, special_tokens)."),
-    ("across pre-token boundaries", dict(split="none"), "merges cross pieces: pre-tokenize each part of the text "
-     "(pretokenize) and encode each piece on its own, as the merges were learned."),
-    ("leading space dropped", dict(split="whitespace"), "the spaces are lost (text.split()?): GPT-2's pieces keep the "
-     "space before a word (' world'); use pretokenize(...), whose pieces join back to the text."),
-    ("text encoded line by line", dict(split="lines"), "you encode the text line by line (text.split('\\n'), the "
-     "id of '\\n' between two lines): GPT-2's pieces hold runs of newlines, and a blank line '\\n\\n' is one "
-     "token of its vocabulary (628). Encode the whole text: pretokenize(...) keeps the newlines in its pieces."),
-    ("byte values as ids", dict(byte_ids=True), "a single byte's id is not its value: look every token's id up in "
-     "the vocabulary (GPT-2's vocabulary gives b'!' the id 0)."),
-    ("byte values as ids", dict(computed_ids=True), "you compute each token's id (a byte's value, 256 + the rank of "
-     "the merge that made it) instead of looking it up in the vocabulary: the ids are vocab's, which need not "
-     "follow that rule (GPT-2's vocabulary gives b'!' the id 0). Build ids_of = {token: id for id, token in "
-     "vocab.items()} once and look every token up: ids_of[token]."),
-    *[("pre-tokenizer differs", dict(split=split), _PRETOKENIZER) for split in _RE_PATTERNS],
-    *[("special tokens not escaped", dict(unescaped=how), _UNESCAPED) for how in ("kept", "dropped")],
-    *[("text normalised", dict(text_as=form), _NORMALISED.format(what="encoding")) for form in ("NFC", "NFKC")],
-    ("merges not checked", dict(order="in vocab"), "you merge any adjacent pair whose joined bytes are a token of "
-     "the vocabulary; only the learned merges may apply (a token can be in the vocabulary as another merge's "
-     "result): keep the pairs that are in merges, the lowest rank first, min(pairs, key=lambda p: rank.get(p, "
-     "float('inf')))."),
-]
-
-
 def _permuted(vocab: dict) -> dict:
     """``vocab`` with the 256 byte tokens' ids shuffled (as in GPT-2's files)."""
     order = torch.randperm(256).tolist()
@@ -1177,6 +1122,183 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
     ]
 
 
+def _literal(text: str) -> str:
+    """``text`` as a message template that prints it as it is (its braces doubled)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _encoded(case: tuple, options: dict) -> list[int] | None:
+    """The plain encoder with a mistake (``options``) on ``case``, or None where it cannot run on it."""
+    text, vocab, merges, specials = case
+    try:
+        return _plain_encode(text, vocab, merges, specials, **options)
+    except KeyError:
+        return None
+
+
+def _encoding(fields: dict | None = None, **options: Any) -> Reference:
+    """The plain encoder with ``options``: a zero-argument callable on the case, called only when compared."""
+    return Reference(lambda c: [(fields or {}, lambda: _encoded(c.case, options))])
+
+
+def _cache_kept(c: Any) -> dict | None:
+    """One text under several vocabularies and merges, the same ids for all where they differ."""
+    same = [k for k in range(len(c.cases)) if c.cases[k][0] == c.text]
+    if len({tuple(c.results[k][1]) for k in same}) == 1 < len({tuple(c.results[k][2]) for k in same}):
+        inputs, you, expected = c.results[same[-1]]
+        return dict(text=c.text, n=len(same), inputs=inputs, you=_show(you), expected=_show(expected))
+    return None
+
+
+def _first_multibyte_key(exc: BaseException) -> dict | None:
+    """A KeyError on the bytes of one character of several bytes: the piece was cut into characters."""
+    key = exc.args[0] if isinstance(exc, KeyError) and exc.args else None
+    try:
+        char = key.decode("utf-8") if isinstance(key, bytes) and len(key) > 1 else ""
+    except UnicodeDecodeError:
+        char = ""
+    return dict(key=key, char=char, n=len(key)) if len(char) == 1 else None
+
+
+_LOWEST_RANK = "at each step the adjacent pair with the lowest rank (its index in merges)"
+
+ENCODE = Catalogue("bpe_encode", "11", [
+    Entry("time limit", None, Probe("call_student_within")),
+    Entry("characters instead of bytes", "encoding starts a piece from its characters, not one token per UTF-8 byte",
+          Output(_first_multibyte_key, "raised"),
+          "your code raised {raised}\n    {key!r} is the character {char!r}, {n} bytes, which no merge joins: you "
+          "start each piece from its characters ([c.encode() for c in piece]?). Start from the piece's UTF-8 bytes, "
+          "one token per byte, [bytes([b]) for b in piece.encode('utf-8')]: a character of 2-4 bytes is 2-4 tokens "
+          "until merges join them.\n    {case}"),
+    Entry("input modified in place", None, Output(lambda c: c.given != c.before, "input"),
+          "your bpe_encode changed its argument `{name}` in place (merges.sort(), .append, .pop, vocab[...] = ...?): "
+          "the caller's {name} is not the same after the call, and a later call with it gives other ids. Read the "
+          "arguments, do not modify them: build your own lookups from them (rank = {{pair: r for r, pair in "
+          "enumerate(merges)}}; a merge's rank is its place in the learned order, which sorting loses).\n    {case}"),
+    Entry("wrong return", None, Output(lambda got: (not isinstance(got, (list, tuple)) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in got)) and dict(
+            type=type(got).__name__,
+            holding=f" holding {type(next(iter(got), None)).__name__}" if isinstance(got, (list, tuple)) else ""),
+        "return"),
+          "bpe_encode should return a list of int ids, got {type}{holding}.\n    {case}"),
+    Entry("cache kept between calls",
+          "encoding caches a piece's ids between calls keyed by the piece alone, not the merges",
+          Output(_cache_kept, "cache"),
+          "you return the same ids for {text!r} under {n} different vocabularies and merges: a cache kept between "
+          "calls and keyed by the piece alone (a global dict, or lru_cache on a function of the piece only) gives back "
+          "ids of other merges. Key it by the piece and the merges, or keep it inside one call.\n    {inputs}\n    "
+          "you: {you}\n    expected: {expected}"),
+    Entry("special tokens given as a tuple ignored",
+          "special_tokens ignored unless a list (a tuple names them as well)",
+          Output(lambda c: all(isinstance(c.cases[k][3], tuple)
+                               and c.results[k][1] == _encoded(c.cases[k], dict(specials_out=False)) for k in c.wrong),
+                 "tuple"),
+          "special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): " + _literal(_TUPLE)
+          + "\n    {case}\n    you: {you}\n    expected: {expected}"),
+    *[Entry("merges in frequency order",
+            "encoding merges the most frequent pair of the piece first, not the earliest learned",
+            _encoding(order=order),
+            "you apply the pair that is most frequent in the piece (Counter(...).most_common?); merges apply in the "
+            f"order they were learned: {_LOWEST_RANK} goes first, however often it occurs here." + "{shown}")
+      for order in ("frequency", "frequency first")],
+    Entry("merges in reverse order", "encoding merges the latest learned pair first (highest rank), not the earliest",
+          _encoding(order="latest"),
+          "you apply the latest learned merge first (the highest rank, max(...)); merges apply in the order they were "
+          f"learned: {_LOWEST_RANK} goes first, min(pairs, key=lambda p: rank.get(p, float('inf')))." + "{shown}"),
+    Entry("longest vocabulary match",
+          "encoding cuts each piece into the longest vocabulary tokens (WordPiece), not by replaying merges",
+          _encoding(order="longest"),
+          "you cut the piece into the longest tokens of the vocabulary from the left (WordPiece's way); BPE replays "
+          f"the merges instead: {_LOWEST_RANK} is merged, which can give other tokens than the longest match."
+          "{shown}"),
+    Entry("merges in one pass",
+          "encoding makes one left-to-right pass of merges instead of repeating until none applies",
+          _encoding(order="one pass"),
+          "you make one left-to-right pass, merging each learned pair you meet, and stop: BPE repeats until no learned "
+          "pair is left, and at each step merges the adjacent pair with the lowest rank (its index in merges), so "
+          "merged tokens can merge again (ab + ab -> abab).{shown}"),
+    *[Entry("merges in text order", "encoding merges the leftmost known pair first, not the earliest learned",
+            _encoding(order=order),
+            "you merge the first known pair from the left; merges apply in the order they were learned: "
+            f"{_LOWEST_RANK}." + "{shown}")
+      for order in ("leftmost", "leftmost once")],
+    Entry("ids compared as strings", "encoding ranks pairs by their joined token's id as text: '1000' < '999'",
+          _encoding(order="id as text"),
+          "you pick the pair whose joined token has the lowest id compared as text (str(id)?): as strings '1000' < "
+          "'999', so once ids have four digits the order is wrong (GPT-2's ids go to 50,256). Rank each pair by its "
+          "index in merges, min(pairs, key=lambda p: rank.get(p, float('inf'))), or compare the ids as numbers."
+          "{shown}"),
+    Entry("special tokens split", "a special token is encoded as ordinary text instead of as its own id",
+          _encoding(specials_out=False),
+          "the special token was encoded as ordinary text (split into pieces); cut the text around the special tokens "
+          "first (split_special_tokens) and give each one its own id.{shown}"),
+    Entry("special tokens hard-coded",
+          "encoding treats '<|endoftext|>' as special whatever the special_tokens argument says",
+          _encoding(hard_coded=True),
+          "you treat '<|endoftext|>' as the one special token whatever the special_tokens argument says (a hard-coded "
+          "['<|endoftext|>']?): the special tokens are the ones the argument names. With special_tokens=() "
+          "'<|endoftext|>' is ordinary text, encoded as its pieces; with ['<|endoftext|>', "
+          "'<|endoftext|><|endoftext|>'] the longer one is a token of its own. Cut the text at the tokens of the "
+          "argument, split_special_tokens(text, special_tokens).{shown}"),
+    Entry("special tokens matched shortest first",
+          "of two overlapping special tokens the shorter is matched, not the longer", _encoding(longest_first=False),
+          "where two special tokens overlap ('<|endoftext|>' and '<|endoftext|><|endoftext|>'), the longer must win; "
+          "you matched them in the order given (a regular expression tries its alternatives left to right). Sort them "
+          "longest first, sorted(special_tokens, key=len, reverse=True), or cut the text with "
+          "split_special_tokens(text, special_tokens).{shown}"),
+    Entry("across pre-token boundaries", None, _encoding(split="none"),
+          "merges cross pieces: pre-tokenize each part of the text (pretokenize) and encode each piece on its own, as "
+          "the merges were learned.{shown}"),
+    Entry("leading space dropped",
+          "the pieces lose the space before each word (text.split() instead of GPT-2's pattern)",
+          _encoding(split="whitespace"),
+          "the spaces are lost (text.split()?): GPT-2's pieces keep the space before a word (' world'); use "
+          "pretokenize(...), whose pieces join back to the text.{shown}"),
+    Entry("text encoded line by line", "encoding splits the text at '\\n' and puts the newline's id between lines",
+          _encoding(split="lines"),
+          "you encode the text line by line (text.split('\\n'), the id of '\\n' between two lines): GPT-2's pieces "
+          "hold runs of newlines, and a blank line '\\n\\n' is one token of its vocabulary (628). Encode the whole "
+          "text: pretokenize(...) keeps the newlines in its pieces.{shown}"),
+    Entry("byte values as ids", None, _encoding(byte_ids=True),
+          "a single byte's id is not its value: look every token's id up in the vocabulary (GPT-2's vocabulary gives "
+          "b'!' the id 0).{shown}"),
+    Entry("byte values as ids", None, _encoding(computed_ids=True),
+          "you compute each token's id (a byte's value, 256 + the rank of the merge that made it) instead of looking "
+          "it up in the vocabulary: the ids are vocab's, which need not follow that rule (GPT-2's vocabulary gives "
+          "b'!' the id 0). Build ids_of = {{token: id for id, token in vocab.items()}} once and look every token up: "
+          "ids_of[token].{shown}"),
+    *[Entry("pre-tokenizer differs",
+            "a pattern of Python's re instead of pretokenize: '_' dropped or in words, '²' cut",
+            _encoding(split=split), _literal(_PRETOKENIZER) + "{shown}") for split in _RE_PATTERNS],
+    *[Entry("special tokens not escaped",
+            "special tokens cut by re.split('|'.join(...)) without re.escape: '|' alternates",
+            _encoding(unescaped=how), _literal(_UNESCAPED) + "{shown}") for how in ("kept", "dropped")],
+    *[Entry("text normalised", None, _encoding(dict(what="encoding"), text_as=form), _NORMALISED + "{shown}")
+      for form in ("NFC", "NFKC")],
+    Entry("merges not checked", "encoding merges any pair whose joined bytes are a token, not only the learned merges",
+          _encoding(order="in vocab"),
+          "you merge any adjacent pair whose joined bytes are a token of the vocabulary; only the learned merges may "
+          "apply (a token can be in the vocabulary as another merge's result): keep the pairs that are in merges, the "
+          "lowest rank first, min(pairs, key=lambda p: rank.get(p, float('inf'))).{shown}"),
+    Entry("values differ", None, Output(lambda c: (unknown := [i for i in c.got if i not in c.vocab])
+                                        and dict(unknown=unknown[0]), "unknown"),
+          "your ids include {unknown}, which is not in the vocabulary.\n    {case}"),
+    Entry("leading space dropped", None,
+          Output(lambda c: c.back != c.text and c.back.replace(" ", "") == c.text.replace(" ", ""), "decoded"),
+          "your ids decode to {back!r}: spaces are lost. GPT-2's pieces keep the space before a word (' world'); "
+          "encode each piece of pretokenize(...) as it is, without stripping it.\n    {case}"),
+    Entry("pre-tokenizer differs", None,  # a pattern of Python's re: [^\W\d_] matches no '_'
+          Output(lambda c: c.back != c.text and "_" in c.text and "_" not in c.back, "decoded"),
+          "your ids decode to {back!r}: the '_' are lost. " + _literal(_PRETOKENIZER) + "\n    {case}"),
+    Entry("values differ", None, Output(lambda c: c.back != c.text, "decoded"),
+          "your ids decode to {back!r}, not the text: every byte of the text must be in exactly one token."
+          "\n    {case}"),
+    Entry("values differ", None, Output(lambda c: True, "decoded"),
+          "your ids decode back to the text but differ from position {k}: you {you}, expected {expected}."
+          "\n    {case}"),
+])
+
+
 @checker("bpe_encode")
 def check_bpe_encode(bpe_encode_fn):
     require_function(bpe_encode_fn, "bpe_encode")
@@ -1190,92 +1312,43 @@ def check_bpe_encode(bpe_encode_fn):
             got = _run(bpe_encode_fn, text, *given.values(), name="bpe_encode",
                        what=f"{text[:30]!r}..., vocab, merges, {specials}")
         except StudentError as err:
-            _fail_character_token(err, case)
+            ENCODE.detect("raised", err.exc, raised=raised(err.exc), case=case)
             raise
         for name, before in (("vocab", vocab), ("merges", list(merges)), ("special_tokens", specials)):
-            if given[name] != before:  # the caller's own list or dict, changed (merges.sort()?)
-                fail(f"your bpe_encode changed its argument `{name}` in place (merges.sort(), .append, .pop, "
-                     f"vocab[...] = ...?): the caller's {name} is not the same after the call, and a later call with "
-                     "it gives other ids. Read the arguments, do not modify them: build your own lookups from them "
-                     "(rank = {pair: r for r, pair in enumerate(merges)}; a merge's rank is its place in the learned "
-                     f"order, which sorting loses).\n    {case}", mistake="input modified in place")
-        if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in got):
-            fail(f"bpe_encode should return a list of int ids, got {type(got).__name__}"
-                 + (f" holding {type(next(iter(got), None)).__name__}" if isinstance(got, (list, tuple)) else "")
-                 + f".\n    {case}", mistake="wrong return")
+            # the caller's own list or dict, changed (merges.sort()?)
+            ENCODE.detect("input", SimpleNamespace(given=given[name], before=before), name=name, case=case)
+        ENCODE.detect("return", got, case=case)
         results.append((case, list(got), BPETokenizer(vocab, merges, specials).encode(text)))
     wrong = [k for k, (_, got, expected) in enumerate(results) if got != expected]
     if not wrong:
         return _passed(bpe_encode_fn, f"{len(cases)} texts, learned order against frequency, special tokens, byte ids "
                        "shuffled as in GPT-2's vocabulary")
-
-    def variant(k: int, options: dict) -> list[int] | None:
-        text, vocab, merges, specials = cases[k]
-        try:
-            return _plain_encode(text, vocab, merges, specials, **options)
-        except KeyError:
-            return None
-
     # one text ('abc') under several vocabularies: the same ids for all where they differ is a cache keyed by the
     # text or piece alone, kept between calls
     for text in {cases[k][0] for k in wrong}:
-        same = [k for k in range(len(cases)) if cases[k][0] == text]
-        if len({tuple(results[k][1]) for k in same}) == 1 < len({tuple(results[k][2]) for k in same}):
-            fail(f"you return the same ids for {text!r} under {len(same)} different vocabularies and merges: a cache "
-                 "kept between calls and keyed by the piece alone (a global dict, or lru_cache on a function of the "
-                 "piece only) gives back ids of other merges. Key it by the piece and the merges, or keep it inside "
-                 f"one call.\n    {results[same[-1]][0]}\n    you: {_show(results[same[-1]][1])}\n    expected: "
-                 f"{_show(results[same[-1]][2])}", mistake="cache kept between calls")
+        ENCODE.detect("cache", SimpleNamespace(text=text, cases=cases, results=results))
     case, got, expected = results[wrong[0]]
-    if all(isinstance(cases[k][3], tuple) and results[k][1] == variant(k, dict(specials_out=False)) for k in wrong):
-        fail(f"special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): {_TUPLE}\n    {case}"
-             f"\n    you: {_show(got)}\n    expected: "
-             f"{_show(expected)}", mistake="special tokens given as a tuple ignored")
+    ENCODE.detect("tuple", SimpleNamespace(cases=cases, results=results, wrong=wrong), case=case, you=_show(got),
+                  expected=_show(expected))
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), min(len(got), len(expected)))
     at = f" (from position {k}, the first that differs)" if k else ""
     shown = f"\n    {case}\n    you{at}: {_show(got[k:])}\n    expected: {_show(expected[k:])}"
+    variants = [_made(ENCODE, SimpleNamespace(case=c)) for c in cases]
+    named = ENCODE.candidates(SimpleNamespace(case=cases[wrong[0]]), shown=shown)
     # a variant that gives every result names the mistake; else the first that gives the first wrong one
-    for name, options, diagnosis in _ENCODE_VARIANTS:
-        if variant(wrong[0], options) == got and all(variant(k, options) in (None, results[k][1])
-                                                     for k in range(len(cases))):
-            fail(diagnosis + shown, mistake=name)
+    for v, (name, message, make) in enumerate(named):
+        if make() == got and all(variants[i][v]() in (None, results[i][1]) for i in range(len(cases))):
+            fail(message, mistake=name)
     # else the first that gives the first wrong one and is not ruled out by a text the student encodes right
-    right = [k for k in range(len(cases)) if k not in wrong]
-    for name, options, diagnosis in _ENCODE_VARIANTS:
-        if variant(wrong[0], options) == got and all(variant(k, options) in (None, results[k][1]) for k in right):
-            fail(diagnosis + shown, mistake=name)
+    right = [i for i in range(len(cases)) if i not in wrong]
+    for v, (name, message, make) in enumerate(named):
+        if make() == got and all(variants[i][v]() in (None, results[i][1]) for i in right):
+            fail(message, mistake=name)
     text, vocab = cases[wrong[0]][:2]
-    unknown = [i for i in got if i not in vocab]
-    if unknown:
-        fail(f"your ids include {unknown[0]}, which is not in the vocabulary.\n    {case}", mistake="values differ")
+    ENCODE.detect("unknown", SimpleNamespace(got=got, vocab=vocab), case=case)
     back = bpe_decode(got, vocab)
-    if back != text and back.replace(" ", "") == text.replace(" ", ""):
-        fail(f"your ids decode to {back[:60]!r}: spaces are lost. GPT-2's pieces keep the space before a word "
-             f"(' world'); encode each piece of pretokenize(...) as it is, without stripping it.\n    {case}",
-             mistake="leading space dropped")
-    if back != text and "_" in text and "_" not in back:  # a pattern of Python's re: [^\W\d_] matches no '_'
-        fail(f"your ids decode to {back[:60]!r}: the '_' are lost. "
-             + _PRETOKENIZER + f"\n    {case}",
-             mistake="pre-tokenizer differs")
-    if back != text:
-        fail(f"your ids decode to {back[:60]!r}, not the text: every byte of the text must be in exactly one "
-             f"token.\n    {case}", mistake="values differ")
-    fail(f"your ids decode back to the text but differ from position {k}: you {_show(got[k:k + 6])}, expected "
-         f"{_show(expected[k:k + 6])}.\n    {case}", mistake="values differ")
-
-
-def _fail_character_token(err: StudentError, case: str) -> None:
-    """A KeyError on the bytes of one character of several bytes: the piece was cut into characters."""
-    key = err.exc.args[0] if isinstance(err.exc, KeyError) and err.exc.args else None
-    try:
-        char = key.decode("utf-8") if isinstance(key, bytes) and len(key) > 1 else ""
-    except UnicodeDecodeError:
-        char = ""
-    if len(char) == 1:
-        fail(f"your code raised {raised(err.exc)}\n    {key!r} is the character {char!r}, {len(key)} bytes, which no "
-             "merge joins: you start each piece from its characters ([c.encode() for c in piece]?). Start from the "
-             "piece's UTF-8 bytes, one token per byte, [bytes([b]) for b in piece.encode('utf-8')]: a character of 2-4 "
-             f"bytes is 2-4 tokens until merges join them.\n    {case}", mistake="characters instead of bytes")
+    ENCODE.detect("decoded", SimpleNamespace(back=back, text=text), back=back[:60], case=case, k=k,
+                  you=_show(got[k:k + 6]), expected=_show(expected[k:k + 6]))
 
 
 register_hints("bpe_encode", [
@@ -1514,5 +1587,5 @@ register_hints("bpe_decode", [
 ])
 
 
-CATALOGUES = (COUNT, MERGE, DECODE)
+CATALOGUES = (COUNT, MERGE, ENCODE, DECODE)
 MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
