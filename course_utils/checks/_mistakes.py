@@ -1,10 +1,9 @@
 """The names of ``CheckResult.mistake`` that live outside the exercises' tables.
 
 ``GENERIC``: the names ``_core``'s shared probes and the ``@checker`` decorator report, in any
-checker (name -> one-line meaning). ``NOT_YET_IN_A_TABLE``: the names of the checkers not yet
-written as a table (see :mod:`.catalogue`); a checker converted to a table declares its names
-there, and they leave this dict. :func:`.catalogue.registry` assembles the whole registry from
-the tables and these two; tests/test_checks_core.py checks it both ways."""
+checker (name -> one-line meaning). Every other name is declared in an exercise's table (see
+:mod:`.catalogue`); :func:`.catalogue.registry` assembles the whole registry from the tables and
+this dict; tests/test_checks_core.py checks it both ways."""
 
 from __future__ import annotations
 
@@ -33,36 +32,4 @@ GENERIC: dict[str, str] = {
     "dropout ignores eval mode": "dropout still acts after model.eval()",
     "hard-coded dropout p": "a fixed p instead of the dropout argument",
     "gradients tracked": "generation or greedy decoding runs the model with gradient tracking on",
-}
-
-NOT_YET_IN_A_TABLE: dict[str, str] = {
-    # masks
-    # attention (01, 02)
-    # positional encoding and embeddings (03)
-    # layers and stacks (04, 05, 08, 09)
-    # dropout
-    # the model and decoding (06, 09)
-    # GPT-2's weights (09, load_gpt2_weights)
-    # training (07) and the classifier (08)
-    # notebook 10: the modern decoder
-    # byte-level BPE (11)
-    "ties broken differently": "ties between the most frequent pairs not given to the greatest pair of byte strings",
-    "special tokens trained on": "the special tokens' characters are trained on instead of cut out first",
-    "merged ids not from 256": "the merged tokens' ids do not run 256, 257, ... (a gap or another start)",
-    "merge not applied": "training records each merge but does not rewrite the pieces with it",
-    "special tokens not added": "the special tokens are missing from the trained vocabulary",
-    "wrong special token ids": "the special tokens are not the vocabulary's last ids, after the merged tokens",
-    "wrong number of merges": "vocab_size misread: more or fewer merges than vocab_size - 256 - len(special_tokens)",
-    "no stop when pairs run out": "the training loop does not stop when no pair is left to merge (it hangs)",
-    "special tokens replaced by a space": "training replaces each special token by a space instead of splitting at it",
-    "documents glued together": "training deletes the special tokens, gluing the texts on both sides into one",
-    "whitespace collapsed": "training collapses runs of spaces and newlines (' '.join(text.split())) first",
-    "special token ids after a gap": "special tokens given the ids below vocab_size, not straight after the last merge",
-    "text stripped": "training strips the text first: the spaces and newlines at its ends are not trained on",
-    "only the first special token cut": "training cuts the text at special_tokens[0] only and trains on the others",
-    "text lowercased": "training lowercases the text first (text.lower()): capitals are other bytes, learned as given",
-    "stopped while pairs remained": "training stops at a minimum count (a pair occurring once is still merged)",
-    "counts not updated after a merge": "training merges a pair no piece holds any more (counts not redone)",
-    # notebook 10 (trial s3_10)
-    # notebook 10 (trial s4_10)
 }

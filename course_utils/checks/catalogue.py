@@ -34,7 +34,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from ._core import fail
-from ._mistakes import GENERIC, NOT_YET_IN_A_TABLE
+from ._mistakes import GENERIC
 
 __all__ = [
     "Entry", "Reference", "Output", "Raises", "Probe", "Catalogue", "GRADIENT_PROBE", "DTYPE_PROBE", "DEVICE_PROBE",
@@ -192,8 +192,8 @@ def catalogues() -> list[Catalogue]:
 
 def registry() -> dict[str, str]:
     """Every ``CheckResult.mistake`` a checker can report -> its one-line meaning: the generic
-    names of ``_core``'s probes, every table's declared names, and the names of the checkers
-    not yet written as tables. Raises if a name is declared twice or used undeclared."""
+    names of ``_core``'s probes and every table's declared names. Raises if a name is declared
+    twice or used undeclared."""
     declared: dict[str, str] = dict(GENERIC)
     used: set[str] = set()
     for table in catalogues():
@@ -203,10 +203,6 @@ def registry() -> dict[str, str]:
                 if entry.name in declared and declared[entry.name] != entry.meaning:
                     raise ValueError(f"{table.exercise}: {entry.name!r} is declared twice with different meanings")
                 declared[entry.name] = entry.meaning
-    for name, meaning in NOT_YET_IN_A_TABLE.items():
-        if name in declared:
-            raise ValueError(f"{name!r} is declared in a table and again in _mistakes.NOT_YET_IN_A_TABLE")
-        declared[name] = meaning
     undeclared = sorted(used - set(declared))
     if undeclared:
         raise ValueError(f"table entries with no meaning anywhere: {undeclared}")

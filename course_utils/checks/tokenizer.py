@@ -13,8 +13,7 @@ broken another way; a training loop that calls the student's own ``count_pairs``
 (by name) is first blamed on the helper when that fails its own check. Every call of the student's code
 runs under a time limit of its own (:data:`CALL_LIMIT_S`), so an endless merge loop ends the
 check with a message saying which call did not finish. Each exercise's mistakes are one table
-(:mod:`.catalogue`), in the order tried: ``COUNT``, ``MERGE``, ``ENCODE``, ``DECODE``; ``train_bpe``'s
-names are still written inline (``_mistakes.NOT_YET_IN_A_TABLE``).
+(:mod:`.catalogue`), in the order tried: ``COUNT``, ``MERGE``, ``TRAIN``, ``ENCODE``, ``DECODE``.
 tests/test_checks_tokenizer.py pins each name on 20 seeds.
 """
 
@@ -574,60 +573,6 @@ _UNESCAPED = ("you cut the text at the special tokens with a regular expression 
               "pattern matches '<', 'endoftext' and '>' wherever they are, and never the token as a whole. Escape each "
               "token, '|'.join(map(re.escape, special_tokens)), or use split_special_tokens(text, special_tokens).")
 
-_TRAIN_VARIANTS = [
-    ("across pre-token boundaries", dict(split="none"), "your merges cross the pieces of GPT-2's pre-tokenization: "
-     "cut each part of the text with pretokenize(...) and count pairs inside each piece only, never across two."),
-    ("leading space dropped", dict(split="whitespace"), "your pieces lose their spaces (text.split()?): GPT-2's pieces "
-     "keep the space before a word (' world'), so merges such as (b' ', b'w') exist; use pretokenize(...)."),
-    ("special tokens trained on", dict(specials_out=False), "the special tokens' characters were trained on: cut "
-     "them out first with split_special_tokens(text, special_tokens) and skip the special pieces."),
-    ("special tokens replaced by a space", dict(specials_out=" "), "each special token is replaced by a space "
-     "(text.replace(token, ' ')?): the space then joins the next word ('Hello' becomes ' Hello') and makes pairs the "
-     "text does not hold. Split the text at the special tokens (split_special_tokens) and train on the parts."),
-    ("documents glued together", dict(specials_out=""), "the special tokens are deleted from the text "
-     "(text.replace(token, '')?), which glues the texts on both sides together ('ab<|endoftext|>cd' becomes 'abcd', "
-     "one piece). Split the text at the special tokens (split_special_tokens) and train on the parts."),
-    ("whitespace collapsed", dict(split="collapsed"), "runs of spaces and newlines become one space "
-     "(' '.join(text.split())?): the pieces GPT-2's pattern makes of '  ' or '\\n' are lost. Pre-tokenize the text "
-     "as it is, pretokenize(part)."),
-    ("piece counts ignored", dict(weighted=False), "each distinct piece counts once: weight its pairs by how "
-     "often the piece occurs in the text."),
-    ("pair counted once per piece", dict(counting="set"), "your pair counts count a pair once per piece (a set of "
-     "the piece's pairs?): a pair that occurs twice in one piece counts twice, `for pair in zip(word, word[1:])`."),
-    ("overlapping pairs counted once", dict(counting="no overlap"), "your pair counts skip overlapping pairs: a run "
-     "a a a holds the pair (a, a) twice, at positions 0 and 1; count every position, `zip(word, word[1:])`."),
-    ("merge not applied", dict(apply=False), "each merge is recorded but the pieces are not rewritten: after "
-     "picking the best pair, replace it in every piece (merge_pair with the new id), so that the next count sees the "
-     "merged token."),
-    ("ties broken differently", dict(tie="ids"), "ties are broken by comparing the token ids (a, b); the exercise "
-     "compares their byte strings: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
-    ("ties broken differently", dict(tie="first"), "ties go to the pair counted first (max(counts, key=counts.get)); "
-     "the exercise gives them to the greatest pair of byte strings: key=lambda p: (counts[p], vocab[p[0]], "
-     "vocab[p[1]])."),
-    ("ties broken differently", dict(tie="joined"), "ties are broken by the two byte strings joined "
-     "(vocab[a] + vocab[b]); the exercise compares the pair: first byte strings, then second ones. They differ when "
-     "the first token of one pair is a prefix of the other's: (b'ab', b'a') beats (b'a', b'bz') as a pair, but "
-     "b'aba' < b'abz' joined. Use max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
-    ("ties broken differently", dict(tie="text"), "ties are broken by the tokens decoded to text; the exercise "
-     "compares their byte strings. A token holding part of a character (the first bytes of an emoji) decodes to "
-     "'\ufffd' like every other part, so those ties are left to chance: compare bytes, key=lambda p: (counts[p], "
-     "vocab[p[0]], vocab[p[1]])."),
-    ("ties broken differently", dict(tie="smallest"), "ties go to the smallest pair of byte strings; the exercise "
-     "gives them to the greatest: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))."),
-    ("text stripped", dict(text_as="strip"), "the text was stripped first (text.strip()?): the spaces and newlines "
-     "at its ends are text too, and their pairs ((b'\\n', b'\\n')) are counted and merged. Train on the text as "
-     "it is."),
-    *[("text normalised", dict(text_as=form), _NORMALISED.format(what="training")) for form in ("NFC", "NFKC")],
-    ("only the first special token cut", dict(cut_at=1), "the text is cut at the first special token only "
-     "(text.split(special_tokens[0])?): the characters of the others ('<|pad|>') were trained on. Cut it at every "
-     "one: split_special_tokens(text, special_tokens), and skip the special pieces."),
-    *[("pre-tokenizer differs", dict(split=split), _PRETOKENIZER) for split in _RE_PATTERNS],
-    *[("special tokens not escaped", dict(unescaped=how), _UNESCAPED) for how in ("kept", "dropped")],
-    ("text lowercased", dict(text_as="lower"), "the text was lowercased first (text.lower()?): BPE works on the bytes "
-     "as given, 'THE' and 'the' are other bytes, and GPT-2's vocabulary holds both. Train on the text as it is."),
-]
-
-
 def _counts_before(text: str, specials: Sequence[str], merges: list) -> Counter:
     """Pair counts (of byte strings) of the reference's pieces after ``merges``."""
     vocab = {i: bytes([i]) for i in range(256)}
@@ -679,23 +624,6 @@ _TUPLE = ("any sequence of str names the special tokens, a tuple as well as a li
           "special_tokens) and `chunk in special_tokens` take both.")
 
 
-def _as_training(got: Any) -> tuple[dict, list]:
-    if not (isinstance(got, (tuple, list)) and len(got) == 2):
-        fail(f"train_bpe should return (vocab, merges), got {type(got).__name__}"
-             + (f" of length {len(got)}" if isinstance(got, (tuple, list)) else "") + ".", mistake="wrong return")
-    vocab, merges = got
-    if not isinstance(vocab, Mapping) or not all(isinstance(k, int) and isinstance(v, bytes) for k, v in vocab.items()):
-        fail("train_bpe's vocab should be a dict {id (int): token (bytes)}, such as {104: b'h', 256: b'th'}.",
-             mistake="wrong return")
-    merges = list(merges) if isinstance(merges, (list, tuple)) else merges
-    if not isinstance(merges, list) or not all(isinstance(m, (tuple, list)) and len(m) == 2 for m in merges):
-        fail("train_bpe's merges should be a list of pairs, such as [(b't', b'h'), ...].", mistake="wrong return")
-    if merges and not all(isinstance(x, bytes) for m in merges for x in m):
-        fail(f"train_bpe's merges should be pairs of byte strings (vocab[a], vocab[b]), such as (b't', b'h'), not ids "
-             f"or text: got {merges[0]!r} first.", mistake="wrong return")
-    return dict(vocab), [tuple(m) for m in merges]
-
-
 def _train_case(text: str, vocab_size: int, specials: list[str]) -> str:
     more = "..." if len(text) > 60 else ""
     return f"train_bpe({text[:60]!r}{more}, vocab_size={vocab_size}, special_tokens={specials})"
@@ -740,56 +668,290 @@ def _character_unit(text: str, merges: list) -> tuple[int, bytes, str] | None:
     return None
 
 
+def _literal(text: str) -> str:
+    """``text`` as a message template that prints it as it is (its braces doubled)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _training(**options: Any) -> Reference:
+    """The plain trainer with ``options`` on the case: a zero-argument callable, called only when compared."""
+    fields = dict(what="training") if "text_as" in options and options["text_as"] not in ("strip", "lower") else {}
+    return Reference(lambda c: [(fields, lambda: _plain_train(*c.case, **options))])
+
+
+def _returned(got: Any) -> str:
+    """What is wrong with train_bpe's return value ('' when it is (vocab, merges) of the right types)."""
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        return "pair"
+    vocab, merges = got
+    if not isinstance(vocab, Mapping) or not all(isinstance(k, int) and isinstance(v, bytes) for k, v in vocab.items()):
+        return "vocab"
+    merges = list(merges) if isinstance(merges, (list, tuple)) else merges
+    if not isinstance(merges, list) or not all(isinstance(m, (tuple, list)) and len(m) == 2 for m in merges):
+        return "merges"
+    if merges and not all(isinstance(x, bytes) for m in merges for x in m):
+        return "merge ids"
+    return ""
+
+
+def _code_point(c: Any) -> dict | None:
+    """A KeyError on a character's code point (vocab[ord(ch)] of an emoji): pieces of characters."""
+    key = c.exc.args[0] if isinstance(c.exc, KeyError) and c.exc.args else None
+    if isinstance(key, int) and 256 <= key < 0x110000 and chr(key) in c.text:
+        return dict(key=key, char=chr(key))
+    return None
+
+
+def _made_up_id(c: Any) -> dict | None:
+    """A KeyError on an id no token has, whose digits hold a merged token's id: ids merged as text."""
+    key = c.exc.args[0] if isinstance(c.exc, KeyError) and c.exc.args else None
+    if isinstance(key, int) and not isinstance(key, bool) and key >= c.vocab_size and any(
+            str(key).startswith(str(i)) or str(key).endswith(str(i)) for i in range(256, c.vocab_size)):
+        return dict(key=key)
+    return None
+
+
+def _found(found: tuple) -> dict:
+    return dict(zip(("j", "pair", "n", "top", "n_top"), found))
+
+
+_TIE_KEY = "key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])"
+
+TRAIN = Catalogue("train_bpe", "11", [
+    Entry("time limit", None, Probe("call_student_within")),
+    Entry("no stop when pairs run out",
+          "the training loop does not stop when no pair is left to merge (it hangs)", Probe("call_student_within")),
+    Entry("values differ", None, Output(lambda exc: isinstance(exc, NotImplementedError), "helper"),
+          "your train_bpe calls your {name}, which is not written yet (it raises NotImplementedError): write {name} "
+          "first (check_{name}({name})), or use the reference meanwhile: from course_utils import {name}."),
+    Entry("values differ", None, Output(lambda exc: True, "helper"),
+          "your train_bpe calls your {name}, which raises on its own check: {raised}\n    Fix {name} first "
+          "(check_{name}({name}))."),
+    Entry("characters instead of bytes", None, Output(_code_point, "code point"),
+          "your code raised {raised}\n    {key} is ord({char!r}), a character's code point, not an id: "
+          + _FROM_CHARACTERS + "\n    {case}"),
+    Entry("ids joined as a string", None, Output(_made_up_id, "raised"),
+          "your code raised {raised}\n    No token has the id {key}: your merges made it. If merge_pair replaces the "
+          "pair in the ids written out as text (' '.join(map(str, ids)).replace(...)), ids of several digits collide: "
+          "for example '32 101' holds '32 10', and merging (32, 10) into 256 gives '2561'. Compare the ids "
+          "themselves: (ids[i], ids[i + 1]) == pair."),
+    Entry("no stop when pairs run out", None,
+          Output(lambda c: isinstance(c.exc, ValueError) and "empty" in str(c.exc) and c.n < c.n_merges, "raised"),
+          "your code raised {raised}\n    This text has no pair left after {n} merges, before the vocabulary reaches "
+          "vocab_size: stop the loop when count_pairs returns nothing (if not counts: break).\n    {case}"),
+    Entry("wrong return", None, Output(lambda got: _returned(got) == "pair" and dict(
+        type=type(got).__name__, length=f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""), "return"),
+          "train_bpe should return (vocab, merges), got {type}{length}."),
+    Entry("wrong return", None, Output(lambda got: _returned(got) == "vocab", "return"),
+          "train_bpe's vocab should be a dict {{id (int): token (bytes)}}, such as {{104: b'h', 256: b'th'}}."),
+    Entry("wrong return", None, Output(lambda got: _returned(got) == "merges", "return"),
+          "train_bpe's merges should be a list of pairs, such as [(b't', b'h'), ...]."),
+    Entry("wrong return", None, Output(lambda got: _returned(got) == "merge ids" and dict(first=list(got[1])[0]),
+                                       "return"),
+          "train_bpe's merges should be pairs of byte strings (vocab[a], vocab[b]), such as (b't', b'h'), not ids or "
+          "text: got {first!r} first."),
+    _CARRIED,
+    Entry("special tokens given as a tuple ignored", None,
+          Output(lambda c: isinstance(c.specials, tuple) and c.merges == train_bpe(c.text, c.vocab_size)[1], "tuple"),
+          "special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): " + _literal(_TUPLE)
+          + "\n    {case}"),
+    Entry("wrong number of merges",
+          "vocab_size misread: more or fewer merges than vocab_size - 256 - len(special_tokens)",
+          Output(lambda c: c.got != c.expected and c.expected == c.got[:len(c.expected)]
+                 and len(c.expected) == c.n_expected, "count"),
+          "you learned {n_got} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and the "
+          "{n_specials} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) merges."
+          "\n    {case}"),
+    Entry("stopped while pairs remained", "training stops at a minimum count (a pair occurring once is still merged)",
+          Output(lambda c: c.stopped_everywhere(), "count"),
+          "you learned {n_got} merges, expected {n_ref}: you stopped while pairs remained (a minimum count, `if "
+          "counts[best] < 2: break`?); a pair that occurs once is still merged: stop only when no pair is left or the "
+          "vocabulary has vocab_size tokens.\n    {case}"),
+    Entry("wrong number of merges", None, Output(lambda c: c.got == c.expected[:len(c.got)], "count"),
+          "you learned {n_got} merges, expected {n_ref}: vocab_size counts every token; stop when the vocabulary has "
+          "vocab_size tokens, special tokens included (or when no pair is left).\n    {case}"),
+    Entry("across pre-token boundaries", None, _training(split="none"),
+          "your merges cross the pieces of GPT-2's pre-tokenization: cut each part of the text with pretokenize(...) "
+          "and count pairs inside each piece only, never across two.{inputs}"),
+    Entry("leading space dropped", None, _training(split="whitespace"),
+          "your pieces lose their spaces (text.split()?): GPT-2's pieces keep the space before a word (' world'), so "
+          "merges such as (b' ', b'w') exist; use pretokenize(...).{inputs}"),
+    Entry("special tokens trained on", "the special tokens' characters are trained on instead of cut out first",
+          _training(specials_out=False),
+          "the special tokens' characters were trained on: cut them out first with split_special_tokens(text, "
+          "special_tokens) and skip the special pieces.{inputs}"),
+    Entry("special tokens replaced by a space",
+          "training replaces each special token by a space instead of splitting at it", _training(specials_out=" "),
+          "each special token is replaced by a space (text.replace(token, ' ')?): the space then joins the next word "
+          "('Hello' becomes ' Hello') and makes pairs the text does not hold. Split the text at the special tokens "
+          "(split_special_tokens) and train on the parts.{inputs}"),
+    Entry("documents glued together", "training deletes the special tokens, gluing the texts on both sides into one",
+          _training(specials_out=""),
+          "the special tokens are deleted from the text (text.replace(token, '')?), which glues the texts on both "
+          "sides together ('ab<|endoftext|>cd' becomes 'abcd', one piece). Split the text at the special tokens "
+          "(split_special_tokens) and train on the parts.{inputs}"),
+    Entry("whitespace collapsed", "training collapses runs of spaces and newlines (' '.join(text.split())) first",
+          _training(split="collapsed"),
+          "runs of spaces and newlines become one space (' '.join(text.split())?): the pieces GPT-2's pattern makes "
+          "of '  ' or '\\n' are lost. Pre-tokenize the text as it is, pretokenize(part).{inputs}"),
+    Entry("piece counts ignored", None, _training(weighted=False),
+          "each distinct piece counts once: weight its pairs by how often the piece occurs in the text.{inputs}"),
+    Entry("pair counted once per piece", None, _training(counting="set"),
+          "your pair counts count a pair once per piece (a set of the piece's pairs?): a pair that occurs twice in "
+          "one piece counts twice, `for pair in zip(word, word[1:])`.{inputs}"),
+    Entry("overlapping pairs counted once", None, _training(counting="no overlap"),
+          "your pair counts skip overlapping pairs: a run a a a holds the pair (a, a) twice, at positions 0 and 1; "
+          "count every position, `zip(word, word[1:])`.{inputs}"),
+    Entry("merge not applied", "training records each merge but does not rewrite the pieces with it",
+          _training(apply=False),
+          "each merge is recorded but the pieces are not rewritten: after picking the best pair, replace it in every "
+          "piece (merge_pair with the new id), so that the next count sees the merged token.{inputs}"),
+    Entry("ties broken differently",
+          "ties between the most frequent pairs not given to the greatest pair of byte strings", _training(tie="ids"),
+          "ties are broken by comparing the token ids (a, b); the exercise compares their byte strings: max(..., "
+          f"{_TIE_KEY})." + "{inputs}"),
+    Entry("ties broken differently", None, _training(tie="first"),
+          "ties go to the pair counted first (max(counts, key=counts.get)); the exercise gives them to the greatest "
+          f"pair of byte strings: {_TIE_KEY}." + "{inputs}"),
+    Entry("ties broken differently", None, _training(tie="joined"),
+          "ties are broken by the two byte strings joined (vocab[a] + vocab[b]); the exercise compares the pair: "
+          "first byte strings, then second ones. They differ when the first token of one pair is a prefix of the "
+          "other's: (b'ab', b'a') beats (b'a', b'bz') as a pair, but b'aba' < b'abz' joined. Use max(..., "
+          f"{_TIE_KEY})." + "{inputs}"),
+    Entry("ties broken differently", None, _training(tie="text"),
+          "ties are broken by the tokens decoded to text; the exercise compares their byte strings. A token holding "
+          "part of a character (the first bytes of an emoji) decodes to '\ufffd' like every other part, so those ties "
+          f"are left to chance: compare bytes, {_TIE_KEY}." + "{inputs}"),
+    Entry("ties broken differently", None, _training(tie="smallest"),
+          "ties go to the smallest pair of byte strings; the exercise gives them to the greatest: max(..., "
+          f"{_TIE_KEY})." + "{inputs}"),
+    Entry("text stripped", "training strips the text first: the spaces and newlines at its ends are not trained on",
+          _training(text_as="strip"),
+          "the text was stripped first (text.strip()?): the spaces and newlines at its ends are text too, and their "
+          "pairs ((b'\\n', b'\\n')) are counted and merged. Train on the text as it is.{inputs}"),
+    *[Entry("text normalised", None, _training(text_as=form), _NORMALISED + "{inputs}") for form in ("NFC", "NFKC")],
+    Entry("only the first special token cut",
+          "training cuts the text at special_tokens[0] only and trains on the others", _training(cut_at=1),
+          "the text is cut at the first special token only (text.split(special_tokens[0])?): the characters of the "
+          "others ('<|pad|>') were trained on. Cut it at every one: split_special_tokens(text, special_tokens), and "
+          "skip the special pieces.{inputs}"),
+    *[Entry("pre-tokenizer differs", None, _training(split=split), _literal(_PRETOKENIZER) + "{inputs}")
+      for split in _RE_PATTERNS],
+    *[Entry("special tokens not escaped", None, _training(unescaped=how), _literal(_UNESCAPED) + "{inputs}")
+      for how in ("kept", "dropped")],
+    Entry("text lowercased",
+          "training lowercases the text first (text.lower()): capitals are other bytes, learned as given",
+          _training(text_as="lower"),
+          "the text was lowercased first (text.lower()?): BPE works on the bytes as given, 'THE' and 'the' are other "
+          "bytes, and GPT-2's vocabulary holds both. Train on the text as it is.{inputs}"),
+    Entry("wrong number of merges", None, Output(lambda c: c.k is None, "first difference"),
+          "you learned {n_got} merges, expected {n_ref}.\n    {case}"),
+    Entry("characters instead of bytes", None,
+          Output(lambda c: c.unit and dict(j=c.unit[0], pair=c.merges[c.unit[0]], part=c.unit[1], what=c.unit[2]),
+                 "characters"),
+          "your merge {j}, {pair!r}, joins {part!r}, which is {what}: " + _FROM_CHARACTERS + "\n    {inputs}"),
+    Entry("counts not updated after a merge", "training merges a pair no piece holds any more (counts not redone)",
+          Output(lambda c: c.found and c.found[2] == 0 and _found(c.found), "recount"),
+          "at your merge {j} you merged {pair!r}, which no piece holds any more at that point (after your own "
+          "merges), while {top!r} occurs {n_top} times: your pair counts are not updated after a merge (counted once "
+          "before the loop?). Recount (count_pairs) or update the counts after each merge.\n    {case}"),
+    Entry("values differ", None, Output(lambda c: c.found and _found(c.found), "recount"),
+          "your pair counts differ from the text's: at your merge {j} you merged {pair!r}, which occurs {n} times "
+          "inside the pieces at that point (after your own merges), while {top!r} occurs {n_top} times. Count every "
+          "adjacent pair of every piece, times the piece's count: a set of pairs per piece, skipped overlapping "
+          "pairs, pieces cut another way or counts not redone after a merge all change them.\n    {case}"),
+    Entry("ties broken differently", None, Output(lambda c: c.tie, "recount"),
+          "{where}; both pairs occur {n_ref} times at that point: a tie. Among the most frequent pairs the greatest "
+          f"pair of byte strings wins: max(..., {_TIE_KEY}).\n    " + "{case}"),
+    Entry("values differ", None, Output(lambda c: True, "recount"),
+          "{where}; at that point {mine!r} occurs {n_mine} times inside the pieces and {ref!r} {n_ref} times.\n    "
+          "{case}"),
+    Entry("special tokens not added", "the special tokens are missing from the trained vocabulary",
+          Output(lambda c: (missing := [t for t in c.specials if t.encode() not in c.vocab.values()])
+                 and dict(token=missing[0]), "vocab"),
+          "the special token {token!r} is not in your vocab: add it after the merges, as its UTF-8 bytes "
+          "(vocab[len(vocab)] = token.encode('utf-8')).\n    {case}"),
+    Entry("values differ", None, Output(lambda c: any(c.vocab.get(i) != c.expected[i] for i in range(256)), "vocab"),
+          "your vocab's ids 0-255 should be the single bytes, vocab[i] == bytes([i]).\n    {case}"),
+    Entry("merged ids not from 256", "the merged tokens' ids do not run 256, 257, ... (a gap or another start)",
+          Output(lambda c: c.same_tokens and c.merges and c.ids.get(c.first) != 256 and all(
+              c.ids[t.encode()] > c.ids.get(a + b, -1) for t in c.specials for a, b in c.merges), "vocab"),
+          "your first merged token {first!r} has the id {first_id}; the first merged token must get id 256, the first "
+          "free id after the 256 single bytes (0-255), and merge k the id 256 + k, with no gap.\n    {case}"),
+    Entry("special token ids after a gap",
+          "special tokens given the ids below vocab_size, not straight after the last merge",
+          Output(lambda c: c.same_tokens and c.special_ids == list(range(c.vocab_size - len(c.specials),
+                                                                         c.vocab_size)), "vocab"),
+          "your special tokens have the last ids below vocab_size, {below} onward; this text ran out of pairs after "
+          "{n_merges} merges, so that leaves a gap of ids no token has. The special tokens' ids continue straight "
+          "after the last merge: vocab[len(vocab)] = token.encode('utf-8'), ids {after} onward here.\n    {case}"),
+    Entry("wrong special token ids", "the special tokens are not the vocabulary's last ids, after the merged tokens",
+          Output(lambda c: c.same_tokens, "vocab"),
+          "the special tokens should come last, after the merged tokens (ids {after} onward); yours have the ids "
+          "{special_ids}.\n    {case}"),
+    Entry("state carried over between calls", None, Output(lambda c: not c.wrong, "vocab"),
+          "your vocab holds ids no token of this training has (vocab[{i}] is {token!r}, after the last one, {last}): "
+          "left over from an earlier call? A vocab shared between calls (a global base dict without .copy(), a "
+          "mutable default argument) keeps them: build it afresh in each call, {{i: bytes([i]) for i in range(256)}}."
+          "\n    {case}"),
+    Entry("values differ", None, Output(lambda c: True, "vocab"),
+          "vocab[{i}] is {token!r}, expected {expected_token!r}: merge k makes id 256 + k, whose bytes are the pair's "
+          "two byte strings joined.\n    {case}"),
+    Entry("no stop when pairs run out", None, Output(lambda c: c.merges != c.expected, "run out"),
+          "{case} learned {merges!r}, expected {expected!r}: when no pair is left (every piece is one token), stop: "
+          "there is nothing more to merge."),
+])
+
+
+def _as_training(got: Any) -> tuple[dict, list]:
+    TRAIN.detect("return", got)
+    vocab, merges = got
+    return dict(vocab), [tuple(m) for m in merges]
+
+
 def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list, expected: list,
                      others: Sequence[tuple[str, int, list[str]]] = (),
                      theirs: Callable[[str, int, list[str]], list | None] = lambda *case: None) -> None:
     """Name the mistake behind ``got`` (the student's merges on this case). Where several variants give
     ``got``, the student's merges on the ``others`` cases (``theirs``, None if unknown) pick one."""
     case = _train_case(text, vocab_size, specials)
-    n_expected = vocab_size - 256 - len(specials)
-    if got != expected and expected == got[:len(expected)] and len(expected) == n_expected:
-        fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and "
-             f"the {len(specials)} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) "
-             f"merges.\n    {case}", mistake="wrong number of merges")
+
     def stopped_early(text: str, specials: list[str], got: list | None, expected: list) -> bool:
         """Stopped short where the most frequent pair left occurs once (None, the student's code failing: no)."""
         return (got is not None and len(got) < len(expected) and got == expected[:len(got)]
                 and max(_counts_before(text, specials, got).values(), default=0) == 1)
 
     # a minimum count stops where the best pair occurs once, on every text; one merge too few stops anywhere
-    if stopped_early(text, specials, got, expected) and all(
+    def stopped_everywhere() -> bool:
+        return stopped_early(text, specials, got, expected) and all(
             stopped_early(t, s, m, e) or m == e
-            for t, v, s in others for m, e in [(theirs(t, v, s), train_bpe(t, v, s)[1])]):
-        fail(f"you learned {len(got)} merges, expected {len(expected)}: you stopped while pairs remained (a minimum "
-             "count, `if counts[best] < 2: break`?); a pair that occurs once is still merged: stop only when no pair "
-             f"is left or the vocabulary has vocab_size tokens.\n    {case}", mistake="stopped while pairs remained")
-    if got == expected[:len(got)]:
-        fail(f"you learned {len(got)} merges, expected {len(expected)}: vocab_size counts every token; stop when "
-             f"the vocabulary has vocab_size tokens, special tokens included (or when no pair is left).\n    {case}",
-             mistake="wrong number of merges")
-    matches = [v for v in _TRAIN_VARIANTS if got == _plain_train(text, vocab_size, specials, **v[1])]
+            for t, v, s in others for m, e in [(theirs(t, v, s), train_bpe(t, v, s)[1])])
+
+    TRAIN.detect("count", SimpleNamespace(got=got, expected=expected, n_expected=vocab_size - 256 - len(specials),
+                                          stopped_everywhere=stopped_everywhere),
+                 n_got=len(got), n_expected=vocab_size - 256 - len(specials), n_specials=len(specials),
+                 n_ref=len(expected), case=case)
+    named = TRAIN.candidates(SimpleNamespace(case=(text, vocab_size, specials)), inputs="\n    " + case)
+    matches = [v for v, (_, _, make) in enumerate(named) if got == make()]
     for other in others:
-        if len({name for name, _, _ in matches}) < 2:
+        if len({named[v][0] for v in matches}) < 2:
             break
         merges = theirs(*other)
-        kept = [v for v in matches if merges is None or merges == _plain_train(*other, **v[1])]
+        made = _made(TRAIN, SimpleNamespace(case=other))
+        kept = [v for v in matches if merges is None or merges == made[v]()]
         matches = kept or matches
     if matches:
-        name, _, diagnosis = matches[0]
-        fail(f"{diagnosis}\n    {case}", mistake=name)
+        name, message, _ = named[matches[0]]
+        fail(message, mistake=name)
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), None)
-    if k is None:
-        fail(f"you learned {len(got)} merges, expected {len(expected)}.\n    {case}", mistake="wrong number of merges")
+    TRAIN.detect("first difference", SimpleNamespace(k=k), n_got=len(got), n_ref=len(expected), case=case)
     # merges that start from characters: here, or on another text (where the first merges differ for another reason)
     for other, merges in [((text, vocab_size, specials), got), *((o, None) for o in others)]:
         merges = merges if merges is not None else theirs(*other)
-        unit = merges and _character_unit(other[0], merges)
-        if unit:
-            fail(f"your merge {unit[0]}, {merges[unit[0]]!r}, joins {unit[1]!r}, which is {unit[2]}: "
-                 f"{_FROM_CHARACTERS}\n    {_train_case(*other)}", mistake="characters instead of bytes")
+        TRAIN.detect("characters", SimpleNamespace(unit=merges and _character_unit(other[0], merges), merges=merges),
+                     inputs=_train_case(*other))
     counts = _counts_before(text, specials, expected[:k])
     mine, ref = got[k], expected[k]
-    where = f"merge {k} (the first that differs): you merged {mine!r}, expected {ref!r}"
     # a tie only if each of the student's merges was a most frequent pair of the pieces as their own merges left them,
     # here and in the other cases
     found = _not_most_frequent(text, specials, got, expected)
@@ -799,25 +961,9 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
         if found:
             case = _train_case(*other)
             break
-    if found and found[2] == 0:
-        j, pair, n, top, n_top = found
-        fail(f"at your merge {j} you merged {pair!r}, which no piece holds any more at that point (after your own "
-             f"merges), while {top!r} occurs {n_top} times: your pair counts are not updated after a merge (counted "
-             "once before the loop?). Recount (count_pairs) or update the counts after each merge.\n    " + case,
-             mistake="counts not updated after a merge")
-    if found:
-        j, pair, n, top, n_top = found
-        fail(f"your pair counts differ from the text's: at your merge {j} you merged {pair!r}, which occurs {n} times "
-             f"inside the pieces at that point (after your own merges), while {top!r} occurs {n_top} times. Count "
-             "every adjacent pair of every piece, times the piece's count: a set of pairs per piece, skipped "
-             "overlapping pairs, pieces cut another way or counts not redone after a merge all change them.\n    "
-             + case, mistake="values differ")
-    if counts.get(mine, 0) == counts[ref]:
-        fail(f"{where}; both pairs occur {counts[ref]} times at that point: a tie. Among the most frequent pairs the "
-             "greatest pair of byte strings wins: max(..., key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]])).\n"
-             f"    {case}", mistake="ties broken differently")
-    fail(f"{where}; at that point {mine!r} occurs {counts.get(mine, 0)} times inside the pieces and {ref!r} "
-         f"{counts[ref]} times.\n    {case}", mistake="values differ")
+    TRAIN.detect("recount", SimpleNamespace(found=found, tie=counts.get(mine, 0) == counts[ref]), case=case,
+                 where=f"merge {k} (the first that differs): you merged {mine!r}, expected {ref!r}", mine=mine,
+                 ref=ref, n_mine=counts.get(mine, 0), n_ref=counts[ref])
 
 
 def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str, vocab_size: int) -> None:
@@ -828,40 +974,17 @@ def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str, voca
         expected[len(expected)] = token.encode()
     if vocab == expected:
         return
-    for token in specials:
-        if token.encode() not in vocab.values():
-            fail(f"the special token {token!r} is not in your vocab: add it after the merges, as its UTF-8 bytes "
-                 f"(vocab[len(vocab)] = token.encode('utf-8')).\n    {case}", mistake="special tokens not added")
-    if any(vocab.get(i) != expected[i] for i in range(256)):
-        fail(f"your vocab's ids 0-255 should be the single bytes, vocab[i] == bytes([i]).\n    {case}",
-             mistake="values differ")
+    ids = {v: k for k, v in vocab.items()}
     wrong = [i for i in expected if vocab.get(i) != expected[i]]
-    if sorted(vocab.values()) == sorted(expected.values()):  # the right tokens under other ids
-        ids = {v: k for k, v in vocab.items()}
-        if merges and ids.get(merges[0][0] + merges[0][1]) != 256 and all(ids[t.encode()] > ids.get(a + b, -1)
-                                                                       for t in specials for a, b in merges):
-            fail(f"your first merged token {merges[0][0] + merges[0][1]!r} has the id "
-                 f"{ids.get(merges[0][0] + merges[0][1])}; the first merged token must get id 256, the first free id "
-                 "after the 256 single bytes (0-255), and merge k the id 256 + k, with no gap.\n    " + case,
-                 mistake="merged ids not from 256")
-        if [ids[t.encode()] for t in specials] == list(range(vocab_size - len(specials), vocab_size)):
-            fail(f"your special tokens have the last ids below vocab_size, {vocab_size - len(specials)} onward; this "
-                 f"text ran out of pairs after {len(merges)} merges, so that leaves a gap of ids no token has. The "
-                 "special tokens' ids continue straight after the last merge: vocab[len(vocab)] = "
-                 f"token.encode('utf-8'), ids {len(expected) - len(specials)} onward here.\n    {case}",
-                 mistake="special token ids after a gap")
-        fail(f"the special tokens should come last, after the merged tokens (ids {len(expected) - len(specials)} "
-             f"onward); yours have the ids {[ids[t.encode()] for t in specials]}.\n    {case}",
-             mistake="wrong special token ids")
-    if not wrong:  # every token right, and more ids: tokens of an earlier call
-        i = max(set(vocab) - set(expected))
-        fail(f"your vocab holds ids no token of this training has (vocab[{i}] is {vocab[i]!r}, after the last one, "
-             f"{len(expected) - 1}): left over from an earlier call? A vocab shared between calls (a global base dict "
-             "without .copy(), a mutable default argument) keeps them: build it afresh in each call, {i: bytes([i]) "
-             f"for i in range(256)}}.\n    {case}", mistake="state carried over between calls")
-    i = wrong[0]
-    fail(f"vocab[{i}] is {vocab.get(i, 'no such id')!r}, expected {expected[i]!r}: merge k makes id 256 + k, whose "
-         f"bytes are the pair's two byte strings joined.\n    {case}", mistake="values differ")
+    i = wrong[0] if wrong else max(set(vocab) - set(expected))  # else: every token right, and more ids
+    first = merges[0][0] + merges[0][1] if merges else None
+    special_ids = [ids.get(t.encode()) for t in specials]
+    c = SimpleNamespace(vocab=vocab, expected=expected, specials=specials, merges=merges, ids=ids, first=first,
+                        same_tokens=sorted(vocab.values()) == sorted(expected.values()),  # the right tokens, other ids
+                        special_ids=special_ids, vocab_size=vocab_size, wrong=wrong)
+    TRAIN.detect("vocab", c, case=case, first=first, first_id=ids.get(first), below=vocab_size - len(specials),
+                 n_merges=len(merges), after=len(expected) - len(specials), special_ids=special_ids, i=i,
+                 token=vocab.get(i, "no such id"), last=len(expected) - 1, expected_token=expected.get(i))
 
 
 def _their_merges(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, specials: list[str]) -> list | None:
@@ -869,30 +992,11 @@ def _their_merges(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, 
     try:
         return _as_training(_run(train_bpe_fn, text, vocab_size, specials, name="train_bpe", what=text[:30]))[1]
     except StudentError as err:
-        _fail_code_point(err, text, vocab_size, specials)
+        TRAIN.detect("code point", SimpleNamespace(exc=err.exc, text=text), raised=raised(err.exc),
+                     case=_train_case(text, vocab_size, specials))
         return None
     except Failure:
         return None
-
-
-def _fail_code_point(err: StudentError, text: str, vocab_size: int, specials: list[str]) -> None:
-    """A KeyError on a character's code point (vocab[ord(ch)] of an emoji): pieces of characters."""
-    key = err.exc.args[0] if isinstance(err.exc, KeyError) and err.exc.args else None
-    if isinstance(key, int) and 256 <= key < 0x110000 and chr(key) in text:
-        fail(f"your code raised {raised(err.exc)}\n    {key} is ord({chr(key)!r}), a character's code point, not an "
-             f"id: {_FROM_CHARACTERS}\n    {_train_case(text, vocab_size, specials)}",
-             mistake="characters instead of bytes")
-
-
-def _fail_made_up_id(err: StudentError, vocab_size: int) -> None:
-    """A KeyError on an id no token has, whose digits hold a merged token's id: ids merged as text."""
-    key = err.exc.args[0] if isinstance(err.exc, KeyError) and err.exc.args else None
-    if isinstance(key, int) and not isinstance(key, bool) and key >= vocab_size and any(
-            str(key).startswith(str(i)) or str(key).endswith(str(i)) for i in range(256, vocab_size)):
-        fail(f"your code raised {raised(err.exc)}\n    No token has the id {key}: your merges made it. If merge_pair "
-             "replaces the pair in the ids written out as text (' '.join(map(str, ids)).replace(...)), ids of several "
-             "digits collide: for example '32 101' holds '32 10', and merging (32, 10) into 256 gives '2561'. Compare "
-             "the ids themselves: (ids[i], ids[i + 1]) == pair.", mistake="ids joined as a string")
 
 
 def _fail_helper(train_bpe_fn: Callable[..., Any]) -> None:
@@ -906,16 +1010,11 @@ def _fail_helper(train_bpe_fn: Callable[..., Any]) -> None:
         try:
             with torch.random.fork_rng(devices=[]):
                 check.__wrapped__(helper)  # the check's body: no verdict shown
-        except Failure as err:
+        except Failure as err:  # named as the helper's own check names it (COUNT's or MERGE's table)
             fail(f"your train_bpe calls your {name}, which fails its own check: {err.message}\n    Fix {name} first "
                  f"(check_{name}({name})); the merges follow from it.", mistake=err.mistake)
         except StudentError as err:
-            if isinstance(err.exc, NotImplementedError):
-                fail(f"your train_bpe calls your {name}, which is not written yet (it raises NotImplementedError): "
-                     f"write {name} first (check_{name}({name})), or use the reference meanwhile: from course_utils "
-                     f"import {name}.", mistake="values differ")
-            fail(f"your train_bpe calls your {name}, which raises on its own check: {raised(err.exc)}\n    Fix "
-                 f"{name} first (check_{name}({name})).", mistake="values differ")
+            TRAIN.detect("helper", err.exc, name=name, raised=raised(err.exc))
 
 
 def _train(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, specials: list[str],
@@ -926,13 +1025,11 @@ def _train(train_bpe_fn: Callable[..., Any], text: str, vocab_size: int, special
                                  what=f"{text[:30]!r}..., {vocab_size}, {specials}", **limit))
     except StudentError as err:
         _fail_helper(train_bpe_fn)
-        _fail_code_point(err, text, vocab_size, specials)
-        _fail_made_up_id(err, vocab_size)
+        fields = dict(raised=raised(err.exc), case=_train_case(text, vocab_size, specials))
+        TRAIN.detect("code point", SimpleNamespace(exc=err.exc, text=text), **fields)
         n = len(train_bpe(text, vocab_size, specials)[1])
-        if isinstance(err.exc, ValueError) and "empty" in str(err.exc) and n < vocab_size - 256 - len(specials):
-            fail(f"your code raised {raised(err.exc)}\n    This text has no pair left after {n} merges, before the "
-                 "vocabulary reaches vocab_size: stop the loop when count_pairs returns nothing (if not counts: "
-                 f"break).\n    {_train_case(text, vocab_size, specials)}", mistake="no stop when pairs run out")
+        TRAIN.detect("raised", SimpleNamespace(exc=err.exc, vocab_size=vocab_size, n=n,
+                                               n_merges=vocab_size - 256 - len(specials)), n=n, **fields)
         raise
 
 
@@ -949,10 +1046,8 @@ def check_train_bpe(train_bpe_fn):
         expected = expected[1]
         if merges != expected:
             _fail_helper(train_bpe_fn)
-            if isinstance(specials, tuple) and merges == train_bpe(text, vocab_size)[1]:
-                fail(f"special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): "
-                     f"{_TUPLE}\n    {_train_case(text, vocab_size, specials)}",
-                     mistake="special tokens given as a tuple ignored")
+            TRAIN.detect("tuple", SimpleNamespace(specials=specials, merges=merges, text=text, vocab_size=vocab_size),
+                         case=_train_case(text, vocab_size, specials))
             _diagnose_merges(text, vocab_size, list(specials), merges, expected, cases,
                              lambda *other: _their_merges(train_bpe_fn, *other))
         _check_vocab(vocab, merges, list(specials), _train_case(text, vocab_size, list(specials)), vocab_size)
@@ -964,8 +1059,8 @@ def check_train_bpe(train_bpe_fn):
     expected = train_bpe(text, 400, specials)[1]
     if merges != expected:
         _fail_helper(train_bpe_fn)
-        fail(f"{_train_case(text, 400, specials)} learned {merges!r}, expected {expected!r}: when no pair is left "
-             "(every piece is one token), stop: there is nothing more to merge.", mistake="no stop when pairs run out")
+        TRAIN.detect("run out", SimpleNamespace(merges=merges, expected=expected),
+                     case=_train_case(text, 400, specials), merges=merges, expected=expected)
     _check_vocab(vocab, merges, specials, _train_case(text, 400, specials), 400)
     return _passed(train_bpe_fn, f"{len(cases) + 1} texts with ties, repeated pieces, accents, emoji and special "
                    "tokens")
@@ -1120,11 +1215,6 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
         # runs of newlines: GPT-2's pieces '\n\n' (a blank line, one token), then '\n' before 'b'
         ("a\n\n\nb end.\n\n", {i: bytes([i]) for i in range(256)} | {256: b"\n\n"}, [(b"\n", b"\n")], []),
     ]
-
-
-def _literal(text: str) -> str:
-    """``text`` as a message template that prints it as it is (its braces doubled)."""
-    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _encoded(case: tuple, options: dict) -> list[int] | None:
@@ -1587,5 +1677,5 @@ register_hints("bpe_decode", [
 ])
 
 
-CATALOGUES = (COUNT, MERGE, ENCODE, DECODE)
+CATALOGUES = (COUNT, MERGE, TRAIN, ENCODE, DECODE)
 MISTAKES: dict[str, list[str]] = {table.exercise: table.names() for table in CATALOGUES}  # generated
