@@ -20,6 +20,7 @@ tests/test_checks_tokenizer.py pins each name on 20 seeds.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import re
 import unicodedata
@@ -727,7 +728,8 @@ TRAIN = Catalogue("train_bpe", "11", [
     Entry("values differ", None, Output(lambda exc: True, "helper"),
           "your train_bpe calls your {name}, which raises on its own check: {raised}\n    Fix {name} first "
           "(check_{name}({name}))."),
-    Entry("characters instead of bytes", None, Output(_code_point, "code point"),
+    Entry("characters instead of bytes", "encoding starts a piece from its characters, not one token per UTF-8 byte",
+          Output(_code_point, "code point"),
           "your code raised {raised}\n    {key} is ord({char!r}), a character's code point, not an id: "
           + _FROM_CHARACTERS + "\n    {case}"),
     Entry("ids joined as a string", None, Output(_made_up_id, "raised"),
@@ -750,8 +752,9 @@ TRAIN = Catalogue("train_bpe", "11", [
                                        "return"),
           "train_bpe's merges should be pairs of byte strings (vocab[a], vocab[b]), such as (b't', b'h'), not ids or "
           "text: got {first!r} first."),
-    _CARRIED,
-    Entry("special tokens given as a tuple ignored", None,
+    dataclasses.replace(_CARRIED, meaning=None),  # declared by count_pairs' table
+    Entry("special tokens given as a tuple ignored",
+          "special_tokens ignored unless a list (a tuple names them as well)",
           Output(lambda c: isinstance(c.specials, tuple) and c.merges == train_bpe(c.text, c.vocab_size)[1], "tuple"),
           "special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): " + _literal(_TUPLE)
           + "\n    {case}"),
@@ -773,7 +776,9 @@ TRAIN = Catalogue("train_bpe", "11", [
     Entry("across pre-token boundaries", None, _training(split="none"),
           "your merges cross the pieces of GPT-2's pre-tokenization: cut each part of the text with pretokenize(...) "
           "and count pairs inside each piece only, never across two.{inputs}"),
-    Entry("leading space dropped", None, _training(split="whitespace"),
+    Entry("leading space dropped",
+          "the pieces lose the space before each word (text.split() instead of GPT-2's pattern)",
+          _training(split="whitespace"),
           "your pieces lose their spaces (text.split()?): GPT-2's pieces keep the space before a word (' world'), so "
           "merges such as (b' ', b'w') exist; use pretokenize(...).{inputs}"),
     Entry("special tokens trained on", "the special tokens' characters are trained on instead of cut out first",
@@ -829,15 +834,21 @@ TRAIN = Catalogue("train_bpe", "11", [
           _training(text_as="strip"),
           "the text was stripped first (text.strip()?): the spaces and newlines at its ends are text too, and their "
           "pairs ((b'\\n', b'\\n')) are counted and merged. Train on the text as it is.{inputs}"),
-    *[Entry("text normalised", None, _training(text_as=form), _NORMALISED + "{inputs}") for form in ("NFC", "NFKC")],
+    *[Entry("text normalised",
+            "the text normalised (unicodedata.normalize, NFC or NFKC): BPE works on the bytes as given",
+            _training(text_as=form), _NORMALISED + "{inputs}") for form in ("NFC", "NFKC")],
     Entry("only the first special token cut",
           "training cuts the text at special_tokens[0] only and trains on the others", _training(cut_at=1),
           "the text is cut at the first special token only (text.split(special_tokens[0])?): the characters of the "
           "others ('<|pad|>') were trained on. Cut it at every one: split_special_tokens(text, special_tokens), and "
           "skip the special pieces.{inputs}"),
-    *[Entry("pre-tokenizer differs", None, _training(split=split), _literal(_PRETOKENIZER) + "{inputs}")
+    *[Entry("pre-tokenizer differs",
+            "a pattern of Python's re instead of pretokenize: '_' dropped or in words, '²' cut",
+            _training(split=split), _literal(_PRETOKENIZER) + "{inputs}")
       for split in _RE_PATTERNS],
-    *[Entry("special tokens not escaped", None, _training(unescaped=how), _literal(_UNESCAPED) + "{inputs}")
+    *[Entry("special tokens not escaped",
+            "special tokens cut by re.split('|'.join(...)) without re.escape: '|' alternates",
+            _training(unescaped=how), _literal(_UNESCAPED) + "{inputs}")
       for how in ("kept", "dropped")],
     Entry("text lowercased",
           "training lowercases the text first (text.lower()): capitals are other bytes, learned as given",
@@ -1254,7 +1265,7 @@ _LOWEST_RANK = "at each step the adjacent pair with the lowest rank (its index i
 
 ENCODE = Catalogue("bpe_encode", "11", [
     Entry("time limit", None, Probe("call_student_within")),
-    Entry("characters instead of bytes", "encoding starts a piece from its characters, not one token per UTF-8 byte",
+    Entry("characters instead of bytes", None,
           Output(_first_multibyte_key, "raised"),
           "your code raised {raised}\n    {key!r} is the character {char!r}, {n} bytes, which no merge joins: you "
           "start each piece from its characters ([c.encode() for c in piece]?). Start from the piece's UTF-8 bytes, "
@@ -1278,8 +1289,7 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "calls and keyed by the piece alone (a global dict, or lru_cache on a function of the piece only) gives back "
           "ids of other merges. Key it by the piece and the merges, or keep it inside one call.\n    {inputs}\n    "
           "you: {you}\n    expected: {expected}"),
-    Entry("special tokens given as a tuple ignored",
-          "special_tokens ignored unless a list (a tuple names them as well)",
+    Entry("special tokens given as a tuple ignored", None,
           Output(lambda c: all(isinstance(c.cases[k][3], tuple)
                                and c.results[k][1] == _encoded(c.cases[k], dict(specials_out=False)) for k in c.wrong),
                  "tuple"),
@@ -1339,9 +1349,7 @@ ENCODE = Catalogue("bpe_encode", "11", [
     Entry("across pre-token boundaries", None, _encoding(split="none"),
           "merges cross pieces: pre-tokenize each part of the text (pretokenize) and encode each piece on its own, as "
           "the merges were learned.{shown}"),
-    Entry("leading space dropped",
-          "the pieces lose the space before each word (text.split() instead of GPT-2's pattern)",
-          _encoding(split="whitespace"),
+    Entry("leading space dropped", None, _encoding(split="whitespace"),
           "the spaces are lost (text.split()?): GPT-2's pieces keep the space before a word (' world'); use "
           "pretokenize(...), whose pieces join back to the text.{shown}"),
     Entry("text encoded line by line", "encoding splits the text at '\\n' and puts the newline's id between lines",
@@ -1349,7 +1357,8 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "you encode the text line by line (text.split('\\n'), the id of '\\n' between two lines): GPT-2's pieces "
           "hold runs of newlines, and a blank line '\\n\\n' is one token of its vocabulary (628). Encode the whole "
           "text: pretokenize(...) keeps the newlines in its pieces.{shown}"),
-    Entry("byte values as ids", None, _encoding(byte_ids=True),
+    Entry("byte values as ids", "a single byte's value used as its id instead of looking the id up in the vocabulary",
+          _encoding(byte_ids=True),
           "a single byte's id is not its value: look every token's id up in the vocabulary (GPT-2's vocabulary gives "
           "b'!' the id 0).{shown}"),
     Entry("byte values as ids", None, _encoding(computed_ids=True),
@@ -1357,12 +1366,10 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "it up in the vocabulary: the ids are vocab's, which need not follow that rule (GPT-2's vocabulary gives "
           "b'!' the id 0). Build ids_of = {{token: id for id, token in vocab.items()}} once and look every token up: "
           "ids_of[token].{shown}"),
-    *[Entry("pre-tokenizer differs",
-            "a pattern of Python's re instead of pretokenize: '_' dropped or in words, '²' cut",
-            _encoding(split=split), _literal(_PRETOKENIZER) + "{shown}") for split in _RE_PATTERNS],
-    *[Entry("special tokens not escaped",
-            "special tokens cut by re.split('|'.join(...)) without re.escape: '|' alternates",
-            _encoding(unescaped=how), _literal(_UNESCAPED) + "{shown}") for how in ("kept", "dropped")],
+    *[Entry("pre-tokenizer differs", None, _encoding(split=split), _literal(_PRETOKENIZER) + "{shown}")
+      for split in _RE_PATTERNS],
+    *[Entry("special tokens not escaped", None, _encoding(unescaped=how), _literal(_UNESCAPED) + "{shown}")
+      for how in ("kept", "dropped")],
     *[Entry("text normalised", None, _encoding(dict(what="encoding"), text_as=form), _NORMALISED + "{shown}")
       for form in ("NFC", "NFKC")],
     Entry("merges not checked", "encoding merges any pair whose joined bytes are a token, not only the learned merges",
@@ -1524,8 +1531,7 @@ DECODE = Catalogue("bpe_decode", "11", [
     Entry("decoded token by token", None, _decoded(_per_token("ignore")),
           "you decode each token on its own (dropping what does not decode): a character split between two tokens is "
           "lost. Join all the bytes first, then decode once with errors='replace'." + _AROUND),
-    Entry("byte values as ids",
-          "a single byte's value used as its id instead of looking the id up in the vocabulary",
+    Entry("byte values as ids", None,
           _decoded(lambda ids, vocab: bytes(ids).decode("utf-8", errors="replace")),
           "you turned ids into bytes directly (bytes(ids)?): an id is not a byte value; look each id up in vocab."
           + _AROUND),
@@ -1562,8 +1568,7 @@ DECODE = Catalogue("bpe_decode", "11", [
           _decoded(lambda ids, vocab: "".join(chr(i) for i in ids)),
           "you turn each id into a character (chr(id)?): an id is neither a character nor a byte; look each id up in "
           "vocab (vocab[id] is a byte string), join the bytes, decode them once as UTF-8." + _AROUND),
-    Entry("text normalised",
-          "the text normalised (unicodedata.normalize, NFC or NFKC): BPE works on the bytes as given",
+    Entry("text normalised", None,
           Reference(lambda c: [(dict(what="decoding"),
                                 lambda form=form: unicodedata.normalize(form, bpe_decode(c.ids, c.vocab)))
                                for form in ("NFC", "NFKC")]),
