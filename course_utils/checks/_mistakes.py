@@ -58,7 +58,7 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "special tokens trained on": "the special tokens' characters are trained on instead of cut out first",
     "merged ids not from 256": "the merged tokens' ids do not run 256, 257, ... (a gap or another start)",
     "whitespace stripped": "decoding strips the spaces or newlines at the text's ends (.strip(), .lstrip(), .rstrip())",
-    "special tokens dropped": "decoding skips the special tokens (skip_special_tokens) instead of giving their text",
+    "special tokens dropped": "decoding skips the special tokens (skip_special_tokens), or encoding loses them (re.split without a group)",  # noqa: E501
     "every other pair skipped": "pairs counted at positions 0-1, 2-3, ... only (zip(w[::2], w[1::2]))",
     "last pair skipped": "the last pair of each piece not counted (range(len(w) - 2))",
     "last token dropped": "merging loses the last token when it is not part of a merge (while i < len(ids) - 1)",
@@ -82,7 +82,7 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "invalid bytes raise": "decoding invalid UTF-8 raises instead of giving '\\ufffd' (errors='replace')",
     "invalid bytes dropped": "invalid UTF-8 silently dropped (errors='ignore') instead of shown as '\\ufffd'",
     "ids joined as a string": "merging replaces the pair in the ids written out as text: '11 2' holds '1 2'",
-    "pair never matched": "merging never matches (ids[i:i + 2] == pair compares a list with a tuple)",
+    "pair never matched": "merging merges nothing, ids come back unchanged (e.g. ids[i:i + 2] == pair, a list against a tuple)",  # noqa: E501
     "pair reversed": "merging looks for (pair[1], pair[0]), or counting counts (b, a), instead of the pair",
     "special tokens replaced by a space": "training replaces each special token by a space instead of splitting at it",
     "documents glued together": "training deletes the special tokens, gluing the texts on both sides into one",
@@ -111,6 +111,8 @@ NOT_YET_IN_A_TABLE: dict[str, str] = {
     "counts not updated after a merge": "training merges a pair no piece holds any more (counts not redone)",
     "cache kept between calls": "encoding caches a piece's ids between calls keyed by the piece alone, not the merges",
     "merges not checked": "encoding merges any pair whose joined bytes are a token, not only the learned merges",
+    "merges ignored": "encoding applies no learned merge: the ids are the text's UTF-8 bytes",
+    "merges sorted": "the merges put in sorted order (sorted(merges)): the learned order, which encoding follows, lost",
     # notebook 10 (trial s3_10)
     # notebook 10 (trial s4_10)
 }

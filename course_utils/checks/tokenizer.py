@@ -261,8 +261,9 @@ def _merge_variants(ids: list, pair: tuple, new_id: Any) -> list[tuple[str, str,
          ".replace(...)?): ids of several digits collide as text, '11 2' holds '1 2', so [11, 2] with the pair (1, 2) "
          "gives a number that is no id. Compare the ids themselves: walk the list, (ids[i], ids[i + 1]) == pair.",
          [int(x) for x in as_text.split()]),
-        ("pair never matched", "nothing was merged: the test never holds (ids[i:i + 2] == pair compares a list with a "
-         "tuple, which are never equal): compare (ids[i], ids[i + 1]) == pair, or list(pair).", list(ids)),
+        ("pair never matched", "nothing was merged (your result equals ids): the test for the pair never holds, or the "
+         "merged list is not what you return; e.g. ids[i:i + 2] == pair compares a list with a tuple, which are never "
+         "equal: compare (ids[i], ids[i + 1]) == pair, or list(pair).", list(ids)),
         ("pair reversed", "you merge (pair[1], pair[0]), the pair read backwards: merge where ids[i] == pair[0] and "
          "ids[i + 1] == pair[1].", merge_pair(ids, (b, a), new_id)),
         ("merged right to left", "you scan from the right: in a run a a a the pair (a, a) then merges at the end, "
@@ -584,6 +585,9 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
     ]
 
 
+_SORTED = ("merges are kept in the order they were learned: a merge's place in the list is its rank, which "
+           "encoding follows (the earliest learned pair is merged first); sorting loses it.")
+
 _TUPLE = ("any sequence of str names the special tokens, a tuple as well as a list; split_special_tokens(text, "
           "special_tokens) and `chunk in special_tokens` take both.")
 
@@ -656,6 +660,9 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
     ``got``, the student's merges on the ``others`` cases (``theirs``, None if unknown) pick one."""
     case = _train_case(text, vocab_size, specials)
     n_expected = vocab_size - 256 - len(specials)
+    if got != expected and got == sorted(expected):
+        fail(f"your merges are the right ones in sorted order (sorted(merges)?): {_SORTED} Return them as "
+             f"learned.\n    {case}", mistake="merges sorted")
     if got != expected and expected == got[:len(expected)] and len(expected) == n_expected:
         fail(f"you learned {len(got)} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and "
              f"the {len(specials)} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) "
@@ -897,6 +904,7 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
                   hard_coded: bool = False, longest_first: bool = True, text_as: str = "",
                   computed_ids: bool = False, unescaped: str = "") -> list[int]:
     specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
+    merges, order = (sorted(merges), "rank") if order == "sorted" else (merges, order)  # the learned order lost
     if computed_ids:  # each token's id computed: a byte's value, 256 + the rank of the merge that made it
         made = {a + b: 256 + r for r, (a, b) in reversed(list(enumerate(merges)))}
         special_bytes = {t.encode() for t in specials}
@@ -990,6 +998,9 @@ _ENCODE_VARIANTS = [
     *[("merges in text order", dict(order=order), "you merge the first known pair from the left; merges apply in "
        "the order they were learned: at each step the adjacent pair with the lowest rank (its index in merges).")
       for order in ("leftmost", "leftmost once")],
+    ("merges sorted", dict(order="sorted"), "your ranks follow the merges in sorted order (rank from "
+     "sorted(merges)?): " + _SORTED + " Rank each merge by its index in merges as given, rank = {pair: r for r, "
+     "pair in enumerate(merges)}."),
     ("ids compared as strings", dict(order="id as text"), "you pick the pair whose joined token has the lowest id "
      "compared as text (str(id)?): as strings '1000' < '999', so once ids have four digits the order is wrong (GPT-2's "
      "ids go to 50,256). Rank each pair by its index in merges, min(pairs, key=lambda p: rank.get(p, "
@@ -1045,6 +1056,8 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
     # pieces makes it
     small = {i: bytes([i]) for i in range(256)} | {256: b"bc", 257: b"ab", 258: b"abab", 259: b" a", 260: b"x!"}
     small_merges = [(b"b", b"c"), (b"a", b"b"), (b"ab", b"ab"), (b" ", b"a"), (b"x", b"!")]
+    # sorted(small_merges) puts (a, b) before (b, c), the ids follow the merges: ranks from sorted merges give [ab, c]
+    # on 'abc', ids compared as text the learned [a, bc]
     # two cases for the merge order alone: the latest merge first gives [a, bc] on 'abc' (the learned order
     # [ab, c]); the longest vocabulary match gives [abc, d] on 'abcd' (the learned order [ab, cd]). Ids follow the
     # merges, so an encoder that ranks a pair by its joined token's id (tiktoken's way) passes both
@@ -1130,6 +1143,13 @@ def check_bpe_encode(bpe_encode_fn):
     for text in {cases[k][0] for k in wrong}:
         same = [k for k in range(len(cases)) if cases[k][0] == text]
         if len({tuple(results[k][1]) for k in same}) == 1 < len({tuple(results[k][2]) for k in same}):
+            if results[same[0]][1] == list(text.encode()):  # the text's UTF-8 bytes: no merge applied
+                fail(f"your ids for {text!r} are its UTF-8 bytes, {list(text.encode())}, under {len(same)} "
+                     "vocabularies whose merges join some of them: no merge was applied. Apply the learned merges to "
+                     "each piece: start from its single bytes and merge the adjacent pair of lowest rank (its index "
+                     f"in merges) until none is in merges, then look each token's id up in vocab.\n    "
+                     f"{results[same[-1]][0]}\n    you: {_show(results[same[-1]][1])}\n    expected: "
+                     f"{_show(results[same[-1]][2])}", mistake="merges ignored")
             fail(f"you return the same ids for {text!r} under {len(same)} different vocabularies and merges: a cache "
                  "kept between calls and keyed by the piece alone (a global dict, or lru_cache on a function of the "
                  "piece only) gives back ids of other merges. Key it by the piece and the merges, or keep it inside "
@@ -1158,6 +1178,12 @@ def check_bpe_encode(bpe_encode_fn):
     if unknown:
         fail(f"your ids include {unknown[0]}, which is not in the vocabulary.\n    {case}", mistake="values differ")
     back = bpe_decode(got, vocab)
+    lost = [t for t in cases[wrong[0]][3] if t in text and t not in back]
+    if lost and back == re.sub("|".join(map(re.escape, lost)), "", text):
+        fail(f"the special token {lost[0]!r} is missing from your ids (they decode to the text without it): "
+             "re.split without a group around the pattern drops what it cuts at, and text.replace(token, '') "
+             "removes it. Give each special token its own id: split_special_tokens(text, special_tokens) keeps "
+             f"them as pieces.\n    {case}", mistake="special tokens dropped")
     if back != text and back.replace(" ", "") == text.replace(" ", ""):
         fail(f"your ids decode to {back[:60]!r}: spaces are lost. GPT-2's pieces keep the space before a word "
              f"(' world'); encode each piece of pretokenize(...) as it is, without stripping it.\n    {case}",
