@@ -1,4 +1,4 @@
-"""The student's own functions or the references (backs notebook 07).
+"""The student's own functions or the references (backs notebooks 07 and 11).
 
 Notebook 07 asks for four functions (:data:`EXERCISES`); its training run and its
 demonstration cells use the student's own where they pass their checkers, else the
@@ -8,6 +8,10 @@ references of :mod:`course_utils.training`, and say which and why:
   ``fit(model, train, valid, **RECIPE["fit"], **choose_functions(...))``.
 * :func:`yours_or_reference` - the function one demonstration cell runs.
 
+Notebook 11's later cells do the same with :class:`StandIns`, which remembers the verdict of
+each check cell the student ran instead of checking again (its checks train BPE tokenizers:
+too slow to repeat in every cell).
+
 The checkers are found at each call in ``course_utils.checks`` (a graded kernel replaces
 that package with the grader's stand-in), so the training library itself never imports
 the checkers.
@@ -16,6 +20,7 @@ the checkers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 from collections.abc import Callable
 from typing import Any
@@ -140,4 +145,110 @@ def _quiet_check(check: Callable[[Any], Any], fn: Callable[..., Any]) -> Any:
         return check(fn)
 
 
-__all__ = ["EXERCISES", "choose_functions", "yours_or_reference"]
+class StandIns:
+    """Notebook 11's stand-ins: the student's function, or the reference of the same name in
+    ``reference`` (a module, e.g. :mod:`course_utils.tokenizer`) where the student's is not
+    written yet or, as it was when its check ran, failed that check.
+
+    ``stand_ins = StandIns(reference)``; ``check_x = stand_ins.remember(check_x)`` keeps each
+    check's verdict; ``stand_ins.call(fn, *args)`` runs ``fn`` or its reference;
+    ``stand_ins.too_slow(...)`` and ``stand_ins.whose(...)`` say whose function a cell used.
+    :attr:`using_reference` holds the names the reference stood in for so far.
+    """
+
+    def __init__(self, reference: Any) -> None:
+        if reference is None or isinstance(reference, (str, bytes, int, float)):
+            raise TypeError(f"reference must be a module (or object) holding the reference functions, "
+                            f"got {type(reference).__name__}")
+        self.reference = reference
+        self.using_reference: set[str] = set()  # the exercises whose reference stood in so far
+        self._checked: dict[str, tuple[Any, Any]] = {}  # name -> (the function checked, the check's result)
+        self._told: set[tuple[str, int | None]] = set()  # (name, cell): the notice is printed once per cell
+
+    def remember(self, *checks: Callable[..., Any]) -> Any:
+        """Each check wrapped to keep its verdict for :meth:`call` (the check's result is
+        returned unchanged); one check gives one wrapped check, several give a tuple."""
+        if not checks:
+            raise TypeError("checks must be one or more check functions, got none")
+        for check in checks:
+            if not callable(check):
+                raise TypeError(f"checks must be functions, got {type(check).__name__}")
+        wrapped = tuple(self._remembering(check) for check in checks)
+        return wrapped[0] if len(wrapped) == 1 else wrapped
+
+    def _remembering(self, check: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(check)
+        def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            result = check(fn, *args, **kwargs)
+            self._checked[getattr(fn, "__name__", "")] = (fn, result)
+            return result
+        return run
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``; the reference of the same name instead (saying so once per cell) when
+        ``fn`` is a stub (raises ``NotImplementedError``) or is the very function that failed
+        its check (one written again since is used again). Not the reference: a function that
+        passed, or that no check has seen."""
+        if not callable(fn) or not isinstance(getattr(fn, "__name__", None), str):
+            raise TypeError(f"fn must be a named function, got {type(fn).__name__}")
+        name = fn.__name__
+        if not hasattr(self.reference, name):
+            raise ValueError(f"fn must be one of the reference's functions, got {name!r}")
+        if str(getattr(fn, "__module__", "")).startswith("course_utils"):  # the imported reference itself
+            self.using_reference.add(name)
+        checked, result = self._checked.get(name, (None, None))
+        # this very function, checked and failed: a stub's check says "not implemented", a stand-in grader's nothing
+        failed = checked is fn and getattr(result, "status", "passed") not in ("passed", "not implemented")
+        if not failed:
+            try:
+                return fn(*args)
+            except NotImplementedError:
+                pass
+        self.using_reference.add(name)
+        cell = _cell_number()
+        if cell is None or (name, cell) not in self._told:  # plain Python: no cells, say it every time
+            self._told.add((name, cell))
+            why = "failed its check" if failed else "is not written yet"
+            print(f"(your {name} {why}: this cell uses the reference instead)")
+        return getattr(self.reference, name)(*args)
+
+    def too_slow(self, name: str, measured: str, expected: float, instead: str, why: str,
+                 limit: float = 30) -> bool:
+        """True when the student's ``name`` would take about ``expected`` seconds (more than
+        ``limit``) in a cell's long run: it prints so, with what was ``measured``, what the cells
+        do ``instead`` and ``why``, and marks the reference as standing in. False (nothing
+        printed) when it is fast enough or the reference stands in already."""
+        for arg, value in (("name", name), ("measured", measured), ("instead", instead), ("why", why)):
+            if not isinstance(value, str):
+                raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
+        for arg, value in (("expected", expected), ("limit", limit)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{arg} must be a number of seconds, got {type(value).__name__}")
+        if name in self.using_reference or expected <= limit:
+            return False
+        print(f"your {name} {measured}, so the full run would take about {expected:.0f} s: {instead} ({why}).")
+        self.using_reference.add(name)
+        return True
+
+    def whose(self, name: str, noun: str = "") -> str:
+        """"the reference's" where the reference stood in for the student's ``name``, else
+        "yours"; with a ``noun``, "the reference's noun" or "your noun"."""
+        for arg, value in (("name", name), ("noun", noun)):
+            if not isinstance(value, str):
+                raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
+        if name in self.using_reference:
+            return f"the reference's {noun}".rstrip()
+        return f"your {noun}" if noun else "yours"
+
+
+def _cell_number() -> int | None:
+    """The running Jupyter cell's execution count; None outside IPython (plain Python)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return None if shell is None else shell.execution_count
+
+
+__all__ = ["EXERCISES", "StandIns", "choose_functions", "yours_or_reference"]

@@ -609,6 +609,34 @@ def encode_split_unescaped(text, vocab, merges, special_tokens=()):  # trial s9_
     return out
 
 
+def encode_bytes_only(text, vocab, merges, special_tokens=()):  # trial s10_11: half-written, the merges ignored
+    return list(text.encode())
+
+
+def encode_sorted_ranks(text, vocab, merges, special_tokens=()):  # trial s10_11: ranks from a sorted copy
+    return encoder()(text, vocab, sorted(merges), special_tokens)
+
+
+def encode_special_split_away(text, vocab, merges, special_tokens=()):  # trial s10_11: re.split without a group
+    chunks = re.split("|".join(map(re.escape, special_tokens)), text) if special_tokens else [text]
+    return [i for chunk in chunks for i in encoder()(chunk, vocab, merges, [])]
+
+
+def encode_special_replaced(text, vocab, merges, special_tokens=()):  # trial s10_11: text.replace(token, '')
+    for token in special_tokens:
+        text = text.replace(token, "")
+    return encoder()(text, vocab, merges, special_tokens)
+
+
+def merge_unchanged(ids, pair, new_id):  # trial s10_11: half-written, the ids given back
+    return list(ids)
+
+
+def train_sorted(text, vocab_size, special_tokens=()):  # trial s10_11: the merges returned sorted
+    vocab, merges = trainer()(text, vocab_size, special_tokens)
+    return vocab, sorted(merges)
+
+
 def train_pieces(pieces_of):
     """A textbook trainer whose pieces come from ``pieces_of(text, special_tokens)`` (trial s9_11's styles)."""
     def train_bpe(text, vocab_size, special_tokens=()):
@@ -1014,6 +1042,13 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encode_sorts_merges, "input modified in place", ("`merges`", "merges.sort()")),
     (check_bpe_encode, encode_hard_coded_if_known, "special tokens hard-coded",
      ("special_tokens=()", "the longer one")),
+    # trial s10_11: these were misnamed
+    (check_bpe_encode, encode_bytes_only, "merges ignored", ("no merge was applied",)),
+    (check_bpe_encode, encode_sorted_ranks, "merges sorted", ("sorted(merges)",)),
+    (check_merge_pair, merge_unchanged, "pair never matched", ("nothing was merged (your result equals ids)",)),
+    (check_train_bpe, train_sorted, "merges sorted", ("sorted(merges)", "Return them as learned")),
+    *[(check_bpe_encode, student, "special tokens dropped", ("missing from your ids",))
+      for student in (encode_special_split_away, encode_special_replaced)],
 ]
 
 

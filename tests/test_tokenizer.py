@@ -340,3 +340,79 @@ def test_bad_input_gets_a_clear_error(index):
     call, error, message = _bad_input_cases()[index]
     with pytest.raises(error, match=message):
         call()
+
+
+# --- notebook 11's stand-ins (course_utils.student_functions.StandIns) ------------------------------------
+WORDS = {(1, 2, 1, 2): 2, (2, 1): 1}
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    """A StandIns over the reference tokenizer, in a pretend Jupyter cell 5 (``cell[0]`` to move on)."""
+    from course_utils import student_functions as S
+
+    cell = [5]
+    monkeypatch.setattr(S, "_cell_number", lambda: cell[0])
+    return S.StandIns(T), cell
+
+
+def test_stand_ins_fall_back_on_a_stub_saying_so_once_per_cell(stand_ins, capsys):
+    ins, cell = stand_ins
+
+    def count_pairs(words):
+        raise NotImplementedError("count_pairs is not written yet")
+
+    assert ins.whose("count_pairs") == "yours"
+    assert ins.call(count_pairs, WORDS) == ins.call(count_pairs, WORDS) == T.count_pairs(WORDS)
+    cell[0] = 6
+    ins.call(count_pairs, WORDS)
+    notice = "(your count_pairs is not written yet: this cell uses the reference instead)\n"
+    assert capsys.readouterr().out == notice * 2  # cells 5 and 6, once each
+    assert ins.whose("count_pairs") == "the reference's"
+    assert ins.whose("count_pairs", "counts") == "the reference's counts"
+
+
+def test_stand_ins_fall_back_on_a_failed_check_until_the_function_is_rewritten(stand_ins, capsys):
+    from course_utils.checks import check_count_pairs
+
+    ins, _ = stand_ins
+    check = ins.remember(check_count_pairs)
+
+    def count_pairs(words):  # the mistake of counting each piece once, not by its count
+        return {pair: 1 for word in words for pair in zip(word, word[1:])}
+
+    assert check(count_pairs).status not in ("passed", "not implemented")
+    capsys.readouterr()
+    assert ins.call(count_pairs, WORDS) == T.count_pairs(WORDS)
+    assert capsys.readouterr().out == "(your count_pairs failed its check: this cell uses the reference instead)\n"
+
+    def count_pairs(words):  # rewritten, not checked again: used again
+        return {"mine": 1}
+
+    assert ins.call(count_pairs, WORDS) == {"mine": 1} and capsys.readouterr().out == ""
+    assert ins.whose("count_pairs") == "the reference's"  # the earlier cell's stand-in is still said
+
+
+def test_stand_ins_too_slow_marks_the_reference(stand_ins, capsys):
+    ins, _ = stand_ins
+    assert not ins.too_slow("train_bpe", "took 0.1 s", 10, "training with the reference", "fast enough")
+    assert capsys.readouterr().out == "" and ins.whose("train_bpe", "250 merges") == "your 250 merges"
+    assert ins.too_slow("train_bpe", "took 2.0 s for 1 merge", 500, "training with the reference", "slow")
+    assert capsys.readouterr().out == ("your train_bpe took 2.0 s for 1 merge, so the full run would take about "
+                                       "500 s: training with the reference (slow).\n")
+    assert ins.whose("train_bpe", "250 merges") == "the reference's 250 merges"
+    assert not ins.too_slow("train_bpe", "took 2.0 s", 500, "again", "said once")  # the reference stands in already
+
+
+@pytest.mark.parametrize("bad, argument", [
+    (lambda S: S.StandIns(None), "reference"),
+    (lambda S: S.StandIns(T).remember(3), "checks"),
+    (lambda S: S.StandIns(T).call("count_pairs", WORDS), "fn"),
+    (lambda S: S.StandIns(T).too_slow("train_bpe", "took 1 s", "100", "x", "y"), "expected"),
+    (lambda S: S.StandIns(T).whose("train_bpe", 250), "noun"),
+])
+def test_stand_ins_bad_input_gets_a_type_error_naming_the_argument(bad, argument):
+    from course_utils import student_functions as S
+
+    with pytest.raises(TypeError, match=rf"^{argument} must"):
+        bad(S)

@@ -376,10 +376,12 @@ MERGE = Catalogue("merge_pair", "11", [
           "you replace the pair in the ids written out as text (' '.join(map(str, ids)).replace(...)?): ids of "
           "several digits collide as text, '11 2' holds '1 2', so [11, 2] with the pair (1, 2) gives a number that is "
           "no id. Compare the ids themselves: walk the list, (ids[i], ids[i + 1]) == pair." + _CASE),
-    Entry("pair never matched", "merging never matches (ids[i:i + 2] == pair compares a list with a tuple)",
+    Entry("pair never matched",
+          "merging merges nothing, ids come back unchanged (e.g. ids[i:i + 2] == pair, a list against a tuple)",
           _merged(lambda ids, pair, new_id: list(ids)),
-          "nothing was merged: the test never holds (ids[i:i + 2] == pair compares a list with a tuple, which are "
-          "never equal): compare (ids[i], ids[i + 1]) == pair, or list(pair)." + _CASE),
+          "nothing was merged (your result equals ids): the test for the pair never holds, or the merged list is not "
+          "what you return; e.g. ids[i:i + 2] == pair compares a list with a tuple, which are never equal: compare "
+          "(ids[i], ids[i + 1]) == pair, or list(pair)." + _CASE),
     Entry("pair reversed", None, _merged(lambda ids, pair, new_id: merge_pair(ids, pair[::-1], new_id)),
           "you merge (pair[1], pair[0]), the pair read backwards: merge where ids[i] == pair[0] and ids[i + 1] == "
           "pair[1]." + _CASE),
@@ -621,6 +623,9 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
     ]
 
 
+_SORTED = ("merges are kept in the order they were learned: a merge's place in the list is its rank, which "
+           "encoding follows (the earliest learned pair is merged first); sorting loses it.")
+
 _TUPLE = ("any sequence of str names the special tokens, a tuple as well as a list; split_special_tokens(text, "
           "special_tokens) and `chunk in special_tokens` take both.")
 
@@ -758,6 +763,11 @@ TRAIN = Catalogue("train_bpe", "11", [
           Output(lambda c: isinstance(c.specials, tuple) and c.merges == train_bpe(c.text, c.vocab_size)[1], "tuple"),
           "special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): " + _literal(_TUPLE)
           + "\n    {case}"),
+    Entry("merges sorted",
+          "the merges put in sorted order (sorted(merges)): the learned order, which encoding follows, lost",
+          Output(lambda c: c.got != c.expected and c.got == sorted(c.expected), "count"),
+          "your merges are the right ones in sorted order (sorted(merges)?): " + _SORTED + " Return them as learned."
+          "\n    {case}"),
     Entry("wrong number of merges",
           "vocab_size misread: more or fewer merges than vocab_size - 256 - len(special_tokens)",
           Output(lambda c: c.got != c.expected and c.expected == c.got[:len(c.expected)]
@@ -1094,6 +1104,7 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
                   hard_coded: bool = False, longest_first: bool = True, text_as: str = "",
                   computed_ids: bool = False, unescaped: str = "") -> list[int]:
     specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
+    merges, order = (sorted(merges), "rank") if order == "sorted" else (merges, order)  # the learned order lost
     if computed_ids:  # each token's id computed: a byte's value, 256 + the rank of the merge that made it
         made = {a + b: 256 + r for r, (a, b) in reversed(list(enumerate(merges)))}
         special_bytes = {t.encode() for t in specials}
@@ -1187,6 +1198,8 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
     # pieces makes it
     small = {i: bytes([i]) for i in range(256)} | {256: b"bc", 257: b"ab", 258: b"abab", 259: b" a", 260: b"x!"}
     small_merges = [(b"b", b"c"), (b"a", b"b"), (b"ab", b"ab"), (b" ", b"a"), (b"x", b"!")]
+    # sorted(small_merges) puts (a, b) before (b, c), the ids follow the merges: ranks from sorted merges give [ab, c]
+    # on 'abc', ids compared as text the learned [a, bc]
     # two cases for the merge order alone: the latest merge first gives [a, bc] on 'abc' (the learned order
     # [ab, c]); the longest vocabulary match gives [abc, d] on 'abcd' (the learned order [ab, cd]). Ids follow the
     # merges, so an encoder that ranks a pair by its joined token's id (tiktoken's way) passes both
@@ -1247,7 +1260,8 @@ def _cache_kept(c: Any) -> dict | None:
     same = [k for k in range(len(c.cases)) if c.cases[k][0] == c.text]
     if len({tuple(c.results[k][1]) for k in same}) == 1 < len({tuple(c.results[k][2]) for k in same}):
         inputs, you, expected = c.results[same[-1]]
-        return dict(text=c.text, n=len(same), inputs=inputs, you=_show(you), expected=_show(expected))
+        return dict(text=c.text, n=len(same), inputs=inputs, you=_show(you), expected=_show(expected), k=same[0],
+                    utf8=list(c.text.encode()))
     return None
 
 
@@ -1259,6 +1273,12 @@ def _first_multibyte_key(exc: BaseException) -> dict | None:
     except UnicodeDecodeError:
         char = ""
     return dict(key=key, char=char, n=len(key)) if len(char) == 1 else None
+
+
+def _specials_lost(c: Any) -> dict | None:
+    """Special tokens of the text missing from the decoded ids, which are the text without them."""
+    lost = [t for t in c.specials if t in c.text and t not in c.back]
+    return dict(token=lost[0]) if lost and c.back == re.sub("|".join(map(re.escape, lost)), "", c.text) else None
 
 
 _LOWEST_RANK = "at each step the adjacent pair with the lowest rank (its index in merges)"
@@ -1282,6 +1302,13 @@ ENCODE = Catalogue("bpe_encode", "11", [
             holding=f" holding {type(next(iter(got), None)).__name__}" if isinstance(got, (list, tuple)) else ""),
         "return"),
           "bpe_encode should return a list of int ids, got {type}{holding}.\n    {case}"),
+    Entry("merges ignored", "encoding applies no learned merge: the ids are the text's UTF-8 bytes",
+          Output(lambda c: (found := _cache_kept(c)) and c.results[found["k"]][1] == list(c.text.encode())
+                 and found, "cache"),
+          "your ids for {text!r} are its UTF-8 bytes, {utf8}, under {n} vocabularies whose merges join some of them: "
+          "no merge was applied. Apply the learned merges to each piece: start from its single bytes and merge the "
+          "adjacent pair of lowest rank (its index in merges) until none is in merges, then look each token's id up "
+          "in vocab.\n    {inputs}\n    you: {you}\n    expected: {expected}"),
     Entry("cache kept between calls",
           "encoding caches a piece's ids between calls keyed by the piece alone, not the merges",
           Output(_cache_kept, "cache"),
@@ -1322,6 +1349,9 @@ ENCODE = Catalogue("bpe_encode", "11", [
             "you merge the first known pair from the left; merges apply in the order they were learned: "
             f"{_LOWEST_RANK}." + "{shown}")
       for order in ("leftmost", "leftmost once")],
+    Entry("merges sorted", None, _encoding(order="sorted"),
+          "your ranks follow the merges in sorted order (rank from sorted(merges)?): " + _SORTED + " Rank each merge "
+          "by its index in merges as given, rank = {{pair: r for r, pair in enumerate(merges)}}.{shown}"),
     Entry("ids compared as strings", "encoding ranks pairs by their joined token's id as text: '1000' < '999'",
           _encoding(order="id as text"),
           "you pick the pair whose joined token has the lowest id compared as text (str(id)?): as strings '1000' < "
@@ -1380,6 +1410,12 @@ ENCODE = Catalogue("bpe_encode", "11", [
     Entry("values differ", None, Output(lambda c: (unknown := [i for i in c.got if i not in c.vocab])
                                         and dict(unknown=unknown[0]), "unknown"),
           "your ids include {unknown}, which is not in the vocabulary.\n    {case}"),
+    Entry("special tokens dropped",
+          "decoding skips the special tokens (skip_special_tokens), or encoding loses them (re.split without a group)",
+          Output(_specials_lost, "decoded"),
+          "the special token {token!r} is missing from your ids (they decode to the text without it): re.split "
+          "without a group around the pattern drops what it cuts at, and text.replace(token, '') removes it. Give each "
+          "special token its own id: split_special_tokens(text, special_tokens) keeps them as pieces.\n    {case}"),
     Entry("leading space dropped", None,
           Output(lambda c: c.back != c.text and c.back.replace(" ", "") == c.text.replace(" ", ""), "decoded"),
           "your ids decode to {back!r}: spaces are lost. GPT-2's pieces keep the space before a word (' world'); "
@@ -1444,7 +1480,8 @@ def check_bpe_encode(bpe_encode_fn):
     text, vocab = cases[wrong[0]][:2]
     ENCODE.detect("unknown", SimpleNamespace(got=got, vocab=vocab), case=case)
     back = bpe_decode(got, vocab)
-    ENCODE.detect("decoded", SimpleNamespace(back=back, text=text), back=back[:60], case=case, k=k,
+    ENCODE.detect("decoded", SimpleNamespace(back=back, text=text, specials=cases[wrong[0]][3]), back=back[:60],
+                  case=case, k=k,
                   you=_show(got[k:k + 6]), expected=_show(expected[k:k + 6]))
 
 
@@ -1579,8 +1616,7 @@ DECODE = Catalogue("bpe_decode", "11", [
           "the space before punctuation, 's or n't is gone (' .' became '.', \" 's\" \"'s\": Hugging Face's "
           "clean_up_tokenization_spaces?): decoding gives back every byte of the tokens, spaces included, so that "
           "decode(encode(text)) == text." + _AROUND),
-    Entry("special tokens dropped",
-          "decoding skips the special tokens (skip_special_tokens) instead of giving their text",
+    Entry("special tokens dropped", None,
           _decoded(lambda ids, vocab: b"".join(vocab[i] for i in ids if vocab[i] not in _SPECIAL_BYTES).decode(
               "utf-8", errors="replace")),
           "the special token is missing (skipped, as Hugging Face's skip_special_tokens=True does): bpe_decode gives "
