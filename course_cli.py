@@ -421,12 +421,10 @@ def command_test(args: list[str]) -> int:
     env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     env.setdefault("JUPYTER_PLATFORM_DIRS", "1")  # silences jupyter_core's path-migration warning
     if not any(a == "-n" or a.startswith(("-n=", "--numprocesses", "-p")) for a in args):
-        # one worker more than cores (at most 4), whole files to a worker (a notebook's cells run
-        # in one kernel, in order), longest files first (conftest.py orders them). The unit tests
-        # pin torch to one thread, yet with one worker per core about a quarter of the cores' time
-        # went idle (kernels starting, subprocesses, the hanging notebook's time limit): a third
-        # worker on 2 cores fills it
-        args = ["-n", str(min((os.cpu_count() or 1) + 1, 4)), "--dist", "loadfile", "--no-loadscope-reorder", *args]
+        # one worker per core, whole files to a worker (a notebook's cells run in one kernel,
+        # in order), longest files first (conftest.py orders them); the unit tests pin torch
+        # to one thread, so two workers use both cores
+        args = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", "--no-loadscope-reorder", *args]
     # a skipped test's one-line reason (e.g. "no Chromium with chromedriver") in the summary,
     # with pytest's default failures and errors; a -r of the user's own comes later and wins
     args = ["-rfEs", *args]
