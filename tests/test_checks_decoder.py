@@ -761,6 +761,14 @@ def test_every_generated_layer_mistake_is_named_on_every_draw(stage):
     assert_family(members, sweep=False)
 
 
+def test_two_dropouts_in_a_row_are_not_a_wrong_rate_on_a_rare_draw():
+    # the residual stream dropped after the feed-forward's own dropout zeroes about 44% at p = 1/4;
+    # this draw's 46% was named "wrong dropout rate" (a mask of the wrong polarity zeroes 75%) until the
+    # rate's margin became the midpoint between p and 1 - p
+    assert_mistake(check_decoder_layer, mutant(True, {"drop": {"ff": "sum"}}), "dropout on the residual stream",
+                   repeat=(1070437963,))
+
+
 def test_generator_without_mutation_is_the_reference():
     ref = course_utils.DecoderLayer(12, 3, 20).eval()
     x, memory = torch.randn(2, 5, 12), torch.randn(2, 7, 12)
