@@ -1104,8 +1104,8 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encode_none_inside, "wrong return", ("NoneType",)),
     (check_bpe_encode, encode_special_last, "special token id not looked up", ("len(vocab) - 1", "look the token")),
     (check_bpe_decode, decode_empty, "nothing decoded", ("nothing was decoded",)),
-    (check_train_bpe, train_pieces(pieces_re(W_PATTERN)), "pre-tokenizer differs", ("use pretokenize",)),
-    (check_bpe_encode, encoder(split="w"), "pre-tokenizer differs", ("use pretokenize",)),
+    (check_train_bpe, train_pieces(pieces_re(W_PATTERN)), "pre-tokenizer differs", ("a pattern of your own",)),
+    (check_bpe_encode, encoder(split="w"), "pre-tokenizer differs", ("a pattern of your own",)),
     (check_train_bpe, train_half_written, "wrong number of merges", ("no merge",)),
 ]
 

@@ -600,9 +600,10 @@ _SPANS = ("{token!r} spans two of GPT-2's pieces of this text: pretokenize(...) 
           "pre-tokenization?). Cut each part of the text with pretokenize(...) and keep every token inside a piece.")
 
 
-def _spanning(pieces: list[bytes], tokens: Sequence[bytes]) -> bytes | None:
-    """The first of ``tokens`` (byte strings) that no piece holds: it spans two pieces."""
-    return next((t for t in tokens if len(t) > 1 and not any(t in p for p in pieces)), None)
+def _spanning(text: str, pieces: list[bytes], tokens: Sequence[bytes]) -> bytes | None:
+    """The first of ``tokens`` (byte strings) that the text's bytes hold but no piece does: it spans two pieces."""
+    data = text.encode()
+    return next((t for t in tokens if len(t) > 1 and t in data and not any(t in p for p in pieces)), None)
 
 
 def _boundary_crossed(text: str, specials: Sequence[str], tokens: list[bytes]) -> bytes | None:
@@ -821,12 +822,6 @@ TRAIN = Catalogue("train_bpe", "11", [
           "\n    {case}"),
     Entry("wrong number of merges",
           "vocab_size misread: more or fewer merges than vocab_size - 256 - len(special_tokens)",
-          Output(lambda c: not c.got and c.expected, "count"),
-          "your merges are empty, expected {n_ref}: no merge was learned (a half-written train_bpe, a loop that never "
-          "runs, or merges never appended?). Loop for new_id in range(256, vocab_size - len(special_tokens)): count "
-          "the pairs, stop if none is left, merge the most frequent in every piece and append it to merges."
-          "\n    {case}"),
-    Entry("wrong number of merges", None,
           Output(lambda c: c.got != c.expected and c.expected == c.got[:len(c.expected)]
                  and len(c.expected) == c.n_expected, "count"),
           "you learned {n_got} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and the "
@@ -837,6 +832,11 @@ TRAIN = Catalogue("train_bpe", "11", [
           "you learned {n_got} merges, expected {n_ref}: you stopped while pairs remained (a minimum count, `if "
           "counts[best] < 2: break`?); a pair that occurs once is still merged: stop only when no pair is left or the "
           "vocabulary has vocab_size tokens.\n    {case}"),
+    Entry("wrong number of merges", None, Output(lambda c: not c.got and c.expected, "count"),
+          "your merges are empty, expected {n_ref}: no merge was learned (a half-written train_bpe, a loop that never "
+          "runs, or merges never appended?). Loop for new_id in range(256, vocab_size - len(special_tokens)): count "
+          "the pairs, stop if none is left, merge the most frequent in every piece and append it to merges."
+          "\n    {case}"),
     Entry("wrong number of merges", None, Output(lambda c: c.got == c.expected[:len(c.got)], "count"),
           "you learned {n_got} merges, expected {n_ref}: vocab_size counts every token; stop when the vocabulary has "
           "vocab_size tokens, special tokens included (or when no pair is left).\n    {case}"),
@@ -1024,7 +1024,7 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
     if matches:
         name, message, _ = named[matches[0]]
         fail(message, mistake=name)
-    spans = _spanning(_pieces(text, specials), [a + b for a, b in got if isinstance(a + b, bytes)])
+    spans = _spanning(text, _pieces(text, specials), [a + b for a, b in got if isinstance(a + b, bytes)])
     TRAIN.detect("pieces", SimpleNamespace(spans=spans, merges=got), case=case)
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), None)
     TRAIN.detect("first difference", SimpleNamespace(k=k), n_got=len(got), n_ref=len(expected), case=case)
