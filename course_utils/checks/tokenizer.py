@@ -592,8 +592,8 @@ _PRETOKENIZER = ("your pre-tokenizer cuts the text otherwise than GPT-2's patter
                  "piece, '²' and '½' are cut another way): use pretokenize(...), GPT-2's pattern with the regex "
                  "package's \\p{L} and \\p{N}.")
 _OWN_PATTERN = ("your pre-tokenizer is a pattern of your own (such as \\s?\\w+|\\s?[^\\w\\s]+|\\s+), not "
-                "GPT-2's, and it cuts otherwise: no contractions (\"'s\" is cut into \"'\" and 's'), a newline joins the next "
-                "word, a run of spaces stays whole, digits and '_' join a word. Use pretokenize(...), GPT-2's pattern.")
+                "GPT-2's, and it cuts otherwise: \"'s\" becomes \"'\" and 's', a newline joins the next word, a run "
+                "of spaces stays whole, digits and '_' join a word. Use pretokenize(...), GPT-2's pattern.")
 _PATTERN_SAID = {"re": _PRETOKENIZER, "re \\w": _PRETOKENIZER, "own \\w": _OWN_PATTERN}
 _SPANS = ("{token!r} spans two of GPT-2's pieces of this text: pretokenize(...) never puts those bytes in one piece, "
           "so your pieces are cut otherwise than GPT-2's pattern (a pattern of your own, \\w for letters, no "
@@ -1654,7 +1654,8 @@ DECODE = Catalogue("bpe_decode", "11", [
     Entry("wrong return", None, Output(lambda got: not isinstance(got, str) and dict(type=_type(got)),
                                        "return"),
           "bpe_decode should return a str, got {type}.\n    {case}"),
-    Entry("nothing decoded", "bpe_decode returns '' for ids that hold text (a stub, or the text built but not returned)",
+    Entry("nothing decoded",
+          "bpe_decode returns '' for ids that hold text (a stub, or the text built but not returned)",
           Output(lambda results: all(got == "" for _, got, expected, *_ in results if expected), "empty"),
           "your bpe_decode returned '' for every list of ids that holds text: nothing was decoded (a stub, or the "
           "text built but not returned?). Look each id's bytes up in vocab, join them (b''.join), decode once: "
