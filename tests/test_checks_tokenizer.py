@@ -513,6 +513,7 @@ def test_a_hanging_encoder_is_stopped(monkeypatch):
 RE_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
 RE_W_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\w+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
 W_PATTERN = r"\s?\w+|\s?[^\w\s]+|\s+"  # trial s10_11: a pre-tokenizer of one's own, \w for letters
+ASCII_PATTERN = r" ?[A-Za-z]+| ?[^A-Za-z\s]+|\s+"  # another of one's own: '².' one piece, accents apart
 
 
 def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False, characters=False,
@@ -1107,6 +1108,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, train_pieces(pieces_re(W_PATTERN)), "pre-tokenizer differs", ("a pattern of your own",)),
     (check_bpe_encode, encoder(split="w"), "pre-tokenizer differs", ("a pattern of your own",)),
     (check_train_bpe, train_half_written, "wrong number of merges", ("no merge",)),
+    (check_train_bpe, train_pieces(pieces_re(ASCII_PATTERN)), "pre-tokenizer differs", ("pretokenize(...)",)),
 ]
 
 

@@ -595,7 +595,7 @@ _OWN_PATTERN = ("your pre-tokenizer is a pattern of your own (such as \\s?\\w+|\
                 "GPT-2's, and it cuts otherwise: \"'s\" becomes \"'\" and 's', a newline joins the next word, a run "
                 "of spaces stays whole, digits and '_' join a word. Use pretokenize(...), GPT-2's pattern.")
 _PATTERN_SAID = {"re": _PRETOKENIZER, "re \\w": _PRETOKENIZER, "own \\w": _OWN_PATTERN}
-_SPANS = ("{token!r} spans two of GPT-2's pieces of this text: pretokenize(...) never puts those bytes in one piece, "
+_SPANS = ("spans two of GPT-2's pieces of this text: pretokenize(...) never puts those bytes in one piece, "
           "so your pieces are cut otherwise than GPT-2's pattern (a pattern of your own, \\w for letters, no "
           "pre-tokenization?). Cut each part of the text with pretokenize(...) and keep every token inside a piece.")
 
@@ -924,7 +924,7 @@ TRAIN = Catalogue("train_bpe", "11", [
           "bytes, and GPT-2's vocabulary holds both. Train on the text as it is.{inputs}"),
     Entry("pre-tokenizer differs", None, Output(lambda c: c.spans and dict(token=c.spans, j=c.merges.index(
         next(m for m in c.merges if m[0] + m[1] == c.spans))), "pieces"),
-          "your merge {j} makes " + _SPANS + "\n    {case}"),
+          "your merge {j} makes {token!r}, which " + _SPANS + "\n    {case}"),
     Entry("wrong number of merges", None, Output(lambda c: c.k is None, "first difference"),
           "you learned {n_got} merges, expected {n_ref}.\n    {case}"),
     Entry("characters instead of bytes", None,
@@ -1024,8 +1024,11 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
     if matches:
         name, message, _ = named[matches[0]]
         fail(message, mistake=name)
-    spans = _spanning(text, _pieces(text, specials), [a + b for a, b in got if isinstance(a + b, bytes)])
-    TRAIN.detect("pieces", SimpleNamespace(spans=spans, merges=got), case=case)
+    # a merged token that spans two of GPT-2's pieces: here, or on another text
+    for other, merges in [((text, vocab_size, specials), got), *((o, None) for o in others)]:
+        merges = merges if merges is not None else theirs(*other) or []
+        spans = _spanning(other[0], _pieces(other[0], other[2]), [a + b for a, b in merges])
+        TRAIN.detect("pieces", SimpleNamespace(spans=spans, merges=merges), case=_train_case(*other))
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), None)
     TRAIN.detect("first difference", SimpleNamespace(k=k), n_got=len(got), n_ref=len(expected), case=case)
     # merges that start from characters: here, or on another text (where the first merges differ for another reason)
@@ -1519,7 +1522,7 @@ ENCODE = Catalogue("bpe_encode", "11", [
     Entry("pre-tokenizer differs", None,
           Output(lambda c: (token := _boundary_crossed(c.text, c.specials, c.tokens)) and dict(token=token),
                  "decoded"),
-          "your token " + _SPANS + "\n    {case}"),
+          "your token {token!r} " + _SPANS + "\n    {case}"),
     Entry("values differ", None, Output(lambda c: True, "decoded"),
           "your ids decode back to the text but differ from position {k}: you {you}, expected {expected}."
           "\n    {case}"),
