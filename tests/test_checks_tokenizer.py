@@ -512,6 +512,8 @@ def test_a_hanging_encoder_is_stopped(monkeypatch):
 # trial s6_11: GPT-2's pattern for Python's re ([^\W\d_] for \p{L}): drops '_', cuts '²' and '½' otherwise
 RE_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
 RE_W_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\w+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"
+W_PATTERN = r"\s?\w+|\s?[^\w\s]+|\s+"  # trial s10_11: a pre-tokenizer of one's own, \w for letters
+ASCII_PATTERN = r" ?[A-Za-z]+| ?[^A-Za-z\s]+|\s+"  # another of one's own: '².' one piece, accents apart
 
 
 def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byte_ids=False, characters=False,
@@ -528,7 +530,7 @@ def encoder(order="rank", specials_out=True, split="gpt2", first_only=False, byt
                 out.append(ids_of[chunk.encode()])
                 continue
             pieces = {"gpt2": pretokenize, "none": lambda c: [c], "whitespace": str.split,
-                      "re": lambda c: re.findall(RE_PATTERN, c)}[split](chunk)
+                      "re": lambda c: re.findall(RE_PATTERN, c), "w": lambda c: re.findall(W_PATTERN, c)}[split](chunk)
             for piece in pieces:
                 parts = [c.encode() for c in piece] if characters else [bytes([b]) for b in piece.encode()]
                 while len(parts) > 1:
@@ -904,6 +906,53 @@ def test_a_helper_still_a_stub_is_named_not_the_trainer():
                    "written yet", "from course_utils import merge_pair", repeat=2)
 
 
+# trial s11_11 and s10_11: these passed or were misnamed
+def merge_returns_ids(ids, pair, new_id):  # the caller's own list handed back where the pair does not occur
+    if pair[0] not in ids:
+        return ids
+    return merge_while(ids, pair, new_id)
+
+
+def merge_copies_ids(ids, pair, new_id):  # right: a copy where the pair does not occur
+    if pair not in set(zip(ids, ids[1:])):
+        return [t for t in ids]
+    return merge_while(ids, pair, new_id)
+
+
+def merge_numpy(ids, pair, new_id):
+    import numpy as np
+
+    return np.array(merge_while(ids, pair, new_id), dtype=np.int64)
+
+
+def encode_none_inside(text, vocab, merges, special_tokens=()):  # a None appended after each special piece
+    ids = encoder()(text, vocab, merges, special_tokens)
+    return [*ids, None]
+
+
+def encode_special_last(text, vocab, merges, special_tokens=()):  # the special token's id guessed: the last one
+    out = []
+    for chunk in split_special_tokens(text, special_tokens):
+        out.extend([len(vocab) - 1] if chunk in special_tokens else encoder()(chunk, vocab, merges))
+    return out
+
+
+def decode_empty(ids, vocab):  # half-written: the result never built
+    return ""
+
+
+def train_half_written(text, vocab_size, special_tokens=()):  # the bytes only: no merge, no special token yet
+    return {i: bytes([i]) for i in range(256)}, []
+
+
+def test_a_numpy_array_is_named_without_torch():
+    for check, student in ((check_merge_pair, merge_numpy),
+                           (check_bpe_encode, lambda *a: __import__("numpy").array(encoder()(*a)))):
+        result = check(student, seed=1000)
+        assert result.mistake == "wrong return" and "numpy.ndarray" in result.feedback, result.feedback
+        assert "torch" not in result.feedback and "tensor" not in result.feedback, result.feedback
+
+
 # ---------------------------------------------------------------- the tables: right variants pass, each mistake named
 CORRECT = [
     (check_count_pairs, pairs_counter), (check_count_pairs, pairs_get), (check_count_pairs, pairs_pairwise),
@@ -914,6 +963,7 @@ CORRECT = [
     (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
     (check_bpe_encode, encode_joined_id), (check_bpe_decode, decode_incremental), (check_train_bpe, train_with_helpers),
     (check_bpe_encode, encode_cached_with_merges), (check_merge_pair, merge_as_characters),
+    (check_merge_pair, merge_copies_ids),
 ]
 
 MISTAKES = [  # (check, student, mistake name, words the verdict must say)
@@ -1049,6 +1099,16 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, train_sorted, "merges sorted", ("sorted(merges)", "Return them as learned")),
     *[(check_bpe_encode, student, "special tokens dropped", ("missing from your ids",))
       for student in (encode_special_split_away, encode_special_replaced)],
+    # trial s11_11 and s10_11: these passed or were misnamed
+    (check_merge_pair, merge_returns_ids, "input returned as is", ("`return ids`", "new list")),
+    (check_merge_pair, merge_numpy, "wrong return", ("Python list of int", "numpy.ndarray")),
+    (check_bpe_encode, encode_none_inside, "wrong return", ("NoneType",)),
+    (check_bpe_encode, encode_special_last, "special token id not looked up", ("len(vocab) - 1", "look the token")),
+    (check_bpe_decode, decode_empty, "nothing decoded", ("nothing was decoded",)),
+    (check_train_bpe, train_pieces(pieces_re(W_PATTERN)), "pre-tokenizer differs", ("a pattern of your own",)),
+    (check_bpe_encode, encoder(split="w"), "pre-tokenizer differs", ("a pattern of your own",)),
+    (check_train_bpe, train_half_written, "wrong number of merges", ("no merge",)),
+    (check_train_bpe, train_pieces(pieces_re(ASCII_PATTERN)), "pre-tokenizer differs", ("pretokenize(...)",)),
 ]
 
 

@@ -126,10 +126,11 @@ def _at(exc: BaseException) -> str:
     return f"\n    at {line}" if line else ""
 
 
-def call_student(fn: Callable[..., Any], *args: Any, context: str = "", **kwargs: Any) -> Any:
+def call_student(fn: Callable[..., Any], *args: Any, context: str = "", tensors: bool = True, **kwargs: Any) -> Any:
     """Call student code; any exception becomes a :class:`StudentError` for the decorator.
     A numpy array returned (alone or in a tuple or list) fails at once ("not a tensor"),
-    before the checker's own tensor code stumbles on it with a misleading error."""
+    before the checker's own tensor code stumbles on it with a misleading error; not where
+    ``tensors`` is False (an exercise of plain Python, notebook 11's: its own checks say what it returns)."""
     try:
         result = fn(*args, **kwargs)
     except (Exception, SystemExit, KeyboardInterrupt, GeneratorExit) as exc:  # noqa: BLE001 - none escapes
@@ -139,7 +140,7 @@ def call_student(fn: Callable[..., Any], *args: Any, context: str = "", **kwargs
         if isinstance(exc, KeyboardInterrupt) and _INTERRUPTED.is_set():
             raise
         raise StudentError(exc, context) from exc
-    if any(_is_ndarray(p) for p in (result if isinstance(result, (tuple, list)) else (result,))):
+    if tensors and any(_is_ndarray(p) for p in (result if isinstance(result, (tuple, list)) else (result,))):
         where = f" ({context})" if context else ""
         fail(f"your code returned a numpy.ndarray{where}, expected a torch.Tensor: stay in torch (torch functions "
              "and tensor methods, not numpy), or convert with torch.from_numpy(...).", mistake="not a tensor")
@@ -807,12 +808,13 @@ def _within_time_limit(fn: Callable[[], Any], limit: float) -> Any:
 
 
 def call_student_within(seconds: float, fn: Callable[..., Any], *args: Any, context: str = "", on_timeout: str = "",
-                        mistake: str = "time limit", **kwargs: Any) -> Any:
+                        mistake: str = "time limit", tensors: bool = True, **kwargs: Any) -> Any:
     """:func:`call_student` under a time limit of its own (inside the check's): a call still
     running after ``seconds`` is stopped and the check fails with ``on_timeout`` as the
     verdict, naming ``mistake`` (a merge loop that never ends is told apart from a slow one)."""
     try:
-        return _within_time_limit(lambda: call_student(fn, *args, context=context, **kwargs), seconds)
+        return _within_time_limit(lambda: call_student(fn, *args, context=context, tensors=tensors, **kwargs),
+                                  seconds)
     except _TimeUp as exc:
         line = student_line(exc)
         fail(on_timeout + (f"\n    it was running line {line.removeprefix('line ')}" if line else ""), mistake=mistake)

@@ -86,9 +86,15 @@ def _passed(fn: Any, detail: str) -> str:
     return detail
 
 
+def _type(x: Any) -> str:
+    """The name of ``x``'s type, with its module where that is not Python's own (numpy.ndarray)."""
+    module = type(x).__module__
+    return type(x).__name__ if module == "builtins" else f"{module.split('.')[0]}.{type(x).__name__}"
+
+
 def _run(fn: Callable[..., Any], *args: Any, name: str, what: str, mistake: str = "time limit", why: str = "") -> Any:
     return call_student_within(
-        CALL_LIMIT_S, fn, *args, context=f"calling {name}({what})",
+        CALL_LIMIT_S, fn, *args, context=f"calling {name}({what})", tensors=False,
         on_timeout=(f"your {name}({what}) did not finish within {CALL_LIMIT_S:g} s, on an input this small: "
                     + (why or "look for a loop that never ends (a while loop whose condition never changes).")),
         mistake=mistake)
@@ -170,7 +176,7 @@ _ACROSS = ("you count pairs across two pieces too (the last token of one piece w
 
 COUNT = Catalogue("count_pairs", "11", [
     Entry("time limit", None, Probe("call_student_within")),
-    Entry("wrong return", None, Output(lambda got: not isinstance(got, Mapping) and dict(type=type(got).__name__),
+    Entry("wrong return", None, Output(lambda got: not isinstance(got, Mapping) and dict(type=_type(got)),
                                        "return"),
           "{what} should return a dict (or Counter) {{(a, b): count}}, got {type}."),
     Entry("wrong return", None, _bad("key"), "{what}'s keys should be pairs (a, b) of adjacent tokens, got the key "
@@ -285,8 +291,10 @@ def _merge_cases() -> list[tuple[list, tuple, int]]:
 
 
 def _why_not_a_list(got: Any) -> str:
-    if not inspect.isgenerator(got):
+    if got is None:
         return "Did you forget `return`?"
+    if not inspect.isgenerator(got):
+        return "Build a Python list (out = [], out.append(...)) and return it."
     if got.gi_code.co_name == "<genexpr>":  # return (x for x in ...): round brackets make a generator
         return ("You return a generator expression, (... for ... in ...), which is a generator, not a list: use "
                 "square brackets, [... for ... in ...], or list(...).")
@@ -361,9 +369,17 @@ MERGE = Catalogue("merge_pair", "11", [
           "merge_pair changed the list it was given ({ids} became {given}); build and return a new list: the caller "
           "may still need the old one (your training loop builds the new pieces from the old ones, and a trainer that "
           "updates its counts subtracts the old pieces' pairs)."),
+    Entry("input returned as is",
+          "merge_pair returns the caller's own list object (return ids where nothing merges), not a new list",
+          Output(lambda aliased: aliased and aliased[0], "alias"),
+          "merge_pair({ids}, {pair}, {new_id}) returned the very list object it was given, not a new one (`return "
+          "ids` where the pair does not occur?): the caller's list and your result are then one list, and changing "
+          "one changes the other. Return a new list in every case: list(ids), or the `out` you build where the pair "
+          "occurs."),
     Entry("wrong return", None, Output(lambda got: not isinstance(got, (list, tuple)) and dict(
-        type=type(got).__name__, why=_why_not_a_list(got)), "return"),
-          "merge_pair should return a list of ids, got {type} (for merge_pair({ids}, {pair}, {new_id})). {why}"),
+        type=_type(got), why=_why_not_a_list(got)), "return"),
+          "merge_pair should return a Python list of int ids, got {type} (for merge_pair({ids}, {pair}, {new_id})). "
+          "{why}"),
     # bytes(ids).replace(bytes(pair), bytes([new_id % 256])): a byte holds no id from 256 on
     Entry("ids merged as bytes", None, _merged(lambda ids, pair, new_id: [
         new_id % 256 if t == new_id else t for t in merge_pair(ids, pair, new_id)]), _AS_BYTES + _CASE),
@@ -418,7 +434,7 @@ MERGE = Catalogue("merge_pair", "11", [
 @checker("merge_pair")
 def check_merge_pair(merge_pair_fn):
     require_function(merge_pair_fn, "merge_pair")
-    results = []
+    results, aliased = [], []
     for ids, pair, new_id in _merge_cases():
         given = list(ids)
         fields = dict(ids=_show(ids), pair=pair, new_id=new_id)
@@ -430,8 +446,11 @@ def check_merge_pair(merge_pair_fn):
         MERGE.detect("input", SimpleNamespace(given=given, ids=ids), **{**fields, "given": _show(given)})
         MERGE.detect("return", got, **fields)
         results.append((ids, pair, new_id, list(got)))
+        if got is given:  # the caller's own list handed back: named once the values are right
+            aliased.append(fields)
     wrong = [r for r in results if r[3] != merge_pair(r[0], r[1], r[2])]
     if not wrong:
+        MERGE.detect("alias", aliased)
         return _passed(merge_pair_fn, f"{len(results)} lists, overlapping runs and empty ones included")
     ids, pair, new_id, got = wrong[0]
     case = (f"merge_pair({_show(ids)}, {pair}, {new_id}) returned {_show(got)}, expected "
@@ -457,7 +476,8 @@ register_hints("merge_pair", [
 # GPT-2's pattern written for Python's re (no \p{L}), two ways: [^\W\d_] drops '_' and cuts '²' and '½' another way;
 # \w also keeps '_', digits and '²' inside a word ('x_1', 'ab12', 'x²' one piece each)
 _RE_PATTERNS = {"re": r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+",
-                "re \\w": r"'s|'t|'re|'ve|'m|'ll|'d| ?\w+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"}
+                "re \\w": r"'s|'t|'re|'ve|'m|'ll|'d| ?\w+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+",
+                "own \\w": r"\s?\w+|\s?[^\w\s]+|\s+"}  # a pattern of one's own (trial s10_11)
 
 
 def _split_unescaped(text: str, specials: Sequence[str], kept: bool) -> list[str]:
@@ -571,6 +591,38 @@ _PRETOKENIZER = ("your pre-tokenizer cuts the text otherwise than GPT-2's patter
                  "\\w or [^\\W\\d_] for \\p{L}: '_' is lost or joins a word, 'x_1', 'ab12' and 'x²' become one "
                  "piece, '²' and '½' are cut another way): use pretokenize(...), GPT-2's pattern with the regex "
                  "package's \\p{L} and \\p{N}.")
+_OWN_PATTERN = ("your pre-tokenizer is a pattern of your own (such as \\s?\\w+|\\s?[^\\w\\s]+|\\s+), not "
+                "GPT-2's, and it cuts otherwise: \"'s\" becomes \"'\" and 's', a newline joins the next word, a run "
+                "of spaces stays whole, digits and '_' join a word. Use pretokenize(...), GPT-2's pattern.")
+_PATTERN_SAID = {"re": _PRETOKENIZER, "re \\w": _PRETOKENIZER, "own \\w": _OWN_PATTERN}
+_SPANS = ("spans two of GPT-2's pieces of this text: pretokenize(...) never puts those bytes in one piece, "
+          "so your pieces are cut otherwise than GPT-2's pattern (a pattern of your own, \\w for letters, no "
+          "pre-tokenization?). Cut each part of the text with pretokenize(...) and keep every token inside a piece.")
+
+
+def _spanning(text: str, pieces: list[bytes], tokens: Sequence[bytes]) -> bytes | None:
+    """The first of ``tokens`` (byte strings) that the text's bytes hold but no piece does: it spans two pieces."""
+    data = text.encode()
+    return next((t for t in tokens if len(t) > 1 and t in data and not any(t in p for p in pieces)), None)
+
+
+def _boundary_crossed(text: str, specials: Sequence[str], tokens: list[bytes]) -> bytes | None:
+    """Where ``tokens`` join back to ``text``, the first token that crosses a boundary of GPT-2's pieces."""
+    if b"".join(tokens) != text.encode():
+        return None
+    cuts, at = set(), 0
+    for chunk in split_special_tokens(text, specials):
+        for piece in [chunk] if chunk in specials else pretokenize(chunk):
+            at += len(piece.encode())
+            cuts.add(at)
+    at = 0
+    for token in tokens:
+        if any(at < cut < at + len(token) for cut in cuts):
+            return token
+        at += len(token)
+    return None
+
+
 _UNESCAPED = ("you cut the text at the special tokens with a regular expression of them joined without re.escape "
               "(re.split('|'.join(special_tokens), text)?): the '|' in '<|endoftext|>' is an alternation, so the "
               "pattern matches '<', 'endoftext' and '>' wherever they are, and never the token as a whole. Escape each "
@@ -747,7 +799,7 @@ TRAIN = Catalogue("train_bpe", "11", [
           "your code raised {raised}\n    This text has no pair left after {n} merges, before the vocabulary reaches "
           "vocab_size: stop the loop when count_pairs returns nothing (if not counts: break).\n    {case}"),
     Entry("wrong return", None, Output(lambda got: _returned(got) == "pair" and dict(
-        type=type(got).__name__, length=f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""), "return"),
+        type=_type(got), length=f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""), "return"),
           "train_bpe should return (vocab, merges), got {type}{length}."),
     Entry("wrong return", None, Output(lambda got: _returned(got) == "vocab", "return"),
           "train_bpe's vocab should be a dict {{id (int): token (bytes)}}, such as {{104: b'h', 256: b'th'}}."),
@@ -780,6 +832,11 @@ TRAIN = Catalogue("train_bpe", "11", [
           "you learned {n_got} merges, expected {n_ref}: you stopped while pairs remained (a minimum count, `if "
           "counts[best] < 2: break`?); a pair that occurs once is still merged: stop only when no pair is left or the "
           "vocabulary has vocab_size tokens.\n    {case}"),
+    Entry("wrong number of merges", None, Output(lambda c: not c.got and c.expected, "count"),
+          "your merges are empty, expected {n_ref}: no merge was learned (a half-written train_bpe, a loop that never "
+          "runs, or merges never appended?). Loop for new_id in range(256, vocab_size - len(special_tokens)): count "
+          "the pairs, stop if none is left, merge the most frequent in every piece and append it to merges."
+          "\n    {case}"),
     Entry("wrong number of merges", None, Output(lambda c: c.got == c.expected[:len(c.got)], "count"),
           "you learned {n_got} merges, expected {n_ref}: vocab_size counts every token; stop when the vocabulary has "
           "vocab_size tokens, special tokens included (or when no pair is left).\n    {case}"),
@@ -854,7 +911,7 @@ TRAIN = Catalogue("train_bpe", "11", [
           "skip the special pieces.{inputs}"),
     *[Entry("pre-tokenizer differs",
             "a pattern of Python's re instead of pretokenize: '_' dropped or in words, '²' cut",
-            _training(split=split), _literal(_PRETOKENIZER) + "{inputs}")
+            _training(split=split), _literal(_PATTERN_SAID[split]) + "{inputs}")
       for split in _RE_PATTERNS],
     *[Entry("special tokens not escaped",
             "special tokens cut by re.split('|'.join(...)) without re.escape: '|' alternates",
@@ -865,6 +922,9 @@ TRAIN = Catalogue("train_bpe", "11", [
           _training(text_as="lower"),
           "the text was lowercased first (text.lower()?): BPE works on the bytes as given, 'THE' and 'the' are other "
           "bytes, and GPT-2's vocabulary holds both. Train on the text as it is.{inputs}"),
+    Entry("pre-tokenizer differs", None, Output(lambda c: c.spans and dict(token=c.spans, j=c.merges.index(
+        next(m for m in c.merges if m[0] + m[1] == c.spans))), "pieces"),
+          "your merge {j} makes {token!r}, which " + _SPANS + "\n    {case}"),
     Entry("wrong number of merges", None, Output(lambda c: c.k is None, "first difference"),
           "you learned {n_got} merges, expected {n_ref}.\n    {case}"),
     Entry("characters instead of bytes", None,
@@ -964,6 +1024,11 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
     if matches:
         name, message, _ = named[matches[0]]
         fail(message, mistake=name)
+    # a merged token that spans two of GPT-2's pieces: here, or on another text
+    for other, merges in [((text, vocab_size, specials), got), *((o, None) for o in others)]:
+        merges = merges if merges is not None else theirs(*other) or []
+        spans = _spanning(other[0], _pieces(other[0], other[2]), [a + b for a, b in merges])
+        TRAIN.detect("pieces", SimpleNamespace(spans=spans, merges=merges), case=_train_case(*other))
     k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]), None)
     TRAIN.detect("first difference", SimpleNamespace(k=k), n_got=len(got), n_ref=len(expected), case=case)
     # merges that start from characters: here, or on another text (where the first merges differ for another reason)
@@ -1281,6 +1346,32 @@ def _specials_lost(c: Any) -> dict | None:
     return dict(token=lost[0]) if lost and c.back == re.sub("|".join(map(re.escape, lost)), "", c.text) else None
 
 
+def _not_int_ids(got: Any) -> dict | None:
+    """What is wrong with ``got`` as a list of int ids: its type, or the first item that is no int (its index)."""
+    if not isinstance(got, (list, tuple)):
+        return dict(type=_type(got), holding="")
+    k = next((k for k, i in enumerate(got) if isinstance(i, bool) or not isinstance(i, int)), None)
+    return None if k is None else dict(type=type(got).__name__,
+                                       holding=f" whose item {k} is {_type(got[k])} ({got[k]!r:.40})")
+
+
+def _special_id_guessed(c: Any) -> dict | None:
+    """Every wrong result differs from the expected ids only where a special token's id belongs: its id was worked
+    out (len(vocab) - 1, a fixed number), not looked up."""
+    found = None
+    for k in c.wrong:
+        (_, got, expected), (_, vocab, _, specials) = c.results[k], c.cases[k]
+        ids = {v: i for i, v in vocab.items()}
+        special_ids = {ids.get(t.encode()): t for t in specials}
+        differ = [j for j in range(len(got)) if got[j] != expected[j]] if len(got) == len(expected) else [None]
+        if not differ or any(j is None or expected[j] not in special_ids for j in differ):
+            return None
+        j = differ[0]
+        found = found or dict(token=special_ids[expected[j]], mine=got[j], theirs=expected[j], case=c.results[k][0],
+                              guess=" (len(vocab) - 1, the last id?)" if got[j] == len(vocab) - 1 else "")
+    return found
+
+
 _LOWEST_RANK = "at each step the adjacent pair with the lowest rank (its index in merges)"
 
 ENCODE = Catalogue("bpe_encode", "11", [
@@ -1296,12 +1387,8 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "the caller's {name} is not the same after the call, and a later call with it gives other ids. Read the "
           "arguments, do not modify them: build your own lookups from them (rank = {{pair: r for r, pair in "
           "enumerate(merges)}}; a merge's rank is its place in the learned order, which sorting loses).\n    {case}"),
-    Entry("wrong return", None, Output(lambda got: (not isinstance(got, (list, tuple)) or not all(
-        isinstance(i, int) and not isinstance(i, bool) for i in got)) and dict(
-            type=type(got).__name__,
-            holding=f" holding {type(next(iter(got), None)).__name__}" if isinstance(got, (list, tuple)) else ""),
-        "return"),
-          "bpe_encode should return a list of int ids, got {type}{holding}.\n    {case}"),
+    Entry("wrong return", None, Output(_not_int_ids, "return"),
+          "bpe_encode should return a Python list of int ids, got {type}{holding}.\n    {case}"),
     Entry("merges ignored", "encoding applies no learned merge: the ids are the text's UTF-8 bytes",
           Output(lambda c: (found := _cache_kept(c)) and c.results[found["k"]][1] == list(c.text.encode())
                  and found, "cache"),
@@ -1316,6 +1403,12 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "calls and keyed by the piece alone (a global dict, or lru_cache on a function of the piece only) gives back "
           "ids of other merges. Key it by the piece and the merges, or keep it inside one call.\n    {inputs}\n    "
           "you: {you}\n    expected: {expected}"),
+    Entry("special token id not looked up",
+          "encoding gives a special token an id worked out (len(vocab) - 1, a fixed number), not its id in vocab",
+          Output(_special_id_guessed, "special id"),
+          "your id for the special token {token!r} is {mine}{guess}, but the vocabulary gives it {theirs}: look the "
+          "token's bytes up in the vocabulary, ids_of[token.encode('utf-8')] with ids_of = {{token: id for id, token "
+          "in vocab.items()}}, rather than computing the id; the vocabulary may put it anywhere.\n    {case}"),
     Entry("special tokens given as a tuple ignored", None,
           Output(lambda c: all(isinstance(c.cases[k][3], tuple)
                                and c.results[k][1] == _encoded(c.cases[k], dict(specials_out=False)) for k in c.wrong),
@@ -1396,7 +1489,7 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "it up in the vocabulary: the ids are vocab's, which need not follow that rule (GPT-2's vocabulary gives "
           "b'!' the id 0). Build ids_of = {{token: id for id, token in vocab.items()}} once and look every token up: "
           "ids_of[token].{shown}"),
-    *[Entry("pre-tokenizer differs", None, _encoding(split=split), _literal(_PRETOKENIZER) + "{shown}")
+    *[Entry("pre-tokenizer differs", None, _encoding(split=split), _literal(_PATTERN_SAID[split]) + "{shown}")
       for split in _RE_PATTERNS],
     *[Entry("special tokens not escaped", None, _encoding(unescaped=how), _literal(_UNESCAPED) + "{shown}")
       for how in ("kept", "dropped")],
@@ -1426,6 +1519,10 @@ ENCODE = Catalogue("bpe_encode", "11", [
     Entry("values differ", None, Output(lambda c: c.back != c.text, "decoded"),
           "your ids decode to {back!r}, not the text: every byte of the text must be in exactly one token."
           "\n    {case}"),
+    Entry("pre-tokenizer differs", None,
+          Output(lambda c: (token := _boundary_crossed(c.text, c.specials, c.tokens)) and dict(token=token),
+                 "decoded"),
+          "your token {token!r} " + _SPANS + "\n    {case}"),
     Entry("values differ", None, Output(lambda c: True, "decoded"),
           "your ids decode back to the text but differ from position {k}: you {you}, expected {expected}."
           "\n    {case}"),
@@ -1460,6 +1557,7 @@ def check_bpe_encode(bpe_encode_fn):
     # text or piece alone, kept between calls
     for text in {cases[k][0] for k in wrong}:
         ENCODE.detect("cache", SimpleNamespace(text=text, cases=cases, results=results))
+    ENCODE.detect("special id", SimpleNamespace(cases=cases, results=results, wrong=wrong))
     case, got, expected = results[wrong[0]]
     ENCODE.detect("tuple", SimpleNamespace(cases=cases, results=results, wrong=wrong), case=case, you=_show(got),
                   expected=_show(expected))
@@ -1480,7 +1578,8 @@ def check_bpe_encode(bpe_encode_fn):
     text, vocab = cases[wrong[0]][:2]
     ENCODE.detect("unknown", SimpleNamespace(got=got, vocab=vocab), case=case)
     back = bpe_decode(got, vocab)
-    ENCODE.detect("decoded", SimpleNamespace(back=back, text=text, specials=cases[wrong[0]][3]), back=back[:60],
+    ENCODE.detect("decoded", SimpleNamespace(back=back, text=text, specials=cases[wrong[0]][3],
+                                             tokens=[vocab[i] for i in got]), back=back[:60],
                   case=case, k=k,
                   you=_show(got[k:k + 6]), expected=_show(expected[k:k + 6]))
 
@@ -1555,9 +1654,15 @@ DECODE = Catalogue("bpe_decode", "11", [
           "character split between two tokens breaks. Join the bytes first (b''.join), then decode once.\n    {case}"),
     Entry("wrong return", None, Output(lambda got: isinstance(got, (bytes, bytearray)), "return"),
           "bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace')).\n    {case}"),
-    Entry("wrong return", None, Output(lambda got: not isinstance(got, str) and dict(type=type(got).__name__),
+    Entry("wrong return", None, Output(lambda got: not isinstance(got, str) and dict(type=_type(got)),
                                        "return"),
           "bpe_decode should return a str, got {type}.\n    {case}"),
+    Entry("nothing decoded",
+          "bpe_decode returns '' for ids that hold text (a stub, or the text built but not returned)",
+          Output(lambda results: all(got == "" for _, got, expected, *_ in results if expected), "empty"),
+          "your bpe_decode returned '' for every list of ids that holds text: nothing was decoded (a stub, or the "
+          "text built but not returned?). Look each id's bytes up in vocab, join them (b''.join), decode once: "
+          ".decode('utf-8', errors='replace').\n    {case}"),
     Entry("decoded token by token", None, _decoded(_per_token("replace")),
           "you decode each token on its own: a character whose UTF-8 bytes are split between two tokens (é is "
           "b'\\xc3\\xa9') then breaks. Join all the tokens' bytes first (b''.join(...)), then decode once." + _AROUND),
@@ -1675,6 +1780,7 @@ def check_bpe_decode(bpe_decode_fn):
         _fail_unknown_id_kept(bpe_decode_fn, cases[0][1])
         return _passed(bpe_decode_fn, f"{len(cases)} id lists: characters cut across tokens, invalid UTF-8, a special "
                        "token, shuffled byte ids")
+    DECODE.detect("empty", results, case=wrong[0][0])
     results = [(case, got, expected, [_value(make) for make in _made(DECODE, SimpleNamespace(ids=ids, vocab=vocab))])
                for case, got, expected, ids, vocab in results]
     case, got, expected, values = next(r for r in results if r[1] != r[2])
