@@ -383,6 +383,7 @@ def _inside(path: str | Path, folder: Path) -> bool:
 
 
 RESET = "%reset -f"  # between two notebooks: no name of the previous one's cells is left
+RESET_PROBE = ("import torch\nx = 1", RESET, "print('torch' in dir(), 'x' in dir())")  # names defined, then reset
 
 
 @pytest.fixture(scope="module")
@@ -390,13 +391,15 @@ def first_cells_run(fresh_venv):
     """Every student notebook's first cells (badge, set-up, imports) and then PROBE, run in
     ONE kernel of the fresh environment, with the namespace reset before each notebook: as
     strict as a kernel per notebook for what these cells may use (their own names only), at
-    the cost of one kernel start instead of nine. Returns {notebook name: its executed cells}."""
+    the cost of one kernel start instead of nine. First, in the same kernel, :data:`RESET_PROBE`
+    (what :func:`test_the_reset_between_notebooks_forgets_names` reads, under ``RESET``).
+    Returns {notebook name: its executed cells}."""
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
-    nb = nbformat.v4.new_notebook()
-    spans = {}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in RESET_PROBE])
+    spans = {RESET: (0, len(nb.cells))}
     for path in STUDENT_NOTEBOOKS:
         cells = [*first_cells(nbformat.read(path, as_version=4)), nbformat.v4.new_code_cell(PROBE)]
         assert build.SETUP_TAG in cells[1].metadata.get("tags", []), path.name
@@ -420,18 +423,12 @@ def first_cells_run(fresh_venv):
     return {name: nb.cells[a:b] for name, (a, b) in spans.items()}
 
 
-def test_the_reset_between_notebooks_forgets_names(fresh_venv):
+def test_the_reset_between_notebooks_forgets_names(first_cells_run):
     """The one-kernel run is only as strict as a kernel per notebook if %reset -f forgets
-    what the previous notebook's cells defined."""
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
-    from nbclient import NotebookClient
-
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(s) for s in ("import torch\nx = 1", RESET, "print('torch' in dir(), 'x' in dir())")]  # noqa: E501
-    km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(fresh_venv.kernels)]))  # noqa: E501
-    NotebookClient(nb, km=km, kernel_name=KERNEL_NAME, timeout=300).execute(env=_clean_env(JUPYTER_PLATFORM_DIRS="1"))
-    assert nb.cells[-1].outputs[0].text == "False False\n"
+    what the previous notebook's cells defined (run first in that kernel: no second start)."""
+    cells = first_cells_run[RESET]
+    assert [c.source for c in cells] == list(RESET_PROBE)
+    assert cells[-1].outputs[0].text == "False False\n"
 
 
 @pytest.mark.parametrize("path", STUDENT_NOTEBOOKS, ids=_ids(STUDENT_NOTEBOOKS))

@@ -42,7 +42,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "grading"
 SOLUTIONS = FIXTURES / "solutions"
 STUDENTS = FIXTURES / "students"
 NOTEBOOK = "01_masks.ipynb"
-CLASS_TIMEOUT = 25  # seconds per notebook: dave's loop costs this much, the others need less
+# seconds for a notebook's cells (its kernel's start-up not counted): dave's loop costs this much;
+# the others' cells took at most 6 s with a load average of 6 on 2 cores
+CLASS_TIMEOUT = 15
 MARK = f"course-grade-attack-{uuid.uuid4().hex[:8]}"  # in every process an attack tries to start
 
 UPPER = "def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool, device=device).triu()\n"  # noqa: E501
@@ -693,8 +695,9 @@ def course_plan(*sources: str) -> tuple[grade.Plan, grade.CourseNotebook]:
 
 LAG_S = 5  # more than nbclient's default wait for a cell's outputs after its reply (4 s)
 # the hanging notebook's limit: the lagging cell's LAG_S and room for the quick cells before
-# it on a busy machine; the hang itself then costs the rest (the test's seconds are this limit)
-HANG_LIMIT = LAG_S + 7
+# it on a busy machine (they took 0.1 s with a load average of 5 on 2 cores); the hang itself
+# then costs the rest (the test's seconds are this limit)
+HANG_LIMIT = LAG_S + 2
 # A cell whose output, and the "idle" status that ends it, leave the kernel LAG_S seconds
 # after its reply (what a busy machine did to the grader's verdicts).
 LAGGING_OUTPUT = textwrap.dedent(f"""
