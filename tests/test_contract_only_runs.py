@@ -4,7 +4,8 @@ Each exercise cell is replaced by an answer written here from docs/course-contra
 in another style than the reference (no reference class or function is imported for an
 exercise), and the notebook trains with ``TRAIN = True`` for a few ``TRAIN_STEPS``: every cell
 must succeed, and the checkers must accept these answers. Notebook 07 also runs with each
-exercise left as the student notebook's stub in turn: "Run All" must reach the end.
+exercise left as the student notebook's stub in turn: "Run All" must reach the end (those runs
+leave out the check cells of exercises checked elsewhere: ``prepared``'s ``checked``).
 
 Each test prints its seconds and slowest cells (``pytest -s``); the five runs of 07 share one
 kernel (tests/notebook_runs.py).
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from notebook_runs import one_kernel, prepared, run, slowest, text_of
+from notebook_runs import SHORTER, one_kernel, prepared, run, slowest, text_of
 
 pytest.importorskip("nbclient")
 
@@ -65,14 +66,18 @@ def train_step(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothin
     return float(loss.detach())
 ''',
 }
-# A short run, short evaluation splits (decoding an untrained model runs every sequence to
-# max_len) and short demonstrations of section 2 and 5; the cells are otherwise the notebook's.
-SHORT_07 = dict(
-    settings={"TRAIN": "True", "TRAIN_STEPS": "10"},
-    after={"nb07-005": 'splits = {name: pairs if name == "train" else pairs[:150] for name, pairs in splits.items()}'},
-    shorten={"nb07-019": ("steps=150", "steps=5"), "nb07-040": ("range(60)", "range(20)")},
-)
+# A short run; short splits and demonstrations (notebook_runs.SHORTER).
+SHORT_07 = dict(settings={"TRAIN": "True", "TRAIN_STEPS": "10"}, **SHORTER["07_training.ipynb"])
 TRAINING_CELL_07 = "nb07-045"
+# A stub's run leaves out the check cells of the solved exercises (the contract run and nbval check
+# them) except where the stub reaches the checked code: the solution's train_step calls the loss.
+CALLERS_07 = {"masked_cross_entropy": ("train_step",)}
+
+
+def stub_07(name):
+    """The notebook 07 run with exercise ``name`` left as the student notebook's stub."""
+    solved = tuple(other for other in EXERCISES_07 if other != name and other not in CALLERS_07.get(name, ()))
+    return prepared("07_training.ipynb", stubs=(name,), checked=solved, **SHORT_07)
 
 
 def test_07_runs_with_contract_only_functions_and_with_each_exercise_a_stub_in_turn():
@@ -81,7 +86,7 @@ def test_07_runs_with_contract_only_functions_and_with_each_exercise_a_stub_in_t
     variants, records = {}, {}
     variants["contract"], records["contract"] = prepared("07_training.ipynb", exercises=EXERCISES_07, **SHORT_07)
     for name in EXERCISES_07:
-        variants[name], records[name] = prepared("07_training.ipynb", stubs=(name,), **SHORT_07)
+        variants[name], records[name] = stub_07(name)
     executed, seconds = run(one_kernel(variants), timeout=900)
     print(f"notebook 07, {len(variants)} runs in one kernel: {seconds:.0f} s; slowest cells {slowest(executed)}")
 
@@ -251,13 +256,7 @@ def generate(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=N
 
 
 STUBS_09 = ("next_token_probs", "generate", "load_gpt2_weights")  # the exercises after section 5's model
-# Shorter samples of section 6 (six generations, the slowest cell of either run): 130 characters
-# after the 7 of the prompt still pass both models' context (64 and the checkpoint's 128), so
-# generate's cropped window is exercised as with 300.
-# Section 7's timing of the cache on a batch of 2 instead of 8: the same code (a batch of several,
-# filling the context, without the cache and with it) on fewer rows; without the cache each step
-# runs the whole prefix of every row (3.4 s of the stubs' run before, out of its five slowest after).
-SHORT_09 = {"3279de65": ("n=300", "n=130"), "d34862ee": ("prompt_ids.repeat(8, 1)", "prompt_ids.repeat(2, 1)")}
+SHORT_09 = SHORTER["09_gpt.ipynb"]["shorten"]  # shorter demonstrations of sections 6 and 7
 TRAIN_STEPS_09 = 10  # fit_gpt's first progress line and its time budget still come at the last step
 FALLBACK_09 = {"4b2d24f4": "next_token_probs", "9342af06": "next_token_probs", "3279de65": "generate",
                "b7e2d4c5": "load_gpt2_weights"}  # cells that use the reference while these are stubs
@@ -271,7 +270,8 @@ def test_09_runs_with_a_contract_only_gpt_and_with_the_later_exercises_left_as_s
     variants["contract"], records["contract"] = prepared(
         "09_gpt.ipynb", exercises=EXERCISES_09, settings={"TRAIN": "True", "TRAIN_STEPS": str(TRAIN_STEPS_09)},
         shorten=SHORT_09)
-    variants["stubs"], records["stubs"] = prepared("09_gpt.ipynb", stubs=STUBS_09, shorten=SHORT_09)
+    variants["stubs"], records["stubs"] = prepared("09_gpt.ipynb", stubs=STUBS_09, shorten=SHORT_09,
+                                                   checked=("GPTBlock", "GPT"))  # checked by nbval
     executed, seconds = run(one_kernel(variants), timeout=900)
     print(f"notebook 09 {records}: {seconds:.0f} s; slowest cells {slowest(executed)}")
     assert sorted(records["contract"]["replaced"]) == sorted(EXERCISES_09)
@@ -399,7 +399,9 @@ def test_10_runs_with_contract_only_pieces_and_with_apply_rotary_a_stub():
     variants["contract"], records["contract"] = prepared("10_modern_decoder.ipynb", exercises=EXERCISES_10,
                                                          settings={"TRAIN": "True"}, shorten=SHORT_10)
     others = {name: code for name, code in EXERCISES_10.items() if name != "apply_rotary"}
-    variants["stub"], records["stub"] = prepared("10_modern_decoder.ipynb", exercises=others, stubs=("apply_rotary",))
+    variants["stub"], records["stub"] = prepared(  # the pieces checked in the contract run; not the attention,
+        "10_modern_decoder.ipynb", exercises=others, stubs=("apply_rotary",),  # which calls the stub
+        checked=("RMSNorm", "rotary_tables", "SwiGLU"))
     executed, seconds = run(one_kernel(variants), timeout=900)
     print(f"notebook 10 {records}: {seconds:.0f} s; slowest cells {slowest(executed)}")
     assert sorted(records["contract"]["replaced"]) == sorted(EXERCISES_10) and not records["contract"]["kept"]
