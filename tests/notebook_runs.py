@@ -9,9 +9,7 @@ in every cell"). :func:`prepared` copies a notebook with
 * top-level settings such as ``TRAIN = False`` rewritten (``settings``: name -> source of
   the new value), each of which must appear exactly once;
 * extra cells inserted after a cell (``after``: cell id -> source), e.g. to shorten the data;
-* one string of a cell replaced (``shorten``: cell id -> (old, new)), e.g. a demo's step count;
-* the check cell (``check_x(name)``, alone in its cell) of each exercise in ``checked`` left
-  out, where another run of the same test or nbval checked that very code (a comment instead).
+* one string of a cell replaced (``shorten``: cell id -> (old, new)), e.g. a demo's step count.
 
 :func:`one_kernel` chains several such notebooks into one, so that they run in one kernel
 (one start-up and one import of torch instead of one per variant).
@@ -32,7 +30,6 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECK_CELL = re.compile(r"check_\w+\((\w+)\)")  # a check cell's whole source: check_x(name)
 
 
 def defined_names(source: str) -> list[str]:
@@ -55,7 +52,6 @@ def prepared(
     settings: dict[str, str] | None = None,
     after: dict[str, str] | None = None,
     shorten: dict[str, tuple[str, str]] | None = None,
-    checked: tuple[str, ...] = (),
 ) -> tuple[nbformat.NotebookNode, dict[str, list[str]]]:
     """The solution notebook ``solutions/<notebook>`` changed as the module docstring says.
 
@@ -88,13 +84,6 @@ def prepared(
             f"{notebook}: expected one top-level line `{name} = ...`, found it in {len(hits)} cells")
         hits[0].source = pattern.sub(f"{name} = {value}", hits[0].source)
     shortened(nb, shorten=shorten)
-    left_out = []
-    for cell in nb.cells:
-        call = CHECK_CELL.fullmatch(cell.source.strip()) if cell.cell_type == "code" else None
-        if call and call[1] in checked:
-            cell.source = f"# {call[0]}: left out by the test, this code is checked in another run"
-            left_out.append(call[1])
-    assert sorted(left_out) == sorted(checked), f"{notebook}: check cells of {checked} found for {left_out}"
     shortened(nb, after=after)
     for cell in nb.cells:
         if cell.cell_type == "code":
