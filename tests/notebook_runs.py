@@ -59,7 +59,7 @@ def prepared(
     "kept": [...]}``: the exercise names written by the test, left as stubs, and kept as the
     solution (an exercise the test has no code for, e.g. one added after it was written).
     """
-    exercises, settings, after, shorten = exercises or {}, settings or {}, after or {}, shorten or {}
+    exercises, settings = exercises or {}, settings or {}
     nb = nbformat.read(ROOT / "solutions" / notebook, as_version=4)
     student = {c.id: c for c in nbformat.read(ROOT / "notebooks" / notebook, as_version=4).cells}
     record: dict[str, list[str]] = {"replaced": [], "stubbed": [], "kept": []}
@@ -83,17 +83,51 @@ def prepared(
         assert len(hits) == 1 and len(pattern.findall(hits[0].source)) == 1, (
             f"{notebook}: expected one top-level line `{name} = ...`, found it in {len(hits)} cells")
         hits[0].source = pattern.sub(f"{name} = {value}", hits[0].source)
-    for cell_id, (old, new) in shorten.items():  # a demonstration's length, e.g. its number of steps
-        cell = next(c for c in nb.cells if c.id == cell_id)
-        assert cell.source.count(old) == 1, f"{cell_id} has no single {old!r}"
-        cell.source = cell.source.replace(old, new)
-    for cell_id, source in after.items():
-        index = next(i for i, c in enumerate(nb.cells) if c.id == cell_id)
-        nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source, id=f"{cell_id}-test"))
+    shortened(nb, shorten=shorten)
+    shortened(nb, after=after)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     return nb, record
+
+
+# Test-only shortenings of demonstrations (``shorten`` and ``after`` of :func:`shortened`), for the
+# runs that reach them (tests/test_contract_only_runs.py, tests/test_student_notebooks.py): the same
+# cells on less data or fewer steps, where no test asserts on the length.
+SHORTER = {
+    # Short evaluation splits (decoding an untrained model runs every sequence to max_len) and short
+    # demonstrations of section 2 and 5; the cells are otherwise the notebook's.
+    "07_training.ipynb": dict(
+        after={"nb07-005": 'splits = {name: pairs if name == "train" else pairs[:150] for name, pairs in splits.items()}'},  # noqa: E501
+        shorten={"nb07-019": ("steps=150", "steps=5"), "nb07-040": ("range(60)", "range(20)")},
+    ),
+    # Shorter samples of section 6 (six generations, the slowest cell of either run): 130 characters
+    # after the 7 of the prompt still pass both models' context (64 and the checkpoint's 128), so
+    # generate's cropped window is exercised as with 300.
+    # Section 6's measures of the knobs on 4 samples per setting instead of 24 (the same code on
+    # fewer rows; 7 settings, each generating with the cache up to the context).
+    # Section 7's timing of the cache on a batch of 2 instead of 8: the same code (a batch of several,
+    # filling the context, without the cache and with it) on fewer rows; without the cache each step
+    # runs the whole prefix of every row.
+    "09_gpt.ipynb": dict(shorten={
+        "3279de65": ("n=300", "n=130"), "e54a6a15": ("n_samples=24", "n_samples=4"),
+        "d34862ee": ("prompt_ids.repeat(8, 1)", "prompt_ids.repeat(2, 1)")}),
+}
+
+
+def shortened(nb: nbformat.NotebookNode, *, shorten: dict[str, tuple[str, str]] | None = None,
+              after: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """``nb`` changed in place: in each cell of ``shorten`` (cell id -> (old, new)) its one ``old``
+    replaced, e.g. a demonstration's number of steps; after each cell of ``after`` (cell id ->
+    source) a cell inserted, e.g. one that cuts the data."""
+    for cell_id, (old, new) in (shorten or {}).items():
+        cell = next(c for c in nb.cells if c.id == cell_id)
+        assert cell.source.count(old) == 1, f"{cell_id} has no single {old!r}"
+        cell.source = cell.source.replace(old, new)
+    for cell_id, source in (after or {}).items():
+        index = next(i for i, c in enumerate(nb.cells) if c.id == cell_id)
+        nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source, id=f"{cell_id}-test"))
+    return nb
 
 
 def one_kernel(variants: dict[str, nbformat.NotebookNode]) -> nbformat.NotebookNode:
@@ -109,8 +143,8 @@ def one_kernel(variants: dict[str, nbformat.NotebookNode]) -> nbformat.NotebookN
 
 
 def run(nb: nbformat.NotebookNode, timeout: int = 600) -> tuple[nbformat.NotebookNode, float]:
-    """Execute ``nb`` in a fresh kernel (cwd: ``solutions/``); return it and the seconds taken.
-    The first cell that raises fails the calling test with its id and traceback."""
+    """Execute ``nb`` in a fresh kernel (cwd: ``solutions/``), shut down after; return it and the
+    seconds taken. The first cell that raises fails the calling test with its id and traceback."""
     from jupyter_client import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -128,6 +162,9 @@ def run(nb: nbformat.NotebookNode, timeout: int = 600) -> tuple[nbformat.Noteboo
                        and any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
         where = f"cell {failed.id}:\n{failed.source}\n" if failed is not None else ""
         raise AssertionError(f"{where}{error}") from None
+    finally:  # nbclient leaves a kernel it did not create running: it would stay until pytest ends
+        if km.has_kernel:
+            km.shutdown_kernel()
     return nb, time.perf_counter() - start
 
 

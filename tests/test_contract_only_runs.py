@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from notebook_runs import one_kernel, prepared, run, slowest, text_of
+from notebook_runs import SHORTER, one_kernel, prepared, run, slowest, text_of
 
 pytest.importorskip("nbclient")
 
@@ -65,13 +65,8 @@ def train_step(model, batch, optimizer, scheduler=None, pad_id=0, label_smoothin
     return float(loss.detach())
 ''',
 }
-# A short run, short evaluation splits (decoding an untrained model runs every sequence to
-# max_len) and short demonstrations of section 2 and 5; the cells are otherwise the notebook's.
-SHORT_07 = dict(
-    settings={"TRAIN": "True", "TRAIN_STEPS": "10"},
-    after={"nb07-005": 'splits = {name: pairs if name == "train" else pairs[:150] for name, pairs in splits.items()}'},
-    shorten={"nb07-019": ("steps=150", "steps=5"), "nb07-040": ("range(60)", "range(20)")},
-)
+# A short run; short splits and demonstrations (notebook_runs.SHORTER).
+SHORT_07 = dict(settings={"TRAIN": "True", "TRAIN_STEPS": "10"}, **SHORTER["07_training.ipynb"])
 TRAINING_CELL_07 = "nb07-045"
 
 
@@ -251,13 +246,7 @@ def generate(model, tokens, max_new_tokens, temperature=1.0, top_k=None, top_p=N
 
 
 STUBS_09 = ("next_token_probs", "generate", "load_gpt2_weights")  # the exercises after section 5's model
-# Shorter samples of section 6 (six generations, the slowest cell of either run): 130 characters
-# after the 7 of the prompt still pass both models' context (64 and the checkpoint's 128), so
-# generate's cropped window is exercised as with 300.
-# Section 7's timing of the cache on a batch of 2 instead of 8: the same code (a batch of several,
-# filling the context, without the cache and with it) on fewer rows; without the cache each step
-# runs the whole prefix of every row (3.4 s of the stubs' run before, out of its five slowest after).
-SHORT_09 = {"3279de65": ("n=300", "n=130"), "d34862ee": ("prompt_ids.repeat(8, 1)", "prompt_ids.repeat(2, 1)")}
+SHORT_09 = SHORTER["09_gpt.ipynb"]["shorten"]  # shorter demonstrations of sections 6 and 7
 TRAIN_STEPS_09 = 10  # fit_gpt's first progress line and its time budget still come at the last step
 FALLBACK_09 = {"4b2d24f4": "next_token_probs", "9342af06": "next_token_probs", "3279de65": "generate",
                "b7e2d4c5": "load_gpt2_weights"}  # cells that use the reference while these are stubs
