@@ -18,6 +18,7 @@ in every verdict but ``[OK]``) and ends the check after :data:`TIME_LIMIT_S` sec
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import copy
 import functools
@@ -27,6 +28,7 @@ import signal
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -899,13 +901,35 @@ def hint(exercise: str, level: int | None = None) -> None:
 
 
 # ---------------------------------------------------------------- probes shared by the module checkers
+_WALKS = ("parameters", "named_parameters", "_named_members", "named_modules")
+
+
+def _plain_walks(modules: Iterable[nn.Module]) -> bool:
+    """No module overrides how torch walks parameters: :func:`_owns_parameters` then says what
+    ``any(sub.parameters())`` says."""
+    types = {type(m) for m in modules}
+    return all(getattr(t, n, None) is getattr(nn.Module, n) for t in types for n in _WALKS)
+
+
+def _owns_parameters(module: nn.Module, memo: dict[int, bool]) -> bool:
+    """Whether ``module`` or a sub-module holds a parameter: one walk for a whole tree (``memo``),
+    where ``any(module.parameters())`` walks each sub-tree again for every module above it."""
+    if id(module) not in memo:
+        memo[id(module)] = False  # a module met again inside itself adds nothing
+        memo[id(module)] = (any(p is not None for p in module._parameters.values())
+                            or any(_owns_parameters(c, memo) for c in module._modules.values() if c is not None))
+    return memo[id(module)]
+
+
 def _shared_groups(module: nn.Module) -> list[list[str]]:
     """Names under which one object serves more than once: sub-modules that own parameters
     (``self.norm2 = self.norm1``; topmost names only), then, outside those, parameters whose
     memory overlaps (``p.data = other.data``, ``p.set_(other)``, one Parameter under two names)."""
     by_id: dict[int, list[str]] = {}
-    for name, sub in module.named_modules(remove_duplicate=False):
-        if name and any(True for _ in sub.parameters()):
+    subs = list(module.named_modules(remove_duplicate=False))
+    plain, memo = _plain_walks(sub for _, sub in subs), {}
+    for name, sub in subs:
+        if name and (_owns_parameters(sub, memo) if plain else any(True for _ in sub.parameters())):
             by_id.setdefault(id(sub), []).append(name)
     groups, seen = [], []
     for group in by_id.values():
@@ -914,18 +938,22 @@ def _shared_groups(module: nn.Module) -> list[list[str]]:
             seen += group
     by_memory: list[list[str]] = []
     spans: list[tuple[int, int]] = []
+    starts: list[tuple[int, int]] = []  # (lo, hi) of the spans, sorted: they never overlap one another
     for name, p in module.named_parameters(remove_duplicate=False):
         if any(name.startswith(e + ".") for e in seen):
             continue
         lo = p.data_ptr()
         hi = lo + max(p.numel(), 1) * p.element_size()
-        for group, (glo, ghi) in zip(by_memory, spans):
+        below = bisect.bisect_left(starts, (hi,)) - 1  # the last span starting before hi
+        if below < 0 or starts[below][1] <= lo:  # overlaps no span: a group of its own
+            by_memory.append([name])
+            spans.append((lo, hi))
+            bisect.insort(starts, (lo, hi))
+            continue
+        for group, (glo, ghi) in zip(by_memory, spans):  # the first group it overlaps, in order
             if lo < ghi and glo < hi:
                 group.append(name)
                 break
-        else:
-            by_memory.append([name])
-            spans.append((lo, hi))
     return groups + [g for g in by_memory if len(g) > 1]
 
 
@@ -1122,6 +1150,44 @@ def gradient_probe(student: Callable[..., Any], reference: Callable[..., Any], i
 # one draw, and the random state after it is set as if drawn. Users must not change it (hand out copies).
 _DRAWS: dict[tuple, tuple[Any, Tensor]] = {}
 _DRAWS_KEPT = 160  # the most recently used; a draw is a few small models and tensors
+
+
+_ATOMS = (type(None), bool, int, float, str, type, torch.dtype, torch.device)
+
+
+def module_copy(module: nn.Module) -> nn.Module:
+    """``copy.deepcopy(module)`` (a student's own copy of a drawn model, to mutate at will) at a
+    fraction of its cost: modules, their attribute dicts and their empty hook dicts are rebuilt
+    directly; everything else (parameters, tensors, any other object) goes to copy.deepcopy,
+    with one memo for the whole tree, so shared objects stay shared."""
+    return _copied(module, {})
+
+
+def _copied(x: Any, memo: dict[int, Any]) -> Any:
+    if type(x) in _ATOMS:
+        return x
+    if id(x) in memo:
+        return memo[id(x)]
+    t = type(x)
+    if t in (dict, OrderedDict) and not x:  # hook dicts: empty on a drawn model
+        y = memo[id(x)] = t()
+        return y
+    if t is dict:
+        y = memo[id(x)] = {}
+        y.update((k, _copied(v, memo)) for k, v in x.items())
+        return y
+    if t is set and all(type(v) in _ATOMS for v in x):
+        y = memo[id(x)] = set(x)
+        return y
+    plain = (isinstance(x, nn.Module) and getattr(t, "__deepcopy__", None) is None
+             and t.__reduce_ex__ is nn.Module.__reduce_ex__ and t.__reduce__ is nn.Module.__reduce__
+             and t.__getstate__ is nn.Module.__getstate__
+             and t.__setstate__ is nn.Module.__setstate__ and not hasattr(x, "__slots__"))
+    if not plain:
+        return copy.deepcopy(x, memo)
+    y = memo[id(x)] = t.__new__(t)
+    y.__setstate__(_copied(x.__dict__, memo))
+    return y
 
 
 def drawn_once(draw: Callable[..., Any], **kwargs: Any) -> Any:

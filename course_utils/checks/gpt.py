@@ -18,7 +18,6 @@ tests/test_checks_gpt.py pins each one.
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from collections.abc import Callable
@@ -65,6 +64,7 @@ from ._core import (
     gradient_probe,
     isnan,
     matches,
+    module_copy,
     module_state,
     raised,
     randint,
@@ -1453,7 +1453,7 @@ def check_generate(fn: Callable[..., Any]) -> str:
     require_function(fn, "generate")
     # shared with the checks that start from the same random state; the student gets copies
     model, tokens, steps, max_len, logits, target = drawn_once(_generate_setup)
-    model, tokens, original = copy.deepcopy(model), tokens.clone(), tokens.clone()
+    model, tokens, original = module_copy(model), tokens.clone(), tokens.clone()
     V, L0, T, n = model.vocab_size, tokens.size(1), _GENERATE_T, 4000
 
     # 1. top_k=1: every draw is the argmax, whatever the sampling method

@@ -32,7 +32,6 @@ gradient tracking and the encoder's calls; the device is watched once the tokens
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 from collections import Counter
@@ -50,7 +49,7 @@ from ..decoding import greedy_decode
 from ..layers import LayerNorm
 from ..model import Transformer
 from ..positional import sinusoidal_positional_encoding
-from ._blocks import P_PROBE, check_dropout
+from ._blocks import P_PROBE, check_dropout, reference
 from ._core import (
     Failure,
     StudentError,
@@ -69,6 +68,7 @@ from ._core import (
     gradient_probe,
     isclose,
     matches,
+    module_copy,
     randint,
     register_hints,
     require_distinct_roles,
@@ -784,7 +784,8 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     TRANSFORMER.detect("built", model, type=type(model).__name__)
     TRANSFORMER.detect("methods", model)
     TRANSFORMER.detect("parts", model)
-    ref = Transformer(s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
+    # shared by the checks built from the same random state: each overwrites all its parameters and sets its mode
+    ref = reference(Transformer, s.V_src, s.V_tgt, *s.kwargs(norm_first, dropout).values())
     require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding  # noqa: E501
     _check_state(model, s.D)
     pairs = pair_parameters(model, ref, by_structure=True)
@@ -896,7 +897,8 @@ def _shared_embeddings(cls: Any, s: _Sizes) -> None:
     model = call_student(cls, s.V_src, s.V_src, context=f"constructing Transformer({shown})", **s.kwargs(False))
     if isinstance(model, nn.Module):
         why = f"This one was built with src_vocab_size == tgt_vocab_size, Transformer({shown}): " + _THREE_MATRICES
-        require_distinct_roles(model, Transformer(s.V_src, s.V_src, **s.kwargs(False)), "Transformer", why)
+        ref = reference(Transformer, s.V_src, s.V_src, *s.kwargs(False).values())  # its structure only
+        require_distinct_roles(model, ref, "Transformer", why)
 
 
 def _table_length(model: nn.Module, D: int) -> None:
@@ -2010,7 +2012,7 @@ GREEDY = Catalogue("greedy_decode", "06", [
 def check_greedy_decode(fn: Callable[..., Any]) -> str:
     require_function(fn, "greedy_decode")
     setup = drawn_once(_greedy_setup)  # shared with the checks that start from the same random state
-    setup = replace(setup, model=copy.deepcopy(setup.model))  # the student's own copy
+    setup = replace(setup, model=module_copy(setup.model))  # the student's own copy
     model, M, bos_id = setup.model, setup.max_len, setup.bos_id
     for case in setup.cases:
         src, mask = setup.src[case.rows], setup.src_mask[case.rows]

@@ -66,6 +66,7 @@ from ._core import (
     fail_view_error,
     isfinite,
     matches,
+    module_copy,
     own_helper_failure,
     randint,
     register_hints,
@@ -823,7 +824,7 @@ def _flat(model: nn.Module) -> Tensor:
 
 def _fresh(setup: _StepSetup, leftover: bool = True) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
     """A copy of the setup's model, in its mode, with the leftover gradients, and its SGD and scheduler."""
-    model = copy.deepcopy(setup.model).train(setup.train_mode)
+    model = module_copy(setup.model).train(setup.train_mode)
     for p, g in zip(model.parameters(), setup.leftover if leftover else ()):
         p.grad = g.clone()
     optimizer = torch.optim.SGD(model.parameters(), lr=_LR)
@@ -1097,7 +1098,7 @@ def _reference_grads(setup: _StepSetup, i: int) -> tuple[Tensor, int]:
     """The gradient of the right loss at call ``i``, flat ``(P,)``, from the parameters the
     student's model had before it (the reference's after call i - 1), and the number of real
     target tokens."""
-    model = copy.deepcopy(setup.model).train()
+    model = module_copy(setup.model).train()
     before = setup.cache[()][i - 1][1] if i else _flat(setup.model)
     nn.utils.vector_to_parameters(before.clone(), model.parameters())
     batch, params = setup.batches[i], list(model.parameters())
