@@ -398,9 +398,9 @@ MERGE = Catalogue("merge_pair", "11", [
           "item assignment)", Raises(r"'tuple' object (has no attribute|does not support item)|concatenate tuple",
                                      (AttributeError, TypeError), "raised"),
           "your code raised {raised}\n    train_bpe hands merge_pair each piece as a tuple (the keys of `words` are "
-          "tuples), and a tuple has no .copy(), .append() or item assignment (ids[i:i + 2] = ...), and does not add to a "
-          "list (ids[:i] + [new_id]). Build a new list: "
-          "out = [], append to it while you walk ids, return it.\n    merge_pair({ids}, {pair}, {new_id})"),
+          "tuples), and a tuple has no .copy(), .append() or item assignment (ids[i:i + 2] = ...), and does not add "
+          "to a list (ids[:i] + [new_id]). Build a new list: out = [], append to it while you walk ids, return it."
+          "\n    merge_pair({ids}, {pair}, {new_id})"),
     Entry("input modified in place", None, Output(lambda c: c.given != c.ids, "input"),
           "merge_pair changed the list it was given ({ids} became {given}); build and return a new list: the caller "
           "may still need the old one (your training loop builds the new pieces from the old ones, and a trainer that "
