@@ -964,6 +964,16 @@ def merge_concatenated(ids, pair, new_id):  # ids[:i] + [new_id]: a tuple does n
     return ids
 
 
+def merge_deleting(ids, pair, new_id):  # a copy by slicing, then del: a tuple's copy is a tuple
+    ids, i = ids[:], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            ids[i] = new_id
+            del ids[i + 1]
+        i += 1
+    return ids
+
+
 def merge_tuple_back(ids, pair, new_id):  # right: a tuple back for a tuple (the contract allows it)
     return type(ids)(merge_while(ids, pair, new_id))
 
@@ -1224,6 +1234,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     # trial s12_11: these passed, raised at the student or were misnamed
     (check_merge_pair, merge_copy_in_place, "tuple input not handled", ("as a tuple", "Build a new list")),
     (check_merge_pair, merge_concatenated, "tuple input not handled", ("ids[:i] + [new_id]",)),
+    (check_merge_pair, merge_deleting, "tuple input not handled", ("as a tuple",)),
     (check_merge_pair, merge_list_pair, "pair never matched", ("list(pair)",)),
     (check_count_pairs, pairs_of_pieces, "pairs of pieces counted", ("words.items()",)),
     (check_count_pairs, pairs_as_bytes, "pairs as bytes", ("bytes([id])",)),

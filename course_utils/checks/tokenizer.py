@@ -395,8 +395,10 @@ MERGE = Catalogue("merge_pair", "11", [
           Raises(r"range\(0, 256\)", (ValueError,), "raised"),
           "your code raised {raised}\n    " + _AS_BYTES + "\n    merge_pair({ids}, {pair}, {new_id})"),
     Entry("tuple input not handled", "merge_pair fails on a tuple of ids, as train_bpe hands it a piece (ids.copy(), "
-          "item assignment)", Raises(r"'tuple' object (has no attribute|does not support item)|concatenate tuple",
-                                     (AttributeError, TypeError), "raised"),
+          "item assignment)",
+          # ids.copy(), .append(); ids[i] = ..., del ids[i]; ids[:i] + [new_id]
+          Raises(r"'tuple' object (has no attribute|does not support item|doesn't support item)|concatenate tuple",
+                 (AttributeError, TypeError), "raised"),
           "your code raised {raised}\n    train_bpe hands merge_pair each piece as a tuple (the keys of `words` are "
           "tuples), and a tuple has no .copy(), .append() or item assignment (ids[i:i + 2] = ...), and does not add "
           "to a list (ids[:i] + [new_id]). Build a new list: out = [], append to it while you walk ids, return it."
