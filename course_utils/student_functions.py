@@ -153,8 +153,18 @@ class StandIns:
     ``stand_ins = StandIns(reference)``; ``check_x = stand_ins.remember(check_x)`` keeps each
     check's verdict; ``stand_ins.call(fn, *args)`` runs ``fn`` or its reference;
     ``stand_ins.too_slow(...)`` and ``stand_ins.whose(...)`` say whose function a cell used.
-    :attr:`using_reference` holds the names the reference stood in for so far.
+    :attr:`using_reference` holds the names the reference stood in for so far, :attr:`slow` those
+    of them :meth:`too_slow` marked.
     """
+
+    # what a cell does instead of a slow function, and why it may be slow (too_slow's defaults, by name)
+    SLOW = {
+        "train_bpe": ("this cell trains with the reference train_bpe instead",
+                      "does your count_pairs add Counters, with sum(...) or reduce(...)? That copies every count for "
+                      "each piece; counts[pair] += freq in one pass is fast"),
+        "bpe_encode": ("these cells use the reference encoder for GPT-2's merges (yours still encodes with your own "
+                       "merges)", "every merge tried on every piece? The rank lookup of exercise 4 makes yours fast"),
+    }
 
     def __init__(self, reference: Any) -> None:
         if reference is None or isinstance(reference, (str, bytes, int, float)):
@@ -162,6 +172,7 @@ class StandIns:
                             f"got {type(reference).__name__}")
         self.reference = reference
         self.using_reference: set[str] = set()  # the exercises whose reference stood in so far
+        self.slow: set[str] = set()  # those of them too_slow marked: written and checked, but too slow for a long run
         self._checked: dict[str, tuple[Any, Any]] = {}  # name -> (the function checked, the check's result)
         self._told: set[tuple[str, int | None]] = set()  # (name, cell): the notice is printed once per cell
 
@@ -212,12 +223,16 @@ class StandIns:
             print(f"(your {name} {why}: this cell uses the reference instead)")
         return getattr(self.reference, name)(*args)
 
-    def too_slow(self, name: str, measured: str, expected: float, instead: str, why: str,
-                 limit: float = 30) -> bool:
+    def too_slow(self, name: str, measured: str, expected: float, instead: str | None = None,
+                 why: str | None = None, limit: float = 30) -> bool:
         """True when the student's ``name`` would take about ``expected`` seconds (more than
         ``limit``) in a cell's long run: it prints so, with what was ``measured``, what the cells
-        do ``instead`` and ``why``, and marks the reference as standing in. False (nothing
-        printed) when it is fast enough or the reference stands in already."""
+        do ``instead`` and ``why`` (by default :attr:`SLOW`'s for ``name``), and marks the
+        reference as standing in. False (nothing printed) when it is fast enough or the reference
+        stands in already."""
+        default_instead, default_why = self.SLOW.get(name, (None, None)) if isinstance(name, str) else (None, None)
+        instead = default_instead if instead is None else instead
+        why = default_why if why is None else why
         for arg, value in (("name", name), ("measured", measured), ("instead", instead), ("why", why)):
             if not isinstance(value, str):
                 raise TypeError(f"{arg} must be a str, got {type(value).__name__}")
@@ -228,6 +243,7 @@ class StandIns:
             return False
         print(f"your {name} {measured}, so the full run would take about {expected:.0f} s: {instead} ({why}).")
         self.using_reference.add(name)
+        self.slow.add(name)
         return True
 
     def whose(self, name: str, noun: str = "") -> str:

@@ -945,6 +945,128 @@ def train_half_written(text, vocab_size, special_tokens=()):  # the bytes only: 
     return {i: bytes([i]) for i in range(256)}, []
 
 
+# trial s12_11: these passed, raised at the student or were misnamed
+def merge_copy_in_place(ids, pair, new_id):  # ids.copy(), then slices assigned: a tuple has neither
+    ids, i = ids.copy(), 0
+    while i < len(ids) - 1:
+        if ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            ids[i:i + 2] = [new_id]
+        i += 1
+    return ids
+
+
+def merge_concatenated(ids, pair, new_id):  # ids[:i] + [new_id]: a tuple does not add to a list
+    i = 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            ids = ids[:i] + [new_id] + ids[i + 2:]
+        i += 1
+    return ids
+
+
+def merge_deleting(ids, pair, new_id):  # a copy by slicing, then del: a tuple's copy is a tuple
+    ids, i = ids[:], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            ids[i] = new_id
+            del ids[i + 1]
+        i += 1
+    return ids
+
+
+def merge_tuple_back(ids, pair, new_id):  # right: a tuple back for a tuple (the contract allows it)
+    return type(ids)(merge_while(ids, pair, new_id))
+
+
+def merge_list_pair(ids, pair, new_id):  # ids[i:i + 2] == list(pair): never equal on a tuple
+    out, i = [], 0
+    while i < len(ids):
+        if ids[i:i + 2] == list(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def pairs_of_pieces(words, counts=None):  # minbpe's get_stats run on the dict: pairs of whole pieces
+    counts = {} if counts is None else counts
+    for pair in zip(words, list(words)[1:]):
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def pairs_as_bytes(words):
+    return Counter({(bytes([a]), bytes([b])): f for w, f in words.items() for a, b in zip(w, w[1:])})
+
+
+def train_str_pieces(text, vocab_size, special_tokens=()):  # pieces as tuples of str: vocab[ch] raises KeyError
+    words = Counter(tuple(p) for c in split_special_tokens(text, special_tokens) if c not in special_tokens
+                    for p in pretokenize(c))
+    vocab, merges = {i: bytes([i]) for i in range(256)}, []
+    for new_id in range(256, vocab_size - len(special_tokens)):
+        counts = pairs_counter(words)
+        if not counts:
+            break
+        best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+        words = Counter({tuple(merge_while(list(w), best, new_id)): f for w, f in words.items()})
+        merges.append((vocab[best[0]], vocab[best[1]]))
+        vocab[new_id] = vocab[best[0]] + vocab[best[1]]
+    return vocab, merges
+
+
+def encode_specials_default(text, vocab, merges, special_tokens=()):  # '<|endoftext|>' where none is passed
+    return encoder()(text, vocab, merges, list(special_tokens) or ["<|endoftext|>"])
+
+
+def encode_first_special(text, vocab, merges, special_tokens=()):  # text.split(special_tokens[0])
+    if not special_tokens:
+        return encoder()(text, vocab, merges)
+    token, ids_of = special_tokens[0], {v: k for k, v in vocab.items()}
+    parts = [encoder()(part, vocab, merges) for part in text.split(token)]
+    return [*parts[0], *(i for part in parts[1:] for i in [ids_of[token.encode()], *part])]
+
+
+def encode_pieces(step):
+    """bpe_encode whose tokens of each piece come from ``step(parts, rank)`` (None where a token has no id: 0)."""
+    def bpe_encode(text, vocab, merges, special_tokens=()):
+        ids_of, rank, out = {v: k for k, v in vocab.items()}, {p: r for r, p in enumerate(merges)}, []
+        for chunk in split_special_tokens(text, special_tokens):
+            if chunk in special_tokens:
+                out.append(ids_of[chunk.encode()])
+                continue
+            for piece in pretokenize(chunk):
+                out.extend(ids_of.get(t, 0) for t in step([bytes([b]) for b in piece.encode()], rank))
+        return out
+
+    return bpe_encode
+
+
+def step_no_default(parts, rank):  # rank.get(p) with no default: None compared with an int
+    while len(parts) > 1:
+        best = min(zip(parts, parts[1:]), key=lambda p: rank.get(p))
+        if best not in rank:
+            break
+        parts = merge_while(parts, best, best[0] + best[1])
+    return parts
+
+
+def step_once(parts, rank):  # half-written: the best pair merged once, no loop
+    pairs = [p for p in zip(parts, parts[1:]) if p in rank]
+    if not pairs:
+        return parts
+    best = min(pairs, key=rank.get)
+    return merge_while(parts, best, best[0] + best[1])
+
+
+def step_no_stop(parts, rank):  # no stop: pairs with no rank merged too, down to one token (its id 0)
+    while len(parts) > 1:
+        best = min(zip(parts, parts[1:]), key=lambda p: rank.get(p, float("inf")))
+        parts = merge_while(parts, best, best[0] + best[1])
+    return parts
+
+
 def test_a_numpy_array_is_named_without_torch():
     for check, student in ((check_merge_pair, merge_numpy),
                            (check_bpe_encode, lambda *a: __import__("numpy").array(encoder()(*a)))):
@@ -963,7 +1085,7 @@ CORRECT = [
     (check_bpe_decode, decode_join), (check_bpe_decode, decode_bytearray),
     (check_bpe_encode, encode_joined_id), (check_bpe_decode, decode_incremental), (check_train_bpe, train_with_helpers),
     (check_bpe_encode, encode_cached_with_merges), (check_merge_pair, merge_as_characters),
-    (check_merge_pair, merge_copies_ids),
+    (check_merge_pair, merge_copies_ids), (check_merge_pair, merge_tuple_back),
 ]
 
 MISTAKES = [  # (check, student, mistake name, words the verdict must say)
@@ -1061,7 +1183,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_count_pairs, pairs_reversed, "pair reversed", ("zip(word[1:], word)",)),
     (check_count_pairs, pairs_mutable_default, "state carried over between calls", ("mutable default",)),
     (check_train_bpe, trainer(min_count=2), "stopped while pairs remained", ("occurs once is still merged",)),
-    (check_train_bpe, trainer(n_merges="one short"), "wrong number of merges", ()),
+    (check_train_bpe, trainer(n_merges="one short"), "wrong number of merges", ("one merge too few",)),
     (check_train_bpe, train_stale, "counts not updated after a merge", ("after each merge",)),
     (check_train_bpe, shared_vocab(BASE_VOCAB), "state carried over between calls", (".copy()",)),
     (check_bpe_encode, encode_cached_by_piece, "cache kept between calls", ("keyed by the piece alone",)),
@@ -1109,6 +1231,20 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encoder(split="w"), "pre-tokenizer differs", ("a pattern of your own",)),
     (check_train_bpe, train_half_written, "wrong number of merges", ("no merge",)),
     (check_train_bpe, train_pieces(pieces_re(ASCII_PATTERN)), "pre-tokenizer differs", ("pretokenize(...)",)),
+    # trial s12_11: these passed, raised at the student or were misnamed
+    (check_merge_pair, merge_copy_in_place, "tuple input not handled", ("as a tuple", "Build a new list")),
+    (check_merge_pair, merge_concatenated, "tuple input not handled", ("ids[:i] + [new_id]",)),
+    (check_merge_pair, merge_deleting, "tuple input not handled", ("as a tuple",)),
+    (check_merge_pair, merge_list_pair, "pair never matched", ("list(pair)",)),
+    (check_count_pairs, pairs_of_pieces, "pairs of pieces counted", ("words.items()",)),
+    (check_count_pairs, pairs_as_bytes, "pairs as bytes", ("bytes([id])",)),
+    (check_train_bpe, train_str_pieces, "characters instead of bytes", ("a character of the text",)),
+    (check_bpe_encode, encode_specials_default, "special token not passed treated as special",
+     ("special_tokens=[]",)),
+    (check_bpe_encode, encode_first_special, "only the first special token cut", ("special_tokens[0]",)),
+    (check_bpe_encode, encode_pieces(step_no_default), "pair with no rank compared", ("float('inf')",)),
+    (check_bpe_encode, encode_pieces(step_once), "merges applied once", ("repeats",)),
+    (check_bpe_encode, encode_pieces(step_no_stop), "unknown token as id 0", ("ids_of.get(token, 0)",)),
 ]
 
 

@@ -402,6 +402,11 @@ def test_stand_ins_too_slow_marks_the_reference(stand_ins, capsys):
                                        "500 s: training with the reference (slow).\n")
     assert ins.whose("train_bpe", "250 merges") == "the reference's 250 merges"
     assert not ins.too_slow("train_bpe", "took 2.0 s", 500, "again", "said once")  # the reference stands in already
+    assert ins.slow == {"train_bpe"}
+    assert ins.too_slow("bpe_encode", "took 0.5 s", 40)  # what it does instead, and why, from the helper's table
+    assert capsys.readouterr().out.startswith("your bpe_encode took 0.5 s, so the full run would take about 40 s: "
+                                              "these cells use the reference encoder for GPT-2's merges")
+    assert ins.slow == {"train_bpe", "bpe_encode"}
 
 
 @pytest.mark.parametrize("bad, argument", [
@@ -409,6 +414,7 @@ def test_stand_ins_too_slow_marks_the_reference(stand_ins, capsys):
     (lambda S: S.StandIns(T).remember(3), "checks"),
     (lambda S: S.StandIns(T).call("count_pairs", WORDS), "fn"),
     (lambda S: S.StandIns(T).too_slow("train_bpe", "took 1 s", "100", "x", "y"), "expected"),
+    (lambda S: S.StandIns(T).too_slow("count_pairs", "took 1 s", 100), "instead"),  # no default for this name
     (lambda S: S.StandIns(T).whose("train_bpe", 250), "noun"),
 ])
 def test_stand_ins_bad_input_gets_a_type_error_naming_the_argument(bad, argument):

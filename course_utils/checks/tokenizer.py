@@ -182,6 +182,11 @@ COUNT = Catalogue("count_pairs", "11", [
     Entry("wrong return", None, _bad("key"), "{what}'s keys should be pairs (a, b) of adjacent tokens, got the key "
           "{key!r}."),
     Entry("wrong return", None, _bad("value"), "{what}'s counts should be ints, got {value!r} for {key!r}."),
+    Entry("pairs as bytes", "count_pairs keys a pair as byte strings (bytes([a]), bytes([b])): a merged id (256 or "
+          "more) is no byte", Raises(r"range\(0, 256\)", (ValueError,), "raised"),
+          "your code raised {raised}\n    The pieces hold token ids, and a merged token's id is 256 or more, which "
+          "bytes([id]) cannot hold. Key the counts by the ids themselves: counts[(a, b)] += freq for a, b in "
+          "zip(word, word[1:]).\n    {case}"),
     Entry("input modified in place", None, Output(lambda c: c.words != c.before, "input"),
           "count_pairs changed its input `words`; read it, do not modify it (the training loop still needs it)."),
     _CARRIED,
@@ -219,6 +224,13 @@ COUNT = Catalogue("count_pairs", "11", [
           _counted(lambda word: ((word[i], word[i + 1]) for i in range(len(word) - 2))),
           "the last pair of each piece is missing (range(len(word) - 2)?): a piece of n tokens has n - 1 pairs, at "
           "i = 0 ... n - 2, so the range is range(len(word) - 1)." + _COUNTED),
+    Entry("pairs of pieces counted",
+          "count_pairs pairs whole pieces (zip over the dict's keys, minbpe's get_stats on words), not their tokens",
+          Output(lambda c: (k := next((p for p in c.got if isinstance(p[0], tuple)), None)) and dict(key=k), "extra"),
+          "your keys are pairs of whole pieces, such as {key!r} (zip(words, list(words)[1:])?, minbpe's get_stats run "
+          "on the dict): `words` maps each piece to how often it occurs, and the pairs are the adjacent tokens inside "
+          "each piece. Iterate words.items() and zip each piece with itself shifted: for word, freq in words.items(): "
+          "for pair in zip(word, word[1:]): counts[pair] += freq.\n    {case}"),
     Entry("across pre-token boundaries", None, Output(_pieces_never_adjacent, "extra"),
           _ACROSS + "\n    {case}\n    pairs no piece holds: {extra!r}"),
     Entry("values differ", None, Output(_counts_differ, "values"),
@@ -249,7 +261,12 @@ def check_count_pairs(count_pairs_fn):
     require_function(count_pairs_fn, "count_pairs")
     for words in _count_cases():
         before = copy.deepcopy(words)
-        got = _as_counts(_run(count_pairs_fn, words, name="count_pairs", what=f"{len(words)} pieces"), "count_pairs")
+        try:
+            got = _run(count_pairs_fn, words, name="count_pairs", what=f"{len(words)} pieces")
+        except StudentError as err:  # bytes([id]) with an id of 256 or more
+            COUNT.detect_raised(err.exc, "raised", raised=raised(err.exc), case=f"words = {before!r}")
+            raise
+        got = _as_counts(got, "count_pairs")
         COUNT.detect("input", SimpleNamespace(words=words, before=before))
         expected = dict(count_pairs(words))
         if got == expected:
@@ -288,6 +305,18 @@ def _merge_cases() -> list[tuple[list, tuple, int]]:
         i = randint(0, len(ids) - 2)
         cases.append((ids, (ids[i], ids[i + 1]), new))
     return cases
+
+
+_TUPLED = range(10, 13)  # the random cases go in as tuples: train_bpe hands merge_pair its pieces (tuples)
+
+
+def _given(ids: list, k: int) -> list | tuple:
+    """Case ``k``'s ids as merge_pair receives them: a list, or a tuple as train_bpe hands a piece."""
+    return tuple(ids) if k in _TUPLED else list(ids)
+
+
+def _show_given(given: list | tuple) -> str:
+    return f"({_show(given)[1:-1]})" if isinstance(given, tuple) else _show(given)
 
 
 def _why_not_a_list(got: Any) -> str:
@@ -365,6 +394,15 @@ MERGE = Catalogue("merge_pair", "11", [
     Entry("ids merged as bytes", "merging replaces the pair in bytes(ids): no byte holds a merged id (256 or more)",
           Raises(r"range\(0, 256\)", (ValueError,), "raised"),
           "your code raised {raised}\n    " + _AS_BYTES + "\n    merge_pair({ids}, {pair}, {new_id})"),
+    Entry("tuple input not handled", "merge_pair fails on a tuple of ids, as train_bpe hands it a piece (ids.copy(), "
+          "item assignment)",
+          # ids.copy(), .append(); ids[i] = ..., del ids[i]; ids[:i] + [new_id]
+          Raises(r"'tuple' object (has no attribute|does not support item|doesn't support item)|concatenate tuple",
+                 (AttributeError, TypeError), "raised"),
+          "your code raised {raised}\n    train_bpe hands merge_pair each piece as a tuple (the keys of `words` are "
+          "tuples), and a tuple has no .copy(), .append() or item assignment (ids[i:i + 2] = ...), and does not add "
+          "to a list (ids[:i] + [new_id]). Build a new list: out = [], append to it while you walk ids, return it."
+          "\n    merge_pair({ids}, {pair}, {new_id})"),
     Entry("input modified in place", None, Output(lambda c: c.given != c.ids, "input"),
           "merge_pair changed the list it was given ({ids} became {given}); build and return a new list: the caller "
           "may still need the old one (your training loop builds the new pieces from the old ones, and a trainer that "
@@ -394,7 +432,9 @@ MERGE = Catalogue("merge_pair", "11", [
           "no id. Compare the ids themselves: walk the list, (ids[i], ids[i + 1]) == pair." + _CASE),
     Entry("pair never matched",
           "merging merges nothing, ids come back unchanged (e.g. ids[i:i + 2] == pair, a list against a tuple)",
-          _merged(lambda ids, pair, new_id: list(ids)),
+          # nothing merged anywhere; on lists only (ids[i:i + 2] == pair); on tuples only (== list(pair))
+          Reference(lambda c: [({}, list(c.ids) if c.tupled in when else merge_pair(c.ids, c.pair, c.new_id))
+                               for when in ((False, True), (False,), (True,))]),
           "nothing was merged (your result equals ids): the test for the pair never holds, or the merged list is not "
           "what you return; e.g. ids[i:i + 2] == pair compares a list with a tuple, which are never equal: compare "
           "(ids[i], ids[i + 1]) == pair, or list(pair)." + _CASE),
@@ -423,7 +463,7 @@ MERGE = Catalogue("merge_pair", "11", [
           "you test only ids[i] == pair[0]: the next token must be pair[1] too, ids[i] == pair[0] and ids[i + 1] == "
           "pair[1]." + _CASE),
     Entry("overlapping pairs merged twice", "in a run a a a both overlapping (a, a) are merged, not the first only",
-          Output(lambda wrong: all(_overlapping(i, p) for i, p, _, _ in wrong), "overlap"),
+          Output(lambda wrong: all(_overlapping(i, p) for i, p, *_ in wrong), "overlap"),
           "the pair is merged twice in an overlapping run: in a a a the pair (a, a) occurs at positions 0 and 1, but "
           "once the first two tokens are merged the second pair no longer exists. Scan left to right and, after a "
           "merge, skip both tokens (i += 2).\n    {case}"),
@@ -435,29 +475,32 @@ MERGE = Catalogue("merge_pair", "11", [
 def check_merge_pair(merge_pair_fn):
     require_function(merge_pair_fn, "merge_pair")
     results, aliased = [], []
-    for ids, pair, new_id in _merge_cases():
-        given = list(ids)
-        fields = dict(ids=_show(ids), pair=pair, new_id=new_id)
+    for k, (ids, pair, new_id) in enumerate(_merge_cases()):
+        given = _given(ids, k)
+        fields = dict(ids=_show_given(given), pair=pair, new_id=new_id)
         try:
-            got = _run(merge_pair_fn, given, pair, new_id, name="merge_pair", what=f"{_show(ids)}, {pair}, {new_id}")
-        except StudentError as err:  # bytes([new_id]) with new_id >= 256
+            got = _run(merge_pair_fn, given, pair, new_id, name="merge_pair",
+                       what=f"{_show_given(given)}, {pair}, {new_id}")
+        except StudentError as err:  # bytes([new_id]) with new_id >= 256; ids.copy() on a tuple
+            if isinstance(given, tuple) and any(r[3] != merge_pair(*r[:3]) for r in results):
+                break  # wrong on lists already: that is named first, from the lists' results
             MERGE.detect_raised(err.exc, "raised", raised=raised(err.exc), **fields)
             raise
-        MERGE.detect("input", SimpleNamespace(given=given, ids=ids), **{**fields, "given": _show(given)})
+        MERGE.detect("input", SimpleNamespace(given=list(given), ids=ids), **{**fields, "given": _show(given)})
         MERGE.detect("return", got, **fields)
-        results.append((ids, pair, new_id, list(got)))
-        if got is given:  # the caller's own list handed back: named once the values are right
+        results.append((ids, pair, new_id, list(got), isinstance(given, tuple)))
+        if got is given and isinstance(given, list):  # the caller's own list handed back: named once values are right
             aliased.append(fields)
     wrong = [r for r in results if r[3] != merge_pair(r[0], r[1], r[2])]
     if not wrong:
         MERGE.detect("alias", aliased)
-        return _passed(merge_pair_fn, f"{len(results)} lists, overlapping runs and empty ones included")
-    ids, pair, new_id, got = wrong[0]
-    case = (f"merge_pair({_show(ids)}, {pair}, {new_id}) returned {_show(got)}, expected "
-            f"{_show(merge_pair(ids, pair, new_id))}")
-    variants = [_made(MERGE, SimpleNamespace(ids=i, pair=p, new_id=n)) for i, p, n, _ in results]
-    for index, (name, message, _) in enumerate(MERGE.candidates(SimpleNamespace(ids=ids, pair=pair, new_id=new_id),
-                                                                inputs=case)):
+        return _passed(merge_pair_fn, f"{len(results)} lists and tuples, overlapping runs and empty ones included")
+    ids, pair, new_id, got, tupled = wrong[0]
+    case = (f"merge_pair({_show_given(tuple(ids) if tupled else ids)}, {pair}, {new_id}) returned {_show(got)}, "
+            f"expected {_show(merge_pair(ids, pair, new_id))}")
+    variants = [_made(MERGE, SimpleNamespace(ids=i, pair=p, new_id=n, tupled=t)) for i, p, n, _, t in results]
+    for index, (name, message, _) in enumerate(MERGE.candidates(SimpleNamespace(ids=ids, pair=pair, new_id=new_id,
+                                                                                tupled=tupled), inputs=case)):
         if all(r[3] == v[index] for r, v in zip(results, variants)):
             fail(message, mistake=name)
     MERGE.detect("overlap", wrong, case=case)
@@ -760,6 +803,12 @@ def _code_point(c: Any) -> dict | None:
     return None
 
 
+def _character_key(c: Any) -> dict | None:
+    """A KeyError on one character of the text (vocab[ch], pieces of str): pieces of characters, not ids."""
+    key = c.exc.args[0] if isinstance(c.exc, KeyError) and c.exc.args else None
+    return dict(key=key) if isinstance(key, str) and len(key) == 1 and key in c.text else None
+
+
 def _made_up_id(c: Any) -> dict | None:
     """A KeyError on an id no token has, whose digits hold a merged token's id: ids merged as text."""
     key = c.exc.args[0] if isinstance(c.exc, KeyError) and c.exc.args else None
@@ -789,6 +838,9 @@ TRAIN = Catalogue("train_bpe", "11", [
           Output(_code_point, "code point"),
           "your code raised {raised}\n    {key} is ord({char!r}), a character's code point, not an id: "
           + _FROM_CHARACTERS + "\n    {case}"),
+    Entry("characters instead of bytes", None, Output(_character_key, "code point"),
+          "your code raised {raised}\n    {key!r} is a character of the text (a str), not a token id: your pieces hold "
+          "characters. " + _FROM_CHARACTERS[0].upper() + _FROM_CHARACTERS[1:] + "\n    {case}"),
     Entry("ids joined as a string", None, Output(_made_up_id, "raised"),
           "your code raised {raised}\n    No token has the id {key}: your merges made it. If merge_pair replaces the "
           "pair in the ids written out as text (' '.join(map(str, ids)).replace(...)), ids of several digits collide: "
@@ -827,6 +879,12 @@ TRAIN = Catalogue("train_bpe", "11", [
           "you learned {n_got} merges, expected {n_expected}: vocab_size counts every token, the 256 bytes and the "
           "{n_specials} special token(s) included, so the loop makes vocab_size - 256 - len(special_tokens) merges."
           "\n    {case}"),
+    Entry("wrong number of merges", None,
+          Output(lambda c: len(c.expected) == c.n_expected and c.one_short(), "count"),
+          "you learned {n_got} merges, expected {n_expected}: one merge too few (vocab_size - 257, or range(257, "
+          "...)?). vocab_size counts every token: the 256 bytes, one per merge, and the {n_specials} special "
+          "token(s), so the loop makes vocab_size - 256 - len(special_tokens) merges: for new_id in range(256, "
+          "vocab_size - len(special_tokens)).\n    {case}"),
     Entry("stopped while pairs remained", "training stops at a minimum count (a pair occurring once is still merged)",
           Output(lambda c: c.stopped_everywhere(), "count"),
           "you learned {n_got} merges, expected {n_ref}: you stopped while pairs remained (a minimum count, `if "
@@ -905,7 +963,8 @@ TRAIN = Catalogue("train_bpe", "11", [
             "the text normalised (unicodedata.normalize, NFC or NFKC): BPE works on the bytes as given",
             _training(text_as=form), _NORMALISED + "{inputs}") for form in ("NFC", "NFKC")],
     Entry("only the first special token cut",
-          "training cuts the text at special_tokens[0] only and trains on the others", _training(cut_at=1),
+          "the text is cut at special_tokens[0] only: the others are trained on, or encoded as ordinary text",
+          _training(cut_at=1),
           "the text is cut at the first special token only (text.split(special_tokens[0])?): the characters of the "
           "others ('<|pad|>') were trained on. Cut it at every one: split_special_tokens(text, special_tokens), and "
           "skip the special pieces.{inputs}"),
@@ -1008,8 +1067,12 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
             stopped_early(t, s, m, e) or m == e
             for t, v, s in others for m, e in [(theirs(t, v, s), train_bpe(t, v, s)[1])])
 
+    def one_short_everywhere() -> bool:  # vocab_size - 257: the last merge missing on every text that reaches it
+        return got == expected[:-1] and all((m := theirs(t, v, s)) is not None and m in (e, e[:-1])
+                                            for t, v, s in others for e in [train_bpe(t, v, s)[1]])
+
     TRAIN.detect("count", SimpleNamespace(got=got, expected=expected, n_expected=vocab_size - 256 - len(specials),
-                                          stopped_everywhere=stopped_everywhere),
+                                          stopped_everywhere=stopped_everywhere, one_short=one_short_everywhere),
                  n_got=len(got), n_expected=vocab_size - 256 - len(specials), n_specials=len(specials),
                  n_ref=len(expected), case=case)
     named = TRAIN.candidates(SimpleNamespace(case=(text, vocab_size, specials)), inputs="\n    " + case)
@@ -1166,9 +1229,11 @@ register_hints("train_bpe", [
 # ---------------------------------------------------------------- bpe_encode: one plain encoder and its variants
 def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str], order: str = "rank",
                   split: str = "gpt2", specials_out: bool = True, byte_ids: bool = False,
-                  hard_coded: bool = False, longest_first: bool = True, text_as: str = "",
-                  computed_ids: bool = False, unescaped: str = "") -> list[int]:
-    specials = [ENDOFTEXT] if hard_coded else specials  # '<|endoftext|>' special whatever the argument says
+                  hard_coded: bool | str = False, longest_first: bool = True, text_as: str = "",
+                  computed_ids: bool = False, unescaped: str = "", cut_at: int | None = None) -> list[int]:
+    if hard_coded:  # '<|endoftext|>' special whatever the argument says, or where it names none (a default)
+        specials = list(specials or [ENDOFTEXT]) if hard_coded == "default" else [ENDOFTEXT]
+    specials = list(specials)[:cut_at]  # cut_at=1: the text cut at special_tokens[0] only
     merges, order = (sorted(merges), "rank") if order == "sorted" else (merges, order)  # the learned order lost
     if computed_ids:  # each token's id computed: a byte's value, 256 + the rank of the merge that made it
         made = {a + b: 256 + r for r, (a, b) in reversed(list(enumerate(merges)))}
@@ -1225,7 +1290,7 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
                     break
                 if order == "in vocab":  # any pair whose joined bytes are a token, the lowest id first
                     best = min(pairs, key=lambda p: ids_of[p[0] + p[1]])
-                elif order == "rank":
+                elif order in ("rank", "once"):
                     best = min(pairs, key=ranks.get)
                 elif order == "latest":
                     best = max(pairs, key=ranks.get)
@@ -1237,6 +1302,9 @@ def _plain_encode(text: str, vocab: dict, merges: list, specials: Sequence[str],
                     best = max(pairs, key=pairs.count)
                 else:  # "leftmost": the first learned pair found, left to right (merged there only, or everywhere)
                     best = pairs[0]
+                if order == "once":  # the best pair merged, no loop repeating it
+                    parts = merge_pair(parts, best, best[0] + best[1])
+                    break
                 if order == "leftmost once":
                     i = next(i for i in range(len(parts) - 1) if (parts[i], parts[i + 1]) in ranks)
                     parts = [*parts[:i], parts[i] + parts[i + 1], *parts[i + 2:]]
@@ -1303,6 +1371,9 @@ def _encode_cases() -> list[tuple[str, dict, list, list[str]]]:
         (_text(randint(2, 5), special=False) + "snake_case(x_1) x² ½ ﬁne cafe\u0301", vocab, merges, []),
         # runs of newlines: GPT-2's pieces '\n\n' (a blank line, one token), then '\n' before 'b'
         ("a\n\n\nb end.\n\n", {i: bytes([i]) for i in range(256)} | {256: b"\n\n"}, [(b"\n", b"\n")], []),
+        # two special tokens that do not overlap: cut at special_tokens[0] only, '<|endoftext|>' stays text
+        ("ab<|pad|> ab" + ENDOFTEXT + "ab", small | {261: b"<|pad|>", 262: ENDOFTEXT.encode()}, small_merges,
+         ["<|pad|>", ENDOFTEXT]),
     ]
 
 
@@ -1382,6 +1453,14 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "start each piece from its characters ([c.encode() for c in piece]?). Start from the piece's UTF-8 bytes, "
           "one token per byte, [bytes([b]) for b in piece.encode('utf-8')]: a character of 2-4 bytes is 2-4 tokens "
           "until merges join them.\n    {case}"),
+    Entry("pair with no rank compared",
+          "encoding ranks pairs by rank.get(p) with no default: None compared with an int",
+          Output(lambda exc: isinstance(exc, TypeError) and re.search(
+              r"'<' not supported between instances of '(int|NoneType)' and '(int|NoneType)'", str(exc)), "raised"),
+          "your code raised {raised}\n    A pair that is no merge has no rank, and rank.get(p) gives None for it, "
+          "which min() cannot compare with an int. Give such a pair an infinite rank, min(pairs, key=lambda p: "
+          "rank.get(p, float('inf'))), and stop when the best pair has no rank (if best not in rank: break)."
+          "\n    {case}"),
     Entry("input modified in place", None, Output(lambda c: c.given != c.before, "input"),
           "your bpe_encode changed its argument `{name}` in place (merges.sort(), .append, .pop, vocab[...] = ...?): "
           "the caller's {name} is not the same after the call, and a later call with it gives other ids. Read the "
@@ -1437,6 +1516,12 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "you make one left-to-right pass, merging each learned pair you meet, and stop: BPE repeats until no learned "
           "pair is left, and at each step merges the adjacent pair with the lowest rank (its index in merges), so "
           "merged tokens can merge again (ab + ab -> abab).{shown}"),
+    Entry("merges applied once",
+          "encoding merges the best pair of each piece once, with no loop repeating until no pair has a rank",
+          _encoding(order="once"),
+          "you merge the best pair of each piece once and stop (a half-written loop?): BPE repeats, merging the "
+          "adjacent pair of lowest rank, until no adjacent pair has a rank: while len(parts) > 1: best = "
+          "min(pairs, key=lambda p: rank.get(p, float('inf'))); if best not in rank: break; merge it.{shown}"),
     *[Entry("merges in text order", "encoding merges the leftmost known pair first, not the earliest learned",
             _encoding(order=order),
             "you merge the first known pair from the left; merges apply in the order they were learned: "
@@ -1463,12 +1548,23 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "'<|endoftext|>' is ordinary text, encoded as its pieces; with ['<|endoftext|>', "
           "'<|endoftext|><|endoftext|>'] the longer one is a token of its own. Cut the text at the tokens of the "
           "argument, split_special_tokens(text, special_tokens).{shown}"),
+    Entry("special token not passed treated as special",
+          "encoding treats '<|endoftext|>' as special when special_tokens names none (a default of its own)",
+          _encoding(hard_coded="default"),
+          "you treat '<|endoftext|>' as special when special_tokens is empty (special_tokens or ['<|endoftext|>']?): "
+          "only the tokens the special_tokens argument names are special; with special_tokens=[] the text "
+          "'<|endoftext|>' is ordinary text, encoded as its pieces like any other. Cut the text at the argument's "
+          "tokens only, split_special_tokens(text, special_tokens).{shown}"),
     Entry("special tokens matched shortest first",
           "of two overlapping special tokens the shorter is matched, not the longer", _encoding(longest_first=False),
           "where two special tokens overlap ('<|endoftext|>' and '<|endoftext|><|endoftext|>'), the longer must win; "
           "you matched them in the order given (a regular expression tries its alternatives left to right). Sort them "
           "longest first, sorted(special_tokens, key=len, reverse=True), or cut the text with "
           "split_special_tokens(text, special_tokens).{shown}"),
+    Entry("only the first special token cut", None, _encoding(cut_at=1),
+          "you cut the text at the first special token only (text.split(special_tokens[0])?): the others "
+          "('<|pad|>') were encoded as ordinary text. Cut it at every one, split_special_tokens(text, special_tokens), "
+          "and give each special piece its own id.{shown}"),
     Entry("across pre-token boundaries", None, _encoding(split="none"),
           "merges cross pieces: pre-tokenize each part of the text (pretokenize) and encode each piece on its own, as "
           "the merges were learned.{shown}"),
@@ -1503,6 +1599,12 @@ ENCODE = Catalogue("bpe_encode", "11", [
     Entry("values differ", None, Output(lambda c: (unknown := [i for i in c.got if i not in c.vocab])
                                         and dict(unknown=unknown[0]), "unknown"),
           "your ids include {unknown}, which is not in the vocabulary.\n    {case}"),
+    Entry("unknown token as id 0", "encoding gives a token that is not in the vocabulary the id 0 (ids_of.get(t, 0))",
+          Output(lambda c: (n := c.got.count(0) - c.expected.count(0)) > 0 and dict(n=n), "unknown"),
+          "your ids hold the id 0 {n} more time(s) than expected: a token that is not in the vocabulary was given 0 "
+          "(ids_of.get(token, 0)?). Every token you make must be in the vocabulary; one that is not comes from merging "
+          "a pair that is no merge: stop when the best adjacent pair has no rank (if best not in rank: break), and "
+          "look ids up with ids_of[token], which raises on a token it does not hold.\n    {case}"),
     Entry("special tokens dropped",
           "decoding skips the special tokens (skip_special_tokens), or encoding loses them (re.split without a group)",
           Output(_specials_lost, "decoded"),
@@ -1576,7 +1678,7 @@ def check_bpe_encode(bpe_encode_fn):
         if make() == got and all(variants[i][v]() in (None, results[i][1]) for i in right):
             fail(message, mistake=name)
     text, vocab = cases[wrong[0]][:2]
-    ENCODE.detect("unknown", SimpleNamespace(got=got, vocab=vocab), case=case)
+    ENCODE.detect("unknown", SimpleNamespace(got=got, vocab=vocab, expected=expected), case=case)
     back = bpe_decode(got, vocab)
     ENCODE.detect("decoded", SimpleNamespace(back=back, text=text, specials=cases[wrong[0]][3],
                                              tokens=[vocab[i] for i in got]), back=back[:60],
