@@ -277,7 +277,7 @@ def merge_as_characters(ids, pair, new_id):  # right: str.replace on chr(id), on
 # ---------------------------------------------------------------- train_bpe
 def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merges=None, specials_first=False,
             add_specials=True, stop=True, id_gap=0, apply=True, counting="all", merge=None, specials_below_size=False,
-            min_count=1, characters=None):
+            min_count=1, characters=None, specials_order=None):
     """A slow textbook trainer in one student's style, with one mistake or none (``specials_out`` a
     string: each special token replaced by it; ``merge`` another merge_pair; ``stop="none"``: max() of no
     pairs raises; ``characters`` (trials s5_11, s7_11): pieces of code points, ord(ch), each character's token
@@ -340,8 +340,9 @@ def trainer(split="gpt2", specials_out=True, weighted=True, tie="bytes", n_merge
         if specials_below_size:  # trial s5_11: a gap of ids when training stops early
             for j, token in enumerate(special_tokens):
                 vocab[vocab_size - len(special_tokens) + j] = token.encode("utf-8")
-        elif add_specials and not specials_first:
-            for token in special_tokens:
+        elif add_specials and not specials_first:  # specials_order (trial s13_11): sorted(set(...)), reversed(...)
+            for token in {None: list, "sorted": lambda t: sorted(set(t)), "reversed": reversed}[specials_order](
+                    special_tokens):
                 vocab[len(vocab) + id_gap] = token.encode("utf-8")
         return vocab, merges
 
@@ -1123,6 +1124,8 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, trainer(n_merges="vocab_size"), "wrong number of merges", ()),
     (check_train_bpe, trainer(add_specials=False), "special tokens not added", ()),
     (check_train_bpe, trainer(specials_first=True), "wrong special token ids", ()),
+    (check_train_bpe, trainer(specials_order="sorted"), "special tokens reordered", ("special_tokens[0] gets",)),
+    (check_train_bpe, trainer(specials_order="reversed"), "special tokens reordered", ("in the order given",)),
     (check_train_bpe, train_merges_as_ids, "wrong return", ("byte strings",)),
     # trial s4_11: these three passed before
     (check_train_bpe, trainer(specials_out=" "), "special tokens replaced by a space", ("split_special_tokens",)),

@@ -715,6 +715,9 @@ def _train_variants_differ() -> list[tuple[str, int, list[str]]]:
         ("x_1. x_1. ab12. ab12. x². x². a_b.", 256 + 5, []),
         # the special token as an unescaped regular expression: cut at every '<' and '>', which are kept or dropped
         ("<<a>> <<a>> x" + ENDOFTEXT + "x", 256 + 3 + 1, [ENDOFTEXT]),
+        # special tokens not in sorted order (trial s13_11: sorted(set(...)) passed where every case was sorted)
+        ("ab<|pad|>ab" + ENDOFTEXT + "cd", 256 + 2 + 2, ["<|pad|>", ENDOFTEXT]),
+        ("ab<|sep|>cd<|pad|>ab" + ENDOFTEXT + "cd", 256 + 2 + 3, ["<|sep|>", ENDOFTEXT, "<|pad|>"]),
     ]
 
 
@@ -1025,6 +1028,14 @@ TRAIN = Catalogue("train_bpe", "11", [
           "your special tokens have the last ids below vocab_size, {below} onward; this text ran out of pairs after "
           "{n_merges} merges, so that leaves a gap of ids no token has. The special tokens' ids continue straight "
           "after the last merge: vocab[len(vocab)] = token.encode('utf-8'), ids {after} onward here.\n    {case}"),
+    Entry("special tokens reordered",
+          "the special tokens take the ids after the merges in another order than the one given",
+          Output(lambda c: c.same_tokens and sorted(c.special_ids) == list(range(c.after, c.after + len(c.specials)))
+                 and c.special_ids != sorted(c.special_ids), "vocab"),
+          "your special tokens {specials} have the ids {special_ids}: they take their ids in the order given, "
+          "special_tokens[0] gets the first id after the merges ({after}), special_tokens[1] the next, and so on "
+          "(sorted(...), set(...) or reversed(...) changes the order): for token in special_tokens: vocab[len(vocab)] "
+          "= token.encode('utf-8').\n    {case}"),
     Entry("wrong special token ids", "the special tokens are not the vocabulary's last ids, after the merged tokens",
           Output(lambda c: c.same_tokens, "vocab"),
           "the special tokens should come last, after the merged tokens (ids {after} onward); yours have the ids "
@@ -1130,9 +1141,10 @@ def _check_vocab(vocab: dict, merges: list, specials: list[str], case: str, voca
     special_ids = [ids.get(t.encode()) for t in specials]
     c = SimpleNamespace(vocab=vocab, expected=expected, specials=specials, merges=merges, ids=ids, first=first,
                         same_tokens=sorted(vocab.values()) == sorted(expected.values()),  # the right tokens, other ids
-                        special_ids=special_ids, vocab_size=vocab_size, wrong=wrong)
+                        special_ids=special_ids, vocab_size=vocab_size, wrong=wrong,
+                        after=len(expected) - len(specials))
     TRAIN.detect("vocab", c, case=case, first=first, first_id=ids.get(first), below=vocab_size - len(specials),
-                 n_merges=len(merges), after=len(expected) - len(specials), special_ids=special_ids, i=i,
+                 n_merges=len(merges), after=c.after, special_ids=special_ids, specials=specials, i=i,
                  token=vocab.get(i, "no such id"), last=len(expected) - 1, expected_token=expected.get(i))
 
 
