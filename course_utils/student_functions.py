@@ -7,6 +7,7 @@ references of :mod:`course_utils.training`, and say which and why:
 * :func:`choose_functions` - keyword arguments for :func:`~course_utils.translator_training.fit`:
   ``fit(model, train, valid, **RECIPE["fit"], **choose_functions(...))``.
 * :func:`yours_or_reference` - the function one demonstration cell runs.
+* :func:`cpu_seconds` - the CPU seconds of one call, for notebook 11's speed guards and timings.
 
 Notebook 11's later cells do the same with :class:`StandIns`, which remembers the verdict of
 each check cell the student ran instead of checking again (its checks train BPE tokenizers:
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import time
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
@@ -145,6 +147,31 @@ def _quiet_check(check: Callable[[Any], Any], fn: Callable[..., Any]) -> Any:
         return check(fn)
 
 
+def cpu_seconds(fn: Callable[..., Any], *args: Any, at_least: float = 0.2, repeats: int = 3,
+                once: float = 1.0) -> float:
+    """CPU seconds (time.process_time: other programs on a loaded machine do not count) of one call
+    ``fn(*args)``: calls repeated until they ran ``at_least`` seconds, the best of ``repeats`` such runs.
+    A call of ``once`` seconds or more is timed once: its noise is small, and a slow function is not
+    run again."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function, got {type(fn).__name__}")
+    for arg, value in (("at_least", at_least), ("once", once)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise TypeError(f"{arg} must be a number of seconds >= 0, got {value!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise TypeError(f"repeats must be an int >= 1, got {repeats!r}")
+    best = float("inf")
+    for _ in range(repeats):
+        calls, start = 0, time.process_time()
+        while calls == 0 or time.process_time() - start < at_least:  # one short call is too noisy to compare
+            fn(*args)
+            calls += 1
+        best = min(best, (time.process_time() - start) / calls)
+        if best >= once:
+            break
+    return best
+
+
 class StandIns:
     """Notebook 11's stand-ins: the student's function, or the reference of the same name in
     ``reference`` (a module, e.g. :mod:`course_utils.tokenizer`) where the student's is not
@@ -160,10 +187,11 @@ class StandIns:
     # what a cell does instead of a slow function, and why it may be slow (too_slow's defaults, by name)
     SLOW = {
         "train_bpe": ("this cell trains with the reference train_bpe instead",
-                      "does your count_pairs add Counters, with sum(...) or reduce(...)? That copies every count for "
+                      "if your count_pairs adds Counters, with sum(...) or reduce(...), that copies every count for "
                       "each piece; counts[pair] += freq in one pass is fast"),
         "bpe_encode": ("these cells use the reference encoder for GPT-2's merges (yours still encodes with your own "
-                       "merges)", "every merge tried on every piece? The rank lookup of exercise 4 makes yours fast"),
+                       "merges)", "if yours tries every merge on every piece, the rank lookup of exercise 4 makes it "
+                       "fast"),
     }
 
     def __init__(self, reference: Any) -> None:
@@ -267,4 +295,4 @@ def _cell_number() -> int | None:
     return None if shell is None else shell.execution_count
 
 
-__all__ = ["EXERCISES", "StandIns", "choose_functions", "yours_or_reference"]
+__all__ = ["EXERCISES", "StandIns", "choose_functions", "cpu_seconds", "yours_or_reference"]

@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import random
 import re
+import time
 
 import pytest
 import torch
@@ -391,6 +392,25 @@ def test_stand_ins_fall_back_on_a_failed_check_until_the_function_is_rewritten(s
 
     assert ins.call(count_pairs, WORDS) == {"mine": 1} and capsys.readouterr().out == ""
     assert ins.whose("count_pairs") == "the reference's"  # the earlier cell's stand-in is still said
+
+
+def test_cpu_seconds_counts_cpu_not_waiting_and_runs_a_slow_call_once():
+    import course_utils.student_functions as S
+
+    calls = []
+    assert S.cpu_seconds(lambda: (calls.append(1), time.sleep(0.02)), at_least=0, repeats=2) < 0.015  # wall: 0.02
+    assert len(calls) == 2  # one call per run with at_least=0, the best of 2 runs
+    calls.clear()
+    busy = S.cpu_seconds(lambda: (calls.append(1), sum(range(20_000))), at_least=0.01)
+    assert 0 < busy < 0.01 and len(calls) > 3  # short calls repeated until 0.01 s of CPU, three times
+    calls.clear()
+    S.cpu_seconds(lambda: calls.append(1), at_least=0, once=0)  # "slow" (>= once): timed once, not run again
+    assert len(calls) == 1
+    for kwargs, arg in (({"at_least": "1"}, "at_least"), ({"repeats": 0}, "repeats"), ({"once": -1}, "once")):
+        with pytest.raises(TypeError, match=arg):
+            S.cpu_seconds(print, **kwargs)
+    with pytest.raises(TypeError, match="fn"):
+        S.cpu_seconds(3)
 
 
 def test_stand_ins_too_slow_marks_the_reference(stand_ins, capsys):
