@@ -17,7 +17,7 @@ from checker_asserts import STABLE, assert_mistake, assert_not_implemented, asse
 
 import course_utils.checks.tokenizer as C
 from course_utils.checks import check_bpe_decode, check_bpe_encode, check_count_pairs, check_merge_pair, check_train_bpe
-from course_utils.tokenizer import pretokenize, split_special_tokens
+from course_utils.tokenizer import bytes_to_unicode, pretokenize, split_special_tokens
 
 
 # ---------------------------------------------------------------- count_pairs
@@ -1077,6 +1077,49 @@ def test_a_numpy_array_is_named_without_torch():
 
 
 # ---------------------------------------------------------------- the tables: right variants pass, each mistake named
+def pairs_of_one_list(ids, counts=None):  # trial s13_11: minbpe's get_stats(ids), given the dict of pieces
+    counts = {} if counts is None else counts
+    for pair in zip(ids, ids[1:]):
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def encode_printable(text, vocab, merges, special_tokens=()):  # trial s13_11: GPT-2's printable table as tokens
+    table = bytes_to_unicode()
+    ids_of = {b.decode("utf-8", "replace"): i for i, b in vocab.items()}
+    rank = {(a.decode("utf-8", "replace"), b.decode("utf-8", "replace")): r for r, (a, b) in enumerate(merges)}
+    out = []
+    for chunk in split_special_tokens(text, special_tokens):
+        if chunk in special_tokens:
+            out.append(ids_of[chunk])
+            continue
+        for piece in pretokenize(chunk):
+            parts = [table[b] for b in piece.encode("utf-8")]
+            while len(parts) > 1 and (best := min(zip(parts, parts[1:]), key=lambda p: rank.get(p, 1e9))) in rank:
+                parts = merge_while(parts, best, best[0] + best[1])
+            out.extend(ids_of[t] for t in parts)
+    return out
+
+
+def no_return(name):  # trial s13_11: a body with no `return` (each exercise's signature)
+    def count_pairs(words):
+        Counter(p for w in words for p in zip(w, w[1:]))
+
+    def merge_pair(ids, pair, new_id):
+        list(ids)
+
+    def train_bpe(text, vocab_size, special_tokens=()):
+        {i: bytes([i]) for i in range(256)}
+
+    def bpe_encode(text, vocab, merges, special_tokens=()):
+        list(text.encode())
+
+    def bpe_decode(ids, vocab):
+        b"".join(vocab[i] for i in ids)
+
+    return locals()[name]
+
+
 CORRECT = [
     (check_count_pairs, pairs_counter), (check_count_pairs, pairs_get), (check_count_pairs, pairs_pairwise),
     (check_merge_pair, merge_while), (check_merge_pair, merge_recursive), (check_merge_pair, merge_skip_flag),
@@ -1248,6 +1291,11 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encode_pieces(step_no_default), "pair with no rank compared", ("float('inf')",)),
     (check_bpe_encode, encode_pieces(step_once), "merges applied once", ("repeats",)),
     (check_bpe_encode, encode_pieces(step_no_stop), "unknown token as id 0", ("ids_of.get(token, 0)",)),
+    # trial s13_11: these raised at the student unnamed, or said NoneType
+    (check_count_pairs, pairs_of_one_list, "words read as one list of ids", ("words is a dict",)),
+    (check_bpe_encode, encode_printable, "printable table used as tokens", ("vocab maps ids to raw bytes",)),
+    *[(check, no_return(check.__name__[6:]), "wrong return", ("got None (did you forget `return`?)",))
+      for check in (check_count_pairs, check_merge_pair, check_train_bpe, check_bpe_encode, check_bpe_decode)],
 ]
 
 

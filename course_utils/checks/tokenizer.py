@@ -36,6 +36,7 @@ from ..tokenizer import (
     ENDOFTEXT,
     BPETokenizer,
     bpe_decode,
+    bytes_to_unicode,
     count_pairs,
     merge_pair,
     pretokenize,
@@ -90,6 +91,11 @@ def _type(x: Any) -> str:
     """The name of ``x``'s type, with its module where that is not Python's own (numpy.ndarray)."""
     module = type(x).__module__
     return type(x).__name__ if module == "builtins" else f"{module.split('.')[0]}.{type(x).__name__}"
+
+
+def _got(x: Any) -> str:
+    """What a function returned, for a 'wrong return' message: its type, or None with the likely reason."""
+    return "None (did you forget `return`?)" if x is None else _type(x)
 
 
 def _run(fn: Callable[..., Any], *args: Any, name: str, what: str, mistake: str = "time limit", why: str = "") -> Any:
@@ -176,7 +182,7 @@ _ACROSS = ("you count pairs across two pieces too (the last token of one piece w
 
 COUNT = Catalogue("count_pairs", "11", [
     Entry("time limit", None, Probe("call_student_within")),
-    Entry("wrong return", None, Output(lambda got: not isinstance(got, Mapping) and dict(type=_type(got)),
+    Entry("wrong return", None, Output(lambda got: not isinstance(got, Mapping) and dict(type=_got(got)),
                                        "return"),
           "{what} should return a dict (or Counter) {{(a, b): count}}, got {type}."),
     Entry("wrong return", None, _bad("key"), "{what}'s keys should be pairs (a, b) of adjacent tokens, got the key "
@@ -187,6 +193,12 @@ COUNT = Catalogue("count_pairs", "11", [
           "your code raised {raised}\n    The pieces hold token ids, and a merged token's id is 256 or more, which "
           "bytes([id]) cannot hold. Key the counts by the ids themselves: counts[(a, b)] += freq for a, b in "
           "zip(word, word[1:]).\n    {case}"),
+    Entry("words read as one list of ids",
+          "count_pairs(ids) written for one list of ids (minbpe's get_stats), given the dict of pieces: ids[1:] raises",
+          Raises(r"unhashable type: 'slice'", (TypeError,), "raised"),
+          "your code raised {raised}\n    words is a dict {{piece (a tuple of ids): count}}, not a list of ids: "
+          "slicing it (words[1:]) asks the dict for a key. Count inside each piece, times its count: for word, freq "
+          "in words.items(): for pair in zip(word, word[1:]): counts[pair] += freq.\n    {case}"),
     Entry("input modified in place", None, Output(lambda c: c.words != c.before, "input"),
           "count_pairs changed its input `words`; read it, do not modify it (the training loop still needs it)."),
     _CARRIED,
@@ -320,14 +332,14 @@ def _show_given(given: list | tuple) -> str:
 
 
 def _why_not_a_list(got: Any) -> str:
-    if got is None:
-        return "Did you forget `return`?"
+    if got is None:  # said by _got
+        return ""
     if not inspect.isgenerator(got):
-        return "Build a Python list (out = [], out.append(...)) and return it."
+        return " Build a Python list (out = [], out.append(...)) and return it."
     if got.gi_code.co_name == "<genexpr>":  # return (x for x in ...): round brackets make a generator
-        return ("You return a generator expression, (... for ... in ...), which is a generator, not a list: use "
+        return (" You return a generator expression, (... for ... in ...), which is a generator, not a list: use "
                 "square brackets, [... for ... in ...], or list(...).")
-    return "You used `yield`, which makes a generator: append to a list and return it."
+    return " You used `yield`, which makes a generator: append to a list and return it."
 
 
 def _overlapping(ids: list, pair: tuple) -> bool:
@@ -415,8 +427,8 @@ MERGE = Catalogue("merge_pair", "11", [
           "one changes the other. Return a new list in every case: list(ids), or the `out` you build where the pair "
           "occurs."),
     Entry("wrong return", None, Output(lambda got: not isinstance(got, (list, tuple)) and dict(
-        type=_type(got), why=_why_not_a_list(got)), "return"),
-          "merge_pair should return a Python list of int ids, got {type} (for merge_pair({ids}, {pair}, {new_id})). "
+        type=_got(got), why=_why_not_a_list(got)), "return"),
+          "merge_pair should return a Python list of int ids, got {type} (for merge_pair({ids}, {pair}, {new_id}))."
           "{why}"),
     # bytes(ids).replace(bytes(pair), bytes([new_id % 256])): a byte holds no id from 256 on
     Entry("ids merged as bytes", None, _merged(lambda ids, pair, new_id: [
@@ -854,7 +866,7 @@ TRAIN = Catalogue("train_bpe", "11", [
           "your code raised {raised}\n    This text has no pair left after {n} merges, before the vocabulary reaches "
           "vocab_size: stop the loop when count_pairs returns nothing (if not counts: break).\n    {case}"),
     Entry("wrong return", None, Output(lambda got: _returned(got) == "pair" and dict(
-        type=_type(got), length=f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""), "return"),
+        type=_got(got), length=f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""), "return"),
           "train_bpe should return (vocab, merges), got {type}{length}."),
     Entry("wrong return", None, Output(lambda got: _returned(got) == "vocab", "return"),
           "train_bpe's vocab should be a dict {{id (int): token (bytes)}}, such as {{104: b'h', 256: b'th'}}."),
@@ -1413,6 +1425,17 @@ def _cache_kept(c: Any) -> dict | None:
     return None
 
 
+def _printable_key(exc: BaseException) -> dict | None:
+    """A KeyError on a str of GPT-2's printable table holding a stand-in character ('Ġ' for b' '): the table's
+    characters used as tokens."""
+    key = exc.args[0] if isinstance(exc, KeyError) and exc.args else None
+    table = bytes_to_unicode()
+    stand_ins = {ch for b, ch in table.items() if ch != chr(b)}
+    if isinstance(key, str) and key and set(key) <= set(table.values()) and set(key) & stand_ins:
+        return dict(key=key)
+    return None
+
+
 def _first_multibyte_key(exc: BaseException) -> dict | None:
     """A KeyError on the bytes of one character of several bytes: the piece was cut into characters."""
     key = exc.args[0] if isinstance(exc, KeyError) and exc.args else None
@@ -1432,7 +1455,7 @@ def _specials_lost(c: Any) -> dict | None:
 def _not_int_ids(got: Any) -> dict | None:
     """What is wrong with ``got`` as a list of int ids: its type, or the first item that is no int (its index)."""
     if not isinstance(got, (list, tuple)):
-        return dict(type=_type(got), holding="")
+        return dict(type=_got(got), holding="")
     k = next((k for k, i in enumerate(got) if isinstance(i, bool) or not isinstance(i, int)), None)
     return None if k is None else dict(type=type(got).__name__,
                                        holding=f" whose item {k} is {_type(got[k])} ({got[k]!r:.40})")
@@ -1465,6 +1488,13 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "start each piece from its characters ([c.encode() for c in piece]?). Start from the piece's UTF-8 bytes, "
           "one token per byte, [bytes([b]) for b in piece.encode('utf-8')]: a character of 2-4 bytes is 2-4 tokens "
           "until merges join them.\n    {case}"),
+    Entry("printable table used as tokens",
+          "GPT-2's printable characters (bytes_to_unicode, 'Ġ' for a space) used as tokens instead of raw bytes",
+          Output(_printable_key, "raised"),
+          "your code raised {raised}\n    {key!r} is a character of GPT-2's printable table (bytes_to_unicode: "
+          "'Ġ' stands for a space): vocab maps ids to raw bytes; the printable table is only for reading the files. "
+          "Start each piece from its bytes, [bytes([b]) for b in piece.encode('utf-8')], and look tokens up by "
+          "their bytes, {{token: id for id, token in vocab.items()}}.\n    {case}"),
     Entry("pair with no rank compared",
           "encoding ranks pairs by rank.get(p) with no default: None compared with an int",
           Output(lambda exc: isinstance(exc, TypeError) and re.search(
@@ -1768,7 +1798,7 @@ DECODE = Catalogue("bpe_decode", "11", [
           "character split between two tokens breaks. Join the bytes first (b''.join), then decode once.\n    {case}"),
     Entry("wrong return", None, Output(lambda got: isinstance(got, (bytes, bytearray)), "return"),
           "bpe_decode should return a str, got bytes: decode them (.decode('utf-8', errors='replace')).\n    {case}"),
-    Entry("wrong return", None, Output(lambda got: not isinstance(got, str) and dict(type=_type(got)),
+    Entry("wrong return", None, Output(lambda got: not isinstance(got, str) and dict(type=_got(got)),
                                        "return"),
           "bpe_decode should return a str, got {type}.\n    {case}"),
     Entry("nothing decoded",
