@@ -1101,12 +1101,16 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
     named = TRAIN.candidates(SimpleNamespace(case=(text, vocab_size, specials)), inputs="\n    " + case)
     matches = [v for v, (_, _, make) in enumerate(named) if got == make()]
     for other in others:
-        if len({named[v][0] for v in matches}) < 2:
+        if not matches:
             break
         merges = theirs(*other)
+        if merges is None:
+            continue
         made = _made(TRAIN, SimpleNamespace(case=other))
-        kept = [v for v in matches if merges is None or merges == made[v]()]
-        matches = kept or matches
+        kept = [v for v in matches if merges == made[v]()]
+        # several names: the other texts pick one; one name: it must hold there too (a variant that
+        # gives the student's merges on one text by chance is not their mistake)
+        matches = kept if len({named[v][0] for v in matches}) < 2 else (kept or matches)
     if matches:
         name, message, _ = named[matches[0]]
         fail(message, mistake=name)
