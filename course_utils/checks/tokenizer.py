@@ -422,8 +422,8 @@ MERGE = Catalogue("merge_pair", "11", [
           "\n    merge_pair({ids}, {pair}, {new_id})"),
     Entry("empty ids not handled", "merge_pair raises on an empty list of ids (out = [ids[0]] read first)",
           Output(lambda empty: empty, "empty"),
-          "your code raised {raised}\n    on an empty list of ids: merge_pair([], pair, new_id) should return [] (start "
-          "from out = [], or return [] when not ids).\n    merge_pair({ids}, {pair}, {new_id})"),
+          "your code raised {raised}\n    on an empty list of ids: merge_pair([], pair, new_id) should return [] "
+          "(start from out = [], or return [] when not ids).\n    merge_pair({ids}, {pair}, {new_id})"),
     Entry("input modified in place", None, Output(lambda c: c.given != c.ids, "input"),
           "merge_pair changed the list it was given ({ids} became {given}); build and return a new list: the caller "
           "may still need the old one (your training loop builds the new pieces from the old ones, and a trainer that "
