@@ -1101,6 +1101,25 @@ def encode_printable(text, vocab, merges, special_tokens=()):  # trial s13_11: G
     return out
 
 
+def merge_padded_text(ids, pair, new_id):  # trial s14_11: ' a b ' replaced, eating the next pair's space
+    text = f" {' '.join(map(str, ids))} ".replace(f" {pair[0]} {pair[1]} ", f" {new_id} ")
+    return [int(x) for x in text.split()]
+
+
+def merge_head_first(ids, pair, new_id):  # trial s14_11: out = [ids[0]] before any test of ids
+    out = [ids[0]]
+    for x in ids[1:]:
+        if out[-1] == pair[0] and x == pair[1]:  # a merged token is new_id, never pair[0]: a a a -> new a
+            out[-1] = new_id
+        else:
+            out.append(x)
+    return out
+
+
+def train_re_encoded(text, vocab_size, special_tokens=()):  # trial s14_11: UTF-8 read as Latin-1, encoded again
+    return trainer()(text.encode("utf-8").decode("latin-1"), vocab_size, special_tokens)
+
+
 def no_return(name):  # trial s13_11: a body with no `return` (each exercise's signature)
     def count_pairs(words):
         Counter(p for w in words for p in zip(w, w[1:]))
@@ -1296,6 +1315,10 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_bpe_encode, encode_printable, "printable table used as tokens", ("vocab maps ids to raw bytes",)),
     *[(check, no_return(check.__name__[6:]), "wrong return", ("got None (did you forget `return`?)",))
       for check in (check_count_pairs, check_merge_pair, check_train_bpe, check_bpe_encode, check_bpe_decode)],
+    # trial s14_11: these were misnamed, or raised unnamed
+    (check_merge_pair, merge_padded_text, "ids joined as a string", ("every other pair is skipped",)),
+    (check_merge_pair, merge_head_first, "empty ids not handled", ("should return []",)),
+    (check_train_bpe, train_re_encoded, "text re-encoded", ("encoded once",)),
 ]
 
 

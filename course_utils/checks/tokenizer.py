@@ -391,6 +391,11 @@ def _as_text(ids: list, pair: tuple, new_id: Any) -> list:
     return [int(x) for x in " ".join(map(str, ids)).replace(f"{a} {b}", str(new_id)).split()]  # '11 2' holds '1 2'
 
 
+def _as_padded_text(ids: list, pair: tuple, new_id: Any) -> list:
+    text, (a, b) = f" {' '.join(map(str, ids))} ", pair  # ' 6 6 ' eats the space the next ' 6 6 ' starts with
+    return [int(x) for x in text.replace(f" {a} {b} ", f" {new_id} ").split()]
+
+
 def _last_dropped(ids: list, pair: tuple, new_id: Any) -> list:
     merged = merge_pair(ids, pair, new_id)
     return merged if merged[-1:] == [new_id] else merged[:-1]  # new_id is no input id: the last pair was merged
@@ -415,6 +420,10 @@ MERGE = Catalogue("merge_pair", "11", [
           "tuples), and a tuple has no .copy(), .append() or item assignment (ids[i:i + 2] = ...), and does not add "
           "to a list (ids[:i] + [new_id]). Build a new list: out = [], append to it while you walk ids, return it."
           "\n    merge_pair({ids}, {pair}, {new_id})"),
+    Entry("empty ids not handled", "merge_pair raises on an empty list of ids (out = [ids[0]] read first)",
+          Output(lambda empty: empty, "empty"),
+          "your code raised {raised}\n    on an empty list of ids: merge_pair([], pair, new_id) should return [] "
+          "(start from out = [], or return [] when not ids).\n    merge_pair({ids}, {pair}, {new_id})"),
     Entry("input modified in place", None, Output(lambda c: c.given != c.ids, "input"),
           "merge_pair changed the list it was given ({ids} became {given}); build and return a new list: the caller "
           "may still need the old one (your training loop builds the new pieces from the old ones, and a trainer that "
@@ -442,6 +451,10 @@ MERGE = Catalogue("merge_pair", "11", [
           "you replace the pair in the ids written out as text (' '.join(map(str, ids)).replace(...)?): ids of "
           "several digits collide as text, '11 2' holds '1 2', so [11, 2] with the pair (1, 2) gives a number that is "
           "no id. Compare the ids themselves: walk the list, (ids[i], ids[i + 1]) == pair." + _CASE),
+    Entry("ids joined as a string", None, _merged(_as_padded_text),
+          "you replace the pair in the ids written out as text with spaces around them (' a b ' -> ' new '?): one "
+          "replacement eats the space the next one starts with, so in a run 6 6 6 6 every other pair is skipped. "
+          "Compare the ids themselves: walk the list, (ids[i], ids[i + 1]) == pair." + _CASE),
     Entry("pair never matched",
           "merging merges nothing, ids come back unchanged (e.g. ids[i:i + 2] == pair, a list against a tuple)",
           # nothing merged anywhere; on lists only (ids[i:i + 2] == pair); on tuples only (== list(pair))
@@ -497,6 +510,7 @@ def check_merge_pair(merge_pair_fn):
             if isinstance(given, tuple) and any(r[3] != merge_pair(*r[:3]) for r in results):
                 break  # wrong on lists already: that is named first, from the lists' results
             MERGE.detect_raised(err.exc, "raised", raised=raised(err.exc), **fields)
+            MERGE.detect("empty", not ids, raised=raised(err.exc), **fields)
             raise
         MERGE.detect("input", SimpleNamespace(given=list(given), ids=ids), **{**fields, "given": _show(given)})
         MERGE.detect("return", got, **fields)
@@ -784,6 +798,14 @@ def _character_unit(text: str, merges: list) -> tuple[int, bytes, str] | None:
     return None
 
 
+def _re_encoded(text: str, merges: list) -> tuple[int, tuple] | None:
+    """``(merge index, pair)`` of the first merge whose token is not in the text's UTF-8 bytes but is in those of the
+    text read back as Latin-1 and encoded again (mojibake: every learned token is a run of the bytes it trained on)."""
+    data = text.encode("utf-8")
+    twice = data.decode("latin-1").encode("utf-8")
+    return next(((j, (a, b)) for j, (a, b) in enumerate(merges) if a + b not in data and a + b in twice), None)
+
+
 def _literal(text: str) -> str:
     """``text`` as a message template that prints it as it is (its braces doubled)."""
     return text.replace("{", "{{").replace("}", "}}")
@@ -1001,6 +1023,13 @@ TRAIN = Catalogue("train_bpe", "11", [
           "your merge {j} makes {token!r}, which " + _SPANS + "\n    {case}"),
     Entry("wrong number of merges", None, Output(lambda c: c.k is None, "first difference"),
           "you learned {n_got} merges, expected {n_ref}.\n    {case}"),
+    Entry("text re-encoded", "training runs on the text's UTF-8 read back as Latin-1 and encoded again (mojibake "
+          "bytes), not on text.encode('utf-8')",
+          Output(lambda c: c.recoded and dict(j=c.recoded[0], pair=c.recoded[1]), "characters"),
+          "your merge {j}, {pair!r}, is not in the text's UTF-8 bytes, but is in the bytes of the text read back as "
+          "Latin-1 and encoded again (text.encode('utf-8').decode('latin-1')?): é is b'\\xc3\\xa9', and 'Ã©' encoded "
+          "again b'\\xc3\\x83\\xc2\\xa9'. Train on each piece's bytes, piece.encode('utf-8'), encoded once.\n    "
+          "{inputs}"),
     Entry("characters instead of bytes", None,
           Output(lambda c: c.unit and dict(j=c.unit[0], pair=c.merges[c.unit[0]], part=c.unit[1], what=c.unit[2]),
                  "characters"),
@@ -1124,7 +1153,8 @@ def _diagnose_merges(text: str, vocab_size: int, specials: list[str], got: list,
     # merges that start from characters: here, or on another text (where the first merges differ for another reason)
     for other, merges in [((text, vocab_size, specials), got), *((o, None) for o in others)]:
         merges = merges if merges is not None else theirs(*other)
-        TRAIN.detect("characters", SimpleNamespace(unit=merges and _character_unit(other[0], merges), merges=merges),
+        TRAIN.detect("characters", SimpleNamespace(unit=merges and _character_unit(other[0], merges), merges=merges,
+                                                   recoded=merges and _re_encoded(other[0], merges)),
                      inputs=_train_case(*other))
     counts = _counts_before(text, specials, expected[:k])
     mine, ref = got[k], expected[k]
