@@ -640,17 +640,20 @@ def train_sorted(text, vocab_size, special_tokens=()):  # trial s10_11: the merg
     return vocab, sorted(merges)
 
 
-def train_pieces(pieces_of):
-    """A textbook trainer whose pieces come from ``pieces_of(text, special_tokens)`` (trial s9_11's styles)."""
+def train_pieces(pieces_of, word=lambda piece: tuple(piece.encode()), merge=None):
+    """A textbook trainer whose pieces come from ``pieces_of(text, special_tokens)`` (trial s9_11's styles),
+    each held as ``word(piece)``, merged with ``merge`` (the reference's merge_pair)."""
+    merge = merge or merge_pair_ref
+
     def train_bpe(text, vocab_size, special_tokens=()):
-        words = Counter(tuple(p.encode()) for p in pieces_of(text, special_tokens))
+        words = Counter(word(p) for p in pieces_of(text, special_tokens))
         vocab, merges = {i: bytes([i]) for i in range(256)}, []
         for new_id in range(256, vocab_size - len(special_tokens)):
             counts = pairs_counter(words)
             if not counts:
                 break
             best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
-            words = Counter({tuple(merge_pair_ref(list(w), best, new_id)): f for w, f in words.items()})
+            words = Counter({tuple(merge(list(w), best, new_id)): f for w, f in words.items()})
             merges.append((vocab[best[0]], vocab[best[1]]))
             vocab[new_id] = vocab[best[0]] + vocab[best[1]]
         for token in special_tokens:
@@ -1002,19 +1005,10 @@ def pairs_as_bytes(words):
     return Counter({(bytes([a]), bytes([b])): f for w, f in words.items() for a, b in zip(w, w[1:])})
 
 
-def train_str_pieces(text, vocab_size, special_tokens=()):  # pieces as tuples of str: vocab[ch] raises KeyError
-    words = Counter(tuple(p) for c in split_special_tokens(text, special_tokens) if c not in special_tokens
-                    for p in pretokenize(c))
-    vocab, merges = {i: bytes([i]) for i in range(256)}, []
-    for new_id in range(256, vocab_size - len(special_tokens)):
-        counts = pairs_counter(words)
-        if not counts:
-            break
-        best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
-        words = Counter({tuple(merge_while(list(w), best, new_id)): f for w, f in words.items()})
-        merges.append((vocab[best[0]], vocab[best[1]]))
-        vocab[new_id] = vocab[best[0]] + vocab[best[1]]
-    return vocab, merges
+# pieces as tuples of str: vocab[ch] raises KeyError
+train_str_pieces = train_pieces(
+    lambda text, special_tokens: [p for c in split_special_tokens(text, special_tokens) if c not in special_tokens
+                                  for p in pretokenize(c)], word=tuple, merge=merge_while)
 
 
 def encode_specials_default(text, vocab, merges, special_tokens=()):  # '<|endoftext|>' where none is passed
