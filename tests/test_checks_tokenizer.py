@@ -1005,6 +1005,35 @@ def pairs_as_bytes(words):
     return Counter({(bytes([a]), bytes([b])): f for w, f in words.items() for a, b in zip(w, w[1:])})
 
 
+def train_raising_when_out(pick):
+    """A textbook trainer that picks the best pair with ``pick(counts, vocab)`` and never checks for none left."""
+    def train_bpe(text, vocab_size, special_tokens=()):
+        words = Counter(tuple(p.encode()) for c in split_special_tokens(text, special_tokens)
+                        if c not in special_tokens for p in pretokenize(c))
+        vocab, merges = {i: bytes([i]) for i in range(256)}, []
+        for new_id in range(256, vocab_size - len(special_tokens)):
+            counts = pairs_counter(words)
+            best = pick(counts, vocab)
+            words = Counter({tuple(merge_pair_ref(list(w), best, new_id)): f for w, f in words.items()})
+            merges.append((vocab[best[0]], vocab[best[1]]))
+            vocab[new_id] = vocab[best[0]] + vocab[best[1]]
+        for token in special_tokens:
+            vocab[len(vocab)] = token.encode()
+        return vocab, merges
+
+    return train_bpe
+
+
+def _no_pairs(counts, vocab):  # trial s15_11: its own error where the loop should stop
+    if not counts:
+        raise ValueError("no pairs")
+    return max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+
+
+def _first_of_sorted(counts, vocab):  # sorted(...)[0] of nothing: IndexError
+    return sorted(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]), reverse=True)[0]
+
+
 # pieces as tuples of str: vocab[ch] raises KeyError
 train_str_pieces = train_pieces(
     lambda text, special_tokens: [p for c in split_special_tokens(text, special_tokens) if c not in special_tokens
@@ -1215,6 +1244,8 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
      ("your merge_pair",)),
     (check_train_bpe, with_helpers(count_pairs=pairs_set), "pair counted once per piece", ("your count_pairs",)),
     (check_train_bpe, trainer(stop="none"), "no stop when pairs run out", ("if not counts",)),
+    (check_train_bpe, train_raising_when_out(_no_pairs), "no stop when pairs run out", ("if not counts",)),
+    (check_train_bpe, train_raising_when_out(_first_of_sorted), "no stop when pairs run out", ("if not counts",)),
     (check_merge_pair, merge_yield, "wrong return", ("yield",)),
     (check_bpe_decode, decode_per_token, "decoded token by token", ()),
     (check_bpe_decode, decode_per_token_strict, "decoded token by token", ()),
