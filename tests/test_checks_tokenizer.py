@@ -1001,6 +1001,13 @@ def pairs_of_pieces(words, counts=None):  # minbpe's get_stats run on the dict: 
     return counts
 
 
+def pairs_never_added(words):  # trial s15_11: half-written, the loop body never written
+    counts = Counter()
+    for word, freq in words.items():
+        pass
+    return counts
+
+
 def pairs_as_bytes(words):
     return Counter({(bytes([a]), bytes([b])): f for w, f in words.items() for a, b in zip(w, w[1:])})
 
@@ -1243,6 +1250,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, with_helpers(merge_pair=merge_marks_overlaps), "overlapping pairs merged twice",
      ("your merge_pair",)),
     (check_train_bpe, with_helpers(count_pairs=pairs_set), "pair counted once per piece", ("your count_pairs",)),
+    (check_count_pairs, pairs_never_added, "nothing counted", ("nothing was counted",)),
     (check_train_bpe, trainer(stop="none"), "no stop when pairs run out", ("if not counts",)),
     (check_train_bpe, train_raising_when_out(_no_pairs), "no stop when pairs run out", ("if not counts",)),
     (check_train_bpe, train_raising_when_out(_first_of_sorted), "no stop when pairs run out", ("if not counts",)),

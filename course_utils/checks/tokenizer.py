@@ -236,6 +236,11 @@ COUNT = Catalogue("count_pairs", "11", [
           _counted(lambda word: ((word[i], word[i + 1]) for i in range(len(word) - 2))),
           "the last pair of each piece is missing (range(len(word) - 2)?): a piece of n tokens has n - 1 pairs, at "
           "i = 0 ... n - 2, so the range is range(len(word) - 1)." + _COUNTED),
+    Entry("nothing counted", "count_pairs returns no pairs for pieces that hold some (a loop that never adds)",
+          Output(lambda c: not c.got and bool(c.expected), "extra"),
+          "your count_pairs returned no pairs, but these pieces hold {n} distinct pairs: nothing was counted (a "
+          "loop that never runs, a Counter never added to, or the counts kept in another variable?). For each "
+          "piece and its count: for pair in zip(word, word[1:]): counts[pair] += freq.\n    {case}"),
     Entry("pairs of pieces counted",
           "count_pairs pairs whole pieces (zip over the dict's keys, minbpe's get_stats on words), not their tokens",
           Output(lambda c: (k := next((p for p in c.got if isinstance(p[0], tuple)), None)) and dict(key=k), "extra"),
@@ -292,7 +297,7 @@ def check_count_pairs(count_pairs_fn):
             if got == variant:
                 fail(message, mistake=name)
         c = SimpleNamespace(words=words, got=got, expected=expected)
-        COUNT.detect("extra", c, case=case)
+        COUNT.detect("extra", c, case=case, n=len(expected))
         COUNT.detect("values", c, case=case)
     return _passed(count_pairs_fn, "pieces with repeats, overlapping runs and counts above 1")
 
