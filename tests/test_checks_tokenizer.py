@@ -1001,6 +1001,10 @@ def pairs_of_pieces(words, counts=None):  # minbpe's get_stats run on the dict: 
     return counts
 
 
+def decode_str_join(ids, vocab):  # trials s14_11, s9_11: str() of each token's bytes
+    return "".join(str(vocab[i]) for i in ids)
+
+
 def pairs_never_added(words):  # trial s15_11: half-written, the loop body never written
     counts = Counter()
     for word, freq in words.items():
@@ -1255,6 +1259,7 @@ MISTAKES = [  # (check, student, mistake name, words the verdict must say)
     (check_train_bpe, train_raising_when_out(_no_pairs), "no stop when pairs run out", ("if not counts",)),
     (check_train_bpe, train_raising_when_out(_first_of_sorted), "no stop when pairs run out", ("if not counts",)),
     (check_merge_pair, merge_yield, "wrong return", ("yield",)),
+    (check_bpe_decode, decode_str_join, "bytes written as text", ("b''.join",)),
     (check_bpe_decode, decode_per_token, "decoded token by token", ()),
     (check_bpe_decode, decode_per_token_strict, "decoded token by token", ()),
     (check_bpe_decode, decode_strict, "invalid bytes raise", ()),

@@ -1853,6 +1853,13 @@ DECODE = Catalogue("bpe_decode", "11", [
           "your bpe_decode returned '' for every list of ids that holds text: nothing was decoded (a stub, or the "
           "text built but not returned?). Look each id's bytes up in vocab, join them (b''.join), decode once: "
           ".decode('utf-8', errors='replace').\n    {case}"),
+    Entry("bytes written as text",
+          "each token's bytes turned into text with str() (\"b'...'\" in the result) instead of decoded",
+          Output(lambda results: any(isinstance(got, str) and ("b'" in got or 'b"' in got) and "b'" not in expected
+                                     for _, got, expected, *_ in results if got != expected), "empty"),
+          "your text holds Python's notation for bytes (b'...'): str() of a bytes object writes how it looks, not "
+          "what it says. Join the tokens' bytes, b''.join(vocab[i] for i in ids), and decode them once: "
+          ".decode('utf-8', errors='replace').\n    {case}"),
     Entry("decoded token by token", None, _decoded(_per_token("replace")),
           "you decode each token on its own: a character whose UTF-8 bytes are split between two tokens (é is "
           "b'\\xc3\\xa9') then breaks. Join all the tokens' bytes first (b''.join(...)), then decode once." + _AROUND),
