@@ -640,9 +640,14 @@ def train_sorted(text, vocab_size, special_tokens=()):  # trial s10_11: the merg
     return vocab, sorted(merges)
 
 
-def train_pieces(pieces_of, word=lambda piece: tuple(piece.encode()), merge=None):
+def _best(counts, vocab):  # the contract's tie-break
+    return max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+
+
+def train_pieces(pieces_of, word=lambda piece: tuple(piece.encode()), merge=None, pick=_best, stops=True):
     """A textbook trainer whose pieces come from ``pieces_of(text, special_tokens)`` (trial s9_11's styles),
-    each held as ``word(piece)``, merged with ``merge`` (the reference's merge_pair)."""
+    each held as ``word(piece)``, merged with ``merge`` (the reference's merge_pair), the best pair
+    ``pick(counts, vocab)``; ``stops``: it breaks when no pair is left."""
     merge = merge or merge_pair_ref
 
     def train_bpe(text, vocab_size, special_tokens=()):
@@ -650,9 +655,9 @@ def train_pieces(pieces_of, word=lambda piece: tuple(piece.encode()), merge=None
         vocab, merges = {i: bytes([i]) for i in range(256)}, []
         for new_id in range(256, vocab_size - len(special_tokens)):
             counts = pairs_counter(words)
-            if not counts:
+            if stops and not counts:
                 break
-            best = max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))
+            best = pick(counts, vocab)
             words = Counter({tuple(merge(list(w), best, new_id)): f for w, f in words.items()})
             merges.append((vocab[best[0]], vocab[best[1]]))
             vocab[new_id] = vocab[best[0]] + vocab[best[1]]
@@ -1016,23 +1021,13 @@ def pairs_as_bytes(words):
     return Counter({(bytes([a]), bytes([b])): f for w, f in words.items() for a, b in zip(w, w[1:])})
 
 
+def _gpt2_pieces(text, special_tokens):  # GPT-2's pieces, the special tokens left out
+    return [p for c in split_special_tokens(text, special_tokens) if c not in special_tokens for p in pretokenize(c)]
+
+
 def train_raising_when_out(pick):
     """A textbook trainer that picks the best pair with ``pick(counts, vocab)`` and never checks for none left."""
-    def train_bpe(text, vocab_size, special_tokens=()):
-        words = Counter(tuple(p.encode()) for c in split_special_tokens(text, special_tokens)
-                        if c not in special_tokens for p in pretokenize(c))
-        vocab, merges = {i: bytes([i]) for i in range(256)}, []
-        for new_id in range(256, vocab_size - len(special_tokens)):
-            counts = pairs_counter(words)
-            best = pick(counts, vocab)
-            words = Counter({tuple(merge_pair_ref(list(w), best, new_id)): f for w, f in words.items()})
-            merges.append((vocab[best[0]], vocab[best[1]]))
-            vocab[new_id] = vocab[best[0]] + vocab[best[1]]
-        for token in special_tokens:
-            vocab[len(vocab)] = token.encode()
-        return vocab, merges
-
-    return train_bpe
+    return train_pieces(_gpt2_pieces, pick=pick, stops=False)
 
 
 def _no_pairs(counts, vocab):  # trial s15_11: its own error where the loop should stop
@@ -1046,9 +1041,7 @@ def _first_of_sorted(counts, vocab):  # sorted(...)[0] of nothing: IndexError
 
 
 # pieces as tuples of str: vocab[ch] raises KeyError
-train_str_pieces = train_pieces(
-    lambda text, special_tokens: [p for c in split_special_tokens(text, special_tokens) if c not in special_tokens
-                                  for p in pretokenize(c)], word=tuple, merge=merge_while)
+train_str_pieces = train_pieces(_gpt2_pieces, word=tuple, merge=merge_while)
 
 
 def encode_specials_default(text, vocab, merges, special_tokens=()):  # '<|endoftext|>' where none is passed
