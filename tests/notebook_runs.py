@@ -83,8 +83,7 @@ def prepared(
         assert len(hits) == 1 and len(pattern.findall(hits[0].source)) == 1, (
             f"{notebook}: expected one top-level line `{name} = ...`, found it in {len(hits)} cells")
         hits[0].source = pattern.sub(f"{name} = {value}", hits[0].source)
-    shortened(nb, shorten=shorten)
-    shortened(nb, after=after)
+    shortened(nb, shorten=shorten, after=after)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
