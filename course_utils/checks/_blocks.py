@@ -69,7 +69,7 @@ from ._core import (
     student_line,
 )
 from ._pairing import build_student, load_reference
-from .catalogue import Catalogue, Entry, Probe, Reference
+from .catalogue import Catalogue, Entry, Probe, Reference, literal
 
 Mutation = dict[str, Any]
 
@@ -206,15 +206,15 @@ def once(compute: Callable[[], Any], *state: Any) -> Any:
     return remembered([("", "", compute)], once, *state)[0][2]()  # `once` in the key: a box of its own
 
 
-def reference(cls: type, *args: Any) -> nn.Module:
-    """``cls(*args)``, shared by the checks that build it from the same random state (as
+def reference(cls: type, *args: Any, **kwargs: Any) -> nn.Module:
+    """``cls(*args, **kwargs)``, shared by the checks that build it from the same random state (as
     :func:`~._core.drawn_once`, which leaves the random state as if built): every check
     overwrites its parameters with the student's (:func:`load_reference`) and sets its mode."""
-    return drawn_once(_built, cls=cls, args=args)
+    return drawn_once(_built, cls=cls, args=args, keywords=tuple(sorted(kwargs.items())))
 
 
-def _built(cls: type, args: tuple[Any, ...]) -> nn.Module:
-    return cls(*args)
+def _built(cls: type, args: tuple[Any, ...], keywords: tuple[tuple[str, Any], ...]) -> nn.Module:
+    return cls(*args, **dict(keywords))
 
 
 # ---------------------------------------------------------------- the catalogue, generated
@@ -482,11 +482,6 @@ def _subsets(masks: tuple[str, ...]) -> list[frozenset[str]]:
     return [frozenset(c) for r in range(len(masks) + 1) for c in itertools.combinations(masks, r)]
 
 
-def _literal(text: str) -> str:
-    """A generated diagnosis as a message template (no fields: braces kept as they are)."""
-    return text.replace("{", "{{").replace("}", "}}")
-
-
 def _on_case(norm_first: bool, present: frozenset[str] | None, make: Callable[[Any], Any]) -> Callable[[Any], list]:
     """A :class:`Reference` build that gives ``make(case)`` on the cases of this ``norm_first``
     with exactly the ``present`` masks given (``None``: whatever masks), no candidate on others."""
@@ -503,7 +498,7 @@ def mutation_entry(spec: Block, name: str, text: str, mutation: Mutation, norm_f
     by :func:`run_block` with ``mutation`` on ``c.x``, ``c.memory``, ``c.masks`` (dropout
     ``c.drop``: ``None`` in eval mode, :func:`zeros` at :data:`P_PROBE`)."""
     return Entry(name, None, Reference(_on_case(norm_first, present, lambda c: run_block(
-        c.ref, spec, c.x, c.memory, c.masks, norm_first, mutation, drop=c.drop)), stage), _literal(text))
+        c.ref, spec, c.x, c.memory, c.masks, norm_first, mutation, drop=c.drop)), stage), literal(text))
 
 
 def block_entries(spec: Block, masks: tuple[str, ...]) -> list[Entry]:
@@ -539,7 +534,7 @@ def stack_entries(spec: Stack, memory: bool) -> list[Entry]:
                 build = _on_case(nf, present, make(mut))
                 if mut.get("final") == _OWN_NORM:  # only when the student's stack has a norm module
                     build = _own_norm_only(build)
-                out.append(Entry(name, None, Reference(build, "values"), _literal(text)))
+                out.append(Entry(name, None, Reference(build, "values"), literal(text)))
     return out
 
 

@@ -38,8 +38,13 @@ from ._mistakes import GENERIC
 
 __all__ = [
     "Entry", "Reference", "Output", "Raises", "Probe", "Catalogue", "GRADIENT_PROBE", "DTYPE_PROBE", "DEVICE_PROBE",
-    "registry", "catalogues", "contract_section", "BEGIN", "END", "update_contract", "rewrite_contract",
+    "registry", "catalogues", "contract_section", "BEGIN", "END", "update_contract", "rewrite_contract", "literal",
 ]
+
+def literal(text: str) -> str:
+    """``text`` as a message template that prints it as it is (no fields: its braces doubled)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
 
 # (fields for the message, zero-argument callable giving the candidate) for one case
 Candidate = tuple[dict[str, Any], Callable[[], Any]]

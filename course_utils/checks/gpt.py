@@ -76,7 +76,7 @@ from ._core import (
     student_line,
 )
 from ._pairing import build_student, copy_parameters, match_parameters, named, randomise_parameters, structure_failure
-from .catalogue import DEVICE_PROBE, GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises, Reference
+from .catalogue import DEVICE_PROBE, GRADIENT_PROBE, Catalogue, Entry, Output, Probe, Raises, Reference, literal
 from .decoder import trailing_padding, tuple_return
 
 __all__ = ["check_gpt_block", "check_gpt", "check_next_token_probs", "check_generate"]
@@ -139,11 +139,6 @@ def _parallel_block(c: Any) -> list:
         attended = c.ref.self_attn(h, h, h, causal if c.mask is None else causal & c.mask)[0]  # (B, L, D)
         return c.x + attended + c.ref.feed_forward(c.ref.norm2(c.x))
     return [({}, run)]
-
-
-def _literal(text: str) -> str:
-    """A generated diagnosis as a message template (no fields)."""
-    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _conv1d_habit(c: Any) -> bool:
@@ -287,7 +282,7 @@ BLOCK = Catalogue("GPTBlock", "09", [
           _EXACT_GELU + " (seen in float64, where the two are told apart for sure)"),
     # dropout with p = 1 (generated: where the sub-layer dropout goes wrong), each part on its own, then 0 < p < 1
     *(Entry(name, None, Reference(lambda c, m=m: [({}, lambda: run_block(c.ref, _BLOCK, c.x, None, c.masks, True, m,
-                                                                        drop=zeros))], "dropout"), _literal(text))
+                                                                        drop=zeros))], "dropout"), literal(text))
       for name, text, m in dropout_mistakes(_BLOCK, True)),
     *(Entry(name, None, Probe("check_dropout_modes")) for name in ("dropout ignores eval mode", "NaN",
                                                                    "hard-coded dropout p")),

@@ -785,7 +785,7 @@ def _build_aligned(cls: Any, s: _Sizes, norm_first: bool, dropout: float) -> tup
     TRANSFORMER.detect("methods", model)
     TRANSFORMER.detect("parts", model)
     # shared by the checks built from the same random state: each overwrites all its parameters and sets its mode
-    ref = reference(Transformer, s.V_src, s.V_tgt, *s.kwargs(norm_first, dropout).values())
+    ref = reference(Transformer, s.V_src, s.V_tgt, **s.kwargs(norm_first, dropout))
     require_distinct_roles(model, ref, "Transformer", "But " + _THREE_MATRICES)  # e.g. the output layer tied to tgt_embedding  # noqa: E501
     _check_state(model, s.D)
     pairs = pair_parameters(model, ref, by_structure=True)
@@ -897,7 +897,7 @@ def _shared_embeddings(cls: Any, s: _Sizes) -> None:
     model = call_student(cls, s.V_src, s.V_src, context=f"constructing Transformer({shown})", **s.kwargs(False))
     if isinstance(model, nn.Module):
         why = f"This one was built with src_vocab_size == tgt_vocab_size, Transformer({shown}): " + _THREE_MATRICES
-        ref = reference(Transformer, s.V_src, s.V_src, *s.kwargs(False).values())  # its structure only
+        ref = reference(Transformer, s.V_src, s.V_src, **s.kwargs(False))  # its structure only
         require_distinct_roles(model, ref, "Transformer", why)
 
 

@@ -54,7 +54,7 @@ from ._core import (
     register_hints,
     require_function,
 )
-from .catalogue import Catalogue, Entry, Output, Probe, Raises, Reference
+from .catalogue import Catalogue, Entry, Output, Probe, Raises, Reference, literal
 
 __all__ = ["check_count_pairs", "check_merge_pair", "check_train_bpe", "check_bpe_encode", "check_bpe_decode"]
 
@@ -811,11 +811,6 @@ def _re_encoded(text: str, merges: list) -> tuple[int, tuple] | None:
     return next(((j, (a, b)) for j, (a, b) in enumerate(merges) if a + b not in data and a + b in twice), None)
 
 
-def _literal(text: str) -> str:
-    """``text`` as a message template that prints it as it is (its braces doubled)."""
-    return text.replace("{", "{{").replace("}", "}}")
-
-
 def _training(**options: Any) -> Reference:
     """The plain trainer with ``options`` on the case: a zero-argument callable, called only when compared."""
     fields = dict(what="training") if "text_as" in options and options["text_as"] not in ("strip", "lower") else {}
@@ -914,7 +909,7 @@ TRAIN = Catalogue("train_bpe", "11", [
     Entry("special tokens given as a tuple ignored",
           "special_tokens ignored unless a list (a tuple names them as well)",
           Output(lambda c: isinstance(c.specials, tuple) and c.merges == train_bpe(c.text, c.vocab_size)[1], "tuple"),
-          "special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): " + _literal(_TUPLE)
+          "special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): " + literal(_TUPLE)
           + "\n    {case}"),
     Entry("merges sorted",
           "the merges put in sorted order (sorted(merges)): the learned order, which encoding follows, lost",
@@ -1019,11 +1014,11 @@ TRAIN = Catalogue("train_bpe", "11", [
           "skip the special pieces.{inputs}"),
     *[Entry("pre-tokenizer differs",
             "a pattern of Python's re instead of pretokenize: '_' dropped or in words, '²' cut",
-            _training(split=split), _literal(_PATTERN_SAID[split]) + "{inputs}")
+            _training(split=split), literal(_PATTERN_SAID[split]) + "{inputs}")
       for split in _RE_PATTERNS],
     *[Entry("special tokens not escaped",
             "special tokens cut by re.split('|'.join(...)) without re.escape: '|' alternates",
-            _training(unescaped=how), _literal(_UNESCAPED) + "{inputs}")
+            _training(unescaped=how), literal(_UNESCAPED) + "{inputs}")
       for how in ("kept", "dropped")],
     Entry("text lowercased",
           "training lowercases the text first (text.lower()): capitals are other bytes, learned as given",
@@ -1580,7 +1575,7 @@ ENCODE = Catalogue("bpe_encode", "11", [
           Output(lambda c: all(isinstance(c.cases[k][3], tuple)
                                and c.results[k][1] == _encoded(c.cases[k], dict(specials_out=False)) for k in c.wrong),
                  "tuple"),
-          "special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): " + _literal(_TUPLE)
+          "special_tokens given as a tuple were ignored (isinstance(special_tokens, list)?): " + literal(_TUPLE)
           + "\n    {case}\n    you: {you}\n    expected: {expected}"),
     *[Entry("merges in frequency order",
             "encoding merges the most frequent pair of the piece first, not the earliest learned",
@@ -1673,9 +1668,9 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "it up in the vocabulary: the ids are vocab's, which need not follow that rule (GPT-2's vocabulary gives "
           "b'!' the id 0). Build ids_of = {{token: id for id, token in vocab.items()}} once and look every token up: "
           "ids_of[token].{shown}"),
-    *[Entry("pre-tokenizer differs", None, _encoding(split=split), _literal(_PATTERN_SAID[split]) + "{shown}")
+    *[Entry("pre-tokenizer differs", None, _encoding(split=split), literal(_PATTERN_SAID[split]) + "{shown}")
       for split in _RE_PATTERNS],
-    *[Entry("special tokens not escaped", None, _encoding(unescaped=how), _literal(_UNESCAPED) + "{shown}")
+    *[Entry("special tokens not escaped", None, _encoding(unescaped=how), literal(_UNESCAPED) + "{shown}")
       for how in ("kept", "dropped")],
     *[Entry("text normalised", None, _encoding(dict(what="encoding"), text_as=form), _NORMALISED + "{shown}")
       for form in ("NFC", "NFKC")],
@@ -1705,7 +1700,7 @@ ENCODE = Catalogue("bpe_encode", "11", [
           "encode each piece of pretokenize(...) as it is, without stripping it.\n    {case}"),
     Entry("pre-tokenizer differs", None,  # a pattern of Python's re: [^\W\d_] matches no '_'
           Output(lambda c: c.back != c.text and "_" in c.text and "_" not in c.back, "decoded"),
-          "your ids decode to {back!r}: the '_' are lost. " + _literal(_PRETOKENIZER) + "\n    {case}"),
+          "your ids decode to {back!r}: the '_' are lost. " + literal(_PRETOKENIZER) + "\n    {case}"),
     Entry("values differ", None, Output(lambda c: c.back != c.text, "decoded"),
           "your ids decode to {back!r}, not the text: every byte of the text must be in exactly one token."
           "\n    {case}"),
